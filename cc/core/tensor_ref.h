@@ -1,0 +1,73 @@
+// File: tensor_ref.h
+//
+// TensorRef is a checked, non-owning view of a dense buffer: data pointer,
+// element count, dtype, device and shape. Collectives take TensorRefs. One made
+// from a DLTensor has been checked once, at the boundary: known dtype, cpu or
+// cuda, and contiguous (row-major). A non-contiguous tensor is an error, never
+// a silent copy, because a collective writes its result back in place.
+//
+//   DK_ASSIGN_OR_RETURN(TensorRef t, TensorRef::FromDLPack(dl, "input"));
+//   float* p = t.data<float>();
+
+#ifndef DISTKIT_CC_CORE_TENSOR_REF_H_
+#define DISTKIT_CC_CORE_TENSOR_REF_H_
+
+#include <dlpack/dlpack.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "cc/core/data_type.h"
+#include "cc/core/device.h"
+
+namespace distkit {
+
+class TensorRef {
+ public:
+  TensorRef() = default;
+
+  // A 1-D view of `numel` elements at `data`.
+  TensorRef(void* data, int64_t numel, DataType dtype,
+            Device device = Device::Cpu());
+
+  // A view with an explicit shape; numel is the product of `shape`.
+  TensorRef(void* data, std::vector<int64_t> shape, DataType dtype,
+            Device device = Device::Cpu());
+
+  // Checks `tensor` and views it. `arg_name` goes into error messages
+  // ("input: tensor is not contiguous ...").
+  static absl::StatusOr<TensorRef> FromDLPack(const DLTensor* tensor,
+                                              absl::string_view arg_name);
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* data() const {
+    return static_cast<T*>(data_);
+  }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * ElementSize(dtype_); }
+  DataType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+
+  // A 1-D view of elements [offset, offset + count) of this buffer.
+  TensorRef Slice(int64_t offset, int64_t count) const;
+
+  // "float32[2, 3] on cpu", for messages.
+  std::string DebugString() const;
+
+ private:
+  void* data_ = nullptr;
+  int64_t numel_ = 0;
+  DataType dtype_ = DataType::kFloat32;
+  Device device_;
+  std::vector<int64_t> shape_;
+};
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_CORE_TENSOR_REF_H_

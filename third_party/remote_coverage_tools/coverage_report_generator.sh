@@ -1,0 +1,3 @@
+#!/bin/sh
+echo "coverage reports are not supported in this offline build" >&2
+exit 1

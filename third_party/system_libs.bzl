@@ -1,0 +1,264 @@
+"""Repository rules that find distkit's system dependencies.
+
+Each rule looks for a library where Debian (or the CUDA installer) puts it and
+writes a BUILD file exposing it as a cc_library. A required library that is
+missing fails the build with a message that names the package to install
+(tools/bootstrap.sh installs them all). An optional one (CUDA, NCCL) that is
+missing yields a repository whose `FOUND` constant is False and whose `REASON`
+says why, so `bazel test //...` still passes and GPU targets report the skip.
+"""
+
+_BOOTSTRAP_HINT = "run tools/bootstrap.sh (it installs every package distkit needs)"
+
+def _fail_missing(what, package):
+    fail("distkit: %s not found; install the Debian package %s, or %s" %
+         (what, package, _BOOTSTRAP_HINT))
+
+def _pkg_config_libs(rctx, modules, package):
+    res = rctx.execute(["pkg-config", "--libs"] + modules)
+    if res.return_code != 0:
+        _fail_missing("pkg-config modules %s" % ", ".join(modules), package)
+    return [flag for flag in res.stdout.strip().split(" ") if flag]
+
+def _which_or_fail(rctx, program, package):
+    path = rctx.which(program)
+    if path == None:
+        _fail_missing("program %s" % program, package)
+    return path
+
+def _linkopts_literal(opts):
+    return "[" + ", ".join(['"%s"' % o for o in opts]) + "]"
+
+# --- Abseil, gRPC, protobuf -------------------------------------------------
+
+_ABSL_MODULES = [
+    "absl_status",
+    "absl_statusor",
+    "absl_strings",
+    "absl_str_format",
+    "absl_synchronization",
+    "absl_time",
+    "absl_flat_hash_map",
+    "absl_flat_hash_set",
+    "absl_random_random",
+    "absl_flags",
+    "absl_flags_parse",
+    "absl_flags_usage",
+    "absl_cleanup",
+]
+
+def _system_grpc_impl(rctx):
+    if not rctx.path("/usr/include/grpcpp/grpcpp.h").exists:
+        _fail_missing("gRPC C++ headers", "libgrpc++-dev")
+    if not rctx.path("/usr/include/absl/status/status.h").exists:
+        _fail_missing("Abseil headers", "libabsl-dev")
+    absl = _pkg_config_libs(rctx, _ABSL_MODULES, "libabsl-dev")
+    grpc = _pkg_config_libs(rctx, ["grpc++", "protobuf"], "libgrpc++-dev")
+    protoc = _which_or_fail(rctx, "protoc", "protobuf-compiler")
+    plugin = _which_or_fail(rctx, "grpc_cpp_plugin", "protobuf-compiler-grpc")
+    rctx.symlink(protoc, "protoc")
+    rctx.symlink(plugin, "grpc_cpp_plugin")
+    rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+# Headers live in /usr/include (a built-in include directory of the toolchain).
+cc_library(
+    name = "absl",
+    linkopts = {absl},
+)
+
+cc_library(
+    name = "grpc",
+    linkopts = {grpc},
+    deps = [":absl"],
+)
+
+exports_files(["protoc", "grpc_cpp_plugin"])
+""".format(absl = _linkopts_literal(absl), grpc = _linkopts_literal(grpc)))
+
+system_grpc = repository_rule(
+    implementation = _system_grpc_impl,
+    local = True,
+    doc = "Abseil, protobuf and gRPC from Debian, plus protoc and grpc_cpp_plugin.",
+)
+
+# --- Gloo --------------------------------------------------------------------
+
+def _system_gloo_impl(rctx):
+    if not rctx.path("/usr/include/gloo/allreduce.h").exists:
+        _fail_missing("Gloo headers", "libgloo-dev")
+    lib = None
+    for candidate in ["/usr/lib/libgloo.so", "/usr/lib/libgloo.so.0",
+                      "/usr/lib/x86_64-linux-gnu/libgloo.so"]:
+        if rctx.path(candidate).exists:
+            lib = candidate
+            break
+    if lib == None:
+        _fail_missing("libgloo.so", "libgloo-dev")
+    libdir = lib.rsplit("/", 1)[0]
+    name = lib.rsplit("/", 1)[1]
+    rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "gloo",
+    linkopts = ["-L{libdir}", "-Wl,-rpath,{libdir}", "-l:{name}", "-lpthread"],
+)
+""".format(libdir = libdir, name = name))
+
+system_gloo = repository_rule(
+    implementation = _system_gloo_impl,
+    local = True,
+    doc = "Gloo (TCP transport) from Debian's libgloo-dev.",
+)
+
+# --- OpenMPI -----------------------------------------------------------------
+
+def _system_mpi_impl(rctx):
+    mpicc = rctx.which("mpicc")
+    if mpicc == None:
+        _fail_missing("mpicc", "libopenmpi-dev")
+    compile = rctx.execute([mpicc, "-showme:compile"]).stdout.strip().split(" ")
+    link = rctx.execute([mpicc, "-showme:link"]).stdout.strip().split(" ")
+    incdirs = [f[2:] for f in compile if f.startswith("-I")]
+    if not incdirs:
+        _fail_missing("MPI include directory", "libopenmpi-dev")
+    rctx.symlink(incdirs[0], "include")
+    rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "mpi",
+    hdrs = glob(["include/*.h"]),
+    includes = ["include"],
+    linkopts = {link},
+)
+""".format(link = _linkopts_literal([f for f in link if f])))
+
+system_mpi = repository_rule(
+    implementation = _system_mpi_impl,
+    local = True,
+    doc = "OpenMPI, found through `mpicc -showme`.",
+)
+
+# --- LibTorch ----------------------------------------------------------------
+
+def _system_torch_impl(rctx):
+    api = "/usr/include/torch/csrc/api/include"
+    if not rctx.path(api + "/torch/torch.h").exists:
+        _fail_missing("LibTorch headers", "libtorch-dev")
+    rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+# The C++ frontend headers sit below /usr/include/torch/csrc/api/include, which is
+# not a default search path; dependants add it through TORCH_COPTS (torch.bzl).
+cc_library(
+    name = "torch",
+    linkopts = ["-ltorch", "-ltorch_cpu", "-lc10"],
+)
+""")
+    rctx.file("torch.bzl", 'TORCH_COPTS = ["-isystem", "%s"]\n' % api)
+
+system_torch = repository_rule(
+    implementation = _system_torch_impl,
+    local = True,
+    doc = "LibTorch (CPU) from Debian's libtorch-dev.",
+)
+
+# --- Test and benchmark libraries, DLPack -------------------------------------
+
+def _system_testing_impl(rctx):
+    for header, package in [
+        ("/usr/include/gtest/gtest.h", "libgtest-dev"),
+        ("/usr/include/gmock/gmock.h", "libgmock-dev"),
+        ("/usr/include/benchmark/benchmark.h", "libbenchmark-dev"),
+        ("/usr/include/dlpack/dlpack.h", "libdlpack-dev"),
+    ]:
+        if not rctx.path(header).exists:
+            _fail_missing(header, package)
+    rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "gtest",
+    linkopts = ["-lgmock", "-lgtest", "-lpthread"],
+)
+
+cc_library(
+    name = "gtest_main",
+    linkopts = ["-lgmock_main"],
+    deps = [":gtest"],
+)
+
+cc_library(
+    name = "benchmark",
+    linkopts = ["-lbenchmark", "-lpthread"],
+)
+
+# Header-only; /usr/include/dlpack/dlpack.h.
+cc_library(name = "dlpack")
+""")
+
+system_testing = repository_rule(
+    implementation = _system_testing_impl,
+    local = True,
+    doc = "GoogleTest, GoogleMock, Google Benchmark and DLPack from Debian.",
+)
+
+# --- CUDA and NCCL (optional) ------------------------------------------------
+
+def _local_cuda_impl(rctx):
+    home = rctx.os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    reason = ""
+    if not rctx.path(home + "/include/cuda_runtime.h").exists:
+        reason = "CUDA not found at %s (set CUDA_HOME)" % home
+    elif not rctx.path(home + "/include/nccl.h").exists:
+        reason = "NCCL header nccl.h not found in %s/include" % home
+    if reason:
+        rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+# Empty stand-ins: nothing may depend on them unless FOUND is True (defs.bzl).
+cc_library(name = "cuda")
+cc_library(name = "nccl")
+""")
+        rctx.file("defs.bzl", "FOUND = False\nREASON = %r\n" % reason)
+        return
+    rctx.symlink(home + "/include", "include")
+    libdirs = [d for d in [home + "/lib64", home + "/lib"] if rctx.path(d).exists]
+    linkopts = []
+    for d in libdirs:
+        linkopts += ["-L" + d, "-Wl,-rpath," + d]
+    rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "cuda",
+    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.inl"]),
+    includes = ["include"],
+    linkopts = {linkopts} + ["-lcudart"],
+)
+
+cc_library(
+    name = "nccl",
+    linkopts = ["-lnccl"],
+    deps = [":cuda"],
+)
+""".format(linkopts = _linkopts_literal(linkopts)))
+    rctx.file("defs.bzl", "FOUND = True\nREASON = \"\"\n")
+
+local_cuda = repository_rule(
+    implementation = _local_cuda_impl,
+    local = True,
+    environ = ["CUDA_HOME"],
+    doc = "CUDA runtime and NCCL if installed (CUDA_HOME, default /usr/local/cuda).",
+)
+
+def distkit_system_dependencies():
+    """Declares every system repository distkit uses. Call from WORKSPACE."""
+    system_grpc(name = "system_grpc")
+    system_gloo(name = "system_gloo")
+    system_mpi(name = "system_mpi")
+    system_torch(name = "system_torch")
+    system_testing(name = "system_testing")
+    local_cuda(name = "local_cuda")
