@@ -1,0 +1,167 @@
+#include "cc/store/hash_store.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace distkit {
+namespace {
+
+// How often a blocked wait re-checks its cancellation function.
+constexpr absl::Duration kCancelPollInterval = absl::Milliseconds(100);
+
+std::string QuoteKeys(absl::Span<const std::string> keys) {
+  return absl::StrJoin(keys, ", ", [](std::string* out, const std::string& k) {
+    absl::StrAppend(out, "\"", k, "\"");
+  });
+}
+
+}  // namespace
+
+bool HashStore::AllPresent(const std::vector<std::string>* keys) const {
+  for (const std::string& k : *keys) {
+    if (!map_.contains(k)) return false;
+  }
+  return true;
+}
+
+absl::Status HashStore::AwaitKeys(absl::Span<const std::string> keys,
+                                  absl::Duration timeout,
+                                  const CancelledFn& cancelled) {
+  const std::vector<std::string> wanted(keys.begin(), keys.end());
+  const absl::Time deadline = absl::Now() + timeout;
+  struct Pending {
+    const HashStore* store;
+    const std::vector<std::string>* keys;
+    static bool Ready(Pending* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return p->store->AllPresent(p->keys);
+    }
+  } pending{this, &wanted};
+  const absl::Condition ready(&Pending::Ready, &pending);
+  while (!AllPresent(&wanted)) {
+    absl::Time slice = deadline;
+    if (cancelled) slice = std::min(deadline, absl::Now() + kCancelPollInterval);
+    mu_.AwaitWithDeadline(ready, slice);
+    if (AllPresent(&wanted)) break;
+    if (cancelled && cancelled()) {
+      return absl::CancelledError("store: the waiting client went away");
+    }
+    if (absl::Now() >= deadline) {
+      std::vector<std::string> missing;
+      for (const std::string& k : wanted) {
+        if (!map_.contains(k)) missing.push_back(k);
+      }
+      return absl::DeadlineExceededError(absl::StrCat(
+          "store: timed out after ", absl::FormatDuration(timeout),
+          " waiting for key(s) ", QuoteKeys(missing)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HashStore::Set(absl::string_view key, absl::string_view value) {
+  absl::MutexLock lock(&mu_);
+  map_[key] = std::string(value);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> HashStore::Add(absl::string_view key, int64_t delta) {
+  absl::MutexLock lock(&mu_);
+  int64_t value = 0;
+  auto it = map_.find(key);
+  if (it != map_.end() && !absl::SimpleAtoi(it->second, &value)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "store: add on key \"", key, "\" whose value is not an integer"));
+  }
+  value += delta;
+  map_[key] = absl::StrCat(value);
+  return value;
+}
+
+absl::StatusOr<std::string> HashStore::CompareSet(absl::string_view key,
+                                                  absl::string_view expected,
+                                                  absl::string_view desired) {
+  absl::MutexLock lock(&mu_);
+  auto it = map_.find(key);
+  if (it == map_.end()) {
+    if (expected.empty()) {
+      map_[key] = std::string(desired);
+      return std::string(desired);
+    }
+    return std::string(expected);
+  }
+  if (it->second == expected) {
+    it->second = std::string(desired);
+    return std::string(desired);
+  }
+  return it->second;
+}
+
+absl::Status HashStore::WaitWithTimeout(absl::Span<const std::string> keys,
+                                        absl::Duration timeout) {
+  return WaitFor(keys, timeout, nullptr);
+}
+
+absl::Status HashStore::WaitFor(absl::Span<const std::string> keys,
+                                absl::Duration timeout,
+                                const CancelledFn& cancelled) {
+  absl::MutexLock lock(&mu_);
+  return AwaitKeys(keys, timeout, cancelled);
+}
+
+absl::StatusOr<bool> HashStore::Check(absl::Span<const std::string> keys) {
+  absl::ReaderMutexLock lock(&mu_);
+  for (const std::string& k : keys) {
+    if (!map_.contains(k)) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<bool> HashStore::DeleteKey(absl::string_view key) {
+  absl::MutexLock lock(&mu_);
+  return map_.erase(key) > 0;
+}
+
+absl::StatusOr<int64_t> HashStore::NumKeys() {
+  absl::ReaderMutexLock lock(&mu_);
+  return static_cast<int64_t>(map_.size());
+}
+
+absl::StatusOr<std::vector<std::string>> HashStore::MultiGetWithTimeout(
+    absl::Span<const std::string> keys, absl::Duration timeout) {
+  return MultiGetFor(keys, timeout, nullptr);
+}
+
+absl::StatusOr<std::vector<std::string>> HashStore::MultiGetFor(
+    absl::Span<const std::string> keys, absl::Duration timeout,
+    const CancelledFn& cancelled) {
+  absl::MutexLock lock(&mu_);
+  absl::Status ready = AwaitKeys(keys, timeout, cancelled);
+  if (!ready.ok()) return ready;
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (const std::string& k : keys) values.push_back(map_.find(k)->second);
+  return values;
+}
+
+absl::Status HashStore::MultiSet(absl::Span<const std::string> keys,
+                                 absl::Span<const std::string> values) {
+  if (keys.size() != values.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store: multi_set got ", keys.size(), " keys and ",
+                     values.size(), " values"));
+  }
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < keys.size(); ++i) map_[keys[i]] = values[i];
+  return absl::OkStatus();
+}
+
+absl::Status HashStore::Append(absl::string_view key, absl::string_view value) {
+  absl::MutexLock lock(&mu_);
+  map_[key].append(value.data(), value.size());
+  return absl::OkStatus();
+}
+
+}  // namespace distkit
