@@ -1,0 +1,256 @@
+#include "cc/launch/launcher.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "cc/core/status.h"
+#include "cc/launch/hostlist.h"
+
+namespace distkit {
+namespace {
+
+// Reads an integer variable for `launcher`; unset is an error naming both.
+absl::StatusOr<int> Required(const Environment& env, Launcher launcher,
+                             absl::string_view name) {
+  absl::StatusOr<int64_t> v = env.GetInt(name);
+  if (!v.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("launcher '", LauncherName(launcher), "': ", v.status().message()));
+  }
+  return static_cast<int>(*v);
+}
+
+absl::StatusOr<int> Optional(const Environment& env, Launcher launcher,
+                             absl::string_view name, int fallback) {
+  if (!env.Has(name)) return fallback;
+  return Required(env, launcher, name);
+}
+
+absl::StatusOr<std::string> RequiredText(const Environment& env,
+                                         Launcher launcher,
+                                         absl::string_view name) {
+  std::optional<std::string> v = env.Get(name);
+  if (!v.has_value() || v->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "launcher '", LauncherName(launcher), "': environment variable ", name,
+        " is not set"));
+  }
+  return *v;
+}
+
+absl::Status Validate(const RendezvousInfo& info) {
+  if (info.world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "launcher '", LauncherName(info.launcher), "': world size ",
+        info.world_size, " must be at least 1"));
+  }
+  if (info.rank < 0 || info.rank >= info.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "launcher '", LauncherName(info.launcher), "': rank ", info.rank,
+        " is outside [0, ", info.world_size, ")"));
+  }
+  if (info.local_world_size < 1 || info.local_rank < 0 ||
+      info.local_rank >= info.local_world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "launcher '", LauncherName(info.launcher), "': local rank ",
+        info.local_rank, " is outside [0, ", info.local_world_size, ")"));
+  }
+  if (info.master_port < 0 || info.master_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "launcher '", LauncherName(info.launcher), "': port ", info.master_port,
+        " is outside [0, 65535]"));
+  }
+  return absl::OkStatus();
+}
+
+// DISTKIT_STORE / DISTKIT_TOKEN, or rank 0 hosting at addr:port.
+void PlaceStore(const Environment& env, int store_port, RendezvousInfo* info) {
+  info->token = env.Get("DISTKIT_TOKEN").value_or("");
+  std::optional<std::string> store = env.Get("DISTKIT_STORE");
+  if (store.has_value() && !store->empty()) {
+    info->store_address = *store;
+    info->host_store = false;
+    return;
+  }
+  info->store_address = absl::StrCat(info->master_addr, ":", store_port);
+  info->host_store = info->rank == 0;
+}
+
+absl::StatusOr<RendezvousInfo> ParsePytorch(Launcher launcher,
+                                            const Environment& env) {
+  RendezvousInfo info;
+  info.launcher = launcher;
+  DK_ASSIGN_OR_RETURN(info.rank, Required(env, launcher, "RANK"));
+  DK_ASSIGN_OR_RETURN(info.world_size, Required(env, launcher, "WORLD_SIZE"));
+  DK_ASSIGN_OR_RETURN(info.local_rank, Required(env, launcher, "LOCAL_RANK"));
+  DK_ASSIGN_OR_RETURN(info.local_world_size,
+                      Optional(env, launcher, "LOCAL_WORLD_SIZE", info.world_size));
+  DK_ASSIGN_OR_RETURN(info.node_rank, Optional(env, launcher, "GROUP_RANK", 0));
+  const bool has_store = env.Has("DISTKIT_STORE");
+  if (launcher == Launcher::kDistrun && !has_store) {
+    return absl::InvalidArgumentError(
+        "launcher 'distrun': environment variable DISTKIT_STORE is not set "
+        "(start the program with distrun)");
+  }
+  if (has_store) {
+    info.master_addr = env.Get("MASTER_ADDR").value_or("");
+    DK_ASSIGN_OR_RETURN(info.master_port, Optional(env, launcher, "MASTER_PORT", 0));
+  } else {
+    DK_ASSIGN_OR_RETURN(info.master_addr, RequiredText(env, launcher, "MASTER_ADDR"));
+    DK_ASSIGN_OR_RETURN(info.master_port, Required(env, launcher, "MASTER_PORT"));
+  }
+  const bool agent_store = env.Get("TORCHELASTIC_USE_AGENT_STORE") == "True";
+  PlaceStore(env, info.master_port + (agent_store ? 1 : 0), &info);
+  DK_RETURN_IF_ERROR(Validate(info));
+  return info;
+}
+
+// "2(x3),1" -> 2: the task count of the first node listed.
+absl::StatusOr<int> FirstTasksPerNode(absl::string_view text) {
+  const size_t end = text.find_first_of("(,");
+  int n = 0;
+  if (!absl::SimpleAtoi(text.substr(0, end), &n) || n < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "launcher 'slurm': environment variable SLURM_NTASKS_PER_NODE='", text,
+        "' is malformed"));
+  }
+  return n;
+}
+
+absl::StatusOr<RendezvousInfo> ParseSlurm(const Environment& env,
+                                          const ParseOptions& options) {
+  const Launcher launcher = Launcher::kSlurm;
+  RendezvousInfo info;
+  info.launcher = launcher;
+  DK_ASSIGN_OR_RETURN(info.rank, Required(env, launcher, "SLURM_PROCID"));
+  DK_ASSIGN_OR_RETURN(info.world_size, Required(env, launcher, "SLURM_NTASKS"));
+  DK_ASSIGN_OR_RETURN(std::string nodelist,
+                      RequiredText(env, launcher, "SLURM_NODELIST"));
+  absl::StatusOr<std::vector<std::string>> hosts = ExpandHostlist(nodelist);
+  if (!hosts.ok()) {
+    return Annotate(hosts.status(), "launcher 'slurm': SLURM_NODELIST");
+  }
+  if (env.Has("SLURM_LOCALID")) {
+    DK_ASSIGN_OR_RETURN(info.local_rank, Required(env, launcher, "SLURM_LOCALID"));
+  } else {
+    info.local_rank = options.num_devices > 0 ? info.rank % options.num_devices : 0;
+  }
+  info.local_world_size = info.world_size;
+  for (absl::string_view var : {"SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+    std::optional<std::string> per_node = env.Get(var);
+    if (per_node.has_value()) {
+      DK_ASSIGN_OR_RETURN(info.local_world_size, FirstTasksPerNode(*per_node));
+      break;
+    }
+  }
+  if (info.local_rank >= info.local_world_size) {
+    info.local_world_size = info.local_rank + 1;
+  }
+  DK_ASSIGN_OR_RETURN(info.node_rank, Optional(env, launcher, "SLURM_NODEID", 0));
+  // An existing MASTER_ADDR is kept; otherwise the first host of the list.
+  info.master_addr = env.Get("MASTER_ADDR").value_or("");
+  if (info.master_addr.empty()) info.master_addr = hosts->front();
+  if (options.port.has_value()) {
+    info.master_port = *options.port;
+  } else {
+    DK_ASSIGN_OR_RETURN(info.master_port,
+                        Optional(env, launcher, "MASTER_PORT", kDefaultMasterPort));
+  }
+  PlaceStore(env, info.master_port, &info);
+  DK_RETURN_IF_ERROR(Validate(info));
+  return info;
+}
+
+absl::StatusOr<RendezvousInfo> ParseMpi(const Environment& env) {
+  const Launcher launcher = Launcher::kMpi;
+  RendezvousInfo info;
+  info.launcher = launcher;
+  if (env.Has("OMPI_COMM_WORLD_RANK") || !env.Has("PMI_RANK")) {
+    DK_ASSIGN_OR_RETURN(info.rank, Required(env, launcher, "OMPI_COMM_WORLD_RANK"));
+    DK_ASSIGN_OR_RETURN(info.world_size,
+                        Required(env, launcher, "OMPI_COMM_WORLD_SIZE"));
+    DK_ASSIGN_OR_RETURN(info.local_rank,
+                        Required(env, launcher, "OMPI_COMM_WORLD_LOCAL_RANK"));
+    DK_ASSIGN_OR_RETURN(info.local_world_size,
+                        Optional(env, launcher, "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                 info.world_size));
+    DK_ASSIGN_OR_RETURN(info.node_rank, Optional(env, launcher, "OMPI_COMM_WORLD_NODE_RANK", 0));
+  } else {
+    // MPICH / Intel MPI / Hydra style.
+    DK_ASSIGN_OR_RETURN(info.rank, Required(env, launcher, "PMI_RANK"));
+    DK_ASSIGN_OR_RETURN(info.world_size, Required(env, launcher, "PMI_SIZE"));
+    DK_ASSIGN_OR_RETURN(info.local_rank, Optional(env, launcher, "MPI_LOCALRANKID", 0));
+    DK_ASSIGN_OR_RETURN(info.local_world_size,
+                        Optional(env, launcher, "MPI_LOCALNRANKS", info.world_size));
+  }
+  info.master_addr = env.Get("MASTER_ADDR").value_or("");
+  if (info.master_addr.empty() && !env.Has("DISTKIT_STORE")) {
+    // mmengine raises KeyError with this text.
+    return absl::InvalidArgumentError(
+        "launcher 'mpi': The environment variable MASTER_ADDR is not set");
+  }
+  DK_ASSIGN_OR_RETURN(info.master_port,
+                      Optional(env, launcher, "MASTER_PORT", kDefaultMasterPort));
+  PlaceStore(env, info.master_port, &info);
+  DK_RETURN_IF_ERROR(Validate(info));
+  return info;
+}
+
+}  // namespace
+
+absl::string_view LauncherName(Launcher launcher) {
+  switch (launcher) {
+    case Launcher::kNone:
+      return "none";
+    case Launcher::kPytorch:
+      return "pytorch";
+    case Launcher::kSlurm:
+      return "slurm";
+    case Launcher::kMpi:
+      return "mpi";
+    case Launcher::kDistrun:
+      return "distrun";
+  }
+  return "invalid";
+}
+
+absl::StatusOr<Launcher> ParseLauncher(absl::string_view name) {
+  for (Launcher l : {Launcher::kNone, Launcher::kPytorch, Launcher::kSlurm,
+                     Launcher::kMpi, Launcher::kDistrun}) {
+    if (name == LauncherName(l)) return l;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("Invalid launcher type: ", name));
+}
+
+Launcher InferLauncher(const Environment& env) {
+  if (env.Has("WORLD_SIZE")) return Launcher::kPytorch;
+  if (env.Has("SLURM_NTASKS")) return Launcher::kSlurm;
+  if (env.Has("OMPI_COMM_WORLD_LOCAL_RANK")) return Launcher::kMpi;
+  return Launcher::kNone;
+}
+
+absl::StatusOr<RendezvousInfo> ParseRendezvous(Launcher launcher,
+                                               const Environment& env,
+                                               const ParseOptions& options) {
+  switch (launcher) {
+    case Launcher::kNone:
+      return RendezvousInfo{};
+    case Launcher::kPytorch:
+    case Launcher::kDistrun:
+      return ParsePytorch(launcher, env);
+    case Launcher::kSlurm:
+      return ParseSlurm(env, options);
+    case Launcher::kMpi:
+      return ParseMpi(env);
+  }
+  return absl::InvalidArgumentError("unknown launcher");
+}
+
+std::string RendezvousInfo::DebugString() const {
+  return absl::StrCat("launcher=", LauncherName(launcher), " rank=", rank, "/",
+                      world_size, " local_rank=", local_rank, "/",
+                      local_world_size, " node_rank=", node_rank,
+                      " store=", store_address, host_store ? " (hosting)" : "");
+}
+
+}  // namespace distkit

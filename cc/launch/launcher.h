@@ -1,0 +1,88 @@
+// File: launcher.h
+//
+// Launcher detection and environment parsing. Every way of starting a job
+// (torchrun, distrun, Slurm, mpirun) becomes one RendezvousInfo: this rank's
+// place in the job and where the job's Store is.
+//
+//   Environment env = Environment::FromProcess();
+//   Launcher launcher = InferLauncher(env);  // mmengine's precedence
+//   DK_ASSIGN_OR_RETURN(RendezvousInfo info, ParseRendezvous(launcher, env));
+//
+// Store placement:
+// - DISTKIT_STORE (host:port) and DISTKIT_TOKEN, set by distrun, win for
+//   every launcher: the rank connects there.
+// - Otherwise rank 0 hosts the store at MASTER_ADDR:<port> and the others
+//   connect. <port> is MASTER_PORT, except under torchrun, whose own agent
+//   store already listens on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True):
+//   then MASTER_PORT + 1.
+
+#ifndef DISTKIT_CC_LAUNCH_LAUNCHER_H_
+#define DISTKIT_CC_LAUNCH_LAUNCHER_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "cc/launch/environment.h"
+
+namespace distkit {
+
+enum class Launcher {
+  kNone = 0,     // not distributed: rank 0 of 1
+  kPytorch = 1,  // torchrun / torch.distributed.launch variables (env://)
+  kSlurm = 2,    // srun
+  kMpi = 3,      // mpirun (OpenMPI's OMPI_COMM_WORLD_*, or PMI_*)
+  kDistrun = 4,  // distkit's own launcher: pytorch variables + DISTKIT_STORE
+};
+
+// "none", "pytorch", "slurm", "mpi", "distrun".
+absl::string_view LauncherName(Launcher launcher);
+
+// Inverse of LauncherName. Anything else is INVALID_ARGUMENT with mmengine's
+// text: "Invalid launcher type: <name>".
+absl::StatusOr<Launcher> ParseLauncher(absl::string_view name);
+
+// mmengine's infer_launcher: WORLD_SIZE set -> pytorch; else SLURM_NTASKS ->
+// slurm; else OMPI_COMM_WORLD_LOCAL_RANK -> mpi; else none. (distrun sets
+// WORLD_SIZE, so its ranks infer pytorch and find DISTKIT_STORE.)
+Launcher InferLauncher(const Environment& env);
+
+inline constexpr int kDefaultMasterPort = 29500;
+
+struct RendezvousInfo {
+  Launcher launcher = Launcher::kNone;
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int node_rank = 0;  // GROUP_RANK / SLURM_NODEID
+  std::string master_addr;
+  int master_port = 0;
+  // host:port of the job's Store; empty when not distributed.
+  std::string store_address;
+  // Whether this process must start the StoreServer (rank 0 without distrun).
+  bool host_store = false;
+  // The job token (DISTKIT_TOKEN); empty when none was set.
+  std::string token;
+
+  std::string DebugString() const;
+};
+
+struct ParseOptions {
+  // Slurm: an explicit port wins over MASTER_PORT and the default 29500.
+  std::optional<int> port;
+  // Slurm without SLURM_LOCALID: local rank = rank % num_devices when > 0.
+  int num_devices = 0;
+};
+
+// Reads `launcher`'s variables from `env`. A missing or malformed variable is
+// INVALID_ARGUMENT naming it and the launcher; an inconsistent job (rank out
+// of range) names the values.
+absl::StatusOr<RendezvousInfo> ParseRendezvous(Launcher launcher,
+                                               const Environment& env,
+                                               const ParseOptions& options = {});
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_LAUNCH_LAUNCHER_H_
