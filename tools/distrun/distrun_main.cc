@@ -1,0 +1,110 @@
+// distrun: distkit's launcher. See distrun_options.h for the command line and
+// rank_supervisor.h for how ranks are watched.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "cc/launch/environment.h"
+#include "cc/store/store_server.h"
+#include "tools/distrun/distrun_options.h"
+#include "tools/distrun/rank_supervisor.h"
+
+namespace distkit {
+namespace {
+
+// 128 random bits as hex: the job token every rank presents to the store.
+std::string RandomToken() {
+  char bytes[16] = {};
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)!read(fd, bytes, sizeof(bytes));
+    close(fd);
+  }
+  return absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes)));
+}
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  absl::StatusOr<DistrunOptions> parsed = ParseDistrunArgs(args);
+  if (!parsed.ok()) {
+    if (parsed.status().code() == absl::StatusCode::kCancelled) {
+      std::cout << DistrunUsage();
+      return 0;
+    }
+    std::cerr << parsed.status().message() << "\n" << DistrunUsage();
+    return 2;
+  }
+  const DistrunOptions& o = *parsed;
+  Environment env = Environment::FromProcess();
+
+  std::string token = env.Get("DISTKIT_TOKEN").value_or("");
+  if (token.empty()) {
+    if (o.nnodes > 1) {
+      std::cerr << "distrun: with --nnodes > 1, export the same DISTKIT_TOKEN "
+                   "on every node (e.g. DISTKIT_TOKEN=$(openssl rand -hex 16))\n";
+      return 2;
+    }
+    token = RandomToken();
+  }
+
+  // Node 0 hosts the store; the others' ranks connect to it.
+  std::unique_ptr<StoreServer> server;
+  int port = o.master_port;
+  if (o.node_rank == 0) {
+    absl::StatusOr<std::unique_ptr<StoreServer>> started =
+        StoreServer::Start({absl::StrCat(o.master_addr, ":", o.master_port), token});
+    if (!started.ok()) {
+      std::cerr << "distrun: " << started.status().message() << "\n";
+      return 1;
+    }
+    server = *std::move(started);
+    port = server->port();
+  }
+
+  const int world_size = o.nnodes * o.nproc_per_node;
+  std::vector<RankProcess> ranks;
+  for (int local = 0; local < o.nproc_per_node; ++local) {
+    Environment rank_env = env;
+    const int rank = o.node_rank * o.nproc_per_node + local;
+    rank_env.Set("RANK", absl::StrCat(rank));
+    rank_env.Set("LOCAL_RANK", absl::StrCat(local));
+    rank_env.Set("WORLD_SIZE", absl::StrCat(world_size));
+    rank_env.Set("LOCAL_WORLD_SIZE", absl::StrCat(o.nproc_per_node));
+    rank_env.Set("GROUP_RANK", absl::StrCat(o.node_rank));
+    rank_env.Set("NODE_RANK", absl::StrCat(o.node_rank));
+    rank_env.Set("MASTER_ADDR", o.master_addr);
+    rank_env.Set("MASTER_PORT", absl::StrCat(port));
+    rank_env.Set("DISTKIT_STORE", absl::StrCat(o.master_addr, ":", port));
+    rank_env.Set("DISTKIT_TOKEN", token);
+    // As torchrun does: several ranks per node should not each start one
+    // OpenMP thread per core. Python output should reach the log promptly.
+    if (!env.Has("OMP_NUM_THREADS") && o.nproc_per_node > 1) {
+      rank_env.Set("OMP_NUM_THREADS", "1");
+    }
+    if (!env.Has("PYTHONUNBUFFERED")) rank_env.Set("PYTHONUNBUFFERED", "1");
+    RankProcess p;
+    p.rank = rank;
+    p.argv = o.programs.size() == 1 ? o.programs[0] : o.programs[local];
+    for (const auto& [k, v] : rank_env.vars()) p.env.push_back(absl::StrCat(k, "=", v));
+    ranks.push_back(std::move(p));
+  }
+
+  SupervisorOptions so;
+  so.timeout = o.timeout;
+  so.grace_period = o.grace_period;
+  so.log_dir = o.log_dir;
+  const int code = SuperviseRanks(ranks, so);
+  if (server != nullptr) server->Shutdown();
+  return code;
+}
+
+}  // namespace
+}  // namespace distkit
+
+int main(int argc, char** argv) { return distkit::Main(argc, argv); }

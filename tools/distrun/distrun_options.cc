@@ -1,0 +1,138 @@
+#include "tools/distrun/distrun_options.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace distkit {
+namespace {
+
+absl::Status Bad(absl::string_view flag, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("distrun: ", flag, ": ", why));
+}
+
+absl::StatusOr<int> ParseInt(absl::string_view flag, const std::string& v, int lo,
+                             int hi) {
+  int n = 0;
+  if (!absl::SimpleAtoi(v, &n) || n < lo || n > hi) {
+    return Bad(flag, absl::StrCat("'", v, "' is not an integer in [", lo, ", ",
+                                  hi, "]"));
+  }
+  return n;
+}
+
+absl::StatusOr<absl::Duration> ParseSeconds(absl::string_view flag,
+                                            const std::string& v) {
+  double s = 0;
+  if (!absl::SimpleAtod(v, &s) || s < 0) {
+    return Bad(flag, absl::StrCat("'", v, "' is not a number of seconds"));
+  }
+  return absl::Seconds(s);
+}
+
+}  // namespace
+
+const char* DistrunUsage() {
+  return "usage: distrun --nproc-per-node N [--nnodes M --node-rank I]\n"
+         "               [--master-addr A] [--master-port P] [--log-dir D]\n"
+         "               [--timeout SECONDS] [--grace-period SECONDS]\n"
+         "               -- program args... [: program2 args... ...]\n"
+         "Starts N ranks of `program` on this node with torchrun's variables\n"
+         "(RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR\n"
+         "MASTER_PORT) plus DISTKIT_STORE and DISTKIT_TOKEN; node 0 hosts the\n"
+         "job's store at MASTER_ADDR:MASTER_PORT (port 0: a free port). With\n"
+         "several nodes, export the same DISTKIT_TOKEN on every node.\n"
+         "Programs separated by ':' run one per local rank.\n";
+}
+
+absl::StatusOr<DistrunOptions> ParseDistrunArgs(
+    const std::vector<std::string>& args) {
+  DistrunOptions o;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    std::string arg = args[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.rfind("--", 0) != 0) break;  // the program starts here
+    std::string name = arg, value;
+    const size_t eq = arg.find('=');
+    bool has_value = false;
+    if (eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    }
+    name = absl::StrReplaceAll(name, {{"_", "-"}});
+    if (name == "--help") return absl::CancelledError(DistrunUsage());
+    if (!has_value) {
+      if (i + 1 >= args.size()) return Bad(name, "needs a value");
+      value = args[++i];
+    }
+    if (name == "--nproc-per-node") {
+      absl::StatusOr<int> n = ParseInt(name, value, 1, 4096);
+      if (!n.ok()) return n.status();
+      o.nproc_per_node = *n;
+    } else if (name == "--nnodes") {
+      absl::StatusOr<int> n = ParseInt(name, value, 1, 100000);
+      if (!n.ok()) return n.status();
+      o.nnodes = *n;
+    } else if (name == "--node-rank") {
+      absl::StatusOr<int> n = ParseInt(name, value, 0, 100000);
+      if (!n.ok()) return n.status();
+      o.node_rank = *n;
+    } else if (name == "--master-addr") {
+      if (value.empty()) return Bad(name, "empty address");
+      o.master_addr = value;
+    } else if (name == "--master-port") {
+      absl::StatusOr<int> n = ParseInt(name, value, 0, 65535);
+      if (!n.ok()) return n.status();
+      o.master_port = *n;
+    } else if (name == "--log-dir") {
+      o.log_dir = value;
+    } else if (name == "--timeout") {
+      absl::StatusOr<absl::Duration> d = ParseSeconds(name, value);
+      if (!d.ok()) return d.status();
+      o.timeout = *d;
+    } else if (name == "--grace-period") {
+      absl::StatusOr<absl::Duration> d = ParseSeconds(name, value);
+      if (!d.ok()) return d.status();
+      o.grace_period = *d;
+    } else {
+      return Bad(name, "unknown flag");
+    }
+  }
+  if (o.node_rank >= o.nnodes) {
+    return Bad("--node-rank", absl::StrCat(o.node_rank, " is not below --nnodes ",
+                                           o.nnodes));
+  }
+  if (o.nnodes > 1 && o.master_port == 0) {
+    return Bad("--master-port", "0 (a free port) only works with one node");
+  }
+  std::vector<std::string> current;
+  for (; i < args.size(); ++i) {
+    if (args[i] == ":") {
+      if (current.empty()) return Bad(":", "empty program before ':'");
+      o.programs.push_back(std::move(current));
+      current.clear();
+    } else {
+      current.push_back(args[i]);
+    }
+  }
+  if (!current.empty()) o.programs.push_back(std::move(current));
+  if (o.programs.empty()) return Bad("program", "no program given after --");
+  if (o.programs.size() != 1 &&
+      static_cast<int>(o.programs.size()) != o.nproc_per_node) {
+    return Bad("program", absl::StrCat(o.programs.size(),
+                                       " programs separated by ':' for ",
+                                       o.nproc_per_node,
+                                       " ranks per node; give one, or one per rank"));
+  }
+  return o;
+}
+
+}  // namespace distkit

@@ -1,0 +1,47 @@
+// File: distrun_options.h
+//
+// Command line of distrun:
+//
+//   distrun --nproc-per-node N [--nnodes M --node-rank I]
+//           [--master-addr A] [--master-port P] [--log-dir D]
+//           [--timeout SECONDS] [--grace-period SECONDS]
+//           -- program args... [: program2 args... ...]
+//
+// Flags accept "--flag value" and "--flag=value", with '-' or '_' in names
+// (torchrun spells them both ways). After "--", either one program runs on
+// every rank, or one program per local rank separated by ":" (an MPMD job,
+// e.g. ranks written in different languages).
+
+#ifndef DISTKIT_TOOLS_DISTRUN_DISTRUN_OPTIONS_H_
+#define DISTKIT_TOOLS_DISTRUN_DISTRUN_OPTIONS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace distkit {
+
+struct DistrunOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;  // 0: pick a free port (single node only)
+  std::string log_dir;
+  absl::Duration timeout = absl::ZeroDuration();
+  absl::Duration grace_period = absl::Seconds(5);
+  // programs.size() is 1 (every rank) or nproc_per_node (one per local rank).
+  std::vector<std::vector<std::string>> programs;
+};
+
+// Parses the arguments after argv[0]. INVALID_ARGUMENT names the bad flag.
+absl::StatusOr<DistrunOptions> ParseDistrunArgs(const std::vector<std::string>& args);
+
+// The usage text printed for --help and on errors.
+const char* DistrunUsage();
+
+}  // namespace distkit
+
+#endif  // DISTKIT_TOOLS_DISTRUN_DISTRUN_OPTIONS_H_

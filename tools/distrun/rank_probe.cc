@@ -1,0 +1,123 @@
+// rank_probe: a test program for distrun and the harness. Each rank does what
+// its first argument says; see the modes below.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "cc/launch/launcher.h"
+#include "cc/store/grpc_store.h"
+
+namespace {
+
+std::string Var(const char* name) {
+  const char* v = getenv(name);
+  return v == nullptr ? "<unset>" : v;
+}
+
+int Rank() { return atoi(Var("RANK").c_str()); }
+
+void OnTerm(int) {
+  const char msg[] = "got SIGTERM\n";
+  (void)!write(1, msg, sizeof(msg) - 1);
+  _exit(0);
+}
+
+// Every rank meets every other through the job's store.
+int Rendezvous() {
+  using namespace distkit;
+  Environment env = Environment::FromProcess();
+  absl::StatusOr<RendezvousInfo> info = ParseRendezvous(InferLauncher(env), env);
+  if (!info.ok()) {
+    fprintf(stderr, "%s\n", info.status().ToString().c_str());
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<GrpcStore>> store = GrpcStore::Connect(
+      {info->store_address, info->token, absl::Seconds(30), absl::Seconds(30)});
+  if (!store.ok()) {
+    fprintf(stderr, "%s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  if (!(*store)->Set(absl::StrCat("rank/", info->rank), absl::StrCat(info->rank)).ok()) {
+    return 1;
+  }
+  std::vector<std::string> keys;
+  for (int r = 0; r < info->world_size; ++r) keys.push_back(absl::StrCat("rank/", r));
+  absl::StatusOr<std::vector<std::string>> values = (*store)->MultiGet(keys);
+  if (!values.ok()) {
+    fprintf(stderr, "%s\n", values.status().ToString().c_str());
+    return 1;
+  }
+  long sum = 0;
+  for (const std::string& v : *values) sum += atol(v.c_str());
+  const long expected = static_cast<long>(info->world_size) * (info->world_size - 1) / 2;
+  // A client with the wrong token is refused.
+  absl::StatusOr<std::unique_ptr<GrpcStore>> intruder = GrpcStore::Connect(
+      {info->store_address, "wrong", absl::Seconds(5), absl::Seconds(5)});
+  const bool refused = intruder.ok() && (*intruder)->Set("x", "y").code() ==
+                                            absl::StatusCode::kUnauthenticated;
+  printf("rendezvous rank=%d world=%d sum=%ld expected=%ld intruder_refused=%d\n",
+         info->rank, info->world_size, sum, expected, refused ? 1 : 0);
+  return sum == expected && refused ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "env";
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (mode == "env") {
+    printf("RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s "
+           "MASTER_ADDR=%s MASTER_PORT=%s STORE=%s TOKEN_LEN=%zu\n",
+           Var("RANK").c_str(), Var("LOCAL_RANK").c_str(), Var("WORLD_SIZE").c_str(),
+           Var("LOCAL_WORLD_SIZE").c_str(), Var("GROUP_RANK").c_str(),
+           Var("MASTER_ADDR").c_str(), Var("MASTER_PORT").c_str(),
+           Var("DISTKIT_STORE").c_str(), Var("DISTKIT_TOKEN").size());
+    return 0;
+  }
+  if (mode == "rendezvous") return Rendezvous();
+  if (mode == "fail" && argc == 4) {
+    if (Rank() == atoi(argv[2])) {
+      usleep(300 * 1000);
+      fprintf(stderr, "rank %d failing on purpose\n", Rank());
+      return atoi(argv[3]);
+    }
+    sleep(120);
+    return 0;
+  }
+  if (mode == "hang") {
+    printf("hanging\n");
+    sleep(600);
+    return 0;
+  }
+  if (mode == "ignore-term") {
+    signal(SIGTERM, SIG_IGN);
+    printf("ready\n");
+    sleep(600);
+    return 0;
+  }
+  if (mode == "trap-term") {
+    signal(SIGTERM, OnTerm);
+    printf("ready\n");
+    sleep(600);
+    return 1;
+  }
+  if (mode == "print") {
+    printf("out line 1\nout line 2\n");
+    fprintf(stderr, "err line\n");
+    printf("partial");
+    fflush(stdout);
+    return 0;
+  }
+  if (mode == "tag" && argc == 3) {
+    printf("tag=%s rank=%d\n", argv[2], Rank());
+    return 0;
+  }
+  fprintf(stderr, "rank_probe: unknown mode %s\n", mode.c_str());
+  return 2;
+}

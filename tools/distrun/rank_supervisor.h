@@ -1,0 +1,54 @@
+// File: rank_supervisor.h
+//
+// RankSupervisor runs the processes of one node's ranks and watches them, the
+// machinery shared by distrun and the multi-rank test harness:
+// - every line a rank writes to stdout / stderr is forwarded with a
+//   "[rank<N>]: " prefix (and kept raw in <log_dir>/rank_<N>.log if asked);
+// - when a rank fails (non-zero exit or a signal), the others are stopped:
+//   SIGTERM to each rank's process group, then SIGKILL after a grace period;
+//   the result is that rank's exit code, and the message names it;
+// - SIGINT / SIGTERM sent to the supervisor are forwarded to every rank;
+// - an overall timeout stops every rank and returns 124, naming the ranks
+//   that were still running.
+
+#ifndef DISTKIT_TOOLS_DISTRUN_RANK_SUPERVISOR_H_
+#define DISTKIT_TOOLS_DISTRUN_RANK_SUPERVISOR_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace distkit {
+
+struct RankProcess {
+  int rank = 0;
+  std::vector<std::string> argv;  // argv[0] is looked up on PATH
+  std::vector<std::string> env;   // "NAME=value", the whole environment
+};
+
+struct SupervisorOptions {
+  // Zero means no limit.
+  absl::Duration timeout = absl::ZeroDuration();
+  // Between SIGTERM and SIGKILL when stopping ranks.
+  absl::Duration grace_period = absl::Seconds(5);
+  // When non-empty, each rank's raw output also goes to <log_dir>/rank_<N>.log.
+  std::string log_dir;
+  // Where the supervisor's own messages go ("distrun: ...").
+  std::string program_name = "distrun";
+};
+
+// The exit code of the supervised job.
+inline constexpr int kTimeoutExitCode = 124;
+
+// Runs `ranks` to completion and returns the job's exit code: 0 when every
+// rank exits 0; otherwise the first failing rank's code (128 + signal for a
+// rank killed by a signal); 124 on timeout; 128 + signal when the supervisor
+// itself was interrupted. Call at most once per process (it installs
+// SIGINT/SIGTERM handlers).
+int SuperviseRanks(const std::vector<RankProcess>& ranks,
+                   const SupervisorOptions& options);
+
+}  // namespace distkit
+
+#endif  // DISTKIT_TOOLS_DISTRUN_RANK_SUPERVISOR_H_
