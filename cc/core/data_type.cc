@@ -85,8 +85,8 @@ bool IsIntegral(DataType dtype) {
 
 absl::StatusOr<DataType> DataTypeFromDLPack(DLDataType dl) {
   if (dl.lanes != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vector dtypes are not supported (lanes=", dl.lanes, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("vector dtypes are not supported (lanes=", dl.lanes, ")"));
   }
   switch (dl.code) {
     case kDLFloat:
@@ -119,9 +119,8 @@ absl::StatusOr<DataType> DataTypeFromDLPack(DLDataType dl) {
     default:
       break;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unsupported DLPack dtype (code=", dl.code,
-                   ", bits=", dl.bits, ")"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unsupported DLPack dtype (code=", dl.code, ", bits=", dl.bits, ")"));
 }
 
 DLDataType ToDLPack(DataType dtype) {

@@ -54,7 +54,8 @@ absl::StatusOr<DataType> DataTypeFromInt(int32_t value);
 bool IsFloatingPoint(DataType dtype);  // float16, bfloat16, float32, float64
 bool IsIntegral(DataType dtype);       // int8, uint8, int32, int64 (not bool)
 
-// DLPack mapping. Vector types (lanes != 1) and other codes are INVALID_ARGUMENT.
+// DLPack mapping. Vector types (lanes != 1) and other codes are
+// INVALID_ARGUMENT.
 absl::StatusOr<DataType> DataTypeFromDLPack(DLDataType dl);
 DLDataType ToDLPack(DataType dtype);
 

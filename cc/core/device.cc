@@ -36,10 +36,9 @@ absl::StatusOr<Device> DeviceFromDLPack(DLDevice dl) {
     default:
       break;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unsupported DLPack device (type=",
-                   static_cast<int>(dl.device_type), ", id=", dl.device_id,
-                   "); distkit handles cpu and cuda"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unsupported DLPack device (type=", static_cast<int>(dl.device_type),
+      ", id=", dl.device_id, "); distkit handles cpu and cuda"));
 }
 
 DLDevice ToDLPack(Device device) {

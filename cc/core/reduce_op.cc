@@ -50,13 +50,12 @@ absl::StatusOr<ReduceOp> ReduceOpFromInt(int32_t value) {
 }
 
 absl::Status CheckReduceOpSupported(ReduceOp op, DataType dtype) {
-  const bool bitwise = op == ReduceOp::kBand || op == ReduceOp::kBor ||
-                       op == ReduceOp::kBxor;
+  const bool bitwise =
+      op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
   if (bitwise && IsFloatingPoint(dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("reduce op '", ReduceOpName(op),
-                     "' is not defined for dtype ", DataTypeName(dtype),
-                     " (bitwise ops need an integer or bool dtype)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reduce op '", ReduceOpName(op), "' is not defined for dtype ",
+        DataTypeName(dtype), " (bitwise ops need an integer or bool dtype)"));
   }
   return absl::OkStatus();
 }

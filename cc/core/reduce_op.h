@@ -29,8 +29,8 @@ enum class ReduceOp : int32_t {
 };
 
 inline constexpr ReduceOp kAllReduceOps[] = {
-    ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin,  ReduceOp::kMax,
-    ReduceOp::kBand, ReduceOp::kBor,    ReduceOp::kBxor, ReduceOp::kMean};
+    ReduceOp::kSum,  ReduceOp::kProduct, ReduceOp::kMin,  ReduceOp::kMax,
+    ReduceOp::kBand, ReduceOp::kBor,     ReduceOp::kBxor, ReduceOp::kMean};
 
 // "sum", "product", "min", "max", "band", "bor", "bxor", "mean".
 absl::string_view ReduceOpName(ReduceOp op);

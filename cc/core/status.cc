@@ -6,7 +6,8 @@ namespace distkit {
 
 absl::Status Annotate(const absl::Status& status, absl::string_view context) {
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+  return absl::Status(status.code(),
+                      absl::StrCat(context, ": ", status.message()));
 }
 
 absl::string_view StatusCodeName(absl::StatusCode code) {

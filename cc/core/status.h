@@ -1,8 +1,8 @@
 // File: status.h
 //
 // Status helpers shared by every distkit layer. The core reports errors as
-// absl::Status with the google.rpc code numbering, which the C ABI passes through
-// unchanged as dk_status_t (DK_OK = 0 ... DK_UNAUTHENTICATED = 16).
+// absl::Status with the google.rpc code numbering, which the C ABI passes
+// through unchanged as dk_status_t (DK_OK = 0 ... DK_UNAUTHENTICATED = 16).
 //
 //   absl::StatusOr<int> ParseRank(absl::string_view s);
 //   absl::Status Init() {
@@ -32,8 +32,9 @@
 
 // Evaluates `rexpr` (an absl::StatusOr<T>); on error returns its status, else
 // moves the value into `lhs` (which may be a declaration).
-#define DK_ASSIGN_OR_RETURN(lhs, rexpr) \
-  DK_ASSIGN_OR_RETURN_IMPL_(DK_STATUS_CONCAT_(dk_statusor_, __LINE__), lhs, rexpr)
+#define DK_ASSIGN_OR_RETURN(lhs, rexpr)                                     \
+  DK_ASSIGN_OR_RETURN_IMPL_(DK_STATUS_CONCAT_(dk_statusor_, __LINE__), lhs, \
+                            rexpr)
 
 #define DK_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                              \

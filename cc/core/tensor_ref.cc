@@ -10,7 +10,11 @@
 namespace distkit {
 
 TensorRef::TensorRef(void* data, int64_t numel, DataType dtype, Device device)
-    : data_(data), numel_(numel), dtype_(dtype), device_(device), shape_{numel} {}
+    : data_(data),
+      numel_(numel),
+      dtype_(dtype),
+      device_(device),
+      shape_{numel} {}
 
 TensorRef::TensorRef(void* data, std::vector<int64_t> shape, DataType dtype,
                      Device device)
@@ -22,7 +26,8 @@ TensorRef::TensorRef(void* data, std::vector<int64_t> shape, DataType dtype,
 absl::StatusOr<TensorRef> TensorRef::FromDLPack(const DLTensor* tensor,
                                                 absl::string_view arg_name) {
   if (tensor == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(arg_name, ": tensor is NULL"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(arg_name, ": tensor is NULL"));
   }
   if (tensor->ndim < 0) {
     return absl::InvalidArgumentError(
@@ -44,7 +49,8 @@ absl::StatusOr<TensorRef> TensorRef::FromDLPack(const DLTensor* tensor,
       return absl::InvalidArgumentError(absl::StrCat(
           arg_name, ": negative extent ", shape[i], " in dimension ", i));
     }
-    if (shape[i] != 0 && numel > std::numeric_limits<int64_t>::max() / shape[i]) {
+    if (shape[i] != 0 &&
+        numel > std::numeric_limits<int64_t>::max() / shape[i]) {
       return absl::InvalidArgumentError(
           absl::StrCat(arg_name, ": element count overflows int64"));
     }
@@ -55,10 +61,10 @@ absl::StatusOr<TensorRef> TensorRef::FromDLPack(const DLTensor* tensor,
     int64_t expected = 1;
     for (int i = tensor->ndim - 1; i >= 0; --i) {
       if (shape[i] != 1 && tensor->strides[i] != expected) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            arg_name, ": tensor is not contiguous (dimension ", i, " has stride ",
-            tensor->strides[i], ", expected ", expected,
-            "); make it contiguous before the call"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(arg_name, ": tensor is not contiguous (dimension ", i,
+                         " has stride ", tensor->strides[i], ", expected ",
+                         expected, "); make it contiguous before the call"));
       }
       expected *= shape[i];
     }
@@ -73,9 +79,9 @@ absl::StatusOr<TensorRef> TensorRef::FromDLPack(const DLTensor* tensor,
 }
 
 TensorRef TensorRef::Slice(int64_t offset, int64_t count) const {
-  return TensorRef(
-      static_cast<char*>(data_) + static_cast<size_t>(offset) * ElementSize(dtype_),
-      count, dtype_, device_);
+  return TensorRef(static_cast<char*>(data_) +
+                       static_cast<size_t>(offset) * ElementSize(dtype_),
+                   count, dtype_, device_);
 }
 
 std::string TensorRef::DebugString() const {

@@ -49,7 +49,9 @@ class TensorRef {
     return static_cast<T*>(data_);
   }
   int64_t numel() const { return numel_; }
-  size_t nbytes() const { return static_cast<size_t>(numel_) * ElementSize(dtype_); }
+  size_t nbytes() const {
+    return static_cast<size_t>(numel_) * ElementSize(dtype_);
+  }
   DataType dtype() const { return dtype_; }
   Device device() const { return device_; }
   const std::vector<int64_t>& shape() const { return shape_; }

@@ -34,7 +34,8 @@ class Environment {
   // but not an integer. Both messages name the variable.
   absl::StatusOr<int64_t> GetInt(absl::string_view name) const;
   // Like GetInt, but `fallback` when unset.
-  absl::StatusOr<int64_t> GetInt(absl::string_view name, int64_t fallback) const;
+  absl::StatusOr<int64_t> GetInt(absl::string_view name,
+                                 int64_t fallback) const;
 
   const std::map<std::string, std::string>& vars() const { return vars_; }
 

@@ -68,7 +68,8 @@ absl::Status ExpandOne(absl::string_view whole, absl::string_view expr,
     for (std::string& p : partial) absl::StrAppend(&p, literal);
     if (open == absl::string_view::npos) break;
     const size_t close = expr.find(']', open);
-    if (close == absl::string_view::npos) return Malformed(whole, "'[' without ']'");
+    if (close == absl::string_view::npos)
+      return Malformed(whole, "'[' without ']'");
     absl::StatusOr<std::vector<std::string>> numbers =
         ExpandRanges(whole, expr.substr(open + 1, close - open - 1));
     if (!numbers.ok()) return numbers.status();
@@ -92,7 +93,8 @@ absl::Status ExpandOne(absl::string_view whole, absl::string_view expr,
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> ExpandHostlist(absl::string_view text) {
+absl::StatusOr<std::vector<std::string>> ExpandHostlist(
+    absl::string_view text) {
   std::vector<std::string> hosts;
   if (absl::StripAsciiWhitespace(text).empty()) {
     return Malformed(text, "no hosts");
@@ -107,7 +109,8 @@ absl::StatusOr<std::vector<std::string>> ExpandHostlist(absl::string_view text) 
     } else if (c == ']') {
       if (--depth < 0) return Malformed(text, "']' without '['");
     } else if (c == ',' && depth == 0) {
-      absl::string_view expr = absl::StripAsciiWhitespace(text.substr(start, i - start));
+      absl::string_view expr =
+          absl::StripAsciiWhitespace(text.substr(start, i - start));
       if (expr.empty()) return Malformed(text, "empty host name");
       absl::Status s = ExpandOne(text, expr, &hosts);
       if (!s.ok()) return s;

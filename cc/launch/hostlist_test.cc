@@ -14,19 +14,23 @@ TEST(HostlistTest, Expands) {
   EXPECT_EQ(*ExpandHostlist("a1,b[2-3]"), Hosts({"a1", "b2", "b3"}));
   EXPECT_EQ(*ExpandHostlist("r[1-2]-n[1-2]"),
             Hosts({"r1-n1", "r1-n2", "r2-n1", "r2-n2"}));
-  EXPECT_EQ(*ExpandHostlist("gpu[8-11]"), Hosts({"gpu8", "gpu9", "gpu10", "gpu11"}));
-  EXPECT_EQ(*ExpandHostlist("n[098-101]"), Hosts({"n098", "n099", "n100", "n101"}));
+  EXPECT_EQ(*ExpandHostlist("gpu[8-11]"),
+            Hosts({"gpu8", "gpu9", "gpu10", "gpu11"}));
+  EXPECT_EQ(*ExpandHostlist("n[098-101]"),
+            Hosts({"n098", "n099", "n100", "n101"}));
   EXPECT_EQ(*ExpandHostlist("x[5],y"), Hosts({"x5", "y"}));
   EXPECT_EQ(*ExpandHostlist("node[1-2].cluster"),
             Hosts({"node1.cluster", "node2.cluster"}));
 }
 
 TEST(HostlistTest, RejectsMalformed) {
-  for (const char* bad : {"", "node[1-3", "node1-3]", "node[3-1]", "node[a-b]",
-                          "node[]", "a,,b", "n[[1]]", "n[1-]", "n[1-1000000000]"}) {
+  for (const char* bad :
+       {"", "node[1-3", "node1-3]", "node[3-1]", "node[a-b]", "node[]", "a,,b",
+        "n[[1]]", "n[1-]", "n[1-1000000000]"}) {
     absl::StatusOr<Hosts> h = ExpandHostlist(bad);
     EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_NE(h.status().message().find("malformed hostlist"), absl::string_view::npos)
+    EXPECT_NE(h.status().message().find("malformed hostlist"),
+              absl::string_view::npos)
         << bad;
   }
 }

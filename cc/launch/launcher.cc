@@ -1,8 +1,8 @@
 #include "cc/launch/launcher.h"
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "cc/core/status.h"
 #include "cc/launch/hostlist.h"
 
@@ -14,8 +14,8 @@ absl::StatusOr<int> Required(const Environment& env, Launcher launcher,
                              absl::string_view name) {
   absl::StatusOr<int64_t> v = env.GetInt(name);
   if (!v.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("launcher '", LauncherName(launcher), "': ", v.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "launcher '", LauncherName(launcher), "': ", v.status().message()));
   }
   return static_cast<int>(*v);
 }
@@ -31,23 +31,23 @@ absl::StatusOr<std::string> RequiredText(const Environment& env,
                                          absl::string_view name) {
   std::optional<std::string> v = env.Get(name);
   if (!v.has_value() || v->empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "launcher '", LauncherName(launcher), "': environment variable ", name,
-        " is not set"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("launcher '", LauncherName(launcher),
+                     "': environment variable ", name, " is not set"));
   }
   return *v;
 }
 
 absl::Status Validate(const RendezvousInfo& info) {
   if (info.world_size < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "launcher '", LauncherName(info.launcher), "': world size ",
-        info.world_size, " must be at least 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("launcher '", LauncherName(info.launcher),
+                     "': world size ", info.world_size, " must be at least 1"));
   }
   if (info.rank < 0 || info.rank >= info.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "launcher '", LauncherName(info.launcher), "': rank ", info.rank,
-        " is outside [0, ", info.world_size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("launcher '", LauncherName(info.launcher), "': rank ",
+                     info.rank, " is outside [0, ", info.world_size, ")"));
   }
   if (info.local_world_size < 1 || info.local_rank < 0 ||
       info.local_rank >= info.local_world_size) {
@@ -56,9 +56,9 @@ absl::Status Validate(const RendezvousInfo& info) {
         info.local_rank, " is outside [0, ", info.local_world_size, ")"));
   }
   if (info.master_port < 0 || info.master_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "launcher '", LauncherName(info.launcher), "': port ", info.master_port,
-        " is outside [0, 65535]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("launcher '", LauncherName(info.launcher), "': port ",
+                     info.master_port, " is outside [0, 65535]"));
   }
   return absl::OkStatus();
 }
@@ -83,8 +83,9 @@ absl::StatusOr<RendezvousInfo> ParsePytorch(Launcher launcher,
   DK_ASSIGN_OR_RETURN(info.rank, Required(env, launcher, "RANK"));
   DK_ASSIGN_OR_RETURN(info.world_size, Required(env, launcher, "WORLD_SIZE"));
   DK_ASSIGN_OR_RETURN(info.local_rank, Required(env, launcher, "LOCAL_RANK"));
-  DK_ASSIGN_OR_RETURN(info.local_world_size,
-                      Optional(env, launcher, "LOCAL_WORLD_SIZE", info.world_size));
+  DK_ASSIGN_OR_RETURN(
+      info.local_world_size,
+      Optional(env, launcher, "LOCAL_WORLD_SIZE", info.world_size));
   DK_ASSIGN_OR_RETURN(info.node_rank, Optional(env, launcher, "GROUP_RANK", 0));
   const bool has_store = env.Has("DISTKIT_STORE");
   if (launcher == Launcher::kDistrun && !has_store) {
@@ -94,10 +95,13 @@ absl::StatusOr<RendezvousInfo> ParsePytorch(Launcher launcher,
   }
   if (has_store) {
     info.master_addr = env.Get("MASTER_ADDR").value_or("");
-    DK_ASSIGN_OR_RETURN(info.master_port, Optional(env, launcher, "MASTER_PORT", 0));
+    DK_ASSIGN_OR_RETURN(info.master_port,
+                        Optional(env, launcher, "MASTER_PORT", 0));
   } else {
-    DK_ASSIGN_OR_RETURN(info.master_addr, RequiredText(env, launcher, "MASTER_ADDR"));
-    DK_ASSIGN_OR_RETURN(info.master_port, Required(env, launcher, "MASTER_PORT"));
+    DK_ASSIGN_OR_RETURN(info.master_addr,
+                        RequiredText(env, launcher, "MASTER_ADDR"));
+    DK_ASSIGN_OR_RETURN(info.master_port,
+                        Required(env, launcher, "MASTER_PORT"));
   }
   const bool agent_store = env.Get("TORCHELASTIC_USE_AGENT_STORE") == "True";
   PlaceStore(env, info.master_port + (agent_store ? 1 : 0), &info);
@@ -131,12 +135,15 @@ absl::StatusOr<RendezvousInfo> ParseSlurm(const Environment& env,
     return Annotate(hosts.status(), "launcher 'slurm': SLURM_NODELIST");
   }
   if (env.Has("SLURM_LOCALID")) {
-    DK_ASSIGN_OR_RETURN(info.local_rank, Required(env, launcher, "SLURM_LOCALID"));
+    DK_ASSIGN_OR_RETURN(info.local_rank,
+                        Required(env, launcher, "SLURM_LOCALID"));
   } else {
-    info.local_rank = options.num_devices > 0 ? info.rank % options.num_devices : 0;
+    info.local_rank =
+        options.num_devices > 0 ? info.rank % options.num_devices : 0;
   }
   info.local_world_size = info.world_size;
-  for (absl::string_view var : {"SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+  for (absl::string_view var :
+       {"SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
     std::optional<std::string> per_node = env.Get(var);
     if (per_node.has_value()) {
       DK_ASSIGN_OR_RETURN(info.local_world_size, FirstTasksPerNode(*per_node));
@@ -146,15 +153,16 @@ absl::StatusOr<RendezvousInfo> ParseSlurm(const Environment& env,
   if (info.local_rank >= info.local_world_size) {
     info.local_world_size = info.local_rank + 1;
   }
-  DK_ASSIGN_OR_RETURN(info.node_rank, Optional(env, launcher, "SLURM_NODEID", 0));
+  DK_ASSIGN_OR_RETURN(info.node_rank,
+                      Optional(env, launcher, "SLURM_NODEID", 0));
   // An existing MASTER_ADDR is kept; otherwise the first host of the list.
   info.master_addr = env.Get("MASTER_ADDR").value_or("");
   if (info.master_addr.empty()) info.master_addr = hosts->front();
   if (options.port.has_value()) {
     info.master_port = *options.port;
   } else {
-    DK_ASSIGN_OR_RETURN(info.master_port,
-                        Optional(env, launcher, "MASTER_PORT", kDefaultMasterPort));
+    DK_ASSIGN_OR_RETURN(info.master_port, Optional(env, launcher, "MASTER_PORT",
+                                                   kDefaultMasterPort));
   }
   PlaceStore(env, info.master_port, &info);
   DK_RETURN_IF_ERROR(Validate(info));
@@ -166,22 +174,27 @@ absl::StatusOr<RendezvousInfo> ParseMpi(const Environment& env) {
   RendezvousInfo info;
   info.launcher = launcher;
   if (env.Has("OMPI_COMM_WORLD_RANK") || !env.Has("PMI_RANK")) {
-    DK_ASSIGN_OR_RETURN(info.rank, Required(env, launcher, "OMPI_COMM_WORLD_RANK"));
+    DK_ASSIGN_OR_RETURN(info.rank,
+                        Required(env, launcher, "OMPI_COMM_WORLD_RANK"));
     DK_ASSIGN_OR_RETURN(info.world_size,
                         Required(env, launcher, "OMPI_COMM_WORLD_SIZE"));
     DK_ASSIGN_OR_RETURN(info.local_rank,
                         Required(env, launcher, "OMPI_COMM_WORLD_LOCAL_RANK"));
-    DK_ASSIGN_OR_RETURN(info.local_world_size,
-                        Optional(env, launcher, "OMPI_COMM_WORLD_LOCAL_SIZE",
-                                 info.world_size));
-    DK_ASSIGN_OR_RETURN(info.node_rank, Optional(env, launcher, "OMPI_COMM_WORLD_NODE_RANK", 0));
+    DK_ASSIGN_OR_RETURN(
+        info.local_world_size,
+        Optional(env, launcher, "OMPI_COMM_WORLD_LOCAL_SIZE", info.world_size));
+    DK_ASSIGN_OR_RETURN(
+        info.node_rank,
+        Optional(env, launcher, "OMPI_COMM_WORLD_NODE_RANK", 0));
   } else {
     // MPICH / Intel MPI / Hydra style.
     DK_ASSIGN_OR_RETURN(info.rank, Required(env, launcher, "PMI_RANK"));
     DK_ASSIGN_OR_RETURN(info.world_size, Required(env, launcher, "PMI_SIZE"));
-    DK_ASSIGN_OR_RETURN(info.local_rank, Optional(env, launcher, "MPI_LOCALRANKID", 0));
-    DK_ASSIGN_OR_RETURN(info.local_world_size,
-                        Optional(env, launcher, "MPI_LOCALNRANKS", info.world_size));
+    DK_ASSIGN_OR_RETURN(info.local_rank,
+                        Optional(env, launcher, "MPI_LOCALRANKID", 0));
+    DK_ASSIGN_OR_RETURN(
+        info.local_world_size,
+        Optional(env, launcher, "MPI_LOCALNRANKS", info.world_size));
   }
   info.master_addr = env.Get("MASTER_ADDR").value_or("");
   if (info.master_addr.empty() && !env.Has("DISTKIT_STORE")) {
@@ -189,8 +202,8 @@ absl::StatusOr<RendezvousInfo> ParseMpi(const Environment& env) {
     return absl::InvalidArgumentError(
         "launcher 'mpi': The environment variable MASTER_ADDR is not set");
   }
-  DK_ASSIGN_OR_RETURN(info.master_port,
-                      Optional(env, launcher, "MASTER_PORT", kDefaultMasterPort));
+  DK_ASSIGN_OR_RETURN(info.master_port, Optional(env, launcher, "MASTER_PORT",
+                                                 kDefaultMasterPort));
   PlaceStore(env, info.master_port, &info);
   DK_RETURN_IF_ERROR(Validate(info));
   return info;
@@ -219,7 +232,8 @@ absl::StatusOr<Launcher> ParseLauncher(absl::string_view name) {
                      Launcher::kMpi, Launcher::kDistrun}) {
     if (name == LauncherName(l)) return l;
   }
-  return absl::InvalidArgumentError(absl::StrCat("Invalid launcher type: ", name));
+  return absl::InvalidArgumentError(
+      absl::StrCat("Invalid launcher type: ", name));
 }
 
 Launcher InferLauncher(const Environment& env) {

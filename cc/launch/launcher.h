@@ -79,9 +79,9 @@ struct ParseOptions {
 // Reads `launcher`'s variables from `env`. A missing or malformed variable is
 // INVALID_ARGUMENT naming it and the launcher; an inconsistent job (rank out
 // of range) names the values.
-absl::StatusOr<RendezvousInfo> ParseRendezvous(Launcher launcher,
-                                               const Environment& env,
-                                               const ParseOptions& options = {});
+absl::StatusOr<RendezvousInfo> ParseRendezvous(
+    Launcher launcher, const Environment& env,
+    const ParseOptions& options = {});
 
 }  // namespace distkit
 

@@ -18,7 +18,8 @@ GlooStoreAdapter::GlooStoreAdapter(std::shared_ptr<distkit::Store> store)
 
 void GlooStoreAdapter::set(const std::string& key,
                            const std::vector<char>& data) {
-  absl::Status s = store_->Set(key, absl::string_view(data.data(), data.size()));
+  absl::Status s =
+      store_->Set(key, absl::string_view(data.data(), data.size()));
   if (!s.ok()) Throw(s);
 }
 
@@ -35,9 +36,9 @@ void GlooStoreAdapter::wait(const std::vector<std::string>& keys) {
 
 void GlooStoreAdapter::wait(const std::vector<std::string>& keys,
                             const std::chrono::milliseconds& timeout) {
-  absl::Status s =
-      store_->Wait(keys, timeout.count() > 0 ? absl::Milliseconds(timeout.count())
-                                             : store_->timeout());
+  absl::Status s = store_->Wait(keys, timeout.count() > 0
+                                          ? absl::Milliseconds(timeout.count())
+                                          : store_->timeout());
   if (!s.ok()) Throw(s);
 }
 

@@ -26,7 +26,8 @@ TEST(GlooStoreAdapterTest, TimeoutBecomesGlooIoException) {
     adapter.wait({"missing"}, std::chrono::milliseconds(100));
     FAIL() << "expected an exception";
   } catch (const gloo::IoException& e) {
-    EXPECT_NE(std::string(e.what()).find("DEADLINE_EXCEEDED"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("DEADLINE_EXCEEDED"),
+              std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos);
   }

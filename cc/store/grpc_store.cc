@@ -53,9 +53,9 @@ absl::StatusOr<std::unique_ptr<GrpcStore>> GrpcStore::Connect(
       options.address, grpc::InsecureChannelCredentials(), args);
   const absl::Time deadline = absl::Now() + options.connect_timeout;
   if (!channel->WaitForConnected(ToChrono(deadline))) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("store: cannot reach the store server at ", options.address,
-                     " within ", absl::FormatDuration(options.connect_timeout)));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "store: cannot reach the store server at ", options.address, " within ",
+        absl::FormatDuration(options.connect_timeout)));
   }
   std::unique_ptr<GrpcStore> store(new GrpcStore(
       options.address, options.token, std::make_unique<Stub>(channel)));
@@ -74,7 +74,8 @@ GrpcStore::~GrpcStore() = default;
 // Requests that do not block get the store timeout as their deadline too, so a
 // server that stops answering surfaces as an error instead of a hang.
 void GrpcStore::Prepare(grpc::ClientContext* ctx, absl::Duration budget) const {
-  if (!token_.empty()) ctx->AddMetadata(store_internal::kTokenMetadataKey, token_);
+  if (!token_.empty())
+    ctx->AddMetadata(store_internal::kTokenMetadataKey, token_);
   ctx->set_deadline(ToChrono(absl::Now() + budget));
   // Ride out a brief disconnect instead of failing at once.
   ctx->set_wait_for_ready(true);
@@ -92,8 +93,9 @@ absl::Status GrpcStore::Convert(absl::string_view op,
         "store ", address_, ": ", op, ": no answer from the store server (",
         s.error_message(), ")"));
   }
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat("store ", address_, ": ", op, ": ", message));
+  return absl::Status(
+      static_cast<absl::StatusCode>(s.error_code()),
+      absl::StrCat("store ", address_, ": ", op, ": ", message));
 }
 
 absl::Status GrpcStore::Set(absl::string_view key, absl::string_view value) {
@@ -196,9 +198,9 @@ absl::StatusOr<std::vector<std::string>> GrpcStore::MultiGetWithTimeout(
 absl::Status GrpcStore::MultiSet(absl::Span<const std::string> keys,
                                  absl::Span<const std::string> values) {
   if (keys.size() != values.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("store: multi_set got ", keys.size(), " keys and ",
-                     values.size(), " values"));
+    return absl::InvalidArgumentError(absl::StrCat("store: multi_set got ",
+                                                   keys.size(), " keys and ",
+                                                   values.size(), " values"));
   }
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout());

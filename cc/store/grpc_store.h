@@ -63,8 +63,7 @@ class GrpcStore : public Store {
 
  private:
   class Stub;
-  GrpcStore(std::string address, std::string token,
-            std::unique_ptr<Stub> stub);
+  GrpcStore(std::string address, std::string token, std::unique_ptr<Stub> stub);
 
   // Prepares a call context: token metadata, deadline `budget` from now.
   void Prepare(grpc::ClientContext* ctx, absl::Duration budget) const;

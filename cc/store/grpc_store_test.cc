@@ -65,7 +65,8 @@ TEST_F(GrpcStoreTest, WrongTokenIsRefusedAndChangesNothing) {
   absl::Status s = bad->Set("k", "overwritten");
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
   EXPECT_NE(s.message().find("wrong job token"), absl::string_view::npos) << s;
-  EXPECT_EQ(bad->Add("n", 1).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(bad->Add("n", 1).status().code(),
+            absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(bad->Get("k").status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(bad->DeleteKey("k").status().code(),
             absl::StatusCode::kUnauthenticated);
@@ -137,9 +138,10 @@ TEST_F(GrpcStoreTest, ConnectTimesOutNamingTheAddress) {
   const std::string address = server->address();
   server.reset();  // nothing listens there now
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::unique_ptr<GrpcStore>> c =
-      GrpcStore::Connect({address, kToken, absl::Seconds(1), absl::Milliseconds(500)});
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kDeadlineExceeded) << c.status();
+  absl::StatusOr<std::unique_ptr<GrpcStore>> c = GrpcStore::Connect(
+      {address, kToken, absl::Seconds(1), absl::Milliseconds(500)});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << c.status();
   EXPECT_NE(c.status().message().find(address), absl::string_view::npos);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
@@ -152,8 +154,8 @@ TEST_F(GrpcStoreTest, ClientStartedBeforeServerConnects) {
     absl::SleepFor(absl::Milliseconds(500));
     server = *StoreServer::Start({address, kToken});
   });
-  absl::StatusOr<std::unique_ptr<GrpcStore>> c =
-      GrpcStore::Connect({address, kToken, absl::Seconds(5), absl::Seconds(10)});
+  absl::StatusOr<std::unique_ptr<GrpcStore>> c = GrpcStore::Connect(
+      {address, kToken, absl::Seconds(5), absl::Seconds(10)});
   starter.join();
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(server->port(), port);
@@ -176,8 +178,8 @@ TEST_F(GrpcStoreTest, ServerGoneIsAnErrorNotAHang) {
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--blocked-client") {
     absl::StatusOr<std::unique_ptr<distkit::GrpcStore>> c =
-        distkit::GrpcStore::Connect({argv[2], distkit::kToken,
-                                     absl::Seconds(120), absl::Seconds(10)});
+        distkit::GrpcStore::Connect(
+            {argv[2], distkit::kToken, absl::Seconds(120), absl::Seconds(10)});
     if (!c.ok()) return 2;
     (void)(*c)->Set("child_waiting", "1");
     (void)(*c)->Get("never_set");

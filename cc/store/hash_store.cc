@@ -42,7 +42,8 @@ absl::Status HashStore::AwaitKeys(absl::Span<const std::string> keys,
   const absl::Condition ready(&Pending::Ready, &pending);
   while (!AllPresent(&wanted)) {
     absl::Time slice = deadline;
-    if (cancelled) slice = std::min(deadline, absl::Now() + kCancelPollInterval);
+    if (cancelled)
+      slice = std::min(deadline, absl::Now() + kCancelPollInterval);
     mu_.AwaitWithDeadline(ready, slice);
     if (AllPresent(&wanted)) break;
     if (cancelled && cancelled()) {
@@ -53,9 +54,9 @@ absl::Status HashStore::AwaitKeys(absl::Span<const std::string> keys,
       for (const std::string& k : wanted) {
         if (!map_.contains(k)) missing.push_back(k);
       }
-      return absl::DeadlineExceededError(absl::StrCat(
-          "store: timed out after ", absl::FormatDuration(timeout),
-          " waiting for key(s) ", QuoteKeys(missing)));
+      return absl::DeadlineExceededError(
+          absl::StrCat("store: timed out after ", absl::FormatDuration(timeout),
+                       " waiting for key(s) ", QuoteKeys(missing)));
     }
   }
   return absl::OkStatus();
@@ -149,9 +150,9 @@ absl::StatusOr<std::vector<std::string>> HashStore::MultiGetFor(
 absl::Status HashStore::MultiSet(absl::Span<const std::string> keys,
                                  absl::Span<const std::string> values) {
   if (keys.size() != values.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("store: multi_set got ", keys.size(), " keys and ",
-                     values.size(), " values"));
+    return absl::InvalidArgumentError(absl::StrCat("store: multi_set got ",
+                                                   keys.size(), " keys and ",
+                                                   values.size(), " values"));
   }
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) map_[keys[i]] = values[i];

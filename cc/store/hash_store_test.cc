@@ -15,12 +15,13 @@ INSTANTIATE_TEST_SUITE_P(
         StoreFactory{"HashStore",
                      [] { return current = std::make_shared<HashStore>(); },
                      [] { return current; }},
-        StoreFactory{"PrefixStore",
-                     [] {
-                       current = std::make_shared<HashStore>();
-                       return std::make_shared<PrefixStore>("group7", current);
-                     },
-                     [] { return std::make_shared<PrefixStore>("group7", current); }}),
+        StoreFactory{
+            "PrefixStore",
+            [] {
+              current = std::make_shared<HashStore>();
+              return std::make_shared<PrefixStore>("group7", current);
+            },
+            [] { return std::make_shared<PrefixStore>("group7", current); }}),
     StoreFactoryName);
 
 TEST(PrefixStoreTest, NamespacesDoNotCollide) {
@@ -45,7 +46,8 @@ TEST(HashStoreTest, CancelledWaitReturnsPromptly) {
     gone = true;
   });
   const absl::Time start = absl::Now();
-  absl::Status s = store.WaitFor({"k"}, absl::Seconds(30), [&] { return gone.load(); });
+  absl::Status s =
+      store.WaitFor({"k"}, absl::Seconds(30), [&] { return gone.load(); });
   t.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));

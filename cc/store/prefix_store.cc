@@ -60,7 +60,8 @@ absl::Status PrefixStore::MultiSet(absl::Span<const std::string> keys,
   return base_->MultiSet(Keys(keys), values);
 }
 
-absl::Status PrefixStore::Append(absl::string_view key, absl::string_view value) {
+absl::Status PrefixStore::Append(absl::string_view key,
+                                 absl::string_view value) {
   return base_->Append(Key(key), value);
 }
 

@@ -42,7 +42,8 @@ class Store {
   absl::StatusOr<std::string> Get(absl::string_view key) {
     return Get(key, timeout());
   }
-  absl::StatusOr<std::string> Get(absl::string_view key, absl::Duration timeout);
+  absl::StatusOr<std::string> Get(absl::string_view key,
+                                  absl::Duration timeout);
 
   // Adds `delta` to the integer at `key` (absent counts as 0) and returns the
   // new value. A value that is not a decimal integer is INVALID_ARGUMENT.
@@ -59,7 +60,8 @@ class Store {
   absl::Status Wait(absl::Span<const std::string> keys) {
     return WaitWithTimeout(keys, timeout());
   }
-  absl::Status Wait(absl::Span<const std::string> keys, absl::Duration timeout) {
+  absl::Status Wait(absl::Span<const std::string> keys,
+                    absl::Duration timeout) {
     return WaitWithTimeout(keys, timeout);
   }
   virtual absl::Status WaitWithTimeout(absl::Span<const std::string> keys,
@@ -88,7 +90,8 @@ class Store {
                                 absl::Span<const std::string> values) = 0;
 
   // Appends `value` to the value of `key` (creating it if absent).
-  virtual absl::Status Append(absl::string_view key, absl::string_view value) = 0;
+  virtual absl::Status Append(absl::string_view key,
+                              absl::string_view value) = 0;
 
   // The timeout of Get, MultiGet and Wait without an explicit timeout.
   absl::Duration timeout() const { return timeout_; }

@@ -47,9 +47,9 @@ class StoreServiceImpl final : public pb::StoreService::Service {
                     pb::WaitResponse*) override {
     if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
     std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-    return store_internal::ToGrpcStatus(state_.WaitFor(
-        keys, absl::Milliseconds(req->timeout_ms()),
-        [ctx] { return ctx->IsCancelled(); }));
+    return store_internal::ToGrpcStatus(
+        state_.WaitFor(keys, absl::Milliseconds(req->timeout_ms()),
+                       [ctx] { return ctx->IsCancelled(); }));
   }
 
   grpc::Status Check(grpc::ServerContext* ctx, const pb::CheckRequest* req,
@@ -78,20 +78,22 @@ class StoreServiceImpl final : public pb::StoreService::Service {
     return store_internal::ToGrpcStatus(n.status());
   }
 
-  grpc::Status MultiGet(grpc::ServerContext* ctx, const pb::MultiGetRequest* req,
+  grpc::Status MultiGet(grpc::ServerContext* ctx,
+                        const pb::MultiGetRequest* req,
                         pb::MultiGetResponse* resp) override {
     if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
     std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-    absl::StatusOr<std::vector<std::string>> values = state_.MultiGetFor(
-        keys, absl::Milliseconds(req->timeout_ms()),
-        [ctx] { return ctx->IsCancelled(); });
+    absl::StatusOr<std::vector<std::string>> values =
+        state_.MultiGetFor(keys, absl::Milliseconds(req->timeout_ms()),
+                           [ctx] { return ctx->IsCancelled(); });
     if (values.ok()) {
       for (std::string& v : *values) resp->add_values(std::move(v));
     }
     return store_internal::ToGrpcStatus(values.status());
   }
 
-  grpc::Status MultiSet(grpc::ServerContext* ctx, const pb::MultiSetRequest* req,
+  grpc::Status MultiSet(grpc::ServerContext* ctx,
+                        const pb::MultiSetRequest* req,
                         pb::MultiSetResponse*) override {
     if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
     std::vector<std::string> keys(req->keys().begin(), req->keys().end());
@@ -102,7 +104,8 @@ class StoreServiceImpl final : public pb::StoreService::Service {
   grpc::Status Append(grpc::ServerContext* ctx, const pb::AppendRequest* req,
                       pb::AppendResponse*) override {
     if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
-    return store_internal::ToGrpcStatus(state_.Append(req->key(), req->value()));
+    return store_internal::ToGrpcStatus(
+        state_.Append(req->key(), req->value()));
   }
 
  private:
@@ -162,9 +165,9 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || bound_port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "store server: cannot listen on ", options.address,
-        " (address in use, or not an address of this host)"));
+    return absl::UnavailableError(
+        absl::StrCat("store server: cannot listen on ", options.address,
+                     " (address in use, or not an address of this host)"));
   }
   server->port_ = bound_port;
   server->address_ = absl::StrCat(host_port->first, ":", bound_port);

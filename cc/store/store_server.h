@@ -5,8 +5,8 @@
 // token on every request, and keeps its state in a HashStore. A blocked Get or
 // Wait whose client goes away is released within ~100 ms.
 //
-//   DK_ASSIGN_OR_RETURN(auto server, StoreServer::Start({"127.0.0.1:0", token}));
-//   std::string where = server->address();  // "127.0.0.1:41233"
+//   DK_ASSIGN_OR_RETURN(auto server, StoreServer::Start({"127.0.0.1:0",
+//   token})); std::string where = server->address();  // "127.0.0.1:41233"
 
 #ifndef DISTKIT_CC_STORE_STORE_SERVER_H_
 #define DISTKIT_CC_STORE_STORE_SERVER_H_
@@ -36,7 +36,8 @@ class StoreServer {
   };
 
   // Binds and starts serving. UNAVAILABLE when the address cannot be bound.
-  static absl::StatusOr<std::unique_ptr<StoreServer>> Start(const Options& options);
+  static absl::StatusOr<std::unique_ptr<StoreServer>> Start(
+      const Options& options);
 
   // Stops serving; in-flight calls are cancelled. Called by the destructor.
   void Shutdown();

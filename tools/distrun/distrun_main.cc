@@ -46,8 +46,9 @@ int Main(int argc, char** argv) {
   std::string token = env.Get("DISTKIT_TOKEN").value_or("");
   if (token.empty()) {
     if (o.nnodes > 1) {
-      std::cerr << "distrun: with --nnodes > 1, export the same DISTKIT_TOKEN "
-                   "on every node (e.g. DISTKIT_TOKEN=$(openssl rand -hex 16))\n";
+      std::cerr
+          << "distrun: with --nnodes > 1, export the same DISTKIT_TOKEN "
+             "on every node (e.g. DISTKIT_TOKEN=$(openssl rand -hex 16))\n";
       return 2;
     }
     token = RandomToken();
@@ -57,8 +58,8 @@ int Main(int argc, char** argv) {
   std::unique_ptr<StoreServer> server;
   int port = o.master_port;
   if (o.node_rank == 0) {
-    absl::StatusOr<std::unique_ptr<StoreServer>> started =
-        StoreServer::Start({absl::StrCat(o.master_addr, ":", o.master_port), token});
+    absl::StatusOr<std::unique_ptr<StoreServer>> started = StoreServer::Start(
+        {absl::StrCat(o.master_addr, ":", o.master_port), token});
     if (!started.ok()) {
       std::cerr << "distrun: " << started.status().message() << "\n";
       return 1;
@@ -91,7 +92,8 @@ int Main(int argc, char** argv) {
     RankProcess p;
     p.rank = rank;
     p.argv = o.programs.size() == 1 ? o.programs[0] : o.programs[local];
-    for (const auto& [k, v] : rank_env.vars()) p.env.push_back(absl::StrCat(k, "=", v));
+    for (const auto& [k, v] : rank_env.vars())
+      p.env.push_back(absl::StrCat(k, "=", v));
     ranks.push_back(std::move(p));
   }
 

@@ -14,8 +14,8 @@ absl::Status Bad(absl::string_view flag, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("distrun: ", flag, ": ", why));
 }
 
-absl::StatusOr<int> ParseInt(absl::string_view flag, const std::string& v, int lo,
-                             int hi) {
+absl::StatusOr<int> ParseInt(absl::string_view flag, const std::string& v,
+                             int lo, int hi) {
   int n = 0;
   if (!absl::SimpleAtoi(v, &n) || n < lo || n > hi) {
     return Bad(flag, absl::StrCat("'", v, "' is not an integer in [", lo, ", ",
@@ -107,8 +107,8 @@ absl::StatusOr<DistrunOptions> ParseDistrunArgs(
     }
   }
   if (o.node_rank >= o.nnodes) {
-    return Bad("--node-rank", absl::StrCat(o.node_rank, " is not below --nnodes ",
-                                           o.nnodes));
+    return Bad("--node-rank",
+               absl::StrCat(o.node_rank, " is not below --nnodes ", o.nnodes));
   }
   if (o.nnodes > 1 && o.master_port == 0) {
     return Bad("--master-port", "0 (a free port) only works with one node");
@@ -127,10 +127,10 @@ absl::StatusOr<DistrunOptions> ParseDistrunArgs(
   if (o.programs.empty()) return Bad("program", "no program given after --");
   if (o.programs.size() != 1 &&
       static_cast<int>(o.programs.size()) != o.nproc_per_node) {
-    return Bad("program", absl::StrCat(o.programs.size(),
-                                       " programs separated by ':' for ",
-                                       o.nproc_per_node,
-                                       " ranks per node; give one, or one per rank"));
+    return Bad("program",
+               absl::StrCat(o.programs.size(),
+                            " programs separated by ':' for ", o.nproc_per_node,
+                            " ranks per node; give one, or one per rank"));
   }
   return o;
 }

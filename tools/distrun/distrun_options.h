@@ -37,7 +37,8 @@ struct DistrunOptions {
 };
 
 // Parses the arguments after argv[0]. INVALID_ARGUMENT names the bad flag.
-absl::StatusOr<DistrunOptions> ParseDistrunArgs(const std::vector<std::string>& args);
+absl::StatusOr<DistrunOptions> ParseDistrunArgs(
+    const std::vector<std::string>& args);
 
 // The usage text printed for --help and on errors.
 const char* DistrunUsage();

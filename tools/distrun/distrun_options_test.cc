@@ -6,11 +6,10 @@ namespace distkit {
 namespace {
 
 TEST(DistrunOptionsTest, ParsesBothSpellings) {
-  DistrunOptions o = *ParseDistrunArgs({"--nproc-per-node", "4", "--nnodes=2",
-                                        "--node_rank", "1", "--master-addr",
-                                        "10.1.1.1", "--master_port=1234",
-                                        "--log-dir", "/tmp/x", "--timeout", "2.5",
-                                        "--grace-period=1", "--", "prog", "a", "b"});
+  DistrunOptions o = *ParseDistrunArgs(
+      {"--nproc-per-node", "4", "--nnodes=2", "--node_rank", "1",
+       "--master-addr", "10.1.1.1", "--master_port=1234", "--log-dir", "/tmp/x",
+       "--timeout", "2.5", "--grace-period=1", "--", "prog", "a", "b"});
   EXPECT_EQ(o.nproc_per_node, 4);
   EXPECT_EQ(o.nnodes, 2);
   EXPECT_EQ(o.node_rank, 1);
@@ -32,27 +31,35 @@ TEST(DistrunOptionsTest, Defaults) {
 }
 
 TEST(DistrunOptionsTest, OneProgramPerRank) {
-  DistrunOptions o =
-      *ParseDistrunArgs({"--nproc-per-node", "3", "--", "a", "1", ":", "b", ":", "c", "x"});
+  DistrunOptions o = *ParseDistrunArgs(
+      {"--nproc-per-node", "3", "--", "a", "1", ":", "b", ":", "c", "x"});
   ASSERT_EQ(o.programs.size(), 3u);
   EXPECT_EQ(o.programs[1], (std::vector<std::string>{"b"}));
   EXPECT_EQ(o.programs[2], (std::vector<std::string>{"c", "x"}));
-  EXPECT_FALSE(ParseDistrunArgs({"--nproc-per-node", "3", "--", "a", ":", "b"}).ok());
-  EXPECT_FALSE(ParseDistrunArgs({"--nproc-per-node", "2", "--", "a", ":", ":", "b"}).ok());
+  EXPECT_FALSE(
+      ParseDistrunArgs({"--nproc-per-node", "3", "--", "a", ":", "b"}).ok());
+  EXPECT_FALSE(
+      ParseDistrunArgs({"--nproc-per-node", "2", "--", "a", ":", ":", "b"})
+          .ok());
 }
 
 TEST(DistrunOptionsTest, ErrorsNameTheFlag) {
-  absl::Status s = ParseDistrunArgs({"--nproc-per-node", "0", "--", "p"}).status();
+  absl::Status s =
+      ParseDistrunArgs({"--nproc-per-node", "0", "--", "p"}).status();
   EXPECT_NE(s.message().find("--nproc-per-node"), absl::string_view::npos) << s;
   s = ParseDistrunArgs({"--bogus", "1", "--", "p"}).status();
-  EXPECT_NE(s.message().find("--bogus: unknown flag"), absl::string_view::npos) << s;
-  s = ParseDistrunArgs({"--nnodes", "2", "--node-rank", "2", "--", "p"}).status();
+  EXPECT_NE(s.message().find("--bogus: unknown flag"), absl::string_view::npos)
+      << s;
+  s = ParseDistrunArgs({"--nnodes", "2", "--node-rank", "2", "--", "p"})
+          .status();
   EXPECT_NE(s.message().find("--node-rank"), absl::string_view::npos) << s;
   s = ParseDistrunArgs({"--nproc-per-node"}).status();
   EXPECT_NE(s.message().find("needs a value"), absl::string_view::npos) << s;
   EXPECT_FALSE(ParseDistrunArgs({"--nproc-per-node", "2", "--"}).ok());
-  EXPECT_FALSE(ParseDistrunArgs({"--nnodes", "2", "--master-port", "0", "p"}).ok());
-  EXPECT_EQ(ParseDistrunArgs({"--help"}).status().code(), absl::StatusCode::kCancelled);
+  EXPECT_FALSE(
+      ParseDistrunArgs({"--nnodes", "2", "--master-port", "0", "p"}).ok());
+  EXPECT_EQ(ParseDistrunArgs({"--help"}).status().code(),
+            absl::StatusCode::kCancelled);
 }
 
 }  // namespace

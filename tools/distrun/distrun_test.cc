@@ -63,18 +63,21 @@ Result RunDistrun(std::vector<std::string> args,
   int status = 0;
   waitpid(pid, &status, 0);
   r.elapsed = absl::Now() - start;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.exit_code =
+      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
 }
 
 TEST(DistrunTest, SetsTorchrunVariablesAndPrefixesOutput) {
-  Result r = RunDistrun({"--nproc-per-node", "3", "--master-port", "0", "--", kProbe, "env"});
+  Result r = RunDistrun(
+      {"--nproc-per-node", "3", "--master-port", "0", "--", kProbe, "env"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_TRUE(absl::StrContains(
-        r.output, absl::StrCat("[rank", rank, "]: RANK=", rank, " LOCAL_RANK=", rank,
-                               " WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 GROUP_RANK=0 "
-                               "MASTER_ADDR=127.0.0.1 MASTER_PORT=")))
+        r.output,
+        absl::StrCat("[rank", rank, "]: RANK=", rank, " LOCAL_RANK=", rank,
+                     " WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 GROUP_RANK=0 "
+                     "MASTER_ADDR=127.0.0.1 MASTER_PORT=")))
         << r.output;
   }
   EXPECT_TRUE(absl::StrContains(r.output, "STORE=127.0.0.1:")) << r.output;
@@ -82,8 +85,8 @@ TEST(DistrunTest, SetsTorchrunVariablesAndPrefixesOutput) {
 }
 
 TEST(DistrunTest, RanksRendezvousThroughTheStore) {
-  Result r =
-      RunDistrun({"--nproc-per-node", "4", "--master-port", "0", "--", kProbe, "rendezvous"});
+  Result r = RunDistrun({"--nproc-per-node", "4", "--master-port", "0", "--",
+                         kProbe, "rendezvous"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   for (int rank = 0; rank < 4; ++rank) {
     EXPECT_TRUE(absl::StrContains(
@@ -94,37 +97,43 @@ TEST(DistrunTest, RanksRendezvousThroughTheStore) {
 }
 
 TEST(DistrunTest, FailingRankStopsTheOthersAndGivesItsCode) {
-  Result r = RunDistrun({"--nproc-per-node", "3", "--master-port", "0", "--", kProbe,
-                         "fail", "1", "7"});
+  Result r = RunDistrun({"--nproc-per-node", "3", "--master-port", "0", "--",
+                         kProbe, "fail", "1", "7"});
   EXPECT_EQ(r.exit_code, 7) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "distrun: rank 1 (pid ")) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "exited with code 7; stopping rank(s) 0, 2"))
+  EXPECT_TRUE(
+      absl::StrContains(r.output, "exited with code 7; stopping rank(s) 0, 2"))
       << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "[rank1]: rank 1 failing on purpose"))
       << r.output;
-  EXPECT_LT(r.elapsed, absl::Seconds(20));  // the others sleep 120 s if not stopped
+  EXPECT_LT(r.elapsed,
+            absl::Seconds(20));  // the others sleep 120 s if not stopped
 }
 
 TEST(DistrunTest, RankIgnoringSigtermIsKilledAfterGrace) {
-  Result r = RunDistrun({"--nproc-per-node", "2", "--master-port", "0", "--timeout", "1",
-                         "--grace-period", "1", "--", kProbe, "ignore-term"});
+  Result r =
+      RunDistrun({"--nproc-per-node", "2", "--master-port", "0", "--timeout",
+                  "1", "--grace-period", "1", "--", kProbe, "ignore-term"});
   EXPECT_EQ(r.exit_code, 124) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "did not stop after SIGTERM; sending SIGKILL"))
+  EXPECT_TRUE(absl::StrContains(r.output,
+                                "did not stop after SIGTERM; sending SIGKILL"))
       << r.output;
   EXPECT_LT(r.elapsed, absl::Seconds(15));
 }
 
 TEST(DistrunTest, TimeoutNamesRanksStillRunning) {
-  Result r = RunDistrun({"--nproc-per-node", "2", "--master-port", "0", "--timeout", "1",
-                         "--", kProbe, "hang"});
+  Result r = RunDistrun({"--nproc-per-node", "2", "--master-port", "0",
+                         "--timeout", "1", "--", kProbe, "hang"});
   EXPECT_EQ(r.exit_code, 124) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "timed out after 1s; stopping rank(s) 0, 1"))
+  EXPECT_TRUE(
+      absl::StrContains(r.output, "timed out after 1s; stopping rank(s) 0, 1"))
       << r.output;
 }
 
 TEST(DistrunTest, ForwardsSigtermToRanks) {
   Result r = RunDistrun(
-      {"--nproc-per-node", "2", "--master-port", "0", "--", kProbe, "trap-term"},
+      {"--nproc-per-node", "2", "--master-port", "0", "--", kProbe,
+       "trap-term"},
       [](pid_t pid) {
         absl::SleepFor(absl::Milliseconds(300));  // both ranks print "ready"
         kill(pid, SIGTERM);
@@ -133,13 +142,14 @@ TEST(DistrunTest, ForwardsSigtermToRanks) {
   EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "[rank0]: got SIGTERM")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "[rank1]: got SIGTERM")) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "forwarding it to every rank")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "forwarding it to every rank"))
+      << r.output;
 }
 
 TEST(DistrunTest, KeepsStdoutStderrAndPartialLinesAndLogDir) {
   const std::string dir = absl::StrCat(getenv("TEST_TMPDIR"), "/logs");
-  Result r = RunDistrun({"--nproc-per-node", "2", "--master-port", "0", "--log-dir", dir,
-                         "--", kProbe, "print"});
+  Result r = RunDistrun({"--nproc-per-node", "2", "--master-port", "0",
+                         "--log-dir", dir, "--", kProbe, "print"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "[rank1]: out line 2\n")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "[rank0]: err line\n")) << r.output;
@@ -147,13 +157,15 @@ TEST(DistrunTest, KeepsStdoutStderrAndPartialLinesAndLogDir) {
   std::ifstream log(dir + "/rank_1.log");
   std::stringstream text;
   text << log.rdbuf();
-  EXPECT_TRUE(absl::StrContains(text.str(), "out line 1\nout line 2\n")) << text.str();
+  EXPECT_TRUE(absl::StrContains(text.str(), "out line 1\nout line 2\n"))
+      << text.str();
   EXPECT_TRUE(absl::StrContains(text.str(), "err line")) << text.str();
 }
 
 TEST(DistrunTest, OneProgramPerRank) {
-  Result r = RunDistrun({"--nproc-per-node", "3", "--master-port", "0", "--", kProbe,
-                         "tag", "a", ":", kProbe, "tag", "b", ":", kProbe, "tag", "c"});
+  Result r = RunDistrun({"--nproc-per-node", "3", "--master-port", "0", "--",
+                         kProbe, "tag", "a", ":", kProbe, "tag", "b", ":",
+                         kProbe, "tag", "c"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "[rank0]: tag=a rank=0")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "[rank1]: tag=b rank=1")) << r.output;
@@ -164,7 +176,8 @@ TEST(DistrunTest, MissingProgramAndBadFlags) {
   Result r = RunDistrun({"--nproc-per-node", "1", "--master-port", "0", "--",
                          "/nonexistent/program"});
   EXPECT_EQ(r.exit_code, 127) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "cannot execute /nonexistent/program"))
+  EXPECT_TRUE(
+      absl::StrContains(r.output, "cannot execute /nonexistent/program"))
       << r.output;
   r = RunDistrun({"--nproc-per-node", "zero", "--", kProbe});
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -178,22 +191,25 @@ TEST(DistrunTest, MultiNodeShareOneStore) {
   Result node1;
   pid_t helper = fork();
   if (helper == 0) {
-    Result r = RunDistrun({"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1",
-                           "--master-port", absl::StrCat(port), "--", kProbe,
-                           "rendezvous"});
-    _exit(r.exit_code == 0 && absl::StrContains(r.output, "[rank3]: rendezvous rank=3 "
-                                                          "world=4 sum=6")
+    Result r = RunDistrun({"--nproc-per-node", "2", "--nnodes", "2",
+                           "--node-rank", "1", "--master-port",
+                           absl::StrCat(port), "--", kProbe, "rendezvous"});
+    _exit(r.exit_code == 0 && absl::StrContains(r.output,
+                                                "[rank3]: rendezvous rank=3 "
+                                                "world=4 sum=6")
               ? 0
               : 1);
   }
-  Result node0 = RunDistrun({"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "0",
-                             "--master-port", absl::StrCat(port), "--timeout", "60", "--",
-                             kProbe, "rendezvous"});
+  Result node0 =
+      RunDistrun({"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "0",
+                  "--master-port", absl::StrCat(port), "--timeout", "60", "--",
+                  kProbe, "rendezvous"});
   int status = 0;
   waitpid(helper, &status, 0);
   unsetenv("DISTKIT_TOKEN");
   EXPECT_EQ(node0.exit_code, 0) << node0.output;
-  EXPECT_TRUE(absl::StrContains(node0.output, "[rank1]: rendezvous rank=1 world=4 sum=6"))
+  EXPECT_TRUE(absl::StrContains(node0.output,
+                                "[rank1]: rendezvous rank=1 world=4 sum=6"))
       << node0.output;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }

@@ -32,7 +32,8 @@ void OnTerm(int) {
 int Rendezvous() {
   using namespace distkit;
   Environment env = Environment::FromProcess();
-  absl::StatusOr<RendezvousInfo> info = ParseRendezvous(InferLauncher(env), env);
+  absl::StatusOr<RendezvousInfo> info =
+      ParseRendezvous(InferLauncher(env), env);
   if (!info.ok()) {
     fprintf(stderr, "%s\n", info.status().ToString().c_str());
     return 1;
@@ -43,11 +44,14 @@ int Rendezvous() {
     fprintf(stderr, "%s\n", store.status().ToString().c_str());
     return 1;
   }
-  if (!(*store)->Set(absl::StrCat("rank/", info->rank), absl::StrCat(info->rank)).ok()) {
+  if (!(*store)
+           ->Set(absl::StrCat("rank/", info->rank), absl::StrCat(info->rank))
+           .ok()) {
     return 1;
   }
   std::vector<std::string> keys;
-  for (int r = 0; r < info->world_size; ++r) keys.push_back(absl::StrCat("rank/", r));
+  for (int r = 0; r < info->world_size; ++r)
+    keys.push_back(absl::StrCat("rank/", r));
   absl::StatusOr<std::vector<std::string>> values = (*store)->MultiGet(keys);
   if (!values.ok()) {
     fprintf(stderr, "%s\n", values.status().ToString().c_str());
@@ -55,14 +59,16 @@ int Rendezvous() {
   }
   long sum = 0;
   for (const std::string& v : *values) sum += atol(v.c_str());
-  const long expected = static_cast<long>(info->world_size) * (info->world_size - 1) / 2;
+  const long expected =
+      static_cast<long>(info->world_size) * (info->world_size - 1) / 2;
   // A client with the wrong token is refused.
   absl::StatusOr<std::unique_ptr<GrpcStore>> intruder = GrpcStore::Connect(
       {info->store_address, "wrong", absl::Seconds(5), absl::Seconds(5)});
   const bool refused = intruder.ok() && (*intruder)->Set("x", "y").code() ==
                                             absl::StatusCode::kUnauthenticated;
-  printf("rendezvous rank=%d world=%d sum=%ld expected=%ld intruder_refused=%d\n",
-         info->rank, info->world_size, sum, expected, refused ? 1 : 0);
+  printf(
+      "rendezvous rank=%d world=%d sum=%ld expected=%ld intruder_refused=%d\n",
+      info->rank, info->world_size, sum, expected, refused ? 1 : 0);
   return sum == expected && refused ? 0 : 1;
 }
 
@@ -72,12 +78,14 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "env";
   setvbuf(stdout, nullptr, _IOLBF, 0);
   if (mode == "env") {
-    printf("RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s "
-           "MASTER_ADDR=%s MASTER_PORT=%s STORE=%s TOKEN_LEN=%zu\n",
-           Var("RANK").c_str(), Var("LOCAL_RANK").c_str(), Var("WORLD_SIZE").c_str(),
-           Var("LOCAL_WORLD_SIZE").c_str(), Var("GROUP_RANK").c_str(),
-           Var("MASTER_ADDR").c_str(), Var("MASTER_PORT").c_str(),
-           Var("DISTKIT_STORE").c_str(), Var("DISTKIT_TOKEN").size());
+    printf(
+        "RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s "
+        "MASTER_ADDR=%s MASTER_PORT=%s STORE=%s TOKEN_LEN=%zu\n",
+        Var("RANK").c_str(), Var("LOCAL_RANK").c_str(),
+        Var("WORLD_SIZE").c_str(), Var("LOCAL_WORLD_SIZE").c_str(),
+        Var("GROUP_RANK").c_str(), Var("MASTER_ADDR").c_str(),
+        Var("MASTER_PORT").c_str(), Var("DISTKIT_STORE").c_str(),
+        Var("DISTKIT_TOKEN").size());
     return 0;
   }
   if (mode == "rendezvous") return Rendezvous();

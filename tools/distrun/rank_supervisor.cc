@@ -53,7 +53,8 @@ struct Rank {
 };
 
 std::string DescribeExit(int status) {
-  if (WIFEXITED(status)) return absl::StrCat("exited with code ", WEXITSTATUS(status));
+  if (WIFEXITED(status))
+    return absl::StrCat("exited with code ", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
     return absl::StrCat("was killed by signal ", WTERMSIG(status), " (",
                         strsignal(WTERMSIG(status)), ")");
@@ -69,7 +70,8 @@ int ExitCodeOf(int status) {
 
 class Supervisor {
  public:
-  Supervisor(const std::vector<RankProcess>& specs, const SupervisorOptions& options)
+  Supervisor(const std::vector<RankProcess>& specs,
+             const SupervisorOptions& options)
       : options_(options) {
     for (const RankProcess& s : specs) {
       ranks_.emplace_back();
@@ -144,8 +146,8 @@ class Supervisor {
       sigaction(SIGTERM, &sa, nullptr);
       signal(SIGPIPE, SIG_DFL);
       execvpe(argv[0], argv.data(), envp.data());
-      const std::string msg = absl::StrCat("cannot execute ", argv[0], ": ",
-                                           strerror(errno), "\n");
+      const std::string msg =
+          absl::StrCat("cannot execute ", argv[0], ": ", strerror(errno), "\n");
       (void)!write(2, msg.data(), msg.size());
       _exit(127);
     }
@@ -159,7 +161,8 @@ class Supervisor {
     if (!options_.log_dir.empty()) {
       const std::string path =
           absl::StrCat(options_.log_dir, "/rank_", r.spec.rank, ".log");
-      r.log_fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      r.log_fd =
+          open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     }
     return true;
   }
@@ -289,7 +292,8 @@ class Supervisor {
         now - start_ > options_.timeout && AnyRunning()) {
       timed_out_ = true;
       result_ = kTimeoutExitCode;
-      StopAll(absl::StrCat("timed out after ", absl::FormatDuration(options_.timeout)));
+      StopAll(absl::StrCat("timed out after ",
+                           absl::FormatDuration(options_.timeout)));
     }
     if (kill_deadline_.has_value() && now > *kill_deadline_) {
       for (Rank& r : ranks_) {
