@@ -1,0 +1,529 @@
+#include "cc/comm/gloo/gloo_backend.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/gather.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/scatter.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "cc/comm/reduce_kernels.h"
+#include "cc/core/status.h"
+#include "cc/store/gloo_store_adapter.h"
+
+namespace distkit {
+namespace {
+
+// Slot prefixes for our own unbound-buffer traffic; Gloo's algorithms use
+// small prefixes (< 0x20), so these never collide with theirs.
+constexpr uint8_t kReduceScatterSlot = 0xd1;
+constexpr uint8_t kSendHeaderSlot = 0xd2;
+constexpr uint8_t kSendDataSlot = 0xd3;
+
+constexpr size_t kSlotBytes = sizeof(OpSignature) + GlooBackend::kInlineBytes;
+
+std::chrono::milliseconds Millis(absl::Duration d) {
+  return std::chrono::milliseconds(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+}
+
+uint32_t Tag(const OpContext& ctx) { return static_cast<uint32_t>(ctx.seq); }
+
+// Calls f(T*) with a pointer type whose size is the element size of `dtype`
+// (Gloo segments buffers at element boundaries using sizeof(T)).
+template <typename F>
+void WithElementType(DataType dtype, void* data, F&& f) {
+  switch (ElementSize(dtype)) {
+    case 1:
+      return f(static_cast<uint8_t*>(data));
+    case 2:
+      return f(static_cast<uint16_t*>(data));
+    case 4:
+      return f(static_cast<uint32_t*>(data));
+    default:
+      return f(static_cast<uint64_t*>(data));
+  }
+}
+
+OpSignature MakeSignature(const OpContext& ctx, OpCode op, const TensorRef* t,
+                          int64_t count, int root = -1, int reduce_op = -1) {
+  OpSignature sig;
+  sig.op = static_cast<uint32_t>(op);
+  sig.seq = ctx.seq;
+  sig.dtype = t != nullptr ? static_cast<int32_t>(t->dtype()) : -1;
+  sig.count = count;
+  sig.root = root;
+  sig.reduce_op = reduce_op;
+  return sig;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
+    std::shared_ptr<Store> store, int rank, int size, const Options& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: rank ", rank, " is outside [0, ", size, ")"));
+  }
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    std::shared_ptr<gloo::transport::Device> device =
+        gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(Millis(options.timeout));
+    store->set_timeout(options.timeout);
+    GlooStoreAdapter adapter(store);
+    context->connectFullMesh(adapter, device);
+    return std::unique_ptr<GlooBackend>(new GlooBackend(rank, size, context));
+  } catch (const gloo::IoException& e) {
+    const bool timeout =
+        absl::StrContains(e.what(), "DEADLINE_EXCEEDED") ||
+        absl::StrContains(absl::AsciiStrToLower(e.what()), "timeout") ||
+        absl::StrContains(absl::AsciiStrToLower(e.what()), "timed out");
+    const std::string msg =
+        absl::StrCat("gloo: rank ", rank, " of ", size,
+                     " could not connect to its peers: ", e.what());
+    return timeout ? absl::DeadlineExceededError(msg)
+                   : absl::UnavailableError(msg);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("gloo: rank ", rank, " of ", size,
+                     " could not connect to its peers: ", e.what()));
+  }
+}
+
+GlooBackend::GlooBackend(int rank, int size,
+                         std::shared_ptr<gloo::rendezvous::Context> context)
+    : rank_(rank),
+      size_(size),
+      context_(std::move(context)),
+      send_slot_(kSlotBytes),
+      recv_slots_(kSlotBytes * size) {}
+
+GlooBackend::~GlooBackend() = default;
+
+void GlooBackend::Abort() {
+  if (aborted_.exchange(true)) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (poison_.ok()) poison_ = absl::CancelledError("the group was aborted");
+  }
+  try {
+    context_->closeConnections();
+  } catch (...) {
+    // Closing is best effort; the poisoned state already stops later calls.
+  }
+}
+
+absl::Status GlooBackend::Guarded(const OpContext& ctx,
+                                  const std::function<void()>& body) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!poison_.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          ctx.Describe(), ": the group is unusable after an earlier error (",
+          poison_.message(), "); destroy it and create a new one"));
+    }
+  }
+  absl::Status status;
+  try {
+    body();
+    return absl::OkStatus();
+  } catch (const gloo::IoException& e) {
+    const std::string what = absl::AsciiStrToLower(e.what());
+    if (absl::StrContains(what, "timeout") ||
+        absl::StrContains(what, "timed out")) {
+      status = absl::DeadlineExceededError(absl::StrCat(
+          ctx.Describe(), " (rank ", rank_, "): timed out after ",
+          absl::FormatDuration(ctx.timeout), " waiting for peers: ", e.what()));
+    } else {
+      status = absl::UnavailableError(absl::StrCat(
+          ctx.Describe(), " (rank ", rank_,
+          "): a peer failed or closed its connection: ", e.what()));
+    }
+  } catch (const gloo::EnforceNotMet& e) {
+    status = absl::InternalError(
+        absl::StrCat(ctx.Describe(), " (rank ", rank_, "): gloo: ", e.what()));
+  } catch (const std::exception& e) {
+    status = absl::UnavailableError(
+        absl::StrCat(ctx.Describe(), " (rank ", rank_, "): ", e.what()));
+  }
+  if (aborted_.load()) {
+    status = absl::CancelledError(
+        absl::StrCat(ctx.Describe(), ": the group was aborted"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (poison_.ok()) poison_ = status;
+  return status;
+}
+
+absl::Status GlooBackend::Agree(const OpContext& ctx, const OpSignature& sig,
+                                const void* inline_data, size_t inline_bytes) {
+  std::memcpy(send_slot_.data(), &sig, sizeof(sig));
+  if (inline_bytes > 0) {
+    std::memcpy(send_slot_.data() + sizeof(sig), inline_data, inline_bytes);
+  }
+  DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput(send_slot_.data(), kSlotBytes);
+    opts.setOutput(recv_slots_.data(), recv_slots_.size());
+    opts.setTag(Tag(ctx));
+    opts.setTimeout(Millis(ctx.timeout));
+    gloo::allgather(opts);
+  }));
+  std::vector<OpSignature> all(size_);
+  for (int r = 0; r < size_; ++r) {
+    std::memcpy(&all[r], recv_slots_.data() + r * kSlotBytes,
+                sizeof(OpSignature));
+  }
+  return CheckAgreement(ctx, all);
+}
+
+const char* GlooBackend::InlineData(int rank) const {
+  return recv_slots_.data() + rank * kSlotBytes + sizeof(OpSignature);
+}
+
+absl::Status GlooBackend::AllReduce(const OpContext& ctx, TensorRef data,
+                                    ReduceOp op) {
+  DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
+  const bool small = data.nbytes() <= kInlineBytes;
+  OpSignature sig = MakeSignature(ctx, OpCode::kAllReduce, &data, data.numel(),
+                                  -1, static_cast<int>(op));
+  DK_RETURN_IF_ERROR(Agree(ctx, sig, data.data(), small ? data.nbytes() : 0));
+  if (small) {
+    // Every rank reduces the same records in rank order: identical results.
+    if (data.numel() > 0) {
+      std::memcpy(data.data(), InlineData(0), data.nbytes());
+      for (int r = 1; r < size_; ++r)
+        fn(data.data(), data.data(), InlineData(r), data.numel());
+    }
+  } else if (size_ > 1) {
+    DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
+      gloo::AllreduceOptions opts(context_);
+      WithElementType(data.dtype(), data.data(),
+                      [&](auto* p) { opts.setOutput(p, data.numel()); });
+      opts.setReduceFunction(fn);
+      opts.setTag(Tag(ctx));
+      opts.setTimeout(Millis(ctx.timeout));
+      gloo::allreduce(opts);
+    }));
+  }
+  if (op == ReduceOp::kMean)
+    DivideBySize(data.data(), data.dtype(), data.numel(), size_);
+  return absl::OkStatus();
+}
+
+absl::Status GlooBackend::Broadcast(const OpContext& ctx, TensorRef data,
+                                    int root) {
+  const bool small = data.nbytes() <= kInlineBytes;
+  OpSignature sig =
+      MakeSignature(ctx, OpCode::kBroadcast, &data, data.numel(), root);
+  DK_RETURN_IF_ERROR(
+      Agree(ctx, sig, data.data(), small && rank_ == root ? data.nbytes() : 0));
+  if (small) {
+    if (rank_ != root)
+      std::memcpy(data.data(), InlineData(root), data.nbytes());
+    return absl::OkStatus();
+  }
+  return Guarded(ctx, [&] {
+    gloo::BroadcastOptions opts(context_);
+    opts.setOutput(static_cast<uint8_t*>(data.data()), data.nbytes());
+    opts.setRoot(root);
+    opts.setTag(Tag(ctx));
+    opts.setTimeout(Millis(ctx.timeout));
+    gloo::broadcast(opts);
+  });
+}
+
+absl::Status GlooBackend::Reduce(const OpContext& ctx, TensorRef data,
+                                 ReduceOp op, int root) {
+  DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
+  const bool small = data.nbytes() <= kInlineBytes;
+  OpSignature sig = MakeSignature(ctx, OpCode::kReduce, &data, data.numel(),
+                                  root, static_cast<int>(op));
+  DK_RETURN_IF_ERROR(Agree(ctx, sig, data.data(), small ? data.nbytes() : 0));
+  if (small) {
+    if (rank_ == root && data.numel() > 0) {
+      std::memcpy(data.data(), InlineData(0), data.nbytes());
+      for (int r = 1; r < size_; ++r)
+        fn(data.data(), data.data(), InlineData(r), data.numel());
+    }
+  } else if (size_ > 1) {
+    // Gloo's reduce uses the buffer as scratch on every rank; keep the
+    // caller's data intact off the root, as torch does.
+    void* buffer = data.data();
+    if (rank_ != root) {
+      scratch_.assign(static_cast<char*>(data.data()),
+                      static_cast<char*>(data.data()) + data.nbytes());
+      buffer = scratch_.data();
+    }
+    DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
+      gloo::ReduceOptions opts(context_);
+      WithElementType(data.dtype(), buffer,
+                      [&](auto* p) { opts.setOutput(p, data.numel()); });
+      opts.setReduceFunction(fn);
+      opts.setRoot(root);
+      opts.setTag(Tag(ctx));
+      opts.setTimeout(Millis(ctx.timeout));
+      gloo::reduce(opts);
+    }));
+  }
+  if (op == ReduceOp::kMean && rank_ == root) {
+    DivideBySize(data.data(), data.dtype(), data.numel(), size_);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooBackend::AllGather(const OpContext& ctx, TensorRef input,
+                                    TensorRef output) {
+  const bool small = input.nbytes() <= kInlineBytes;
+  OpSignature sig =
+      MakeSignature(ctx, OpCode::kAllGather, &input, input.numel());
+  DK_RETURN_IF_ERROR(Agree(ctx, sig, input.data(), small ? input.nbytes() : 0));
+  if (small) {
+    for (int r = 0; r < size_; ++r) {
+      std::memcpy(static_cast<char*>(output.data()) + r * input.nbytes(),
+                  InlineData(r), input.nbytes());
+    }
+    return absl::OkStatus();
+  }
+  return Guarded(ctx, [&] {
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput(static_cast<uint8_t*>(input.data()), input.nbytes());
+    opts.setOutput(static_cast<uint8_t*>(output.data()), output.nbytes());
+    opts.setTag(Tag(ctx));
+    opts.setTimeout(Millis(ctx.timeout));
+    gloo::allgather(opts);
+  });
+}
+
+absl::Status GlooBackend::Gather(const OpContext& ctx, TensorRef input,
+                                 TensorRef output, int root) {
+  OpSignature sig =
+      MakeSignature(ctx, OpCode::kGather, &input, input.numel(), root);
+  DK_RETURN_IF_ERROR(Agree(ctx, sig, nullptr, 0));
+  return Guarded(ctx, [&] {
+    gloo::GatherOptions opts(context_);
+    opts.setInput(static_cast<uint8_t*>(input.data()), input.nbytes());
+    if (rank_ == root) {
+      opts.setOutput(static_cast<uint8_t*>(output.data()),
+                     input.nbytes() * size_);
+    }
+    opts.setRoot(root);
+    opts.setTag(Tag(ctx));
+    opts.setTimeout(Millis(ctx.timeout));
+    gloo::gather(opts);
+  });
+}
+
+absl::Status GlooBackend::Scatter(const OpContext& ctx, TensorRef input,
+                                  TensorRef output, int root) {
+  OpSignature sig =
+      MakeSignature(ctx, OpCode::kScatter, &output, output.numel(), root);
+  DK_RETURN_IF_ERROR(Agree(ctx, sig, nullptr, 0));
+  return Guarded(ctx, [&] {
+    gloo::ScatterOptions opts(context_);
+    std::vector<uint8_t*> parts;
+    if (rank_ == root) {
+      for (int r = 0; r < size_; ++r) {
+        parts.push_back(static_cast<uint8_t*>(input.data()) +
+                        r * output.nbytes());
+      }
+      opts.setInputs(parts, output.nbytes());
+    }
+    opts.setOutput(static_cast<uint8_t*>(output.data()), output.nbytes());
+    opts.setRoot(root);
+    opts.setTag(Tag(ctx));
+    opts.setTimeout(Millis(ctx.timeout));
+    gloo::scatter(opts);
+  });
+}
+
+absl::Status GlooBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
+                                        TensorRef output, ReduceOp op) {
+  DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(output.dtype(), op));
+  OpSignature sig = MakeSignature(ctx, OpCode::kReduceScatter, &output,
+                                  output.numel(), -1, static_cast<int>(op));
+  DK_RETURN_IF_ERROR(Agree(ctx, sig, nullptr, 0));
+  const size_t chunk = output.nbytes();
+  // Ring reduce-scatter: n-1 steps; at step s this rank sends chunk
+  // (rank - s - 1) to its right neighbour and folds chunk (rank - s - 2)
+  // from its left neighbour into its copy. It ends owning chunk `rank`.
+  scratch_.assign(static_cast<char*>(input.data()),
+                  static_cast<char*>(input.data()) + input.nbytes());
+  if (size_ > 1 && chunk > 0) {
+    std::vector<char> incoming(chunk);
+    DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
+      auto send_buf =
+          context_->createUnboundBuffer(scratch_.data(), scratch_.size());
+      auto recv_buf =
+          context_->createUnboundBuffer(incoming.data(), incoming.size());
+      const int right = (rank_ + 1) % size_;
+      const int left = (rank_ - 1 + size_) % size_;
+      const uint64_t slot = gloo::Slot::build(kReduceScatterSlot, Tag(ctx));
+      for (int s = 0; s < size_ - 1; ++s) {
+        const int send_chunk = ((rank_ - s - 1) % size_ + size_) % size_;
+        const int recv_chunk = ((rank_ - s - 2) % size_ + size_) % size_;
+        recv_buf->recv(left, slot, 0, chunk);
+        send_buf->send(right, slot, send_chunk * chunk, chunk);
+        recv_buf->waitRecv(Millis(ctx.timeout));
+        send_buf->waitSend(Millis(ctx.timeout));
+        char* target = scratch_.data() + recv_chunk * chunk;
+        fn(target, target, incoming.data(), output.numel());
+      }
+    }));
+  }
+  std::memcpy(output.data(), scratch_.data() + rank_ * chunk, chunk);
+  if (op == ReduceOp::kMean)
+    DivideBySize(output.data(), output.dtype(), output.numel(), size_);
+  return absl::OkStatus();
+}
+
+absl::Status GlooBackend::AllToAll(const OpContext& ctx, TensorRef input,
+                                   absl::Span<const int64_t> input_splits,
+                                   TensorRef output,
+                                   absl::Span<const int64_t> output_splits) {
+  const bool uneven = !input_splits.empty() || !output_splits.empty();
+  OpSignature sig = MakeSignature(ctx, OpCode::kAllToAll, &input,
+                                  uneven ? -1 : input.numel());
+  DK_RETURN_IF_ERROR(Agree(ctx, sig, nullptr, 0));
+  const size_t elem = ElementSize(input.dtype());
+  if (!uneven) {
+    return Guarded(ctx, [&] {
+      gloo::AlltoallOptions opts(context_);
+      opts.setInput(static_cast<uint8_t*>(input.data()), input.nbytes());
+      opts.setOutput(static_cast<uint8_t*>(output.data()), output.nbytes());
+      opts.setTag(Tag(ctx));
+      opts.setTimeout(Millis(ctx.timeout));
+      gloo::alltoall(opts);
+    });
+  }
+  // Check the split matrix before data moves: what r sends to d must be what
+  // d expects from r.
+  std::vector<int64_t> mine(2 * size_), all(2 * size_ * size_);
+  for (int r = 0; r < size_; ++r) {
+    mine[r] = input_splits[r];
+    mine[size_ + r] = output_splits[r];
+  }
+  DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput(mine.data(), mine.size());
+    opts.setOutput(all.data(), all.size());
+    opts.setTag(Tag(ctx));
+    opts.setTimeout(Millis(ctx.timeout));
+    gloo::allgather(opts);
+  }));
+  for (int src = 0; src < size_; ++src) {
+    for (int dst = 0; dst < size_; ++dst) {
+      const int64_t sends = all[src * 2 * size_ + dst];
+      const int64_t expects = all[dst * 2 * size_ + size_ + src];
+      if (sends != expects) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(ctx.Describe(), ": rank ", src, " sends ", sends,
+                         " elements to rank ", dst, ", which expects ", expects,
+                         " from it (input_splits and "
+                         "output_splits must match across ranks)"));
+      }
+    }
+  }
+  return Guarded(ctx, [&] {
+    gloo::AlltoallvOptions opts(context_);
+    std::vector<int64_t> in_bytes(size_), out_bytes(size_);
+    for (int r = 0; r < size_; ++r) {
+      in_bytes[r] = input_splits[r] * elem;
+      out_bytes[r] = output_splits[r] * elem;
+    }
+    opts.setInput(static_cast<uint8_t*>(input.data()), in_bytes);
+    opts.setOutput(static_cast<uint8_t*>(output.data()), out_bytes);
+    opts.setTag(Tag(ctx));
+    opts.setTimeout(Millis(ctx.timeout));
+    gloo::alltoallv(opts);
+  });
+}
+
+absl::Status GlooBackend::Barrier(const OpContext& ctx) {
+  // The signature exchange is an all-gather: no rank leaves it before every
+  // rank has entered it.
+  return Agree(ctx, MakeSignature(ctx, OpCode::kBarrier, nullptr, -1), nullptr,
+               0);
+}
+
+namespace {
+struct SendHeader {
+  int32_t dtype;
+  int32_t tag;
+  int64_t count;
+};
+}  // namespace
+
+absl::Status GlooBackend::Send(const OpContext& ctx, TensorRef data, int dst,
+                               int tag) {
+  SendHeader header{static_cast<int32_t>(data.dtype()), tag, data.numel()};
+  return Guarded(ctx, [&] {
+    auto h = context_->createUnboundBuffer(&header, sizeof(header));
+    h->send(dst,
+            gloo::Slot::build(kSendHeaderSlot, static_cast<uint32_t>(tag)));
+    h->waitSend(Millis(ctx.timeout));
+    if (data.nbytes() > 0) {
+      auto d = context_->createUnboundBuffer(data.data(), data.nbytes());
+      d->send(dst,
+              gloo::Slot::build(kSendDataSlot, static_cast<uint32_t>(tag)));
+      d->waitSend(Millis(ctx.timeout));
+    }
+  });
+}
+
+absl::Status GlooBackend::Recv(const OpContext& ctx, TensorRef data, int src,
+                               int tag) {
+  SendHeader header{};
+  DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
+    auto h = context_->createUnboundBuffer(&header, sizeof(header));
+    h->recv(src,
+            gloo::Slot::build(kSendHeaderSlot, static_cast<uint32_t>(tag)));
+    h->waitRecv(Millis(ctx.timeout));
+  }));
+  const bool matches = header.dtype == static_cast<int32_t>(data.dtype()) &&
+                       header.count == data.numel();
+  absl::StatusOr<DataType> sent_dtype = DataTypeFromInt(header.dtype);
+  const size_t sent_bytes =
+      sent_dtype.ok() ? header.count * ElementSize(*sent_dtype) : 0;
+  // Receive what was sent (into scratch when it does not fit), so the stream
+  // stays in step, then report the mismatch.
+  void* target = data.data();
+  if (!matches) {
+    scratch_.resize(sent_bytes);
+    target = scratch_.data();
+  }
+  if (sent_bytes > 0) {
+    DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
+      auto d = context_->createUnboundBuffer(target, sent_bytes);
+      d->recv(src,
+              gloo::Slot::build(kSendDataSlot, static_cast<uint32_t>(tag)));
+      d->waitRecv(Millis(ctx.timeout));
+    }));
+  }
+  if (!matches) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ctx.Describe(), ": rank ", src, " sent ",
+                     sent_dtype.ok() ? DataTypeName(*sent_dtype) : "?", " x",
+                     header.count, " with tag ", tag, " but rank ", rank_,
+                     " expected ", DataTypeName(data.dtype()), " x",
+                     data.numel(), "; the data was received and dropped"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace distkit

@@ -1,0 +1,66 @@
+// File: work.h
+//
+// Work is the handle of one asynchronous operation: the caller tests or waits
+// on it; the thread that runs the operation completes it exactly once.
+//
+//   std::shared_ptr<Work> w = group->AllReduceAsync(t, ReduceOp::kSum);
+//   ... overlap other work ...
+//   DK_RETURN_IF_ERROR(w->Wait(absl::Seconds(60)));
+//
+// Buffers given to an asynchronous operation are lent to it: they must stay
+// valid and untouched until the Work completes.
+
+#ifndef DISTKIT_CC_COMM_WORK_H_
+#define DISTKIT_CC_COMM_WORK_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace distkit {
+
+enum class WorkState {
+  kPending = 0,
+  kSucceeded = 1,
+  kFailed = 2,
+};
+
+class Work {
+ public:
+  // `description` names the operation in messages: "all_reduce #12 on group
+  // 'world'".
+  explicit Work(std::string description)
+      : description_(std::move(description)) {}
+
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  // Non-blocking: whether the operation has finished (either way).
+  bool Test() const;
+  WorkState state() const;
+
+  // Blocks until the operation finishes or `timeout` passes, then returns its
+  // status. If it has not finished in time: DEADLINE_EXCEEDED naming the
+  // operation; the operation itself goes on (abort the group to stop it).
+  absl::Status Wait(absl::Duration timeout = absl::InfiniteDuration()) const;
+
+  // The final status; OK while pending.
+  absl::Status status() const;
+
+  const std::string& description() const { return description_; }
+
+  // Marks the operation finished with `status`. Later calls are ignored.
+  void Complete(absl::Status status);
+
+ private:
+  const std::string description_;
+  mutable absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_COMM_WORK_H_
