@@ -502,10 +502,12 @@ absl::Status GlooBackend::Recv(const OpContext& ctx, TensorRef data, int src,
       sent_dtype.ok() ? header.count * ElementSize(*sent_dtype) : 0;
   // Receive what was sent (into scratch when it does not fit), so the stream
   // stays in step, then report the mismatch.
+  // Receives may run beside collectives: use a local buffer, not scratch_.
+  std::vector<char> dropped;
   void* target = data.data();
   if (!matches) {
-    scratch_.resize(sent_bytes);
-    target = scratch_.data();
+    dropped.resize(sent_bytes);
+    target = dropped.data();
   }
   if (sent_bytes > 0) {
     DK_RETURN_IF_ERROR(Guarded(ctx, [&] {

@@ -1,0 +1,556 @@
+// Every collective of ProcessGroup over Gloo, run by each rank of a real job
+// (dk_multirank_test, world sizes 1-4). Each rank fills its inputs from a
+// formula of (rank, index) and computes the expected results itself from the
+// same formula for every rank, so nothing is taken from the library under test.
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "cc/comm/internal/half.h"
+#include "gtest/gtest.h"
+#include "testing/cc/rank_env.h"
+
+namespace distkit {
+namespace {
+
+using comm_internal::BFloat16ToFloat;
+using comm_internal::Float16ToFloat;
+using comm_internal::FloatToBFloat16;
+using comm_internal::FloatToFloat16;
+
+testing::RankEnv* env = nullptr;
+ProcessGroup& World() { return *env->world; }
+int Rank() { return World().rank(); }
+int Size() { return World().size(); }
+
+// A typed buffer read and written as doubles.
+class Buffer {
+ public:
+  Buffer(DataType dt, int64_t n)
+      : dt_(dt), n_(n), bytes_(n * ElementSize(dt) + 1) {}
+  TensorRef ref() { return TensorRef(bytes_.data(), n_, dt_); }
+  int64_t size() const { return n_; }
+  void Set(int64_t i, double v) {
+    char* p = bytes_.data() + i * ElementSize(dt_);
+    switch (dt_) {
+      case DataType::kFloat16:
+        Store<uint16_t>(p, FloatToFloat16(static_cast<float>(v)));
+        break;
+      case DataType::kBFloat16:
+        Store<uint16_t>(p, FloatToBFloat16(static_cast<float>(v)));
+        break;
+      case DataType::kFloat32:
+        Store<float>(p, static_cast<float>(v));
+        break;
+      case DataType::kFloat64:
+        Store<double>(p, v);
+        break;
+      case DataType::kInt8:
+        Store<int8_t>(p, static_cast<int8_t>(v));
+        break;
+      case DataType::kUInt8:
+        Store<uint8_t>(p, static_cast<uint8_t>(v));
+        break;
+      case DataType::kInt32:
+        Store<int32_t>(p, static_cast<int32_t>(v));
+        break;
+      case DataType::kInt64:
+        Store<int64_t>(p, static_cast<int64_t>(v));
+        break;
+      case DataType::kBool:
+        Store<uint8_t>(p, v != 0 ? 1 : 0);
+        break;
+    }
+  }
+  double Get(int64_t i) const {
+    const char* p = bytes_.data() + i * ElementSize(dt_);
+    switch (dt_) {
+      case DataType::kFloat16:
+        return Float16ToFloat(Load<uint16_t>(p));
+      case DataType::kBFloat16:
+        return BFloat16ToFloat(Load<uint16_t>(p));
+      case DataType::kFloat32:
+        return Load<float>(p);
+      case DataType::kFloat64:
+        return Load<double>(p);
+      case DataType::kInt8:
+        return Load<int8_t>(p);
+      case DataType::kUInt8:
+        return Load<uint8_t>(p);
+      case DataType::kInt32:
+        return Load<int32_t>(p);
+      case DataType::kInt64:
+        return static_cast<double>(Load<int64_t>(p));
+      case DataType::kBool:
+        return Load<uint8_t>(p);
+    }
+    return 0;
+  }
+
+ private:
+  template <typename T>
+  static void Store(char* p, T v) {
+    std::memcpy(p, &v, sizeof(T));
+  }
+  template <typename T>
+  static T Load(const char* p) {
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    return v;
+  }
+  DataType dt_;
+  int64_t n_;
+  std::vector<char> bytes_;
+};
+
+// Input of rank r at index i for (dtype, op), chosen so every result is exact
+// in every dtype at world size <= 4.
+double Value(DataType dt, ReduceOp op, int r, int64_t i) {
+  if (dt == DataType::kBool) return (r + i) % 3 == 0 ? 1 : 0;
+  switch (op) {
+    case ReduceOp::kProduct: {
+      const int k = (r + i) % 3;
+      if (dt == DataType::kUInt8) return k == 0 ? 2 : 1;
+      return k == 0 ? 2 : (k == 1 ? 1 : -1);
+    }
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor:
+      return (r * 37 + i * 11) & 0x7f;
+    default:
+      if (dt == DataType::kUInt8) return (r * 3 + i) % 11;
+      return (r * 3 + i) % 11 - 5;
+  }
+}
+
+// The reduction of every rank's Value, computed here without the library.
+double Expected(DataType dt, ReduceOp op, int64_t i, int n) {
+  if (dt == DataType::kBool) {
+    bool any = false, all = true;
+    int ones = 0;
+    for (int r = 0; r < n; ++r) {
+      const bool b = Value(dt, op, r, i) != 0;
+      any |= b;
+      all &= b;
+      ones += b;
+    }
+    switch (op) {
+      case ReduceOp::kProduct:
+      case ReduceOp::kMin:
+      case ReduceOp::kBand:
+        return all;
+      case ReduceOp::kBxor:
+        return ones % 2;
+      default:
+        return any;
+    }
+  }
+  int64_t acc = static_cast<int64_t>(Value(dt, op, 0, i));
+  for (int r = 1; r < n; ++r) {
+    const int64_t v = static_cast<int64_t>(Value(dt, op, r, i));
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kMean:
+        acc += v;
+        break;
+      case ReduceOp::kProduct:
+        acc *= v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case ReduceOp::kBand:
+        acc &= v;
+        break;
+      case ReduceOp::kBor:
+        acc |= v;
+        break;
+      case ReduceOp::kBxor:
+        acc ^= v;
+        break;
+    }
+  }
+  if (op != ReduceOp::kMean) return static_cast<double>(acc);
+  if (IsFloatingPoint(dt)) return static_cast<double>(acc) / n;
+  return static_cast<double>(acc / n);  // truncation toward zero, as mmengine
+}
+
+void ExpectClose(double got, double want, DataType dt,
+                 const std::string& where) {
+  double tol = 0;
+  if (dt == DataType::kFloat16) tol = std::abs(want) * 1e-3;
+  if (dt == DataType::kBFloat16) tol = std::abs(want) * 8e-3;
+  if (dt == DataType::kFloat32) tol = std::abs(want) * 1e-6;
+  ASSERT_NEAR(got, want, tol) << where;
+}
+
+// Small sizes travel inline with the signature exchange, large ones through
+// Gloo's own algorithms: test both.
+const int64_t kCounts[] = {1, 5, 3000};
+
+TEST(Collectives, AllReduceEveryDtypeAndOp) {
+  for (DataType dt : kAllDataTypes) {
+    for (ReduceOp op : kAllReduceOps) {
+      if (!CheckReduceOpSupported(op, dt).ok()) continue;
+      for (int64_t n : kCounts) {
+        Buffer b(dt, n);
+        for (int64_t i = 0; i < n; ++i) b.Set(i, Value(dt, op, Rank(), i));
+        ASSERT_TRUE(World().AllReduce(b.ref(), op).ok());
+        for (int64_t i = 0; i < n; ++i) {
+          ExpectClose(b.Get(i), Expected(dt, op, i, Size()), dt,
+                      absl::StrCat(DataTypeName(dt), " ", ReduceOpName(op),
+                                   " n=", n, " i=", i));
+        }
+      }
+    }
+  }
+}
+
+TEST(Collectives, MmengineIntegerMeanTruncates) {
+  // mmengine: int64 [1,2] and [3,4] with mean -> [2,3]; a sum of 5 over 2 -> 2.
+  std::vector<int64_t> v = {1 + 2 * Rank(), 2 + 2 * Rank(),
+                            Rank() == 0 ? 2 : 3};
+  ASSERT_TRUE(
+      World()
+          .AllReduce(TensorRef(v.data(), 3, DataType::kInt64), ReduceOp::kMean)
+          .ok());
+  if (Size() == 2) {
+    EXPECT_EQ(v, (std::vector<int64_t>{2, 3, 2}));
+  }
+  int64_t sum = 0;
+  for (int r = 0; r < Size(); ++r) sum += 1 + 2 * r;
+  EXPECT_EQ(v[0], sum / Size());
+}
+
+TEST(Collectives, BitwiseOnFloatIsAnErrorNamingOpAndDtype) {
+  float f = 1;
+  absl::Status s =
+      World().AllReduce(TensorRef(&f, 1, DataType::kFloat32), ReduceOp::kBxor);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("bxor"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("float32"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("all_reduce on group 'world'"),
+            absl::string_view::npos)
+      << s;
+}
+
+TEST(Collectives, BroadcastFromEveryRoot) {
+  for (DataType dt : kAllDataTypes) {
+    for (int64_t n : kCounts) {
+      for (int root = 0; root < Size(); ++root) {
+        Buffer b(dt, n);
+        for (int64_t i = 0; i < n; ++i)
+          b.Set(i, Rank() == root ? Value(dt, ReduceOp::kMax, root, i) : 0);
+        ASSERT_TRUE(World().Broadcast(b.ref(), root).ok());
+        Buffer want(dt, n);
+        for (int64_t i = 0; i < n; ++i)
+          want.Set(i, Value(dt, ReduceOp::kMax, root, i));
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(b.Get(i), want.Get(i))
+              << DataTypeName(dt) << " root=" << root << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Collectives, ReduceToEveryRoot) {
+  for (DataType dt :
+       {DataType::kFloat32, DataType::kInt64, DataType::kBFloat16}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMean}) {
+      for (int64_t n : kCounts) {
+        for (int root = 0; root < Size(); ++root) {
+          Buffer b(dt, n);
+          for (int64_t i = 0; i < n; ++i) b.Set(i, Value(dt, op, Rank(), i));
+          ASSERT_TRUE(World().Reduce(b.ref(), op, root).ok());
+          for (int64_t i = 0; i < n; ++i) {
+            const double want = Rank() == root ? Expected(dt, op, i, Size())
+                                               : Value(dt, op, Rank(), i);
+            ExpectClose(b.Get(i), want, dt,
+                        absl::StrCat("reduce root=", root, " i=", i));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Collectives, AllGatherGatherScatter) {
+  for (DataType dt : {DataType::kFloat64, DataType::kInt8, DataType::kFloat16,
+                      DataType::kBool}) {
+    for (int64_t n : kCounts) {
+      Buffer in(dt, n), out(dt, n * Size());
+      for (int64_t i = 0; i < n; ++i)
+        in.Set(i, Value(dt, ReduceOp::kSum, Rank(), i));
+      ASSERT_TRUE(World().AllGather(in.ref(), out.ref()).ok());
+      for (int r = 0; r < Size(); ++r) {
+        Buffer e(dt, n);
+        for (int64_t i = 0; i < n; ++i)
+          e.Set(i, Value(dt, ReduceOp::kSum, r, i));
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out.Get(r * n + i), e.Get(i));
+      }
+      // Into a list of tensors.
+      std::vector<Buffer> parts(Size(), Buffer(dt, n));
+      std::vector<TensorRef> refs;
+      for (Buffer& p : parts) refs.push_back(p.ref());
+      ASSERT_TRUE(World().AllGather(in.ref(), refs).ok());
+      for (int r = 0; r < Size(); ++r) {
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(parts[r].Get(i), out.Get(r * n + i));
+      }
+      for (int root = 0; root < Size(); ++root) {
+        Buffer g(dt, n * Size());
+        ASSERT_TRUE(World().Gather(in.ref(), g.ref(), root).ok());
+        if (Rank() == root) {
+          for (int64_t i = 0; i < n * Size(); ++i)
+            ASSERT_EQ(g.Get(i), out.Get(i));
+        }
+        // Scatter the gathered buffer back out from the same root.
+        Buffer s(dt, n);
+        ASSERT_TRUE(World().Scatter(g.ref(), s.ref(), root).ok());
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(s.Get(i), in.Get(i));
+      }
+    }
+  }
+}
+
+TEST(Collectives, ReduceScatter) {
+  for (DataType dt :
+       {DataType::kFloat32, DataType::kInt32, DataType::kFloat16}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMean}) {
+      for (int64_t n : kCounts) {
+        Buffer in(dt, n * Size()), out(dt, n);
+        for (int64_t i = 0; i < n * Size(); ++i)
+          in.Set(i, Value(dt, op, Rank(), i));
+        ASSERT_TRUE(World().ReduceScatter(in.ref(), out.ref(), op).ok());
+        for (int64_t i = 0; i < n; ++i) {
+          ExpectClose(out.Get(i), Expected(dt, op, Rank() * n + i, Size()), dt,
+                      absl::StrCat("reduce_scatter i=", i));
+        }
+        // The input is left as it was.
+        Buffer original(dt, n * Size());
+        for (int64_t i = 0; i < n * Size(); ++i)
+          original.Set(i, Value(dt, op, Rank(), i));
+        for (int64_t i = 0; i < n * Size(); ++i)
+          ASSERT_EQ(in.Get(i), original.Get(i));
+      }
+    }
+  }
+}
+
+TEST(Collectives, AllToAllEqualAndUneven) {
+  const int n = Size();
+  // Equal: element j of chunk d from rank r is 1000*r + 10*d + j.
+  const int64_t chunk = 3;
+  std::vector<int64_t> in(chunk * n), out(chunk * n);
+  for (int d = 0; d < n; ++d) {
+    for (int j = 0; j < chunk; ++j)
+      in[d * chunk + j] = 1000 * Rank() + 10 * d + j;
+  }
+  ASSERT_TRUE(World()
+                  .AllToAll(TensorRef(in.data(), in.size(), DataType::kInt64),
+                            TensorRef(out.data(), out.size(), DataType::kInt64))
+                  .ok());
+  for (int s = 0; s < n; ++s) {
+    for (int j = 0; j < chunk; ++j)
+      EXPECT_EQ(out[s * chunk + j], 1000 * s + 10 * Rank() + j);
+  }
+  // Uneven: rank r sends r + d + 1 elements to rank d.
+  std::vector<int64_t> in_splits(n), out_splits(n);
+  for (int d = 0; d < n; ++d) in_splits[d] = Rank() + d + 1;
+  for (int s = 0; s < n; ++s) out_splits[s] = s + Rank() + 1;
+  std::vector<float> uin(
+      std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0}));
+  std::vector<float> uout(
+      std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0}));
+  for (int d = 0, k = 0; d < n; ++d) {
+    for (int j = 0; j < in_splits[d]; ++j)
+      uin[k++] = 100.0f * Rank() + d + 0.5f * j;
+  }
+  ASSERT_TRUE(
+      World()
+          .AllToAll(TensorRef(uin.data(), uin.size(), DataType::kFloat32),
+                    TensorRef(uout.data(), uout.size(), DataType::kFloat32),
+                    in_splits, out_splits)
+          .ok());
+  for (int s = 0, k = 0; s < n; ++s) {
+    for (int j = 0; j < out_splits[s]; ++j)
+      EXPECT_EQ(uout[k++], 100.0f * s + Rank() + 0.5f * j);
+  }
+  // Splits that do not match across ranks fail on every rank (size > 1).
+  if (n > 1) {
+    std::vector<int64_t> bad_in = in_splits;
+    if (Rank() == 0) {
+      bad_in[0] += 1;
+      bad_in[1] -= 1;
+    }
+    absl::Status st = World().AllToAll(
+        TensorRef(uin.data(), uin.size(), DataType::kFloat32),
+        TensorRef(uout.data(), uout.size(), DataType::kFloat32), bad_in,
+        out_splits);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("rank 0 sends"), absl::string_view::npos) << st;
+  }
+}
+
+TEST(Collectives, BarrierSendRecvAndAsync) {
+  ASSERT_TRUE(World().Barrier().ok());
+  const int n = Size();
+  if (n > 1) {
+    // A ring: send to the right, receive from the left.
+    std::vector<int32_t> mine(100, Rank()), from_left(100, -1);
+    const int right = (Rank() + 1) % n, left = (Rank() + n - 1) % n;
+    auto send = World().SendAsync(TensorRef(mine.data(), 100, DataType::kInt32),
+                                  right, 7);
+    ASSERT_TRUE(
+        World()
+            .Recv(TensorRef(from_left.data(), 100, DataType::kInt32), left, 7)
+            .ok());
+    ASSERT_TRUE(send->Wait(absl::Seconds(30)).ok());
+    EXPECT_EQ(from_left, std::vector<int32_t>(100, left));
+    // A receive whose size does not match what was sent is an error naming
+    // both.
+    std::vector<int32_t> wrong(50);
+    auto send2 = World().SendAsync(
+        TensorRef(mine.data(), 100, DataType::kInt32), right, 8);
+    absl::Status st =
+        World().Recv(TensorRef(wrong.data(), 50, DataType::kInt32), left, 8);
+    ASSERT_TRUE(send2->Wait(absl::Seconds(30)).ok());
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("sent int32 x100"), absl::string_view::npos)
+        << st;
+  }
+  // Several async operations in flight, completed in order.
+  std::vector<std::vector<double>> bufs(4, std::vector<double>(5000));
+  std::vector<std::shared_ptr<Work>> works;
+  for (int k = 0; k < 4; ++k) {
+    for (size_t i = 0; i < bufs[k].size(); ++i) bufs[k][i] = k + Rank() + i;
+    works.push_back(World().AllReduceAsync(
+        TensorRef(bufs[k].data(), 5000, DataType::kFloat64), ReduceOp::kSum));
+  }
+  for (int k = 0; k < 4; ++k) {
+    ASSERT_TRUE(works[k]->Wait(absl::Seconds(60)).ok()) << works[k]->status();
+    for (size_t i = 0; i < 5000; i += 499) {
+      EXPECT_EQ(bufs[k][i],
+                n * (k + static_cast<double>(i)) + n * (n - 1) / 2.0);
+    }
+  }
+}
+
+TEST(Collectives, MismatchedCallsFailOnEveryRankAndLeaveTheGroupUsable) {
+  if (Size() == 1) GTEST_SKIP() << "needs two ranks";
+  // Different element counts.
+  std::vector<float> v(4 + Rank(), 1.0f);
+  absl::Status st = World().AllReduce(
+      TensorRef(v.data(), v.size(), DataType::kFloat32), ReduceOp::kSum);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("ranks disagree on all_reduce #"),
+            absl::string_view::npos)
+      << st;
+  EXPECT_NE(st.message().find("rank(s) 1 called all_reduce"),
+            absl::string_view::npos)
+      << st;
+  for (float x : v) EXPECT_EQ(x, 1.0f);  // nothing moved
+  // Large buffers of different sizes (would take Gloo's own path).
+  std::vector<float> big(100000 + 1000 * Rank(), 2.0f);
+  st = World().AllReduce(TensorRef(big.data(), big.size(), DataType::kFloat32),
+                         ReduceOp::kSum);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  // Different operations.
+  std::vector<float> w(4, 1.0f);
+  st = Rank() == 0
+           ? World().Broadcast(TensorRef(w.data(), 4, DataType::kFloat32), 0)
+           : World().AllReduce(TensorRef(w.data(), 4, DataType::kFloat32),
+                               ReduceOp::kSum);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("called broadcast"), absl::string_view::npos)
+      << st;
+  // The group still works.
+  std::vector<float> ok(4, 1.0f);
+  ASSERT_TRUE(World()
+                  .AllReduce(TensorRef(ok.data(), 4, DataType::kFloat32),
+                             ReduceOp::kSum)
+                  .ok());
+  EXPECT_EQ(ok[0], Size());
+  EXPECT_TRUE(World().AsyncError().ok());
+}
+
+TEST(Collectives, Subgroups) {
+  const int n = Size();
+  // Even ranks.
+  std::vector<int> evens;
+  for (int r = 0; r < n; r += 2) evens.push_back(r);
+  auto even = World().NewGroup(evens);
+  ASSERT_TRUE(even.ok()) << even.status();
+  // The first and last rank ({0, 3} at size 4), listed last-first.
+  auto ends = World().NewGroup(n > 1 ? std::vector<int>{n - 1, 0}
+                                     : std::vector<int>{0});
+  ASSERT_TRUE(ends.ok()) << ends.status();
+
+  int64_t x = 10 + Rank();
+  absl::Status st =
+      (*even)->AllReduce(TensorRef(&x, 1, DataType::kInt64), ReduceOp::kSum);
+  if (Rank() % 2 == 0) {
+    ASSERT_TRUE(st.ok()) << st;
+    int64_t want = 0;
+    for (int r : evens) want += 10 + r;
+    EXPECT_EQ(x, want);
+    EXPECT_EQ((*even)->rank(), Rank() / 2);
+    EXPECT_EQ((*even)->size(), static_cast<int>(evens.size()));
+  } else {
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+    EXPECT_NE(st.message().find("is not a member of group 'world/1'"),
+              absl::string_view::npos)
+        << st;
+    EXPECT_FALSE((*even)->is_member());
+    EXPECT_EQ((*even)->rank(), -1);
+  }
+  if ((*ends)->is_member()) {
+    // Group rank 0 is world rank n-1.
+    std::vector<float> b(3000, static_cast<float>(Rank()));
+    ASSERT_TRUE(
+        (*ends)
+            ->Broadcast(TensorRef(b.data(), b.size(), DataType::kFloat32), 0)
+            .ok());
+    EXPECT_EQ(b[2999], static_cast<float>(n - 1));
+    // A group nested inside it.
+    auto nested = (*ends)->NewGroup({0});
+    ASSERT_TRUE(nested.ok()) << nested.status();
+    if ((*nested)->is_member()) {
+      EXPECT_EQ((*nested)->global_ranks(), std::vector<int>{n - 1});
+      ASSERT_TRUE((*nested)->Barrier().ok());
+    }
+  }
+  // World traffic keeps working after subgroup traffic.
+  int64_t y = 1;
+  ASSERT_TRUE(World()
+                  .AllReduce(TensorRef(&y, 1, DataType::kInt64), ReduceOp::kSum)
+                  .ok());
+  EXPECT_EQ(y, n);
+  EXPECT_EQ(World().NewGroup({n}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace distkit
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  absl::StatusOr<distkit::testing::RankEnv> joined =
+      distkit::testing::JoinJob();
+  if (!joined.ok()) {
+    fprintf(stderr, "cannot join the job: %s\n",
+            joined.status().ToString().c_str());
+    return 1;
+  }
+  distkit::env = new distkit::testing::RankEnv(*std::move(joined));
+  const int result = RUN_ALL_TESTS();
+  // Leave together, so no rank tears down connections a peer still uses.
+  (void)distkit::env->world->Barrier();
+  return result;
+}

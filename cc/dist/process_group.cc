@@ -1,0 +1,551 @@
+#include "cc/dist/process_group.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "cc/comm/gloo/gloo_backend.h"
+#include "cc/core/status.h"
+#include "cc/store/prefix_store.h"
+
+namespace distkit {
+namespace {
+
+// How long a timed-out rank waits for the others to report whether they
+// joined the same operation.
+constexpr absl::Duration kDiagnosisWindow = absl::Seconds(2);
+
+// Position of `value` in `v`, or -1.
+int IndexOf(const std::vector<int>& v, int value) {
+  auto it = std::find(v.begin(), v.end(), value);
+  return it == v.end() ? -1 : static_cast<int>(it - v.begin());
+}
+
+std::shared_ptr<Work> FailedWork(std::string description, absl::Status status) {
+  auto w = std::make_shared<Work>(std::move(description));
+  w->Complete(std::move(status));
+  return w;
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(std::string name, std::shared_ptr<Store> store,
+                           std::vector<int> global_ranks, int global_rank,
+                           GroupOptions options)
+    : name_(std::move(name)),
+      store_(std::move(store)),
+      global_ranks_(std::move(global_ranks)),
+      global_rank_(global_rank),
+      rank_(IndexOf(global_ranks_, global_rank)),
+      options_(std::move(options)) {}
+
+ProcessGroup::~ProcessGroup() = default;
+
+absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::CreateWorld(
+    std::shared_ptr<Store> store, int rank, int size, GroupOptions options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is outside [0, ", size, ")"));
+  }
+  std::vector<int> ranks(size);
+  for (int r = 0; r < size; ++r) ranks[r] = r;
+  std::shared_ptr<ProcessGroup> group(new ProcessGroup(
+      "world", std::make_shared<PrefixStore>("pg/world", store),
+      std::move(ranks), rank, std::move(options)));
+  DK_RETURN_IF_ERROR(group->Connect());
+  return group;
+}
+
+absl::Status ProcessGroup::Connect() {
+  if (!is_member()) return absl::OkStatus();
+  if (options_.backend != "gloo") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("backend '", options_.backend,
+                     "' is not available in this build (have: gloo)"));
+  }
+  GlooBackend::Options gloo_options;
+  gloo_options.timeout = options_.timeout;
+  gloo_options.hostname = options_.hostname;
+  if (gloo_options.hostname.empty()) {
+    const char* env = std::getenv("DISTKIT_GLOO_HOSTNAME");
+    gloo_options.hostname = env != nullptr && *env ? env : "127.0.0.1";
+  }
+  absl::StatusOr<std::unique_ptr<GlooBackend>> backend =
+      GlooBackend::Create(std::make_shared<PrefixStore>("gloo", store_), rank_,
+                          size(), gloo_options);
+  if (!backend.ok()) {
+    return Annotate(backend.status(),
+                    absl::StrCat("creating group '", name_, "'"));
+  }
+  backend_ = *std::move(backend);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
+    std::vector<int> ranks) {
+  return NewGroup(std::move(ranks), options_);
+}
+
+absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
+    std::vector<int> ranks, GroupOptions options) {
+  if (!is_member()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("new_group: rank ", global_rank_,
+                     " is not a member of group '", name_, "'"));
+  }
+  if (ranks.empty()) {
+    return absl::InvalidArgumentError("new_group: the list of ranks is empty");
+  }
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] < 0 || sorted[i] >= size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("new_group: rank ", sorted[i], " is outside group '",
+                       name_, "' of size ", size()));
+    }
+    if (i > 0 && sorted[i] == sorted[i - 1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("new_group: rank ", sorted[i], " is listed twice"));
+    }
+  }
+  std::vector<int> global;
+  for (int r : ranks) global.push_back(global_ranks_[r]);
+  const std::string child = absl::StrCat(name_, "/", ++next_child_);
+  std::shared_ptr<ProcessGroup> group(new ProcessGroup(
+      child, std::make_shared<PrefixStore>(absl::StrCat("pg/", child), store_),
+      std::move(global), global_rank_, std::move(options)));
+  DK_RETURN_IF_ERROR(group->Connect());
+  return group;
+}
+
+absl::Status ProcessGroup::CheckTensor(const TensorRef& t,
+                                       absl::string_view what) const {
+  if (!t.device().is_cpu()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": the ", options_.backend, " backend of group '", name_,
+        "' works on cpu tensors, got one on ", t.device().ToString()));
+  }
+  if (t.data() == nullptr && t.numel() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": data is NULL"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProcessGroup::CheckRank(int r, absl::string_view what) const {
+  if (r < 0 || r >= size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " ", r, " is outside group '", name_, "' of size ", size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProcessGroup::CheckReduce(const TensorRef& t, ReduceOp op) const {
+  DK_RETURN_IF_ERROR(CheckTensor(t, "data"));
+  return CheckReduceOpSupported(op, t.dtype());
+}
+
+absl::Status ProcessGroup::AsyncError() const {
+  absl::MutexLock lock(&mu_);
+  return poison_;
+}
+
+void ProcessGroup::Abort() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (poison_.ok()) {
+      poison_ =
+          absl::CancelledError(absl::StrCat("group '", name_, "' was aborted"));
+    }
+  }
+  if (backend_ != nullptr) backend_->Abort();
+}
+
+std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
+  const std::string prefix = absl::StrCat("diag/", ctx.seq, "/");
+  (void)store_->Set(absl::StrCat(prefix, rank_), ctx.op_name);
+  const absl::Time deadline = absl::Now() + kDiagnosisWindow;
+  std::vector<int> joined, missing;
+  while (true) {
+    joined.clear();
+    missing.clear();
+    for (int r = 0; r < size(); ++r) {
+      absl::StatusOr<bool> present = store_->Check({absl::StrCat(prefix, r)});
+      (present.ok() && *present ? joined : missing).push_back(r);
+    }
+    if (missing.empty() || absl::Now() > deadline) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (missing.empty()) {
+    return "; every rank reached this operation (a peer may be slow or stuck "
+           "inside it)";
+  }
+  return absl::StrCat("; rank(s) ", absl::StrJoin(missing, ", "),
+                      " never joined it (rank(s) ", absl::StrJoin(joined, ", "),
+                      " did)");
+}
+
+absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!poison_.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          ctx.Describe(), ": the group is unusable after an earlier error (",
+          poison_.message(), "); abort it and create a new group"));
+    }
+  }
+  absl::Status status = body(ctx);
+  if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+    status = absl::DeadlineExceededError(
+        absl::StrCat(status.message(), DiagnoseLateRanks(ctx)));
+  }
+  if (status.code() == absl::StatusCode::kDeadlineExceeded ||
+      status.code() == absl::StatusCode::kUnavailable ||
+      status.code() == absl::StatusCode::kCancelled) {
+    absl::MutexLock lock(&mu_);
+    if (poison_.ok()) poison_ = status;
+  }
+  return status;
+}
+
+OpQueue& ProcessGroup::QueueFor(const char* op_name, int peer) {
+  if (peer < 0) return queue_;
+  // Sends and receives get one lane per (peer, direction): a send must not
+  // wait behind a receive that needs the peer's own send to finish.
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<OpQueue>& lane =
+      p2p_lanes_[{peer, std::string_view(op_name) == "send"}];
+  if (lane == nullptr) lane = std::make_unique<OpQueue>();
+  return *lane;
+}
+
+std::shared_ptr<Work> ProcessGroup::Submit(const char* op_name,
+                                           absl::Status checked, Body body,
+                                           int peer) {
+  const bool point_to_point = peer >= 0;
+  if (!is_member()) {
+    return FailedWork(
+        op_name,
+        absl::FailedPreconditionError(absl::StrCat(
+            op_name, ": rank ", global_rank_, " is not a member of group '",
+            name_, "' (ranks ", absl::StrJoin(global_ranks_, ", "), ")")));
+  }
+  OpContext ctx;
+  ctx.op_name = op_name;
+  ctx.group_name = name_;
+  ctx.timeout = options_.timeout;
+  if (!checked.ok()) {
+    return FailedWork(
+        ctx.Describe(),
+        Annotate(checked, absl::StrCat(op_name, " on group '", name_,
+                                       "' (rank ", rank_, ")")));
+  }
+  // Only the collective sequence is the same on every rank; sends and
+  // receives are numbered apart so that they do not shift it.
+  ctx.seq = point_to_point ? ++next_p2p_seq_ : ++next_seq_;
+  auto work = std::make_shared<Work>(ctx.Describe());
+  QueueFor(op_name, peer).Post([this, ctx, body = std::move(body), work] {
+    work->Complete(Execute(ctx, body));
+  });
+  return work;
+}
+
+absl::Status ProcessGroup::RunSync(const char* op_name, absl::Status checked,
+                                   Body body) {
+  if (!is_member() || !checked.ok()) {
+    return Submit(op_name, std::move(checked), std::move(body))->status();
+  }
+  OpContext ctx;
+  ctx.op_name = op_name;
+  ctx.group_name = name_;
+  ctx.timeout = options_.timeout;
+  ctx.seq = ++next_seq_;
+  absl::Status status;
+  queue_.Run([&] { status = Execute(ctx, body); });
+  return status;
+}
+
+// --- argument checks shared by the sync and async forms ----------------------
+
+namespace {
+
+absl::Status SameDtype(const TensorRef& a, const TensorRef& b) {
+  if (a.dtype() != b.dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input is ", DataTypeName(a.dtype()), " but output is ",
+                     DataTypeName(b.dtype())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpectNumel(const TensorRef& t, int64_t n,
+                         absl::string_view what) {
+  if (t.numel() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has ", t.numel(), " elements, expected ", n));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+#define DK_CHECKS(...)                            \
+  [&]() -> absl::Status {                         \
+    for (const absl::Status& s : {__VA_ARGS__}) { \
+      if (!s.ok()) return s;                      \
+    }                                             \
+    return absl::OkStatus();                      \
+  }()
+
+std::shared_ptr<Work> ProcessGroup::AllReduceAsync(TensorRef data,
+                                                   ReduceOp op) {
+  return Submit("all_reduce", CheckReduce(data, op),
+                [this, data, op](const OpContext& c) {
+                  return backend_->AllReduce(c, data, op);
+                });
+}
+absl::Status ProcessGroup::AllReduce(TensorRef data, ReduceOp op) {
+  return RunSync("all_reduce", CheckReduce(data, op),
+                 [this, data, op](const OpContext& c) {
+                   return backend_->AllReduce(c, data, op);
+                 });
+}
+
+std::shared_ptr<Work> ProcessGroup::BroadcastAsync(TensorRef data, int root) {
+  return Submit("broadcast",
+                DK_CHECKS(CheckTensor(data, "data"), CheckRank(root, "root")),
+                [this, data, root](const OpContext& c) {
+                  return backend_->Broadcast(c, data, root);
+                });
+}
+absl::Status ProcessGroup::Broadcast(TensorRef data, int root) {
+  return RunSync("broadcast",
+                 DK_CHECKS(CheckTensor(data, "data"), CheckRank(root, "root")),
+                 [this, data, root](const OpContext& c) {
+                   return backend_->Broadcast(c, data, root);
+                 });
+}
+
+std::shared_ptr<Work> ProcessGroup::ReduceAsync(TensorRef data, ReduceOp op,
+                                                int root) {
+  return Submit("reduce",
+                DK_CHECKS(CheckReduce(data, op), CheckRank(root, "root")),
+                [this, data, op, root](const OpContext& c) {
+                  return backend_->Reduce(c, data, op, root);
+                });
+}
+absl::Status ProcessGroup::Reduce(TensorRef data, ReduceOp op, int root) {
+  return ReduceAsync(data, op, root)->Wait();
+}
+
+std::shared_ptr<Work> ProcessGroup::AllGatherAsync(TensorRef input,
+                                                   TensorRef output) {
+  return Submit(
+      "all_gather",
+      DK_CHECKS(CheckTensor(input, "input"), CheckTensor(output, "output"),
+                SameDtype(input, output),
+                ExpectNumel(output, input.numel() * size(), "output")),
+      [this, input, output](const OpContext& c) {
+        return backend_->AllGather(c, input, output);
+      });
+}
+absl::Status ProcessGroup::AllGather(TensorRef input, TensorRef output) {
+  return RunSync(
+      "all_gather",
+      DK_CHECKS(CheckTensor(input, "input"), CheckTensor(output, "output"),
+                SameDtype(input, output),
+                ExpectNumel(output, input.numel() * size(), "output")),
+      [this, input, output](const OpContext& c) {
+        return backend_->AllGather(c, input, output);
+      });
+}
+
+absl::Status ProcessGroup::AllGather(TensorRef input,
+                                     const std::vector<TensorRef>& outputs) {
+  absl::Status checked = CheckTensor(input, "input");
+  if (checked.ok() && static_cast<int>(outputs.size()) != size()) {
+    checked = absl::InvalidArgumentError(
+        absl::StrCat("got ", outputs.size(),
+                     " output tensors for a group of size ", size()));
+  }
+  for (size_t r = 0; checked.ok() && r < outputs.size(); ++r) {
+    checked = DK_CHECKS(
+        CheckTensor(outputs[r], absl::StrCat("output ", r)),
+        SameDtype(input, outputs[r]),
+        ExpectNumel(outputs[r], input.numel(), absl::StrCat("output ", r)));
+  }
+  std::vector<char> staging(checked.ok() ? input.nbytes() * outputs.size() : 0);
+  TensorRef flat(staging.data(), input.numel() * size(), input.dtype());
+  return RunSync(
+      "all_gather", checked, [&](const OpContext& c) -> absl::Status {
+        DK_RETURN_IF_ERROR(backend_->AllGather(c, input, flat));
+        for (size_t r = 0; r < outputs.size(); ++r) {
+          std::copy_n(staging.data() + r * input.nbytes(), input.nbytes(),
+                      static_cast<char*>(outputs[r].data()));
+        }
+        return absl::OkStatus();
+      });
+}
+
+std::shared_ptr<Work> ProcessGroup::GatherAsync(TensorRef input,
+                                                TensorRef output, int root) {
+  absl::Status checked =
+      DK_CHECKS(CheckTensor(input, "input"), CheckRank(root, "root"));
+  if (checked.ok() && rank_ == root) {
+    checked = DK_CHECKS(CheckTensor(output, "output"), SameDtype(input, output),
+                        ExpectNumel(output, input.numel() * size(), "output"));
+  }
+  return Submit("gather", checked,
+                [this, input, output, root](const OpContext& c) {
+                  return backend_->Gather(c, input, output, root);
+                });
+}
+absl::Status ProcessGroup::Gather(TensorRef input, TensorRef output, int root) {
+  return GatherAsync(input, output, root)->Wait();
+}
+
+std::shared_ptr<Work> ProcessGroup::ScatterAsync(TensorRef input,
+                                                 TensorRef output, int root) {
+  absl::Status checked =
+      DK_CHECKS(CheckTensor(output, "output"), CheckRank(root, "root"));
+  if (checked.ok() && rank_ == root) {
+    checked = DK_CHECKS(CheckTensor(input, "input"), SameDtype(input, output),
+                        ExpectNumel(input, output.numel() * size(), "input"));
+  }
+  return Submit("scatter", checked,
+                [this, input, output, root](const OpContext& c) {
+                  return backend_->Scatter(c, input, output, root);
+                });
+}
+absl::Status ProcessGroup::Scatter(TensorRef input, TensorRef output,
+                                   int root) {
+  return ScatterAsync(input, output, root)->Wait();
+}
+
+std::shared_ptr<Work> ProcessGroup::ReduceScatterAsync(TensorRef input,
+                                                       TensorRef output,
+                                                       ReduceOp op) {
+  return Submit("reduce_scatter",
+                DK_CHECKS(CheckTensor(input, "input"), CheckReduce(output, op),
+                          SameDtype(input, output),
+                          ExpectNumel(input, output.numel() * size(), "input")),
+                [this, input, output, op](const OpContext& c) {
+                  return backend_->ReduceScatter(c, input, output, op);
+                });
+}
+absl::Status ProcessGroup::ReduceScatter(TensorRef input, TensorRef output,
+                                         ReduceOp op) {
+  return ReduceScatterAsync(input, output, op)->Wait();
+}
+
+std::shared_ptr<Work> ProcessGroup::AllToAllAsync(
+    TensorRef input, TensorRef output, std::vector<int64_t> input_splits,
+    std::vector<int64_t> output_splits) {
+  absl::Status checked =
+      DK_CHECKS(CheckTensor(input, "input"), CheckTensor(output, "output"),
+                SameDtype(input, output));
+  const bool uneven = !input_splits.empty() || !output_splits.empty();
+  if (checked.ok() && uneven) {
+    if (input_splits.empty())
+      input_splits.assign(size(), input.numel() / size());
+    if (output_splits.empty())
+      output_splits.assign(size(), output.numel() / size());
+    for (const auto& [splits, t, what] :
+         {std::make_tuple(&input_splits, &input, "input"),
+          std::make_tuple(&output_splits, &output, "output")}) {
+      if (static_cast<int>(splits->size()) != size()) {
+        checked = absl::InvalidArgumentError(
+            absl::StrCat(what, "_splits has ", splits->size(),
+                         " entries for a group of size ", size()));
+        break;
+      }
+      int64_t sum = 0;
+      for (int64_t s : *splits) {
+        if (s < 0)
+          checked = absl::InvalidArgumentError(
+              absl::StrCat(what, "_splits has a negative entry"));
+        sum += s;
+      }
+      if (checked.ok() && sum != t->numel()) {
+        checked = absl::InvalidArgumentError(
+            absl::StrCat(what, "_splits add up to ", sum, " but ", what,
+                         " has ", t->numel(), " elements"));
+      }
+      if (!checked.ok()) break;
+    }
+  } else if (checked.ok()) {
+    if (input.numel() % size() != 0 || output.numel() != input.numel()) {
+      checked = absl::InvalidArgumentError(
+          absl::StrCat("equal-split all_to_all needs input and output of the "
+                       "same size, divisible by "
+                       "the group size ",
+                       size(), "; got ", input.numel(), " and ", output.numel(),
+                       " elements"));
+    }
+  }
+  return Submit(
+      "all_to_all", checked,
+      [this, input, output, input_splits, output_splits](const OpContext& c) {
+        return backend_->AllToAll(c, input, input_splits, output,
+                                  output_splits);
+      });
+}
+absl::Status ProcessGroup::AllToAll(TensorRef input, TensorRef output,
+                                    std::vector<int64_t> input_splits,
+                                    std::vector<int64_t> output_splits) {
+  return AllToAllAsync(input, output, std::move(input_splits),
+                       std::move(output_splits))
+      ->Wait();
+}
+
+std::shared_ptr<Work> ProcessGroup::BarrierAsync() {
+  return Submit("barrier", absl::OkStatus(),
+                [this](const OpContext& c) { return backend_->Barrier(c); });
+}
+absl::Status ProcessGroup::Barrier() {
+  return RunSync("barrier", absl::OkStatus(),
+                 [this](const OpContext& c) { return backend_->Barrier(c); });
+}
+
+std::shared_ptr<Work> ProcessGroup::SendAsync(TensorRef data, int dst,
+                                              int tag) {
+  absl::Status checked =
+      DK_CHECKS(CheckTensor(data, "data"), CheckRank(dst, "dst"));
+  if (checked.ok() && dst == rank_) {
+    checked = absl::InvalidArgumentError("send: dst is this rank itself");
+  }
+  return Submit(
+      "send", checked,
+      [this, data, dst, tag](const OpContext& c) {
+        return backend_->Send(c, data, dst, tag);
+      },
+      dst);
+}
+absl::Status ProcessGroup::Send(TensorRef data, int dst, int tag) {
+  return SendAsync(data, dst, tag)->Wait();
+}
+
+std::shared_ptr<Work> ProcessGroup::RecvAsync(TensorRef data, int src,
+                                              int tag) {
+  absl::Status checked =
+      DK_CHECKS(CheckTensor(data, "data"), CheckRank(src, "src"));
+  if (checked.ok() && src == rank_) {
+    checked = absl::InvalidArgumentError("recv: src is this rank itself");
+  }
+  return Submit(
+      "recv", checked,
+      [this, data, src, tag](const OpContext& c) {
+        return backend_->Recv(c, data, src, tag);
+      },
+      src);
+}
+absl::Status ProcessGroup::Recv(TensorRef data, int src, int tag) {
+  return RecvAsync(data, src, tag)->Wait();
+}
+
+#undef DK_CHECKS
+
+}  // namespace distkit

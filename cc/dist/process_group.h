@@ -1,0 +1,170 @@
+// File: process_group.h
+//
+// ProcessGroup is a fixed set of ranks and the backend they talk through. It
+// checks arguments, numbers operations (the same sequence on every rank), runs
+// them in order (OpQueue), and hands out Work for asynchronous calls.
+//
+//   DK_ASSIGN_OR_RETURN(auto world, ProcessGroup::CreateWorld(store, rank,
+//   size, {})); DK_RETURN_IF_ERROR(world->AllReduce(grad, ReduceOp::kMean));
+//   DK_ASSIGN_OR_RETURN(auto pair, world->NewGroup({0, 3}));  // collective
+//   if (pair->is_member()) DK_RETURN_IF_ERROR(pair->Broadcast(t, /*root=*/0));
+//
+// Ranks passed to operations (root, src, dst) are ranks within the group.
+// Errors name the operation, its sequence number, the group and the rank:
+// "all_reduce #12 on group 'world' (rank 1): ...". A timeout also says which
+// ranks never joined. After a timeout or a peer failure the group is poisoned:
+// every later call fails; Abort() and a new group are the way on.
+
+#ifndef DISTKIT_CC_DIST_PROCESS_GROUP_H_
+#define DISTKIT_CC_DIST_PROCESS_GROUP_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "cc/comm/backend.h"
+#include "cc/comm/work.h"
+#include "cc/core/device.h"
+#include "cc/core/reduce_op.h"
+#include "cc/core/tensor_ref.h"
+#include "cc/dist/op_queue.h"
+#include "cc/store/store.h"
+
+namespace distkit {
+
+struct GroupOptions {
+  // "gloo" (CPU tensors). NCCL and MPI are added by their own backends.
+  std::string backend = "gloo";
+  // Per-operation timeout (c10d's default for process groups is 30 min).
+  absl::Duration timeout = absl::Minutes(30);
+  // The address other ranks reach this rank's Gloo device at. Empty: derived
+  // from the store address (loopback stays loopback), else the host name,
+  // overridden by $DISTKIT_GLOO_HOSTNAME.
+  std::string hostname;
+};
+
+class ProcessGroup {
+ public:
+  // The world group of a job: every rank of `store`'s job calls it with its
+  // rank and the job's size. Blocks until all ranks have connected.
+  static absl::StatusOr<std::shared_ptr<ProcessGroup>> CreateWorld(
+      std::shared_ptr<Store> store, int rank, int size, GroupOptions options);
+
+  ~ProcessGroup();
+
+  // Collective over this group: every member calls it, in the same order
+  // relative to its other NewGroup calls, with the same `ranks` (ranks of this
+  // group, any order; the new group numbers them in the order given). Members
+  // of `ranks` get a working group; the others get a handle with
+  // is_member() == false whose operations fail with FAILED_PRECONDITION.
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> NewGroup(
+      std::vector<int> ranks);
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> NewGroup(std::vector<int> ranks,
+                                                         GroupOptions options);
+
+  const std::string& name() const { return name_; }
+  const std::string& backend_name() const { return options_.backend; }
+  bool is_member() const { return rank_ >= 0; }
+  // This process's rank in the group; -1 when not a member.
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(global_ranks_.size()); }
+  // The world ranks of the members, in group order.
+  const std::vector<int>& global_ranks() const { return global_ranks_; }
+  int global_rank() const { return global_rank_; }
+  absl::Duration timeout() const { return options_.timeout; }
+  // Where this group's collectives compute: cpu for gloo.
+  Device comm_device() const { return Device::Cpu(); }
+  // The group's private namespace in the job store.
+  const std::shared_ptr<Store>& store() const { return store_; }
+
+  // Synchronous operations (see Backend for buffer conventions).
+  absl::Status AllReduce(TensorRef data, ReduceOp op);
+  absl::Status Broadcast(TensorRef data, int root);
+  absl::Status Reduce(TensorRef data, ReduceOp op, int root);
+  absl::Status AllGather(TensorRef input, TensorRef output);
+  // All-gather into one buffer per rank.
+  absl::Status AllGather(TensorRef input,
+                         const std::vector<TensorRef>& outputs);
+  absl::Status Gather(TensorRef input, TensorRef output, int root);
+  absl::Status Scatter(TensorRef input, TensorRef output, int root);
+  absl::Status ReduceScatter(TensorRef input, TensorRef output, ReduceOp op);
+  // Empty splits: equal parts.
+  absl::Status AllToAll(TensorRef input, TensorRef output,
+                        std::vector<int64_t> input_splits = {},
+                        std::vector<int64_t> output_splits = {});
+  absl::Status Barrier();
+  absl::Status Send(TensorRef data, int dst, int tag = 0);
+  absl::Status Recv(TensorRef data, int src, int tag = 0);
+
+  // Asynchronous forms: return at once; buffers are lent until the Work
+  // completes. Argument errors come back as an already-failed Work.
+  std::shared_ptr<Work> AllReduceAsync(TensorRef data, ReduceOp op);
+  std::shared_ptr<Work> BroadcastAsync(TensorRef data, int root);
+  std::shared_ptr<Work> ReduceAsync(TensorRef data, ReduceOp op, int root);
+  std::shared_ptr<Work> AllGatherAsync(TensorRef input, TensorRef output);
+  std::shared_ptr<Work> GatherAsync(TensorRef input, TensorRef output,
+                                    int root);
+  std::shared_ptr<Work> ScatterAsync(TensorRef input, TensorRef output,
+                                     int root);
+  std::shared_ptr<Work> ReduceScatterAsync(TensorRef input, TensorRef output,
+                                           ReduceOp op);
+  std::shared_ptr<Work> AllToAllAsync(TensorRef input, TensorRef output,
+                                      std::vector<int64_t> input_splits = {},
+                                      std::vector<int64_t> output_splits = {});
+  std::shared_ptr<Work> BarrierAsync();
+  std::shared_ptr<Work> SendAsync(TensorRef data, int dst, int tag = 0);
+  std::shared_ptr<Work> RecvAsync(TensorRef data, int src, int tag = 0);
+
+  // Local: cancels what is in flight and makes every later call fail.
+  void Abort();
+  // The first error that poisoned the group, OK if none.
+  absl::Status AsyncError() const;
+
+ private:
+  using Body = std::function<absl::Status(const OpContext&)>;
+
+  ProcessGroup(std::string name, std::shared_ptr<Store> store,
+               std::vector<int> global_ranks, int global_rank,
+               GroupOptions options);
+
+  absl::Status Connect();
+  // Checks membership and the poisoned state, then numbers and queues `body`.
+  // `peer` >= 0 marks a send or receive with that peer.
+  std::shared_ptr<Work> Submit(const char* op_name, absl::Status checked,
+                               Body body, int peer = -1);
+  OpQueue& QueueFor(const char* op_name, int peer);
+  absl::Status RunSync(const char* op_name, absl::Status checked, Body body);
+  absl::Status Execute(const OpContext& ctx, const Body& body);
+  // After a timeout: which members joined operation `ctx.seq`.
+  std::string DiagnoseLateRanks(const OpContext& ctx);
+
+  absl::Status CheckTensor(const TensorRef& t, absl::string_view what) const;
+  absl::Status CheckRank(int r, absl::string_view what) const;
+  absl::Status CheckReduce(const TensorRef& t, ReduceOp op) const;
+
+  const std::string name_;
+  std::shared_ptr<Store> store_;
+  const std::vector<int> global_ranks_;
+  const int global_rank_;
+  const int rank_;
+  GroupOptions options_;
+  std::unique_ptr<Backend> backend_;
+  OpQueue queue_;
+  std::atomic<uint64_t> next_seq_{0};      // collectives
+  std::atomic<uint64_t> next_p2p_seq_{0};  // sends and receives
+  int next_child_ = 0;  // NewGroup counter; NewGroup is collective
+
+  mutable absl::Mutex mu_;
+  absl::Status poison_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<int, bool>, std::unique_ptr<OpQueue>> p2p_lanes_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_DIST_PROCESS_GROUP_H_

@@ -1,0 +1,32 @@
+// File: testing/cc/rank_env.h
+//
+// Joins the job this process was launched into (distrun / the multi-rank
+// harness): parses the launcher's variables, connects to the job store, and
+// creates the world ProcessGroup. For C++ multi-rank tests.
+
+#ifndef DISTKIT_TESTING_CC_RANK_ENV_H_
+#define DISTKIT_TESTING_CC_RANK_ENV_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "cc/dist/process_group.h"
+#include "cc/launch/launcher.h"
+#include "cc/store/store.h"
+
+namespace distkit {
+namespace testing {
+
+struct RankEnv {
+  RendezvousInfo info;
+  std::shared_ptr<Store> store;
+  std::shared_ptr<ProcessGroup> world;
+};
+
+// `timeout` is the world group's per-operation timeout.
+absl::StatusOr<RankEnv> JoinJob(absl::Duration timeout = absl::Seconds(60));
+
+}  // namespace testing
+}  // namespace distkit
+
+#endif  // DISTKIT_TESTING_CC_RANK_ENV_H_
