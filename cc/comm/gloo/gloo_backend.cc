@@ -11,6 +11,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
 #include <chrono>
@@ -31,6 +32,16 @@ namespace {
 constexpr uint8_t kReduceScatterSlot = 0xd1;
 constexpr uint8_t kSendHeaderSlot = 0xd2;
 constexpr uint8_t kSendDataSlot = 0xd3;
+constexpr uint8_t kAgreeSlot = 0xd4;
+
+// Up to this group size the signature exchange is a direct one-hop exchange
+// (every rank sends its record to every other); above it, Gloo's ring.
+constexpr int kDirectExchangeMaxRanks = 32;
+
+// Thrown inside a guarded body when Abort() woke a wait.
+struct AbortedWait : std::exception {
+  const char* what() const noexcept override { return "aborted"; }
+};
 
 constexpr size_t kSlotBytes = sizeof(OpSignature) + GlooBackend::kInlineBytes;
 
@@ -111,21 +122,45 @@ GlooBackend::GlooBackend(int rank, int size,
       size_(size),
       context_(std::move(context)),
       send_slot_(kSlotBytes),
-      recv_slots_(kSlotBytes * size) {}
+      recv_slots_(kSlotBytes * size) {
+  agree_send_ =
+      context_->createUnboundBuffer(send_slot_.data(), send_slot_.size());
+  agree_recv_ =
+      context_->createUnboundBuffer(recv_slots_.data(), recv_slots_.size());
+}
 
 GlooBackend::~GlooBackend() = default;
 
 void GlooBackend::Abort() {
   if (aborted_.exchange(true)) return;
+  absl::MutexLock lock(&mu_);
+  if (poison_.ok()) poison_ = absl::CancelledError("the group was aborted");
+  // Wake every wait in progress; each returns false and its op fails.
+  for (gloo::transport::UnboundBuffer* b : inflight_) {
+    b->abortWaitRecv();
+    b->abortWaitSend();
+  }
+}
+
+void GlooBackend::Wait(gloo::transport::UnboundBuffer& buffer, bool recv,
+                       const OpContext& ctx) {
   {
     absl::MutexLock lock(&mu_);
-    if (poison_.ok()) poison_ = absl::CancelledError("the group was aborted");
+    if (aborted_.load()) throw AbortedWait();
+    inflight_.insert(&buffer);
   }
+  bool completed = false;
   try {
-    context_->closeConnections();
+    completed = recv ? buffer.waitRecv(Millis(ctx.timeout))
+                     : buffer.waitSend(Millis(ctx.timeout));
   } catch (...) {
-    // Closing is best effort; the poisoned state already stops later calls.
+    absl::MutexLock lock(&mu_);
+    inflight_.erase(&buffer);
+    throw;
   }
+  absl::MutexLock lock(&mu_);
+  inflight_.erase(&buffer);
+  if (!completed) throw AbortedWait();
 }
 
 absl::Status GlooBackend::Guarded(const OpContext& ctx,
@@ -154,6 +189,9 @@ absl::Status GlooBackend::Guarded(const OpContext& ctx,
           ctx.Describe(), " (rank ", rank_,
           "): a peer failed or closed its connection: ", e.what()));
     }
+  } catch (const AbortedWait&) {
+    status = absl::CancelledError(
+        absl::StrCat(ctx.Describe(), ": the group was aborted"));
   } catch (const gloo::EnforceNotMet& e) {
     status = absl::InternalError(
         absl::StrCat(ctx.Describe(), " (rank ", rank_, "): gloo: ", e.what()));
@@ -177,12 +215,27 @@ absl::Status GlooBackend::Agree(const OpContext& ctx, const OpSignature& sig,
     std::memcpy(send_slot_.data() + sizeof(sig), inline_data, inline_bytes);
   }
   DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
-    gloo::AllgatherOptions opts(context_);
-    opts.setInput(send_slot_.data(), kSlotBytes);
-    opts.setOutput(recv_slots_.data(), recv_slots_.size());
-    opts.setTag(Tag(ctx));
-    opts.setTimeout(Millis(ctx.timeout));
-    gloo::allgather(opts);
+    if (size_ > kDirectExchangeMaxRanks) {
+      gloo::AllgatherOptions opts(context_);
+      opts.setInput(send_slot_.data(), kSlotBytes);
+      opts.setOutput(recv_slots_.data(), recv_slots_.size());
+      opts.setTag(Tag(ctx));
+      opts.setTimeout(Millis(ctx.timeout));
+      gloo::allgather(opts);
+      return;
+    }
+    std::memcpy(recv_slots_.data() + rank_ * kSlotBytes, send_slot_.data(),
+                kSlotBytes);
+    const uint64_t slot = gloo::Slot::build(kAgreeSlot, Tag(ctx));
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_)
+        agree_recv_->recv(peer, slot, peer * kSlotBytes, kSlotBytes);
+    }
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_) agree_send_->send(peer, slot, 0, kSlotBytes);
+    }
+    for (int i = 0; i < size_ - 1; ++i) Wait(*agree_recv_, /*recv=*/true, ctx);
+    for (int i = 0; i < size_ - 1; ++i) Wait(*agree_send_, /*recv=*/false, ctx);
   }));
   std::vector<OpSignature> all(size_);
   for (int r = 0; r < size_; ++r) {
@@ -379,8 +432,8 @@ absl::Status GlooBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
         const int recv_chunk = ((rank_ - s - 2) % size_ + size_) % size_;
         recv_buf->recv(left, slot, 0, chunk);
         send_buf->send(right, slot, send_chunk * chunk, chunk);
-        recv_buf->waitRecv(Millis(ctx.timeout));
-        send_buf->waitSend(Millis(ctx.timeout));
+        Wait(*recv_buf, /*recv=*/true, ctx);
+        Wait(*send_buf, /*recv=*/false, ctx);
         char* target = scratch_.data() + recv_chunk * chunk;
         fn(target, target, incoming.data(), output.numel());
       }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "cc/comm/backend.h"
@@ -32,6 +33,9 @@ namespace gloo {
 namespace rendezvous {
 class Context;
 }  // namespace rendezvous
+namespace transport {
+class UnboundBuffer;
+}  // namespace transport
 }  // namespace gloo
 
 namespace distkit {
@@ -94,6 +98,10 @@ class GlooBackend : public Backend {
   absl::Status Agree(const OpContext& ctx, const OpSignature& sig,
                      const void* inline_data, size_t inline_bytes);
   const char* InlineData(int rank) const;
+  // Waits for a send or receive on `buffer` to complete, such that Abort()
+  // can wake it. Throws on timeout (Gloo) or abort.
+  void Wait(gloo::transport::UnboundBuffer& buffer, bool recv,
+            const OpContext& ctx);
 
   // Runs `body` (Gloo calls that may throw), turning exceptions into Status,
   // and poisons the backend on transport errors.
@@ -106,9 +114,14 @@ class GlooBackend : public Backend {
   std::vector<char> send_slot_;
   std::vector<char> recv_slots_;
   std::vector<char> scratch_;
+  std::unique_ptr<gloo::transport::UnboundBuffer> agree_send_;
+  std::unique_ptr<gloo::transport::UnboundBuffer> agree_recv_;
 
   absl::Mutex mu_;
   absl::Status poison_ ABSL_GUARDED_BY(mu_);
+  // Buffers with a wait in progress, for Abort() to wake.
+  absl::flat_hash_set<gloo::transport::UnboundBuffer*> inflight_
+      ABSL_GUARDED_BY(mu_);
   std::atomic<bool> aborted_{false};
 };
 

@@ -1,0 +1,104 @@
+// Failure behaviour of a real job (run by dk_multirank_test at world sizes
+// 2-4). The last rank misbehaves; every other rank checks that it gets a clear
+// error in bounded time and that the group is then poisoned.
+//   timeout    the last rank never joins an all_reduce -> DEADLINE_EXCEEDED
+//              naming op, group, sequence number and the missing rank
+//   dead_peer  the last rank exits -> UNAVAILABLE, long before the timeout
+//   abort      Abort() from another thread ends a stuck operation at once
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "testing/cc/rank_env.h"
+
+namespace {
+
+int failures = 0;
+
+void Check(bool ok, const std::string& what) {
+  if (!ok) {
+    ++failures;
+    fprintf(stderr, "CHECK FAILED: %s\n", what.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace distkit;
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const absl::Duration timeout =
+      mode == "timeout" ? absl::Seconds(2) : absl::Seconds(30);
+  absl::StatusOr<testing::RankEnv> env = testing::JoinJob(timeout);
+  if (!env.ok()) {
+    fprintf(stderr, "%s\n", env.status().ToString().c_str());
+    return 1;
+  }
+  ProcessGroup& world = *env->world;
+  const int rank = world.rank(), last = world.size() - 1;
+  if (world.size() < 2) return 0;
+  // Everyone is connected before anyone misbehaves.
+  if (!world.Barrier().ok()) return 1;
+  std::vector<float> data(mode == "dead_peer" ? 1 << 20 : 4, 1.0f);
+  TensorRef t(data.data(), data.size(), DataType::kFloat32);
+
+  if (rank == last) {
+    if (mode == "timeout" || mode == "abort") absl::SleepFor(absl::Seconds(6));
+    printf("rank %d leaves without joining\n", rank);
+    _exit(0);  // no clean-up: a peer that vanishes
+  }
+  if (mode == "dead_peer") absl::SleepFor(absl::Milliseconds(300));
+
+  const absl::Time start = absl::Now();
+  absl::Status st;
+  if (mode == "abort") {
+    std::shared_ptr<Work> w = world.AllReduceAsync(t, ReduceOp::kSum);
+    absl::SleepFor(absl::Milliseconds(500));
+    Check(!w->Test(), "the operation is stuck before the abort");
+    world.Abort();
+    st = w->Wait(absl::Seconds(10));
+    Check(st.code() == absl::StatusCode::kCancelled,
+          "aborted work is CANCELLED: " + st.ToString());
+  } else {
+    st = world.AllReduce(t, ReduceOp::kSum);
+  }
+  const absl::Duration took = absl::Now() - start;
+  printf("rank %d got after %s: %s\n", rank, absl::FormatDuration(took).c_str(),
+         st.ToString().c_str());
+  const std::string msg(st.message());
+  if (mode == "timeout") {
+    Check(st.code() == absl::StatusCode::kDeadlineExceeded,
+          "DEADLINE_EXCEEDED");
+    Check(absl::StrContains(msg, "all_reduce #2 on group 'world'"),
+          "names op, seq, group");
+    Check(
+        absl::StrContains(msg, absl::StrCat("rank(s) ", last, " never joined")),
+        "names the late rank");
+    Check(took >= absl::Milliseconds(1800) && took < absl::Seconds(8),
+          "bounded by timeout");
+  } else if (mode == "dead_peer") {
+    Check(st.code() == absl::StatusCode::kUnavailable, "UNAVAILABLE");
+    Check(absl::StrContains(msg, "all_reduce #2 on group 'world'"),
+          "names op, seq, group");
+    Check(took < absl::Seconds(20), "well before the 30 s timeout");
+  } else if (mode == "abort") {
+    Check(took < absl::Seconds(5), "abort ends the wait at once");
+  } else {
+    fprintf(stderr, "unknown mode %s\n", mode.c_str());
+    return 2;
+  }
+  // The group is poisoned now; later calls fail at once, naming the cause.
+  absl::Status again = world.AllReduce(t, ReduceOp::kSum);
+  Check(again.code() == absl::StatusCode::kFailedPrecondition,
+        "later calls fail: " + again.ToString());
+  Check(!world.AsyncError().ok(), "AsyncError reports the failure");
+  printf("rank %d: %s\n", rank, failures == 0 ? "as expected" : "UNEXPECTED");
+  _exit(failures == 0 ? 0 : 1);
+}
