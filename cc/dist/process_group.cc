@@ -114,7 +114,10 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
   }
   std::vector<int> global;
   for (int r : ranks) global.push_back(global_ranks_[r]);
-  const std::string child = absl::StrCat(name_, "/", ++next_child_);
+  ++next_child_;
+  const std::string child = absl::StrCat(
+      name_, "/",
+      options.name.empty() ? absl::StrCat(next_child_) : options.name);
   std::shared_ptr<ProcessGroup> group(new ProcessGroup(
       child, std::make_shared<PrefixStore>(absl::StrCat("pg/", child), store_),
       std::move(global), global_rank_, std::move(options)));

@@ -46,6 +46,10 @@ struct GroupOptions {
   // from the store address (loopback stays loopback), else the host name,
   // overridden by $DISTKIT_GLOO_HOSTNAME.
   std::string hostname;
+  // NewGroup: the new group's name below its parent ("world/<name>"); empty
+  // numbers it ("world/1"). Groups created with different rank lists on
+  // different ranks (one per node) must be named apart.
+  std::string name;
 };
 
 class ProcessGroup {

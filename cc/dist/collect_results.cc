@@ -1,0 +1,169 @@
+#include "cc/dist/collect_results.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "cc/core/status.h"
+#include "cc/dist/dist.h"
+#include "cc/dist/object_collectives.h"
+
+namespace distkit {
+namespace dist {
+namespace {
+
+constexpr size_t kPathBufferBytes = 512;
+
+ProcessGroup* Resolve(ProcessGroup* group) {
+  return const_cast<ProcessGroup*>(ResolveGroup(group));
+}
+
+ResultItems Truncated(const ResultItems& part, int64_t size) {
+  return ResultItems(
+      part.begin(), part.begin() + std::min<int64_t>(size, static_cast<int64_t>(
+                                                               part.size())));
+}
+
+// Items as (int64 length, bytes) records.
+std::string Encode(const ResultItems& items) {
+  std::string out;
+  for (const std::string& item : items) {
+    const int64_t n = item.size();
+    out.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    out += item;
+  }
+  return out;
+}
+
+absl::StatusOr<ResultItems> Decode(const std::string& bytes) {
+  ResultItems items;
+  size_t offset = 0;
+  while (offset < bytes.size()) {
+    int64_t n = 0;
+    if (offset + sizeof(n) > bytes.size())
+      return absl::DataLossError("truncated part");
+    std::memcpy(&n, bytes.data() + offset, sizeof(n));
+    offset += sizeof(n);
+    if (n < 0 || offset + n > bytes.size())
+      return absl::DataLossError("truncated part");
+    items.push_back(bytes.substr(offset, n));
+    offset += n;
+  }
+  return items;
+}
+
+}  // namespace
+
+ResultItems InterleaveParts(const std::vector<ResultItems>& parts,
+                            int64_t size) {
+  ResultItems out;
+  size_t longest = 0;
+  for (const ResultItems& p : parts) longest = std::max(longest, p.size());
+  for (size_t i = 0; i < longest; ++i) {
+    for (const ResultItems& p : parts) {
+      if (i < p.size() && !p[i].empty()) out.push_back(p[i]);
+    }
+  }
+  if (static_cast<int64_t>(out.size()) > size) out.resize(size);
+  return out;
+}
+
+absl::StatusOr<std::optional<ResultItems>> CollectResults(
+    const ResultItems& part, int64_t size, absl::string_view device,
+    std::optional<std::string> tmpdir, ProcessGroup* group) {
+  if (device == "cpu")
+    return CollectResultsCpu(part, size, std::move(tmpdir), group);
+  if (device == "gpu" || device == "npu") {
+    if (tmpdir.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "collect_results: tmpdir must be None on device ", device));
+    }
+    return CollectResultsGpu(part, size, group);
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "collect_results: device must be cpu, gpu or npu, got ", device));
+}
+
+absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
+    const ResultItems& part, int64_t size, std::optional<std::string> tmpdir,
+    ProcessGroup* group) {
+  if (!IsDistributed() || Resolve(group)->size() == 1) {
+    return std::optional<ResultItems>(Truncated(part, size));
+  }
+  ProcessGroup* g = Resolve(group);
+  const int rank = g->rank(), world = g->size();
+  std::string dir;
+  if (!tmpdir.has_value()) {
+    // Rank 0 makes the directory; its path travels space-padded.
+    std::vector<char> path(kPathBufferBytes, ' ');
+    if (rank == 0) {
+      mkdir(".dist_test", 0755);
+      char templ[] = ".dist_test/tmpXXXXXX";
+      if (mkdtemp(templ) == nullptr) {
+        return absl::InternalError(
+            absl::StrCat("collect_results: mkdtemp: ", strerror(errno)));
+      }
+      std::memcpy(path.data(), templ, std::strlen(templ));
+    }
+    DK_RETURN_IF_ERROR(
+        g->Broadcast(TensorRef(path.data(), path.size(), DataType::kUInt8), 0));
+    dir = std::string(absl::StripTrailingAsciiWhitespace(
+        std::string(path.begin(), path.end())));
+  } else {
+    dir = *tmpdir;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+  }
+  {
+    std::ofstream out(absl::StrCat(dir, "/part_", rank, ".bin"),
+                      std::ios::binary);
+    out << Encode(part);
+    if (!out) {
+      return absl::InternalError(
+          absl::StrCat("collect_results: cannot write in ", dir));
+    }
+  }
+  DK_RETURN_IF_ERROR(g->Barrier());
+  if (rank != 0) return std::optional<ResultItems>();
+  std::vector<ResultItems> parts;
+  for (int r = 0; r < world; ++r) {
+    std::ifstream in(absl::StrCat(dir, "/part_", r, ".bin"), std::ios::binary);
+    if (!in) {
+      return absl::NotFoundError(absl::StrCat(
+          dir, " is not an shared directory for rank ", r,
+          ", please make sure ", dir, " is a shared directory for all ranks!"));
+    }
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    DK_ASSIGN_OR_RETURN(ResultItems items, Decode(bytes.str()));
+    parts.push_back(std::move(items));
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return std::optional<ResultItems>(InterleaveParts(parts, size));
+}
+
+absl::StatusOr<std::optional<ResultItems>> CollectResultsGpu(
+    const ResultItems& part, int64_t size, ProcessGroup* group) {
+  if (!IsDistributed() || Resolve(group)->size() == 1) {
+    return std::optional<ResultItems>(Truncated(part, size));
+  }
+  DK_ASSIGN_OR_RETURN(std::vector<std::string> encoded,
+                      AllGatherObject(Encode(part), group));
+  if (Resolve(group)->rank() != 0) return std::optional<ResultItems>();
+  std::vector<ResultItems> parts;
+  for (const std::string& e : encoded) {
+    DK_ASSIGN_OR_RETURN(ResultItems items, Decode(e));
+    parts.push_back(std::move(items));
+  }
+  return std::optional<ResultItems>(InterleaveParts(parts, size));
+}
+
+}  // namespace dist
+}  // namespace distkit

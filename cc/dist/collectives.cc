@@ -1,0 +1,189 @@
+#include "cc/dist/collectives.h"
+
+#include <cstring>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "cc/core/reduce_op.h"
+#include "cc/core/status.h"
+#include "cc/dist/dist.h"
+
+namespace distkit {
+namespace dist {
+namespace {
+
+ProcessGroup* Resolve(ProcessGroup* group) {
+  return const_cast<ProcessGroup*>(ResolveGroup(group));
+}
+
+bool Trivial(ProcessGroup* group) {
+  return !IsDistributed() || Resolve(group)->size() == 1;
+}
+
+void CopyInto(const TensorRef& from, const TensorRef& to) {
+  if (from.data() != to.data())
+    std::memcpy(to.data(), from.data(), from.nbytes());
+}
+
+// One all_reduce over the concatenation of `tensors` (same dtype).
+absl::Status FlatAllReduce(const std::vector<TensorRef>& tensors, ReduceOp op,
+                           ProcessGroup* group) {
+  if (tensors.empty()) return absl::OkStatus();
+  size_t bytes = 0;
+  int64_t numel = 0;
+  for (const TensorRef& t : tensors) {
+    bytes += t.nbytes();
+    numel += t.numel();
+  }
+  std::vector<char> flat(bytes);
+  size_t offset = 0;
+  for (const TensorRef& t : tensors) {
+    std::memcpy(flat.data() + offset, t.data(), t.nbytes());
+    offset += t.nbytes();
+  }
+  DK_RETURN_IF_ERROR(
+      group->AllReduce(TensorRef(flat.data(), numel, tensors[0].dtype()), op));
+  offset = 0;
+  for (const TensorRef& t : tensors) {
+    std::memcpy(t.data(), flat.data() + offset, t.nbytes());
+    offset += t.nbytes();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status AllReduce(TensorRef data, absl::string_view op,
+                       ProcessGroup* group) {
+  DK_ASSIGN_OR_RETURN(ReduceOp reduce_op, ParseReduceOp(op));
+  if (Trivial(group)) return absl::OkStatus();
+  return Resolve(group)->AllReduce(data, reduce_op);
+}
+
+absl::Status AllGather(TensorRef data, const std::vector<TensorRef>& outputs,
+                       ProcessGroup* group) {
+  if (Trivial(group)) {
+    if (outputs.size() != 1) {
+      return absl::InvalidArgumentError(
+          "all_gather: expected 1 output at world size 1");
+    }
+    CopyInto(data, outputs[0]);
+    return absl::OkStatus();
+  }
+  return Resolve(group)->AllGather(data, outputs);
+}
+
+absl::Status Gather(TensorRef data, const std::vector<TensorRef>& outputs,
+                    int dst, ProcessGroup* group) {
+  if (Trivial(group)) {
+    if (!outputs.empty()) CopyInto(data, outputs[0]);
+    return absl::OkStatus();
+  }
+  ProcessGroup* g = Resolve(group);
+  std::vector<char> staging;
+  TensorRef flat;
+  if (g->rank() == dst) {
+    if (static_cast<int>(outputs.size()) != g->size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gather: dst needs ", g->size(), " outputs, got ", outputs.size()));
+    }
+    staging.resize(data.nbytes() * g->size());
+    flat = TensorRef(staging.data(), data.numel() * g->size(), data.dtype());
+  }
+  DK_RETURN_IF_ERROR(g->Gather(data, flat, dst));
+  if (g->rank() == dst) {
+    for (int r = 0; r < g->size(); ++r) {
+      if (outputs[r].numel() != data.numel() ||
+          outputs[r].dtype() != data.dtype()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "gather: output ", r, " does not match the input's size or dtype"));
+      }
+      std::memcpy(outputs[r].data(), staging.data() + r * data.nbytes(),
+                  data.nbytes());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Broadcast(TensorRef data, int src, ProcessGroup* group) {
+  if (Trivial(group)) return absl::OkStatus();
+  return Resolve(group)->Broadcast(data, src);
+}
+
+absl::StatusOr<int32_t> SyncRandomSeed(ProcessGroup* group) {
+  std::random_device device;
+  std::uniform_int_distribution<int32_t> draw(0, 0x7fffffff);
+  int32_t seed = draw(device);
+  if (Trivial(group)) return seed;
+  ProcessGroup* g = Resolve(group);
+  if (g->rank() != 0) seed = 0;  // mmengine: non-zero ranks start from 0
+  DK_RETURN_IF_ERROR(g->Broadcast(TensorRef(&seed, 1, DataType::kInt32), 0));
+  return seed;
+}
+
+absl::Status AllReduceDict(const std::map<std::string, TensorRef>& data,
+                           absl::string_view op, ProcessGroup* group) {
+  DK_ASSIGN_OR_RETURN(ReduceOp reduce_op, ParseReduceOp(op));
+  if (Trivial(group) || data.empty()) return absl::OkStatus();
+  std::vector<TensorRef> values;
+  for (const auto& [key, t] : data) {
+    if (t.dtype() != data.begin()->second.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "all_reduce_dict: value '", key, "' is ", DataTypeName(t.dtype()),
+          " but the others are ", DataTypeName(data.begin()->second.dtype())));
+    }
+    values.push_back(t);
+  }
+  return FlatAllReduce(values, reduce_op, Resolve(group));
+}
+
+std::vector<std::vector<size_t>> TakeTensorBuckets(
+    const std::vector<TensorRef>& params, int bucket_size_mb) {
+  // Per dtype, in first-seen order of dtypes.
+  std::vector<DataType> order;
+  std::map<DataType, std::vector<size_t>> open;
+  std::map<DataType, size_t> open_bytes;
+  std::vector<std::vector<size_t>> emitted;
+  const size_t limit =
+      bucket_size_mb > 0 ? static_cast<size_t>(bucket_size_mb) << 20 : 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const DataType dt = params[i].dtype();
+    if (!open.count(dt)) order.push_back(dt);
+    std::vector<size_t>& bucket = open[dt];
+    if (limit > 0 && !bucket.empty() &&
+        open_bytes[dt] + params[i].nbytes() > limit) {
+      emitted.push_back(std::move(bucket));
+      bucket.clear();
+      open_bytes[dt] = 0;
+    }
+    bucket.push_back(i);
+    open_bytes[dt] += params[i].nbytes();
+  }
+  for (DataType dt : order) {
+    if (!open[dt].empty()) emitted.push_back(std::move(open[dt]));
+  }
+  return emitted;
+}
+
+absl::Status AllReduceParams(const std::vector<TensorRef>& params,
+                             bool coalesce, int bucket_size_mb,
+                             absl::string_view op, ProcessGroup* group) {
+  DK_ASSIGN_OR_RETURN(ReduceOp reduce_op, ParseReduceOp(op));
+  if (Trivial(group)) return absl::OkStatus();
+  ProcessGroup* g = Resolve(group);
+  if (!coalesce) {
+    for (const TensorRef& p : params)
+      DK_RETURN_IF_ERROR(g->AllReduce(p, reduce_op));
+    return absl::OkStatus();
+  }
+  for (const std::vector<size_t>& bucket :
+       TakeTensorBuckets(params, bucket_size_mb)) {
+    std::vector<TensorRef> tensors;
+    for (size_t i : bucket) tensors.push_back(params[i]);
+    DK_RETURN_IF_ERROR(FlatAllReduce(tensors, reduce_op, g));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dist
+}  // namespace distkit

@@ -1,0 +1,243 @@
+#include "cc/dist/dist.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "cc/core/status.h"
+#include "cc/store/grpc_store.h"
+#include "cc/store/store_server.h"
+
+namespace distkit {
+namespace dist {
+namespace {
+
+struct State {
+  absl::Mutex mu;
+  std::unique_ptr<StoreServer> server;  // when this rank hosts the store
+  std::shared_ptr<Store> store;
+  std::shared_ptr<ProcessGroup> world;
+  std::shared_ptr<ProcessGroup> local;
+};
+
+State& GetState() {
+  static State* state = new State();
+  return *state;
+}
+
+constexpr char kNoLocalGroup[] =
+    "Local process group is not created, please use `init_local_group` to "
+    "setup "
+    "local process group.";
+
+// The address peers reach this rank's Gloo device at: loopback when the store
+// is on loopback (a single-host job), else this host's name.
+std::string GlooHostname(const std::string& store_address) {
+  const char* env = std::getenv("DISTKIT_GLOO_HOSTNAME");
+  if (env != nullptr && *env) return env;
+  if (absl::StartsWith(store_address, "127.") ||
+      absl::StartsWith(store_address, "localhost:") ||
+      absl::StartsWith(store_address, "[::1]")) {
+    return "127.0.0.1";
+  }
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+absl::Status CheckBackend(const std::string& backend) {
+  if (backend == "gloo") return absl::OkStatus();
+  if (backend == "nccl" || backend == "mpi" ||
+      backend == "cpu:gloo,cuda:nccl") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("backend '", backend,
+                     "' is not available in this build (available: gloo)"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown backend '", backend, "' (expected gloo, nccl or mpi)"));
+}
+
+absl::Status Join(std::shared_ptr<Store> store,
+                  std::unique_ptr<StoreServer> server, int rank, int size,
+                  const InitOptions& options, const std::string& hostname) {
+  State& s = GetState();
+  absl::MutexLock lock(&s.mu);
+  if (s.world != nullptr) {
+    return absl::FailedPreconditionError(
+        "init_dist: this process is already initialized; call destroy first");
+  }
+  GroupOptions group_options;
+  group_options.backend = options.backend;
+  group_options.timeout = options.timeout;
+  group_options.hostname = hostname;
+  DK_ASSIGN_OR_RETURN(
+      s.world, ProcessGroup::CreateWorld(store, rank, size, group_options));
+  s.store = std::move(store);
+  s.server = std::move(server);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status InitDist(absl::string_view launcher_name,
+                      const InitOptions& options) {
+  DK_ASSIGN_OR_RETURN(Launcher launcher, ParseLauncher(launcher_name));
+  if (launcher == Launcher::kNone) {
+    return absl::InvalidArgumentError("Invalid launcher type: none");
+  }
+  DK_RETURN_IF_ERROR(CheckBackend(options.backend));
+  Environment env = Environment::FromProcess();
+  ParseOptions parse;
+  parse.port = options.port;
+  DK_ASSIGN_OR_RETURN(RendezvousInfo info,
+                      ParseRendezvous(launcher, env, parse));
+  std::unique_ptr<StoreServer> server;
+  if (info.host_store) {
+    // Without distrun, rank 0 serves the store; it binds the master address.
+    absl::StatusOr<std::unique_ptr<StoreServer>> started =
+        StoreServer::Start({info.store_address, info.token});
+    if (!started.ok()) return Annotate(started.status(), "init_dist: rank 0");
+    server = *std::move(started);
+  }
+  absl::StatusOr<std::unique_ptr<GrpcStore>> store =
+      GrpcStore::Connect({info.store_address, info.token,
+                          Store::kDefaultTimeout, Store::kDefaultTimeout});
+  if (!store.ok()) {
+    return Annotate(store.status(),
+                    absl::StrCat("init_dist: rank ", info.rank));
+  }
+  return Join(std::shared_ptr<Store>(*std::move(store)), std::move(server),
+              info.rank, info.world_size, options,
+              GlooHostname(info.store_address));
+}
+
+absl::Status InitDistWithStore(std::shared_ptr<Store> store, int rank, int size,
+                               const InitOptions& options) {
+  DK_RETURN_IF_ERROR(CheckBackend(options.backend));
+  return Join(std::move(store), nullptr, rank, size, options, "");
+}
+
+void DestroyDist() {
+  State& s = GetState();
+  std::shared_ptr<ProcessGroup> world, local;
+  std::unique_ptr<StoreServer> server;
+  {
+    absl::MutexLock lock(&s.mu);
+    world = std::move(s.world);
+    local = std::move(s.local);
+    server = std::move(s.server);
+    s.store.reset();
+  }
+}
+
+bool IsDistributed() { return GetDefaultGroup() != nullptr; }
+
+std::shared_ptr<ProcessGroup> GetDefaultGroup() {
+  State& s = GetState();
+  absl::MutexLock lock(&s.mu);
+  return s.world;
+}
+
+std::shared_ptr<Store> GetStore() {
+  State& s = GetState();
+  absl::MutexLock lock(&s.mu);
+  return s.store;
+}
+
+const ProcessGroup* ResolveGroup(const ProcessGroup* group) {
+  if (group != nullptr) return group;
+  State& s = GetState();
+  absl::MutexLock lock(&s.mu);
+  return s.world.get();
+}
+
+std::optional<std::string> GetBackend(const ProcessGroup* group) {
+  if (!IsDistributed()) return std::nullopt;
+  return ResolveGroup(group)->backend_name();
+}
+
+int GetWorldSize(const ProcessGroup* group) {
+  if (!IsDistributed()) return 1;
+  return ResolveGroup(group)->size();
+}
+
+int GetRank(const ProcessGroup* group) {
+  if (!IsDistributed()) return 0;
+  return ResolveGroup(group)->rank();
+}
+
+std::pair<int, int> GetDistInfo(const ProcessGroup* group) {
+  return {GetRank(group), GetWorldSize(group)};
+}
+
+bool IsMainProcess(const ProcessGroup* group) { return GetRank(group) == 0; }
+
+absl::Status Barrier(const ProcessGroup* group) {
+  if (!IsDistributed()) return absl::OkStatus();
+  return const_cast<ProcessGroup*>(ResolveGroup(group))->Barrier();
+}
+
+Device GetCommDevice(const ProcessGroup* group) {
+  if (!IsDistributed()) return Device::Cpu();
+  return ResolveGroup(group)->comm_device();
+}
+
+absl::Status InitLocalGroup(int node_rank, int num_gpus_per_node) {
+  std::shared_ptr<ProcessGroup> world = GetDefaultGroup();
+  if (world == nullptr) {
+    return absl::FailedPreconditionError("init_local_group: not distributed");
+  }
+  State& s = GetState();
+  {
+    absl::MutexLock lock(&s.mu);
+    if (s.local != nullptr) {
+      return absl::FailedPreconditionError(
+          "init_local_group: the local process group already exists");
+    }
+  }
+  if (num_gpus_per_node < 1 || node_rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "init_local_group: node_rank ", node_rank, " and num_gpus_per_node ",
+        num_gpus_per_node, " are invalid"));
+  }
+  std::vector<int> ranks;
+  for (int r = node_rank * num_gpus_per_node;
+       r < (node_rank + 1) * num_gpus_per_node; ++r) {
+    ranks.push_back(r);
+  }
+  GroupOptions options;
+  options.backend = world->backend_name();
+  options.timeout = world->timeout();
+  options.name = absl::StrCat("local", node_rank);  // one group per node
+  DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> local,
+                      world->NewGroup(ranks, options));
+  absl::MutexLock lock(&s.mu);
+  s.local = std::move(local);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<ProcessGroup>> GetLocalGroup() {
+  if (!IsDistributed()) return std::shared_ptr<ProcessGroup>();
+  State& s = GetState();
+  absl::MutexLock lock(&s.mu);
+  if (s.local == nullptr) return absl::FailedPreconditionError(kNoLocalGroup);
+  return s.local;
+}
+
+absl::StatusOr<int> GetLocalRank() {
+  if (!IsDistributed()) return 0;
+  DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> local, GetLocalGroup());
+  return local->rank();
+}
+
+absl::StatusOr<int> GetLocalSize() {
+  if (!IsDistributed()) return 1;
+  DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> local, GetLocalGroup());
+  return local->size();
+}
+
+}  // namespace dist
+}  // namespace distkit

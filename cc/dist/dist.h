@@ -1,0 +1,98 @@
+// File: dist.h
+//
+// The process-wide distributed state with mmengine.dist's semantics, in C++:
+// init_dist, the default (world) group, the local (per-node) group, and the
+// topology queries with their "not distributed" answers (rank 0, size 1, no
+// backend). The C ABI and the bindings sit on top of this.
+//
+//   DK_RETURN_IF_ERROR(dist::InitDist("pytorch", {.backend = "gloo"}));
+//   auto [rank, world_size] = dist::GetDistInfo();
+//   if (dist::IsMainProcess()) SaveCheckpoint();
+//
+// A `group` argument of nullptr means the default group, as None does in
+// mmengine.
+
+#ifndef DISTKIT_CC_DIST_DIST_H_
+#define DISTKIT_CC_DIST_DIST_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cc/core/device.h"
+#include "cc/dist/process_group.h"
+#include "cc/launch/launcher.h"
+
+namespace distkit {
+namespace dist {
+
+struct InitOptions {
+  std::string backend = "gloo";
+  // Per-operation timeout of the default group (mmengine passes seconds).
+  absl::Duration timeout = absl::Minutes(30);
+  // Slurm: the port argument of mmengine's _init_dist_slurm.
+  std::optional<int> port;
+};
+
+// Joins the job described by `launcher`'s environment ("pytorch", "slurm",
+// "mpi" or "distrun"): rank 0 hosts the store unless distrun does, every rank
+// connects, and the default group is created. Anything else is
+// INVALID_ARGUMENT "Invalid launcher type: <launcher>".
+absl::Status InitDist(absl::string_view launcher,
+                      const InitOptions& options = {});
+
+// Joins with an explicit rank, size and store (tests, embedding).
+absl::Status InitDistWithStore(std::shared_ptr<Store> store, int rank, int size,
+                               const InitOptions& options = {});
+
+// Leaves: drops the default and local groups and the store (local call).
+void DestroyDist();
+
+bool IsDistributed();
+// The default group; nullptr when not distributed.
+std::shared_ptr<ProcessGroup> GetDefaultGroup();
+// The backend name of `group` (or of the default group); nullopt when not
+// distributed.
+std::optional<std::string> GetBackend(const ProcessGroup* group = nullptr);
+int GetWorldSize(const ProcessGroup* group = nullptr);
+int GetRank(const ProcessGroup* group = nullptr);
+// (rank, world_size); (0, 1) when not distributed.
+std::pair<int, int> GetDistInfo(const ProcessGroup* group = nullptr);
+bool IsMainProcess(const ProcessGroup* group = nullptr);
+// No-op when not distributed.
+absl::Status Barrier(const ProcessGroup* group = nullptr);
+// cpu for gloo (and when not distributed); cuda:<current> for nccl.
+Device GetCommDevice(const ProcessGroup* group = nullptr);
+
+// Collective over the default group: creates the group of ranks
+// [node_rank * n, (node_rank + 1) * n). FAILED_PRECONDITION if one exists.
+absl::Status InitLocalGroup(int node_rank, int num_gpus_per_node);
+// nullptr when not distributed; FAILED_PRECONDITION with mmengine's message
+// when distributed without a local group.
+absl::StatusOr<std::shared_ptr<ProcessGroup>> GetLocalGroup();
+// 0 / 1 when not distributed; the same error as GetLocalGroup without one.
+absl::StatusOr<int> GetLocalRank();
+absl::StatusOr<int> GetLocalSize();
+
+// The job store (nullptr when not distributed), for components that need
+// their own namespace in it.
+std::shared_ptr<Store> GetStore();
+
+// Runs `f` on the main process only and returns its value there; other ranks
+// get nullopt. Like mmengine's master_only, the result is not broadcast.
+template <typename F>
+auto MasterOnly(F&& f) -> std::optional<decltype(f())> {
+  if (!IsMainProcess()) return std::nullopt;
+  return f();
+}
+
+// Resolves a `group` argument: nullptr means the default group.
+const ProcessGroup* ResolveGroup(const ProcessGroup* group);
+
+}  // namespace dist
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_DIST_DIST_H_

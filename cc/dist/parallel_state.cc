@@ -1,0 +1,63 @@
+#include "cc/dist/parallel_state.h"
+
+#include "absl/strings/str_cat.h"
+#include "cc/core/status.h"
+#include "cc/dist/dist.h"
+#include "cc/dist/object_collectives.h"
+
+namespace distkit {
+namespace dist {
+
+DistributedProcessGroup DistributedProcessGroup::Unused() {
+  DistributedProcessGroup g;
+  g.unused_ = true;
+  return g;
+}
+
+bool DistributedProcessGroup::IsInitialized() const {
+  return IsDistributed() && !unused_;
+}
+
+ProcessGroup* DistributedProcessGroup::group() const {
+  if (group_ != nullptr) return group_.get();
+  return GetDefaultGroup().get();
+}
+
+int DistributedProcessGroup::Rank() const {
+  return IsInitialized() ? group()->rank() : -1;
+}
+
+int DistributedProcessGroup::WorldSize() const {
+  return IsInitialized() ? group()->size() : -1;
+}
+
+std::string DistributedProcessGroup::ToString() const {
+  const std::string name =
+      unused_ ? "-1" : (group_ != nullptr ? group_->name() : "None");
+  return absl::StrCat("group: ", name,
+                      ", initialized: ", IsInitialized() ? "True" : "False",
+                      ", world size: ", WorldSize());
+}
+
+absl::StatusOr<std::string> DistributedProcessGroup::GetDistSyncdObj(
+    std::string obj, const std::vector<DistributedProcessGroup>& groups,
+    const std::function<std::string(const std::vector<std::string>&)>& op) {
+  for (const DistributedProcessGroup& g : groups) {
+    if (!g.IsInitialized()) continue;
+    DK_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                        AllGatherObject(obj, g.group()));
+    obj = op(all);
+  }
+  return obj;
+}
+
+std::string ParallelState::ToString() const {
+  return absl::StrCat(
+      "data_parallel_group: ", data_parallel_group.ToString(),
+      ", tensor_parallel_group: ", tensor_parallel_group.ToString(),
+      ", expert_model_parallel_group: ",
+      expert_model_parallel_group.ToString());
+}
+
+}  // namespace dist
+}  // namespace distkit
