@@ -225,49 +225,49 @@ OpQueue& ProcessGroup::QueueFor(const char* op_name, int peer) {
   return *lane;
 }
 
-std::shared_ptr<Work> ProcessGroup::Submit(const char* op_name,
-                                           absl::Status checked, Body body,
-                                           int peer) {
-  const bool point_to_point = peer >= 0;
-  if (!is_member()) {
-    return FailedWork(
-        op_name,
-        absl::FailedPreconditionError(absl::StrCat(
-            op_name, ": rank ", global_rank_, " is not a member of group '",
-            name_, "' (ranks ", absl::StrJoin(global_ranks_, ", "), ")")));
-  }
+// The context of the next operation: collectives share one sequence, the same
+// on every rank; sends and receives are numbered apart so they do not shift it.
+OpContext ProcessGroup::NextContext(const Op& op) {
   OpContext ctx;
-  ctx.op_name = op_name;
+  ctx.op_name = op.name;
   ctx.group_name = name_;
   ctx.timeout = options_.timeout;
-  if (!checked.ok()) {
-    return FailedWork(
-        ctx.Describe(),
-        Annotate(checked, absl::StrCat(op_name, " on group '", name_,
-                                       "' (rank ", rank_, ")")));
+  ctx.seq = op.peer >= 0 ? ++next_p2p_seq_ : ++next_seq_;
+  return ctx;
+}
+
+absl::Status ProcessGroup::Rejection(const Op& op) const {
+  if (!is_member()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        op.name, ": rank ", global_rank_, " is not a member of group '", name_,
+        "' (ranks ", absl::StrJoin(global_ranks_, ", "), ")"));
   }
-  // Only the collective sequence is the same on every rank; sends and
-  // receives are numbered apart so that they do not shift it.
-  ctx.seq = point_to_point ? ++next_p2p_seq_ : ++next_seq_;
+  if (!op.checked.ok()) {
+    return Annotate(op.checked, absl::StrCat(op.name, " on group '", name_,
+                                             "' (rank ", rank_, ")"));
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<Work> ProcessGroup::Submit(Op op) {
+  if (absl::Status rejected = Rejection(op); !rejected.ok()) {
+    return FailedWork(op.name, std::move(rejected));
+  }
+  const OpContext ctx = NextContext(op);
   auto work = std::make_shared<Work>(ctx.Describe());
-  QueueFor(op_name, peer).Post([this, ctx, body = std::move(body), work] {
+  QueueFor(op.name, op.peer).Post([this, ctx, body = std::move(op.body), work] {
     work->Complete(Execute(ctx, body));
   });
   return work;
 }
 
-absl::Status ProcessGroup::RunSync(const char* op_name, absl::Status checked,
-                                   Body body) {
-  if (!is_member() || !checked.ok()) {
-    return Submit(op_name, std::move(checked), std::move(body))->status();
-  }
-  OpContext ctx;
-  ctx.op_name = op_name;
-  ctx.group_name = name_;
-  ctx.timeout = options_.timeout;
-  ctx.seq = ++next_seq_;
+absl::Status ProcessGroup::RunSync(Op op) {
+  if (absl::Status rejected = Rejection(op); !rejected.ok()) return rejected;
+  // Sends and receives go through their own lanes (see QueueFor).
+  if (op.peer >= 0) return Submit(std::move(op))->Wait();
+  const OpContext ctx = NextContext(op);
   absl::Status status;
-  queue_.Run([&] { status = Execute(ctx, body); });
+  queue_.Run([&] { status = Execute(ctx, op.body); });
   return status;
 }
 
@@ -303,150 +303,79 @@ absl::Status ExpectNumel(const TensorRef& t, int64_t n,
     return absl::OkStatus();                      \
   }()
 
-std::shared_ptr<Work> ProcessGroup::AllReduceAsync(TensorRef data,
-                                                   ReduceOp op) {
-  return Submit("all_reduce", CheckReduce(data, op),
-                [this, data, op](const OpContext& c) {
-                  return backend_->AllReduce(c, data, op);
-                });
-}
-absl::Status ProcessGroup::AllReduce(TensorRef data, ReduceOp op) {
-  return RunSync("all_reduce", CheckReduce(data, op),
-                 [this, data, op](const OpContext& c) {
-                   return backend_->AllReduce(c, data, op);
-                 });
+ProcessGroup::Op ProcessGroup::AllReduceOp(TensorRef data, ReduceOp op) {
+  return {"all_reduce", CheckReduce(data, op),
+          [this, data, op](const OpContext& c) {
+            return backend_->AllReduce(c, data, op);
+          }};
 }
 
-std::shared_ptr<Work> ProcessGroup::BroadcastAsync(TensorRef data, int root) {
-  return Submit("broadcast",
-                DK_CHECKS(CheckTensor(data, "data"), CheckRank(root, "root")),
-                [this, data, root](const OpContext& c) {
-                  return backend_->Broadcast(c, data, root);
-                });
-}
-absl::Status ProcessGroup::Broadcast(TensorRef data, int root) {
-  return RunSync("broadcast",
-                 DK_CHECKS(CheckTensor(data, "data"), CheckRank(root, "root")),
-                 [this, data, root](const OpContext& c) {
-                   return backend_->Broadcast(c, data, root);
-                 });
+ProcessGroup::Op ProcessGroup::BroadcastOp(TensorRef data, int root) {
+  return {"broadcast",
+          DK_CHECKS(CheckTensor(data, "data"), CheckRank(root, "root")),
+          [this, data, root](const OpContext& c) {
+            return backend_->Broadcast(c, data, root);
+          }};
 }
 
-std::shared_ptr<Work> ProcessGroup::ReduceAsync(TensorRef data, ReduceOp op,
-                                                int root) {
-  return Submit("reduce",
-                DK_CHECKS(CheckReduce(data, op), CheckRank(root, "root")),
-                [this, data, op, root](const OpContext& c) {
-                  return backend_->Reduce(c, data, op, root);
-                });
-}
-absl::Status ProcessGroup::Reduce(TensorRef data, ReduceOp op, int root) {
-  return ReduceAsync(data, op, root)->Wait();
+ProcessGroup::Op ProcessGroup::ReduceToRootOp(TensorRef data, ReduceOp op,
+                                              int root) {
+  return {"reduce", DK_CHECKS(CheckReduce(data, op), CheckRank(root, "root")),
+          [this, data, op, root](const OpContext& c) {
+            return backend_->Reduce(c, data, op, root);
+          }};
 }
 
-std::shared_ptr<Work> ProcessGroup::AllGatherAsync(TensorRef input,
-                                                   TensorRef output) {
-  return Submit(
-      "all_gather",
-      DK_CHECKS(CheckTensor(input, "input"), CheckTensor(output, "output"),
-                SameDtype(input, output),
-                ExpectNumel(output, input.numel() * size(), "output")),
-      [this, input, output](const OpContext& c) {
-        return backend_->AllGather(c, input, output);
-      });
-}
-absl::Status ProcessGroup::AllGather(TensorRef input, TensorRef output) {
-  return RunSync(
-      "all_gather",
-      DK_CHECKS(CheckTensor(input, "input"), CheckTensor(output, "output"),
-                SameDtype(input, output),
-                ExpectNumel(output, input.numel() * size(), "output")),
-      [this, input, output](const OpContext& c) {
-        return backend_->AllGather(c, input, output);
-      });
+ProcessGroup::Op ProcessGroup::AllGatherOp(TensorRef input, TensorRef output) {
+  return {"all_gather",
+          DK_CHECKS(CheckTensor(input, "input"), CheckTensor(output, "output"),
+                    SameDtype(input, output),
+                    ExpectNumel(output, input.numel() * size(), "output")),
+          [this, input, output](const OpContext& c) {
+            return backend_->AllGather(c, input, output);
+          }};
 }
 
-absl::Status ProcessGroup::AllGather(TensorRef input,
-                                     const std::vector<TensorRef>& outputs) {
-  absl::Status checked = CheckTensor(input, "input");
-  if (checked.ok() && static_cast<int>(outputs.size()) != size()) {
-    checked = absl::InvalidArgumentError(
-        absl::StrCat("got ", outputs.size(),
-                     " output tensors for a group of size ", size()));
-  }
-  for (size_t r = 0; checked.ok() && r < outputs.size(); ++r) {
-    checked = DK_CHECKS(
-        CheckTensor(outputs[r], absl::StrCat("output ", r)),
-        SameDtype(input, outputs[r]),
-        ExpectNumel(outputs[r], input.numel(), absl::StrCat("output ", r)));
-  }
-  std::vector<char> staging(checked.ok() ? input.nbytes() * outputs.size() : 0);
-  TensorRef flat(staging.data(), input.numel() * size(), input.dtype());
-  return RunSync(
-      "all_gather", checked, [&](const OpContext& c) -> absl::Status {
-        DK_RETURN_IF_ERROR(backend_->AllGather(c, input, flat));
-        for (size_t r = 0; r < outputs.size(); ++r) {
-          std::copy_n(staging.data() + r * input.nbytes(), input.nbytes(),
-                      static_cast<char*>(outputs[r].data()));
-        }
-        return absl::OkStatus();
-      });
-}
-
-std::shared_ptr<Work> ProcessGroup::GatherAsync(TensorRef input,
-                                                TensorRef output, int root) {
+ProcessGroup::Op ProcessGroup::GatherOp(TensorRef input, TensorRef output,
+                                        int root) {
   absl::Status checked =
       DK_CHECKS(CheckTensor(input, "input"), CheckRank(root, "root"));
   if (checked.ok() && rank_ == root) {
     checked = DK_CHECKS(CheckTensor(output, "output"), SameDtype(input, output),
                         ExpectNumel(output, input.numel() * size(), "output"));
   }
-  return Submit("gather", checked,
-                [this, input, output, root](const OpContext& c) {
-                  return backend_->Gather(c, input, output, root);
-                });
-}
-absl::Status ProcessGroup::Gather(TensorRef input, TensorRef output, int root) {
-  return GatherAsync(input, output, root)->Wait();
+  return {"gather", checked, [this, input, output, root](const OpContext& c) {
+            return backend_->Gather(c, input, output, root);
+          }};
 }
 
-std::shared_ptr<Work> ProcessGroup::ScatterAsync(TensorRef input,
-                                                 TensorRef output, int root) {
+ProcessGroup::Op ProcessGroup::ScatterOp(TensorRef input, TensorRef output,
+                                         int root) {
   absl::Status checked =
       DK_CHECKS(CheckTensor(output, "output"), CheckRank(root, "root"));
   if (checked.ok() && rank_ == root) {
     checked = DK_CHECKS(CheckTensor(input, "input"), SameDtype(input, output),
                         ExpectNumel(input, output.numel() * size(), "input"));
   }
-  return Submit("scatter", checked,
-                [this, input, output, root](const OpContext& c) {
-                  return backend_->Scatter(c, input, output, root);
-                });
-}
-absl::Status ProcessGroup::Scatter(TensorRef input, TensorRef output,
-                                   int root) {
-  return ScatterAsync(input, output, root)->Wait();
+  return {"scatter", checked, [this, input, output, root](const OpContext& c) {
+            return backend_->Scatter(c, input, output, root);
+          }};
 }
 
-std::shared_ptr<Work> ProcessGroup::ReduceScatterAsync(TensorRef input,
-                                                       TensorRef output,
-                                                       ReduceOp op) {
-  return Submit("reduce_scatter",
-                DK_CHECKS(CheckTensor(input, "input"), CheckReduce(output, op),
-                          SameDtype(input, output),
-                          ExpectNumel(input, output.numel() * size(), "input")),
-                [this, input, output, op](const OpContext& c) {
-                  return backend_->ReduceScatter(c, input, output, op);
-                });
-}
-absl::Status ProcessGroup::ReduceScatter(TensorRef input, TensorRef output,
-                                         ReduceOp op) {
-  return ReduceScatterAsync(input, output, op)->Wait();
+ProcessGroup::Op ProcessGroup::ReduceScatterOp(TensorRef input,
+                                               TensorRef output, ReduceOp op) {
+  return {"reduce_scatter",
+          DK_CHECKS(CheckTensor(input, "input"), CheckReduce(output, op),
+                    SameDtype(input, output),
+                    ExpectNumel(input, output.numel() * size(), "input")),
+          [this, input, output, op](const OpContext& c) {
+            return backend_->ReduceScatter(c, input, output, op);
+          }};
 }
 
-std::shared_ptr<Work> ProcessGroup::AllToAllAsync(
-    TensorRef input, TensorRef output, std::vector<int64_t> input_splits,
-    std::vector<int64_t> output_splits) {
+ProcessGroup::Op ProcessGroup::AllToAllOp(TensorRef input, TensorRef output,
+                                          std::vector<int64_t> input_splits,
+                                          std::vector<int64_t> output_splits) {
   absl::Status checked =
       DK_CHECKS(CheckTensor(input, "input"), CheckTensor(output, "output"),
                 SameDtype(input, output));
@@ -456,97 +385,189 @@ std::shared_ptr<Work> ProcessGroup::AllToAllAsync(
       input_splits.assign(size(), input.numel() / size());
     if (output_splits.empty())
       output_splits.assign(size(), output.numel() / size());
-    for (const auto& [splits, t, what] :
-         {std::make_tuple(&input_splits, &input, "input"),
-          std::make_tuple(&output_splits, &output, "output")}) {
-      if (static_cast<int>(splits->size()) != size()) {
-        checked = absl::InvalidArgumentError(
-            absl::StrCat(what, "_splits has ", splits->size(),
-                         " entries for a group of size ", size()));
-        break;
-      }
-      int64_t sum = 0;
-      for (int64_t s : *splits) {
-        if (s < 0)
-          checked = absl::InvalidArgumentError(
-              absl::StrCat(what, "_splits has a negative entry"));
-        sum += s;
-      }
-      if (checked.ok() && sum != t->numel()) {
-        checked = absl::InvalidArgumentError(
-            absl::StrCat(what, "_splits add up to ", sum, " but ", what,
-                         " has ", t->numel(), " elements"));
-      }
-      if (!checked.ok()) break;
-    }
-  } else if (checked.ok()) {
-    if (input.numel() % size() != 0 || output.numel() != input.numel()) {
-      checked = absl::InvalidArgumentError(
-          absl::StrCat("equal-split all_to_all needs input and output of the "
-                       "same size, divisible by "
-                       "the group size ",
-                       size(), "; got ", input.numel(), " and ", output.numel(),
-                       " elements"));
-    }
+    checked = DK_CHECKS(CheckSplits(input_splits, input, "input"),
+                        CheckSplits(output_splits, output, "output"));
+  } else if (checked.ok() &&
+             (input.numel() % size() != 0 || output.numel() != input.numel())) {
+    checked = absl::InvalidArgumentError(absl::StrCat(
+        "equal-split all_to_all needs input and output of the same size, "
+        "divisible by "
+        "the group size ",
+        size(), "; got ", input.numel(), " and ", output.numel(), " elements"));
   }
-  return Submit(
+  return {
       "all_to_all", checked,
       [this, input, output, input_splits, output_splits](const OpContext& c) {
         return backend_->AllToAll(c, input, input_splits, output,
                                   output_splits);
-      });
-}
-absl::Status ProcessGroup::AllToAll(TensorRef input, TensorRef output,
-                                    std::vector<int64_t> input_splits,
-                                    std::vector<int64_t> output_splits) {
-  return AllToAllAsync(input, output, std::move(input_splits),
-                       std::move(output_splits))
-      ->Wait();
+      }};
 }
 
-std::shared_ptr<Work> ProcessGroup::BarrierAsync() {
-  return Submit("barrier", absl::OkStatus(),
-                [this](const OpContext& c) { return backend_->Barrier(c); });
-}
-absl::Status ProcessGroup::Barrier() {
-  return RunSync("barrier", absl::OkStatus(),
-                 [this](const OpContext& c) { return backend_->Barrier(c); });
+absl::Status ProcessGroup::CheckSplits(const std::vector<int64_t>& splits,
+                                       const TensorRef& t,
+                                       absl::string_view what) const {
+  if (static_cast<int>(splits.size()) != size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "_splits has ", splits.size(),
+                     " entries for a group of size ", size()));
+  }
+  int64_t sum = 0;
+  for (int64_t s : splits) {
+    if (s < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, "_splits has a negative entry"));
+    }
+    sum += s;
+  }
+  if (sum != t.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "_splits add up to ",
+                                                   sum, " but ", what, " has ",
+                                                   t.numel(), " elements"));
+  }
+  return absl::OkStatus();
 }
 
-std::shared_ptr<Work> ProcessGroup::SendAsync(TensorRef data, int dst,
-                                              int tag) {
+ProcessGroup::Op ProcessGroup::BarrierOp() {
+  return {"barrier", absl::OkStatus(),
+          [this](const OpContext& c) { return backend_->Barrier(c); }};
+}
+
+ProcessGroup::Op ProcessGroup::SendOp(TensorRef data, int dst, int tag) {
   absl::Status checked =
       DK_CHECKS(CheckTensor(data, "data"), CheckRank(dst, "dst"));
   if (checked.ok() && dst == rank_) {
     checked = absl::InvalidArgumentError("send: dst is this rank itself");
   }
-  return Submit(
-      "send", checked,
-      [this, data, dst, tag](const OpContext& c) {
-        return backend_->Send(c, data, dst, tag);
-      },
-      dst);
-}
-absl::Status ProcessGroup::Send(TensorRef data, int dst, int tag) {
-  return SendAsync(data, dst, tag)->Wait();
+  return {"send", checked,
+          [this, data, dst, tag](const OpContext& c) {
+            return backend_->Send(c, data, dst, tag);
+          },
+          dst};
 }
 
-std::shared_ptr<Work> ProcessGroup::RecvAsync(TensorRef data, int src,
-                                              int tag) {
+ProcessGroup::Op ProcessGroup::RecvOp(TensorRef data, int src, int tag) {
   absl::Status checked =
       DK_CHECKS(CheckTensor(data, "data"), CheckRank(src, "src"));
   if (checked.ok() && src == rank_) {
     checked = absl::InvalidArgumentError("recv: src is this rank itself");
   }
-  return Submit(
-      "recv", checked,
-      [this, data, src, tag](const OpContext& c) {
-        return backend_->Recv(c, data, src, tag);
-      },
-      src);
+  return {"recv", checked,
+          [this, data, src, tag](const OpContext& c) {
+            return backend_->Recv(c, data, src, tag);
+          },
+          src};
+}
+
+// The synchronous and asynchronous forms of each operation.
+
+absl::Status ProcessGroup::AllReduce(TensorRef data, ReduceOp op) {
+  return RunSync(AllReduceOp(data, op));
+}
+std::shared_ptr<Work> ProcessGroup::AllReduceAsync(TensorRef data,
+                                                   ReduceOp op) {
+  return Submit(AllReduceOp(data, op));
+}
+absl::Status ProcessGroup::Broadcast(TensorRef data, int root) {
+  return RunSync(BroadcastOp(data, root));
+}
+std::shared_ptr<Work> ProcessGroup::BroadcastAsync(TensorRef data, int root) {
+  return Submit(BroadcastOp(data, root));
+}
+absl::Status ProcessGroup::Reduce(TensorRef data, ReduceOp op, int root) {
+  return RunSync(ReduceToRootOp(data, op, root));
+}
+std::shared_ptr<Work> ProcessGroup::ReduceAsync(TensorRef data, ReduceOp op,
+                                                int root) {
+  return Submit(ReduceToRootOp(data, op, root));
+}
+absl::Status ProcessGroup::AllGather(TensorRef input, TensorRef output) {
+  return RunSync(AllGatherOp(input, output));
+}
+std::shared_ptr<Work> ProcessGroup::AllGatherAsync(TensorRef input,
+                                                   TensorRef output) {
+  return Submit(AllGatherOp(input, output));
+}
+absl::Status ProcessGroup::Gather(TensorRef input, TensorRef output, int root) {
+  return RunSync(GatherOp(input, output, root));
+}
+std::shared_ptr<Work> ProcessGroup::GatherAsync(TensorRef input,
+                                                TensorRef output, int root) {
+  return Submit(GatherOp(input, output, root));
+}
+absl::Status ProcessGroup::Scatter(TensorRef input, TensorRef output,
+                                   int root) {
+  return RunSync(ScatterOp(input, output, root));
+}
+std::shared_ptr<Work> ProcessGroup::ScatterAsync(TensorRef input,
+                                                 TensorRef output, int root) {
+  return Submit(ScatterOp(input, output, root));
+}
+absl::Status ProcessGroup::ReduceScatter(TensorRef input, TensorRef output,
+                                         ReduceOp op) {
+  return RunSync(ReduceScatterOp(input, output, op));
+}
+std::shared_ptr<Work> ProcessGroup::ReduceScatterAsync(TensorRef input,
+                                                       TensorRef output,
+                                                       ReduceOp op) {
+  return Submit(ReduceScatterOp(input, output, op));
+}
+absl::Status ProcessGroup::AllToAll(TensorRef input, TensorRef output,
+                                    std::vector<int64_t> input_splits,
+                                    std::vector<int64_t> output_splits) {
+  return RunSync(AllToAllOp(input, output, std::move(input_splits),
+                            std::move(output_splits)));
+}
+std::shared_ptr<Work> ProcessGroup::AllToAllAsync(
+    TensorRef input, TensorRef output, std::vector<int64_t> input_splits,
+    std::vector<int64_t> output_splits) {
+  return Submit(AllToAllOp(input, output, std::move(input_splits),
+                           std::move(output_splits)));
+}
+absl::Status ProcessGroup::AllGather(TensorRef input,
+                                     const std::vector<TensorRef>& outputs) {
+  absl::Status checked = CheckTensor(input, "input");
+  if (checked.ok() && static_cast<int>(outputs.size()) != size()) {
+    checked = absl::InvalidArgumentError(
+        absl::StrCat("got ", outputs.size(),
+                     " output tensors for a group of size ", size()));
+  }
+  for (size_t r = 0; checked.ok() && r < outputs.size(); ++r) {
+    const std::string what = absl::StrCat("output ", r);
+    checked =
+        DK_CHECKS(CheckTensor(outputs[r], what), SameDtype(input, outputs[r]),
+                  ExpectNumel(outputs[r], input.numel(), what));
+  }
+  // Gathered into one staging buffer, then copied out per rank.
+  std::vector<char> staging(checked.ok() ? input.nbytes() * outputs.size() : 0);
+  TensorRef flat(staging.data(), input.numel() * size(), input.dtype());
+  return RunSync(
+      {"all_gather", checked, [&](const OpContext& c) -> absl::Status {
+         DK_RETURN_IF_ERROR(backend_->AllGather(c, input, flat));
+         for (size_t r = 0; r < outputs.size(); ++r) {
+           std::copy_n(staging.data() + r * input.nbytes(), input.nbytes(),
+                       static_cast<char*>(outputs[r].data()));
+         }
+         return absl::OkStatus();
+       }});
+}
+
+absl::Status ProcessGroup::Barrier() { return RunSync(BarrierOp()); }
+std::shared_ptr<Work> ProcessGroup::BarrierAsync() {
+  return Submit(BarrierOp());
+}
+absl::Status ProcessGroup::Send(TensorRef data, int dst, int tag) {
+  return RunSync(SendOp(data, dst, tag));
+}
+std::shared_ptr<Work> ProcessGroup::SendAsync(TensorRef data, int dst,
+                                              int tag) {
+  return Submit(SendOp(data, dst, tag));
 }
 absl::Status ProcessGroup::Recv(TensorRef data, int src, int tag) {
-  return RecvAsync(data, src, tag)->Wait();
+  return RunSync(RecvOp(data, src, tag));
+}
+std::shared_ptr<Work> ProcessGroup::RecvAsync(TensorRef data, int src,
+                                              int tag) {
+  return Submit(RecvOp(data, src, tag));
 }
 
 #undef DK_CHECKS

@@ -138,11 +138,36 @@ class ProcessGroup {
 
   absl::Status Connect();
   // Checks membership and the poisoned state, then numbers and queues `body`.
-  // `peer` >= 0 marks a send or receive with that peer.
-  std::shared_ptr<Work> Submit(const char* op_name, absl::Status checked,
-                               Body body, int peer = -1);
+  // One operation, checked and ready to run: inline (RunSync) or queued
+  // (Submit). `peer` >= 0 marks a send or receive with that peer.
+  struct Op {
+    const char* name;
+    absl::Status checked;
+    Body body;
+    int peer = -1;
+  };
+  std::shared_ptr<Work> Submit(Op op);
+  absl::Status RunSync(Op op);
+  // Not OK when `op` must not run: not a member, or its arguments are wrong.
+  absl::Status Rejection(const Op& op) const;
+  OpContext NextContext(const Op& op);
   OpQueue& QueueFor(const char* op_name, int peer);
-  absl::Status RunSync(const char* op_name, absl::Status checked, Body body);
+
+  Op AllReduceOp(TensorRef data, ReduceOp op);
+  Op BroadcastOp(TensorRef data, int root);
+  Op ReduceToRootOp(TensorRef data, ReduceOp op, int root);
+  Op AllGatherOp(TensorRef input, TensorRef output);
+  Op GatherOp(TensorRef input, TensorRef output, int root);
+  Op ScatterOp(TensorRef input, TensorRef output, int root);
+  Op ReduceScatterOp(TensorRef input, TensorRef output, ReduceOp op);
+  Op AllToAllOp(TensorRef input, TensorRef output,
+                std::vector<int64_t> input_splits,
+                std::vector<int64_t> output_splits);
+  Op BarrierOp();
+  Op SendOp(TensorRef data, int dst, int tag);
+  Op RecvOp(TensorRef data, int src, int tag);
+  absl::Status CheckSplits(const std::vector<int64_t>& splits,
+                           const TensorRef& t, absl::string_view what) const;
   absl::Status Execute(const OpContext& ctx, const Body& body);
   // After a timeout: which members joined operation `ctx.seq`.
   std::string DiagnoseLateRanks(const OpContext& ctx);

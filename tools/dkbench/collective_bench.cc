@@ -1,0 +1,110 @@
+// collective_bench: times distkit collectives in a job started by distrun.
+// Sizes follow nccl-tests: `bytes` is the larger buffer (all_gather: the
+// gathered output; reduce_scatter: the input). Rank 0 prints CSV lines
+//   distkit,<op>,<world_size>,<bytes>,<microseconds per call>
+// Time per call is the median over batches of the mean of a batch.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "cc/dist/dist.h"
+#include "cc/dist/process_group.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int ItersFor(int64_t bytes) {
+  return static_cast<int>(
+      std::clamp<int64_t>(50'000'000 / std::max<int64_t>(bytes, 1), 5, 200));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace distkit;
+  std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter",
+                                  "broadcast"};
+  int64_t min_bytes = 4, max_bytes = 64 << 20;
+  int batches = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--ops") ops = absl::StrSplit(value, ',');
+    if (flag == "--min-bytes") (void)absl::SimpleAtoi(value, &min_bytes);
+    if (flag == "--max-bytes") (void)absl::SimpleAtoi(value, &max_bytes);
+    if (flag == "--batches") (void)absl::SimpleAtoi(value, &batches);
+  }
+  absl::Status init = dist::InitDist("pytorch");
+  if (!init.ok()) {
+    fprintf(stderr, "%s\n", init.ToString().c_str());
+    return 1;
+  }
+  ProcessGroup& g = *dist::GetDefaultGroup();
+  const int n = g.size();
+  for (const std::string& op : ops) {
+    for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+      const int64_t count = std::max<int64_t>(1, bytes / 4);
+      const int64_t part = std::max<int64_t>(1, count / n);
+      std::vector<float> a, b;
+      if (op == "all_reduce" || op == "broadcast") {
+        a.assign(count, 1.0f);
+      } else if (op == "all_gather") {
+        a.assign(part, 1.0f);
+        b.assign(part * n, 0.0f);
+      } else {
+        a.assign(part * n, 1.0f);
+        b.assign(part, 0.0f);
+      }
+      TensorRef ta(a.data(), a.size(), DataType::kFloat32);
+      TensorRef tb(b.data(), b.size(), DataType::kFloat32);
+      auto run = [&]() -> absl::Status {
+        if (op == "all_reduce") return g.AllReduce(ta, ReduceOp::kSum);
+        if (op == "broadcast") return g.Broadcast(ta, 0);
+        if (op == "all_gather") return g.AllGather(ta, tb);
+        return g.ReduceScatter(ta, tb, ReduceOp::kSum);
+      };
+      const int iters = ItersFor(bytes);
+      for (int w = 0; w < 3; ++w) {
+        if (!run().ok()) return 1;
+      }
+      std::vector<double> per_call;
+      for (int batch = 0; batch < batches; ++batch) {
+        if (!g.Barrier().ok()) return 1;
+        const auto t0 = Clock::now();
+        for (int i = 0; i < iters; ++i) {
+          absl::Status s = run();
+          if (!s.ok()) {
+            fprintf(stderr, "%s\n", s.ToString().c_str());
+            return 1;
+          }
+        }
+        per_call.push_back(
+            std::chrono::duration<double, std::micro>(Clock::now() - t0)
+                .count() /
+            iters);
+      }
+      // Rank 0's clock alone can flatter a broadcast root: take the slowest
+      // rank's median, as nccl-tests reports the max across ranks.
+      std::sort(per_call.begin(), per_call.end());
+      double median = per_call[per_call.size() / 2];
+      if (!g.AllReduce(TensorRef(&median, 1, DataType::kFloat64),
+                       ReduceOp::kMax)
+               .ok())
+        return 1;
+      if (g.rank() == 0) {
+        printf("distkit,%s,%d,%lld,%.3f\n", op.c_str(), n,
+               static_cast<long long>(bytes), median);
+        fflush(stdout);
+      }
+    }
+  }
+  (void)g.Barrier();
+  dist::DestroyDist();
+  return 0;
+}

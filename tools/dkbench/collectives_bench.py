@@ -1,0 +1,155 @@
+"""dkbench collectives: distkit (Gloo backend) beside torch.distributed (Gloo)
+and OpenMPI, in one invocation, on the same sizes, like nccl-tests.
+
+    bazel run //tools/dkbench:collectives_bench -- --world-sizes 2,4 \
+        --max-bytes 268435456 --csv /tmp/dkbench.csv --png /tmp/dkbench.png
+
+For each world size it runs the three implementations one after another
+(each a fresh job), then prints per op and size: time per call, algbw =
+bytes / time, busbw = algbw x factor (all_reduce 2(n-1)/n; all_gather and
+reduce_scatter (n-1)/n; broadcast 1), and the speed ratio distkit vs each
+peer (> 1: distkit is faster). Machines are noisy: compare ratios, rerun.
+"""
+import argparse
+import csv
+import os
+import subprocess
+import sys
+from collections import defaultdict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FACTORS = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+}
+
+
+def tool(*parts):
+    path = os.path.join(HERE, *parts)
+    if not os.path.exists(path):
+        sys.exit(f"{path} not found; run through bazel run //tools/dkbench:collectives_bench")
+    return path
+
+
+def run(cmd, timeout):
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"  timed out: {' '.join(cmd[:3])} ...", file=sys.stderr)
+        return []
+    if out.returncode != 0:
+        print(f"  failed ({out.returncode}): {' '.join(cmd[:6])}\n{out.stderr[-2000:]}", file=sys.stderr)
+    rows = []
+    for line in out.stdout.splitlines():
+        line = line.split("]: ", 1)[-1]  # distrun's rank prefix
+        parts = line.strip().split(",")
+        if len(parts) == 5 and parts[0] in ("distkit", "torch_gloo", "openmpi"):
+            rows.append((parts[0], parts[1], int(parts[2]), int(parts[3]), float(parts[4])))
+    return rows
+
+
+def human(nbytes):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024:
+            return f"{nbytes:g}{unit}"
+        nbytes /= 1024
+    return f"{nbytes:g}TiB"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--world-sizes", default="2,4")
+    p.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,broadcast")
+    p.add_argument("--min-bytes", type=int, default=4)
+    p.add_argument("--max-bytes", type=int, default=64 << 20)
+    p.add_argument("--batches", type=int, default=5)
+    p.add_argument("--peers", default="torch_gloo,openmpi")
+    p.add_argument("--csv", default="")
+    p.add_argument("--png", default="")
+    p.add_argument("--timeout", type=int, default=1800)
+    args = p.parse_args()
+    common = ["--min-bytes", str(args.min_bytes), "--max-bytes", str(args.max_bytes),
+              "--batches", str(args.batches)]
+    distrun = tool("..", "distrun", "distrun")
+    rows = []
+    for n in [int(x) for x in args.world_sizes.split(",")]:
+        print(f"world size {n}: distkit ...", file=sys.stderr, flush=True)
+        rows += run([distrun, "--nproc-per-node", str(n), "--master-port", "0", "--",
+                     tool("collective_bench"), "--ops", args.ops] + common, args.timeout)
+        if "torch_gloo" in args.peers:
+            print(f"world size {n}: torch.distributed (gloo) ...", file=sys.stderr, flush=True)
+            torch_ops = ",".join(o for o in args.ops.split(",") if o != "reduce_scatter")
+            rows += run([distrun, "--nproc-per-node", str(n), "--master-port", "0", "--",
+                         "/usr/bin/python3", tool("torch_bench.py"), "--ops", torch_ops] + common,
+                        args.timeout)
+        if "openmpi" in args.peers:
+            print(f"world size {n}: openmpi ...", file=sys.stderr, flush=True)
+            rows += run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n),
+                         tool("mpi_bench"), "--ops", args.ops] + common, args.timeout)
+    table = defaultdict(dict)  # (op, n, bytes) -> impl -> us
+    for impl, op, n, nbytes, us in rows:
+        table[(op, n, nbytes)][impl] = us
+
+    def busbw(op, n, nbytes, us):
+        return nbytes / (us * 1e-6) * FACTORS[op](n) / 1e9 if us else 0.0
+
+    header = (f"{'op':<15}{'n':>2}{'size':>9} | {'distkit us':>11}{'busbw':>7} | {'torch us':>10}"
+              f"{'busbw':>7}{'ratio':>7} | {'mpi us':>9}{'busbw':>7}{'ratio':>7}")
+    print(header)
+    print("-" * len(header))
+    out_rows = []
+    for (op, n, nbytes) in sorted(table, key=lambda k: (k[1], k[0], k[2])):
+        r = table[(op, n, nbytes)]
+        d, t, m = r.get("distkit"), r.get("torch_gloo"), r.get("openmpi")
+
+        def cell(us, ref=None):
+            if us is None:
+                return f"{'n/a':>10}{'':>7}" + ("" if ref is None else f"{'':>7}")
+            s = f"{us:>10.1f}{busbw(op, n, nbytes, us):>7.2f}"
+            if ref is not None:
+                s += f"{(us / ref if ref else 0):>7.2f}"
+            return s
+
+        print(f"{op:<15}{n:>2}{human(nbytes):>9} | {d if d is None else d:>11.1f}"
+              f"{busbw(op, n, nbytes, d or 0):>7.2f} | {cell(t, d)} | {cell(m, d)}"
+              if d is not None else f"{op:<15}{n:>2}{human(nbytes):>9} | {'n/a':>11}")
+        out_rows.append([op, n, nbytes, d, t, m,
+                         busbw(op, n, nbytes, d or 0), busbw(op, n, nbytes, t or 0),
+                         busbw(op, n, nbytes, m or 0),
+                         (t / d) if (t and d) else "", (m / d) if (m and d) else ""])
+    print("ratio = peer time / distkit time (> 1: distkit faster); busbw in GB/s")
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["op", "world_size", "bytes", "distkit_us", "torch_gloo_us", "openmpi_us",
+                        "distkit_busbw", "torch_gloo_busbw", "openmpi_busbw",
+                        "torch_over_distkit", "openmpi_over_distkit"])
+            w.writerows(out_rows)
+    if args.png:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        keys = sorted({(op, n) for (op, n, _) in table})
+        fig, axes = plt.subplots(len(keys), 1, figsize=(8, 3.2 * len(keys)), squeeze=False)
+        for ax, (op, n) in zip(axes[:, 0], keys):
+            for impl, label in (("distkit", "distkit (gloo)"), ("torch_gloo", "torch.distributed gloo"),
+                                ("openmpi", "OpenMPI")):
+                pts = sorted((b, busbw(op, n, b, table[(op, n, b)][impl]))
+                             for (o, k, b) in table if o == op and k == n and impl in table[(o, k, b)])
+                if pts:
+                    ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=label)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"{op}, world size {n}")
+            ax.set_xlabel("bytes")
+            ax.set_ylabel("busbw (GB/s)")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(args.png, dpi=100)
+
+
+if __name__ == "__main__":
+    main()

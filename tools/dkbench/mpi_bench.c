@@ -1,0 +1,88 @@
+/* OpenMPI side of dkbench; same sizes and timing rules as collective_bench.cc.
+ * Run with mpirun. Rank 0 prints
+ *   openmpi,<op>,<world_size>,<bytes>,<microseconds per call> */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int iters_for(long long bytes) {
+  long long it = 50000000LL / (bytes > 0 ? bytes : 1);
+  return it < 5 ? 5 : (it > 200 ? 200 : (int)it);
+}
+
+static int cmp(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank, n;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  long long min_bytes = 4, max_bytes = 64LL << 20;
+  int batches = 5;
+  const char* ops = "all_reduce,all_gather,reduce_scatter,broadcast";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--min-bytes")) min_bytes = atoll(argv[i + 1]);
+    if (!strcmp(argv[i], "--max-bytes")) max_bytes = atoll(argv[i + 1]);
+    if (!strcmp(argv[i], "--batches")) batches = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--ops")) ops = argv[i + 1];
+  }
+  const char* names[] = {"all_reduce", "all_gather", "reduce_scatter",
+                         "broadcast"};
+  for (int o = 0; o < 4; ++o) {
+    if (!strstr(ops, names[o])) continue;
+    for (long long bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+      long long count = bytes / 4 > 0 ? bytes / 4 : 1;
+      long long part = count / n > 0 ? count / n : 1;
+      float* a =
+          malloc(sizeof(float) * (o == 2 ? part * n : (o == 1 ? part : count)));
+      float* b = malloc(sizeof(float) * (o == 1 ? part * n : part));
+      long long alen = o == 2 ? part * n : (o == 1 ? part : count);
+      for (long long i = 0; i < alen; ++i) a[i] = 1.0f;
+      int iters = iters_for(bytes);
+      double* per_call = malloc(sizeof(double) * batches);
+      for (int it = -3; it < batches * iters; ++it) {
+        if (it >= 0 && it % iters == 0) {
+          MPI_Barrier(MPI_COMM_WORLD);
+          per_call[it / iters] = MPI_Wtime();
+        }
+        switch (o) {
+          case 0:
+            MPI_Allreduce(MPI_IN_PLACE, a, (int)count, MPI_FLOAT, MPI_SUM,
+                          MPI_COMM_WORLD);
+            break;
+          case 1:
+            MPI_Allgather(a, (int)part, MPI_FLOAT, b, (int)part, MPI_FLOAT,
+                          MPI_COMM_WORLD);
+            break;
+          case 2:
+            MPI_Reduce_scatter_block(a, b, (int)part, MPI_FLOAT, MPI_SUM,
+                                     MPI_COMM_WORLD);
+            break;
+          case 3:
+            MPI_Bcast(a, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+            break;
+        }
+        if (it >= 0 && it % iters == iters - 1) {
+          per_call[it / iters] =
+              (MPI_Wtime() - per_call[it / iters]) * 1e6 / iters;
+        }
+      }
+      qsort(per_call, batches, sizeof(double), cmp);
+      double median = per_call[batches / 2], worst = 0;
+      MPI_Reduce(&median, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      if (rank == 0) {
+        printf("openmpi,%s,%d,%lld,%.3f\n", names[o], n, bytes, worst);
+        fflush(stdout);
+      }
+      free(a);
+      free(b);
+      free(per_call);
+    }
+  }
+  MPI_Finalize();
+  return 0;
+}
