@@ -69,28 +69,34 @@ def main():
     p.add_argument("--csv", default="")
     p.add_argument("--png", default="")
     p.add_argument("--timeout", type=int, default=1800)
+    p.add_argument("--repeats", type=int, default=3,
+                   help="fresh jobs per implementation, alternated; the median time is kept")
     args = p.parse_args()
     common = ["--min-bytes", str(args.min_bytes), "--max-bytes", str(args.max_bytes),
               "--batches", str(args.batches)]
     distrun = tool("..", "distrun", "distrun")
     rows = []
     for n in [int(x) for x in args.world_sizes.split(",")]:
-        print(f"world size {n}: distkit ...", file=sys.stderr, flush=True)
-        rows += run([distrun, "--nproc-per-node", str(n), "--master-port", "0", "--",
-                     tool("collective_bench"), "--ops", args.ops] + common, args.timeout)
-        if "torch_gloo" in args.peers:
-            print(f"world size {n}: torch.distributed (gloo) ...", file=sys.stderr, flush=True)
-            torch_ops = ",".join(o for o in args.ops.split(",") if o != "reduce_scatter")
+        for repeat in range(args.repeats):
+            print(f"world size {n}, run {repeat + 1}/{args.repeats}: distkit ...", file=sys.stderr, flush=True)
             rows += run([distrun, "--nproc-per-node", str(n), "--master-port", "0", "--",
-                         "/usr/bin/python3", tool("torch_bench.py"), "--ops", torch_ops] + common,
-                        args.timeout)
-        if "openmpi" in args.peers:
-            print(f"world size {n}: openmpi ...", file=sys.stderr, flush=True)
-            rows += run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n),
-                         tool("mpi_bench"), "--ops", args.ops] + common, args.timeout)
-    table = defaultdict(dict)  # (op, n, bytes) -> impl -> us
+                         tool("collective_bench"), "--ops", args.ops] + common, args.timeout)
+            if "torch_gloo" in args.peers:
+                print(f"world size {n}, run {repeat + 1}: torch.distributed (gloo) ...", file=sys.stderr, flush=True)
+                torch_ops = ",".join(o for o in args.ops.split(",") if o != "reduce_scatter")
+                rows += run([distrun, "--nproc-per-node", str(n), "--master-port", "0", "--",
+                             "/usr/bin/python3", tool("torch_bench.py"), "--ops", torch_ops] + common,
+                            args.timeout)
+            if "openmpi" in args.peers:
+                print(f"world size {n}, run {repeat + 1}: openmpi ...", file=sys.stderr, flush=True)
+                rows += run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n),
+                             tool("mpi_bench"), "--ops", args.ops] + common, args.timeout)
+    samples = defaultdict(list)  # (op, n, bytes, impl) -> [us]
     for impl, op, n, nbytes, us in rows:
-        table[(op, n, nbytes)][impl] = us
+        samples[(op, n, nbytes, impl)].append(us)
+    table = defaultdict(dict)  # (op, n, bytes) -> impl -> median us
+    for (op, n, nbytes, impl), values in samples.items():
+        table[(op, n, nbytes)][impl] = sorted(values)[len(values) // 2]
 
     def busbw(op, n, nbytes, us):
         return nbytes / (us * 1e-6) * FACTORS[op](n) / 1e9 if us else 0.0
