@@ -234,7 +234,8 @@ package(default_visibility = ["//visibility:public"])
 
 cc_library(
     name = "cuda",
-    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.inl"]),
+    # Every file: CUDA's headers include extension-less ones (<nv/target>).
+    hdrs = glob(["include/**"]),
     includes = ["include"],
     linkopts = {linkopts} + ["-lcudart"],
 )

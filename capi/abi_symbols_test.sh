@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# libdistkit.so exports only dk_* symbols, every function the header declares,
+# and does not depend on LibTorch.
+set -euo pipefail
+lib="$1"
+header="$2"
+exported=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TDBRVW]$/ {print $3}' | sed 's/@.*//' | sort -u)
+bad=$(grep -v '^dk_' <<<"$exported" || true)
+if [ -n "$bad" ]; then
+  echo "FAIL: libdistkit.so exports symbols outside dk_*:"
+  echo "$bad" | head -20
+  exit 1
+fi
+declared=$(grep -oE 'dk_[a-z_0-9]+\(' "$header" | tr -d '(' | sort -u)
+missing=$(comm -23 <(echo "$declared") <(echo "$exported"))
+if [ -n "$missing" ]; then
+  echo "FAIL: declared in distkit.h but not exported:"
+  echo "$missing"
+  exit 1
+fi
+if readelf -d "$lib" | grep -E 'NEEDED.*(torch|c10)'; then
+  echo "FAIL: libdistkit.so links LibTorch"
+  exit 1
+fi
+echo "ok: $(wc -l <<<"$exported") dk_* symbols exported, all declared functions present, no LibTorch"

@@ -1,0 +1,604 @@
+// The C ABI's only translation unit: handle structs, the one guard that turns
+// absl::Status and any exception into dk_status_t + dk_error_t, and argument
+// checks that name the argument.
+
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cc/core/data_type.h"
+#include "cc/core/reduce_op.h"
+#include "cc/core/status.h"
+#include "cc/core/tensor_ref.h"
+#include "cc/dist/dist.h"
+#include "cc/dist/process_group.h"
+#include "cc/store/grpc_store.h"
+#include "cc/store/store_server.h"
+#include "distkit/distkit.h"
+
+struct dk_error {
+  dk_status_t code;
+  std::string message;
+};
+
+struct dk_store {
+  std::shared_ptr<distkit::Store> rep;
+  std::unique_ptr<distkit::StoreServer> server;  // set by dk_store_serve
+  std::string address;
+};
+
+struct dk_group {
+  std::shared_ptr<distkit::ProcessGroup> rep;
+};
+
+struct dk_work {
+  std::shared_ptr<distkit::Work> rep;
+  // The group stays alive while its work is referenced.
+  std::shared_ptr<distkit::ProcessGroup> group;
+};
+
+namespace {
+
+using distkit::ProcessGroup;
+using distkit::TensorRef;
+
+dk_status_t Report(const absl::Status& status, dk_error_t** err) {
+  if (status.ok()) return DK_OK;
+  const dk_status_t code = static_cast<dk_status_t>(status.code());
+  if (err != nullptr && *err == nullptr) {
+    *err = new (std::nothrow) dk_error{code, std::string(status.message())};
+  }
+  return code;
+}
+
+// The guard every fallible entry point runs in: no exception leaves it.
+template <typename F>
+dk_status_t Guard(dk_error_t** err, F&& body) {
+  absl::Status status;
+  try {
+    status = body();
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError("out of memory");
+  } catch (const std::exception& e) {
+    status =
+        absl::InternalError(absl::StrCat("unexpected exception: ", e.what()));
+  } catch (...) {
+    status = absl::InternalError("unexpected non-standard exception");
+  }
+  return Report(status, err);
+}
+
+absl::Status NotNull(const void* p, const char* what) {
+  if (p == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat(what, " is NULL"));
+  return absl::OkStatus();
+}
+
+// The group an argument names: itself, or the default group for NULL.
+absl::StatusOr<std::shared_ptr<ProcessGroup>> GroupOf(dk_group_t* group) {
+  if (group != nullptr) {
+    if (group->rep == nullptr)
+      return absl::InvalidArgumentError("group: invalid handle");
+    return group->rep;
+  }
+  std::shared_ptr<ProcessGroup> world = distkit::dist::GetDefaultGroup();
+  if (world == nullptr) {
+    return absl::FailedPreconditionError(
+        "group is NULL and there is no default group: call dk_init first");
+  }
+  return world;
+}
+
+absl::StatusOr<TensorRef> Tensor(const DLTensor* t, const char* what) {
+  return TensorRef::FromDLPack(t, what);
+}
+
+absl::StatusOr<distkit::ReduceOp> Op(dk_reduce_op_t op) {
+  absl::StatusOr<distkit::ReduceOp> r = distkit::ReduceOpFromInt(op);
+  if (!r.ok()) return distkit::Annotate(r.status(), "op");
+  return r;
+}
+
+std::vector<std::string> Keys(const char* const* keys, size_t n) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) out.emplace_back(keys[i]);
+  return out;
+}
+
+absl::Status CheckKeys(const char* const* keys, size_t n) {
+  if (n > 0 && keys == nullptr)
+    return absl::InvalidArgumentError("keys is NULL");
+  for (size_t i = 0; i < n; ++i) {
+    if (keys[i] == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat("keys[", i, "] is NULL"));
+  }
+  return absl::OkStatus();
+}
+
+// Hands back an asynchronous operation's work (or waits for it when the
+// caller asked for a blocking call). Argument errors surface at once either
+// way, since a rejected operation's work is already complete.
+absl::Status Finish(const std::shared_ptr<ProcessGroup>& group,
+                    std::shared_ptr<distkit::Work> work, dk_work_t** work_out) {
+  if (work_out == nullptr) return work->Wait();
+  if (work->Test() && !work->status().ok()) return work->status();
+  *work_out = new dk_work{std::move(work), group};
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- Versions ---------------------------------------------------------------
+
+dk_status_t dk_init_version(int32_t major, int32_t minor, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    if (major != DK_ABI_MAJOR || minor > DK_ABI_MINOR) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "distkit ABI mismatch: the caller was built for ", major, ".", minor,
+          " but this library provides ", DK_ABI_MAJOR, ".", DK_ABI_MINOR));
+    }
+    return absl::OkStatus();
+  });
+}
+
+void dk_get_version(int32_t* major, int32_t* minor) {
+  if (major != nullptr) *major = DK_ABI_MAJOR;
+  if (minor != nullptr) *minor = DK_ABI_MINOR;
+}
+
+// ---- Errors and memory ------------------------------------------------------
+
+dk_status_t dk_error_code(const dk_error_t* err) {
+  return err == nullptr ? DK_OK : err->code;
+}
+
+const char* dk_error_message(const dk_error_t* err) {
+  return err == nullptr ? "" : err->message.c_str();
+}
+
+void dk_error_free(dk_error_t* err) { delete err; }
+
+void dk_free(void* ptr) { std::free(ptr); }
+
+// ---- Store ------------------------------------------------------------------
+
+void dk_store_config_init(dk_store_config_t* config) {
+  if (config == nullptr) return;
+  std::memset(config, 0, sizeof(*config));
+  config->struct_size = sizeof(*config);
+  config->timeout_ms = 300000;
+  config->connect_timeout_ms = 300000;
+}
+
+namespace {
+
+// Reads only the fields the caller's struct has (struct_size).
+absl::StatusOr<dk_store_config_t> ReadStoreConfig(
+    const dk_store_config_t* config) {
+  dk_store_config_t c;
+  dk_store_config_init(&c);
+  if (config == nullptr) return absl::InvalidArgumentError("config is NULL");
+  if (config->struct_size <
+      offsetof(dk_store_config_t, address) + sizeof(void*)) {
+    return absl::InvalidArgumentError(
+        "config: struct_size is too small (call dk_store_config_init)");
+  }
+  std::memcpy(&c, config, std::min(config->struct_size, sizeof(c)));
+  c.struct_size = sizeof(c);
+  if (c.address == nullptr)
+    return absl::InvalidArgumentError("config: address is NULL");
+  return c;
+}
+
+}  // namespace
+
+dk_status_t dk_store_connect(const dk_store_config_t* config, dk_store_t** out,
+                             dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    DK_ASSIGN_OR_RETURN(dk_store_config_t c, ReadStoreConfig(config));
+    DK_ASSIGN_OR_RETURN(std::unique_ptr<distkit::GrpcStore> store,
+                        distkit::GrpcStore::Connect(
+                            {c.address, c.token ? c.token : "",
+                             absl::Milliseconds(c.timeout_ms),
+                             absl::Milliseconds(c.connect_timeout_ms)}));
+    *out = new dk_store{std::move(store), nullptr, c.address};
+    return absl::OkStatus();
+  });
+}
+
+dk_status_t dk_store_serve(const dk_store_config_t* config, dk_store_t** out,
+                           dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    DK_ASSIGN_OR_RETURN(dk_store_config_t c, ReadStoreConfig(config));
+    const std::string token = c.token ? c.token : "";
+    DK_ASSIGN_OR_RETURN(std::unique_ptr<distkit::StoreServer> server,
+                        distkit::StoreServer::Start({c.address, token}));
+    DK_ASSIGN_OR_RETURN(
+        std::unique_ptr<distkit::GrpcStore> store,
+        distkit::GrpcStore::Connect(
+            {server->address(), token, absl::Milliseconds(c.timeout_ms),
+             absl::Milliseconds(c.connect_timeout_ms)}));
+    const std::string address = server->address();
+    *out = new dk_store{std::move(store), std::move(server), address};
+    return absl::OkStatus();
+  });
+}
+
+const char* dk_store_address(const dk_store_t* store) {
+  return store == nullptr ? nullptr : store->address.c_str();
+}
+
+void dk_store_destroy(dk_store_t* store) { delete store; }
+
+dk_status_t dk_store_set(dk_store_t* store, const char* key, const void* value,
+                         size_t size, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(store, "store"));
+    DK_RETURN_IF_ERROR(NotNull(key, "key"));
+    if (size > 0) DK_RETURN_IF_ERROR(NotNull(value, "value"));
+    return store->rep->Set(
+        key, absl::string_view(static_cast<const char*>(value), size));
+  });
+}
+
+dk_status_t dk_store_get(dk_store_t* store, const char* key, void** value_out,
+                         size_t* size_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(store, "store"));
+    DK_RETURN_IF_ERROR(NotNull(key, "key"));
+    DK_RETURN_IF_ERROR(NotNull(value_out, "value_out"));
+    DK_RETURN_IF_ERROR(NotNull(size_out, "size_out"));
+    DK_ASSIGN_OR_RETURN(std::string value, store->rep->Get(key));
+    void* copy = std::malloc(value.size() + 1);  // +1: also a C string
+    if (copy == nullptr) return absl::ResourceExhaustedError("out of memory");
+    std::memcpy(copy, value.data(), value.size());
+    static_cast<char*>(copy)[value.size()] = '\0';
+    *value_out = copy;
+    *size_out = value.size();
+    return absl::OkStatus();
+  });
+}
+
+dk_status_t dk_store_add(dk_store_t* store, const char* key, int64_t delta,
+                         int64_t* out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(store, "store"));
+    DK_RETURN_IF_ERROR(NotNull(key, "key"));
+    DK_ASSIGN_OR_RETURN(int64_t value, store->rep->Add(key, delta));
+    if (out != nullptr) *out = value;
+    return absl::OkStatus();
+  });
+}
+
+dk_status_t dk_store_wait(dk_store_t* store, const char* const* keys,
+                          size_t num_keys, int64_t timeout_ms,
+                          dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(store, "store"));
+    DK_RETURN_IF_ERROR(CheckKeys(keys, num_keys));
+    const absl::Duration timeout =
+        timeout_ms < 0 ? store->rep->timeout() : absl::Milliseconds(timeout_ms);
+    return store->rep->Wait(Keys(keys, num_keys), timeout);
+  });
+}
+
+dk_status_t dk_store_check(dk_store_t* store, const char* const* keys,
+                           size_t num_keys, int32_t* out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(store, "store"));
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    DK_RETURN_IF_ERROR(CheckKeys(keys, num_keys));
+    DK_ASSIGN_OR_RETURN(bool ready, store->rep->Check(Keys(keys, num_keys)));
+    *out = ready ? 1 : 0;
+    return absl::OkStatus();
+  });
+}
+
+dk_status_t dk_store_delete_key(dk_store_t* store, const char* key,
+                                int32_t* out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(store, "store"));
+    DK_RETURN_IF_ERROR(NotNull(key, "key"));
+    DK_ASSIGN_OR_RETURN(bool deleted, store->rep->DeleteKey(key));
+    if (out != nullptr) *out = deleted ? 1 : 0;
+    return absl::OkStatus();
+  });
+}
+
+dk_status_t dk_store_num_keys(dk_store_t* store, int64_t* out,
+                              dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(store, "store"));
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    DK_ASSIGN_OR_RETURN(*out, store->rep->NumKeys());
+    return absl::OkStatus();
+  });
+}
+
+// ---- Groups -----------------------------------------------------------------
+
+void dk_init_config_init(dk_init_config_t* config) {
+  if (config == nullptr) return;
+  std::memset(config, 0, sizeof(*config));
+  config->struct_size = sizeof(*config);
+  config->backend = "gloo";
+  config->timeout_ms = 1800000;
+}
+
+namespace {
+
+absl::StatusOr<distkit::dist::InitOptions> ReadInitConfig(
+    const dk_init_config_t* config) {
+  dk_init_config_t c;
+  dk_init_config_init(&c);
+  if (config != nullptr) {
+    if (config->struct_size < sizeof(size_t)) {
+      return absl::InvalidArgumentError("config: struct_size is too small");
+    }
+    std::memcpy(&c, config, std::min(config->struct_size, sizeof(c)));
+  }
+  distkit::dist::InitOptions options;
+  options.backend = c.backend != nullptr ? c.backend : "gloo";
+  if (c.timeout_ms <= 0)
+    return absl::InvalidArgumentError("config: timeout_ms must be > 0");
+  options.timeout = absl::Milliseconds(c.timeout_ms);
+  return options;
+}
+
+}  // namespace
+
+dk_status_t dk_init(const char* launcher, const dk_init_config_t* config,
+                    dk_group_t** world_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(launcher, "launcher"));
+    DK_RETURN_IF_ERROR(NotNull(world_out, "world_out"));
+    DK_ASSIGN_OR_RETURN(distkit::dist::InitOptions options,
+                        ReadInitConfig(config));
+    DK_RETURN_IF_ERROR(distkit::dist::InitDist(launcher, options));
+    *world_out = new dk_group{distkit::dist::GetDefaultGroup()};
+    return absl::OkStatus();
+  });
+}
+
+dk_status_t dk_init_with_store(dk_store_t* store, int32_t rank, int32_t size,
+                               const dk_init_config_t* config,
+                               dk_group_t** world_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(store, "store"));
+    DK_RETURN_IF_ERROR(NotNull(world_out, "world_out"));
+    DK_ASSIGN_OR_RETURN(distkit::dist::InitOptions options,
+                        ReadInitConfig(config));
+    DK_RETURN_IF_ERROR(
+        distkit::dist::InitDistWithStore(store->rep, rank, size, options));
+    *world_out = new dk_group{distkit::dist::GetDefaultGroup()};
+    return absl::OkStatus();
+  });
+}
+
+void dk_shutdown(void) { distkit::dist::DestroyDist(); }
+
+int32_t dk_is_distributed(void) {
+  return distkit::dist::IsDistributed() ? 1 : 0;
+}
+
+int32_t dk_group_rank(const dk_group_t* group) {
+  if (group != nullptr && group->rep != nullptr) return group->rep->rank();
+  return distkit::dist::GetRank();
+}
+
+int32_t dk_group_size(const dk_group_t* group) {
+  if (group != nullptr && group->rep != nullptr) return group->rep->size();
+  return distkit::dist::GetWorldSize();
+}
+
+const char* dk_group_backend(const dk_group_t* group) {
+  if (group != nullptr && group->rep != nullptr)
+    return group->rep->backend_name().c_str();
+  std::shared_ptr<ProcessGroup> world = distkit::dist::GetDefaultGroup();
+  return world != nullptr ? world->backend_name().c_str() : nullptr;
+}
+
+const char* dk_group_name(const dk_group_t* group) {
+  if (group != nullptr && group->rep != nullptr)
+    return group->rep->name().c_str();
+  std::shared_ptr<ProcessGroup> world = distkit::dist::GetDefaultGroup();
+  return world != nullptr ? world->name().c_str() : nullptr;
+}
+
+dk_status_t dk_group_new(dk_group_t* parent, const int32_t* ranks,
+                         size_t num_ranks, dk_group_t** out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    if (num_ranks > 0) DK_RETURN_IF_ERROR(NotNull(ranks, "ranks"));
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> p, GroupOf(parent));
+    DK_ASSIGN_OR_RETURN(
+        std::shared_ptr<ProcessGroup> g,
+        p->NewGroup(std::vector<int>(ranks, ranks + num_ranks)));
+    *out = new dk_group{std::move(g)};
+    return absl::OkStatus();
+  });
+}
+
+void dk_group_destroy(dk_group_t* group) { delete group; }
+
+void dk_group_abort(dk_group_t* group) {
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g = GroupOf(group);
+  if (g.ok()) (*g)->Abort();
+}
+
+dk_status_t dk_group_async_error(const dk_group_t* group, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g,
+                        GroupOf(const_cast<dk_group_t*>(group)));
+    return g->AsyncError();
+  });
+}
+
+// ---- Work -------------------------------------------------------------------
+
+dk_status_t dk_work_test(const dk_work_t* work, dk_work_state_t* state_out,
+                         dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(work, "work"));
+    DK_RETURN_IF_ERROR(NotNull(state_out, "state_out"));
+    *state_out = static_cast<dk_work_state_t>(work->rep->state());
+    return absl::OkStatus();
+  });
+}
+
+dk_status_t dk_work_wait(dk_work_t* work, int64_t timeout_ms,
+                         dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(work, "work"));
+    return work->rep->Wait(timeout_ms < 0 ? absl::InfiniteDuration()
+                                          : absl::Milliseconds(timeout_ms));
+  });
+}
+
+void dk_work_destroy(dk_work_t* work) { delete work; }
+
+// ---- Collectives ------------------------------------------------------------
+
+dk_status_t dk_group_all_reduce(dk_group_t* group, DLTensor* data,
+                                dk_reduce_op_t op, dk_work_t** work_out,
+                                dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    DK_ASSIGN_OR_RETURN(TensorRef t, Tensor(data, "data"));
+    DK_ASSIGN_OR_RETURN(distkit::ReduceOp r, Op(op));
+    if (work_out == nullptr) return g->AllReduce(t, r);
+    return Finish(g, g->AllReduceAsync(t, r), work_out);
+  });
+}
+
+dk_status_t dk_group_broadcast(dk_group_t* group, DLTensor* data, int32_t root,
+                               dk_work_t** work_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    DK_ASSIGN_OR_RETURN(TensorRef t, Tensor(data, "data"));
+    if (work_out == nullptr) return g->Broadcast(t, root);
+    return Finish(g, g->BroadcastAsync(t, root), work_out);
+  });
+}
+
+dk_status_t dk_group_reduce(dk_group_t* group, DLTensor* data,
+                            dk_reduce_op_t op, int32_t root,
+                            dk_work_t** work_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    DK_ASSIGN_OR_RETURN(TensorRef t, Tensor(data, "data"));
+    DK_ASSIGN_OR_RETURN(distkit::ReduceOp r, Op(op));
+    if (work_out == nullptr) return g->Reduce(t, r, root);
+    return Finish(g, g->ReduceAsync(t, r, root), work_out);
+  });
+}
+
+dk_status_t dk_group_all_gather(dk_group_t* group, const DLTensor* input,
+                                DLTensor* output, dk_work_t** work_out,
+                                dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    DK_ASSIGN_OR_RETURN(TensorRef in, Tensor(input, "input"));
+    DK_ASSIGN_OR_RETURN(TensorRef out, Tensor(output, "output"));
+    if (work_out == nullptr) return g->AllGather(in, out);
+    return Finish(g, g->AllGatherAsync(in, out), work_out);
+  });
+}
+
+dk_status_t dk_group_gather(dk_group_t* group, const DLTensor* input,
+                            DLTensor* output, int32_t root,
+                            dk_work_t** work_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    DK_ASSIGN_OR_RETURN(TensorRef in, Tensor(input, "input"));
+    TensorRef out;
+    if (g->rank() == root) {
+      DK_ASSIGN_OR_RETURN(out, Tensor(output, "output"));
+    }
+    if (work_out == nullptr) return g->Gather(in, out, root);
+    return Finish(g, g->GatherAsync(in, out, root), work_out);
+  });
+}
+
+dk_status_t dk_group_scatter(dk_group_t* group, const DLTensor* input,
+                             DLTensor* output, int32_t root,
+                             dk_work_t** work_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    DK_ASSIGN_OR_RETURN(TensorRef out, Tensor(output, "output"));
+    TensorRef in;
+    if (g->rank() == root) {
+      DK_ASSIGN_OR_RETURN(in, Tensor(input, "input"));
+    }
+    if (work_out == nullptr) return g->Scatter(in, out, root);
+    return Finish(g, g->ScatterAsync(in, out, root), work_out);
+  });
+}
+
+dk_status_t dk_group_reduce_scatter(dk_group_t* group, const DLTensor* input,
+                                    DLTensor* output, dk_reduce_op_t op,
+                                    dk_work_t** work_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    DK_ASSIGN_OR_RETURN(TensorRef in, Tensor(input, "input"));
+    DK_ASSIGN_OR_RETURN(TensorRef out, Tensor(output, "output"));
+    DK_ASSIGN_OR_RETURN(distkit::ReduceOp r, Op(op));
+    if (work_out == nullptr) return g->ReduceScatter(in, out, r);
+    return Finish(g, g->ReduceScatterAsync(in, out, r), work_out);
+  });
+}
+
+dk_status_t dk_group_all_to_all(dk_group_t* group, const DLTensor* input,
+                                const int64_t* input_splits, DLTensor* output,
+                                const int64_t* output_splits, size_t num_splits,
+                                dk_work_t** work_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    DK_ASSIGN_OR_RETURN(TensorRef in, Tensor(input, "input"));
+    DK_ASSIGN_OR_RETURN(TensorRef out, Tensor(output, "output"));
+    std::vector<int64_t> ins, outs;
+    if (input_splits != nullptr)
+      ins.assign(input_splits, input_splits + num_splits);
+    if (output_splits != nullptr)
+      outs.assign(output_splits, output_splits + num_splits);
+    if (work_out == nullptr) return g->AllToAll(in, out, ins, outs);
+    return Finish(g, g->AllToAllAsync(in, out, ins, outs), work_out);
+  });
+}
+
+dk_status_t dk_group_barrier(dk_group_t* group, dk_work_t** work_out,
+                             dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    if (work_out == nullptr) return g->Barrier();
+    return Finish(g, g->BarrierAsync(), work_out);
+  });
+}
+
+dk_status_t dk_group_send(dk_group_t* group, const DLTensor* data, int32_t dst,
+                          int32_t tag, dk_work_t** work_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    DK_ASSIGN_OR_RETURN(TensorRef t, Tensor(data, "data"));
+    return Finish(g, g->SendAsync(t, dst, tag), work_out);
+  });
+}
+
+dk_status_t dk_group_recv(dk_group_t* group, DLTensor* data, int32_t src,
+                          int32_t tag, dk_work_t** work_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    DK_ASSIGN_OR_RETURN(TensorRef t, Tensor(data, "data"));
+    return Finish(g, g->RecvAsync(t, src, tag), work_out);
+  });
+}
+
+}  // extern "C"

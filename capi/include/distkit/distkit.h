@@ -1,0 +1,334 @@
+/* distkit.h — the stable C ABI of distkit.
+ *
+ * Conventions (every function below follows them):
+ *  1. Handles are opaque structs passed by pointer (dk_group_t*). Every
+ *     dk_X_create / dk_X_connect / dk_init has exactly one dk_X_destroy.
+ *  2. Names are dk_<noun>_<verb>. Arguments go: subject handle, inputs,
+ *     options, out-parameters, then the error out-parameter last.
+ *  3. Every fallible call returns dk_status_t with the google.rpc numbering
+ *     (DK_OK = 0 ... DK_UNAUTHENTICATED = 16). Treat unknown values as errors.
+ *     "In progress" is never a status: it is a dk_work_state_t.
+ *  4. Details come back through the last parameter, dk_error_t** err (NULL
+ *     allowed; *err must be NULL on entry; untouched on success). There is no
+ *     thread-local "last error".
+ *  5. Tensors are DLPack DLTensor* (device, dtype, shape, strides, offset).
+ *     A non-contiguous tensor is DK_INVALID_ARGUMENT, never a silent copy.
+ *  6. Each function says: collective or local; blocking or not; who owns each
+ *     pointer (owned: free it with dk_free or the handle's destroy; borrowed:
+ *     valid until the named parent is destroyed; copied: the library copies
+ *     the input before returning); which threads may call it.
+ *  7. Memory the library returns is freed with dk_free (or a destroy).
+ *  8. Config structs start with size_t struct_size; dk_X_config_init() fills
+ *     the defaults. Fields are only ever appended.
+ *  9. dk_init_version(DK_ABI_MAJOR, DK_ABI_MINOR, err) rejects a header the
+ *     library is incompatible with. Only dk_* symbols are exported.
+ * 10. Asynchronous calls return a dk_work_t* (dk_work_test, dk_work_wait with
+ *     a timeout, dk_work_destroy). A NULL work out-parameter means "run
+ *     synchronously". Buffers given to asynchronous calls are lent until the
+ *     work completes.
+ * 11. dk_group_destroy is local; dk_group_abort (local, any thread) cancels
+ *     in-flight work and is the only legal follow-up after DK_UNAVAILABLE or
+ *     DK_DEADLINE_EXCEEDED; dk_group_async_error reports that state.
+ * 12. No C++ exception crosses this boundary.
+ */
+#ifndef DISTKIT_DISTKIT_H_
+#define DISTKIT_DISTKIT_H_
+
+#include <dlpack/dlpack.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define DK_EXPORT __attribute__((visibility("default")))
+#else
+#define DK_EXPORT
+#endif
+
+/* ---- Versions ------------------------------------------------------------ */
+
+#define DK_ABI_MAJOR 0
+#define DK_ABI_MINOR 1
+
+/* Local. Checks that this header (major, minor) can use the loaded library:
+ * same major, and a minor no newer than the library's. DK_FAILED_PRECONDITION
+ * names both versions otherwise. Bindings call it once at load time. */
+typedef int32_t dk_status_t;
+typedef struct dk_error dk_error_t;
+DK_EXPORT dk_status_t dk_init_version(int32_t major, int32_t minor,
+                                      dk_error_t** err);
+
+/* Local. The library's ABI version. Any thread. */
+DK_EXPORT void dk_get_version(int32_t* major, int32_t* minor);
+
+/* ---- Status codes and errors --------------------------------------------- */
+
+/* Numerically equal to absl::StatusCode and grpc_status_code. */
+#define DK_OK 0
+#define DK_CANCELLED 1
+#define DK_UNKNOWN 2
+#define DK_INVALID_ARGUMENT 3
+#define DK_DEADLINE_EXCEEDED 4 /* a timeout */
+#define DK_NOT_FOUND 5
+#define DK_ALREADY_EXISTS 6
+#define DK_PERMISSION_DENIED 7
+#define DK_RESOURCE_EXHAUSTED 8
+#define DK_FAILED_PRECONDITION 9 /* misuse, e.g. a call on an aborted group */
+#define DK_ABORTED 10
+#define DK_OUT_OF_RANGE 11
+#define DK_UNIMPLEMENTED 12
+#define DK_INTERNAL 13
+#define DK_UNAVAILABLE 14 /* a peer or link failed: the group is poisoned */
+#define DK_DATA_LOSS 15
+#define DK_UNAUTHENTICATED 16 /* wrong or missing job token */
+
+/* Local, any thread. The error's code and its message (borrowed until
+ * dk_error_free). The message is for humans: do not parse it. */
+DK_EXPORT dk_status_t dk_error_code(const dk_error_t* err);
+DK_EXPORT const char* dk_error_message(const dk_error_t* err);
+/* Frees an error; NULL is allowed. */
+DK_EXPORT void dk_error_free(dk_error_t* err);
+
+/* Frees memory the library returned (strings, byte buffers); NULL allowed. */
+DK_EXPORT void dk_free(void* ptr);
+
+/* ---- Data types and reductions ------------------------------------------- */
+
+/* Element types; the values equal distkit::DataType. */
+typedef int32_t dk_dtype_t;
+#define DK_FLOAT16 0
+#define DK_BFLOAT16 1
+#define DK_FLOAT32 2
+#define DK_FLOAT64 3
+#define DK_INT8 4
+#define DK_UINT8 5
+#define DK_INT32 6
+#define DK_INT64 7
+#define DK_BOOL 8
+
+/* Reductions, mmengine's names; DK_OP_MEAN on integers truncates toward 0. */
+typedef int32_t dk_reduce_op_t;
+#define DK_OP_SUM 0
+#define DK_OP_PRODUCT 1
+#define DK_OP_MIN 2
+#define DK_OP_MAX 3
+#define DK_OP_BAND 4
+#define DK_OP_BOR 5
+#define DK_OP_BXOR 6
+#define DK_OP_MEAN 7
+
+/* ---- Store -----------------------------------------------------------------
+ */
+
+typedef struct dk_store dk_store_t;
+
+typedef struct dk_store_config {
+  size_t struct_size;         /* sizeof(dk_store_config_t) */
+  const char* address;        /* "host:port"; copied */
+  const char* token;          /* the job token; copied; NULL = none */
+  int64_t timeout_ms;         /* blocking calls; default 300000 */
+  int64_t connect_timeout_ms; /* waiting for the server; default 300000 */
+} dk_store_config_t;
+
+/* Local. Fills the defaults (address NULL, token NULL, 300 s timeouts). */
+DK_EXPORT void dk_store_config_init(dk_store_config_t* config);
+
+/* Local, blocking (up to connect_timeout_ms). Connects to a job's store;
+ * *out is owned (dk_store_destroy). Any thread. */
+DK_EXPORT dk_status_t dk_store_connect(const dk_store_config_t* config,
+                                       dk_store_t** out, dk_error_t** err);
+
+/* Local. Starts a store server in this process bound to config->address
+ * ("127.0.0.1:0" picks a port) and connects to it; dk_store_address gives the
+ * bound address. The server stops at dk_store_destroy. */
+DK_EXPORT dk_status_t dk_store_serve(const dk_store_config_t* config,
+                                     dk_store_t** out, dk_error_t** err);
+
+/* Local. "host:port" the store is reached at (borrowed until destroy). */
+DK_EXPORT const char* dk_store_address(const dk_store_t* store);
+
+/* Local. Closes the connection (and the server if dk_store_serve made it). */
+DK_EXPORT void dk_store_destroy(dk_store_t* store);
+
+/* Local, blocking on the server round trip; any thread. `value` is copied. */
+DK_EXPORT dk_status_t dk_store_set(dk_store_t* store, const char* key,
+                                   const void* value, size_t size,
+                                   dk_error_t** err);
+
+/* Local, blocks until `key` exists or the timeout passes
+ * (DK_DEADLINE_EXCEEDED naming the key). *value_out is owned (dk_free). */
+DK_EXPORT dk_status_t dk_store_get(dk_store_t* store, const char* key,
+                                   void** value_out, size_t* size_out,
+                                   dk_error_t** err);
+
+/* Local. Atomically adds `delta` to the integer at `key`; *out = new value. */
+DK_EXPORT dk_status_t dk_store_add(dk_store_t* store, const char* key,
+                                   int64_t delta, int64_t* out,
+                                   dk_error_t** err);
+
+/* Local, blocks until every key exists or timeout_ms passes (< 0: the store
+ * timeout). */
+DK_EXPORT dk_status_t dk_store_wait(dk_store_t* store, const char* const* keys,
+                                    size_t num_keys, int64_t timeout_ms,
+                                    dk_error_t** err);
+
+/* Local, non-blocking check that every key exists; *out is 0 or 1. */
+DK_EXPORT dk_status_t dk_store_check(dk_store_t* store, const char* const* keys,
+                                     size_t num_keys, int32_t* out,
+                                     dk_error_t** err);
+
+/* Local. *out is 1 if the key existed. */
+DK_EXPORT dk_status_t dk_store_delete_key(dk_store_t* store, const char* key,
+                                          int32_t* out, dk_error_t** err);
+
+/* Local. The number of keys in the store. */
+DK_EXPORT dk_status_t dk_store_num_keys(dk_store_t* store, int64_t* out,
+                                        dk_error_t** err);
+
+/* ---- Groups ----------------------------------------------------------------
+ */
+
+typedef struct dk_group dk_group_t;
+
+typedef struct dk_init_config {
+  size_t struct_size;  /* sizeof(dk_init_config_t) */
+  const char* backend; /* "gloo" (default); copied */
+  int64_t timeout_ms;  /* per collective; default 1800000 (30 min) */
+} dk_init_config_t;
+
+/* Local. Fills the defaults. */
+DK_EXPORT void dk_init_config_init(dk_init_config_t* config);
+
+/* Collective over the job: every rank calls it. Blocking until all ranks
+ * connect. Joins the job described by the launcher's environment: "pytorch"
+ * (torchrun, and distrun), "slurm", "mpi" or "distrun"; anything else is
+ * DK_INVALID_ARGUMENT "Invalid launcher type: ...". *world_out is owned
+ * (dk_group_destroy) and is also the process's default group until
+ * dk_shutdown. */
+DK_EXPORT dk_status_t dk_init(const char* launcher,
+                              const dk_init_config_t* config,
+                              dk_group_t** world_out, dk_error_t** err);
+
+/* Collective, like dk_init, with an explicit rank, size and store (borrowed:
+ * it must outlive the group). */
+DK_EXPORT dk_status_t dk_init_with_store(dk_store_t* store, int32_t rank,
+                                         int32_t size,
+                                         const dk_init_config_t* config,
+                                         dk_group_t** world_out,
+                                         dk_error_t** err);
+
+/* Local. Forgets the default group (handles stay valid until destroyed). */
+DK_EXPORT void dk_shutdown(void);
+
+/* Local, any thread: 1 once dk_init succeeded (until dk_shutdown). */
+DK_EXPORT int32_t dk_is_distributed(void);
+
+/* Local queries; `group` NULL means the default group. Not distributed: rank
+ * 0 and size 1. A rank outside `group`: rank -1. */
+DK_EXPORT int32_t dk_group_rank(const dk_group_t* group);
+DK_EXPORT int32_t dk_group_size(const dk_group_t* group);
+/* Backend ("gloo") and name ("world", "world/1"); borrowed until destroy;
+ * NULL when not distributed. */
+DK_EXPORT const char* dk_group_backend(const dk_group_t* group);
+DK_EXPORT const char* dk_group_name(const dk_group_t* group);
+
+/* Collective over `parent` (NULL: the default group): every member calls it
+ * with the same ranks (ranks of `parent`). Members get a working group;
+ * the others a handle whose operations fail with DK_FAILED_PRECONDITION.
+ * *out is owned (dk_group_destroy). */
+DK_EXPORT dk_status_t dk_group_new(dk_group_t* parent, const int32_t* ranks,
+                                   size_t num_ranks, dk_group_t** out,
+                                   dk_error_t** err);
+
+/* Local. Frees the handle; a work handle keeps what it needs alive. */
+DK_EXPORT void dk_group_destroy(dk_group_t* group);
+
+/* Local, any thread. Cancels in-flight work (it completes with DK_CANCELLED)
+ * and makes every later call fail. */
+DK_EXPORT void dk_group_abort(dk_group_t* group);
+
+/* Local, non-blocking. DK_OK, or the error that poisoned the group. */
+DK_EXPORT dk_status_t dk_group_async_error(const dk_group_t* group,
+                                           dk_error_t** err);
+
+/* ---- Work ------------------------------------------------------------------
+ */
+
+typedef struct dk_work dk_work_t;
+
+typedef int32_t dk_work_state_t;
+#define DK_WORK_PENDING 0
+#define DK_WORK_SUCCEEDED 1
+#define DK_WORK_FAILED 2
+
+/* Local, non-blocking, any thread. */
+DK_EXPORT dk_status_t dk_work_test(const dk_work_t* work,
+                                   dk_work_state_t* state_out,
+                                   dk_error_t** err);
+
+/* Local, blocking up to timeout_ms (< 0: no limit). Returns the operation's
+ * status, or DK_DEADLINE_EXCEEDED if it has not finished (it goes on). */
+DK_EXPORT dk_status_t dk_work_wait(dk_work_t* work, int64_t timeout_ms,
+                                   dk_error_t** err);
+
+/* Local. Frees the handle; the operation itself is not cancelled. */
+DK_EXPORT void dk_work_destroy(dk_work_t* work);
+
+/* ---- Collectives --------------------------------------------------------- */
+/* All collective over `group` (NULL: the default group): every member calls
+ * them in the same order with matching sizes; otherwise every rank gets
+ * DK_INVALID_ARGUMENT naming what each rank called. `work_out` NULL: blocking;
+ * else non-blocking and *work_out is owned (dk_work_destroy). Tensors are
+ * borrowed (lent until the work completes). */
+
+DK_EXPORT dk_status_t dk_group_all_reduce(dk_group_t* group, DLTensor* data,
+                                          dk_reduce_op_t op,
+                                          dk_work_t** work_out,
+                                          dk_error_t** err);
+DK_EXPORT dk_status_t dk_group_broadcast(dk_group_t* group, DLTensor* data,
+                                         int32_t root, dk_work_t** work_out,
+                                         dk_error_t** err);
+DK_EXPORT dk_status_t dk_group_reduce(dk_group_t* group, DLTensor* data,
+                                      dk_reduce_op_t op, int32_t root,
+                                      dk_work_t** work_out, dk_error_t** err);
+/* `output` holds size * numel(input) elements, in rank order. */
+DK_EXPORT dk_status_t dk_group_all_gather(dk_group_t* group,
+                                          const DLTensor* input,
+                                          DLTensor* output,
+                                          dk_work_t** work_out,
+                                          dk_error_t** err);
+/* `output` (size * numel(input)) is used on `root` only; NULL elsewhere. */
+DK_EXPORT dk_status_t dk_group_gather(dk_group_t* group, const DLTensor* input,
+                                      DLTensor* output, int32_t root,
+                                      dk_work_t** work_out, dk_error_t** err);
+/* `input` (size * numel(output)) is used on `root` only; NULL elsewhere. */
+DK_EXPORT dk_status_t dk_group_scatter(dk_group_t* group, const DLTensor* input,
+                                       DLTensor* output, int32_t root,
+                                       dk_work_t** work_out, dk_error_t** err);
+/* `input` holds size * numel(output) elements. */
+DK_EXPORT dk_status_t dk_group_reduce_scatter(
+    dk_group_t* group, const DLTensor* input, DLTensor* output,
+    dk_reduce_op_t op, dk_work_t** work_out, dk_error_t** err);
+/* Splits NULL: equal parts; else `num_splits` == size entries each (copied). */
+DK_EXPORT dk_status_t dk_group_all_to_all(
+    dk_group_t* group, const DLTensor* input, const int64_t* input_splits,
+    DLTensor* output, const int64_t* output_splits, size_t num_splits,
+    dk_work_t** work_out, dk_error_t** err);
+DK_EXPORT dk_status_t dk_group_barrier(dk_group_t* group, dk_work_t** work_out,
+                                       dk_error_t** err);
+/* Point to point (not collective): only the two ranks take part. */
+DK_EXPORT dk_status_t dk_group_send(dk_group_t* group, const DLTensor* data,
+                                    int32_t dst, int32_t tag,
+                                    dk_work_t** work_out, dk_error_t** err);
+DK_EXPORT dk_status_t dk_group_recv(dk_group_t* group, DLTensor* data,
+                                    int32_t src, int32_t tag,
+                                    dk_work_t** work_out, dk_error_t** err);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* DISTKIT_DISTKIT_H_ */
