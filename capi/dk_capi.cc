@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,10 @@
 #include "cc/core/reduce_op.h"
 #include "cc/core/status.h"
 #include "cc/core/tensor_ref.h"
+#include "cc/dist/collect_results.h"
+#include "cc/dist/collectives.h"
 #include "cc/dist/dist.h"
+#include "cc/dist/object_collectives.h"
 #include "cc/dist/process_group.h"
 #include "cc/store/grpc_store.h"
 #include "cc/store/store_server.h"
@@ -598,6 +602,186 @@ dk_status_t dk_group_recv(dk_group_t* group, DLTensor* data, int32_t src,
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
     DK_ASSIGN_OR_RETURN(TensorRef t, Tensor(data, "data"));
     return Finish(g, g->RecvAsync(t, src, tag), work_out);
+  });
+}
+
+// ---- Local group
+// --------------------------------------------------------------
+
+dk_status_t dk_init_local_group(int32_t node_rank, int32_t num_per_node,
+                                dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    return distkit::dist::InitLocalGroup(node_rank, num_per_node);
+  });
+}
+
+dk_status_t dk_local_group(dk_group_t** out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> local,
+                        distkit::dist::GetLocalGroup());
+    *out = local == nullptr ? nullptr : new dk_group{std::move(local)};
+    return absl::OkStatus();
+  });
+}
+
+// ---- Several tensors, objects, results
+// ------------------------------------------
+
+namespace {
+
+// One malloc block: the dk_bytes_t array, then every item's bytes.
+absl::Status ReturnItems(const std::vector<std::string>& items,
+                         dk_bytes_t** items_out, size_t* count_out) {
+  size_t total = items.size() * sizeof(dk_bytes_t);
+  for (const std::string& i : items) total += i.size();
+  char* block = static_cast<char*>(std::malloc(total > 0 ? total : 1));
+  if (block == nullptr) return absl::ResourceExhaustedError("out of memory");
+  dk_bytes_t* array = reinterpret_cast<dk_bytes_t*>(block);
+  char* cursor = block + items.size() * sizeof(dk_bytes_t);
+  for (size_t k = 0; k < items.size(); ++k) {
+    std::memcpy(cursor, items[k].data(), items[k].size());
+    array[k].data = cursor;
+    array[k].size = items[k].size();
+    cursor += items[k].size();
+  }
+  *items_out = array;
+  *count_out = items.size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ReadItems(const dk_bytes_t* items,
+                                                   size_t count,
+                                                   const char* what) {
+  if (count > 0 && items == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat(what, " is NULL"));
+  std::vector<std::string> out;
+  for (size_t k = 0; k < count; ++k) {
+    if (items[k].size > 0 && items[k].data == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, "[", k, "].data is NULL"));
+    }
+    out.emplace_back(static_cast<const char*>(items[k].data), items[k].size);
+  }
+  return out;
+}
+
+absl::Status CheckOuts(dk_bytes_t** items_out, size_t* count_out) {
+  DK_RETURN_IF_ERROR(NotNull(items_out, "items_out"));
+  DK_RETURN_IF_ERROR(NotNull(count_out, "count_out"));
+  *items_out = nullptr;
+  *count_out = 0;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+dk_status_t dk_group_all_reduce_coalesced(dk_group_t* group,
+                                          DLTensor* const* tensors,
+                                          size_t num_tensors, dk_reduce_op_t op,
+                                          int32_t coalesce,
+                                          int64_t bucket_size_mb,
+                                          dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    if (num_tensors > 0) DK_RETURN_IF_ERROR(NotNull(tensors, "tensors"));
+    std::vector<TensorRef> refs;
+    for (size_t i = 0; i < num_tensors; ++i) {
+      DK_ASSIGN_OR_RETURN(
+          TensorRef t,
+          Tensor(tensors[i], absl::StrCat("tensors[", i, "]").c_str()));
+      refs.push_back(t);
+    }
+    DK_ASSIGN_OR_RETURN(distkit::ReduceOp r, Op(op));
+    return distkit::dist::AllReduceParams(refs, coalesce != 0,
+                                          static_cast<int>(bucket_size_mb),
+                                          distkit::ReduceOpName(r), g.get());
+  });
+}
+
+dk_status_t dk_group_sync_random_seed(dk_group_t* group, int32_t* out,
+                                      dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    ProcessGroup* g = nullptr;
+    if (group != nullptr || distkit::dist::IsDistributed()) {
+      DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> pg, GroupOf(group));
+      g = pg.get();
+    }
+    DK_ASSIGN_OR_RETURN(*out, distkit::dist::SyncRandomSeed(g));
+    return absl::OkStatus();
+  });
+}
+
+dk_status_t dk_group_all_gather_object(dk_group_t* group, const void* data,
+                                       size_t size, dk_bytes_t** items_out,
+                                       size_t* count_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(CheckOuts(items_out, count_out));
+    if (size > 0) DK_RETURN_IF_ERROR(NotNull(data, "data"));
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    DK_ASSIGN_OR_RETURN(
+        std::vector<std::string> all,
+        distkit::dist::AllGatherObject(
+            std::string(static_cast<const char*>(data), size), g.get()));
+    return ReturnItems(all, items_out, count_out);
+  });
+}
+
+dk_status_t dk_group_gather_object(dk_group_t* group, const void* data,
+                                   size_t size, int32_t dst,
+                                   dk_bytes_t** items_out, size_t* count_out,
+                                   dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(CheckOuts(items_out, count_out));
+    if (size > 0) DK_RETURN_IF_ERROR(NotNull(data, "data"));
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    DK_ASSIGN_OR_RETURN(
+        std::optional<std::vector<std::string>> all,
+        distkit::dist::GatherObject(
+            std::string(static_cast<const char*>(data), size), dst, g.get()));
+    if (!all.has_value()) return absl::OkStatus();
+    return ReturnItems(*all, items_out, count_out);
+  });
+}
+
+dk_status_t dk_group_broadcast_object_list(
+    dk_group_t* group, const dk_bytes_t* items, size_t count, int32_t src,
+    dk_bytes_t** items_out, size_t* count_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(CheckOuts(items_out, count_out));
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    std::vector<std::string> list;
+    if (g->rank() == src) {
+      DK_ASSIGN_OR_RETURN(list, ReadItems(items, count, "items"));
+    }
+    DK_RETURN_IF_ERROR(distkit::dist::BroadcastObjectList(&list, src, g.get()));
+    return ReturnItems(list, items_out, count_out);
+  });
+}
+
+dk_status_t dk_group_collect_results(dk_group_t* group, const dk_bytes_t* part,
+                                     size_t part_count, int64_t size,
+                                     const char* device, const char* tmpdir,
+                                     dk_bytes_t** items_out, size_t* count_out,
+                                     dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(CheckOuts(items_out, count_out));
+    DK_RETURN_IF_ERROR(NotNull(device, "device"));
+    DK_ASSIGN_OR_RETURN(std::vector<std::string> items,
+                        ReadItems(part, part_count, "part"));
+    ProcessGroup* g = nullptr;
+    if (group != nullptr || distkit::dist::IsDistributed()) {
+      DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> pg, GroupOf(group));
+      g = pg.get();
+    }
+    std::optional<std::string> dir;
+    if (tmpdir != nullptr) dir = tmpdir;
+    DK_ASSIGN_OR_RETURN(
+        std::optional<std::vector<std::string>> results,
+        distkit::dist::CollectResults(items, size, device, dir, g));
+    if (!results.has_value()) return absl::OkStatus();
+    return ReturnItems(*results, items_out, count_out);
   });
 }
 

@@ -327,6 +327,73 @@ DK_EXPORT dk_status_t dk_group_recv(dk_group_t* group, DLTensor* data,
                                     int32_t src, int32_t tag,
                                     dk_work_t** work_out, dk_error_t** err);
 
+/* ---- Local group --------------------------------------------------------- */
+
+/* Collective over the default group: creates this node's group, ranks
+ * [node_rank * n, (node_rank + 1) * n) (mmengine's init_local_group).
+ * DK_FAILED_PRECONDITION if it exists already. */
+DK_EXPORT dk_status_t dk_init_local_group(int32_t node_rank,
+                                          int32_t num_per_node,
+                                          dk_error_t** err);
+
+/* Local. The local group (owned handle; dk_group_destroy), or
+ * DK_FAILED_PRECONDITION with mmengine's message when there is none. Not
+ * distributed: *out = NULL and DK_OK. */
+DK_EXPORT dk_status_t dk_local_group(dk_group_t** out, dk_error_t** err);
+
+/* ---- Several tensors, objects, results ----------------------------------- */
+
+/* Collective, blocking. mmengine's all_reduce_params: coalesce != 0 groups the
+ * tensors into buckets by dtype (bucket_size_mb <= 0: one bucket per dtype;
+ * else buckets of at most that many MiB), all-reduces each bucket flattened,
+ * and writes the results back; coalesce == 0: one all_reduce per tensor. */
+DK_EXPORT dk_status_t dk_group_all_reduce_coalesced(
+    dk_group_t* group, DLTensor* const* tensors, size_t num_tensors,
+    dk_reduce_op_t op, int32_t coalesce, int64_t bucket_size_mb,
+    dk_error_t** err);
+
+/* Collective, blocking. Rank 0's random seed in [0, 2^31), on every rank. */
+DK_EXPORT dk_status_t dk_group_sync_random_seed(dk_group_t* group, int32_t* out,
+                                                dk_error_t** err);
+
+/* A byte string. Lists of them returned by the library are one allocation
+ * (the array, then the bytes): free the array with one dk_free. */
+typedef struct dk_bytes {
+  const void* data;
+  size_t size;
+} dk_bytes_t;
+
+/* Collective, blocking. Every rank's bytes (any size), in rank order:
+ * *items_out (owned, dk_free) holds *count_out == size entries. */
+DK_EXPORT dk_status_t dk_group_all_gather_object(dk_group_t* group,
+                                                 const void* data, size_t size,
+                                                 dk_bytes_t** items_out,
+                                                 size_t* count_out,
+                                                 dk_error_t** err);
+
+/* Collective, blocking. On `dst` as dk_group_all_gather_object; elsewhere
+ * *items_out = NULL and *count_out = 0. */
+DK_EXPORT dk_status_t dk_group_gather_object(
+    dk_group_t* group, const void* data, size_t size, int32_t dst,
+    dk_bytes_t** items_out, size_t* count_out, dk_error_t** err);
+
+/* Collective, blocking. Every rank receives `src`'s list (`items` and `count`
+ * are read on `src` only) as *items_out (owned, dk_free). */
+DK_EXPORT dk_status_t dk_group_broadcast_object_list(
+    dk_group_t* group, const dk_bytes_t* items, size_t count, int32_t src,
+    dk_bytes_t** items_out, size_t* count_out, dk_error_t** err);
+
+/* Collective, blocking. mmengine's collect_results on byte items (an empty
+ * item stands for None): rank r holds dataset indices r, r + W, ...; rank 0
+ * gets the results in dataset order, empty items dropped, at most `size` of
+ * them (*items_out owned, *count_out entries); other ranks get NULL / 0.
+ * device: "cpu" (through `tmpdir`, or a fresh directory when NULL; removed
+ * afterwards), "gpu" or "npu" (through the backend; tmpdir must be NULL). */
+DK_EXPORT dk_status_t dk_group_collect_results(
+    dk_group_t* group, const dk_bytes_t* part, size_t part_count, int64_t size,
+    const char* device, const char* tmpdir, dk_bytes_t** items_out,
+    size_t* count_out, dk_error_t** err);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
