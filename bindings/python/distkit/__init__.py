@@ -1,0 +1,11 @@
+"""distkit: distributed-training communication over a stable C ABI.
+
+    from distkit import dist          # mmengine.dist's API
+    from distkit import distributed   # modelopt.torch.utils.distributed's API
+    from distkit.device import get_device
+"""
+from . import device, dist, distributed, errors
+from .errors import DistkitError
+
+__version__ = "0.1.0"
+__all__ = ["DistkitError", "device", "dist", "distributed", "errors"]

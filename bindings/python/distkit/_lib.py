@@ -1,0 +1,170 @@
+"""ctypes declarations of the C ABI (capi/include/distkit/distkit.h) and the
+library loader. ctypes releases the GIL around every call into a CDLL, so
+blocking collectives never hold it.
+
+The library is found, in order: $DISTKIT_LIBRARY; libdistkit.so beside this
+package (the packaged form); the Bazel runfiles tree (capi/libdistkit.so).
+"""
+import ctypes
+import os
+
+from . import errors
+
+c_status = ctypes.c_int32
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class Bytes(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("size", ctypes.c_size_t)]
+
+
+class StoreConfig(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("address", ctypes.c_char_p),
+        ("token", ctypes.c_char_p),
+        ("timeout_ms", ctypes.c_int64),
+        ("connect_timeout_ms", ctypes.c_int64),
+    ]
+
+
+class InitConfig(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("backend", ctypes.c_char_p),
+        ("timeout_ms", ctypes.c_int64),
+    ]
+
+
+ABI_MAJOR, ABI_MINOR = 0, 1
+
+P = ctypes.c_void_p  # opaque handles
+PP = ctypes.POINTER(ctypes.c_void_p)
+T = ctypes.POINTER(DLTensor)
+
+_PROTOTYPES = {
+    "dk_init_version": (c_status, [ctypes.c_int32, ctypes.c_int32, PP]),
+    "dk_error_code": (c_status, [P]),
+    "dk_error_message": (ctypes.c_char_p, [P]),
+    "dk_error_free": (None, [P]),
+    "dk_free": (None, [P]),
+    "dk_store_config_init": (None, [ctypes.POINTER(StoreConfig)]),
+    "dk_store_connect": (c_status, [ctypes.POINTER(StoreConfig), PP, PP]),
+    "dk_store_serve": (c_status, [ctypes.POINTER(StoreConfig), PP, PP]),
+    "dk_store_address": (ctypes.c_char_p, [P]),
+    "dk_store_destroy": (None, [P]),
+    "dk_store_set": (c_status, [P, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, PP]),
+    "dk_store_get": (c_status, [P, ctypes.c_char_p, PP, ctypes.POINTER(ctypes.c_size_t), PP]),
+    "dk_store_add": (c_status, [P, ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), PP]),
+    "dk_init_config_init": (None, [ctypes.POINTER(InitConfig)]),
+    "dk_init": (c_status, [ctypes.c_char_p, ctypes.POINTER(InitConfig), PP, PP]),
+    "dk_shutdown": (None, []),
+    "dk_is_distributed": (ctypes.c_int32, []),
+    "dk_group_rank": (ctypes.c_int32, [P]),
+    "dk_group_size": (ctypes.c_int32, [P]),
+    "dk_group_backend": (ctypes.c_char_p, [P]),
+    "dk_group_name": (ctypes.c_char_p, [P]),
+    "dk_group_new": (c_status, [P, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, PP, PP]),
+    "dk_group_destroy": (None, [P]),
+    "dk_group_abort": (None, [P]),
+    "dk_group_async_error": (c_status, [P, PP]),
+    "dk_work_test": (c_status, [P, ctypes.POINTER(ctypes.c_int32), PP]),
+    "dk_work_wait": (c_status, [P, ctypes.c_int64, PP]),
+    "dk_work_destroy": (None, [P]),
+    "dk_group_all_reduce": (c_status, [P, T, ctypes.c_int32, PP, PP]),
+    "dk_group_broadcast": (c_status, [P, T, ctypes.c_int32, PP, PP]),
+    "dk_group_reduce": (c_status, [P, T, ctypes.c_int32, ctypes.c_int32, PP, PP]),
+    "dk_group_all_gather": (c_status, [P, T, T, PP, PP]),
+    "dk_group_gather": (c_status, [P, T, T, ctypes.c_int32, PP, PP]),
+    "dk_group_barrier": (c_status, [P, PP, PP]),
+    "dk_init_local_group": (c_status, [ctypes.c_int32, ctypes.c_int32, PP]),
+    "dk_local_group": (c_status, [PP, PP]),
+    "dk_group_all_reduce_coalesced": (c_status, [P, ctypes.POINTER(T), ctypes.c_size_t, ctypes.c_int32,
+                                                 ctypes.c_int32, ctypes.c_int64, PP]),
+    "dk_group_all_gather_object": (c_status, [P, ctypes.c_void_p, ctypes.c_size_t,
+                                              ctypes.POINTER(ctypes.POINTER(Bytes)),
+                                              ctypes.POINTER(ctypes.c_size_t), PP]),
+    "dk_group_gather_object": (c_status, [P, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32,
+                                          ctypes.POINTER(ctypes.POINTER(Bytes)),
+                                          ctypes.POINTER(ctypes.c_size_t), PP]),
+    "dk_group_broadcast_object_list": (c_status, [P, ctypes.POINTER(Bytes), ctypes.c_size_t,
+                                                  ctypes.c_int32,
+                                                  ctypes.POINTER(ctypes.POINTER(Bytes)),
+                                                  ctypes.POINTER(ctypes.c_size_t), PP]),
+}
+
+
+def _candidates():
+    env = os.environ.get("DISTKIT_LIBRARY")
+    if env:
+        yield env
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, "libdistkit.so")
+    # Bazel: <runfiles>/distkit/bindings/python/distkit -> <runfiles>/distkit/capi
+    yield os.path.join(here, "..", "..", "..", "capi", "libdistkit.so")
+    runfiles = os.environ.get("RUNFILES_DIR")
+    if runfiles:
+        yield os.path.join(runfiles, "distkit", "capi", "libdistkit.so")
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.path.exists(path):
+            lib = ctypes.CDLL(path)
+            for name, (restype, argtypes) in _PROTOTYPES.items():
+                fn = getattr(lib, name)
+                fn.restype = restype
+                fn.argtypes = argtypes
+            err = ctypes.c_void_p()
+            status = lib.dk_init_version(ABI_MAJOR, ABI_MINOR, ctypes.byref(err))
+            if status != errors.OK:
+                message = lib.dk_error_message(err).decode()
+                lib.dk_error_free(err)
+                raise ImportError(f"{path}: {message}")
+            return lib
+        tried.append(path)
+    raise ImportError("libdistkit.so not found; set DISTKIT_LIBRARY (tried: " + ", ".join(tried) + ")")
+
+
+lib = _load()
+
+
+def check(fn, *args):
+    """Calls ABI function `fn` with an error out-parameter appended; raises the
+    mapped exception on failure. The error is copied and freed in this call."""
+    err = ctypes.c_void_p()
+    status = fn(*args, ctypes.byref(err))
+    if status != errors.OK:
+        message = lib.dk_error_message(err).decode("utf-8", "replace") if err else ""
+        code = lib.dk_error_code(err) if err else status
+        lib.dk_error_free(err)
+        raise errors.error_for(code, message)
+
+
+def take_items(items, count) -> list:
+    """Copies a library-allocated dk_bytes_t list into bytes objects, then frees it."""
+    try:
+        return [ctypes.string_at(items[i].data, items[i].size) if items[i].size else b""
+                for i in range(count.value)]
+    finally:
+        lib.dk_free(ctypes.cast(items, ctypes.c_void_p))

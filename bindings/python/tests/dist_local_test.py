@@ -1,0 +1,167 @@
+"""distkit.dist and distkit.distributed in one process, not distributed: the
+answers and error messages mmengine's and modelopt's own tests check."""
+import os
+import unittest
+from unittest import mock
+
+import numpy as np
+import torch
+
+from distkit import dist, distributed, errors
+from distkit.device import get_device
+
+
+class NotDistributedTest(unittest.TestCase):
+
+    def test_topology(self):
+        self.assertFalse(dist.is_distributed())
+        self.assertIsNone(dist.get_default_group())
+        self.assertIsNone(dist.get_backend())
+        self.assertEqual(dist.get_world_size(), 1)
+        self.assertEqual(dist.get_rank(), 0)
+        self.assertEqual(dist.get_dist_info(), (0, 1))
+        self.assertTrue(dist.is_main_process())
+        self.assertIsNone(dist.get_local_group())
+        self.assertEqual(dist.get_local_rank(), 0)
+        self.assertEqual(dist.get_local_size(), 1)
+        self.assertEqual(dist.get_comm_device(), torch.device("cpu"))
+        dist.barrier()
+        self.assertEqual(dist.master_only(lambda: 5)(), 5)
+        self.assertEqual(get_device(), "cpu")
+
+    def test_infer_launcher(self):
+        with mock.patch.dict(os.environ, {}, clear=True):
+            self.assertEqual(dist.infer_launcher(), "none")
+        with mock.patch.dict(os.environ, {"OMPI_COMM_WORLD_LOCAL_RANK": "0"}, clear=True):
+            self.assertEqual(dist.infer_launcher(), "mpi")
+        with mock.patch.dict(os.environ, {"SLURM_NTASKS": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0"},
+                             clear=True):
+            self.assertEqual(dist.infer_launcher(), "slurm")
+        with mock.patch.dict(os.environ, {"WORLD_SIZE": "2", "SLURM_NTASKS": "2"}, clear=True):
+            self.assertEqual(dist.infer_launcher(), "pytorch")
+
+    def test_collectives_are_local(self):
+        data = torch.arange(2, dtype=torch.int64)
+        dist.all_reduce(data, "mean")
+        self.assertTrue(torch.equal(data, torch.arange(2)))
+        self.assertEqual(dist.all_gather(data), [data])
+        self.assertEqual(dist.gather(data), [data])
+        dist.broadcast(data)
+        seed = dist.sync_random_seed()
+        self.assertTrue(0 <= seed < 2**31)
+        objs = ["foo", 12, {"k": 1}]
+        dist.broadcast_object_list(objs)
+        self.assertEqual(objs, ["foo", 12, {"k": 1}])
+        with self.assertRaises(AssertionError):
+            dist.broadcast_object_list("foo")
+        self.assertEqual(dist.all_gather_object("x"), ["x"])
+        self.assertEqual(dist.gather_object("x"), ["x"])
+        d = {"a": torch.tensor([1.0])}
+        dist.all_reduce_dict(d)
+        self.assertEqual(d["a"].item(), 1.0)
+        params = (p for p in [torch.zeros(2)])
+        dist.all_reduce_params(params)
+        self.assertEqual(len(list(params)), 1)  # a generator is not consumed
+        self.assertEqual(dist.collect_results(["a", "b", "c"], 2), ["a", "b"])
+        with self.assertRaises(NotImplementedError):
+            dist.collect_results([], 1, device="tpu")
+        with self.assertRaises(AssertionError):
+            dist.collect_results([], 1, device="gpu", tmpdir="/tmp/x")
+
+    def test_reduce_op_names(self):
+        with self.assertRaisesRegex(
+                ValueError,
+                r"reduce op should be one of dict_keys\(\['sum', 'product', 'min', 'max', "
+                r"'band', 'bor', 'bxor'\]\), bug got avg"):
+            dist._get_reduce_op("avg")
+        self.assertEqual(dist._get_reduce_op("SUM"), 0)
+
+    def test_get_data_device(self):
+        cpu = torch.device("cpu")
+        meta = torch.empty(1, device="meta")
+        self.assertEqual(dist.get_data_device(torch.zeros(1)), cpu)
+        self.assertEqual(dist.get_data_device([torch.zeros(1), (torch.ones(2),)]), cpu)
+        self.assertEqual(dist.get_data_device({"a": torch.zeros(1), "b": [torch.ones(1)]}), cpu)
+        with self.assertRaisesRegex(ValueError, "device type in data should be consistent, but got meta and cpu"):
+            dist.get_data_device([torch.zeros(1), meta])
+        with self.assertRaisesRegex(ValueError, "data should not be empty."):
+            dist.get_data_device([])
+        with self.assertRaisesRegex(ValueError, "data should not be empty."):
+            dist.get_data_device({})
+        with self.assertRaisesRegex(TypeError, "data should be a Tensor, sequence of tensor or dict, but got 1"):
+            dist.get_data_device(1)
+        with self.assertRaisesRegex(TypeError, "but got 123"):
+            dist.get_data_device(["123"])
+
+    def test_cast_data_device(self):
+        cpu = torch.device("cpu")
+        t = torch.zeros(2)
+        self.assertIs(dist.cast_data_device(t, cpu), t)  # no copy when already there
+        on_meta = dist.cast_data_device([t, {"k": t}], torch.device("meta"))
+        self.assertEqual(on_meta[1]["k"].device.type, "meta")
+        self.assertIsInstance(on_meta, list)
+        out = torch.ones(2)
+        self.assertEqual(dist.cast_data_device(torch.full((2,), 3.0), cpu, out=out).device, cpu)
+        self.assertTrue(torch.equal(out, torch.full((2,), 3.0)))
+        tup = dist.cast_data_device((t, t), cpu)
+        self.assertIsInstance(tup, tuple)
+        with self.assertRaisesRegex(
+                TypeError, "out should be the same type with data, but got data is <class 'list'> "
+                "and out is <class 'list'>"):
+            dist.cast_data_device([t], cpu, out=(t,))
+        with self.assertRaisesRegex(TypeError, "out should not be a set"):
+            dist.cast_data_device({t}, cpu, out={t})
+        with self.assertRaisesRegex(ValueError, "length of data and out should be same, but got 1 and 2"):
+            dist.cast_data_device({"a": t}, cpu, out={"a": t, "b": t})
+        with self.assertRaisesRegex(ValueError, "data should not be empty"):
+            dist.cast_data_device({}, cpu)
+        with self.assertRaisesRegex(ValueError, "data should not be empty"):
+            dist.cast_data_device([], cpu)
+        for bad in (1, "abc", np.zeros(2)):
+            with self.assertRaisesRegex(TypeError, "data should be a Tensor, list of tensor or dict"):
+                dist.cast_data_device(bad, cpu)
+
+    def test_init_dist_arguments(self):
+        with self.assertRaisesRegex(ValueError, "Invalid launcher type: k8s"):
+            dist.init_dist("k8s", backend="gloo")
+        with self.assertRaisesRegex(TypeError, r"dist_cfg=dict\(backend='nccl', timeout=1800\)"):
+            dist.init_dist("pytorch", backend="gloo", timeout="soon")
+
+    def test_errors_carry_codes(self):
+        e = errors.error_for(errors.INVALID_ARGUMENT, "bad")
+        self.assertIsInstance(e, ValueError)
+        self.assertIsInstance(e, errors.DistkitError)
+        self.assertEqual(e.code, 3)
+        self.assertIsInstance(errors.error_for(errors.DEADLINE_EXCEEDED, ""), TimeoutError)
+        self.assertIsInstance(errors.error_for(errors.UNAVAILABLE, ""), ConnectionError)
+        self.assertIsInstance(errors.error_for(errors.UNAUTHENTICATED, ""), PermissionError)
+        unknown = errors.error_for(99, "from the future")
+        self.assertIs(type(unknown), errors.DistkitError)
+        self.assertEqual(unknown.code, 99)
+        # Through the ABI: a collective without init is FAILED_PRECONDITION,
+        # with its code read from the error object.
+        from distkit import _lib
+        with self.assertRaisesRegex(errors.FailedPreconditionError, "call dk_init first") as ctx:
+            _lib.check(_lib.lib.dk_group_barrier, None, None)
+        self.assertEqual(ctx.exception.code, errors.FAILED_PRECONDITION)
+
+    def test_modelopt_not_initialized(self):
+        self.assertTrue(distributed.is_available())
+        self.assertFalse(distributed.is_initialized())
+        self.assertIsNone(distributed.backend())
+        self.assertEqual((distributed.size(), distributed.rank()), (1, 0))
+        self.assertTrue(distributed.is_master())
+        distributed.barrier()
+        dpg = distributed.DistributedProcessGroup()
+        self.assertEqual((dpg.rank(), dpg.world_size()), (-1, -1))
+        self.assertEqual(repr(dpg), "group: None, initialized: False, world size: -1")
+        self.assertEqual(
+            repr(distributed.ParallelState()),
+            "data_parallel_group: group: None, initialized: False, world size: -1, "
+            "tensor_parallel_group: group: -1, initialized: False, world size: -1, "
+            "expert_model_parallel_group: group: -1, initialized: False, world size: -1")
+        self.assertEqual(distributed.DistributedProcessGroup.get_dist_syncd_obj(3, dpg, max), 3)
+
+
+if __name__ == "__main__":
+    unittest.main()

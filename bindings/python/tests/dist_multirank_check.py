@@ -1,0 +1,171 @@
+"""distkit.dist across a real job (world sizes 1-4), with results compared to
+torch.distributed (Gloo, Debian's python3-torch) on the same inputs in the same
+processes. torch's store listens on MASTER_PORT + 1 (distrun's holds MASTER_PORT)."""
+import os
+import pickle
+import sys
+import traceback
+
+import numpy as np
+import torch
+import torch.distributed as tdist
+
+from distkit import dist, distributed, errors
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"rank {dist.get_rank()}: CHECK FAILED: {what}", file=sys.stderr)
+
+
+def main():
+    dist.init_dist("pytorch", backend="gloo", timeout=60)
+    rank, n = dist.get_dist_info()
+    check((rank, n) == (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])), "dist info")
+    check(dist.get_backend() == "gloo" and dist.is_distributed(), "backend")
+    check(dist.get_comm_device() == torch.device("cpu"), "comm device")
+    tdist.init_process_group(
+        "gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{int(os.environ['MASTER_PORT']) + 1}",
+        rank=rank, world_size=n)
+
+    # all_reduce: every op on int64 and float32, beside torch.distributed.
+    torch_ops = {"sum": tdist.ReduceOp.SUM, "product": tdist.ReduceOp.PRODUCT,
+                 "min": tdist.ReduceOp.MIN, "max": tdist.ReduceOp.MAX,
+                 "band": tdist.ReduceOp.BAND, "bor": tdist.ReduceOp.BOR, "bxor": tdist.ReduceOp.BXOR}
+    gen = torch.Generator().manual_seed(1234 + rank)
+    for op, top in torch_ops.items():
+        dtypes = [torch.int64, torch.int32] if op in ("band", "bor", "bxor") else [torch.int64, torch.float32, torch.float64]
+        for dtype in dtypes:
+            for numel in (3, 1000):
+                x = torch.randint(-3, 4, (numel,), generator=gen).to(dtype)
+                ours, theirs = x.clone(), x.clone()
+                dist.all_reduce(ours, op.upper())
+                tdist.all_reduce(theirs, top)
+                check(torch.equal(ours, theirs), f"all_reduce {op} {dtype} {numel}")
+    # mean: mmengine's int truncation, floats divided.
+    m = torch.tensor([1 + 2 * rank, 2 + 2 * rank], dtype=torch.int64)
+    dist.all_reduce(m, "mean")
+    s = sum(1 + 2 * r for r in range(n))
+    check(m.tolist() == [s // n, (s + n) // n], f"int mean {m.tolist()}")
+    if n == 2:
+        check(m.tolist() == [2, 3], "mmengine's [1,2]/[3,4] -> [2,3]")
+    f = torch.tensor([float(rank)])
+    dist.all_reduce(f, "mean")
+    check(abs(f.item() - (n - 1) / 2) < 1e-6, "float mean")
+    # half types and bool.
+    x = torch.arange(8, dtype=torch.float16) + rank
+    ours, theirs = x.clone(), x.clone()
+    dist.all_reduce(ours)
+    tdist.all_reduce(theirs)
+    check(torch.equal(ours, theirs), "all_reduce float16")
+    # torch 1.13's Gloo has no bfloat16 all_reduce ("Invalid scalar type"):
+    # compare with the sum computed here instead.
+    x = torch.arange(8, dtype=torch.bfloat16) + rank
+    dist.all_reduce(x)
+    want = (torch.arange(8) * n + n * (n - 1) // 2).to(torch.bfloat16)
+    check(torch.equal(x, want), "all_reduce bfloat16")
+    b = torch.tensor([rank == 0, False, True])
+    dist.all_reduce(b, "sum")
+    check(b.tolist() == [True, False, True], f"bool sum {b.tolist()}")
+    b = torch.tensor([rank == 0, True])
+    dist.all_reduce(b, "min")
+    check(b.tolist() == [n == 1, True], f"bool min {b.tolist()}")
+    # numpy arrays, in place.
+    a = np.full(5, rank, dtype=np.float64)
+    dist.all_reduce(a)
+    check(np.all(a == n * (n - 1) / 2), "numpy all_reduce")
+    parts = dist.all_gather(np.full(2, rank, dtype=np.int32))
+    check(len(parts) == n and all(np.array_equal(x, np.full(2, r)) for r, x in enumerate(parts)),
+          "numpy all_gather")
+    # all_gather / gather / broadcast beside torch.
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3) + 10 * rank
+    ours = dist.all_gather(x)
+    theirs = [torch.empty_like(x) for _ in range(n)]
+    tdist.all_gather(theirs, x)
+    check(len(ours) == n and all(torch.equal(a, b) for a, b in zip(ours, theirs)), "all_gather")
+    g = dist.gather(x, dst=n - 1)
+    if rank == n - 1:
+        check(len(g) == n and all(torch.equal(a, b) for a, b in zip(g, theirs)), "gather on dst")
+    else:
+        check(g == [], "gather elsewhere is []")
+    y = torch.arange(4) * (rank + 1)
+    ty = y.clone()
+    dist.broadcast(y, src=n - 1)
+    tdist.broadcast(ty, src=n - 1)
+    check(torch.equal(y, ty), "broadcast")
+    # sync_random_seed: the same everywhere.
+    seed = dist.sync_random_seed()
+    check(len(set(dist.all_gather_object(seed))) == 1, "sync_random_seed")
+    # objects.
+    objs = [{"rank": rank}, "x" * (rank * 100 + 1), None] if rank == 0 else [None]
+    dist.broadcast_object_list(objs, src=0)
+    check(objs == [{"rank": 0}, "x", None], f"broadcast_object_list {objs!r:.80}")
+    gathered = dist.all_gather_object({"r": rank, "pad": "y" * (rank * 333)})
+    check([o["r"] for o in gathered] == list(range(n)), "all_gather_object")
+    got = dist.gather_object(rank * 2, dst=0)
+    check(got == [2 * r for r in range(n)] if rank == 0 else got is None, "gather_object")
+    # all_reduce_dict: values replaced by new tensors.
+    d = {"b": torch.tensor([float(rank)]), "a": torch.ones(2, 2) * rank}
+    original = d["a"]
+    dist.all_reduce_dict(d, op="mean")
+    check(torch.allclose(d["a"], torch.full((2, 2), (n - 1) / 2)), "all_reduce_dict")
+    check(n == 1 or d["a"] is not original, "all_reduce_dict replaces the values")
+    # all_reduce_params: coalesced (with buckets) and one by one, beside torch.
+    for coalesce, bucket in ((True, -1), (True, 1), (False, -1)):
+        params = [torch.nn.Parameter(torch.randn(300000, generator=gen)),
+                  torch.nn.Parameter(torch.randn(7, generator=gen).double())]
+        expected = [p.data.clone() for p in params]
+        for e in expected:
+            tdist.all_reduce(e)
+        dist.all_reduce_params(iter(params), coalesce=coalesce, bucket_size_mb=bucket)
+        check(all(torch.allclose(p.data, e) for p, e in zip(params, expected)),
+              f"all_reduce_params coalesce={coalesce} bucket={bucket}")
+    # collect_results: round robin, padded with None.
+    size = 10
+    part = [f"r{i}" if i < size else None for i in range(rank, -(-size // n) * n, n)]
+    want = [f"r{i}" for i in range(size)]
+    tmp = os.path.join(os.environ["TEST_TMPDIR"], "collect")
+    for kwargs in ({}, {"tmpdir": tmp}, {"device": "gpu"}):
+        res = dist.collect_results(part, size, **kwargs)
+        check(res == want if rank == 0 else res is None, f"collect_results {kwargs}")
+        dist.barrier()
+    check(not os.path.exists(tmp), "the supplied tmpdir is removed")
+    # local group.
+    per_node = 2 if n % 2 == 0 else n
+    dist.init_local_group(rank // per_node, per_node)
+    check((dist.get_local_rank(), dist.get_local_size()) == (rank % per_node, per_node), "local group")
+    # modelopt.
+    check(distributed.backend() == "torch" and distributed.size() == n and distributed.rank() == rank,
+          "modelopt basics")
+    state = distributed.ParallelState()
+    check(state.data_parallel_group.world_size() == n and state.tensor_parallel_group.rank() == -1,
+          "ParallelState")
+    check(distributed.DistributedProcessGroup.get_dist_syncd_obj(
+        rank, [state.data_parallel_group, state.tensor_parallel_group], max) == n - 1,
+          "get_dist_syncd_obj")
+    check(distributed.master_only(lambda: "from master")() == "from master", "modelopt master_only")
+    check(distributed.allreduce(rank) == n * (n - 1) // 2, "modelopt allreduce")
+    # Errors: different sizes on different ranks fail on every rank, as a ValueError.
+    if n > 1:
+        try:
+            dist.all_reduce(torch.zeros(1 + rank % 2))
+            check(False, "mismatch raised")
+        except errors.InvalidArgumentError as e:
+            check("ranks disagree" in str(e) and isinstance(e, ValueError) and e.code == 3,
+                  f"mismatch message: {e}")
+    dist.barrier()
+    tdist.destroy_process_group()
+    dist.destroy()
+    print(f"rank {rank}: python checks {'FAILED: ' + str(failures) if failures else 'passed'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception:
+        traceback.print_exc()
+        sys.exit(1)
