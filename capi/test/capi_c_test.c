@@ -226,7 +226,8 @@ int main(void) {
     dk_group_destroy(even);
   }
 
-  /* Objects of different sizes, a broadcast list, the seed, coalesced tensors. */
+  /* Objects of different sizes, a broadcast list, the seed, coalesced tensors.
+   */
   {
     char mine[64];
     const size_t len = (size_t)(rank_ * 7 + 1);
@@ -236,30 +237,36 @@ int main(void) {
     OK(dk_group_all_gather_object(world, mine, len, &items, &count, &e_));
     CHECK(count == (size_t)n);
     for (size_t r = 0; r < count; ++r) {
-      CHECK(items[r].size == r * 7 + 1 && ((const char*)items[r].data)[0] == (char)('a' + r));
+      CHECK(items[r].size == r * 7 + 1 &&
+            ((const char*)items[r].data)[0] == (char)('a' + r));
     }
     dk_free(items);
     OK(dk_group_gather_object(world, mine, len, n - 1, &items, &count, &e_));
-    CHECK(rank_ == n - 1 ? (count == (size_t)n && items[0].size == 1) : (items == NULL && count == 0));
+    CHECK(rank_ == n - 1 ? (count == (size_t)n && items[0].size == 1)
+                         : (items == NULL && count == 0));
     dk_free(items);
     dk_bytes_t list[2] = {{"first", 5}, {"", 0}};
-    OK(dk_group_broadcast_object_list(world, rank_ == 0 ? list : NULL, rank_ == 0 ? 2 : 0, 0,
-                                      &items, &count, &e_));
-    CHECK(count == 2 && items[0].size == 5 && memcmp(items[0].data, "first", 5) == 0 &&
-          items[1].size == 0);
+    OK(dk_group_broadcast_object_list(world, rank_ == 0 ? list : NULL,
+                                      rank_ == 0 ? 2 : 0, 0, &items, &count,
+                                      &e_));
+    CHECK(count == 2 && items[0].size == 5 &&
+          memcmp(items[0].data, "first", 5) == 0 && items[1].size == 0);
     dk_free(items);
     int32_t seed = -1, seeds[8];
     OK(dk_group_sync_random_seed(world, &seed, &e_));
-    OK(dk_group_all_gather(world, view(&a, &seed, 1, kDLInt, 32), view(&b, seeds, n, kDLInt, 32), NULL, &e_));
+    OK(dk_group_all_gather(world, view(&a, &seed, 1, kDLInt, 32),
+                           view(&b, seeds, n, kDLInt, 32), NULL, &e_));
     for (int r = 0; r < n; ++r) CHECK(seeds[r] == seed && seed >= 0);
     float big[1000];
     int64_t small[3];
     for (int i = 0; i < 1000; ++i) big[i] = (float)rank_;
     for (int i = 0; i < 3; ++i) small[i] = rank_ + i;
     tensor_t c;
-    DLTensor* both[2] = {view(&a, big, 1000, kDLFloat, 32), view(&c, small, 3, kDLInt, 64)};
+    DLTensor* both[2] = {view(&a, big, 1000, kDLFloat, 32),
+                         view(&c, small, 3, kDLInt, 64)};
     OK(dk_group_all_reduce_coalesced(world, both, 2, DK_OP_SUM, 1, -1, &e_));
-    CHECK(big[999] == n * (n - 1) / 2.0f && small[2] == n * (n - 1) / 2 + 2 * n);
+    CHECK(big[999] == n * (n - 1) / 2.0f &&
+          small[2] == n * (n - 1) / 2 + 2 * n);
   }
   /* collect_results: 9 items round robin, padded with empty (None) items. */
   {
@@ -267,7 +274,8 @@ int main(void) {
     dk_bytes_t part[9];
     char text[9][8];
     size_t k = 0;
-    for (int64_t index = rank_; k * n < (size_t)(size + n - 1) / n * n && k < 9; index += n, ++k) {
+    for (int64_t index = rank_; k * n < (size_t)(size + n - 1) / n * n && k < 9;
+         index += n, ++k) {
       snprintf(text[k], sizeof(text[k]), "r%d", (int)index);
       part[k].data = text[k];
       part[k].size = index < size ? strlen(text[k]) : 0;
@@ -276,13 +284,15 @@ int main(void) {
     for (int d = 0; d < 2; ++d) {
       dk_bytes_t* items = NULL;
       size_t count = 0;
-      OK(dk_group_collect_results(world, part, k, size, devices[d], NULL, &items, &count, &e_));
+      OK(dk_group_collect_results(world, part, k, size, devices[d], NULL,
+                                  &items, &count, &e_));
       if (rank_ == 0) {
         CHECK(count == (size_t)size);
         for (size_t i = 0; i < count; ++i) {
           char want[8];
           snprintf(want, sizeof(want), "r%d", (int)i);
-          CHECK(items[i].size == strlen(want) && memcmp(items[i].data, want, items[i].size) == 0);
+          CHECK(items[i].size == strlen(want) &&
+                memcmp(items[i].data, want, items[i].size) == 0);
         }
       } else {
         CHECK(items == NULL && count == 0);
@@ -291,7 +301,8 @@ int main(void) {
     }
     dk_bytes_t* items = NULL;
     size_t count = 0;
-    EXPECT_ERROR(dk_group_collect_results(world, part, k, size, "tpu", NULL, &items, &count, &e_),
+    EXPECT_ERROR(dk_group_collect_results(world, part, k, size, "tpu", NULL,
+                                          &items, &count, &e_),
                  DK_UNIMPLEMENTED, "device must be cpu, gpu or npu");
   }
   /* The local group: "nodes" of two ranks when the size is even. */

@@ -189,9 +189,10 @@ void ExpectClose(double got, double want, DataType dt,
   ASSERT_NEAR(got, want, tol) << where;
 }
 
-// Small sizes travel inline with the signature exchange, large ones through
-// Gloo's own algorithms: test both.
-const int64_t kCounts[] = {1, 5, 3000};
+// Up to 64 KiB per rank travels inline with the signature exchange; larger
+// buffers go through Gloo's own algorithms (70000 elements is past the limit
+// for every dtype): test both.
+const int64_t kCounts[] = {1, 5, 3000, 70000};
 
 TEST(Collectives, AllReduceEveryDtypeAndOp) {
   for (DataType dt : kAllDataTypes) {

@@ -43,8 +43,6 @@ struct AbortedWait : std::exception {
   const char* what() const noexcept override { return "aborted"; }
 };
 
-constexpr size_t kSlotBytes = sizeof(OpSignature) + GlooBackend::kInlineBytes;
-
 std::chrono::milliseconds Millis(absl::Duration d) {
   return std::chrono::milliseconds(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
@@ -121,8 +119,11 @@ GlooBackend::GlooBackend(int rank, int size,
     : rank_(rank),
       size_(size),
       context_(std::move(context)),
-      send_slot_(kSlotBytes),
-      recv_slots_(kSlotBytes * size) {
+      slot_bytes_(sizeof(OpSignature) + (size <= kDirectExchangeMaxRanks
+                                             ? kInlineBytes
+                                             : kRingInlineBytes)),
+      send_slot_(slot_bytes_),
+      recv_slots_(slot_bytes_ * size) {
   agree_send_ =
       context_->createUnboundBuffer(send_slot_.data(), send_slot_.size());
   agree_recv_ =
@@ -217,42 +218,47 @@ absl::Status GlooBackend::Agree(const OpContext& ctx, const OpSignature& sig,
   DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
     if (size_ > kDirectExchangeMaxRanks) {
       gloo::AllgatherOptions opts(context_);
-      opts.setInput(send_slot_.data(), kSlotBytes);
+      opts.setInput(send_slot_.data(), slot_bytes_);
       opts.setOutput(recv_slots_.data(), recv_slots_.size());
       opts.setTag(Tag(ctx));
       opts.setTimeout(Millis(ctx.timeout));
       gloo::allgather(opts);
       return;
     }
-    std::memcpy(recv_slots_.data() + rank_ * kSlotBytes, send_slot_.data(),
-                kSlotBytes);
+    const size_t message = sizeof(OpSignature) + inline_bytes;
+    std::memcpy(recv_slots_.data() + rank_ * slot_bytes_, send_slot_.data(),
+                message);
     const uint64_t slot = gloo::Slot::build(kAgreeSlot, Tag(ctx));
     for (int peer = 0; peer < size_; ++peer) {
       if (peer != rank_)
-        agree_recv_->recv(peer, slot, peer * kSlotBytes, kSlotBytes);
+        agree_recv_->recv(peer, slot, peer * slot_bytes_, slot_bytes_);
     }
     for (int peer = 0; peer < size_; ++peer) {
-      if (peer != rank_) agree_send_->send(peer, slot, 0, kSlotBytes);
+      if (peer != rank_) agree_send_->send(peer, slot, 0, message);
     }
     for (int i = 0; i < size_ - 1; ++i) Wait(*agree_recv_, /*recv=*/true, ctx);
     for (int i = 0; i < size_ - 1; ++i) Wait(*agree_send_, /*recv=*/false, ctx);
   }));
   std::vector<OpSignature> all(size_);
   for (int r = 0; r < size_; ++r) {
-    std::memcpy(&all[r], recv_slots_.data() + r * kSlotBytes,
+    std::memcpy(&all[r], recv_slots_.data() + r * slot_bytes_,
                 sizeof(OpSignature));
   }
   return CheckAgreement(ctx, all);
 }
 
+size_t GlooBackend::inline_limit() const {
+  return size_ <= kDirectExchangeMaxRanks ? kInlineBytes : kRingInlineBytes;
+}
+
 const char* GlooBackend::InlineData(int rank) const {
-  return recv_slots_.data() + rank * kSlotBytes + sizeof(OpSignature);
+  return recv_slots_.data() + rank * slot_bytes_ + sizeof(OpSignature);
 }
 
 absl::Status GlooBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                     ReduceOp op) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
-  const bool small = data.nbytes() <= kInlineBytes;
+  const bool small = data.nbytes() <= inline_limit();
   OpSignature sig = MakeSignature(ctx, OpCode::kAllReduce, &data, data.numel(),
                                   -1, static_cast<int>(op));
   DK_RETURN_IF_ERROR(Agree(ctx, sig, data.data(), small ? data.nbytes() : 0));
@@ -281,7 +287,7 @@ absl::Status GlooBackend::AllReduce(const OpContext& ctx, TensorRef data,
 
 absl::Status GlooBackend::Broadcast(const OpContext& ctx, TensorRef data,
                                     int root) {
-  const bool small = data.nbytes() <= kInlineBytes;
+  const bool small = data.nbytes() <= inline_limit();
   OpSignature sig =
       MakeSignature(ctx, OpCode::kBroadcast, &data, data.numel(), root);
   DK_RETURN_IF_ERROR(
@@ -304,7 +310,7 @@ absl::Status GlooBackend::Broadcast(const OpContext& ctx, TensorRef data,
 absl::Status GlooBackend::Reduce(const OpContext& ctx, TensorRef data,
                                  ReduceOp op, int root) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
-  const bool small = data.nbytes() <= kInlineBytes;
+  const bool small = data.nbytes() <= inline_limit();
   OpSignature sig = MakeSignature(ctx, OpCode::kReduce, &data, data.numel(),
                                   root, static_cast<int>(op));
   DK_RETURN_IF_ERROR(Agree(ctx, sig, data.data(), small ? data.nbytes() : 0));
@@ -342,7 +348,7 @@ absl::Status GlooBackend::Reduce(const OpContext& ctx, TensorRef data,
 
 absl::Status GlooBackend::AllGather(const OpContext& ctx, TensorRef input,
                                     TensorRef output) {
-  const bool small = input.nbytes() <= kInlineBytes;
+  const bool small = input.nbytes() <= inline_limit();
   OpSignature sig =
       MakeSignature(ctx, OpCode::kAllGather, &input, input.numel());
   DK_RETURN_IF_ERROR(Agree(ctx, sig, input.data(), small ? input.nbytes() : 0));
@@ -367,7 +373,17 @@ absl::Status GlooBackend::Gather(const OpContext& ctx, TensorRef input,
                                  TensorRef output, int root) {
   OpSignature sig =
       MakeSignature(ctx, OpCode::kGather, &input, input.numel(), root);
-  DK_RETURN_IF_ERROR(Agree(ctx, sig, nullptr, 0));
+  const bool small = input.nbytes() <= inline_limit();
+  DK_RETURN_IF_ERROR(Agree(ctx, sig, input.data(), small ? input.nbytes() : 0));
+  if (small) {
+    if (rank_ == root) {
+      for (int r = 0; r < size_; ++r) {
+        std::memcpy(static_cast<char*>(output.data()) + r * input.nbytes(),
+                    InlineData(r), input.nbytes());
+      }
+    }
+    return absl::OkStatus();
+  }
   return Guarded(ctx, [&] {
     gloo::GatherOptions opts(context_);
     opts.setInput(static_cast<uint8_t*>(input.data()), input.nbytes());
@@ -386,7 +402,16 @@ absl::Status GlooBackend::Scatter(const OpContext& ctx, TensorRef input,
                                   TensorRef output, int root) {
   OpSignature sig =
       MakeSignature(ctx, OpCode::kScatter, &output, output.numel(), root);
-  DK_RETURN_IF_ERROR(Agree(ctx, sig, nullptr, 0));
+  // Small: the root's whole input rides in its signature record.
+  const bool small = output.nbytes() * size_ <= inline_limit();
+  DK_RETURN_IF_ERROR(
+      Agree(ctx, sig, input.data(),
+            small && rank_ == root ? output.nbytes() * size_ : 0));
+  if (small) {
+    std::memcpy(output.data(), InlineData(root) + rank_ * output.nbytes(),
+                output.nbytes());
+    return absl::OkStatus();
+  }
   return Guarded(ctx, [&] {
     gloo::ScatterOptions opts(context_);
     std::vector<uint8_t*> parts;
@@ -410,8 +435,23 @@ absl::Status GlooBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(output.dtype(), op));
   OpSignature sig = MakeSignature(ctx, OpCode::kReduceScatter, &output,
                                   output.numel(), -1, static_cast<int>(op));
-  DK_RETURN_IF_ERROR(Agree(ctx, sig, nullptr, 0));
   const size_t chunk = output.nbytes();
+  const bool small = input.nbytes() <= inline_limit();
+  DK_RETURN_IF_ERROR(Agree(ctx, sig, input.data(), small ? input.nbytes() : 0));
+  if (small) {
+    // Every rank has every input: fold this rank's chunk in rank order.
+    if (output.numel() > 0) {
+      std::memcpy(output.data(), InlineData(0) + rank_ * chunk, chunk);
+      for (int r = 1; r < size_; ++r) {
+        fn(output.data(), output.data(), InlineData(r) + rank_ * chunk,
+           output.numel());
+      }
+    }
+    if (op == ReduceOp::kMean) {
+      DivideBySize(output.data(), output.dtype(), output.numel(), size_);
+    }
+    return absl::OkStatus();
+  }
   // Ring reduce-scatter: n-1 steps; at step s this rank sends chunk
   // (rank - s - 1) to its right neighbour and folds chunk (rank - s - 2)
   // from its left neighbour into its copy. It ends owning chunk `rank`.

@@ -86,15 +86,21 @@ class GlooBackend : public Backend {
                     int tag) override;
   void Abort() override;
 
-  // Payloads up to this many bytes travel inside the signature exchange.
-  static constexpr size_t kInlineBytes = 2048;
+  // Payloads up to this many bytes travel inside the signature exchange (the
+  // direct exchange, groups of up to 32 ranks; 2 KiB in larger groups, whose
+  // exchange is Gloo's ring with fixed-size records). Receives are posted at
+  // full size and each rank sends only what it has: Gloo accepts a message
+  // shorter than the receive, never a longer one.
+  static constexpr size_t kInlineBytes = 64 * 1024;
+  static constexpr size_t kRingInlineBytes = 2048;
+  size_t inline_limit() const;
 
  private:
   GlooBackend(int rank, int size,
               std::shared_ptr<gloo::rendezvous::Context> context);
 
-  // Exchanges `sig` (and up to kInlineBytes of `inline_data`) with every rank
-  // and checks agreement. On success, slot(r) holds rank r's record.
+  // Exchanges `sig` (and up to inline_limit() bytes of `inline_data`) with
+  // every rank and checks agreement. On success, slot(r) holds rank r's record.
   absl::Status Agree(const OpContext& ctx, const OpSignature& sig,
                      const void* inline_data, size_t inline_bytes);
   const char* InlineData(int rank) const;
@@ -111,6 +117,7 @@ class GlooBackend : public Backend {
   const int size_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   // Signature exchange buffers, kept between calls (no per-call allocation).
+  const size_t slot_bytes_;  // signature + the largest inline payload
   std::vector<char> send_slot_;
   std::vector<char> recv_slots_;
   std::vector<char> scratch_;
