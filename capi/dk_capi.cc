@@ -19,6 +19,7 @@
 #include "cc/dist/collectives.h"
 #include "cc/dist/dist.h"
 #include "cc/dist/object_collectives.h"
+#include "cc/dist/parallel_state.h"
 #include "cc/dist/process_group.h"
 #include "cc/store/grpc_store.h"
 #include "cc/store/store_server.h"
@@ -37,6 +38,10 @@ struct dk_store {
 
 struct dk_group {
   std::shared_ptr<distkit::ProcessGroup> rep;
+};
+
+struct dk_parallel_state {
+  distkit::dist::ParallelState rep;
 };
 
 struct dk_work {
@@ -782,6 +787,76 @@ dk_status_t dk_group_collect_results(dk_group_t* group, const dk_bytes_t* part,
         distkit::dist::CollectResults(items, size, device, dir, g));
     if (!results.has_value()) return absl::OkStatus();
     return ReturnItems(*results, items_out, count_out);
+  });
+}
+
+// ---- Parallel state
+// -----------------------------------------------------------
+
+namespace {
+
+distkit::dist::DistributedProcessGroup DpgOf(dk_group_t* group) {
+  if (group == DK_GROUP_UNUSED)
+    return distkit::dist::DistributedProcessGroup::Unused();
+  if (group == nullptr) return distkit::dist::DistributedProcessGroup();
+  return distkit::dist::DistributedProcessGroup(group->rep);
+}
+
+const distkit::dist::DistributedProcessGroup* Which(
+    const dk_parallel_state_t* state, int32_t which) {
+  if (state == nullptr) return nullptr;
+  switch (which) {
+    case DK_PARALLEL_DATA:
+      return &state->rep.data_parallel_group;
+    case DK_PARALLEL_TENSOR:
+      return &state->rep.tensor_parallel_group;
+    case DK_PARALLEL_EXPERT:
+      return &state->rep.expert_model_parallel_group;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
+dk_status_t dk_parallel_state_create(dk_group_t* data_parallel,
+                                     dk_group_t* tensor_parallel,
+                                     dk_group_t* expert_parallel,
+                                     dk_parallel_state_t** out,
+                                     dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    *out = new dk_parallel_state{distkit::dist::ParallelState(
+        DpgOf(data_parallel), DpgOf(tensor_parallel), DpgOf(expert_parallel))};
+    return absl::OkStatus();
+  });
+}
+
+void dk_parallel_state_destroy(dk_parallel_state_t* state) { delete state; }
+
+int32_t dk_parallel_state_rank(const dk_parallel_state_t* state,
+                               int32_t which) {
+  const distkit::dist::DistributedProcessGroup* g = Which(state, which);
+  return g == nullptr ? -1 : g->Rank();
+}
+
+int32_t dk_parallel_state_size(const dk_parallel_state_t* state,
+                               int32_t which) {
+  const distkit::dist::DistributedProcessGroup* g = Which(state, which);
+  return g == nullptr ? -1 : g->WorldSize();
+}
+
+dk_status_t dk_parallel_state_describe(const dk_parallel_state_t* state,
+                                       char** out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(state, "state"));
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    const std::string text = state->rep.ToString();
+    char* copy = static_cast<char*>(std::malloc(text.size() + 1));
+    if (copy == nullptr) return absl::ResourceExhaustedError("out of memory");
+    std::memcpy(copy, text.c_str(), text.size() + 1);
+    *out = copy;
+    return absl::OkStatus();
   });
 }
 

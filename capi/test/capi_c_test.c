@@ -318,6 +318,27 @@ int main(void) {
     dk_group_destroy(local);
   }
 
+  /* modelopt's ParallelState: data = the world, tensor = unused. */
+  {
+    dk_parallel_state_t* state = NULL;
+    char* text = NULL;
+    OK(dk_parallel_state_create(NULL, DK_GROUP_UNUSED, DK_GROUP_UNUSED, &state,
+                                &e_));
+    CHECK(dk_parallel_state_rank(state, DK_PARALLEL_DATA) == rank_);
+    CHECK(dk_parallel_state_size(state, DK_PARALLEL_DATA) == n);
+    CHECK(dk_parallel_state_rank(state, DK_PARALLEL_TENSOR) == -1);
+    CHECK(dk_parallel_state_size(state, DK_PARALLEL_EXPERT) == -1);
+    OK(dk_parallel_state_describe(state, &text, &e_));
+    CHECK(text != NULL &&
+          strstr(text, "data_parallel_group: group: None, initialized: True") !=
+              NULL);
+    CHECK(text != NULL && strstr(text,
+                                 "tensor_parallel_group: group: -1, "
+                                 "initialized: False, world size: -1") != NULL);
+    dk_free(text);
+    dk_parallel_state_destroy(state);
+  }
+
   /* Misuse: each is a status naming the argument. */
   {
     float f[6] = {0};

@@ -394,6 +394,38 @@ DK_EXPORT dk_status_t dk_group_collect_results(
     const char* device, const char* tmpdir, dk_bytes_t** items_out,
     size_t* count_out, dk_error_t** err);
 
+/* ---- Parallel state (modelopt) ------------------------------------------- */
+
+/* modelopt's ParallelState: the data-, tensor- and expert-parallel groups.
+ * Each is a group (borrowed: it must outlive the state), NULL for the world,
+ * or DK_GROUP_UNUSED for "not used" (modelopt's -1). */
+typedef struct dk_parallel_state dk_parallel_state_t;
+#define DK_GROUP_UNUSED ((dk_group_t*)(intptr_t)-1)
+#define DK_PARALLEL_DATA 0
+#define DK_PARALLEL_TENSOR 1
+#define DK_PARALLEL_EXPERT 2
+
+/* Local. *out is owned (dk_parallel_state_destroy). */
+DK_EXPORT dk_status_t dk_parallel_state_create(dk_group_t* data_parallel,
+                                               dk_group_t* tensor_parallel,
+                                               dk_group_t* expert_parallel,
+                                               dk_parallel_state_t** out,
+                                               dk_error_t** err);
+DK_EXPORT void dk_parallel_state_destroy(dk_parallel_state_t* state);
+
+/* Local. Rank and size in group `which` (DK_PARALLEL_*); -1 when that group is
+ * unused or distkit is not initialized (modelopt's DistributedProcessGroup). */
+DK_EXPORT int32_t dk_parallel_state_rank(const dk_parallel_state_t* state,
+                                         int32_t which);
+DK_EXPORT int32_t dk_parallel_state_size(const dk_parallel_state_t* state,
+                                         int32_t which);
+
+/* Local. modelopt's text form, "data_parallel_group: group: None,
+ * initialized: True, world size: 4, tensor_parallel_group: ..."; *out is
+ * owned (dk_free). */
+DK_EXPORT dk_status_t dk_parallel_state_describe(
+    const dk_parallel_state_t* state, char** out, dk_error_t** err);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
