@@ -156,6 +156,32 @@ def main():
         except errors.InvalidArgumentError as e:
             check("ranks disagree" in str(e) and isinstance(e, ValueError) and e.code == 3,
                   f"mismatch message: {e}")
+    # Blocking calls release the GIL: a Python thread keeps running while this
+    # rank waits in an all_reduce that rank 0 joins a second late.
+    if n > 1:
+        import threading
+        import time
+        dist.barrier()
+        t = torch.zeros(1)
+        if rank == 0:
+            time.sleep(1.0)
+            dist.all_reduce(t)
+        else:
+            counter, done = [0], threading.Event()
+
+            def spin():
+                while not done.is_set():
+                    counter[0] += 1
+
+            spinner = threading.Thread(target=spin)
+            spinner.start()
+            start = time.monotonic()
+            dist.all_reduce(t)
+            waited = time.monotonic() - start
+            done.set()
+            spinner.join()
+            check(waited > 0.5 and counter[0] > 100000,
+                  f"GIL released while blocked (waited {waited:.2f}s, {counter[0]} spins)")
     dist.barrier()
     tdist.destroy_process_group()
     dist.destroy()

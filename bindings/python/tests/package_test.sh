@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The packaged form works outside Bazel: a bare environment, PYTHONPATH only,
+# the library found beside the modules, and a 2-rank job through distrun.
+set -euo pipefail
+package_script="$1"
+lib="$2"
+distrun="$3"
+pkg="${TEST_TMPDIR:-/tmp}/pkg"
+"$package_script" "$pkg" "$lib"
+run() { env -i PATH=/usr/bin:/bin HOME="${TEST_TMPDIR:-/tmp}" PYTHONPATH="$pkg" "$@"; }
+run /usr/bin/python3 -c '
+import distkit, os
+from distkit import dist, _lib
+assert dist.get_world_size() == 1
+assert os.path.dirname(distkit.__file__) == os.path.join(os.environ["PYTHONPATH"], "distkit")
+print("imported", distkit.__file__)
+'
+run "$distrun" --nproc-per-node 2 --master-port 0 --timeout 60 -- /usr/bin/python3 -c '
+import torch
+from distkit import dist
+dist.init_dist("pytorch", backend="gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+assert t.item() == 3.0, t
+print("packaged distkit: all_reduce ok on rank", dist.get_rank())
+dist.destroy()
+'

@@ -1,0 +1,17 @@
+"""One call that sets up everything distkit needs, in distkit's own WORKSPACE
+and in a workspace that vendors it:
+
+    local_repository(name = "distkit", path = "/path/to/distkit")
+    load("@distkit//third_party:workspace.bzl", "distkit_workspace")
+    distkit_workspace()
+
+then depend on "@distkit//capi" (the C ABI; #include "distkit/distkit.h").
+"""
+
+load("//third_party:offline_stubs.bzl", "distkit_offline_stubs")
+load("//third_party:system_libs.bzl", "distkit_system_dependencies")
+
+def distkit_workspace():
+    distkit_offline_stubs()
+    distkit_system_dependencies()
+    native.register_toolchains("@distkit//third_party/python:debian_python_toolchain")
