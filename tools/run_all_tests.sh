@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs what is missing (tools/bootstrap.sh) and runs every test:
-# `bazel test //...`, then the sanitizer build of the ABI tests when present.
+# `bazel test //...`, then the ABI's tests again under ASan + UBSan.
 # This is the README's test command and what CI (.ci/run) runs.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 tools/bootstrap.sh
 bazel test //... "$@"
+# The C ABI (its misuse tests included) and the layers under it once more,
+# under AddressSanitizer and UndefinedBehaviorSanitizer.
+bazel test --config=asan //capi/... //cc/core/... //cc/comm/... "$@"

@@ -33,6 +33,6 @@ cp "$distkit_root/.bazelrc" "$work/.bazelrc"
 cd "$work"
 export HOME="${TEST_TMPDIR:-/tmp}"
 bazel --output_user_root="${TEST_TMPDIR:-/tmp}/bazel_root" build --jobs=2 \
-  --spawn_strategy=local //:consumer 2>&1 | tail -5
+  --spawn_strategy=local //:consumer 2>&1 | tail -40
 bazel-bin/consumer
 bazel --output_user_root="${TEST_TMPDIR:-/tmp}/bazel_root" shutdown
