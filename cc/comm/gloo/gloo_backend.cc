@@ -38,6 +38,12 @@ constexpr uint8_t kAgreeSlot = 0xd4;
 // (every rank sends its record to every other); above it, Gloo's ring.
 constexpr int kDirectExchangeMaxRanks = 32;
 
+size_t InlineLimit(int size) {
+  if (size > kDirectExchangeMaxRanks) return GlooBackend::kRingInlineBytes;
+  return std::max(GlooBackend::kRingInlineBytes,
+                  GlooBackend::kInlineBudget / std::max(1, size - 1));
+}
+
 // Thrown inside a guarded body when Abort() woke a wait.
 struct AbortedWait : std::exception {
   const char* what() const noexcept override { return "aborted"; }
@@ -119,9 +125,7 @@ GlooBackend::GlooBackend(int rank, int size,
     : rank_(rank),
       size_(size),
       context_(std::move(context)),
-      slot_bytes_(sizeof(OpSignature) + (size <= kDirectExchangeMaxRanks
-                                             ? kInlineBytes
-                                             : kRingInlineBytes)),
+      slot_bytes_(sizeof(OpSignature) + InlineLimit(size)),
       send_slot_(slot_bytes_),
       recv_slots_(slot_bytes_ * size) {
   agree_send_ =
@@ -247,9 +251,7 @@ absl::Status GlooBackend::Agree(const OpContext& ctx, const OpSignature& sig,
   return CheckAgreement(ctx, all);
 }
 
-size_t GlooBackend::inline_limit() const {
-  return size_ <= kDirectExchangeMaxRanks ? kInlineBytes : kRingInlineBytes;
-}
+size_t GlooBackend::inline_limit() const { return InlineLimit(size_); }
 
 const char* GlooBackend::InlineData(int rank) const {
   return recv_slots_.data() + rank * slot_bytes_ + sizeof(OpSignature);

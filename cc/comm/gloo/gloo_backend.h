@@ -86,12 +86,14 @@ class GlooBackend : public Backend {
                     int tag) override;
   void Abort() override;
 
-  // Payloads up to this many bytes travel inside the signature exchange (the
-  // direct exchange, groups of up to 32 ranks; 2 KiB in larger groups, whose
-  // exchange is Gloo's ring with fixed-size records). Receives are posted at
-  // full size and each rank sends only what it has: Gloo accepts a message
-  // shorter than the receive, never a longer one.
-  static constexpr size_t kInlineBytes = 64 * 1024;
+  // Payloads up to inline_limit() bytes travel inside the signature exchange.
+  // With the direct exchange (groups of up to 32 ranks) a rank may send up to
+  // kInlineBudget bytes in all, so the limit is kInlineBudget / (size - 1):
+  // 1 MiB with 2 ranks, 341 KiB with 4. Larger groups use Gloo's ring with
+  // fixed-size records of kRingInlineBytes. Receives are posted at full size
+  // and each rank sends only what it has: Gloo accepts a message shorter than
+  // the receive, never a longer one.
+  static constexpr size_t kInlineBudget = 1 << 20;
   static constexpr size_t kRingInlineBytes = 2048;
   size_t inline_limit() const;
 
