@@ -2,11 +2,13 @@
 //
 // GlooBackend runs collectives on CPU buffers over Gloo's TCP transport,
 // rendezvousing through a distkit Store. Before data moves, every operation
-// exchanges an OpSignature among all ranks (one small all-gather), so a
+// exchanges an OpSignature among all ranks (one direct exchange), so a
 // mismatched call fails on every rank with a message naming what each rank
-// called, instead of Gloo terminating the process. Small all_reduce,
-// broadcast, reduce and all_gather payloads ride inside that exchange and are
-// finished locally, which makes them one round instead of Gloo's 2(n-1).
+// called, instead of Gloo terminating the process. Payloads up to
+// inline_limit() ride inside that exchange and are finished locally (one
+// network hop instead of Gloo's 2(n-1) steps); larger ones use Gloo's
+// algorithms. The exchange uses unbound buffers this class holds, so Abort()
+// can wake an operation stuck waiting for a peer.
 //
 // Failures: a peer that dies -> UNAVAILABLE; a peer that never joins ->
 // DEADLINE_EXCEEDED after the op's timeout. Either poisons the backend: every
