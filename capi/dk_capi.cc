@@ -38,6 +38,7 @@ struct dk_store {
 
 struct dk_group {
   std::shared_ptr<distkit::ProcessGroup> rep;
+  bool destroyed = false;
 };
 
 struct dk_parallel_state {
@@ -90,6 +91,10 @@ absl::Status NotNull(const void* p, const char* what) {
 // The group an argument names: itself, or the default group for NULL.
 absl::StatusOr<std::shared_ptr<ProcessGroup>> GroupOf(dk_group_t* group) {
   if (group != nullptr) {
+    if (group->destroyed) {
+      return absl::FailedPreconditionError(
+          "group: the handle was destroyed (dk_group_destroy)");
+    }
     if (group->rep == nullptr)
       return absl::InvalidArgumentError("group: invalid handle");
     return group->rep;
@@ -136,6 +141,54 @@ absl::Status Finish(const std::shared_ptr<ProcessGroup>& group,
   if (work_out == nullptr) return work->Wait();
   if (work->Test() && !work->status().ok()) return work->status();
   *work_out = new dk_work{std::move(work), group};
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace {
+
+// One malloc block: the dk_bytes_t array, then every item's bytes.
+absl::Status ReturnItems(const std::vector<std::string>& items,
+                         dk_bytes_t** items_out, size_t* count_out) {
+  size_t total = items.size() * sizeof(dk_bytes_t);
+  for (const std::string& i : items) total += i.size();
+  char* block = static_cast<char*>(std::malloc(total > 0 ? total : 1));
+  if (block == nullptr) return absl::ResourceExhaustedError("out of memory");
+  dk_bytes_t* array = reinterpret_cast<dk_bytes_t*>(block);
+  char* cursor = block + items.size() * sizeof(dk_bytes_t);
+  for (size_t k = 0; k < items.size(); ++k) {
+    std::memcpy(cursor, items[k].data(), items[k].size());
+    array[k].data = cursor;
+    array[k].size = items[k].size();
+    cursor += items[k].size();
+  }
+  *items_out = array;
+  *count_out = items.size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ReadItems(const dk_bytes_t* items,
+                                                   size_t count,
+                                                   const char* what) {
+  if (count > 0 && items == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat(what, " is NULL"));
+  std::vector<std::string> out;
+  for (size_t k = 0; k < count; ++k) {
+    if (items[k].size > 0 && items[k].data == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, "[", k, "].data is NULL"));
+    }
+    out.emplace_back(static_cast<const char*>(items[k].data), items[k].size);
+  }
+  return out;
+}
+
+absl::Status CheckOuts(dk_bytes_t** items_out, size_t* count_out) {
+  DK_RETURN_IF_ERROR(NotNull(items_out, "items_out"));
+  DK_RETURN_IF_ERROR(NotNull(count_out, "count_out"));
+  *items_out = nullptr;
+  *count_out = 0;
   return absl::OkStatus();
 }
 
@@ -322,6 +375,73 @@ dk_status_t dk_store_delete_key(dk_store_t* store, const char* key,
   });
 }
 
+dk_status_t dk_store_compare_set(dk_store_t* store, const char* key,
+                                 const void* expected, size_t expected_size,
+                                 const void* desired, size_t desired_size,
+                                 void** value_out, size_t* size_out,
+                                 dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(store, "store"));
+    DK_RETURN_IF_ERROR(NotNull(key, "key"));
+    DK_RETURN_IF_ERROR(NotNull(value_out, "value_out"));
+    DK_RETURN_IF_ERROR(NotNull(size_out, "size_out"));
+    if (expected_size > 0) DK_RETURN_IF_ERROR(NotNull(expected, "expected"));
+    if (desired_size > 0) DK_RETURN_IF_ERROR(NotNull(desired, "desired"));
+    DK_ASSIGN_OR_RETURN(
+        std::string value,
+        store->rep->CompareSet(
+            key,
+            absl::string_view(static_cast<const char*>(expected),
+                              expected_size),
+            absl::string_view(static_cast<const char*>(desired),
+                              desired_size)));
+    void* copy = std::malloc(value.size() + 1);
+    if (copy == nullptr) return absl::ResourceExhaustedError("out of memory");
+    std::memcpy(copy, value.data(), value.size());
+    static_cast<char*>(copy)[value.size()] = '\0';
+    *value_out = copy;
+    *size_out = value.size();
+    return absl::OkStatus();
+  });
+}
+
+dk_status_t dk_store_append(dk_store_t* store, const char* key,
+                            const void* value, size_t size, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(store, "store"));
+    DK_RETURN_IF_ERROR(NotNull(key, "key"));
+    if (size > 0) DK_RETURN_IF_ERROR(NotNull(value, "value"));
+    return store->rep->Append(
+        key, absl::string_view(static_cast<const char*>(value), size));
+  });
+}
+
+dk_status_t dk_store_multi_set(dk_store_t* store, const char* const* keys,
+                               const dk_bytes_t* values, size_t num_keys,
+                               dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(store, "store"));
+    DK_RETURN_IF_ERROR(CheckKeys(keys, num_keys));
+    DK_ASSIGN_OR_RETURN(std::vector<std::string> vals,
+                        ReadItems(values, num_keys, "values"));
+    return store->rep->MultiSet(Keys(keys, num_keys), vals);
+  });
+}
+
+dk_status_t dk_store_multi_get(dk_store_t* store, const char* const* keys,
+                               size_t num_keys, dk_bytes_t** values_out,
+                               dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(store, "store"));
+    DK_RETURN_IF_ERROR(NotNull(values_out, "values_out"));
+    DK_RETURN_IF_ERROR(CheckKeys(keys, num_keys));
+    DK_ASSIGN_OR_RETURN(std::vector<std::string> values,
+                        store->rep->MultiGet(Keys(keys, num_keys)));
+    size_t count = 0;
+    return ReturnItems(values, values_out, &count);
+  });
+}
+
 dk_status_t dk_store_num_keys(dk_store_t* store, int64_t* out,
                               dk_error_t** err) {
   return Guard(err, [&]() -> absl::Status {
@@ -399,11 +519,13 @@ int32_t dk_is_distributed(void) {
 }
 
 int32_t dk_group_rank(const dk_group_t* group) {
+  if (group != nullptr && group->destroyed) return -1;
   if (group != nullptr && group->rep != nullptr) return group->rep->rank();
   return distkit::dist::GetRank();
 }
 
 int32_t dk_group_size(const dk_group_t* group) {
+  if (group != nullptr && group->destroyed) return -1;
   if (group != nullptr && group->rep != nullptr) return group->rep->size();
   return distkit::dist::GetWorldSize();
 }
@@ -436,7 +558,13 @@ dk_status_t dk_group_new(dk_group_t* parent, const int32_t* ranks,
   });
 }
 
-void dk_group_destroy(dk_group_t* group) { delete group; }
+void dk_group_destroy(dk_group_t* group) {
+  if (group == nullptr || group->destroyed) return;
+  // Releases the group but keeps the small handle (see the header): later
+  // calls through it fail cleanly instead of reading freed memory.
+  group->rep.reset();
+  group->destroyed = true;
+}
 
 void dk_group_abort(dk_group_t* group) {
   absl::StatusOr<std::shared_ptr<ProcessGroup>> g = GroupOf(group);
@@ -632,54 +760,6 @@ dk_status_t dk_local_group(dk_group_t** out, dk_error_t** err) {
 
 // ---- Several tensors, objects, results
 // ------------------------------------------
-
-namespace {
-
-// One malloc block: the dk_bytes_t array, then every item's bytes.
-absl::Status ReturnItems(const std::vector<std::string>& items,
-                         dk_bytes_t** items_out, size_t* count_out) {
-  size_t total = items.size() * sizeof(dk_bytes_t);
-  for (const std::string& i : items) total += i.size();
-  char* block = static_cast<char*>(std::malloc(total > 0 ? total : 1));
-  if (block == nullptr) return absl::ResourceExhaustedError("out of memory");
-  dk_bytes_t* array = reinterpret_cast<dk_bytes_t*>(block);
-  char* cursor = block + items.size() * sizeof(dk_bytes_t);
-  for (size_t k = 0; k < items.size(); ++k) {
-    std::memcpy(cursor, items[k].data(), items[k].size());
-    array[k].data = cursor;
-    array[k].size = items[k].size();
-    cursor += items[k].size();
-  }
-  *items_out = array;
-  *count_out = items.size();
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<std::string>> ReadItems(const dk_bytes_t* items,
-                                                   size_t count,
-                                                   const char* what) {
-  if (count > 0 && items == nullptr)
-    return absl::InvalidArgumentError(absl::StrCat(what, " is NULL"));
-  std::vector<std::string> out;
-  for (size_t k = 0; k < count; ++k) {
-    if (items[k].size > 0 && items[k].data == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, "[", k, "].data is NULL"));
-    }
-    out.emplace_back(static_cast<const char*>(items[k].data), items[k].size);
-  }
-  return out;
-}
-
-absl::Status CheckOuts(dk_bytes_t** items_out, size_t* count_out) {
-  DK_RETURN_IF_ERROR(NotNull(items_out, "items_out"));
-  DK_RETURN_IF_ERROR(NotNull(count_out, "count_out"));
-  *items_out = nullptr;
-  *count_out = 0;
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 dk_status_t dk_group_all_reduce_coalesced(dk_group_t* group,
                                           DLTensor* const* tensors,

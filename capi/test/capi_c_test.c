@@ -439,6 +439,7 @@ int main(void) {
     for (int r = 0; r < n; ++r) all[r] = r;
     dk_group_t* g = NULL;
     OK(dk_group_new(world, all, (size_t)n, &g, &e_));
+    if (g == NULL) return 1; /* NULL would mean the default group below */
     dk_group_abort(g);
     float x = 1;
     EXPECT_ERROR(dk_group_all_reduce(g, view(&a, &x, 1, kDLFloat, 32),
@@ -446,6 +447,10 @@ int main(void) {
                  DK_FAILED_PRECONDITION, "aborted");
     EXPECT_ERROR(dk_group_async_error(g, &e_), DK_CANCELLED, "aborted");
     dk_group_destroy(g);
+    /* A destroyed handle is a clean error, not a use of freed memory. */
+    EXPECT_ERROR(dk_group_barrier(g, NULL, &e_), DK_FAILED_PRECONDITION,
+                 "handle was destroyed");
+    CHECK(dk_group_rank(g) == -1);
   }
   OK(dk_group_async_error(world, &e_));
 

@@ -81,7 +81,15 @@ absl::Status ProcessGroup::Connect() {
                     absl::StrCat("creating group '", name_, "'"));
   }
   backend_ = *std::move(backend);
-  return absl::OkStatus();
+  // No member returns before every member is connected: otherwise a rank that
+  // destroys the group at once could cut a peer's handshake short.
+  OpContext ctx;
+  ctx.seq = 0;  // operations start at 1
+  ctx.op_name = "new_group";
+  ctx.group_name = name_;
+  ctx.timeout = options_.timeout;
+  return Annotate(backend_->Barrier(ctx),
+                  absl::StrCat("creating group '", name_, "'"));
 }
 
 absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(

@@ -123,6 +123,13 @@ typedef int32_t dk_reduce_op_t;
 /* ---- Store -----------------------------------------------------------------
  */
 
+/* A byte string. Lists of them returned by the library are one allocation
+ * (the array, then the bytes): free the array with one dk_free. */
+typedef struct dk_bytes {
+  const void* data;
+  size_t size;
+} dk_bytes_t;
+
 typedef struct dk_store dk_store_t;
 
 typedef struct dk_store_config {
@@ -184,6 +191,33 @@ DK_EXPORT dk_status_t dk_store_check(dk_store_t* store, const char* const* keys,
 DK_EXPORT dk_status_t dk_store_delete_key(dk_store_t* store, const char* key,
                                           int32_t* out, dk_error_t** err);
 
+/* Local. Atomically: if `key` holds `expected` (or is absent and expected is
+ * empty), sets `desired`. *value_out (owned, dk_free) is then `desired`, else
+ * the current value (or `expected` when absent), as in torch's compare_set. */
+DK_EXPORT dk_status_t dk_store_compare_set(
+    dk_store_t* store, const char* key, const void* expected,
+    size_t expected_size, const void* desired, size_t desired_size,
+    void** value_out, size_t* size_out, dk_error_t** err);
+
+/* Local. Appends `value` (copied) to the value of `key`, creating it. */
+DK_EXPORT dk_status_t dk_store_append(dk_store_t* store, const char* key,
+                                      const void* value, size_t size,
+                                      dk_error_t** err);
+
+/* Local. Sets several keys at once (values copied). */
+DK_EXPORT dk_status_t dk_store_multi_set(dk_store_t* store,
+                                         const char* const* keys,
+                                         const dk_bytes_t* values,
+                                         size_t num_keys, dk_error_t** err);
+
+/* Local, blocks until every key exists or the store timeout passes. The
+ * values, in key order, come back as one owned list (*values_out, dk_free). */
+DK_EXPORT dk_status_t dk_store_multi_get(dk_store_t* store,
+                                         const char* const* keys,
+                                         size_t num_keys,
+                                         dk_bytes_t** values_out,
+                                         dk_error_t** err);
+
 /* Local. The number of keys in the store. */
 DK_EXPORT dk_status_t dk_store_num_keys(dk_store_t* store, int64_t* out,
                                         dk_error_t** err);
@@ -243,7 +277,9 @@ DK_EXPORT dk_status_t dk_group_new(dk_group_t* parent, const int32_t* ranks,
                                    size_t num_ranks, dk_group_t** out,
                                    dk_error_t** err);
 
-/* Local. Frees the handle; a work handle keeps what it needs alive. */
+/* Local. Releases the group; a work handle keeps what it needs alive. The
+ * handle itself stays reserved, so a call through it after destroy is a clean
+ * DK_FAILED_PRECONDITION rather than a use of freed memory. */
 DK_EXPORT void dk_group_destroy(dk_group_t* group);
 
 /* Local, any thread. Cancels in-flight work (it completes with DK_CANCELLED)
@@ -355,13 +391,6 @@ DK_EXPORT dk_status_t dk_group_all_reduce_coalesced(
 /* Collective, blocking. Rank 0's random seed in [0, 2^31), on every rank. */
 DK_EXPORT dk_status_t dk_group_sync_random_seed(dk_group_t* group, int32_t* out,
                                                 dk_error_t** err);
-
-/* A byte string. Lists of them returned by the library are one allocation
- * (the array, then the bytes): free the array with one dk_free. */
-typedef struct dk_bytes {
-  const void* data;
-  size_t size;
-} dk_bytes_t;
 
 /* Collective, blocking. Every rank's bytes (any size), in rank order:
  * *items_out (owned, dk_free) holds *count_out == size entries. */
