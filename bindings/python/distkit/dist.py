@@ -329,10 +329,22 @@ def _back(data_on_device, data, input_device):
         cast_data_device(data_on_device, input_device, out=data)
 
 
+def _on_cpu_comm_device(data, group) -> bool:
+    """The common case: a CPU tensor and a CPU backend. The collective then
+    works on the caller's tensor itself and nothing is cast back (mmengine's
+    final copy would copy the tensor onto itself)."""
+    return (isinstance(data, torch.Tensor) and data.device.type == "cpu"
+            and get_backend(group) != "nccl")
+
+
 def all_reduce(data, op: str = "sum", group: Optional[ProcessGroup] = None) -> None:
     world_size = get_world_size(group)
     if world_size > 1:
         code = _MEAN if op.lower() == "mean" else _get_reduce_op(op)
+        if _on_cpu_comm_device(data, group):
+            view = Borrowed(data)
+            check(lib.dk_group_all_reduce, _handle(group), view.pointer, code, None)
+            return
         data_on_device, input_device = _on_comm_device(data, group)
         view = Borrowed(data_on_device)
         check(lib.dk_group_all_reduce, _handle(group), view.pointer, code, None)
