@@ -2,6 +2,7 @@
  * after its rank into a directory all ranks share, then waits until
  * WORLD_SIZE files exist. Proves the harness runs WORLD_SIZE real processes
  * with distinct RANKs. */
+#define _DEFAULT_SOURCE /* usleep under -std=c11 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

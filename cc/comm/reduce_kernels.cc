@@ -18,12 +18,16 @@ struct Sum {
   static T Apply(T a, T b) {
     return a + b;
   }
+  // bool sum is logical or.
+  static bool Apply(bool a, bool b) { return a || b; }
 };
 struct Prod {
   template <typename T>
   static T Apply(T a, T b) {
     return a * b;
   }
+  // bool product is logical and (spelled out: `*` on bool is an int).
+  static bool Apply(bool a, bool b) { return a && b; }
 };
 struct Min {
   template <typename T>

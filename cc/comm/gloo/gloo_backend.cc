@@ -38,10 +38,19 @@ constexpr uint8_t kAgreeSlot = 0xd4;
 // (every rank sends its record to every other); above it, Gloo's ring.
 constexpr int kDirectExchangeMaxRanks = 32;
 
+// Each record is a 64-byte header (the signature, zero-padded) and then the
+// payload, and records are 64-byte multiples, so payloads are aligned for any
+// element type.
+constexpr size_t kHeaderBytes = 64;
+static_assert(sizeof(OpSignature) <= kHeaderBytes,
+              "the signature fits the header");
+
 size_t InlineLimit(int size) {
   if (size > kDirectExchangeMaxRanks) return GlooBackend::kRingInlineBytes;
-  return std::max(GlooBackend::kRingInlineBytes,
-                  GlooBackend::kInlineBudget / std::max(1, size - 1));
+  const size_t limit =
+      std::max(GlooBackend::kRingInlineBytes,
+               GlooBackend::kInlineBudget / std::max(1, size - 1));
+  return limit / kHeaderBytes * kHeaderBytes;
 }
 
 // Thrown inside a guarded body when Abort() woke a wait.
@@ -125,7 +134,7 @@ GlooBackend::GlooBackend(int rank, int size,
     : rank_(rank),
       size_(size),
       context_(std::move(context)),
-      slot_bytes_(sizeof(OpSignature) + InlineLimit(size)),
+      slot_bytes_(kHeaderBytes + InlineLimit(size)),
       send_slot_(slot_bytes_),
       recv_slots_(slot_bytes_ * size) {
   agree_send_ =
@@ -217,7 +226,7 @@ absl::Status GlooBackend::Agree(const OpContext& ctx, const OpSignature& sig,
                                 const void* inline_data, size_t inline_bytes) {
   std::memcpy(send_slot_.data(), &sig, sizeof(sig));
   if (inline_bytes > 0) {
-    std::memcpy(send_slot_.data() + sizeof(sig), inline_data, inline_bytes);
+    std::memcpy(send_slot_.data() + kHeaderBytes, inline_data, inline_bytes);
   }
   DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
     if (size_ > kDirectExchangeMaxRanks) {
@@ -229,7 +238,7 @@ absl::Status GlooBackend::Agree(const OpContext& ctx, const OpSignature& sig,
       gloo::allgather(opts);
       return;
     }
-    const size_t message = sizeof(OpSignature) + inline_bytes;
+    const size_t message = kHeaderBytes + inline_bytes;
     std::memcpy(recv_slots_.data() + rank_ * slot_bytes_, send_slot_.data(),
                 message);
     const uint64_t slot = gloo::Slot::build(kAgreeSlot, Tag(ctx));
@@ -254,7 +263,7 @@ absl::Status GlooBackend::Agree(const OpContext& ctx, const OpSignature& sig,
 size_t GlooBackend::inline_limit() const { return InlineLimit(size_); }
 
 const char* GlooBackend::InlineData(int rank) const {
-  return recv_slots_.data() + rank * slot_bytes_ + sizeof(OpSignature);
+  return recv_slots_.data() + rank * slot_bytes_ + kHeaderBytes;
 }
 
 absl::Status GlooBackend::AllReduce(const OpContext& ctx, TensorRef data,
