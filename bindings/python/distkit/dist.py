@@ -351,6 +351,18 @@ def all_reduce(data, op: str = "sum", group: Optional[ProcessGroup] = None) -> N
         _back(data_on_device, data, input_device)
 
 
+def reduce(data, dst: int = 0, op: str = "sum", group: Optional[ProcessGroup] = None) -> None:
+    """Reduces ``data`` from every rank into ``dst``'s, in place (same op names
+    as all_reduce). Other ranks' data is left as it was."""
+    if get_world_size(group) > 1:
+        code = _MEAN if op.lower() == "mean" else _get_reduce_op(op)
+        data_on_device, input_device = _on_comm_device(data, group)
+        view = Borrowed(data_on_device)
+        check(lib.dk_group_reduce, _handle(group), view.pointer, code, dst, None)
+        if get_rank(group) == dst:
+            _back(data_on_device, data, input_device)
+
+
 def all_gather(data, group: Optional[ProcessGroup] = None) -> list:
     world_size = get_world_size(group)
     if world_size == 1:
@@ -555,5 +567,6 @@ __all__ = [
     "destroy", "gather", "gather_object", "get_backend", "get_comm_device", "get_data_device",
     "get_default_group", "get_dist_info", "get_local_group", "get_local_rank", "get_local_size",
     "get_rank", "get_world_size", "infer_launcher", "init_dist", "init_local_group",
-    "is_distributed", "is_main_process", "master_only", "new_group", "sync_random_seed",
+    "is_distributed", "is_main_process", "master_only", "new_group", "reduce",
+    "sync_random_seed",
 ]

@@ -47,6 +47,8 @@ class NotDistributedTest(unittest.TestCase):
         self.assertEqual(dist.all_gather(data), [data])
         self.assertEqual(dist.gather(data), [data])
         dist.broadcast(data)
+        dist.reduce(data, dst=0, op="max")
+        self.assertTrue(torch.equal(data, torch.arange(2)))
         seed = dist.sync_random_seed()
         self.assertTrue(0 <= seed < 2**31)
         objs = ["foo", 12, {"k": 1}]

@@ -96,6 +96,13 @@ def main():
     dist.broadcast(y, src=n - 1)
     tdist.broadcast(ty, src=n - 1)
     check(torch.equal(y, ty), "broadcast")
+    # reduce to the last rank, beside torch; the others keep their data.
+    for op, top in (("sum", tdist.ReduceOp.SUM), ("max", tdist.ReduceOp.MAX)):
+        z = torch.arange(5, dtype=torch.float64) * (rank + 1)
+        ours, theirs = z.clone(), z.clone()
+        dist.reduce(ours, dst=n - 1, op=op)
+        tdist.reduce(theirs, dst=n - 1, op=top)
+        check(torch.equal(ours, theirs) if rank == n - 1 else torch.equal(ours, z), f"reduce {op}")
     # sync_random_seed: the same everywhere.
     seed = dist.sync_random_seed()
     check(len(set(dist.all_gather_object(seed))) == 1, "sync_random_seed")
