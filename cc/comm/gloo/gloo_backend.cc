@@ -260,6 +260,15 @@ absl::Status GlooBackend::Agree(const OpContext& ctx, const OpSignature& sig,
   return CheckAgreement(ctx, all);
 }
 
+void GlooBackend::FoldInline(ReduceFn fn, TensorRef out, size_t offset) const {
+  // Every rank folds the same records in rank order: identical results.
+  if (out.numel() == 0) return;
+  std::memcpy(out.data(), InlineData(0) + offset, out.nbytes());
+  for (int r = 1; r < size_; ++r) {
+    fn(out.data(), out.data(), InlineData(r) + offset, out.numel());
+  }
+}
+
 size_t GlooBackend::inline_limit() const { return InlineLimit(size_); }
 
 const char* GlooBackend::InlineData(int rank) const {
@@ -274,12 +283,7 @@ absl::Status GlooBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                   -1, static_cast<int>(op));
   DK_RETURN_IF_ERROR(Agree(ctx, sig, data.data(), small ? data.nbytes() : 0));
   if (small) {
-    // Every rank reduces the same records in rank order: identical results.
-    if (data.numel() > 0) {
-      std::memcpy(data.data(), InlineData(0), data.nbytes());
-      for (int r = 1; r < size_; ++r)
-        fn(data.data(), data.data(), InlineData(r), data.numel());
-    }
+    FoldInline(fn, data, 0);
   } else if (size_ > 1) {
     DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
       gloo::AllreduceOptions opts(context_);
@@ -326,11 +330,7 @@ absl::Status GlooBackend::Reduce(const OpContext& ctx, TensorRef data,
                                   root, static_cast<int>(op));
   DK_RETURN_IF_ERROR(Agree(ctx, sig, data.data(), small ? data.nbytes() : 0));
   if (small) {
-    if (rank_ == root && data.numel() > 0) {
-      std::memcpy(data.data(), InlineData(0), data.nbytes());
-      for (int r = 1; r < size_; ++r)
-        fn(data.data(), data.data(), InlineData(r), data.numel());
-    }
+    if (rank_ == root) FoldInline(fn, data, 0);
   } else if (size_ > 1) {
     // Gloo's reduce uses the buffer as scratch on every rank; keep the
     // caller's data intact off the root, as torch does.
@@ -450,14 +450,8 @@ absl::Status GlooBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
   const bool small = input.nbytes() <= inline_limit();
   DK_RETURN_IF_ERROR(Agree(ctx, sig, input.data(), small ? input.nbytes() : 0));
   if (small) {
-    // Every rank has every input: fold this rank's chunk in rank order.
-    if (output.numel() > 0) {
-      std::memcpy(output.data(), InlineData(0) + rank_ * chunk, chunk);
-      for (int r = 1; r < size_; ++r) {
-        fn(output.data(), output.data(), InlineData(r) + rank_ * chunk,
-           output.numel());
-      }
-    }
+    // Every rank has every input: fold this rank's chunk.
+    FoldInline(fn, output, rank_ * chunk);
     if (op == ReduceOp::kMean) {
       DivideBySize(output.data(), output.dtype(), output.numel(), size_);
     }

@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cc/comm/backend.h"
 #include "cc/comm/op_signature.h"
+#include "cc/comm/reduce_kernels.h"
 #include "cc/store/store.h"
 
 namespace gloo {
@@ -108,6 +109,9 @@ class GlooBackend : public Backend {
   absl::Status Agree(const OpContext& ctx, const OpSignature& sig,
                      const void* inline_data, size_t inline_bytes);
   const char* InlineData(int rank) const;
+  // out = the reduction, in rank order, of every rank's inline record at
+  // byte `offset`.
+  void FoldInline(ReduceFn fn, TensorRef out, size_t offset) const;
   // Waits for a send or receive on `buffer` to complete, such that Abort()
   // can wake it. Throws on timeout (Gloo) or abort.
   void Wait(gloo::transport::UnboundBuffer& buffer, bool recv,
