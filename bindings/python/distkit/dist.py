@@ -227,31 +227,27 @@ def get_comm_device(group: Optional[ProcessGroup] = None) -> torch.device:
     return torch.device("cpu")
 
 
+def _common_device(items) -> torch.device:
+    """The one device of every item in ``items`` (mmengine's rules and texts)."""
+    pre = None
+    for item in items:
+        cur = get_data_device(item)
+        if pre is None:
+            pre = cur
+        elif cur != pre:
+            raise ValueError(f"device type in data should be consistent, but got {cur} and {pre}")
+    if pre is None:
+        raise ValueError("data should not be empty.")
+    return pre
+
+
 def get_data_device(data) -> torch.device:
     if isinstance(data, torch.Tensor):
         return data.device
     elif isinstance(data, Mapping):
-        pre = None
-        for v in data.values():
-            cur = get_data_device(v)
-            if pre is None:
-                pre = cur
-            elif cur != pre:
-                raise ValueError(f"device type in data should be consistent, but got {cur} and {pre}")
-        if pre is None:
-            raise ValueError("data should not be empty.")
-        return pre
+        return _common_device(data.values())
     elif isinstance(data, Iterable) and not isinstance(data, str):
-        pre = None
-        for item in data:
-            cur = get_data_device(item)
-            if pre is None:
-                pre = cur
-            elif cur != pre:
-                raise ValueError(f"device type in data should be consistent, but got {cur} and {pre}")
-        if pre is None:
-            raise ValueError("data should not be empty.")
-        return pre
+        return _common_device(data)
     else:
         raise TypeError(f"data should be a Tensor, sequence of tensor or dict, but got {data}")
 
