@@ -1,0 +1,450 @@
+//! Raw declarations of distkit's C ABI, `capi/include/distkit/distkit.h`
+//! (ABI 0.1), and of the DLPack structs it takes.
+//!
+//! Written by hand (no bindgen is reachable offline); `tests/layout.rs`
+//! checks every constant, struct size and field offset against the real
+//! header, compiled by a C compiler. Ownership and threading rules are the
+//! header's: read the comment of each function there.
+#![allow(non_camel_case_types, non_upper_case_globals)]
+#![no_std]
+
+use core::ffi::{c_char, c_int, c_void};
+
+// ---- DLPack (dlpack.h, version 0.6) ---------------------------------------
+
+pub const kDLCPU: i32 = 1;
+pub const kDLCUDA: i32 = 2;
+pub const kDLInt: u8 = 0;
+pub const kDLUInt: u8 = 1;
+pub const kDLFloat: u8 = 2;
+pub const kDLBfloat: u8 = 4;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DLDevice {
+    pub device_type: i32,
+    pub device_id: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DLDataType {
+    pub code: u8,
+    pub bits: u8,
+    pub lanes: u16,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct DLTensor {
+    pub data: *mut c_void,
+    pub device: DLDevice,
+    pub ndim: c_int,
+    pub dtype: DLDataType,
+    pub shape: *mut i64,
+    pub strides: *mut i64,
+    pub byte_offset: u64,
+}
+
+// ---- Versions and errors --------------------------------------------------
+
+pub const DK_ABI_MAJOR: i32 = 0;
+pub const DK_ABI_MINOR: i32 = 1;
+
+pub type dk_status_t = i32;
+
+/// Opaque error object; free with `dk_error_free`.
+#[repr(C)]
+pub struct dk_error_t {
+    _private: [u8; 0],
+}
+
+pub const DK_OK: dk_status_t = 0;
+pub const DK_CANCELLED: dk_status_t = 1;
+pub const DK_UNKNOWN: dk_status_t = 2;
+pub const DK_INVALID_ARGUMENT: dk_status_t = 3;
+pub const DK_DEADLINE_EXCEEDED: dk_status_t = 4;
+pub const DK_NOT_FOUND: dk_status_t = 5;
+pub const DK_ALREADY_EXISTS: dk_status_t = 6;
+pub const DK_PERMISSION_DENIED: dk_status_t = 7;
+pub const DK_RESOURCE_EXHAUSTED: dk_status_t = 8;
+pub const DK_FAILED_PRECONDITION: dk_status_t = 9;
+pub const DK_ABORTED: dk_status_t = 10;
+pub const DK_OUT_OF_RANGE: dk_status_t = 11;
+pub const DK_UNIMPLEMENTED: dk_status_t = 12;
+pub const DK_INTERNAL: dk_status_t = 13;
+pub const DK_UNAVAILABLE: dk_status_t = 14;
+pub const DK_DATA_LOSS: dk_status_t = 15;
+pub const DK_UNAUTHENTICATED: dk_status_t = 16;
+
+// ---- Data types and reductions --------------------------------------------
+
+pub type dk_dtype_t = i32;
+pub const DK_FLOAT16: dk_dtype_t = 0;
+pub const DK_BFLOAT16: dk_dtype_t = 1;
+pub const DK_FLOAT32: dk_dtype_t = 2;
+pub const DK_FLOAT64: dk_dtype_t = 3;
+pub const DK_INT8: dk_dtype_t = 4;
+pub const DK_UINT8: dk_dtype_t = 5;
+pub const DK_INT32: dk_dtype_t = 6;
+pub const DK_INT64: dk_dtype_t = 7;
+pub const DK_BOOL: dk_dtype_t = 8;
+
+pub type dk_reduce_op_t = i32;
+pub const DK_OP_SUM: dk_reduce_op_t = 0;
+pub const DK_OP_PRODUCT: dk_reduce_op_t = 1;
+pub const DK_OP_MIN: dk_reduce_op_t = 2;
+pub const DK_OP_MAX: dk_reduce_op_t = 3;
+pub const DK_OP_BAND: dk_reduce_op_t = 4;
+pub const DK_OP_BOR: dk_reduce_op_t = 5;
+pub const DK_OP_BXOR: dk_reduce_op_t = 6;
+pub const DK_OP_MEAN: dk_reduce_op_t = 7;
+
+// ---- Store ----------------------------------------------------------------
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dk_bytes_t {
+    pub data: *const c_void,
+    pub size: usize,
+}
+
+#[repr(C)]
+pub struct dk_store_t {
+    _private: [u8; 0],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dk_store_config_t {
+    pub struct_size: usize,
+    pub address: *const c_char,
+    pub token: *const c_char,
+    pub timeout_ms: i64,
+    pub connect_timeout_ms: i64,
+}
+
+// ---- Groups and work ------------------------------------------------------
+
+#[repr(C)]
+pub struct dk_group_t {
+    _private: [u8; 0],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dk_init_config_t {
+    pub struct_size: usize,
+    pub backend: *const c_char,
+    pub timeout_ms: i64,
+}
+
+#[repr(C)]
+pub struct dk_work_t {
+    _private: [u8; 0],
+}
+
+pub type dk_work_state_t = i32;
+pub const DK_WORK_PENDING: dk_work_state_t = 0;
+pub const DK_WORK_SUCCEEDED: dk_work_state_t = 1;
+pub const DK_WORK_FAILED: dk_work_state_t = 2;
+
+#[repr(C)]
+pub struct dk_parallel_state_t {
+    _private: [u8; 0],
+}
+
+/// modelopt's "-1": a parallel group that is not used.
+pub const DK_GROUP_UNUSED: *mut dk_group_t = usize::MAX as *mut dk_group_t;
+pub const DK_PARALLEL_DATA: i32 = 0;
+pub const DK_PARALLEL_TENSOR: i32 = 1;
+pub const DK_PARALLEL_EXPERT: i32 = 2;
+
+pub type ErrOut = *mut *mut dk_error_t;
+pub type WorkOut = *mut *mut dk_work_t;
+
+extern "C" {
+    pub fn dk_init_version(major: i32, minor: i32, err: ErrOut) -> dk_status_t;
+    pub fn dk_get_version(major: *mut i32, minor: *mut i32);
+
+    pub fn dk_error_code(err: *const dk_error_t) -> dk_status_t;
+    pub fn dk_error_message(err: *const dk_error_t) -> *const c_char;
+    pub fn dk_error_free(err: *mut dk_error_t);
+    pub fn dk_free(ptr: *mut c_void);
+
+    pub fn dk_store_config_init(config: *mut dk_store_config_t);
+    pub fn dk_store_connect(
+        config: *const dk_store_config_t,
+        out: *mut *mut dk_store_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_store_serve(
+        config: *const dk_store_config_t,
+        out: *mut *mut dk_store_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_store_address(store: *const dk_store_t) -> *const c_char;
+    pub fn dk_store_destroy(store: *mut dk_store_t);
+    pub fn dk_store_set(
+        store: *mut dk_store_t,
+        key: *const c_char,
+        value: *const c_void,
+        size: usize,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_store_get(
+        store: *mut dk_store_t,
+        key: *const c_char,
+        value_out: *mut *mut c_void,
+        size_out: *mut usize,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_store_add(
+        store: *mut dk_store_t,
+        key: *const c_char,
+        delta: i64,
+        out: *mut i64,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_store_wait(
+        store: *mut dk_store_t,
+        keys: *const *const c_char,
+        num_keys: usize,
+        timeout_ms: i64,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_store_check(
+        store: *mut dk_store_t,
+        keys: *const *const c_char,
+        num_keys: usize,
+        out: *mut i32,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_store_delete_key(
+        store: *mut dk_store_t,
+        key: *const c_char,
+        out: *mut i32,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_store_compare_set(
+        store: *mut dk_store_t,
+        key: *const c_char,
+        expected: *const c_void,
+        expected_size: usize,
+        desired: *const c_void,
+        desired_size: usize,
+        value_out: *mut *mut c_void,
+        size_out: *mut usize,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_store_append(
+        store: *mut dk_store_t,
+        key: *const c_char,
+        value: *const c_void,
+        size: usize,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_store_multi_set(
+        store: *mut dk_store_t,
+        keys: *const *const c_char,
+        values: *const dk_bytes_t,
+        num_keys: usize,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_store_multi_get(
+        store: *mut dk_store_t,
+        keys: *const *const c_char,
+        num_keys: usize,
+        values_out: *mut *mut dk_bytes_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_store_num_keys(store: *mut dk_store_t, out: *mut i64, err: ErrOut) -> dk_status_t;
+
+    pub fn dk_init_config_init(config: *mut dk_init_config_t);
+    pub fn dk_init(
+        launcher: *const c_char,
+        config: *const dk_init_config_t,
+        world_out: *mut *mut dk_group_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_init_with_store(
+        store: *mut dk_store_t,
+        rank: i32,
+        size: i32,
+        config: *const dk_init_config_t,
+        world_out: *mut *mut dk_group_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_shutdown();
+    pub fn dk_is_distributed() -> i32;
+    pub fn dk_group_rank(group: *const dk_group_t) -> i32;
+    pub fn dk_group_size(group: *const dk_group_t) -> i32;
+    pub fn dk_group_backend(group: *const dk_group_t) -> *const c_char;
+    pub fn dk_group_name(group: *const dk_group_t) -> *const c_char;
+    pub fn dk_group_new(
+        parent: *mut dk_group_t,
+        ranks: *const i32,
+        num_ranks: usize,
+        out: *mut *mut dk_group_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_destroy(group: *mut dk_group_t);
+    pub fn dk_group_abort(group: *mut dk_group_t);
+    pub fn dk_group_async_error(group: *const dk_group_t, err: ErrOut) -> dk_status_t;
+
+    pub fn dk_work_test(
+        work: *const dk_work_t,
+        state_out: *mut dk_work_state_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_work_wait(work: *mut dk_work_t, timeout_ms: i64, err: ErrOut) -> dk_status_t;
+    pub fn dk_work_destroy(work: *mut dk_work_t);
+
+    pub fn dk_group_all_reduce(
+        group: *mut dk_group_t,
+        data: *mut DLTensor,
+        op: dk_reduce_op_t,
+        work_out: WorkOut,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_broadcast(
+        group: *mut dk_group_t,
+        data: *mut DLTensor,
+        root: i32,
+        work_out: WorkOut,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_reduce(
+        group: *mut dk_group_t,
+        data: *mut DLTensor,
+        op: dk_reduce_op_t,
+        root: i32,
+        work_out: WorkOut,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_all_gather(
+        group: *mut dk_group_t,
+        input: *const DLTensor,
+        output: *mut DLTensor,
+        work_out: WorkOut,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_gather(
+        group: *mut dk_group_t,
+        input: *const DLTensor,
+        output: *mut DLTensor,
+        root: i32,
+        work_out: WorkOut,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_scatter(
+        group: *mut dk_group_t,
+        input: *const DLTensor,
+        output: *mut DLTensor,
+        root: i32,
+        work_out: WorkOut,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_reduce_scatter(
+        group: *mut dk_group_t,
+        input: *const DLTensor,
+        output: *mut DLTensor,
+        op: dk_reduce_op_t,
+        work_out: WorkOut,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_all_to_all(
+        group: *mut dk_group_t,
+        input: *const DLTensor,
+        input_splits: *const i64,
+        output: *mut DLTensor,
+        output_splits: *const i64,
+        num_splits: usize,
+        work_out: WorkOut,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_barrier(group: *mut dk_group_t, work_out: WorkOut, err: ErrOut) -> dk_status_t;
+    pub fn dk_group_send(
+        group: *mut dk_group_t,
+        data: *const DLTensor,
+        dst: i32,
+        tag: i32,
+        work_out: WorkOut,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_recv(
+        group: *mut dk_group_t,
+        data: *mut DLTensor,
+        src: i32,
+        tag: i32,
+        work_out: WorkOut,
+        err: ErrOut,
+    ) -> dk_status_t;
+
+    pub fn dk_init_local_group(node_rank: i32, num_per_node: i32, err: ErrOut) -> dk_status_t;
+    pub fn dk_local_group(out: *mut *mut dk_group_t, err: ErrOut) -> dk_status_t;
+
+    pub fn dk_group_all_reduce_coalesced(
+        group: *mut dk_group_t,
+        tensors: *const *mut DLTensor,
+        num_tensors: usize,
+        op: dk_reduce_op_t,
+        coalesce: i32,
+        bucket_size_mb: i64,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_sync_random_seed(group: *mut dk_group_t, out: *mut i32, err: ErrOut) -> dk_status_t;
+    pub fn dk_group_all_gather_object(
+        group: *mut dk_group_t,
+        data: *const c_void,
+        size: usize,
+        items_out: *mut *mut dk_bytes_t,
+        count_out: *mut usize,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_gather_object(
+        group: *mut dk_group_t,
+        data: *const c_void,
+        size: usize,
+        dst: i32,
+        items_out: *mut *mut dk_bytes_t,
+        count_out: *mut usize,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_broadcast_object_list(
+        group: *mut dk_group_t,
+        items: *const dk_bytes_t,
+        count: usize,
+        src: i32,
+        items_out: *mut *mut dk_bytes_t,
+        count_out: *mut usize,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_collect_results(
+        group: *mut dk_group_t,
+        part: *const dk_bytes_t,
+        part_count: usize,
+        size: i64,
+        device: *const c_char,
+        tmpdir: *const c_char,
+        items_out: *mut *mut dk_bytes_t,
+        count_out: *mut usize,
+        err: ErrOut,
+    ) -> dk_status_t;
+
+    pub fn dk_parallel_state_create(
+        data_parallel: *mut dk_group_t,
+        tensor_parallel: *mut dk_group_t,
+        expert_parallel: *mut dk_group_t,
+        out: *mut *mut dk_parallel_state_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_parallel_state_destroy(state: *mut dk_parallel_state_t);
+    pub fn dk_parallel_state_rank(state: *const dk_parallel_state_t, which: i32) -> i32;
+    pub fn dk_parallel_state_size(state: *const dk_parallel_state_t, which: i32) -> i32;
+    pub fn dk_parallel_state_describe(
+        state: *const dk_parallel_state_t,
+        out: *mut *mut c_char,
+        err: ErrOut,
+    ) -> dk_status_t;
+}

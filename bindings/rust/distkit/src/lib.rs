@@ -1,0 +1,94 @@
+//! distkit for Rust: join a distributed job (the same job as C, C++, Python
+//! and Go ranks), and run collectives on slices.
+//!
+//! ```no_run
+//! let world = distkit::init("pytorch", &distkit::InitOptions::default())?;
+//! let mut grads = vec![1.0f32; 1024];
+//! world.all_reduce(&mut grads, distkit::ReduceOp::Sum)?;
+//! # Ok::<(), distkit::Error>(())
+//! ```
+//!
+//! Every call goes through the C ABI in `libdistkit.so` (see README.md for
+//! how to build and find it). Errors carry the ABI's status code.
+mod element;
+mod error;
+mod group;
+mod store;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use distkit_sys as sys;
+
+pub use element::{DataType, Element, BF16, F16};
+pub use error::{Code, Error, Result};
+pub use group::{AbortHandle, Group, ReduceOp, Scope, Work};
+pub use store::{Store, StoreOptions};
+
+/// Checks once that the loaded library can serve this binding's header.
+pub fn check_version() -> Result<()> {
+    static CHECKED: OnceLock<Result<()>> = OnceLock::new();
+    CHECKED
+        .get_or_init(|| error::call(|err| unsafe { sys::dk_init_version(sys::DK_ABI_MAJOR, sys::DK_ABI_MINOR, err) }))
+        .clone()
+}
+
+/// Options of `init` and `init_with_store`.
+#[derive(Clone, Debug)]
+pub struct InitOptions {
+    /// "gloo" (the default).
+    pub backend: String,
+    /// Per collective.
+    pub timeout: Duration,
+}
+
+impl Default for InitOptions {
+    fn default() -> Self {
+        InitOptions { backend: "gloo".to_string(), timeout: Duration::from_secs(1800) }
+    }
+}
+
+fn with_config<R>(options: &InitOptions, f: impl FnOnce(&sys::dk_init_config_t) -> Result<R>) -> Result<R> {
+    let backend = store::cstring(&options.backend, "backend")?;
+    let mut config = unsafe {
+        let mut c = std::mem::zeroed::<sys::dk_init_config_t>();
+        sys::dk_init_config_init(&mut c);
+        c
+    };
+    config.backend = backend.as_ptr();
+    config.timeout_ms = options.timeout.as_millis().min(i64::MAX as u128) as i64;
+    f(&config)
+}
+
+/// Collective over the job: joins it as the launcher's environment describes
+/// ("pytorch" for torchrun and distrun, "slurm", "mpi", "distrun"). The world
+/// group is also the process's default group until `shutdown`.
+pub fn init(launcher: &str, options: &InitOptions) -> Result<Group> {
+    check_version()?;
+    let launcher = store::cstring(launcher, "launcher")?;
+    with_config(options, |config| {
+        let mut world = std::ptr::null_mut();
+        error::call(|err| unsafe { sys::dk_init(launcher.as_ptr(), config, &mut world, err) })?;
+        Ok(Group::from_raw(world, None))
+    })
+}
+
+/// Collective, like `init`, with an explicit rank, size and store.
+pub fn init_with_store(store: &Store, rank: i32, size: i32, options: &InitOptions) -> Result<Group> {
+    check_version()?;
+    with_config(options, |config| {
+        let mut world = std::ptr::null_mut();
+        error::call(|err| unsafe { sys::dk_init_with_store(store.raw(), rank, size, config, &mut world, err) })?;
+        Ok(Group::from_raw(world, Some(store.clone())))
+    })
+}
+
+/// Forgets the default group (groups stay valid until dropped).
+pub fn shutdown() {
+    unsafe { sys::dk_shutdown() }
+}
+
+/// Whether `init` succeeded (and `shutdown` was not called since).
+pub fn is_distributed() -> bool {
+    unsafe { sys::dk_is_distributed() != 0 }
+}

@@ -1,0 +1,92 @@
+//! Single-process checks of the safe API: the store, a world of one, errors
+//! and their codes, half-precision conversions. One #[test]: joining a job is
+//! process-wide state.
+use std::time::Duration;
+
+use distkit::{Code, Group, InitOptions, ReduceOp, Store, StoreOptions, BF16, F16};
+
+fn store_round_trips(store: &Store) {
+    store.set("a", b"1").unwrap();
+    assert_eq!(store.get("a").unwrap(), b"1");
+    assert_eq!(store.add("n", 5).unwrap(), 5);
+    assert_eq!(store.add("n", -2).unwrap(), 3);
+    assert!(store.check(&["a", "n"]).unwrap());
+    assert!(!store.check(&["a", "missing"]).unwrap());
+    let e = store.wait(&["missing"], Some(Duration::from_millis(50))).expect_err("timeout");
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{e}");
+    assert!(e.message().contains("missing"), "{e}");
+    assert_eq!(store.compare_set("c", b"", b"x").unwrap(), b"x");
+    assert_eq!(store.compare_set("c", b"wrong", b"y").unwrap(), b"x");
+    store.append("c", b"yz").unwrap();
+    store.multi_set(&[("k1", b"v1"), ("k2", b"")]).unwrap();
+    assert_eq!(store.multi_get(&["c", "k1", "k2"]).unwrap(), vec![b"xyz".to_vec(), b"v1".to_vec(), Vec::new()]);
+    assert!(store.delete_key("a").unwrap());
+    assert!(!store.delete_key("a").unwrap());
+    assert!(store.num_keys().unwrap() >= 4);
+    let e = store.set("nul\0key", b"").expect_err("NUL in key");
+    assert_eq!(e.code(), Code::InvalidArgument);
+}
+
+fn world_of_one(world: &Group) {
+    assert_eq!((world.rank(), world.size()), (0, 1));
+    assert_eq!(world.name().as_deref(), Some("world"));
+    let mut x = vec![1.5f32, -2.0];
+    world.all_reduce(&mut x, ReduceOp::Sum).unwrap();
+    assert_eq!(x, [1.5, -2.0]);
+    let mut m = vec![7i32, -7];
+    world.all_reduce(&mut m, ReduceOp::Mean).unwrap();
+    assert_eq!(m, [7, -7]);
+    let mut out = vec![0u8; 3];
+    world.all_gather(&[1u8, 2, 3], &mut out).unwrap();
+    assert_eq!(out, [1, 2, 3]);
+    assert_eq!(world.all_gather_object(b"solo").unwrap(), vec![b"solo".to_vec()]);
+    // Errors: codes read from the ABI, messages naming what is wrong.
+    let e = world.broadcast(&mut x, 3).expect_err("root out of range");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    let e = world.all_gather(&[1u8, 2], &mut out).expect_err("wrong output size");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    let e = world.send(&[1i64], 0, 0).expect_err("send to self");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    let e = world.new_group(&[0, 5]).expect_err("rank out of range");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    // A closed (aborted) group refuses further work without crashing.
+    let g = world.new_group(&[0]).unwrap();
+    g.abort_handle().abort();
+    let e = g.all_reduce(&mut x, ReduceOp::Max).expect_err("aborted");
+    assert!(matches!(e.code(), Code::Cancelled | Code::FailedPrecondition), "{e}");
+    let handle = g.abort_handle();
+    drop(g);
+    handle.abort(); // still safe after the group is gone
+}
+
+#[test]
+fn local_api() {
+    assert_eq!(F16::from_f32(1.5).0, 0x3e00);
+    assert_eq!(F16(0x3e00).to_f32(), 1.5);
+    assert_eq!(F16::from_f32(-70.0).to_f32(), -70.0);
+    assert_eq!(BF16::from_f32(3.0).to_f32(), 3.0);
+
+    let e = Store::connect("127.0.0.1:1", &StoreOptions { connect_timeout: Duration::from_millis(200), ..Default::default() })
+        .err()
+        .expect("no server there");
+    assert!(matches!(e.code(), Code::DeadlineExceeded | Code::Unavailable), "{e}");
+
+    let options = StoreOptions { token: Some("secret".into()), ..Default::default() };
+    let store = Store::serve("127.0.0.1:0", &options).unwrap();
+    store_round_trips(&store);
+    let wrong = Store::connect(&store.address(), &StoreOptions { token: Some("nope".into()), ..Default::default() }).unwrap();
+    let e = wrong.get("c").expect_err("wrong token");
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+
+    assert!(!distkit::is_distributed());
+    let e = distkit::init("k8s", &InitOptions::default()).err().expect("bad launcher");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("Invalid launcher type"), "{e}");
+    let world = distkit::init_with_store(&store, 0, 1, &InitOptions::default()).unwrap();
+    assert!(distkit::is_distributed());
+    world_of_one(&world);
+    drop(store); // the group keeps its store alive
+    world.barrier().unwrap();
+    distkit::shutdown();
+    assert!(!distkit::is_distributed());
+}
