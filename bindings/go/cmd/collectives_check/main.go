@@ -1,0 +1,433 @@
+// Command collectives_check runs, in every rank of a real job (start it with
+// distrun), every collective the Go binding offers for every element type,
+// and checks each result against values it computes itself.
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+
+	dk "distkit.dev/distkit"
+)
+
+var rank, size int
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "rank %d: FAILED: %s\n", rank, fmt.Sprintf(format, args...))
+	os.Exit(1)
+}
+
+func must(err error, what string) {
+	if err != nil {
+		fail("%s: %v", what, err)
+	}
+}
+
+// Test values are small integers, exact in every element type.
+func value(r, i int) float64 { return float64((r + 1) * (i%7 + 1)) }
+func small(r, i int) float64 { return float64(1 + (r+i)%2) }
+
+func from[T dk.Element](x float64) T {
+	var z T
+	var out any
+	switch any(z).(type) {
+	case float32:
+		out = float32(x)
+	case float64:
+		out = x
+	case int8:
+		out = int8(x)
+	case uint8:
+		out = uint8(x)
+	case int32:
+		out = int32(x)
+	case int64:
+		out = int64(x)
+	case dk.Float16:
+		out = dk.Float16FromFloat32(float32(x))
+	case dk.BFloat16:
+		out = dk.BFloat16FromFloat32(float32(x))
+	}
+	return out.(T)
+}
+
+func to[T dk.Element](v T) float64 {
+	switch x := any(v).(type) {
+	case float32:
+		return float64(x)
+	case float64:
+		return x
+	case int8:
+		return float64(x)
+	case uint8:
+		return float64(x)
+	case int32:
+		return float64(x)
+	case int64:
+		return float64(x)
+	case dk.Float16:
+		return float64(x.Float32())
+	case dk.BFloat16:
+		return float64(x.Float32())
+	}
+	panic("unreachable")
+}
+
+func isInteger[T dk.Element]() bool {
+	var z T
+	switch any(z).(type) {
+	case int8, uint8, int32, int64:
+		return true
+	}
+	return false
+}
+
+func near(got, want float64, what string, i int) {
+	if math.Abs(got-want) > 1e-2*math.Max(1, math.Abs(want)) {
+		fail("%s[%d]: got %v, want %v", what, i, got, want)
+	}
+}
+
+func make1[T dk.Element](n int, f func(i int) float64) []T {
+	s := make([]T, n)
+	for i := range s {
+		s[i] = from[T](f(i))
+	}
+	return s
+}
+
+// reduceCase is one all_reduce case: op, per-rank values, expected fold.
+type reduceCase struct {
+	op   dk.ReduceOp
+	f    func(int, int) float64
+	fold func([]float64) float64
+}
+
+func checkType[T dk.Element](g *dk.Group, name string) {
+	const n = 37
+	sum := func(v []float64) float64 {
+		s := 0.0
+		for _, x := range v {
+			s += x
+		}
+		return s
+	}
+	cases := []reduceCase{
+		{dk.Sum, value, sum},
+		{dk.Max, value, func(v []float64) float64 {
+			m := v[0]
+			for _, x := range v {
+				m = math.Max(m, x)
+			}
+			return m
+		}},
+		{dk.Min, value, func(v []float64) float64 {
+			m := v[0]
+			for _, x := range v {
+				m = math.Min(m, x)
+			}
+			return m
+		}},
+		{dk.Product, small, func(v []float64) float64 {
+			p := 1.0
+			for _, x := range v {
+				p *= x
+			}
+			return p
+		}},
+		{dk.Mean, value, func(v []float64) float64 {
+			m := sum(v) / float64(len(v))
+			if isInteger[T]() {
+				return math.Trunc(m)
+			}
+			return m
+		}},
+	}
+	for _, c := range cases {
+		data := make1[T](n, func(i int) float64 { return c.f(rank, i) })
+		must(dk.AllReduce(g, data, c.op), "all_reduce "+name)
+		for i, x := range data {
+			vals := make([]float64, size)
+			for q := range vals {
+				vals[q] = c.f(q, i)
+			}
+			near(to(x), c.fold(vals), fmt.Sprintf("all_reduce %d %s", c.op, name), i)
+		}
+	}
+	for root := 0; root < size; root++ {
+		data := make1[T](n, func(i int) float64 { return value(rank, i) })
+		must(dk.Broadcast(g, data, root), "broadcast")
+		for i, x := range data {
+			near(to(x), value(root, i), fmt.Sprintf("broadcast from %d %s", root, name), i)
+		}
+	}
+	root := size - 1
+	data := make1[T](n, func(i int) float64 { return value(rank, i) })
+	must(dk.Reduce(g, data, dk.Sum, root), "reduce")
+	for i, x := range data {
+		want := value(rank, i)
+		if rank == root {
+			want = 0
+			for q := 0; q < size; q++ {
+				want += value(q, i)
+			}
+		}
+		near(to(x), want, "reduce "+name, i)
+	}
+	input := make1[T](n, func(i int) float64 { return value(rank, i) })
+	out := make([]T, n*size)
+	must(dk.AllGather(g, input, out), "all_gather")
+	for j, x := range out {
+		near(to(x), value(j/n, j%n), "all_gather "+name, j)
+	}
+	var gathered []T
+	if rank == 0 {
+		gathered = make([]T, n*size)
+	}
+	must(dk.Gather(g, input, gathered, 0), "gather")
+	for j, x := range gathered {
+		near(to(x), value(j/n, j%n), "gather "+name, j)
+	}
+	var full []T
+	if rank == 0 {
+		full = make1[T](n*size, func(j int) float64 { return value(j/n, j%n) })
+	}
+	part := make([]T, n)
+	must(dk.Scatter(g, full, part, 0), "scatter")
+	for i, x := range part {
+		near(to(x), value(rank, i), "scatter "+name, i)
+	}
+	input = make1[T](n*size, func(j int) float64 { return value(rank, j) })
+	must(dk.ReduceScatter(g, input, part, dk.Sum), "reduce_scatter")
+	for i, x := range part {
+		want := 0.0
+		for q := 0; q < size; q++ {
+			want += value(q, rank*n+i)
+		}
+		near(to(x), want, "reduce_scatter "+name, i)
+	}
+	input = make1[T](3*size, func(j int) float64 { return float64(10*rank + j/3 + j%3) })
+	out = make([]T, 3*size)
+	must(dk.AllToAll(g, input, out), "all_to_all")
+	for j, x := range out {
+		near(to(x), float64(10*(j/3)+rank+j%3), "all_to_all "+name, j)
+	}
+}
+
+func checkBitwise[T int32 | uint8 | int64](g *dk.Group, name string) {
+	ops := []struct {
+		op dk.ReduceOp
+		f  func(a, b int64) int64
+	}{{dk.BitAnd, func(a, b int64) int64 { return a & b }}, {dk.BitOr, func(a, b int64) int64 { return a | b }}, {dk.BitXor, func(a, b int64) int64 { return a ^ b }}}
+	for _, o := range ops {
+		data := make([]T, 19)
+		for i := range data {
+			data[i] = T((rank*5 + i) % 8)
+		}
+		must(dk.AllReduce(g, data, o.op), "bitwise "+name)
+		for i, x := range data {
+			want := int64(i % 8)
+			for q := 1; q < size; q++ {
+				want = o.f(want, int64((q*5+i)%8))
+			}
+			if int64(x) != want {
+				fail("bitwise %d %s [%d]: got %d want %d", o.op, name, i, x, want)
+			}
+		}
+	}
+}
+
+func obj(q int) []byte { return []byte(strings.Repeat(fmt.Sprintf("rank-%d-", q), q+1)) }
+
+func main() {
+	world, err := dk.Init("pytorch", dk.InitOptions{})
+	must(err, "init")
+	rank, size = world.Rank(), world.Size()
+	if strconv.Itoa(rank) != os.Getenv("RANK") || strconv.Itoa(size) != os.Getenv("WORLD_SIZE") {
+		fail("rank/size disagree with the launcher")
+	}
+	checkType[float32](world, "f32")
+	checkType[float64](world, "f64")
+	checkType[int8](world, "i8")
+	checkType[uint8](world, "u8")
+	checkType[int32](world, "i32")
+	checkType[int64](world, "i64")
+	checkType[dk.Float16](world, "f16")
+	checkType[dk.BFloat16](world, "bf16")
+	checkBitwise[int32](world, "i32")
+	checkBitwise[uint8](world, "u8")
+	checkBitwise[int64](world, "i64")
+	flags := []bool{rank%2 == 0, rank%2 == 0}
+	must(dk.AllReduce(world, flags, dk.BitOr), "bool or")
+	if !flags[0] || !flags[1] {
+		fail("bool or: %v", flags)
+	}
+	flags = []bool{rank%2 == 0}
+	must(dk.AllReduce(world, flags, dk.BitAnd), "bool and")
+	if flags[0] != (size == 1) {
+		fail("bool and: %v", flags)
+	}
+	if err := dk.AllReduce(world, []float32{1}, dk.BitXor); dk.CodeOf(err) != dk.InvalidArgument || !strings.Contains(err.Error(), "float32") {
+		fail("bxor on float32: %v", err)
+	}
+
+	// Uneven all_to_all: rank r sends q+1 elements valued 100r+q to rank q.
+	inSplits, outSplits := make([]int64, size), make([]int64, size)
+	var input []int64
+	for q := 0; q < size; q++ {
+		inSplits[q], outSplits[q] = int64(q+1), int64(rank+1)
+		for k := 0; k <= q; k++ {
+			input = append(input, int64(100*rank+q))
+		}
+	}
+	out := make([]int64, size*(rank+1))
+	must(dk.AllToAllUneven(world, input, inSplits, out, outSplits), "uneven all_to_all")
+	for j, x := range out {
+		if want := int64(100*(j/(rank+1)) + rank); x != want {
+			fail("uneven all_to_all [%d]: %d want %d", j, x, want)
+		}
+	}
+
+	// Ring send/recv.
+	if size > 1 {
+		next, prev := (rank+1)%size, (rank+size-1)%size
+		mine, theirs := []float64{float64(rank) + 0.5, 1}, make([]float64, 2)
+		if rank%2 == 0 {
+			must(dk.Send(world, mine, next, 7), "send")
+			must(dk.Recv(world, theirs, prev, 7), "recv")
+		} else {
+			must(dk.Recv(world, theirs, prev, 7), "recv")
+			must(dk.Send(world, mine, next, 7), "send")
+		}
+		if theirs[0] != float64(prev)+0.5 {
+			fail("recv from %d: %v", prev, theirs)
+		}
+	}
+	must(world.Barrier(), "barrier")
+
+	// Byte objects.
+	all, err := world.AllGatherObject(obj(rank))
+	must(err, "all_gather_object")
+	for q := 0; q < size; q++ {
+		if !bytes.Equal(all[q], obj(q)) {
+			fail("all_gather_object[%d] = %q", q, all[q])
+		}
+	}
+	got, err := world.GatherObject(obj(rank), size-1)
+	must(err, "gather_object")
+	if (rank == size-1) != (len(got) == size) {
+		fail("gather_object on %d: %d items", rank, len(got))
+	}
+	var list [][]byte
+	if rank == 0 {
+		list = [][]byte{[]byte("alpha"), {}, []byte("gamma")}
+	}
+	got, err = world.BroadcastObjectList(list, 0)
+	must(err, "broadcast_object_list")
+	if len(got) != 3 || string(got[0]) != "alpha" || len(got[1]) != 0 || string(got[2]) != "gamma" {
+		fail("broadcast_object_list: %q", got)
+	}
+	seed, err := world.SyncRandomSeed()
+	must(err, "seed")
+	seeds := make([]int64, size)
+	must(dk.AllGather(world, []int64{int64(seed)}, seeds), "seeds")
+	for _, s := range seeds {
+		if s != seeds[0] {
+			fail("seeds differ: %v", seeds)
+		}
+	}
+
+	// Asynchronous work in flight together.
+	x := make([]int64, 100000)
+	for i := range x {
+		x[i] = int64(rank)
+	}
+	y := []float64{1, 1, 1}
+	ranks := make([]int32, size)
+	w1, err := dk.AllReduceAsync(world, x, dk.Sum)
+	must(err, "async all_reduce")
+	w2, err := dk.AllReduceAsync(world, y, dk.Sum)
+	must(err, "async all_reduce")
+	w3, err := dk.AllGatherAsync(world, []int32{int32(rank)}, ranks)
+	must(err, "async all_gather")
+	must(w3.Wait(0), "wait")
+	must(w1.Wait(0), "wait")
+	w2.Close() // waits
+	w1.Close()
+	w3.Close()
+	for _, v := range x {
+		if v != int64(size*(size-1)/2) {
+			fail("async all_reduce: %d", v)
+		}
+	}
+	for q, r := range ranks {
+		if int(r) != q || y[0] != float64(size) {
+			fail("async results %v %v", ranks, y)
+		}
+	}
+
+	// Subgroup {0, last}.
+	pair := []int{0}
+	if size > 1 {
+		pair = append(pair, size-1)
+	}
+	sub, err := world.NewGroup(pair)
+	must(err, "new_group")
+	v := []int32{int32(rank + 1)}
+	err = dk.AllReduce(sub, v, dk.Sum)
+	member := rank == 0 || rank == size-1
+	if member {
+		must(err, "subgroup all_reduce")
+		want := int32(1)
+		if size > 1 {
+			want = int32(1 + size)
+		}
+		if v[0] != want {
+			fail("subgroup sum %d want %d", v[0], want)
+		}
+	} else if dk.CodeOf(err) != dk.FailedPrecondition || sub.Rank() != -1 {
+		fail("non-member: %v", err)
+	}
+	sub.Close()
+
+	// Misuse: wrong sizes are errors, on every rank; data is not touched.
+	if err := dk.AllGather(world, []float32{1, 2}, make([]float32, 1)); dk.CodeOf(err) != dk.InvalidArgument {
+		fail("short output: %v", err)
+	}
+	if size > 1 {
+		mismatched := make([]int32, 10+rank)
+		for i := range mismatched {
+			mismatched[i] = 1
+		}
+		if err := dk.AllReduce(world, mismatched, dk.Sum); dk.CodeOf(err) != dk.InvalidArgument {
+			fail("mismatched counts: %v", err)
+		}
+		for _, m := range mismatched {
+			if m != 1 {
+				fail("a refused call changed the data")
+			}
+		}
+	}
+	must(world.Barrier(), "barrier")
+	// Abort from another goroutine.
+	all4 := make([]int, size)
+	for i := range all4 {
+		all4[i] = i
+	}
+	g, err := world.NewGroup(all4)
+	must(err, "new_group")
+	done := make(chan struct{})
+	go func() { g.Abort(); close(done) }()
+	<-done
+	if err := g.Barrier(); dk.CodeOf(err) != dk.Cancelled && dk.CodeOf(err) != dk.FailedPrecondition {
+		fail("aborted group: %v", err)
+	}
+	g.Close()
+	must(world.Barrier(), "barrier")
+	world.Close()
+	fmt.Printf("rank %d/%d: all Go collective checks passed\n", rank, size)
+}

@@ -1,0 +1,159 @@
+package distkit
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func wantCode(t *testing.T, err error, code Code, text string) {
+	t.Helper()
+	if CodeOf(err) != code || (text != "" && !strings.Contains(err.Error(), text)) {
+		t.Fatalf("want %v containing %q, got %v", code, text, err)
+	}
+}
+
+func TestHalfConversions(t *testing.T) {
+	if Float16FromFloat32(1.5) != 0x3e00 || Float16(0x3e00).Float32() != 1.5 {
+		t.Fatal("float16 1.5")
+	}
+	if Float16FromFloat32(-70).Float32() != -70 || BFloat16FromFloat32(3).Float32() != 3 {
+		t.Fatal("half round trips")
+	}
+}
+
+func checkStore(t *testing.T, s *Store) {
+	if err := s.Set("a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Get("a"); err != nil || string(v) != "1" {
+		t.Fatalf("get: %q %v", v, err)
+	}
+	if n, _ := s.Add("n", 5); n != 5 {
+		t.Fatal("add")
+	}
+	if n, _ := s.Add("n", -2); n != 3 {
+		t.Fatal("add")
+	}
+	if ok, _ := s.Check([]string{"a", "n"}); !ok {
+		t.Fatal("check")
+	}
+	if ok, _ := s.Check([]string{"a", "missing"}); ok {
+		t.Fatal("check missing")
+	}
+	wantCode(t, s.Wait([]string{"missing"}, 50*time.Millisecond), DeadlineExceeded, "missing")
+	if v, _ := s.CompareSet("c", nil, []byte("x")); string(v) != "x" {
+		t.Fatal("compare_set")
+	}
+	if v, _ := s.CompareSet("c", []byte("wrong"), []byte("y")); string(v) != "x" {
+		t.Fatal("compare_set mismatch")
+	}
+	if err := s.Append("c", []byte("yz")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MultiSet([]string{"k1", "k2"}, [][]byte{[]byte("v1"), nil}); err != nil {
+		t.Fatal(err)
+	}
+	vs, err := s.MultiGet([]string{"c", "k1", "k2"})
+	if err != nil || string(vs[0]) != "xyz" || string(vs[1]) != "v1" || len(vs[2]) != 0 {
+		t.Fatalf("multi_get %q %v", vs, err)
+	}
+	if ok, _ := s.DeleteKey("a"); !ok {
+		t.Fatal("delete")
+	}
+	if ok, _ := s.DeleteKey("a"); ok {
+		t.Fatal("delete twice")
+	}
+	wantCode(t, s.MultiSet([]string{"k"}, nil), InvalidArgument, "one value per key")
+}
+
+func TestLocal(t *testing.T) {
+	if _, err := Connect("127.0.0.1:1", StoreOptions{ConnectTimeout: 200 * time.Millisecond}); CodeOf(err) != DeadlineExceeded && CodeOf(err) != Unavailable {
+		t.Fatalf("connect to nothing: %v", err)
+	}
+	store, err := Serve("127.0.0.1:0", StoreOptions{Token: "secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkStore(t, store)
+	wrong, err := Connect(store.Address(), StoreOptions{Token: "nope"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = wrong.Get("c")
+	wantCode(t, err, Unauthenticated, "")
+	wrong.Close()
+	_, err = wrong.Get("c")
+	wantCode(t, err, FailedPrecondition, "closed")
+
+	_, err = Init("k8s", InitOptions{})
+	wantCode(t, err, InvalidArgument, "Invalid launcher type")
+	world, err := InitWithStore(store, 0, 1, InitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !IsDistributed() || world.Rank() != 0 || world.Size() != 1 || world.Name() != "world" || world.Backend() != "gloo" {
+		t.Fatal("world of one")
+	}
+	x := []float32{1.5, -2}
+	if err := AllReduce(world, x, Sum); err != nil || x[0] != 1.5 || x[1] != -2 {
+		t.Fatal("all_reduce", err)
+	}
+	m := []int32{7, -7}
+	if err := AllReduce(world, m, Mean); err != nil || m[0] != 7 || m[1] != -7 {
+		t.Fatal("mean", err)
+	}
+	out := make([]uint8, 3)
+	if err := AllGather(world, []uint8{1, 2, 3}, out); err != nil || !bytes.Equal(out, []byte{1, 2, 3}) {
+		t.Fatal("all_gather", err)
+	}
+	objs, err := world.AllGatherObject([]byte("solo"))
+	if err != nil || len(objs) != 1 || string(objs[0]) != "solo" {
+		t.Fatal("all_gather_object", err)
+	}
+	// Misuse comes back as errors naming the problem, never a crash.
+	wantCode(t, Broadcast(world, x, 3), InvalidArgument, "")
+	wantCode(t, AllGather(world, []uint8{1, 2}, out), InvalidArgument, "")
+	wantCode(t, Send(world, []int64{1}, 0, 0), InvalidArgument, "")
+	wantCode(t, AllReduce(world, x, BitXor), InvalidArgument, "float32")
+	wantCode(t, AllToAllUneven(world, []int32{1}, []int64{1}, []int32{0}, []int64{1, 1}), InvalidArgument, "splits")
+	_, err = world.NewGroup([]int{0, 5})
+	wantCode(t, err, InvalidArgument, "")
+	// A closed group answers FailedPrecondition; an aborted one fails too.
+	g, err := world.NewGroup([]int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	g.Close() // twice is fine
+	wantCode(t, AllReduce(g, x, Max), FailedPrecondition, "")
+	h, _ := world.NewGroup([]int{0})
+	h.Abort()
+	if err := h.Barrier(); CodeOf(err) != Cancelled && CodeOf(err) != FailedPrecondition {
+		t.Fatalf("aborted group: %v", err)
+	}
+	if h.AsyncError() == nil {
+		t.Fatal("aborted group reports no error")
+	}
+	h.Close()
+	// Asynchronous work.
+	w, err := AllReduceAsync(world, x, Sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(0); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	wantCode(t, w.Wait(0), FailedPrecondition, "closed")
+	store.Close() // the world group keeps the connection open
+	if err := world.Barrier(); err != nil {
+		t.Fatal(err)
+	}
+	world.Close()
+	Shutdown()
+	if IsDistributed() {
+		t.Fatal("still distributed after Shutdown")
+	}
+}

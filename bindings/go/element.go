@@ -1,0 +1,136 @@
+package distkit
+
+/*
+#include <stdlib.h>
+#include "distkit/distkit.h"
+
+// A one-dimensional CPU tensor in C memory (the shape follows the struct), so
+// no Go memory ever holds a pointer the library keeps.
+static DLTensor* dkgo_tensor(void* data, int64_t n, uint8_t code, uint8_t bits) {
+  DLTensor* t = (DLTensor*)calloc(1, sizeof(DLTensor) + sizeof(int64_t));
+  if (t == NULL) return NULL;
+  int64_t* shape = (int64_t*)(t + 1);
+  *shape = n;
+  t->data = data;
+  t->device.device_type = kDLCPU;
+  t->ndim = 1;
+  t->dtype.code = code;
+  t->dtype.bits = bits;
+  t->dtype.lanes = 1;
+  t->shape = shape;
+  return t;
+}
+*/
+import "C"
+
+import (
+	"math"
+	"unsafe"
+)
+
+// Float16 is an IEEE half-precision value kept as its bit pattern.
+type Float16 uint16
+
+// BFloat16 is a bfloat16 value kept as its bit pattern.
+type BFloat16 uint16
+
+// Float16FromFloat32 converts, exact for values half precision holds
+// (rounding toward zero otherwise).
+func Float16FromFloat32(x float32) Float16 {
+	b := math.Float32bits(x)
+	sign := uint16(b>>16) & 0x8000
+	exp := int32(b>>23&0xff) - 127 + 15
+	mant := b & 0x7fffff
+	switch {
+	case x == 0:
+		return Float16(sign)
+	case exp >= 31:
+		return Float16(sign | 0x7c00)
+	case exp <= 0:
+		return Float16(sign | uint16((mant|0x800000)>>(14-exp)))
+	}
+	return Float16(sign | uint16(exp)<<10 | uint16(mant>>13))
+}
+
+// Float32 converts back.
+func (h Float16) Float32() float32 {
+	sign := uint32(h&0x8000) << 16
+	exp := uint32(h>>10) & 0x1f
+	mant := uint32(h & 0x3ff)
+	switch exp {
+	case 0:
+		v := float32(mant) / 1024 * float32(math.Pow(2, -14))
+		if sign != 0 {
+			return -v
+		}
+		return v
+	case 31:
+		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
+	}
+	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
+}
+
+// BFloat16FromFloat32 truncates to bfloat16.
+func BFloat16FromFloat32(x float32) BFloat16 { return BFloat16(math.Float32bits(x) >> 16) }
+
+// Float32 converts back (exactly).
+func (b BFloat16) Float32() float32 { return math.Float32frombits(uint32(b) << 16) }
+
+// Element lists the element types collectives take.
+type Element interface {
+	float32 | float64 | int8 | uint8 | int32 | int64 | bool | Float16 | BFloat16
+}
+
+// dlpackType is T's DLPack code and bits (bool: distkit's (kDLUInt, 1)).
+func dlpackType[T Element]() (code, bits uint8) {
+	var zero T
+	switch any(zero).(type) {
+	case float32:
+		return C.kDLFloat, 32
+	case float64:
+		return C.kDLFloat, 64
+	case int8:
+		return C.kDLInt, 8
+	case uint8:
+		return C.kDLUInt, 8
+	case int32:
+		return C.kDLInt, 32
+	case int64:
+		return C.kDLInt, 64
+	case bool:
+		return C.kDLUInt, 1
+	case Float16:
+		return C.kDLFloat, 16
+	default: // BFloat16
+		return C.kDLBfloat, 16
+	}
+}
+
+// tensors is a set of C-allocated DLTensors lent to one call or one Work.
+type tensors []*C.DLTensor
+
+func (ts *tensors) add(t *C.DLTensor) *C.DLTensor {
+	*ts = append(*ts, t)
+	return t
+}
+
+func (ts tensors) free() {
+	for _, t := range ts {
+		if t != nil {
+			C.free(unsafe.Pointer(t))
+		}
+	}
+}
+
+// view describes s to the library (nil for a nil slice: "not given").
+func view[T Element](ts *tensors, s []T) *C.DLTensor {
+	if s == nil {
+		return nil
+	}
+	code, bits := dlpackType[T]()
+	var data unsafe.Pointer
+	if len(s) > 0 {
+		data = unsafe.Pointer(&s[0])
+	}
+	return ts.add(C.dkgo_tensor(data, C.int64_t(len(s)), C.uint8_t(code), C.uint8_t(bits)))
+}

@@ -1,0 +1,3 @@
+module distkit.dev/distkit
+
+go 1.19

@@ -1,0 +1,342 @@
+package distkit
+
+/*
+#include <stdlib.h>
+#include "distkit/distkit.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+)
+
+// ReduceOp is a reduction (mmengine's names). Mean on integers truncates
+// toward zero.
+type ReduceOp int32
+
+const (
+	Sum     ReduceOp = C.DK_OP_SUM
+	Product ReduceOp = C.DK_OP_PRODUCT
+	Min     ReduceOp = C.DK_OP_MIN
+	Max     ReduceOp = C.DK_OP_MAX
+	BitAnd  ReduceOp = C.DK_OP_BAND
+	BitOr   ReduceOp = C.DK_OP_BOR
+	BitXor  ReduceOp = C.DK_OP_BXOR
+	Mean    ReduceOp = C.DK_OP_MEAN
+)
+
+// Group is a process group. Every member calls its collectives in the same
+// order. Close it when done; Abort may be called from any goroutine.
+type Group struct {
+	mu     sync.Mutex
+	ptr    *C.dk_group_t
+	closed bool
+	store  *Store // kept open while the group lives (the ABI borrows it)
+}
+
+// Rank is this process's rank in the group (-1 if it is not a member).
+func (g *Group) Rank() int { return int(C.dk_group_rank(g.ptr)) }
+
+// Size is the number of ranks in the group.
+func (g *Group) Size() int { return int(C.dk_group_size(g.ptr)) }
+
+// Backend is the group's backend ("gloo").
+func (g *Group) Backend() string { return C.GoString(C.dk_group_backend(g.ptr)) }
+
+// Name is the group's name ("world", "world/1", ...).
+func (g *Group) Name() string { return C.GoString(C.dk_group_name(g.ptr)) }
+
+// Close releases the group. Later calls fail with FailedPrecondition (the ABI
+// keeps a destroyed handle reserved, so this is never a use of freed memory).
+func (g *Group) Close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		C.dk_group_destroy(g.ptr)
+		g.closed = true
+		if g.store != nil {
+			g.store.unacquire()
+			g.store = nil
+		}
+	}
+}
+
+// Abort cancels in-flight work (it fails with Cancelled) and makes every later
+// call fail. Any goroutine.
+func (g *Group) Abort() { C.dk_group_abort(g.ptr) }
+
+// AsyncError is nil, or the error that made the group unusable.
+func (g *Group) AsyncError() error {
+	var cerr *C.dk_error_t
+	return check(C.dk_group_async_error(g.ptr, &cerr), cerr)
+}
+
+// NewGroup is collective over g: a subgroup of the given ranks (ranks of g).
+// Non-members get a group whose calls fail with FailedPrecondition.
+func (g *Group) NewGroup(ranks []int) (*Group, error) {
+	rs := make([]C.int32_t, len(ranks))
+	for i, r := range ranks {
+		rs[i] = C.int32_t(r)
+	}
+	var p *C.int32_t
+	if len(rs) > 0 {
+		p = &rs[0]
+	}
+	var out *C.dk_group_t
+	var cerr *C.dk_error_t
+	if err := check(C.dk_group_new(g.ptr, p, C.size_t(len(rs)), &out, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	sub := &Group{ptr: out}
+	if g.store != nil {
+		g.store.acquire()
+		sub.store = g.store
+	}
+	return sub, nil
+}
+
+// run calls one collective: synchronously when work is nil, else it starts
+// it and returns the Work that owns `ts` and keeps `keep` referenced.
+func (g *Group) run(ts tensors, keep []any, async bool,
+	f func(g *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t) (*Work, error) {
+	var cerr *C.dk_error_t
+	if !async {
+		err := check(f(g.ptr, nil, &cerr), cerr)
+		runtime.KeepAlive(keep)
+		ts.free()
+		return nil, err
+	}
+	var w *C.dk_work_t
+	if err := check(f(g.ptr, &w, &cerr), cerr); err != nil {
+		ts.free()
+		return nil, err
+	}
+	return newWork(w, ts, keep), nil
+}
+
+func sizeError(op string, what string, got, want int) error {
+	return &Error{InvalidArgument, fmt.Sprintf("%s: %s has %d elements, expected %d", op, what, got, want)}
+}
+
+// AllReduce reduces data across the group, in place.
+func AllReduce[T Element](g *Group, data []T, op ReduceOp) error {
+	_, err := allReduce(g, data, op, false)
+	return err
+}
+
+// AllReduceAsync starts AllReduce; data must not be touched until the Work
+// completes.
+func AllReduceAsync[T Element](g *Group, data []T, op ReduceOp) (*Work, error) {
+	return allReduce(g, data, op, true)
+}
+
+func allReduce[T Element](g *Group, data []T, op ReduceOp, async bool) (*Work, error) {
+	var ts tensors
+	t := view(&ts, data)
+	return g.run(ts, []any{data}, async, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_group_all_reduce(p, t, C.dk_reduce_op_t(op), w, e)
+	})
+}
+
+// Broadcast copies root's data to every rank.
+func Broadcast[T Element](g *Group, data []T, root int) error {
+	_, err := broadcast(g, data, root, false)
+	return err
+}
+
+// BroadcastAsync starts Broadcast.
+func BroadcastAsync[T Element](g *Group, data []T, root int) (*Work, error) {
+	return broadcast(g, data, root, true)
+}
+
+func broadcast[T Element](g *Group, data []T, root int, async bool) (*Work, error) {
+	var ts tensors
+	t := view(&ts, data)
+	return g.run(ts, []any{data}, async, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_group_broadcast(p, t, C.int32_t(root), w, e)
+	})
+}
+
+// Reduce leaves the reduction in data on root; elsewhere data is unchanged.
+func Reduce[T Element](g *Group, data []T, op ReduceOp, root int) error {
+	var ts tensors
+	t := view(&ts, data)
+	_, err := g.run(ts, []any{data}, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_group_reduce(p, t, C.dk_reduce_op_t(op), C.int32_t(root), w, e)
+	})
+	return err
+}
+
+// AllGather fills output (Size() * len(input)) with every rank's input in
+// rank order.
+func AllGather[T Element](g *Group, input, output []T) error {
+	_, err := allGather(g, input, output, false)
+	return err
+}
+
+// AllGatherAsync starts AllGather.
+func AllGatherAsync[T Element](g *Group, input, output []T) (*Work, error) {
+	return allGather(g, input, output, true)
+}
+
+func allGather[T Element](g *Group, input, output []T, async bool) (*Work, error) {
+	var ts tensors
+	i, o := view(&ts, input), view(&ts, output)
+	return g.run(ts, []any{input, output}, async, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_group_all_gather(p, i, o, w, e)
+	})
+}
+
+// Gather collects every rank's input into output (Size() * len(input)) on
+// root; output is nil elsewhere.
+func Gather[T Element](g *Group, input, output []T, root int) error {
+	var ts tensors
+	i, o := view(&ts, input), view(&ts, output)
+	_, err := g.run(ts, []any{input, output}, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_group_gather(p, i, o, C.int32_t(root), w, e)
+	})
+	return err
+}
+
+// Scatter sends part r of root's input (Size() * len(output); nil elsewhere)
+// to rank r's output.
+func Scatter[T Element](g *Group, input, output []T, root int) error {
+	var ts tensors
+	i, o := view(&ts, input), view(&ts, output)
+	_, err := g.run(ts, []any{input, output}, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_group_scatter(p, i, o, C.int32_t(root), w, e)
+	})
+	return err
+}
+
+// ReduceScatter reduces input (Size() * len(output)) across ranks; rank r
+// gets part r.
+func ReduceScatter[T Element](g *Group, input, output []T, op ReduceOp) error {
+	_, err := reduceScatter(g, input, output, op, false)
+	return err
+}
+
+// ReduceScatterAsync starts ReduceScatter.
+func ReduceScatterAsync[T Element](g *Group, input, output []T, op ReduceOp) (*Work, error) {
+	return reduceScatter(g, input, output, op, true)
+}
+
+func reduceScatter[T Element](g *Group, input, output []T, op ReduceOp, async bool) (*Work, error) {
+	var ts tensors
+	i, o := view(&ts, input), view(&ts, output)
+	return g.run(ts, []any{input, output}, async, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_group_reduce_scatter(p, i, o, C.dk_reduce_op_t(op), w, e)
+	})
+}
+
+// AllToAll exchanges equal parts: rank r gets part r of every rank's input.
+func AllToAll[T Element](g *Group, input, output []T) error {
+	return AllToAllUneven(g, input, nil, output, nil)
+}
+
+// AllToAllUneven sends inputSplits[r] elements to rank r and receives
+// outputSplits[r] from it (nil splits: equal parts).
+func AllToAllUneven[T Element](g *Group, input []T, inputSplits []int64, output []T, outputSplits []int64) error {
+	if len(inputSplits) != len(outputSplits) {
+		return &Error{InvalidArgument, fmt.Sprintf("all_to_all: %d input splits but %d output splits", len(inputSplits), len(outputSplits))}
+	}
+	var ts tensors
+	i, o := view(&ts, input), view(&ts, output)
+	var is, os *C.int64_t
+	if len(inputSplits) > 0 {
+		is, os = (*C.int64_t)(&inputSplits[0]), (*C.int64_t)(&outputSplits[0])
+	}
+	_, err := g.run(ts, []any{input, output, inputSplits, outputSplits}, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_group_all_to_all(p, i, is, o, os, C.size_t(len(inputSplits)), w, e)
+	})
+	return err
+}
+
+// Barrier waits until every rank reaches it.
+func (g *Group) Barrier() error {
+	_, err := g.run(nil, nil, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_group_barrier(p, w, e)
+	})
+	return err
+}
+
+// BarrierAsync starts a barrier.
+func (g *Group) BarrierAsync() (*Work, error) {
+	return g.run(nil, nil, true, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_group_barrier(p, w, e)
+	})
+}
+
+// Send sends data to dst (point to point: only the two ranks take part).
+func Send[T Element](g *Group, data []T, dst, tag int) error {
+	var ts tensors
+	t := view(&ts, data)
+	_, err := g.run(ts, []any{data}, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_group_send(p, t, C.int32_t(dst), C.int32_t(tag), w, e)
+	})
+	return err
+}
+
+// Recv receives data from src.
+func Recv[T Element](g *Group, data []T, src, tag int) error {
+	var ts tensors
+	t := view(&ts, data)
+	_, err := g.run(ts, []any{data}, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_group_recv(p, t, C.int32_t(src), C.int32_t(tag), w, e)
+	})
+	return err
+}
+
+// SyncRandomSeed returns rank 0's random seed on every rank.
+func (g *Group) SyncRandomSeed() (int32, error) {
+	var out C.int32_t
+	var cerr *C.dk_error_t
+	err := check(C.dk_group_sync_random_seed(g.ptr, &out, &cerr), cerr)
+	return int32(out), err
+}
+
+// AllGatherObject returns every rank's bytes (any length), in rank order.
+func (g *Group) AllGatherObject(data []byte) ([][]byte, error) {
+	d := cBytes(data)
+	defer C.free(d)
+	var list *C.dk_bytes_t
+	var count C.size_t
+	var cerr *C.dk_error_t
+	if err := check(C.dk_group_all_gather_object(g.ptr, d, C.size_t(len(data)), &list, &count, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	return takeList(list, count), nil
+}
+
+// GatherObject returns every rank's bytes on dst, nil elsewhere.
+func (g *Group) GatherObject(data []byte, dst int) ([][]byte, error) {
+	d := cBytes(data)
+	defer C.free(d)
+	var list *C.dk_bytes_t
+	var count C.size_t
+	var cerr *C.dk_error_t
+	if err := check(C.dk_group_gather_object(g.ptr, d, C.size_t(len(data)), C.int32_t(dst), &list, &count, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	return takeList(list, count), nil
+}
+
+// BroadcastObjectList returns src's list on every rank (items is read on src
+// only).
+func (g *Group) BroadcastObjectList(items [][]byte, src int) ([][]byte, error) {
+	l := newByteList(items)
+	defer l.free()
+	var list *C.dk_bytes_t
+	var count C.size_t
+	var cerr *C.dk_error_t
+	if err := check(C.dk_group_broadcast_object_list(g.ptr, l.ptr(), C.size_t(len(l.items)), C.int32_t(src), &list, &count, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	out := takeList(list, count)
+	if out == nil {
+		out = [][]byte{}
+	}
+	return out, nil
+}

@@ -1,0 +1,363 @@
+package distkit
+
+/*
+#include <stdlib.h>
+#include "distkit/distkit.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// Store is a connection to a job's key-value store. Safe for concurrent use
+// (the header marks every store call "any thread").
+type Store struct {
+	mu     sync.Mutex
+	ptr    *C.dk_store_t
+	closed bool // Close was called
+	users  int  // groups made with InitWithStore that are still open
+}
+
+// StoreOptions configure Connect and Serve; zero fields take the defaults
+// (no token, 300 s timeouts).
+type StoreOptions struct {
+	Token          string
+	Timeout        time.Duration
+	ConnectTimeout time.Duration
+}
+
+func openStore(address string, o StoreOptions, serve bool) (*Store, error) {
+	if err := CheckVersion(); err != nil {
+		return nil, err
+	}
+	var config C.dk_store_config_t
+	C.dk_store_config_init(&config)
+	a := C.CString(address)
+	defer C.free(unsafe.Pointer(a))
+	config.address = a
+	if o.Token != "" {
+		t := C.CString(o.Token)
+		defer C.free(unsafe.Pointer(t))
+		config.token = t
+	}
+	if o.Timeout > 0 {
+		config.timeout_ms = C.int64_t(o.Timeout.Milliseconds())
+	}
+	if o.ConnectTimeout > 0 {
+		config.connect_timeout_ms = C.int64_t(o.ConnectTimeout.Milliseconds())
+	}
+	var out *C.dk_store_t
+	var cerr *C.dk_error_t
+	var status C.dk_status_t
+	if serve {
+		status = C.dk_store_serve(&config, &out, &cerr)
+	} else {
+		status = C.dk_store_connect(&config, &out, &cerr)
+	}
+	if err := check(status, cerr); err != nil {
+		return nil, err
+	}
+	s := &Store{ptr: out}
+	runtime.SetFinalizer(s, (*Store).Close)
+	return s, nil
+}
+
+// Connect connects to the store at "host:port".
+func Connect(address string, o StoreOptions) (*Store, error) { return openStore(address, o, false) }
+
+// Serve starts a store server in this process ("127.0.0.1:0" picks a port).
+func Serve(address string, o StoreOptions) (*Store, error) { return openStore(address, o, true) }
+
+// Close closes the connection (and the server Serve started). Groups made
+// with InitWithStore keep the store open until they are closed: the ABI
+// borrows it for their lifetime.
+func (s *Store) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	s.release()
+	runtime.SetFinalizer(s, nil)
+}
+
+// release destroys the handle once it is closed and unused; s.mu is held.
+func (s *Store) release() {
+	if s.closed && s.users == 0 && s.ptr != nil {
+		C.dk_store_destroy(s.ptr)
+		s.ptr = nil
+	}
+}
+
+func (s *Store) acquire() {
+	s.mu.Lock()
+	s.users++
+	s.mu.Unlock()
+}
+
+func (s *Store) unacquire() {
+	s.mu.Lock()
+	s.users--
+	s.release()
+	s.mu.Unlock()
+}
+
+func (s *Store) live() error {
+	if s.closed {
+		return &Error{FailedPrecondition, "distkit: the store is closed"}
+	}
+	return nil
+}
+
+// Address is "host:port" of the store.
+func (s *Store) Address() string {
+	if s.ptr == nil {
+		return ""
+	}
+	return C.GoString(C.dk_store_address(s.ptr))
+}
+
+func goBytes(p unsafe.Pointer, n C.size_t) []byte {
+	b := C.GoBytes(p, C.int(n))
+	C.dk_free(p)
+	return b
+}
+
+// cBytes copies b into C memory (Go memory passed to C must not hold Go
+// pointers, so lists of byte strings are built there).
+func cBytes(b []byte) unsafe.Pointer {
+	if len(b) == 0 {
+		return nil
+	}
+	return C.CBytes(b)
+}
+
+func withKey(key string, f func(*C.char) C.dk_status_t) C.dk_status_t {
+	k := C.CString(key)
+	defer C.free(unsafe.Pointer(k))
+	return f(k)
+}
+
+// Set stores value under key.
+func (s *Store) Set(key string, value []byte) error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	var cerr *C.dk_error_t
+	v := cBytes(value)
+	defer C.free(v)
+	return check(withKey(key, func(k *C.char) C.dk_status_t {
+		return C.dk_store_set(s.ptr, k, v, C.size_t(len(value)), &cerr)
+	}), cerr)
+}
+
+// Get blocks until key exists (or the store's timeout passes).
+func (s *Store) Get(key string) ([]byte, error) {
+	if err := s.live(); err != nil {
+		return nil, err
+	}
+	var cerr *C.dk_error_t
+	var data unsafe.Pointer
+	var size C.size_t
+	if err := check(withKey(key, func(k *C.char) C.dk_status_t {
+		return C.dk_store_get(s.ptr, k, &data, &size, &cerr)
+	}), cerr); err != nil {
+		return nil, err
+	}
+	return goBytes(data, size), nil
+}
+
+// Add adds delta to the integer at key and returns the new value.
+func (s *Store) Add(key string, delta int64) (int64, error) {
+	if err := s.live(); err != nil {
+		return 0, err
+	}
+	var cerr *C.dk_error_t
+	var out C.int64_t
+	err := check(withKey(key, func(k *C.char) C.dk_status_t {
+		return C.dk_store_add(s.ptr, k, C.int64_t(delta), &out, &cerr)
+	}), cerr)
+	return int64(out), err
+}
+
+// cStrings is a C array of C strings.
+type cStrings []*C.char
+
+func newCStrings(ss []string) cStrings {
+	out := make(cStrings, len(ss))
+	for i, s := range ss {
+		out[i] = C.CString(s)
+	}
+	return out
+}
+
+func (c cStrings) ptr() **C.char {
+	if len(c) == 0 {
+		return nil
+	}
+	return &c[0]
+}
+
+func (c cStrings) free() {
+	for _, p := range c {
+		C.free(unsafe.Pointer(p))
+	}
+}
+
+// Wait blocks until every key exists; timeout <= 0 uses the store's.
+func (s *Store) Wait(keys []string, timeout time.Duration) error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	ks := newCStrings(keys)
+	defer ks.free()
+	t := C.int64_t(-1)
+	if timeout > 0 {
+		t = C.int64_t(timeout.Milliseconds())
+	}
+	var cerr *C.dk_error_t
+	return check(C.dk_store_wait(s.ptr, ks.ptr(), C.size_t(len(ks)), t, &cerr), cerr)
+}
+
+// Check reports whether every key exists, without blocking.
+func (s *Store) Check(keys []string) (bool, error) {
+	if err := s.live(); err != nil {
+		return false, err
+	}
+	ks := newCStrings(keys)
+	defer ks.free()
+	var out C.int32_t
+	var cerr *C.dk_error_t
+	err := check(C.dk_store_check(s.ptr, ks.ptr(), C.size_t(len(ks)), &out, &cerr), cerr)
+	return out != 0, err
+}
+
+// DeleteKey deletes key and reports whether it existed.
+func (s *Store) DeleteKey(key string) (bool, error) {
+	if err := s.live(); err != nil {
+		return false, err
+	}
+	var out C.int32_t
+	var cerr *C.dk_error_t
+	err := check(withKey(key, func(k *C.char) C.dk_status_t {
+		return C.dk_store_delete_key(s.ptr, k, &out, &cerr)
+	}), cerr)
+	return out != 0, err
+}
+
+// CompareSet is torch's compare_set: it sets desired if key holds expected
+// (or is absent and expected is empty) and returns the value held after.
+func (s *Store) CompareSet(key string, expected, desired []byte) ([]byte, error) {
+	if err := s.live(); err != nil {
+		return nil, err
+	}
+	e, d := cBytes(expected), cBytes(desired)
+	defer C.free(e)
+	defer C.free(d)
+	var data unsafe.Pointer
+	var size C.size_t
+	var cerr *C.dk_error_t
+	if err := check(withKey(key, func(k *C.char) C.dk_status_t {
+		return C.dk_store_compare_set(s.ptr, k, e, C.size_t(len(expected)), d, C.size_t(len(desired)), &data, &size, &cerr)
+	}), cerr); err != nil {
+		return nil, err
+	}
+	return goBytes(data, size), nil
+}
+
+// Append appends value to key's value, creating it.
+func (s *Store) Append(key string, value []byte) error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	v := cBytes(value)
+	defer C.free(v)
+	var cerr *C.dk_error_t
+	return check(withKey(key, func(k *C.char) C.dk_status_t {
+		return C.dk_store_append(s.ptr, k, v, C.size_t(len(value)), &cerr)
+	}), cerr)
+}
+
+// byteList is a C array of dk_bytes_t whose data is in C memory.
+type byteList struct {
+	items []C.dk_bytes_t
+}
+
+func newByteList(values [][]byte) byteList {
+	l := byteList{items: make([]C.dk_bytes_t, len(values))}
+	for i, v := range values {
+		l.items[i] = C.dk_bytes_t{data: cBytes(v), size: C.size_t(len(v))}
+	}
+	return l
+}
+
+func (l byteList) ptr() *C.dk_bytes_t {
+	if len(l.items) == 0 {
+		return nil
+	}
+	return &l.items[0]
+}
+
+func (l byteList) free() {
+	for _, it := range l.items {
+		C.free(unsafe.Pointer(it.data))
+	}
+}
+
+// takeList copies a library-owned list of byte strings and frees it.
+func takeList(list *C.dk_bytes_t, count C.size_t) [][]byte {
+	if list == nil {
+		return nil
+	}
+	items := unsafe.Slice(list, int(count))
+	out := make([][]byte, len(items))
+	for i, it := range items {
+		out[i] = C.GoBytes(unsafe.Pointer(it.data), C.int(it.size))
+	}
+	C.dk_free(unsafe.Pointer(list))
+	return out
+}
+
+// MultiSet sets several keys at once.
+func (s *Store) MultiSet(keys []string, values [][]byte) error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	if len(keys) != len(values) {
+		return &Error{InvalidArgument, "distkit: MultiSet needs one value per key"}
+	}
+	ks := newCStrings(keys)
+	defer ks.free()
+	vs := newByteList(values)
+	defer vs.free()
+	var cerr *C.dk_error_t
+	return check(C.dk_store_multi_set(s.ptr, ks.ptr(), vs.ptr(), C.size_t(len(ks)), &cerr), cerr)
+}
+
+// MultiGet blocks until every key exists and returns the values in key order.
+func (s *Store) MultiGet(keys []string) ([][]byte, error) {
+	if err := s.live(); err != nil {
+		return nil, err
+	}
+	ks := newCStrings(keys)
+	defer ks.free()
+	var list *C.dk_bytes_t
+	var cerr *C.dk_error_t
+	if err := check(C.dk_store_multi_get(s.ptr, ks.ptr(), C.size_t(len(ks)), &list, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	return takeList(list, C.size_t(len(keys))), nil
+}
+
+// NumKeys is the number of keys in the store.
+func (s *Store) NumKeys() (int64, error) {
+	if err := s.live(); err != nil {
+		return 0, err
+	}
+	var out C.int64_t
+	var cerr *C.dk_error_t
+	err := check(C.dk_store_num_keys(s.ptr, &out, &cerr), cerr)
+	return int64(out), err
+}

@@ -1,0 +1,76 @@
+package distkit
+
+/*
+#include "distkit/distkit.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"sync"
+	"time"
+)
+
+// Work is an operation in flight. It keeps the buffers it was given
+// referenced until it completes. Close it when done; Close (and the
+// finalizer, for a Work that was dropped) waits for the operation first, so a
+// buffer is never released while the library still uses it.
+type Work struct {
+	mu      sync.Mutex
+	ptr     *C.dk_work_t
+	tensors tensors
+	keep    []any
+}
+
+func newWork(p *C.dk_work_t, ts tensors, keep []any) *Work {
+	w := &Work{ptr: p, tensors: ts, keep: keep}
+	runtime.SetFinalizer(w, (*Work).Close)
+	return w
+}
+
+// Test reports whether the operation finished: (true, nil) when it succeeded,
+// (false, nil) while it runs, its error if it failed.
+func (w *Work) Test() (bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ptr == nil {
+		return false, &Error{FailedPrecondition, "distkit: the work is closed"}
+	}
+	var state C.dk_work_state_t
+	var cerr *C.dk_error_t
+	if err := check(C.dk_work_test(w.ptr, &state, &cerr), cerr); err != nil {
+		return false, err
+	}
+	return state == C.DK_WORK_SUCCEEDED, nil
+}
+
+// Wait blocks until the operation finishes (timeout <= 0: no limit) and
+// returns its status; DeadlineExceeded if it is still running at the timeout.
+func (w *Work) Wait(timeout time.Duration) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ptr == nil {
+		return &Error{FailedPrecondition, "distkit: the work is closed"}
+	}
+	t := C.int64_t(-1)
+	if timeout > 0 {
+		t = C.int64_t(timeout.Milliseconds())
+	}
+	var cerr *C.dk_error_t
+	return check(C.dk_work_wait(w.ptr, t, &cerr), cerr)
+}
+
+// Close waits for the operation if it is still running, then frees the handle
+// and releases the buffers.
+func (w *Work) Close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ptr != nil {
+		C.dk_work_wait(w.ptr, -1, nil)
+		C.dk_work_destroy(w.ptr)
+		w.ptr = nil
+		w.tensors.free()
+		w.tensors, w.keep = nil, nil
+	}
+	runtime.SetFinalizer(w, nil)
+}
