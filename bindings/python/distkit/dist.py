@@ -419,7 +419,9 @@ def sync_random_seed(group: Optional[ProcessGroup] = None) -> int:
     return random_num.item()
 
 
-def _all_gather_bytes(payload: bytes, group) -> List[bytes]:
+def all_gather_bytes(payload: bytes, group: Optional[ProcessGroup] = None) -> List[bytes]:
+    """Every rank's raw bytes, in rank order (no pickling): the form ranks
+    written in other languages (C, C++, Rust, Go) exchange objects in."""
     items = ctypes.POINTER(_lib.Bytes)()
     count = ctypes.c_size_t()
     check(lib.dk_group_all_gather_object, _handle(group), payload, len(payload),
@@ -449,7 +451,7 @@ def broadcast_object_list(data: List[Any], src: int = 0, group: Optional[Process
 def all_gather_object(data: Any, group: Optional[ProcessGroup] = None) -> List[Any]:
     if get_world_size(group) == 1:
         return [data]
-    return [pickle.loads(b) for b in _all_gather_bytes(pickle.dumps(data), group)]
+    return [pickle.loads(b) for b in all_gather_bytes(pickle.dumps(data), group)]
 
 
 def gather_object(data: Any, dst: int = 0, group: Optional[ProcessGroup] = None) -> Optional[List[Any]]:

@@ -1,0 +1,7 @@
+module distkit.dev/mixedrank
+
+go 1.19
+
+require distkit.dev/distkit v0.0.0
+
+replace distkit.dev/distkit => ../../../bindings/go

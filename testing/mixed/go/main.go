@@ -1,0 +1,112 @@
+// Command mixedrank is the Go rank of the mixed-language job (see
+// ../README.md): the Go package.
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+
+	dk "distkit.dev/distkit"
+)
+
+const N = 9
+
+var r, n int
+
+func check(ok bool, what string) {
+	if !ok {
+		fmt.Fprintf(os.Stderr, "rank %d (go): FAILED: %s\n", r, what)
+		os.Exit(1)
+	}
+}
+
+func must(err error) {
+	if err != nil {
+		check(false, err.Error())
+	}
+}
+
+func obj(q int) []byte { return []byte(strings.Repeat(fmt.Sprintf("rank-%d;", q), q+1)) }
+
+func main() {
+	world, err := dk.Init("pytorch", dk.InitOptions{})
+	must(err)
+	r, n = world.Rank(), world.Size()
+	i64, f32 := make([]int64, N), make([]float32, N)
+
+	for i := range i64 {
+		i64[i] = int64((r + 1) * (i + 1))
+	}
+	must(dk.AllReduce(world, i64, dk.Sum))
+	for i, x := range i64 {
+		check(x == int64(n*(n+1)/2*(i+1)), "sum int64")
+	}
+	for i := range i64 {
+		i64[i] = int64((7*r + i) % 11)
+	}
+	must(dk.AllReduce(world, i64, dk.Max))
+	for i, x := range i64 {
+		want := int64(0)
+		for q := 0; q < n; q++ {
+			if v := int64((7*q + i) % 11); v > want {
+				want = v
+			}
+		}
+		check(x == want, "max int64")
+	}
+	for i := range f32 {
+		f32[i] = 0.5*float32(r+1) + float32(i)
+	}
+	must(dk.AllReduce(world, f32, dk.Sum))
+	for i, x := range f32 {
+		check(x == 0.25*float32(n*(n+1))+float32(n*i), "sum float32")
+	}
+	for i := range f32 {
+		f32[i] = float32(r) - 0.25*float32(i)
+	}
+	must(dk.AllReduce(world, f32, dk.Max))
+	for i, x := range f32 {
+		check(x == float32(n-1)-0.25*float32(i), "max float32")
+	}
+	for q := 0; q < n; q++ {
+		for i := range i64 {
+			i64[i], f32[i] = -1, -1
+			if r == q {
+				i64[i], f32[i] = int64(1000*q+i), float32(q)+0.125*float32(i)
+			}
+		}
+		must(dk.Broadcast(world, i64, q))
+		must(dk.Broadcast(world, f32, q))
+		for i := range i64 {
+			check(i64[i] == int64(1000*q+i) && f32[i] == float32(q)+0.125*float32(i), fmt.Sprintf("broadcast from %d", q))
+		}
+	}
+	all := make([]int64, 3*n)
+	must(dk.AllGather(world, []int64{int64(10 * r), int64(10*r + 1), int64(10*r + 2)}, all))
+	for j, x := range all {
+		check(x == int64(10*(j/3)+j%3), "all_gather")
+	}
+	objs, err := world.AllGatherObject(obj(r))
+	must(err)
+	check(len(objs) == n, "all_gather_object count")
+	for q, o := range objs {
+		check(bytes.Equal(o, obj(q)), "all_gather_object")
+	}
+	raw, err := world.AllGatherObject([]byte("go"))
+	must(err)
+	known := map[string]bool{"c": true, "c++": true, "python": true, "rust": true, "go": true}
+	seen := map[string]bool{}
+	var names []string
+	for _, b := range raw {
+		name := string(b)
+		check(known[name] && !seen[name], "language names")
+		seen[name] = true
+		names = append(names, name)
+	}
+	fmt.Printf("rank %d (go): languages: %s\n", r, strings.Join(names, " "))
+	must(world.Barrier())
+	world.Close()
+	fmt.Printf("rank %d (go): mixed-language checks passed\n", r)
+}

@@ -1,0 +1,106 @@
+// The C++ rank of the mixed-language job (see README.md): the C++ API.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cc/core/tensor_ref.h"
+#include "cc/dist/collectives.h"
+#include "cc/dist/dist.h"
+#include "cc/dist/object_collectives.h"
+
+namespace dk = distkit;
+namespace dist = distkit::dist;
+
+namespace {
+
+int rank_ = -1;
+
+void Check(bool ok, const std::string& what) {
+  if (!ok) {
+    std::fprintf(stderr, "rank %d (c++): FAILED: %s\n", rank_, what.c_str());
+    std::exit(1);
+  }
+}
+void Ok(const absl::Status& s, const std::string& what) {
+  Check(s.ok(), what + ": " + s.ToString());
+}
+
+std::string Obj(int r) {
+  std::string s;
+  for (int k = 0; k <= r; ++k) s += "rank-" + std::to_string(r) + ";";
+  return s;
+}
+
+}  // namespace
+
+int main() {
+  Ok(dist::InitDist("pytorch"), "init");
+  const int r = rank_ = dist::GetRank(), n = dist::GetWorldSize();
+  constexpr int N = 9;
+  std::vector<int64_t> i64(N);
+  std::vector<float> f32(N);
+  dk::TensorRef ti(i64.data(), N, dk::DataType::kInt64);
+  dk::TensorRef tf(f32.data(), N, dk::DataType::kFloat32);
+
+  for (int i = 0; i < N; ++i) i64[i] = int64_t{r + 1} * (i + 1);
+  Ok(dist::AllReduce(ti, "sum"), "sum int64");
+  for (int i = 0; i < N; ++i)
+    Check(i64[i] == int64_t{n} * (n + 1) / 2 * (i + 1), "sum int64");
+  for (int i = 0; i < N; ++i) i64[i] = (7 * r + i) % 11;
+  Ok(dist::AllReduce(ti, "max"), "max int64");
+  for (int i = 0; i < N; ++i) {
+    int64_t want = 0;
+    for (int q = 0; q < n; ++q)
+      want = std::max<int64_t>(want, (7 * q + i) % 11);
+    Check(i64[i] == want, "max int64");
+  }
+  for (int i = 0; i < N; ++i) f32[i] = 0.5f * (r + 1) + i;
+  Ok(dist::AllReduce(tf, "sum"), "sum float32");
+  for (int i = 0; i < N; ++i)
+    Check(f32[i] == 0.25f * n * (n + 1) + float(n) * i, "sum float32");
+  for (int i = 0; i < N; ++i) f32[i] = r - 0.25f * i;
+  Ok(dist::AllReduce(tf, "max"), "max float32");
+  for (int i = 0; i < N; ++i)
+    Check(f32[i] == (n - 1) - 0.25f * i, "max float32");
+  for (int q = 0; q < n; ++q) {
+    for (int i = 0; i < N; ++i) i64[i] = r == q ? 1000 * q + i : -1;
+    Ok(dist::Broadcast(ti, q), "broadcast int64");
+    for (int i = 0; i < N; ++i) f32[i] = r == q ? q + 0.125f * i : -1;
+    Ok(dist::Broadcast(tf, q), "broadcast float32");
+    for (int i = 0; i < N; ++i)
+      Check(i64[i] == 1000 * q + i && f32[i] == q + 0.125f * i,
+            "broadcast from " + std::to_string(q));
+  }
+  std::vector<int64_t> mine = {10 * r, 10 * r + 1, 10 * r + 2}, all(3 * n);
+  std::vector<dk::TensorRef> outs;
+  for (int q = 0; q < n; ++q)
+    outs.emplace_back(all.data() + 3 * q, 3, dk::DataType::kInt64);
+  Ok(dist::AllGather(dk::TensorRef(mine.data(), 3, dk::DataType::kInt64), outs),
+     "all_gather");
+  for (int j = 0; j < 3 * n; ++j)
+    Check(all[j] == 10 * (j / 3) + j % 3, "all_gather");
+
+  auto objs = dist::AllGatherObject(Obj(r));
+  Ok(objs.status(), "all_gather_object");
+  Check(int(objs->size()) == n, "all_gather_object count");
+  for (int q = 0; q < n; ++q)
+    Check((*objs)[q] == Obj(q), "all_gather_object " + std::to_string(q));
+  auto names = dist::AllGatherObject("c++");
+  Ok(names.status(), "language names");
+  const std::set<std::string> known = {"c", "c++", "python", "rust", "go"};
+  std::set<std::string> seen;
+  std::string line;
+  for (const std::string& name : *names) {
+    Check(known.count(name) == 1 && seen.insert(name).second, "language names");
+    line += " " + name;
+  }
+  std::printf("rank %d (c++): languages:%s\n", r, line.c_str());
+  Ok(dist::Barrier(), "barrier");
+  dist::DestroyDist();
+  std::printf("rank %d (c++): mixed-language checks passed\n", r);
+  return 0;
+}
