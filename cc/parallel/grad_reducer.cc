@@ -1,0 +1,450 @@
+#include "cc/parallel/grad_reducer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cc/comm/internal/half.h"
+#include "cc/comm/reduce_kernels.h"
+#include "cc/core/status.h"
+
+namespace distkit {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+// torch's DDP broadcasts module states in chunks of 250 MiB.
+constexpr size_t kBroadcastChunkBytes = 250u << 20;
+
+size_t Bytes(const TensorRef& t) { return t.nbytes(); }
+
+bool IsFloat32(DataType d) { return d == DataType::kFloat32; }
+
+}  // namespace
+
+struct GradReducer::Bucket {
+  DataType dtype = DataType::kFloat32;
+  int64_t numel = 0;
+  std::vector<uint64_t> storage;     // 8-byte aligned
+  std::vector<uint16_t> compressed;  // fp16 / bf16 copy for the hooks
+  std::vector<int> params;
+  int pending = 0;
+  bool launched = false;
+  std::shared_ptr<Work> work;
+  BucketTrace trace;
+
+  char* data() { return reinterpret_cast<char*>(storage.data()); }
+  TensorRef tensor() { return TensorRef(data(), numel, dtype); }
+};
+
+GradReducer::GradReducer(std::shared_ptr<ProcessGroup> group,
+                         std::vector<Parameter> params,
+                         std::vector<TensorRef> buffers, Options options)
+    : group_(std::move(group)),
+      params_(std::move(params)),
+      buffers_(std::move(buffers)),
+      options_(options) {}
+
+GradReducer::~GradReducer() {
+  // Buckets may be in flight if an iteration was abandoned: wait, so the
+  // backend never writes freed memory.
+  absl::MutexLock lock(&mu_);
+  for (auto& b : bucket_state_) {
+    if (b->work != nullptr) b->work->Wait().IgnoreError();
+  }
+}
+
+absl::StatusOr<std::unique_ptr<GradReducer>> GradReducer::Create(
+    std::shared_ptr<ProcessGroup> group, std::vector<Parameter> params,
+    std::vector<TensorRef> buffers, Options options) {
+  if (group == nullptr || !group->is_member()) {
+    return absl::FailedPreconditionError(
+        "GradReducer: this rank is not a member of the group");
+  }
+  if (options.bucket_cap_mb <= 0 || options.first_bucket_cap_mb <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GradReducer: bucket sizes must be positive (bucket_cap_mb ",
+        options.bucket_cap_mb, ", first_bucket_cap_mb ",
+        options.first_bucket_cap_mb, ")"));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const DataType d = params[i].data.dtype();
+    if (d != DataType::kFloat32 && d != DataType::kFloat64 &&
+        d != DataType::kFloat16 && d != DataType::kBFloat16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GradReducer: parameter ", i, " (", params[i].name, ") is ",
+          DataTypeName(d), "; gradients must be floating point"));
+    }
+  }
+  std::unique_ptr<GradReducer> r(new GradReducer(
+      std::move(group), std::move(params), std::move(buffers), options));
+  std::vector<TensorRef> states;
+  for (const Parameter& p : r->params_) states.push_back(p.data);
+  for (const TensorRef& b : r->buffers_) states.push_back(b);
+  DK_RETURN_IF_ERROR(r->Broadcast(states));
+  absl::MutexLock lock(&r->mu_);
+  r->BuildBuckets(ReverseOrder(r->params_.size()));
+  return r;
+}
+
+absl::Status GradReducer::Broadcast(absl::Span<const TensorRef> tensors) {
+  if (group_->size() == 1) return absl::OkStatus();
+  // Flatten by dtype into chunks of at most kBroadcastChunkBytes, one
+  // broadcast each (torch's _sync_module_states).
+  std::map<DataType, std::vector<TensorRef>> by_dtype;
+  for (const TensorRef& t : tensors) by_dtype[t.dtype()].push_back(t);
+  for (auto& [dtype, list] : by_dtype) {
+    size_t i = 0;
+    while (i < list.size()) {
+      size_t j = i, bytes = 0;
+      while (j < list.size() &&
+             (j == i || bytes + Bytes(list[j]) <= kBroadcastChunkBytes)) {
+        bytes += Bytes(list[j++]);
+      }
+      std::vector<char> flat(bytes);
+      size_t at = 0;
+      for (size_t k = i; k < j; ++k) {
+        std::memcpy(flat.data() + at, list[k].data(), Bytes(list[k]));
+        at += Bytes(list[k]);
+      }
+      DK_RETURN_IF_ERROR(group_->Broadcast(
+          TensorRef(flat.data(), bytes / ElementSize(dtype), dtype), 0));
+      at = 0;
+      for (size_t k = i; k < j; ++k) {
+        std::memcpy(list[k].data(), flat.data() + at, Bytes(list[k]));
+        at += Bytes(list[k]);
+      }
+      i = j;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradReducer::BroadcastBuffers() { return Broadcast(buffers_); }
+
+void GradReducer::BuildBuckets(absl::Span<const int> order) {
+  std::vector<ParamShape> shapes;
+  for (const Parameter& p : params_)
+    shapes.push_back({p.data.numel(), p.data.dtype()});
+  buckets_ = AssignBuckets(
+      shapes, order, static_cast<size_t>(options_.first_bucket_cap_mb * kMiB),
+      static_cast<size_t>(options_.bucket_cap_mb * kMiB));
+  for (auto& b : bucket_state_) retired_.push_back(std::move(b));
+  bucket_state_.clear();
+  bucket_of_.assign(params_.size(), -1);
+  offset_of_.assign(params_.size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    auto bucket = std::make_unique<Bucket>();
+    bucket->dtype = params_[buckets_[b][0]].data.dtype();
+    bucket->params = buckets_[b];
+    size_t bytes = 0;
+    for (int i : buckets_[b]) {
+      bucket_of_[i] = b;
+      offset_of_[i] = bytes;
+      bytes += Bytes(params_[i].data);
+      bucket->numel += params_[i].data.numel();
+    }
+    bucket->storage.assign((bytes + 7) / 8, 0);
+    bucket->trace.bucket = b;
+    bucket->trace.bytes = bytes;
+    bucket_state_.push_back(std::move(bucket));
+  }
+  ready_.assign(params_.size(), false);
+  grads_.assign(params_.size(), TensorRef());
+  locally_used_.assign(params_.size(), 0);
+  if (globally_used_.size() != params_.size())
+    globally_used_.assign(params_.size(), 1);
+  ++view_generation_;
+}
+
+absl::StatusOr<TensorRef> GradReducer::GradView(int index) {
+  if (!options_.gradient_as_bucket_view) {
+    return absl::FailedPreconditionError(
+        "GradReducer::GradView needs gradient_as_bucket_view");
+  }
+  return ReducedGrad(index);
+}
+
+absl::StatusOr<TensorRef> GradReducer::ReducedGrad(int index) {
+  absl::MutexLock lock(&mu_);
+  if (index < 0 || index >= static_cast<int>(params_.size())) {
+    return absl::OutOfRangeError(absl::StrCat("GradReducer: parameter index ",
+                                              index, " out of range [0, ",
+                                              params_.size(), ")"));
+  }
+  Bucket& b = *bucket_state_[bucket_of_[index]];
+  return TensorRef(b.data() + offset_of_[index], params_[index].data.shape(),
+                   params_[index].data.dtype());
+}
+
+int64_t GradReducer::view_generation() const {
+  absl::MutexLock lock(&mu_);
+  return view_generation_;
+}
+
+bool GradReducer::globally_used(int index) const {
+  absl::MutexLock lock(&mu_);
+  return index >= 0 && index < static_cast<int>(globally_used_.size()) &&
+         globally_used_[index] != 0;
+}
+
+int64_t GradReducer::iteration() const {
+  absl::MutexLock lock(&mu_);
+  return iteration_;
+}
+
+void GradReducer::set_require_sync(bool require_sync) {
+  absl::MutexLock lock(&mu_);
+  require_sync_ = require_sync;
+}
+
+bool GradReducer::require_sync() const {
+  absl::MutexLock lock(&mu_);
+  return require_sync_;
+}
+
+GradReducer::IterationTrace GradReducer::last_trace() const {
+  absl::MutexLock lock(&mu_);
+  return trace_;
+}
+
+void GradReducer::ResetIteration() {
+  std::fill(ready_.begin(), ready_.end(), false);
+  std::fill(locally_used_.begin(), locally_used_.end(), 0);
+  for (auto& b : bucket_state_) {
+    b->pending = static_cast<int>(b->params.size());
+    b->launched = false;
+    b->work = nullptr;
+  }
+  next_launch_ = 0;
+}
+
+absl::Status GradReducer::PrepareForBackward(absl::Span<const int> unused) {
+  absl::MutexLock lock(&mu_);
+  if (!require_sync_) return absl::OkStatus();
+  return PrepareLocked(unused);
+}
+
+absl::Status GradReducer::PrepareLocked(absl::Span<const int> unused) {
+  if (!unused.empty() && !options_.find_unused_parameters) {
+    return absl::InvalidArgumentError(
+        "GradReducer: unused parameters were named but find_unused_parameters "
+        "is off");
+  }
+  if (!in_iteration_) {
+    ResetIteration();
+    in_iteration_ = true;
+    prepared_at_ = absl::Now();
+  }
+  for (int i : unused) {
+    if (i < 0 || i >= static_cast<int>(params_.size())) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "GradReducer: unused parameter index ", i, " out of range"));
+    }
+    if (ready_[i]) continue;
+    // A zero contribution from this rank.
+    Bucket& b = *bucket_state_[bucket_of_[i]];
+    std::memset(b.data() + offset_of_[i], 0, Bytes(params_[i].data));
+    grads_[i] = TensorRef();
+    MarkReadyLocked(i);
+  }
+  LaunchReady();
+  return absl::OkStatus();
+}
+
+absl::Status GradReducer::MarkReady(int index, TensorRef grad) {
+  absl::MutexLock lock(&mu_);
+  if (!require_sync_) return absl::OkStatus();
+  if (index < 0 || index >= static_cast<int>(params_.size())) {
+    return absl::OutOfRangeError(absl::StrCat("GradReducer: parameter index ",
+                                              index, " out of range [0, ",
+                                              params_.size(), ")"));
+  }
+  const Parameter& p = params_[index];
+  if (grad.numel() != p.data.numel() || grad.dtype() != p.data.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GradReducer: gradient of parameter ", index, " (", p.name, ") is ",
+        DataTypeName(grad.dtype()), " x", grad.numel(), ", expected ",
+        DataTypeName(p.data.dtype()), " x", p.data.numel()));
+  }
+  if (!in_iteration_) DK_RETURN_IF_ERROR(PrepareLocked({}));
+  if (ready_[index]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("GradReducer: parameter ", index, " (", p.name,
+                     ") was marked ready twice in one iteration (iteration ",
+                     iteration_, ")"));
+  }
+  Bucket& b = *bucket_state_[bucket_of_[index]];
+  char* slot = b.data() + offset_of_[index];
+  if (grad.data() != slot) std::memcpy(slot, grad.data(), Bytes(grad));
+  grads_[index] = grad;
+  locally_used_[index] = 1;
+  if (iteration_ == 0) ready_order_.push_back(index);
+  MarkReadyLocked(index);
+  LaunchReady();
+  return absl::OkStatus();
+}
+
+void GradReducer::MarkReadyLocked(int index) {
+  ready_[index] = true;
+  --bucket_state_[bucket_of_[index]]->pending;
+}
+
+void GradReducer::LaunchReady() {
+  // Launch in bucket order only: every rank must issue the same all_reduces
+  // in the same order, whatever order its gradients arrive in.
+  while (next_launch_ < bucket_state_.size() &&
+         bucket_state_[next_launch_]->pending == 0) {
+    Launch(*bucket_state_[next_launch_++]);
+  }
+}
+
+void GradReducer::Launch(Bucket& b) {
+  const int n = group_->size();
+  b.launched = true;
+  b.trace.launched_after_prepare = absl::Now() - prepared_at_;
+  if (options_.comm_hook != CommHook::kNone && IsFloat32(b.dtype)) {
+    // Compress, divide in the compressed type (as torch's hooks do), reduce.
+    const float* src = reinterpret_cast<const float*>(b.data());
+    b.compressed.resize(b.numel);
+    const bool fp16 = options_.comm_hook == CommHook::kFp16Compress;
+    for (int64_t k = 0; k < b.numel; ++k) {
+      if (fp16) {
+        const uint16_t h = comm_internal::FloatToFloat16(src[k]);
+        b.compressed[k] =
+            comm_internal::FloatToFloat16(comm_internal::Float16ToFloat(h) / n);
+      } else {
+        const uint16_t h = comm_internal::FloatToBFloat16(src[k]);
+        b.compressed[k] = comm_internal::FloatToBFloat16(
+            comm_internal::BFloat16ToFloat(h) / n);
+      }
+    }
+    b.work = group_->AllReduceAsync(
+        TensorRef(b.compressed.data(), b.numel,
+                  fp16 ? DataType::kFloat16 : DataType::kBFloat16),
+        ReduceOp::kSum);
+    return;
+  }
+  DivideBySize(b.data(), b.dtype, b.numel, n);
+  b.work = group_->AllReduceAsync(b.tensor(), ReduceOp::kSum);
+}
+
+absl::Status GradReducer::Finalize() {
+  absl::MutexLock lock(&mu_);
+  if (!require_sync_) return absl::OkStatus();
+  if (!in_iteration_) {
+    return absl::FailedPreconditionError(
+        "GradReducer::Finalize: no gradient was marked ready in this "
+        "iteration");
+  }
+  const absl::Time finalize_start = absl::Now();
+  trace_ = IterationTrace();
+  trace_.finalize_started_after_prepare = finalize_start - prepared_at_;
+  // Parameters that got no gradient: an error unless find_unused_parameters.
+  std::vector<std::string> missing_names;
+  std::vector<std::string> missing_indices;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!ready_[i]) {
+      missing_names.push_back(params_[i].name.empty() ? absl::StrCat("#", i)
+                                                      : params_[i].name);
+      missing_indices.push_back(absl::StrCat(i));
+    }
+  }
+  if (!missing_names.empty() && !options_.find_unused_parameters) {
+    // Buckets already launched finish; none of the others start (the same
+    // parameters are missing on every rank that runs the same model).
+    for (auto& b : bucket_state_)
+      if (b->work != nullptr) b->work->Wait().IgnoreError();
+    in_iteration_ = false;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Expected to have finished reduction in the prior iteration before "
+        "starting a new one. This error indicates that your module has "
+        "parameters that were not used in producing loss. You can enable "
+        "unused parameter detection by passing find_unused_parameters=True. "
+        "Parameters which did not receive grad for rank ",
+        group_->rank(), ": ", absl::StrJoin(missing_names, ", "),
+        ". Parameter indices which did not receive grad for rank ",
+        group_->rank(), ": ", absl::StrJoin(missing_indices, " ")));
+  }
+  if (!missing_names.empty()) {
+    std::vector<int> unused;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (!ready_[i]) unused.push_back(i);
+    DK_RETURN_IF_ERROR(PrepareLocked(unused));
+  }
+  for (auto& b : bucket_state_) b->trace.done_before_finalize = b->work->Test();
+  absl::Status status;
+  for (auto& b : bucket_state_) status.Update(b->work->Wait());
+  trace_.finalize_wait = absl::Now() - finalize_start;
+  if (status.ok() && options_.find_unused_parameters) {
+    globally_used_ = locally_used_;
+    status.Update(
+        group_->AllReduce(TensorRef(globally_used_.data(),
+                                    globally_used_.size(), DataType::kInt32),
+                          ReduceOp::kSum));
+  }
+  in_iteration_ = false;
+  if (!status.ok()) return status;
+  // Decompress and write back.
+  for (auto& b : bucket_state_) {
+    trace_.buckets.push_back(b->trace);
+    if (!b->compressed.empty() && options_.comm_hook != CommHook::kNone &&
+        IsFloat32(b->dtype)) {
+      float* dst = reinterpret_cast<float*>(b->data());
+      const bool fp16 = options_.comm_hook == CommHook::kFp16Compress;
+      for (int64_t k = 0; k < b->numel; ++k) {
+        dst[k] = fp16 ? comm_internal::Float16ToFloat(b->compressed[k])
+                      : comm_internal::BFloat16ToFloat(b->compressed[k]);
+      }
+    }
+    for (int i : b->params) {
+      if (!globally_used_[i]) continue;  // unused everywhere: untouched
+      const TensorRef& g = grads_[i];
+      const char* slot = b->data() + offset_of_[i];
+      if (g.data() != nullptr && g.data() != slot) {
+        std::memcpy(g.data(), slot, Bytes(g));
+      }
+    }
+  }
+  ++iteration_;
+  if (iteration_ == 1 && !rebuilt_ && !options_.find_unused_parameters) {
+    DK_RETURN_IF_ERROR(RebuildBuckets());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradReducer::RebuildBuckets() {
+  rebuilt_ = true;
+  // Rank 0's ready order, so every rank builds the same buckets.
+  std::vector<int64_t> order(params_.size(), -1);
+  if (ready_order_.size() == params_.size()) {
+    for (size_t k = 0; k < order.size(); ++k) order[k] = ready_order_[k];
+  }
+  DK_RETURN_IF_ERROR(group_->Broadcast(
+      TensorRef(order.data(), order.size(), DataType::kInt64), 0));
+  if (order.empty() || order[0] < 0) return absl::OkStatus();  // keep as is
+  std::vector<int> new_order(order.begin(), order.end());
+  // Keep the gradients that live in the old buckets (view mode) by copying
+  // them into the new ones.
+  std::vector<std::vector<char>> saved(params_.size());
+  if (options_.gradient_as_bucket_view) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Bucket& b = *bucket_state_[bucket_of_[i]];
+      const char* src =
+          reinterpret_cast<const char*>(b.storage.data()) + offset_of_[i];
+      saved[i].assign(src, src + Bytes(params_[i].data));
+    }
+  }
+  BuildBuckets(new_order);
+  if (options_.gradient_as_bucket_view) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      std::memcpy(bucket_state_[bucket_of_[i]]->data() + offset_of_[i],
+                  saved[i].data(), saved[i].size());
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace distkit
