@@ -195,6 +195,11 @@ int64_t GradReducer::iteration() const {
   return iteration_;
 }
 
+bool GradReducer::iteration_started() const {
+  absl::MutexLock lock(&mu_);
+  return in_iteration_;
+}
+
 void GradReducer::set_require_sync(bool require_sync) {
   absl::MutexLock lock(&mu_);
   require_sync_ = require_sync;

@@ -114,6 +114,9 @@ class GradReducer {
   const std::vector<std::vector<int>>& buckets() const { return buckets_; }
   const Options& options() const { return options_; }
   int64_t iteration() const;
+  // Whether the current iteration has started (a gradient was marked ready
+  // or PrepareForBackward was called) and awaits Finalize.
+  bool iteration_started() const;
 
   // The last iteration's timeline, to show communication overlapping
   // backward: when each bucket's all_reduce was launched and whether it had

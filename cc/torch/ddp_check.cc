@@ -1,0 +1,168 @@
+// Trains small models for 5 SGD steps with DistributedDataParallel in every
+// rank of a job and writes every parameter and buffer to
+// <out>/cpp_<mode>_rank<r>.txt. ddp_reference.py trains the same models with
+// torch.nn.parallel.DistributedDataParallel and compares (ddp_vs_torch_test).
+//
+// Modes: plain, find_unused, no_sync, bucket_view, bn (broadcast_buffers),
+// fp16 (fp16 compression hook), separate (SeparateDistributedDataParallel).
+// Both sides build parameters, data and targets with the same torch kernels,
+// so they start from identical bits.
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "cc/dist/dist.h"
+#include "cc/torch/distributed_data_parallel.h"
+#include "cc/torch/train_step.h"
+
+namespace {
+
+using distkit::DistributedDataParallel;
+using distkit::GradReducer;
+
+int rank_ = 0;
+
+void Ok(const absl::Status& s, const std::string& what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "rank %d: %s: %s\n", rank_, what.c_str(),
+                 s.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+struct NetImpl : torch::nn::Module {
+  NetImpl(const std::string& mode) : mode(mode) {
+    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
+    if (mode == "bn") bn = register_module("bn", torch::nn::BatchNorm1d(16));
+    fc2 = register_module("fc2", torch::nn::Linear(16, 4));
+    if (mode == "find_unused") {
+      extra = register_module("extra", torch::nn::Linear(16, 4));
+      never = register_module("never", torch::nn::Linear(4, 4));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor h = fc1->forward(x);
+    if (!bn.is_empty()) h = bn->forward(h);
+    h = torch::relu(h);
+    torch::Tensor out = fc2->forward(h);
+    // extra is used on odd ranks only; never is never used.
+    if (!extra.is_empty() && rank_ % 2 == 1) out = out + extra->forward(h);
+    return out;
+  }
+  std::string mode;
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, extra{nullptr}, never{nullptr};
+  torch::nn::BatchNorm1d bn{nullptr};
+};
+
+// Parameter i: 0.3 sin(0.37 k + i), plus the rank off rank 0 (DDP must
+// replace it with rank 0's values).
+void Init(torch::nn::Module& m) {
+  torch::NoGradGuard no_grad;
+  int i = 0;
+  for (auto& p : m.parameters()) {
+    auto v = 0.3 *
+             torch::sin(torch::arange(p.numel(), torch::kFloat32) * 0.37 + i++);
+    p.copy_(v.reshape(p.sizes()) + rank_);
+  }
+}
+
+torch::Tensor Input(int step, int micro) {
+  return torch::sin(torch::arange(48, torch::kFloat32).reshape({6, 8}) * 0.3 +
+                    (rank_ + 0.7 * step + 0.11 * micro));
+}
+torch::Tensor Target(int step, int micro) {
+  return torch::cos(torch::arange(24, torch::kFloat32).reshape({6, 4}) * 0.2 +
+                    (rank_ - 0.3 * step + 0.05 * micro));
+}
+
+void Write(torch::nn::Module& m, const std::string& path) {
+  std::ofstream f(path);
+  f << std::setprecision(9);
+  for (const auto& item : m.named_parameters()) {
+    f << item.key();
+    auto t = item.value().contiguous();
+    for (int64_t k = 0; k < t.numel(); ++k) f << ' ' << t.data_ptr<float>()[k];
+    f << '\n';
+  }
+  for (const auto& item : m.named_buffers()) {
+    if (item.value().scalar_type() != torch::kFloat) continue;
+    f << item.key();
+    auto t = item.value().contiguous();
+    for (int64_t k = 0; k < t.numel(); ++k) f << ' ' << t.data_ptr<float>()[k];
+    f << '\n';
+  }
+}
+
+void Train(const std::string& mode, const std::string& out) {
+  torch::manual_seed(0);
+  auto net = std::make_shared<NetImpl>(mode);
+  Init(*net);
+  GradReducer::Options o;
+  o.find_unused_parameters = mode == "find_unused";
+  o.gradient_as_bucket_view = mode == "bucket_view";
+  if (mode == "fp16") o.comm_hook = distkit::CommHook::kFp16Compress;
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1));
+  auto loss_of = [&](int step, int micro) {
+    return torch::mse_loss(net->forward(Input(step, micro)),
+                           Target(step, micro));
+  };
+  if (mode == "separate") {
+    auto sep = distkit::SeparateDistributedDataParallel::Create(net, o);
+    Ok(sep.status(), "separate");
+    if (!distkit::IsModelWrapper(**sep) || (*sep)->child("fc1") == nullptr)
+      Ok(absl::InternalError("wrapper"), mode);
+    for (int step = 0; step < 5; ++step) {
+      sgd.zero_grad();
+      Ok((*sep)->BeforeForward(), "before forward");
+      Ok((*sep)->Backward(loss_of(step, 0)), "backward");
+      sgd.step();
+    }
+  } else {
+    auto ddp = DistributedDataParallel::Create(net, o);
+    Ok(ddp.status(), "create");
+    if (!distkit::IsModelWrapper(**ddp) || distkit::IsModelWrapper(*net))
+      Ok(absl::InternalError("is_model_wrapper"), mode);
+    for (int step = 0; step < 5; ++step) {
+      if (mode == "no_sync") {
+        sgd.zero_grad();
+        {
+          auto guard = (*ddp)->no_sync();
+          Ok((*ddp)->BeforeForward(), "before forward");
+          Ok((*ddp)->Backward(loss_of(step, 1)), "no_sync backward");
+        }
+        Ok((*ddp)->BeforeForward(), "before forward");
+        Ok((*ddp)->Backward(loss_of(step, 0)), "backward");
+        sgd.step();
+        continue;
+      }
+      auto loss =
+          distkit::TrainStep(**ddp, sgd, [&] { return loss_of(step, 0); });
+      Ok(loss.status(), "train step");
+    }
+  }
+  Write(*net, absl::StrCat(out, "/cpp_", mode, "_rank", rank_, ".txt"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: ddp_check OUT_DIR\n");
+    return 2;
+  }
+  Ok(distkit::dist::InitDist("pytorch"), "init");
+  rank_ = distkit::dist::GetRank();
+  torch::set_num_threads(1);
+  for (const char* mode : {"plain", "find_unused", "no_sync", "bucket_view",
+                           "bn", "fp16", "separate"}) {
+    Train(mode, argv[1]);
+  }
+  Ok(distkit::dist::Barrier(), "barrier");
+  std::printf("rank %d: trained every mode\n", rank_);
+  distkit::dist::DestroyDist();
+  return 0;
+}

@@ -1,0 +1,328 @@
+#include "cc/torch/distributed_data_parallel.h"
+
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "cc/core/status.h"
+#include "cc/dist/dist.h"
+
+namespace distkit {
+
+namespace {
+
+absl::StatusOr<DataType> DataTypeOf(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat:
+      return DataType::kFloat32;
+    case torch::kDouble:
+      return DataType::kFloat64;
+    case torch::kHalf:
+      return DataType::kFloat16;
+    case torch::kBFloat16:
+      return DataType::kBFloat16;
+    case torch::kLong:
+      return DataType::kInt64;
+    case torch::kInt:
+      return DataType::kInt32;
+    case torch::kChar:
+      return DataType::kInt8;
+    case torch::kByte:
+      return DataType::kUInt8;
+    case torch::kBool:
+      return DataType::kBool;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("DistributedDataParallel: unsupported dtype ",
+                       std::string(c10::toString(t.scalar_type()))));
+  }
+}
+
+absl::StatusOr<TensorRef> Ref(const torch::Tensor& t, const std::string& what) {
+  if (!t.device().is_cpu()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistributedDataParallel: ", what, " is on ", t.device().str(),
+        "; the Gloo backend reduces CPU tensors"));
+  }
+  if (!t.is_contiguous()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedDataParallel: ", what, " is not contiguous"));
+  }
+  DK_ASSIGN_OR_RETURN(DataType d, DataTypeOf(t));
+  return TensorRef(t.data_ptr(), t.sizes().vec(), d);
+}
+
+}  // namespace
+
+bool IsModelWrapper(const torch::nn::Module& module) {
+  return dynamic_cast<const ModelWrapper*>(&module) != nullptr;
+}
+
+// Runs after a parameter's AccumulateGrad: its .grad is final for this
+// backward (accumulated across micro-steps when under no_sync).
+class DistributedDataParallel::ReadyHook
+    : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(DistributedDataParallel* ddp, int index)
+      : ddp_(ddp), index_(index) {}
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
+    ddp_->OnGradReady(index_);
+    return outputs;
+  }
+
+ private:
+  DistributedDataParallel* ddp_;
+  int index_;
+};
+
+DistributedDataParallel::DistributedDataParallel(
+    std::shared_ptr<torch::nn::Module> module)
+    : torch::nn::Module("DistributedDataParallel"),
+      module_(std::move(module)) {}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+absl::StatusOr<std::shared_ptr<DistributedDataParallel>>
+DistributedDataParallel::Create(std::shared_ptr<torch::nn::Module> module,
+                                GradReducer::Options options,
+                                std::shared_ptr<ProcessGroup> group) {
+  if (module == nullptr) {
+    return absl::InvalidArgumentError("DistributedDataParallel: no module");
+  }
+  std::shared_ptr<DistributedDataParallel> ddp(
+      new DistributedDataParallel(module));
+  DK_RETURN_IF_ERROR(ddp->Attach(options, std::move(group)));
+  return ddp;
+}
+
+absl::Status DistributedDataParallel::Attach(
+    GradReducer::Options options, std::shared_ptr<ProcessGroup> group) {
+  if (group == nullptr) group = dist::GetDefaultGroup();
+  if (group == nullptr) {
+    return absl::FailedPreconditionError(
+        "DistributedDataParallel: distkit is not initialized (call "
+        "dist::InitDist first)");
+  }
+  register_module("module", module_);
+  std::vector<GradReducer::Parameter> reducer_params;
+  for (const auto& item : module_->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    DK_ASSIGN_OR_RETURN(TensorRef ref, Ref(item.value(), item.key()));
+    params_.push_back(item.value());
+    names_.push_back(item.key());
+    reducer_params.push_back({ref, item.key()});
+  }
+  std::vector<TensorRef> buffers;
+  for (const auto& item : module_->named_buffers()) {
+    DK_ASSIGN_OR_RETURN(TensorRef ref, Ref(item.value(), item.key()));
+    buffers.push_back(ref);
+  }
+  {
+    torch::NoGradGuard no_grad;  // the broadcast writes leaf parameters
+    DK_ASSIGN_OR_RETURN(
+        reducer_,
+        GradReducer::Create(std::move(group), std::move(reducer_params),
+                            std::move(buffers), options));
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+    acc->add_post_hook(std::make_unique<ReadyHook>(this, static_cast<int>(i)));
+    accumulators_.push_back(std::move(acc));
+  }
+  return absl::OkStatus();
+}
+
+void DistributedDataParallel::OnGradReady(int index) {
+  const torch::Tensor& grad = params_[index].grad();
+  absl::Status s;
+  if (!grad.defined()) {
+    s = absl::InternalError(absl::StrCat(
+        "DistributedDataParallel: ", names_[index], " has no gradient"));
+  } else {
+    absl::StatusOr<TensorRef> ref = Ref(grad, names_[index] + ".grad");
+    s = ref.ok() ? reducer_->MarkReady(index, *ref) : ref.status();
+  }
+  if (!s.ok()) {
+    absl::MutexLock lock(&mu_);
+    if (hook_error_.ok()) hook_error_ = s;
+  }
+}
+
+absl::Status DistributedDataParallel::BeforeForward() {
+  if (reducer_->options().broadcast_buffers && reducer_->require_sync()) {
+    torch::NoGradGuard no_grad;
+    return reducer_->BroadcastBuffers();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DistributedDataParallel::PointGradsAtViews() {
+  // gradient_as_bucket_view: .grad must be the bucket's memory before
+  // backward, so AccumulateGrad adds into it in place.
+  if (!reducer_->options().gradient_as_bucket_view) return absl::OkStatus();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    DK_ASSIGN_OR_RETURN(TensorRef view, reducer_->GradView(i));
+    torch::Tensor& grad = params_[i].mutable_grad();
+    if (grad.defined() && grad.data_ptr() == view.data()) continue;
+    torch::Tensor v =
+        torch::from_blob(view.data(), params_[i].sizes(),
+                         params_[i].options().requires_grad(false));
+    if (grad.defined()) {
+      v.copy_(grad);
+    } else {
+      v.zero_();
+    }
+    grad = v;
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int> DistributedDataParallel::UnusedParameters(
+    const torch::Tensor& loss) const {
+  // Every AccumulateGrad node reachable from the loss belongs to a used
+  // parameter (torch's DDP searches the graph the same way).
+  std::unordered_set<const torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> stack;
+  if (loss.grad_fn()) stack.push_back(loss.grad_fn().get());
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    if (!seen.insert(node).second) continue;
+    for (const auto& edge : node->next_edges()) {
+      if (edge.function) stack.push_back(edge.function.get());
+    }
+  }
+  std::vector<int> unused;
+  for (size_t i = 0; i < accumulators_.size(); ++i) {
+    if (!seen.count(accumulators_[i].get())) unused.push_back(i);
+  }
+  return unused;
+}
+
+absl::Status DistributedDataParallel::PrepareBackward(
+    const torch::Tensor& loss) {
+  DK_RETURN_IF_ERROR(PointGradsAtViews());
+  if (reducer_->require_sync() && reducer_->options().find_unused_parameters) {
+    DK_RETURN_IF_ERROR(reducer_->PrepareForBackward(UnusedParameters(loss)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DistributedDataParallel::FinishBackward() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!hook_error_.ok()) {
+      absl::Status s = hook_error_;
+      hook_error_ = absl::OkStatus();
+      reducer_->Finalize().IgnoreError();
+      return s;
+    }
+  }
+  if (!reducer_->require_sync()) return absl::OkStatus();
+  DK_RETURN_IF_ERROR(reducer_->Finalize());
+  torch::NoGradGuard no_grad;
+  if (reducer_->options().find_unused_parameters) {
+    // A parameter unused here but used elsewhere gets the averaged gradient.
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!reducer_->globally_used(i)) continue;
+      torch::Tensor& grad = params_[i].mutable_grad();
+      DK_ASSIGN_OR_RETURN(TensorRef reduced, reducer_->ReducedGrad(i));
+      if (grad.defined() && grad.data_ptr() == reduced.data()) continue;
+      torch::Tensor src =
+          torch::from_blob(reduced.data(), params_[i].sizes(),
+                           params_[i].options().requires_grad(false));
+      if (!grad.defined()) {
+        grad = src.clone();
+      } else {
+        grad.copy_(src);
+      }
+    }
+  }
+  if (reducer_->options().gradient_as_bucket_view &&
+      reducer_->view_generation() != view_generation_) {
+    view_generation_ = reducer_->view_generation();
+    DK_RETURN_IF_ERROR(PointGradsAtViews());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DistributedDataParallel::Backward(const torch::Tensor& loss) {
+  DK_RETURN_IF_ERROR(PrepareBackward(loss));
+  try {
+    loss.backward();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("backward failed: ", e.what()));
+  }
+  return FinishBackward();
+}
+
+DistributedDataParallel::NoSync::NoSync(DistributedDataParallel* ddp)
+    : ddp_(ddp) {
+  ddp_->reducer_->set_require_sync(false);
+}
+
+DistributedDataParallel::NoSync::~NoSync() {
+  ddp_->reducer_->set_require_sync(true);
+}
+
+absl::StatusOr<std::shared_ptr<SeparateDistributedDataParallel>>
+SeparateDistributedDataParallel::Create(
+    std::shared_ptr<torch::nn::Module> module, GradReducer::Options options,
+    std::shared_ptr<ProcessGroup> group) {
+  if (module == nullptr) {
+    return absl::InvalidArgumentError(
+        "SeparateDistributedDataParallel: no module");
+  }
+  std::shared_ptr<SeparateDistributedDataParallel> sep(
+      new SeparateDistributedDataParallel(module));
+  for (const auto& child : module->named_children()) {
+    bool trainable = false;
+    for (const auto& p : child.value()->parameters())
+      trainable |= p.requires_grad();
+    if (!trainable) {
+      sep->register_module(child.key(), child.value());
+      continue;
+    }
+    DK_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(
+                                      child.value(), options, group));
+    sep->register_module(child.key(), ddp);
+    sep->wrapped_children_.emplace_back(child.key(), ddp);
+  }
+  return sep;
+}
+
+std::shared_ptr<DistributedDataParallel> SeparateDistributedDataParallel::child(
+    const std::string& name) const {
+  for (const auto& [n, ddp] : wrapped_children_)
+    if (n == name) return ddp;
+  return nullptr;
+}
+
+absl::Status SeparateDistributedDataParallel::BeforeForward() {
+  for (auto& [name, ddp] : wrapped_children_)
+    DK_RETURN_IF_ERROR(ddp->BeforeForward());
+  return absl::OkStatus();
+}
+
+absl::Status SeparateDistributedDataParallel::Backward(
+    const torch::Tensor& loss) {
+  for (auto& [name, ddp] : wrapped_children_)
+    DK_RETURN_IF_ERROR(ddp->PrepareBackward(loss));
+  try {
+    loss.backward();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("backward failed: ", e.what()));
+  }
+  absl::Status status;
+  for (auto& [name, ddp] : wrapped_children_) {
+    if (ddp->reducer().iteration_started())
+      status.Update(ddp->FinishBackward());
+  }
+  return status;
+}
+
+}  // namespace distkit

@@ -1,0 +1,25 @@
+// File: train_step.h
+//
+// One data-parallel training step: zero the gradients, broadcast buffers,
+// forward and loss, backward with gradient reduction, optimizer step.
+
+#ifndef DISTKIT_CC_TORCH_TRAIN_STEP_H_
+#define DISTKIT_CC_TORCH_TRAIN_STEP_H_
+
+#include <torch/torch.h>
+
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "cc/torch/distributed_data_parallel.h"
+
+namespace distkit {
+
+// Returns this rank's loss. `forward_loss` runs the model and the criterion.
+absl::StatusOr<double> TrainStep(
+    DistributedDataParallel& ddp, torch::optim::Optimizer& optimizer,
+    const std::function<torch::Tensor()>& forward_loss);
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_TORCH_TRAIN_STEP_H_
