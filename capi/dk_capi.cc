@@ -21,6 +21,7 @@
 #include "cc/dist/object_collectives.h"
 #include "cc/dist/parallel_state.h"
 #include "cc/dist/process_group.h"
+#include "cc/parallel/grad_reducer.h"
 #include "cc/store/grpc_store.h"
 #include "cc/store/store_server.h"
 #include "distkit/distkit.h"
@@ -43,6 +44,10 @@ struct dk_group {
 
 struct dk_parallel_state {
   distkit::dist::ParallelState rep;
+};
+
+struct dk_reducer {
+  std::unique_ptr<distkit::GradReducer> rep;
 };
 
 struct dk_work {
@@ -941,3 +946,142 @@ dk_status_t dk_parallel_state_describe(const dk_parallel_state_t* state,
 }
 
 }  // extern "C"
+
+// ---- Gradient reducer
+// ---------------------------------------------------------
+
+void dk_reducer_config_init(dk_reducer_config_t* config) {
+  if (config == nullptr) return;
+  const distkit::GradReducer::Options d;
+  config->struct_size = sizeof(*config);
+  config->bucket_cap_mb = d.bucket_cap_mb;
+  config->first_bucket_cap_mb = d.first_bucket_cap_mb;
+  config->find_unused_parameters = d.find_unused_parameters;
+  config->gradient_as_bucket_view = d.gradient_as_bucket_view;
+  config->broadcast_buffers = d.broadcast_buffers;
+  config->comm_hook = DK_COMM_HOOK_NONE;
+}
+
+dk_status_t dk_reducer_create(dk_group_t* group, DLTensor* const* params,
+                              size_t num_params, DLTensor* const* buffers,
+                              size_t num_buffers,
+                              const dk_reducer_config_t* config,
+                              dk_reducer_t** out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    if (num_params > 0) DK_RETURN_IF_ERROR(NotNull(params, "params"));
+    if (num_buffers > 0) DK_RETURN_IF_ERROR(NotNull(buffers, "buffers"));
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    distkit::GradReducer::Options o;
+    if (config != nullptr) {
+      if (config->struct_size < sizeof(dk_reducer_config_t)) {
+        return absl::InvalidArgumentError(
+            "config: struct_size is too small (call dk_reducer_config_init)");
+      }
+      o.bucket_cap_mb = config->bucket_cap_mb;
+      o.first_bucket_cap_mb = config->first_bucket_cap_mb;
+      o.find_unused_parameters = config->find_unused_parameters != 0;
+      o.gradient_as_bucket_view = config->gradient_as_bucket_view != 0;
+      o.broadcast_buffers = config->broadcast_buffers != 0;
+      if (config->comm_hook < DK_COMM_HOOK_NONE ||
+          config->comm_hook > DK_COMM_HOOK_BF16) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("config: unknown comm_hook ", config->comm_hook));
+      }
+      o.comm_hook = static_cast<distkit::CommHook>(config->comm_hook);
+    }
+    std::vector<distkit::GradReducer::Parameter> ps;
+    for (size_t i = 0; i < num_params; ++i) {
+      const std::string what = absl::StrCat("params[", i, "]");
+      DK_ASSIGN_OR_RETURN(TensorRef t, Tensor(params[i], what.c_str()));
+      ps.push_back({t, what});
+    }
+    std::vector<TensorRef> bs;
+    for (size_t i = 0; i < num_buffers; ++i) {
+      const std::string what = absl::StrCat("buffers[", i, "]");
+      DK_ASSIGN_OR_RETURN(TensorRef t, Tensor(buffers[i], what.c_str()));
+      bs.push_back(t);
+    }
+    DK_ASSIGN_OR_RETURN(
+        std::unique_ptr<distkit::GradReducer> r,
+        distkit::GradReducer::Create(g, std::move(ps), std::move(bs), o));
+    *out = new dk_reducer{std::move(r)};
+    return absl::OkStatus();
+  });
+}
+
+void dk_reducer_destroy(dk_reducer_t* reducer) { delete reducer; }
+
+dk_status_t dk_reducer_prepare(dk_reducer_t* reducer, const int32_t* unused,
+                               size_t num_unused, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+    if (num_unused > 0) DK_RETURN_IF_ERROR(NotNull(unused, "unused"));
+    std::vector<int> u(unused, unused + num_unused);
+    return reducer->rep->PrepareForBackward(u);
+  });
+}
+
+dk_status_t dk_reducer_mark_ready(dk_reducer_t* reducer, int32_t index,
+                                  const DLTensor* grad, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+    DK_ASSIGN_OR_RETURN(TensorRef t, Tensor(grad, "grad"));
+    return reducer->rep->MarkReady(index, t);
+  });
+}
+
+dk_status_t dk_reducer_finalize(dk_reducer_t* reducer, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+    return reducer->rep->Finalize();
+  });
+}
+
+void dk_reducer_set_require_sync(dk_reducer_t* reducer, int32_t require_sync) {
+  if (reducer != nullptr) reducer->rep->set_require_sync(require_sync != 0);
+}
+
+dk_status_t dk_reducer_broadcast_buffers(dk_reducer_t* reducer,
+                                         dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+    return reducer->rep->BroadcastBuffers();
+  });
+}
+
+dk_status_t dk_reducer_grad_view(dk_reducer_t* reducer, int32_t index,
+                                 void** data_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+    DK_RETURN_IF_ERROR(NotNull(data_out, "data_out"));
+    DK_ASSIGN_OR_RETURN(TensorRef t, reducer->rep->GradView(index));
+    *data_out = t.data();
+    return absl::OkStatus();
+  });
+}
+
+int64_t dk_reducer_view_generation(const dk_reducer_t* reducer) {
+  return reducer == nullptr ? -1 : reducer->rep->view_generation();
+}
+
+dk_status_t dk_reducer_reduced_grad(dk_reducer_t* reducer, int32_t index,
+                                    void** data_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+    DK_RETURN_IF_ERROR(NotNull(data_out, "data_out"));
+    DK_ASSIGN_OR_RETURN(TensorRef t, reducer->rep->ReducedGrad(index));
+    *data_out = t.data();
+    return absl::OkStatus();
+  });
+}
+
+int32_t dk_reducer_globally_used(const dk_reducer_t* reducer, int32_t index) {
+  return reducer != nullptr && reducer->rep->globally_used(index) ? 1 : 0;
+}
+
+int32_t dk_reducer_num_buckets(const dk_reducer_t* reducer) {
+  return reducer == nullptr
+             ? 0
+             : static_cast<int32_t>(reducer->rep->buckets().size());
+}

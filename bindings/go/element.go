@@ -134,3 +134,9 @@ func view[T Element](ts *tensors, s []T) *C.DLTensor {
 	}
 	return ts.add(C.dkgo_tensor(data, C.int64_t(len(s)), C.uint8_t(code), C.uint8_t(bits)))
 }
+
+// rawView describes n elements of T at p (C memory) to the library.
+func rawView[T Element](ts *tensors, p unsafe.Pointer, n int) *C.DLTensor {
+	code, bits := dlpackType[T]()
+	return ts.add(C.dkgo_tensor(p, C.int64_t(n), C.uint8_t(code), C.uint8_t(bits)))
+}

@@ -1,6 +1,8 @@
 // Command train is data-parallel training in Go with distkit: linear
 // regression on flat buffers, each rank on its own shard of a synthetic
-// dataset, gradients averaged across ranks with one all_reduce per step.
+// dataset. distkit's Reducer (the engine of DDP) broadcasts rank 0's
+// parameters and averages the gradients each step, starting each bucket's
+// all_reduce as soon as its gradients are marked ready.
 //
 //	bazel run //tools/distrun -- --nproc-per-node 4 -- $PWD/bazel-bin/examples/go/train.bin
 package main
@@ -58,42 +60,53 @@ func main() {
 		}
 	}
 
-	// Parameters: the weights, then the bias. Start from rank 0's values.
-	params := make([]float32, features+1)
-	if rank == 0 {
-		for j := range params {
-			params[j] = 0.01 * float32(j)
-		}
+	// Parameters: the weights and the bias, each rank starting elsewhere;
+	// the reducer replaces them with rank 0's.
+	weights, bias := make([]float32, features), []float32{float32(rank)}
+	for j := range weights {
+		weights[j] = 0.01*float32(j) + float32(rank)
 	}
-	must(dk.Broadcast(world, params, 0))
+	reducer, err := dk.NewReducer(world, [][]float32{weights, bias}, nil, dk.ReducerOptions{})
+	must(err)
+	defer reducer.Close()
 
 	var shard []int // samples rank, rank + size, ...
 	for k := rank; k < samples; k += size {
 		shard = append(shard, k)
 	}
 	firstLoss, lastLoss := float32(-1), float32(0)
+	gw, gb := make([]float32, features), make([]float32, 1)
 	start := time.Now()
 	for step := 1; step <= *steps; step++ {
-		// grads[:features] weights, [features] bias, [features+1] the loss.
-		grads := make([]float32, features+2)
+		// Forward and backward on this rank's batch.
+		for j := range gw {
+			gw[j] = 0
+		}
+		gb[0] = 0
+		loss := []float32{0}
 		for b := 0; b < batch; b++ {
 			x, y := sample(shard[((step-1)*batch+b)%len(shard)])
-			pred := params[features]
+			pred := bias[0]
 			for j := 0; j < features; j++ {
-				pred += params[j] * x[j]
+				pred += weights[j] * x[j]
 			}
 			e := pred - y
 			for j := 0; j < features; j++ {
-				grads[j] += 2 * e * x[j] / batch
+				gw[j] += 2 * e * x[j] / batch
 			}
-			grads[features] += 2 * e / batch
-			grads[features+1] += e * e / batch
+			gb[0] += 2 * e / batch
+			loss[0] += e * e / batch
 		}
-		must(dk.AllReduce(world, grads, dk.Mean))
-		for j := 0; j <= features; j++ {
-			params[j] -= float32(*lr) * grads[j]
+		// Backward produces the last parameter's gradient first.
+		must(reducer.MarkReady(1, gb))
+		must(reducer.MarkReady(0, gw))
+		must(reducer.Finalize([][]float32{gw, gb}))
+		for j := range weights {
+			weights[j] -= float32(*lr) * gw[j]
 		}
-		lastLoss = grads[features+1]
+		bias[0] -= float32(*lr) * gb[0]
+		must(dk.AllReduce(world, loss, dk.Mean))
+		lastLoss = loss[0]
 		if firstLoss < 0 {
 			firstLoss = lastLoss
 		}
@@ -102,6 +115,7 @@ func main() {
 			fmt.Printf("step %4d  loss %.6f  samples/s %.0f\n", step, lastLoss, rate)
 		}
 	}
+	params := append(append([]float32{}, weights...), bias...)
 
 	// Every rank must hold the same parameters, bit for bit.
 	all := make([]float32, len(params)*size)

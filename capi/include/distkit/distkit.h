@@ -51,7 +51,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------ */
 
 #define DK_ABI_MAJOR 0
-#define DK_ABI_MINOR 1
+#define DK_ABI_MINOR 2
 
 /* Local. Checks that this header (major, minor) can use the loaded library:
  * same major, and a minor no newer than the library's. DK_FAILED_PRECONDITION
@@ -454,6 +454,96 @@ DK_EXPORT int32_t dk_parallel_state_size(const dk_parallel_state_t* state,
  * owned (dk_free). */
 DK_EXPORT dk_status_t dk_parallel_state_describe(
     const dk_parallel_state_t* state, char** out, dk_error_t** err);
+
+/* ---- Gradient reducer (data parallel; ABI 0.2) ----------------------------
+ */
+
+/* The engine of distributed data parallel, for trainers without one (Rust,
+ * Go, C): parameters registered in order, gradients marked ready as backward
+ * produces them, bucket all_reduces started at once so they overlap the rest
+ * of backward, then averaged gradients written back. The averages equal
+ * torch DDP's. Per iteration: [dk_reducer_prepare], dk_reducer_mark_ready for
+ * every parameter, dk_reducer_finalize. One thread at a time per reducer. */
+typedef struct dk_reducer dk_reducer_t;
+
+#define DK_COMM_HOOK_NONE 0
+#define DK_COMM_HOOK_FP16 1 /* torch's fp16_compress_hook */
+#define DK_COMM_HOOK_BF16 2 /* torch's bf16_compress_hook */
+
+typedef struct dk_reducer_config {
+  size_t struct_size;              /* sizeof(dk_reducer_config_t) */
+  double bucket_cap_mb;            /* default 25 */
+  double first_bucket_cap_mb;      /* default 1 */
+  int32_t find_unused_parameters;  /* default 0 */
+  int32_t gradient_as_bucket_view; /* default 0 */
+  int32_t broadcast_buffers;       /* default 1 */
+  int32_t comm_hook;               /* DK_COMM_HOOK_*; default NONE */
+} dk_reducer_config_t;
+
+/* Local. Fills the defaults. */
+DK_EXPORT void dk_reducer_config_init(dk_reducer_config_t* config);
+
+/* Collective over `group` (NULL: the default group): broadcasts rank 0's
+ * parameters and buffers into every rank's tensors, then assigns buckets.
+ * The tensors are borrowed for the reducer's lifetime (buffers are written
+ * again by dk_reducer_broadcast_buffers). Parameters must be floating point.
+ * *out is owned (dk_reducer_destroy). */
+DK_EXPORT dk_status_t dk_reducer_create(
+    dk_group_t* group, DLTensor* const* params, size_t num_params,
+    DLTensor* const* buffers, size_t num_buffers,
+    const dk_reducer_config_t* config, dk_reducer_t** out, dk_error_t** err);
+
+/* Local. Waits for in-flight buckets, then frees. */
+DK_EXPORT void dk_reducer_destroy(dk_reducer_t* reducer);
+
+/* Local. Starts an iteration (implicit at the first mark_ready). `unused`:
+ * indices of parameters this rank's forward did not use
+ * (find_unused_parameters only); they count as zero gradients. */
+DK_EXPORT dk_status_t dk_reducer_prepare(dk_reducer_t* reducer,
+                                         const int32_t* unused,
+                                         size_t num_unused, dk_error_t** err);
+
+/* Parameter `index`'s gradient is final for this iteration; may start a
+ * bucket's all_reduce (non-blocking). `grad` (same dtype and size as the
+ * parameter) is borrowed until dk_reducer_finalize, which writes it. */
+DK_EXPORT dk_status_t dk_reducer_mark_ready(dk_reducer_t* reducer,
+                                            int32_t index, const DLTensor* grad,
+                                            dk_error_t** err);
+
+/* Blocking. Waits for every bucket and writes the averaged gradients. A
+ * parameter without gradient (and find_unused_parameters off) is
+ * DK_FAILED_PRECONDITION naming it. */
+DK_EXPORT dk_status_t dk_reducer_finalize(dk_reducer_t* reducer,
+                                          dk_error_t** err);
+
+/* Local. require_sync 0: no_sync (mark_ready and finalize do nothing;
+ * gradients accumulate in the caller's buffers until it is 1 again). */
+DK_EXPORT void dk_reducer_set_require_sync(dk_reducer_t* reducer,
+                                           int32_t require_sync);
+
+/* Collective, blocking. Broadcasts rank 0's buffers (before each forward
+ * when broadcast_buffers). */
+DK_EXPORT dk_status_t dk_reducer_broadcast_buffers(dk_reducer_t* reducer,
+                                                   dk_error_t** err);
+
+/* Local. gradient_as_bucket_view: where parameter `index`'s gradient must be
+ * written (borrowed; valid while dk_reducer_view_generation is unchanged,
+ * which it is except once, after the first finalize). */
+DK_EXPORT dk_status_t dk_reducer_grad_view(dk_reducer_t* reducer, int32_t index,
+                                           void** data_out, dk_error_t** err);
+DK_EXPORT int64_t dk_reducer_view_generation(const dk_reducer_t* reducer);
+
+/* Local. After finalize: parameter `index`'s averaged gradient (borrowed until
+ * the next iteration) and, with find_unused_parameters, whether any rank
+ * used it (1) or none did (0: its gradient was not written). */
+DK_EXPORT dk_status_t dk_reducer_reduced_grad(dk_reducer_t* reducer,
+                                              int32_t index, void** data_out,
+                                              dk_error_t** err);
+DK_EXPORT int32_t dk_reducer_globally_used(const dk_reducer_t* reducer,
+                                           int32_t index);
+
+/* Local. The number of buckets. */
+DK_EXPORT int32_t dk_reducer_num_buckets(const dk_reducer_t* reducer);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,13 +1,15 @@
 //! Data-parallel training in Rust with distkit: linear regression on flat
-//! buffers, each rank on its own shard of a synthetic dataset, gradients
-//! averaged across ranks with one all_reduce per step.
+//! buffers, each rank on its own shard of a synthetic dataset. distkit's
+//! Reducer (the engine of DDP) broadcasts rank 0's parameters, and averages
+//! the gradients each step: bucket all_reduces start as soon as a gradient is
+//! marked ready, overlapping the rest of the backward computation.
 //!
 //!     bazel run //tools/distrun -- --nproc-per-node 4 -- $PWD/bazel-bin/examples/rust/train.bin
 //!
 //! Options: --steps N (default 200), --lr X (default 0.05).
 use std::time::Instant;
 
-use distkit::{InitOptions, ReduceOp};
+use distkit::{InitOptions, ReduceOp, Reducer, ReducerOptions};
 
 const FEATURES: usize = 16;
 const SAMPLES: usize = 8192;
@@ -48,37 +50,43 @@ fn main() -> distkit::Result<()> {
     let world = distkit::init("pytorch", &InitOptions::default())?;
     let (rank, size) = (world.rank() as usize, world.size() as usize);
 
-    // Parameters: FEATURES weights then the bias. Start from rank 0's values.
-    let mut params = vec![0f32; FEATURES + 1];
-    if rank == 0 {
-        for (j, p) in params.iter_mut().enumerate() {
-            *p = 0.01 * j as f32;
-        }
-    }
-    world.broadcast(&mut params, 0)?;
+    // Parameters: the weights and the bias, each rank starting elsewhere;
+    // the reducer replaces them with rank 0's.
+    let weights: Vec<f32> = (0..FEATURES).map(|j| 0.01 * j as f32 + rank as f32).collect();
+    let mut reducer = Reducer::new(&world, vec![weights, vec![rank as f32]], Vec::new(), &ReducerOptions::default())?;
 
     // This rank's shard: samples rank, rank + size, ...
     let shard: Vec<usize> = (rank..SAMPLES).step_by(size).collect();
     let (mut first_loss, mut last_loss) = (None, 0f32);
     let start = Instant::now();
     for step in 1..=steps {
-        // grads[0..FEATURES] weights, [FEATURES] bias, [FEATURES + 1] the loss.
-        let mut grads = vec![0f32; FEATURES + 2];
-        for b in 0..BATCH {
-            let (x, y) = sample(shard[((step - 1) * BATCH + b) % shard.len()]);
-            let pred = (0..FEATURES).map(|j| params[j] * x[j]).sum::<f32>() + params[FEATURES];
-            let err = pred - y;
-            for j in 0..FEATURES {
-                grads[j] += 2.0 * err * x[j] / BATCH as f32;
+        // Forward and backward on this rank's batch.
+        let (mut gw, mut gb, mut loss) = (vec![0f32; FEATURES], 0f32, 0f32);
+        {
+            let p = reducer.params();
+            for b in 0..BATCH {
+                let (x, y) = sample(shard[((step - 1) * BATCH + b) % shard.len()]);
+                let err = (0..FEATURES).map(|j| p[0][j] * x[j]).sum::<f32>() + p[1][0] - y;
+                for j in 0..FEATURES {
+                    gw[j] += 2.0 * err * x[j] / BATCH as f32;
+                }
+                gb += 2.0 * err / BATCH as f32;
+                loss += err * err / BATCH as f32;
             }
-            grads[FEATURES] += 2.0 * err / BATCH as f32;
-            grads[FEATURES + 1] += err * err / BATCH as f32;
         }
-        world.all_reduce(&mut grads, ReduceOp::Mean)?;
-        for j in 0..=FEATURES {
-            params[j] -= lr * grads[j];
+        // Backward produces the last parameter's gradient first.
+        reducer.mark_ready(1, &[gb])?;
+        reducer.mark_ready(0, &gw)?;
+        reducer.finalize()?;
+        let (params, grads) = reducer.params_and_grads();
+        for (p, g) in params.into_iter().zip(grads) {
+            for (v, d) in p.iter_mut().zip(g) {
+                *v -= lr * d;
+            }
         }
-        let loss = grads[FEATURES + 1];
+        let mut global_loss = [loss];
+        world.all_reduce(&mut global_loss, ReduceOp::Mean)?;
+        let loss = global_loss[0];
         first_loss.get_or_insert(loss);
         last_loss = loss;
         if rank == 0 && (step % 20 == 0 || step == 1) {
@@ -86,6 +94,7 @@ fn main() -> distkit::Result<()> {
             println!("step {step:4}  loss {loss:.6}  samples/s {samples_per_s:.0}");
         }
     }
+    let params: Vec<f32> = reducer.params().concat();
 
     // Every rank must hold the same parameters, bit for bit.
     let mut all = vec![0f32; params.len() * size];

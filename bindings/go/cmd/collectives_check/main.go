@@ -413,6 +413,53 @@ func main() {
 		}
 	}
 	must(world.Barrier(), "barrier")
+	// The gradient reducer: rank 0's parameters everywhere, averaged
+	// gradients, a missing gradient named.
+	params := [][]float64{make([]float64, 40), make([]float64, 3)}
+	for _, p := range params {
+		for k := range p {
+			p[k] = float64(rank)
+		}
+	}
+	red, err := dk.NewReducer(world, params, [][]float64{{float64(rank + 9)}}, dk.ReducerOptions{FirstBucketCapMB: 1e-4})
+	must(err, "new reducer")
+	if params[0][5] != 0 || params[1][2] != 0 {
+		fail("reducer parameters not broadcast from rank 0: %v", params[1])
+	}
+	grad := func(q, p, k int) float64 { return float64((q+1)*(k+1) + p) }
+	grads := [][]float64{make([]float64, 40), make([]float64, 3)}
+	for it := 0; it < 2; it++ {
+		for _, p := range []int{1, 0} {
+			for k := range grads[p] {
+				grads[p][k] = grad(rank, p, k)
+			}
+			must(red.MarkReady(p, grads[p]), "mark ready")
+		}
+		must(red.Finalize(grads), "finalize")
+		for p, gp := range grads {
+			for k, v := range gp {
+				want := 0.0
+				for q := 0; q < size; q++ {
+					want += grad(q, p, k) / float64(size)
+				}
+				if math.Abs(v-want) > 1e-9 {
+					fail("reducer average p%d[%d] = %v want %v", p, k, v, want)
+				}
+			}
+		}
+	}
+	if err := red.MarkReady(0, make([]float64, 3)); dk.CodeOf(err) != dk.InvalidArgument {
+		fail("wrong gradient size: %v", err)
+	}
+	must(red.MarkReady(0, grads[0]), "mark ready")
+	if err := red.Finalize(grads); dk.CodeOf(err) != dk.FailedPrecondition || !strings.Contains(err.Error(), "params[1]") {
+		fail("missing gradient: %v", err)
+	}
+	red.Close()
+	if err := red.MarkReady(0, grads[0]); dk.CodeOf(err) != dk.FailedPrecondition {
+		fail("closed reducer: %v", err)
+	}
+
 	// Abort from another goroutine.
 	all4 := make([]int, size)
 	for i := range all4 {

@@ -1,5 +1,5 @@
 //! Raw declarations of distkit's C ABI, `capi/include/distkit/distkit.h`
-//! (ABI 0.1), and of the DLPack structs it takes.
+//! (ABI 0.2), and of the DLPack structs it takes.
 //!
 //! Written by hand (no bindgen is reachable offline); `tests/layout.rs`
 //! checks every constant, struct size and field offset against the real
@@ -49,7 +49,7 @@ pub struct DLTensor {
 // ---- Versions and errors --------------------------------------------------
 
 pub const DK_ABI_MAJOR: i32 = 0;
-pub const DK_ABI_MINOR: i32 = 1;
+pub const DK_ABI_MINOR: i32 = 2;
 
 pub type dk_status_t = i32;
 
@@ -159,6 +159,29 @@ pub const DK_GROUP_UNUSED: *mut dk_group_t = usize::MAX as *mut dk_group_t;
 pub const DK_PARALLEL_DATA: i32 = 0;
 pub const DK_PARALLEL_TENSOR: i32 = 1;
 pub const DK_PARALLEL_EXPERT: i32 = 2;
+
+// ---- Gradient reducer (ABI 0.2) ---------------------------------------------
+
+#[repr(C)]
+pub struct dk_reducer_t {
+    _private: [u8; 0],
+}
+
+pub const DK_COMM_HOOK_NONE: i32 = 0;
+pub const DK_COMM_HOOK_FP16: i32 = 1;
+pub const DK_COMM_HOOK_BF16: i32 = 2;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dk_reducer_config_t {
+    pub struct_size: usize,
+    pub bucket_cap_mb: f64,
+    pub first_bucket_cap_mb: f64,
+    pub find_unused_parameters: i32,
+    pub gradient_as_bucket_view: i32,
+    pub broadcast_buffers: i32,
+    pub comm_hook: i32,
+}
 
 pub type ErrOut = *mut *mut dk_error_t;
 pub type WorkOut = *mut *mut dk_work_t;
@@ -431,6 +454,29 @@ extern "C" {
         count_out: *mut usize,
         err: ErrOut,
     ) -> dk_status_t;
+
+    pub fn dk_reducer_config_init(config: *mut dk_reducer_config_t);
+    pub fn dk_reducer_create(
+        group: *mut dk_group_t,
+        params: *const *mut DLTensor,
+        num_params: usize,
+        buffers: *const *mut DLTensor,
+        num_buffers: usize,
+        config: *const dk_reducer_config_t,
+        out: *mut *mut dk_reducer_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_reducer_destroy(reducer: *mut dk_reducer_t);
+    pub fn dk_reducer_prepare(reducer: *mut dk_reducer_t, unused: *const i32, num_unused: usize, err: ErrOut) -> dk_status_t;
+    pub fn dk_reducer_mark_ready(reducer: *mut dk_reducer_t, index: i32, grad: *const DLTensor, err: ErrOut) -> dk_status_t;
+    pub fn dk_reducer_finalize(reducer: *mut dk_reducer_t, err: ErrOut) -> dk_status_t;
+    pub fn dk_reducer_set_require_sync(reducer: *mut dk_reducer_t, require_sync: i32);
+    pub fn dk_reducer_broadcast_buffers(reducer: *mut dk_reducer_t, err: ErrOut) -> dk_status_t;
+    pub fn dk_reducer_grad_view(reducer: *mut dk_reducer_t, index: i32, data_out: *mut *mut c_void, err: ErrOut) -> dk_status_t;
+    pub fn dk_reducer_view_generation(reducer: *const dk_reducer_t) -> i64;
+    pub fn dk_reducer_reduced_grad(reducer: *mut dk_reducer_t, index: i32, data_out: *mut *mut c_void, err: ErrOut) -> dk_status_t;
+    pub fn dk_reducer_globally_used(reducer: *const dk_reducer_t, index: i32) -> i32;
+    pub fn dk_reducer_num_buckets(reducer: *const dk_reducer_t) -> i32;
 
     pub fn dk_parallel_state_create(
         data_parallel: *mut dk_group_t,

@@ -60,7 +60,8 @@ fn rust_values() -> Vec<(&'static str, i64)> {
         DK_INT64, DK_BOOL, DK_OP_SUM, DK_OP_PRODUCT, DK_OP_MIN, DK_OP_MAX, DK_OP_BAND,
         DK_OP_BOR, DK_OP_BXOR, DK_OP_MEAN, DK_WORK_PENDING, DK_WORK_SUCCEEDED,
         DK_WORK_FAILED, DK_PARALLEL_DATA, DK_PARALLEL_TENSOR, DK_PARALLEL_EXPERT, kDLCPU,
-        kDLCUDA, kDLInt, kDLUInt, kDLFloat, kDLBfloat,
+        kDLCUDA, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DK_COMM_HOOK_NONE, DK_COMM_HOOK_FP16,
+        DK_COMM_HOOK_BF16,
     ];
     values.push(("(intptr_t)DK_GROUP_UNUSED", DK_GROUP_UNUSED as isize as i64));
     values.push(("sizeof(dk_status_t)", size_of::<dk_status_t>() as i64));
@@ -82,6 +83,8 @@ fn rust_values() -> Vec<(&'static str, i64)> {
     layout!(dk_bytes_t: data, size);
     layout!(dk_store_config_t: struct_size, address, token, timeout_ms, connect_timeout_ms);
     layout!(dk_init_config_t: struct_size, backend, timeout_ms);
+    layout!(dk_reducer_config_t: struct_size, bucket_cap_mb, first_bucket_cap_mb,
+            find_unused_parameters, gradient_as_bucket_view, broadcast_buffers, comm_hook);
     values
 }
 

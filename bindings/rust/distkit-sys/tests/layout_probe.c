@@ -61,6 +61,9 @@ int main(void) {
   VALUE(kDLUInt);
   VALUE(kDLFloat);
   VALUE(kDLBfloat);
+  VALUE(DK_COMM_HOOK_NONE);
+  VALUE(DK_COMM_HOOK_FP16);
+  VALUE(DK_COMM_HOOK_BF16);
   VALUE(sizeof(dk_status_t));
   VALUE(sizeof(dk_dtype_t));
   VALUE(sizeof(dk_reduce_op_t));
@@ -93,5 +96,13 @@ int main(void) {
   OFFSET(dk_init_config_t, struct_size);
   OFFSET(dk_init_config_t, backend);
   OFFSET(dk_init_config_t, timeout_ms);
+  SIZE(dk_reducer_config_t);
+  OFFSET(dk_reducer_config_t, struct_size);
+  OFFSET(dk_reducer_config_t, bucket_cap_mb);
+  OFFSET(dk_reducer_config_t, first_bucket_cap_mb);
+  OFFSET(dk_reducer_config_t, find_unused_parameters);
+  OFFSET(dk_reducer_config_t, gradient_as_bucket_view);
+  OFFSET(dk_reducer_config_t, broadcast_buffers);
+  OFFSET(dk_reducer_config_t, comm_hook);
   return 0;
 }

@@ -284,6 +284,37 @@ fn main() {
     }
     world.barrier().unwrap();
 
+    // The gradient reducer: rank 0's parameters everywhere, averaged
+    // gradients, no_sync accumulation, a missing gradient named.
+    {
+        use distkit::{Reducer, ReducerOptions};
+        let opts = ReducerOptions { first_bucket_cap_mb: 1e-4, ..Default::default() };
+        let mut red = Reducer::new(&world, vec![vec![r as f64; 40], vec![r as f64; 3]], vec![vec![r as f64 + 9.0]], &opts).unwrap();
+        assert!(red.params().iter().all(|p| p.iter().all(|&v| v == 0.0)), "parameters from rank 0");
+        assert_eq!(red.buffers()[0][0], 9.0);
+        let grad = |q: i32, p: usize, k: usize| (q + 1) as f64 * (k as f64 + 1.0) + p as f64;
+        let mean = |p: usize, k: usize| (0..n).map(|q| grad(q, p, k)).sum::<f64>() / n as f64;
+        for _ in 0..2 {
+            red.mark_ready(1, &(0..3).map(|k| grad(r, 1, k)).collect::<Vec<_>>()).unwrap();
+            red.mark_ready(0, &(0..40).map(|k| grad(r, 0, k)).collect::<Vec<_>>()).unwrap();
+            let g = red.finalize().unwrap();
+            for (p, gp) in g.iter().enumerate() {
+                for (k, &v) in gp.iter().enumerate() {
+                    assert!((v - mean(p, k)).abs() < 1e-9, "reducer average p{p}[{k}] {v}");
+                }
+            }
+        }
+        red.set_require_sync(false);
+        red.mark_ready(0, &[0.0; 40]).unwrap();
+        red.set_require_sync(true);
+        let e = red.mark_ready(0, &[0.0; 3]).expect_err("wrong gradient size");
+        assert_eq!(e.code(), Code::InvalidArgument);
+        red.mark_ready(0, &[1.0; 40]).unwrap();
+        let e = red.finalize().expect_err("missing gradient");
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+        assert!(e.message().contains("params[1]"), "{e}");
+    }
+
     // Abort from another thread: later calls fail cleanly.
     let g = world.new_group(&(0..n).collect::<Vec<_>>()).unwrap();
     let handle = g.abort_handle();

@@ -92,6 +92,10 @@ impl AbortHandle {
 }
 
 impl Group {
+    pub(crate) fn raw(&self) -> *mut sys::dk_group_t {
+        self.ptr
+    }
+
     pub(crate) fn from_raw(ptr: *mut sys::dk_group_t, store: Option<Store>) -> Group {
         Group { ptr, _store: store }
     }

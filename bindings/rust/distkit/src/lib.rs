@@ -13,6 +13,7 @@
 mod element;
 mod error;
 mod group;
+mod reducer;
 mod store;
 
 use std::sync::OnceLock;
@@ -23,6 +24,7 @@ use distkit_sys as sys;
 pub use element::{DataType, Element, BF16, F16};
 pub use error::{Code, Error, Result};
 pub use group::{AbortHandle, Group, ReduceOp, Scope, Work};
+pub use reducer::{CommHook, Reducer, ReducerOptions};
 pub use store::{Store, StoreOptions};
 
 /// Checks once that the loaded library can serve this binding's header.

@@ -1,0 +1,245 @@
+package distkit
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include "distkit/distkit.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// CommHook compresses float32 buckets before the all_reduce.
+type CommHook int32
+
+const (
+	NoHook       CommHook = C.DK_COMM_HOOK_NONE
+	Fp16Compress CommHook = C.DK_COMM_HOOK_FP16
+	Bf16Compress CommHook = C.DK_COMM_HOOK_BF16
+)
+
+// ReducerOptions configure NewReducer; the zero value means torch DDP's
+// defaults (25 MiB buckets, a 1 MiB first bucket, broadcast buffers).
+type ReducerOptions struct {
+	BucketCapMB          float64
+	FirstBucketCapMB     float64
+	FindUnusedParameters bool
+	NoBroadcastBuffers   bool
+	Hook                 CommHook
+}
+
+// Reducer averages gradients across a group, bucket by bucket, while
+// backward runs (the engine of DDP). Per step: MarkReady(i, grad) for every
+// parameter as its gradient is computed (a full bucket's all_reduce starts at
+// once), then Finalize(grads) writes the averages. The library works on
+// copies in C memory, so Go slices are never held across calls. Close it.
+type Reducer[T Element] struct {
+	ptr     *C.dk_reducer_t
+	grads   []unsafe.Pointer // staging, C memory, one per parameter
+	sizes   []int
+	buffers []unsafe.Pointer
+	bsizes  []int
+	tensors tensors
+}
+
+func cCopy[T Element](s []T) unsafe.Pointer {
+	var z T
+	n := C.size_t(len(s)) * C.size_t(unsafe.Sizeof(z))
+	p := C.malloc(n + 1)
+	if len(s) > 0 {
+		C.memcpy(p, unsafe.Pointer(&s[0]), n)
+	}
+	return p
+}
+
+func copyBack[T Element](dst []T, src unsafe.Pointer) {
+	if len(dst) > 0 {
+		copy(dst, unsafe.Slice((*T)(src), len(dst)))
+	}
+}
+
+// NewReducer is collective over g: rank 0's params and buffers replace every
+// rank's (written into the given slices).
+func NewReducer[T Element](g *Group, params, buffers [][]T, o ReducerOptions) (*Reducer[T], error) {
+	r := &Reducer[T]{}
+	tensorOf := func(p unsafe.Pointer, n int) *C.DLTensor { return rawView[T](&r.tensors, p, n) }
+	ptrs := make([]*C.DLTensor, 0, len(params)+len(buffers))
+	for _, p := range params {
+		r.grads = append(r.grads, cCopy(p))
+		r.sizes = append(r.sizes, len(p))
+		ptrs = append(ptrs, tensorOf(r.grads[len(r.grads)-1], len(p)))
+	}
+	for _, b := range buffers {
+		r.buffers = append(r.buffers, cCopy(b))
+		r.bsizes = append(r.bsizes, len(b))
+		ptrs = append(ptrs, tensorOf(r.buffers[len(r.buffers)-1], len(b)))
+	}
+	cptrs := (**C.DLTensor)(C.malloc(C.size_t(len(ptrs)+1) * C.size_t(unsafe.Sizeof((*C.DLTensor)(nil)))))
+	defer C.free(unsafe.Pointer(cptrs))
+	list := unsafe.Slice(cptrs, len(ptrs)+1)
+	copy(list, ptrs)
+	var config C.dk_reducer_config_t
+	C.dk_reducer_config_init(&config)
+	if o.BucketCapMB > 0 {
+		config.bucket_cap_mb = C.double(o.BucketCapMB)
+	}
+	if o.FirstBucketCapMB > 0 {
+		config.first_bucket_cap_mb = C.double(o.FirstBucketCapMB)
+	}
+	if o.FindUnusedParameters {
+		config.find_unused_parameters = 1
+	}
+	if o.NoBroadcastBuffers {
+		config.broadcast_buffers = 0
+	}
+	config.comm_hook = C.int32_t(o.Hook)
+	var cerr *C.dk_error_t
+	var bufs **C.DLTensor
+	if len(buffers) > 0 {
+		bufs = &list[len(params)]
+	}
+	if err := check(C.dk_reducer_create(g.ptr, cptrs, C.size_t(len(params)), bufs, C.size_t(len(buffers)), &config, &r.ptr, &cerr), cerr); err != nil {
+		r.release()
+		return nil, err
+	}
+	for i, p := range params {
+		copyBack(p, r.grads[i])
+	}
+	for i, b := range buffers {
+		copyBack(b, r.buffers[i])
+	}
+	runtime.SetFinalizer(r, (*Reducer[T]).Close)
+	return r, nil
+}
+
+func (r *Reducer[T]) release() {
+	for _, p := range r.grads {
+		C.free(p)
+	}
+	for _, p := range r.buffers {
+		C.free(p)
+	}
+	r.tensors.free()
+	r.grads, r.buffers, r.tensors = nil, nil, nil
+}
+
+// Close waits for in-flight buckets and frees the reducer.
+func (r *Reducer[T]) Close() {
+	if r.ptr != nil {
+		C.dk_reducer_destroy(r.ptr)
+		r.ptr = nil
+		r.release()
+	}
+	runtime.SetFinalizer(r, nil)
+}
+
+func (r *Reducer[T]) live() error {
+	if r.ptr == nil {
+		return &Error{FailedPrecondition, "distkit: the reducer is closed"}
+	}
+	return nil
+}
+
+// NumBuckets is the number of buckets (one all_reduce each).
+func (r *Reducer[T]) NumBuckets() int { return int(C.dk_reducer_num_buckets(r.ptr)) }
+
+// Prepare starts an iteration naming the parameters this rank did not use
+// (FindUnusedParameters).
+func (r *Reducer[T]) Prepare(unused []int) error {
+	if err := r.live(); err != nil {
+		return err
+	}
+	u := make([]C.int32_t, len(unused))
+	for i, v := range unused {
+		u[i] = C.int32_t(v)
+	}
+	var p *C.int32_t
+	if len(u) > 0 {
+		p = &u[0]
+	}
+	var cerr *C.dk_error_t
+	return check(C.dk_reducer_prepare(r.ptr, p, C.size_t(len(u)), &cerr), cerr)
+}
+
+// MarkReady hands parameter i's final gradient over (it is copied).
+func (r *Reducer[T]) MarkReady(i int, grad []T) error {
+	if err := r.live(); err != nil {
+		return err
+	}
+	if i < 0 || i >= len(r.grads) {
+		return &Error{OutOfRange, fmt.Sprintf("reducer: parameter index %d out of range [0, %d)", i, len(r.grads))}
+	}
+	if len(grad) != r.sizes[i] {
+		return &Error{InvalidArgument, fmt.Sprintf("reducer: gradient %d has %d elements, the parameter %d", i, len(grad), r.sizes[i])}
+	}
+	copy(unsafe.Slice((*T)(r.grads[i]), r.sizes[i]), grad)
+	var ts tensors
+	defer ts.free()
+	t := rawView[T](&ts, r.grads[i], r.sizes[i])
+	var cerr *C.dk_error_t
+	return check(C.dk_reducer_mark_ready(r.ptr, C.int32_t(i), t, &cerr), cerr)
+}
+
+// Finalize waits for every bucket and writes the averaged gradients into
+// grads (one slice per parameter, as given to MarkReady).
+func (r *Reducer[T]) Finalize(grads [][]T) error {
+	if err := r.live(); err != nil {
+		return err
+	}
+	var cerr *C.dk_error_t
+	if err := check(C.dk_reducer_finalize(r.ptr, &cerr), cerr); err != nil {
+		return err
+	}
+	for i := 0; i < len(grads) && i < len(r.grads); i++ {
+		if len(grads[i]) != r.sizes[i] {
+			return &Error{InvalidArgument, fmt.Sprintf("reducer: grads[%d] has %d elements, the parameter %d", i, len(grads[i]), r.sizes[i])}
+		}
+		copyBack(grads[i], r.grads[i])
+	}
+	return nil
+}
+
+// SetRequireSync(false) is no_sync: MarkReady and Finalize do nothing.
+func (r *Reducer[T]) SetRequireSync(sync bool) {
+	if r.ptr != nil {
+		v := C.int32_t(0)
+		if sync {
+			v = 1
+		}
+		C.dk_reducer_set_require_sync(r.ptr, v)
+	}
+}
+
+// BroadcastBuffers is collective: rank 0's buffers replace every rank's
+// (the slices given must be those given to NewReducer, in order).
+func (r *Reducer[T]) BroadcastBuffers(buffers [][]T) error {
+	if err := r.live(); err != nil {
+		return err
+	}
+	if len(buffers) != len(r.buffers) {
+		return &Error{InvalidArgument, fmt.Sprintf("reducer: %d buffers given, %d registered", len(buffers), len(r.buffers))}
+	}
+	for i, b := range buffers {
+		if len(b) != r.bsizes[i] {
+			return &Error{InvalidArgument, fmt.Sprintf("reducer: buffer %d has %d elements, registered %d", i, len(b), r.bsizes[i])}
+		}
+		copy(unsafe.Slice((*T)(r.buffers[i]), len(b)), b)
+	}
+	var cerr *C.dk_error_t
+	if err := check(C.dk_reducer_broadcast_buffers(r.ptr, &cerr), cerr); err != nil {
+		return err
+	}
+	for i, b := range buffers {
+		copyBack(b, r.buffers[i])
+	}
+	return nil
+}
+
+// GloballyUsed reports whether any rank used parameter i (FindUnusedParameters).
+func (r *Reducer[T]) GloballyUsed(i int) bool {
+	return r.ptr != nil && C.dk_reducer_globally_used(r.ptr, C.int32_t(i)) != 0
+}

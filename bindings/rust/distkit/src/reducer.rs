@@ -1,0 +1,158 @@
+//! Data-parallel gradient averaging (the engine of DDP) for Rust trainers.
+use distkit_sys as sys;
+
+use crate::element::{Element, View};
+use crate::error::{call, Code, Error, Result};
+use crate::group::Group;
+
+/// Compression applied to float32 buckets before the all_reduce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommHook {
+    None,
+    Fp16Compress,
+    Bf16Compress,
+}
+
+/// Options of `Reducer::new` (torch DDP's defaults).
+#[derive(Clone, Debug)]
+pub struct ReducerOptions {
+    pub bucket_cap_mb: f64,
+    pub first_bucket_cap_mb: f64,
+    pub find_unused_parameters: bool,
+    pub broadcast_buffers: bool,
+    pub comm_hook: CommHook,
+}
+
+impl Default for ReducerOptions {
+    fn default() -> Self {
+        ReducerOptions {
+            bucket_cap_mb: 25.0,
+            first_bucket_cap_mb: 1.0,
+            find_unused_parameters: false,
+            broadcast_buffers: true,
+            comm_hook: CommHook::None,
+        }
+    }
+}
+
+/// Averages gradients across a group, bucket by bucket, while backward runs.
+/// It owns the parameter and buffer vectors (the library reads and writes
+/// them for its whole life); reach them through `params_mut` / `params`.
+///
+/// Per step: compute gradient i, `mark_ready(i, &grad)` (may start a bucket's
+/// all_reduce at once), ..., then `finalize(&mut grads)` writes the averages.
+pub struct Reducer<'g, T: Element> {
+    ptr: *mut sys::dk_reducer_t,
+    params: Vec<Vec<T>>,
+    buffers: Vec<Vec<T>>,
+    // Copies of the gradients handed to mark_ready, written by finalize.
+    staged: Vec<Vec<T>>,
+    _views: Vec<Box<View>>,
+    _group: std::marker::PhantomData<&'g Group>,
+}
+
+impl<'g, T: Element> Reducer<'g, T> {
+    /// Collective: rank 0's parameters and buffers replace every rank's.
+    pub fn new(group: &'g Group, params: Vec<Vec<T>>, buffers: Vec<Vec<T>>, options: &ReducerOptions) -> Result<Self> {
+        let mut params = params;
+        let mut buffers = buffers;
+        let mut views: Vec<Box<View>> = params.iter_mut().chain(buffers.iter_mut()).map(|v| View::of_mut(v)).collect();
+        let ptrs: Vec<*mut sys::DLTensor> = views.iter_mut().map(|v| v.tensor()).collect();
+        let (pp, bp) = ptrs.split_at(params.len());
+        let mut config = unsafe {
+            let mut c = std::mem::zeroed::<sys::dk_reducer_config_t>();
+            sys::dk_reducer_config_init(&mut c);
+            c
+        };
+        config.bucket_cap_mb = options.bucket_cap_mb;
+        config.first_bucket_cap_mb = options.first_bucket_cap_mb;
+        config.find_unused_parameters = options.find_unused_parameters as i32;
+        config.broadcast_buffers = options.broadcast_buffers as i32;
+        config.comm_hook = match options.comm_hook {
+            CommHook::None => sys::DK_COMM_HOOK_NONE,
+            CommHook::Fp16Compress => sys::DK_COMM_HOOK_FP16,
+            CommHook::Bf16Compress => sys::DK_COMM_HOOK_BF16,
+        };
+        let mut out = std::ptr::null_mut();
+        call(|err| unsafe {
+            sys::dk_reducer_create(group.raw(), pp.as_ptr(), pp.len(), bp.as_ptr(), bp.len(), &config, &mut out, err)
+        })?;
+        let staged = params.iter().map(|p| p.clone()).collect();
+        Ok(Reducer { ptr: out, params, buffers, staged, _views: views, _group: std::marker::PhantomData })
+    }
+
+    pub fn params(&self) -> &[Vec<T>] {
+        &self.params
+    }
+    /// Parameters, to update after `finalize` (the optimizer step). Slices:
+    /// the library holds their addresses, so they cannot be resized.
+    pub fn params_mut(&mut self) -> Vec<&mut [T]> {
+        self.params.iter_mut().map(|p| &mut p[..]).collect()
+    }
+    pub fn buffers(&self) -> &[Vec<T>] {
+        &self.buffers
+    }
+    pub fn buffers_mut(&mut self) -> Vec<&mut [T]> {
+        self.buffers.iter_mut().map(|b| &mut b[..]).collect()
+    }
+    /// Parameters and the averaged gradients of the last `finalize`, together
+    /// (for the optimizer step).
+    pub fn params_and_grads(&mut self) -> (Vec<&mut [T]>, &[Vec<T>]) {
+        (self.params.iter_mut().map(|p| &mut p[..]).collect(), &self.staged)
+    }
+    pub fn num_buckets(&self) -> usize {
+        unsafe { sys::dk_reducer_num_buckets(self.ptr) as usize }
+    }
+
+    /// Starts an iteration naming the parameters this rank did not use
+    /// (find_unused_parameters).
+    pub fn prepare(&mut self, unused: &[i32]) -> Result<()> {
+        call(|err| unsafe { sys::dk_reducer_prepare(self.ptr, unused.as_ptr(), unused.len(), err) })
+    }
+
+    /// Parameter `index`'s gradient is final; it is copied, so `grad` may be
+    /// reused at once.
+    pub fn mark_ready(&mut self, index: usize, grad: &[T]) -> Result<()> {
+        let slot = self
+            .staged
+            .get_mut(index)
+            .ok_or_else(|| Error::new(Code::OutOfRange, format!("reducer: parameter index {index} out of range")))?;
+        if slot.len() != grad.len() {
+            return Err(Error::new(
+                Code::InvalidArgument,
+                format!("reducer: gradient {index} has {} elements, the parameter {}", grad.len(), slot.len()),
+            ));
+        }
+        slot.copy_from_slice(grad);
+        let mut v = View::of_mut(slot);
+        call(|err| unsafe { sys::dk_reducer_mark_ready(self.ptr, index as i32, v.tensor(), err) })
+    }
+
+    /// Waits for every bucket; returns the averaged gradients.
+    pub fn finalize(&mut self) -> Result<&[Vec<T>]> {
+        call(|err| unsafe { sys::dk_reducer_finalize(self.ptr, err) })?;
+        Ok(&self.staged)
+    }
+
+    /// no_sync: while false, mark_ready and finalize do nothing.
+    pub fn set_require_sync(&mut self, require_sync: bool) {
+        unsafe { sys::dk_reducer_set_require_sync(self.ptr, require_sync as i32) }
+    }
+
+    /// Collective: rank 0's buffers replace every rank's.
+    pub fn broadcast_buffers(&mut self) -> Result<()> {
+        call(|err| unsafe { sys::dk_reducer_broadcast_buffers(self.ptr, err) })
+    }
+
+    /// Whether any rank used parameter `index` (find_unused_parameters).
+    pub fn globally_used(&self, index: usize) -> bool {
+        unsafe { sys::dk_reducer_globally_used(self.ptr, index as i32) != 0 }
+    }
+}
+
+impl<T: Element> Drop for Reducer<'_, T> {
+    fn drop(&mut self) {
+        // Waits for in-flight buckets before the vectors are freed.
+        unsafe { sys::dk_reducer_destroy(self.ptr) }
+    }
+}
