@@ -47,6 +47,18 @@ class StoreConfig(ctypes.Structure):
     ]
 
 
+class ReducerConfig(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("bucket_cap_mb", ctypes.c_double),
+        ("first_bucket_cap_mb", ctypes.c_double),
+        ("find_unused_parameters", ctypes.c_int32),
+        ("gradient_as_bucket_view", ctypes.c_int32),
+        ("broadcast_buffers", ctypes.c_int32),
+        ("comm_hook", ctypes.c_int32),
+    ]
+
+
 class InitConfig(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
@@ -55,7 +67,7 @@ class InitConfig(ctypes.Structure):
     ]
 
 
-ABI_MAJOR, ABI_MINOR = 0, 1
+ABI_MAJOR, ABI_MINOR = 0, 2
 
 P = ctypes.c_void_p  # opaque handles
 PP = ctypes.POINTER(ctypes.c_void_p)
@@ -107,6 +119,20 @@ _PROTOTYPES = {
     "dk_group_gather_object": (c_status, [P, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32,
                                           ctypes.POINTER(ctypes.POINTER(Bytes)),
                                           ctypes.POINTER(ctypes.c_size_t), PP]),
+    "dk_reducer_config_init": (None, [ctypes.POINTER(ReducerConfig)]),
+    "dk_reducer_create": (c_status, [P, ctypes.POINTER(T), ctypes.c_size_t, ctypes.POINTER(T),
+                                     ctypes.c_size_t, ctypes.POINTER(ReducerConfig), PP, PP]),
+    "dk_reducer_destroy": (None, [P]),
+    "dk_reducer_prepare": (c_status, [P, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, PP]),
+    "dk_reducer_mark_ready": (c_status, [P, ctypes.c_int32, T, PP]),
+    "dk_reducer_finalize": (c_status, [P, PP]),
+    "dk_reducer_set_require_sync": (None, [P, ctypes.c_int32]),
+    "dk_reducer_broadcast_buffers": (c_status, [P, PP]),
+    "dk_reducer_grad_view": (c_status, [P, ctypes.c_int32, PP, PP]),
+    "dk_reducer_view_generation": (ctypes.c_int64, [P]),
+    "dk_reducer_reduced_grad": (c_status, [P, ctypes.c_int32, PP, PP]),
+    "dk_reducer_globally_used": (ctypes.c_int32, [P, ctypes.c_int32]),
+    "dk_reducer_num_buckets": (ctypes.c_int32, [P]),
     "dk_group_broadcast_object_list": (c_status, [P, ctypes.POINTER(Bytes), ctypes.c_size_t,
                                                   ctypes.c_int32,
                                                   ctypes.POINTER(ctypes.POINTER(Bytes)),

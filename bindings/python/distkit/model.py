@@ -1,0 +1,380 @@
+"""Data-parallel model wrappers with mmengine's interface
+(``mmengine.model.MMDistributedDataParallel`` and friends).
+
+The autograd hooks are Python; buckets, the asynchronous all_reduces and the
+averaging run in C++ (distkit's GradReducer, through the ABI's dk_reducer_*),
+so communication overlaps the rest of backward without holding the GIL. The
+averaged gradients equal torch.nn.parallel.DistributedDataParallel's.
+
+    from distkit import dist
+    from distkit.model import MMDistributedDataParallel, OptimWrapper
+    dist.init_dist("pytorch", backend="gloo")
+    model = MMDistributedDataParallel(model)
+    log_vars = model.train_step(data, OptimWrapper(torch.optim.SGD(...)))
+"""
+import contextlib
+import ctypes
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from . import _lib, dist
+from ._dlpack import Borrowed
+from ._lib import check, lib
+
+__all__ = [
+    "MMDistributedDataParallel",
+    "MMSeparateDistributedDataParallel",
+    "OptimWrapper",
+    "is_model_wrapper",
+    "parse_losses",
+]
+
+_HOOKS = {None: 0, "fp16": 1, "fp16_compress": 1, "bf16": 2, "bf16_compress": 2}
+
+
+def _tensor_at(address: int, like: torch.Tensor) -> torch.Tensor:
+    """A tensor over library memory at `address`, shaped and typed like `like`."""
+    nbytes = like.numel() * like.element_size()
+    if nbytes == 0:
+        return torch.zeros_like(like)
+    buffer = (ctypes.c_char * nbytes).from_address(address)
+    return torch.frombuffer(buffer, dtype=like.dtype).view(like.shape)
+
+
+def _reachable_leaves(outputs) -> set:
+    """The AccumulateGrad nodes the autograd graph of `outputs` reaches."""
+    stack, seen = [], set()
+
+    def add(x):
+        if isinstance(x, torch.Tensor):
+            if x.grad_fn is not None:
+                stack.append(x.grad_fn)
+        elif isinstance(x, dict):
+            for v in x.values():
+                add(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                add(v)
+
+    add(outputs)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for nxt, _ in node.next_functions:
+            if nxt is not None:
+                stack.append(nxt)
+    return seen
+
+
+def parse_losses(losses: Dict[str, Any]):
+    """mmengine's BaseModel.parse_losses: every tensor (or list of tensors) is
+    averaged; the sum of the entries whose key contains 'loss' is the loss."""
+    log_vars = []
+    for name, value in losses.items():
+        if isinstance(value, torch.Tensor):
+            log_vars.append([name, value.mean()])
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, torch.Tensor) for v in value):
+            log_vars.append([name, sum(v.mean() for v in value)])
+        else:
+            raise TypeError(f"{name} is not a tensor or list of tensors")
+    loss = sum(value for key, value in log_vars if "loss" in key)
+    log_vars.insert(0, ["loss", loss])
+    return loss, OrderedDict(log_vars)
+
+
+class OptimWrapper:
+    """The part of mmengine's OptimWrapper that train_step uses:
+    ``update_params`` (backward, step, zero_grad, with gradient accumulation
+    over ``accumulative_counts`` iterations) and ``optim_context`` (no_sync on
+    the iterations that only accumulate)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, accumulative_counts: int = 1):
+        if accumulative_counts < 1:
+            raise ValueError(f"accumulative_counts must be >= 1, got {accumulative_counts}")
+        self.optimizer = optimizer
+        self._accumulative_counts = accumulative_counts
+        self._inner_count = 0
+
+    def should_update(self) -> bool:
+        return (self._inner_count + 1) % self._accumulative_counts == 0
+
+    def should_sync(self) -> bool:
+        return self.should_update()
+
+    @contextlib.contextmanager
+    def optim_context(self, model):
+        if not self.should_sync() and hasattr(model, "no_sync"):
+            with model.no_sync():
+                yield
+        else:
+            yield
+
+    def backward(self, loss: torch.Tensor, **kwargs) -> None:
+        loss.backward(**kwargs)
+        self._inner_count += 1
+
+    def step(self, **kwargs) -> None:
+        self.optimizer.step(**kwargs)
+
+    def zero_grad(self, **kwargs) -> None:
+        self.optimizer.zero_grad(**kwargs)
+
+    def update_params(self, loss: torch.Tensor) -> None:
+        loss = loss / self._accumulative_counts
+        update = self.should_update()
+        self.backward(loss)
+        if update:
+            self.step()
+            self.zero_grad()
+
+
+class _Reducer:
+    """The ABI's dk_reducer over a module's parameters and buffers."""
+
+    def __init__(self, params, buffers, group, config):
+        self.param_views = [Borrowed(p.detach()) for p in params]
+        self.buffer_views = [Borrowed(b) for b in buffers]
+        ptrs = (_lib.T * max(1, len(params)))(*[v.pointer for v in self.param_views])
+        bptrs = (_lib.T * max(1, len(buffers)))(*[v.pointer for v in self.buffer_views])
+        self.handle = ctypes.c_void_p()
+        with torch.no_grad():
+            check(lib.dk_reducer_create, dist._handle(group), ptrs, len(params), bptrs, len(buffers),
+                  ctypes.byref(config), ctypes.byref(self.handle))
+
+    def __del__(self):
+        handle = getattr(self, "handle", None)
+        if handle:
+            lib.dk_reducer_destroy(handle)
+            self.handle = None
+
+
+class MMDistributedDataParallel(torch.nn.Module):
+    """mmengine's MMDistributedDataParallel on distkit: wraps `module`,
+    broadcasts rank 0's parameters and buffers, and averages gradients during
+    backward. ``train_step`` / ``val_step`` / ``test_step`` behave as
+    mmengine's."""
+
+    def __init__(self, module: torch.nn.Module, detect_anomalous_params: bool = False, *,
+                 broadcast_buffers: bool = True, find_unused_parameters: bool = False,
+                 bucket_cap_mb: float = 25, gradient_as_bucket_view: bool = False,
+                 comm_hook: Optional[str] = None, process_group=None, **kwargs):
+        super().__init__()
+        if comm_hook not in _HOOKS:
+            raise ValueError(f"comm_hook must be one of {sorted(k for k in _HOOKS if k)} or None, "
+                             f"got {comm_hook!r}")
+        if any(p.device.type != "cpu" for p in module.parameters()):
+            raise ValueError("MMDistributedDataParallel: the Gloo backend reduces CPU parameters")
+        self.module = module
+        self.detect_anomalous_params = detect_anomalous_params
+        self.broadcast_buffers = broadcast_buffers
+        self.find_unused_parameters = find_unused_parameters
+        self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.require_backward_grad_sync = True
+        self.process_group = process_group
+        seen = set()
+        self._dk_params: List[torch.nn.Parameter] = []
+        for p in module.parameters():
+            if p.requires_grad and id(p) not in seen:  # shared parameters once
+                seen.add(id(p))
+                self._dk_params.append(p)
+        self._dk_buffers = [b for b in module.buffers()]
+        config = _lib.ReducerConfig()
+        lib.dk_reducer_config_init(ctypes.byref(config))
+        config.bucket_cap_mb = bucket_cap_mb
+        config.find_unused_parameters = int(find_unused_parameters)
+        config.gradient_as_bucket_view = int(gradient_as_bucket_view)
+        config.broadcast_buffers = int(broadcast_buffers)
+        config.comm_hook = _HOOKS[comm_hook]
+        self._reducer = _Reducer(self._dk_params, self._dk_buffers, process_group, config)
+        self._grad_views: List[Optional[Borrowed]] = [None] * len(self._dk_params)
+        self._view_generation = -1
+        self._finalize_queued = False
+        self._used = None
+        # Hooks on the gradient accumulators run once .grad holds the final
+        # (accumulated) gradient; keep the accumulators alive.
+        self._accumulators = []
+        for i, p in enumerate(self._dk_params):
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            acc.register_hook(self._make_hook(i))
+            self._accumulators.append(acc)
+
+    # -- the reducer ---------------------------------------------------------------
+
+    def _make_hook(self, index: int):
+        def hook(*unused):
+            self._mark_ready(index)
+        return hook
+
+    def _mark_ready(self, index: int) -> None:
+        if not self.require_backward_grad_sync:
+            return
+        p = self._dk_params[index]
+        view = Borrowed(p.grad)
+        self._grad_views[index] = view  # borrowed by the library until finalize
+        check(lib.dk_reducer_mark_ready, self._reducer.handle, index, view.pointer)
+        if not self._finalize_queued:
+            self._finalize_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._finalize)
+
+    def _finalize(self) -> None:
+        self._finalize_queued = False
+        try:
+            check(lib.dk_reducer_finalize, self._reducer.handle)
+        finally:
+            self._grad_views = [None] * len(self._dk_params)
+        handle = self._reducer.handle
+        with torch.no_grad():
+            if self.find_unused_parameters:
+                for i, p in enumerate(self._dk_params):
+                    if not lib.dk_reducer_globally_used(handle, i) or (self._used is not None and i in self._used):
+                        continue
+                    # Unused here, used elsewhere: the averaged gradient.
+                    address = ctypes.c_void_p()
+                    check(lib.dk_reducer_reduced_grad, handle, i, ctypes.byref(address))
+                    reduced = _tensor_at(address.value, p)
+                    if p.grad is None:
+                        p.grad = reduced.clone()
+                    else:
+                        p.grad.copy_(reduced)
+            if self.gradient_as_bucket_view and lib.dk_reducer_view_generation(handle) != self._view_generation:
+                self._point_grads_at_views()
+
+    def _point_grads_at_views(self) -> None:
+        handle = self._reducer.handle
+        self._view_generation = lib.dk_reducer_view_generation(handle)
+        with torch.no_grad():
+            for i, p in enumerate(self._dk_params):
+                address = ctypes.c_void_p()
+                check(lib.dk_reducer_grad_view, handle, i, ctypes.byref(address))
+                if p.grad is not None and p.grad.data_ptr() == address.value:
+                    continue
+                view = _tensor_at(address.value, p)
+                if p.grad is not None:
+                    view.copy_(p.grad)
+                else:
+                    view.zero_()
+                p.grad = view
+
+    # -- nn.Module ------------------------------------------------------------------
+
+    def forward(self, *inputs, **kwargs):
+        training = torch.is_grad_enabled() and self.require_backward_grad_sync
+        if training and self.broadcast_buffers and self._dk_buffers:
+            check(lib.dk_reducer_broadcast_buffers, self._reducer.handle)
+        if self.gradient_as_bucket_view:
+            if self._view_generation < 0 or any(
+                    p.grad is None for p in self._dk_params):
+                self._point_grads_at_views()
+        output = self.module(*inputs, **kwargs)
+        if training and self.find_unused_parameters:
+            reached = _reachable_leaves(output)
+            self._used = {i for i, acc in enumerate(self._accumulators) if acc in reached}
+            unused = [i for i in range(len(self._dk_params)) if i not in self._used]
+            array = (ctypes.c_int32 * max(1, len(unused)))(*unused)
+            check(lib.dk_reducer_prepare, self._reducer.handle, array, len(unused))
+        return output
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward inside accumulates gradients locally; the next backward
+        outside reduces the accumulated values."""
+        old = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        lib.dk_reducer_set_require_sync(self._reducer.handle, 0)
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = old
+            lib.dk_reducer_set_require_sync(self._reducer.handle, int(old))
+
+    @property
+    def num_buckets(self) -> int:
+        return lib.dk_reducer_num_buckets(self._reducer.handle)
+
+    # -- mmengine's steps -------------------------------------------------------------
+
+    def train_step(self, data, optim_wrapper) -> Dict[str, torch.Tensor]:
+        """mmengine's: preprocess, forward in 'loss' mode (no_sync while the
+        optimizer wrapper only accumulates), parse the losses, update."""
+        with optim_wrapper.optim_context(self):
+            preprocessor = getattr(self.module, "data_preprocessor", None)
+            if preprocessor is not None:
+                data = preprocessor(data, training=True)
+            losses = self._run_forward(data, mode="loss")
+        parse = getattr(self.module, "parse_losses", parse_losses)
+        parsed_loss, log_vars = parse(losses)
+        optim_wrapper.update_params(parsed_loss)
+        if self.detect_anomalous_params:
+            self._detect_anomalous_params(parsed_loss)
+        return log_vars
+
+    def val_step(self, data) -> list:
+        return self.module.val_step(data)
+
+    def test_step(self, data) -> list:
+        return self.module.test_step(data)
+
+    def _run_forward(self, data, mode: str):
+        if isinstance(data, dict):
+            return self(**data, mode=mode)
+        if isinstance(data, (list, tuple)):
+            return self(*data, mode=mode)
+        raise TypeError("Output of `data_preprocessor` should be list, tuple or dict, "
+                        f"but got {type(data)}")
+
+    def _detect_anomalous_params(self, loss: torch.Tensor) -> None:
+        reached = _reachable_leaves(loss)
+        for name, p in self.module.named_parameters():
+            if p.requires_grad and p.expand_as(p).grad_fn.next_functions[0][0] not in reached:
+                print(f"rank {dist.get_rank()}: {name} with shape {tuple(p.size())} is not in the "
+                      "computational graph")
+
+
+class MMSeparateDistributedDataParallel(torch.nn.Module):
+    """mmengine's MMSeparateDistributedDataParallel: each direct child with
+    trainable parameters is wrapped in its own MMDistributedDataParallel;
+    the others are kept as they are. Steps go to the wrapped module."""
+
+    def __init__(self, module: torch.nn.Module, broadcast_buffers: bool = False,
+                 find_unused_parameters: bool = False, **kwargs):
+        super().__init__()
+        self.module = module
+        for name, sub in list(module._modules.items()):
+            if sub is not None and any(p.requires_grad for p in sub.parameters()):
+                sub = MMDistributedDataParallel(sub, broadcast_buffers=broadcast_buffers,
+                                                find_unused_parameters=find_unused_parameters,
+                                                **kwargs)
+            module._modules[name] = sub
+
+    def train_step(self, data, optim_wrapper):
+        return self.module.train_step(data, optim_wrapper)
+
+    def val_step(self, data) -> list:
+        return self.module.val_step(data)
+
+    def test_step(self, data) -> list:
+        return self.module.test_step(data)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        with contextlib.ExitStack() as stack:
+            for sub in self.module._modules.values():
+                if isinstance(sub, MMDistributedDataParallel):
+                    stack.enter_context(sub.no_sync())
+            yield
+
+    def train(self, mode: bool = True):
+        self.training = mode
+        self.module.train(mode)
+        return self
+
+
+def is_model_wrapper(model) -> bool:
+    """mmengine's is_model_wrapper: distkit's wrappers and torch's own."""
+    wrappers = (MMDistributedDataParallel, MMSeparateDistributedDataParallel,
+                torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    return isinstance(model, wrappers)
