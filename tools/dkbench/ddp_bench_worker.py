@@ -1,0 +1,58 @@
+"""One rank of the DDP step benchmark (ddp_bench.py runs it): the same 4-layer
+MLP, batch and optimizer as ddp_bench_cc.cc, with distkit's Python DDP
+(--impl distkit) or torch's DistributedDataParallel over Gloo (--impl torch,
+on MASTER_PORT + 1). Rank 0 prints the median step time."""
+import argparse
+import os
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+WIDTH, BATCH, WARMUP, STEPS = 2560, 32, 3, 10
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--impl", choices=["distkit", "torch"], required=True)
+    impl = parser.parse_args().impl
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    layers = []
+    for i in range(4):
+        layers.append(torch.nn.Linear(WIDTH, WIDTH))
+        if i < 3:
+            layers.append(torch.nn.ReLU())
+    net = torch.nn.Sequential(*layers)
+    if impl == "torch":
+        import torch.distributed as tdist
+        port = int(os.environ["MASTER_PORT"]) + 1
+        tdist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{port}",
+                                 rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+        model = torch.nn.parallel.DistributedDataParallel(net)
+        rank = tdist.get_rank()
+    else:
+        from distkit import dist
+        from distkit.model import MMDistributedDataParallel
+        dist.init_dist("pytorch", backend="gloo")
+        model = MMDistributedDataParallel(net)
+        rank = dist.get_rank()
+    sgd = torch.optim.SGD(net.parameters(), lr=0.01)
+    x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
+    times = []
+    for step in range(WARMUP + STEPS):
+        t0 = time.perf_counter()
+        sgd.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        sgd.step()
+        if step >= WARMUP:
+            times.append((time.perf_counter() - t0) * 1e3)
+    if rank == 0:
+        params = sum(p.numel() for p in net.parameters())
+        name = "distkit-python" if impl == "distkit" else "torch"
+        print(f"RESULT impl={name} params={params} median_ms={statistics.median(times):.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
