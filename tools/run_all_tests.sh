@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 tools/bootstrap.sh
 bazel test //... "$@"
-# The C ABI (its misuse tests included) and the layers under it once more,
+# The C ABI (its misuse tests included), the layers under it and the gradient
+# reducer once more,
 # under AddressSanitizer and UndefinedBehaviorSanitizer.
-bazel test --config=asan //capi/... //cc/core/... //cc/comm/... "$@"
+bazel test --config=asan //capi/... //cc/core/... //cc/comm/... //cc/parallel/... "$@"
