@@ -7,8 +7,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "cc/comm/mpi/mpi_backend.h"
 #include "cc/core/status.h"
 #include "cc/store/grpc_store.h"
+#include "cc/store/hash_store.h"
 #include "cc/store/store_server.h"
 
 namespace distkit {
@@ -49,12 +51,12 @@ std::string GlooHostname(const std::string& store_address) {
 }
 
 absl::Status CheckBackend(const std::string& backend) {
-  if (backend == "gloo") return absl::OkStatus();
-  if (backend == "nccl" || backend == "mpi" ||
-      backend == "cpu:gloo,cuda:nccl") {
+  if (backend == "gloo" || backend == "mpi") return absl::OkStatus();
+  if (backend == "nccl" || backend == "cpu:gloo,cuda:nccl") {
     return absl::FailedPreconditionError(
         absl::StrCat("backend '", backend,
-                     "' is not available in this build (available: gloo)"));
+                     "' is not available in this build (available: gloo, "
+                     "mpi)"));
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown backend '", backend, "' (expected gloo, nccl or mpi)"));
@@ -89,6 +91,16 @@ absl::Status InitDist(absl::string_view launcher_name,
     return absl::InvalidArgumentError("Invalid launcher type: none");
   }
   DK_RETURN_IF_ERROR(CheckBackend(options.backend));
+  if (options.backend == "mpi") {
+    // MPI knows the ranks and connects them itself: no store is needed
+    // unless the launcher names one (MASTER_ADDR). Group bookkeeping then
+    // uses a store local to this process.
+    DK_ASSIGN_OR_RETURN(auto world, MpiBackend::WorldRankAndSize());
+    if (std::getenv("MASTER_ADDR") == nullptr) {
+      return Join(std::make_shared<HashStore>(), nullptr, world.first,
+                  world.second, options, "");
+    }
+  }
   Environment env = Environment::FromProcess();
   ParseOptions parse;
   parse.port = options.port;

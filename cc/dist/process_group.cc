@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cc/comm/gloo/gloo_backend.h"
+#include "cc/comm/mpi/mpi_backend.h"
 #include "cc/core/status.h"
 #include "cc/store/prefix_store.h"
 
@@ -61,10 +62,21 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::CreateWorld(
 
 absl::Status ProcessGroup::Connect() {
   if (!is_member()) return absl::OkStatus();
+  if (backend_ == nullptr && options_.backend == "mpi") {
+    // The world; subgroups get theirs from the parent (MPI_Comm_split).
+    absl::StatusOr<std::unique_ptr<MpiBackend>> mpi =
+        MpiBackend::CreateWorld(rank_, size());
+    if (!mpi.ok()) {
+      return Annotate(mpi.status(),
+                      absl::StrCat("creating group '", name_, "'"));
+    }
+    backend_ = *std::move(mpi);
+  }
+  if (backend_ != nullptr) return absl::OkStatus();
   if (options_.backend != "gloo") {
     return absl::FailedPreconditionError(
         absl::StrCat("backend '", options_.backend,
-                     "' is not available in this build (have: gloo)"));
+                     "' is not available in this build (have: gloo, mpi)"));
   }
   GlooBackend::Options gloo_options;
   gloo_options.timeout = options_.timeout;
@@ -126,9 +138,27 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
   const std::string child = absl::StrCat(
       name_, "/",
       options.name.empty() ? absl::StrCat(next_child_) : options.name);
+  std::unique_ptr<Backend> split;
+  if (options.backend == "mpi") {
+    // MPI derives the subgroup from this group's communicator: a collective
+    // over this group, run in its order like any other operation.
+    auto* mpi = dynamic_cast<MpiBackend*>(backend_.get());
+    if (mpi == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "new_group: an mpi subgroup needs an mpi parent; group '", name_,
+          "' uses ", options_.backend));
+    }
+    DK_RETURN_IF_ERROR(RunSync({"new_group", absl::OkStatus(),
+                                [&](const OpContext& c) -> absl::Status {
+                                  DK_ASSIGN_OR_RETURN(split,
+                                                      mpi->Split(c, ranks));
+                                  return absl::OkStatus();
+                                }}));
+  }
   std::shared_ptr<ProcessGroup> group(new ProcessGroup(
       child, std::make_shared<PrefixStore>(absl::StrCat("pg/", child), store_),
       std::move(global), global_rank_, std::move(options)));
+  group->backend_ = std::move(split);
   DK_RETURN_IF_ERROR(group->Connect());
   return group;
 }

@@ -41,10 +41,10 @@ int Flag(int argc, char** argv, const char* name, int fallback) {
 }
 
 torch::nn::Sequential Mlp() {
-  return torch::nn::Sequential(
-      torch::nn::Linear(kFeatures, 128), torch::nn::ReLU(),
-      torch::nn::Linear(128, 128), torch::nn::ReLU(),
-      torch::nn::Linear(128, kClasses));
+  return torch::nn::Sequential(torch::nn::Linear(kFeatures, 128),
+                               torch::nn::ReLU(), torch::nn::Linear(128, 128),
+                               torch::nn::ReLU(),
+                               torch::nn::Linear(128, kClasses));
 }
 
 // The task: x ~ N(0, 1)^32, label = argmax of a fixed random teacher MLP.
@@ -54,7 +54,8 @@ struct Task {
     teacher = Mlp();
     teacher->eval();
   }
-  std::pair<torch::Tensor, torch::Tensor> Batch(int64_t n, torch::Generator& g) {
+  std::pair<torch::Tensor, torch::Tensor> Batch(int64_t n,
+                                                torch::Generator& g) {
     torch::Tensor x = at::randn({n, kFeatures}, g);
     torch::NoGradGuard no_grad;
     return {x, teacher->forward(x).argmax(1)};
@@ -127,27 +128,33 @@ int main(int argc, char** argv) {
 
   // Every rank must hold exactly rank 0's parameters.
   torch::NoGradGuard no_grad;
-  torch::Tensor flat = torch::cat(
-      [&] {
-        std::vector<torch::Tensor> v;
-        for (auto& p : model->parameters()) v.push_back(p.flatten());
-        return v;
-      }());
+  torch::Tensor flat = torch::cat([&] {
+    std::vector<torch::Tensor> v;
+    for (auto& p : model->parameters()) v.push_back(p.flatten());
+    return v;
+  }());
   torch::Tensor reference = flat.clone();
-  if (absl::Status s = group->Broadcast(
-          TensorRef(reference.data_ptr(), reference.numel(), DataType::kFloat32),
-          0);
+  if (absl::Status s =
+          group->Broadcast(TensorRef(reference.data_ptr(), reference.numel(),
+                                     DataType::kFloat32),
+                           0);
       !s.ok())
     return Fail(s);
   const bool identical = torch::equal(flat, reference);
   // Held-out accuracy (a fresh sample, the same on every rank).
   auto held_out = at::make_generator<at::CPUGeneratorImpl>(99);
   auto [xt, yt] = task.Batch(2000, held_out);
-  const double accuracy =
-      model->forward(xt).argmax(1).eq(yt).to(torch::kFloat).mean().item<double>();
-  std::printf("rank %d: parameters identical to rank 0's: %s, held-out accuracy %.3f\n",
-              rank_, identical ? "yes" : "NO", accuracy);
-  if (!identical) return Fail(absl::InternalError("parameters differ across ranks"));
+  const double accuracy = model->forward(xt)
+                              .argmax(1)
+                              .eq(yt)
+                              .to(torch::kFloat)
+                              .mean()
+                              .item<double>();
+  std::printf(
+      "rank %d: parameters identical to rank 0's: %s, held-out accuracy %.3f\n",
+      rank_, identical ? "yes" : "NO", accuracy);
+  if (!identical)
+    return Fail(absl::InternalError("parameters differ across ranks"));
   if (absl::Status s = dist::Barrier(); !s.ok()) return Fail(s);
   if (rank_ == 0) {
     std::printf("main_job: done in %.1f s\n",

@@ -31,14 +31,14 @@ int main(int argc, char** argv) {
   auto ddp = DistributedDataParallel::Create(model.ptr());
   if (!ddp.ok()) return 1;
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01));
-  torch::Tensor x = torch::randn({kBatch, kWidth}), y = torch::randn({kBatch, kWidth});
+  torch::Tensor x = torch::randn({kBatch, kWidth}),
+                y = torch::randn({kBatch, kWidth});
   std::vector<double> times;
   for (int step = 0; step < kWarmup + kSteps; ++step) {
     const absl::Time t0 = absl::Now();
     if (!no_overlap) {
-      auto loss = TrainStep(**ddp, sgd, [&] {
-        return torch::mse_loss(model->forward(x), y);
-      });
+      auto loss = TrainStep(
+          **ddp, sgd, [&] { return torch::mse_loss(model->forward(x), y); });
       if (!loss.ok()) return 1;
     } else {
       sgd.zero_grad();
@@ -50,8 +50,9 @@ int main(int argc, char** argv) {
       for (auto& p : model->parameters()) grads.push_back(p.grad().flatten());
       torch::Tensor flat = torch::cat(grads).div_(dist::GetWorldSize());
       if (!dist::GetDefaultGroup()
-               ->AllReduce(TensorRef(flat.data_ptr(), flat.numel(), DataType::kFloat32),
-                           ReduceOp::kSum)
+               ->AllReduce(
+                   TensorRef(flat.data_ptr(), flat.numel(), DataType::kFloat32),
+                   ReduceOp::kSum)
                .ok())
         return 1;
       int64_t at = 0;
@@ -61,24 +62,28 @@ int main(int argc, char** argv) {
       }
       sgd.step();
     }
-    if (step >= kWarmup) times.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+    if (step >= kWarmup)
+      times.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
   }
   std::sort(times.begin(), times.end());
   if (rank == 0) {
     int64_t params = 0;
     for (auto& p : model->parameters()) params += p.numel();
     std::printf("RESULT impl=%s params=%lld median_ms=%.1f\n",
-                no_overlap ? "distkit-cc-no-overlap" : "distkit-cc", (long long)params,
-                times[times.size() / 2]);
+                no_overlap ? "distkit-cc-no-overlap" : "distkit-cc",
+                (long long)params, times[times.size() / 2]);
     if (!no_overlap) {
       auto trace = (*ddp)->reducer().last_trace();
-      std::printf("TRACE finalize_started_ms=%.1f finalize_wait_ms=%.1f\n",
-                  absl::ToDoubleMilliseconds(trace.finalize_started_after_prepare),
-                  absl::ToDoubleMilliseconds(trace.finalize_wait));
+      std::printf(
+          "TRACE finalize_started_ms=%.1f finalize_wait_ms=%.1f\n",
+          absl::ToDoubleMilliseconds(trace.finalize_started_after_prepare),
+          absl::ToDoubleMilliseconds(trace.finalize_wait));
       for (const auto& b : trace.buckets) {
-        std::printf("BUCKET %d bytes=%zu launched_ms=%.1f done_before_finalize=%d\n",
-                    b.bucket, b.bytes, absl::ToDoubleMilliseconds(b.launched_after_prepare),
-                    b.done_before_finalize ? 1 : 0);
+        std::printf(
+            "BUCKET %d bytes=%zu launched_ms=%.1f done_before_finalize=%d\n",
+            b.bucket, b.bytes,
+            absl::ToDoubleMilliseconds(b.launched_after_prepare),
+            b.done_before_finalize ? 1 : 0);
       }
     }
   }

@@ -1,0 +1,324 @@
+// Every operation of the mpi backend, for every dtype it takes, in every rank
+// of a job started by mpirun (init_dist('mpi', backend='mpi'): no store).
+// Each rank checks each result against values it computes itself.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cc/comm/internal/half.h"
+#include "cc/dist/dist.h"
+#include "cc/dist/process_group.h"
+
+namespace distkit {
+namespace {
+
+int rank_ = 0, size_ = 1;
+
+void Check(bool ok, const std::string& what) {
+  if (!ok) {
+    std::fprintf(stderr, "rank %d: FAILED: %s\n", rank_, what.c_str());
+    std::exit(1);
+  }
+}
+void Ok(const absl::Status& s, const std::string& what) {
+  Check(s.ok(), what + ": " + s.ToString());
+}
+
+// Values as doubles; stored in the tensor's dtype.
+double V(int r, int64_t i) { return (r + 1) * (i % 7 + 1); }
+double Small(int r, int64_t i) { return 1 + (r + i) % 2; }
+
+struct Buffer {
+  DataType dtype;
+  std::vector<uint64_t> storage;
+  int64_t n;
+  Buffer(DataType d, int64_t n) : dtype(d), storage(n + 1), n(n) {}
+  TensorRef ref() { return TensorRef(storage.data(), n, dtype); }
+  void Set(int64_t i, double v) {
+    char* p = reinterpret_cast<char*>(storage.data());
+    switch (dtype) {
+      case DataType::kFloat32:
+        reinterpret_cast<float*>(p)[i] = v;
+        break;
+      case DataType::kFloat64:
+        reinterpret_cast<double*>(p)[i] = v;
+        break;
+      case DataType::kInt8:
+        reinterpret_cast<int8_t*>(p)[i] = v;
+        break;
+      case DataType::kUInt8:
+        reinterpret_cast<uint8_t*>(p)[i] = v;
+        break;
+      case DataType::kInt32:
+        reinterpret_cast<int32_t*>(p)[i] = v;
+        break;
+      case DataType::kInt64:
+        reinterpret_cast<int64_t*>(p)[i] = v;
+        break;
+      case DataType::kBool:
+        reinterpret_cast<bool*>(p)[i] = v != 0;
+        break;
+      case DataType::kFloat16:
+        reinterpret_cast<uint16_t*>(p)[i] = comm_internal::FloatToFloat16(v);
+        break;
+      case DataType::kBFloat16:
+        reinterpret_cast<uint16_t*>(p)[i] = comm_internal::FloatToBFloat16(v);
+        break;
+    }
+  }
+  double Get(int64_t i) const {
+    const char* p = reinterpret_cast<const char*>(storage.data());
+    switch (dtype) {
+      case DataType::kFloat32:
+        return reinterpret_cast<const float*>(p)[i];
+      case DataType::kFloat64:
+        return reinterpret_cast<const double*>(p)[i];
+      case DataType::kInt8:
+        return reinterpret_cast<const int8_t*>(p)[i];
+      case DataType::kUInt8:
+        return reinterpret_cast<const uint8_t*>(p)[i];
+      case DataType::kInt32:
+        return reinterpret_cast<const int32_t*>(p)[i];
+      case DataType::kInt64:
+        return reinterpret_cast<const int64_t*>(p)[i];
+      case DataType::kBool:
+        return reinterpret_cast<const bool*>(p)[i];
+      case DataType::kFloat16:
+        return comm_internal::Float16ToFloat(
+            reinterpret_cast<const uint16_t*>(p)[i]);
+      case DataType::kBFloat16:
+        return comm_internal::BFloat16ToFloat(
+            reinterpret_cast<const uint16_t*>(p)[i]);
+    }
+    return 0;
+  }
+};
+
+bool IsInt(DataType d) {
+  return d == DataType::kInt8 || d == DataType::kUInt8 ||
+         d == DataType::kInt32 || d == DataType::kInt64;
+}
+
+void Near(double got, double want, const std::string& what) {
+  Check(std::abs(got - want) <= 1e-2 * std::max(1.0, std::abs(want)),
+        absl::StrCat(what, ": got ", got, ", want ", want));
+}
+
+void AllOps(ProcessGroup& g, DataType d) {
+  const std::string name(DataTypeName(d));
+  const int n = g.size(), r = g.rank();
+  const int64_t len = 37;
+  if (d == DataType::kBool) {
+    for (ReduceOp op :
+         {ReduceOp::kBor, ReduceOp::kBand, ReduceOp::kMax, ReduceOp::kMin}) {
+      Buffer b(d, len);
+      for (int64_t i = 0; i < len; ++i) b.Set(i, (r + i) % 2);
+      Ok(g.AllReduce(b.ref(), op), "bool all_reduce");
+      for (int64_t i = 0; i < len; ++i) {
+        bool any = false, all = true;
+        for (int q = 0; q < n; ++q) {
+          any |= (q + i) % 2;
+          all &= (q + i) % 2 != 0;
+        }
+        const bool want =
+            op == ReduceOp::kBor || op == ReduceOp::kMax ? any : all;
+        Check(b.Get(i) == want, "bool " + name);
+      }
+    }
+  } else {
+    struct Case {
+      ReduceOp op;
+      bool small;
+    };
+    for (Case c : {Case{ReduceOp::kSum, false}, Case{ReduceOp::kMax, false},
+                   Case{ReduceOp::kMin, false}, Case{ReduceOp::kProduct, true},
+                   Case{ReduceOp::kMean, false}}) {
+      Buffer b(d, len);
+      for (int64_t i = 0; i < len; ++i)
+        b.Set(i, c.small ? Small(r, i) : V(r, i));
+      Ok(g.AllReduce(b.ref(), c.op), "all_reduce " + name);
+      for (int64_t i = 0; i < len; ++i) {
+        double sum = 0, prod = 1, mx = -1e30, mn = 1e30;
+        for (int q = 0; q < n; ++q) {
+          const double v = c.small ? Small(q, i) : V(q, i);
+          sum += v, prod *= v, mx = std::max(mx, v), mn = std::min(mn, v);
+        }
+        double want = c.op == ReduceOp::kSum       ? sum
+                      : c.op == ReduceOp::kMax     ? mx
+                      : c.op == ReduceOp::kMin     ? mn
+                      : c.op == ReduceOp::kProduct ? prod
+                                                   : sum / n;
+        if (c.op == ReduceOp::kMean && IsInt(d)) want = std::trunc(want);
+        Near(b.Get(i), want,
+             absl::StrCat("all_reduce ", ReduceOpName(c.op), " ", name));
+      }
+    }
+    if (IsInt(d)) {
+      Buffer b(d, len);
+      for (int64_t i = 0; i < len; ++i) b.Set(i, (r * 5 + i) % 8);
+      Ok(g.AllReduce(b.ref(), ReduceOp::kBxor), "bxor");
+      for (int64_t i = 0; i < len; ++i) {
+        int64_t want = 0;
+        for (int q = 0; q < n; ++q) want ^= (q * 5 + i) % 8;
+        Check(b.Get(i) == want, "bxor " + name);
+      }
+    } else {
+      Buffer b(d, 3);
+      Check(g.AllReduce(b.ref(), ReduceOp::kBand).code() ==
+                absl::StatusCode::kInvalidArgument,
+            "band on a float must be refused");
+    }
+  }
+  for (int root = 0; root < n; ++root) {
+    Buffer b(d, len);
+    for (int64_t i = 0; i < len; ++i)
+      b.Set(i, d == DataType::kBool ? (root + i) % 2 : V(r, i));
+    Ok(g.Broadcast(b.ref(), root), "broadcast");
+    for (int64_t i = 0; i < len; ++i)
+      Near(b.Get(i), d == DataType::kBool ? (root + i) % 2 : V(root, i),
+           "broadcast " + name);
+  }
+  Buffer in(d, len), out(d, len * n);
+  for (int64_t i = 0; i < len; ++i)
+    in.Set(i, d == DataType::kBool ? (r + i) % 2 : V(r, i));
+  auto expect = [&](int q, int64_t i) {
+    return d == DataType::kBool ? (q + i) % 2 : V(q, i);
+  };
+  Ok(g.AllGather(in.ref(), out.ref()), "all_gather");
+  for (int64_t j = 0; j < len * n; ++j)
+    Near(out.Get(j), expect(j / len, j % len), "all_gather " + name);
+  Buffer gathered(d, len * n);
+  Ok(g.Gather(in.ref(), gathered.ref(), n - 1), "gather");
+  if (r == n - 1)
+    for (int64_t j = 0; j < len * n; ++j)
+      Near(gathered.Get(j), expect(j / len, j % len), "gather " + name);
+  Buffer full(d, len * n), part(d, len);
+  for (int64_t j = 0; j < len * n; ++j) full.Set(j, expect(j / len, j % len));
+  Ok(g.Scatter(full.ref(), part.ref(), 0), "scatter");
+  for (int64_t i = 0; i < len; ++i)
+    Near(part.Get(i), expect(r, i), "scatter " + name);
+  Buffer a2a_in(d, 3 * n), a2a_out(d, 3 * n);
+  for (int64_t j = 0; j < 3 * n; ++j)
+    a2a_in.Set(j, d == DataType::kBool ? (r + j) % 2 : 10 * r + j);
+  Ok(g.AllToAll(a2a_in.ref(), a2a_out.ref()), "all_to_all");
+  for (int64_t j = 0; j < 3 * n; ++j) {
+    const int src = j / 3;
+    const int64_t k = r * 3 + j % 3;
+    Near(a2a_out.Get(j), d == DataType::kBool ? (src + k) % 2 : 10 * src + k,
+         "all_to_all " + name);
+  }
+  if (d != DataType::kBool) {
+    Buffer rs_in(d, len * n), rs_out(d, len);
+    for (int64_t j = 0; j < len * n; ++j) rs_in.Set(j, V(r, j));
+    Ok(g.ReduceScatter(rs_in.ref(), rs_out.ref(), ReduceOp::kSum),
+       "reduce_scatter");
+    for (int64_t i = 0; i < len; ++i) {
+      double want = 0;
+      for (int q = 0; q < n; ++q) want += V(q, r * len + i);
+      Near(rs_out.Get(i), want, "reduce_scatter " + name);
+    }
+    Buffer red(d, len);
+    for (int64_t i = 0; i < len; ++i) red.Set(i, V(r, i));
+    Ok(g.Reduce(red.ref(), ReduceOp::kSum, 0), "reduce");
+    for (int64_t i = 0; i < len; ++i) {
+      double want = V(r, i);
+      if (r == 0) {
+        want = 0;
+        for (int q = 0; q < n; ++q) want += V(q, i);
+      }
+      Near(red.Get(i), want, "reduce " + name);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace distkit
+
+int main() {
+  using namespace distkit;
+  dist::InitOptions options;
+  options.backend = "mpi";
+  options.timeout = absl::Seconds(60);
+  Ok(dist::InitDist("mpi", options), "init_dist('mpi', backend='mpi')");
+  rank_ = dist::GetRank();
+  size_ = dist::GetWorldSize();
+  auto world = dist::GetDefaultGroup();
+  Check(world->backend_name() == "mpi", "backend");
+  Check(std::to_string(rank_) == std::getenv("OMPI_COMM_WORLD_RANK"),
+        "rank from MPI");
+  for (DataType d :
+       {DataType::kFloat32, DataType::kFloat64, DataType::kInt8,
+        DataType::kUInt8, DataType::kInt32, DataType::kInt64,
+        DataType::kFloat16, DataType::kBFloat16, DataType::kBool}) {
+    AllOps(*world, d);
+  }
+  // Uneven all_to_all: q + 1 elements to rank q, valued 100 r + q.
+  {
+    const int n = size_, r = rank_;
+    std::vector<int64_t> in, in_splits, out_splits(n, r + 1);
+    for (int q = 0; q < n; ++q) {
+      in_splits.push_back(q + 1);
+      for (int k = 0; k <= q; ++k) in.push_back(100 * r + q);
+    }
+    std::vector<int64_t> out(n * (r + 1));
+    Ok(world->AllToAll(TensorRef(in.data(), in.size(), DataType::kInt64),
+                       TensorRef(out.data(), out.size(), DataType::kInt64),
+                       in_splits, out_splits),
+       "uneven all_to_all");
+    for (size_t j = 0; j < out.size(); ++j)
+      Check(out[j] == 100 * int64_t(j / (r + 1)) + r, "uneven all_to_all");
+  }
+  // Send/recv around a ring, and a mismatched receive named on the receiver.
+  if (size_ > 1) {
+    const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+    std::vector<double> mine(11, rank_ + 0.5), theirs(11);
+    auto s = world->SendAsync(TensorRef(mine.data(), 11, DataType::kFloat64),
+                              next, 7);
+    Ok(world->Recv(TensorRef(theirs.data(), 11, DataType::kFloat64), prev, 7),
+       "recv");
+    Ok(s->Wait(), "send");
+    Check(theirs[3] == prev + 0.5, "ring send/recv");
+    std::vector<float> wrong(5);
+    auto s2 = world->SendAsync(TensorRef(mine.data(), 11, DataType::kFloat64),
+                               next, 8);
+    absl::Status r =
+        world->Recv(TensorRef(wrong.data(), 5, DataType::kFloat32), prev, 8);
+    Check(r.code() == absl::StatusCode::kInvalidArgument &&
+              r.message().find("float64 x11") != std::string::npos,
+          "mismatched receive: " + r.ToString());
+    Ok(s2->Wait(), "send");
+  }
+  // Different element counts across ranks: an error on every rank.
+  if (size_ > 1) {
+    std::vector<int32_t> v(10 + rank_, 1);
+    absl::Status s = world->AllReduce(
+        TensorRef(v.data(), v.size(), DataType::kInt32), ReduceOp::kSum);
+    Check(s.code() == absl::StatusCode::kInvalidArgument,
+          "mismatch: " + s.ToString());
+    Check(v[0] == 1, "a refused call must not change data");
+  }
+  // A subgroup {0, last} through MPI_Comm_split; the others are not members.
+  std::vector<int> pair = {0};
+  if (size_ > 1) pair.push_back(size_ - 1);
+  auto sub = world->NewGroup(pair);
+  Ok(sub.status(), "new_group");
+  std::vector<int32_t> v = {rank_ + 1};
+  absl::Status s = (*sub)->AllReduce(TensorRef(v.data(), 1, DataType::kInt32),
+                                     ReduceOp::kSum);
+  if (rank_ == 0 || rank_ == size_ - 1) {
+    Ok(s, "subgroup all_reduce");
+    Check(v[0] == (size_ > 1 ? 1 + size_ : 1), "subgroup sum");
+    AllOps(**sub, DataType::kFloat32);
+  } else {
+    Check(s.code() == absl::StatusCode::kFailedPrecondition,
+          "non-member: " + s.ToString());
+  }
+  Ok(world->Barrier(), "barrier");
+  std::printf("rank %d/%d: mpi backend checks passed\n", rank_, size_);
+  sub->reset();
+  dist::DestroyDist();
+  return 0;
+}
