@@ -2,6 +2,7 @@
 // Sizes follow nccl-tests: `bytes` is the larger buffer (all_gather: the
 // gathered output; reduce_scatter: the input). Rank 0 prints CSV lines
 //   distkit,<op>,<world_size>,<bytes>,<microseconds per call>
+// (distkit_mpi,... with --backend mpi under mpirun).
 // Time per call is the median over batches of the mean of a batch.
 
 #include <algorithm>
@@ -33,14 +34,20 @@ int main(int argc, char** argv) {
                                   "broadcast"};
   int64_t min_bytes = 4, max_bytes = 64 << 20;
   int batches = 5;
+  std::string backend = "gloo";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--ops") ops = absl::StrSplit(value, ',');
     if (flag == "--min-bytes") (void)absl::SimpleAtoi(value, &min_bytes);
     if (flag == "--max-bytes") (void)absl::SimpleAtoi(value, &max_bytes);
     if (flag == "--batches") (void)absl::SimpleAtoi(value, &batches);
+    if (flag == "--backend") backend = value;
   }
-  absl::Status init = dist::InitDist("pytorch");
+  // --backend mpi: started by mpirun, no store (init_dist('mpi', 'mpi')).
+  dist::InitOptions options;
+  options.backend = backend;
+  absl::Status init =
+      dist::InitDist(backend == "mpi" ? "mpi" : "pytorch", options);
   if (!init.ok()) {
     fprintf(stderr, "%s\n", init.ToString().c_str());
     return 1;
@@ -98,7 +105,8 @@ int main(int argc, char** argv) {
                .ok())
         return 1;
       if (g.rank() == 0) {
-        printf("distkit,%s,%d,%lld,%.3f\n", op.c_str(), n,
+        printf("%s,%s,%d,%lld,%.3f\n",
+               backend == "mpi" ? "distkit_mpi" : "distkit", op.c_str(), n,
                static_cast<long long>(bytes), median);
         fflush(stdout);
       }

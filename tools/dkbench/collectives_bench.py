@@ -45,7 +45,7 @@ def run(cmd, timeout):
     for line in out.stdout.splitlines():
         line = line.split("]: ", 1)[-1]  # distrun's rank prefix
         parts = line.strip().split(",")
-        if len(parts) == 5 and parts[0] in ("distkit", "torch_gloo", "openmpi"):
+        if len(parts) == 5 and parts[0] in ("distkit", "torch_gloo", "openmpi", "distkit_mpi"):
             rows.append((parts[0], parts[1], int(parts[2]), int(parts[3]), float(parts[4])))
     return rows
 
@@ -65,7 +65,8 @@ def main():
     p.add_argument("--min-bytes", type=int, default=4)
     p.add_argument("--max-bytes", type=int, default=64 << 20)
     p.add_argument("--batches", type=int, default=5)
-    p.add_argument("--peers", default="torch_gloo,openmpi")
+    p.add_argument("--peers", default="torch_gloo,openmpi,distkit_mpi",
+                   help="distkit_mpi: distkit on its mpi backend, under mpirun")
     p.add_argument("--csv", default="")
     p.add_argument("--png", default="")
     p.add_argument("--timeout", type=int, default=1800)
@@ -91,6 +92,11 @@ def main():
                 print(f"world size {n}, run {repeat + 1}: openmpi ...", file=sys.stderr, flush=True)
                 rows += run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n),
                              tool("mpi_bench"), "--ops", args.ops] + common, args.timeout)
+            if "distkit_mpi" in args.peers:
+                print(f"world size {n}, run {repeat + 1}: distkit (mpi backend) ...", file=sys.stderr, flush=True)
+                rows += run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n),
+                             tool("collective_bench"), "--backend", "mpi", "--ops", args.ops] + common,
+                            args.timeout)
     samples = defaultdict(list)  # (op, n, bytes, impl) -> [us]
     for impl, op, n, nbytes, us in rows:
         samples[(op, n, nbytes, impl)].append(us)
@@ -102,13 +108,14 @@ def main():
         return nbytes / (us * 1e-6) * FACTORS[op](n) / 1e9 if us else 0.0
 
     header = (f"{'op':<15}{'n':>2}{'size':>9} | {'distkit us':>11}{'busbw':>7} | {'torch us':>10}"
-              f"{'busbw':>7}{'ratio':>7} | {'mpi us':>9}{'busbw':>7}{'ratio':>7}")
+              f"{'busbw':>7}{'ratio':>7} | {'mpi us':>9}{'busbw':>7}{'ratio':>7} | {'dk-mpi us':>10}{'busbw':>7}{'mpi/it':>7}")
     print(header)
     print("-" * len(header))
     out_rows = []
     for (op, n, nbytes) in sorted(table, key=lambda k: (k[1], k[0], k[2])):
         r = table[(op, n, nbytes)]
         d, t, m = r.get("distkit"), r.get("torch_gloo"), r.get("openmpi")
+        dm = r.get("distkit_mpi")
 
         def cell(us, ref=None):
             if us is None:
@@ -119,19 +126,23 @@ def main():
             return s
 
         print(f"{op:<15}{n:>2}{human(nbytes):>9} | {d if d is None else d:>11.1f}"
-              f"{busbw(op, n, nbytes, d or 0):>7.2f} | {cell(t, d)} | {cell(m, d)}"
+              f"{busbw(op, n, nbytes, d or 0):>7.2f} | {cell(t, d)} | {cell(m, d)} | "
+              f"{(f'{dm:>10.1f}{busbw(op, n, nbytes, dm):>7.2f}{(m / dm if m else 0):>7.2f}' if dm else 'n/a'):>24}"
               if d is not None else f"{op:<15}{n:>2}{human(nbytes):>9} | {'n/a':>11}")
         out_rows.append([op, n, nbytes, d, t, m,
                          busbw(op, n, nbytes, d or 0), busbw(op, n, nbytes, t or 0),
                          busbw(op, n, nbytes, m or 0),
-                         (t / d) if (t and d) else "", (m / d) if (m and d) else ""])
-    print("ratio = peer time / distkit time (> 1: distkit faster); busbw in GB/s")
+                         (t / d) if (t and d) else "", (m / d) if (m and d) else "",
+                         dm if dm is not None else "", busbw(op, n, nbytes, dm or 0)])
+    print("ratio = peer time / distkit time (> 1: distkit faster); mpi/it = OpenMPI time / "
+          "distkit-on-mpi time; busbw in GB/s")
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["op", "world_size", "bytes", "distkit_us", "torch_gloo_us", "openmpi_us",
                         "distkit_busbw", "torch_gloo_busbw", "openmpi_busbw",
-                        "torch_over_distkit", "openmpi_over_distkit"])
+                        "torch_over_distkit", "openmpi_over_distkit",
+                        "distkit_mpi_us", "distkit_mpi_busbw"])
             w.writerows(out_rows)
     if args.png:
         import matplotlib
