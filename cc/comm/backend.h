@@ -22,9 +22,12 @@
 #define DISTKIT_CC_COMM_BACKEND_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -82,6 +85,19 @@ class Backend {
   // Stops the backend: the operation in progress (if any) fails soon, and so
   // does every later one. Callable from any thread.
   virtual void Abort() = 0;
+
+  // Where this backend wants tensors (mmengine's get_comm_device), and
+  // whether it takes a tensor on `device` at all.
+  virtual Device comm_device() const { return Device::Cpu(); }
+  virtual absl::Status CheckDevice(Device device) const;
+
+  // Backends whose subgroups derive from the parent's connection (MPI's
+  // MPI_Comm_split, NCCL's ncclCommSplit) override both: Split is collective
+  // over this backend's ranks; members (`parent_ranks`, in the new group's
+  // order) get a backend, the others nullptr.
+  virtual bool splits_from_parent() const { return false; }
+  virtual absl::StatusOr<std::unique_ptr<Backend>> Split(
+      const OpContext& ctx, const std::vector<int>& parent_ranks);
 };
 
 }  // namespace distkit

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "cc/core/device_copy.h"
 #include "cc/core/reduce_op.h"
 #include "cc/core/status.h"
 #include "cc/dist/dist.h"
@@ -51,13 +52,32 @@ absl::Status FlatAllReduce(const std::vector<TensorRef>& tensors, ReduceOp op,
   return absl::OkStatus();
 }
 
+// mmengine's casting rule: data that is not on the group's communication
+// device is copied there, the collective runs on the copy, and the result is
+// copied back into the caller's buffer.
+template <typename F>
+absl::Status OnCommDevice(const TensorRef& data, ProcessGroup* g, F&& run) {
+  const Device comm = g->comm_device();
+  if (data.device() == comm) return run(data);
+  DK_ASSIGN_OR_RETURN(DeviceBuffer staging,
+                      DeviceBuffer::Allocate(comm, data.nbytes()));
+  DK_RETURN_IF_ERROR(CopyBytes(staging.data(), comm, data.data(), data.device(),
+                               data.nbytes()));
+  DK_RETURN_IF_ERROR(
+      run(TensorRef(staging.data(), data.shape(), data.dtype(), comm)));
+  return CopyBytes(data.data(), data.device(), staging.data(), comm,
+                   data.nbytes());
+}
+
 }  // namespace
 
 absl::Status AllReduce(TensorRef data, absl::string_view op,
                        ProcessGroup* group) {
   DK_ASSIGN_OR_RETURN(ReduceOp reduce_op, ParseReduceOp(op));
   if (Trivial(group)) return absl::OkStatus();
-  return Resolve(group)->AllReduce(data, reduce_op);
+  ProcessGroup* g = Resolve(group);
+  return OnCommDevice(
+      data, g, [&](const TensorRef& t) { return g->AllReduce(t, reduce_op); });
 }
 
 absl::Status AllGather(TensorRef data, const std::vector<TensorRef>& outputs,
@@ -107,7 +127,9 @@ absl::Status Gather(TensorRef data, const std::vector<TensorRef>& outputs,
 
 absl::Status Broadcast(TensorRef data, int src, ProcessGroup* group) {
   if (Trivial(group)) return absl::OkStatus();
-  return Resolve(group)->Broadcast(data, src);
+  ProcessGroup* g = Resolve(group);
+  return OnCommDevice(data, g,
+                      [&](const TensorRef& t) { return g->Broadcast(t, src); });
 }
 
 absl::StatusOr<int32_t> SyncRandomSeed(ProcessGroup* group) {

@@ -7,7 +7,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "cc/comm/backend_registry.h"
 #include "cc/comm/mpi/mpi_backend.h"
+#include "cc/core/device_copy.h"
 #include "cc/core/status.h"
 #include "cc/store/grpc_store.h"
 #include "cc/store/hash_store.h"
@@ -23,6 +25,7 @@ struct State {
   std::shared_ptr<Store> store;
   std::shared_ptr<ProcessGroup> world;
   std::shared_ptr<ProcessGroup> local;
+  int local_rank = 0;
 };
 
 State& GetState() {
@@ -51,7 +54,8 @@ std::string GlooHostname(const std::string& store_address) {
 }
 
 absl::Status CheckBackend(const std::string& backend) {
-  if (backend == "gloo" || backend == "mpi") return absl::OkStatus();
+  if (backend == "gloo" || backend == "mpi" || FindBackend(backend) != nullptr)
+    return absl::OkStatus();
   if (backend == "nccl" || backend == "cpu:gloo,cuda:nccl") {
     return absl::FailedPreconditionError(
         absl::StrCat("backend '", backend,
@@ -64,7 +68,8 @@ absl::Status CheckBackend(const std::string& backend) {
 
 absl::Status Join(std::shared_ptr<Store> store,
                   std::unique_ptr<StoreServer> server, int rank, int size,
-                  const InitOptions& options, const std::string& hostname) {
+                  const InitOptions& options, const std::string& hostname,
+                  int local_rank = 0) {
   State& s = GetState();
   absl::MutexLock lock(&s.mu);
   if (s.world != nullptr) {
@@ -75,10 +80,12 @@ absl::Status Join(std::shared_ptr<Store> store,
   group_options.backend = options.backend;
   group_options.timeout = options.timeout;
   group_options.hostname = hostname;
+  group_options.local_rank = local_rank;
   DK_ASSIGN_OR_RETURN(
       s.world, ProcessGroup::CreateWorld(store, rank, size, group_options));
   s.store = std::move(store);
   s.server = std::move(server);
+  s.local_rank = local_rank;
   return absl::OkStatus();
 }
 
@@ -97,8 +104,9 @@ absl::Status InitDist(absl::string_view launcher_name,
     // uses a store local to this process.
     DK_ASSIGN_OR_RETURN(auto world, MpiBackend::WorldRankAndSize());
     if (std::getenv("MASTER_ADDR") == nullptr) {
+      const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
       return Join(std::make_shared<HashStore>(), nullptr, world.first,
-                  world.second, options, "");
+                  world.second, options, "", local ? std::atoi(local) : 0);
     }
   }
   Environment env = Environment::FromProcess();
@@ -123,7 +131,7 @@ absl::Status InitDist(absl::string_view launcher_name,
   }
   return Join(std::shared_ptr<Store>(*std::move(store)), std::move(server),
               info.rank, info.world_size, options,
-              GlooHostname(info.store_address));
+              GlooHostname(info.store_address), info.local_rank);
 }
 
 absl::Status InitDistWithStore(std::shared_ptr<Store> store, int rank, int size,
@@ -146,6 +154,16 @@ void DestroyDist() {
 }
 
 bool IsDistributed() { return GetDefaultGroup() != nullptr; }
+
+Device GetDevice() {
+  State& s = GetState();
+  int local_rank = 0;
+  {
+    absl::MutexLock lock(&s.mu);
+    local_rank = s.local_rank;
+  }
+  return DefaultDevice(local_rank);
+}
 
 std::shared_ptr<ProcessGroup> GetDefaultGroup() {
   State& s = GetState();

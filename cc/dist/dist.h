@@ -52,6 +52,10 @@ absl::Status InitDistWithStore(std::shared_ptr<Store> store, int rank, int size,
 void DestroyDist();
 
 bool IsDistributed();
+
+// cuda:<local rank> when this build has CUDA and the machine a usable GPU,
+// else cpu (mmengine's get_device, per rank).
+Device GetDevice();
 // The default group; nullptr when not distributed.
 std::shared_ptr<ProcessGroup> GetDefaultGroup();
 // The backend name of `group` (or of the default group); nullopt when not

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "cc/comm/backend_registry.h"
 #include "cc/comm/gloo/gloo_backend.h"
 #include "cc/comm/mpi/mpi_backend.h"
 #include "cc/core/status.h"
@@ -72,12 +73,32 @@ absl::Status ProcessGroup::Connect() {
     }
     backend_ = *std::move(mpi);
   }
-  if (backend_ != nullptr) return absl::OkStatus();
-  if (options_.backend != "gloo") {
-    return absl::FailedPreconditionError(
-        absl::StrCat("backend '", options_.backend,
-                     "' is not available in this build (have: gloo, mpi)"));
+  if (backend_ == nullptr && options_.backend != "gloo") {
+    // Built only on some machines (NCCL): found by name.
+    const BackendFactory* factory = FindBackend(options_.backend);
+    if (factory == nullptr) {
+      std::vector<std::string> have = {"gloo", "mpi"};
+      for (const std::string& n : RegisteredBackends()) have.push_back(n);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "backend '", options_.backend,
+          "' is not available in this build (have: ", absl::StrJoin(have, ", "),
+          ")"));
+    }
+    BackendConfig config;
+    config.store = std::make_shared<PrefixStore>(options_.backend, store_);
+    config.rank = rank_;
+    config.size = size();
+    config.local_rank = options_.local_rank;
+    config.hostname = options_.hostname;
+    config.timeout = options_.timeout;
+    absl::StatusOr<std::unique_ptr<Backend>> made = (*factory)(config);
+    if (!made.ok()) {
+      return Annotate(made.status(),
+                      absl::StrCat("creating group '", name_, "'"));
+    }
+    backend_ = *std::move(made);
   }
+  if (backend_ != nullptr) return absl::OkStatus();
   GlooBackend::Options gloo_options;
   gloo_options.timeout = options_.timeout;
   gloo_options.hostname = options_.hostname;
@@ -165,7 +186,12 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
 
 absl::Status ProcessGroup::CheckTensor(const TensorRef& t,
                                        absl::string_view what) const {
-  if (!t.device().is_cpu()) {
+  if (backend_ != nullptr) {
+    if (absl::Status s = backend_->CheckDevice(t.device()); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " of group '", name_, "': ", s.message()));
+    }
+  } else if (!t.device().is_cpu()) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": the ", options_.backend, " backend of group '", name_,
         "' works on cpu tensors, got one on ", t.device().ToString()));

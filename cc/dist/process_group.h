@@ -38,8 +38,11 @@
 namespace distkit {
 
 struct GroupOptions {
-  // "gloo" (CPU tensors). NCCL and MPI are added by their own backends.
+  // "gloo" (CPU tensors), "mpi" (CPU, under mpirun), "nccl" (CUDA tensors)
+  // or "cpu:gloo,cuda:nccl" (by tensor device) when built with CUDA.
   std::string backend = "gloo";
+  // This process's rank on its node: NCCL uses cuda:<local_rank>.
+  int local_rank = 0;
   // Per-operation timeout (c10d's default for process groups is 30 min).
   absl::Duration timeout = absl::Minutes(30);
   // The address other ranks reach this rank's Gloo device at. Empty: derived
@@ -82,7 +85,10 @@ class ProcessGroup {
   int global_rank() const { return global_rank_; }
   absl::Duration timeout() const { return options_.timeout; }
   // Where this group's collectives compute: cpu for gloo.
-  Device comm_device() const { return Device::Cpu(); }
+  // mmengine's get_comm_device: cuda:<device> for NCCL, else cpu.
+  Device comm_device() const {
+    return backend_ != nullptr ? backend_->comm_device() : Device::Cpu();
+  }
   // The group's private namespace in the job store.
   const std::shared_ptr<Store>& store() const { return store_; }
 

@@ -258,7 +258,7 @@ absl::StatusOr<std::unique_ptr<MpiBackend>> MpiBackend::CreateWorld(int rank,
       new MpiBackend(MPI_COMM_WORLD, rank, size));
 }
 
-absl::StatusOr<std::unique_ptr<MpiBackend>> MpiBackend::Split(
+absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::Split(
     const OpContext& ctx, const std::vector<int>& parent_ranks) {
   DK_RETURN_IF_ERROR(Usable(ctx));
   int key = -1;
@@ -270,11 +270,11 @@ absl::StatusOr<std::unique_ptr<MpiBackend>> MpiBackend::Split(
             DK_MPI(MPI_Comm_split(comm_, key >= 0 ? 0 : MPI_UNDEFINED,
                                   std::max(key, 0), &comm)),
             "MPI_Comm_split"));
-  if (key < 0) return std::unique_ptr<MpiBackend>();
+  if (key < 0) return std::unique_ptr<Backend>();
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   int size = 0;
   MPI_Comm_size(comm, &size);
-  return std::unique_ptr<MpiBackend>(new MpiBackend(comm, key, size));
+  return std::unique_ptr<Backend>(new MpiBackend(comm, key, size));
 }
 
 // ---- Failure handling

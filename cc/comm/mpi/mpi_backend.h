@@ -43,8 +43,9 @@ class MpiBackend : public Backend {
 
   // Collective over this backend's ranks: the members (`parent_ranks`, in
   // the new group's order) get a backend over them; the others nullptr.
-  absl::StatusOr<std::unique_ptr<MpiBackend>> Split(
-      const OpContext& ctx, const std::vector<int>& parent_ranks);
+  bool splits_from_parent() const override { return true; }
+  absl::StatusOr<std::unique_ptr<Backend>> Split(
+      const OpContext& ctx, const std::vector<int>& parent_ranks) override;
 
   ~MpiBackend() override;
 

@@ -1,0 +1,43 @@
+// File: backend_registry.h
+//
+// Backends that are built only on some machines (NCCL needs CUDA) register a
+// factory here from their own library, so the process group finds them by
+// name without depending on them. Gloo and MPI, always built, are created
+// directly.
+
+#ifndef DISTKIT_CC_COMM_BACKEND_REGISTRY_H_
+#define DISTKIT_CC_COMM_BACKEND_REGISTRY_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cc/comm/backend.h"
+#include "cc/store/store.h"
+
+namespace distkit {
+
+struct BackendConfig {
+  std::shared_ptr<Store> store;  // private to the group
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;    // picks the CUDA device
+  std::string hostname;  // for TCP transports
+  absl::Duration timeout = absl::Minutes(30);
+};
+
+using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<Backend>>(
+    const BackendConfig&)>;
+
+// Returns true so it can initialize a static: `static bool r = Register...`.
+bool RegisterBackend(const std::string& name, BackendFactory factory);
+// nullptr if no backend of that name was built into this binary.
+const BackendFactory* FindBackend(const std::string& name);
+std::vector<std::string> RegisteredBackends();
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_COMM_BACKEND_REGISTRY_H_
