@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cc/core/data_type.h"
+#include "cc/core/device_copy.h"
 #include "cc/core/reduce_op.h"
 #include "cc/core/status.h"
 #include "cc/core/tensor_ref.h"
@@ -1084,4 +1085,28 @@ int32_t dk_reducer_num_buckets(const dk_reducer_t* reducer) {
   return reducer == nullptr
              ? 0
              : static_cast<int32_t>(reducer->rep->buckets().size());
+}
+
+// ---- Devices
+// ------------------------------------------------------------------
+
+void dk_get_device(DLDevice* out) {
+  if (out == nullptr) return;
+  *out = distkit::ToDLPack(distkit::dist::GetDevice());
+}
+
+dk_status_t dk_tensor_copy(const DLTensor* src, DLTensor* dst,
+                           dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(TensorRef s, Tensor(src, "src"));
+    DK_ASSIGN_OR_RETURN(TensorRef d, Tensor(dst, "dst"));
+    if (s.dtype() != d.dtype() || s.numel() != d.numel()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor_copy: src is ", distkit::DataTypeName(s.dtype()),
+                       " x", s.numel(), " but dst is ",
+                       distkit::DataTypeName(d.dtype()), " x", d.numel()));
+    }
+    return distkit::CopyBytes(d.data(), d.device(), s.data(), s.device(),
+                              s.nbytes());
+  });
 }

@@ -454,6 +454,26 @@ int main(void) {
   }
   OK(dk_group_async_error(world, &e_));
 
+  /* Devices: a host copy works; a CUDA device this machine lacks is named. */
+  {
+    DLDevice dev;
+    dk_get_device(&dev);
+    CHECK(dev.device_type == kDLCPU || dev.device_type == kDLCUDA);
+    float src[3] = {1, 2, 3}, dst[3] = {0, 0, 0};
+    tensor_t s, d;
+    OK(dk_tensor_copy(view(&s, src, 3, kDLFloat, 32),
+                      view(&d, dst, 3, kDLFloat, 32), &e_));
+    CHECK(dst[2] == 3);
+    EXPECT_ERROR(dk_tensor_copy(view(&s, src, 3, kDLFloat, 32),
+                                view(&d, dst, 2, kDLFloat, 32), &e_),
+                 DK_INVALID_ARGUMENT, "tensor_copy");
+    if (dev.device_type == kDLCPU) {
+      view(&d, dst, 3, kDLFloat, 32)->device.device_type = kDLCUDA;
+      EXPECT_ERROR(dk_tensor_copy(view(&s, src, 3, kDLFloat, 32), &d.t, &e_),
+                   DK_FAILED_PRECONDITION, "cuda:0");
+    }
+  }
+
   OK(dk_group_barrier(world, NULL, &e_));
   dk_group_destroy(world);
   dk_shutdown();

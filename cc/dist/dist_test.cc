@@ -108,8 +108,12 @@ TEST(Modelopt, NotInitializedGroups) {
 
 TEST(Init, BadLauncherAndSingleRankJob) {
   EXPECT_EQ(InitDist("k8s").message(), "Invalid launcher type: k8s");
-  EXPECT_EQ(InitDist("pytorch", {.backend = "nccl"}).code(),
+  // NCCL without a GPU here (or without CUDA in the build): refused clearly.
+  EXPECT_EQ(InitDistWithStore(std::make_shared<HashStore>(), 0, 1,
+                              {.backend = "nccl"})
+                .code(),
             absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(IsDistributed());
   ASSERT_TRUE(InitDistWithStore(std::make_shared<HashStore>(), 0, 1).ok());
   EXPECT_TRUE(IsDistributed());
   EXPECT_EQ(GetBackend(), std::optional<std::string>("gloo"));

@@ -455,6 +455,20 @@ DK_EXPORT int32_t dk_parallel_state_size(const dk_parallel_state_t* state,
 DK_EXPORT dk_status_t dk_parallel_state_describe(
     const dk_parallel_state_t* state, char** out, dk_error_t** err);
 
+/* ---- Devices (ABI 0.2) ----------------------------------------------------
+ */
+
+/* Local. This rank's device (mmengine's get_device): cuda:<local rank> when
+ * this build has CUDA and the machine a usable GPU, else the CPU. */
+DK_EXPORT void dk_get_device(DLDevice* out);
+
+/* Local, blocking, any thread. Copies src into dst, which may be on different
+ * devices (host <-> CUDA and CUDA <-> CUDA through cudaMemcpy): the same
+ * dtype and element count, both contiguous. A CUDA device this build or
+ * machine lacks is DK_FAILED_PRECONDITION naming it. */
+DK_EXPORT dk_status_t dk_tensor_copy(const DLTensor* src, DLTensor* dst,
+                                     dk_error_t** err);
+
 /* ---- Gradient reducer (data parallel; ABI 0.2) ----------------------------
  */
 

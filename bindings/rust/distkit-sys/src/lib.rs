@@ -455,6 +455,9 @@ extern "C" {
         err: ErrOut,
     ) -> dk_status_t;
 
+    pub fn dk_get_device(out: *mut DLDevice);
+    pub fn dk_tensor_copy(src: *const DLTensor, dst: *mut DLTensor, err: ErrOut) -> dk_status_t;
+
     pub fn dk_reducer_config_init(config: *mut dk_reducer_config_t);
     pub fn dk_reducer_create(
         group: *mut dk_group_t,

@@ -1,0 +1,119 @@
+// File: nccl_backend.h
+//
+// NcclBackend runs collectives on CUDA tensors of one device (cuda:<local
+// rank>) through NCCL. One communicator per group: the ncclUniqueId travels
+// through the group's Store, subgroups come from ncclCommSplit. Operations
+// are enqueued on the group's own CUDA stream and complete through a CUDA
+// event, which the group's worker waits on, so asynchronous calls overlap
+// the caller's compute.
+//
+// A watchdog thread aborts the communicator (ncclCommAbort) when an
+// operation runs past its timeout or ncclCommGetAsyncError reports a
+// failure; that operation, every pending one and every later one then fail
+// with a message naming op, group and sequence number. Abort() does the same
+// from any thread.
+//
+// What NCCL cannot express: bitwise reductions (except band/bor on bool, as
+// min/max) are INVALID_ARGUMENT naming op and dtype; mean on integers is a
+// sum followed by a truncating division on the host.
+//
+// Registered as "nccl" and, with the Gloo backend for CPU tensors,
+// "cpu:gloo,cuda:nccl" (dispatch by tensor device).
+
+#ifndef DISTKIT_CC_COMM_NCCL_NCCL_BACKEND_H_
+#define DISTKIT_CC_COMM_NCCL_NCCL_BACKEND_H_
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "cc/comm/backend.h"
+#include "cc/comm/backend_registry.h"
+
+namespace distkit {
+
+class NcclBackend : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<NcclBackend>> Create(
+      const BackendConfig& config);
+  ~NcclBackend() override;
+
+  absl::string_view name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Device comm_device() const override { return Device::Cuda(device_); }
+  absl::Status CheckDevice(Device device) const override;
+  bool splits_from_parent() const override { return true; }
+  absl::StatusOr<std::unique_ptr<Backend>> Split(
+      const OpContext& ctx, const std::vector<int>& parent_ranks) override;
+
+  absl::Status AllReduce(const OpContext& ctx, TensorRef data,
+                         ReduceOp op) override;
+  absl::Status Broadcast(const OpContext& ctx, TensorRef data,
+                         int root) override;
+  absl::Status Reduce(const OpContext& ctx, TensorRef data, ReduceOp op,
+                      int root) override;
+  absl::Status AllGather(const OpContext& ctx, TensorRef input,
+                         TensorRef output) override;
+  absl::Status Gather(const OpContext& ctx, TensorRef input, TensorRef output,
+                      int root) override;
+  absl::Status Scatter(const OpContext& ctx, TensorRef input, TensorRef output,
+                       int root) override;
+  absl::Status ReduceScatter(const OpContext& ctx, TensorRef input,
+                             TensorRef output, ReduceOp op) override;
+  absl::Status AllToAll(const OpContext& ctx, TensorRef input,
+                        absl::Span<const int64_t> input_splits,
+                        TensorRef output,
+                        absl::Span<const int64_t> output_splits) override;
+  absl::Status Barrier(const OpContext& ctx) override;
+  absl::Status Send(const OpContext& ctx, TensorRef data, int dst,
+                    int tag) override;
+  absl::Status Recv(const OpContext& ctx, TensorRef data, int src,
+                    int tag) override;
+  void Abort() override;
+
+ private:
+  NcclBackend(ncclComm_t comm, int rank, int size, int device);
+  absl::Status Init();
+
+  // Enqueues `enqueue` on the stream (inside ncclGroupStart/End when
+  // `grouped`), records the event and waits for it under the watchdog.
+  absl::Status Run(const OpContext& ctx,
+                   const std::function<ncclResult_t()>& enqueue,
+                   bool grouped = false);
+  absl::Status Usable(const OpContext& ctx);
+  // Aborts the communicator once and records why; returns `status`.
+  absl::Status AbortWith(absl::Status status);
+  void WatchdogLoop();
+
+  ncclComm_t comm_;
+  const int rank_;
+  const int size_;
+  const int device_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  void* scratch_ = nullptr;  // a device word for Barrier
+
+  absl::Mutex mu_;
+  absl::Status poison_ ABSL_GUARDED_BY(mu_);
+  bool aborted_comm_ ABSL_GUARDED_BY(mu_) = false;
+  // The operation the watchdog guards (one at a time per group).
+  bool in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time deadline_ ABSL_GUARDED_BY(mu_);
+  std::string in_flight_what_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> stop_{false};
+  std::thread watchdog_;
+};
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_COMM_NCCL_NCCL_BACKEND_H_
