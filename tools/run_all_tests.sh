@@ -10,3 +10,6 @@ bazel test //... "$@"
 # reducer once more,
 # under AddressSanitizer and UndefinedBehaviorSanitizer.
 bazel test --config=asan //capi/... //cc/core/... //cc/comm/... //cc/parallel/... "$@"
+# The GPU paths built without Bazel, as on a GPU machine (tools/gpu_check.sh;
+# without a GPU it only builds and says so).
+tools/gpu_check.sh

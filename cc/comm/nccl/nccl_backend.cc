@@ -4,11 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "cc/comm/gloo/gloo_backend.h"
 #include "cc/comm/reduce_kernels.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
-#include "cc/store/prefix_store.h"
 
 namespace distkit {
 namespace {
@@ -171,7 +169,7 @@ absl::Status NcclBackend::AbortWith(absl::Status status) {
 }
 
 void NcclBackend::Abort() {
-  AbortWith(absl::CancelledError("the group was aborted"));
+  AbortWith(absl::CancelledError("the group was aborted")).IgnoreError();
 }
 
 void NcclBackend::WatchdogLoop() {
@@ -196,7 +194,7 @@ void NcclBackend::WatchdogLoop() {
         }
       }
     }
-    if (!failure.ok()) AbortWith(failure);
+    if (!failure.ok()) AbortWith(failure).IgnoreError();
   }
 }
 
