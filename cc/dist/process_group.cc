@@ -10,6 +10,7 @@
 #include "cc/comm/backend_registry.h"
 #include "cc/comm/gloo/gloo_backend.h"
 #include "cc/comm/mpi/mpi_backend.h"
+#include "cc/comm/shm/shm_backend.h"
 #include "cc/core/status.h"
 #include "cc/store/prefix_store.h"
 
@@ -113,7 +114,15 @@ absl::Status ProcessGroup::Connect() {
     return Annotate(backend.status(),
                     absl::StrCat("creating group '", name_, "'"));
   }
-  backend_ = *std::move(backend);
+  // Every rank on this host: collectives take the shared-memory path.
+  absl::StatusOr<std::unique_ptr<Backend>> wrapped =
+      ShmBackend::MaybeWrap(std::make_shared<PrefixStore>("shm", store_), rank_,
+                            size(), *std::move(backend), options_.timeout);
+  if (!wrapped.ok()) {
+    return Annotate(wrapped.status(),
+                    absl::StrCat("creating group '", name_, "'"));
+  }
+  backend_ = *std::move(wrapped);
   // No member returns before every member is connected: otherwise a rank that
   // destroys the group at once could cut a peer's handshake short.
   OpContext ctx;

@@ -128,7 +128,9 @@ def main():
         for e in expected:
             tdist.all_reduce(e)
         dist.all_reduce_params(iter(params), coalesce=coalesce, bucket_size_mb=bucket)
-        check(all(torch.allclose(p.data, e) for p, e in zip(params, expected)),
+        # Summation order differs from torch's ring (distkit's same-host path
+        # folds in rank order): float32 rounding, so an absolute tolerance too.
+        check(all(torch.allclose(p.data, e, rtol=1e-5, atol=1e-5) for p, e in zip(params, expected)),
               f"all_reduce_params coalesce={coalesce} bucket={bucket}")
     # collect_results: round robin, padded with None.
     size = 10

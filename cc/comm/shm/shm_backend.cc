@@ -1,0 +1,367 @@
+#include "cc/comm/shm/shm_backend.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cc/core/status.h"
+
+namespace distkit {
+
+struct alignas(128) ShmBackend::Header {
+  std::atomic<uint64_t> step;  // the last step this rank published
+  int32_t pid;
+  // Signatures, by step parity: a rank rewrites one only after every rank
+  // has published a later step, i.e. finished reading it.
+  OpSignature sig[2];
+};
+
+namespace {
+
+std::string HostIdentity() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  return absl::StrCat(host, "/", boot);
+}
+
+size_t SegmentBytes(int size, size_t header) {
+  return size * header + size * 2 * ShmBackend::kSlotBytes;
+}
+
+OpSignature MakeSignature(const OpContext& ctx, OpCode op, const TensorRef* t,
+                          int64_t count, int root = -1, int reduce_op = -1) {
+  OpSignature sig;
+  sig.op = static_cast<uint32_t>(op);
+  sig.seq = ctx.seq;
+  sig.dtype = t != nullptr ? static_cast<int32_t>(t->dtype()) : -1;
+  sig.count = count;
+  sig.root = root;
+  sig.reduce_op = reduce_op;
+  return sig;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
+    std::shared_ptr<Store> store, int rank, int size,
+    std::unique_ptr<Backend> gloo, absl::Duration timeout) {
+  const char* env = std::getenv("DISTKIT_SHM");
+  if (size < 2 || (env != nullptr && std::string(env) == "0")) return gloo;
+  // Same host (and same boot) for every rank?
+  DK_RETURN_IF_ERROR(store->Set(absl::StrCat("host/", rank), HostIdentity()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(absl::StrCat("host/", r));
+  DK_ASSIGN_OR_RETURN(std::vector<std::string> hosts,
+                      store->MultiGetWithTimeout(keys, timeout));
+  for (const std::string& h : hosts) {
+    if (h != hosts[0]) return gloo;
+  }
+  const size_t bytes = SegmentBytes(size, sizeof(Header));
+  std::string name;
+  int fd = -1;
+  if (rank == 0) {
+    std::random_device rd;
+    name = absl::StrCat("/distkit-", getpid(), "-", rd(), rd());
+    fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 || ftruncate(fd, bytes) != 0) {
+      const int e = errno;
+      if (fd >= 0) {
+        close(fd);
+        shm_unlink(name.c_str());
+      }
+      // No shared memory (e.g. a tiny /dev/shm): stay on TCP.
+      (void)e;
+      DK_RETURN_IF_ERROR(store->Set("name", ""));
+      return gloo;
+    }
+    DK_RETURN_IF_ERROR(store->Set("name", name));
+  } else {
+    DK_ASSIGN_OR_RETURN(name, store->Get("name", timeout));
+    if (name.empty()) return gloo;
+    fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0) {
+      return absl::UnavailableError(absl::StrCat("shm: rank ", rank,
+                                                 " cannot open ", name, ": ",
+                                                 std::strerror(errno)));
+    }
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    return absl::UnavailableError(
+        absl::StrCat("shm: mmap of ", bytes, " bytes: ", std::strerror(errno)));
+  }
+  std::unique_ptr<ShmBackend> b(
+      new ShmBackend(rank, size, std::move(gloo), base, bytes));
+  b->header(rank)->pid = getpid();
+  // Once every rank has mapped it, the name goes: the memory lives as long
+  // as the mappings, and nothing is left in /dev/shm if a rank crashes.
+  DK_RETURN_IF_ERROR(store->Set(absl::StrCat("attached/", rank), "1"));
+  if (rank == 0) {
+    std::vector<std::string> attached;
+    for (int r = 0; r < size; ++r)
+      attached.push_back(absl::StrCat("attached/", r));
+    DK_RETURN_IF_ERROR(store->WaitWithTimeout(attached, timeout));
+    shm_unlink(name.c_str());
+  }
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+ShmBackend::ShmBackend(int rank, int size, std::unique_ptr<Backend> gloo,
+                       void* base, size_t bytes)
+    : rank_(rank),
+      size_(size),
+      gloo_(std::move(gloo)),
+      base_(base),
+      bytes_(bytes) {}
+
+ShmBackend::~ShmBackend() { munmap(base_, bytes_); }
+
+ShmBackend::Header* ShmBackend::header(int r) const {
+  return reinterpret_cast<Header*>(static_cast<char*>(base_) +
+                                   r * sizeof(Header));
+}
+
+char* ShmBackend::slot(int r, uint64_t step) const {
+  return static_cast<char*>(base_) + size_ * sizeof(Header) +
+         (2 * r + (step & 1)) * kSlotBytes;
+}
+
+void ShmBackend::Abort() {
+  aborted_ = true;
+  gloo_->Abort();
+}
+
+absl::Status ShmBackend::Usable(const OpContext& ctx) {
+  absl::MutexLock lock(&mu_);
+  if (!poison_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        ctx.Describe(), ": the group is unusable after an earlier error (",
+        poison_.message(), "); destroy it and create a new one"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmBackend::Poison(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (poison_.ok()) poison_ = status;
+  return status;
+}
+
+absl::Status ShmBackend::Step(const OpContext& ctx,
+                              const std::vector<int>& wait_for) {
+  (void)wait_for;
+  const uint64_t step = ++step_;
+  header(rank_)->step.store(step, std::memory_order_release);
+  const absl::Time deadline = absl::Now() + ctx.timeout;
+  absl::Time next_liveness = absl::Now() + absl::Milliseconds(20);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    Header* h = header(r);
+    for (uint64_t spins = 0; h->step.load(std::memory_order_acquire) < step;
+         ++spins) {
+      if (spins < 256) continue;  // a peer on another core answers at once
+      sched_yield();              // ranks may share cores
+      if ((spins & 63) != 0) continue;
+      if (aborted_) {
+        return Poison(absl::CancelledError(
+            absl::StrCat(ctx.Describe(), ": the group was aborted")));
+      }
+      const absl::Time now = absl::Now();
+      if (now > deadline) {
+        return Poison(absl::DeadlineExceededError(absl::StrCat(
+            ctx.Describe(), " (rank ", rank_, "): timed out after ",
+            absl::FormatDuration(ctx.timeout), " waiting for peers")));
+      }
+      if (now > next_liveness) {
+        next_liveness = now + absl::Milliseconds(20);
+        const int pid = h->pid;
+        if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+          return Poison(absl::UnavailableError(
+              absl::StrCat(ctx.Describe(), " (rank ", rank_, "): rank ", r,
+                           " (pid ", pid, ") exited; a peer failed")));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmBackend::Agree(const OpContext& ctx, const OpSignature& sig) {
+  DK_RETURN_IF_ERROR(Usable(ctx));
+  header(rank_)->sig[(step_ + 1) & 1] = sig;
+  DK_RETURN_IF_ERROR(Step(ctx));
+  std::vector<OpSignature> all(size_);
+  for (int r = 0; r < size_; ++r) all[r] = header(r)->sig[step_ & 1];
+  return CheckAgreement(ctx, all);
+}
+
+// ---- Collectives
+// --------------------------------------------------------------
+
+absl::Status ShmBackend::AllReduce(const OpContext& ctx, TensorRef data,
+                                   ReduceOp op) {
+  DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
+  DK_RETURN_IF_ERROR(
+      Agree(ctx, MakeSignature(ctx, OpCode::kAllReduce, &data, data.numel(), -1,
+                               static_cast<int>(op))));
+  const size_t elem = ElementSize(data.dtype());
+  const size_t chunk_elems = kSlotBytes / elem;
+  char* base = static_cast<char*>(data.data());
+  for (int64_t at = 0; at < data.numel(); at += chunk_elems) {
+    const int64_t n = std::min<int64_t>(chunk_elems, data.numel() - at);
+    char* mine = base + at * elem;
+    std::memcpy(slot(rank_, step_ + 1), mine, n * elem);
+    DK_RETURN_IF_ERROR(Step(ctx));
+    // Every rank folds the same slots in rank order: identical results.
+    std::memcpy(mine, slot(0, step_), n * elem);
+    for (int r = 1; r < size_; ++r) fn(mine, mine, slot(r, step_), n);
+  }
+  if (op == ReduceOp::kMean)
+    DivideBySize(data.data(), data.dtype(), data.numel(), size_);
+  return absl::OkStatus();
+}
+
+absl::Status ShmBackend::Reduce(const OpContext& ctx, TensorRef data,
+                                ReduceOp op, int root) {
+  DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
+  DK_RETURN_IF_ERROR(
+      Agree(ctx, MakeSignature(ctx, OpCode::kReduce, &data, data.numel(), root,
+                               static_cast<int>(op))));
+  const size_t elem = ElementSize(data.dtype());
+  const size_t chunk_elems = kSlotBytes / elem;
+  char* base = static_cast<char*>(data.data());
+  for (int64_t at = 0; at < data.numel(); at += chunk_elems) {
+    const int64_t n = std::min<int64_t>(chunk_elems, data.numel() - at);
+    char* mine = base + at * elem;
+    std::memcpy(slot(rank_, step_ + 1), mine, n * elem);
+    DK_RETURN_IF_ERROR(Step(ctx));
+    if (rank_ != root) continue;
+    std::memcpy(mine, slot(0, step_), n * elem);
+    for (int r = 1; r < size_; ++r) fn(mine, mine, slot(r, step_), n);
+  }
+  if (op == ReduceOp::kMean && rank_ == root)
+    DivideBySize(data.data(), data.dtype(), data.numel(), size_);
+  return absl::OkStatus();
+}
+
+absl::Status ShmBackend::Broadcast(const OpContext& ctx, TensorRef data,
+                                   int root) {
+  DK_RETURN_IF_ERROR(Agree(
+      ctx, MakeSignature(ctx, OpCode::kBroadcast, &data, data.numel(), root)));
+  char* base = static_cast<char*>(data.data());
+  for (size_t at = 0; at < data.nbytes(); at += kSlotBytes) {
+    const size_t n = std::min(kSlotBytes, data.nbytes() - at);
+    if (rank_ == root) std::memcpy(slot(rank_, step_ + 1), base + at, n);
+    DK_RETURN_IF_ERROR(Step(ctx));
+    if (rank_ != root) std::memcpy(base + at, slot(root, step_), n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmBackend::AllGather(const OpContext& ctx, TensorRef input,
+                                   TensorRef output) {
+  DK_RETURN_IF_ERROR(Agree(
+      ctx, MakeSignature(ctx, OpCode::kAllGather, &input, input.numel())));
+  const char* in = static_cast<const char*>(input.data());
+  char* out = static_cast<char*>(output.data());
+  const size_t part = input.nbytes();
+  for (size_t at = 0; at < part; at += kSlotBytes) {
+    const size_t n = std::min(kSlotBytes, part - at);
+    std::memcpy(slot(rank_, step_ + 1), in + at, n);
+    DK_RETURN_IF_ERROR(Step(ctx));
+    for (int r = 0; r < size_; ++r)
+      std::memcpy(out + r * part + at, slot(r, step_), n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmBackend::Gather(const OpContext& ctx, TensorRef input,
+                                TensorRef output, int root) {
+  DK_RETURN_IF_ERROR(Agree(
+      ctx, MakeSignature(ctx, OpCode::kGather, &input, input.numel(), root)));
+  if (input.nbytes() > kSlotBytes)
+    return gloo_->Gather(ctx, input, output, root);
+  std::memcpy(slot(rank_, step_ + 1), input.data(), input.nbytes());
+  DK_RETURN_IF_ERROR(Step(ctx));
+  if (rank_ == root) {
+    for (int r = 0; r < size_; ++r) {
+      std::memcpy(static_cast<char*>(output.data()) + r * input.nbytes(),
+                  slot(r, step_), input.nbytes());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmBackend::Scatter(const OpContext& ctx, TensorRef input,
+                                 TensorRef output, int root) {
+  DK_RETURN_IF_ERROR(Agree(ctx, MakeSignature(ctx, OpCode::kScatter, &output,
+                                              output.numel(), root)));
+  const size_t part = output.nbytes();
+  if (part * size_ > kSlotBytes)
+    return gloo_->Scatter(ctx, input, output, root);
+  if (rank_ == root)
+    std::memcpy(slot(rank_, step_ + 1), input.data(), part * size_);
+  DK_RETURN_IF_ERROR(Step(ctx));
+  std::memcpy(output.data(), slot(root, step_) + rank_ * part, part);
+  return absl::OkStatus();
+}
+
+absl::Status ShmBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
+                                       TensorRef output, ReduceOp op) {
+  DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(output.dtype(), op));
+  DK_RETURN_IF_ERROR(
+      Agree(ctx, MakeSignature(ctx, OpCode::kReduceScatter, &output,
+                               output.numel(), -1, static_cast<int>(op))));
+  if (input.nbytes() > kSlotBytes) {
+    return gloo_->ReduceScatter(ctx, input, output, op);
+  }
+  std::memcpy(slot(rank_, step_ + 1), input.data(), input.nbytes());
+  DK_RETURN_IF_ERROR(Step(ctx));
+  const size_t part = output.nbytes();
+  char* out = static_cast<char*>(output.data());
+  std::memcpy(out, slot(0, step_) + rank_ * part, part);
+  for (int r = 1; r < size_; ++r)
+    fn(out, out, slot(r, step_) + rank_ * part, output.numel());
+  if (op == ReduceOp::kMean)
+    DivideBySize(output.data(), output.dtype(), output.numel(), size_);
+  return absl::OkStatus();
+}
+
+absl::Status ShmBackend::AllToAll(const OpContext& ctx, TensorRef input,
+                                  absl::Span<const int64_t> input_splits,
+                                  TensorRef output,
+                                  absl::Span<const int64_t> output_splits) {
+  const bool uneven = !input_splits.empty() || !output_splits.empty();
+  DK_RETURN_IF_ERROR(Agree(ctx, MakeSignature(ctx, OpCode::kAllToAll, &input,
+                                              uneven ? -1 : input.numel())));
+  if (uneven || input.nbytes() > kSlotBytes) {
+    return gloo_->AllToAll(ctx, input, input_splits, output, output_splits);
+  }
+  std::memcpy(slot(rank_, step_ + 1), input.data(), input.nbytes());
+  DK_RETURN_IF_ERROR(Step(ctx));
+  const size_t part = input.nbytes() / size_;
+  for (int r = 0; r < size_; ++r) {
+    std::memcpy(static_cast<char*>(output.data()) + r * part,
+                slot(r, step_) + rank_ * part, part);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmBackend::Barrier(const OpContext& ctx) {
+  return Agree(ctx, MakeSignature(ctx, OpCode::kBarrier, nullptr, -1));
+}
+
+}  // namespace distkit

@@ -1,0 +1,117 @@
+// File: shm_backend.h
+//
+// ShmBackend: the same-host path of the gloo backend (DESIGN §3). When every
+// rank of a group runs on one host, collectives go through one shared-memory
+// segment instead of TCP loopback: each rank owns a header (its step counter,
+// pid and the current op's signature) and two data slots used alternately.
+// A step is: write your part into your slot, publish the step, wait until
+// every rank has published it, read what you need from the others' slots.
+// Double buffering makes one wait per step enough (a slot is written again
+// two steps later, after every rank has published the step in between, i.e.
+// finished reading it).
+//
+// Every operation starts with a step that carries only signatures, so a call
+// that does not match across ranks fails on every rank with the same message
+// as over TCP (CheckAgreement), and the data is untouched. Data larger than a
+// slot is pipelined in slot-sized chunks (all_reduce, broadcast, all_gather);
+// the operations that would need more (gather, scatter, reduce_scatter,
+// all_to_all beyond a slot) and send/recv go to the wrapped Gloo backend.
+//
+// Waiting spins briefly, then yields (ranks may share cores), and checks the
+// op's deadline (DEADLINE_EXCEEDED), Abort() (CANCELLED) and whether the
+// ranks it waits for are still alive (UNAVAILABLE); any of these poisons the
+// group, as over TCP. DISTKIT_SHM=0 turns the path off.
+
+#ifndef DISTKIT_CC_COMM_SHM_SHM_BACKEND_H_
+#define DISTKIT_CC_COMM_SHM_SHM_BACKEND_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "cc/comm/backend.h"
+#include "cc/comm/op_signature.h"
+#include "cc/comm/reduce_kernels.h"
+#include "cc/store/store.h"
+
+namespace distkit {
+
+class ShmBackend : public Backend {
+ public:
+  // Collective: decides through `store` whether all `size` ranks share this
+  // host (and DISTKIT_SHM is not 0). If they do, maps one segment and returns
+  // a backend that wraps `gloo`; otherwise returns `gloo` itself.
+  static absl::StatusOr<std::unique_ptr<Backend>> MaybeWrap(
+      std::shared_ptr<Store> store, int rank, int size,
+      std::unique_ptr<Backend> gloo, absl::Duration timeout);
+  ~ShmBackend() override;
+
+  // Bytes of one data slot (a chunk of a pipelined operation).
+  static constexpr size_t kSlotBytes = 1 << 20;
+
+  absl::string_view name() const override { return gloo_->name(); }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  absl::Status AllReduce(const OpContext& ctx, TensorRef data,
+                         ReduceOp op) override;
+  absl::Status Broadcast(const OpContext& ctx, TensorRef data,
+                         int root) override;
+  absl::Status Reduce(const OpContext& ctx, TensorRef data, ReduceOp op,
+                      int root) override;
+  absl::Status AllGather(const OpContext& ctx, TensorRef input,
+                         TensorRef output) override;
+  absl::Status Gather(const OpContext& ctx, TensorRef input, TensorRef output,
+                      int root) override;
+  absl::Status Scatter(const OpContext& ctx, TensorRef input, TensorRef output,
+                       int root) override;
+  absl::Status ReduceScatter(const OpContext& ctx, TensorRef input,
+                             TensorRef output, ReduceOp op) override;
+  absl::Status AllToAll(const OpContext& ctx, TensorRef input,
+                        absl::Span<const int64_t> input_splits,
+                        TensorRef output,
+                        absl::Span<const int64_t> output_splits) override;
+  absl::Status Barrier(const OpContext& ctx) override;
+  absl::Status Send(const OpContext& ctx, TensorRef data, int dst,
+                    int tag) override {
+    return gloo_->Send(ctx, data, dst, tag);
+  }
+  absl::Status Recv(const OpContext& ctx, TensorRef data, int src,
+                    int tag) override {
+    return gloo_->Recv(ctx, data, src, tag);
+  }
+  void Abort() override;
+
+ private:
+  struct Header;
+  ShmBackend(int rank, int size, std::unique_ptr<Backend> gloo, void* base,
+             size_t bytes);
+
+  Header* header(int r) const;
+  char* slot(int r, uint64_t step) const;
+  // Publishes this rank's next step (after its slot is written) and waits
+  // until every rank in `wait_for` (all when empty) has published it.
+  absl::Status Step(const OpContext& ctx,
+                    const std::vector<int>& wait_for = {});
+  // The signature step every operation starts with; checks agreement.
+  absl::Status Agree(const OpContext& ctx, const OpSignature& sig);
+  absl::Status Usable(const OpContext& ctx);
+  absl::Status Poison(absl::Status status);
+
+  const int rank_;
+  const int size_;
+  std::unique_ptr<Backend> gloo_;
+  void* base_;
+  size_t bytes_;
+  uint64_t step_ = 0;  // this rank's last published step
+  std::atomic<bool> aborted_{false};
+  absl::Mutex mu_;
+  absl::Status poison_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_COMM_SHM_SHM_BACKEND_H_
