@@ -75,14 +75,15 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
     std::random_device rd;
     name = absl::StrCat("/distkit-", getpid(), "-", rd(), rd());
     fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0 || ftruncate(fd, bytes) != 0) {
-      const int e = errno;
+    // Reserve the pages now: a sparse segment on a small /dev/shm (64 MiB in
+    // many containers) would fail later with SIGBUS instead of an error.
+    if (fd < 0 || ftruncate(fd, bytes) != 0 ||
+        posix_fallocate(fd, 0, bytes) != 0) {
       if (fd >= 0) {
         close(fd);
         shm_unlink(name.c_str());
       }
-      // No shared memory (e.g. a tiny /dev/shm): stay on TCP.
-      (void)e;
+      // No room in shared memory: every rank stays on TCP.
       DK_RETURN_IF_ERROR(store->Set("name", ""));
       return gloo;
     }
@@ -91,31 +92,32 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
     DK_ASSIGN_OR_RETURN(name, store->Get("name", timeout));
     if (name.empty()) return gloo;
     fd = shm_open(name.c_str(), O_RDWR, 0600);
-    if (fd < 0) {
-      return absl::UnavailableError(absl::StrCat("shm: rank ", rank,
-                                                 " cannot open ", name, ": ",
-                                                 std::strerror(errno)));
-    }
   }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) {
-    return absl::UnavailableError(
-        absl::StrCat("shm: mmap of ", bytes, " bytes: ", std::strerror(errno)));
+  void* base =
+      fd < 0 ? MAP_FAILED
+             : mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (fd >= 0) close(fd);
+  // Every rank says whether it mapped the segment; all take the shared
+  // memory path or none does (the two paths must never mix in one group).
+  DK_RETURN_IF_ERROR(store->Set(absl::StrCat("attached/", rank),
+                                base == MAP_FAILED ? "0" : "1"));
+  std::vector<std::string> attached_keys;
+  for (int r = 0; r < size; ++r)
+    attached_keys.push_back(absl::StrCat("attached/", r));
+  DK_ASSIGN_OR_RETURN(std::vector<std::string> attached,
+                      store->MultiGetWithTimeout(attached_keys, timeout));
+  // Everyone has mapped it (or given up): the name goes, so nothing is left
+  // in /dev/shm even if a rank crashes; the memory lives with the mappings.
+  if (rank == 0) shm_unlink(name.c_str());
+  bool everyone = true;
+  for (const std::string& a : attached) everyone &= a == "1";
+  if (!everyone) {
+    if (base != MAP_FAILED) munmap(base, bytes);
+    return gloo;
   }
   std::unique_ptr<ShmBackend> b(
       new ShmBackend(rank, size, std::move(gloo), base, bytes));
   b->header(rank)->pid = getpid();
-  // Once every rank has mapped it, the name goes: the memory lives as long
-  // as the mappings, and nothing is left in /dev/shm if a rank crashes.
-  DK_RETURN_IF_ERROR(store->Set(absl::StrCat("attached/", rank), "1"));
-  if (rank == 0) {
-    std::vector<std::string> attached;
-    for (int r = 0; r < size; ++r)
-      attached.push_back(absl::StrCat("attached/", r));
-    DK_RETURN_IF_ERROR(store->WaitWithTimeout(attached, timeout));
-    shm_unlink(name.c_str());
-  }
   return std::unique_ptr<Backend>(std::move(b));
 }
 
