@@ -162,9 +162,7 @@ absl::Status ShmBackend::Poison(absl::Status status) {
   return status;
 }
 
-absl::Status ShmBackend::Step(const OpContext& ctx,
-                              const std::vector<int>& wait_for) {
-  (void)wait_for;
+absl::Status ShmBackend::Step(const OpContext& ctx) {
   const uint64_t step = ++step_;
   header(rank_)->step.store(step, std::memory_order_release);
   const absl::Time deadline = absl::Now() + ctx.timeout;

@@ -93,9 +93,8 @@ class ShmBackend : public Backend {
   Header* header(int r) const;
   char* slot(int r, uint64_t step) const;
   // Publishes this rank's next step (after its slot is written) and waits
-  // until every rank in `wait_for` (all when empty) has published it.
-  absl::Status Step(const OpContext& ctx,
-                    const std::vector<int>& wait_for = {});
+  // until every rank has published it.
+  absl::Status Step(const OpContext& ctx);
   // The signature step every operation starts with; checks agreement.
   absl::Status Agree(const OpContext& ctx, const OpSignature& sig);
   absl::Status Usable(const OpContext& ctx);
