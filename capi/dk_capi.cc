@@ -744,8 +744,7 @@ dk_status_t dk_group_recv(dk_group_t* group, DLTensor* data, int32_t src,
   });
 }
 
-// ---- Local group
-// --------------------------------------------------------------
+// ---- Local group ---------------------------------------------------------
 
 dk_status_t dk_init_local_group(int32_t node_rank, int32_t num_per_node,
                                 dk_error_t** err) {
@@ -764,8 +763,7 @@ dk_status_t dk_local_group(dk_group_t** out, dk_error_t** err) {
   });
 }
 
-// ---- Several tensors, objects, results
-// ------------------------------------------
+// ---- Several tensors, objects, results -----------------------------------
 
 dk_status_t dk_group_all_reduce_coalesced(dk_group_t* group,
                                           DLTensor* const* tensors,
@@ -876,8 +874,7 @@ dk_status_t dk_group_collect_results(dk_group_t* group, const dk_bytes_t* part,
   });
 }
 
-// ---- Parallel state
-// -----------------------------------------------------------
+// ---- Parallel state ------------------------------------------------------
 
 namespace {
 
@@ -948,8 +945,7 @@ dk_status_t dk_parallel_state_describe(const dk_parallel_state_t* state,
 
 }  // extern "C"
 
-// ---- Gradient reducer
-// ---------------------------------------------------------
+// ---- Gradient reducer ----------------------------------------------------
 
 void dk_reducer_config_init(dk_reducer_config_t* config) {
   if (config == nullptr) return;
@@ -1087,8 +1083,7 @@ int32_t dk_reducer_num_buckets(const dk_reducer_t* reducer) {
              : static_cast<int32_t>(reducer->rep->buckets().size());
 }
 
-// ---- Devices
-// ------------------------------------------------------------------
+// ---- Devices -------------------------------------------------------------
 
 void dk_get_device(DLDevice* out) {
   if (out == nullptr) return;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "cc/comm/internal/half.h"
+#include "cc/comm/nccl/gpu_tensor_for_tests.h"
 #include "cc/comm/nccl/nccl_backend.h"
 #include "cc/core/device_copy.h"
 #include "cc/store/hash_store.h"
@@ -39,84 +39,7 @@ OpContext Ctx(const char* op) {
   return c;
 }
 
-// Host values -> a CUDA tensor of `dtype` and back.
-struct Gpu {
-  DataType dtype;
-  int64_t n;
-  DeviceBuffer buf;
-  Gpu(DataType d, const std::vector<double>& v) : dtype(d), n(v.size()) {
-    buf = *DeviceBuffer::Allocate(Device::Cuda(0), n * 8 + 8);
-    std::vector<char> host(n * ElementSize(d));
-    for (int64_t i = 0; i < n; ++i) Put(host.data(), i, v[i]);
-    CopyBytes(buf.data(), Device::Cuda(0), host.data(), Device::Cpu(),
-              host.size())
-        .IgnoreError();
-  }
-  TensorRef ref() { return TensorRef(buf.data(), n, dtype, Device::Cuda(0)); }
-  std::vector<double> Read() {
-    std::vector<char> host(n * ElementSize(dtype));
-    CopyBytes(host.data(), Device::Cpu(), buf.data(), Device::Cuda(0),
-              host.size())
-        .IgnoreError();
-    std::vector<double> out(n);
-    for (int64_t i = 0; i < n; ++i) out[i] = Get(host.data(), i);
-    return out;
-  }
-  void Put(char* p, int64_t i, double v) {
-    switch (dtype) {
-      case DataType::kFloat32:
-        reinterpret_cast<float*>(p)[i] = v;
-        break;
-      case DataType::kFloat64:
-        reinterpret_cast<double*>(p)[i] = v;
-        break;
-      case DataType::kInt32:
-        reinterpret_cast<int32_t*>(p)[i] = v;
-        break;
-      case DataType::kInt64:
-        reinterpret_cast<int64_t*>(p)[i] = v;
-        break;
-      case DataType::kInt8:
-        reinterpret_cast<int8_t*>(p)[i] = v;
-        break;
-      case DataType::kUInt8:
-        reinterpret_cast<uint8_t*>(p)[i] = v;
-        break;
-      case DataType::kFloat16:
-        reinterpret_cast<uint16_t*>(p)[i] = comm_internal::FloatToFloat16(v);
-        break;
-      case DataType::kBFloat16:
-        reinterpret_cast<uint16_t*>(p)[i] = comm_internal::FloatToBFloat16(v);
-        break;
-      default:
-        break;
-    }
-  }
-  double Get(const char* p, int64_t i) {
-    switch (dtype) {
-      case DataType::kFloat32:
-        return reinterpret_cast<const float*>(p)[i];
-      case DataType::kFloat64:
-        return reinterpret_cast<const double*>(p)[i];
-      case DataType::kInt32:
-        return reinterpret_cast<const int32_t*>(p)[i];
-      case DataType::kInt64:
-        return reinterpret_cast<const int64_t*>(p)[i];
-      case DataType::kInt8:
-        return reinterpret_cast<const int8_t*>(p)[i];
-      case DataType::kUInt8:
-        return reinterpret_cast<const uint8_t*>(p)[i];
-      case DataType::kFloat16:
-        return comm_internal::Float16ToFloat(
-            reinterpret_cast<const uint16_t*>(p)[i]);
-      case DataType::kBFloat16:
-        return comm_internal::BFloat16ToFloat(
-            reinterpret_cast<const uint16_t*>(p)[i]);
-      default:
-        return 0;
-    }
-  }
-};
+using Gpu = GpuTensor;
 
 std::vector<double> Values(int64_t n, double scale = 1) {
   std::vector<double> v(n);

@@ -87,4 +87,16 @@ absl::Status CheckAgreement(const OpContext& ctx,
       "same order, with the same sizes and dtypes)"));
 }
 
+OpSignature MakeSignature(const OpContext& ctx, OpCode op, const TensorRef* t,
+                          int64_t count, int root, int reduce_op) {
+  OpSignature sig;
+  sig.op = static_cast<uint32_t>(op);
+  sig.seq = ctx.seq;
+  sig.dtype = t != nullptr ? static_cast<int32_t>(t->dtype()) : -1;
+  sig.count = count;
+  sig.root = root;
+  sig.reduce_op = reduce_op;
+  return sig;
+}
+
 }  // namespace distkit

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "cc/comm/backend.h"
+#include "cc/core/tensor_ref.h"
 
 namespace distkit {
 
@@ -50,6 +51,12 @@ struct OpSignature {
   std::string Describe() const;
 };
 static_assert(sizeof(OpSignature) == 40, "OpSignature travels as bytes");
+
+// The signature of operation `op` as this rank calls it: `t`'s dtype (or -1
+// when there is no tensor), the element count this rank contributes, root
+// and reduce op (-1 when they do not apply).
+OpSignature MakeSignature(const OpContext& ctx, OpCode op, const TensorRef* t,
+                          int64_t count, int root = -1, int reduce_op = -1);
 
 // OK when all signatures equal; otherwise INVALID_ARGUMENT listing each
 // distinct call with the ranks that made it, e.g.

@@ -81,18 +81,6 @@ void WithElementType(DataType dtype, void* data, F&& f) {
   }
 }
 
-OpSignature MakeSignature(const OpContext& ctx, OpCode op, const TensorRef* t,
-                          int64_t count, int root = -1, int reduce_op = -1) {
-  OpSignature sig;
-  sig.op = static_cast<uint32_t>(op);
-  sig.seq = ctx.seq;
-  sig.dtype = t != nullptr ? static_cast<int32_t>(t->dtype()) : -1;
-  sig.count = count;
-  sig.root = root;
-  sig.reduce_op = reduce_op;
-  return sig;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(

@@ -16,8 +16,7 @@
 namespace distkit {
 namespace {
 
-// ---- Process-wide MPI state
-// ---------------------------------------------------
+// ---- Process-wide MPI state ----------------------------------------------
 
 // Every MPI call goes through one lock, so a group's worker and its
 // point-to-point lanes never drive OpenMPI's progress engine at the same
@@ -81,8 +80,7 @@ std::string MpiError(int rc) {
   return std::string(text, len);
 }
 
-// ---- Types and reductions
-// -----------------------------------------------------
+// ---- Types and reductions ------------------------------------------------
 
 // The native MPI type of `dtype`, or MPI_DATATYPE_NULL (half types, bool).
 MPI_Datatype NativeType(DataType dtype) {
@@ -202,18 +200,6 @@ MPI_Datatype ElementType(DataType dtype) {
   return ElementSize(dtype) == 2 ? MPI_UINT16_T : MPI_UINT8_T;
 }
 
-OpSignature MakeSignature(const OpContext& ctx, OpCode op, const TensorRef* t,
-                          int64_t count, int root = -1, int reduce_op = -1) {
-  OpSignature sig;
-  sig.op = static_cast<uint32_t>(op);
-  sig.seq = ctx.seq;
-  sig.dtype = t != nullptr ? static_cast<int32_t>(t->dtype()) : -1;
-  sig.count = count;
-  sig.root = root;
-  sig.reduce_op = reduce_op;
-  return sig;
-}
-
 struct SendHeader {
   int32_t dtype;
   int32_t pad;
@@ -222,8 +208,7 @@ struct SendHeader {
 
 }  // namespace
 
-// ---- Construction
-// -------------------------------------------------------------
+// ---- Construction --------------------------------------------------------
 
 MpiBackend::MpiBackend(MPI_Comm comm, int rank, int size)
     : comm_(comm), rank_(rank), size_(size) {}
@@ -277,8 +262,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::Split(
   return std::unique_ptr<Backend>(new MpiBackend(comm, key, size));
 }
 
-// ---- Failure handling
-// ---------------------------------------------------------
+// ---- Failure handling ----------------------------------------------------
 
 absl::Status MpiBackend::Usable(const OpContext& ctx) {
   absl::MutexLock lock(&mu_);
@@ -347,8 +331,7 @@ absl::Status MpiBackend::Agree(const OpContext& ctx, const OpSignature& sig) {
   return CheckAgreement(ctx, all);
 }
 
-// ---- Collectives
-// --------------------------------------------------------------
+// ---- Collectives ---------------------------------------------------------
 
 absl::Status MpiBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                    ReduceOp op) {
@@ -537,8 +520,7 @@ absl::Status MpiBackend::Barrier(const OpContext& ctx) {
   return Agree(ctx, MakeSignature(ctx, OpCode::kBarrier, nullptr, -1));
 }
 
-// ---- Point to point
-// -----------------------------------------------------------
+// ---- Point to point ------------------------------------------------------
 
 namespace {
 // MPI tags are at least 15 bits; a user tag t uses 2t (header) and 2t + 1.

@@ -281,8 +281,19 @@ absl::StatusOr<std::unique_ptr<Backend>> NcclBackend::Split(
   return std::unique_ptr<Backend>(std::move(b));
 }
 
-// ---- Collectives
-// --------------------------------------------------------------
+// ---- Collectives ---------------------------------------------------------
+
+absl::Status NcclBackend::TruncatingMean(TensorRef t) {
+  // NCCL averages floats itself (ncclAvg); integers were summed, and their
+  // mean truncates toward zero as mmengine's: divide on the host.
+  if (IsFloat(t.dtype())) return absl::OkStatus();
+  std::vector<char> host(t.nbytes());
+  DK_RETURN_IF_ERROR(CopyBytes(host.data(), Device::Cpu(), t.data(),
+                               Device::Cuda(device_), t.nbytes()));
+  DivideBySize(host.data(), t.dtype(), t.numel(), size_);
+  return CopyBytes(t.data(), Device::Cuda(device_), host.data(), Device::Cpu(),
+                   t.nbytes());
+}
 
 absl::Status NcclBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                     ReduceOp op) {
@@ -291,15 +302,7 @@ absl::Status NcclBackend::AllReduce(const OpContext& ctx, TensorRef data,
     return ncclAllReduce(data.data(), data.data(), data.numel(),
                          NcclType(data.dtype()), nop, comm_, stream_);
   }));
-  if (op == ReduceOp::kMean && !IsFloat(data.dtype())) {
-    // Integer mean truncates toward zero, as mmengine: divide on the host.
-    std::vector<char> host(data.nbytes());
-    DK_RETURN_IF_ERROR(CopyBytes(host.data(), Device::Cpu(), data.data(),
-                                 Device::Cuda(device_), data.nbytes()));
-    DivideBySize(host.data(), data.dtype(), data.numel(), size_);
-    DK_RETURN_IF_ERROR(CopyBytes(data.data(), Device::Cuda(device_),
-                                 host.data(), Device::Cpu(), data.nbytes()));
-  }
+  if (op == ReduceOp::kMean) return TruncatingMean(data);
   return absl::OkStatus();
 }
 
@@ -318,14 +321,7 @@ absl::Status NcclBackend::Reduce(const OpContext& ctx, TensorRef data,
     return ncclReduce(data.data(), data.data(), data.numel(),
                       NcclType(data.dtype()), nop, root, comm_, stream_);
   }));
-  if (op == ReduceOp::kMean && !IsFloat(data.dtype()) && rank_ == root) {
-    std::vector<char> host(data.nbytes());
-    DK_RETURN_IF_ERROR(CopyBytes(host.data(), Device::Cpu(), data.data(),
-                                 Device::Cuda(device_), data.nbytes()));
-    DivideBySize(host.data(), data.dtype(), data.numel(), size_);
-    DK_RETURN_IF_ERROR(CopyBytes(data.data(), Device::Cuda(device_),
-                                 host.data(), Device::Cpu(), data.nbytes()));
-  }
+  if (op == ReduceOp::kMean && rank_ == root) return TruncatingMean(data);
   return absl::OkStatus();
 }
 
@@ -395,14 +391,7 @@ absl::Status NcclBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
     return ncclReduceScatter(input.data(), output.data(), output.numel(),
                              NcclType(output.dtype()), nop, comm_, stream_);
   }));
-  if (op == ReduceOp::kMean && !IsFloat(output.dtype())) {
-    std::vector<char> host(output.nbytes());
-    DK_RETURN_IF_ERROR(CopyBytes(host.data(), Device::Cpu(), output.data(),
-                                 Device::Cuda(device_), output.nbytes()));
-    DivideBySize(host.data(), output.dtype(), output.numel(), size_);
-    DK_RETURN_IF_ERROR(CopyBytes(output.data(), Device::Cuda(device_),
-                                 host.data(), Device::Cpu(), output.nbytes()));
-  }
+  if (op == ReduceOp::kMean) return TruncatingMean(output);
   return absl::OkStatus();
 }
 

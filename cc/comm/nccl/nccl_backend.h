@@ -91,6 +91,8 @@ class NcclBackend : public Backend {
                    const std::function<ncclResult_t()>& enqueue,
                    bool grouped = false);
   absl::Status Usable(const OpContext& ctx);
+  // After an ncclSum standing in for an integer mean: the truncating divide.
+  absl::Status TruncatingMean(TensorRef t);
   // Aborts the communicator once and records why; returns `status`.
   absl::Status AbortWith(absl::Status status);
   void WatchdogLoop();

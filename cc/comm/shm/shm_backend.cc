@@ -40,18 +40,6 @@ size_t SegmentBytes(int size, size_t header) {
   return size * header + size * 2 * ShmBackend::kSlotBytes;
 }
 
-OpSignature MakeSignature(const OpContext& ctx, OpCode op, const TensorRef* t,
-                          int64_t count, int root = -1, int reduce_op = -1) {
-  OpSignature sig;
-  sig.op = static_cast<uint32_t>(op);
-  sig.seq = ctx.seq;
-  sig.dtype = t != nullptr ? static_cast<int32_t>(t->dtype()) : -1;
-  sig.count = count;
-  sig.root = root;
-  sig.reduce_op = reduce_op;
-  return sig;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
@@ -208,8 +196,7 @@ absl::Status ShmBackend::Agree(const OpContext& ctx, const OpSignature& sig) {
   return CheckAgreement(ctx, all);
 }
 
-// ---- Collectives
-// --------------------------------------------------------------
+// ---- Collectives ---------------------------------------------------------
 
 absl::Status ShmBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                    ReduceOp op) {
