@@ -1,7 +1,10 @@
 // gpu_check: the GPU paths, built without Bazel (tools/gpu_check.sh) and run
-// on a machine with an NVIDIA GPU. At world size 1 on cuda:0:
+// on a machine with an NVIDIA GPU. At world size 1 on cuda:0, through the
+// collective contract (cc/group) as every group runs them:
 //   1. every NCCL operation, for every dtype, against computed values, and
 //      the reductions NCCL cannot express (refused, naming op and dtype);
+//      what the contract's signature agreement costs on NCCL (a 4-byte
+//      all_reduce with and without it);
 //   2. device casting: host <-> CUDA copies (CopyBytes, DeviceBuffer) and a
 //      round trip through an all_reduce, as mmengine's casting rule does;
 //   3. an all_reduce bandwidth table (float32, 4 KiB .. 1 GiB).
@@ -18,6 +21,7 @@
 #include "cc/comm/nccl/gpu_tensor_for_tests.h"
 #include "cc/comm/nccl/nccl_backend.h"
 #include "cc/core/device_copy.h"
+#include "cc/group/collective_contract.h"
 #include "cc/store/hash_store.h"
 
 namespace distkit {
@@ -47,7 +51,7 @@ std::vector<double> Values(int64_t n, double scale = 1) {
   return v;
 }
 
-void EveryOp(NcclBackend& b, DataType d) {
+void EveryOp(CollectiveContract& b, DataType d) {
   const std::string name(DataTypeName(d));
   const auto v = Values(1000);
   bool ok = true;
@@ -118,7 +122,8 @@ int main() {
   auto backend = NcclBackend::Create(config);
   Check(backend.ok(), "ncclCommInitRank: " + backend.status().ToString());
   if (!backend.ok()) return 1;
-  NcclBackend& b = **backend;
+  NcclBackend* raw = backend->get();
+  CollectiveContract b(*std::move(backend));
   for (DataType d : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                      DataType::kBFloat16, DataType::kInt32, DataType::kInt64,
                      DataType::kInt8, DataType::kUInt8}) {
@@ -127,6 +132,35 @@ int main() {
   Check(b.Barrier(Ctx("barrier")).ok(), "barrier");
   auto split = b.Split(Ctx("new_group"), {0});
   Check(split.ok() && *split != nullptr, "ncclCommSplit subgroup");
+  {
+    // The agreement rides on the communicator: one staged ncclAllGather of
+    // the 40-byte signatures before the operation's own kernel.
+    Gpu word(DataType::kFloat32, std::vector<double>(1, 1.0));
+    auto time_us = [&](bool agreed) {
+      const int iters = 2000;
+      for (int i = 0; i < 100; ++i) {
+        (agreed ? b.AllReduce(Ctx("all_reduce"), word.ref(), ReduceOp::kSum)
+                : raw->AllReduce(Ctx("all_reduce"), word.ref(), ReduceOp::kSum))
+            .IgnoreError();
+      }
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) {
+        (agreed ? b.AllReduce(Ctx("all_reduce"), word.ref(), ReduceOp::kSum)
+                : raw->AllReduce(Ctx("all_reduce"), word.ref(), ReduceOp::kSum))
+            .IgnoreError();
+      }
+      return std::chrono::duration<double, std::micro>(
+                 std::chrono::steady_clock::now() - start)
+                 .count() /
+             iters;
+    };
+    const double bare = time_us(false), agreed = time_us(true);
+    std::printf(
+        "  4-byte all_reduce: %.1f us with the signature agreement, %.1f us "
+        "without (agreement %.1f us)\n",
+        agreed, bare, agreed - bare);
+    Check(agreed > 0 && bare > 0, "agreement latency measured");
+  }
 
   std::printf("2. device casting\n");
   std::vector<float> host = {1.5f, -2.f, 3.25f}, back(3);

@@ -19,7 +19,9 @@ sources=(
   cc/core/data_type.cc cc/core/device.cc cc/core/reduce_op.cc cc/core/status.cc
   cc/core/tensor_ref.cc cc/core/device_copy_cuda.cc
   cc/comm/backend.cc cc/comm/backend_registry.cc cc/comm/reduce_kernels.cc
-  cc/comm/nccl/nccl_backend.cc cc/store/store.cc cc/store/hash_store.cc
+  cc/comm/op_context.cc cc/comm/op_signature.cc
+  cc/comm/nccl/nccl_backend.cc cc/group/collective_contract.cc
+  cc/store/store.cc cc/store/hash_store.cc
   tools/gpu_check.cc
 )
 echo "gpu_check.sh: compiling ${#sources[@]} files with $(g++ --version | head -1)"

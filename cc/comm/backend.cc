@@ -1,11 +1,27 @@
 #include "cc/comm/backend.h"
 
 #include "absl/strings/str_cat.h"
+#include "cc/core/data_type.h"
 
 namespace distkit {
 
-std::string OpContext::Describe() const {
-  return absl::StrCat(op_name, " #", seq, " on group '", group_name, "'");
+absl::Status Backend::ExchangeSignatures(const OpContext& ctx,
+                                         const OpSignature& mine,
+                                         InlinePayload /*payload*/,
+                                         absl::Span<OpSignature> all) {
+  return AllGatherHost(ctx, &mine, sizeof(OpSignature), all.data());
+}
+
+absl::Status Backend::AllGatherHost(const OpContext& ctx, const void* in,
+                                    size_t bytes, void* out) {
+  const int64_t n = static_cast<int64_t>(bytes);
+  return AllGather(ctx, TensorRef(const_cast<void*>(in), n, DataType::kUInt8),
+                   TensorRef(out, n * size(), DataType::kUInt8));
+}
+
+absl::Status Backend::CheckReduce(ReduceOp /*op*/, DataType /*dtype*/,
+                                  Device /*device*/) const {
+  return absl::OkStatus();
 }
 
 absl::Status Backend::CheckDevice(Device device) const {

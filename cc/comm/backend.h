@@ -1,10 +1,21 @@
 // File: backend.h
 //
-// Backend is the interface every communication engine implements (Gloo now;
-// NCCL and MPI in cc/comm/<name>/). Its operations are blocking and run one at
-// a time, in the same order on every rank: ProcessGroup (cc/dist) owns the
-// ordering, the asynchronous Work handles, sequence numbers and argument
-// checks, and calls a Backend from one thread.
+// Backend is what a communication engine implements: data movement only.
+// Every rule that must hold across ranks is kept once, above the backends, by
+// the collective contract (cc/group/collective_contract.h):
+// - before an operation's data moves, the ranks agree on its signature
+//   (ExchangeSignatures), so a data method below is only ever called with
+//   the same operation, dtype, count and root on every rank;
+// - reductions arrive validated; mean arrives as sum (the contract divides)
+//   unless the backend averages natively (NativeMean);
+// - uneven all_to_all split matrices are checked across ranks;
+// - a point-to-point message is preceded by a header the receiver checks,
+//   so Send / Recv here move matching buffers;
+// - a failure (any status but INVALID_ARGUMENT and FAILED_PRECONDITION)
+//   poisons the group there, and Abort() is recorded there; a backend only
+//   has to make a stuck wait return soon after Abort().
+// Collectives run one at a time per group, in the same order on every rank;
+// sends and receives may run beside them (their own lanes).
 //
 // Buffer conventions (element counts, not bytes; all buffers dense):
 // - AllReduce / Broadcast / Reduce work in place on `data`.
@@ -14,13 +25,11 @@
 // - ReduceScatter: `input` holds size() * output.numel() elements.
 // - AllToAll: `input_splits[r]` elements go to rank r, `output_splits[r]`
 //   come from rank r; empty splits mean equal parts.
-// A backend checks that every rank called the same operation with matching
-// sizes before any data moves, and fails on every rank (INVALID_ARGUMENT)
-// when they differ.
 
 #ifndef DISTKIT_CC_COMM_BACKEND_H_
 #define DISTKIT_CC_COMM_BACKEND_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,22 +38,24 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "cc/comm/op_context.h"
+#include "cc/comm/op_signature.h"
+#include "cc/core/device.h"
 #include "cc/core/reduce_op.h"
 #include "cc/core/tensor_ref.h"
 
 namespace distkit {
 
-// Identifies one operation, for messages and for agreement across ranks.
-struct OpContext {
-  uint64_t seq = 0;        // per-group sequence number, same on every rank
-  std::string op_name;     // "all_reduce"
-  std::string group_name;  // "world", "group1"
-  absl::Duration timeout = absl::Minutes(30);
-
-  // "all_reduce #12 on group 'world'".
-  std::string Describe() const;
+// This rank's share of the operation that follows a signature exchange,
+// offered so that a backend can carry small payloads inside the exchange.
+struct InlinePayload {
+  // Host bytes this rank contributes; nullptr when it contributes none (a
+  // broadcast's non-roots) or they are not in host memory.
+  const void* data = nullptr;
+  // The operation's payload size: the same on every rank once the
+  // signatures agree, so every rank decides alike whether it was carried.
+  size_t bytes = 0;
 };
 
 class Backend {
@@ -54,6 +65,38 @@ class Backend {
   virtual absl::string_view name() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+
+  // ---- What the contract asks of a transport ------------------------------
+
+  // Every rank's signature into `all` (rank order). It is an all-gather, so
+  // no rank leaves it before every rank has entered it (a barrier). A
+  // backend may carry `payload` along and complete the next data operation
+  // from those copies (gloo's inline records). Default: AllGatherHost.
+  virtual absl::Status ExchangeSignatures(const OpContext& ctx,
+                                          const OpSignature& mine,
+                                          InlinePayload payload,
+                                          absl::Span<OpSignature> all);
+  // All-gathers `bytes` host bytes from every rank into `out` (size() *
+  // bytes, rank order), with no agreement of its own: the contract's
+  // metadata (signatures, split matrices) travel this way. Default: AllGather
+  // on byte views of host memory; a backend whose data path is not host
+  // memory (NCCL) stages.
+  virtual absl::Status AllGatherHost(const OpContext& ctx, const void* in,
+                                     size_t bytes, void* out);
+  // Whether ReduceOp::kMean on `dtype` tensors on `device` reaches the
+  // backend (it averages itself, e.g. ncclAvg); otherwise the contract sends
+  // kSum and divides.
+  virtual bool NativeMean(DataType dtype, Device device) const { return false; }
+  // Reductions the engine cannot express beyond CheckReduceOpSupported's
+  // rules (NCCL's bitwise ops): INVALID_ARGUMENT naming op and dtype.
+  virtual absl::Status CheckReduce(ReduceOp op, DataType dtype,
+                                   Device device) const;
+  // Where this backend wants tensors (mmengine's get_comm_device), and
+  // whether it takes a tensor on `device` at all.
+  virtual Device comm_device() const { return Device::Cpu(); }
+  virtual absl::Status CheckDevice(Device device) const;
+
+  // ---- Data movement (signatures already agree) ---------------------------
 
   virtual absl::Status AllReduce(const OpContext& ctx, TensorRef data,
                                  ReduceOp op) = 0;
@@ -73,23 +116,18 @@ class Backend {
                                 absl::Span<const int64_t> input_splits,
                                 TensorRef output,
                                 absl::Span<const int64_t> output_splits) = 0;
-  virtual absl::Status Barrier(const OpContext& ctx) = 0;
 
-  // Point to point; `tag` tells apart messages between the same pair. The
-  // receiver's buffer must match the sender's size and dtype (checked).
+  // Point to point, in order per (peer, tag). The contract sends a small
+  // host header before each message, so every backend also takes host
+  // tensors here (NCCL stages them).
   virtual absl::Status Send(const OpContext& ctx, TensorRef data, int dst,
                             int tag) = 0;
   virtual absl::Status Recv(const OpContext& ctx, TensorRef data, int src,
                             int tag) = 0;
 
-  // Stops the backend: the operation in progress (if any) fails soon, and so
-  // does every later one. Callable from any thread.
+  // Makes the operation in progress (if any) return soon with an error.
+  // Callable from any thread; the contract refuses every later call.
   virtual void Abort() = 0;
-
-  // Where this backend wants tensors (mmengine's get_comm_device), and
-  // whether it takes a tensor on `device` at all.
-  virtual Device comm_device() const { return Device::Cpu(); }
-  virtual absl::Status CheckDevice(Device device) const;
 
   // Backends whose subgroups derive from the parent's connection (MPI's
   // MPI_Comm_split, NCCL's ncclCommSplit) override both: Split is collective

@@ -30,6 +30,8 @@ const char* OpCodeName(OpCode op) {
       return "all_to_all";
     case OpCode::kBarrier:
       return "barrier";
+    case OpCode::kNewGroup:
+      return "new_group";
   }
   return "unknown_op";
 }

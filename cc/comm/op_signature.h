@@ -15,7 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "cc/comm/backend.h"
+#include "cc/comm/op_context.h"
+#include "cc/core/reduce_op.h"
 #include "cc/core/tensor_ref.h"
 
 namespace distkit {
@@ -30,6 +31,7 @@ enum class OpCode : uint32_t {
   kReduceScatter = 7,
   kAllToAll = 8,
   kBarrier = 9,
+  kNewGroup = 10,  // a subgroup split from this group's connection
 };
 
 // "all_reduce", "broadcast", ...

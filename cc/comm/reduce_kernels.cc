@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cc/comm/internal/half.h"
+#include "cc/core/half.h"
 
 namespace distkit {
 namespace {

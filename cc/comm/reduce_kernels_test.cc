@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cc/comm/internal/half.h"
+#include "cc/core/half.h"
 #include "gtest/gtest.h"
 
 namespace distkit {

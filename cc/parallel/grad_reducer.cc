@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "cc/comm/internal/half.h"
 #include "cc/comm/reduce_kernels.h"
+#include "cc/core/half.h"
 #include "cc/core/status.h"
 
 namespace distkit {

@@ -33,7 +33,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "cc/core/tensor_ref.h"
-#include "cc/dist/process_group.h"
+#include "cc/group/process_group.h"
 #include "cc/parallel/bucket_assignment.h"
 
 namespace distkit {

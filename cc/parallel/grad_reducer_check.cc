@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "cc/comm/internal/half.h"
-#include "cc/dist/dist.h"
+#include "cc/core/half.h"
+#include "cc/dist_api/dist.h"
 #include "cc/parallel/grad_reducer.h"
 
 namespace distkit {

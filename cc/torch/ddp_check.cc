@@ -15,7 +15,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "cc/dist/dist.h"
+#include "cc/dist_api/dist.h"
 #include "cc/torch/distributed_data_parallel.h"
 #include "cc/torch/train_step.h"
 

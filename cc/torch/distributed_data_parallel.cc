@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cc/core/status.h"
-#include "cc/dist/dist.h"
+#include "cc/dist_api/dist.h"
 
 namespace distkit {
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "cc/dist/process_group.h"
+#include "cc/group/process_group.h"
 #include "cc/parallel/grad_reducer.h"
 
 namespace distkit {

@@ -6,7 +6,8 @@
 namespace distkit {
 namespace testing {
 
-absl::StatusOr<RankEnv> JoinJob(absl::Duration timeout) {
+absl::StatusOr<RankEnv> JoinJob(absl::Duration timeout,
+                                const std::string& backend) {
   RankEnv env;
   Environment vars = Environment::FromProcess();
   DK_ASSIGN_OR_RETURN(env.info, ParseRendezvous(InferLauncher(vars), vars));
@@ -21,6 +22,8 @@ absl::StatusOr<RankEnv> JoinJob(absl::Duration timeout) {
   env.store = std::move(store);
   GroupOptions options;
   options.timeout = timeout;
+  options.backend = backend;
+  options.local_rank = env.info.local_rank;
   DK_ASSIGN_OR_RETURN(env.world,
                       ProcessGroup::CreateWorld(env.store, env.info.rank,
                                                 env.info.world_size, options));

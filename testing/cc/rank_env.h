@@ -8,9 +8,10 @@
 #define DISTKIT_TESTING_CC_RANK_ENV_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
-#include "cc/dist/process_group.h"
+#include "cc/group/process_group.h"
 #include "cc/launch/launcher.h"
 #include "cc/store/store.h"
 
@@ -23,8 +24,10 @@ struct RankEnv {
   std::shared_ptr<ProcessGroup> world;
 };
 
-// `timeout` is the world group's per-operation timeout.
-absl::StatusOr<RankEnv> JoinJob(absl::Duration timeout = absl::Seconds(60));
+// `timeout` is the world group's per-operation timeout; `backend` its
+// backend's registry name.
+absl::StatusOr<RankEnv> JoinJob(absl::Duration timeout = absl::Seconds(60),
+                                const std::string& backend = "gloo");
 
 }  // namespace testing
 }  // namespace distkit

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "cc/dist/dist.h"
-#include "cc/dist/process_group.h"
+#include "cc/dist_api/dist.h"
+#include "cc/group/process_group.h"
 
 namespace {
 

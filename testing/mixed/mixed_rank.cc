@@ -8,9 +8,9 @@
 
 #include "absl/status/status.h"
 #include "cc/core/tensor_ref.h"
-#include "cc/dist/collectives.h"
-#include "cc/dist/dist.h"
-#include "cc/dist/object_collectives.h"
+#include "cc/dist_api/collectives.h"
+#include "cc/dist_api/dist.h"
+#include "cc/dist_api/object_collectives.h"
 
 namespace dk = distkit;
 namespace dist = distkit::dist;

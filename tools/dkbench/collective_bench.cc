@@ -14,8 +14,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "cc/dist/dist.h"
-#include "cc/dist/process_group.h"
+#include "cc/dist_api/dist.h"
+#include "cc/group/process_group.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "cc/dist/dist.h"
+#include "cc/dist_api/dist.h"
 #include "cc/torch/distributed_data_parallel.h"
 #include "cc/torch/train_step.h"
 

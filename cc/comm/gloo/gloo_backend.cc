@@ -15,6 +15,7 @@
 #include <gloo/types.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
@@ -30,8 +31,7 @@ namespace {
 // Slot prefixes for our own unbound-buffer traffic; Gloo's algorithms use
 // small prefixes (< 0x20), so these never collide with theirs.
 constexpr uint8_t kReduceScatterSlot = 0xd1;
-constexpr uint8_t kSendHeaderSlot = 0xd2;
-constexpr uint8_t kSendDataSlot = 0xd3;
+constexpr uint8_t kPointToPointSlot = 0xd2;
 constexpr uint8_t kAgreeSlot = 0xd4;
 
 // Up to this group size the signature exchange is a direct one-hop exchange
@@ -117,6 +117,18 @@ absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
   }
 }
 
+absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
+    const BackendConfig& config) {
+  Options options;
+  options.timeout = config.timeout;
+  options.hostname = config.hostname;
+  if (options.hostname.empty()) {
+    const char* env = std::getenv("DISTKIT_GLOO_HOSTNAME");
+    options.hostname = env != nullptr && *env ? env : "127.0.0.1";
+  }
+  return Create(config.store, config.rank, config.size, options);
+}
+
 GlooBackend::GlooBackend(int rank, int size,
                          std::shared_ptr<gloo::rendezvous::Context> context)
     : rank_(rank),
@@ -136,7 +148,6 @@ GlooBackend::~GlooBackend() = default;
 void GlooBackend::Abort() {
   if (aborted_.exchange(true)) return;
   absl::MutexLock lock(&mu_);
-  if (poison_.ok()) poison_ = absl::CancelledError("the group was aborted");
   // Wake every wait in progress; each returns false and its op fails.
   for (gloo::transport::UnboundBuffer* b : inflight_) {
     b->abortWaitRecv();
@@ -167,14 +178,6 @@ void GlooBackend::Wait(gloo::transport::UnboundBuffer& buffer, bool recv,
 
 absl::Status GlooBackend::Guarded(const OpContext& ctx,
                                   const std::function<void()>& body) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!poison_.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          ctx.Describe(), ": the group is unusable after an earlier error (",
-          poison_.message(), "); destroy it and create a new one"));
-    }
-  }
   absl::Status status;
   try {
     body();
@@ -205,14 +208,21 @@ absl::Status GlooBackend::Guarded(const OpContext& ctx,
     status = absl::CancelledError(
         absl::StrCat(ctx.Describe(), ": the group was aborted"));
   }
-  absl::MutexLock lock(&mu_);
-  if (poison_.ok()) poison_ = status;
   return status;
 }
 
-absl::Status GlooBackend::Agree(const OpContext& ctx, const OpSignature& sig,
-                                const void* inline_data, size_t inline_bytes) {
-  std::memcpy(send_slot_.data(), &sig, sizeof(sig));
+absl::Status GlooBackend::ExchangeSignatures(const OpContext& ctx,
+                                             const OpSignature& mine,
+                                             InlinePayload payload,
+                                             absl::Span<OpSignature> all) {
+  // Payloads up to inline_limit() ride along; every rank decides alike, from
+  // the operation's size.
+  inline_bytes_ = -1;
+  const bool carried = payload.bytes <= inline_limit();
+  const size_t inline_bytes =
+      carried && payload.data != nullptr ? payload.bytes : 0;
+  const void* inline_data = payload.data;
+  std::memcpy(send_slot_.data(), &mine, sizeof(mine));
   if (inline_bytes > 0) {
     std::memcpy(send_slot_.data() + kHeaderBytes, inline_data, inline_bytes);
   }
@@ -240,12 +250,18 @@ absl::Status GlooBackend::Agree(const OpContext& ctx, const OpSignature& sig,
     for (int i = 0; i < size_ - 1; ++i) Wait(*agree_recv_, /*recv=*/true, ctx);
     for (int i = 0; i < size_ - 1; ++i) Wait(*agree_send_, /*recv=*/false, ctx);
   }));
-  std::vector<OpSignature> all(size_);
   for (int r = 0; r < size_; ++r) {
     std::memcpy(&all[r], recv_slots_.data() + r * slot_bytes_,
                 sizeof(OpSignature));
   }
-  return CheckAgreement(ctx, all);
+  if (carried) inline_bytes_ = static_cast<int64_t>(payload.bytes);
+  return absl::OkStatus();
+}
+
+bool GlooBackend::TakeInline(size_t bytes) {
+  const bool carried = inline_bytes_ == static_cast<int64_t>(bytes);
+  inline_bytes_ = -1;
+  return carried;
 }
 
 void GlooBackend::FoldInline(ReduceFn fn, TensorRef out, size_t offset) const {
@@ -266,36 +282,25 @@ const char* GlooBackend::InlineData(int rank) const {
 absl::Status GlooBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                     ReduceOp op) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
-  const bool small = data.nbytes() <= inline_limit();
-  OpSignature sig = MakeSignature(ctx, OpCode::kAllReduce, &data, data.numel(),
-                                  -1, static_cast<int>(op));
-  DK_RETURN_IF_ERROR(Agree(ctx, sig, data.data(), small ? data.nbytes() : 0));
-  if (small) {
+  if (TakeInline(data.nbytes())) {
     FoldInline(fn, data, 0);
-  } else if (size_ > 1) {
-    DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
-      gloo::AllreduceOptions opts(context_);
-      WithElementType(data.dtype(), data.data(),
-                      [&](auto* p) { opts.setOutput(p, data.numel()); });
-      opts.setReduceFunction(fn);
-      opts.setTag(Tag(ctx));
-      opts.setTimeout(Millis(ctx.timeout));
-      gloo::allreduce(opts);
-    }));
+    return absl::OkStatus();
   }
-  if (op == ReduceOp::kMean)
-    DivideBySize(data.data(), data.dtype(), data.numel(), size_);
-  return absl::OkStatus();
+  if (size_ == 1) return absl::OkStatus();
+  return Guarded(ctx, [&] {
+    gloo::AllreduceOptions opts(context_);
+    WithElementType(data.dtype(), data.data(),
+                    [&](auto* p) { opts.setOutput(p, data.numel()); });
+    opts.setReduceFunction(fn);
+    opts.setTag(Tag(ctx));
+    opts.setTimeout(Millis(ctx.timeout));
+    gloo::allreduce(opts);
+  });
 }
 
 absl::Status GlooBackend::Broadcast(const OpContext& ctx, TensorRef data,
                                     int root) {
-  const bool small = data.nbytes() <= inline_limit();
-  OpSignature sig =
-      MakeSignature(ctx, OpCode::kBroadcast, &data, data.numel(), root);
-  DK_RETURN_IF_ERROR(
-      Agree(ctx, sig, data.data(), small && rank_ == root ? data.nbytes() : 0));
-  if (small) {
+  if (TakeInline(data.nbytes())) {
     if (rank_ != root)
       std::memcpy(data.data(), InlineData(root), data.nbytes());
     return absl::OkStatus();
@@ -313,45 +318,34 @@ absl::Status GlooBackend::Broadcast(const OpContext& ctx, TensorRef data,
 absl::Status GlooBackend::Reduce(const OpContext& ctx, TensorRef data,
                                  ReduceOp op, int root) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
-  const bool small = data.nbytes() <= inline_limit();
-  OpSignature sig = MakeSignature(ctx, OpCode::kReduce, &data, data.numel(),
-                                  root, static_cast<int>(op));
-  DK_RETURN_IF_ERROR(Agree(ctx, sig, data.data(), small ? data.nbytes() : 0));
-  if (small) {
+  if (TakeInline(data.nbytes())) {
     if (rank_ == root) FoldInline(fn, data, 0);
-  } else if (size_ > 1) {
-    // Gloo's reduce uses the buffer as scratch on every rank; keep the
-    // caller's data intact off the root, as torch does.
-    void* buffer = data.data();
-    if (rank_ != root) {
-      scratch_.assign(static_cast<char*>(data.data()),
-                      static_cast<char*>(data.data()) + data.nbytes());
-      buffer = scratch_.data();
-    }
-    DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
-      gloo::ReduceOptions opts(context_);
-      WithElementType(data.dtype(), buffer,
-                      [&](auto* p) { opts.setOutput(p, data.numel()); });
-      opts.setReduceFunction(fn);
-      opts.setRoot(root);
-      opts.setTag(Tag(ctx));
-      opts.setTimeout(Millis(ctx.timeout));
-      gloo::reduce(opts);
-    }));
+    return absl::OkStatus();
   }
-  if (op == ReduceOp::kMean && rank_ == root) {
-    DivideBySize(data.data(), data.dtype(), data.numel(), size_);
+  if (size_ == 1) return absl::OkStatus();
+  // Gloo's reduce uses the buffer as scratch on every rank; keep the
+  // caller's data intact off the root, as torch does.
+  void* buffer = data.data();
+  if (rank_ != root) {
+    scratch_.assign(static_cast<char*>(data.data()),
+                    static_cast<char*>(data.data()) + data.nbytes());
+    buffer = scratch_.data();
   }
-  return absl::OkStatus();
+  return Guarded(ctx, [&] {
+    gloo::ReduceOptions opts(context_);
+    WithElementType(data.dtype(), buffer,
+                    [&](auto* p) { opts.setOutput(p, data.numel()); });
+    opts.setReduceFunction(fn);
+    opts.setRoot(root);
+    opts.setTag(Tag(ctx));
+    opts.setTimeout(Millis(ctx.timeout));
+    gloo::reduce(opts);
+  });
 }
 
 absl::Status GlooBackend::AllGather(const OpContext& ctx, TensorRef input,
                                     TensorRef output) {
-  const bool small = input.nbytes() <= inline_limit();
-  OpSignature sig =
-      MakeSignature(ctx, OpCode::kAllGather, &input, input.numel());
-  DK_RETURN_IF_ERROR(Agree(ctx, sig, input.data(), small ? input.nbytes() : 0));
-  if (small) {
+  if (TakeInline(input.nbytes())) {
     for (int r = 0; r < size_; ++r) {
       std::memcpy(static_cast<char*>(output.data()) + r * input.nbytes(),
                   InlineData(r), input.nbytes());
@@ -370,11 +364,7 @@ absl::Status GlooBackend::AllGather(const OpContext& ctx, TensorRef input,
 
 absl::Status GlooBackend::Gather(const OpContext& ctx, TensorRef input,
                                  TensorRef output, int root) {
-  OpSignature sig =
-      MakeSignature(ctx, OpCode::kGather, &input, input.numel(), root);
-  const bool small = input.nbytes() <= inline_limit();
-  DK_RETURN_IF_ERROR(Agree(ctx, sig, input.data(), small ? input.nbytes() : 0));
-  if (small) {
+  if (TakeInline(input.nbytes())) {
     if (rank_ == root) {
       for (int r = 0; r < size_; ++r) {
         std::memcpy(static_cast<char*>(output.data()) + r * input.nbytes(),
@@ -399,14 +389,8 @@ absl::Status GlooBackend::Gather(const OpContext& ctx, TensorRef input,
 
 absl::Status GlooBackend::Scatter(const OpContext& ctx, TensorRef input,
                                   TensorRef output, int root) {
-  OpSignature sig =
-      MakeSignature(ctx, OpCode::kScatter, &output, output.numel(), root);
-  // Small: the root's whole input rides in its signature record.
-  const bool small = output.nbytes() * size_ <= inline_limit();
-  DK_RETURN_IF_ERROR(
-      Agree(ctx, sig, input.data(),
-            small && rank_ == root ? output.nbytes() * size_ : 0));
-  if (small) {
+  // Inline: the root's whole input rode in its signature record.
+  if (TakeInline(output.nbytes() * size_)) {
     std::memcpy(output.data(), InlineData(root) + rank_ * output.nbytes(),
                 output.nbytes());
     return absl::OkStatus();
@@ -432,17 +416,10 @@ absl::Status GlooBackend::Scatter(const OpContext& ctx, TensorRef input,
 absl::Status GlooBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
                                         TensorRef output, ReduceOp op) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(output.dtype(), op));
-  OpSignature sig = MakeSignature(ctx, OpCode::kReduceScatter, &output,
-                                  output.numel(), -1, static_cast<int>(op));
   const size_t chunk = output.nbytes();
-  const bool small = input.nbytes() <= inline_limit();
-  DK_RETURN_IF_ERROR(Agree(ctx, sig, input.data(), small ? input.nbytes() : 0));
-  if (small) {
+  if (TakeInline(input.nbytes())) {
     // Every rank has every input: fold this rank's chunk.
     FoldInline(fn, output, rank_ * chunk);
-    if (op == ReduceOp::kMean) {
-      DivideBySize(output.data(), output.dtype(), output.numel(), size_);
-    }
     return absl::OkStatus();
   }
   // Ring reduce-scatter: n-1 steps; at step s this rank sends chunk
@@ -473,8 +450,6 @@ absl::Status GlooBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
     }));
   }
   std::memcpy(output.data(), scratch_.data() + rank_ * chunk, chunk);
-  if (op == ReduceOp::kMean)
-    DivideBySize(output.data(), output.dtype(), output.numel(), size_);
   return absl::OkStatus();
 }
 
@@ -482,12 +457,7 @@ absl::Status GlooBackend::AllToAll(const OpContext& ctx, TensorRef input,
                                    absl::Span<const int64_t> input_splits,
                                    TensorRef output,
                                    absl::Span<const int64_t> output_splits) {
-  const bool uneven = !input_splits.empty() || !output_splits.empty();
-  OpSignature sig = MakeSignature(ctx, OpCode::kAllToAll, &input,
-                                  uneven ? -1 : input.numel());
-  DK_RETURN_IF_ERROR(Agree(ctx, sig, nullptr, 0));
-  const size_t elem = ElementSize(input.dtype());
-  if (!uneven) {
+  if (input_splits.empty() && output_splits.empty()) {
     return Guarded(ctx, [&] {
       gloo::AlltoallOptions opts(context_);
       opts.setInput(static_cast<uint8_t*>(input.data()), input.nbytes());
@@ -497,34 +467,7 @@ absl::Status GlooBackend::AllToAll(const OpContext& ctx, TensorRef input,
       gloo::alltoall(opts);
     });
   }
-  // Check the split matrix before data moves: what r sends to d must be what
-  // d expects from r.
-  std::vector<int64_t> mine(2 * size_), all(2 * size_ * size_);
-  for (int r = 0; r < size_; ++r) {
-    mine[r] = input_splits[r];
-    mine[size_ + r] = output_splits[r];
-  }
-  DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
-    gloo::AllgatherOptions opts(context_);
-    opts.setInput(mine.data(), mine.size());
-    opts.setOutput(all.data(), all.size());
-    opts.setTag(Tag(ctx));
-    opts.setTimeout(Millis(ctx.timeout));
-    gloo::allgather(opts);
-  }));
-  for (int src = 0; src < size_; ++src) {
-    for (int dst = 0; dst < size_; ++dst) {
-      const int64_t sends = all[src * 2 * size_ + dst];
-      const int64_t expects = all[dst * 2 * size_ + size_ + src];
-      if (sends != expects) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(ctx.Describe(), ": rank ", src, " sends ", sends,
-                         " elements to rank ", dst, ", which expects ", expects,
-                         " from it (input_splits and "
-                         "output_splits must match across ranks)"));
-      }
-    }
-  }
+  const size_t elem = ElementSize(input.dtype());
   return Guarded(ctx, [&] {
     gloo::AlltoallvOptions opts(context_);
     std::vector<int64_t> in_bytes(size_), out_bytes(size_);
@@ -540,78 +483,27 @@ absl::Status GlooBackend::AllToAll(const OpContext& ctx, TensorRef input,
   });
 }
 
-absl::Status GlooBackend::Barrier(const OpContext& ctx) {
-  // The signature exchange is an all-gather: no rank leaves it before every
-  // rank has entered it.
-  return Agree(ctx, MakeSignature(ctx, OpCode::kBarrier, nullptr, -1), nullptr,
-               0);
-}
-
-namespace {
-struct SendHeader {
-  int32_t dtype;
-  int32_t tag;
-  int64_t count;
-};
-}  // namespace
-
+// Messages between a pair with one tag share one slot and arrive in order
+// (the contract's header, then the data). Waits go through Wait(), so
+// Abort() ends a pending send or receive too.
 absl::Status GlooBackend::Send(const OpContext& ctx, TensorRef data, int dst,
                                int tag) {
-  SendHeader header{static_cast<int32_t>(data.dtype()), tag, data.numel()};
   return Guarded(ctx, [&] {
-    auto h = context_->createUnboundBuffer(&header, sizeof(header));
-    h->send(dst,
-            gloo::Slot::build(kSendHeaderSlot, static_cast<uint32_t>(tag)));
-    h->waitSend(Millis(ctx.timeout));
-    if (data.nbytes() > 0) {
-      auto d = context_->createUnboundBuffer(data.data(), data.nbytes());
-      d->send(dst,
-              gloo::Slot::build(kSendDataSlot, static_cast<uint32_t>(tag)));
-      d->waitSend(Millis(ctx.timeout));
-    }
+    auto buffer = context_->createUnboundBuffer(data.data(), data.nbytes());
+    buffer->send(
+        dst, gloo::Slot::build(kPointToPointSlot, static_cast<uint32_t>(tag)));
+    Wait(*buffer, /*recv=*/false, ctx);
   });
 }
 
 absl::Status GlooBackend::Recv(const OpContext& ctx, TensorRef data, int src,
                                int tag) {
-  SendHeader header{};
-  DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
-    auto h = context_->createUnboundBuffer(&header, sizeof(header));
-    h->recv(src,
-            gloo::Slot::build(kSendHeaderSlot, static_cast<uint32_t>(tag)));
-    h->waitRecv(Millis(ctx.timeout));
-  }));
-  const bool matches = header.dtype == static_cast<int32_t>(data.dtype()) &&
-                       header.count == data.numel();
-  absl::StatusOr<DataType> sent_dtype = DataTypeFromInt(header.dtype);
-  const size_t sent_bytes =
-      sent_dtype.ok() ? header.count * ElementSize(*sent_dtype) : 0;
-  // Receive what was sent (into scratch when it does not fit), so the stream
-  // stays in step, then report the mismatch.
-  // Receives may run beside collectives: use a local buffer, not scratch_.
-  std::vector<char> dropped;
-  void* target = data.data();
-  if (!matches) {
-    dropped.resize(sent_bytes);
-    target = dropped.data();
-  }
-  if (sent_bytes > 0) {
-    DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
-      auto d = context_->createUnboundBuffer(target, sent_bytes);
-      d->recv(src,
-              gloo::Slot::build(kSendDataSlot, static_cast<uint32_t>(tag)));
-      d->waitRecv(Millis(ctx.timeout));
-    }));
-  }
-  if (!matches) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(ctx.Describe(), ": rank ", src, " sent ",
-                     sent_dtype.ok() ? DataTypeName(*sent_dtype) : "?", " x",
-                     header.count, " with tag ", tag, " but rank ", rank_,
-                     " expected ", DataTypeName(data.dtype()), " x",
-                     data.numel(), "; the data was received and dropped"));
-  }
-  return absl::OkStatus();
+  return Guarded(ctx, [&] {
+    auto buffer = context_->createUnboundBuffer(data.data(), data.nbytes());
+    buffer->recv(
+        src, gloo::Slot::build(kPointToPointSlot, static_cast<uint32_t>(tag)));
+    Wait(*buffer, /*recv=*/true, ctx);
+  });
 }
 
 }  // namespace distkit

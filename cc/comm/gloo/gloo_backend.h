@@ -1,19 +1,16 @@
 // File: gloo_backend.h
 //
-// GlooBackend runs collectives on CPU buffers over Gloo's TCP transport,
-// rendezvousing through a distkit Store. Before data moves, every operation
-// exchanges an OpSignature among all ranks (one direct exchange), so a
-// mismatched call fails on every rank with a message naming what each rank
-// called, instead of Gloo terminating the process. Payloads up to
-// inline_limit() ride inside that exchange and are finished locally (one
-// network hop instead of Gloo's 2(n-1) steps); larger ones use Gloo's
-// algorithms. The exchange uses unbound buffers this class holds, so Abort()
-// can wake an operation stuck waiting for a peer.
+// GlooBackend moves CPU buffers over Gloo's TCP transport, rendezvousing
+// through a distkit Store. The contract above it (cc/group) agrees on every
+// operation first; this backend's signature exchange is one direct exchange
+// among all ranks that also carries payloads up to inline_limit(), so small
+// and medium operations finish locally from those records (one network hop
+// instead of Gloo's 2(n-1) steps); larger ones use Gloo's algorithms. The
+// exchange uses unbound buffers this class holds, so Abort() can wake an
+// operation stuck waiting for a peer.
 //
-// Failures: a peer that dies -> UNAVAILABLE; a peer that never joins ->
-// DEADLINE_EXCEEDED after the op's timeout. Either poisons the backend: every
-// later call fails with FAILED_PRECONDITION naming the first error (recreate
-// the group to recover, as with Gloo and NCCL).
+// Transport failures: a peer that dies -> UNAVAILABLE; a peer that never
+// joins -> DEADLINE_EXCEEDED after the op's timeout; an abort -> CANCELLED.
 
 #ifndef DISTKIT_CC_COMM_GLOO_GLOO_BACKEND_H_
 #define DISTKIT_CC_COMM_GLOO_GLOO_BACKEND_H_
@@ -28,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "cc/comm/backend.h"
+#include "cc/comm/backend_registry.h"
 #include "cc/comm/op_signature.h"
 #include "cc/comm/reduce_kernels.h"
 #include "cc/store/store.h"
@@ -57,12 +55,20 @@ class GlooBackend : public Backend {
   // the timeout passes.
   static absl::StatusOr<std::unique_ptr<GlooBackend>> Create(
       std::shared_ptr<Store> store, int rank, int size, const Options& options);
+  // The same from a registry config; an empty hostname becomes
+  // $DISTKIT_GLOO_HOSTNAME, else 127.0.0.1.
+  static absl::StatusOr<std::unique_ptr<GlooBackend>> Create(
+      const BackendConfig& config);
 
   ~GlooBackend() override;
 
   absl::string_view name() const override { return "gloo"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+
+  absl::Status ExchangeSignatures(const OpContext& ctx, const OpSignature& mine,
+                                  InlinePayload payload,
+                                  absl::Span<OpSignature> all) override;
 
   absl::Status AllReduce(const OpContext& ctx, TensorRef data,
                          ReduceOp op) override;
@@ -82,7 +88,6 @@ class GlooBackend : public Backend {
                         absl::Span<const int64_t> input_splits,
                         TensorRef output,
                         absl::Span<const int64_t> output_splits) override;
-  absl::Status Barrier(const OpContext& ctx) override;
   absl::Status Send(const OpContext& ctx, TensorRef data, int dst,
                     int tag) override;
   absl::Status Recv(const OpContext& ctx, TensorRef data, int src,
@@ -104,10 +109,9 @@ class GlooBackend : public Backend {
   GlooBackend(int rank, int size,
               std::shared_ptr<gloo::rendezvous::Context> context);
 
-  // Exchanges `sig` (and up to inline_limit() bytes of `inline_data`) with
-  // every rank and checks agreement. On success, slot(r) holds rank r's record.
-  absl::Status Agree(const OpContext& ctx, const OpSignature& sig,
-                     const void* inline_data, size_t inline_bytes);
+  // Whether the last signature exchange carried a payload of `bytes` (the
+  // data operation then completes from the records); forgets it either way.
+  bool TakeInline(size_t bytes);
   const char* InlineData(int rank) const;
   // out = the reduction, in rank order, of every rank's inline record at
   // byte `offset`.
@@ -117,8 +121,7 @@ class GlooBackend : public Backend {
   void Wait(gloo::transport::UnboundBuffer& buffer, bool recv,
             const OpContext& ctx);
 
-  // Runs `body` (Gloo calls that may throw), turning exceptions into Status,
-  // and poisons the backend on transport errors.
+  // Runs `body` (Gloo calls that may throw), turning exceptions into Status.
   absl::Status Guarded(const OpContext& ctx, const std::function<void()>& body);
 
   const int rank_;
@@ -132,8 +135,10 @@ class GlooBackend : public Backend {
   std::unique_ptr<gloo::transport::UnboundBuffer> agree_send_;
   std::unique_ptr<gloo::transport::UnboundBuffer> agree_recv_;
 
+  // The payload size the last exchange carried, or -1.
+  int64_t inline_bytes_ = -1;
+
   absl::Mutex mu_;
-  absl::Status poison_ ABSL_GUARDED_BY(mu_);
   // Buffers with a wait in progress, for Abort() to wake.
   absl::flat_hash_set<gloo::transport::UnboundBuffer*> inflight_
       ABSL_GUARDED_BY(mu_);

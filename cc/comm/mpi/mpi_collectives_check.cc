@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "cc/comm/internal/half.h"
-#include "cc/dist/dist.h"
-#include "cc/dist/process_group.h"
+#include "cc/core/half.h"
+#include "cc/dist_api/dist.h"
+#include "cc/group/process_group.h"
 
 namespace distkit {
 namespace {

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "cc/comm/internal/half.h"
 #include "cc/core/device_copy.h"
+#include "cc/core/half.h"
 #include "cc/core/tensor_ref.h"
 
 namespace distkit {

@@ -53,33 +53,36 @@ bool IsFloat(DataType d) {
          d == DataType::kFloat32 || d == DataType::kFloat64;
 }
 
-// The NCCL reduction for (op, dtype), or INVALID_ARGUMENT for what NCCL cannot
-// express. Integer mean is a sum here (divided afterwards).
-absl::StatusOr<ncclRedOp_t> NcclOp(ReduceOp op, DataType d,
-                                   const OpContext& ctx) {
-  DK_RETURN_IF_ERROR(CheckReduceOpSupported(op, d));
+// What NCCL can reduce: every op on floats and integers except the bitwise
+// ones, and band / bor (as min / max) on bool.
+bool NcclCanReduce(ReduceOp op, DataType d) {
   if (d == DataType::kBool) {
-    if (op == ReduceOp::kBand || op == ReduceOp::kMin) return ncclMin;
-    if (op == ReduceOp::kBor || op == ReduceOp::kMax) return ncclMax;
-  } else {
-    switch (op) {
-      case ReduceOp::kSum:
-        return ncclSum;
-      case ReduceOp::kProduct:
-        return ncclProd;
-      case ReduceOp::kMin:
-        return ncclMin;
-      case ReduceOp::kMax:
-        return ncclMax;
-      case ReduceOp::kMean:
-        return IsFloat(d) ? ncclAvg : ncclSum;
-      default:
-        break;
-    }
+    return op == ReduceOp::kBand || op == ReduceOp::kBor ||
+           op == ReduceOp::kMin || op == ReduceOp::kMax;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(ctx.Describe(), ": the nccl backend cannot reduce ",
-                   DataTypeName(d), " with ", ReduceOpName(op)));
+  return op != ReduceOp::kBand && op != ReduceOp::kBor && op != ReduceOp::kBxor;
+}
+
+// The NCCL reduction for (op, dtype), which CheckReduce accepted; mean
+// arrives only for floats (NativeMean).
+ncclRedOp_t NcclOp(ReduceOp op, DataType d) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kProduct:
+      return ncclProd;
+    case ReduceOp::kMin:
+    case ReduceOp::kBand:  // bool
+      return ncclMin;
+    case ReduceOp::kMax:
+    case ReduceOp::kBor:  // bool
+      return ncclMax;
+    case ReduceOp::kMean:
+      return ncclAvg;
+    case ReduceOp::kBxor:
+      break;
+  }
+  return ncclSum;
 }
 
 char* At(const TensorRef& t, int64_t elements) {
@@ -99,7 +102,6 @@ absl::Status NcclBackend::Init() {
   DK_RETURN_IF_ERROR(
       CudaStatus(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming),
                  "cudaEventCreate"));
-  DK_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&scratch_, 64), "cudaMalloc"));
   watchdog_ = std::thread([this] { WatchdogLoop(); });
   return absl::OkStatus();
 }
@@ -146,16 +148,8 @@ NcclBackend::~NcclBackend() {
     absl::MutexLock lock(&mu_);
     if (!aborted_comm_) ncclCommDestroy(comm_);
   }
-  if (scratch_ != nullptr) cudaFree(scratch_);
   if (done_ != nullptr) cudaEventDestroy(done_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
-}
-
-absl::Status NcclBackend::CheckDevice(Device device) const {
-  if (device == Device::Cuda(device_)) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "the nccl backend works on ", Device::Cuda(device_).ToString(),
-      " tensors, got one on ", device.ToString()));
 }
 
 absl::Status NcclBackend::AbortWith(absl::Status status) {
@@ -164,7 +158,7 @@ absl::Status NcclBackend::AbortWith(absl::Status status) {
     ncclCommAbort(comm_);
     aborted_comm_ = true;
   }
-  if (poison_.ok()) poison_ = status;
+  if (failure_.ok()) failure_ = status;
   return status;
 }
 
@@ -198,20 +192,36 @@ void NcclBackend::WatchdogLoop() {
   }
 }
 
-absl::Status NcclBackend::Usable(const OpContext& ctx) {
+absl::Status NcclBackend::CheckDevice(Device device) const {
+  if (device == Device::Cuda(device_)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the nccl backend works on ", Device::Cuda(device_).ToString(),
+      " tensors, got one on ", device.ToString()));
+}
+
+bool NcclBackend::NativeMean(DataType dtype, Device /*device*/) const {
+  return IsFloat(dtype);
+}
+
+absl::Status NcclBackend::CheckReduce(ReduceOp op, DataType dtype,
+                                      Device /*device*/) const {
+  if (NcclCanReduce(op, dtype)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("the nccl backend cannot reduce ", DataTypeName(dtype),
+                   " with ", ReduceOpName(op)));
+}
+
+absl::Status NcclBackend::CommFailure(const OpContext& ctx) {
   absl::MutexLock lock(&mu_);
-  if (!poison_.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        ctx.Describe(), ": the group is unusable after an earlier error (",
-        poison_.message(), "); destroy it and create a new one"));
-  }
-  return absl::OkStatus();
+  if (!aborted_comm_) return absl::OkStatus();
+  return absl::Status(failure_.code(),
+                      absl::StrCat(ctx.Describe(), ": ", failure_.message()));
 }
 
 absl::Status NcclBackend::Run(const OpContext& ctx,
                               const std::function<ncclResult_t()>& enqueue,
                               bool grouped) {
-  DK_RETURN_IF_ERROR(Usable(ctx));
+  DK_RETURN_IF_ERROR(CommFailure(ctx));
   DK_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
   // Work the caller queued on the legacy default stream comes first.
   cudaEvent_t ready;
@@ -250,13 +260,8 @@ absl::Status NcclBackend::Run(const OpContext& ctx,
       return done(AbortWith(absl::InternalError(
           absl::StrCat(ctx.Describe(), ": ", cudaGetErrorString(e)))));
     }
-    {
-      absl::MutexLock lock(&mu_);
-      if (!poison_.ok()) {
-        in_flight_ = false;
-        return absl::Status(poison_.code(), absl::StrCat(ctx.Describe(), ": ",
-                                                         poison_.message()));
-      }
+    if (absl::Status failed = CommFailure(ctx); !failed.ok()) {
+      return done(failed);
     }
     absl::SleepFor(absl::Microseconds(20));
   }
@@ -264,7 +269,7 @@ absl::Status NcclBackend::Run(const OpContext& ctx,
 
 absl::StatusOr<std::unique_ptr<Backend>> NcclBackend::Split(
     const OpContext& ctx, const std::vector<int>& parent_ranks) {
-  DK_RETURN_IF_ERROR(Usable(ctx));
+  DK_RETURN_IF_ERROR(CommFailure(ctx));
   int key = -1;
   for (size_t i = 0; i < parent_ranks.size(); ++i)
     if (parent_ranks[i] == rank_) key = static_cast<int>(i);
@@ -281,29 +286,38 @@ absl::StatusOr<std::unique_ptr<Backend>> NcclBackend::Split(
   return std::unique_ptr<Backend>(std::move(b));
 }
 
-// ---- Collectives ---------------------------------------------------------
+// ---- The contract's metadata ---------------------------------------------
 
-absl::Status NcclBackend::TruncatingMean(TensorRef t) {
-  // NCCL averages floats itself (ncclAvg); integers were summed, and their
-  // mean truncates toward zero as mmengine's: divide on the host.
-  if (IsFloat(t.dtype())) return absl::OkStatus();
-  std::vector<char> host(t.nbytes());
-  DK_RETURN_IF_ERROR(CopyBytes(host.data(), Device::Cpu(), t.data(),
-                               Device::Cuda(device_), t.nbytes()));
-  DivideBySize(host.data(), t.dtype(), t.numel(), size_);
-  return CopyBytes(t.data(), Device::Cuda(device_), host.data(), Device::Cpu(),
-                   t.nbytes());
+absl::Status NcclBackend::AllGatherHost(const OpContext& ctx, const void* in,
+                                        size_t bytes, void* out) {
+  // Staged through device memory kept between calls: one copy in, one
+  // ncclAllGather, one copy out.
+  const size_t need = bytes * (size_ + 1);
+  if (host_exchange_bytes_ < need) {
+    DK_ASSIGN_OR_RETURN(host_exchange_,
+                        DeviceBuffer::Allocate(Device::Cuda(device_), need));
+    host_exchange_bytes_ = need;
+  }
+  char* mine = static_cast<char*>(host_exchange_.data());
+  char* all = mine + bytes;
+  DK_RETURN_IF_ERROR(
+      CopyBytes(mine, Device::Cuda(device_), in, Device::Cpu(), bytes));
+  DK_RETURN_IF_ERROR(Run(ctx, [&] {
+    return ncclAllGather(mine, all, bytes, ncclUint8, comm_, stream_);
+  }));
+  return CopyBytes(out, Device::Cpu(), all, Device::Cuda(device_),
+                   bytes * size_);
 }
+
+// ---- Collectives ---------------------------------------------------------
 
 absl::Status NcclBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                     ReduceOp op) {
-  DK_ASSIGN_OR_RETURN(ncclRedOp_t nop, NcclOp(op, data.dtype(), ctx));
-  DK_RETURN_IF_ERROR(Run(ctx, [&] {
+  return Run(ctx, [&] {
     return ncclAllReduce(data.data(), data.data(), data.numel(),
-                         NcclType(data.dtype()), nop, comm_, stream_);
-  }));
-  if (op == ReduceOp::kMean) return TruncatingMean(data);
-  return absl::OkStatus();
+                         NcclType(data.dtype()), NcclOp(op, data.dtype()),
+                         comm_, stream_);
+  });
 }
 
 absl::Status NcclBackend::Broadcast(const OpContext& ctx, TensorRef data,
@@ -316,13 +330,11 @@ absl::Status NcclBackend::Broadcast(const OpContext& ctx, TensorRef data,
 
 absl::Status NcclBackend::Reduce(const OpContext& ctx, TensorRef data,
                                  ReduceOp op, int root) {
-  DK_ASSIGN_OR_RETURN(ncclRedOp_t nop, NcclOp(op, data.dtype(), ctx));
-  DK_RETURN_IF_ERROR(Run(ctx, [&] {
+  return Run(ctx, [&] {
     return ncclReduce(data.data(), data.data(), data.numel(),
-                      NcclType(data.dtype()), nop, root, comm_, stream_);
-  }));
-  if (op == ReduceOp::kMean && rank_ == root) return TruncatingMean(data);
-  return absl::OkStatus();
+                      NcclType(data.dtype()), NcclOp(op, data.dtype()), root,
+                      comm_, stream_);
+  });
 }
 
 absl::Status NcclBackend::AllGather(const OpContext& ctx, TensorRef input,
@@ -386,13 +398,11 @@ absl::Status NcclBackend::Scatter(const OpContext& ctx, TensorRef input,
 
 absl::Status NcclBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
                                         TensorRef output, ReduceOp op) {
-  DK_ASSIGN_OR_RETURN(ncclRedOp_t nop, NcclOp(op, output.dtype(), ctx));
-  DK_RETURN_IF_ERROR(Run(ctx, [&] {
+  return Run(ctx, [&] {
     return ncclReduceScatter(input.data(), output.data(), output.numel(),
-                             NcclType(output.dtype()), nop, comm_, stream_);
-  }));
-  if (op == ReduceOp::kMean) return TruncatingMean(output);
-  return absl::OkStatus();
+                             NcclType(output.dtype()),
+                             NcclOp(op, output.dtype()), comm_, stream_);
+  });
 }
 
 absl::Status NcclBackend::AllToAll(const OpContext& ctx, TensorRef input,
@@ -403,39 +413,6 @@ absl::Status NcclBackend::AllToAll(const OpContext& ctx, TensorRef input,
   for (int r = 0; r < size_; ++r) {
     in[r] = input_splits.empty() ? input.numel() / size_ : input_splits[r];
     out[r] = output_splits.empty() ? output.numel() / size_ : output_splits[r];
-  }
-  if (!input_splits.empty() || !output_splits.empty()) {
-    // The split matrix must agree before data moves (an allgather of it).
-    std::vector<int64_t> mine(2 * size_), all(2 * size_ * size_);
-    for (int r = 0; r < size_; ++r) {
-      mine[r] = in[r];
-      mine[size_ + r] = out[r];
-    }
-    DK_ASSIGN_OR_RETURN(DeviceBuffer dev,
-                        DeviceBuffer::Allocate(Device::Cuda(device_),
-                                               (mine.size() + all.size()) * 8));
-    int64_t* d = static_cast<int64_t*>(dev.data());
-    DK_RETURN_IF_ERROR(CopyBytes(d, Device::Cuda(device_), mine.data(),
-                                 Device::Cpu(), mine.size() * 8));
-    DK_RETURN_IF_ERROR(Run(ctx, [&] {
-      return ncclAllGather(d, d + mine.size(), mine.size(), ncclInt64, comm_,
-                           stream_);
-    }));
-    DK_RETURN_IF_ERROR(CopyBytes(all.data(), Device::Cpu(), d + mine.size(),
-                                 Device::Cuda(device_), all.size() * 8));
-    for (int src = 0; src < size_; ++src) {
-      for (int dst = 0; dst < size_; ++dst) {
-        const int64_t sends = all[src * 2 * size_ + dst];
-        const int64_t expects = all[dst * 2 * size_ + size_ + src];
-        if (sends != expects) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              ctx.Describe(), ": rank ", src, " sends ", sends,
-              " elements to rank ", dst, ", which expects ", expects,
-              " from it (input_splits and output_splits must match across "
-              "ranks)"));
-        }
-      }
-    }
   }
   return Run(
       ctx,
@@ -456,65 +433,41 @@ absl::Status NcclBackend::AllToAll(const OpContext& ctx, TensorRef input,
       /*grouped=*/true);
 }
 
-absl::Status NcclBackend::Barrier(const OpContext& ctx) {
-  return Run(ctx, [&] {
-    return ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_,
-                         stream_);
-  });
-}
+// ---- Point to point ------------------------------------------------------
 
-// NCCL has no tags: messages between a pair arrive in order. A 16-byte header
-// (dtype, count) goes first, so a mismatched receive is an error, not a hang.
+// NCCL has no tags: messages between a pair arrive in order, which keeps the
+// contract's header ahead of its data. Host buffers (the header) are staged.
 absl::Status NcclBackend::Send(const OpContext& ctx, TensorRef data, int dst,
                                int /*tag*/) {
-  const int64_t header[2] = {static_cast<int64_t>(data.dtype()), data.numel()};
-  DK_ASSIGN_OR_RETURN(DeviceBuffer h,
-                      DeviceBuffer::Allocate(Device::Cuda(device_), 16));
-  DK_RETURN_IF_ERROR(
-      CopyBytes(h.data(), Device::Cuda(device_), header, Device::Cpu(), 16));
-  return Run(
-      ctx,
-      [&]() -> ncclResult_t {
-        ncclResult_t r = ncclSend(h.data(), 2, ncclInt64, dst, comm_, stream_);
-        if (r != ncclSuccess) return r;
-        return ncclSend(data.data(), data.nbytes(), ncclUint8, dst, comm_,
-                        stream_);
-      },
-      /*grouped=*/true);
+  DeviceBuffer staged;
+  const void* bytes = data.data();
+  if (data.device().is_cpu() && data.nbytes() > 0) {
+    DK_ASSIGN_OR_RETURN(
+        staged, DeviceBuffer::Allocate(Device::Cuda(device_), data.nbytes()));
+    DK_RETURN_IF_ERROR(CopyBytes(staged.data(), Device::Cuda(device_),
+                                 data.data(), Device::Cpu(), data.nbytes()));
+    bytes = staged.data();
+  }
+  return Run(ctx, [&] {
+    return ncclSend(bytes, data.nbytes(), ncclUint8, dst, comm_, stream_);
+  });
 }
 
 absl::Status NcclBackend::Recv(const OpContext& ctx, TensorRef data, int src,
                                int /*tag*/) {
-  DK_ASSIGN_OR_RETURN(DeviceBuffer h,
-                      DeviceBuffer::Allocate(Device::Cuda(device_), 16));
-  DK_RETURN_IF_ERROR(Run(ctx, [&] {
-    return ncclRecv(h.data(), 2, ncclInt64, src, comm_, stream_);
-  }));
-  int64_t header[2];
-  DK_RETURN_IF_ERROR(
-      CopyBytes(header, Device::Cpu(), h.data(), Device::Cuda(device_), 16));
-  absl::StatusOr<DataType> sent = DataTypeFromInt(static_cast<int>(header[0]));
-  const size_t sent_bytes = sent.ok() ? header[1] * ElementSize(*sent) : 0;
-  const bool matches =
-      sent.ok() && *sent == data.dtype() && header[1] == data.numel();
-  DeviceBuffer dropped;
-  void* target = data.data();
-  if (!matches) {
+  DeviceBuffer staged;
+  void* bytes = data.data();
+  if (data.device().is_cpu() && data.nbytes() > 0) {
     DK_ASSIGN_OR_RETURN(
-        dropped, DeviceBuffer::Allocate(Device::Cuda(device_), sent_bytes));
-    target = dropped.data();
+        staged, DeviceBuffer::Allocate(Device::Cuda(device_), data.nbytes()));
+    bytes = staged.data();
   }
   DK_RETURN_IF_ERROR(Run(ctx, [&] {
-    return ncclRecv(target, sent_bytes, ncclUint8, src, comm_, stream_);
+    return ncclRecv(bytes, data.nbytes(), ncclUint8, src, comm_, stream_);
   }));
-  if (!matches) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        ctx.Describe(), ": rank ", src, " sent ",
-        sent.ok() ? DataTypeName(*sent) : "?", " x", header[1], " but rank ",
-        rank_, " expected ", DataTypeName(data.dtype()), " x", data.numel(),
-        "; the data was received and dropped"));
-  }
-  return absl::OkStatus();
+  if (staged.data() == nullptr) return absl::OkStatus();
+  return CopyBytes(data.data(), Device::Cpu(), staged.data(),
+                   Device::Cuda(device_), data.nbytes());
 }
 
 }  // namespace distkit

@@ -9,13 +9,16 @@
 //
 // A watchdog thread aborts the communicator (ncclCommAbort) when an
 // operation runs past its timeout or ncclCommGetAsyncError reports a
-// failure; that operation, every pending one and every later one then fail
-// with a message naming op, group and sequence number. Abort() does the same
-// from any thread.
+// failure; that operation and every later one then fail with a message
+// naming op, group and sequence number (and the contract poisons the group).
+// Abort() does the same from any thread.
 //
-// What NCCL cannot express: bitwise reductions (except band/bor on bool, as
-// min/max) are INVALID_ARGUMENT naming op and dtype; mean on integers is a
-// sum followed by a truncating division on the host.
+// The contract's signature exchange rides on the communicator itself: 40
+// bytes per rank staged through device memory and one ncclAllGather
+// (AllGatherHost), before the operation's own kernels. What NCCL cannot
+// express (bitwise reductions, except band/bor on bool as min/max) is refused
+// by CheckReduce before anything runs; float mean is ncclAvg (NativeMean),
+// integer mean a sum the contract divides.
 //
 // Registered as "nccl" and, with the Gloo backend for CPU tensors,
 // "cpu:gloo,cuda:nccl" (dispatch by tensor device).
@@ -38,6 +41,7 @@
 #include "absl/time/time.h"
 #include "cc/comm/backend.h"
 #include "cc/comm/backend_registry.h"
+#include "cc/core/device_copy.h"
 
 namespace distkit {
 
@@ -52,6 +56,11 @@ class NcclBackend : public Backend {
   int size() const override { return size_; }
   Device comm_device() const override { return Device::Cuda(device_); }
   absl::Status CheckDevice(Device device) const override;
+  bool NativeMean(DataType dtype, Device device) const override;
+  absl::Status CheckReduce(ReduceOp op, DataType dtype,
+                           Device device) const override;
+  absl::Status AllGatherHost(const OpContext& ctx, const void* in, size_t bytes,
+                             void* out) override;
   bool splits_from_parent() const override { return true; }
   absl::StatusOr<std::unique_ptr<Backend>> Split(
       const OpContext& ctx, const std::vector<int>& parent_ranks) override;
@@ -74,7 +83,6 @@ class NcclBackend : public Backend {
                         absl::Span<const int64_t> input_splits,
                         TensorRef output,
                         absl::Span<const int64_t> output_splits) override;
-  absl::Status Barrier(const OpContext& ctx) override;
   absl::Status Send(const OpContext& ctx, TensorRef data, int dst,
                     int tag) override;
   absl::Status Recv(const OpContext& ctx, TensorRef data, int src,
@@ -90,9 +98,8 @@ class NcclBackend : public Backend {
   absl::Status Run(const OpContext& ctx,
                    const std::function<ncclResult_t()>& enqueue,
                    bool grouped = false);
-  absl::Status Usable(const OpContext& ctx);
-  // After an ncclSum standing in for an integer mean: the truncating divide.
-  absl::Status TruncatingMean(TensorRef t);
+  // Once the communicator is aborted: why, naming `ctx`; else OK.
+  absl::Status CommFailure(const OpContext& ctx);
   // Aborts the communicator once and records why; returns `status`.
   absl::Status AbortWith(absl::Status status);
   void WatchdogLoop();
@@ -103,10 +110,12 @@ class NcclBackend : public Backend {
   const int device_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
-  void* scratch_ = nullptr;  // a device word for Barrier
+  // Device staging for AllGatherHost, kept between calls.
+  DeviceBuffer host_exchange_;
+  size_t host_exchange_bytes_ = 0;
 
   absl::Mutex mu_;
-  absl::Status poison_ ABSL_GUARDED_BY(mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // why the comm was aborted
   bool aborted_comm_ ABSL_GUARDED_BY(mu_) = false;
   // The operation the watchdog guards (one at a time per group).
   bool in_flight_ ABSL_GUARDED_BY(mu_) = false;

@@ -12,9 +12,9 @@
 #include "cc/comm/backend_registry.h"
 #include "cc/comm/nccl/gpu_tensor_for_tests.h"
 #include "cc/core/device_copy.h"
-#include "cc/dist/collectives.h"
-#include "cc/dist/dist.h"
-#include "cc/dist/process_group.h"
+#include "cc/dist_api/collectives.h"
+#include "cc/dist_api/dist.h"
+#include "cc/group/process_group.h"
 #include "cc/store/hash_store.h"
 
 namespace distkit {

@@ -1,7 +1,7 @@
 // Registers "nccl" and "cpu:gloo,cuda:nccl" with the backend registry, so the
 // process group finds them in builds that have CUDA (this library is linked
 // only then).
-#include <cstdlib>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "cc/comm/backend_registry.h"
@@ -14,7 +14,8 @@ namespace distkit {
 namespace {
 
 // mmengine's "cpu:gloo,cuda:nccl": CPU tensors go to Gloo, CUDA tensors to
-// NCCL; barriers run on Gloo.
+// NCCL (the contract has checked that an operation's tensors share one
+// device); the contract's signature exchange and metadata run on Gloo.
 class DeviceDispatchBackend : public Backend {
  public:
   DeviceDispatchBackend(std::unique_ptr<Backend> cpu,
@@ -27,6 +28,23 @@ class DeviceDispatchBackend : public Backend {
   Device comm_device() const override { return cuda_->comm_device(); }
   absl::Status CheckDevice(Device d) const override {
     return d.is_cpu() ? absl::OkStatus() : cuda_->CheckDevice(d);
+  }
+  bool NativeMean(DataType dtype, Device d) const override {
+    return For(d)->NativeMean(dtype, d);
+  }
+  absl::Status CheckReduce(ReduceOp op, DataType dtype,
+                           Device d) const override {
+    return For(d)->CheckReduce(op, dtype, d);
+  }
+
+  absl::Status ExchangeSignatures(const OpContext& c, const OpSignature& mine,
+                                  InlinePayload payload,
+                                  absl::Span<OpSignature> all) override {
+    return cpu_->ExchangeSignatures(c, mine, payload, all);
+  }
+  absl::Status AllGatherHost(const OpContext& c, const void* in, size_t bytes,
+                             void* out) override {
+    return cpu_->AllGatherHost(c, in, bytes, out);
   }
 
   absl::Status AllReduce(const OpContext& c, TensorRef t,
@@ -42,8 +60,7 @@ class DeviceDispatchBackend : public Backend {
   }
   absl::Status AllGather(const OpContext& c, TensorRef in,
                          TensorRef out) override {
-    DK_ASSIGN_OR_RETURN(Backend * b, Both(c, in, out));
-    return b->AllGather(c, in, out);
+    return For(in)->AllGather(c, in, out);
   }
   absl::Status Gather(const OpContext& c, TensorRef in, TensorRef out,
                       int root) override {
@@ -55,16 +72,13 @@ class DeviceDispatchBackend : public Backend {
   }
   absl::Status ReduceScatter(const OpContext& c, TensorRef in, TensorRef out,
                              ReduceOp op) override {
-    DK_ASSIGN_OR_RETURN(Backend * b, Both(c, in, out));
-    return b->ReduceScatter(c, in, out, op);
+    return For(in)->ReduceScatter(c, in, out, op);
   }
   absl::Status AllToAll(const OpContext& c, TensorRef in,
                         absl::Span<const int64_t> in_splits, TensorRef out,
                         absl::Span<const int64_t> out_splits) override {
-    DK_ASSIGN_OR_RETURN(Backend * b, Both(c, in, out));
-    return b->AllToAll(c, in, in_splits, out, out_splits);
+    return For(in)->AllToAll(c, in, in_splits, out, out_splits);
   }
-  absl::Status Barrier(const OpContext& c) override { return cpu_->Barrier(c); }
   absl::Status Send(const OpContext& c, TensorRef t, int dst,
                     int tag) override {
     return For(t)->Send(c, t, dst, tag);
@@ -79,19 +93,8 @@ class DeviceDispatchBackend : public Backend {
   }
 
  private:
-  Backend* For(const TensorRef& t) const {
-    return t.device().is_cpu() ? cpu_.get() : cuda_.get();
-  }
-  absl::StatusOr<Backend*> Both(const OpContext& c, const TensorRef& a,
-                                const TensorRef& b) const {
-    if (a.device() != b.device()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(c.Describe(), ": input is on ", a.device().ToString(),
-                       " but output on ", b.device().ToString(),
-                       "; cpu:gloo,cuda:nccl needs both on one device"));
-    }
-    return For(a);
-  }
+  Backend* For(Device d) const { return d.is_cpu() ? cpu_.get() : cuda_.get(); }
+  Backend* For(const TensorRef& t) const { return For(t.device()); }
 
   std::unique_ptr<Backend> cpu_;
   std::unique_ptr<Backend> cuda_;
@@ -109,17 +112,10 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeDispatch(
   nccl.store = std::make_shared<PrefixStore>("nccl", config.store);
   DK_ASSIGN_OR_RETURN(std::unique_ptr<NcclBackend> cuda,
                       NcclBackend::Create(nccl));
-  GlooBackend::Options options;
-  options.timeout = config.timeout;
-  options.hostname = config.hostname;
-  if (options.hostname.empty()) {
-    const char* env = std::getenv("DISTKIT_GLOO_HOSTNAME");
-    options.hostname = env != nullptr && *env ? env : "127.0.0.1";
-  }
-  DK_ASSIGN_OR_RETURN(
-      std::unique_ptr<GlooBackend> cpu,
-      GlooBackend::Create(std::make_shared<PrefixStore>("gloo", config.store),
-                          config.rank, config.size, options));
+  BackendConfig gloo = config;
+  gloo.store = std::make_shared<PrefixStore>("gloo", config.store);
+  DK_ASSIGN_OR_RETURN(std::unique_ptr<GlooBackend> cpu,
+                      GlooBackend::Create(gloo));
   return std::unique_ptr<Backend>(
       new DeviceDispatchBackend(std::move(cpu), std::move(cuda)));
 }

@@ -134,22 +134,6 @@ void ShmBackend::Abort() {
   gloo_->Abort();
 }
 
-absl::Status ShmBackend::Usable(const OpContext& ctx) {
-  absl::MutexLock lock(&mu_);
-  if (!poison_.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        ctx.Describe(), ": the group is unusable after an earlier error (",
-        poison_.message(), "); destroy it and create a new one"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ShmBackend::Poison(absl::Status status) {
-  absl::MutexLock lock(&mu_);
-  if (poison_.ok()) poison_ = status;
-  return status;
-}
-
 absl::Status ShmBackend::Step(const OpContext& ctx) {
   const uint64_t step = ++step_;
   header(rank_)->step.store(step, std::memory_order_release);
@@ -164,22 +148,22 @@ absl::Status ShmBackend::Step(const OpContext& ctx) {
       sched_yield();              // ranks may share cores
       if ((spins & 63) != 0) continue;
       if (aborted_) {
-        return Poison(absl::CancelledError(
-            absl::StrCat(ctx.Describe(), ": the group was aborted")));
+        return absl::CancelledError(
+            absl::StrCat(ctx.Describe(), ": the group was aborted"));
       }
       const absl::Time now = absl::Now();
       if (now > deadline) {
-        return Poison(absl::DeadlineExceededError(absl::StrCat(
+        return absl::DeadlineExceededError(absl::StrCat(
             ctx.Describe(), " (rank ", rank_, "): timed out after ",
-            absl::FormatDuration(ctx.timeout), " waiting for peers")));
+            absl::FormatDuration(ctx.timeout), " waiting for peers"));
       }
       if (now > next_liveness) {
         next_liveness = now + absl::Milliseconds(20);
         const int pid = h->pid;
         if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
-          return Poison(absl::UnavailableError(
+          return absl::UnavailableError(
               absl::StrCat(ctx.Describe(), " (rank ", rank_, "): rank ", r,
-                           " (pid ", pid, ") exited; a peer failed")));
+                           " (pid ", pid, ") exited; a peer failed"));
         }
       }
     }
@@ -187,13 +171,14 @@ absl::Status ShmBackend::Step(const OpContext& ctx) {
   return absl::OkStatus();
 }
 
-absl::Status ShmBackend::Agree(const OpContext& ctx, const OpSignature& sig) {
-  DK_RETURN_IF_ERROR(Usable(ctx));
-  header(rank_)->sig[(step_ + 1) & 1] = sig;
+absl::Status ShmBackend::ExchangeSignatures(const OpContext& ctx,
+                                            const OpSignature& mine,
+                                            InlinePayload /*payload*/,
+                                            absl::Span<OpSignature> all) {
+  header(rank_)->sig[(step_ + 1) & 1] = mine;
   DK_RETURN_IF_ERROR(Step(ctx));
-  std::vector<OpSignature> all(size_);
   for (int r = 0; r < size_; ++r) all[r] = header(r)->sig[step_ & 1];
-  return CheckAgreement(ctx, all);
+  return absl::OkStatus();
 }
 
 // ---- Collectives ---------------------------------------------------------
@@ -201,9 +186,6 @@ absl::Status ShmBackend::Agree(const OpContext& ctx, const OpSignature& sig) {
 absl::Status ShmBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                    ReduceOp op) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
-  DK_RETURN_IF_ERROR(
-      Agree(ctx, MakeSignature(ctx, OpCode::kAllReduce, &data, data.numel(), -1,
-                               static_cast<int>(op))));
   const size_t elem = ElementSize(data.dtype());
   const size_t chunk_elems = kSlotBytes / elem;
   char* base = static_cast<char*>(data.data());
@@ -216,17 +198,12 @@ absl::Status ShmBackend::AllReduce(const OpContext& ctx, TensorRef data,
     std::memcpy(mine, slot(0, step_), n * elem);
     for (int r = 1; r < size_; ++r) fn(mine, mine, slot(r, step_), n);
   }
-  if (op == ReduceOp::kMean)
-    DivideBySize(data.data(), data.dtype(), data.numel(), size_);
   return absl::OkStatus();
 }
 
 absl::Status ShmBackend::Reduce(const OpContext& ctx, TensorRef data,
                                 ReduceOp op, int root) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
-  DK_RETURN_IF_ERROR(
-      Agree(ctx, MakeSignature(ctx, OpCode::kReduce, &data, data.numel(), root,
-                               static_cast<int>(op))));
   const size_t elem = ElementSize(data.dtype());
   const size_t chunk_elems = kSlotBytes / elem;
   char* base = static_cast<char*>(data.data());
@@ -239,15 +216,11 @@ absl::Status ShmBackend::Reduce(const OpContext& ctx, TensorRef data,
     std::memcpy(mine, slot(0, step_), n * elem);
     for (int r = 1; r < size_; ++r) fn(mine, mine, slot(r, step_), n);
   }
-  if (op == ReduceOp::kMean && rank_ == root)
-    DivideBySize(data.data(), data.dtype(), data.numel(), size_);
   return absl::OkStatus();
 }
 
 absl::Status ShmBackend::Broadcast(const OpContext& ctx, TensorRef data,
                                    int root) {
-  DK_RETURN_IF_ERROR(Agree(
-      ctx, MakeSignature(ctx, OpCode::kBroadcast, &data, data.numel(), root)));
   char* base = static_cast<char*>(data.data());
   for (size_t at = 0; at < data.nbytes(); at += kSlotBytes) {
     const size_t n = std::min(kSlotBytes, data.nbytes() - at);
@@ -260,8 +233,6 @@ absl::Status ShmBackend::Broadcast(const OpContext& ctx, TensorRef data,
 
 absl::Status ShmBackend::AllGather(const OpContext& ctx, TensorRef input,
                                    TensorRef output) {
-  DK_RETURN_IF_ERROR(Agree(
-      ctx, MakeSignature(ctx, OpCode::kAllGather, &input, input.numel())));
   const char* in = static_cast<const char*>(input.data());
   char* out = static_cast<char*>(output.data());
   const size_t part = input.nbytes();
@@ -277,8 +248,6 @@ absl::Status ShmBackend::AllGather(const OpContext& ctx, TensorRef input,
 
 absl::Status ShmBackend::Gather(const OpContext& ctx, TensorRef input,
                                 TensorRef output, int root) {
-  DK_RETURN_IF_ERROR(Agree(
-      ctx, MakeSignature(ctx, OpCode::kGather, &input, input.numel(), root)));
   if (input.nbytes() > kSlotBytes)
     return gloo_->Gather(ctx, input, output, root);
   std::memcpy(slot(rank_, step_ + 1), input.data(), input.nbytes());
@@ -294,8 +263,6 @@ absl::Status ShmBackend::Gather(const OpContext& ctx, TensorRef input,
 
 absl::Status ShmBackend::Scatter(const OpContext& ctx, TensorRef input,
                                  TensorRef output, int root) {
-  DK_RETURN_IF_ERROR(Agree(ctx, MakeSignature(ctx, OpCode::kScatter, &output,
-                                              output.numel(), root)));
   const size_t part = output.nbytes();
   if (part * size_ > kSlotBytes)
     return gloo_->Scatter(ctx, input, output, root);
@@ -309,9 +276,6 @@ absl::Status ShmBackend::Scatter(const OpContext& ctx, TensorRef input,
 absl::Status ShmBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
                                        TensorRef output, ReduceOp op) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(output.dtype(), op));
-  DK_RETURN_IF_ERROR(
-      Agree(ctx, MakeSignature(ctx, OpCode::kReduceScatter, &output,
-                               output.numel(), -1, static_cast<int>(op))));
   if (input.nbytes() > kSlotBytes) {
     return gloo_->ReduceScatter(ctx, input, output, op);
   }
@@ -322,8 +286,6 @@ absl::Status ShmBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
   std::memcpy(out, slot(0, step_) + rank_ * part, part);
   for (int r = 1; r < size_; ++r)
     fn(out, out, slot(r, step_) + rank_ * part, output.numel());
-  if (op == ReduceOp::kMean)
-    DivideBySize(output.data(), output.dtype(), output.numel(), size_);
   return absl::OkStatus();
 }
 
@@ -332,8 +294,6 @@ absl::Status ShmBackend::AllToAll(const OpContext& ctx, TensorRef input,
                                   TensorRef output,
                                   absl::Span<const int64_t> output_splits) {
   const bool uneven = !input_splits.empty() || !output_splits.empty();
-  DK_RETURN_IF_ERROR(Agree(ctx, MakeSignature(ctx, OpCode::kAllToAll, &input,
-                                              uneven ? -1 : input.numel())));
   if (uneven || input.nbytes() > kSlotBytes) {
     return gloo_->AllToAll(ctx, input, input_splits, output, output_splits);
   }
@@ -345,10 +305,6 @@ absl::Status ShmBackend::AllToAll(const OpContext& ctx, TensorRef input,
                 slot(r, step_) + rank_ * part, part);
   }
   return absl::OkStatus();
-}
-
-absl::Status ShmBackend::Barrier(const OpContext& ctx) {
-  return Agree(ctx, MakeSignature(ctx, OpCode::kBarrier, nullptr, -1));
 }
 
 }  // namespace distkit

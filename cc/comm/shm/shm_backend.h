@@ -10,17 +10,17 @@
 // two steps later, after every rank has published the step in between, i.e.
 // finished reading it).
 //
-// Every operation starts with a step that carries only signatures, so a call
-// that does not match across ranks fails on every rank with the same message
-// as over TCP (CheckAgreement), and the data is untouched. Data larger than a
-// slot is pipelined in slot-sized chunks (all_reduce, broadcast, all_gather);
-// the operations that would need more (gather, scatter, reduce_scatter,
-// all_to_all beyond a slot) and send/recv go to the wrapped Gloo backend.
+// The signature exchange the contract starts every operation with is one step
+// through the ranks' headers (ExchangeSignatures). Data larger than a slot is
+// pipelined in slot-sized chunks (all_reduce, broadcast, all_gather); the
+// operations that would need more (gather, scatter, reduce_scatter,
+// all_to_all beyond a slot, uneven all_to_all) and send/recv go to the
+// wrapped Gloo backend's data path.
 //
 // Waiting spins briefly, then yields (ranks may share cores), and checks the
 // op's deadline (DEADLINE_EXCEEDED), Abort() (CANCELLED) and whether the
-// ranks it waits for are still alive (UNAVAILABLE); any of these poisons the
-// group, as over TCP. DISTKIT_SHM=0 turns the path off.
+// ranks it waits for are still alive (UNAVAILABLE), as over TCP.
+// DISTKIT_SHM=0 turns the path off.
 
 #ifndef DISTKIT_CC_COMM_SHM_SHM_BACKEND_H_
 #define DISTKIT_CC_COMM_SHM_SHM_BACKEND_H_
@@ -56,6 +56,10 @@ class ShmBackend : public Backend {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  absl::Status ExchangeSignatures(const OpContext& ctx, const OpSignature& mine,
+                                  InlinePayload payload,
+                                  absl::Span<OpSignature> all) override;
+
   absl::Status AllReduce(const OpContext& ctx, TensorRef data,
                          ReduceOp op) override;
   absl::Status Broadcast(const OpContext& ctx, TensorRef data,
@@ -74,7 +78,6 @@ class ShmBackend : public Backend {
                         absl::Span<const int64_t> input_splits,
                         TensorRef output,
                         absl::Span<const int64_t> output_splits) override;
-  absl::Status Barrier(const OpContext& ctx) override;
   absl::Status Send(const OpContext& ctx, TensorRef data, int dst,
                     int tag) override {
     return gloo_->Send(ctx, data, dst, tag);
@@ -95,10 +98,6 @@ class ShmBackend : public Backend {
   // Publishes this rank's next step (after its slot is written) and waits
   // until every rank has published it.
   absl::Status Step(const OpContext& ctx);
-  // The signature step every operation starts with; checks agreement.
-  absl::Status Agree(const OpContext& ctx, const OpSignature& sig);
-  absl::Status Usable(const OpContext& ctx);
-  absl::Status Poison(absl::Status status);
 
   const int rank_;
   const int size_;
@@ -107,8 +106,6 @@ class ShmBackend : public Backend {
   size_t bytes_;
   uint64_t step_ = 0;  // this rank's last published step
   std::atomic<bool> aborted_{false};
-  absl::Mutex mu_;
-  absl::Status poison_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace distkit

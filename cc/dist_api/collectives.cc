@@ -1,4 +1,4 @@
-#include "cc/dist/collectives.h"
+#include "cc/dist_api/collectives.h"
 
 #include <cstring>
 #include <random>
@@ -7,7 +7,7 @@
 #include "cc/core/device_copy.h"
 #include "cc/core/reduce_op.h"
 #include "cc/core/status.h"
-#include "cc/dist/dist.h"
+#include "cc/dist_api/dist.h"
 
 namespace distkit {
 namespace dist {

@@ -6,8 +6,8 @@
 // the caller; a synchronous call made while nothing is queued runs inline on
 // the caller's thread, saving the thread hand-off on the latency-critical path.
 
-#ifndef DISTKIT_CC_DIST_OP_QUEUE_H_
-#define DISTKIT_CC_DIST_OP_QUEUE_H_
+#ifndef DISTKIT_CC_GROUP_OP_QUEUE_H_
+#define DISTKIT_CC_GROUP_OP_QUEUE_H_
 
 #include <deque>
 #include <functional>
@@ -44,4 +44,4 @@ class OpQueue {
 
 }  // namespace distkit
 
-#endif  // DISTKIT_CC_DIST_OP_QUEUE_H_
+#endif  // DISTKIT_CC_GROUP_OP_QUEUE_H_

@@ -4,8 +4,8 @@
 // round-to-nearest-even, for the CPU reduction kernels. Reductions on half
 // types compute in float and round once per element, as torch's CPU kernels do.
 
-#ifndef DISTKIT_CC_COMM_INTERNAL_HALF_H_
-#define DISTKIT_CC_COMM_INTERNAL_HALF_H_
+#ifndef DISTKIT_CC_CORE_HALF_H_
+#define DISTKIT_CC_CORE_HALF_H_
 
 #include <cstdint>
 #include <cstring>
@@ -84,4 +84,4 @@ inline uint16_t FloatToFloat16(float f) {
 }  // namespace comm_internal
 }  // namespace distkit
 
-#endif  // DISTKIT_CC_COMM_INTERNAL_HALF_H_
+#endif  // DISTKIT_CC_CORE_HALF_H_

@@ -5,8 +5,8 @@
 // default group; ops are named as in mmengine ("sum", "mean", ...,
 // case-insensitive). Buffers are caller-allocated TensorRefs.
 
-#ifndef DISTKIT_CC_DIST_COLLECTIVES_H_
-#define DISTKIT_CC_DIST_COLLECTIVES_H_
+#ifndef DISTKIT_CC_DIST_API_COLLECTIVES_H_
+#define DISTKIT_CC_DIST_API_COLLECTIVES_H_
 
 #include <cstdint>
 #include <map>
@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "cc/core/tensor_ref.h"
-#include "cc/dist/process_group.h"
+#include "cc/group/process_group.h"
 
 namespace distkit {
 namespace dist {
@@ -64,4 +64,4 @@ std::vector<std::vector<size_t>> TakeTensorBuckets(
 }  // namespace dist
 }  // namespace distkit
 
-#endif  // DISTKIT_CC_DIST_COLLECTIVES_H_
+#endif  // DISTKIT_CC_DIST_API_COLLECTIVES_H_

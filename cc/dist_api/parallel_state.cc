@@ -1,9 +1,9 @@
-#include "cc/dist/parallel_state.h"
+#include "cc/dist_api/parallel_state.h"
 
 #include "absl/strings/str_cat.h"
 #include "cc/core/status.h"
-#include "cc/dist/dist.h"
-#include "cc/dist/object_collectives.h"
+#include "cc/dist_api/dist.h"
+#include "cc/dist_api/object_collectives.h"
 
 namespace distkit {
 namespace dist {

@@ -1,11 +1,11 @@
 // The mmengine / modelopt API when not distributed (and at world size 1).
 
-#include "cc/dist/dist.h"
+#include "cc/dist_api/dist.h"
 
-#include "cc/dist/collect_results.h"
-#include "cc/dist/collectives.h"
-#include "cc/dist/object_collectives.h"
-#include "cc/dist/parallel_state.h"
+#include "cc/dist_api/collect_results.h"
+#include "cc/dist_api/collectives.h"
+#include "cc/dist_api/object_collectives.h"
+#include "cc/dist_api/parallel_state.h"
 #include "cc/store/hash_store.h"
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "cc/dist/op_queue.h"
+#include "cc/group/op_queue.h"
 
 #include "absl/synchronization/notification.h"
 

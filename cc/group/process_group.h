@@ -2,10 +2,14 @@
 //
 // ProcessGroup is a fixed set of ranks and the backend they talk through. It
 // checks arguments, numbers operations (the same sequence on every rank), runs
-// them in order (OpQueue), and hands out Work for asynchronous calls.
+// them in order (OpQueue), and hands out Work for asynchronous calls. What
+// every backend must keep across ranks (signature agreement, poison and
+// abort, the mean, split and point-to-point checks) is CollectiveContract's;
+// backends come from the registry by name (cc/comm/backend_registry.h).
 //
-//   DK_ASSIGN_OR_RETURN(auto world, ProcessGroup::CreateWorld(store, rank,
-//   size, {})); DK_RETURN_IF_ERROR(world->AllReduce(grad, ReduceOp::kMean));
+//   DK_ASSIGN_OR_RETURN(auto world,
+//                       ProcessGroup::CreateWorld(store, rank, size, {}));
+//   DK_RETURN_IF_ERROR(world->AllReduce(grad, ReduceOp::kMean));
 //   DK_ASSIGN_OR_RETURN(auto pair, world->NewGroup({0, 3}));  // collective
 //   if (pair->is_member()) DK_RETURN_IF_ERROR(pair->Broadcast(t, /*root=*/0));
 //
@@ -15,8 +19,8 @@
 // ranks never joined. After a timeout or a peer failure the group is poisoned:
 // every later call fails; Abort() and a new group are the way on.
 
-#ifndef DISTKIT_CC_DIST_PROCESS_GROUP_H_
-#define DISTKIT_CC_DIST_PROCESS_GROUP_H_
+#ifndef DISTKIT_CC_GROUP_PROCESS_GROUP_H_
+#define DISTKIT_CC_GROUP_PROCESS_GROUP_H_
 
 #include <atomic>
 #include <cstdint>
@@ -32,7 +36,8 @@
 #include "cc/core/device.h"
 #include "cc/core/reduce_op.h"
 #include "cc/core/tensor_ref.h"
-#include "cc/dist/op_queue.h"
+#include "cc/group/collective_contract.h"
+#include "cc/group/op_queue.h"
 #include "cc/store/store.h"
 
 namespace distkit {
@@ -87,7 +92,8 @@ class ProcessGroup {
   // Where this group's collectives compute: cpu for gloo.
   // mmengine's get_comm_device: cuda:<device> for NCCL, else cpu.
   Device comm_device() const {
-    return backend_ != nullptr ? backend_->comm_device() : Device::Cpu();
+    return contract_ != nullptr ? contract_->backend().comm_device()
+                                : Device::Cpu();
   }
   // The group's private namespace in the job store.
   const std::shared_ptr<Store>& store() const { return store_; }
@@ -142,7 +148,9 @@ class ProcessGroup {
                std::vector<int> global_ranks, int global_rank,
                GroupOptions options);
 
-  absl::Status Connect();
+  // Builds this member's backend (from the registry, unless `split` derived
+  // it from the parent) and waits for every member.
+  absl::Status Connect(std::unique_ptr<Backend> split);
   // Checks membership and the poisoned state, then numbers and queues `body`.
   // One operation, checked and ready to run: inline (RunSync) or queued
   // (Submit). `peer` >= 0 marks a send or receive with that peer.
@@ -188,18 +196,18 @@ class ProcessGroup {
   const int global_rank_;
   const int rank_;
   GroupOptions options_;
-  std::unique_ptr<Backend> backend_;
+  // The backend under the contract every backend keeps; null off-member.
+  std::unique_ptr<CollectiveContract> contract_;
   OpQueue queue_;
   std::atomic<uint64_t> next_seq_{0};      // collectives
   std::atomic<uint64_t> next_p2p_seq_{0};  // sends and receives
   int next_child_ = 0;  // NewGroup counter; NewGroup is collective
 
-  mutable absl::Mutex mu_;
-  absl::Status poison_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex mu_;
   std::map<std::pair<int, bool>, std::unique_ptr<OpQueue>> p2p_lanes_
       ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace distkit
 
-#endif  // DISTKIT_CC_DIST_PROCESS_GROUP_H_
+#endif  // DISTKIT_CC_GROUP_PROCESS_GROUP_H_

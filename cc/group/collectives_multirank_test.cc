@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "cc/comm/internal/half.h"
+#include "cc/core/half.h"
 #include "gtest/gtest.h"
 #include "testing/cc/rank_env.h"
 

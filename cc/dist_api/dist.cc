@@ -1,4 +1,4 @@
-#include "cc/dist/dist.h"
+#include "cc/dist_api/dist.h"
 
 #include <unistd.h>
 
@@ -6,9 +6,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "cc/comm/backend_registry.h"
-#include "cc/comm/mpi/mpi_backend.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
 #include "cc/store/grpc_store.h"
@@ -53,14 +53,38 @@ std::string GlooHostname(const std::string& store_address) {
   return host;
 }
 
-absl::Status CheckBackend(const std::string& backend) {
-  if (backend == "gloo" || backend == "mpi" || FindBackend(backend) != nullptr)
-    return absl::OkStatus();
-  if (backend == "nccl" || backend == "cpu:gloo,cuda:nccl") {
+struct MpiWorld {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+};
+
+// This rank in mpirun's job (OpenMPI's variables, else PMI's).
+absl::StatusOr<MpiWorld> MpiWorldFromEnvironment() {
+  auto get = [](const char* a, const char* b) -> const char* {
+    const char* v = std::getenv(a);
+    return v != nullptr ? v : std::getenv(b);
+  };
+  const char* rank = get("OMPI_COMM_WORLD_RANK", "PMI_RANK");
+  const char* size = get("OMPI_COMM_WORLD_SIZE", "PMI_SIZE");
+  if (rank == nullptr || size == nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrCat("backend '", backend,
-                     "' is not available in this build (available: gloo, "
-                     "mpi)"));
+        "init_dist('mpi', backend='mpi'): OMPI_COMM_WORLD_RANK / "
+        "OMPI_COMM_WORLD_SIZE (or PMI_RANK / PMI_SIZE) are not set; start the "
+        "job with mpirun");
+  }
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  return MpiWorld{std::atoi(rank), std::atoi(size),
+                  local != nullptr ? std::atoi(local) : 0};
+}
+
+absl::Status CheckBackend(const std::string& backend) {
+  if (FindBackend(backend) != nullptr) return absl::OkStatus();
+  if (backend == "gloo" || backend == "mpi" || backend == "nccl" ||
+      backend == "cpu:gloo,cuda:nccl") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "backend '", backend, "' is not available in this build (available: ",
+        absl::StrJoin(RegisteredBackends(), ", "), ")"));
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown backend '", backend, "' (expected gloo, nccl or mpi)"));
@@ -102,11 +126,12 @@ absl::Status InitDist(absl::string_view launcher_name,
     // MPI knows the ranks and connects them itself: no store is needed
     // unless the launcher names one (MASTER_ADDR). Group bookkeeping then
     // uses a store local to this process.
-    DK_ASSIGN_OR_RETURN(auto world, MpiBackend::WorldRankAndSize());
+    // mpirun's variables name this rank; the backend checks them against
+    // MPI_COMM_WORLD.
     if (std::getenv("MASTER_ADDR") == nullptr) {
-      const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-      return Join(std::make_shared<HashStore>(), nullptr, world.first,
-                  world.second, options, "", local ? std::atoi(local) : 0);
+      DK_ASSIGN_OR_RETURN(MpiWorld world, MpiWorldFromEnvironment());
+      return Join(std::make_shared<HashStore>(), nullptr, world.rank,
+                  world.size, options, "", world.local_rank);
     }
   }
   Environment env = Environment::FromProcess();

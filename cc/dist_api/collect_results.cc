@@ -1,4 +1,4 @@
-#include "cc/dist/collect_results.h"
+#include "cc/dist_api/collect_results.h"
 
 #include <sys/stat.h>
 
@@ -11,8 +11,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "cc/core/status.h"
-#include "cc/dist/dist.h"
-#include "cc/dist/object_collectives.h"
+#include "cc/dist_api/dist.h"
+#include "cc/dist_api/object_collectives.h"
 
 namespace distkit {
 namespace dist {

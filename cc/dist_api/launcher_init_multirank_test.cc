@@ -9,8 +9,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "cc/dist/collectives.h"
-#include "cc/dist/dist.h"
+#include "cc/dist_api/collectives.h"
+#include "cc/dist_api/dist.h"
 #include "cc/launch/launcher.h"
 
 int main(int argc, char** argv) {

@@ -1,4 +1,4 @@
-#include "cc/dist/process_group.h"
+#include "cc/group/process_group.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -8,9 +8,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cc/comm/backend_registry.h"
-#include "cc/comm/gloo/gloo_backend.h"
-#include "cc/comm/mpi/mpi_backend.h"
-#include "cc/comm/shm/shm_backend.h"
 #include "cc/core/status.h"
 #include "cc/store/prefix_store.h"
 
@@ -58,32 +55,21 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::CreateWorld(
   std::shared_ptr<ProcessGroup> group(new ProcessGroup(
       "world", std::make_shared<PrefixStore>("pg/world", store),
       std::move(ranks), rank, std::move(options)));
-  DK_RETURN_IF_ERROR(group->Connect());
+  DK_RETURN_IF_ERROR(group->Connect(nullptr));
   return group;
 }
 
-absl::Status ProcessGroup::Connect() {
+absl::Status ProcessGroup::Connect(std::unique_ptr<Backend> split) {
   if (!is_member()) return absl::OkStatus();
-  if (backend_ == nullptr && options_.backend == "mpi") {
-    // The world; subgroups get theirs from the parent (MPI_Comm_split).
-    absl::StatusOr<std::unique_ptr<MpiBackend>> mpi =
-        MpiBackend::CreateWorld(rank_, size());
-    if (!mpi.ok()) {
-      return Annotate(mpi.status(),
-                      absl::StrCat("creating group '", name_, "'"));
-    }
-    backend_ = *std::move(mpi);
-  }
-  if (backend_ == nullptr && options_.backend != "gloo") {
-    // Built only on some machines (NCCL): found by name.
+  const std::string creating = absl::StrCat("creating group '", name_, "'");
+  std::unique_ptr<Backend> backend = std::move(split);
+  if (backend == nullptr) {
     const BackendFactory* factory = FindBackend(options_.backend);
     if (factory == nullptr) {
-      std::vector<std::string> have = {"gloo", "mpi"};
-      for (const std::string& n : RegisteredBackends()) have.push_back(n);
-      return absl::FailedPreconditionError(absl::StrCat(
-          "backend '", options_.backend,
-          "' is not available in this build (have: ", absl::StrJoin(have, ", "),
-          ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("backend '", options_.backend,
+                       "' is not available in this build (have: ",
+                       absl::StrJoin(RegisteredBackends(), ", "), ")"));
     }
     BackendConfig config;
     config.store = std::make_shared<PrefixStore>(options_.backend, store_);
@@ -93,36 +79,10 @@ absl::Status ProcessGroup::Connect() {
     config.hostname = options_.hostname;
     config.timeout = options_.timeout;
     absl::StatusOr<std::unique_ptr<Backend>> made = (*factory)(config);
-    if (!made.ok()) {
-      return Annotate(made.status(),
-                      absl::StrCat("creating group '", name_, "'"));
-    }
-    backend_ = *std::move(made);
+    if (!made.ok()) return Annotate(made.status(), creating);
+    backend = *std::move(made);
   }
-  if (backend_ != nullptr) return absl::OkStatus();
-  GlooBackend::Options gloo_options;
-  gloo_options.timeout = options_.timeout;
-  gloo_options.hostname = options_.hostname;
-  if (gloo_options.hostname.empty()) {
-    const char* env = std::getenv("DISTKIT_GLOO_HOSTNAME");
-    gloo_options.hostname = env != nullptr && *env ? env : "127.0.0.1";
-  }
-  absl::StatusOr<std::unique_ptr<GlooBackend>> backend =
-      GlooBackend::Create(std::make_shared<PrefixStore>("gloo", store_), rank_,
-                          size(), gloo_options);
-  if (!backend.ok()) {
-    return Annotate(backend.status(),
-                    absl::StrCat("creating group '", name_, "'"));
-  }
-  // Every rank on this host: collectives take the shared-memory path.
-  absl::StatusOr<std::unique_ptr<Backend>> wrapped =
-      ShmBackend::MaybeWrap(std::make_shared<PrefixStore>("shm", store_), rank_,
-                            size(), *std::move(backend), options_.timeout);
-  if (!wrapped.ok()) {
-    return Annotate(wrapped.status(),
-                    absl::StrCat("creating group '", name_, "'"));
-  }
-  backend_ = *std::move(wrapped);
+  contract_ = std::make_unique<CollectiveContract>(std::move(backend));
   // No member returns before every member is connected: otherwise a rank that
   // destroys the group at once could cut a peer's handshake short.
   OpContext ctx;
@@ -130,8 +90,7 @@ absl::Status ProcessGroup::Connect() {
   ctx.op_name = "new_group";
   ctx.group_name = name_;
   ctx.timeout = options_.timeout;
-  return Annotate(backend_->Barrier(ctx),
-                  absl::StrCat("creating group '", name_, "'"));
+  return Annotate(contract_->Record(contract_->Barrier(ctx)), creating);
 }
 
 absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
@@ -169,34 +128,28 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
       name_, "/",
       options.name.empty() ? absl::StrCat(next_child_) : options.name);
   std::unique_ptr<Backend> split;
-  if (options.backend == "mpi") {
-    // MPI derives the subgroup from this group's communicator: a collective
-    // over this group, run in its order like any other operation.
-    auto* mpi = dynamic_cast<MpiBackend*>(backend_.get());
-    if (mpi == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "new_group: an mpi subgroup needs an mpi parent; group '", name_,
-          "' uses ", options_.backend));
-    }
+  if (options.backend == options_.backend &&
+      contract_->backend().splits_from_parent()) {
+    // The subgroup derives from this group's connection (MPI_Comm_split,
+    // ncclCommSplit): a collective over this group, run in its order.
     DK_RETURN_IF_ERROR(RunSync({"new_group", absl::OkStatus(),
                                 [&](const OpContext& c) -> absl::Status {
-                                  DK_ASSIGN_OR_RETURN(split,
-                                                      mpi->Split(c, ranks));
+                                  DK_ASSIGN_OR_RETURN(
+                                      split, contract_->Split(c, ranks));
                                   return absl::OkStatus();
                                 }}));
   }
   std::shared_ptr<ProcessGroup> group(new ProcessGroup(
       child, std::make_shared<PrefixStore>(absl::StrCat("pg/", child), store_),
       std::move(global), global_rank_, std::move(options)));
-  group->backend_ = std::move(split);
-  DK_RETURN_IF_ERROR(group->Connect());
+  DK_RETURN_IF_ERROR(group->Connect(std::move(split)));
   return group;
 }
 
 absl::Status ProcessGroup::CheckTensor(const TensorRef& t,
                                        absl::string_view what) const {
-  if (backend_ != nullptr) {
-    if (absl::Status s = backend_->CheckDevice(t.device()); !s.ok()) {
+  if (contract_ != nullptr) {
+    if (absl::Status s = contract_->CheckDevice(t.device()); !s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " of group '", name_, "': ", s.message()));
     }
@@ -221,23 +174,16 @@ absl::Status ProcessGroup::CheckRank(int r, absl::string_view what) const {
 
 absl::Status ProcessGroup::CheckReduce(const TensorRef& t, ReduceOp op) const {
   DK_RETURN_IF_ERROR(CheckTensor(t, "data"));
-  return CheckReduceOpSupported(op, t.dtype());
+  if (contract_ == nullptr) return CheckReduceOpSupported(op, t.dtype());
+  return contract_->CheckReduce(op, t);
 }
 
 absl::Status ProcessGroup::AsyncError() const {
-  absl::MutexLock lock(&mu_);
-  return poison_;
+  return contract_ != nullptr ? contract_->AsyncError() : absl::OkStatus();
 }
 
 void ProcessGroup::Abort() {
-  {
-    absl::MutexLock lock(&mu_);
-    if (poison_.ok()) {
-      poison_ =
-          absl::CancelledError(absl::StrCat("group '", name_, "' was aborted"));
-    }
-  }
-  if (backend_ != nullptr) backend_->Abort();
+  if (contract_ != nullptr) contract_->Abort(name_);
 }
 
 std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
@@ -265,26 +211,13 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
 }
 
 absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!poison_.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          ctx.Describe(), ": the group is unusable after an earlier error (",
-          poison_.message(), "); abort it and create a new group"));
-    }
-  }
+  DK_RETURN_IF_ERROR(contract_->Usable(ctx));
   absl::Status status = body(ctx);
   if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     status = absl::DeadlineExceededError(
         absl::StrCat(status.message(), DiagnoseLateRanks(ctx)));
   }
-  if (status.code() == absl::StatusCode::kDeadlineExceeded ||
-      status.code() == absl::StatusCode::kUnavailable ||
-      status.code() == absl::StatusCode::kCancelled) {
-    absl::MutexLock lock(&mu_);
-    if (poison_.ok()) poison_ = status;
-  }
-  return status;
+  return contract_->Record(std::move(status));
 }
 
 OpQueue& ProcessGroup::QueueFor(const char* op_name, int peer) {
@@ -354,6 +287,11 @@ absl::Status SameDtype(const TensorRef& a, const TensorRef& b) {
         absl::StrCat("input is ", DataTypeName(a.dtype()), " but output is ",
                      DataTypeName(b.dtype())));
   }
+  if (a.device() != b.device()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input is on ", a.device().ToString(), " but output on ",
+                     b.device().ToString(), "; both must be on one device"));
+  }
   return absl::OkStatus();
 }
 
@@ -379,7 +317,7 @@ absl::Status ExpectNumel(const TensorRef& t, int64_t n,
 ProcessGroup::Op ProcessGroup::AllReduceOp(TensorRef data, ReduceOp op) {
   return {"all_reduce", CheckReduce(data, op),
           [this, data, op](const OpContext& c) {
-            return backend_->AllReduce(c, data, op);
+            return contract_->AllReduce(c, data, op);
           }};
 }
 
@@ -387,7 +325,7 @@ ProcessGroup::Op ProcessGroup::BroadcastOp(TensorRef data, int root) {
   return {"broadcast",
           DK_CHECKS(CheckTensor(data, "data"), CheckRank(root, "root")),
           [this, data, root](const OpContext& c) {
-            return backend_->Broadcast(c, data, root);
+            return contract_->Broadcast(c, data, root);
           }};
 }
 
@@ -395,7 +333,7 @@ ProcessGroup::Op ProcessGroup::ReduceToRootOp(TensorRef data, ReduceOp op,
                                               int root) {
   return {"reduce", DK_CHECKS(CheckReduce(data, op), CheckRank(root, "root")),
           [this, data, op, root](const OpContext& c) {
-            return backend_->Reduce(c, data, op, root);
+            return contract_->Reduce(c, data, op, root);
           }};
 }
 
@@ -405,7 +343,7 @@ ProcessGroup::Op ProcessGroup::AllGatherOp(TensorRef input, TensorRef output) {
                     SameDtype(input, output),
                     ExpectNumel(output, input.numel() * size(), "output")),
           [this, input, output](const OpContext& c) {
-            return backend_->AllGather(c, input, output);
+            return contract_->AllGather(c, input, output);
           }};
 }
 
@@ -418,7 +356,7 @@ ProcessGroup::Op ProcessGroup::GatherOp(TensorRef input, TensorRef output,
                         ExpectNumel(output, input.numel() * size(), "output"));
   }
   return {"gather", checked, [this, input, output, root](const OpContext& c) {
-            return backend_->Gather(c, input, output, root);
+            return contract_->Gather(c, input, output, root);
           }};
 }
 
@@ -431,7 +369,7 @@ ProcessGroup::Op ProcessGroup::ScatterOp(TensorRef input, TensorRef output,
                         ExpectNumel(input, output.numel() * size(), "input"));
   }
   return {"scatter", checked, [this, input, output, root](const OpContext& c) {
-            return backend_->Scatter(c, input, output, root);
+            return contract_->Scatter(c, input, output, root);
           }};
 }
 
@@ -442,7 +380,7 @@ ProcessGroup::Op ProcessGroup::ReduceScatterOp(TensorRef input,
                     SameDtype(input, output),
                     ExpectNumel(input, output.numel() * size(), "input")),
           [this, input, output, op](const OpContext& c) {
-            return backend_->ReduceScatter(c, input, output, op);
+            return contract_->ReduceScatter(c, input, output, op);
           }};
 }
 
@@ -471,8 +409,8 @@ ProcessGroup::Op ProcessGroup::AllToAllOp(TensorRef input, TensorRef output,
   return {
       "all_to_all", checked,
       [this, input, output, input_splits, output_splits](const OpContext& c) {
-        return backend_->AllToAll(c, input, input_splits, output,
-                                  output_splits);
+        return contract_->AllToAll(c, input, input_splits, output,
+                                   output_splits);
       }};
 }
 
@@ -502,7 +440,7 @@ absl::Status ProcessGroup::CheckSplits(const std::vector<int64_t>& splits,
 
 ProcessGroup::Op ProcessGroup::BarrierOp() {
   return {"barrier", absl::OkStatus(),
-          [this](const OpContext& c) { return backend_->Barrier(c); }};
+          [this](const OpContext& c) { return contract_->Barrier(c); }};
 }
 
 ProcessGroup::Op ProcessGroup::SendOp(TensorRef data, int dst, int tag) {
@@ -513,7 +451,7 @@ ProcessGroup::Op ProcessGroup::SendOp(TensorRef data, int dst, int tag) {
   }
   return {"send", checked,
           [this, data, dst, tag](const OpContext& c) {
-            return backend_->Send(c, data, dst, tag);
+            return contract_->Send(c, data, dst, tag);
           },
           dst};
 }
@@ -526,7 +464,7 @@ ProcessGroup::Op ProcessGroup::RecvOp(TensorRef data, int src, int tag) {
   }
   return {"recv", checked,
           [this, data, src, tag](const OpContext& c) {
-            return backend_->Recv(c, data, src, tag);
+            return contract_->Recv(c, data, src, tag);
           },
           src};
 }
@@ -615,7 +553,7 @@ absl::Status ProcessGroup::AllGather(TensorRef input,
   TensorRef flat(staging.data(), input.numel() * size(), input.dtype());
   return RunSync(
       {"all_gather", checked, [&](const OpContext& c) -> absl::Status {
-         DK_RETURN_IF_ERROR(backend_->AllGather(c, input, flat));
+         DK_RETURN_IF_ERROR(contract_->AllGather(c, input, flat));
          for (size_t r = 0; r < outputs.size(); ++r) {
            std::copy_n(staging.data() + r * input.nbytes(), input.nbytes(),
                        static_cast<char*>(outputs[r].data()));

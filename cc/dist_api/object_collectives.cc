@@ -1,10 +1,10 @@
-#include "cc/dist/object_collectives.h"
+#include "cc/dist_api/object_collectives.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "cc/core/status.h"
-#include "cc/dist/dist.h"
+#include "cc/dist_api/dist.h"
 
 namespace distkit {
 namespace dist {

@@ -9,11 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "cc/dist/collect_results.h"
-#include "cc/dist/collectives.h"
-#include "cc/dist/dist.h"
-#include "cc/dist/object_collectives.h"
-#include "cc/dist/parallel_state.h"
+#include "cc/dist_api/collect_results.h"
+#include "cc/dist_api/collectives.h"
+#include "cc/dist_api/dist.h"
+#include "cc/dist_api/object_collectives.h"
+#include "cc/dist_api/parallel_state.h"
 #include "gtest/gtest.h"
 
 namespace distkit {

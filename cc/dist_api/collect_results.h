@@ -15,15 +15,15 @@
 // every part and removes the directory, also one the caller supplied. "gpu" and
 // "npu" gather the parts through the communication backend instead.
 
-#ifndef DISTKIT_CC_DIST_COLLECT_RESULTS_H_
-#define DISTKIT_CC_DIST_COLLECT_RESULTS_H_
+#ifndef DISTKIT_CC_DIST_API_COLLECT_RESULTS_H_
+#define DISTKIT_CC_DIST_API_COLLECT_RESULTS_H_
 
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "cc/dist/process_group.h"
+#include "cc/group/process_group.h"
 
 namespace distkit {
 namespace dist {
@@ -53,4 +53,4 @@ ResultItems InterleaveParts(const std::vector<ResultItems>& parts,
 }  // namespace dist
 }  // namespace distkit
 
-#endif  // DISTKIT_CC_DIST_COLLECT_RESULTS_H_
+#endif  // DISTKIT_CC_DIST_API_COLLECT_RESULTS_H_

@@ -6,15 +6,15 @@
 // every buffer is padded to the largest, one all_gather (or gather) moves the
 // data, and each receiver slices every entry to its true size.
 
-#ifndef DISTKIT_CC_DIST_OBJECT_COLLECTIVES_H_
-#define DISTKIT_CC_DIST_OBJECT_COLLECTIVES_H_
+#ifndef DISTKIT_CC_DIST_API_OBJECT_COLLECTIVES_H_
+#define DISTKIT_CC_DIST_API_OBJECT_COLLECTIVES_H_
 
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "cc/dist/process_group.h"
+#include "cc/group/process_group.h"
 
 namespace distkit {
 namespace dist {
@@ -36,4 +36,4 @@ absl::Status BroadcastObjectList(std::vector<std::string>* objects, int src = 0,
 }  // namespace dist
 }  // namespace distkit
 
-#endif  // DISTKIT_CC_DIST_OBJECT_COLLECTIVES_H_
+#endif  // DISTKIT_CC_DIST_API_OBJECT_COLLECTIVES_H_

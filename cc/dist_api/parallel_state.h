@@ -6,8 +6,8 @@
 // ParallelState holds the data-, tensor- and expert-parallel groups; the
 // defaults are data = the world, tensor and expert unused.
 
-#ifndef DISTKIT_CC_DIST_PARALLEL_STATE_H_
-#define DISTKIT_CC_DIST_PARALLEL_STATE_H_
+#ifndef DISTKIT_CC_DIST_API_PARALLEL_STATE_H_
+#define DISTKIT_CC_DIST_API_PARALLEL_STATE_H_
 
 #include <functional>
 #include <memory>
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "cc/dist/process_group.h"
+#include "cc/group/process_group.h"
 
 namespace distkit {
 namespace dist {
@@ -74,4 +74,4 @@ class ParallelState {
 }  // namespace dist
 }  // namespace distkit
 
-#endif  // DISTKIT_CC_DIST_PARALLEL_STATE_H_
+#endif  // DISTKIT_CC_DIST_API_PARALLEL_STATE_H_

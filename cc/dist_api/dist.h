@@ -12,8 +12,8 @@
 // A `group` argument of nullptr means the default group, as None does in
 // mmengine.
 
-#ifndef DISTKIT_CC_DIST_DIST_H_
-#define DISTKIT_CC_DIST_DIST_H_
+#ifndef DISTKIT_CC_DIST_API_DIST_H_
+#define DISTKIT_CC_DIST_API_DIST_H_
 
 #include <memory>
 #include <optional>
@@ -23,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cc/core/device.h"
-#include "cc/dist/process_group.h"
+#include "cc/group/process_group.h"
 #include "cc/launch/launcher.h"
 
 namespace distkit {
@@ -99,4 +99,4 @@ const ProcessGroup* ResolveGroup(const ProcessGroup* group);
 }  // namespace dist
 }  // namespace distkit
 
-#endif  // DISTKIT_CC_DIST_DIST_H_
+#endif  // DISTKIT_CC_DIST_API_DIST_H_

@@ -1,0 +1,51 @@
+// File: mpi_runtime.h
+//
+// The process-wide OpenMPI state every MPI backend shares: MPI is
+// initialized once with MPI_THREAD_MULTIPLE (a group's worker and its
+// point-to-point lanes call it from several threads) and finalized at exit,
+// and every MPI call goes through one lock, so OpenMPI's progress engine is
+// never driven from two threads at once (its shared-memory transport is the
+// least tested part under MPI_THREAD_MULTIPLE). Calls are nonblocking, so the
+// lock is held briefly.
+
+#ifndef DISTKIT_CC_COMM_MPI_MPI_RUNTIME_H_
+#define DISTKIT_CC_COMM_MPI_MPI_RUNTIME_H_
+
+#include <mpi.h>
+
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace distkit {
+
+// Initializes MPI once per process (MPI_THREAD_MULTIPLE, errors returned as
+// codes); the status of that first attempt.
+absl::Status EnsureMpi();
+
+// This process's (rank, size) in MPI_COMM_WORLD; initializes MPI first.
+absl::StatusOr<std::pair<int, int>> MpiWorldRankAndSize();
+
+// The lock every MPI call is made under (DK_MPI).
+absl::Mutex& MpiMutex();
+
+// A request was left pending (an operation timed out or was aborted):
+// MPI_Finalize could wait for it forever, so the exit skips it.
+void MarkMpiRequestAbandoned();
+
+// MPI's text for an error code.
+std::string MpiError(int rc);
+
+}  // namespace distkit
+
+// Runs one MPI call under MpiMutex() and yields its return code.
+#define DK_MPI(call)                                      \
+  ([&] {                                                  \
+    absl::MutexLock dk_mpi_lock_(&::distkit::MpiMutex()); \
+    return call;                                          \
+  }())
+
+#endif  // DISTKIT_CC_COMM_MPI_MPI_RUNTIME_H_

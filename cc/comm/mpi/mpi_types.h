@@ -1,0 +1,34 @@
+// File: mpi_types.h
+//
+// distkit's dtypes and reductions as MPI types and ops. Native ones where
+// MPI has them; float16, bfloat16 and bool use a contiguous byte type of the
+// element's size and a user op per (dtype, op) that runs distkit's own kernel,
+// so rounding matches every other backend.
+
+#ifndef DISTKIT_CC_COMM_MPI_MPI_TYPES_H_
+#define DISTKIT_CC_COMM_MPI_MPI_TYPES_H_
+
+#include <mpi.h>
+
+#include "absl/status/statusor.h"
+#include "cc/core/data_type.h"
+#include "cc/core/reduce_op.h"
+
+namespace distkit {
+
+struct MpiTypeAndOp {
+  MPI_Datatype type;
+  MPI_Op op;
+};
+
+// The MPI type and op that reduce `dtype` with `op` (validated by the
+// contract; mean never arrives here).
+absl::StatusOr<MpiTypeAndOp> MpiReduction(DataType dtype, ReduceOp op);
+
+// A type of `dtype`'s element size for moving data (native where MPI has
+// one, else an unsigned integer of the same width).
+MPI_Datatype MpiElementType(DataType dtype);
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_COMM_MPI_MPI_TYPES_H_

@@ -1,0 +1,29 @@
+// File: op_context.h
+//
+// OpContext identifies one operation of a group, for error messages and for
+// the agreement across ranks: its sequence number (the same on every rank),
+// name, group and deadline.
+
+#ifndef DISTKIT_CC_COMM_OP_CONTEXT_H_
+#define DISTKIT_CC_COMM_OP_CONTEXT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace distkit {
+
+struct OpContext {
+  uint64_t seq = 0;        // per-group sequence number, same on every rank
+  std::string op_name;     // "all_reduce"
+  std::string group_name;  // "world", "world/1"
+  absl::Duration timeout = absl::Minutes(30);
+
+  // "all_reduce #12 on group 'world'".
+  std::string Describe() const;
+};
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_COMM_OP_CONTEXT_H_

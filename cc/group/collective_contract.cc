@@ -1,0 +1,304 @@
+#include "cc/group/collective_contract.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "cc/comm/op_signature.h"
+#include "cc/comm/reduce_kernels.h"
+#include "cc/core/data_type.h"
+#include "cc/core/device_copy.h"
+#include "cc/core/status.h"
+
+namespace distkit {
+namespace {
+
+// Sent before every point-to-point message: what the receiver must expect.
+struct P2PHeader {
+  int32_t dtype;
+  int32_t tag;
+  int64_t count;
+};
+static_assert(sizeof(P2PHeader) == 16, "P2PHeader travels as bytes");
+
+TensorRef HostBytes(void* data, size_t bytes) {
+  return TensorRef(data, static_cast<int64_t>(bytes), DataType::kUInt8);
+}
+
+// `t`'s bytes as this rank's inline payload, when they are in host memory.
+InlinePayload Payload(const TensorRef& t, size_t op_bytes, bool contributes) {
+  InlinePayload p;
+  p.bytes = op_bytes;
+  if (contributes && t.device().is_cpu()) p.data = t.data();
+  return p;
+}
+
+// Statuses after which the transport's state is unknown: the group is done.
+bool LeavesGroupUnusable(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kUnimplemented:
+      return false;
+    default:
+      return true;
+  }
+}
+
+}  // namespace
+
+CollectiveContract::CollectiveContract(std::unique_ptr<Backend> backend)
+    : backend_(std::move(backend)), signatures_(backend_->size()) {}
+
+absl::Status CollectiveContract::CheckDevice(Device device) const {
+  return backend_->CheckDevice(device);
+}
+
+absl::Status CollectiveContract::CheckReduce(ReduceOp op,
+                                             const TensorRef& t) const {
+  DK_RETURN_IF_ERROR(CheckReduceOpSupported(op, t.dtype()));
+  return backend_->CheckReduce(op, t.dtype(), t.device());
+}
+
+// ---- Poison and abort -------------------------------------------------------
+
+absl::Status CollectiveContract::Usable(const OpContext& ctx) const {
+  absl::MutexLock lock(&mu_);
+  if (poison_.ok()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      ctx.Describe(), ": the group is unusable after an earlier error (",
+      poison_.message(), "); abort it and create a new group"));
+}
+
+absl::Status CollectiveContract::Record(absl::Status status) {
+  if (LeavesGroupUnusable(status.code())) {
+    absl::MutexLock lock(&mu_);
+    if (poison_.ok()) poison_ = status;
+  }
+  return status;
+}
+
+void CollectiveContract::Abort(absl::string_view group_name) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (poison_.ok()) {
+      poison_ = absl::CancelledError(
+          absl::StrCat("group '", group_name, "' was aborted"));
+    }
+  }
+  backend_->Abort();
+}
+
+absl::Status CollectiveContract::AsyncError() const {
+  absl::MutexLock lock(&mu_);
+  return poison_;
+}
+
+// ---- Agreement, mean, splits ------------------------------------------------
+
+absl::Status CollectiveContract::Agree(const OpContext& ctx,
+                                       const OpSignature& mine,
+                                       InlinePayload payload) {
+  DK_RETURN_IF_ERROR(backend_->ExchangeSignatures(ctx, mine, payload,
+                                                  absl::MakeSpan(signatures_)));
+  return CheckAgreement(ctx, signatures_);
+}
+
+ReduceOp CollectiveContract::WireOp(ReduceOp op, const TensorRef& t) const {
+  if (op == ReduceOp::kMean && !backend_->NativeMean(t.dtype(), t.device())) {
+    return ReduceOp::kSum;
+  }
+  return op;
+}
+
+absl::Status CollectiveContract::FinishMean(ReduceOp op, TensorRef t) const {
+  if (op != ReduceOp::kMean || backend_->NativeMean(t.dtype(), t.device()) ||
+      t.numel() == 0) {
+    return absl::OkStatus();
+  }
+  const int n = backend_->size();
+  if (t.device().is_cpu()) {
+    DivideBySize(t.data(), t.dtype(), t.numel(), n);
+    return absl::OkStatus();
+  }
+  // A device tensor (an integer mean on NCCL): divide through host memory,
+  // truncating toward zero like every other backend.
+  std::vector<char> host(t.nbytes());
+  DK_RETURN_IF_ERROR(
+      CopyBytes(host.data(), Device::Cpu(), t.data(), t.device(), t.nbytes()));
+  DivideBySize(host.data(), t.dtype(), t.numel(), n);
+  return CopyBytes(t.data(), t.device(), host.data(), Device::Cpu(),
+                   t.nbytes());
+}
+
+absl::Status CollectiveContract::CheckSplitMatrix(
+    const OpContext& ctx, absl::Span<const int64_t> input_splits,
+    absl::Span<const int64_t> output_splits) {
+  // What rank r sends to d must be what d expects from r.
+  const int n = backend_->size();
+  std::vector<int64_t> mine(2 * n), all(2 * n * n);
+  for (int r = 0; r < n; ++r) {
+    mine[r] = input_splits[r];
+    mine[n + r] = output_splits[r];
+  }
+  DK_RETURN_IF_ERROR(backend_->AllGatherHost(
+      ctx, mine.data(), mine.size() * sizeof(int64_t), all.data()));
+  for (int src = 0; src < n; ++src) {
+    for (int dst = 0; dst < n; ++dst) {
+      const int64_t sends = all[src * 2 * n + dst];
+      const int64_t expects = all[dst * 2 * n + n + src];
+      if (sends != expects) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            ctx.Describe(), ": rank ", src, " sends ", sends,
+            " elements to rank ", dst, ", which expects ", expects,
+            " from it (input_splits and output_splits must match across "
+            "ranks)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- Operations -------------------------------------------------------------
+
+absl::Status CollectiveContract::AllReduce(const OpContext& ctx, TensorRef data,
+                                           ReduceOp op) {
+  DK_RETURN_IF_ERROR(
+      Agree(ctx,
+            MakeSignature(ctx, OpCode::kAllReduce, &data, data.numel(), -1,
+                          static_cast<int>(op)),
+            Payload(data, data.nbytes(), true)));
+  DK_RETURN_IF_ERROR(backend_->AllReduce(ctx, data, WireOp(op, data)));
+  return FinishMean(op, data);
+}
+
+absl::Status CollectiveContract::Broadcast(const OpContext& ctx, TensorRef data,
+                                           int root) {
+  DK_RETURN_IF_ERROR(Agree(
+      ctx, MakeSignature(ctx, OpCode::kBroadcast, &data, data.numel(), root),
+      Payload(data, data.nbytes(), backend_->rank() == root)));
+  return backend_->Broadcast(ctx, data, root);
+}
+
+absl::Status CollectiveContract::Reduce(const OpContext& ctx, TensorRef data,
+                                        ReduceOp op, int root) {
+  DK_RETURN_IF_ERROR(
+      Agree(ctx,
+            MakeSignature(ctx, OpCode::kReduce, &data, data.numel(), root,
+                          static_cast<int>(op)),
+            Payload(data, data.nbytes(), true)));
+  DK_RETURN_IF_ERROR(backend_->Reduce(ctx, data, WireOp(op, data), root));
+  if (backend_->rank() != root) return absl::OkStatus();
+  return FinishMean(op, data);
+}
+
+absl::Status CollectiveContract::AllGather(const OpContext& ctx,
+                                           TensorRef input, TensorRef output) {
+  DK_RETURN_IF_ERROR(
+      Agree(ctx, MakeSignature(ctx, OpCode::kAllGather, &input, input.numel()),
+            Payload(input, input.nbytes(), true)));
+  return backend_->AllGather(ctx, input, output);
+}
+
+absl::Status CollectiveContract::Gather(const OpContext& ctx, TensorRef input,
+                                        TensorRef output, int root) {
+  DK_RETURN_IF_ERROR(Agree(
+      ctx, MakeSignature(ctx, OpCode::kGather, &input, input.numel(), root),
+      Payload(input, input.nbytes(), true)));
+  return backend_->Gather(ctx, input, output, root);
+}
+
+absl::Status CollectiveContract::Scatter(const OpContext& ctx, TensorRef input,
+                                         TensorRef output, int root) {
+  // The root's whole input is the payload.
+  DK_RETURN_IF_ERROR(Agree(
+      ctx, MakeSignature(ctx, OpCode::kScatter, &output, output.numel(), root),
+      Payload(input, output.nbytes() * backend_->size(),
+              backend_->rank() == root)));
+  return backend_->Scatter(ctx, input, output, root);
+}
+
+absl::Status CollectiveContract::ReduceScatter(const OpContext& ctx,
+                                               TensorRef input,
+                                               TensorRef output, ReduceOp op) {
+  DK_RETURN_IF_ERROR(
+      Agree(ctx,
+            MakeSignature(ctx, OpCode::kReduceScatter, &output, output.numel(),
+                          -1, static_cast<int>(op)),
+            Payload(input, input.nbytes(), true)));
+  DK_RETURN_IF_ERROR(
+      backend_->ReduceScatter(ctx, input, output, WireOp(op, output)));
+  return FinishMean(op, output);
+}
+
+absl::Status CollectiveContract::AllToAll(
+    const OpContext& ctx, TensorRef input,
+    absl::Span<const int64_t> input_splits, TensorRef output,
+    absl::Span<const int64_t> output_splits) {
+  const bool uneven = !input_splits.empty() || !output_splits.empty();
+  DK_RETURN_IF_ERROR(Agree(ctx, MakeSignature(ctx, OpCode::kAllToAll, &input,
+                                              uneven ? -1 : input.numel())));
+  if (uneven) {
+    DK_RETURN_IF_ERROR(CheckSplitMatrix(ctx, input_splits, output_splits));
+  }
+  return backend_->AllToAll(ctx, input, input_splits, output, output_splits);
+}
+
+absl::Status CollectiveContract::Barrier(const OpContext& ctx) {
+  // The signature exchange is an all-gather: nobody leaves before everyone
+  // has entered.
+  return Agree(ctx, MakeSignature(ctx, OpCode::kBarrier, nullptr, -1));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CollectiveContract::Split(
+    const OpContext& ctx, const std::vector<int>& parent_ranks) {
+  DK_RETURN_IF_ERROR(
+      Agree(ctx, MakeSignature(ctx, OpCode::kNewGroup, nullptr,
+                               static_cast<int64_t>(parent_ranks.size()))));
+  return backend_->Split(ctx, parent_ranks);
+}
+
+absl::Status CollectiveContract::Send(const OpContext& ctx, TensorRef data,
+                                      int dst, int tag) {
+  P2PHeader header{static_cast<int32_t>(data.dtype()), tag, data.numel()};
+  DK_RETURN_IF_ERROR(
+      backend_->Send(ctx, HostBytes(&header, sizeof(header)), dst, tag));
+  if (data.nbytes() == 0) return absl::OkStatus();
+  return backend_->Send(ctx, data, dst, tag);
+}
+
+absl::Status CollectiveContract::Recv(const OpContext& ctx, TensorRef data,
+                                      int src, int tag) {
+  P2PHeader header{};
+  DK_RETURN_IF_ERROR(
+      backend_->Recv(ctx, HostBytes(&header, sizeof(header)), src, tag));
+  absl::StatusOr<DataType> sent = DataTypeFromInt(header.dtype);
+  const bool matches =
+      sent.ok() && *sent == data.dtype() && header.count == data.numel();
+  if (matches) {
+    if (data.nbytes() == 0) return absl::OkStatus();
+    return backend_->Recv(ctx, data, src, tag);
+  }
+  // Receive what was sent into a buffer of its own (on the data's device),
+  // so the stream stays in step, then report the mismatch.
+  const size_t sent_bytes =
+      sent.ok() && header.count > 0 ? header.count * ElementSize(*sent) : 0;
+  if (sent_bytes > 0) {
+    DK_ASSIGN_OR_RETURN(DeviceBuffer dropped,
+                        DeviceBuffer::Allocate(data.device(), sent_bytes));
+    DK_RETURN_IF_ERROR(backend_->Recv(
+        ctx,
+        TensorRef(dropped.data(), static_cast<int64_t>(sent_bytes),
+                  DataType::kUInt8, data.device()),
+        src, tag));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(ctx.Describe(), ": rank ", src, " sent ",
+                   sent.ok() ? DataTypeName(*sent) : "?", " x", header.count,
+                   " with tag ", header.tag, " but rank ", backend_->rank(),
+                   " expected ", DataTypeName(data.dtype()), " x", data.numel(),
+                   "; the data was received and dropped"));
+}
+
+}  // namespace distkit

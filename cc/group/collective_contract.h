@@ -1,0 +1,109 @@
+// File: collective_contract.h
+//
+// CollectiveContract is the one place where the rules that hold for every
+// backend are written; the backend under it (cc/comm/backend.h) only moves
+// data. For each operation it:
+// - agrees on the call's signature (op, sequence number, dtype, count, root,
+//   reduction) before data moves: ranks that disagree all get the same
+//   INVALID_ARGUMENT naming what each rank called, and the data is untouched;
+// - turns mean into sum and divides afterwards (on the data's device), unless
+//   the backend averages natively;
+// - checks an uneven all_to_all's split matrix across ranks;
+// - sends a header before each point-to-point message, so a receive that
+//   does not match what was sent is INVALID_ARGUMENT naming both sides (the
+//   message is received and dropped, so the stream stays in step);
+// - keeps the poison and abort state: after a failure that leaves the
+//   transport in an unknown state (a timeout, a dead peer, an abort, an
+//   internal error) every later call fails at once with one message.
+//
+// Operations other than Send / Recv run one at a time (the group's queue).
+
+#ifndef DISTKIT_CC_GROUP_COLLECTIVE_CONTRACT_H_
+#define DISTKIT_CC_GROUP_COLLECTIVE_CONTRACT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "cc/comm/backend.h"
+#include "cc/comm/op_context.h"
+#include "cc/core/reduce_op.h"
+#include "cc/core/tensor_ref.h"
+
+namespace distkit {
+
+class CollectiveContract {
+ public:
+  explicit CollectiveContract(std::unique_ptr<Backend> backend);
+
+  const Backend& backend() const { return *backend_; }
+
+  // Local checks, before an operation is queued: the tensor's device and the
+  // reduction (CheckReduceOpSupported, then what the engine can express).
+  absl::Status CheckDevice(Device device) const;
+  absl::Status CheckReduce(ReduceOp op, const TensorRef& t) const;
+
+  // ---- Poison and abort ----------------------------------------------------
+
+  // FAILED_PRECONDITION once the group is poisoned, naming the first error.
+  absl::Status Usable(const OpContext& ctx) const;
+  // Returns `status`; poisons the group first when it is a transport failure.
+  absl::Status Record(absl::Status status);
+  // Poisons the group (CANCELLED) and wakes a stuck wait in the backend.
+  void Abort(absl::string_view group_name);
+  // The first error that poisoned the group; OK if none.
+  absl::Status AsyncError() const;
+
+  // ---- Operations: agree, move, finish -------------------------------------
+
+  absl::Status AllReduce(const OpContext& ctx, TensorRef data, ReduceOp op);
+  absl::Status Broadcast(const OpContext& ctx, TensorRef data, int root);
+  absl::Status Reduce(const OpContext& ctx, TensorRef data, ReduceOp op,
+                      int root);
+  absl::Status AllGather(const OpContext& ctx, TensorRef input,
+                         TensorRef output);
+  absl::Status Gather(const OpContext& ctx, TensorRef input, TensorRef output,
+                      int root);
+  absl::Status Scatter(const OpContext& ctx, TensorRef input, TensorRef output,
+                       int root);
+  absl::Status ReduceScatter(const OpContext& ctx, TensorRef input,
+                             TensorRef output, ReduceOp op);
+  // Splits are explicit (uneven) or both empty (equal parts).
+  absl::Status AllToAll(const OpContext& ctx, TensorRef input,
+                        absl::Span<const int64_t> input_splits,
+                        TensorRef output,
+                        absl::Span<const int64_t> output_splits);
+  absl::Status Barrier(const OpContext& ctx);
+  absl::Status Send(const OpContext& ctx, TensorRef data, int dst, int tag);
+  absl::Status Recv(const OpContext& ctx, TensorRef data, int src, int tag);
+  // A subgroup derived from this group's connection (Backend::Split), after
+  // the ranks agree on its size.
+  absl::StatusOr<std::unique_ptr<Backend>> Split(
+      const OpContext& ctx, const std::vector<int>& parent_ranks);
+
+ private:
+  // Exchanges signatures and checks that they agree.
+  absl::Status Agree(const OpContext& ctx, const OpSignature& mine,
+                     InlinePayload payload = {});
+  // The reduction the backend runs: kSum for a mean it does not average.
+  ReduceOp WireOp(ReduceOp op, const TensorRef& t) const;
+  // After the backend ran WireOp(op): the mean's division, on t's device.
+  absl::Status FinishMean(ReduceOp op, TensorRef t) const;
+  absl::Status CheckSplitMatrix(const OpContext& ctx,
+                                absl::Span<const int64_t> input_splits,
+                                absl::Span<const int64_t> output_splits);
+
+  std::unique_ptr<Backend> backend_;
+  std::vector<OpSignature> signatures_;  // one per rank, reused
+
+  mutable absl::Mutex mu_;
+  absl::Status poison_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_GROUP_COLLECTIVE_CONTRACT_H_
