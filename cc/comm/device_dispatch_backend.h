@@ -1,0 +1,108 @@
+// File: device_dispatch_backend.h
+//
+// DeviceDispatchBackend is mmengine's "cpu:gloo,cuda:nccl": CPU tensors go to
+// one backend (Gloo), CUDA tensors to another (NCCL); the contract has
+// checked that an operation's tensors share one device. The contract's
+// signature exchange and metadata run on the CPU half. It needs no CUDA
+// itself, so it is tested with any two backends.
+
+#ifndef DISTKIT_CC_COMM_DEVICE_DISPATCH_BACKEND_H_
+#define DISTKIT_CC_COMM_DEVICE_DISPATCH_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "cc/comm/backend.h"
+
+namespace distkit {
+
+class DeviceDispatchBackend : public Backend {
+ public:
+  // `name` is the registry's ("cpu:gloo,cuda:nccl"); both halves span the
+  // same ranks.
+  DeviceDispatchBackend(std::string name, std::unique_ptr<Backend> cpu,
+                        std::unique_ptr<Backend> cuda)
+      : name_(std::move(name)), cpu_(std::move(cpu)), cuda_(std::move(cuda)) {}
+
+  absl::string_view name() const override { return name_; }
+  int rank() const override { return cpu_->rank(); }
+  int size() const override { return cpu_->size(); }
+  Device comm_device() const override { return cuda_->comm_device(); }
+  absl::Status CheckDevice(Device d) const override {
+    return d.is_cpu() ? absl::OkStatus() : cuda_->CheckDevice(d);
+  }
+  bool NativeMean(DataType dtype, Device d) const override {
+    return For(d)->NativeMean(dtype, d);
+  }
+  absl::Status CheckReduce(ReduceOp op, DataType dtype,
+                           Device d) const override {
+    return For(d)->CheckReduce(op, dtype, d);
+  }
+
+  absl::Status ExchangeSignatures(const OpContext& c, const OpSignature& mine,
+                                  InlinePayload payload,
+                                  absl::Span<OpSignature> all) override {
+    return cpu_->ExchangeSignatures(c, mine, payload, all);
+  }
+  absl::Status AllGatherHost(const OpContext& c, const void* in, size_t bytes,
+                             void* out) override {
+    return cpu_->AllGatherHost(c, in, bytes, out);
+  }
+
+  absl::Status AllReduce(const OpContext& c, TensorRef t,
+                         ReduceOp op) override {
+    return For(t)->AllReduce(c, t, op);
+  }
+  absl::Status Broadcast(const OpContext& c, TensorRef t, int root) override {
+    return For(t)->Broadcast(c, t, root);
+  }
+  absl::Status Reduce(const OpContext& c, TensorRef t, ReduceOp op,
+                      int root) override {
+    return For(t)->Reduce(c, t, op, root);
+  }
+  absl::Status AllGather(const OpContext& c, TensorRef in,
+                         TensorRef out) override {
+    return For(in)->AllGather(c, in, out);
+  }
+  absl::Status Gather(const OpContext& c, TensorRef in, TensorRef out,
+                      int root) override {
+    return For(in)->Gather(c, in, out, root);
+  }
+  absl::Status Scatter(const OpContext& c, TensorRef in, TensorRef out,
+                       int root) override {
+    return For(out)->Scatter(c, in, out, root);
+  }
+  absl::Status ReduceScatter(const OpContext& c, TensorRef in, TensorRef out,
+                             ReduceOp op) override {
+    return For(in)->ReduceScatter(c, in, out, op);
+  }
+  absl::Status AllToAll(const OpContext& c, TensorRef in,
+                        absl::Span<const int64_t> in_splits, TensorRef out,
+                        absl::Span<const int64_t> out_splits) override {
+    return For(in)->AllToAll(c, in, in_splits, out, out_splits);
+  }
+  absl::Status Send(const OpContext& c, TensorRef t, int dst,
+                    int tag) override {
+    return For(t)->Send(c, t, dst, tag);
+  }
+  absl::Status Recv(const OpContext& c, TensorRef t, int src,
+                    int tag) override {
+    return For(t)->Recv(c, t, src, tag);
+  }
+  void Abort() override {
+    cpu_->Abort();
+    cuda_->Abort();
+  }
+
+ private:
+  Backend* For(Device d) const { return d.is_cpu() ? cpu_.get() : cuda_.get(); }
+  Backend* For(const TensorRef& t) const { return For(t.device()); }
+
+  const std::string name_;
+  std::unique_ptr<Backend> cpu_;
+  std::unique_ptr<Backend> cuda_;
+};
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_COMM_DEVICE_DISPATCH_BACKEND_H_
