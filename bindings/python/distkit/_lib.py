@@ -106,7 +106,6 @@ _PROTOTYPES = {
     "dk_group_broadcast": (c_status, [P, T, ctypes.c_int32, PP, PP]),
     "dk_group_reduce": (c_status, [P, T, ctypes.c_int32, ctypes.c_int32, PP, PP]),
     "dk_group_all_gather": (c_status, [P, T, T, PP, PP]),
-    "dk_group_reduce": (c_status, [P, T, ctypes.c_int32, ctypes.c_int32, PP, PP]),
     "dk_group_gather": (c_status, [P, T, T, ctypes.c_int32, PP, PP]),
     "dk_group_barrier": (c_status, [P, PP, PP]),
     "dk_init_local_group": (c_status, [ctypes.c_int32, ctypes.c_int32, PP]),
