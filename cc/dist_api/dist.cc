@@ -53,31 +53,6 @@ std::string GlooHostname(const std::string& store_address) {
   return host;
 }
 
-struct MpiWorld {
-  int rank = 0;
-  int size = 1;
-  int local_rank = 0;
-};
-
-// This rank in mpirun's job (OpenMPI's variables, else PMI's).
-absl::StatusOr<MpiWorld> MpiWorldFromEnvironment() {
-  auto get = [](const char* a, const char* b) -> const char* {
-    const char* v = std::getenv(a);
-    return v != nullptr ? v : std::getenv(b);
-  };
-  const char* rank = get("OMPI_COMM_WORLD_RANK", "PMI_RANK");
-  const char* size = get("OMPI_COMM_WORLD_SIZE", "PMI_SIZE");
-  if (rank == nullptr || size == nullptr) {
-    return absl::FailedPreconditionError(
-        "init_dist('mpi', backend='mpi'): OMPI_COMM_WORLD_RANK / "
-        "OMPI_COMM_WORLD_SIZE (or PMI_RANK / PMI_SIZE) are not set; start the "
-        "job with mpirun");
-  }
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  return MpiWorld{std::atoi(rank), std::atoi(size),
-                  local != nullptr ? std::atoi(local) : 0};
-}
-
 absl::Status CheckBackend(const std::string& backend) {
   if (FindBackend(backend) != nullptr) return absl::OkStatus();
   if (backend == "gloo" || backend == "mpi" || backend == "nccl" ||
@@ -129,9 +104,10 @@ absl::Status InitDist(absl::string_view launcher_name,
     // mpirun's variables name this rank; the backend checks them against
     // MPI_COMM_WORLD.
     if (std::getenv("MASTER_ADDR") == nullptr) {
-      DK_ASSIGN_OR_RETURN(MpiWorld world, MpiWorldFromEnvironment());
-      return Join(std::make_shared<HashStore>(), nullptr, world.rank,
-                  world.size, options, "", world.local_rank);
+      DK_ASSIGN_OR_RETURN(RendezvousInfo placement,
+                          ParseMpiPlacement(Environment::FromProcess()));
+      return Join(std::make_shared<HashStore>(), nullptr, placement.rank,
+                  placement.world_size, options, "", placement.local_rank);
     }
   }
   Environment env = Environment::FromProcess();

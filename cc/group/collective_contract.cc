@@ -33,6 +33,8 @@ InlinePayload Payload(const TensorRef& t, size_t op_bytes, bool contributes) {
 }
 
 // Statuses after which the transport's state is unknown: the group is done.
+// The others are refusals before data moved (bad arguments, disagreement, a
+// backend that cannot split), after which the group stays usable.
 bool LeavesGroupUnusable(absl::StatusCode code) {
   switch (code) {
     case absl::StatusCode::kOk:

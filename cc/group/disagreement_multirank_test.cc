@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "cc/core/data_type.h"
 #include "cc/group/process_group.h"
+#include "cc/launch/launcher.h"
 #include "cc/store/hash_store.h"
 #include "testing/cc/rank_env.h"
 
@@ -225,11 +226,13 @@ int main(int argc, char** argv) {
     GroupOptions options;
     options.backend = backend;
     options.timeout = absl::Seconds(60);
+    absl::StatusOr<RendezvousInfo> placement =
+        ParseMpiPlacement(Environment::FromProcess());
     absl::StatusOr<std::shared_ptr<ProcessGroup>> made =
-        ProcessGroup::CreateWorld(
-            std::make_shared<HashStore>(),
-            std::atoi(std::getenv("OMPI_COMM_WORLD_RANK")),
-            std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")), options);
+        placement.ok() ? ProcessGroup::CreateWorld(
+                             std::make_shared<HashStore>(), placement->rank,
+                             placement->world_size, options)
+                       : placement.status();
     if (!made.ok()) {
       fprintf(stderr, "%s\n", made.status().ToString().c_str());
       return 1;

@@ -171,6 +171,24 @@ absl::StatusOr<RendezvousInfo> ParseSlurm(const Environment& env,
 
 absl::StatusOr<RendezvousInfo> ParseMpi(const Environment& env) {
   const Launcher launcher = Launcher::kMpi;
+  DK_ASSIGN_OR_RETURN(RendezvousInfo info, ParseMpiPlacement(env));
+  info.master_addr = env.Get("MASTER_ADDR").value_or("");
+  if (info.master_addr.empty() && !env.Has("DISTKIT_STORE")) {
+    // mmengine raises KeyError with this text.
+    return absl::InvalidArgumentError(
+        "launcher 'mpi': The environment variable MASTER_ADDR is not set");
+  }
+  DK_ASSIGN_OR_RETURN(info.master_port, Optional(env, launcher, "MASTER_PORT",
+                                                 kDefaultMasterPort));
+  PlaceStore(env, info.master_port, &info);
+  DK_RETURN_IF_ERROR(Validate(info));
+  return info;
+}
+
+}  // namespace
+
+absl::StatusOr<RendezvousInfo> ParseMpiPlacement(const Environment& env) {
+  const Launcher launcher = Launcher::kMpi;
   RendezvousInfo info;
   info.launcher = launcher;
   if (env.Has("OMPI_COMM_WORLD_RANK") || !env.Has("PMI_RANK")) {
@@ -196,20 +214,8 @@ absl::StatusOr<RendezvousInfo> ParseMpi(const Environment& env) {
         info.local_world_size,
         Optional(env, launcher, "MPI_LOCALNRANKS", info.world_size));
   }
-  info.master_addr = env.Get("MASTER_ADDR").value_or("");
-  if (info.master_addr.empty() && !env.Has("DISTKIT_STORE")) {
-    // mmengine raises KeyError with this text.
-    return absl::InvalidArgumentError(
-        "launcher 'mpi': The environment variable MASTER_ADDR is not set");
-  }
-  DK_ASSIGN_OR_RETURN(info.master_port, Optional(env, launcher, "MASTER_PORT",
-                                                 kDefaultMasterPort));
-  PlaceStore(env, info.master_port, &info);
-  DK_RETURN_IF_ERROR(Validate(info));
   return info;
 }
-
-}  // namespace
 
 absl::string_view LauncherName(Launcher launcher) {
   switch (launcher) {

@@ -83,6 +83,11 @@ absl::StatusOr<RendezvousInfo> ParseRendezvous(
     Launcher launcher, const Environment& env,
     const ParseOptions& options = {});
 
+// mpirun's placement of this process only (OpenMPI's OMPI_COMM_WORLD_* or
+// PMI's variables): rank, sizes, local and node rank, no store. For the mpi
+// backend, whose ranks connect through MPI itself.
+absl::StatusOr<RendezvousInfo> ParseMpiPlacement(const Environment& env);
+
 }  // namespace distkit
 
 #endif  // DISTKIT_CC_LAUNCH_LAUNCHER_H_

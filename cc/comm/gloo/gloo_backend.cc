@@ -221,10 +221,9 @@ absl::Status GlooBackend::ExchangeSignatures(const OpContext& ctx,
   const bool carried = payload.bytes <= inline_limit();
   const size_t inline_bytes =
       carried && payload.data != nullptr ? payload.bytes : 0;
-  const void* inline_data = payload.data;
   std::memcpy(send_slot_.data(), &mine, sizeof(mine));
   if (inline_bytes > 0) {
-    std::memcpy(send_slot_.data() + kHeaderBytes, inline_data, inline_bytes);
+    std::memcpy(send_slot_.data() + kHeaderBytes, payload.data, inline_bytes);
   }
   DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
     if (size_ > kDirectExchangeMaxRanks) {
