@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "capi/versioned_struct.h"
 #include "cc/core/data_type.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/reduce_op.h"
@@ -150,10 +151,6 @@ absl::Status Finish(const std::shared_ptr<ProcessGroup>& group,
   return absl::OkStatus();
 }
 
-}  // namespace
-
-namespace {
-
 // One malloc block: the dk_bytes_t array, then every item's bytes.
 absl::Status ReturnItems(const std::vector<std::string>& items,
                          dk_bytes_t** items_out, size_t* count_out) {
@@ -196,6 +193,113 @@ absl::Status CheckOuts(dk_bytes_t** items_out, size_t* count_out) {
   *items_out = nullptr;
   *count_out = 0;
   return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace {
+
+// ---- Config structs (one rule: versioned_struct.h) ------------------------
+
+absl::StatusOr<dk_store_config_t> ReadStoreConfig(
+    const dk_store_config_t* config) {
+  if (config == nullptr) return absl::InvalidArgumentError("config is NULL");
+  DK_ASSIGN_OR_RETURN(
+      dk_store_config_t c,
+      distkit::capi::ReadVersionedStruct(
+          config, &dk_store_config_init, "dk_store_config",
+          {DK_FIELD_SPAN(dk_store_config_t, address),
+           DK_FIELD_SPAN(dk_store_config_t, token),
+           DK_FIELD_SPAN(dk_store_config_t, timeout_ms),
+           DK_FIELD_SPAN(dk_store_config_t, connect_timeout_ms)}));
+  if (c.address == nullptr)
+    return absl::InvalidArgumentError("config: address is NULL");
+  return c;
+}
+
+absl::StatusOr<distkit::dist::InitOptions> ReadInitConfig(
+    const dk_init_config_t* config) {
+  DK_ASSIGN_OR_RETURN(dk_init_config_t c,
+                      distkit::capi::ReadVersionedStruct(
+                          config, &dk_init_config_init, "dk_init_config",
+                          {DK_FIELD_SPAN(dk_init_config_t, backend),
+                           DK_FIELD_SPAN(dk_init_config_t, timeout_ms)}));
+  distkit::dist::InitOptions options;
+  options.backend = c.backend != nullptr ? c.backend : "gloo";
+  if (c.timeout_ms <= 0)
+    return absl::InvalidArgumentError("config: timeout_ms must be > 0");
+  options.timeout = absl::Milliseconds(c.timeout_ms);
+  return options;
+}
+
+absl::StatusOr<distkit::GradReducer::Options> ReadReducerConfig(
+    const dk_reducer_config_t* config) {
+  DK_ASSIGN_OR_RETURN(
+      dk_reducer_config_t c,
+      distkit::capi::ReadVersionedStruct(
+          config, &dk_reducer_config_init, "dk_reducer_config",
+          {DK_FIELD_SPAN(dk_reducer_config_t, bucket_cap_mb),
+           DK_FIELD_SPAN(dk_reducer_config_t, first_bucket_cap_mb),
+           DK_FIELD_SPAN(dk_reducer_config_t, find_unused_parameters),
+           DK_FIELD_SPAN(dk_reducer_config_t, gradient_as_bucket_view),
+           DK_FIELD_SPAN(dk_reducer_config_t, broadcast_buffers),
+           DK_FIELD_SPAN(dk_reducer_config_t, comm_hook)}));
+  if (c.comm_hook < DK_COMM_HOOK_NONE || c.comm_hook > DK_COMM_HOOK_BF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: unknown comm_hook ", c.comm_hook));
+  }
+  distkit::GradReducer::Options o;
+  o.bucket_cap_mb = c.bucket_cap_mb;
+  o.first_bucket_cap_mb = c.first_bucket_cap_mb;
+  o.find_unused_parameters = c.find_unused_parameters != 0;
+  o.gradient_as_bucket_view = c.gradient_as_bucket_view != 0;
+  o.broadcast_buffers = c.broadcast_buffers != 0;
+  o.comm_hook = static_cast<distkit::CommHook>(c.comm_hook);
+  return o;
+}
+
+// ---- Memory handed to the caller (freed with dk_free) ----------------------
+
+// A malloc'd copy of `bytes` with a '\0' after them, so that a value is also
+// a C string.
+absl::StatusOr<char*> OwnedCopy(absl::string_view bytes) {
+  char* copy = static_cast<char*>(std::malloc(bytes.size() + 1));
+  if (copy == nullptr) return absl::ResourceExhaustedError("out of memory");
+  std::memcpy(copy, bytes.data(), bytes.size());
+  copy[bytes.size()] = '\0';
+  return copy;
+}
+
+absl::Status ReturnBytes(absl::string_view bytes, void** data_out,
+                         size_t* size_out) {
+  DK_ASSIGN_OR_RETURN(char* copy, OwnedCopy(bytes));
+  *data_out = copy;
+  *size_out = bytes.size();
+  return absl::OkStatus();
+}
+
+// ---- Parallel state ----------------------------------------------------
+
+distkit::dist::DistributedProcessGroup DpgOf(dk_group_t* group) {
+  if (group == DK_GROUP_UNUSED)
+    return distkit::dist::DistributedProcessGroup::Unused();
+  if (group == nullptr) return distkit::dist::DistributedProcessGroup();
+  return distkit::dist::DistributedProcessGroup(group->rep);
+}
+
+const distkit::dist::DistributedProcessGroup* Which(
+    const dk_parallel_state_t* state, int32_t which) {
+  if (state == nullptr) return nullptr;
+  switch (which) {
+    case DK_PARALLEL_DATA:
+      return &state->rep.data_parallel_group;
+    case DK_PARALLEL_TENSOR:
+      return &state->rep.tensor_parallel_group;
+    case DK_PARALLEL_EXPERT:
+      return &state->rep.expert_model_parallel_group;
+    default:
+      return nullptr;
+  }
 }
 
 }  // namespace
@@ -243,28 +347,6 @@ void dk_store_config_init(dk_store_config_t* config) {
   config->timeout_ms = 300000;
   config->connect_timeout_ms = 300000;
 }
-
-namespace {
-
-// Reads only the fields the caller's struct has (struct_size).
-absl::StatusOr<dk_store_config_t> ReadStoreConfig(
-    const dk_store_config_t* config) {
-  dk_store_config_t c;
-  dk_store_config_init(&c);
-  if (config == nullptr) return absl::InvalidArgumentError("config is NULL");
-  if (config->struct_size <
-      offsetof(dk_store_config_t, address) + sizeof(void*)) {
-    return absl::InvalidArgumentError(
-        "config: struct_size is too small (call dk_store_config_init)");
-  }
-  std::memcpy(&c, config, std::min(config->struct_size, sizeof(c)));
-  c.struct_size = sizeof(c);
-  if (c.address == nullptr)
-    return absl::InvalidArgumentError("config: address is NULL");
-  return c;
-}
-
-}  // namespace
 
 dk_status_t dk_store_connect(const dk_store_config_t* config, dk_store_t** out,
                              dk_error_t** err) {
@@ -325,13 +407,7 @@ dk_status_t dk_store_get(dk_store_t* store, const char* key, void** value_out,
     DK_RETURN_IF_ERROR(NotNull(value_out, "value_out"));
     DK_RETURN_IF_ERROR(NotNull(size_out, "size_out"));
     DK_ASSIGN_OR_RETURN(std::string value, store->rep->Get(key));
-    void* copy = std::malloc(value.size() + 1);  // +1: also a C string
-    if (copy == nullptr) return absl::ResourceExhaustedError("out of memory");
-    std::memcpy(copy, value.data(), value.size());
-    static_cast<char*>(copy)[value.size()] = '\0';
-    *value_out = copy;
-    *size_out = value.size();
-    return absl::OkStatus();
+    return ReturnBytes(value, value_out, size_out);
   });
 }
 
@@ -401,13 +477,7 @@ dk_status_t dk_store_compare_set(dk_store_t* store, const char* key,
                               expected_size),
             absl::string_view(static_cast<const char*>(desired),
                               desired_size)));
-    void* copy = std::malloc(value.size() + 1);
-    if (copy == nullptr) return absl::ResourceExhaustedError("out of memory");
-    std::memcpy(copy, value.data(), value.size());
-    static_cast<char*>(copy)[value.size()] = '\0';
-    *value_out = copy;
-    *size_out = value.size();
-    return absl::OkStatus();
+    return ReturnBytes(value, value_out, size_out);
   });
 }
 
@@ -467,28 +537,6 @@ void dk_init_config_init(dk_init_config_t* config) {
   config->backend = "gloo";
   config->timeout_ms = 1800000;
 }
-
-namespace {
-
-absl::StatusOr<distkit::dist::InitOptions> ReadInitConfig(
-    const dk_init_config_t* config) {
-  dk_init_config_t c;
-  dk_init_config_init(&c);
-  if (config != nullptr) {
-    if (config->struct_size < sizeof(size_t)) {
-      return absl::InvalidArgumentError("config: struct_size is too small");
-    }
-    std::memcpy(&c, config, std::min(config->struct_size, sizeof(c)));
-  }
-  distkit::dist::InitOptions options;
-  options.backend = c.backend != nullptr ? c.backend : "gloo";
-  if (c.timeout_ms <= 0)
-    return absl::InvalidArgumentError("config: timeout_ms must be > 0");
-  options.timeout = absl::Milliseconds(c.timeout_ms);
-  return options;
-}
-
-}  // namespace
 
 dk_status_t dk_init(const char* launcher, const dk_init_config_t* config,
                     dk_group_t** world_out, dk_error_t** err) {
@@ -782,9 +830,8 @@ dk_status_t dk_group_all_reduce_coalesced(dk_group_t* group,
       refs.push_back(t);
     }
     DK_ASSIGN_OR_RETURN(distkit::ReduceOp r, Op(op));
-    return distkit::dist::AllReduceParams(refs, coalesce != 0,
-                                          static_cast<int>(bucket_size_mb),
-                                          distkit::ReduceOpName(r), g.get());
+    return distkit::dist::AllReduceParams(
+        refs, coalesce != 0, static_cast<int>(bucket_size_mb), r, g.get());
   });
 }
 
@@ -876,32 +923,6 @@ dk_status_t dk_group_collect_results(dk_group_t* group, const dk_bytes_t* part,
 
 // ---- Parallel state ------------------------------------------------------
 
-namespace {
-
-distkit::dist::DistributedProcessGroup DpgOf(dk_group_t* group) {
-  if (group == DK_GROUP_UNUSED)
-    return distkit::dist::DistributedProcessGroup::Unused();
-  if (group == nullptr) return distkit::dist::DistributedProcessGroup();
-  return distkit::dist::DistributedProcessGroup(group->rep);
-}
-
-const distkit::dist::DistributedProcessGroup* Which(
-    const dk_parallel_state_t* state, int32_t which) {
-  if (state == nullptr) return nullptr;
-  switch (which) {
-    case DK_PARALLEL_DATA:
-      return &state->rep.data_parallel_group;
-    case DK_PARALLEL_TENSOR:
-      return &state->rep.tensor_parallel_group;
-    case DK_PARALLEL_EXPERT:
-      return &state->rep.expert_model_parallel_group;
-    default:
-      return nullptr;
-  }
-}
-
-}  // namespace
-
 dk_status_t dk_parallel_state_create(dk_group_t* data_parallel,
                                      dk_group_t* tensor_parallel,
                                      dk_group_t* expert_parallel,
@@ -935,15 +956,10 @@ dk_status_t dk_parallel_state_describe(const dk_parallel_state_t* state,
     DK_RETURN_IF_ERROR(NotNull(state, "state"));
     DK_RETURN_IF_ERROR(NotNull(out, "out"));
     const std::string text = state->rep.ToString();
-    char* copy = static_cast<char*>(std::malloc(text.size() + 1));
-    if (copy == nullptr) return absl::ResourceExhaustedError("out of memory");
-    std::memcpy(copy, text.c_str(), text.size() + 1);
-    *out = copy;
+    DK_ASSIGN_OR_RETURN(*out, OwnedCopy(text));
     return absl::OkStatus();
   });
 }
-
-}  // extern "C"
 
 // ---- Gradient reducer ----------------------------------------------------
 
@@ -969,24 +985,8 @@ dk_status_t dk_reducer_create(dk_group_t* group, DLTensor* const* params,
     if (num_params > 0) DK_RETURN_IF_ERROR(NotNull(params, "params"));
     if (num_buffers > 0) DK_RETURN_IF_ERROR(NotNull(buffers, "buffers"));
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
-    distkit::GradReducer::Options o;
-    if (config != nullptr) {
-      if (config->struct_size < sizeof(dk_reducer_config_t)) {
-        return absl::InvalidArgumentError(
-            "config: struct_size is too small (call dk_reducer_config_init)");
-      }
-      o.bucket_cap_mb = config->bucket_cap_mb;
-      o.first_bucket_cap_mb = config->first_bucket_cap_mb;
-      o.find_unused_parameters = config->find_unused_parameters != 0;
-      o.gradient_as_bucket_view = config->gradient_as_bucket_view != 0;
-      o.broadcast_buffers = config->broadcast_buffers != 0;
-      if (config->comm_hook < DK_COMM_HOOK_NONE ||
-          config->comm_hook > DK_COMM_HOOK_BF16) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("config: unknown comm_hook ", config->comm_hook));
-      }
-      o.comm_hook = static_cast<distkit::CommHook>(config->comm_hook);
-    }
+    DK_ASSIGN_OR_RETURN(distkit::GradReducer::Options o,
+                        ReadReducerConfig(config));
     std::vector<distkit::GradReducer::Parameter> ps;
     for (size_t i = 0; i < num_params; ++i) {
       const std::string what = absl::StrCat("params[", i, "]");
@@ -1105,3 +1105,5 @@ dk_status_t dk_tensor_copy(const DLTensor* src, DLTensor* dst,
                               s.nbytes());
   });
 }
+
+}  // extern "C"

@@ -3,6 +3,7 @@
  * iterations (bucket rebuild included), no_sync accumulation, bucket views,
  * find_unused_parameters, and misuse answered with a status, never a crash. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +144,46 @@ int main(void) {
     dk_error_free(e);
   }
   dk_reducer_destroy(reducer);
+
+  /* Header rule 8: a caller built against an older, smaller config (here:
+   * before comm_hook) is read with defaults for the fields it lacks; bytes
+   * past its struct_size are never read. A newer, larger one is refused only
+   * when it sets a field this library does not know. */
+  {
+    dk_reducer_config_t older;
+    dk_reducer_config_init(&older);
+    older.struct_size = offsetof(dk_reducer_config_t, comm_hook);
+    older.comm_hook = 99; /* not part of the caller's struct */
+    OK(dk_reducer_create(world, pp, NP, NULL, 0, &older, &reducer, &e_));
+    for (int p = 0; p < NP; ++p) {
+      for (int64_t k = 0; k < kSizes[p]; ++k)
+        grads[p][k] = grad_value(rank_, p, k, 5);
+      OK(dk_reducer_mark_ready(reducer, p, &gt[p], &e_));
+    }
+    OK(dk_reducer_finalize(reducer, &e_));
+    for (int p = 0; p < NP; ++p)
+      for (int64_t k = 0; k < kSizes[p]; ++k)
+        if (fabs(grads[p][k] - mean(p, k, 5)) > 1e-5)
+          fail("average through an older config struct", NULL);
+    dk_reducer_destroy(reducer);
+    reducer = NULL;
+
+    struct {
+      dk_reducer_config_t known;
+      int64_t appended_later;
+    } newer;
+    memset(&newer, 0, sizeof(newer));
+    dk_reducer_config_init(&newer.known);
+    newer.known.struct_size = sizeof(newer);
+    newer.appended_later = 1;
+    dk_error_t* e = NULL;
+    if (dk_reducer_create(world, pp, NP, NULL, 0, &newer.known, &reducer, &e) !=
+            DK_INVALID_ARGUMENT ||
+        strstr(dk_error_message(e), "sets fields this library does not know") ==
+            NULL)
+      fail("a newer config struct with an unknown field set", e);
+    dk_error_free(e);
+  }
 
   /* Bucket views and find_unused_parameters: parameter 1 unused on rank 0. */
   config.gradient_as_bucket_view = 1;

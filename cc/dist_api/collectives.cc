@@ -191,6 +191,12 @@ absl::Status AllReduceParams(const std::vector<TensorRef>& params,
                              bool coalesce, int bucket_size_mb,
                              absl::string_view op, ProcessGroup* group) {
   DK_ASSIGN_OR_RETURN(ReduceOp reduce_op, ParseReduceOp(op));
+  return AllReduceParams(params, coalesce, bucket_size_mb, reduce_op, group);
+}
+
+absl::Status AllReduceParams(const std::vector<TensorRef>& params,
+                             bool coalesce, int bucket_size_mb,
+                             ReduceOp reduce_op, ProcessGroup* group) {
   if (Trivial(group)) return absl::OkStatus();
   ProcessGroup* g = Resolve(group);
   if (!coalesce) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cc/core/reduce_op.h"
 #include "cc/core/tensor_ref.h"
 #include "cc/group/process_group.h"
 
@@ -56,6 +57,10 @@ absl::Status AllReduceParams(const std::vector<TensorRef>& params,
                              bool coalesce = true, int bucket_size_mb = -1,
                              absl::string_view op = "sum",
                              ProcessGroup* group = nullptr);
+// The same with the op already parsed (the C ABI's entry point).
+absl::Status AllReduceParams(const std::vector<TensorRef>& params,
+                             bool coalesce, int bucket_size_mb, ReduceOp op,
+                             ProcessGroup* group);
 
 // The buckets AllReduceParams would use: indices into `params`.
 std::vector<std::vector<size_t>> TakeTensorBuckets(

@@ -19,7 +19,11 @@
  *     the input before returning); which threads may call it.
  *  7. Memory the library returns is freed with dk_free (or a destroy).
  *  8. Config structs start with size_t struct_size; dk_X_config_init() fills
- *     the defaults. Fields are only ever appended.
+ *     the defaults. Fields are only ever appended. The library reads the
+ *     fields inside the caller's struct_size: an older, smaller struct gets
+ *     the defaults for fields added since; a newer, larger one is accepted
+ *     when the fields this library does not know are zero. A NULL config
+ *     means all defaults (except where a field is required).
  *  9. dk_init_version(DK_ABI_MAJOR, DK_ABI_MINOR, err) rejects a header the
  *     library is incompatible with. Only dk_* symbols are exported.
  * 10. Asynchronous calls return a dk_work_t* (dk_work_test, dk_work_wait with
