@@ -16,7 +16,7 @@ if [ -z "$lib" ]; then
   lib="$root/bazel-bin/capi/libdistkit.so"
 fi
 mkdir -p "$out/distkit"
-cp "$root"/bindings/python/distkit/*.py "$out/distkit/"
+(cd "$root/bindings/python" && find distkit -name '*.py' -exec cp --parents {} "$out/" \;)
 cp "$lib" "$out/distkit/libdistkit.so"
-chmod u+w "$out/distkit/"*
+chmod -R u+w "$out/distkit"
 echo "$out/distkit"

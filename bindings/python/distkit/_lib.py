@@ -1,5 +1,6 @@
-"""ctypes declarations of the C ABI (capi/include/distkit/distkit.h) and the
-library loader. ctypes releases the GIL around every call into a CDLL, so
+"""ctypes declarations of the C ABI (capi/include/distkit/distkit.h), its
+constants, and the library loader. tests/abi_table_test.py checks every
+declaration, constant and struct here against the header. ctypes releases the GIL around every call into a CDLL, so
 blocking collectives never hold it.
 
 The library is found, in order: $DISTKIT_LIBRARY; libdistkit.so beside this
@@ -67,7 +68,23 @@ class InitConfig(ctypes.Structure):
     ]
 
 
+# ---- Constants (the header's DK_* values; status codes live in errors.py) ----
+
 ABI_MAJOR, ABI_MINOR = 0, 2
+
+OP_SUM, OP_PRODUCT, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, OP_MEAN = range(8)
+# mmengine's op names (mean is all_reduce's own, not a reduce op there).
+REDUCE_OPS = {"sum": OP_SUM, "product": OP_PRODUCT, "min": OP_MIN, "max": OP_MAX,
+              "band": OP_BAND, "bor": OP_BOR, "bxor": OP_BXOR}
+
+WORK_PENDING, WORK_SUCCEEDED, WORK_FAILED = 0, 1, 2
+
+PARALLEL_DATA, PARALLEL_TENSOR, PARALLEL_EXPERT = 0, 1, 2
+GROUP_UNUSED = ctypes.c_void_p(-1)  # DK_GROUP_UNUSED, (dk_group_t*)(intptr_t)-1
+
+COMM_HOOK_NONE, COMM_HOOK_FP16, COMM_HOOK_BF16 = 0, 1, 2
+
+# ---- Functions ----------------------------------------------------------------
 
 P = ctypes.c_void_p  # opaque handles
 PP = ctypes.POINTER(ctypes.c_void_p)
@@ -136,6 +153,18 @@ _PROTOTYPES = {
                                                   ctypes.c_int32,
                                                   ctypes.POINTER(ctypes.POINTER(Bytes)),
                                                   ctypes.POINTER(ctypes.c_size_t), PP]),
+    "dk_group_sync_random_seed": (c_status, [P, ctypes.POINTER(ctypes.c_int32), PP]),
+    "dk_group_collect_results": (c_status, [P, ctypes.POINTER(Bytes), ctypes.c_size_t,
+                                            ctypes.c_int64, ctypes.c_char_p, ctypes.c_char_p,
+                                            ctypes.POINTER(ctypes.POINTER(Bytes)),
+                                            ctypes.POINTER(ctypes.c_size_t), PP]),
+    "dk_parallel_state_create": (c_status, [P, P, P, PP, PP]),
+    "dk_parallel_state_destroy": (None, [P]),
+    "dk_parallel_state_rank": (ctypes.c_int32, [P, ctypes.c_int32]),
+    "dk_parallel_state_size": (ctypes.c_int32, [P, ctypes.c_int32]),
+    "dk_parallel_state_describe": (c_status, [P, PP, PP]),
+    "dk_get_device": (None, [ctypes.POINTER(DLDevice)]),
+    "dk_tensor_copy": (c_status, [T, T, PP]),
 }
 
 
@@ -185,6 +214,14 @@ def check(fn, *args):
         code = lib.dk_error_code(err) if err else status
         lib.dk_error_free(err)
         raise errors.error_for(code, message)
+
+
+def take_string(pointer: ctypes.c_void_p) -> str:
+    """Copies a library-allocated C string, then frees it."""
+    try:
+        return ctypes.string_at(pointer).decode()
+    finally:
+        lib.dk_free(pointer)
 
 
 def take_items(items, count) -> list:

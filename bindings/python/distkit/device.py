@@ -1,6 +1,16 @@
-"""mmengine.device.get_device: the device string, fixed at import time, first
-available in the order npu > cuda > mlu > mps > dipu > musa > cpu."""
+"""Devices. get_device is mmengine.device.get_device: the device string, fixed
+at import time, first available in the order npu > cuda > mlu > mps > dipu >
+musa > cpu. rank_device and copy_tensor ask the library (dk_get_device,
+dk_tensor_copy), so Python sees the device the C ABI communicates on."""
+import ctypes
+
 import torch
+
+from . import _lib
+from ._dlpack import Borrowed
+from ._lib import check, lib
+
+_DL_CUDA = 2  # DLPack kDLCUDA
 
 
 def _detect() -> str:
@@ -26,3 +36,27 @@ DEVICE = _detect()
 def get_device() -> str:
     """Returns the available device: 'npu', 'cuda', 'mlu', 'mps', 'dipu', 'musa' or 'cpu'."""
     return DEVICE
+
+
+def rank_device() -> torch.device:
+    """This rank's device as the library sees it: cuda:<local rank> when
+    libdistkit was built with CUDA and a GPU is usable, else the CPU."""
+    out = _lib.DLDevice()
+    lib.dk_get_device(ctypes.byref(out))
+    if out.device_type == _DL_CUDA:
+        return torch.device("cuda", out.device_id)
+    return torch.device("cpu")
+
+
+def library_reaches(device: torch.device) -> bool:
+    """Whether libdistkit can read and write memory on ``device``."""
+    return device.type == "cpu" or (device.type == "cuda" and rank_device().type == "cuda")
+
+
+def copy_tensor(src, dst) -> None:
+    """Copies ``src`` into ``dst`` (torch tensors or numpy arrays; same dtype
+    and element count, both contiguous), across devices in one copy."""
+    if any(isinstance(t, torch.Tensor) and t.is_cuda for t in (src, dst)):
+        torch.cuda.current_stream().synchronize()  # the copy runs outside torch's stream
+    a, b = Borrowed(src), Borrowed(dst)
+    check(lib.dk_tensor_copy, a.pointer, b.pointer)

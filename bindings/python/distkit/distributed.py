@@ -1,5 +1,6 @@
 """modelopt.torch.utils.distributed, on distkit. backend() is the string
 "torch" when initialized, exactly as in modelopt."""
+import ctypes
 import io
 import os
 import warnings
@@ -7,7 +8,8 @@ from typing import Any, Callable, List, Optional, Union
 
 import torch
 
-from . import dist
+from . import _lib, dist
+from ._lib import check, lib, take_string
 
 __all__ = [
     "DistributedProcessGroup", "ParallelState", "backend", "barrier", "is_available",
@@ -98,24 +100,62 @@ def master_only(func):
     return wrapper
 
 
-class DistributedProcessGroup:
-    """A group, the world (None) or unused (-1)."""
+def _group_arg(group):
+    """The dk_group_t* for a modelopt group: None is the world (NULL), -1 is
+    "unused" (DK_GROUP_UNUSED), else a distkit ProcessGroup."""
+    if group is None:
+        return None
+    if isinstance(group, int) and group == -1:
+        return _lib.GROUP_UNUSED
+    return dist.groups.handle_of(group)
 
-    def __init__(self, group: Union[dist.ProcessGroup, int, None] = None):
+
+class _State:
+    """Owns one dk_parallel_state_t."""
+
+    def __init__(self, data_parallel, tensor_parallel, expert_parallel):
+        self.handle = ctypes.c_void_p()
+        check(lib.dk_parallel_state_create, _group_arg(data_parallel), _group_arg(tensor_parallel),
+              _group_arg(expert_parallel), ctypes.byref(self.handle))
+
+    def __del__(self):
+        if getattr(self, "handle", None):
+            lib.dk_parallel_state_destroy(self.handle)
+            self.handle = None
+
+    def describe(self) -> str:
+        out = ctypes.c_void_p()
+        check(lib.dk_parallel_state_describe, self.handle, ctypes.byref(out))
+        return take_string(out)
+
+
+_LABELS = ("data_parallel_group: ", ", tensor_parallel_group: ", ", expert_model_parallel_group: ")
+
+
+class DistributedProcessGroup:
+    """A group, the world (None) or unused (-1). Rank, size and text come from
+    the library's ParallelState (dk_parallel_state_*), as in C and C++."""
+
+    def __init__(self, group: Union[dist.ProcessGroup, int, None] = None, *,
+                 _state: Optional[_State] = None, _which: int = _lib.PARALLEL_DATA):
         self.group = group
+        self._state = _state if _state is not None else _State(group, -1, -1)
+        self._which = _which
 
     def is_initialized(self) -> bool:
         return backend() == "torch" and self.group != -1
 
     def rank(self) -> int:
-        return rank(self.group) if self.is_initialized() else -1
+        return lib.dk_parallel_state_rank(self._state.handle, self._which)
 
     def world_size(self) -> int:
-        return size(self.group) if self.is_initialized() else -1
+        return lib.dk_parallel_state_size(self._state.handle, self._which)
 
     def __repr__(self) -> str:
-        return (f"group: {self.group}, initialized: {self.is_initialized()}, "
-                f"world size: {self.world_size()}")
+        text = self._state.describe()
+        begin = text.index(_LABELS[self._which]) + len(_LABELS[self._which])
+        following = _LABELS[self._which + 1] if self._which + 1 < len(_LABELS) else None
+        return text[begin:text.index(following)] if following else text[begin:]
 
     @staticmethod
     def get_dist_syncd_obj(obj: Any, groups: Union["DistributedProcessGroup",
@@ -135,14 +175,17 @@ class ParallelState:
 
     def __init__(self, data_parallel_group=None, tensor_parallel_group=-1,
                  expert_model_parallel_group=-1):
-        self.data_parallel_group = DistributedProcessGroup(data_parallel_group)
-        self.tensor_parallel_group = DistributedProcessGroup(tensor_parallel_group)
-        self.expert_model_parallel_group = DistributedProcessGroup(expert_model_parallel_group)
+        self._state = _State(data_parallel_group, tensor_parallel_group,
+                             expert_model_parallel_group)
+        self.data_parallel_group = DistributedProcessGroup(
+            data_parallel_group, _state=self._state, _which=_lib.PARALLEL_DATA)
+        self.tensor_parallel_group = DistributedProcessGroup(
+            tensor_parallel_group, _state=self._state, _which=_lib.PARALLEL_TENSOR)
+        self.expert_model_parallel_group = DistributedProcessGroup(
+            expert_model_parallel_group, _state=self._state, _which=_lib.PARALLEL_EXPERT)
 
     def __repr__(self) -> str:
-        return (f"data_parallel_group: {self.data_parallel_group}, "
-                f"tensor_parallel_group: {self.tensor_parallel_group}, "
-                f"expert_model_parallel_group: {self.expert_model_parallel_group}")
+        return self._state.describe()
 
 
 def get_group(ranks: List[int]):

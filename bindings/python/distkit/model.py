@@ -142,7 +142,7 @@ class _Reducer:
         bptrs = (_lib.T * max(1, len(buffers)))(*[v.pointer for v in self.buffer_views])
         self.handle = ctypes.c_void_p()
         with torch.no_grad():
-            check(lib.dk_reducer_create, dist._handle(group), ptrs, len(params), bptrs, len(buffers),
+            check(lib.dk_reducer_create, dist.groups.handle_of(group), ptrs, len(params), bptrs, len(buffers),
                   ctypes.byref(config), ctypes.byref(self.handle))
 
     def __del__(self):

@@ -7,7 +7,7 @@ from unittest import mock
 import numpy as np
 import torch
 
-from distkit import dist, distributed, errors
+from distkit import device, dist, distributed, errors
 from distkit.device import get_device
 
 
@@ -163,6 +163,32 @@ class NotDistributedTest(unittest.TestCase):
             "tensor_parallel_group: group: -1, initialized: False, world size: -1, "
             "expert_model_parallel_group: group: -1, initialized: False, world size: -1")
         self.assertEqual(distributed.DistributedProcessGroup.get_dist_syncd_obj(3, dpg, max), 3)
+
+
+class LibraryDeviceTest(unittest.TestCase):
+    """distkit.device over the ABI (dk_get_device, dk_tensor_copy)."""
+
+    def test_rank_device(self):
+        want = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+        got = device.rank_device()
+        # A library built without CUDA answers cpu even where torch sees a GPU.
+        self.assertIn(got, (want, torch.device("cpu")))
+        self.assertTrue(device.library_reaches(torch.device("cpu")))
+
+    def test_copy_tensor(self):
+        src = np.arange(6, dtype=np.float32).reshape(2, 3)
+        dst = torch.zeros(2, 3)
+        device.copy_tensor(src, dst)
+        self.assertTrue(torch.equal(dst, torch.arange(6, dtype=torch.float32).reshape(2, 3)))
+        flags = torch.tensor([True, False, True])
+        out = torch.zeros(3, dtype=torch.bool)
+        device.copy_tensor(flags, out)
+        self.assertTrue(torch.equal(out, flags))
+        with self.assertRaises(errors.InvalidArgumentError) as e:
+            device.copy_tensor(torch.zeros(3), torch.zeros(3, dtype=torch.float64))
+        self.assertEqual(str(e.exception), "tensor_copy: src is float32 x3 but dst is float64 x3")
+        with self.assertRaises(errors.InvalidArgumentError):
+            device.copy_tensor(torch.zeros(4, 4).t(), torch.zeros(4, 4))  # not contiguous
 
 
 if __name__ == "__main__":

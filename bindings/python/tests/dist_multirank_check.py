@@ -152,6 +152,18 @@ def main():
     state = distributed.ParallelState()
     check(state.data_parallel_group.world_size() == n and state.tensor_parallel_group.rank() == -1,
           "ParallelState")
+    evens = dist.new_group(list(range(0, n, 2)))
+    if rank % 2 == 0:
+        mixed = distributed.ParallelState(evens, -1, None)
+        check((mixed.data_parallel_group.rank(), mixed.data_parallel_group.world_size(),
+               mixed.expert_model_parallel_group.world_size()) == (rank // 2, (n + 1) // 2, n),
+              "ParallelState over a subgroup, unused and the world")
+        check(repr(mixed).endswith(
+            f"tensor_parallel_group: group: -1, initialized: False, world size: -1, "
+            f"expert_model_parallel_group: group: None, initialized: True, world size: {n}"),
+            f"ParallelState text {mixed!r}")
+        check(repr(mixed.tensor_parallel_group) == "group: -1, initialized: False, world size: -1",
+              "DistributedProcessGroup text")
     check(distributed.DistributedProcessGroup.get_dist_syncd_obj(
         rank, [state.data_parallel_group, state.tensor_parallel_group], max) == n - 1,
           "get_dist_syncd_obj")

@@ -1,0 +1,47 @@
+"""collect_results: a sharded evaluation's results back in dataset order on
+rank 0, through the library (dk_group_collect_results), so Python ranks and
+ranks in other languages collect into one list. Each result travels as its
+own pickle; None travels as an empty item, which the library drops, as
+mmengine does."""
+import ctypes
+import pickle
+from typing import Optional
+
+from .. import _lib, errors
+from .._lib import check, lib, take_items
+from .groups import get_world_size
+from .objects import bytes_array
+
+
+def collect_results(results: list, size: int, device: str = "cpu", tmpdir: Optional[str] = None):
+    if device not in ["gpu", "cpu", "npu"]:
+        raise NotImplementedError(f"device must be 'cpu' , 'gpu' or 'npu', but got {device}")
+    if device == "gpu" or device == "npu":
+        assert tmpdir is None, f"tmpdir should be None when device is {device}"
+    return _collect(results, size, device, tmpdir)
+
+
+def collect_results_cpu(result_part: list, size: int, tmpdir: Optional[str] = None):
+    return _collect(result_part, size, "cpu", tmpdir)
+
+
+def collect_results_gpu(result_part: list, size: int):
+    return _collect(result_part, size, "gpu", None)
+
+
+def _collect(part: list, size: int, device: str, tmpdir: Optional[str]):
+    if get_world_size() == 1:
+        return part[:size]  # mmengine returns the caller's own objects here
+    array, keep = bytes_array([b"" if r is None else pickle.dumps(r) for r in part])
+    items = ctypes.POINTER(_lib.Bytes)()
+    count = ctypes.c_size_t()
+    try:
+        check(lib.dk_group_collect_results, None, array, len(array), size, device.encode(),
+              tmpdir.encode() if tmpdir is not None else None, ctypes.byref(items),
+              ctypes.byref(count))
+    except errors.NotFoundError as e:  # mmengine: a tmpdir some rank cannot see
+        raise FileNotFoundError(e.message) from e
+    del keep
+    if not items:
+        return None  # not rank 0
+    return [pickle.loads(b) for b in take_items(items, count)]
