@@ -13,21 +13,12 @@
 #include "cc/core/half.h"
 #include "cc/dist_api/dist.h"
 #include "cc/parallel/grad_reducer.h"
+#include "testing/cc/rank_check.h"
 
 namespace distkit {
 namespace {
 
 int rank_ = 0, size_ = 1;
-
-void Check(bool ok, const std::string& what) {
-  if (!ok) {
-    std::fprintf(stderr, "rank %d: FAILED: %s\n", rank_, what.c_str());
-    std::exit(1);
-  }
-}
-void Ok(const absl::Status& s, const std::string& what) {
-  Check(s.ok(), what + ": " + s.ToString());
-}
 
 // Gradient element k of parameter p on rank r in iteration it.
 double G(int r, int p, int64_t k, int it) {
@@ -68,8 +59,8 @@ void CheckMean(Model& m, int p, int it, double tol, const std::string& what) {
   for (size_t k = 0; k < m.grads[p].size(); ++k) {
     const double want = Mean(p, k, it);
     if (std::abs(m.grads[p][k] - want) > tol * std::max(1.0, std::abs(want))) {
-      Check(false, absl::StrCat(what, ": param ", p, "[", k,
-                                "] = ", m.grads[p][k], ", want ", want));
+      testing::Require(false, absl::StrCat(what, ": param ", p, "[", k, "] = ",
+                                           m.grads[p][k], ", want ", want));
     }
   }
 }
@@ -83,14 +74,15 @@ void Basics(std::shared_ptr<ProcessGroup> world) {
   o.bucket_cap_mb = 8192.0 / (1 << 20);
   auto r = GradReducer::Create(
       world, m.Params(), {TensorRef(buffer.data(), 10, DataType::kFloat32)}, o);
-  Ok(r.status(), "create");
+  testing::RequireOk(r.status(), "create");
   for (auto& p : m.params)
     for (float v : p)
-      Check(v == float(&p - &m.params[0]), "params broadcast from rank 0");
-  Check(buffer[3] == 0.f, "buffers broadcast from rank 0");
-  Check((*r)->buckets().size() >= 3, "several buckets");
-  Check((*r)->buckets()[0] == std::vector<int>{5, 4},
-        "first bucket: the last parameters");
+      testing::Require(v == float(&p - &m.params[0]),
+                       "params broadcast from rank 0");
+  testing::Require(buffer[3] == 0.f, "buffers broadcast from rank 0");
+  testing::Require((*r)->buckets().size() >= 3, "several buckets");
+  testing::Require((*r)->buckets()[0] == std::vector<int>{5, 4},
+                   "first bucket: the last parameters");
   for (int it = 0; it < 4; ++it) {
     // Gradients arrive out of the registration order; the rebuild after
     // iteration 0 follows it (rank 0's), later iterations use yet another.
@@ -98,31 +90,35 @@ void Basics(std::shared_ptr<ProcessGroup> world) {
                                     : std::vector<int>{5, 4, 3, 2, 1, 0};
     for (int p : order) {
       m.Fill(it, p);
-      Ok((*r)->MarkReady(p, m.Grad(p)), "mark ready");
+      testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "mark ready");
     }
-    Ok((*r)->Finalize(), "finalize");
+    testing::RequireOk((*r)->Finalize(), "finalize");
     for (int p = 0; p < 6; ++p) CheckMean(m, p, it, 1e-6, "basic");
     if (it == 0) {
-      Check((*r)->buckets()[0][0] == 2, "rebuilt in ready order");
+      testing::Require((*r)->buckets()[0][0] == 2, "rebuilt in ready order");
     }
   }
   auto trace = (*r)->last_trace();
-  Check(trace.buckets.size() == (*r)->buckets().size(), "trace per bucket");
+  testing::Require(trace.buckets.size() == (*r)->buckets().size(),
+                   "trace per bucket");
   buffer.assign(10, float(rank_ + 5));
-  Ok((*r)->BroadcastBuffers(), "broadcast buffers");
-  Check(buffer[9] == 5.f, "buffers follow rank 0");
+  testing::RequireOk((*r)->BroadcastBuffers(), "broadcast buffers");
+  testing::Require(buffer[9] == 5.f, "buffers follow rank 0");
   // Misuse: wrong gradient size, index out of range, twice ready.
   std::vector<float> wrong(3);
-  Check((*r)->MarkReady(0, TensorRef(wrong.data(), 3, DataType::kFloat32))
-                .code() == absl::StatusCode::kInvalidArgument,
-        "wrong size refused");
-  Check((*r)->MarkReady(9, m.Grad(0)).code() == absl::StatusCode::kOutOfRange,
-        "index");
-  for (int p = 0; p < 6; ++p) Ok((*r)->MarkReady(p, m.Grad(p)), "ready");
-  Check((*r)->MarkReady(0, m.Grad(0)).code() ==
-            absl::StatusCode::kFailedPrecondition,
-        "twice ready refused");
-  Ok((*r)->Finalize(), "finalize");
+  testing::Require(
+      (*r)->MarkReady(0, TensorRef(wrong.data(), 3, DataType::kFloat32))
+              .code() == absl::StatusCode::kInvalidArgument,
+      "wrong size refused");
+  testing::Require(
+      (*r)->MarkReady(9, m.Grad(0)).code() == absl::StatusCode::kOutOfRange,
+      "index");
+  for (int p = 0; p < 6; ++p)
+    testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready");
+  testing::Require((*r)->MarkReady(0, m.Grad(0)).code() ==
+                       absl::StatusCode::kFailedPrecondition,
+                   "twice ready refused");
+  testing::RequireOk((*r)->Finalize(), "finalize");
 }
 
 void UnusedParameters(std::shared_ptr<ProcessGroup> world) {
@@ -131,21 +127,22 @@ void UnusedParameters(std::shared_ptr<ProcessGroup> world) {
   // naming it, on every rank, and the next iteration works.
   {
     auto r = GradReducer::Create(world, m.Params(), {}, {});
-    Ok(r.status(), "create");
+    testing::RequireOk(r.status(), "create");
     for (int p : {3, 2, 0}) {
       m.Fill(0, p);
-      Ok((*r)->MarkReady(p, m.Grad(p)), "ready");
+      testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready");
     }
     absl::Status s = (*r)->Finalize();
-    Check(s.code() == absl::StatusCode::kFailedPrecondition &&
-              s.message().find("layer1.weight") != std::string::npos &&
-              s.message().find("find_unused_parameters") != std::string::npos,
-          "missing gradient error: " + s.ToString());
+    testing::Require(
+        s.code() == absl::StatusCode::kFailedPrecondition &&
+            s.message().find("layer1.weight") != std::string::npos &&
+            s.message().find("find_unused_parameters") != std::string::npos,
+        "missing gradient error: " + s.ToString());
     for (int p : {3, 2, 1, 0}) {
       m.Fill(1, p);
-      Ok((*r)->MarkReady(p, m.Grad(p)), "ready");
+      testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready");
     }
-    Ok((*r)->Finalize(), "finalize after error");
+    testing::RequireOk((*r)->Finalize(), "finalize after error");
     for (int p = 0; p < 4; ++p) CheckMean(m, p, 1, 1e-6, "after error");
   }
   // With it: parameter 1 unused on rank 0 only (zero contribution there),
@@ -153,84 +150,87 @@ void UnusedParameters(std::shared_ptr<ProcessGroup> world) {
   GradReducer::Options o;
   o.find_unused_parameters = true;
   auto r = GradReducer::Create(world, m.Params(), {}, o);
-  Ok(r.status(), "create");
+  testing::RequireOk(r.status(), "create");
   std::vector<int> unused = {3};
   if (rank_ == 0) unused.push_back(1);
-  Ok((*r)->PrepareForBackward(unused), "prepare");
+  testing::RequireOk((*r)->PrepareForBackward(unused), "prepare");
   m.grads[3].assign(80, -7.f);
   for (int p : {2, 1, 0}) {
     if (p == 1 && rank_ == 0) continue;
     m.Fill(0, p);
-    Ok((*r)->MarkReady(p, m.Grad(p)), "ready");
+    testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready");
   }
-  Ok((*r)->Finalize(), "finalize");
+  testing::RequireOk((*r)->Finalize(), "finalize");
   CheckMean(m, 0, 0, 1e-6, "used");
   CheckMean(m, 2, 0, 1e-6, "used");
-  Check(m.grads[3][0] == -7.f && !(*r)->globally_used(3),
-        "unused everywhere untouched");
-  Check((*r)->globally_used(1) == (size_ > 1),
-        "used by the ranks other than 0");
+  testing::Require(m.grads[3][0] == -7.f && !(*r)->globally_used(3),
+                   "unused everywhere untouched");
+  testing::Require((*r)->globally_used(1) == (size_ > 1),
+                   "used by the ranks other than 0");
   auto g1 = (*r)->ReducedGrad(1);
-  Ok(g1.status(), "reduced grad");
+  testing::RequireOk(g1.status(), "reduced grad");
   for (int64_t k = 0; k < 60; ++k) {
     double want = 0;
     for (int q = 1; q < size_; ++q) want += G(q, 1, k, 0) / size_;
-    Check(std::abs(g1->data<float>()[k] - want) <
-              1e-6 * std::max(1.0, std::abs(want)),
-          "partly unused parameter averages zeros in");
+    testing::Require(std::abs(g1->data<float>()[k] - want) <
+                         1e-6 * std::max(1.0, std::abs(want)),
+                     "partly unused parameter averages zeros in");
   }
 }
 
 void NoSyncAndViews(std::shared_ptr<ProcessGroup> world) {
   Model m({300, 40});
   auto r = GradReducer::Create(world, m.Params(), {}, {});
-  Ok(r.status(), "create");
+  testing::RequireOk(r.status(), "create");
   // no_sync: two local accumulations, then one synchronized step.
   (*r)->set_require_sync(false);
   for (int p : {1, 0}) {
     m.Fill(0, p);
-    Ok((*r)->MarkReady(p, m.Grad(p)), "no-sync ready");
+    testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "no-sync ready");
   }
-  Ok((*r)->Finalize(), "no-sync finalize");
-  Check(m.grads[0][1] == float(G(rank_, 0, 1, 0)),
-        "no_sync leaves gradients local");
+  testing::RequireOk((*r)->Finalize(), "no-sync finalize");
+  testing::Require(m.grads[0][1] == float(G(rank_, 0, 1, 0)),
+                   "no_sync leaves gradients local");
   (*r)->set_require_sync(true);
   for (int p : {1, 0}) {
     for (size_t k = 0; k < m.grads[p].size(); ++k)
       m.grads[p][k] += G(rank_, p, k, 1);
-    Ok((*r)->MarkReady(p, m.Grad(p)), "ready");
+    testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready");
   }
-  Ok((*r)->Finalize(), "finalize");
+  testing::RequireOk((*r)->Finalize(), "finalize");
   for (int p = 0; p < 2; ++p)
     for (size_t k = 0; k < m.grads[p].size(); ++k)
-      Check(std::abs(m.grads[p][k] - (Mean(p, k, 0) + Mean(p, k, 1))) < 1e-5,
-            "accumulated gradients averaged");
+      testing::Require(
+          std::abs(m.grads[p][k] - (Mean(p, k, 0) + Mean(p, k, 1))) < 1e-5,
+          "accumulated gradients averaged");
 
   // gradient_as_bucket_view: backward writes into the views; no copies.
   GradReducer::Options o;
   o.gradient_as_bucket_view = true;
   o.first_bucket_cap_mb = 100.0 / (1 << 20);
   auto v = GradReducer::Create(world, m.Params(), {}, o);
-  Ok(v.status(), "create views");
+  testing::RequireOk(v.status(), "create views");
   for (int it = 0; it < 3; ++it) {
     for (int p : {0, 1}) {  // not reverse: the rebuild moves the views
       auto view = (*v)->GradView(p);
-      Ok(view.status(), "view");
+      testing::RequireOk(view.status(), "view");
       for (int64_t k = 0; k < view->numel(); ++k)
         view->data<float>()[k] = G(rank_, p, k, it);
-      Ok((*v)->MarkReady(p, *view), "ready view");
+      testing::RequireOk((*v)->MarkReady(p, *view), "ready view");
     }
     const int64_t gen = (*v)->view_generation();
-    Ok((*v)->Finalize(), "finalize views");
+    testing::RequireOk((*v)->Finalize(), "finalize views");
     for (int p : {0, 1}) {
       auto view = (*v)->GradView(p);
       for (int64_t k = 0; k < view->numel(); ++k) {
-        Check(std::abs(view->data<float>()[k] - Mean(p, k, it)) < 1e-6,
-              "view averaged");
+        testing::Require(
+            std::abs(view->data<float>()[k] - Mean(p, k, it)) < 1e-6,
+            "view averaged");
       }
     }
     if (it == 0)
-      Check((*v)->view_generation() == gen + 1, "views moved by the rebuild");
+      testing::Require((*v)->view_generation() == gen + 1,
+                       "views moved by the rebuild");
   }
 }
 
@@ -240,12 +240,12 @@ void Hooks(std::shared_ptr<ProcessGroup> world) {
     GradReducer::Options o;
     o.comm_hook = hook;
     auto r = GradReducer::Create(world, m.Params(), {}, o);
-    Ok(r.status(), "create hook");
+    testing::RequireOk(r.status(), "create hook");
     for (int p : {1, 0}) {
       m.Fill(0, p);
-      Ok((*r)->MarkReady(p, m.Grad(p)), "ready");
+      testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready");
     }
-    Ok((*r)->Finalize(), "finalize hook");
+    testing::RequireOk((*r)->Finalize(), "finalize hook");
     const bool fp16 = hook == CommHook::kFp16Compress;
     for (int p = 0; p < 2; ++p) {
       for (size_t k = 0; k < m.grads[p].size(); ++k) {
@@ -267,11 +267,11 @@ void Hooks(std::shared_ptr<ProcessGroup> world) {
         }
         const double tol =
             (fp16 ? 1e-3 : 8e-3) * size_ * std::max(1.0, std::abs(want));
-        Check(std::abs(m.grads[p][k] - want) <= tol,
-              absl::StrCat(fp16 ? "fp16" : "bf16", " hook: ", m.grads[p][k],
-                           " want ", want));
-        Check(std::abs(m.grads[p][k] - Mean(p, k, 0)) <= 4 * tol,
-              "hook close to the mean");
+        testing::Require(std::abs(m.grads[p][k] - want) <= tol,
+                         absl::StrCat(fp16 ? "fp16" : "bf16", " hook: ",
+                                      m.grads[p][k], " want ", want));
+        testing::Require(std::abs(m.grads[p][k] - Mean(p, k, 0)) <= 4 * tol,
+                         "hook close to the mean");
       }
     }
   }
@@ -285,13 +285,14 @@ int main() {
   distkit::dist::InitOptions options;
   if (!dist::InitDist("pytorch").ok()) return 2;
   rank_ = dist::GetRank();
+  testing::SetCheckRank(rank_);
   size_ = dist::GetWorldSize();
   auto world = dist::GetDefaultGroup();
   Basics(world);
   UnusedParameters(world);
   NoSyncAndViews(world);
   Hooks(world);
-  Ok(dist::Barrier(), "barrier");
+  testing::RequireOk(dist::Barrier(), "barrier");
   std::printf("rank %d/%d: GradReducer checks passed\n", rank_, size_);
   dist::DestroyDist();
   return 0;

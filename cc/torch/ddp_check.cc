@@ -18,6 +18,7 @@
 #include "cc/dist_api/dist.h"
 #include "cc/torch/distributed_data_parallel.h"
 #include "cc/torch/train_step.h"
+#include "testing/cc/rank_check.h"
 
 namespace {
 
@@ -25,14 +26,6 @@ using distkit::DistributedDataParallel;
 using distkit::GradReducer;
 
 int rank_ = 0;
-
-void Ok(const absl::Status& s, const std::string& what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "rank %d: %s: %s\n", rank_, what.c_str(),
-                 s.ToString().c_str());
-    std::exit(1);
-  }
-}
 
 struct NetImpl : torch::nn::Module {
   NetImpl(const std::string& mode) : mode(mode) {
@@ -112,36 +105,41 @@ void Train(const std::string& mode, const std::string& out) {
   };
   if (mode == "separate") {
     auto sep = distkit::SeparateDistributedDataParallel::Create(net, o);
-    Ok(sep.status(), "separate");
+    distkit::testing::RequireOk(sep.status(), "separate");
     if (!distkit::IsModelWrapper(**sep) || (*sep)->child("fc1") == nullptr)
-      Ok(absl::InternalError("wrapper"), mode);
+      distkit::testing::RequireOk(absl::InternalError("wrapper"), mode);
     for (int step = 0; step < 5; ++step) {
       sgd.zero_grad();
-      Ok((*sep)->BeforeForward(), "before forward");
-      Ok((*sep)->Backward(loss_of(step, 0)), "backward");
+      distkit::testing::RequireOk((*sep)->BeforeForward(), "before forward");
+      distkit::testing::RequireOk((*sep)->Backward(loss_of(step, 0)),
+                                  "backward");
       sgd.step();
     }
   } else {
     auto ddp = DistributedDataParallel::Create(net, o);
-    Ok(ddp.status(), "create");
+    distkit::testing::RequireOk(ddp.status(), "create");
     if (!distkit::IsModelWrapper(**ddp) || distkit::IsModelWrapper(*net))
-      Ok(absl::InternalError("is_model_wrapper"), mode);
+      distkit::testing::RequireOk(absl::InternalError("is_model_wrapper"),
+                                  mode);
     for (int step = 0; step < 5; ++step) {
       if (mode == "no_sync") {
         sgd.zero_grad();
         {
           auto guard = (*ddp)->no_sync();
-          Ok((*ddp)->BeforeForward(), "before forward");
-          Ok((*ddp)->Backward(loss_of(step, 1)), "no_sync backward");
+          distkit::testing::RequireOk((*ddp)->BeforeForward(),
+                                      "before forward");
+          distkit::testing::RequireOk((*ddp)->Backward(loss_of(step, 1)),
+                                      "no_sync backward");
         }
-        Ok((*ddp)->BeforeForward(), "before forward");
-        Ok((*ddp)->Backward(loss_of(step, 0)), "backward");
+        distkit::testing::RequireOk((*ddp)->BeforeForward(), "before forward");
+        distkit::testing::RequireOk((*ddp)->Backward(loss_of(step, 0)),
+                                    "backward");
         sgd.step();
         continue;
       }
       auto loss =
           distkit::TrainStep(**ddp, sgd, [&] { return loss_of(step, 0); });
-      Ok(loss.status(), "train step");
+      distkit::testing::RequireOk(loss.status(), "train step");
     }
   }
   Write(*net, absl::StrCat(out, "/cpp_", mode, "_rank", rank_, ".txt"));
@@ -154,14 +152,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: ddp_check OUT_DIR\n");
     return 2;
   }
-  Ok(distkit::dist::InitDist("pytorch"), "init");
+  distkit::testing::RequireOk(distkit::dist::InitDist("pytorch"), "init");
   rank_ = distkit::dist::GetRank();
+  distkit::testing::SetCheckRank(rank_);
   torch::set_num_threads(1);
   for (const char* mode : {"plain", "find_unused", "no_sync", "bucket_view",
                            "bn", "fp16", "separate"}) {
     Train(mode, argv[1]);
   }
-  Ok(distkit::dist::Barrier(), "barrier");
+  distkit::testing::RequireOk(distkit::dist::Barrier(), "barrier");
   std::printf("rank %d: trained every mode\n", rank_);
   distkit::dist::DestroyDist();
   return 0;

@@ -11,19 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "cc/dist_api/dist.h"
 #include "cc/group/process_group.h"
+#include "testing/cc/rank_check.h"
 
 namespace {
 
-void Check(bool ok, const std::string& what) {
-  if (!ok) {
-    std::fprintf(stderr, "launcher_check: FAILED: %s\n", what.c_str());
-    std::exit(1);
-  }
-}
-
 int EnvInt(const char* name) {
   const char* v = std::getenv(name);
-  Check(v != nullptr, absl::StrCat(name, " is not set"));
+  distkit::testing::Require(v != nullptr, absl::StrCat(name, " is not set"));
   return std::atoi(v);
 }
 
@@ -31,38 +25,44 @@ int EnvInt(const char* name) {
 
 int main(int argc, char** argv) {
   using namespace distkit;
-  Check(argc >= 2, "usage: launcher_check LAUNCHER [BACKEND]");
+  distkit::testing::Require(argc >= 2,
+                            "usage: launcher_check LAUNCHER [BACKEND]");
   const std::string launcher = argv[1];
   dist::InitOptions options;
   options.backend = argc > 2 ? argv[2] : "gloo";
   options.timeout = absl::Seconds(60);
   absl::Status s = dist::InitDist(launcher, options);
-  Check(s.ok(), "init_dist: " + s.ToString());
+  distkit::testing::Require(s.ok(), "init_dist: " + s.ToString());
   const int rank = dist::GetRank(), size = dist::GetWorldSize();
   if (launcher == "pytorch") {
-    Check(rank == EnvInt("RANK") && size == EnvInt("WORLD_SIZE"),
-          "torchrun's RANK/WORLD_SIZE");
+    distkit::testing::Require(
+        rank == EnvInt("RANK") && size == EnvInt("WORLD_SIZE"),
+        "torchrun's RANK/WORLD_SIZE");
   } else if (launcher == "mpi") {
-    Check(rank == EnvInt("OMPI_COMM_WORLD_RANK") &&
-              size == EnvInt("OMPI_COMM_WORLD_SIZE"),
-          "OpenMPI's rank/size");
+    distkit::testing::Require(rank == EnvInt("OMPI_COMM_WORLD_RANK") &&
+                                  size == EnvInt("OMPI_COMM_WORLD_SIZE"),
+                              "OpenMPI's rank/size");
   } else if (launcher == "slurm") {
-    Check(rank == EnvInt("SLURM_PROCID") && size == EnvInt("SLURM_NTASKS"),
-          "Slurm's rank/size");
+    distkit::testing::Require(
+        rank == EnvInt("SLURM_PROCID") && size == EnvInt("SLURM_NTASKS"),
+        "Slurm's rank/size");
   }
   auto world = dist::GetDefaultGroup();
-  Check(world->backend_name() == options.backend, "backend");
+  distkit::testing::Require(world->backend_name() == options.backend,
+                            "backend");
   std::vector<int64_t> v = {rank, 1};
   s = world->AllReduce(TensorRef(v.data(), 2, DataType::kInt64),
                        ReduceOp::kSum);
-  Check(s.ok() && v[0] == int64_t{size} * (size - 1) / 2 && v[1] == size,
-        "all_reduce: " + s.ToString());
+  distkit::testing::Require(
+      s.ok() && v[0] == int64_t{size} * (size - 1) / 2 && v[1] == size,
+      "all_reduce: " + s.ToString());
   std::vector<int32_t> mine = {rank}, all(size);
   s = world->AllGather(TensorRef(mine.data(), 1, DataType::kInt32),
                        TensorRef(all.data(), size, DataType::kInt32));
-  Check(s.ok(), "all_gather: " + s.ToString());
-  for (int r = 0; r < size; ++r) Check(all[r] == r, "all_gather order");
-  Check(dist::Barrier().ok(), "barrier");
+  distkit::testing::Require(s.ok(), "all_gather: " + s.ToString());
+  for (int r = 0; r < size; ++r)
+    distkit::testing::Require(all[r] == r, "all_gather order");
+  distkit::testing::Require(dist::Barrier().ok(), "barrier");
   std::printf("rank %d/%d: joined through %s with backend %s\n", rank, size,
               launcher.c_str(), options.backend.c_str());
   dist::DestroyDist();

@@ -11,21 +11,12 @@
 #include "cc/core/half.h"
 #include "cc/dist_api/dist.h"
 #include "cc/group/process_group.h"
+#include "testing/cc/rank_check.h"
 
 namespace distkit {
 namespace {
 
 int rank_ = 0, size_ = 1;
-
-void Check(bool ok, const std::string& what) {
-  if (!ok) {
-    std::fprintf(stderr, "rank %d: FAILED: %s\n", rank_, what.c_str());
-    std::exit(1);
-  }
-}
-void Ok(const absl::Status& s, const std::string& what) {
-  Check(s.ok(), what + ": " + s.ToString());
-}
 
 // Values as doubles; stored in the tensor's dtype.
 double V(int r, int64_t i) { return (r + 1) * (i % 7 + 1); }
@@ -103,8 +94,8 @@ bool IsInt(DataType d) {
 }
 
 void Near(double got, double want, const std::string& what) {
-  Check(std::abs(got - want) <= 1e-2 * std::max(1.0, std::abs(want)),
-        absl::StrCat(what, ": got ", got, ", want ", want));
+  testing::Require(std::abs(got - want) <= 1e-2 * std::max(1.0, std::abs(want)),
+                   absl::StrCat(what, ": got ", got, ", want ", want));
 }
 
 void AllOps(ProcessGroup& g, DataType d) {
@@ -116,7 +107,7 @@ void AllOps(ProcessGroup& g, DataType d) {
          {ReduceOp::kBor, ReduceOp::kBand, ReduceOp::kMax, ReduceOp::kMin}) {
       Buffer b(d, len);
       for (int64_t i = 0; i < len; ++i) b.Set(i, (r + i) % 2);
-      Ok(g.AllReduce(b.ref(), op), "bool all_reduce");
+      testing::RequireOk(g.AllReduce(b.ref(), op), "bool all_reduce");
       for (int64_t i = 0; i < len; ++i) {
         bool any = false, all = true;
         for (int q = 0; q < n; ++q) {
@@ -125,7 +116,7 @@ void AllOps(ProcessGroup& g, DataType d) {
         }
         const bool want =
             op == ReduceOp::kBor || op == ReduceOp::kMax ? any : all;
-        Check(b.Get(i) == want, "bool " + name);
+        testing::Require(b.Get(i) == want, "bool " + name);
       }
     }
   } else {
@@ -139,7 +130,7 @@ void AllOps(ProcessGroup& g, DataType d) {
       Buffer b(d, len);
       for (int64_t i = 0; i < len; ++i)
         b.Set(i, c.small ? Small(r, i) : V(r, i));
-      Ok(g.AllReduce(b.ref(), c.op), "all_reduce " + name);
+      testing::RequireOk(g.AllReduce(b.ref(), c.op), "all_reduce " + name);
       for (int64_t i = 0; i < len; ++i) {
         double sum = 0, prod = 1, mx = -1e30, mn = 1e30;
         for (int q = 0; q < n; ++q) {
@@ -159,24 +150,24 @@ void AllOps(ProcessGroup& g, DataType d) {
     if (IsInt(d)) {
       Buffer b(d, len);
       for (int64_t i = 0; i < len; ++i) b.Set(i, (r * 5 + i) % 8);
-      Ok(g.AllReduce(b.ref(), ReduceOp::kBxor), "bxor");
+      testing::RequireOk(g.AllReduce(b.ref(), ReduceOp::kBxor), "bxor");
       for (int64_t i = 0; i < len; ++i) {
         int64_t want = 0;
         for (int q = 0; q < n; ++q) want ^= (q * 5 + i) % 8;
-        Check(b.Get(i) == want, "bxor " + name);
+        testing::Require(b.Get(i) == want, "bxor " + name);
       }
     } else {
       Buffer b(d, 3);
-      Check(g.AllReduce(b.ref(), ReduceOp::kBand).code() ==
-                absl::StatusCode::kInvalidArgument,
-            "band on a float must be refused");
+      testing::Require(g.AllReduce(b.ref(), ReduceOp::kBand).code() ==
+                           absl::StatusCode::kInvalidArgument,
+                       "band on a float must be refused");
     }
   }
   for (int root = 0; root < n; ++root) {
     Buffer b(d, len);
     for (int64_t i = 0; i < len; ++i)
       b.Set(i, d == DataType::kBool ? (root + i) % 2 : V(r, i));
-    Ok(g.Broadcast(b.ref(), root), "broadcast");
+    testing::RequireOk(g.Broadcast(b.ref(), root), "broadcast");
     for (int64_t i = 0; i < len; ++i)
       Near(b.Get(i), d == DataType::kBool ? (root + i) % 2 : V(root, i),
            "broadcast " + name);
@@ -187,23 +178,23 @@ void AllOps(ProcessGroup& g, DataType d) {
   auto expect = [&](int q, int64_t i) {
     return d == DataType::kBool ? (q + i) % 2 : V(q, i);
   };
-  Ok(g.AllGather(in.ref(), out.ref()), "all_gather");
+  testing::RequireOk(g.AllGather(in.ref(), out.ref()), "all_gather");
   for (int64_t j = 0; j < len * n; ++j)
     Near(out.Get(j), expect(j / len, j % len), "all_gather " + name);
   Buffer gathered(d, len * n);
-  Ok(g.Gather(in.ref(), gathered.ref(), n - 1), "gather");
+  testing::RequireOk(g.Gather(in.ref(), gathered.ref(), n - 1), "gather");
   if (r == n - 1)
     for (int64_t j = 0; j < len * n; ++j)
       Near(gathered.Get(j), expect(j / len, j % len), "gather " + name);
   Buffer full(d, len * n), part(d, len);
   for (int64_t j = 0; j < len * n; ++j) full.Set(j, expect(j / len, j % len));
-  Ok(g.Scatter(full.ref(), part.ref(), 0), "scatter");
+  testing::RequireOk(g.Scatter(full.ref(), part.ref(), 0), "scatter");
   for (int64_t i = 0; i < len; ++i)
     Near(part.Get(i), expect(r, i), "scatter " + name);
   Buffer a2a_in(d, 3 * n), a2a_out(d, 3 * n);
   for (int64_t j = 0; j < 3 * n; ++j)
     a2a_in.Set(j, d == DataType::kBool ? (r + j) % 2 : 10 * r + j);
-  Ok(g.AllToAll(a2a_in.ref(), a2a_out.ref()), "all_to_all");
+  testing::RequireOk(g.AllToAll(a2a_in.ref(), a2a_out.ref()), "all_to_all");
   for (int64_t j = 0; j < 3 * n; ++j) {
     const int src = j / 3;
     const int64_t k = r * 3 + j % 3;
@@ -213,8 +204,9 @@ void AllOps(ProcessGroup& g, DataType d) {
   if (d != DataType::kBool) {
     Buffer rs_in(d, len * n), rs_out(d, len);
     for (int64_t j = 0; j < len * n; ++j) rs_in.Set(j, V(r, j));
-    Ok(g.ReduceScatter(rs_in.ref(), rs_out.ref(), ReduceOp::kSum),
-       "reduce_scatter");
+    testing::RequireOk(
+        g.ReduceScatter(rs_in.ref(), rs_out.ref(), ReduceOp::kSum),
+        "reduce_scatter");
     for (int64_t i = 0; i < len; ++i) {
       double want = 0;
       for (int q = 0; q < n; ++q) want += V(q, r * len + i);
@@ -222,7 +214,7 @@ void AllOps(ProcessGroup& g, DataType d) {
     }
     Buffer red(d, len);
     for (int64_t i = 0; i < len; ++i) red.Set(i, V(r, i));
-    Ok(g.Reduce(red.ref(), ReduceOp::kSum, 0), "reduce");
+    testing::RequireOk(g.Reduce(red.ref(), ReduceOp::kSum, 0), "reduce");
     for (int64_t i = 0; i < len; ++i) {
       double want = V(r, i);
       if (r == 0) {
@@ -242,13 +234,15 @@ int main() {
   dist::InitOptions options;
   options.backend = "mpi";
   options.timeout = absl::Seconds(60);
-  Ok(dist::InitDist("mpi", options), "init_dist('mpi', backend='mpi')");
+  testing::RequireOk(dist::InitDist("mpi", options),
+                     "init_dist('mpi', backend='mpi')");
   rank_ = dist::GetRank();
+  testing::SetCheckRank(rank_);
   size_ = dist::GetWorldSize();
   auto world = dist::GetDefaultGroup();
-  Check(world->backend_name() == "mpi", "backend");
-  Check(std::to_string(rank_) == std::getenv("OMPI_COMM_WORLD_RANK"),
-        "rank from MPI");
+  testing::Require(world->backend_name() == "mpi", "backend");
+  testing::Require(std::to_string(rank_) == std::getenv("OMPI_COMM_WORLD_RANK"),
+                   "rank from MPI");
   for (DataType d :
        {DataType::kFloat32, DataType::kFloat64, DataType::kInt8,
         DataType::kUInt8, DataType::kInt32, DataType::kInt64,
@@ -264,12 +258,14 @@ int main() {
       for (int k = 0; k <= q; ++k) in.push_back(100 * r + q);
     }
     std::vector<int64_t> out(n * (r + 1));
-    Ok(world->AllToAll(TensorRef(in.data(), in.size(), DataType::kInt64),
-                       TensorRef(out.data(), out.size(), DataType::kInt64),
-                       in_splits, out_splits),
-       "uneven all_to_all");
+    testing::RequireOk(
+        world->AllToAll(TensorRef(in.data(), in.size(), DataType::kInt64),
+                        TensorRef(out.data(), out.size(), DataType::kInt64),
+                        in_splits, out_splits),
+        "uneven all_to_all");
     for (size_t j = 0; j < out.size(); ++j)
-      Check(out[j] == 100 * int64_t(j / (r + 1)) + r, "uneven all_to_all");
+      testing::Require(out[j] == 100 * int64_t(j / (r + 1)) + r,
+                       "uneven all_to_all");
   }
   // Send/recv around a ring, and a mismatched receive named on the receiver.
   if (size_ > 1) {
@@ -277,46 +273,47 @@ int main() {
     std::vector<double> mine(11, rank_ + 0.5), theirs(11);
     auto s = world->SendAsync(TensorRef(mine.data(), 11, DataType::kFloat64),
                               next, 7);
-    Ok(world->Recv(TensorRef(theirs.data(), 11, DataType::kFloat64), prev, 7),
-       "recv");
-    Ok(s->Wait(), "send");
-    Check(theirs[3] == prev + 0.5, "ring send/recv");
+    testing::RequireOk(
+        world->Recv(TensorRef(theirs.data(), 11, DataType::kFloat64), prev, 7),
+        "recv");
+    testing::RequireOk(s->Wait(), "send");
+    testing::Require(theirs[3] == prev + 0.5, "ring send/recv");
     std::vector<float> wrong(5);
     auto s2 = world->SendAsync(TensorRef(mine.data(), 11, DataType::kFloat64),
                                next, 8);
     absl::Status r =
         world->Recv(TensorRef(wrong.data(), 5, DataType::kFloat32), prev, 8);
-    Check(r.code() == absl::StatusCode::kInvalidArgument &&
-              r.message().find("float64 x11") != std::string::npos,
-          "mismatched receive: " + r.ToString());
-    Ok(s2->Wait(), "send");
+    testing::Require(r.code() == absl::StatusCode::kInvalidArgument &&
+                         r.message().find("float64 x11") != std::string::npos,
+                     "mismatched receive: " + r.ToString());
+    testing::RequireOk(s2->Wait(), "send");
   }
   // Different element counts across ranks: an error on every rank.
   if (size_ > 1) {
     std::vector<int32_t> v(10 + rank_, 1);
     absl::Status s = world->AllReduce(
         TensorRef(v.data(), v.size(), DataType::kInt32), ReduceOp::kSum);
-    Check(s.code() == absl::StatusCode::kInvalidArgument,
-          "mismatch: " + s.ToString());
-    Check(v[0] == 1, "a refused call must not change data");
+    testing::Require(s.code() == absl::StatusCode::kInvalidArgument,
+                     "mismatch: " + s.ToString());
+    testing::Require(v[0] == 1, "a refused call must not change data");
   }
   // A subgroup {0, last} through MPI_Comm_split; the others are not members.
   std::vector<int> pair = {0};
   if (size_ > 1) pair.push_back(size_ - 1);
   auto sub = world->NewGroup(pair);
-  Ok(sub.status(), "new_group");
+  testing::RequireOk(sub.status(), "new_group");
   std::vector<int32_t> v = {rank_ + 1};
   absl::Status s = (*sub)->AllReduce(TensorRef(v.data(), 1, DataType::kInt32),
                                      ReduceOp::kSum);
   if (rank_ == 0 || rank_ == size_ - 1) {
-    Ok(s, "subgroup all_reduce");
-    Check(v[0] == (size_ > 1 ? 1 + size_ : 1), "subgroup sum");
+    testing::RequireOk(s, "subgroup all_reduce");
+    testing::Require(v[0] == (size_ > 1 ? 1 + size_ : 1), "subgroup sum");
     AllOps(**sub, DataType::kFloat32);
   } else {
-    Check(s.code() == absl::StatusCode::kFailedPrecondition,
-          "non-member: " + s.ToString());
+    testing::Require(s.code() == absl::StatusCode::kFailedPrecondition,
+                     "non-member: " + s.ToString());
   }
-  Ok(world->Barrier(), "barrier");
+  testing::RequireOk(world->Barrier(), "barrier");
   std::printf("rank %d/%d: mpi backend checks passed\n", rank_, size_);
   sub->reset();
   dist::DestroyDist();

@@ -6,7 +6,7 @@
 // INVALID_ARGUMENT with exactly the text computed here (so every backend
 // gives the same text), its data untouched, and the group must stay usable.
 //
-//   disagreement_multirank_test [backend]    (default gloo)
+//   disagreement_check [backend]    (default gloo)
 
 #include <cstdio>
 #include <cstdlib>
@@ -21,19 +21,13 @@
 #include "cc/group/process_group.h"
 #include "cc/launch/launcher.h"
 #include "cc/store/hash_store.h"
+#include "testing/cc/rank_check.h"
 #include "testing/cc/rank_env.h"
 
 namespace distkit {
 namespace {
 
-int failures = 0;
-
-void Check(bool ok, const std::string& what) {
-  if (!ok) {
-    ++failures;
-    fprintf(stderr, "CHECK FAILED: %s\n", what.c_str());
-  }
-}
+using testing::Check;
 
 constexpr char kAdvice[] =
     " (every rank must make the same collective calls in the same order, with "
@@ -259,9 +253,9 @@ int main(int argc, char** argv) {
     printf("world size 1: nothing can disagree\n");
     return 0;
   }
+  testing::SetCheckRank(world->rank());
   Disagreement(*world).Run();
-  printf("rank %d: %s on %s, world size %d\n", world->rank(),
-         failures == 0 ? "every disagreement reported alike" : "FAILED",
-         backend.c_str(), world->size());
-  return failures == 0 ? 0 : 1;
+  return testing::FinishChecks(
+      absl::StrCat("every disagreement reported alike on ", backend,
+                   ", world size ", world->size()));
 }

@@ -15,20 +15,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "testing/cc/rank_check.h"
 #include "testing/cc/rank_env.h"
 
-namespace {
-
-int failures = 0;
-
-void Check(bool ok, const std::string& what) {
-  if (!ok) {
-    ++failures;
-    fprintf(stderr, "CHECK FAILED: %s\n", what.c_str());
-  }
-}
-
-}  // namespace
+using distkit::testing::Check;
 
 int main(int argc, char** argv) {
   using namespace distkit;
@@ -43,6 +33,7 @@ int main(int argc, char** argv) {
   }
   ProcessGroup& world = *env->world;
   const int rank = world.rank(), last = world.size() - 1;
+  testing::SetCheckRank(rank);
   if (world.size() < 2) return 0;
   // Everyone is connected before anyone misbehaves.
   if (!world.Barrier().ok()) return 1;
@@ -99,6 +90,5 @@ int main(int argc, char** argv) {
   Check(again.code() == absl::StatusCode::kFailedPrecondition,
         "later calls fail: " + again.ToString());
   Check(!world.AsyncError().ok(), "AsyncError reports the failure");
-  printf("rank %d: %s\n", rank, failures == 0 ? "as expected" : "UNEXPECTED");
-  _exit(failures == 0 ? 0 : 1);
+  _exit(testing::FinishChecks("fault '" + mode + "' handled as expected"));
 }
