@@ -47,17 +47,10 @@ _ABSL_MODULES = [
     "absl_cleanup",
 ]
 
-def _system_grpc_impl(rctx):
-    if not rctx.path("/usr/include/grpcpp/grpcpp.h").exists:
-        _fail_missing("gRPC C++ headers", "libgrpc++-dev")
+def _system_absl_impl(rctx):
     if not rctx.path("/usr/include/absl/status/status.h").exists:
         _fail_missing("Abseil headers", "libabsl-dev")
     absl = _pkg_config_libs(rctx, _ABSL_MODULES, "libabsl-dev")
-    grpc = _pkg_config_libs(rctx, ["grpc++", "protobuf"], "libgrpc++-dev")
-    protoc = _which_or_fail(rctx, "protoc", "protobuf-compiler")
-    plugin = _which_or_fail(rctx, "grpc_cpp_plugin", "protobuf-compiler-grpc")
-    rctx.symlink(protoc, "protoc")
-    rctx.symlink(plugin, "grpc_cpp_plugin")
     rctx.file("BUILD.bazel", """
 package(default_visibility = ["//visibility:public"])
 
@@ -66,20 +59,38 @@ cc_library(
     name = "absl",
     linkopts = {absl},
 )
+""".format(absl = _linkopts_literal(absl)))
+
+system_absl = repository_rule(
+    implementation = _system_absl_impl,
+    local = True,
+    doc = "Abseil from Debian: @system_absl//:absl.",
+)
+
+def _system_grpc_impl(rctx):
+    if not rctx.path("/usr/include/grpcpp/grpcpp.h").exists:
+        _fail_missing("gRPC C++ headers", "libgrpc++-dev")
+    grpc = _pkg_config_libs(rctx, ["grpc++", "protobuf"], "libgrpc++-dev")
+    protoc = _which_or_fail(rctx, "protoc", "protobuf-compiler")
+    plugin = _which_or_fail(rctx, "grpc_cpp_plugin", "protobuf-compiler-grpc")
+    rctx.symlink(protoc, "protoc")
+    rctx.symlink(plugin, "grpc_cpp_plugin")
+    rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
 
 cc_library(
     name = "grpc",
     linkopts = {grpc},
-    deps = [":absl"],
+    deps = ["@system_absl//:absl"],
 )
 
 exports_files(["protoc", "grpc_cpp_plugin"])
-""".format(absl = _linkopts_literal(absl), grpc = _linkopts_literal(grpc)))
+""".format(grpc = _linkopts_literal(grpc)))
 
 system_grpc = repository_rule(
     implementation = _system_grpc_impl,
     local = True,
-    doc = "Abseil, protobuf and gRPC from Debian, plus protoc and grpc_cpp_plugin.",
+    doc = "gRPC and protobuf from Debian, plus protoc and grpc_cpp_plugin.",
 )
 
 # --- Gloo --------------------------------------------------------------------
@@ -165,20 +176,19 @@ system_torch = repository_rule(
     doc = "LibTorch (CPU) from Debian's libtorch-dev.",
 )
 
-# --- Test and benchmark libraries, DLPack -------------------------------------
+# --- GoogleTest, Google Benchmark, DLPack -----------------------------------
 
-def _system_testing_impl(rctx):
-    for header, package in [
-        ("/usr/include/gtest/gtest.h", "libgtest-dev"),
-        ("/usr/include/gmock/gmock.h", "libgmock-dev"),
-        ("/usr/include/benchmark/benchmark.h", "libbenchmark-dev"),
-        ("/usr/include/dlpack/dlpack.h", "libdlpack-dev"),
-    ]:
+def _check_and_write(rctx, headers, build):
+    for header, package in headers:
         if not rctx.path(header).exists:
             _fail_missing(header, package)
-    rctx.file("BUILD.bazel", """
-package(default_visibility = ["//visibility:public"])
+    rctx.file("BUILD.bazel", 'package(default_visibility = ["//visibility:public"])\n' + build)
 
+def _system_gtest_impl(rctx):
+    _check_and_write(rctx, [
+        ("/usr/include/gtest/gtest.h", "libgtest-dev"),
+        ("/usr/include/gmock/gmock.h", "libgmock-dev"),
+    ], """
 cc_library(
     name = "gtest",
     linkopts = ["-lgmock", "-lgtest", "-lpthread"],
@@ -189,20 +199,38 @@ cc_library(
     linkopts = ["-lgmock_main"],
     deps = [":gtest"],
 )
+""")
 
+system_gtest = repository_rule(
+    implementation = _system_gtest_impl,
+    local = True,
+    doc = "GoogleTest and GoogleMock from Debian: :gtest, :gtest_main.",
+)
+
+def _system_benchmark_impl(rctx):
+    _check_and_write(rctx, [("/usr/include/benchmark/benchmark.h", "libbenchmark-dev")], """
 cc_library(
     name = "benchmark",
     linkopts = ["-lbenchmark", "-lpthread"],
 )
+""")
 
+system_benchmark = repository_rule(
+    implementation = _system_benchmark_impl,
+    local = True,
+    doc = "Google Benchmark from Debian.",
+)
+
+def _system_dlpack_impl(rctx):
+    _check_and_write(rctx, [("/usr/include/dlpack/dlpack.h", "libdlpack-dev")], """
 # Header-only; /usr/include/dlpack/dlpack.h.
 cc_library(name = "dlpack")
 """)
 
-system_testing = repository_rule(
-    implementation = _system_testing_impl,
+system_dlpack = repository_rule(
+    implementation = _system_dlpack_impl,
     local = True,
-    doc = "GoogleTest, GoogleMock, Google Benchmark and DLPack from Debian.",
+    doc = "DLPack's header from Debian.",
 )
 
 # --- CUDA and NCCL (optional) ------------------------------------------------
@@ -257,9 +285,12 @@ local_cuda = repository_rule(
 
 def distkit_system_dependencies():
     """Declares every system repository distkit uses. Call from WORKSPACE."""
+    system_absl(name = "system_absl")
     system_grpc(name = "system_grpc")
     system_gloo(name = "system_gloo")
     system_mpi(name = "system_mpi")
     system_torch(name = "system_torch")
-    system_testing(name = "system_testing")
+    system_gtest(name = "system_gtest")
+    system_benchmark(name = "system_benchmark")
+    system_dlpack(name = "system_dlpack")
     local_cuda(name = "local_cuda")
