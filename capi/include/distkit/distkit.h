@@ -124,8 +124,7 @@ typedef int32_t dk_reduce_op_t;
 #define DK_OP_BXOR 6
 #define DK_OP_MEAN 7
 
-/* ---- Store -----------------------------------------------------------------
- */
+/* ---- Store --------------------------------------------------------------- */
 
 /* A byte string. Lists of them returned by the library are one allocation
  * (the array, then the bytes): free the array with one dk_free. */
@@ -226,8 +225,7 @@ DK_EXPORT dk_status_t dk_store_multi_get(dk_store_t* store,
 DK_EXPORT dk_status_t dk_store_num_keys(dk_store_t* store, int64_t* out,
                                         dk_error_t** err);
 
-/* ---- Groups ----------------------------------------------------------------
- */
+/* ---- Groups -------------------------------------------------------------- */
 
 typedef struct dk_group dk_group_t;
 
@@ -294,8 +292,7 @@ DK_EXPORT void dk_group_abort(dk_group_t* group);
 DK_EXPORT dk_status_t dk_group_async_error(const dk_group_t* group,
                                            dk_error_t** err);
 
-/* ---- Work ------------------------------------------------------------------
- */
+/* ---- Work ---------------------------------------------------------------- */
 
 typedef struct dk_work dk_work_t;
 
@@ -459,8 +456,7 @@ DK_EXPORT int32_t dk_parallel_state_size(const dk_parallel_state_t* state,
 DK_EXPORT dk_status_t dk_parallel_state_describe(
     const dk_parallel_state_t* state, char** out, dk_error_t** err);
 
-/* ---- Devices (ABI 0.2) ----------------------------------------------------
- */
+/* ---- Devices (ABI 0.2) --------------------------------------------------- */
 
 /* Local. This rank's device (mmengine's get_device): cuda:<local rank> when
  * this build has CUDA and the machine a usable GPU, else the CPU. */
@@ -473,8 +469,7 @@ DK_EXPORT void dk_get_device(DLDevice* out);
 DK_EXPORT dk_status_t dk_tensor_copy(const DLTensor* src, DLTensor* dst,
                                      dk_error_t** err);
 
-/* ---- Gradient reducer (data parallel; ABI 0.2) ----------------------------
- */
+/* ---- Gradient reducer (data parallel; ABI 0.2) --------------------------- */
 
 /* The engine of distributed data parallel, for trainers without one (Rust,
  * Go, C): parameters registered in order, gradients marked ready as backward
