@@ -1,0 +1,795 @@
+#include "cc/parallel/flat_shard.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cc/comm/reduce_kernels.h"
+#include "cc/core/float_cast.h"
+#include "cc/core/status.h"
+
+namespace distkit {
+namespace {
+
+// Memory the unit owns, with its size (for accounting).
+struct Owned {
+  DeviceBuffer buffer;
+  TensorRef view;  // numel elements of dtype on the buffer's device
+  bool live() const { return view.data() != nullptr; }
+  size_t bytes() const { return live() ? view.nbytes() : 0; }
+  void Free() {
+    buffer = DeviceBuffer();
+    view = TensorRef();
+  }
+};
+
+}  // namespace
+
+struct FlatShard::Flat {
+  DataType dtype = DataType::kFloat32;  // the parameters' (master) dtype
+  int64_t numel = 0;                    // unpadded
+  int64_t padded = 0;                   // a multiple of the shard count
+  int64_t shard_numel = 0;              // padded / shard count
+  Owned shard;                          // master values, shard device
+  Owned shard_grad;                     // master dtype, shard device
+  Owned gather_in;  // the shard in compute dtype on the parameters' device
+  Owned full;       // padded x compute dtype (or a view of the shard)
+  Owned full_grad;  // padded x compute dtype
+  bool full_is_shard = false;  // NO_SHARD in the shard's own dtype and device
+  std::shared_ptr<Work> gather;
+};
+
+namespace {
+
+absl::StatusOr<Owned> Allocate(Device device, DataType dtype, int64_t numel) {
+  Owned o;
+  DK_ASSIGN_OR_RETURN(
+      o.buffer, DeviceBuffer::Allocate(device, numel * ElementSize(dtype)));
+  o.view = TensorRef(o.buffer.data(), numel, dtype, device);
+  return o;
+}
+
+// Host memory holding `t`'s bytes (t itself when it is on the host).
+class HostCopy {
+ public:
+  static absl::StatusOr<HostCopy> Of(TensorRef t, bool read) {
+    HostCopy h;
+    h.device_ref_ = t;
+    if (t.device().is_cpu()) {
+      h.host_ = t;
+      return h;
+    }
+    DK_ASSIGN_OR_RETURN(h.staging_,
+                        Allocate(Device::Cpu(), t.dtype(), t.numel()));
+    h.host_ = h.staging_.view;
+    if (read) {
+      DK_RETURN_IF_ERROR(CopyBytes(h.host_.data(), Device::Cpu(), t.data(),
+                                   t.device(), t.nbytes()));
+    }
+    return h;
+  }
+  TensorRef host() const { return host_; }
+  // Writes the host bytes back when `t` was on a device.
+  absl::Status WriteBack() {
+    if (device_ref_.device().is_cpu()) return absl::OkStatus();
+    return CopyBytes(device_ref_.data(), device_ref_.device(), host_.data(),
+                     Device::Cpu(), host_.nbytes());
+  }
+
+ private:
+  TensorRef device_ref_, host_;
+  Owned staging_;
+};
+
+// dst = src converted (any devices; float dtypes; same numel).
+absl::Status CastInto(TensorRef dst, TensorRef src) {
+  if (dst.dtype() == src.dtype()) {
+    return CopyBytes(dst.data(), dst.device(), src.data(), src.device(),
+                     src.nbytes());
+  }
+  DK_ASSIGN_OR_RETURN(HostCopy s, HostCopy::Of(src, /*read=*/true));
+  DK_ASSIGN_OR_RETURN(HostCopy d, HostCopy::Of(dst, /*read=*/false));
+  DK_RETURN_IF_ERROR(CastFloats(s.host().data(), src.dtype(), d.host().data(),
+                                dst.dtype(), src.numel()));
+  return d.WriteBack();
+}
+
+// dst += src converted.
+absl::Status AddInto(TensorRef dst, TensorRef src) {
+  DK_ASSIGN_OR_RETURN(HostCopy s, HostCopy::Of(src, /*read=*/true));
+  DK_ASSIGN_OR_RETURN(HostCopy d, HostCopy::Of(dst, /*read=*/true));
+  DK_RETURN_IF_ERROR(AddFloats(s.host().data(), src.dtype(), d.host().data(),
+                               dst.dtype(), src.numel()));
+  return d.WriteBack();
+}
+
+absl::Status Zero(TensorRef t) {
+  DK_ASSIGN_OR_RETURN(HostCopy h, HostCopy::Of(t, /*read=*/false));
+  std::memset(h.host().data(), 0, h.host().nbytes());
+  return h.WriteBack();
+}
+
+absl::Status Divide(TensorRef t, int divisor) {
+  if (divisor == 1) return absl::OkStatus();
+  DK_ASSIGN_OR_RETURN(HostCopy h, HostCopy::Of(t, /*read=*/true));
+  DivideBySize(h.host().data(), t.dtype(), t.numel(), divisor);
+  return h.WriteBack();
+}
+
+absl::Status Wait(std::shared_ptr<Work>& work) {
+  if (work == nullptr) return absl::OkStatus();
+  absl::Status s = work->Wait();
+  work.reset();
+  return s;
+}
+
+std::string Describe(int64_t dtype, int64_t numel) {
+  return absl::StrCat(DataTypeName(static_cast<DataType>(dtype)), " x ", numel);
+}
+
+// Every rank of `group` registers the same parameters: per parameter
+// (dtype, numel), plus a local-validity code, all-gathered and compared.
+absl::Status Agree(ProcessGroup& group, const std::vector<int64_t>& mine,
+                   const std::vector<std::string>& names, int64_t local_error,
+                   const std::string& local_message) {
+  const int n = group.size();
+  std::vector<int64_t> head = {static_cast<int64_t>(mine.size() / 2),
+                               local_error};
+  std::vector<int64_t> heads(2 * n);
+  DK_RETURN_IF_ERROR(
+      group.AllGather(TensorRef(head.data(), 2, DataType::kInt64),
+                      TensorRef(heads.data(), 2 * n, DataType::kInt64)));
+  for (int r = 0; r < n; ++r) {
+    if (heads[2 * r + 1] != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "FlatShard on group '", group.name(), "': rank ", r,
+          " cannot shard its parameters",
+          r == group.rank() ? absl::StrCat(" (", local_message, ")") : ""));
+    }
+    if (heads[2 * r] != heads[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("FlatShard on group '", group.name(),
+                       "': ranks register different parameters: rank 0 has ",
+                       heads[0], ", rank ", r, " has ", heads[2 * r]));
+    }
+  }
+  const int64_t count = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> all(count * n);
+  DK_RETURN_IF_ERROR(group.AllGather(
+      TensorRef(const_cast<int64_t*>(mine.data()), count, DataType::kInt64),
+      TensorRef(all.data(), count * n, DataType::kInt64)));
+  for (int64_t i = 0; i < count / 2; ++i) {
+    for (int r = 1; r < n; ++r) {
+      const int64_t* a = &all[2 * i];
+      const int64_t* b = &all[r * count + 2 * i];
+      if (a[0] != b[0] || a[1] != b[1]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "FlatShard on group '", group.name(), "': parameter ", i, " ('",
+            names[i], "' on rank ", group.rank(),
+            ") differs across ranks: rank 0 has ", Describe(a[0], a[1]),
+            ", rank ", r, " has ", Describe(b[0], b[1])));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// ---- Strategies -------------------------------------------------------------
+
+absl::string_view ShardingStrategyName(ShardingStrategy strategy) {
+  switch (strategy) {
+    case ShardingStrategy::kFullShard:
+      return "FULL_SHARD";
+    case ShardingStrategy::kShardGradOp:
+      return "SHARD_GRAD_OP";
+    case ShardingStrategy::kNoShard:
+      return "NO_SHARD";
+    case ShardingStrategy::kHybridShard:
+      return "HYBRID_SHARD";
+    case ShardingStrategy::kHybridShardZero2:
+      return "_HYBRID_SHARD_ZERO2";
+  }
+  return "?";
+}
+
+absl::StatusOr<ShardingStrategy> ParseShardingStrategy(absl::string_view name) {
+  for (ShardingStrategy s :
+       {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
+        ShardingStrategy::kNoShard, ShardingStrategy::kHybridShard,
+        ShardingStrategy::kHybridShardZero2}) {
+    if (name == ShardingStrategyName(s)) return s;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown sharding strategy '", name,
+                   "' (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
+                   "_HYBRID_SHARD_ZERO2)"));
+}
+
+bool ReshardsAfterForward(ShardingStrategy strategy) {
+  return strategy == ShardingStrategy::kFullShard ||
+         strategy == ShardingStrategy::kHybridShard;
+}
+
+// ---- Construction -----------------------------------------------------------
+
+FlatShard::FlatShard(std::shared_ptr<ProcessGroup> group, Options options)
+    : group_(std::move(group)),
+      options_(std::move(options)),
+      created_at_(absl::Now()) {}
+
+FlatShard::~FlatShard() {
+  for (auto& f : flats_) f->gather.reset();
+}
+
+absl::StatusOr<std::unique_ptr<FlatShard>> FlatShard::Create(
+    std::shared_ptr<ProcessGroup> group, std::vector<Parameter> params,
+    Options options) {
+  if (group == nullptr)
+    return absl::InvalidArgumentError("FlatShard: no group");
+  const bool hybrid = options.strategy == ShardingStrategy::kHybridShard ||
+                      options.strategy == ShardingStrategy::kHybridShardZero2;
+  if (hybrid != (options.replicate_group != nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FlatShard: ", ShardingStrategyName(options.strategy),
+                     hybrid ? " needs a replicate group (one rank per node)"
+                            : " takes no replicate group"));
+  }
+  std::unique_ptr<FlatShard> unit(new FlatShard(group, std::move(options)));
+  const Options& o = unit->options_;
+  // Local problems are agreed on first, so no rank enters a collective the
+  // others skip.
+  std::string problem;
+  std::vector<int64_t> signature;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Parameter& p = params[i];
+    names.push_back(p.name.empty() ? absl::StrCat("params[", i, "]") : p.name);
+    signature.push_back(static_cast<int64_t>(p.data.dtype()));
+    signature.push_back(p.data.numel());
+    if (problem.empty() && !IsFloatingPoint(p.data.dtype())) {
+      problem = absl::StrCat(names.back(), " is ", DataTypeName(p.data.dtype()),
+                             "; only floating-point parameters are sharded");
+    }
+    if (problem.empty() && p.data.numel() > 0 && p.data.data() == nullptr) {
+      problem = absl::StrCat(names.back(), " has no data");
+    }
+    if (problem.empty() && !(p.data.device() == params[0].data.device())) {
+      problem = absl::StrCat(names.back(), " is on ",
+                             p.data.device().ToString(), ", ", names[0], " on ",
+                             params[0].data.device().ToString());
+    }
+  }
+  for (std::optional<DataType> d : {o.param_dtype, o.reduce_dtype}) {
+    if (problem.empty() && d.has_value() && !IsFloatingPoint(*d)) {
+      problem = absl::StrCat("mixed precision dtype ", DataTypeName(*d),
+                             " is not floating point");
+    }
+  }
+  if (problem.empty() && params.empty()) problem = "a unit needs parameters";
+  DK_RETURN_IF_ERROR(
+      Agree(*group, signature, names, problem.empty() ? 0 : 1, problem));
+  if (hybrid) {
+    DK_RETURN_IF_ERROR(Agree(*o.replicate_group, signature, names, 0, ""));
+    unit->replicas_ = o.replicate_group->size();
+  }
+  if (o.strategy == ShardingStrategy::kNoShard) {
+    unit->shard_count_ = 1;
+    unit->shard_rank_ = 0;
+  } else {
+    unit->shard_count_ = group->size();
+    unit->shard_rank_ = group->rank();
+  }
+  unit->param_device_ = params[0].data.device();
+  unit->shard_device_ = o.offload_params ? Device::Cpu() : unit->param_device_;
+  DK_RETURN_IF_ERROR(unit->Place(params));
+  DK_RETURN_IF_ERROR(unit->AllocateShards());
+  std::vector<TensorRef> values;
+  for (const Parameter& p : params) values.push_back(p.data);
+  DK_RETURN_IF_ERROR(unit->FillShards(values, o.sync_module_states));
+  return unit;
+}
+
+absl::Status FlatShard::Place(const std::vector<Parameter>& params) {
+  for (const Parameter& p : params) {
+    int flat = -1;
+    for (size_t k = 0; k < flats_.size(); ++k) {
+      if (flats_[k]->dtype == p.data.dtype()) flat = static_cast<int>(k);
+    }
+    if (flat < 0) {
+      flats_.push_back(std::make_unique<Flat>());
+      flats_.back()->dtype = p.data.dtype();
+      flat = static_cast<int>(flats_.size()) - 1;
+    }
+    Flat& f = *flats_[flat];
+    placements_.push_back({flat, f.numel, p.data.numel()});
+    names_.push_back(p.name);
+    f.numel += p.data.numel();
+  }
+  for (auto& f : flats_) {
+    const int64_t n = shard_count_;
+    f->padded = std::max<int64_t>(n, (f->numel + n - 1) / n * n);
+    f->shard_numel = f->padded / n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FlatShard::AllocateShards() {
+  absl::MutexLock lock(&mu_);
+  for (auto& f : flats_) {
+    DK_ASSIGN_OR_RETURN(f->shard,
+                        Allocate(shard_device_, f->dtype, f->shard_numel));
+    DK_ASSIGN_OR_RETURN(f->shard_grad,
+                        Allocate(shard_device_, f->dtype, f->shard_numel));
+    DK_RETURN_IF_ERROR(Zero(f->shard_grad.view));
+    f->full_is_shard = options_.strategy == ShardingStrategy::kNoShard &&
+                       ComputeDtype(*f) == f->dtype &&
+                       shard_device_ == param_device_;
+  }
+  Account();
+  return absl::OkStatus();
+}
+
+// Builds each flat buffer from the full values (only rank 0's when
+// `from_rank0`: then broadcast over the replicate group and the group) and
+// keeps this rank's slice.
+absl::Status FlatShard::FillShards(const std::vector<TensorRef>& values,
+                                   bool from_rank0) {
+  const bool job_rank0 =
+      group_->rank() == 0 && (options_.replicate_group == nullptr ||
+                              options_.replicate_group->rank() == 0);
+  const bool have_values = !from_rank0 || job_rank0;
+  // Check the values first; with from_rank0, rank 0 tells everyone, so no
+  // rank waits in a broadcast that will not come.
+  absl::Status valid;
+  if (have_values && values.size() != placements_.size()) {
+    valid = absl::InvalidArgumentError(
+        absl::StrCat("FlatShard: ", values.size(), " values for ",
+                     placements_.size(), " parameters"));
+  }
+  for (size_t i = 0; valid.ok() && have_values && i < placements_.size(); ++i) {
+    const TensorRef v = values[i];
+    const Flat& f = *flats_[placements_[i].flat];
+    if (v.dtype() != f.dtype || v.numel() != placements_[i].numel ||
+        (v.numel() > 0 && v.data() == nullptr)) {
+      valid = absl::InvalidArgumentError(
+          absl::StrCat("FlatShard: the value for ", names_[i], " is ",
+                       DataTypeName(v.dtype()), " x ", v.numel(), ", expected ",
+                       DataTypeName(f.dtype), " x ", placements_[i].numel));
+    }
+  }
+  if (from_rank0) {
+    int32_t bad = valid.ok() ? 0 : 1;
+    TensorRef flag(&bad, 1, DataType::kInt32);
+    if (options_.replicate_group != nullptr) {
+      DK_RETURN_IF_ERROR(options_.replicate_group->Broadcast(flag, 0));
+    }
+    DK_RETURN_IF_ERROR(group_->Broadcast(flag, 0));
+    if (bad != 0 && valid.ok()) {
+      valid = absl::InvalidArgumentError(
+          "FlatShard: rank 0's values do not match the unit's parameters");
+    }
+  }
+  DK_RETURN_IF_ERROR(valid);
+  for (size_t k = 0; k < flats_.size(); ++k) {
+    Flat& f = *flats_[k];
+    DK_ASSIGN_OR_RETURN(Owned full, Allocate(param_device_, f.dtype, f.padded));
+    DK_RETURN_IF_ERROR(Zero(full.view));
+    for (size_t i = 0; have_values && i < placements_.size(); ++i) {
+      const Placement& p = placements_[i];
+      if (p.flat != static_cast<int>(k)) continue;
+      DK_RETURN_IF_ERROR(CopyBytes(full.view.Slice(p.offset, p.numel).data(),
+                                   param_device_, values[i].data(),
+                                   values[i].device(), values[i].nbytes()));
+    }
+    if (from_rank0) {
+      if (options_.replicate_group != nullptr) {
+        DK_RETURN_IF_ERROR(options_.replicate_group->Broadcast(full.view, 0));
+      }
+      DK_RETURN_IF_ERROR(group_->Broadcast(full.view, 0));
+    }
+    DK_RETURN_IF_ERROR(CopyBytes(
+        f.shard.view.data(), shard_device_,
+        full.view.Slice(shard_rank_ * f.shard_numel, f.shard_numel).data(),
+        param_device_, f.shard.view.nbytes()));
+  }
+  return absl::OkStatus();
+}
+
+// ---- Parameters -------------------------------------------------------------
+
+DataType FlatShard::ComputeDtype(const Flat& f) const {
+  return options_.param_dtype.value_or(f.dtype);
+}
+
+DataType FlatShard::ReduceDtype(const Flat& f) const {
+  return options_.reduce_dtype.value_or(ComputeDtype(f));
+}
+
+absl::Status FlatShard::StartUnshard() {
+  absl::MutexLock lock(&mu_);
+  if (unsharded_ || gathering_) return absl::OkStatus();
+  Record(Event::kUnshardStart);
+  for (auto& fp : flats_) {
+    Flat& f = *fp;
+    const DataType c = ComputeDtype(f);
+    if (f.full_is_shard) {
+      f.full.view = f.shard.view;  // a view; nothing is owned
+      continue;
+    }
+    // The shard in compute dtype, on the parameters' device.
+    TensorRef input = f.shard.view;
+    if (c != f.dtype || !(shard_device_ == param_device_)) {
+      if (!f.gather_in.live()) {
+        DK_ASSIGN_OR_RETURN(f.gather_in,
+                            Allocate(param_device_, c, f.shard_numel));
+      }
+      DK_RETURN_IF_ERROR(CastInto(f.gather_in.view, f.shard.view));
+      input = f.gather_in.view;
+    }
+    if (shard_count_ == 1) {
+      if (input.data() == f.shard.view.data()) {
+        f.full.view = f.shard.view;
+      } else {
+        f.full = std::move(f.gather_in);
+        f.gather_in = Owned();
+      }
+      continue;
+    }
+    DK_ASSIGN_OR_RETURN(f.full, Allocate(param_device_, c, f.padded));
+    f.gather = group_->AllGatherAsync(input, f.full.view);
+  }
+  gathering_ = true;
+  Account();
+  return absl::OkStatus();
+}
+
+absl::Status FlatShard::WaitUnshard() {
+  absl::MutexLock lock(&mu_);
+  if (!gathering_) {
+    return unsharded_ ? absl::OkStatus()
+                      : absl::FailedPreconditionError(
+                            "FlatShard: WaitUnshard without StartUnshard");
+  }
+  absl::Status status;
+  for (auto& f : flats_) {
+    absl::Status s = Wait(f->gather);
+    if (status.ok()) status = s;
+  }
+  gathering_ = false;
+  // The staging copy is only needed while the gather reads it.
+  for (auto& f : flats_) f->gather_in.Free();
+  if (!status.ok()) {
+    for (auto& f : flats_) {
+      if (!f->full_is_shard) f->full.Free();
+    }
+    Account();
+    return status;
+  }
+  unsharded_ = true;
+  Record(Event::kUnshardDone);
+  Account();
+  return absl::OkStatus();
+}
+
+absl::Status FlatShard::Unshard() {
+  DK_RETURN_IF_ERROR(StartUnshard());
+  return WaitUnshard();
+}
+
+absl::Status FlatShard::Reshard() {
+  bool in_flight = false;
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight = gathering_;
+  }
+  if (in_flight) DK_RETURN_IF_ERROR(WaitUnshard());
+  absl::MutexLock lock(&mu_);
+  for (auto& f : flats_) {
+    if (f->full_is_shard) {
+      f->full.view = TensorRef();
+    } else {
+      f->full.Free();
+    }
+  }
+  if (unsharded_) Record(Event::kReshard);
+  unsharded_ = false;
+  Account();
+  return absl::OkStatus();
+}
+
+bool FlatShard::is_unsharded() const {
+  absl::MutexLock lock(&mu_);
+  return unsharded_;
+}
+
+absl::StatusOr<TensorRef> FlatShard::FullParam(int index) const {
+  if (index < 0 || index >= num_params()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("FlatShard: no parameter ", index));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!unsharded_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "FlatShard: ", names_[index], " is sharded; call Unshard first"));
+  }
+  const Placement& p = placements_[index];
+  return flats_[p.flat]->full.view.Slice(p.offset, p.numel);
+}
+
+// ---- Gradients --------------------------------------------------------------
+
+absl::Status FlatShard::EnsureFullGrads() {
+  if (grads_live_) return absl::OkStatus();
+  for (auto& f : flats_) {
+    DK_ASSIGN_OR_RETURN(f->full_grad,
+                        Allocate(param_device_, ComputeDtype(*f), f->padded));
+    DK_RETURN_IF_ERROR(Zero(f->full_grad.view));
+  }
+  grads_live_ = true;
+  Account();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorRef> FlatShard::FullGrad(int index) {
+  if (index < 0 || index >= num_params()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("FlatShard: no parameter ", index));
+  }
+  absl::MutexLock lock(&mu_);
+  DK_RETURN_IF_ERROR(EnsureFullGrads());
+  const Placement& p = placements_[index];
+  return flats_[p.flat]->full_grad.view.Slice(p.offset, p.numel);
+}
+
+absl::Status FlatShard::AccumulateGrad(int index, TensorRef grad) {
+  DK_ASSIGN_OR_RETURN(TensorRef dst, FullGrad(index));
+  if (grad.numel() != dst.numel()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FlatShard: the gradient of ", names_[index], " has ",
+                     grad.numel(), " elements, the parameter ", dst.numel()));
+  }
+  return AddInto(dst, grad);
+}
+
+void FlatShard::set_require_sync(bool require_sync) {
+  absl::MutexLock lock(&mu_);
+  require_sync_ = require_sync;
+}
+
+bool FlatShard::require_sync() const {
+  absl::MutexLock lock(&mu_);
+  return require_sync_;
+}
+
+absl::Status FlatShard::ReduceScatterGrads() {
+  absl::MutexLock lock(&mu_);
+  if (!require_sync_) return absl::OkStatus();  // no_sync: keep accumulating
+  // Every rank reduces, also one whose backward gave this unit nothing.
+  DK_RETURN_IF_ERROR(EnsureFullGrads());
+  Record(Event::kReduceStart);
+  const int replicas_total = group_->size() * replicas_;
+  absl::Status status;
+  for (auto& fp : flats_) {
+    Flat& f = *fp;
+    const DataType r = ReduceDtype(f);
+    Owned converted;
+    TensorRef full = f.full_grad.view;
+    if (r != full.dtype()) {
+      DK_ASSIGN_OR_RETURN(converted, Allocate(param_device_, r, f.padded));
+      DK_RETURN_IF_ERROR(CastInto(converted.view, full));
+      full = converted.view;
+    }
+    // Pre-divide, then sum: the average without overflowing half types.
+    DK_RETURN_IF_ERROR(Divide(full, replicas_total));
+    TensorRef shard = full;
+    Owned reduced;
+    if (shard_count_ > 1) {
+      DK_ASSIGN_OR_RETURN(reduced, Allocate(param_device_, r, f.shard_numel));
+      DK_RETURN_IF_ERROR(
+          group_->ReduceScatter(full, reduced.view, ReduceOp::kSum));
+      shard = reduced.view;
+    } else if (group_->size() > 1) {  // NO_SHARD: DDP's all_reduce
+      DK_RETURN_IF_ERROR(group_->AllReduce(full, ReduceOp::kSum));
+    }
+    if (options_.replicate_group != nullptr) {
+      DK_RETURN_IF_ERROR(
+          options_.replicate_group->AllReduce(shard, ReduceOp::kSum));
+    }
+    DK_RETURN_IF_ERROR(AddInto(f.shard_grad.view, shard));
+    f.full_grad.Free();
+  }
+  grads_live_ = false;
+  Record(Event::kReduceDone);
+  Account();
+  return status;
+}
+
+// ---- The shard --------------------------------------------------------------
+
+TensorRef FlatShard::Shard(int flat) const { return flats_[flat]->shard.view; }
+
+TensorRef FlatShard::ShardGrad(int flat) const {
+  return flats_[flat]->shard_grad.view;
+}
+
+void FlatShard::ZeroShardGrads() {
+  for (auto& f : flats_) Zero(f->shard_grad.view).IgnoreError();
+}
+
+FlatShard::LocalPiece FlatShard::Piece(int index) const {
+  LocalPiece piece;
+  if (index < 0 || index >= num_params()) return piece;
+  const Placement& p = placements_[index];
+  const Flat& f = *flats_[p.flat];
+  const int64_t begin = shard_rank_ * f.shard_numel;
+  const int64_t lo = std::max(begin, p.offset);
+  const int64_t hi = std::min(begin + f.shard_numel, p.offset + p.numel);
+  if (hi <= lo) return piece;
+  piece.param_offset = lo - p.offset;
+  piece.numel = hi - lo;
+  piece.data = f.shard.view.Slice(lo - begin, piece.numel);
+  piece.grad = f.shard_grad.view.Slice(lo - begin, piece.numel);
+  return piece;
+}
+
+// ---- State dicts ------------------------------------------------------------
+
+absl::Status FlatShard::GatherFullParams(const std::vector<TensorRef>& outs,
+                                         bool rank0_only) {
+  const bool writes = !rank0_only || group_->rank() == 0;
+  absl::Status first_error;
+  for (size_t k = 0; k < flats_.size(); ++k) {
+    Flat& f = *flats_[k];
+    Owned full;
+    TensorRef gathered = f.shard.view;
+    if (shard_count_ > 1) {
+      if (writes || !rank0_only) {
+        DK_ASSIGN_OR_RETURN(full, Allocate(shard_device_, f.dtype, f.padded));
+      }
+      if (rank0_only) {
+        DK_RETURN_IF_ERROR(group_->Gather(f.shard.view, full.view, 0));
+      } else {
+        DK_RETURN_IF_ERROR(group_->AllGather(f.shard.view, full.view));
+      }
+      gathered = full.view;
+    }
+    if (!writes) continue;
+    for (size_t i = 0; i < placements_.size(); ++i) {
+      const Placement& p = placements_[i];
+      if (p.flat != static_cast<int>(k)) continue;
+      if (i >= outs.size() || outs[i].dtype() != f.dtype ||
+          outs[i].numel() != p.numel || outs[i].data() == nullptr) {
+        if (first_error.ok()) {
+          first_error = absl::InvalidArgumentError(
+              absl::StrCat("FlatShard: the output for ", names_[i], " must be ",
+                           DataTypeName(f.dtype), " x ", p.numel));
+        }
+        continue;
+      }
+      DK_RETURN_IF_ERROR(CopyBytes(outs[i].data(), outs[i].device(),
+                                   gathered.Slice(p.offset, p.numel).data(),
+                                   shard_device_, outs[i].nbytes()));
+    }
+  }
+  return first_error;
+}
+
+absl::Status FlatShard::LoadFullParams(const std::vector<TensorRef>& values,
+                                       bool rank0_only) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (unsharded_ || gathering_) {
+      return absl::FailedPreconditionError(
+          "FlatShard: load a state dict while resharded");
+    }
+  }
+  return FillShards(values, rank0_only);
+}
+
+FlatShard::ShardMetadata FlatShard::Metadata() const {
+  ShardMetadata m;
+  m.world_size = shard_count_;
+  for (const auto& f : flats_) {
+    m.flat_dtypes.push_back(f->dtype);
+    m.flat_numel.push_back(f->numel);
+  }
+  for (const Placement& p : placements_) m.param_numel.push_back(p.numel);
+  return m;
+}
+
+absl::Status FlatShard::LoadShardedParams(
+    const ShardMetadata& saved,
+    const std::function<absl::StatusOr<TensorRef>(int flat, int rank)>& read) {
+  const ShardMetadata mine = Metadata();
+  if (saved.param_numel != mine.param_numel ||
+      saved.flat_dtypes != mine.flat_dtypes ||
+      saved.flat_numel != mine.flat_numel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FlatShard: the checkpoint is of another unit (",
+                     saved.param_numel.size(), " parameters in ",
+                     saved.flat_dtypes.size(), " flat buffers; this unit has ",
+                     mine.param_numel.size(), " in ", mine.flat_dtypes.size(),
+                     saved.param_numel.size() == mine.param_numel.size()
+                         ? ", with different sizes or dtypes)"
+                         : ")"));
+  }
+  if (saved.world_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FlatShard: the checkpoint's world size is ", saved.world_size));
+  }
+  for (size_t k = 0; k < flats_.size(); ++k) {
+    Flat& f = *flats_[k];
+    const int64_t w = saved.world_size;
+    const int64_t saved_padded =
+        std::max<int64_t>(w, (f.numel + w - 1) / w * w);
+    const int64_t saved_shard = saved_padded / w;
+    DK_ASSIGN_OR_RETURN(HostCopy mine_host,
+                        HostCopy::Of(f.shard.view, /*read=*/false));
+    char* dst = static_cast<char*>(mine_host.host().data());
+    const size_t es = ElementSize(f.dtype);
+    std::memset(dst, 0, mine_host.host().nbytes());
+    const int64_t begin = shard_rank_ * f.shard_numel;
+    const int64_t end = std::min(begin + f.shard_numel, f.numel);
+    for (int64_t pos = begin; pos < end;) {
+      const int r = static_cast<int>(pos / saved_shard);
+      const int64_t r_begin = r * saved_shard;
+      const int64_t upto = std::min(end, r_begin + saved_shard);
+      DK_ASSIGN_OR_RETURN(TensorRef part, read(static_cast<int>(k), r));
+      if (part.dtype() != f.dtype || part.numel() != saved_shard ||
+          !part.device().is_cpu()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "FlatShard: saved shard ", r, " of flat buffer ", k, " must be ",
+            DataTypeName(f.dtype), " x ", saved_shard, " in host memory"));
+      }
+      std::memcpy(dst + (pos - begin) * es,
+                  static_cast<const char*>(part.data()) + (pos - r_begin) * es,
+                  (upto - pos) * es);
+      pos = upto;
+    }
+    DK_RETURN_IF_ERROR(mine_host.WriteBack());
+  }
+  return absl::OkStatus();
+}
+
+// ---- Introspection ----------------------------------------------------------
+
+void FlatShard::Record(Event::Kind kind) {
+  events_.push_back({kind, absl::Now() - created_at_});
+}
+
+std::vector<FlatShard::Event> FlatShard::TakeEvents() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(events_, {});
+}
+
+void FlatShard::Account() {
+  size_t bytes = 0;
+  for (const auto& f : flats_) {
+    bytes += f->shard.bytes() + f->shard_grad.bytes() + f->gather_in.bytes() +
+             f->full_grad.bytes();
+    if (!f->full_is_shard) bytes += f->full.bytes();
+  }
+  peak_bytes_ = std::max(peak_bytes_, bytes);
+}
+
+size_t FlatShard::held_bytes() const {
+  absl::MutexLock lock(&mu_);
+  size_t bytes = 0;
+  for (const auto& f : flats_) {
+    bytes += f->shard.bytes() + f->shard_grad.bytes() + f->gather_in.bytes() +
+             f->full_grad.bytes();
+    if (!f->full_is_shard) bytes += f->full.bytes();
+  }
+  return bytes;
+}
+
+size_t FlatShard::peak_held_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return peak_bytes_;
+}
+
+}  // namespace distkit
