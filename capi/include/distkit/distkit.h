@@ -55,7 +55,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------ */
 
 #define DK_ABI_MAJOR 0
-#define DK_ABI_MINOR 2
+#define DK_ABI_MINOR 3
 
 /* Local. Checks that this header (major, minor) can use the loaded library:
  * same major, and a minor no newer than the library's. DK_FAILED_PRECONDITION
@@ -557,6 +557,142 @@ DK_EXPORT int32_t dk_reducer_globally_used(const dk_reducer_t* reducer,
 
 /* Local. The number of buckets. */
 DK_EXPORT int32_t dk_reducer_num_buckets(const dk_reducer_t* reducer);
+
+/* ---- Sharded units (fully sharded data parallel; ABI 0.3) ---------------- */
+
+/* FSDP's engine, for trainers without one (Rust, Go, C) and for the
+ * framework wrappers: a unit's parameters flattened per dtype, padded and
+ * split 1/N across the group; each rank keeps its shard (master values) and
+ * the shard's gradient. Per iteration: dk_shard_unshard (or _start, compute,
+ * _wait) before using dk_shard_full_param; dk_shard_reshard to free the full
+ * parameters; dk_shard_accumulate_grad (or write dk_shard_full_grad) for
+ * every parameter; dk_shard_reduce_grads; then the optimizer steps the
+ * shards (dk_shard_local) and calls dk_shard_zero_grads. Averages are over
+ * every rank holding a replica, as torch's FSDP computes them. Collective
+ * calls must be made in the same order on every rank of the group. One
+ * thread at a time per unit. */
+typedef struct dk_shard dk_shard_t;
+
+/* Strategies (torch's ShardingStrategy). */
+#define DK_SHARD_FULL_SHARD 0    /* free the full parameters after forward */
+#define DK_SHARD_SHARD_GRAD_OP 1 /* keep them until after backward */
+#define DK_SHARD_NO_SHARD 2      /* no sharding: all_reduce, as DDP */
+#define DK_SHARD_HYBRID_SHARD 3  /* shard in the group, replicate across */
+#define DK_SHARD_HYBRID_SHARD_ZERO2 4
+#define DK_DTYPE_UNSET (-1) /* a mixed-precision dtype left to the default */
+
+typedef struct dk_shard_config {
+  size_t struct_size;          /* sizeof(dk_shard_config_t) */
+  int32_t strategy;            /* DK_SHARD_*; default FULL_SHARD */
+  int32_t param_dtype;         /* gather/compute dtype; default UNSET (own) */
+  int32_t reduce_dtype;        /* gradient reduction; default UNSET (param) */
+  int32_t offload_params;      /* shard and its gradient in host memory */
+  int32_t sync_module_states;  /* broadcast rank 0's values first; default 0 */
+  int32_t reserved;            /* 0 */
+  dk_group_t* replicate_group; /* HYBRID_*: one rank per node; else NULL */
+} dk_shard_config_t;
+
+/* Local. Fills the defaults. */
+DK_EXPORT void dk_shard_config_init(dk_shard_config_t* config);
+
+/* Collective over `group` (NULL: the default group) and the replicate group.
+ * Every rank registers the same parameters (count, dtype, element count),
+ * else DK_INVALID_ARGUMENT on every rank naming the first difference.
+ * `params` are read (rank 0's with sync_module_states), not kept: the caller
+ * may free them. `names` (NULL allowed) name parameters in errors. *out is
+ * owned (dk_shard_destroy). */
+DK_EXPORT dk_status_t dk_shard_create(dk_group_t* group,
+                                      DLTensor* const* params,
+                                      size_t num_params,
+                                      const char* const* names,
+                                      const dk_shard_config_t* config,
+                                      dk_shard_t** out, dk_error_t** err);
+
+/* Local. Waits for a gather in flight, then frees. */
+DK_EXPORT void dk_shard_destroy(dk_shard_t* shard);
+
+/* Collective. _start begins the all-gather of the full parameters (returns
+ * at once: compute meanwhile); _wait waits for it; dk_shard_unshard does
+ * both. No-ops while the unit is already unsharded. */
+DK_EXPORT dk_status_t dk_shard_unshard_start(dk_shard_t* shard,
+                                             dk_error_t** err);
+DK_EXPORT dk_status_t dk_shard_unshard_wait(dk_shard_t* shard,
+                                            dk_error_t** err);
+DK_EXPORT dk_status_t dk_shard_unshard(dk_shard_t* shard, dk_error_t** err);
+
+/* Local. Frees the full parameters (their pointers become invalid). */
+DK_EXPORT dk_status_t dk_shard_reshard(dk_shard_t* shard, dk_error_t** err);
+
+/* Local. Parameter `index`'s full values (the unit's param dtype, the
+ * parameter's element count), borrowed until dk_shard_reshard; before
+ * dk_shard_unshard it is DK_FAILED_PRECONDITION. */
+DK_EXPORT dk_status_t dk_shard_full_param(dk_shard_t* shard, int32_t index,
+                                          void** data_out, dk_error_t** err);
+
+/* Local. Adds `grad` (parameter `index`'s gradient: floating point, its
+ * element count) into the unit's full gradient; or write there directly:
+ * dk_shard_full_grad (param dtype; zeroed per iteration; borrowed until
+ * dk_shard_reduce_grads). */
+DK_EXPORT dk_status_t dk_shard_accumulate_grad(dk_shard_t* shard, int32_t index,
+                                               const DLTensor* grad,
+                                               dk_error_t** err);
+DK_EXPORT dk_status_t dk_shard_full_grad(dk_shard_t* shard, int32_t index,
+                                         void** data_out, dk_error_t** err);
+
+/* Collective, blocking. Averages every rank's full gradients into this
+ * rank's shard gradient (which accumulates until dk_shard_zero_grads) and
+ * frees the full gradients. With require_sync 0 (no_sync) it only keeps
+ * them, to be reduced with the next synchronized call. */
+DK_EXPORT dk_status_t dk_shard_reduce_grads(dk_shard_t* shard,
+                                            dk_error_t** err);
+DK_EXPORT void dk_shard_set_require_sync(dk_shard_t* shard,
+                                         int32_t require_sync);
+
+/* Local. The unit's flat buffers (one per parameter dtype, in first-use
+ * order) and flat buffer `flat`'s shard: values and gradient (borrowed for
+ * the unit's lifetime; the optimizer writes the values), element count and
+ * dtype. */
+DK_EXPORT int32_t dk_shard_num_flat(const dk_shard_t* shard);
+DK_EXPORT dk_status_t dk_shard_local(dk_shard_t* shard, int32_t flat,
+                                     void** data_out, void** grad_out,
+                                     int64_t* numel_out, dk_dtype_t* dtype_out,
+                                     dk_error_t** err);
+DK_EXPORT void dk_shard_zero_grads(dk_shard_t* shard);
+
+/* Local. The part of parameter `index` this rank's shard holds: elements
+ * [*offset_out, *offset_out + *numel_out) of the parameter, at *data_out
+ * (values) and *grad_out (gradient); *numel_out 0 when none. */
+DK_EXPORT dk_status_t dk_shard_piece(dk_shard_t* shard, int32_t index,
+                                     int64_t* offset_out, int64_t* numel_out,
+                                     void** data_out, void** grad_out,
+                                     dk_error_t** err);
+
+/* Collective. Full state dict: every parameter's full master values into
+ * outs[i] (its dtype and element count); rank0_only: only rank 0 writes
+ * (others may pass NULL). */
+DK_EXPORT dk_status_t dk_shard_gather_full(dk_shard_t* shard,
+                                           DLTensor* const* outs, size_t n,
+                                           int32_t rank0_only,
+                                           dk_error_t** err);
+/* Loads a full state dict (each rank keeps its slice). rank0_only: only rank
+ * 0 passes values (collective: broadcast); else every rank does (local). */
+DK_EXPORT dk_status_t dk_shard_load_full(dk_shard_t* shard,
+                                         DLTensor* const* values, size_t n,
+                                         int32_t rank0_only, dk_error_t** err);
+
+/* Local. Loads a sharded checkpoint saved by a group of `saved_world_size`
+ * ranks: saved[flat * saved_world_size + rank] is that rank's dk_shard_local
+ * values for flat buffer `flat` (host memory; entries this rank does not
+ * need may be NULL). Another unit's checkpoint is DK_INVALID_ARGUMENT. */
+DK_EXPORT dk_status_t dk_shard_load_sharded(dk_shard_t* shard,
+                                            int32_t saved_world_size,
+                                            const DLTensor* const* saved,
+                                            size_t num_saved, dk_error_t** err);
+
+/* Local. Bytes the unit holds now (shards, gradients, full buffers) and at
+ * most since creation. */
+DK_EXPORT int64_t dk_shard_held_bytes(const dk_shard_t* shard);
+DK_EXPORT int64_t dk_shard_peak_held_bytes(const dk_shard_t* shard);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -49,7 +49,7 @@ pub struct DLTensor {
 // ---- Versions and errors --------------------------------------------------
 
 pub const DK_ABI_MAJOR: i32 = 0;
-pub const DK_ABI_MINOR: i32 = 2;
+pub const DK_ABI_MINOR: i32 = 3;
 
 pub type dk_status_t = i32;
 
@@ -181,6 +181,33 @@ pub struct dk_reducer_config_t {
     pub gradient_as_bucket_view: i32,
     pub broadcast_buffers: i32,
     pub comm_hook: i32,
+}
+
+// ---- Sharded units (ABI 0.3) -------------------------------------------------
+
+#[repr(C)]
+pub struct dk_shard_t {
+    _private: [u8; 0],
+}
+
+pub const DK_SHARD_FULL_SHARD: i32 = 0;
+pub const DK_SHARD_SHARD_GRAD_OP: i32 = 1;
+pub const DK_SHARD_NO_SHARD: i32 = 2;
+pub const DK_SHARD_HYBRID_SHARD: i32 = 3;
+pub const DK_SHARD_HYBRID_SHARD_ZERO2: i32 = 4;
+pub const DK_DTYPE_UNSET: i32 = -1;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dk_shard_config_t {
+    pub struct_size: usize,
+    pub strategy: i32,
+    pub param_dtype: i32,
+    pub reduce_dtype: i32,
+    pub offload_params: i32,
+    pub sync_module_states: i32,
+    pub reserved: i32,
+    pub replicate_group: *mut dk_group_t,
 }
 
 pub type ErrOut = *mut *mut dk_error_t;
@@ -496,4 +523,56 @@ extern "C" {
         out: *mut *mut c_char,
         err: ErrOut,
     ) -> dk_status_t;
+
+    pub fn dk_shard_config_init(config: *mut dk_shard_config_t);
+    pub fn dk_shard_create(
+        group: *mut dk_group_t,
+        params: *const *mut DLTensor,
+        num_params: usize,
+        names: *const *const c_char,
+        config: *const dk_shard_config_t,
+        out: *mut *mut dk_shard_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_shard_destroy(shard: *mut dk_shard_t);
+    pub fn dk_shard_unshard_start(shard: *mut dk_shard_t, err: ErrOut) -> dk_status_t;
+    pub fn dk_shard_unshard_wait(shard: *mut dk_shard_t, err: ErrOut) -> dk_status_t;
+    pub fn dk_shard_unshard(shard: *mut dk_shard_t, err: ErrOut) -> dk_status_t;
+    pub fn dk_shard_reshard(shard: *mut dk_shard_t, err: ErrOut) -> dk_status_t;
+    pub fn dk_shard_full_param(shard: *mut dk_shard_t, index: i32, data_out: *mut *mut c_void, err: ErrOut) -> dk_status_t;
+    pub fn dk_shard_accumulate_grad(shard: *mut dk_shard_t, index: i32, grad: *const DLTensor, err: ErrOut) -> dk_status_t;
+    pub fn dk_shard_full_grad(shard: *mut dk_shard_t, index: i32, data_out: *mut *mut c_void, err: ErrOut) -> dk_status_t;
+    pub fn dk_shard_reduce_grads(shard: *mut dk_shard_t, err: ErrOut) -> dk_status_t;
+    pub fn dk_shard_set_require_sync(shard: *mut dk_shard_t, require_sync: i32);
+    pub fn dk_shard_num_flat(shard: *const dk_shard_t) -> i32;
+    pub fn dk_shard_local(
+        shard: *mut dk_shard_t,
+        flat: i32,
+        data_out: *mut *mut c_void,
+        grad_out: *mut *mut c_void,
+        numel_out: *mut i64,
+        dtype_out: *mut dk_dtype_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_shard_zero_grads(shard: *mut dk_shard_t);
+    pub fn dk_shard_piece(
+        shard: *mut dk_shard_t,
+        index: i32,
+        offset_out: *mut i64,
+        numel_out: *mut i64,
+        data_out: *mut *mut c_void,
+        grad_out: *mut *mut c_void,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_shard_gather_full(shard: *mut dk_shard_t, outs: *const *mut DLTensor, n: usize, rank0_only: i32, err: ErrOut) -> dk_status_t;
+    pub fn dk_shard_load_full(shard: *mut dk_shard_t, values: *const *mut DLTensor, n: usize, rank0_only: i32, err: ErrOut) -> dk_status_t;
+    pub fn dk_shard_load_sharded(
+        shard: *mut dk_shard_t,
+        saved_world_size: i32,
+        saved: *const *const DLTensor,
+        num_saved: usize,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_shard_held_bytes(shard: *const dk_shard_t) -> i64;
+    pub fn dk_shard_peak_held_bytes(shard: *const dk_shard_t) -> i64;
 }

@@ -61,7 +61,8 @@ fn rust_values() -> Vec<(&'static str, i64)> {
         DK_OP_BOR, DK_OP_BXOR, DK_OP_MEAN, DK_WORK_PENDING, DK_WORK_SUCCEEDED,
         DK_WORK_FAILED, DK_PARALLEL_DATA, DK_PARALLEL_TENSOR, DK_PARALLEL_EXPERT, kDLCPU,
         kDLCUDA, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DK_COMM_HOOK_NONE, DK_COMM_HOOK_FP16,
-        DK_COMM_HOOK_BF16,
+        DK_COMM_HOOK_BF16, DK_SHARD_FULL_SHARD, DK_SHARD_SHARD_GRAD_OP, DK_SHARD_NO_SHARD,
+        DK_SHARD_HYBRID_SHARD, DK_SHARD_HYBRID_SHARD_ZERO2, DK_DTYPE_UNSET,
     ];
     values.push(("(intptr_t)DK_GROUP_UNUSED", DK_GROUP_UNUSED as isize as i64));
     values.push(("sizeof(dk_status_t)", size_of::<dk_status_t>() as i64));
@@ -85,6 +86,8 @@ fn rust_values() -> Vec<(&'static str, i64)> {
     layout!(dk_init_config_t: struct_size, backend, timeout_ms);
     layout!(dk_reducer_config_t: struct_size, bucket_cap_mb, first_bucket_cap_mb,
             find_unused_parameters, gradient_as_bucket_view, broadcast_buffers, comm_hook);
+    layout!(dk_shard_config_t: struct_size, strategy, param_dtype, reduce_dtype, offload_params,
+            sync_module_states, reserved, replicate_group);
     values
 }
 

@@ -64,6 +64,12 @@ int main(void) {
   VALUE(DK_COMM_HOOK_NONE);
   VALUE(DK_COMM_HOOK_FP16);
   VALUE(DK_COMM_HOOK_BF16);
+  VALUE(DK_SHARD_FULL_SHARD);
+  VALUE(DK_SHARD_SHARD_GRAD_OP);
+  VALUE(DK_SHARD_NO_SHARD);
+  VALUE(DK_SHARD_HYBRID_SHARD);
+  VALUE(DK_SHARD_HYBRID_SHARD_ZERO2);
+  VALUE(DK_DTYPE_UNSET);
   VALUE(sizeof(dk_status_t));
   VALUE(sizeof(dk_dtype_t));
   VALUE(sizeof(dk_reduce_op_t));
@@ -104,5 +110,14 @@ int main(void) {
   OFFSET(dk_reducer_config_t, gradient_as_bucket_view);
   OFFSET(dk_reducer_config_t, broadcast_buffers);
   OFFSET(dk_reducer_config_t, comm_hook);
+  SIZE(dk_shard_config_t);
+  OFFSET(dk_shard_config_t, struct_size);
+  OFFSET(dk_shard_config_t, strategy);
+  OFFSET(dk_shard_config_t, param_dtype);
+  OFFSET(dk_shard_config_t, reduce_dtype);
+  OFFSET(dk_shard_config_t, offload_params);
+  OFFSET(dk_shard_config_t, sync_module_states);
+  OFFSET(dk_shard_config_t, reserved);
+  OFFSET(dk_shard_config_t, replicate_group);
   return 0;
 }
