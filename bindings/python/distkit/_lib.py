@@ -60,6 +60,19 @@ class ReducerConfig(ctypes.Structure):
     ]
 
 
+class ShardConfig(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("strategy", ctypes.c_int32),
+        ("param_dtype", ctypes.c_int32),
+        ("reduce_dtype", ctypes.c_int32),
+        ("offload_params", ctypes.c_int32),
+        ("sync_module_states", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("replicate_group", ctypes.c_void_p),
+    ]
+
+
 class InitConfig(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
@@ -83,6 +96,10 @@ PARALLEL_DATA, PARALLEL_TENSOR, PARALLEL_EXPERT = 0, 1, 2
 GROUP_UNUSED = ctypes.c_void_p(-1)  # DK_GROUP_UNUSED, (dk_group_t*)(intptr_t)-1
 
 COMM_HOOK_NONE, COMM_HOOK_FP16, COMM_HOOK_BF16 = 0, 1, 2
+
+(SHARD_FULL_SHARD, SHARD_SHARD_GRAD_OP, SHARD_NO_SHARD, SHARD_HYBRID_SHARD,
+ SHARD_HYBRID_SHARD_ZERO2) = range(5)
+DTYPE_UNSET = -1
 
 # ---- Functions ----------------------------------------------------------------
 
@@ -164,6 +181,25 @@ _PROTOTYPES = {
     "dk_parallel_state_size": (ctypes.c_int32, [P, ctypes.c_int32]),
     "dk_parallel_state_describe": (c_status, [P, PP, PP]),
     "dk_get_device": (None, [ctypes.POINTER(DLDevice)]),
+    "dk_shard_config_init": (None, [ctypes.POINTER(ShardConfig)]),
+    "dk_shard_create": (c_status, [P, ctypes.POINTER(T), ctypes.c_size_t,
+                                   ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ShardConfig),
+                                   PP, PP]),
+    "dk_shard_destroy": (None, [P]),
+    "dk_shard_unshard": (c_status, [P, PP]),
+    "dk_shard_reshard": (c_status, [P, PP]),
+    "dk_shard_full_param": (c_status, [P, ctypes.c_int32, PP, PP]),
+    "dk_shard_accumulate_grad": (c_status, [P, ctypes.c_int32, T, PP]),
+    "dk_shard_reduce_grads": (c_status, [P, PP]),
+    "dk_shard_set_require_sync": (None, [P, ctypes.c_int32]),
+    "dk_shard_num_flat": (ctypes.c_int32, [P]),
+    "dk_shard_local": (c_status, [P, ctypes.c_int32, PP, PP, ctypes.POINTER(ctypes.c_int64),
+                                  ctypes.POINTER(ctypes.c_int32), PP]),
+    "dk_shard_zero_grads": (None, [P]),
+    "dk_shard_gather_full": (c_status, [P, ctypes.POINTER(T), ctypes.c_size_t, ctypes.c_int32,
+                                        PP]),
+    "dk_shard_load_full": (c_status, [P, ctypes.POINTER(T), ctypes.c_size_t, ctypes.c_int32,
+                                      PP]),
     "dk_tensor_copy": (c_status, [T, T, PP]),
 }
 

@@ -98,7 +98,9 @@ class AbiTableTest(unittest.TestCase):
                                       "OP_BOR", "OP_BXOR", "OP_MEAN", "WORK_PENDING",
                                       "WORK_SUCCEEDED", "WORK_FAILED", "PARALLEL_DATA",
                                       "PARALLEL_TENSOR", "PARALLEL_EXPERT", "COMM_HOOK_NONE",
-                                      "COMM_HOOK_FP16", "COMM_HOOK_BF16")},
+                                      "COMM_HOOK_FP16", "COMM_HOOK_BF16", "SHARD_FULL_SHARD",
+                                      "SHARD_SHARD_GRAD_OP", "SHARD_NO_SHARD",
+                                      "SHARD_HYBRID_SHARD", "SHARD_HYBRID_SHARD_ZERO2")},
         }
         for python_name, header_name in expected.items():
             with self.subTest(constant=python_name):
@@ -110,6 +112,8 @@ class AbiTableTest(unittest.TestCase):
                 self.assertEqual(getattr(errors, name[3:]), self.constants[name])
         self.assertEqual(_lib.GROUP_UNUSED.value, ctypes.c_void_p(-1).value)
         self.assertIn("#define DK_GROUP_UNUSED ((dk_group_t*)(intptr_t)-1)", self.text)
+        self.assertEqual(_lib.DTYPE_UNSET, -1)
+        self.assertIn("#define DK_DTYPE_UNSET (-1)", self.text)
         for name, code in _lib.REDUCE_OPS.items():
             self.assertEqual(code, self.constants["DK_OP_" + name.upper()])
 
@@ -117,7 +121,8 @@ class AbiTableTest(unittest.TestCase):
         structs = header_structs(self.text)
         for c_name, cls in (("dk_bytes_t", _lib.Bytes), ("dk_store_config_t", _lib.StoreConfig),
                             ("dk_init_config_t", _lib.InitConfig),
-                            ("dk_reducer_config_t", _lib.ReducerConfig)):
+                            ("dk_reducer_config_t", _lib.ReducerConfig),
+                            ("dk_shard_config_t", _lib.ShardConfig)):
             with self.subTest(struct=c_name):
                 self.assertEqual([f[0] for f in cls._fields_], structs[c_name])
 

@@ -1,0 +1,445 @@
+"""Fully sharded data parallel for torch modules, on distkit's FlatShard
+engine (the ABI's dk_shard_*). torch's own FSDP cannot be imported on this
+platform (Debian's torch 1.13 with Python 3.11), so this module also provides
+its configuration types under torch's names.
+
+    from distkit.fsdp import FullyShardedDataParallel, ShardingStrategy
+    model = FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({Block}))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)   # steps the local shards
+
+Each wrapped unit (one per module the auto-wrap policy picks, plus the root
+for the rest) keeps only its shard between uses: its forward gathers the
+full parameters into torch-owned storage, FULL_SHARD frees that storage
+after forward and gathers it again when backward reaches the unit, and at
+the end of backward every unit's gradients are averaged into its shard
+gradient in C++. ``parameters()`` are the shards (one flat parameter per
+unit and dtype, as torch's use_orig_params=False); ``state_dict()`` is the
+full state dict under the original module's keys.
+"""
+import contextlib
+import ctypes
+import enum
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, List, Optional, Set, Type
+
+import torch
+from torch import nn
+
+from . import _lib, dist
+from ._dlpack import Borrowed
+from ._lib import check, lib
+
+__all__ = [
+    "BackwardPrefetch", "CPUOffload", "FullyShardedDataParallel", "MixedPrecision",
+    "ModuleWrapPolicy", "ShardingStrategy", "StateDictType", "size_based_auto_wrap_policy",
+    "transformer_auto_wrap_policy",
+]
+
+
+class ShardingStrategy(enum.Enum):
+    FULL_SHARD = _lib.SHARD_FULL_SHARD
+    SHARD_GRAD_OP = _lib.SHARD_SHARD_GRAD_OP
+    NO_SHARD = _lib.SHARD_NO_SHARD
+    HYBRID_SHARD = _lib.SHARD_HYBRID_SHARD
+    _HYBRID_SHARD_ZERO2 = _lib.SHARD_HYBRID_SHARD_ZERO2
+
+
+class BackwardPrefetch(enum.Enum):
+    BACKWARD_PRE = enum.auto()
+    BACKWARD_POST = enum.auto()
+
+
+class StateDictType(enum.Enum):
+    FULL_STATE_DICT = enum.auto()
+    LOCAL_STATE_DICT = enum.auto()
+    SHARDED_STATE_DICT = enum.auto()
+
+
+@dataclass
+class CPUOffload:
+    offload_params: bool = False
+
+
+@dataclass
+class MixedPrecision:
+    param_dtype: Optional[torch.dtype] = None
+    reduce_dtype: Optional[torch.dtype] = None
+    buffer_dtype: Optional[torch.dtype] = None
+
+
+_DK_DTYPE = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2, torch.float64: 3}
+_TORCH_DTYPE = {v: k for k, v in _DK_DTYPE.items()}
+
+
+# ---- auto-wrap policies (torch's call convention) --------------------------------
+
+
+def size_based_auto_wrap_policy(module: nn.Module, recurse: bool, nonwrapped_numel: int,
+                                min_num_params: int = int(1e8)) -> bool:
+    """Wraps a module whose not-yet-wrapped parameters number at least
+    ``min_num_params``."""
+    return True if recurse else nonwrapped_numel >= min_num_params
+
+
+def transformer_auto_wrap_policy(module: nn.Module, recurse: bool, nonwrapped_numel: int,
+                                 transformer_layer_cls: Set[Type[nn.Module]]) -> bool:
+    """Wraps every module of the given (layer) types."""
+    return True if recurse else isinstance(module, tuple(transformer_layer_cls))
+
+
+class ModuleWrapPolicy:
+    """Wraps every module whose type is in ``module_classes``."""
+
+    def __init__(self, module_classes: Iterable[Type[nn.Module]]):
+        self._classes = tuple(module_classes)
+
+    def __call__(self, module: nn.Module, recurse: bool, nonwrapped_numel: int) -> bool:
+        return True if recurse else isinstance(module, self._classes)
+
+
+def _units_of(root: nn.Module, policy: Optional[Callable], ignored: Set[nn.Module]) -> List[nn.Module]:
+    """The modules that become units, children before parents, root last."""
+    units: List[nn.Module] = []
+
+    def visit(module: nn.Module) -> int:
+        """Returns the number of parameters under `module` not yet wrapped."""
+        if module in ignored:
+            return 0
+        remaining = sum(p.numel() for p in module.parameters(recurse=False))
+        for child in module.children():
+            if policy is None or policy(module=child, recurse=True, nonwrapped_numel=0):
+                remaining += visit(child)
+            else:
+                remaining += sum(p.numel() for p in child.parameters())
+        if module is not root and policy is not None and remaining > 0 and policy(
+                module=module, recurse=False, nonwrapped_numel=remaining):
+            units.append(module)
+            return 0
+        return remaining
+
+    visit(root)
+    units.append(root)
+    return units
+
+
+def _tensor_at(address: int, numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor over library memory (valid while the library keeps it)."""
+    if numel == 0:
+        return torch.empty(0, dtype=dtype)
+    size = numel * torch.empty(0, dtype=dtype).element_size()
+    buffer = (ctypes.c_char * size).from_address(address)
+    return torch.frombuffer(buffer, dtype=dtype)
+
+
+def _free(t: torch.Tensor) -> None:
+    t.storage().resize_(0)
+
+
+def _alloc(t: torch.Tensor) -> None:
+    if t.storage().size() == 0:
+        t.storage().resize_(t.numel())
+
+
+def _alias(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s memory under a tensor with its own version counter: refilling
+    the full parameters between forward and backward must not look like an
+    in-place change to the tensors autograd saved."""
+    return torch.empty(0, dtype=t.dtype).set_(t.storage(), t.storage_offset(), t.size(),
+                                              t.stride())
+
+
+class _Unit:
+    """One sharded unit: its parameters' places in the module tree, the
+    dk_shard_t, the shard parameters the optimizer sees, and the torch-owned
+    storage the full parameters live in while gathered."""
+
+    def __init__(self, module: nn.Module, owned: List[tuple], group, config, compute_dtype,
+                 reshard_after_forward: bool, is_root: bool):
+        self.module = module
+        self.owned = owned  # (owner module, attribute name, original Parameter)
+        self.is_root = is_root
+        self.reshard_after_forward = reshard_after_forward
+        params = [p for _, _, p in owned]
+        views = [Borrowed(p.detach().contiguous()) for p in params]
+        pointers = (_lib.T * len(views))(*[v.pointer for v in views])
+        names = (ctypes.c_char_p * len(owned))(
+            *[f"{type(m).__name__}.{n}".encode() for m, n, _ in owned])
+        self.handle = ctypes.c_void_p()
+        check(lib.dk_shard_create, dist.groups.handle_of(group), pointers, len(views), names,
+              ctypes.byref(config), ctypes.byref(self.handle))
+        # Where each parameter lies: flats by dtype in first-use order.
+        dtypes: List[torch.dtype] = []
+        self.place = []
+        self.flat_numel: List[int] = []
+        for p in params:
+            if p.dtype not in dtypes:
+                dtypes.append(p.dtype)
+                self.flat_numel.append(0)
+            k = dtypes.index(p.dtype)
+            self.place.append((k, self.flat_numel[k], p.numel(), p.shape))
+            self.flat_numel[k] += p.numel()
+        self.first_of_flat = [next(i for i, pl in enumerate(self.place) if pl[0] == k)
+                              for k in range(len(dtypes))]
+        # The shards, as parameters the optimizer steps in place.
+        self.flat_params: List[nn.Parameter] = []
+        self.grad_views: List[torch.Tensor] = []
+        for k in range(lib.dk_shard_num_flat(self.handle)):
+            data, grad = ctypes.c_void_p(), ctypes.c_void_p()
+            numel, dtype = ctypes.c_int64(), ctypes.c_int32()
+            check(lib.dk_shard_local, self.handle, k, ctypes.byref(data), ctypes.byref(grad),
+                  ctypes.byref(numel), ctypes.byref(dtype))
+            torch_dtype = _TORCH_DTYPE[dtype.value]
+            flat = nn.Parameter(_tensor_at(data.value, numel.value, torch_dtype))
+            self.grad_views.append(_tensor_at(grad.value, numel.value, torch_dtype))
+            flat.grad = self.grad_views[-1]
+            self.flat_params.append(flat)
+        # Full parameters: torch-owned, in the compute dtype, storage freed
+        # while sharded; the module sees views of them.
+        self.full = [torch.empty(n, dtype=compute_dtype or dtypes[k])
+                     for k, n in enumerate(self.flat_numel)]
+        self.views = [self.full[k].narrow(0, off, n).view(shape)
+                      for k, off, n, shape in self.place]
+        for t in self.full:
+            _free(t)
+        self.gathered = False
+        self.leaves: List[Optional[torch.Tensor]] = [None] * len(owned)
+        for (owner, name, _), view in zip(owned, self.views):
+            del owner._parameters[name]
+            object.__setattr__(owner, name, view)
+
+    def __del__(self):
+        if getattr(self, "handle", None):
+            lib.dk_shard_destroy(self.handle)
+            self.handle = None
+
+    def unshard(self) -> None:
+        if self.gathered:
+            return
+        check(lib.dk_shard_unshard, self.handle)
+        for k, t in enumerate(self.full):
+            _alloc(t)
+            address = ctypes.c_void_p()
+            check(lib.dk_shard_full_param, self.handle, self.first_of_flat[k], ctypes.byref(address))
+            with torch.no_grad():
+                _alias(t).copy_(_tensor_at(address.value, t.numel(), t.dtype))
+        check(lib.dk_shard_reshard, self.handle)  # the torch copy is what is used
+        self.gathered = True
+
+    def reshard(self) -> None:
+        if not self.gathered:
+            return
+        for t in self.full:
+            _free(t)
+        self.gathered = False
+
+    def expose(self) -> None:
+        """Fresh leaves over the full parameters for this forward; their
+        gradients go to the unit."""
+        for i, ((owner, name, original), view) in enumerate(zip(self.owned, self.views)):
+            leaf = view.detach().requires_grad_(original.requires_grad)
+            if original.requires_grad:
+                leaf.register_hook(lambda grad, i=i: self._on_grad(i, grad))
+            object.__setattr__(owner, name, leaf)
+            self.leaves[i] = leaf
+
+    def _on_grad(self, index: int, grad: torch.Tensor):
+        view = Borrowed(grad.contiguous())
+        check(lib.dk_shard_accumulate_grad, self.handle, index, view.pointer)
+
+    def reduce(self, require_sync: bool, free_after: bool) -> None:
+        for flat, grad in zip(self.flat_params, self.grad_views):
+            if flat.grad is None:  # zero_grad(set_to_none=True): start from zero
+                lib.dk_shard_zero_grads(self.handle)
+                break
+        lib.dk_shard_set_require_sync(self.handle, 1 if require_sync else 0)
+        check(lib.dk_shard_reduce_grads, self.handle)
+        for flat, grad in zip(self.flat_params, self.grad_views):
+            flat.grad = grad
+        for leaf in self.leaves:
+            if leaf is not None:
+                leaf.grad = None
+        if free_after:
+            self.reshard()
+        else:
+            self.gathered = False  # the optimizer changes the shards: gather again
+
+    def gather_full(self) -> List[torch.Tensor]:
+        outs = [torch.empty(p.shape, dtype=p.dtype) for _, _, p in self.owned]
+        views = [Borrowed(o) for o in outs]
+        pointers = (_lib.T * len(views))(*[v.pointer for v in views])
+        check(lib.dk_shard_gather_full, self.handle, pointers, len(views), 0)
+        return outs
+
+    def load_full(self, values: List[torch.Tensor]) -> None:
+        views = [Borrowed(v.detach().contiguous()) for v in values]
+        pointers = (_lib.T * len(views))(*[v.pointer for v in views])
+        check(lib.dk_shard_load_full, self.handle, pointers, len(views), 0)
+        self.reshard()
+
+
+class FullyShardedDataParallel(nn.Module):
+    """Shards ``module``'s parameters over ``process_group`` (default: the
+    world). Arguments as torch's FSDP; ``backward_prefetch``,
+    ``forward_prefetch`` and ``limit_all_gathers`` are accepted (gathers run
+    when a unit is reached), ``use_orig_params`` must be False."""
+
+    def __init__(self, module: nn.Module, process_group=None,
+                 sharding_strategy: Optional[ShardingStrategy] = None,
+                 cpu_offload: Optional[CPUOffload] = None,
+                 auto_wrap_policy: Optional[Callable] = None,
+                 backward_prefetch: Optional[BackwardPrefetch] = BackwardPrefetch.BACKWARD_PRE,
+                 mixed_precision: Optional[MixedPrecision] = None,
+                 ignored_modules: Optional[Iterable[nn.Module]] = None,
+                 param_init_fn: Optional[Callable[[nn.Module], None]] = None,
+                 device_id=None, sync_module_states: bool = False,
+                 forward_prefetch: bool = False, limit_all_gathers: bool = True,
+                 use_orig_params: bool = False, replicate_group=None):
+        super().__init__()
+        if use_orig_params:
+            raise NotImplementedError("use_orig_params=True is not supported yet; the optimizer "
+                                      "steps the flat shards (parameters())")
+        strategy = sharding_strategy or ShardingStrategy.FULL_SHARD
+        if not isinstance(strategy, ShardingStrategy):
+            raise TypeError(f"sharding_strategy must be a ShardingStrategy, got {strategy!r}")
+        self.module = module
+        self.sharding_strategy = strategy
+        self.mixed_precision = mixed_precision
+        ignored = set()
+        for m in ignored_modules or []:
+            ignored.update(m.modules())
+        if param_init_fn is not None:
+            for m in module.modules():
+                if any(p.is_meta for p in m.parameters(recurse=False)):
+                    param_init_fn(m)
+        if sync_module_states and dist.get_world_size(process_group) > 1:
+            for b in module.buffers():
+                dist.broadcast(b, 0, process_group)
+        config = _lib.ShardConfig()
+        lib.dk_shard_config_init(ctypes.byref(config))
+        config.strategy = strategy.value
+        param_dtype = mixed_precision.param_dtype if mixed_precision else None
+        reduce_dtype = mixed_precision.reduce_dtype if mixed_precision else None
+        config.param_dtype = _DK_DTYPE[param_dtype] if param_dtype else _lib.DTYPE_UNSET
+        config.reduce_dtype = _DK_DTYPE[reduce_dtype] if reduce_dtype else _lib.DTYPE_UNSET
+        config.offload_params = 1 if cpu_offload is not None and cpu_offload.offload_params else 0
+        config.sync_module_states = 1 if sync_module_states else 0
+        config.replicate_group = dist.groups.handle_of(replicate_group)
+        # Keys of the full state dict, in the original order.
+        self._keys = list(module.state_dict().keys())
+        self._param_key = {}
+        for name, p in module.named_parameters():
+            self._param_key[id(p)] = name
+        reshard = strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.HYBRID_SHARD)
+        claimed: Set[int] = set()
+        self._units: List[_Unit] = []
+        for unit_module in _units_of(module, auto_wrap_policy, ignored):
+            owned = []
+            for sub_name, sub in unit_module.named_modules():
+                if sub in ignored:
+                    continue
+                for name, p in list(sub._parameters.items()):
+                    if p is None or id(p) in claimed:
+                        continue
+                    claimed.add(id(p))
+                    owned.append((sub, name, p))
+            if not owned:
+                continue
+            keys = [self._param_key[id(p)] for _, _, p in owned]
+            unit = _Unit(unit_module, owned, process_group, config, param_dtype,
+                         reshard and unit_module is not module, unit_module is module)
+            unit.keys = keys
+            self._units.append(unit)
+            unit_module.register_forward_pre_hook(
+                lambda m, inputs, unit=unit: self._pre_forward(unit))
+            unit_module.register_forward_hook(
+                lambda m, inputs, output, unit=unit: self._post_forward(unit, output))
+        self._flat = nn.ParameterList([p for u in self._units for p in u.flat_params])
+        self._require_sync = True
+        self._backward_queued = False
+        self._free_after_backward = strategy != ShardingStrategy.NO_SHARD
+
+    # ---- forward and backward --------------------------------------------------
+
+    def forward(self, *args, **kwargs):
+        if self.mixed_precision is not None and self.mixed_precision.param_dtype is not None:
+            cast = lambda x: (x.to(self.mixed_precision.param_dtype)
+                              if isinstance(x, torch.Tensor) and x.is_floating_point() else x)
+            args = tuple(cast(a) for a in args)
+            kwargs = {k: cast(v) for k, v in kwargs.items()}
+        return self.module(*args, **kwargs)
+
+    def _pre_forward(self, unit: _Unit) -> None:
+        unit.unshard()
+        unit.expose()
+
+    def _post_forward(self, unit: _Unit, output):
+        if unit.reshard_after_forward:
+            unit.reshard()
+        if torch.is_grad_enabled():
+            for t in _tensors_in(output):
+                if t.requires_grad:
+                    t.register_hook(lambda grad, unit=unit: self._pre_backward(unit))
+        return output
+
+    def _pre_backward(self, unit: _Unit) -> None:
+        unit.unshard()
+        if not self._backward_queued:
+            self._backward_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
+
+    def _finish_backward(self) -> None:
+        # Every unit reduces, in one order on every rank (also a unit this
+        # rank's backward did not reach: its gradient counts as zero).
+        for unit in reversed(self._units):
+            unit.reduce(self._require_sync, self._free_after_backward)
+        self._backward_queued = False
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Gradients accumulate locally (full size) and are reduced with the
+        first backward after the context."""
+        previous = self._require_sync
+        self._require_sync = False
+        try:
+            yield
+        finally:
+            self._require_sync = previous
+
+    # ---- state dicts --------------------------------------------------------------
+
+    def state_dict(self, *args, **kwargs) -> "OrderedDict[str, torch.Tensor]":
+        """The full state dict, with the original module's keys (collective)."""
+        params = {}
+        for unit in self._units:
+            for key, value in zip(unit.keys, unit.gather_full()):
+                params[key] = value
+        buffers = dict(self.module.named_buffers())
+        out = OrderedDict()
+        for key in self._keys:
+            out[key] = params[key] if key in params else buffers[key].detach().clone()
+        return out
+
+    def load_state_dict(self, state_dict, strict: bool = True):
+        missing = [k for k in self._keys if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in self._keys]
+        if strict and (missing or unexpected):
+            raise RuntimeError(f"Error(s) in loading state_dict: missing keys {missing}, "
+                               f"unexpected keys {unexpected}")
+        for unit in self._units:
+            unit.load_full([state_dict[k] for k in unit.keys])
+        buffers = dict(self.module.named_buffers())
+        for key, value in state_dict.items():
+            if key in buffers:
+                buffers[key].copy_(value)
+        return None
+
+
+def _tensors_in(x) -> List[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors_in(v)]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _tensors_in(v)]
+    return []
