@@ -294,7 +294,8 @@ class FullyShardedDataParallel(nn.Module):
                  param_init_fn: Optional[Callable[[nn.Module], None]] = None,
                  device_id=None, sync_module_states: bool = False,
                  forward_prefetch: bool = False, limit_all_gathers: bool = True,
-                 use_orig_params: bool = False, replicate_group=None):
+                 use_orig_params: bool = False, replicate_group=None,
+                 ignored_parameters: Optional[Iterable[nn.Parameter]] = None):
         super().__init__()
         if use_orig_params:
             raise NotImplementedError("use_orig_params=True is not supported yet; the optimizer "
@@ -331,7 +332,7 @@ class FullyShardedDataParallel(nn.Module):
         for name, p in module.named_parameters():
             self._param_key[id(p)] = name
         reshard = strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.HYBRID_SHARD)
-        claimed: Set[int] = set()
+        claimed: Set[int] = {id(p) for p in ignored_parameters or []}  # left alone
         self._units: List[_Unit] = []
         for unit_module in _units_of(module, auto_wrap_policy, ignored):
             owned = []

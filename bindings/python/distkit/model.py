@@ -25,6 +25,7 @@ from ._lib import check, lib
 
 __all__ = [
     "MMDistributedDataParallel",
+    "MMFullyShardedDataParallel",
     "MMSeparateDistributedDataParallel",
     "OptimWrapper",
     "is_model_wrapper",
@@ -375,6 +376,12 @@ class MMSeparateDistributedDataParallel(torch.nn.Module):
 
 def is_model_wrapper(model) -> bool:
     """mmengine's is_model_wrapper: distkit's wrappers and torch's own."""
+    from .fsdp import FullyShardedDataParallel
+
     wrappers = (MMDistributedDataParallel, MMSeparateDistributedDataParallel,
-                torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+                FullyShardedDataParallel, torch.nn.parallel.DistributedDataParallel,
+                torch.nn.DataParallel)
     return isinstance(model, wrappers)
+
+
+from .model_fsdp import MMFullyShardedDataParallel  # noqa: E402  (it uses parse_losses)

@@ -191,5 +191,69 @@ class LibraryDeviceTest(unittest.TestCase):
             device.copy_tensor(torch.zeros(4, 4).t(), torch.zeros(4, 4))  # not contiguous
 
 
+class MMFullyShardedConfigTest(unittest.TestCase):
+    """MMFullyShardedDataParallel's config conversions: mmengine's errors,
+    raised before anything is sharded (no job needed)."""
+
+    def make(self, **kwargs):
+        from distkit.model import MMFullyShardedDataParallel
+        return MMFullyShardedDataParallel(torch.nn.Linear(2, 2), **kwargs)
+
+    def test_errors(self):
+        with self.assertRaises(KeyError):
+            self.make(sharding_strategy="FULL")
+        with self.assertRaises(TypeError) as e:
+            self.make(sharding_strategy=3)
+        self.assertEqual(str(e.exception),
+                         "sharding_strategy must be str or enum of `ShardingStrategy` , but got 3")
+        with self.assertRaises(TypeError) as e:
+            self.make(cpu_offload="yes")
+        self.assertEqual(str(e.exception),
+                         "`cpu_offload` should be `None`, `bool`or `CPUOffload`, but has type "
+                         "<class 'str'>")
+        with self.assertRaises(ValueError) as e:
+            self.make(auto_wrap_policy="no_such_policy")
+        self.assertEqual(str(e.exception), "`auto_wrap_policy` is not registered!")
+        with self.assertRaises(ValueError) as e:
+            self.make(auto_wrap_policy={"type": "no_such_policy"})
+        self.assertEqual(str(e.exception), "`auto_wrap_policy` is not registered!")
+        with self.assertRaises(TypeError) as e:
+            self.make(auto_wrap_policy=5)
+        self.assertEqual(str(e.exception), "`auto_wrap_policy` should be a str, a callable, a "
+                         "dict or None, but has type <class 'int'>")
+        with self.assertRaises(KeyError):
+            self.make(backward_prefetch="BACKWARD_SOMETIME")
+        with self.assertRaises(TypeError) as e:
+            self.make(backward_prefetch=1)
+        self.assertIn("`backward_prefetch` should be `None`, string of", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            self.make(param_init_fn="nothing")
+        self.assertEqual(str(e.exception), "`param_init_fn` is not registered!")
+        with self.assertRaises(TypeError) as e:
+            self.make(mixed_precision="bf16")
+        self.assertEqual(str(e.exception), "`mixed_precision` should be `None`, `dict` or "
+                         "`MixedPrecision`, but has type <class 'str'>")
+        with self.assertRaises(TypeError) as e:
+            self.make(mixed_precision={"param_dtype": 16})
+        self.assertEqual(str(e.exception), "`dtype` should be `None`, `str` or `torch.dtype`, "
+                         "but has type <class 'int'>")
+        with self.assertRaises(TypeError) as e:
+            self.make(ignored_modules=[3])
+        self.assertIn("`ignored_modules` should be `None`, `Iterable[str]` or "
+                      "`Iterable[nn.Module]`", str(e.exception))
+
+    def test_conversions(self):
+        from distkit import fsdp
+        from distkit.model_fsdp import _from_registry, _parse_dtype
+        self.assertIs(_from_registry("torch.distributed.fsdp.wrap.size_based_auto_wrap_policy",
+                                     "auto_wrap_policy"), fsdp.size_based_auto_wrap_policy)
+        policy = _from_registry({"type": "size_based_auto_wrap_policy", "min_num_params": 10},
+                                "auto_wrap_policy")
+        self.assertTrue(policy(module=torch.nn.Linear(4, 4), recurse=False, nonwrapped_numel=20))
+        self.assertFalse(policy(module=torch.nn.Linear(4, 4), recurse=False, nonwrapped_numel=5))
+        self.assertIs(_parse_dtype("bfloat16"), torch.bfloat16)
+        self.assertEqual(fsdp.ShardingStrategy["SHARD_GRAD_OP"], fsdp.ShardingStrategy.SHARD_GRAD_OP)
+
+
 if __name__ == "__main__":
     unittest.main()

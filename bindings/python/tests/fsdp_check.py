@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from distkit import dist
+from distkit.model import MMFullyShardedDataParallel, OptimWrapper, is_model_wrapper
 from distkit.fsdp import (FullyShardedDataParallel, ModuleWrapPolicy, ShardingStrategy,
                           size_based_auto_wrap_policy)
 
@@ -107,6 +108,90 @@ def train(strategy, accumulate, policy):
     check(all(torch.equal(back[k], changed[k]) for k in changed), "load_state_dict round trip")
 
 
+class Attention(nn.Module):
+    """A pre-norm transformer block: self-attention, then an MLP."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        att = torch.softmax(q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5, dim=-1)
+        x = x + self.proj(att @ v)
+        return x + self.mlp(x)
+
+
+class TinyLM(nn.Module):
+    """Embedding, repeated blocks, head; mmengine's model interface."""
+
+    def __init__(self, vocab=20, d=16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleList([Attention(d) for _ in range(2)])
+        self.head = nn.Linear(d, vocab)
+
+    def data_preprocessor(self, data, training=False):
+        return data
+
+    def forward(self, tokens, targets=None, mode="tensor"):
+        h = self.embed(tokens)
+        for layer in self.layers:
+            h = layer(h)
+        logits = self.head(h)
+        if mode == "loss":
+            return {"loss": nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())}
+        if mode == "predict":
+            return list(logits.argmax(-1))
+        return logits
+
+
+def tokens(step, first, count):
+    g = torch.Generator().manual_seed(500 + step)
+    t = torch.randint(0, 20, (64, 6), generator=g)
+    return t[first:first + count], torch.roll(t, -1, dims=1)[first:first + count]
+
+
+def train_mm():
+    """MMFullyShardedDataParallel from config values, through train_step."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    reference = TinyLM()
+    torch.manual_seed(0 if rank == 0 else 100 + rank)  # rank 0 holds the reference values
+    model = MMFullyShardedDataParallel(
+        TinyLM(), sharding_strategy="FULL_SHARD", cpu_offload=False,
+        auto_wrap_policy={"type": "torch.distributed.fsdp.wrap.ModuleWrapPolicy",
+                          "module_classes": [Attention]},
+        backward_prefetch="BACKWARD_PRE", sync_module_states=True)
+    check(is_model_wrapper(model) and len(model._units) == 3, "wrapped, one unit per block")
+    wrapper = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.5), accumulative_counts=2)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5)
+    for step in range(10):
+        x, y = tokens(step, rank * LOCAL, LOCAL)
+        log = model.train_step({"tokens": x, "targets": y}, wrapper)
+        check("loss" in log, "train_step returns log_vars")
+        gx, gy = tokens(step, 0, n * LOCAL)
+        (reference(gx, gy, mode="loss")["loss"] / 2).backward()
+        if step % 2 == 1:
+            ref_opt.step()
+            ref_opt.zero_grad()
+    full, want = model.state_dict(), reference.state_dict()
+    worst = max(relative(full[k], want[k]) for k in want)
+    check(worst <= 1e-5, f"MMFullyShardedDataParallel: differs from training alone by {worst:.2e}")
+    gx, _ = tokens(77, rank * LOCAL, LOCAL)
+    predicted = model.val_step({"tokens": gx})
+    with torch.no_grad():
+        wanted = list(reference(gx, mode="predict"))
+    check(all(torch.equal(a, b) for a, b in zip(predicted, wanted)), "val_step predictions")
+    check(len(model.test_step({"tokens": gx})) == LOCAL, "test_step")
+    if rank == 0:
+        print(f"MMFullyShardedDataParallel transformer, train_step: worst relative difference "
+              f"{worst:.2e}", flush=True)
+
+
 class _nothing:
     def __enter__(self):
         return self
@@ -123,6 +208,7 @@ def main():
         train(strategy, 1, policy)
         train(strategy, 2, policy)
     train(ShardingStrategy.FULL_SHARD, 1, None)
+    train_mm()
     check(size_based_auto_wrap_policy(nn.Linear(2, 2), False, 100, min_num_params=50),
           "size policy")
     dist.barrier()

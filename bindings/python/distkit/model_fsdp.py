@@ -1,0 +1,181 @@
+"""mmengine's MMFullyShardedDataParallel on distkit.fsdp: config-file values
+(strings, dicts, names) turned into FSDP objects with mmengine's rules and
+messages, and mmengine's train_step / val_step / test_step (val and test run
+the sharded forward in 'predict' mode, so they are collective)."""
+from functools import partial
+from typing import Callable, Dict, Iterable, List, Optional, Union
+
+import torch
+from torch import nn
+
+from . import fsdp
+from .fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel, MixedPrecision,
+                   ShardingStrategy)
+from .registry import FUNCTIONS
+
+for _policy in (fsdp.size_based_auto_wrap_policy, fsdp.transformer_auto_wrap_policy,
+                fsdp.ModuleWrapPolicy):
+    FUNCTIONS.register_module(module=_policy, force=True)
+    FUNCTIONS.register_module(name=f"torch.distributed.fsdp.wrap.{_policy.__name__}",
+                              module=_policy, force=True)
+
+
+def _parse_dtype(dtype):
+    if dtype is None:
+        return None
+    if isinstance(dtype, str):
+        return getattr(torch, dtype)
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    raise TypeError(f"`dtype` should be `None`, `str` or `torch.dtype`, but has type {type(dtype)}")
+
+
+def _from_registry(value, what: str) -> Optional[Callable]:
+    """A str names a registered callable; a dict is its ``type`` plus
+    keyword arguments (bound with partial)."""
+    if isinstance(value, str):
+        found = FUNCTIONS.get(value)
+        if found is None:
+            raise ValueError(f"`{what}` is not registered!")
+        return found
+    if isinstance(value, dict):
+        value = dict(value)
+        kind = value.pop("type")
+        if isinstance(kind, str):
+            if (what == "auto_wrap_policy" and kind.endswith("transformer_auto_wrap_policy")
+                    and "transformer_layer_cls" in value):
+                layers = value.pop("transformer_layer_cls")
+                layers = layers if isinstance(layers, (list, tuple, set)) else [layers]
+                value["transformer_layer_cls"] = {
+                    FUNCTIONS.get(c) if isinstance(c, str) else c for c in layers}
+            kind = FUNCTIONS.get(kind)
+        if kind is None:
+            raise ValueError(f"`{what}` is not registered!")
+        if isinstance(kind, type):  # a policy class (ModuleWrapPolicy): an instance
+            return kind(**value)
+        return partial(kind, **value)
+    return value
+
+
+class MMFullyShardedDataParallel(FullyShardedDataParallel):
+    """mmengine's MMFullyShardedDataParallel (the seed's signature and
+    defaults: use_orig_params=False)."""
+
+    def __init__(self, module: nn.Module, process_group=None,
+                 sharding_strategy: Union[str, ShardingStrategy, None] = None,
+                 cpu_offload: Union[bool, CPUOffload, None] = None,
+                 auto_wrap_policy: Union[str, dict, Callable, None] = None,
+                 backward_prefetch: Union[str, BackwardPrefetch, None] = None,
+                 mixed_precision: Union[dict, MixedPrecision, None] = None,
+                 ignored_modules: Union[Iterable[str], Iterable[nn.Module], None] = None,
+                 param_init_fn: Union[str, dict, Callable, None] = None,
+                 device_id: Optional[int] = None, sync_module_states: bool = False,
+                 forward_prefetch: bool = False, limit_all_gathers: bool = True,
+                 use_orig_params: bool = False, **kwargs):
+        if isinstance(sharding_strategy, str):
+            sharding_strategy = ShardingStrategy[sharding_strategy]
+        if not (isinstance(sharding_strategy, ShardingStrategy) or sharding_strategy is None):
+            raise TypeError("sharding_strategy must be str or enum of `ShardingStrategy` , "
+                            f"but got {sharding_strategy}")
+        if isinstance(cpu_offload, bool):
+            cpu_offload = CPUOffload(offload_params=cpu_offload)
+        if not (isinstance(cpu_offload, CPUOffload) or cpu_offload is None):
+            raise TypeError("`cpu_offload` should be `None`, `bool`"
+                            f"or `CPUOffload`, but has type {type(cpu_offload)}")
+        auto_wrap_policy = _from_registry(auto_wrap_policy, "auto_wrap_policy")
+        if not (auto_wrap_policy is None or callable(auto_wrap_policy)):
+            raise TypeError("`auto_wrap_policy` should be a str, a callable, a dict or None, "
+                            f"but has type {type(auto_wrap_policy)}")
+        if isinstance(backward_prefetch, str):
+            backward_prefetch = BackwardPrefetch[backward_prefetch]
+        if not (isinstance(backward_prefetch, BackwardPrefetch) or backward_prefetch is None):
+            raise TypeError('`backward_prefetch` should be `None`, string of "BACKWARD_PRE" and '
+                            '"BACKWARD_POST", or `BackwardPrefetch`, but has type '
+                            f"{type(backward_prefetch)}")
+        param_init_fn = _from_registry(param_init_fn, "param_init_fn")
+        if not (callable(param_init_fn) or param_init_fn is None):
+            raise TypeError("`param_init_fn` should be a str, a callable, a dict or None, but "
+                            f"has type {type(param_init_fn)}")
+        if isinstance(mixed_precision, dict):
+            mixed_precision = MixedPrecision(
+                param_dtype=_parse_dtype(mixed_precision.get("param_dtype")),
+                reduce_dtype=_parse_dtype(mixed_precision.get("reduce_dtype")),
+                buffer_dtype=_parse_dtype(mixed_precision.get("buffer_dtype")))
+        elif not (isinstance(mixed_precision, MixedPrecision) or mixed_precision is None):
+            raise TypeError("`mixed_precision` should be `None`, `dict` or `MixedPrecision`, "
+                            f"but has type {type(mixed_precision)}")
+        if "ignored_parameters" in kwargs:
+            kwargs["ignored_parameters"] = self._get_ignored_params(
+                module, kwargs["ignored_parameters"])
+        ignored_modules = self._get_ignored_modules(module, ignored_modules)
+        super().__init__(module, process_group=process_group,
+                         sharding_strategy=sharding_strategy, cpu_offload=cpu_offload,
+                         auto_wrap_policy=auto_wrap_policy, backward_prefetch=backward_prefetch,
+                         mixed_precision=mixed_precision, ignored_modules=ignored_modules,
+                         param_init_fn=param_init_fn, device_id=device_id,
+                         sync_module_states=sync_module_states,
+                         forward_prefetch=forward_prefetch, limit_all_gathers=limit_all_gathers,
+                         use_orig_params=use_orig_params, **kwargs)
+
+    @staticmethod
+    def _get_ignored_params(module: nn.Module, ignored):
+        params = dict(module.named_parameters())
+        if ignored is not None and all(isinstance(p, str) for p in ignored):
+            ignored = [params[name] for name in ignored]
+        if ignored is not None and not all(isinstance(p, nn.Parameter) for p in ignored):
+            raise TypeError("`ignored_modules` should be `None`, `Iterable[str]` or "
+                            f"`Iterable[nn.Parameters]`, but has type {type(ignored)}")
+        return ignored
+
+    @staticmethod
+    def _get_ignored_modules(module: nn.Module, ignored):
+        modules = dict(module.named_modules())
+        if ignored is not None and all(isinstance(m, str) for m in ignored):
+            ignored = [modules[name] for name in ignored]
+        if ignored is not None and not all(isinstance(m, nn.Module) for m in ignored):
+            raise TypeError("`ignored_modules` should be `None`, `Iterable[str]` or "
+                            f"`Iterable[nn.Module]`, but has type {type(ignored)}")
+        return ignored
+
+    def train_step(self, data, optim_wrapper) -> Dict[str, torch.Tensor]:
+        from .model import parse_losses
+
+        with optim_wrapper.optim_context(self):
+            data = self.module.data_preprocessor(data, training=True)
+            if isinstance(data, dict):
+                losses = self(**data, mode="loss")
+            elif isinstance(data, (list, tuple)):
+                losses = self(*data, mode="loss")
+            else:
+                raise TypeError("Output of `data_preprocessor` should be list tuple or dict, "
+                                f"but got {type(data)}")
+        preds = masks = None
+        if isinstance(losses, tuple) and len(losses) == 3:  # mmpretrain
+            losses, preds, masks = losses
+        elif isinstance(losses, tuple) and len(losses) == 2:  # mmpose, mmseg
+            losses, preds = losses
+        parse = getattr(self.module, "parse_losses", parse_losses)
+        parsed_loss, log_vars = parse(losses)
+        optim_wrapper.update_params(parsed_loss)
+        if preds is not None and masks is not None:
+            log_vars["vis_preds"] = preds
+            log_vars["vis_masks"] = masks
+        elif preds is not None:
+            log_vars["vis_preds"] = preds
+        return log_vars
+
+    def val_step(self, data) -> list:
+        data = self.module.data_preprocessor(data, False)
+        return self._run_forward(data, mode="predict")
+
+    def test_step(self, data) -> list:
+        data = self.module.data_preprocessor(data, False)
+        return self._run_forward(data, mode="predict")
+
+    def _run_forward(self, data, mode: str):
+        if isinstance(data, dict):
+            return self(**data, mode=mode)
+        if isinstance(data, (list, tuple)):
+            return self(*data, mode=mode)
+        raise TypeError("Output of `data_preprocessor` should be list, tuple or dict, "
+                        f"but got {type(data)}")
