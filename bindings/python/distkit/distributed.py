@@ -12,8 +12,8 @@ from . import _lib, dist
 from ._lib import check, lib, take_string
 
 __all__ = [
-    "DistributedProcessGroup", "ParallelState", "backend", "barrier", "is_available",
-    "is_initialized", "is_master", "rank", "size",
+    "DistributedProcessGroup", "ParallelState", "backend", "barrier", "fsdp2_wrap", "is_available",
+    "is_fsdp2_model", "is_initialized", "is_master", "rank", "size",
 ]
 
 
@@ -190,3 +190,130 @@ class ParallelState:
 
 def get_group(ranks: List[int]):
     return dist.new_group(ranks) if is_initialized() else None
+
+
+# ---- FSDP2 (distkit.fsdp.fully_shard) ---------------------------------------------------
+
+
+def is_fsdp2_model(model: torch.nn.Module) -> bool:
+    """Whether any submodule was sharded with fully_shard."""
+    from .fsdp import FSDPModule
+
+    return any(isinstance(m, FSDPModule) for m in model.modules())
+
+
+def _is_hf_model(model) -> bool:
+    """modelopt requires a transformers PreTrainedModel or a peft PeftModel;
+    where neither library is installed, a module with a ``config`` (the HF
+    layout) counts."""
+    kinds = []
+    try:
+        from transformers import PreTrainedModel
+        kinds.append(PreTrainedModel)
+    except ImportError:
+        pass
+    try:
+        from peft import PeftModel
+        kinds.append(PeftModel)
+    except ImportError:
+        pass
+    if kinds:
+        return isinstance(model, tuple(kinds))
+    return isinstance(model, torch.nn.Module) and hasattr(model, "config")
+
+
+def _nemotron_h_layers(model):
+    for owner in ("backbone", "model"):
+        layers = getattr(getattr(model, owner, None), "layers", None)
+        if layers is not None and len(layers) > 0 and hasattr(layers[0], "block_type"):
+            return layers
+    return None
+
+
+def _homogeneous_layers(model):
+    decoder = getattr(model, "model", None)
+    if decoder is None:
+        return None
+    decoder = getattr(decoder, "language_model", decoder)
+    layers = getattr(decoder, "layers", None)
+    if layers is None or len(layers) == 0 or len({type(l) for l in layers}) != 1:
+        return None
+    return layers
+
+
+def _plain_layers(model):
+    """GPT-2's ``transformer.h`` and a bare ``layers`` list."""
+    for path in (("transformer", "h"), ("layers",)):
+        owner = model
+        for name in path:
+            owner = getattr(owner, name, None)
+        if isinstance(owner, torch.nn.ModuleList) and len(owner) > 0 and \
+                len({type(l) for l in owner}) == 1:
+            return owner
+    return None
+
+
+# (predicate, discoverer) pairs; the first match wins (modelopt's order).
+_DECODER_LAYER_FINDERS = [
+    (lambda m: _is_hf_model(m) and _nemotron_h_layers(m) is not None, _nemotron_h_layers),
+    (lambda m: _is_hf_model(m) and _nemotron_h_layers(m) is None and
+     _homogeneous_layers(m) is not None, _homogeneous_layers),
+    (lambda m: _is_hf_model(m) and _plain_layers(m) is not None, _plain_layers),
+]
+
+
+def get_decoder_layers(model):
+    """The model's decoder layers, or None when no known layout matches."""
+    for predicate, discover in _DECODER_LAYER_FINDERS:
+        if predicate(model):
+            return discover(model)
+    return None
+
+
+def _off_dtype_params(model) -> set:
+    """Parameters whose dtype is not the dominant one (most elements)."""
+    numel_by_dtype = {}
+    for p in model.parameters():
+        numel_by_dtype[p.dtype] = numel_by_dtype.get(p.dtype, 0) + p.numel()
+    if len(numel_by_dtype) <= 1:
+        return set()
+    dominant = max(numel_by_dtype, key=lambda d: numel_by_dtype[d])
+    off = {n: p for n, p in model.named_parameters() if p.dtype != dominant}
+    off_numel = sum(v for d, v in numel_by_dtype.items() if d != dominant)
+    names = sorted(off)
+    if rank() == 0:
+        warnings.warn(
+            f"Model has mixed parameter dtypes {set(numel_by_dtype)}; FSDP2 needs one dtype per "
+            f"shard group, so {len(names)} non-{dominant} parameter(s) "
+            f"({100 * off_numel / sum(numel_by_dtype.values()):.2f}% of elements) will stay "
+            f"replicated rather than sharded: {names[:3]}{' ...' if len(names) > 3 else ''}")
+    return set(off.values())
+
+
+def fsdp2_wrap(model, shard_root=True, mp_policy=None, cpu_offload: bool = False):
+    """Auto-detects a HF causal-LM's decoder layers and shards each one with
+    fully_shard (then the root, unless ``shard_root`` is False). Parameters
+    whose dtype is not the dominant one stay replicated. Returns the layers."""
+    from .fsdp import CPUOffloadPolicy, fully_shard
+
+    layers = get_decoder_layers(model)
+    if layers is None:
+        raise RuntimeError("Could not auto-detect decoder layers; FSDP2 wrap requires a standard "
+                           "HF causal-LM layout.")
+    kwargs = {"reshard_after_forward": True}
+    if mp_policy is not None:
+        kwargs["mp_policy"] = mp_policy
+    if cpu_offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy()
+    ignored = _off_dtype_params(model)
+    if ignored:
+        kwargs["ignored_params"] = ignored
+    config = getattr(model, "config", None)
+    architectures = list(getattr(config, "architectures", []) or [])
+    for layer in layers:
+        fully_shard(layer, **kwargs)
+    if shard_root:
+        fully_shard(model, **kwargs)
+    if config is not None and architectures:
+        config.architectures = architectures
+    return layers

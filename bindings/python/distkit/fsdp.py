@@ -31,7 +31,8 @@ from ._dlpack import Borrowed
 from ._lib import check, lib
 
 __all__ = [
-    "BackwardPrefetch", "CPUOffload", "FullyShardedDataParallel", "MixedPrecision",
+    "BackwardPrefetch", "CPUOffload", "CPUOffloadPolicy", "FSDPModule", "FullyShardedDataParallel",
+    "MixedPrecision", "MixedPrecisionPolicy", "fully_shard",
     "ModuleWrapPolicy", "ShardingStrategy", "StateDictType", "size_based_auto_wrap_policy",
     "transformer_auto_wrap_policy",
 ]
@@ -278,6 +279,91 @@ class _Unit:
         self.reshard()
 
 
+def _shard_config(strategy: ShardingStrategy, param_dtype, reduce_dtype, offload: bool,
+                  sync_module_states: bool, replicate_group) -> "_lib.ShardConfig":
+    config = _lib.ShardConfig()
+    lib.dk_shard_config_init(ctypes.byref(config))
+    config.strategy = strategy.value
+    config.param_dtype = _DK_DTYPE[param_dtype] if param_dtype else _lib.DTYPE_UNSET
+    config.reduce_dtype = _DK_DTYPE[reduce_dtype] if reduce_dtype else _lib.DTYPE_UNSET
+    config.offload_params = 1 if offload else 0
+    config.sync_module_states = 1 if sync_module_states else 0
+    config.replicate_group = dist.groups.handle_of(replicate_group)
+    return config
+
+
+class _Coordinator:
+    """The units of one sharded model: the forward / backward hooks that
+    gather and free each unit, and one reduction of every unit at the end of
+    backward (in one order on every rank, also for a unit this rank's
+    backward did not reach: its gradient counts as zero)."""
+
+    def __init__(self, free_after_backward: bool):
+        self.units: List[_Unit] = []
+        self.flat_ids: Set[int] = set()  # the shard parameters: never sharded again
+        self.require_sync = True
+        self.backward_queued = False
+        self.free_after_backward = free_after_backward
+
+    def add(self, unit_module: nn.Module, owned: List[tuple], group, config, compute_dtype,
+            reshard_after_forward: bool, is_root: bool) -> "_Unit":
+        unit = _Unit(unit_module, owned, group, config, compute_dtype, reshard_after_forward,
+                     is_root)
+        self.units.append(unit)
+        self.flat_ids.update(id(p) for p in unit.flat_params)
+        unit_module.register_forward_pre_hook(lambda m, inputs, unit=unit: self._pre_forward(unit))
+        unit_module.register_forward_hook(
+            lambda m, inputs, output, unit=unit: self._post_forward(unit, output))
+        return unit
+
+    def _pre_forward(self, unit: "_Unit") -> None:
+        unit.unshard()
+        unit.expose()
+
+    def _post_forward(self, unit: "_Unit", output):
+        if unit.reshard_after_forward:
+            unit.reshard()
+        if torch.is_grad_enabled():
+            for t in _tensors_in(output):
+                if t.requires_grad:
+                    t.register_hook(lambda grad, unit=unit: self._pre_backward(unit))
+        return output
+
+    def _pre_backward(self, unit: "_Unit") -> None:
+        unit.unshard()
+        if not self.backward_queued:
+            self.backward_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
+
+    def _finish_backward(self) -> None:
+        for unit in reversed(self.units):
+            unit.reduce(self.require_sync, self.free_after_backward)
+        self.backward_queued = False
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        previous = self.require_sync
+        self.require_sync = False
+        try:
+            yield
+        finally:
+            self.require_sync = previous
+
+
+def _unclaimed_params(module: nn.Module, ignored: Set[nn.Module], claimed: Set[int]) -> List[tuple]:
+    """(owner, name, parameter) under `module` that no unit holds yet."""
+    owned = []
+    for sub in module.modules():
+        if sub in ignored:
+            continue
+        for name, p in list(sub._parameters.items()):
+            if p is None or id(p) in claimed:
+                continue
+            claimed.add(id(p))
+            owned.append((sub, name, p))
+    return owned
+
+
 class FullyShardedDataParallel(nn.Module):
     """Shards ``module``'s parameters over ``process_group`` (default: the
     world). Arguments as torch's FSDP; ``backward_prefetch``,
@@ -316,96 +402,37 @@ class FullyShardedDataParallel(nn.Module):
         if sync_module_states and dist.get_world_size(process_group) > 1:
             for b in module.buffers():
                 dist.broadcast(b, 0, process_group)
-        config = _lib.ShardConfig()
-        lib.dk_shard_config_init(ctypes.byref(config))
-        config.strategy = strategy.value
         param_dtype = mixed_precision.param_dtype if mixed_precision else None
-        reduce_dtype = mixed_precision.reduce_dtype if mixed_precision else None
-        config.param_dtype = _DK_DTYPE[param_dtype] if param_dtype else _lib.DTYPE_UNSET
-        config.reduce_dtype = _DK_DTYPE[reduce_dtype] if reduce_dtype else _lib.DTYPE_UNSET
-        config.offload_params = 1 if cpu_offload is not None and cpu_offload.offload_params else 0
-        config.sync_module_states = 1 if sync_module_states else 0
-        config.replicate_group = dist.groups.handle_of(replicate_group)
+        config = _shard_config(strategy, param_dtype,
+                               mixed_precision.reduce_dtype if mixed_precision else None,
+                               cpu_offload is not None and cpu_offload.offload_params,
+                               sync_module_states, replicate_group)
         # Keys of the full state dict, in the original order.
         self._keys = list(module.state_dict().keys())
-        self._param_key = {}
-        for name, p in module.named_parameters():
-            self._param_key[id(p)] = name
+        param_key = {id(p): name for name, p in module.named_parameters()}
         reshard = strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.HYBRID_SHARD)
         claimed: Set[int] = {id(p) for p in ignored_parameters or []}  # left alone
-        self._units: List[_Unit] = []
+        self._coordinator = _Coordinator(strategy != ShardingStrategy.NO_SHARD)
         for unit_module in _units_of(module, auto_wrap_policy, ignored):
-            owned = []
-            for sub_name, sub in unit_module.named_modules():
-                if sub in ignored:
-                    continue
-                for name, p in list(sub._parameters.items()):
-                    if p is None or id(p) in claimed:
-                        continue
-                    claimed.add(id(p))
-                    owned.append((sub, name, p))
+            owned = _unclaimed_params(unit_module, ignored, claimed)
             if not owned:
                 continue
-            keys = [self._param_key[id(p)] for _, _, p in owned]
-            unit = _Unit(unit_module, owned, process_group, config, param_dtype,
-                         reshard and unit_module is not module, unit_module is module)
-            unit.keys = keys
-            self._units.append(unit)
-            unit_module.register_forward_pre_hook(
-                lambda m, inputs, unit=unit: self._pre_forward(unit))
-            unit_module.register_forward_hook(
-                lambda m, inputs, output, unit=unit: self._post_forward(unit, output))
+            unit = self._coordinator.add(unit_module, owned, process_group, config, param_dtype,
+                                         reshard and unit_module is not module,
+                                         unit_module is module)
+            unit.keys = [param_key[id(p)] for _, _, p in owned]
+        self._units = self._coordinator.units
         self._flat = nn.ParameterList([p for u in self._units for p in u.flat_params])
-        self._require_sync = True
-        self._backward_queued = False
-        self._free_after_backward = strategy != ShardingStrategy.NO_SHARD
-
-    # ---- forward and backward --------------------------------------------------
 
     def forward(self, *args, **kwargs):
         if self.mixed_precision is not None and self.mixed_precision.param_dtype is not None:
-            cast = lambda x: (x.to(self.mixed_precision.param_dtype)
-                              if isinstance(x, torch.Tensor) and x.is_floating_point() else x)
-            args = tuple(cast(a) for a in args)
-            kwargs = {k: cast(v) for k, v in kwargs.items()}
+            args, kwargs = _cast_inputs(self.mixed_precision.param_dtype, args, kwargs)
         return self.module(*args, **kwargs)
 
-    def _pre_forward(self, unit: _Unit) -> None:
-        unit.unshard()
-        unit.expose()
-
-    def _post_forward(self, unit: _Unit, output):
-        if unit.reshard_after_forward:
-            unit.reshard()
-        if torch.is_grad_enabled():
-            for t in _tensors_in(output):
-                if t.requires_grad:
-                    t.register_hook(lambda grad, unit=unit: self._pre_backward(unit))
-        return output
-
-    def _pre_backward(self, unit: _Unit) -> None:
-        unit.unshard()
-        if not self._backward_queued:
-            self._backward_queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
-
-    def _finish_backward(self) -> None:
-        # Every unit reduces, in one order on every rank (also a unit this
-        # rank's backward did not reach: its gradient counts as zero).
-        for unit in reversed(self._units):
-            unit.reduce(self._require_sync, self._free_after_backward)
-        self._backward_queued = False
-
-    @contextlib.contextmanager
     def no_sync(self):
         """Gradients accumulate locally (full size) and are reduced with the
         first backward after the context."""
-        previous = self._require_sync
-        self._require_sync = False
-        try:
-            yield
-        finally:
-            self._require_sync = previous
+        return self._coordinator.no_sync()
 
     # ---- state dicts --------------------------------------------------------------
 
@@ -434,6 +461,75 @@ class FullyShardedDataParallel(nn.Module):
             if key in buffers:
                 buffers[key].copy_(value)
         return None
+
+
+def _cast_inputs(dtype: torch.dtype, args, kwargs):
+    cast = lambda x: x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+    return tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
+
+
+# ---- FSDP2's composable form ----------------------------------------------------------
+
+
+class FSDPModule:
+    """The mixin every module sharded by ``fully_shard`` carries (FSDP2's
+    marker: ``isinstance(m, FSDPModule)``)."""
+
+
+@dataclass
+class MixedPrecisionPolicy:
+    """FSDP2's mixed precision: gather and compute in ``param_dtype``, reduce
+    gradients in ``reduce_dtype``."""
+    param_dtype: Optional[torch.dtype] = None
+    reduce_dtype: Optional[torch.dtype] = None
+    output_dtype: Optional[torch.dtype] = None
+    cast_forward_inputs: bool = True
+
+
+@dataclass
+class CPUOffloadPolicy:
+    pin_memory: bool = True
+
+
+def fully_shard(module: nn.Module, *, mesh=None, reshard_after_forward: bool = True,
+                mp_policy: Optional[MixedPrecisionPolicy] = None,
+                offload_policy: Optional[CPUOffloadPolicy] = None,
+                ignored_params: Optional[Set[nn.Parameter]] = None) -> nn.Module:
+    """FSDP2's ``fully_shard``: shards, in place, the parameters of ``module``
+    that no ``fully_shard`` call on a submodule took, as one unit over
+    ``mesh`` (a process group; default: the world). The module's class
+    becomes a subclass of FSDPModule; its ``parameters()`` then include the
+    unit's shards (what an optimizer steps). Call it on the layers first and
+    on the root last. Collective."""
+    found = []
+    for sub in module.modules():
+        c = getattr(sub, "_dk_fsdp", None)
+        if c is not None and all(c is not f for f in found):
+            found.append(c)
+    coordinator = found[0] if found else _Coordinator(free_after_backward=True)
+    claimed = {id(p) for p in ignored_params or []}
+    for c in found:  # what the submodules' calls took, and their shards
+        claimed.update(c.flat_ids)
+        for unit in c.units:
+            claimed.update(id(p) for _, _, p in unit.owned)
+    owned = _unclaimed_params(module, set(), claimed)
+    param_dtype = mp_policy.param_dtype if mp_policy else None
+    config = _shard_config(ShardingStrategy.FULL_SHARD if reshard_after_forward
+                           else ShardingStrategy.SHARD_GRAD_OP, param_dtype,
+                           mp_policy.reduce_dtype if mp_policy else None,
+                           offload_policy is not None, False, None)
+    if owned:
+        unit = coordinator.add(module, owned, mesh, config, param_dtype, reshard_after_forward,
+                               False)
+        for k, flat in enumerate(unit.flat_params):
+            module.register_parameter(f"_dk_flat_param_{len(coordinator.units) - 1}_{k}", flat)
+    module._dk_fsdp = coordinator
+    if mp_policy is not None and mp_policy.param_dtype is not None and mp_policy.cast_forward_inputs:
+        module.register_forward_pre_hook(
+            lambda m, args: _cast_inputs(mp_policy.param_dtype, args, {})[0])
+    if not isinstance(module, FSDPModule):
+        module.__class__ = type(f"FSDP{type(module).__name__}", (FSDPModule, type(module)), {})
+    return module
 
 
 def _tensors_in(x) -> List[torch.Tensor]:

@@ -192,6 +192,78 @@ def train_mm():
               f"{worst:.2e}", flush=True)
 
 
+class HFConfig:
+    architectures = ["TinyForCausalLM"]
+
+
+class TinyForCausalLM(nn.Module):
+    """The HF causal-LM layout: model.embed_tokens, model.layers, model.norm,
+    lm_head, config; plus a float64 parameter (off the dominant dtype)."""
+
+    def __init__(self, vocab=20, d=16):
+        super().__init__()
+        self.config = HFConfig()
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(vocab, d)
+        self.model.layers = nn.ModuleList([Attention(d) for _ in range(3)])
+        self.model.norm = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab)
+        self.temperature = nn.Parameter(torch.ones(1, dtype=torch.float64), requires_grad=False)
+
+    def forward(self, tokens):
+        h = self.model.embed_tokens(tokens)
+        for layer in self.model.layers:
+            h = layer(h)
+        return self.lm_head(self.model.norm(h)) / self.temperature.float()
+
+
+def train_fsdp2():
+    """modelopt's fsdp2_wrap on an HF-layout model, trained against the same
+    model alone on the global batch."""
+    import warnings
+    from distkit import distributed
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    reference = TinyForCausalLM()
+    torch.manual_seed(0 if rank == 0 else 200 + rank)
+    model = TinyForCausalLM()
+    model.load_state_dict(reference.state_dict())  # fully_shard does not sync states
+    check(not distributed.is_fsdp2_model(model), "not FSDP2 before the wrap")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        layers = distributed.fsdp2_wrap(model)
+    check(layers is model.model.layers, "fsdp2_wrap returns the decoder layers")
+    check(distributed.is_fsdp2_model(model), "is_fsdp2_model after the wrap")
+    check(model.config.architectures == ["TinyForCausalLM"], "config.architectures kept")
+    check(rank != 0 or any("Model has mixed parameter dtypes" in str(w.message) for w in caught),
+          "the off-dtype warning on rank 0")
+    check(isinstance(model.temperature, nn.Parameter), "the off-dtype parameter stays replicated")
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5)
+    for step in range(5):
+        x, y = tokens(step, rank * LOCAL, LOCAL)
+        nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+        opt.step()
+        opt.zero_grad()
+        gx, gy = tokens(step, 0, n * LOCAL)
+        nn.functional.cross_entropy(reference(gx).flatten(0, 1), gy.flatten()).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    x, _ = tokens(55, 0, 8)
+    with torch.no_grad():
+        got, want = model(x), reference(x)
+    worst = relative(got, want)
+    check(worst <= 1e-5, f"fsdp2_wrap: outputs differ from training alone by {worst:.2e}")
+    try:
+        distributed.fsdp2_wrap(nn.Sequential(nn.Linear(2, 2)))
+        check(False, "a model without decoder layers is refused")
+    except RuntimeError as e:
+        check(str(e) == "Could not auto-detect decoder layers; FSDP2 wrap requires a standard "
+              "HF causal-LM layout.", f"fsdp2_wrap error text: {e}")
+    if rank == 0:
+        print(f"fsdp2_wrap HF layout: outputs' relative difference {worst:.2e}", flush=True)
+
+
 class _nothing:
     def __enter__(self):
         return self
@@ -209,6 +281,7 @@ def main():
         train(strategy, 2, policy)
     train(ShardingStrategy.FULL_SHARD, 1, None)
     train_mm()
+    train_fsdp2()
     check(size_based_auto_wrap_policy(nn.Linear(2, 2), False, 100, min_num_params=50),
           "size policy")
     dist.barrier()
