@@ -6,10 +6,12 @@
 //!
 //!     bazel run //tools/distrun -- --nproc-per-node 4 -- $PWD/bazel-bin/examples/rust/train.bin
 //!
-//! Options: --steps N (default 200), --lr X (default 0.05).
+//! Options: --steps N (default 200), --lr X (default 0.05), --sharded (the
+//! parameters live sharded across the ranks, FSDP's FULL_SHARD, through
+//! distkit's Shard; otherwise every rank holds them, DDP's way).
 use std::time::Instant;
 
-use distkit::{InitOptions, ReduceOp, Reducer, ReducerOptions};
+use distkit::{InitOptions, ReduceOp, Reducer, ReducerOptions, Shard, ShardOptions};
 
 const FEATURES: usize = 16;
 const SAMPLES: usize = 8192;
@@ -51,11 +53,16 @@ fn main() -> distkit::Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
 
     // Parameters: the weights and the bias, each rank starting elsewhere;
-    // the reducer replaces them with rank 0's.
+    // the reducer (or the sharded unit) replaces them with rank 0's.
     let weights: Vec<f32> = (0..FEATURES).map(|j| 0.01 * j as f32 + rank as f32).collect();
-    let mut reducer = Reducer::new(&world, vec![weights, vec![rank as f32]], Vec::new(), &ReducerOptions::default())?;
+    let sharded = std::env::args().any(|a| a == "--sharded");
+    let mut engine = if sharded {
+        Engine::Sharded(Shard::new(&world, &[&weights, &[rank as f32]], &ShardOptions::default())?)
+    } else {
+        Engine::Replicated(Reducer::new(&world, vec![weights, vec![rank as f32]], Vec::new(), &ReducerOptions::default())?)
+    };
 
-    // This rank's shard: samples rank, rank + size, ...
+    // This rank's part of the data: samples rank, rank + size, ...
     let shard: Vec<usize> = (rank..SAMPLES).step_by(size).collect();
     let (mut first_loss, mut last_loss) = (None, 0f32);
     let start = Instant::now();
@@ -63,10 +70,10 @@ fn main() -> distkit::Result<()> {
         // Forward and backward on this rank's batch.
         let (mut gw, mut gb, mut loss) = (vec![0f32; FEATURES], 0f32, 0f32);
         {
-            let p = reducer.params();
-            for b in 0..BATCH {
-                let (x, y) = sample(shard[((step - 1) * BATCH + b) % shard.len()]);
-                let err = (0..FEATURES).map(|j| p[0][j] * x[j]).sum::<f32>() + p[1][0] - y;
+            let (w, b) = engine.params()?;
+            for k in 0..BATCH {
+                let (x, y) = sample(shard[((step - 1) * BATCH + k) % shard.len()]);
+                let err = (0..FEATURES).map(|j| w[j] * x[j]).sum::<f32>() + b - y;
                 for j in 0..FEATURES {
                     gw[j] += 2.0 * err * x[j] / BATCH as f32;
                 }
@@ -74,16 +81,7 @@ fn main() -> distkit::Result<()> {
                 loss += err * err / BATCH as f32;
             }
         }
-        // Backward produces the last parameter's gradient first.
-        reducer.mark_ready(1, &[gb])?;
-        reducer.mark_ready(0, &gw)?;
-        reducer.finalize()?;
-        let (params, grads) = reducer.params_and_grads();
-        for (p, g) in params.into_iter().zip(grads) {
-            for (v, d) in p.iter_mut().zip(g) {
-                *v -= lr * d;
-            }
-        }
+        engine.step(&gw, gb, lr)?;
         let mut global_loss = [loss];
         world.all_reduce(&mut global_loss, ReduceOp::Mean)?;
         let loss = global_loss[0];
@@ -94,7 +92,7 @@ fn main() -> distkit::Result<()> {
             println!("step {step:4}  loss {loss:.6}  samples/s {samples_per_s:.0}");
         }
     }
-    let params: Vec<f32> = reducer.params().concat();
+    let params: Vec<f32> = engine.full_params()?;
 
     // Every rank must hold the same parameters, bit for bit.
     let mut all = vec![0f32; params.len() * size];
@@ -112,4 +110,68 @@ fn main() -> distkit::Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// The two ways to train: every rank holds the parameters (DDP's Reducer)
+/// or each holds a shard (FSDP's Shard).
+enum Engine<'g> {
+    Replicated(Reducer<'g, f32>),
+    Sharded(Shard<'g>),
+}
+
+impl Engine<'_> {
+    /// The full weights and bias for this step's forward.
+    fn params(&mut self) -> distkit::Result<(Vec<f32>, f32)> {
+        match self {
+            Engine::Replicated(r) => Ok((r.params()[0].clone(), r.params()[1][0])),
+            Engine::Sharded(s) => {
+                s.unshard()?;
+                let w = s.full_param::<f32>(0)?.to_vec();
+                let b = s.full_param::<f32>(1)?[0];
+                s.reshard()?; // FULL_SHARD: only the shard stays between uses
+                Ok((w, b))
+            }
+        }
+    }
+
+    /// Averages the gradients across ranks and takes an SGD step.
+    fn step(&mut self, gw: &[f32], gb: f32, lr: f32) -> distkit::Result<()> {
+        match self {
+            Engine::Replicated(r) => {
+                // Backward produces the last parameter's gradient first.
+                r.mark_ready(1, &[gb])?;
+                r.mark_ready(0, gw)?;
+                r.finalize()?;
+                let (params, grads) = r.params_and_grads();
+                for (p, g) in params.into_iter().zip(grads) {
+                    for (v, d) in p.iter_mut().zip(g) {
+                        *v -= lr * d;
+                    }
+                }
+            }
+            Engine::Sharded(s) => {
+                s.accumulate_grad(1, &[gb])?;
+                s.accumulate_grad(0, gw)?;
+                s.reduce_grads()?;
+                let (values, grads) = s.local::<f32>(0)?;
+                for (v, d) in values.iter_mut().zip(grads) {
+                    *v -= lr * d;
+                }
+                s.zero_grads();
+            }
+        }
+        Ok(())
+    }
+
+    /// Every parameter, concatenated (collective when sharded).
+    fn full_params(&mut self) -> distkit::Result<Vec<f32>> {
+        match self {
+            Engine::Replicated(r) => Ok(r.params().concat()),
+            Engine::Sharded(s) => {
+                let mut outs = vec![vec![0f32; FEATURES], vec![0f32; 1]];
+                s.gather_full(&mut outs)?;
+                Ok(outs.concat())
+            }
+        }
+    }
 }

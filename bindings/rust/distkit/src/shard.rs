@@ -1,0 +1,191 @@
+//! Fully sharded data parallelism (the engine of FSDP) for Rust trainers:
+//! a unit's parameters live sharded across the group; each step gathers
+//! them, computes, reduces the gradients into this rank's shard, and the
+//! optimizer steps the shard.
+use std::os::raw::c_void;
+
+use distkit_sys as sys;
+
+use crate::element::{DataType, Element, View};
+use crate::error::{call, Code, Error, Result};
+use crate::group::Group;
+
+/// torch's ShardingStrategy (the hybrid ones need a replicate group).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShardingStrategy {
+    /// Free the full parameters after forward.
+    FullShard,
+    /// Keep them until after backward.
+    ShardGradOp,
+    /// No sharding: gradients all-reduced, as DDP.
+    NoShard,
+}
+
+/// Options of `Shard::new`.
+#[derive(Clone, Debug)]
+pub struct ShardOptions {
+    pub strategy: ShardingStrategy,
+    /// Broadcast rank 0's values before sharding.
+    pub sync_module_states: bool,
+    /// Gather and compute in this dtype (mixed precision); None: the parameters'.
+    pub param_dtype: Option<DataType>,
+}
+
+impl Default for ShardOptions {
+    fn default() -> Self {
+        ShardOptions { strategy: ShardingStrategy::FullShard, sync_module_states: true, param_dtype: None }
+    }
+}
+
+/// One sharded unit over `group`. The parameters given to `new` are read
+/// (rank 0's with sync_module_states) and may be dropped afterwards: from
+/// then on the unit holds them, one shard per rank.
+pub struct Shard<'g> {
+    ptr: *mut sys::dk_shard_t,
+    lens: Vec<usize>,
+    dtypes: Vec<DataType>,
+    _group: std::marker::PhantomData<&'g Group>,
+}
+
+fn dtype_of(code: sys::dk_dtype_t) -> DataType {
+    match code {
+        sys::DK_FLOAT16 => DataType::Float16,
+        sys::DK_BFLOAT16 => DataType::BFloat16,
+        sys::DK_FLOAT64 => DataType::Float64,
+        _ => DataType::Float32,
+    }
+}
+
+impl<'g> Shard<'g> {
+    /// Collective: every rank registers the same parameters (count, dtype,
+    /// length), else an InvalidArgument error on every rank naming the first
+    /// difference.
+    pub fn new<T: Element>(group: &'g Group, params: &[&[T]], options: &ShardOptions) -> Result<Self> {
+        let mut views: Vec<Box<View>> = params.iter().map(|p| View::of(p)).collect();
+        let ptrs: Vec<*mut sys::DLTensor> = views.iter_mut().map(|v| v.tensor()).collect();
+        let mut config = unsafe {
+            let mut c = std::mem::zeroed::<sys::dk_shard_config_t>();
+            sys::dk_shard_config_init(&mut c);
+            c
+        };
+        config.strategy = match options.strategy {
+            ShardingStrategy::FullShard => sys::DK_SHARD_FULL_SHARD,
+            ShardingStrategy::ShardGradOp => sys::DK_SHARD_SHARD_GRAD_OP,
+            ShardingStrategy::NoShard => sys::DK_SHARD_NO_SHARD,
+        };
+        config.sync_module_states = options.sync_module_states as i32;
+        config.param_dtype = options.param_dtype.map(|d| d.raw()).unwrap_or(sys::DK_DTYPE_UNSET);
+        let mut out = std::ptr::null_mut();
+        call(|err| unsafe {
+            sys::dk_shard_create(group.raw(), ptrs.as_ptr(), ptrs.len(), std::ptr::null(), &config, &mut out, err)
+        })?;
+        let compute = options.param_dtype.unwrap_or(T::DTYPE);
+        Ok(Shard {
+            ptr: out,
+            lens: params.iter().map(|p| p.len()).collect(),
+            dtypes: vec![compute; params.len()],
+            _group: std::marker::PhantomData,
+        })
+    }
+
+    fn check_index<T: Element>(&self, index: usize, what: &str) -> Result<usize> {
+        let len = *self
+            .lens
+            .get(index)
+            .ok_or_else(|| Error::new(Code::OutOfRange, format!("shard: parameter index {index} out of range")))?;
+        if self.dtypes[index] != T::DTYPE {
+            return Err(Error::new(
+                Code::InvalidArgument,
+                format!("shard: {what} {index} is {:?}, not {:?}", self.dtypes[index], T::DTYPE),
+            ));
+        }
+        Ok(len)
+    }
+
+    /// Collective: gathers the full parameters (blocking).
+    pub fn unshard(&mut self) -> Result<()> {
+        call(|err| unsafe { sys::dk_shard_unshard(self.ptr, err) })
+    }
+    /// Collective: starts the gather and returns at once (prefetch); `wait_unshard` ends it.
+    pub fn start_unshard(&mut self) -> Result<()> {
+        call(|err| unsafe { sys::dk_shard_unshard_start(self.ptr, err) })
+    }
+    pub fn wait_unshard(&mut self) -> Result<()> {
+        call(|err| unsafe { sys::dk_shard_unshard_wait(self.ptr, err) })
+    }
+    /// Frees the full parameters.
+    pub fn reshard(&mut self) -> Result<()> {
+        call(|err| unsafe { sys::dk_shard_reshard(self.ptr, err) })
+    }
+
+    /// Parameter `index`'s full values (after `unshard`, until `reshard`).
+    pub fn full_param<T: Element>(&self, index: usize) -> Result<&[T]> {
+        let len = self.check_index::<T>(index, "parameter")?;
+        let mut data: *mut c_void = std::ptr::null_mut();
+        call(|err| unsafe { sys::dk_shard_full_param(self.ptr, index as i32, &mut data, err) })?;
+        Ok(unsafe { std::slice::from_raw_parts(data as *const T, len) })
+    }
+
+    /// Adds parameter `index`'s gradient (its length; any float type).
+    pub fn accumulate_grad<T: Element>(&mut self, index: usize, grad: &[T]) -> Result<()> {
+        let mut v = View::of(grad);
+        call(|err| unsafe { sys::dk_shard_accumulate_grad(self.ptr, index as i32, v.tensor(), err) })
+    }
+
+    /// Collective: averages every rank's gradients into this rank's shard gradient.
+    pub fn reduce_grads(&mut self) -> Result<()> {
+        call(|err| unsafe { sys::dk_shard_reduce_grads(self.ptr, err) })
+    }
+
+    /// no_sync: while false, reduce_grads keeps accumulating locally.
+    pub fn set_require_sync(&mut self, require_sync: bool) {
+        unsafe { sys::dk_shard_set_require_sync(self.ptr, require_sync as i32) }
+    }
+
+    pub fn num_flat(&self) -> usize {
+        unsafe { sys::dk_shard_num_flat(self.ptr) as usize }
+    }
+
+    /// Flat buffer `flat`'s local shard (values, for the optimizer to update)
+    /// and its gradient.
+    pub fn local<T: Element>(&mut self, flat: usize) -> Result<(&mut [T], &[T])> {
+        let (mut data, mut grad): (*mut c_void, *mut c_void) = (std::ptr::null_mut(), std::ptr::null_mut());
+        let (mut n, mut dtype) = (0i64, 0 as sys::dk_dtype_t);
+        call(|err| unsafe { sys::dk_shard_local(self.ptr, flat as i32, &mut data, &mut grad, &mut n, &mut dtype, err) })?;
+        if dtype_of(dtype) != T::DTYPE {
+            return Err(Error::new(
+                Code::InvalidArgument,
+                format!("shard: flat buffer {flat} is {:?}, not {:?}", dtype_of(dtype), T::DTYPE),
+            ));
+        }
+        unsafe {
+            Ok((
+                std::slice::from_raw_parts_mut(data as *mut T, n as usize),
+                std::slice::from_raw_parts(grad as *const T, n as usize),
+            ))
+        }
+    }
+
+    /// Zeroes the shard gradients (after the optimizer step).
+    pub fn zero_grads(&mut self) {
+        unsafe { sys::dk_shard_zero_grads(self.ptr) }
+    }
+
+    /// Collective: every parameter's full values, into `outs` (their lengths).
+    pub fn gather_full<T: Element>(&mut self, outs: &mut [Vec<T>]) -> Result<()> {
+        let mut views: Vec<Box<View>> = outs.iter_mut().map(|o| View::of_mut(o)).collect();
+        let ptrs: Vec<*mut sys::DLTensor> = views.iter_mut().map(|v| v.tensor()).collect();
+        call(|err| unsafe { sys::dk_shard_gather_full(self.ptr, ptrs.as_ptr(), ptrs.len(), 0, err) })
+    }
+
+    /// Bytes the unit holds now (shards, gradients, full buffers).
+    pub fn held_bytes(&self) -> i64 {
+        unsafe { sys::dk_shard_held_bytes(self.ptr) }
+    }
+}
+
+impl Drop for Shard<'_> {
+    fn drop(&mut self) {
+        unsafe { sys::dk_shard_destroy(self.ptr) }
+    }
+}
