@@ -5,6 +5,9 @@
 // all_reduce as soon as its gradients are marked ready.
 //
 //	bazel run //tools/distrun -- --nproc-per-node 4 -- $PWD/bazel-bin/examples/go/train.bin
+//
+// With -sharded the parameters live sharded across the ranks (FSDP's
+// FULL_SHARD, distkit's Shard) instead of on every rank.
 package main
 
 import (
@@ -45,6 +48,7 @@ func sample(k int) ([features]float32, float32) {
 func main() {
 	steps := flag.Int("steps", 200, "training steps")
 	lr := flag.Float64("lr", 0.05, "learning rate")
+	sharded := flag.Bool("sharded", false, "shard the parameters across the ranks (FSDP)")
 	flag.Parse()
 	world, err := dk.Init("pytorch", dk.InitOptions{})
 	if err != nil {
@@ -66,9 +70,17 @@ func main() {
 	for j := range weights {
 		weights[j] = 0.01*float32(j) + float32(rank)
 	}
-	reducer, err := dk.NewReducer(world, [][]float32{weights, bias}, nil, dk.ReducerOptions{})
-	must(err)
-	defer reducer.Close()
+	var reducer *dk.Reducer[float32]
+	var unit *dk.Shard[float32]
+	if *sharded {
+		unit, err = dk.NewShard(world, [][]float32{weights, bias}, dk.ShardOptions{Strategy: dk.FullShard, SyncModuleStates: true})
+		must(err)
+		defer unit.Close()
+	} else {
+		reducer, err = dk.NewReducer(world, [][]float32{weights, bias}, nil, dk.ReducerOptions{})
+		must(err)
+		defer reducer.Close()
+	}
 
 	var shard []int // samples rank, rank + size, ...
 	for k := rank; k < samples; k += size {
@@ -84,6 +96,12 @@ func main() {
 		}
 		gb[0] = 0
 		loss := []float32{0}
+		if unit != nil { // gather this step's full parameters, then free them
+			must(unit.Unshard())
+			must(unit.FullParam(0, weights))
+			must(unit.FullParam(1, bias))
+			must(unit.Reshard())
+		}
 		for b := 0; b < batch; b++ {
 			x, y := sample(shard[((step-1)*batch+b)%len(shard)])
 			pred := bias[0]
@@ -97,14 +115,26 @@ func main() {
 			gb[0] += 2 * e / batch
 			loss[0] += e * e / batch
 		}
-		// Backward produces the last parameter's gradient first.
-		must(reducer.MarkReady(1, gb))
-		must(reducer.MarkReady(0, gw))
-		must(reducer.Finalize([][]float32{gw, gb}))
-		for j := range weights {
-			weights[j] -= float32(*lr) * gw[j]
+		if unit != nil { // averaged into this rank's shard; SGD on the shard
+			must(unit.AccumulateGrad(1, gb))
+			must(unit.AccumulateGrad(0, gw))
+			must(unit.ReduceGrads())
+			values, grads, err := unit.Local(0)
+			must(err)
+			for i := range values {
+				values[i] -= float32(*lr) * grads[i]
+			}
+			unit.ZeroGrads()
+		} else {
+			// Backward produces the last parameter's gradient first.
+			must(reducer.MarkReady(1, gb))
+			must(reducer.MarkReady(0, gw))
+			must(reducer.Finalize([][]float32{gw, gb}))
+			for j := range weights {
+				weights[j] -= float32(*lr) * gw[j]
+			}
+			bias[0] -= float32(*lr) * gb[0]
 		}
-		bias[0] -= float32(*lr) * gb[0]
 		must(dk.AllReduce(world, loss, dk.Mean))
 		lastLoss = loss[0]
 		if firstLoss < 0 {
@@ -114,6 +144,9 @@ func main() {
 			rate := float64(step*batch*size) / time.Since(start).Seconds()
 			fmt.Printf("step %4d  loss %.6f  samples/s %.0f\n", step, lastLoss, rate)
 		}
+	}
+	if unit != nil {
+		must(unit.GatherFull([][]float32{weights, bias}))
 	}
 	params := append(append([]float32{}, weights...), bias...)
 

@@ -1,0 +1,182 @@
+package distkit
+
+/*
+#include <stdlib.h>
+#include "distkit/distkit.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// ShardingStrategy is torch's (the hybrid strategies need a replicate group
+// and are not offered here yet).
+type ShardingStrategy int32
+
+const (
+	FullShard   ShardingStrategy = C.DK_SHARD_FULL_SHARD    // free the full parameters after forward
+	ShardGradOp ShardingStrategy = C.DK_SHARD_SHARD_GRAD_OP // keep them until after backward
+	NoShard     ShardingStrategy = C.DK_SHARD_NO_SHARD      // all_reduce, as DDP
+)
+
+// ShardOptions configure NewShard; the zero value is FULL_SHARD without
+// syncing rank 0's values.
+type ShardOptions struct {
+	Strategy         ShardingStrategy
+	SyncModuleStates bool
+}
+
+// Shard is one sharded unit (the engine of FSDP): the parameters given to
+// NewShard live split across the group, one shard per rank. Per step:
+// Unshard, read FullParam, Reshard, AccumulateGrad for every parameter,
+// ReduceGrads, then update Local's values with its gradient and ZeroGrads.
+// Close it.
+type Shard[T Element] struct {
+	ptr   *C.dk_shard_t
+	sizes []int
+}
+
+// NewShard is collective over g: every rank registers the same parameters
+// (count, length), else an InvalidArgument error on every rank.
+func NewShard[T Element](g *Group, params [][]T, o ShardOptions) (*Shard[T], error) {
+	var ts tensors
+	defer ts.free()
+	ptrs := make([]*C.DLTensor, len(params)+1)
+	s := &Shard[T]{}
+	for i, p := range params {
+		ptrs[i] = view(&ts, p)
+		s.sizes = append(s.sizes, len(p))
+	}
+	cptrs := (**C.DLTensor)(C.malloc(C.size_t(len(ptrs)) * C.size_t(unsafe.Sizeof((*C.DLTensor)(nil)))))
+	defer C.free(unsafe.Pointer(cptrs))
+	copy(unsafe.Slice(cptrs, len(ptrs)), ptrs)
+	var config C.dk_shard_config_t
+	C.dk_shard_config_init(&config)
+	config.strategy = C.int32_t(o.Strategy)
+	if o.SyncModuleStates {
+		config.sync_module_states = 1
+	}
+	var cerr *C.dk_error_t
+	if err := check(C.dk_shard_create(g.ptr, cptrs, C.size_t(len(params)), nil, &config, &s.ptr, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	runtime.SetFinalizer(s, (*Shard[T]).Close)
+	return s, nil
+}
+
+// Close frees the unit.
+func (s *Shard[T]) Close() {
+	if s.ptr != nil {
+		C.dk_shard_destroy(s.ptr)
+		s.ptr = nil
+	}
+	runtime.SetFinalizer(s, nil)
+}
+
+func (s *Shard[T]) live() error {
+	if s.ptr == nil {
+		return &Error{FailedPrecondition, "distkit: the shard is closed"}
+	}
+	return nil
+}
+
+// Unshard is collective: it gathers the full parameters.
+func (s *Shard[T]) Unshard() error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	var cerr *C.dk_error_t
+	return check(C.dk_shard_unshard(s.ptr, &cerr), cerr)
+}
+
+// Reshard frees the full parameters.
+func (s *Shard[T]) Reshard() error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	var cerr *C.dk_error_t
+	return check(C.dk_shard_reshard(s.ptr, &cerr), cerr)
+}
+
+// FullParam copies parameter i's full values into dst (after Unshard).
+func (s *Shard[T]) FullParam(i int, dst []T) error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	if i < 0 || i >= len(s.sizes) || len(dst) != s.sizes[i] {
+		return &Error{InvalidArgument, fmt.Sprintf("shard: parameter %d with %d elements", i, len(dst))}
+	}
+	var p unsafe.Pointer
+	var cerr *C.dk_error_t
+	if err := check(C.dk_shard_full_param(s.ptr, C.int32_t(i), &p, &cerr), cerr); err != nil {
+		return err
+	}
+	copyBack(dst, p)
+	return nil
+}
+
+// AccumulateGrad adds parameter i's gradient.
+func (s *Shard[T]) AccumulateGrad(i int, grad []T) error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	var ts tensors
+	defer ts.free()
+	var cerr *C.dk_error_t
+	return check(C.dk_shard_accumulate_grad(s.ptr, C.int32_t(i), view(&ts, grad), &cerr), cerr)
+}
+
+// ReduceGrads is collective: every rank's gradients averaged into this
+// rank's shard gradient.
+func (s *Shard[T]) ReduceGrads() error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	var cerr *C.dk_error_t
+	return check(C.dk_shard_reduce_grads(s.ptr, &cerr), cerr)
+}
+
+// Local is flat buffer k's shard: its values (the optimizer updates them in
+// place) and its gradient. Both point into the library's memory and stay
+// valid until Close.
+func (s *Shard[T]) Local(k int) (values, grads []T, err error) {
+	if err := s.live(); err != nil {
+		return nil, nil, err
+	}
+	var data, grad unsafe.Pointer
+	var n C.int64_t
+	var dtype C.dk_dtype_t
+	var cerr *C.dk_error_t
+	if err := check(C.dk_shard_local(s.ptr, C.int32_t(k), &data, &grad, &n, &dtype, &cerr), cerr); err != nil {
+		return nil, nil, err
+	}
+	return unsafe.Slice((*T)(data), int(n)), unsafe.Slice((*T)(grad), int(n)), nil
+}
+
+// ZeroGrads zeroes the shard gradients.
+func (s *Shard[T]) ZeroGrads() {
+	if s.ptr != nil {
+		C.dk_shard_zero_grads(s.ptr)
+	}
+}
+
+// GatherFull is collective: every parameter's full values into outs.
+func (s *Shard[T]) GatherFull(outs [][]T) error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	var ts tensors
+	defer ts.free()
+	ptrs := make([]*C.DLTensor, len(outs)+1)
+	for i, o := range outs {
+		ptrs[i] = view(&ts, o)
+	}
+	cptrs := (**C.DLTensor)(C.malloc(C.size_t(len(ptrs)) * C.size_t(unsafe.Sizeof((*C.DLTensor)(nil)))))
+	defer C.free(unsafe.Pointer(cptrs))
+	copy(unsafe.Slice(cptrs, len(ptrs)), ptrs)
+	var cerr *C.dk_error_t
+	return check(C.dk_shard_gather_full(s.ptr, cptrs, C.size_t(len(outs)), 0, &cerr), cerr)
+}
