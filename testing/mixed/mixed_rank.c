@@ -1,4 +1,5 @@
 /* The C rank of the mixed-language job (see README.md): the C ABI. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,48 @@ int main(void) {
   }
   printf("\n");
   dk_free(items);
+
+  /* 9: one model sharded across the languages (README). */
+  {
+    float w[10];
+    int64_t ten = 10;
+    for (int i = 0; i < 10; ++i) w[i] = r == 0 ? 0.1f * i : -5.0f;
+    DLTensor tw = view(w, &ten, kDLFloat, 32);
+    DLTensor* ps[1] = {&tw};
+    dk_shard_config_t sc;
+    dk_shard_config_init(&sc);
+    sc.sync_module_states = 1;
+    dk_shard_t* unit = NULL;
+    OK(dk_shard_create(world, ps, 1, NULL, &sc, &unit, &e_));
+    for (int step = 0; step < 3; ++step) {
+      float* full = NULL;
+      float g[10];
+      OK(dk_shard_unshard(unit, &e_));
+      OK(dk_shard_full_param(unit, 0, (void**)&full, &e_));
+      for (int i = 0; i < 10; ++i) g[i] = (r + 1) * 0.1f * full[i] + 0.01f * i;
+      OK(dk_shard_reshard(unit, &e_));
+      DLTensor tg = view(g, &ten, kDLFloat, 32);
+      OK(dk_shard_accumulate_grad(unit, 0, &tg, &e_));
+      OK(dk_shard_reduce_grads(unit, &e_));
+      float *vals = NULL, *grads = NULL;
+      int64_t len = 0;
+      dk_dtype_t dt;
+      OK(dk_shard_local(unit, 0, (void**)&vals, (void**)&grads, &len, &dt,
+                        &e_));
+      for (int64_t i = 0; i < len; ++i) vals[i] -= 0.5f * grads[i];
+      dk_shard_zero_grads(unit);
+    }
+    DLTensor* outs[1] = {&tw};
+    OK(dk_shard_gather_full(unit, outs, 1, 0, &e_));
+    for (int i = 0; i < 10; ++i) {
+      double want = 0.1 * i;
+      for (int step = 0; step < 3; ++step)
+        want -= 0.5 * (0.1 * want * (n + 1) / 2.0 + 0.01 * i);
+      if (fabs(w[i] - want) > 1e-5 * (fabs(want) > 1 ? fabs(want) : 1))
+        die("sharded training", NULL);
+    }
+    dk_shard_destroy(unit);
+  }
   OK(dk_group_barrier(world, NULL, &e_));
   dk_group_destroy(world);
   printf("rank %d (c): mixed-language checks passed\n", r);

@@ -1,5 +1,6 @@
 // The C++ rank of the mixed-language job (see README.md): the C++ API.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -11,6 +12,7 @@
 #include "cc/dist_api/collectives.h"
 #include "cc/dist_api/dist.h"
 #include "cc/dist_api/object_collectives.h"
+#include "cc/parallel/flat_shard.h"
 
 namespace dk = distkit;
 namespace dist = distkit::dist;
@@ -99,6 +101,43 @@ int main() {
     line += " " + name;
   }
   std::printf("rank %d (c++): languages:%s\n", r, line.c_str());
+
+  // 9: one model sharded across the languages (README).
+  {
+    std::vector<float> w(10);
+    for (int i = 0; i < 10; ++i) w[i] = r == 0 ? 0.1f * i : -5.0f;
+    dk::FlatShard::Options o;
+    o.sync_module_states = true;
+    auto unit = dk::FlatShard::Create(
+        dist::GetDefaultGroup(),
+        {{dk::TensorRef(w.data(), 10, dk::DataType::kFloat32), "w"}}, o);
+    Ok(unit.status(), "shard");
+    for (int step = 0; step < 3; ++step) {
+      Ok((*unit)->Unshard(), "unshard");
+      const float* full = (*unit)->FullParam(0)->data<float>();
+      std::vector<float> g(10);
+      for (int i = 0; i < 10; ++i) g[i] = (r + 1) * 0.1f * full[i] + 0.01f * i;
+      Ok((*unit)->Reshard(), "reshard");
+      Ok((*unit)->AccumulateGrad(
+             0, dk::TensorRef(g.data(), 10, dk::DataType::kFloat32)),
+         "accumulate");
+      Ok((*unit)->ReduceScatterGrads(), "reduce");
+      dk::TensorRef vals = (*unit)->Shard(0), grads = (*unit)->ShardGrad(0);
+      for (int64_t i = 0; i < vals.numel(); ++i)
+        vals.data<float>()[i] -= 0.5f * grads.data<float>()[i];
+      (*unit)->ZeroShardGrads();
+    }
+    Ok((*unit)->GatherFullParams(
+           {dk::TensorRef(w.data(), 10, dk::DataType::kFloat32)}),
+       "gather");
+    for (int i = 0; i < 10; ++i) {
+      double want = 0.1 * i;
+      for (int step = 0; step < 3; ++step)
+        want -= 0.5 * (0.1 * want * (n + 1) / 2.0 + 0.01 * i);
+      Check(std::fabs(w[i] - want) <= 1e-5 * std::max(1.0, std::fabs(want)),
+            "sharded training");
+    }
+  }
   Ok(dist::Barrier(), "barrier");
   dist::DestroyDist();
   std::printf("rank %d (c++): mixed-language checks passed\n", r);

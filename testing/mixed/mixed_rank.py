@@ -4,6 +4,7 @@ import sys
 import torch
 
 from distkit import dist
+from distkit.fsdp import FullyShardedDataParallel
 
 N = 9
 
@@ -12,6 +13,10 @@ def check(ok, what):
     if not ok:
         print(f"rank {dist.get_rank()} (python): FAILED: {what}", file=sys.stderr)
         sys.exit(1)
+
+
+def idx_f(k):
+    return torch.arange(k, dtype=torch.float32)
 
 
 def obj(r):
@@ -51,6 +56,28 @@ def main():
     check(set(names) <= {"c", "c++", "python", "rust", "go"} and len(set(names)) == len(names),
           f"language names {names}")
     print(f"rank {r} (python): languages: {' '.join(names)}")
+
+    # 9: one model sharded across the languages (README), through distkit.fsdp.
+    class Quadratic(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(0.1 * idx_f(10) if r == 0 else torch.full((10,), -5.0))
+
+        def forward(self):
+            return ((r + 1) * 0.05 * self.w ** 2 + 0.01 * idx_f(10) * self.w).sum()
+
+    model = FullyShardedDataParallel(Quadratic(), sync_module_states=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    for _ in range(3):
+        model().backward()
+        opt.step()
+        opt.zero_grad()
+    w = model.state_dict()["w"]
+    for i in range(10):
+        want = 0.1 * i
+        for _ in range(3):
+            want -= 0.5 * (0.1 * want * (n + 1) / 2 + 0.01 * i)
+        check(abs(w[i].item() - want) <= 1e-5 * max(1.0, abs(want)), f"sharded training {w}")
     dist.barrier()
     print(f"rank {r} (python): mixed-language checks passed")
 

@@ -1,5 +1,5 @@
 //! The Rust rank of the mixed-language job (see README.md): the distkit crate.
-use distkit::{InitOptions, ReduceOp};
+use distkit::{InitOptions, ReduceOp, Shard, ShardOptions};
 
 const N: usize = 9;
 
@@ -58,6 +58,33 @@ fn main() -> distkit::Result<()> {
         "language names",
     );
     println!("rank {r} (rust): languages: {}", names.join(" "));
+
+    // 9: one model sharded across the languages (README).
+    let init: Vec<f32> = (0..10).map(|i| if r == 0 { 0.1 * i as f32 } else { -5.0 }).collect();
+    let mut unit = Shard::new(&world, &[&init], &ShardOptions::default())?;
+    for _ in 0..3 {
+        unit.unshard()?;
+        let g: Vec<f32> =
+            unit.full_param::<f32>(0)?.iter().enumerate().map(|(i, &w)| (r + 1) as f32 * 0.1 * w + 0.01 * i as f32).collect();
+        unit.reshard()?;
+        unit.accumulate_grad(0, &g)?;
+        unit.reduce_grads()?;
+        let (values, grads) = unit.local::<f32>(0)?;
+        for (v, d) in values.iter_mut().zip(grads) {
+            *v -= 0.5 * d;
+        }
+        unit.zero_grads();
+    }
+    let mut full = vec![vec![0f32; 10]];
+    unit.gather_full(&mut full)?;
+    for i in 0..10 {
+        let mut want = 0.1 * i as f64;
+        for _ in 0..3 {
+            want -= 0.5 * (0.1 * want * (n + 1) as f64 / 2.0 + 0.01 * i as f64);
+        }
+        check((full[0][i] as f64 - want).abs() <= 1e-5 * want.abs().max(1.0), r, "sharded training");
+    }
+    drop(unit);
     world.barrier()?;
     println!("rank {r} (rust): mixed-language checks passed");
     Ok(())

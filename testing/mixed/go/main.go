@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 
@@ -106,6 +107,43 @@ func main() {
 		names = append(names, name)
 	}
 	fmt.Printf("rank %d (go): languages: %s\n", r, strings.Join(names, " "))
+
+	// 9: one model sharded across the languages (README).
+	w := make([]float32, 10)
+	for i := range w {
+		w[i] = -5
+		if r == 0 {
+			w[i] = 0.1 * float32(i)
+		}
+	}
+	unit, err := dk.NewShard(world, [][]float32{w}, dk.ShardOptions{Strategy: dk.FullShard, SyncModuleStates: true})
+	must(err)
+	full, g := make([]float32, 10), make([]float32, 10)
+	for step := 0; step < 3; step++ {
+		must(unit.Unshard())
+		must(unit.FullParam(0, full))
+		for i := range g {
+			g[i] = float32(r+1)*0.1*full[i] + 0.01*float32(i)
+		}
+		must(unit.Reshard())
+		must(unit.AccumulateGrad(0, g))
+		must(unit.ReduceGrads())
+		values, grads, err := unit.Local(0)
+		must(err)
+		for i := range values {
+			values[i] -= 0.5 * grads[i]
+		}
+		unit.ZeroGrads()
+	}
+	must(unit.GatherFull([][]float32{w}))
+	for i := range w {
+		want := 0.1 * float64(i)
+		for step := 0; step < 3; step++ {
+			want -= 0.5 * (0.1*want*float64(n+1)/2 + 0.01*float64(i))
+		}
+		check(math.Abs(float64(w[i])-want) <= 1e-5*math.Max(1, math.Abs(want)), "sharded training")
+	}
+	unit.Close()
 	must(world.Barrier())
 	world.Close()
 	fmt.Printf("rank %d (go): mixed-language checks passed\n", r)
