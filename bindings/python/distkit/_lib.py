@@ -196,6 +196,8 @@ _PROTOTYPES = {
     "dk_shard_local": (c_status, [P, ctypes.c_int32, PP, PP, ctypes.POINTER(ctypes.c_int64),
                                   ctypes.POINTER(ctypes.c_int32), PP]),
     "dk_shard_zero_grads": (None, [P]),
+    "dk_shard_held_bytes": (ctypes.c_int64, [P]),
+    "dk_shard_peak_held_bytes": (ctypes.c_int64, [P]),
     "dk_shard_gather_full": (c_status, [P, ctypes.POINTER(T), ctypes.c_size_t, ctypes.c_int32,
                                         PP]),
     "dk_shard_load_full": (c_status, [P, ctypes.POINTER(T), ctypes.c_size_t, ctypes.c_int32,

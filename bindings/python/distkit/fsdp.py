@@ -19,6 +19,7 @@ full state dict under the original module's keys.
 import contextlib
 import ctypes
 import enum
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, List, Optional, Set, Type
@@ -33,7 +34,8 @@ from ._lib import check, lib
 __all__ = [
     "BackwardPrefetch", "CPUOffload", "CPUOffloadPolicy", "FSDPModule", "FullyShardedDataParallel",
     "MixedPrecision", "MixedPrecisionPolicy", "fully_shard",
-    "ModuleWrapPolicy", "ShardingStrategy", "StateDictType", "size_based_auto_wrap_policy",
+    "ModuleWrapPolicy", "ShardingStrategy", "StateDictType", "memory_stats",
+    "reset_peak_memory_stats", "size_based_auto_wrap_policy",
     "transformer_auto_wrap_policy",
 ]
 
@@ -150,6 +152,39 @@ def _alias(t: torch.Tensor) -> torch.Tensor:
                                               t.stride())
 
 
+# Bytes of gathered full parameters alive now and at most (for benchmarks:
+# what sharding saves is visible here; the shards live in the library,
+# dk_shard_held_bytes).
+_full_bytes = {"now": 0, "peak": 0}
+
+
+_live_units = weakref.WeakSet()
+_held = {"peak": 0}
+
+
+def _sample_memory() -> None:
+    """Records the model state held right now (library + torch storage)."""
+    now = _full_bytes["now"] + sum(lib.dk_shard_held_bytes(u.handle) for u in list(_live_units)
+                                   if u.handle)
+    _held["peak"] = max(_held["peak"], now)
+
+
+def memory_stats() -> dict:
+    """Bytes of sharded model state, now and at most since the last
+    reset_peak_memory_stats(): "full_now" / "full_peak", the gathered full
+    parameters in torch storage; "held_peak", those plus what the library
+    holds for every unit (shards, shard gradients, full gradients, gather
+    buffers) at the same moment."""
+    return {"full_now": _full_bytes["now"], "full_peak": _full_bytes["peak"],
+            "held_peak": _held["peak"]}
+
+
+def reset_peak_memory_stats() -> None:
+    _full_bytes["peak"] = _full_bytes["now"]
+    _held["peak"] = 0
+    _sample_memory()
+
+
 class _Unit:
     """One sharded unit: its parameters' places in the module tree, the
     dk_shard_t, the shard parameters the optimizer sees, and the torch-owned
@@ -204,20 +239,27 @@ class _Unit:
         for t in self.full:
             _free(t)
         self.gathered = False
+        self.reduced = False
         self.leaves: List[Optional[torch.Tensor]] = [None] * len(owned)
+        _live_units.add(self)
         for (owner, name, _), view in zip(owned, self.views):
             del owner._parameters[name]
             object.__setattr__(owner, name, view)
 
     def __del__(self):
         if getattr(self, "handle", None):
+            _full_bytes["now"] -= self.full_bytes()
             lib.dk_shard_destroy(self.handle)
             self.handle = None
+
+    def full_bytes(self) -> int:
+        return sum(t.storage().size() * t.element_size() for t in self.full)
 
     def unshard(self) -> None:
         if self.gathered:
             return
         check(lib.dk_shard_unshard, self.handle)
+        before = self.full_bytes()
         for k, t in enumerate(self.full):
             _alloc(t)
             address = ctypes.c_void_p()
@@ -225,28 +267,51 @@ class _Unit:
             with torch.no_grad():
                 _alias(t).copy_(_tensor_at(address.value, t.numel(), t.dtype))
         check(lib.dk_shard_reshard, self.handle)  # the torch copy is what is used
+        _full_bytes["now"] += self.full_bytes() - before
+        _full_bytes["peak"] = max(_full_bytes["peak"], _full_bytes["now"])
         self.gathered = True
+        _sample_memory()
 
     def reshard(self) -> None:
         if not self.gathered:
             return
+        _full_bytes["now"] -= self.full_bytes()
         for t in self.full:
             _free(t)
         self.gathered = False
 
-    def expose(self) -> None:
-        """Fresh leaves over the full parameters for this forward; their
-        gradients go to the unit."""
+    def expose(self, on_all_grads: Callable[["_Unit"], None]) -> None:
+        """Fresh leaves over the full parameters for this forward. Each
+        gradient goes to the unit; once every leaf of the unit has its
+        gradient, `on_all_grads` reduces the unit at once (its full gradients
+        are freed then, not at the end of backward)."""
+        self.pending = 0
+        self.reduced = False
+        self.accumulators = []
         for i, ((owner, name, original), view) in enumerate(zip(self.owned, self.views)):
             leaf = view.detach().requires_grad_(original.requires_grad)
-            if original.requires_grad:
+            if original.requires_grad and torch.is_grad_enabled():
                 leaf.register_hook(lambda grad, i=i: self._on_grad(i, grad))
+                # After torch stores the gradient in leaf.grad: drop that
+                # full-size copy (the unit has its own) and count it.
+                accumulator = leaf.expand_as(leaf).grad_fn.next_functions[0][0]
+                accumulator.register_hook(
+                    lambda *unused, leaf=leaf: self._after_grad(leaf, on_all_grads))
+                self.accumulators.append(accumulator)  # kept alive for the hook
+                self.pending += 1
             object.__setattr__(owner, name, leaf)
             self.leaves[i] = leaf
 
     def _on_grad(self, index: int, grad: torch.Tensor):
         view = Borrowed(grad.contiguous())
         check(lib.dk_shard_accumulate_grad, self.handle, index, view.pointer)
+        _sample_memory()
+
+    def _after_grad(self, leaf: torch.Tensor, on_all_grads) -> None:
+        leaf.grad = None
+        self.pending -= 1
+        if self.pending == 0 and not self.reduced:
+            on_all_grads(self)
 
     def reduce(self, require_sync: bool, free_after: bool) -> None:
         for flat, grad in zip(self.flat_params, self.grad_views):
@@ -255,6 +320,7 @@ class _Unit:
                 break
         lib.dk_shard_set_require_sync(self.handle, 1 if require_sync else 0)
         check(lib.dk_shard_reduce_grads, self.handle)
+        self.reduced = True
         for flat, grad in zip(self.flat_params, self.grad_views):
             flat.grad = grad
         for leaf in self.leaves:
@@ -264,6 +330,7 @@ class _Unit:
             self.reshard()
         else:
             self.gathered = False  # the optimizer changes the shards: gather again
+        _sample_memory()
 
     def gather_full(self) -> List[torch.Tensor]:
         outs = [torch.empty(p.shape, dtype=p.dtype) for _, _, p in self.owned]
@@ -318,7 +385,12 @@ class _Coordinator:
 
     def _pre_forward(self, unit: "_Unit") -> None:
         unit.unshard()
-        unit.expose()
+        unit.expose(self._reduce_now)
+
+    def _reduce_now(self, unit: "_Unit") -> None:
+        """Every gradient of `unit` arrived: reduce it during backward (each
+        rank's backward reaches the units in the same order)."""
+        unit.reduce(self.require_sync, self.free_after_backward)
 
     def _post_forward(self, unit: "_Unit", output):
         if unit.reshard_after_forward:
@@ -336,8 +408,12 @@ class _Coordinator:
             torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
 
     def _finish_backward(self) -> None:
+        # Units backward did not reach here: reduced now, in one order on
+        # every rank (their gradient counts as zero).
         for unit in reversed(self.units):
-            unit.reduce(self.require_sync, self.free_after_backward)
+            if not getattr(unit, "reduced", False):
+                unit.reduce(self.require_sync, self.free_after_backward)
+            unit.reduced = False
         self.backward_queued = False
 
     @contextlib.contextmanager
@@ -433,6 +509,12 @@ class FullyShardedDataParallel(nn.Module):
         """Gradients accumulate locally (full size) and are reduced with the
         first backward after the context."""
         return self._coordinator.no_sync()
+
+    def held_bytes(self) -> dict:
+        """What the library holds for this model's units: {"now", "peak"}
+        (shards, shard gradients and, while gathering, full buffers)."""
+        return {"now": sum(lib.dk_shard_held_bytes(u.handle) for u in self._units),
+                "peak": sum(lib.dk_shard_peak_held_bytes(u.handle) for u in self._units)}
 
     # ---- state dicts --------------------------------------------------------------
 

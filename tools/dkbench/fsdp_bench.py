@@ -1,0 +1,72 @@
+"""Sharded training side by side with DDP, in one run: step time and
+per-rank memory of distkit's DDP and distkit.fsdp (FULL_SHARD, SHARD_GRAD_OP,
+NO_SHARD; one unit per layer) on the DDP benchmark's ~26M-parameter MLP.
+Memory is the model state a rank holds at peak (parameters, gradients,
+optimizer state, gathered full parameters: counted from the library's and the
+wrapper's own accounts) beside the bound total/N x 3 + the largest unit's
+full size x 2, and the peak RSS. The implementations alternate for --repeats
+rounds (median of medians).
+
+    bazel run //tools/dkbench:fsdp_bench -- --world-size 2 --repeats 3
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+IMPLS = ["ddp", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"]
+
+
+def tool(*parts):
+    path = os.path.join(HERE, *parts)
+    if not os.path.exists(path):
+        sys.exit(f"{path} not found; run through bazel run //tools/dkbench:fsdp_bench")
+    return path
+
+
+def run(cmd):
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    for line in out.stdout.splitlines():
+        line = line.split("]: ", 1)[-1]
+        if line.startswith("RESULT"):
+            return dict(f.split("=") for f in line.split()[1:])
+    sys.exit(f"no RESULT from {' '.join(cmd)}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--world-size", type=int, default=2)
+    args = parser.parse_args()
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    base = [tool("..", "distrun", "distrun"), "--nproc-per-node", str(args.world_size),
+            "--master-port", "0", "--", "/usr/bin/python3", tool("fsdp_bench_worker.py"), "--impl"]
+    results = {impl: [] for impl in IMPLS}
+    last = {}
+    for _ in range(args.repeats):
+        for impl in IMPLS:
+            fields = run(base + [impl])
+            results[impl].append(float(fields["median_ms"]))
+            last[impl] = fields
+    n = args.world_size
+    total, largest = int(last["ddp"]["total"]), int(last["ddp"]["largest"])
+    ddp_ms = statistics.median(results["ddp"])
+    print(f"Sharded training, {total / 4e6:.1f}M float32 parameters ({total / 2**20:.0f} MiB), "
+          f"batch 32, SGD momentum, world size {n}, CPU, {args.repeats} rounds of 10 steps")
+    print(f"{'implementation':<16}{'step ms':>9}{'this/DDP':>10}{'state MiB':>11}"
+          f"{'bound MiB':>11}{'RSS MiB':>9}   rounds")
+    for impl in IMPLS:
+        ms = statistics.median(results[impl])
+        state = int(last[impl]["state_bytes"])
+        bound = 3 * total if impl in ("ddp", "NO_SHARD") else 3 * total / n + 2 * largest
+        print(f"{impl:<16}{ms:>9.1f}{ms / ddp_ms:>10.2f}{state / 2**20:>11.1f}"
+              f"{bound / 2**20:>11.1f}{int(last[impl]['rss']) / 2**20:>9.0f}   "
+              f"{', '.join(f'{v:.0f}' for v in results[impl])}")
+
+
+if __name__ == "__main__":
+    main()

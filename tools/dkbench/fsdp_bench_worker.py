@@ -1,0 +1,71 @@
+"""One rank of the sharded-training benchmark (fsdp_bench.py runs it): the
+DDP benchmark's 4-layer MLP (~26M float32 parameters, batch 32, SGD with
+momentum) under distkit's DDP or distkit.fsdp with one unit per layer. Rank
+0 prints the median step time and this rank's memory: the bytes of model
+state it holds at peak (parameters, gradients, optimizer state, and for FSDP
+the gathered full parameters) and its peak RSS."""
+import argparse
+import resource
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+WIDTH, BATCH, WARMUP, STEPS = 2560, 32, 3, 10
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--impl", required=True,
+                        choices=["ddp", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"])
+    impl = parser.parse_args().impl
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    layers = []
+    for i in range(4):
+        layers.append(torch.nn.Linear(WIDTH, WIDTH))
+        if i < 3:
+            layers.append(torch.nn.ReLU())
+    net = torch.nn.Sequential(*layers)
+    total = sum(p.numel() * p.element_size() for p in net.parameters())
+    largest = max(sum(p.numel() * p.element_size() for p in layer.parameters()) for layer in layers)
+    from distkit import dist, fsdp
+    from distkit.model import MMDistributedDataParallel
+    dist.init_dist("pytorch", backend="gloo")
+    if impl == "ddp":
+        model = MMDistributedDataParallel(net)
+        params = list(net.parameters())
+    else:
+        model = fsdp.FullyShardedDataParallel(
+            net, sharding_strategy=fsdp.ShardingStrategy[impl],
+            auto_wrap_policy=fsdp.ModuleWrapPolicy({torch.nn.Linear}))
+        params = list(model.parameters())
+    sgd = torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
+    times = []
+    for step in range(WARMUP + STEPS):
+        if step == WARMUP and impl != "ddp":
+            fsdp.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        sgd.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        sgd.step()
+        if step >= WARMUP:
+            times.append((time.perf_counter() - t0) * 1e3)
+    optim_bytes = sum(s["momentum_buffer"].numel() * 4 for s in sgd.state.values()
+                      if s.get("momentum_buffer") is not None)
+    if impl == "ddp":
+        state = 2 * total + optim_bytes  # parameters and gradients, full on every rank
+    else:
+        state = fsdp.memory_stats()["held_peak"] + optim_bytes
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if dist.get_rank() == 0:
+        print(f"RESULT impl={impl} total={total} largest={largest} "
+              f"median_ms={statistics.median(times):.1f} state_bytes={state} rss={rss}",
+              flush=True)
+    dist.destroy()
+
+
+if __name__ == "__main__":
+    main()
