@@ -3,8 +3,9 @@ per-rank memory of distkit's DDP and distkit.fsdp (FULL_SHARD, SHARD_GRAD_OP,
 NO_SHARD; one unit per layer) on the DDP benchmark's ~26M-parameter MLP.
 Memory is the model state a rank holds at peak (parameters, gradients,
 optimizer state, gathered full parameters: counted from the library's and the
-wrapper's own accounts) beside the bound total/N x 3 + the largest unit's
-full size x 2, and the peak RSS. The implementations alternate for --repeats
+wrapper's own accounts) beside each strategy's bound (FULL_SHARD: 3 x
+total / N + the largest unit's full parameters and gradients), and the peak
+RSS. The implementations alternate for --repeats
 rounds (median of medians).
 
     bazel run //tools/dkbench:fsdp_bench -- --world-size 2 --repeats 3
@@ -62,7 +63,12 @@ def main():
     for impl in IMPLS:
         ms = statistics.median(results[impl])
         state = int(last[impl]["state_bytes"])
-        bound = 3 * total if impl in ("ddp", "NO_SHARD") else 3 * total / n + 2 * largest
+        bound = {  # parameters + gradients + momentum, and what each strategy adds
+            "ddp": 3 * total,
+            "NO_SHARD": 3 * total + largest,  # + one unit's gradient while it reduces
+            "FULL_SHARD": 3 * total / n + 2 * largest,  # + one unit's full params and grads
+            "SHARD_GRAD_OP": 3 * total / n + total + largest,  # full params kept for backward
+        }[impl]
         print(f"{impl:<16}{ms:>9.1f}{ms / ddp_ms:>10.2f}{state / 2**20:>11.1f}"
               f"{bound / 2**20:>11.1f}{int(last[impl]['rss']) / 2**20:>9.0f}   "
               f"{', '.join(f'{v:.0f}' for v in results[impl])}")

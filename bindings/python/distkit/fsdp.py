@@ -231,14 +231,22 @@ class _Unit:
             flat.grad = self.grad_views[-1]
             self.flat_params.append(flat)
         # Full parameters: torch-owned, in the compute dtype, storage freed
-        # while sharded; the module sees views of them.
-        self.full = [torch.empty(n, dtype=compute_dtype or dtypes[k])
-                     for k, n in enumerate(self.flat_numel)]
+        # while sharded; the module sees views of them. NO_SHARD in the
+        # parameters' own dtype: the shard is the whole parameter, so the
+        # module computes on the shard's memory itself (nothing gathered,
+        # nothing copied).
+        self.aliased = (config.strategy == _lib.SHARD_NO_SHARD and compute_dtype is None)
+        if self.aliased:
+            self.full = [flat.data[:n] for flat, n in zip(self.flat_params, self.flat_numel)]
+        else:
+            self.full = [torch.empty(n, dtype=compute_dtype or dtypes[k])
+                         for k, n in enumerate(self.flat_numel)]
         self.views = [self.full[k].narrow(0, off, n).view(shape)
                       for k, off, n, shape in self.place]
-        for t in self.full:
-            _free(t)
-        self.gathered = False
+        if not self.aliased:
+            for t in self.full:
+                _free(t)
+        self.gathered = self.aliased
         self.reduced = False
         self.leaves: List[Optional[torch.Tensor]] = [None] * len(owned)
         _live_units.add(self)
@@ -253,6 +261,8 @@ class _Unit:
             self.handle = None
 
     def full_bytes(self) -> int:
+        if self.aliased:
+            return 0  # the library's shard memory
         return sum(t.storage().size() * t.element_size() for t in self.full)
 
     def unshard(self) -> None:
@@ -273,7 +283,7 @@ class _Unit:
         _sample_memory()
 
     def reshard(self) -> None:
-        if not self.gathered:
+        if not self.gathered or self.aliased:
             return
         _full_bytes["now"] -= self.full_bytes()
         for t in self.full:
@@ -281,33 +291,51 @@ class _Unit:
         self.gathered = False
 
     def expose(self, on_all_grads: Callable[["_Unit"], None]) -> None:
-        """Fresh leaves over the full parameters for this forward. Each
-        gradient goes to the unit; once every leaf of the unit has its
-        gradient, `on_all_grads` reduces the unit at once (its full gradients
-        are freed then, not at the end of backward)."""
+        """Fresh leaves over the full parameters for this forward. Once every
+        leaf of the unit has its gradient, `on_all_grads` reduces the unit at
+        once (its full gradients are freed then, not at the end of
+        backward)."""
         self.pending = 0
         self.reduced = False
+        self.grads_attached = False
         self.accumulators = []
         for i, ((owner, name, original), view) in enumerate(zip(self.owned, self.views)):
             leaf = view.detach().requires_grad_(original.requires_grad)
             if original.requires_grad and torch.is_grad_enabled():
-                leaf.register_hook(lambda grad, i=i: self._on_grad(i, grad))
-                # After torch stores the gradient in leaf.grad: drop that
-                # full-size copy (the unit has its own) and count it.
+                # After torch has accumulated the gradient into leaf.grad.
                 accumulator = leaf.expand_as(leaf).grad_fn.next_functions[0][0]
                 accumulator.register_hook(
-                    lambda *unused, leaf=leaf: self._after_grad(leaf, on_all_grads))
+                    lambda *unused, i=i: self._after_grad(i, on_all_grads))
                 self.accumulators.append(accumulator)  # kept alive for the hook
                 self.pending += 1
             object.__setattr__(owner, name, leaf)
             self.leaves[i] = leaf
 
-    def _on_grad(self, index: int, grad: torch.Tensor):
-        view = Borrowed(grad.contiguous())
-        check(lib.dk_shard_accumulate_grad, self.handle, index, view.pointer)
+    def attach_grads(self) -> None:
+        """When backward reaches the unit: each leaf's .grad becomes a view of
+        the unit's full gradient buffer in the library, so torch accumulates
+        the gradient there in place (no copy)."""
+        if self.grads_attached:
+            return
+        self.grads_attached = True
+        self.grad_ptrs = {}
+        for i, leaf in enumerate(self.leaves):
+            if leaf is None or not leaf.requires_grad or leaf.grad is not None:
+                continue
+            address = ctypes.c_void_p()
+            check(lib.dk_shard_full_grad, self.handle, i, ctypes.byref(address))
+            leaf.grad = _tensor_at(address.value, leaf.numel(), leaf.dtype).view(leaf.shape)
+            self.grad_ptrs[i] = address.value
         _sample_memory()
 
-    def _after_grad(self, leaf: torch.Tensor, on_all_grads) -> None:
+    def _after_grad(self, index: int, on_all_grads) -> None:
+        leaf = self.leaves[index]
+        grad = leaf.grad
+        if grad is not None and grad.data_ptr() != getattr(self, "grad_ptrs", {}).get(index):
+            # A gradient that arrived before backward reached the unit (a
+            # parameter used by another unit's forward): copied in.
+            view = Borrowed(grad.contiguous())
+            check(lib.dk_shard_accumulate_grad, self.handle, index, view.pointer)
         leaf.grad = None
         self.pending -= 1
         if self.pending == 0 and not self.reduced:
@@ -318,17 +346,18 @@ class _Unit:
             if flat.grad is None:  # zero_grad(set_to_none=True): start from zero
                 lib.dk_shard_zero_grads(self.handle)
                 break
+        for leaf in self.leaves:  # views of buffers the reduction frees
+            if leaf is not None:
+                leaf.grad = None
         lib.dk_shard_set_require_sync(self.handle, 1 if require_sync else 0)
         check(lib.dk_shard_reduce_grads, self.handle)
         self.reduced = True
+        self.grads_attached = False
         for flat, grad in zip(self.flat_params, self.grad_views):
             flat.grad = grad
-        for leaf in self.leaves:
-            if leaf is not None:
-                leaf.grad = None
         if free_after:
             self.reshard()
-        else:
+        elif not self.aliased:
             self.gathered = False  # the optimizer changes the shards: gather again
         _sample_memory()
 
@@ -403,6 +432,7 @@ class _Coordinator:
 
     def _pre_backward(self, unit: "_Unit") -> None:
         unit.unshard()
+        unit.attach_grads()
         if not self.backward_queued:
             self.backward_queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
