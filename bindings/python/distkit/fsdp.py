@@ -19,6 +19,7 @@ full state dict under the original module's keys.
 import contextlib
 import ctypes
 import enum
+import os
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -498,6 +499,11 @@ class FullyShardedDataParallel(nn.Module):
         self.module = module
         self.sharding_strategy = strategy
         self.mixed_precision = mixed_precision
+        if strategy in (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2):
+            if isinstance(process_group, tuple):  # torch's (intra-node, inter-node)
+                process_group, replicate_group = process_group
+            elif replicate_group is None:
+                process_group, replicate_group = _hybrid_groups()
         ignored = set()
         for m in ignored_modules or []:
             ignored.update(m.modules())
@@ -573,6 +579,29 @@ class FullyShardedDataParallel(nn.Module):
             if key in buffers:
                 buffers[key].copy_(value)
         return None
+
+
+def _hybrid_groups():
+    """(this node's group, this rank's replicate group) for HYBRID_SHARD:
+    nodes are blocks of LOCAL_WORLD_SIZE consecutive ranks (torchrun and
+    distrun set it), the replicate group holds the ranks with the same local
+    rank on every node. Collective over the world."""
+    world = dist.get_world_size()
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if local <= 0 or world % local != 0:
+        raise ValueError(f"HYBRID_SHARD: LOCAL_WORLD_SIZE {local} does not divide the world "
+                         f"size {world}")
+    rank, nodes = dist.get_rank(), world // local
+    mine = [None, None]
+    for n in range(nodes):
+        g = dist.new_group(list(range(n * local, (n + 1) * local)))
+        if rank // local == n:
+            mine[0] = g
+    for i in range(local):
+        g = dist.new_group([n * local + i for n in range(nodes)])
+        if rank % local == i:
+            mine[1] = g
+    return mine[0], mine[1]
 
 
 def _cast_inputs(dtype: torch.dtype, args, kwargs):

@@ -95,14 +95,35 @@ def train_bf16():
         print(f"MixedPrecision bfloat16: worst relative difference {worst:.2e}", flush=True)
 
 
-def train(strategy, accumulate, policy):
+def hybrid_groups():
+    """Nodes of two ranks when the world divides (else one node), and the
+    replicate groups across them: (this rank's node group, its replicas)."""
     rank, n = dist.get_rank(), dist.get_world_size()
+    local = 2 if n % 2 == 0 else n
+    mine = [None, None]
+    for node in range(n // local):
+        g = dist.new_group(list(range(node * local, (node + 1) * local)))
+        if rank // local == node:
+            mine[0] = g
+    for i in range(local):
+        g = dist.new_group(list(range(i, n, local)))
+        if rank % local == i:
+            mine[1] = g
+    return tuple(mine)
+
+
+def train(strategy, accumulate, policy, auto_groups=False):
+    rank, n = dist.get_rank(), dist.get_world_size()
+    groups = None
+    if strategy in (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2) \
+            and not auto_groups:
+        groups = hybrid_groups()
     torch.manual_seed(0)
     reference = Net()
     initial = copy.deepcopy(reference.state_dict())
     torch.manual_seed(rank)  # every rank starts different: sync_module_states
     model = Net()
-    sharded = FullyShardedDataParallel(model, sharding_strategy=strategy,
+    sharded = FullyShardedDataParallel(model, process_group=groups, sharding_strategy=strategy,
                                        auto_wrap_policy=policy, sync_module_states=True)
     check(len(sharded._units) == (3 if policy is not None else 1), f"{strategy}: units")
     opt = torch.optim.SGD(sharded.parameters(), lr=LR)
@@ -311,8 +332,19 @@ class _nothing:
 def main():
     dist.init_dist("pytorch", backend="gloo")
     policy = ModuleWrapPolicy({Block})
+    if "--hybrid-nodes" in sys.argv:
+        # A job of several distrun "nodes": HYBRID_SHARD finds its groups
+        # from LOCAL_WORLD_SIZE (shard inside a node, replicate across).
+        train(ShardingStrategy.HYBRID_SHARD, 1, policy, auto_groups=True)
+        train(ShardingStrategy.HYBRID_SHARD, 2, policy, auto_groups=True)
+        dist.barrier()
+        print(f"rank {dist.get_rank()}: hybrid checks {'passed' if failures == 0 else 'FAILED'}",
+              flush=True)
+        dist.destroy()
+        return 0 if failures == 0 else 1
     for strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.SHARD_GRAD_OP,
-                     ShardingStrategy.NO_SHARD):
+                     ShardingStrategy.NO_SHARD, ShardingStrategy.HYBRID_SHARD,
+                     ShardingStrategy._HYBRID_SHARD_ZERO2):
         train(strategy, 1, policy)
         train(strategy, 2, policy)
     train(ShardingStrategy.FULL_SHARD, 1, None)
