@@ -13,7 +13,7 @@ from torch import nn
 from distkit import dist
 from distkit.model import MMFullyShardedDataParallel, OptimWrapper, is_model_wrapper
 from distkit.fsdp import (FullyShardedDataParallel, MixedPrecision, ModuleWrapPolicy,
-                          ShardingStrategy,
+                          ShardingStrategy, StateDictType,
                           size_based_auto_wrap_policy)
 
 LOCAL, STEPS, LR = 3, 5, 0.1
@@ -163,6 +163,36 @@ def train(strategy, accumulate, policy, auto_groups=False):
     sharded.load_state_dict(changed)
     back = sharded.state_dict()
     check(all(torch.equal(back[k], changed[k]) for k in changed), "load_state_dict round trip")
+    if strategy == ShardingStrategy.FULL_SHARD and accumulate == 1 and policy is not None:
+        sharded_dicts(sharded, changed)
+
+
+def sharded_dicts(sharded, full):
+    """A sharded state dict round-trips, loads again at half the ranks, and
+    is refused where a full one is expected."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    with FullyShardedDataParallel.state_dict_type(sharded, StateDictType.SHARDED_STATE_DICT):
+        mine = sharded.state_dict()
+        sharded.load_state_dict(mine)  # the same shards back, as saved
+    try:
+        sharded.load_state_dict(mine)
+        check(False, "a sharded state dict where a full one is expected")
+    except RuntimeError as e:
+        check("this is a sharded state dict but the model expects a full one" in str(e),
+              f"mixing sharded and full state dicts: {e}")
+    check(all(torch.equal(v, full[k]) for k, v in sharded.state_dict().items()),
+          "sharded round trip")
+    everyone = dist.all_gather_object(mine)
+    half = dist.new_group(list(range(max(1, n // 2))))
+    if rank < max(1, n // 2):
+        torch.manual_seed(7)
+        smaller = FullyShardedDataParallel(Net(), process_group=half,
+                                           auto_wrap_policy=ModuleWrapPolicy({Block}))
+        smaller.load_sharded_state_dicts(everyone)
+        got = smaller.state_dict()
+        check(all(torch.equal(got[k], full[k]) for k in full),
+              f"a sharded checkpoint of {n} ranks loads at {max(1, n // 2)}")
+    dist.barrier()
 
 
 class Attention(nn.Module):
