@@ -1,6 +1,7 @@
 """Sharded training side by side with DDP, in one run: step time and
 per-rank memory of distkit's DDP and distkit.fsdp (FULL_SHARD, SHARD_GRAD_OP,
-NO_SHARD; one unit per layer) on the DDP benchmark's ~26M-parameter MLP.
+NO_SHARD; one unit per layer; FULL_SHARD also with forward_prefetch and
+BACKWARD_PRE, the next unit's all-gather running while this one computes) on the DDP benchmark's ~26M-parameter MLP.
 Memory is the model state a rank holds at peak (parameters, gradients,
 optimizer state, gathered full parameters: counted from the library's and the
 wrapper's own accounts) beside each strategy's bound (FULL_SHARD: 3 x
@@ -17,7 +18,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-IMPLS = ["ddp", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"]
+IMPLS = ["ddp", "FULL_SHARD", "FULL_SHARD+prefetch", "SHARD_GRAD_OP", "NO_SHARD"]
 
 
 def tool(*parts):
@@ -58,7 +59,7 @@ def main():
     ddp_ms = statistics.median(results["ddp"])
     print(f"Sharded training, {total / 4e6:.1f}M float32 parameters ({total / 2**20:.0f} MiB), "
           f"batch 32, SGD momentum, world size {n}, CPU, {args.repeats} rounds of 10 steps")
-    print(f"{'implementation':<16}{'step ms':>9}{'this/DDP':>10}{'state MiB':>11}"
+    print(f"{'implementation':<22}{'step ms':>9}{'this/DDP':>10}{'state MiB':>11}"
           f"{'bound MiB':>11}{'RSS MiB':>9}   rounds")
     for impl in IMPLS:
         ms = statistics.median(results[impl])
@@ -67,9 +68,10 @@ def main():
             "ddp": 3 * total,
             "NO_SHARD": 3 * total + largest,  # + one unit's gradient while it reduces
             "FULL_SHARD": 3 * total / n + 2 * largest,  # + one unit's full params and grads
+            "FULL_SHARD+prefetch": 3 * total / n + 3 * largest,  # + the next unit's gather
             "SHARD_GRAD_OP": 3 * total / n + total + largest,  # full params kept for backward
         }[impl]
-        print(f"{impl:<16}{ms:>9.1f}{ms / ddp_ms:>10.2f}{state / 2**20:>11.1f}"
+        print(f"{impl:<22}{ms:>9.1f}{ms / ddp_ms:>10.2f}{state / 2**20:>11.1f}"
               f"{bound / 2**20:>11.1f}{int(last[impl]['rss']) / 2**20:>9.0f}   "
               f"{', '.join(f'{v:.0f}' for v in results[impl])}")
 

@@ -18,7 +18,8 @@ WIDTH, BATCH, WARMUP, STEPS = 2560, 32, 3, 10
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--impl", required=True,
-                        choices=["ddp", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"])
+                        choices=["ddp", "FULL_SHARD", "FULL_SHARD+prefetch", "SHARD_GRAD_OP",
+                                 "NO_SHARD"])
     impl = parser.parse_args().impl
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -37,9 +38,12 @@ def main():
         model = MMDistributedDataParallel(net)
         params = list(net.parameters())
     else:
+        prefetch = impl.endswith("+prefetch")
         model = fsdp.FullyShardedDataParallel(
-            net, sharding_strategy=fsdp.ShardingStrategy[impl],
-            auto_wrap_policy=fsdp.ModuleWrapPolicy({torch.nn.Linear}))
+            net, sharding_strategy=fsdp.ShardingStrategy[impl.split("+")[0]],
+            auto_wrap_policy=fsdp.ModuleWrapPolicy({torch.nn.Linear}),
+            backward_prefetch=fsdp.BackwardPrefetch.BACKWARD_PRE if prefetch else None,
+            forward_prefetch=prefetch)
         params = list(model.parameters())
     sgd = torch.optim.SGD(params, lr=0.01, momentum=0.9)
     x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)

@@ -187,6 +187,8 @@ _PROTOTYPES = {
                                    PP, PP]),
     "dk_shard_destroy": (None, [P]),
     "dk_shard_unshard": (c_status, [P, PP]),
+    "dk_shard_unshard_start": (c_status, [P, PP]),
+    "dk_shard_unshard_wait": (c_status, [P, PP]),
     "dk_shard_reshard": (c_status, [P, PP]),
     "dk_shard_full_param": (c_status, [P, ctypes.c_int32, PP, PP]),
     "dk_shard_accumulate_grad": (c_status, [P, ctypes.c_int32, T, PP]),

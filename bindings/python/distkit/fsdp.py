@@ -248,6 +248,7 @@ class _Unit:
             for t in self.full:
                 _free(t)
         self.gathered = self.aliased
+        self.gathering = False
         self.reduced = False
         self.leaves: List[Optional[torch.Tensor]] = [None] * len(owned)
         _live_units.add(self)
@@ -266,10 +267,20 @@ class _Unit:
             return 0  # the library's shard memory
         return sum(t.storage().size() * t.element_size() for t in self.full)
 
+    def start_gather(self) -> None:
+        """Starts the all-gather and returns (prefetch): the next unshard()
+        only waits for it."""
+        if self.gathered or self.gathering:
+            return
+        check(lib.dk_shard_unshard_start, self.handle)
+        self.gathering = True
+
     def unshard(self) -> None:
         if self.gathered:
             return
-        check(lib.dk_shard_unshard, self.handle)
+        self.start_gather()
+        check(lib.dk_shard_unshard_wait, self.handle)
+        self.gathering = False
         before = self.full_bytes()
         for k, t in enumerate(self.full):
             _alloc(t)
@@ -395,8 +406,13 @@ class _Coordinator:
     backward (in one order on every rank, also for a unit this rank's
     backward did not reach: its gradient counts as zero)."""
 
-    def __init__(self, free_after_backward: bool):
+    def __init__(self, free_after_backward: bool, forward_prefetch: bool = False,
+                 backward_prefetch: Optional["BackwardPrefetch"] = None):
         self.units: List[_Unit] = []
+        self.forward_prefetch = forward_prefetch
+        self.backward_prefetch = backward_prefetch
+        self.order: List[_Unit] = []     # the last forward's unit order
+        self.recording: List[_Unit] = []
         self.flat_ids: Set[int] = set()  # the shard parameters: never sharded again
         self.require_sync = True
         self.backward_queued = False
@@ -415,7 +431,20 @@ class _Coordinator:
 
     def _pre_forward(self, unit: "_Unit") -> None:
         unit.unshard()
+        if unit not in self.recording:
+            self.recording.append(unit)
+        if self.forward_prefetch:  # the unit the last forward ran next
+            following = self._neighbour(unit, +1)
+            if following is not None:
+                following.start_gather()
         unit.expose(self._reduce_now)
+
+    def _neighbour(self, unit: "_Unit", step: int) -> Optional["_Unit"]:
+        """The unit `step` places after `unit` in the last forward's order."""
+        if unit not in self.order:
+            return None
+        i = self.order.index(unit) + step
+        return self.order[i] if 0 <= i < len(self.order) else None
 
     def _reduce_now(self, unit: "_Unit") -> None:
         """Every gradient of `unit` arrived: reduce it during backward (each
@@ -432,8 +461,16 @@ class _Coordinator:
         return output
 
     def _pre_backward(self, unit: "_Unit") -> None:
+        if not self.backward_queued:  # the forward that led here set the order
+            self.order, self.recording = self.recording, []
         unit.unshard()
         unit.attach_grads()
+        if self.backward_prefetch == BackwardPrefetch.BACKWARD_PRE:
+            # Backward reaches the units in reverse forward order: gather the
+            # next one while this one computes its gradients.
+            previous = self._neighbour(unit, -1)
+            if previous is not None:
+                previous.start_gather()
         if not self.backward_queued:
             self.backward_queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
@@ -445,6 +482,10 @@ class _Coordinator:
             if not getattr(unit, "reduced", False):
                 unit.reduce(self.require_sync, self.free_after_backward)
             unit.reduced = False
+            if unit.gathering:  # prefetched but not used: it holds old values
+                check(lib.dk_shard_unshard_wait, unit.handle)
+                check(lib.dk_shard_reshard, unit.handle)
+                unit.gathering = False
         self.backward_queued = False
 
     @contextlib.contextmanager
@@ -524,7 +565,8 @@ class FullyShardedDataParallel(nn.Module):
         param_key = {id(p): name for name, p in module.named_parameters()}
         reshard = strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.HYBRID_SHARD)
         claimed: Set[int] = {id(p) for p in ignored_parameters or []}  # left alone
-        self._coordinator = _Coordinator(strategy != ShardingStrategy.NO_SHARD)
+        self._coordinator = _Coordinator(strategy != ShardingStrategy.NO_SHARD,
+                                         forward_prefetch, backward_prefetch)
         for unit_module in _units_of(module, auto_wrap_policy, ignored):
             owned = _unclaimed_params(unit_module, ignored, claimed)
             if not owned:

@@ -124,7 +124,8 @@ def train(strategy, accumulate, policy, auto_groups=False):
     torch.manual_seed(rank)  # every rank starts different: sync_module_states
     model = Net()
     sharded = FullyShardedDataParallel(model, process_group=groups, sharding_strategy=strategy,
-                                       auto_wrap_policy=policy, sync_module_states=True)
+                                       auto_wrap_policy=policy, sync_module_states=True,
+                                       forward_prefetch=accumulate == 1)
     check(len(sharded._units) == (3 if policy is not None else 1), f"{strategy}: units")
     opt = torch.optim.SGD(sharded.parameters(), lr=LR)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
