@@ -6,9 +6,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 tools/bootstrap.sh
 bazel test //... "$@"
-# The C ABI (its misuse tests included), the layers under it and the gradient
-# reducer once more,
-# under AddressSanitizer and UndefinedBehaviorSanitizer.
+# The C ABI (its misuse tests included), the layers under it and the training
+# engines (gradient reducer, sharded unit) once more, under AddressSanitizer
+# and UndefinedBehaviorSanitizer.
 bazel test --config=asan //capi/... //cc/core/... //cc/comm/... //cc/parallel/... "$@"
 # The GPU paths built without Bazel, as on a GPU machine (tools/gpu_check.sh;
 # without a GPU it only builds and says so).

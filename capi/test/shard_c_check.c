@@ -246,6 +246,8 @@ int main(void) {
         check(dk_shard_reduce_grads(NULL, &e) == DK_INVALID_ARGUMENT,
               "NULL unit");
         dk_error_free(e);
+        /* A gather still in flight when the unit is destroyed is waited for. */
+        OK(dk_shard_unshard_start(unit, &e_));
       }
       dk_shard_destroy(unit);
     }

@@ -222,7 +222,8 @@ FlatShard::FlatShard(std::shared_ptr<ProcessGroup> group, Options options)
       created_at_(absl::Now()) {}
 
 FlatShard::~FlatShard() {
-  for (auto& f : flats_) f->gather.reset();
+  // A gather in flight writes into buffers freed below: wait for it first.
+  for (auto& f : flats_) Wait(f->gather).IgnoreError();
 }
 
 absl::StatusOr<std::unique_ptr<FlatShard>> FlatShard::Create(
@@ -572,7 +573,6 @@ absl::Status FlatShard::ReduceScatterGrads() {
   DK_RETURN_IF_ERROR(EnsureFullGrads());
   Record(Event::kReduceStart);
   const int replicas_total = group_->size() * replicas_;
-  absl::Status status;
   for (auto& fp : flats_) {
     Flat& f = *fp;
     const DataType r = ReduceDtype(f);
@@ -605,7 +605,7 @@ absl::Status FlatShard::ReduceScatterGrads() {
   grads_live_ = false;
   Record(Event::kReduceDone);
   Account();
-  return status;
+  return absl::OkStatus();
 }
 
 // ---- The shard --------------------------------------------------------------
