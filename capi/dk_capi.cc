@@ -306,6 +306,15 @@ absl::StatusOr<distkit::FlatShard*> ShardOf(dk_shard_t* shard) {
   return shard->rep.get();
 }
 
+// Guard for a call on a unit: `body` gets the FlatShard behind `shard`.
+template <typename F>
+dk_status_t OnShard(dk_shard_t* shard, dk_error_t** err, F&& body) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(distkit::FlatShard * s, ShardOf(shard));
+    return body(s);
+  });
+}
+
 // Tensors from an array of DLTensor*; NULL entries allowed when `nullable`
 // (they become empty TensorRefs).
 absl::StatusOr<std::vector<TensorRef>> Tensors(DLTensor* const* tensors,
@@ -1212,37 +1221,32 @@ dk_status_t dk_shard_create(dk_group_t* group, DLTensor* const* params,
 void dk_shard_destroy(dk_shard_t* shard) { delete shard; }
 
 dk_status_t dk_shard_unshard_start(dk_shard_t* shard, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_ASSIGN_OR_RETURN(distkit::FlatShard * s, ShardOf(shard));
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
     return s->StartUnshard();
   });
 }
 
 dk_status_t dk_shard_unshard_wait(dk_shard_t* shard, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_ASSIGN_OR_RETURN(distkit::FlatShard * s, ShardOf(shard));
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
     return s->WaitUnshard();
   });
 }
 
 dk_status_t dk_shard_unshard(dk_shard_t* shard, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_ASSIGN_OR_RETURN(distkit::FlatShard * s, ShardOf(shard));
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
     return s->Unshard();
   });
 }
 
 dk_status_t dk_shard_reshard(dk_shard_t* shard, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_ASSIGN_OR_RETURN(distkit::FlatShard * s, ShardOf(shard));
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
     return s->Reshard();
   });
 }
 
 dk_status_t dk_shard_full_param(dk_shard_t* shard, int32_t index,
                                 void** data_out, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_ASSIGN_OR_RETURN(distkit::FlatShard * s, ShardOf(shard));
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
     DK_RETURN_IF_ERROR(NotNull(data_out, "data_out"));
     DK_ASSIGN_OR_RETURN(TensorRef t, s->FullParam(index));
     *data_out = t.data();
@@ -1252,8 +1256,7 @@ dk_status_t dk_shard_full_param(dk_shard_t* shard, int32_t index,
 
 dk_status_t dk_shard_accumulate_grad(dk_shard_t* shard, int32_t index,
                                      const DLTensor* grad, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_ASSIGN_OR_RETURN(distkit::FlatShard * s, ShardOf(shard));
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
     DK_ASSIGN_OR_RETURN(TensorRef g, Tensor(grad, "grad"));
     return s->AccumulateGrad(index, g);
   });
@@ -1261,8 +1264,7 @@ dk_status_t dk_shard_accumulate_grad(dk_shard_t* shard, int32_t index,
 
 dk_status_t dk_shard_full_grad(dk_shard_t* shard, int32_t index,
                                void** data_out, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_ASSIGN_OR_RETURN(distkit::FlatShard * s, ShardOf(shard));
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
     DK_RETURN_IF_ERROR(NotNull(data_out, "data_out"));
     DK_ASSIGN_OR_RETURN(TensorRef t, s->FullGrad(index));
     *data_out = t.data();
@@ -1271,8 +1273,7 @@ dk_status_t dk_shard_full_grad(dk_shard_t* shard, int32_t index,
 }
 
 dk_status_t dk_shard_reduce_grads(dk_shard_t* shard, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_ASSIGN_OR_RETURN(distkit::FlatShard * s, ShardOf(shard));
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
     return s->ReduceScatterGrads();
   });
 }
@@ -1289,8 +1290,7 @@ int32_t dk_shard_num_flat(const dk_shard_t* shard) {
 dk_status_t dk_shard_local(dk_shard_t* shard, int32_t flat, void** data_out,
                            void** grad_out, int64_t* numel_out,
                            dk_dtype_t* dtype_out, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_ASSIGN_OR_RETURN(distkit::FlatShard * s, ShardOf(shard));
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
     if (flat < 0 || flat >= s->num_flat()) {
       return absl::OutOfRangeError(
           absl::StrCat("flat: ", flat, " is not in [0, ", s->num_flat(), ")"));
@@ -1312,8 +1312,7 @@ void dk_shard_zero_grads(dk_shard_t* shard) {
 dk_status_t dk_shard_piece(dk_shard_t* shard, int32_t index,
                            int64_t* offset_out, int64_t* numel_out,
                            void** data_out, void** grad_out, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_ASSIGN_OR_RETURN(distkit::FlatShard * s, ShardOf(shard));
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
     if (index < 0 || index >= s->num_params()) {
       return absl::OutOfRangeError(absl::StrCat(
           "index: ", index, " is not in [0, ", s->num_params(), ")"));
@@ -1330,8 +1329,7 @@ dk_status_t dk_shard_piece(dk_shard_t* shard, int32_t index,
 dk_status_t dk_shard_gather_full(dk_shard_t* shard, DLTensor* const* outs,
                                  size_t n, int32_t rank0_only,
                                  dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_ASSIGN_OR_RETURN(distkit::FlatShard * s, ShardOf(shard));
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
     DK_ASSIGN_OR_RETURN(std::vector<TensorRef> ts,
                         Tensors(outs, n, "outs", rank0_only != 0));
     return s->GatherFullParams(ts, rank0_only != 0);
@@ -1340,8 +1338,7 @@ dk_status_t dk_shard_gather_full(dk_shard_t* shard, DLTensor* const* outs,
 
 dk_status_t dk_shard_load_full(dk_shard_t* shard, DLTensor* const* values,
                                size_t n, int32_t rank0_only, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_ASSIGN_OR_RETURN(distkit::FlatShard * s, ShardOf(shard));
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
     DK_ASSIGN_OR_RETURN(std::vector<TensorRef> ts,
                         Tensors(values, n, "values", false));
     return s->LoadFullParams(ts, rank0_only != 0);
@@ -1351,8 +1348,7 @@ dk_status_t dk_shard_load_full(dk_shard_t* shard, DLTensor* const* values,
 dk_status_t dk_shard_load_sharded(dk_shard_t* shard, int32_t saved_world_size,
                                   const DLTensor* const* saved,
                                   size_t num_saved, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_ASSIGN_OR_RETURN(distkit::FlatShard * s, ShardOf(shard));
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
     if (saved_world_size <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("saved_world_size: ", saved_world_size, " must be > 0"));

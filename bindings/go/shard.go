@@ -50,9 +50,8 @@ func NewShard[T Element](g *Group, params [][]T, o ShardOptions) (*Shard[T], err
 		ptrs[i] = view(&ts, p)
 		s.sizes = append(s.sizes, len(p))
 	}
-	cptrs := (**C.DLTensor)(C.malloc(C.size_t(len(ptrs)) * C.size_t(unsafe.Sizeof((*C.DLTensor)(nil)))))
+	cptrs := cTensorArray(ptrs)
 	defer C.free(unsafe.Pointer(cptrs))
-	copy(unsafe.Slice(cptrs, len(ptrs)), ptrs)
 	var config C.dk_shard_config_t
 	C.dk_shard_config_init(&config)
 	config.strategy = C.int32_t(o.Strategy)
@@ -65,6 +64,14 @@ func NewShard[T Element](g *Group, params [][]T, o ShardOptions) (*Shard[T], err
 	}
 	runtime.SetFinalizer(s, (*Shard[T]).Close)
 	return s, nil
+}
+
+// cTensorArray copies ptrs into C memory (free it with C.free): cgo may not
+// pass Go memory holding pointers.
+func cTensorArray(ptrs []*C.DLTensor) **C.DLTensor {
+	cptrs := (**C.DLTensor)(C.malloc(C.size_t(len(ptrs)) * C.size_t(unsafe.Sizeof((*C.DLTensor)(nil)))))
+	copy(unsafe.Slice(cptrs, len(ptrs)), ptrs)
+	return cptrs
 }
 
 // Close frees the unit.
@@ -174,9 +181,8 @@ func (s *Shard[T]) GatherFull(outs [][]T) error {
 	for i, o := range outs {
 		ptrs[i] = view(&ts, o)
 	}
-	cptrs := (**C.DLTensor)(C.malloc(C.size_t(len(ptrs)) * C.size_t(unsafe.Sizeof((*C.DLTensor)(nil)))))
+	cptrs := cTensorArray(ptrs)
 	defer C.free(unsafe.Pointer(cptrs))
-	copy(unsafe.Slice(cptrs, len(ptrs)), ptrs)
 	var cerr *C.dk_error_t
 	return check(C.dk_shard_gather_full(s.ptr, cptrs, C.size_t(len(outs)), 0, &cerr), cerr)
 }

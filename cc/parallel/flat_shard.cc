@@ -766,18 +766,7 @@ std::vector<FlatShard::Event> FlatShard::TakeEvents() {
   return std::exchange(events_, {});
 }
 
-void FlatShard::Account() {
-  size_t bytes = 0;
-  for (const auto& f : flats_) {
-    bytes += f->shard.bytes() + f->shard_grad.bytes() + f->gather_in.bytes() +
-             f->full_grad.bytes();
-    if (!f->full_is_shard) bytes += f->full.bytes();
-  }
-  peak_bytes_ = std::max(peak_bytes_, bytes);
-}
-
-size_t FlatShard::held_bytes() const {
-  absl::MutexLock lock(&mu_);
+size_t FlatShard::HeldBytesLocked() const {
   size_t bytes = 0;
   for (const auto& f : flats_) {
     bytes += f->shard.bytes() + f->shard_grad.bytes() + f->gather_in.bytes() +
@@ -785,6 +774,15 @@ size_t FlatShard::held_bytes() const {
     if (!f->full_is_shard) bytes += f->full.bytes();
   }
   return bytes;
+}
+
+void FlatShard::Account() {
+  peak_bytes_ = std::max(peak_bytes_, HeldBytesLocked());
+}
+
+size_t FlatShard::held_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return HeldBytesLocked();
 }
 
 size_t FlatShard::peak_held_bytes() const {

@@ -229,6 +229,7 @@ class FlatShard {
                           bool from_rank0);
   absl::Status EnsureFullGrads();
   void Record(Event::Kind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t HeldBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Account() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   DataType ComputeDtype(const Flat& f) const;
   DataType ReduceDtype(const Flat& f) const;

@@ -13,18 +13,23 @@ import torch.nn.functional as F
 WIDTH, BATCH, WARMUP, STEPS = 2560, 32, 3, 10
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--impl", choices=["distkit", "torch"], required=True)
-    impl = parser.parse_args().impl
-    torch.set_num_threads(1)
+def mlp() -> torch.nn.Sequential:
+    """The benchmark model: 4 Linear layers of WIDTH (ReLU between), seed 0."""
     torch.manual_seed(0)
     layers = []
     for i in range(4):
         layers.append(torch.nn.Linear(WIDTH, WIDTH))
         if i < 3:
             layers.append(torch.nn.ReLU())
-    net = torch.nn.Sequential(*layers)
+    return torch.nn.Sequential(*layers)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--impl", choices=["distkit", "torch"], required=True)
+    impl = parser.parse_args().impl
+    torch.set_num_threads(1)
+    net = mlp()
     if impl == "torch":
         import torch.distributed as tdist
         port = int(os.environ["MASTER_PORT"]) + 1

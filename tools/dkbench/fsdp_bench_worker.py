@@ -12,7 +12,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-WIDTH, BATCH, WARMUP, STEPS = 2560, 32, 3, 10
+from ddp_bench_worker import BATCH, STEPS, WARMUP, WIDTH, mlp  # the same model and sizes
 
 
 def main():
@@ -22,15 +22,9 @@ def main():
                                  "NO_SHARD"])
     impl = parser.parse_args().impl
     torch.set_num_threads(1)
-    torch.manual_seed(0)
-    layers = []
-    for i in range(4):
-        layers.append(torch.nn.Linear(WIDTH, WIDTH))
-        if i < 3:
-            layers.append(torch.nn.ReLU())
-    net = torch.nn.Sequential(*layers)
+    net = mlp()
     total = sum(p.numel() * p.element_size() for p in net.parameters())
-    largest = max(sum(p.numel() * p.element_size() for p in layer.parameters()) for layer in layers)
+    largest = max(sum(p.numel() * p.element_size() for p in layer.parameters()) for layer in net)
     from distkit import dist, fsdp
     from distkit.model import MMDistributedDataParallel
     dist.init_dist("pytorch", backend="gloo")

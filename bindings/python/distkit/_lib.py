@@ -259,6 +259,11 @@ def check(fn, *args):
         raise errors.error_for(code, message)
 
 
+def tensor_array(views):
+    """A DLTensor* array over Borrowed views (keep the views alive for the call)."""
+    return (T * len(views))(*[v.pointer for v in views])
+
+
 def take_string(pointer: ctypes.c_void_p) -> str:
     """Copies a library-allocated C string, then frees it."""
     try:

@@ -199,7 +199,7 @@ class _Unit:
         self.reshard_after_forward = reshard_after_forward
         params = [p for _, _, p in owned]
         views = [Borrowed(p.detach().contiguous()) for p in params]
-        pointers = (_lib.T * len(views))(*[v.pointer for v in views])
+        pointers = _lib.tensor_array(views)
         names = (ctypes.c_char_p * len(owned))(
             *[f"{type(m).__name__}.{n}".encode() for m, n, _ in owned])
         self.handle = ctypes.c_void_p()
@@ -376,13 +376,13 @@ class _Unit:
     def gather_full(self) -> List[torch.Tensor]:
         outs = [torch.empty(p.shape, dtype=p.dtype) for _, _, p in self.owned]
         views = [Borrowed(o) for o in outs]
-        pointers = (_lib.T * len(views))(*[v.pointer for v in views])
+        pointers = _lib.tensor_array(views)
         check(lib.dk_shard_gather_full, self.handle, pointers, len(views), 0)
         return outs
 
     def load_full(self, values: List[torch.Tensor]) -> None:
         views = [Borrowed(v.detach().contiguous()) for v in values]
-        pointers = (_lib.T * len(views))(*[v.pointer for v in views])
+        pointers = _lib.tensor_array(views)
         check(lib.dk_shard_load_full, self.handle, pointers, len(views), 0)
         self.reshard()
 
@@ -697,7 +697,7 @@ class FullyShardedDataParallel(nn.Module):
                 saved = [sd[f"_flat_param.{u}.{k}"].contiguous()
                          for k in range(len(unit.flat_params)) for sd in state_dicts]
                 views = [Borrowed(t) for t in saved]
-                pointers = (_lib.T * len(views))(*[v.pointer for v in views])
+                pointers = _lib.tensor_array(views)
                 check(lib.dk_shard_load_sharded, unit.handle, world, pointers, len(views))
                 unit.reshard()
         self._load_buffers(state_dicts[0])

@@ -57,6 +57,18 @@ def _from_registry(value, what: str) -> Optional[Callable]:
     return value
 
 
+def _by_name(named: dict, items, kind: type, kind_text: str):
+    """mmengine's ignored_parameters / ignored_modules: names become the
+    objects; anything but names or ``kind`` objects is a TypeError (mmengine
+    names `ignored_modules` in both messages)."""
+    if items is not None and all(isinstance(x, str) for x in items):
+        items = [named[name] for name in items]
+    if items is not None and not all(isinstance(x, kind) for x in items):
+        raise TypeError("`ignored_modules` should be `None`, `Iterable[str]` or "
+                        f"{kind_text}, but has type {type(items)}")
+    return items
+
+
 class MMFullyShardedDataParallel(FullyShardedDataParallel):
     """mmengine's MMFullyShardedDataParallel (the seed's signature and
     defaults: use_orig_params=False)."""
@@ -119,23 +131,12 @@ class MMFullyShardedDataParallel(FullyShardedDataParallel):
 
     @staticmethod
     def _get_ignored_params(module: nn.Module, ignored):
-        params = dict(module.named_parameters())
-        if ignored is not None and all(isinstance(p, str) for p in ignored):
-            ignored = [params[name] for name in ignored]
-        if ignored is not None and not all(isinstance(p, nn.Parameter) for p in ignored):
-            raise TypeError("`ignored_modules` should be `None`, `Iterable[str]` or "
-                            f"`Iterable[nn.Parameters]`, but has type {type(ignored)}")
-        return ignored
+        return _by_name(dict(module.named_parameters()), ignored, nn.Parameter,
+                        "`Iterable[nn.Parameters]`")
 
     @staticmethod
     def _get_ignored_modules(module: nn.Module, ignored):
-        modules = dict(module.named_modules())
-        if ignored is not None and all(isinstance(m, str) for m in ignored):
-            ignored = [modules[name] for name in ignored]
-        if ignored is not None and not all(isinstance(m, nn.Module) for m in ignored):
-            raise TypeError("`ignored_modules` should be `None`, `Iterable[str]` or "
-                            f"`Iterable[nn.Module]`, but has type {type(ignored)}")
-        return ignored
+        return _by_name(dict(module.named_modules()), ignored, nn.Module, "`Iterable[nn.Module]`")
 
     def train_step(self, data, optim_wrapper) -> Dict[str, torch.Tensor]:
         from .model import parse_losses

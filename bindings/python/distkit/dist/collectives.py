@@ -137,6 +137,6 @@ def all_reduce_params(params, coalesce: bool = True, bucket_size_mb: int = -1, o
     params_data = [param.data for param in params]
     code = _op_code(op)
     views = [Borrowed(t) for t in params_data]
-    array = (_lib.T * len(views))(*[v.pointer for v in views])
+    array = _lib.tensor_array(views)
     check(lib.dk_group_all_reduce_coalesced, handle_of(group), array, len(views), code,
           1 if coalesce else 0, bucket_size_mb)
