@@ -521,6 +521,19 @@ absl::StatusOr<TensorRef> FlatShard::FullParam(int index) const {
   return flats_[p.flat]->full.view.Slice(p.offset, p.numel);
 }
 
+absl::StatusOr<TensorRef> FlatShard::FullFlat(int flat) const {
+  if (flat < 0 || flat >= num_flat()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("FlatShard: no flat buffer ", flat));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!unsharded_) {
+    return absl::FailedPreconditionError(
+        "FlatShard: the unit is sharded; call Unshard first");
+  }
+  return flats_[flat]->full.view;
+}
+
 // ---- Gradients --------------------------------------------------------------
 
 absl::Status FlatShard::EnsureFullGrads() {

@@ -126,6 +126,9 @@ class FlatShard {
 
   // Parameter `index`'s full value, in param_dtype, valid until Reshard.
   absl::StatusOr<TensorRef> FullParam(int index) const;
+  // Flat buffer `flat`'s whole gathered buffer (padded), valid until Reshard
+  // (framework wrappers alias their parameters into it).
+  absl::StatusOr<TensorRef> FullFlat(int flat) const;
 
   // ---- Gradients ------------------------------------------------------------
 
@@ -218,6 +221,8 @@ class FlatShard {
     absl::Duration at;
   };
   std::vector<Event> TakeEvents();
+  // What Event::at is relative to.
+  absl::Time created_at() const { return created_at_; }
 
  private:
   struct Flat;

@@ -8,37 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "cc/core/status.h"
 #include "cc/dist_api/dist.h"
+#include "cc/torch/torch_tensor_ref.h"
 
 namespace distkit {
 
 namespace {
-
-absl::StatusOr<DataType> DataTypeOf(const torch::Tensor& t) {
-  switch (t.scalar_type()) {
-    case torch::kFloat:
-      return DataType::kFloat32;
-    case torch::kDouble:
-      return DataType::kFloat64;
-    case torch::kHalf:
-      return DataType::kFloat16;
-    case torch::kBFloat16:
-      return DataType::kBFloat16;
-    case torch::kLong:
-      return DataType::kInt64;
-    case torch::kInt:
-      return DataType::kInt32;
-    case torch::kChar:
-      return DataType::kInt8;
-    case torch::kByte:
-      return DataType::kUInt8;
-    case torch::kBool:
-      return DataType::kBool;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("DistributedDataParallel: unsupported dtype ",
-                       std::string(c10::toString(t.scalar_type()))));
-  }
-}
 
 absl::StatusOr<TensorRef> Ref(const torch::Tensor& t, const std::string& what) {
   if (!t.device().is_cpu()) {
@@ -46,12 +20,7 @@ absl::StatusOr<TensorRef> Ref(const torch::Tensor& t, const std::string& what) {
         "DistributedDataParallel: ", what, " is on ", t.device().str(),
         "; the Gloo backend reduces CPU tensors"));
   }
-  if (!t.is_contiguous()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("DistributedDataParallel: ", what, " is not contiguous"));
-  }
-  DK_ASSIGN_OR_RETURN(DataType d, DataTypeOf(t));
-  return TensorRef(t.data_ptr(), t.sizes().vec(), d);
+  return AsTensorRef(t, "DistributedDataParallel", what);
 }
 
 }  // namespace

@@ -12,12 +12,18 @@
 
 #include "absl/status/statusor.h"
 #include "cc/torch/distributed_data_parallel.h"
+#include "cc/torch/fully_sharded_data_parallel.h"
 
 namespace distkit {
 
 // Returns this rank's loss. `forward_loss` runs the model and the criterion.
 absl::StatusOr<double> TrainStep(
     DistributedDataParallel& ddp, torch::optim::Optimizer& optimizer,
+    const std::function<torch::Tensor()>& forward_loss);
+// The same step sharded: `optimizer` steps the module's parameters (the
+// shards, after FullyShardedDataParallel::Create).
+absl::StatusOr<double> TrainStep(
+    FullyShardedDataParallel& fsdp, torch::optim::Optimizer& optimizer,
     const std::function<torch::Tensor()>& forward_loss);
 
 }  // namespace distkit
