@@ -199,6 +199,8 @@ _PROTOTYPES = {
     "dk_shard_local": (c_status, [P, ctypes.c_int32, PP, PP, ctypes.POINTER(ctypes.c_int64),
                                   ctypes.POINTER(ctypes.c_int32), PP]),
     "dk_shard_zero_grads": (None, [P]),
+    "dk_shard_piece": (c_status, [P, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64),
+                                  ctypes.POINTER(ctypes.c_int64), PP, PP, PP]),
     "dk_shard_load_sharded": (c_status, [P, ctypes.c_int32, ctypes.POINTER(T), ctypes.c_size_t,
                                          PP]),
     "dk_shard_held_bytes": (ctypes.c_int64, [P]),

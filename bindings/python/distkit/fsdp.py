@@ -12,9 +12,12 @@ for the rest) keeps only its shard between uses: its forward gathers the
 full parameters into torch-owned storage, FULL_SHARD frees that storage
 after forward and gathers it again when backward reaches the unit, and at
 the end of backward every unit's gradients are averaged into its shard
-gradient in C++. ``parameters()`` are the shards (one flat parameter per
-unit and dtype, as torch's use_orig_params=False); ``state_dict()`` is the
-full state dict under the original module's keys.
+gradient in C++. ``parameters()`` are the shards: one flat parameter per
+unit and dtype (use_orig_params=False), or, with use_orig_params=True, the
+original parameters, each a 1-D view of the part of it this rank holds, so
+optimizer parameter groups by name work and optimizer state is sharded
+too. ``state_dict()`` is the full state dict under the original module's
+keys.
 """
 import contextlib
 import ctypes
@@ -192,8 +195,9 @@ class _Unit:
     storage the full parameters live in while gathered."""
 
     def __init__(self, module: nn.Module, owned: List[tuple], group, config, compute_dtype,
-                 reshard_after_forward: bool, is_root: bool):
+                 reshard_after_forward: bool, is_root: bool, orig_params: bool = False):
         self.module = module
+        self.orig_params = orig_params
         self.owned = owned  # (owner module, attribute name, original Parameter)
         self.is_root = is_root
         self.reshard_after_forward = reshard_after_forward
@@ -252,8 +256,24 @@ class _Unit:
         self.reduced = False
         self.leaves: List[Optional[torch.Tensor]] = [None] * len(owned)
         _live_units.add(self)
+        if orig_params:
+            # The original parameters stay registered (the optimizer's);
+            # each becomes a 1-D view of its piece of this rank's shard.
+            self.piece_data, self.piece_grad = [], []
+            for i, (_, _, p) in enumerate(owned):
+                offset, numel = ctypes.c_int64(), ctypes.c_int64()
+                data, grad = ctypes.c_void_p(), ctypes.c_void_p()
+                check(lib.dk_shard_piece, self.handle, i, ctypes.byref(offset),
+                      ctypes.byref(numel), ctypes.byref(data), ctypes.byref(grad))
+                self.piece_data.append(_tensor_at(data.value or 0, numel.value, p.dtype))
+                self.piece_grad.append(_tensor_at(grad.value or 0, numel.value, p.dtype))
+                p.data = self.piece_data[-1]
+                p.grad = None
         for (owner, name, _), view in zip(owned, self.views):
-            del owner._parameters[name]
+            if not orig_params:
+                del owner._parameters[name]
+            # An instance attribute: found before nn.Module.__getattr__ looks
+            # in _parameters, so forward uses the full view.
             object.__setattr__(owner, name, view)
 
     def __del__(self):
@@ -354,8 +374,11 @@ class _Unit:
             on_all_grads(self)
 
     def reduce(self, require_sync: bool, free_after: bool) -> None:
+        if self.orig_params:
+            self._take_back_grads()
         for flat, grad in zip(self.flat_params, self.grad_views):
-            if flat.grad is None:  # zero_grad(set_to_none=True): start from zero
+            if not self.orig_params and flat.grad is None:
+                # zero_grad(set_to_none=True): start from zero
                 lib.dk_shard_zero_grads(self.handle)
                 break
         for leaf in self.leaves:  # views of buffers the reduction frees
@@ -367,14 +390,32 @@ class _Unit:
         self.grads_attached = False
         for flat, grad in zip(self.flat_params, self.grad_views):
             flat.grad = grad
+        if self.orig_params:
+            for (_, _, p), grad in zip(self.owned, self.piece_grad):
+                p.grad = grad
         if free_after:
             self.reshard()
         elif not self.aliased:
             self.gathered = False  # the optimizer changes the shards: gather again
         _sample_memory()
 
+    def _take_back_grads(self) -> None:
+        """use_orig_params: the optimizer's view of each gradient (zeroed,
+        set to None or replaced since the last step) back into the shard
+        gradient the reduction adds to."""
+        with torch.no_grad():
+            for (_, name, p), mine in zip(self.owned, self.piece_grad):
+                if p.grad is None:
+                    mine.zero_()
+                elif p.grad.numel() and p.grad.data_ptr() != mine.data_ptr():
+                    if p.grad.numel() != mine.numel():
+                        raise RuntimeError(f"FSDP: the gradient of {name} has {p.grad.numel()} "
+                                           f"elements; this rank's shard of it {mine.numel()}")
+                    mine.copy_(p.grad.reshape(-1))
+
     def gather_full(self) -> List[torch.Tensor]:
-        outs = [torch.empty(p.shape, dtype=p.dtype) for _, _, p in self.owned]
+        outs = [torch.empty(shape, dtype=p.dtype)
+                for (_, _, p), (_, _, _, shape) in zip(self.owned, self.place)]
         views = [Borrowed(o) for o in outs]
         pointers = _lib.tensor_array(views)
         check(lib.dk_shard_gather_full, self.handle, pointers, len(views), 0)
@@ -419,9 +460,9 @@ class _Coordinator:
         self.free_after_backward = free_after_backward
 
     def add(self, unit_module: nn.Module, owned: List[tuple], group, config, compute_dtype,
-            reshard_after_forward: bool, is_root: bool) -> "_Unit":
+            reshard_after_forward: bool, is_root: bool, orig_params: bool = False) -> "_Unit":
         unit = _Unit(unit_module, owned, group, config, compute_dtype, reshard_after_forward,
-                     is_root)
+                     is_root, orig_params)
         self.units.append(unit)
         self.flat_ids.update(id(p) for p in unit.flat_params)
         unit_module.register_forward_pre_hook(lambda m, inputs, unit=unit: self._pre_forward(unit))
@@ -516,7 +557,9 @@ class FullyShardedDataParallel(nn.Module):
     """Shards ``module``'s parameters over ``process_group`` (default: the
     world). Arguments as torch's FSDP; ``backward_prefetch``,
     ``forward_prefetch`` and ``limit_all_gathers`` are accepted (gathers run
-    when a unit is reached), ``use_orig_params`` must be False."""
+    when a unit is reached). ``use_orig_params=True``: ``parameters()`` are
+    the original parameters (1-D views of this rank's pieces) instead of
+    one flat shard per unit and dtype."""
 
     def __init__(self, module: nn.Module, process_group=None,
                  sharding_strategy: Optional[ShardingStrategy] = None,
@@ -531,9 +574,6 @@ class FullyShardedDataParallel(nn.Module):
                  use_orig_params: bool = False, replicate_group=None,
                  ignored_parameters: Optional[Iterable[nn.Parameter]] = None):
         super().__init__()
-        if use_orig_params:
-            raise NotImplementedError("use_orig_params=True is not supported yet; the optimizer "
-                                      "steps the flat shards (parameters())")
         strategy = sharding_strategy or ShardingStrategy.FULL_SHARD
         if not isinstance(strategy, ShardingStrategy):
             raise TypeError(f"sharding_strategy must be a ShardingStrategy, got {strategy!r}")
@@ -573,11 +613,15 @@ class FullyShardedDataParallel(nn.Module):
                 continue
             unit = self._coordinator.add(unit_module, owned, process_group, config, param_dtype,
                                          reshard and unit_module is not module,
-                                         unit_module is module)
+                                         unit_module is module, use_orig_params)
             unit.keys = [param_key[id(p)] for _, _, p in owned]
         self._units = self._coordinator.units
         self._group = process_group
-        self._flat = nn.ParameterList([p for u in self._units for p in u.flat_params])
+        self.use_orig_params = use_orig_params
+        # What the optimizer steps: the flat shards, or (use_orig_params) the
+        # original parameters, still registered in the module.
+        self._flat = nn.ParameterList([] if use_orig_params else
+                                      [p for u in self._units for p in u.flat_params])
 
     def forward(self, *args, **kwargs):
         if self.mixed_precision is not None and self.mixed_precision.param_dtype is not None:

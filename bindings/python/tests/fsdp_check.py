@@ -95,6 +95,53 @@ def train_bf16():
         print(f"MixedPrecision bfloat16: worst relative difference {worst:.2e}", flush=True)
 
 
+def train_orig_params():
+    """use_orig_params=True: the optimizer gets the original parameters, by
+    name (here two parameter groups with different learning rates, and
+    Adam, whose moments are then sharded too), each a 1-D view of this
+    rank's piece; training equals Adam alone on the global batch."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    reference = Net()
+    torch.manual_seed(rank)
+    sharded = FullyShardedDataParallel(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}),
+                                       sync_module_states=True, use_orig_params=True)
+    names = [name for name, _ in sharded.named_parameters()]
+    check(names == ["module." + name for name, _ in reference.named_parameters()],
+          f"use_orig_params: parameter names {names}")
+    held = torch.tensor([sum(p.numel() for p in sharded.parameters())])
+    dist.all_reduce(held)
+    total = sum(p.numel() for p in reference.parameters())
+    check(held.item() == total, f"use_orig_params: ranks hold {held.item()} of {total} elements")
+
+    def groups(model, prefix):
+        head = [p for name, p in model.named_parameters() if name.startswith(prefix + "head")]
+        rest = [p for name, p in model.named_parameters() if not name.startswith(prefix + "head")]
+        return [{"params": rest}, {"params": head, "lr": LR / 4}]
+
+    opt = torch.optim.Adam(groups(sharded, "module."), lr=LR / 10)
+    ref_opt = torch.optim.Adam(groups(reference, ""), lr=LR / 10)
+    for step in range(STEPS):
+        x, y = batch(step, rank * LOCAL, LOCAL)
+        ((sharded(x) - y) ** 2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=step % 2 == 0)
+        x, y = batch(step, 0, n * LOCAL)
+        ((reference(x) - y) ** 2).mean().backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    moments = torch.tensor([sum(s["exp_avg"].numel() for s in opt.state.values())])
+    dist.all_reduce(moments)
+    check(moments.item() == total, f"use_orig_params: Adam state {moments.item()} of {total}")
+    full, want = sharded.state_dict(), reference.state_dict()
+    check(list(full) == list(want), f"use_orig_params: state dict keys {list(full)}")
+    worst = max(relative(full[k], want[k]) for k in want if k != "calls")
+    check(worst <= 1e-5, f"use_orig_params: differs from training alone by {worst:.2e}")
+    if rank == 0:
+        print(f"use_orig_params (Adam, 2 groups): worst relative difference {worst:.2e}",
+              flush=True)
+
+
 def hybrid_groups():
     """Nodes of two ranks when the world divides (else one node), and the
     replicate groups across them: (this rank's node group, its replicas)."""
@@ -379,6 +426,7 @@ def main():
         train(strategy, 1, policy)
         train(strategy, 2, policy)
     train(ShardingStrategy.FULL_SHARD, 1, None)
+    train_orig_params()
     train_bf16()
     train_mm()
     train_fsdp2()
