@@ -142,6 +142,71 @@ def train_orig_params():
               flush=True)
 
 
+def train_optim_state(orig_params):
+    """FSDP.optim_state_dict gathers Adam's sharded moments to full shapes
+    under the original names (equal to Adam alone on the global batch), and
+    optim_state_dict_to_load gives a fresh sharded model's optimizer its
+    parts: training then continues exactly as the reference does."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    what = f"optim state (use_orig_params={orig_params})"
+    torch.manual_seed(0)
+    reference = Net()
+    ref_opt = torch.optim.Adam(reference.parameters(), lr=LR / 10)
+
+    def wrap():
+        return FullyShardedDataParallel(Net(), auto_wrap_policy=ModuleWrapPolicy({Block}),
+                                        sync_module_states=True, use_orig_params=orig_params)
+
+    torch.manual_seed(rank)
+    sharded = wrap()
+    opt = torch.optim.Adam(sharded.parameters(), lr=LR / 10)
+
+    def step(model, optimizer, s, first, count):
+        x, y = batch(s, first, count)
+        ((model(x) - y) ** 2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    for s in range(3):
+        step(sharded, opt, s, rank * LOCAL, LOCAL)
+        step(reference, ref_opt, s, 0, n * LOCAL)
+    osd = FullyShardedDataParallel.optim_state_dict(sharded, opt)
+    want = {name: ref_opt.state[p] for name, p in reference.named_parameters()}
+    check(sorted(osd["state"]) == sorted(want), f"{what}: keys {sorted(osd['state'])}")
+    worst = 0.0
+    for name, ref_state in want.items():
+        got = osd["state"].get(name, {})
+        check(float(got.get("step", -1)) == float(ref_state["step"]), f"{what}: {name} step")
+        for key in ("exp_avg", "exp_avg_sq"):
+            if key in got and got[key].shape == ref_state[key].shape:
+                worst = max(worst, relative(got[key], ref_state[key]))
+            else:
+                check(False, f"{what}: {name}.{key} missing or misshaped")
+    check(worst <= 1e-5, f"{what}: Adam moments differ from Adam alone by {worst:.2e}")
+
+    torch.manual_seed(100 + rank)  # another start: everything comes from the dicts
+    resumed = wrap()
+    resumed.load_state_dict(sharded.state_dict())
+    resumed_opt = torch.optim.Adam(resumed.parameters(), lr=1.0)  # the dict's lr wins
+    resumed_opt.load_state_dict(
+        FullyShardedDataParallel.optim_state_dict_to_load(resumed, resumed_opt, osd))
+    for s in range(3, 5):
+        step(resumed, resumed_opt, s, rank * LOCAL, LOCAL)
+        step(reference, ref_opt, s, 0, n * LOCAL)
+    full, ref = resumed.state_dict(), reference.state_dict()
+    worst = max(relative(full[k], ref[k]) for k in ref if k != "calls")
+    check(worst <= 1e-5, f"{what}: resumed training differs from Adam alone by {worst:.2e}")
+    other = dict(osd, param_groups=[dict(osd["param_groups"][0],
+                                         params=osd["param_groups"][0]["params"][1:])])
+    try:
+        FullyShardedDataParallel.optim_state_dict_to_load(resumed, resumed_opt, other)
+        check(False, f"{what}: another model's optimizer state was accepted")
+    except ValueError as e:
+        check("another model" in str(e), f"{what}: error text {e}")
+    if rank == 0:
+        print(f"{what}: resumed, worst relative difference {worst:.2e}", flush=True)
+
+
 def hybrid_groups():
     """Nodes of two ranks when the world divides (else one node), and the
     replicate groups across them: (this rank's node group, its replicas)."""
@@ -427,6 +492,8 @@ def main():
         train(strategy, 2, policy)
     train(ShardingStrategy.FULL_SHARD, 1, None)
     train_orig_params()
+    train_optim_state(True)
+    train_optim_state(False)
     train_bf16()
     train_mm()
     train_fsdp2()
