@@ -1278,6 +1278,18 @@ dk_status_t dk_shard_reduce_grads(dk_shard_t* shard, dk_error_t** err) {
   });
 }
 
+dk_status_t dk_shard_reduce_grads_start(dk_shard_t* shard, dk_error_t** err) {
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
+    return s->StartReduceScatterGrads();
+  });
+}
+
+dk_status_t dk_shard_reduce_grads_wait(dk_shard_t* shard, dk_error_t** err) {
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
+    return s->WaitReduceScatterGrads();
+  });
+}
+
 void dk_shard_set_require_sync(dk_shard_t* shard, int32_t require_sync) {
   if (shard != nullptr && shard->rep != nullptr)
     shard->rep->set_require_sync(require_sync != 0);

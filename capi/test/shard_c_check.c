@@ -106,7 +106,13 @@ static dk_shard_t* train(dk_group_t* world, int strategy, int accumulate,
       DLTensor g0 = view(gwf, &nw, 32), g1 = view(&gb, &nb, 64);
       OK(dk_shard_accumulate_grad(unit, 0, &g0, &e_));
       OK(dk_shard_accumulate_grad(unit, 1, &g1, &e_));
-      OK(dk_shard_reduce_grads(unit, &e_));
+      if ((step + micro) % 2 == 0) {
+        OK(dk_shard_reduce_grads(unit, &e_));
+      } else { /* the two-halves form: start, other work, wait */
+        OK(dk_shard_reduce_grads_start(unit, &e_));
+        OK(dk_shard_reshard(unit, &e_));
+        OK(dk_shard_reduce_grads_wait(unit, &e_));
+      }
       OK(dk_shard_reshard(unit, &e_));
     }
     for (int k = 0; k < dk_shard_num_flat(unit); ++k) {
@@ -245,6 +251,10 @@ int main(void) {
         e = NULL;
         check(dk_shard_reduce_grads(NULL, &e) == DK_INVALID_ARGUMENT,
               "NULL unit");
+        dk_error_free(e);
+        e = NULL;
+        check(dk_shard_reduce_grads_wait(NULL, &e) == DK_INVALID_ARGUMENT,
+              "NULL unit (wait)");
         dk_error_free(e);
         /* A gather still in flight when the unit is destroyed is waited for. */
         OK(dk_shard_unshard_start(unit, &e_));

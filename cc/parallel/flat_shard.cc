@@ -39,6 +39,11 @@ struct FlatShard::Flat {
   Owned full_grad;  // padded x compute dtype
   bool full_is_shard = false;  // NO_SHARD in the shard's own dtype and device
   std::shared_ptr<Work> gather;
+  // A reduction in flight: its input (the full gradient, or a cast copy)
+  // and output (this rank's part), lent to `reduce` until it completes.
+  Owned reduce_in;
+  Owned reduce_out;
+  std::shared_ptr<Work> reduce;
 };
 
 namespace {
@@ -222,8 +227,11 @@ FlatShard::FlatShard(std::shared_ptr<ProcessGroup> group, Options options)
       created_at_(absl::Now()) {}
 
 FlatShard::~FlatShard() {
-  // A gather in flight writes into buffers freed below: wait for it first.
-  for (auto& f : flats_) Wait(f->gather).IgnoreError();
+  // Collectives in flight use buffers freed below: wait for them first.
+  for (auto& f : flats_) {
+    Wait(f->gather).IgnoreError();
+    Wait(f->reduce).IgnoreError();
+  }
 }
 
 absl::StatusOr<std::unique_ptr<FlatShard>> FlatShard::Create(
@@ -579,9 +587,13 @@ bool FlatShard::require_sync() const {
   return require_sync_;
 }
 
-absl::Status FlatShard::ReduceScatterGrads() {
+absl::Status FlatShard::StartReduceScatterGrads() {
   absl::MutexLock lock(&mu_);
   if (!require_sync_) return absl::OkStatus();  // no_sync: keep accumulating
+  if (reducing_) {
+    return absl::FailedPreconditionError(
+        "FlatShard: a gradient reduction is already in flight");
+  }
   // Every rank reduces, also one whose backward gave this unit nothing.
   DK_RETURN_IF_ERROR(EnsureFullGrads());
   Record(Event::kReduceStart);
@@ -589,36 +601,64 @@ absl::Status FlatShard::ReduceScatterGrads() {
   for (auto& fp : flats_) {
     Flat& f = *fp;
     const DataType r = ReduceDtype(f);
-    Owned converted;
-    TensorRef full = f.full_grad.view;
-    if (r != full.dtype()) {
-      DK_ASSIGN_OR_RETURN(converted, Allocate(param_device_, r, f.padded));
-      DK_RETURN_IF_ERROR(CastInto(converted.view, full));
-      full = converted.view;
+    if (r != f.full_grad.view.dtype()) {
+      DK_ASSIGN_OR_RETURN(f.reduce_in, Allocate(param_device_, r, f.padded));
+      DK_RETURN_IF_ERROR(CastInto(f.reduce_in.view, f.full_grad.view));
+      f.full_grad.Free();
+    } else {
+      f.reduce_in = std::move(f.full_grad);  // lent to the collective
+      f.full_grad = Owned();
     }
     // Pre-divide, then sum: the average without overflowing half types.
-    DK_RETURN_IF_ERROR(Divide(full, replicas_total));
-    TensorRef shard = full;
-    Owned reduced;
+    DK_RETURN_IF_ERROR(Divide(f.reduce_in.view, replicas_total));
     if (shard_count_ > 1) {
-      DK_ASSIGN_OR_RETURN(reduced, Allocate(param_device_, r, f.shard_numel));
-      DK_RETURN_IF_ERROR(
-          group_->ReduceScatter(full, reduced.view, ReduceOp::kSum));
-      shard = reduced.view;
+      DK_ASSIGN_OR_RETURN(f.reduce_out,
+                          Allocate(param_device_, r, f.shard_numel));
+      f.reduce = group_->ReduceScatterAsync(f.reduce_in.view, f.reduce_out.view,
+                                            ReduceOp::kSum);
     } else if (group_->size() > 1) {  // NO_SHARD: DDP's all_reduce
-      DK_RETURN_IF_ERROR(group_->AllReduce(full, ReduceOp::kSum));
+      f.reduce = group_->AllReduceAsync(f.reduce_in.view, ReduceOp::kSum);
     }
-    if (options_.replicate_group != nullptr) {
-      DK_RETURN_IF_ERROR(
-          options_.replicate_group->AllReduce(shard, ReduceOp::kSum));
-    }
-    DK_RETURN_IF_ERROR(AddInto(f.shard_grad.view, shard));
-    f.full_grad.Free();
   }
   grads_live_ = false;
-  Record(Event::kReduceDone);
+  reducing_ = true;
   Account();
   return absl::OkStatus();
+}
+
+absl::Status FlatShard::WaitReduceScatterGrads() {
+  absl::MutexLock lock(&mu_);
+  if (!reducing_) return absl::OkStatus();
+  absl::Status status;
+  for (auto& fp : flats_) {
+    Flat& f = *fp;
+    absl::Status s = Wait(f.reduce);
+    if (s.ok()) {
+      const TensorRef shard =
+          f.reduce_out.live() ? f.reduce_out.view : f.reduce_in.view;
+      if (options_.replicate_group != nullptr) {
+        s = options_.replicate_group->AllReduce(shard, ReduceOp::kSum);
+      }
+      if (s.ok()) s = AddInto(f.shard_grad.view, shard);
+    }
+    if (status.ok()) status = s;
+    f.reduce_in.Free();
+    f.reduce_out.Free();
+  }
+  reducing_ = false;
+  Record(Event::kReduceDone);
+  Account();
+  return status;
+}
+
+absl::Status FlatShard::ReduceScatterGrads() {
+  DK_RETURN_IF_ERROR(StartReduceScatterGrads());
+  return WaitReduceScatterGrads();
+}
+
+bool FlatShard::is_reducing() const {
+  absl::MutexLock lock(&mu_);
+  return reducing_;
 }
 
 // ---- The shard --------------------------------------------------------------
@@ -783,7 +823,8 @@ size_t FlatShard::HeldBytesLocked() const {
   size_t bytes = 0;
   for (const auto& f : flats_) {
     bytes += f->shard.bytes() + f->shard_grad.bytes() + f->gather_in.bytes() +
-             f->full_grad.bytes();
+             f->full_grad.bytes() + f->reduce_in.bytes() +
+             f->reduce_out.bytes();
     if (!f->full_is_shard) bytes += f->full.bytes();
   }
   return bytes;

@@ -143,6 +143,14 @@ class FlatShard {
   // gradient and frees the full gradients (collective; parameters given no
   // gradient count as zero). With require_sync false: keeps them instead.
   absl::Status ReduceScatterGrads();
+  // The same in two halves, so the reduction overlaps the rest of backward:
+  // Start hands the full gradients to an asynchronous reduce-scatter (or
+  // all-reduce) and returns; Wait adds the result into the shard gradient
+  // (ShardGrad is stale until then). One reduction in flight per unit; a new
+  // backward may write full gradients meanwhile (into new buffers).
+  absl::Status StartReduceScatterGrads();
+  absl::Status WaitReduceScatterGrads();
+  bool is_reducing() const;
   void set_require_sync(bool require_sync);
   bool require_sync() const;
 
@@ -255,6 +263,7 @@ class FlatShard {
   bool unsharded_ ABSL_GUARDED_BY(mu_) = false;
   bool gathering_ ABSL_GUARDED_BY(mu_) = false;
   bool grads_live_ ABSL_GUARDED_BY(mu_) = false;
+  bool reducing_ ABSL_GUARDED_BY(mu_) = false;
   bool require_sync_ ABSL_GUARDED_BY(mu_) = true;
   size_t peak_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time created_at_;

@@ -248,7 +248,13 @@ class Job {
         RequireOk(ub.AccumulateGrad(
                       1, TensorRef(gb2.data(), gb2.size(), DataType::kFloat64)),
                   name + ": grad b2");
-        RequireOk(ub.ReduceScatterGrads(), name + ": reduce b");
+        // b's reduction runs while a's backward computes (the overlap).
+        RequireOk(ub.StartReduceScatterGrads(), name + ": start reducing b");
+        if (sync) {
+          Check(ub.is_reducing(), name + ": b's reduction in flight");
+          Check(absl::IsFailedPrecondition(ub.StartReduceScatterGrads()),
+                name + ": a second reduction of b while one is in flight");
+        }
         RequireOk(ub.Reshard(), name + ": reshard b after backward");
         RequireOk(ua.Unshard(), name + ": unshard a for backward");
         // Unit a's gradients written straight into its full gradient view.
@@ -261,6 +267,8 @@ class Job {
         RequireOk(ua.AccumulateGrad(
                       1, TensorRef(gb1.data(), gb1.size(), DataType::kFloat32)),
                   name + ": grad b1");
+        RequireOk(ub.WaitReduceScatterGrads(), name + ": wait for b");
+        Check(!ub.is_reducing(), name + ": b reduced");
         RequireOk(ua.ReduceScatterGrads(), name + ": reduce a");
         RequireOk(ua.Reshard(), name + ": reshard a after backward");
         if (sync && sharded && config.param_dtype == std::nullopt) {

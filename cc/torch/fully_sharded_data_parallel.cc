@@ -549,11 +549,26 @@ void FullyShardedDataParallel::OnGradReady(Unit* unit, int index) {
 }
 
 absl::Status FullyShardedDataParallel::FinishUnit(Unit& unit) {
+  // The unit's gradients are complete: free its full parameters and start
+  // reducing its gradients, which runs while backward computes the next
+  // units. At most one reduction is in flight: the previous one is
+  // finished first (keeping full gradients of one unit alive, not all).
   unit.finished = true;
-  DK_RETURN_IF_ERROR(unit.shard->ReduceScatterGrads());
-  DK_RETURN_IF_ERROR(FreeUnit(unit, /*with_grads=*/true));
+  DK_RETURN_IF_ERROR(FreeUnit(unit, /*with_grads=*/false));
+  DK_RETURN_IF_ERROR(CompleteReduction());
+  DK_RETURN_IF_ERROR(unit.shard->StartReduceScatterGrads());
+  reducing_ = &unit;
   Account();
   return absl::OkStatus();
+}
+
+absl::Status FullyShardedDataParallel::CompleteReduction() {
+  if (reducing_ == nullptr) return absl::OkStatus();
+  Unit& unit = *reducing_;
+  reducing_ = nullptr;
+  absl::Status s = unit.shard->WaitReduceScatterGrads();
+  UsePieceViews(unit, /*with_grads=*/true);
+  return s;
 }
 
 absl::Status FullyShardedDataParallel::PrepareBackward(
@@ -622,6 +637,7 @@ absl::Status FullyShardedDataParallel::Backward(const torch::Tensor& loss) {
     if (!status.ok()) break;
     if (!unit->finished) status = FinishUnit(*unit);
   }
+  status.Update(CompleteReduction());
   if (!status.ok()) {
     // Leave every unit sharded, so the model is consistent again.
     for (auto& unit : units_) {

@@ -216,6 +216,7 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   void OnGradReady(Unit* unit, int index);
   void OnPreBackward(Unit* unit);
   absl::Status FinishUnit(Unit& unit);
+  absl::Status CompleteReduction();  // waits for reducing_, if any
   // +1: the unit after `unit` in the last forward; -1: the one before it in
   // this forward.
   Unit* NextInForward(const Unit* unit, int step) const;
@@ -245,6 +246,7 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   // AccumulateGrad nodes hooked for this backward (kept alive meanwhile).
   std::vector<std::shared_ptr<torch::autograd::Node>> hooked_;
   size_t peak_bytes_ = 0;
+  Unit* reducing_ = nullptr;  // the unit whose reduction is in flight
   absl::Mutex mu_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
 };

@@ -194,6 +194,8 @@ _PROTOTYPES = {
     "dk_shard_accumulate_grad": (c_status, [P, ctypes.c_int32, T, PP]),
     "dk_shard_full_grad": (c_status, [P, ctypes.c_int32, PP, PP]),
     "dk_shard_reduce_grads": (c_status, [P, PP]),
+    "dk_shard_reduce_grads_start": (c_status, [P, PP]),
+    "dk_shard_reduce_grads_wait": (c_status, [P, PP]),
     "dk_shard_set_require_sync": (None, [P, ctypes.c_int32]),
     "dk_shard_num_flat": (ctypes.c_int32, [P]),
     "dk_shard_local": (c_status, [P, ctypes.c_int32, PP, PP, ctypes.POINTER(ctypes.c_int64),

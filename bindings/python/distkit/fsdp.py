@@ -379,7 +379,9 @@ class _Unit:
         if self.pending == 0 and not self.reduced:
             on_all_grads(self)
 
-    def reduce(self, require_sync: bool, free_after: bool) -> None:
+    def start_reduce(self, require_sync: bool, free_after: bool) -> None:
+        """Starts averaging the unit's gradients into its shard (the library
+        runs it while backward goes on); finish_reduce waits for it."""
         if self.orig_params:
             self._take_back_grads()
         for flat, grad in zip(self.flat_params, self.grad_views):
@@ -387,22 +389,26 @@ class _Unit:
                 # zero_grad(set_to_none=True): start from zero
                 lib.dk_shard_zero_grads(self.handle)
                 break
-        for leaf in self.leaves:  # views of buffers the reduction frees
+        for leaf in self.leaves:  # views of buffers the reduction takes
             if leaf is not None:
                 leaf.grad = None
         lib.dk_shard_set_require_sync(self.handle, 1 if require_sync else 0)
-        check(lib.dk_shard_reduce_grads, self.handle)
+        check(lib.dk_shard_reduce_grads_start, self.handle)
         self.reduced = True
         self.grads_attached = False
+        if free_after:
+            self.reshard()
+        elif not self.aliased:
+            self.gathered = False  # the optimizer changes the shards: gather again
+        _sample_memory()
+
+    def finish_reduce(self) -> None:
+        check(lib.dk_shard_reduce_grads_wait, self.handle)
         for flat, grad in zip(self.flat_params, self.grad_views):
             flat.grad = grad
         if self.orig_params:
             for (_, _, p), grad in zip(self.owned, self.piece_grad):
                 p.grad = grad
-        if free_after:
-            self.reshard()
-        elif not self.aliased:
-            self.gathered = False  # the optimizer changes the shards: gather again
         _sample_memory()
 
     def _take_back_grads(self) -> None:
@@ -463,6 +469,7 @@ class _Coordinator:
         self.flat_ids: Set[int] = set()  # the shard parameters: never sharded again
         self.require_sync = True
         self.backward_queued = False
+        self.in_flight: Optional[_Unit] = None  # the unit being reduced
         self.free_after_backward = free_after_backward
 
     def add(self, unit_module: nn.Module, owned: List[tuple], group, config, compute_dtype,
@@ -494,9 +501,18 @@ class _Coordinator:
         return self.order[i] if 0 <= i < len(self.order) else None
 
     def _reduce_now(self, unit: "_Unit") -> None:
-        """Every gradient of `unit` arrived: reduce it during backward (each
-        rank's backward reaches the units in the same order)."""
-        unit.reduce(self.require_sync, self.free_after_backward)
+        """Every gradient of `unit` arrived: start reducing it, overlapping
+        the rest of backward (each rank's backward reaches the units in the
+        same order). One reduction is in flight at a time, so only one
+        unit's full gradients wait in the library."""
+        self._finish_in_flight()
+        unit.start_reduce(self.require_sync, self.free_after_backward)
+        self.in_flight = unit
+
+    def _finish_in_flight(self) -> None:
+        if self.in_flight is not None:
+            unit, self.in_flight = self.in_flight, None
+            unit.finish_reduce()
 
     def _post_forward(self, unit: "_Unit", output):
         if unit.reshard_after_forward:
@@ -527,7 +543,9 @@ class _Coordinator:
         # every rank (their gradient counts as zero).
         for unit in reversed(self.units):
             if not getattr(unit, "reduced", False):
-                unit.reduce(self.require_sync, self.free_after_backward)
+                self._reduce_now(unit)
+        self._finish_in_flight()
+        for unit in reversed(self.units):
             unit.reduced = False
             if unit.gathering:  # prefetched but not used: it holds old values
                 check(lib.dk_shard_unshard_wait, unit.handle)

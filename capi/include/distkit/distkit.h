@@ -645,6 +645,16 @@ DK_EXPORT dk_status_t dk_shard_full_grad(dk_shard_t* shard, int32_t index,
  * them, to be reduced with the next synchronized call. */
 DK_EXPORT dk_status_t dk_shard_reduce_grads(dk_shard_t* shard,
                                             dk_error_t** err);
+/* dk_shard_reduce_grads in two halves, so the reduction overlaps the rest of
+ * backward. Collective, returns at once: the full gradients are lent to an
+ * asynchronous reduce-scatter (a second start while one is in flight is
+ * DK_FAILED_PRECONDITION). _wait: adds the result into the shard gradient,
+ * which is stale until then (a no-op when nothing is in flight). Start the
+ * units' reductions and wait for them in the same order on every rank. */
+DK_EXPORT dk_status_t dk_shard_reduce_grads_start(dk_shard_t* shard,
+                                                  dk_error_t** err);
+DK_EXPORT dk_status_t dk_shard_reduce_grads_wait(dk_shard_t* shard,
+                                                 dk_error_t** err);
 DK_EXPORT void dk_shard_set_require_sync(dk_shard_t* shard,
                                          int32_t require_sync);
 
