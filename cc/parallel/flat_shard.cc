@@ -43,6 +43,7 @@ struct FlatShard::Flat {
   // and output (this rank's part), lent to `reduce` until it completes.
   Owned reduce_in;
   Owned reduce_out;
+  bool reduce_direct = false;  // into shard_grad itself (it was zero)
   std::shared_ptr<Work> reduce;
 };
 
@@ -114,6 +115,16 @@ absl::Status Zero(TensorRef t) {
   DK_ASSIGN_OR_RETURN(HostCopy h, HostCopy::Of(t, /*read=*/false));
   std::memset(h.host().data(), 0, h.host().nbytes());
   return h.WriteBack();
+}
+
+// Whether host memory `t` is all zero bits (a device buffer: false).
+bool AllZero(TensorRef t) {
+  if (!t.device().is_cpu()) return false;
+  const auto* bytes = static_cast<const unsigned char*>(t.data());
+  for (size_t i = 0; i < t.nbytes(); ++i) {
+    if (bytes[i] != 0) return false;
+  }
+  return true;
 }
 
 absl::Status Divide(TensorRef t, int divisor) {
@@ -611,7 +622,16 @@ absl::Status FlatShard::StartReduceScatterGrads() {
     }
     // Pre-divide, then sum: the average without overflowing half types.
     DK_RETURN_IF_ERROR(Divide(f.reduce_in.view, replicas_total));
-    if (shard_count_ > 1) {
+    f.reduce_direct = shard_count_ > 1 && r == f.dtype &&
+                      shard_device_ == param_device_ &&
+                      AllZero(f.shard_grad.view);
+    if (f.reduce_direct) {
+      // Nothing to add to (the gradients were zeroed): the reduce-scatter
+      // writes this rank's part straight into the shard gradient, with no
+      // output buffer and no add.
+      f.reduce = group_->ReduceScatterAsync(f.reduce_in.view, f.shard_grad.view,
+                                            ReduceOp::kSum);
+    } else if (shard_count_ > 1) {
       DK_ASSIGN_OR_RETURN(f.reduce_out,
                           Allocate(param_device_, r, f.shard_numel));
       f.reduce = group_->ReduceScatterAsync(f.reduce_in.view, f.reduce_out.view,
@@ -634,12 +654,13 @@ absl::Status FlatShard::WaitReduceScatterGrads() {
     Flat& f = *fp;
     absl::Status s = Wait(f.reduce);
     if (s.ok()) {
-      const TensorRef shard =
-          f.reduce_out.live() ? f.reduce_out.view : f.reduce_in.view;
+      const TensorRef shard = f.reduce_direct       ? f.shard_grad.view
+                              : f.reduce_out.live() ? f.reduce_out.view
+                                                    : f.reduce_in.view;
       if (options_.replicate_group != nullptr) {
         s = options_.replicate_group->AllReduce(shard, ReduceOp::kSum);
       }
-      if (s.ok()) s = AddInto(f.shard_grad.view, shard);
+      if (s.ok() && !f.reduce_direct) s = AddInto(f.shard_grad.view, shard);
     }
     if (status.ok()) status = s;
     f.reduce_in.Free();

@@ -577,6 +577,41 @@ class Job {
 }  // namespace
 }  // namespace distkit
 
+namespace distkit {
+namespace {
+
+// The shard gradient accumulates across reductions until ZeroShardGrads:
+// added to when it holds values, written directly when it is zero.
+void ShardGradAccumulates(std::shared_ptr<ProcessGroup> world) {
+  const int n = world->size();
+  std::vector<float> value(4 * n, 0.5f);
+  auto unit = FlatShard::Create(
+      world, {{TensorRef(value.data(), value.size(), DataType::kFloat32), "v"}},
+      {});
+  RequireOk(unit.status(), "accumulate: create");
+  std::vector<float> grad(4 * n, static_cast<float>(world->rank() + 1));
+  const float mean = (n + 1) / 2.0f;
+  for (float before : {0.0f, 1.0f, 0.0f}) {
+    TensorRef g = (*unit)->ShardGrad(0);
+    for (int64_t i = 0; i < g.numel(); ++i) g.data<float>()[i] = before;
+    RequireOk((*unit)->AccumulateGrad(
+                  0, TensorRef(grad.data(), grad.size(), DataType::kFloat32)),
+              "accumulate: grad");
+    RequireOk((*unit)->ReduceScatterGrads(), "accumulate: reduce");
+    for (int64_t i = 0; i < g.numel(); ++i) {
+      if (g.data<float>()[i] != before + mean) {
+        Check(false,
+              absl::StrCat("accumulate: shard gradient ", g.data<float>()[i],
+                           ", expected ", before + mean));
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace distkit
+
 int main() {
   using namespace distkit;
   setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -610,6 +645,7 @@ int main() {
   configs.push_back(c);
   for (const Config& config : configs) job.Train(config);
   job.Misuse();
+  ShardGradAccumulates(env->world);
   return testing::FinishChecks(absl::StrCat(
       "FlatShard matches training alone under every strategy, world size ",
       env->world->size()));

@@ -535,10 +535,16 @@ void FullyShardedDataParallel::OnGradReady(Unit* unit, int index) {
     s = absl::InternalError(
         absl::StrCat(kOwner, ": ", unit->names[index], " has no gradient"));
   } else {
+    // The previous unit's reduction ran while this unit's first gradients
+    // were computed; finish it before this unit's full gradients are
+    // allocated, so the library never holds two units' full gradients.
+    if (reducing_ != nullptr && reducing_ != unit) s = CompleteReduction();
     torch::Tensor g = grad.contiguous();
     absl::StatusOr<TensorRef> ref =
         AsTensorRef(g, kOwner, unit->names[index] + ".grad");
-    s = ref.ok() ? unit->shard->AccumulateGrad(index, *ref) : ref.status();
+    if (s.ok()) {
+      s = ref.ok() ? unit->shard->AccumulateGrad(index, *ref) : ref.status();
+    }
     grad.reset();
   }
   if (s.ok() && ++unit->ready == unit->expected) s = FinishUnit(*unit);
@@ -551,8 +557,8 @@ void FullyShardedDataParallel::OnGradReady(Unit* unit, int index) {
 absl::Status FullyShardedDataParallel::FinishUnit(Unit& unit) {
   // The unit's gradients are complete: free its full parameters and start
   // reducing its gradients, which runs while backward computes the next
-  // units. At most one reduction is in flight: the previous one is
-  // finished first (keeping full gradients of one unit alive, not all).
+  // unit's first gradients (OnGradReady finishes it before that unit's
+  // full gradients are allocated). At most one reduction is in flight.
   unit.finished = true;
   DK_RETURN_IF_ERROR(FreeUnit(unit, /*with_grads=*/false));
   DK_RETURN_IF_ERROR(CompleteReduction());

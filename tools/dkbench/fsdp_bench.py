@@ -5,8 +5,8 @@ BACKWARD_PRE, the next unit's all-gather running while this one computes) on the
 Memory is the model state a rank holds at peak (parameters, gradients,
 optimizer state, gathered full parameters: counted from the library's and the
 wrapper's own accounts) beside each strategy's bound (FULL_SHARD: 3 x
-total / N + the largest unit's full parameters and gradients + one more unit's
-gradients while their reduction overlaps backward), and the peak RSS. The implementations alternate for --repeats
+total / N + the largest unit's full parameters and gradients), and the peak
+RSS. The implementations alternate for --repeats
 rounds (median of medians).
 
     bazel run //tools/dkbench:fsdp_bench -- --world-size 2 --repeats 3
@@ -64,16 +64,12 @@ def main():
     for impl in IMPLS:
         ms = statistics.median(results[impl])
         state = int(last[impl]["state_bytes"])
-        # Parameters + gradients + momentum, and what each strategy adds. A
-        # unit's reduction overlaps the next unit's backward, so one more
-        # unit's full gradients (and its reduced part, 1/N) are held meanwhile.
-        reducing = largest + largest / n
-        bound = {
+        bound = {  # parameters + gradients + momentum, and what each strategy adds
             "ddp": 3 * total,
-            "NO_SHARD": 3 * total + 2 * largest,  # gradients written + one reducing
-            "FULL_SHARD": 3 * total / n + 2 * largest + reducing,  # + one unit's full
-            "FULL_SHARD+prefetch": 3 * total / n + 3 * largest + reducing,  # + the next gather
-            "SHARD_GRAD_OP": 3 * total / n + total + largest + reducing,  # params kept
+            "NO_SHARD": 3 * total + largest,  # + one unit's gradient while it reduces
+            "FULL_SHARD": 3 * total / n + 2 * largest,  # + one unit's full params and grads
+            "FULL_SHARD+prefetch": 3 * total / n + 3 * largest,  # + the next unit's gather
+            "SHARD_GRAD_OP": 3 * total / n + total + largest,  # full params kept for backward
         }[impl]
         print(f"{impl:<22}{ms:>9.1f}{ms / ddp_ms:>10.2f}{state / 2**20:>11.1f}"
               f"{bound / 2**20:>11.1f}{int(last[impl]['rss']) / 2**20:>9.0f}   "

@@ -527,6 +527,10 @@ class _Coordinator:
         if not self.backward_queued:  # the forward that led here set the order
             self.order, self.recording = self.recording, []
         unit.unshard()
+        # The previous unit's reduction overlapped the gather above; finish
+        # it before this unit's full gradients are allocated, so the
+        # library never holds two units' full gradients.
+        self._finish_in_flight()
         unit.attach_grads()
         if self.backward_prefetch == BackwardPrefetch.BACKWARD_PRE:
             # Backward reaches the units in reverse forward order: gather the
