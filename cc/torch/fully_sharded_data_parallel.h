@@ -92,9 +92,8 @@ struct FsdpOptions {
   bool sync_module_states = false;
   AutoWrapPolicy auto_wrap_policy;  // empty: one unit, the root
   // kBackwardPre: a unit's pre-backward starts gathering the unit whose
-  // backward comes next. kBackwardPost behaves as kNone here (the next
-  // unit's gradients are reduced synchronously, so there is nothing to
-  // overlap after them).
+  // backward comes next. kBackwardPost is accepted and behaves as kNone
+  // (no prefetch after a unit's gradients).
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kBackwardPre;
   // Start gathering the next unit (in the last forward's order) when one
   // starts its forward.
