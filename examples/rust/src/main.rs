@@ -152,7 +152,10 @@ impl Engine<'_> {
             Engine::Sharded(s) => {
                 s.accumulate_grad(1, &[gb])?;
                 s.accumulate_grad(0, gw)?;
-                s.reduce_grads()?;
+                // Started, then finished: a trainer with more layers would
+                // compute the next ones in between.
+                s.reduce_grads_start()?;
+                s.reduce_grads_wait()?;
                 let (values, grads) = s.local::<f32>(0)?;
                 for (v, d) in values.iter_mut().zip(grads) {
                     *v -= lr * d;

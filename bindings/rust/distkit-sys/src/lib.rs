@@ -543,6 +543,8 @@ extern "C" {
     pub fn dk_shard_accumulate_grad(shard: *mut dk_shard_t, index: i32, grad: *const DLTensor, err: ErrOut) -> dk_status_t;
     pub fn dk_shard_full_grad(shard: *mut dk_shard_t, index: i32, data_out: *mut *mut c_void, err: ErrOut) -> dk_status_t;
     pub fn dk_shard_reduce_grads(shard: *mut dk_shard_t, err: ErrOut) -> dk_status_t;
+    pub fn dk_shard_reduce_grads_start(shard: *mut dk_shard_t, err: ErrOut) -> dk_status_t;
+    pub fn dk_shard_reduce_grads_wait(shard: *mut dk_shard_t, err: ErrOut) -> dk_status_t;
     pub fn dk_shard_set_require_sync(shard: *mut dk_shard_t, require_sync: i32);
     pub fn dk_shard_num_flat(shard: *const dk_shard_t) -> i32;
     pub fn dk_shard_local(

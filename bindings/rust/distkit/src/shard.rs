@@ -137,6 +137,17 @@ impl<'g> Shard<'g> {
         call(|err| unsafe { sys::dk_shard_reduce_grads(self.ptr, err) })
     }
 
+    /// Collective: starts `reduce_grads` and returns, so the reduction runs
+    /// while the caller computes; `reduce_grads_wait` finishes it (the shard
+    /// gradient is stale until then).
+    pub fn reduce_grads_start(&mut self) -> Result<()> {
+        call(|err| unsafe { sys::dk_shard_reduce_grads_start(self.ptr, err) })
+    }
+
+    pub fn reduce_grads_wait(&mut self) -> Result<()> {
+        call(|err| unsafe { sys::dk_shard_reduce_grads_wait(self.ptr, err) })
+    }
+
     /// no_sync: while false, reduce_grads keeps accumulating locally.
     pub fn set_require_sync(&mut self, require_sync: bool) {
         unsafe { sys::dk_shard_set_require_sync(self.ptr, require_sync as i32) }
