@@ -117,6 +117,15 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
       params, torch::optim::SGDOptions(0.1).momentum(0.9));
 }
 
+torch::OrderedDict<std::string, torch::Tensor> ParametersOf(
+    torch::nn::Module& m) {
+  torch::OrderedDict<std::string, torch::Tensor> state;
+  for (const auto& p : m.named_parameters()) {
+    state.insert(p.key(), p.value().detach().clone());
+  }
+  return state;
+}
+
 // Single-process training on every rank's batch at once (micro-batches
 // summed, as gradient accumulation does).
 torch::OrderedDict<std::string, torch::Tensor> Reference(Optim o, int micros) {
@@ -134,10 +143,7 @@ torch::OrderedDict<std::string, torch::Tensor> Reference(Optim o, int micros) {
     }
     opt->step();
   }
-  torch::OrderedDict<std::string, torch::Tensor> state;
-  for (const auto& p : net->named_parameters())
-    state.insert(p.key(), p.value().detach().clone());
-  return state;
+  return ParametersOf(*net);
 }
 
 // distkit's DDP on the same data.
@@ -153,10 +159,7 @@ torch::OrderedDict<std::string, torch::Tensor> Ddp(Optim o) {
               "ddp backward");
     opt->step();
   }
-  torch::OrderedDict<std::string, torch::Tensor> state;
-  for (const auto& p : net->named_parameters())
-    state.insert(p.key(), p.value().detach().clone());
-  return state;
+  return ParametersOf(*net);
 }
 
 void CheckClose(const torch::OrderedDict<std::string, torch::Tensor>& got,

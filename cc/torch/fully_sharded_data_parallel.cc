@@ -258,11 +258,7 @@ absl::Status FullyShardedDataParallel::Build() {
       replicated.emplace_back(b.key(), b.value());
     }
     for (auto& [key, t] : replicated) {
-      DK_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(t, kOwner, key));
-      if (options_.replicate_group != nullptr) {
-        DK_RETURN_IF_ERROR(options_.replicate_group->Broadcast(ref, 0));
-      }
-      DK_RETURN_IF_ERROR(group_->Broadcast(ref, 0));
+      DK_RETURN_IF_ERROR(BroadcastFromRank0(t, key));
     }
   }
   // Nothing fails from here on. Units run backward-finishing in this order:
@@ -695,6 +691,17 @@ absl::Status FullyShardedDataParallel::TakeError() {
 
 // ---- State dicts ------------------------------------------------------------
 
+absl::Status FullyShardedDataParallel::BroadcastFromRank0(
+    const torch::Tensor& t, const std::string& name) {
+  // Rank 0 of the job: first to the other nodes' rank 0 (hybrid), then
+  // inside each node.
+  DK_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(t, kOwner, name));
+  if (options_.replicate_group != nullptr) {
+    DK_RETURN_IF_ERROR(options_.replicate_group->Broadcast(ref, 0));
+  }
+  return group_->Broadcast(ref, 0);
+}
+
 bool FullyShardedDataParallel::job_rank0() const {
   return group_->rank() == 0 && (options_.replicate_group == nullptr ||
                                  options_.replicate_group->rank() == 0);
@@ -845,11 +852,7 @@ absl::Status FullyShardedDataParallel::LoadFullStateDict(
   for (auto& [key, t] : replicated) {
     if (mine) t.copy_(state[key]);
     if (!rank0_only) continue;
-    DK_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(t, kOwner, key));
-    if (options_.replicate_group != nullptr) {
-      DK_RETURN_IF_ERROR(options_.replicate_group->Broadcast(ref, 0));
-    }
-    DK_RETURN_IF_ERROR(group_->Broadcast(ref, 0));
+    DK_RETURN_IF_ERROR(BroadcastFromRank0(t, key));
   }
   return absl::OkStatus();
 }

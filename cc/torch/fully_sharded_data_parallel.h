@@ -221,6 +221,8 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   Unit* NextInForward(const Unit* unit, int step) const;
 
   bool job_rank0() const;
+  absl::Status BroadcastFromRank0(const torch::Tensor& t,
+                                  const std::string& name);
   absl::Status RequireSharded(absl::string_view what) const;
   absl::Status CheckStateDict(
       const torch::OrderedDict<std::string, torch::Tensor>& state) const;
