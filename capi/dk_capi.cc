@@ -1396,4 +1396,32 @@ int64_t dk_shard_peak_held_bytes(const dk_shard_t* shard) {
              : static_cast<int64_t>(shard->rep->peak_held_bytes());
 }
 
+static_assert(
+    distkit::FlatShard::Event::kUnshardStart == DK_SHARD_EVENT_UNSHARD_START &&
+        distkit::FlatShard::Event::kUnshardDone ==
+            DK_SHARD_EVENT_UNSHARD_DONE &&
+        distkit::FlatShard::Event::kReshard == DK_SHARD_EVENT_RESHARD &&
+        distkit::FlatShard::Event::kReduceStart ==
+            DK_SHARD_EVENT_REDUCE_START &&
+        distkit::FlatShard::Event::kReduceDone == DK_SHARD_EVENT_REDUCE_DONE,
+    "dk_shard_event_t kinds are FlatShard::Event kinds");
+
+dk_status_t dk_shard_take_events(dk_shard_t* shard, dk_shard_event_t* out,
+                                 size_t capacity, size_t* count,
+                                 dk_error_t** err) {
+  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
+    if (count == nullptr) return absl::InvalidArgumentError("count is NULL");
+    *count = 0;
+    if (capacity > 0 && out == nullptr)
+      return absl::InvalidArgumentError("out is NULL");
+    const absl::Time base = s->created_at();
+    for (const auto& e : s->TakeEvents(capacity)) {
+      out[*count] = {absl::ToUnixNanos(base + e.at),
+                     static_cast<int32_t>(e.kind), 0};
+      ++*count;
+    }
+    return absl::OkStatus();
+  });
+}
+
 }  // extern "C"

@@ -137,6 +137,42 @@ func TestLocal(t *testing.T) {
 		t.Fatal("aborted group reports no error")
 	}
 	h.Close()
+	// A sharded unit: its timeline records one gather, one free and one
+	// reduction done in two halves.
+	unit, err := NewShard(world, [][]float32{{1, 2}}, ShardOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	if err := unit.Unshard(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unit.Reshard(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unit.AccumulateGrad(0, []float32{0.5, 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unit.ReduceGradsStart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unit.ReduceGradsWait(); err != nil {
+		t.Fatal(err)
+	}
+	if _, grads, err := unit.Local(0); err != nil || grads[0] != 0.5 || grads[1] != 0.5 {
+		t.Fatal("shard gradient after the two-half reduction", grads, err)
+	}
+	events, err := unit.TakeEvents()
+	want := []ShardEventKind{EventUnshardStart, EventUnshardDone, EventReshard, EventReduceStart, EventReduceDone}
+	if err != nil || len(events) != len(want) {
+		t.Fatalf("events %v %v", events, err)
+	}
+	for i, e := range events {
+		if e.Kind != want[i] || e.At.Before(before.Add(-time.Millisecond)) || (i > 0 && e.At.Before(events[i-1].At)) {
+			t.Fatalf("event %d: %v", i, events)
+		}
+	}
+	unit.Close()
 	// Asynchronous work.
 	w, err := AllReduceAsync(world, x, Sum)
 	if err != nil {

@@ -9,6 +9,7 @@ import "C"
 import (
 	"fmt"
 	"runtime"
+	"time"
 	"unsafe"
 )
 
@@ -144,6 +145,65 @@ func (s *Shard[T]) ReduceGrads() error {
 	}
 	var cerr *C.dk_error_t
 	return check(C.dk_shard_reduce_grads(s.ptr, &cerr), cerr)
+}
+
+// ReduceGradsStart is ReduceGrads in two halves: it starts the reduction
+// and returns, so the caller computes meanwhile; ReduceGradsWait finishes it
+// (the shard gradient is stale until then). Collective: every rank starts
+// and waits for its units in the same order.
+func (s *Shard[T]) ReduceGradsStart() error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	var cerr *C.dk_error_t
+	return check(C.dk_shard_reduce_grads_start(s.ptr, &cerr), cerr)
+}
+
+// ReduceGradsWait finishes ReduceGradsStart's reduction (a no-op when none
+// is in flight).
+func (s *Shard[T]) ReduceGradsWait() error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	var cerr *C.dk_error_t
+	return check(C.dk_shard_reduce_grads_wait(s.ptr, &cerr), cerr)
+}
+
+// ShardEventKind says what happened to a unit (see TakeEvents).
+type ShardEventKind int32
+
+const (
+	EventUnshardStart ShardEventKind = C.DK_SHARD_EVENT_UNSHARD_START // an all-gather was started
+	EventUnshardDone  ShardEventKind = C.DK_SHARD_EVENT_UNSHARD_DONE  // ... and waited for
+	EventReshard      ShardEventKind = C.DK_SHARD_EVENT_RESHARD       // the full parameters were freed
+	EventReduceStart  ShardEventKind = C.DK_SHARD_EVENT_REDUCE_START  // a gradient reduction was started
+	EventReduceDone   ShardEventKind = C.DK_SHARD_EVENT_REDUCE_DONE   // ... and added into the shard gradient
+)
+
+// ShardEvent is one entry of a unit's timeline.
+type ShardEvent struct {
+	Kind ShardEventKind
+	At   time.Time
+}
+
+// TakeEvents returns the events recorded since the last call, oldest first
+// (a unit keeps its newest 4096), so a trainer can see gathers overlap its
+// compute.
+func (s *Shard[T]) TakeEvents() ([]ShardEvent, error) {
+	if err := s.live(); err != nil {
+		return nil, err
+	}
+	buf := make([]C.dk_shard_event_t, 4096)
+	var n C.size_t
+	var cerr *C.dk_error_t
+	if err := check(C.dk_shard_take_events(s.ptr, &buf[0], C.size_t(len(buf)), &n, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	out := make([]ShardEvent, int(n))
+	for i := range out {
+		out[i] = ShardEvent{ShardEventKind(buf[i].kind), time.Unix(0, int64(buf[i].unix_ns))}
+	}
+	return out, nil
 }
 
 // Local is flat buffer k's shard: its values (the optimizer updates them in

@@ -4,10 +4,12 @@
  * with prefetch and no_sync, must equal training alone on the global batch;
  * then state dicts (full, sharded round trip) and misuse answered with a
  * status, never a crash. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "distkit/distkit.h"
 
@@ -261,6 +263,67 @@ int main(void) {
       }
       dk_shard_destroy(unit);
     }
+  }
+  {
+    /* The timeline: each step's events, in order, within the calls' times,
+     * taken in parts; and bounded when nobody takes them. */
+    float v[8] = {0};
+    int64_t n = 8;
+    DLTensor t = view(v, &n, 32);
+    DLTensor* ps[1] = {&t};
+    dk_shard_t* unit = NULL;
+    OK(dk_shard_create(world, ps, 1, NULL, NULL, &unit, &e_));
+    dk_shard_event_t ev[8];
+    size_t count = 99;
+    OK(dk_shard_take_events(unit, ev, 8, &count, &e_));
+    check(count == 0, "a new unit has no events");
+    struct timespec before, after;
+    clock_gettime(CLOCK_REALTIME, &before);
+    OK(dk_shard_unshard_start(unit, &e_));
+    OK(dk_shard_unshard_wait(unit, &e_));
+    OK(dk_shard_reshard(unit, &e_));
+    OK(dk_shard_accumulate_grad(unit, 0, &t, &e_));
+    OK(dk_shard_reduce_grads_start(unit, &e_));
+    OK(dk_shard_reduce_grads_wait(unit, &e_));
+    clock_gettime(CLOCK_REALTIME, &after);
+    const int64_t lo = before.tv_sec * 1000000000LL + before.tv_nsec;
+    const int64_t hi = after.tv_sec * 1000000000LL + after.tv_nsec;
+    OK(dk_shard_take_events(unit, ev, 2, &count, &e_));
+    check(count == 2, "two events taken when two fit");
+    size_t rest = 0;
+    OK(dk_shard_take_events(unit, ev + 2, 6, &rest, &e_));
+    check(rest == 3, "the other three on the next call");
+    const int want[5] = {DK_SHARD_EVENT_UNSHARD_START,
+                         DK_SHARD_EVENT_UNSHARD_DONE, DK_SHARD_EVENT_RESHARD,
+                         DK_SHARD_EVENT_REDUCE_START,
+                         DK_SHARD_EVENT_REDUCE_DONE};
+    int in_order = 1;
+    for (int i = 0; i < 5; ++i) {
+      in_order &= ev[i].kind == want[i] && ev[i].unix_ns >= lo &&
+                  ev[i].unix_ns <= hi &&
+                  (i == 0 || ev[i].unix_ns >= ev[i - 1].unix_ns);
+    }
+    check(in_order, "events in order, timed between the calls");
+    for (int i = 0; i < 2100; ++i) {
+      OK(dk_shard_unshard(unit, &e_));
+      OK(dk_shard_reshard(unit, &e_));
+    }
+    dk_shard_event_t* many = calloc(5000, sizeof(dk_shard_event_t));
+    OK(dk_shard_take_events(unit, many, 5000, &count, &e_));
+    check(count == 4096 && many[4095].kind == DK_SHARD_EVENT_RESHARD &&
+              many[4094].kind == DK_SHARD_EVENT_UNSHARD_DONE,
+          "the newest 4096 events are kept");
+    free(many);
+    dk_error_t* e = NULL;
+    check(dk_shard_take_events(unit, ev, 8, NULL, &e) == DK_INVALID_ARGUMENT,
+          "NULL count");
+    dk_error_free(e);
+    e = NULL;
+    check(
+        dk_shard_take_events(unit, NULL, 8, &count, &e) == DK_INVALID_ARGUMENT,
+        "NULL events");
+    dk_error_free(e);
+    dk_shard_destroy(unit);
   }
   {
     /* Ranks that register different parameters: one error, on every rank. */

@@ -839,12 +839,16 @@ absl::Status FlatShard::LoadShardedParams(
 // ---- Introspection ----------------------------------------------------------
 
 void FlatShard::Record(Event::Kind kind) {
+  if (events_.size() == kMaxEvents) events_.pop_front();
   events_.push_back({kind, absl::Now() - created_at_});
 }
 
-std::vector<FlatShard::Event> FlatShard::TakeEvents() {
+std::vector<FlatShard::Event> FlatShard::TakeEvents(size_t max) {
   absl::MutexLock lock(&mu_);
-  return std::exchange(events_, {});
+  const size_t n = std::min(max, events_.size());
+  std::vector<Event> taken(events_.begin(), events_.begin() + n);
+  events_.erase(events_.begin(), events_.begin() + n);
+  return taken;
 }
 
 size_t FlatShard::HeldBytesLocked() const {

@@ -36,6 +36,7 @@
 #ifndef DISTKIT_CC_PARALLEL_FLAT_SHARD_H_
 #define DISTKIT_CC_PARALLEL_FLAT_SHARD_H_
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -216,8 +217,10 @@ class FlatShard {
   size_t held_bytes() const;
   size_t peak_held_bytes() const;
 
-  // When each unshard was started and waited for, relative to Create, so a
-  // trace can show prefetched gathers overlapping compute.
+  // When each unshard and reduction was started and finished, relative to
+  // Create, so a trace can show prefetched gathers overlapping compute. The
+  // unit keeps the newest kMaxEvents events not yet taken (older ones are
+  // dropped: a job that never reads them does not grow).
   struct Event {
     enum Kind {
       kUnshardStart,
@@ -228,7 +231,9 @@ class FlatShard {
     } kind;
     absl::Duration at;
   };
-  std::vector<Event> TakeEvents();
+  static constexpr size_t kMaxEvents = 4096;
+  // Removes and returns the oldest `max` events (all by default), in order.
+  std::vector<Event> TakeEvents(size_t max = kMaxEvents);
   // What Event::at is relative to.
   absl::Time created_at() const { return created_at_; }
 
@@ -267,7 +272,7 @@ class FlatShard {
   bool require_sync_ ABSL_GUARDED_BY(mu_) = true;
   size_t peak_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time created_at_;
-  std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
+  std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace distkit

@@ -4,18 +4,22 @@
 // single-process training on the concatenated global batch (each rank
 // computes that reference itself, from the same data) and of distkit's DDP;
 // then state dicts, sharded checkpoints (also loaded by a job of another
-// size), sharded optimizer state, memory, the timeline and bad input.
+// size), sharded optimizer state and its full form, memory, the timeline
+// and bad input.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cc/dist_api/dist.h"
 #include "cc/torch/distributed_data_parallel.h"
+#include "cc/torch/fsdp_optim_state.h"
 #include "cc/torch/fully_sharded_data_parallel.h"
 #include "cc/torch/train_step.h"
 #include "testing/cc/rank_check.h"
@@ -277,6 +281,190 @@ bool Equal(const torch::OrderedDict<std::string, torch::Tensor>& a,
   return true;
 }
 
+using StateDict = torch::OrderedDict<std::string, torch::Tensor>;
+
+// The per-element tensors of `dict` (steps compared apart: norms of int64
+// tensors are not defined).
+StateDict WithoutSteps(const StateDict& dict) {
+  StateDict out;
+  for (const auto& item : dict) {
+    if (!absl::EndsWith(item.key(), ".step"))
+      out.insert(item.key(), item.value());
+  }
+  return out;
+}
+
+// SGD's momentum in full: one buffer per parameter, no step; it loads
+// back into a fresh SGD unchanged.
+void SgdMomentumState() {
+  Mode mode{"sgd_state"};
+  mode.options.auto_wrap_policy = distkit::ModuleTypePolicy({"BlockImpl"});
+  Net net = MakeNet();
+  auto fsdp = Wrap(net, mode);
+  auto opt = MakeOptimizer(Optim::kSgd, net->parameters());
+  TrainSteps(*fsdp, net, *opt, 0, 2, 1, "sgd state");
+  auto osd = distkit::FullOptimStateDict(*fsdp, *opt);
+  RequireOk(osd.status(), "SGD FullOptimStateDict");
+  size_t params = 0, buffers = 0;
+  for (const auto& p : net->named_parameters()) {
+    ++params;
+    const torch::Tensor* t = osd->find("state." + p.key() + ".momentum_buffer");
+    buffers += t != nullptr && t->numel() > 0 &&
+               t->sizes() == MakeNet()->named_parameters()[p.key()].sizes();
+  }
+  Check(buffers == params && osd->size() == params,
+        absl::StrCat("SGD state: ", buffers, " full momentum buffers of ",
+                     params, " parameters, ", osd->size(), " entries"));
+  auto fresh = MakeOptimizer(Optim::kSgd, net->parameters());
+  CheckOk(distkit::LoadFullOptimStateDict(*fsdp, *fresh, *osd), "SGD load");
+  auto back = distkit::FullOptimStateDict(*fsdp, *fresh);
+  bool same = back.ok() && back->size() == osd->size();
+  for (const auto& item : *osd) {
+    same &= same && torch::equal(*back->find(item.key()), item.value());
+  }
+  Check(same, "SGD state round trip");
+}
+
+// The optimizer's full state: equal to Adam's alone after 3 steps; loaded
+// into a fresh model and Adam whose units are cut differently (one unit),
+// the next 2 steps equal training alone (and differ without it); a 2-rank
+// job loading a bigger job's gives the same full state back; bad input is
+// refused.
+void OptimState() {
+  Net alone = MakeNet();
+  auto alone_opt = MakeOptimizer(Optim::kAdam, alone->parameters());
+  auto step_alone = [&](int step) {
+    alone_opt->zero_grad();
+    std::vector<torch::Tensor> tokens, targets;
+    for (int r = 0; r < world_; ++r) {
+      tokens.push_back(Tokens(r, step, 0));
+      targets.push_back(Targets(r, step, 0));
+    }
+    Loss(alone->forward(torch::cat(tokens)), torch::cat(targets)).backward();
+    alone_opt->step();
+  };
+  for (int step = 0; step < 3; ++step) step_alone(step);
+  StateDict want;
+  std::vector<int64_t> want_steps;
+  for (const auto& p : alone->named_parameters()) {
+    auto& s = static_cast<torch::optim::AdamParamState&>(*alone_opt->state().at(
+        c10::guts::to_string(p.value().unsafeGetTensorImpl())));
+    want.insert("state." + p.key() + ".exp_avg", s.exp_avg().clone());
+    want.insert("state." + p.key() + ".exp_avg_sq", s.exp_avg_sq().clone());
+    want_steps.push_back(s.step());
+  }
+  for (int step = 3; step < 5; ++step) step_alone(step);
+  const StateDict final_alone = ParametersOf(*alone);
+
+  Mode mode{"optim_state"};
+  mode.options.auto_wrap_policy = distkit::ModuleTypePolicy({"BlockImpl"});
+  Net net = MakeNet();
+  auto fsdp = Wrap(net, mode);
+  auto opt = MakeOptimizer(Optim::kAdam, net->parameters());
+  auto empty = distkit::FullOptimStateDict(*fsdp, *opt);
+  Check(empty.ok() && empty->is_empty(), "no state before the first step");
+  TrainSteps(*fsdp, net, *opt, 0, 3, 1, "optim state");
+  auto osd = distkit::FullOptimStateDict(*fsdp, *opt);
+  RequireOk(osd.status(), "FullOptimStateDict");
+  CheckClose(WithoutSteps(*osd), want, 1e-5, "optimizer state vs Adam alone");
+  bool steps_equal = osd->size() == want.size() + want_steps.size();
+  for (const auto& item : *osd) {
+    if (absl::EndsWith(item.key(), ".step")) {
+      steps_equal &= item.value().item<int64_t>() == want_steps[0];
+    }
+  }
+  Check(steps_equal, "every parameter's step is 3");
+  auto only0 = distkit::FullOptimStateDict(*fsdp, *opt, /*rank0_only=*/true);
+  RequireOk(only0.status(), "rank0_only optimizer state");
+  Check(rank_ == 0 ? only0->size() == osd->size() : only0->is_empty(),
+        "rank0_only optimizer state");
+  auto full = fsdp->FullStateDict();
+  RequireOk(full.status(), "full state dict");
+
+  for (bool load_optim : {true, false}) {
+    Mode other{"optim_state_one_unit"};
+    other.options.auto_wrap_policy = nullptr;
+    Net net2 = MakeNet();
+    auto fsdp2 = Wrap(net2, other);
+    auto opt2 = MakeOptimizer(Optim::kAdam, net2->parameters());
+    RequireOk(fsdp2->LoadFullStateDict(*full), "load the parameters");
+    if (load_optim) {
+      CheckOk(distkit::LoadFullOptimStateDict(*fsdp2, *opt2, *osd),
+              "LoadFullOptimStateDict");
+    }
+    TrainSteps(*fsdp2, net2, *opt2, 3, 2, 1, "optim state reloaded");
+    auto after = fsdp2->FullStateDict();
+    RequireOk(after.status(), "state after reloading");
+    if (load_optim) {
+      CheckClose(*after, final_alone, 1e-5,
+                 "training after the optimizer state was reloaded");
+    } else {
+      double worst = 0;
+      for (const auto& item : final_alone) {
+        worst = std::max(
+            worst,
+            (after->find(item.key())->sub(item.value())).norm().item<double>() /
+                item.value().norm().item<double>());
+      }
+      Check(worst > 1e-4, absl::StrCat("without the optimizer state training ",
+                                       "differs (", worst, ")"));
+    }
+  }
+
+  if (world_ >= 3) {
+    auto pair = distkit::dist::GetDefaultGroup()->NewGroup({0, 1});
+    RequireOk(pair.status(), "group {0, 1}");
+    if ((*pair)->is_member()) {
+      Net small = MakeNet();
+      auto two =
+          FullyShardedDataParallel::Create(small.ptr(), mode.options, *pair);
+      RequireOk(two.status(), "2-rank fsdp");
+      auto opt2 = MakeOptimizer(Optim::kAdam, small->parameters());
+      CheckOk(distkit::LoadFullOptimStateDict(**two, *opt2, *osd),
+              absl::StrCat("2 ranks load the optimizer state of ", world_));
+      auto back = distkit::FullOptimStateDict(**two, *opt2);
+      RequireOk(back.status(), "2-rank FullOptimStateDict");
+      bool same = back->size() == osd->size();
+      for (const auto& item : *osd) {
+        const torch::Tensor* t = back->find(item.key());
+        same &= t != nullptr && torch::equal(*t, item.value());
+      }
+      Check(same, absl::StrCat("optimizer state of ", world_,
+                               " ranks through 2 ranks is unchanged"));
+    }
+  }
+
+  // Bad input: refused, nothing loaded.
+  auto before = distkit::FullOptimStateDict(*fsdp, *opt);
+  auto extra = *osd;
+  extra.insert("state.block9.up.weight.exp_avg", torch::zeros({2}));
+  absl::Status s = distkit::LoadFullOptimStateDict(*fsdp, *opt, extra);
+  Check(absl::IsInvalidArgument(s) &&
+            s.message().find("unexpected key state.block9.up.weight.exp_avg") !=
+                std::string::npos,
+        "extra optimizer key: " + s.ToString());
+  auto resized = *osd;
+  resized["state.head.bias.exp_avg"] = torch::zeros({kVocab + 1});
+  s = distkit::LoadFullOptimStateDict(*fsdp, *opt, resized);
+  Check(absl::IsInvalidArgument(s) &&
+            s.message().find("state.head.bias.exp_avg has 12 elements") !=
+                std::string::npos,
+        "resized optimizer state: " + s.ToString());
+  auto after = distkit::FullOptimStateDict(*fsdp, *opt);
+  bool unchanged = before.ok() && after.ok() && before->size() == after->size();
+  for (const auto& item : *before) {
+    unchanged &= torch::equal(*after->find(item.key()), item.value());
+  }
+  Check(unchanged, "refused optimizer state changed nothing");
+  torch::optim::LBFGS lbfgs(net->parameters());
+  s = distkit::FullOptimStateDict(*fsdp, lbfgs).status();
+  Check(absl::IsInvalidArgument(s) &&
+            s.message().find("Adam, AdamW, SGD, RMSprop and Adagrad") !=
+                std::string::npos,
+        "LBFGS: " + s.ToString());
+  SgdMomentumState();
+}
+
 // Full and sharded state dicts round-trip exactly; optimizer state is
 // sharded; memory stays near total / N; prefetches overlap; bad input fails
 // on every rank and changes nothing.
@@ -504,6 +692,9 @@ int main() {
   add("full_shard_no_backward_prefetch", [](Mode& m) {
     m.options.backward_prefetch = distkit::BackwardPrefetch::kNone;
   });
+  add("full_shard_backward_post", [](Mode& m) {
+    m.options.backward_prefetch = distkit::BackwardPrefetch::kBackwardPost;
+  });
   add("shard_grad_op", [](Mode& m) {
     m.options.sharding_strategy = ShardingStrategy::kShardGradOp;
   });
@@ -533,6 +724,7 @@ int main() {
   });
   for (const Mode& mode : modes) TrainAndCompare(mode);
   StateAndErrors();
+  OptimState();
   if (world_ == 4) Hybrid();
 
   RequireOk(distkit::dist::Barrier(), "barrier");

@@ -557,6 +557,10 @@ absl::Status FullyShardedDataParallel::FinishUnit(Unit& unit) {
   // full gradients are allocated). At most one reduction is in flight.
   unit.finished = true;
   DK_RETURN_IF_ERROR(FreeUnit(unit, /*with_grads=*/false));
+  if (options_.backward_prefetch == BackwardPrefetch::kBackwardPost) {
+    Unit* next = NextInForward(&unit, -1);
+    if (next != nullptr && !next->finished) StartGather(next);
+  }
   DK_RETURN_IF_ERROR(CompleteReduction());
   DK_RETURN_IF_ERROR(unit.shard->StartReduceScatterGrads());
   reducing_ = &unit;
@@ -1048,6 +1052,16 @@ const std::string& FullyShardedDataParallel::unit_name(int k) const {
 
 FlatShard& FullyShardedDataParallel::unit_shard(int k) {
   return *units_[k]->shard;
+}
+
+const std::vector<torch::Tensor>& FullyShardedDataParallel::unit_params(
+    int k) const {
+  return units_[k]->params;
+}
+
+const std::vector<std::vector<int64_t>>&
+FullyShardedDataParallel::unit_param_shapes(int k) const {
+  return units_[k]->shapes;
 }
 
 size_t FullyShardedDataParallel::held_bytes() const {

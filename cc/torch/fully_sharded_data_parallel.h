@@ -91,9 +91,10 @@ struct FsdpOptions {
   bool offload_params = false;  // CPUOffload(offload_params=True)
   bool sync_module_states = false;
   AutoWrapPolicy auto_wrap_policy;  // empty: one unit, the root
-  // kBackwardPre: a unit's pre-backward starts gathering the unit whose
-  // backward comes next. kBackwardPost is accepted and behaves as kNone
-  // (no prefetch after a unit's gradients).
+  // Which event starts gathering the unit whose backward comes next:
+  // kBackwardPre, this unit's pre-backward (the gather overlaps this unit's
+  // gradient computation); kBackwardPost, this unit's gradients being
+  // complete (issued before this unit's reduction, as torch orders it).
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kBackwardPre;
   // Start gathering the next unit (in the last forward's order) when one
   // starts its forward.
@@ -176,6 +177,15 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   // Unit k's module path ("" for the root) and engine.
   const std::string& unit_name(int k) const;
   FlatShard& unit_shard(int k);
+  // Unit k's parameters: the tensors the optimizer holds (FlatShard
+  // parameter i is unit_params(k)[i]).
+  const std::vector<torch::Tensor>& unit_params(int k) const;
+  // Their full shapes.
+  const std::vector<std::vector<int64_t>>& unit_param_shapes(int k) const;
+  // Whether this is the job's rank 0 (under HYBRID_*: of both groups).
+  bool job_rank0() const;
+  // The group the units shard over (a node's ranks under HYBRID_*).
+  const std::shared_ptr<ProcessGroup>& group() const { return group_; }
   // Bytes the units hold now, and the most they held at once.
   size_t held_bytes() const;
   size_t peak_held_bytes() const { return peak_bytes_; }
@@ -220,7 +230,6 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   // this forward.
   Unit* NextInForward(const Unit* unit, int step) const;
 
-  bool job_rank0() const;
   absl::Status BroadcastFromRank0(const torch::Tensor& t,
                                   const std::string& name);
   absl::Status RequireSharded(absl::string_view what) const;

@@ -118,7 +118,10 @@ func main() {
 		if unit != nil { // averaged into this rank's shard; SGD on the shard
 			must(unit.AccumulateGrad(1, gb))
 			must(unit.AccumulateGrad(0, gw))
-			must(unit.ReduceGrads())
+			// Started, then finished: a trainer with more layers would
+			// compute the next ones in between.
+			must(unit.ReduceGradsStart())
+			must(unit.ReduceGradsWait())
 			values, grads, err := unit.Local(0)
 			must(err)
 			for i := range values {

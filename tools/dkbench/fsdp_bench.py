@@ -6,8 +6,10 @@ Memory is the model state a rank holds at peak (parameters, gradients,
 optimizer state, gathered full parameters: counted from the library's and the
 wrapper's own accounts) beside each strategy's bound (FULL_SHARD: 3 x
 total / N + the largest unit's full parameters and gradients), and the peak
-RSS. The implementations alternate for --repeats
-rounds (median of medians).
+RSS. "overlap" is the last step's timeline on rank 0: all-gathers that ran
+while another unit computed / all-gathers, and the milliseconds they ran
+beside that compute. The implementations alternate for --repeats rounds
+(median of medians).
 
     bazel run //tools/dkbench:fsdp_bench -- --world-size 2 --repeats 3
 """
@@ -60,7 +62,7 @@ def main():
     print(f"Sharded training, {total / 4e6:.1f}M float32 parameters ({total / 2**20:.0f} MiB), "
           f"batch 32, SGD momentum, world size {n}, CPU, {args.repeats} rounds of 10 steps")
     print(f"{'implementation':<22}{'step ms':>9}{'this/DDP':>10}{'state MiB':>11}"
-          f"{'bound MiB':>11}{'RSS MiB':>9}   rounds")
+          f"{'bound MiB':>11}{'RSS MiB':>9}{'overlap':>13}   rounds")
     for impl in IMPLS:
         ms = statistics.median(results[impl])
         state = int(last[impl]["state_bytes"])
@@ -71,8 +73,12 @@ def main():
             "FULL_SHARD+prefetch": 3 * total / n + 3 * largest,  # + the next unit's gather
             "SHARD_GRAD_OP": 3 * total / n + total + largest,  # full params kept for backward
         }[impl]
+        overlap = "-"
+        if "overlap" in last[impl]:
+            hit, gathers, ms_beside = last[impl]["overlap"].split("/")
+            overlap = f"{hit}/{gathers} {ms_beside}ms"
         print(f"{impl:<22}{ms:>9.1f}{ms / ddp_ms:>10.2f}{state / 2**20:>11.1f}"
-              f"{bound / 2**20:>11.1f}{int(last[impl]['rss']) / 2**20:>9.0f}   "
+              f"{bound / 2**20:>11.1f}{int(last[impl]['rss']) / 2**20:>9.0f}{overlap:>13}   "
               f"{', '.join(f'{v:.0f}' for v in results[impl])}")
 
 

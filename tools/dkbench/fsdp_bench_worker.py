@@ -3,7 +3,9 @@ DDP benchmark's 4-layer MLP (~26M float32 parameters, batch 32, SGD with
 momentum) under distkit's DDP or distkit.fsdp with one unit per layer. Rank
 0 prints the median step time and this rank's memory: the bytes of model
 state it holds at peak (parameters, gradients, optimizer state, and for FSDP
-the gathered full parameters) and its peak RSS."""
+the gathered full parameters) and its peak RSS, and for FSDP how the last
+step's all-gathers overlapped compute (fsdp.prefetch_overlap of the
+model's timeline)."""
 import argparse
 import resource
 import statistics
@@ -45,6 +47,8 @@ def main():
     for step in range(WARMUP + STEPS):
         if step == WARMUP and impl != "ddp":
             fsdp.reset_peak_memory_stats()
+        if impl != "ddp":
+            model.take_timeline()  # only the last step's is kept
         t0 = time.perf_counter()
         sgd.zero_grad()
         F.mse_loss(model(x), y).backward()
@@ -58,9 +62,14 @@ def main():
     else:
         state = fsdp.memory_stats()["held_peak"] + optim_bytes
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    overlap = ""
+    if impl != "ddp":
+        o = fsdp.prefetch_overlap(model.take_timeline())
+        overlap = f" overlap={o['overlapped']}/{o['gathers']}/{o['overlap_ns'] / 1e6:.0f}"
+
     if dist.get_rank() == 0:
         print(f"RESULT impl={impl} total={total} largest={largest} "
-              f"median_ms={statistics.median(times):.1f} state_bytes={state} rss={rss}",
+              f"median_ms={statistics.median(times):.1f} state_bytes={state} rss={rss}{overlap}",
               flush=True)
     dist.destroy()
 

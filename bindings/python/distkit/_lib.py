@@ -73,6 +73,14 @@ class ShardConfig(ctypes.Structure):
     ]
 
 
+class ShardEvent(ctypes.Structure):
+    _fields_ = [
+        ("unix_ns", ctypes.c_int64),
+        ("kind", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+    ]
+
+
 class InitConfig(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
@@ -100,6 +108,8 @@ COMM_HOOK_NONE, COMM_HOOK_FP16, COMM_HOOK_BF16 = 0, 1, 2
 (SHARD_FULL_SHARD, SHARD_SHARD_GRAD_OP, SHARD_NO_SHARD, SHARD_HYBRID_SHARD,
  SHARD_HYBRID_SHARD_ZERO2) = range(5)
 DTYPE_UNSET = -1
+(SHARD_EVENT_UNSHARD_START, SHARD_EVENT_UNSHARD_DONE, SHARD_EVENT_RESHARD,
+ SHARD_EVENT_REDUCE_START, SHARD_EVENT_REDUCE_DONE) = range(5)
 
 # ---- Functions ----------------------------------------------------------------
 
@@ -207,6 +217,8 @@ _PROTOTYPES = {
                                          PP]),
     "dk_shard_held_bytes": (ctypes.c_int64, [P]),
     "dk_shard_peak_held_bytes": (ctypes.c_int64, [P]),
+    "dk_shard_take_events": (c_status, [P, ctypes.POINTER(ShardEvent), ctypes.c_size_t,
+                                        ctypes.POINTER(ctypes.c_size_t), PP]),
     "dk_shard_gather_full": (c_status, [P, ctypes.POINTER(T), ctypes.c_size_t, ctypes.c_int32,
                                         PP]),
     "dk_shard_load_full": (c_status, [P, ctypes.POINTER(T), ctypes.c_size_t, ctypes.c_int32,

@@ -19,10 +19,12 @@ optimizer parameter groups by name work and optimizer state is sharded
 too. ``state_dict()`` is the full state dict under the original module's
 keys.
 """
+import collections
 import contextlib
 import ctypes
 import enum
 import os
+import time
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -37,8 +39,8 @@ from ._lib import check, lib
 
 __all__ = [
     "BackwardPrefetch", "CPUOffload", "CPUOffloadPolicy", "FSDPModule", "FullyShardedDataParallel",
-    "MixedPrecision", "MixedPrecisionPolicy", "fully_shard",
-    "ModuleWrapPolicy", "ShardingStrategy", "StateDictType", "memory_stats",
+    "MixedPrecision", "MixedPrecisionPolicy", "fully_shard", "TimelineEvent",
+    "ModuleWrapPolicy", "ShardingStrategy", "StateDictType", "memory_stats", "prefetch_overlap",
     "reset_peak_memory_stats", "size_based_auto_wrap_policy",
     "transformer_auto_wrap_policy",
 ]
@@ -55,6 +57,45 @@ class ShardingStrategy(enum.Enum):
 class BackwardPrefetch(enum.Enum):
     BACKWARD_PRE = enum.auto()
     BACKWARD_POST = enum.auto()
+
+
+class TimelineEvent(collections.namedtuple("TimelineEvent", "unit kind unix_ns")):
+    """One entry of FullyShardedDataParallel.take_timeline(): unit index
+    (wrapping order), what happened, and when (ns since the Unix epoch, as
+    time.time_ns()). Kinds: from the library "unshard_start",
+    "unshard_done" (a gather started, and waited for), "reshard",
+    "reduce_start", "reduce_done"; from the wrapper "forward_start",
+    "forward_end", "backward_start", "backward_end" (the unit's compute)."""
+
+
+_EVENT_KINDS = {_lib.SHARD_EVENT_UNSHARD_START: "unshard_start",
+                _lib.SHARD_EVENT_UNSHARD_DONE: "unshard_done",
+                _lib.SHARD_EVENT_RESHARD: "reshard",
+                _lib.SHARD_EVENT_REDUCE_START: "reduce_start",
+                _lib.SHARD_EVENT_REDUCE_DONE: "reduce_done"}
+
+
+def prefetch_overlap(timeline: List[TimelineEvent]) -> dict:
+    """How far all-gathers ran beside compute in `timeline`: "gathers"
+    counted (started and waited for), "overlapped" those during which
+    another unit's compute started or ended (a prefetched gather; a blocking
+    one has none), and "overlap_ns" the sum, over those, of the time from
+    the gather's start to the last such compute mark inside it."""
+    gathers, marks, started = [], [], {}
+    for e in timeline:
+        if e.kind == "unshard_start":
+            started[e.unit] = e.unix_ns
+        elif e.kind == "unshard_done" and e.unit in started:
+            gathers.append((e.unit, started.pop(e.unit), e.unix_ns))
+        elif e.kind.startswith(("forward_", "backward_")):
+            marks.append((e.unit, e.unix_ns))
+    overlapped, total = 0, 0
+    for unit, start, end in gathers:
+        inside = [ns for u, ns in marks if u != unit and start <= ns <= end]
+        if inside:
+            overlapped += 1
+            total += max(inside) - start
+    return {"gathers": len(gathers), "overlapped": overlapped, "overlap_ns": total}
 
 
 class StateDictType(enum.Enum):
@@ -425,6 +466,16 @@ class _Unit:
                                            f"elements; this rank's shard of it {mine.numel()}")
                     mine.copy_(p.grad.reshape(-1))
 
+    def take_events(self) -> List[tuple]:
+        """(kind, unix_ns) of what the library recorded since the last call."""
+        out, events = [], (_lib.ShardEvent * 1024)()
+        count = ctypes.c_size_t()
+        while True:
+            check(lib.dk_shard_take_events, self.handle, events, len(events), ctypes.byref(count))
+            out.extend((_EVENT_KINDS[e.kind], e.unix_ns) for e in events[:count.value])
+            if count.value < len(events):
+                return out
+
     def gather_full(self) -> List[torch.Tensor]:
         outs = [torch.empty(shape, dtype=p.dtype)
                 for (_, _, p), (_, _, _, shape) in zip(self.owned, self.place)]
@@ -471,17 +522,24 @@ class _Coordinator:
         self.backward_queued = False
         self.in_flight: Optional[_Unit] = None  # the unit being reduced
         self.free_after_backward = free_after_backward
+        # The units' compute, for take_timeline: (unit, kind, unix_ns), the
+        # newest 4096 marks kept.
+        self.compute = collections.deque(maxlen=4096)
 
     def add(self, unit_module: nn.Module, owned: List[tuple], group, config, compute_dtype,
             reshard_after_forward: bool, is_root: bool, orig_params: bool = False) -> "_Unit":
         unit = _Unit(unit_module, owned, group, config, compute_dtype, reshard_after_forward,
                      is_root, orig_params)
+        unit.index = len(self.units)
         self.units.append(unit)
         self.flat_ids.update(id(p) for p in unit.flat_params)
         unit_module.register_forward_pre_hook(lambda m, inputs, unit=unit: self._pre_forward(unit))
         unit_module.register_forward_hook(
             lambda m, inputs, output, unit=unit: self._post_forward(unit, output))
         return unit
+
+    def _mark(self, unit: "_Unit", kind: str) -> None:
+        self.compute.append((unit.index, kind, time.time_ns()))
 
     def _pre_forward(self, unit: "_Unit") -> None:
         unit.unshard()
@@ -491,7 +549,8 @@ class _Coordinator:
             following = self._neighbour(unit, +1)
             if following is not None:
                 following.start_gather()
-        unit.expose(self._reduce_now)
+        unit.expose(self._gradients_complete)
+        self._mark(unit, "forward_start")
 
     def _neighbour(self, unit: "_Unit", step: int) -> Optional["_Unit"]:
         """The unit `step` places after `unit` in the last forward's order."""
@@ -499,6 +558,17 @@ class _Coordinator:
             return None
         i = self.order.index(unit) + step
         return self.order[i] if 0 <= i < len(self.order) else None
+
+    def _gradients_complete(self, unit: "_Unit") -> None:
+        """Backward computed every gradient of `unit`."""
+        self._mark(unit, "backward_end")
+        if self.backward_prefetch == BackwardPrefetch.BACKWARD_POST:
+            # torch's BACKWARD_POST: the next unit's gather is issued after
+            # this unit's gradients, before its reduction.
+            previous = self._neighbour(unit, -1)
+            if previous is not None and not previous.reduced:
+                previous.start_gather()
+        self._reduce_now(unit)
 
     def _reduce_now(self, unit: "_Unit") -> None:
         """Every gradient of `unit` arrived: start reducing it, overlapping
@@ -515,6 +585,7 @@ class _Coordinator:
             unit.finish_reduce()
 
     def _post_forward(self, unit: "_Unit", output):
+        self._mark(unit, "forward_end")
         if unit.reshard_after_forward:
             unit.reshard()
         if torch.is_grad_enabled():
@@ -541,6 +612,7 @@ class _Coordinator:
         if not self.backward_queued:
             self.backward_queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
+        self._mark(unit, "backward_start")
 
     def _finish_backward(self) -> None:
         # Units backward did not reach here: reduced now, in one order on
@@ -583,11 +655,15 @@ def _unclaimed_params(module: nn.Module, ignored: Set[nn.Module], claimed: Set[i
 
 class FullyShardedDataParallel(nn.Module):
     """Shards ``module``'s parameters over ``process_group`` (default: the
-    world). Arguments as torch's FSDP; ``backward_prefetch``,
-    ``forward_prefetch`` and ``limit_all_gathers`` are accepted (gathers run
-    when a unit is reached). ``use_orig_params=True``: ``parameters()`` are
-    the original parameters (1-D views of this rank's pieces) instead of
-    one flat shard per unit and dtype."""
+    world). Arguments as torch's FSDP. Prefetch starts the next unit's
+    all-gather early, so it runs while this unit computes:
+    ``forward_prefetch`` when a unit's forward starts, ``BACKWARD_PRE`` when
+    its backward starts, ``BACKWARD_POST`` when its gradients are complete
+    (before their reduction). At most one unit is prefetched at a time, so
+    ``limit_all_gathers`` holds whatever its value. take_timeline() shows
+    the overlap. ``use_orig_params=True``: ``parameters()`` are the
+    original parameters (1-D views of this rank's pieces) instead of one
+    flat shard per unit and dtype."""
 
     def __init__(self, module: nn.Module, process_group=None,
                  sharding_strategy: Optional[ShardingStrategy] = None,
@@ -660,6 +736,18 @@ class FullyShardedDataParallel(nn.Module):
         """Gradients accumulate locally (full size) and are reduced with the
         first backward after the context."""
         return self._coordinator.no_sync()
+
+    def take_timeline(self) -> List[TimelineEvent]:
+        """What happened since the last call, in time order: each unit's
+        gathers, frees and reductions (from the library) and its forward
+        and backward compute (see TimelineEvent; prefetch_overlap(timeline)
+        sums up how far the gathers overlapped compute). The newest 4096
+        events per unit are kept."""
+        events = [TimelineEvent(u, kind, ns)
+                  for u, unit in enumerate(self._units) for kind, ns in unit.take_events()]
+        events.extend(TimelineEvent(*e) for e in self._coordinator.compute)
+        self._coordinator.compute.clear()
+        return sorted(events, key=lambda e: e.unix_ns)
 
     def held_bytes(self) -> dict:
         """What the library holds for this model's units: {"now", "peak"}

@@ -100,7 +100,10 @@ class AbiTableTest(unittest.TestCase):
                                       "PARALLEL_TENSOR", "PARALLEL_EXPERT", "COMM_HOOK_NONE",
                                       "COMM_HOOK_FP16", "COMM_HOOK_BF16", "SHARD_FULL_SHARD",
                                       "SHARD_SHARD_GRAD_OP", "SHARD_NO_SHARD",
-                                      "SHARD_HYBRID_SHARD", "SHARD_HYBRID_SHARD_ZERO2")},
+                                      "SHARD_HYBRID_SHARD", "SHARD_HYBRID_SHARD_ZERO2",
+                                      "SHARD_EVENT_UNSHARD_START", "SHARD_EVENT_UNSHARD_DONE",
+                                      "SHARD_EVENT_RESHARD", "SHARD_EVENT_REDUCE_START",
+                                      "SHARD_EVENT_REDUCE_DONE")},
         }
         for python_name, header_name in expected.items():
             with self.subTest(constant=python_name):
@@ -122,7 +125,8 @@ class AbiTableTest(unittest.TestCase):
         for c_name, cls in (("dk_bytes_t", _lib.Bytes), ("dk_store_config_t", _lib.StoreConfig),
                             ("dk_init_config_t", _lib.InitConfig),
                             ("dk_reducer_config_t", _lib.ReducerConfig),
-                            ("dk_shard_config_t", _lib.ShardConfig)):
+                            ("dk_shard_config_t", _lib.ShardConfig),
+                            ("dk_shard_event_t", _lib.ShardEvent)):
             with self.subTest(struct=c_name):
                 self.assertEqual([f[0] for f in cls._fields_], structs[c_name])
 

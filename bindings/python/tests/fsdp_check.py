@@ -12,9 +12,9 @@ from torch import nn
 
 from distkit import dist
 from distkit.model import MMFullyShardedDataParallel, OptimWrapper, is_model_wrapper
-from distkit.fsdp import (FullyShardedDataParallel, MixedPrecision, ModuleWrapPolicy,
-                          ShardingStrategy, StateDictType,
-                          size_based_auto_wrap_policy)
+from distkit.fsdp import (BackwardPrefetch, FullyShardedDataParallel, MixedPrecision,
+                          ModuleWrapPolicy, ShardingStrategy, StateDictType,
+                          prefetch_overlap, size_based_auto_wrap_policy)
 
 LOCAL, STEPS, LR = 3, 5, 0.1
 failures = 0
@@ -224,7 +224,8 @@ def hybrid_groups():
     return tuple(mine)
 
 
-def train(strategy, accumulate, policy, auto_groups=False):
+def train(strategy, accumulate, policy, auto_groups=False,
+          backward_prefetch=BackwardPrefetch.BACKWARD_PRE):
     rank, n = dist.get_rank(), dist.get_world_size()
     groups = None
     if strategy in (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2) \
@@ -237,7 +238,8 @@ def train(strategy, accumulate, policy, auto_groups=False):
     model = Net()
     sharded = FullyShardedDataParallel(model, process_group=groups, sharding_strategy=strategy,
                                        auto_wrap_policy=policy, sync_module_states=True,
-                                       forward_prefetch=accumulate == 1)
+                                       forward_prefetch=accumulate == 1,
+                                       backward_prefetch=backward_prefetch)
     check(len(sharded._units) == (3 if policy is not None else 1), f"{strategy}: units")
     opt = torch.optim.SGD(sharded.parameters(), lr=LR)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
@@ -266,8 +268,8 @@ def train(strategy, accumulate, policy, auto_groups=False):
     check(worst <= 1e-5, f"{strategy} x{accumulate}: differs from training alone by {worst:.2e}")
     check(relative(want["head.weight"], initial["head.weight"]) > 1e-3, "training moved")
     if rank == 0:
-        print(f"{strategy.name:14} accumulate {accumulate}: worst relative difference "
-              f"{worst:.2e}", flush=True)
+        print(f"{strategy.name:14} accumulate {accumulate} {backward_prefetch}: worst relative "
+              f"difference {worst:.2e}", flush=True)
     # The same outputs as the reference, and the full state dict loads back.
     x, _ = batch(99, 0, 4)
     with torch.no_grad():
@@ -278,6 +280,43 @@ def train(strategy, accumulate, policy, auto_groups=False):
     check(all(torch.equal(back[k], changed[k]) for k in changed), "load_state_dict round trip")
     if strategy == ShardingStrategy.FULL_SHARD and accumulate == 1 and policy is not None:
         sharded_dicts(sharded, changed)
+
+
+def timeline():
+    """take_timeline: with prefetch, gathers run while other units compute
+    (forward: the root's and each block's forward start the next block's
+    gather; backward: BACKWARD_PRE); without, every gather blocks."""
+    results = {}
+    for prefetch in (True, False):
+        torch.manual_seed(0)
+        sharded = FullyShardedDataParallel(
+            Net(), auto_wrap_policy=ModuleWrapPolicy({Block}), forward_prefetch=prefetch,
+            backward_prefetch=BackwardPrefetch.BACKWARD_PRE if prefetch else None)
+        x, y = batch(0, 0, LOCAL)
+        for step in range(2):  # the first step learns the units' order
+            sharded.take_timeline()
+            ((sharded(x) - y) ** 2).mean().backward()
+        events = sharded.take_timeline()
+        check(events == sorted(events, key=lambda e: e.unix_ns), "timeline in time order")
+        kinds = {e.kind for e in events}
+        check(kinds == {"unshard_start", "unshard_done", "reshard", "reduce_start",
+                        "reduce_done", "forward_start", "forward_end", "backward_start",
+                        "backward_end"}, f"timeline kinds {sorted(kinds)}")
+        for u in range(3):
+            mine = [e.kind for e in events if e.unit == u]
+            check(mine.index("unshard_done") < mine.index("forward_start") <
+                  mine.index("forward_end") < mine.index("backward_start") <
+                  mine.index("backward_end") < mine.index("reduce_start") <
+                  mine.index("reduce_done"), f"unit {u}'s events in order: {mine}")
+        results[prefetch] = prefetch_overlap(events)
+        check(sharded.take_timeline() == [], "taken events are gone")
+    on, off = results[True], results[False]
+    check(on["overlapped"] >= 3 and on["overlap_ns"] > 0,
+          f"prefetched gathers overlap compute: {on}")
+    check(off["gathers"] >= 5 and off["overlapped"] == 0 and off["overlap_ns"] == 0,
+          f"without prefetch no gather overlaps: {off}")
+    if dist.get_rank() == 0:
+        print(f"timeline: with prefetch {on}, without {off}", flush=True)
 
 
 def sharded_dicts(sharded, full):
@@ -491,6 +530,9 @@ def main():
         train(strategy, 1, policy)
         train(strategy, 2, policy)
     train(ShardingStrategy.FULL_SHARD, 1, None)
+    train(ShardingStrategy.FULL_SHARD, 1, policy, backward_prefetch=BackwardPrefetch.BACKWARD_POST)
+    train(ShardingStrategy.FULL_SHARD, 2, policy, backward_prefetch=None)
+    timeline()
     train_orig_params()
     train_optim_state(True)
     train_optim_state(False)

@@ -704,6 +704,28 @@ DK_EXPORT dk_status_t dk_shard_load_sharded(dk_shard_t* shard,
 DK_EXPORT int64_t dk_shard_held_bytes(const dk_shard_t* shard);
 DK_EXPORT int64_t dk_shard_peak_held_bytes(const dk_shard_t* shard);
 
+/* The unit's timeline: when each all-gather and reduction started and
+ * ended, so a trainer can see prefetched gathers overlap its compute. */
+#define DK_SHARD_EVENT_UNSHARD_START 0 /* an all-gather was started */
+#define DK_SHARD_EVENT_UNSHARD_DONE 1  /* ... and waited for */
+#define DK_SHARD_EVENT_RESHARD 2       /* the full parameters were freed */
+#define DK_SHARD_EVENT_REDUCE_START 3  /* a gradient reduction was started */
+#define DK_SHARD_EVENT_REDUCE_DONE 4   /* ... and added into the shard grad */
+typedef struct dk_shard_event {
+  int64_t unix_ns; /* when: ns since the Unix epoch (the system clock) */
+  int32_t kind;    /* DK_SHARD_EVENT_* */
+  int32_t reserved;
+} dk_shard_event_t;
+
+/* Local. Moves the oldest recorded events, at most `capacity`, into
+ * out[0..*count) in the order they happened; the rest stay for the next
+ * call. A unit keeps its newest 4096 events not yet taken (older ones are
+ * dropped), so a trainer that never asks does not grow. */
+DK_EXPORT dk_status_t dk_shard_take_events(dk_shard_t* shard,
+                                           dk_shard_event_t* out,
+                                           size_t capacity, size_t* count,
+                                           dk_error_t** err);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

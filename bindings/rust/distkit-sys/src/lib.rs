@@ -196,6 +196,19 @@ pub const DK_SHARD_NO_SHARD: i32 = 2;
 pub const DK_SHARD_HYBRID_SHARD: i32 = 3;
 pub const DK_SHARD_HYBRID_SHARD_ZERO2: i32 = 4;
 pub const DK_DTYPE_UNSET: i32 = -1;
+pub const DK_SHARD_EVENT_UNSHARD_START: i32 = 0;
+pub const DK_SHARD_EVENT_UNSHARD_DONE: i32 = 1;
+pub const DK_SHARD_EVENT_RESHARD: i32 = 2;
+pub const DK_SHARD_EVENT_REDUCE_START: i32 = 3;
+pub const DK_SHARD_EVENT_REDUCE_DONE: i32 = 4;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct dk_shard_event_t {
+    pub unix_ns: i64,
+    pub kind: i32,
+    pub reserved: i32,
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -577,4 +590,11 @@ extern "C" {
     ) -> dk_status_t;
     pub fn dk_shard_held_bytes(shard: *const dk_shard_t) -> i64;
     pub fn dk_shard_peak_held_bytes(shard: *const dk_shard_t) -> i64;
+    pub fn dk_shard_take_events(
+        shard: *mut dk_shard_t,
+        out: *mut dk_shard_event_t,
+        capacity: usize,
+        count: *mut usize,
+        err: ErrOut,
+    ) -> dk_status_t;
 }

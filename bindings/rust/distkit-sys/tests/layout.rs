@@ -63,6 +63,8 @@ fn rust_values() -> Vec<(&'static str, i64)> {
         kDLCUDA, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DK_COMM_HOOK_NONE, DK_COMM_HOOK_FP16,
         DK_COMM_HOOK_BF16, DK_SHARD_FULL_SHARD, DK_SHARD_SHARD_GRAD_OP, DK_SHARD_NO_SHARD,
         DK_SHARD_HYBRID_SHARD, DK_SHARD_HYBRID_SHARD_ZERO2, DK_DTYPE_UNSET,
+        DK_SHARD_EVENT_UNSHARD_START, DK_SHARD_EVENT_UNSHARD_DONE, DK_SHARD_EVENT_RESHARD,
+        DK_SHARD_EVENT_REDUCE_START, DK_SHARD_EVENT_REDUCE_DONE,
     ];
     values.push(("(intptr_t)DK_GROUP_UNUSED", DK_GROUP_UNUSED as isize as i64));
     values.push(("sizeof(dk_status_t)", size_of::<dk_status_t>() as i64));
@@ -88,6 +90,7 @@ fn rust_values() -> Vec<(&'static str, i64)> {
             find_unused_parameters, gradient_as_bucket_view, broadcast_buffers, comm_hook);
     layout!(dk_shard_config_t: struct_size, strategy, param_dtype, reduce_dtype, offload_params,
             sync_module_states, reserved, replicate_group);
+    layout!(dk_shard_event_t: unix_ns, kind, reserved);
     values
 }
 

@@ -69,6 +69,11 @@ int main(void) {
   VALUE(DK_SHARD_NO_SHARD);
   VALUE(DK_SHARD_HYBRID_SHARD);
   VALUE(DK_SHARD_HYBRID_SHARD_ZERO2);
+  VALUE(DK_SHARD_EVENT_UNSHARD_START);
+  VALUE(DK_SHARD_EVENT_UNSHARD_DONE);
+  VALUE(DK_SHARD_EVENT_RESHARD);
+  VALUE(DK_SHARD_EVENT_REDUCE_START);
+  VALUE(DK_SHARD_EVENT_REDUCE_DONE);
   VALUE(DK_DTYPE_UNSET);
   VALUE(sizeof(dk_status_t));
   VALUE(sizeof(dk_dtype_t));
@@ -119,5 +124,9 @@ int main(void) {
   OFFSET(dk_shard_config_t, sync_module_states);
   OFFSET(dk_shard_config_t, reserved);
   OFFSET(dk_shard_config_t, replicate_group);
+  SIZE(dk_shard_event_t);
+  OFFSET(dk_shard_event_t, unix_ns);
+  OFFSET(dk_shard_event_t, kind);
+  OFFSET(dk_shard_event_t, reserved);
   return 0;
 }

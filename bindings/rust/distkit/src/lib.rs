@@ -26,7 +26,7 @@ pub use element::{DataType, Element, BF16, F16};
 pub use error::{Code, Error, Result};
 pub use group::{AbortHandle, Group, ReduceOp, Scope, Work};
 pub use reducer::{CommHook, Reducer, ReducerOptions};
-pub use shard::{Shard, ShardOptions, ShardingStrategy};
+pub use shard::{Shard, ShardEvent, ShardEventKind, ShardOptions, ShardingStrategy};
 pub use store::{Store, StoreOptions};
 
 /// Checks once that the loaded library can serve this binding's header.

@@ -37,6 +37,29 @@ impl Default for ShardOptions {
     }
 }
 
+/// What happened to a unit (see `Shard::take_events`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShardEventKind {
+    /// An all-gather of the full parameters was started ...
+    UnshardStart,
+    /// ... and waited for.
+    UnshardDone,
+    /// The full parameters were freed.
+    Reshard,
+    /// A gradient reduction was started ...
+    ReduceStart,
+    /// ... and added into the shard gradient.
+    ReduceDone,
+}
+
+/// One entry of a unit's timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardEvent {
+    pub kind: ShardEventKind,
+    /// When, in nanoseconds since the Unix epoch (the system clock).
+    pub unix_ns: i64,
+}
+
 /// One sharded unit over `group`. The parameters given to `new` are read
 /// (rank 0's with sync_module_states) and may be dropped afterwards: from
 /// then on the unit holds them, one shard per rank.
@@ -187,6 +210,28 @@ impl<'g> Shard<'g> {
         let mut views: Vec<Box<View>> = outs.iter_mut().map(|o| View::of_mut(o)).collect();
         let ptrs: Vec<*mut sys::DLTensor> = views.iter_mut().map(|v| v.tensor()).collect();
         call(|err| unsafe { sys::dk_shard_gather_full(self.ptr, ptrs.as_ptr(), ptrs.len(), 0, err) })
+    }
+
+    /// The events recorded since the last call, oldest first (a unit keeps
+    /// its newest 4096), so a trainer can see its gathers overlap compute.
+    pub fn take_events(&mut self) -> Result<Vec<ShardEvent>> {
+        let mut buf = vec![sys::dk_shard_event_t::default(); 4096];
+        let mut n = 0usize;
+        call(|err| unsafe { sys::dk_shard_take_events(self.ptr, buf.as_mut_ptr(), buf.len(), &mut n, err) })?;
+        buf[..n]
+            .iter()
+            .map(|e| {
+                let kind = match e.kind {
+                    sys::DK_SHARD_EVENT_UNSHARD_START => ShardEventKind::UnshardStart,
+                    sys::DK_SHARD_EVENT_UNSHARD_DONE => ShardEventKind::UnshardDone,
+                    sys::DK_SHARD_EVENT_RESHARD => ShardEventKind::Reshard,
+                    sys::DK_SHARD_EVENT_REDUCE_START => ShardEventKind::ReduceStart,
+                    sys::DK_SHARD_EVENT_REDUCE_DONE => ShardEventKind::ReduceDone,
+                    other => return Err(Error::new(Code::Internal, format!("shard: unknown event kind {other}"))),
+                };
+                Ok(ShardEvent { kind, unix_ns: e.unix_ns })
+            })
+            .collect()
     }
 
     /// Bytes the unit holds now (shards, gradients, full buffers).

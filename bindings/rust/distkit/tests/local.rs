@@ -3,7 +3,9 @@
 //! process-wide state.
 use std::time::Duration;
 
-use distkit::{Code, Group, InitOptions, ReduceOp, Store, StoreOptions, BF16, F16};
+use distkit::{
+    Code, Group, InitOptions, ReduceOp, Shard, ShardEventKind, ShardOptions, Store, StoreOptions, BF16, F16,
+};
 
 fn store_round_trips(store: &Store) {
     store.set("a", b"1").unwrap();
@@ -57,6 +59,21 @@ fn world_of_one(world: &Group) {
     let handle = g.abort_handle();
     drop(g);
     handle.abort(); // still safe after the group is gone
+    // A sharded unit's timeline: one gather, one free, one reduction.
+    let mut s = Shard::new(world, &[&[1.0f32, 2.0][..]], &ShardOptions::default()).unwrap();
+    let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    s.unshard().unwrap();
+    s.reshard().unwrap();
+    s.accumulate_grad(0, &[0.5f32, 0.5]).unwrap();
+    s.reduce_grads_start().unwrap();
+    s.reduce_grads_wait().unwrap();
+    let events = s.take_events().unwrap();
+    let kinds: Vec<ShardEventKind> = events.iter().map(|e| e.kind).collect();
+    use ShardEventKind::*;
+    assert_eq!(kinds, [UnshardStart, UnshardDone, Reshard, ReduceStart, ReduceDone]);
+    assert!(events[0].unix_ns >= before.as_nanos() as i64);
+    assert!(events.windows(2).all(|w| w[0].unix_ns <= w[1].unix_ns));
+    assert!(s.take_events().unwrap().is_empty(), "taken events are gone");
 }
 
 #[test]
