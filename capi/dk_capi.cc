@@ -662,6 +662,19 @@ int32_t dk_group_size(const dk_group_t* group) {
   return distkit::dist::GetWorldSize();
 }
 
+int32_t dk_group_global_rank(const dk_group_t* group, int32_t group_rank) {
+  if (group != nullptr && group->destroyed) return -1;
+  if (group != nullptr && group->rep != nullptr) {
+    const auto& ranks = group->rep->global_ranks();
+    return group_rank >= 0 && group_rank < static_cast<int32_t>(ranks.size())
+               ? ranks[group_rank]
+               : -1;
+  }
+  return group_rank >= 0 && group_rank < distkit::dist::GetWorldSize()
+             ? group_rank
+             : -1;
+}
+
 const char* dk_group_backend(const dk_group_t* group) {
   if (group != nullptr && group->rep != nullptr)
     return group->rep->backend_name().c_str();
@@ -876,6 +889,12 @@ dk_status_t dk_init_local_group(int32_t node_rank, int32_t num_per_node,
                                 dk_error_t** err) {
   return Guard(err, [&]() -> absl::Status {
     return distkit::dist::InitLocalGroup(node_rank, num_per_node);
+  });
+}
+
+dk_status_t dk_init_local_group_from_launcher(dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    return distkit::dist::InitLocalGroupFromLauncher();
   });
 }
 

@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,6 +13,7 @@
 #include "cc/comm/backend_registry.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
+#include "cc/dist_api/object_collectives.h"
 #include "cc/store/grpc_store.h"
 #include "cc/store/hash_store.h"
 #include "cc/store/store_server.h"
@@ -25,6 +28,7 @@ struct State {
   std::shared_ptr<Store> store;
   std::shared_ptr<ProcessGroup> world;
   std::shared_ptr<ProcessGroup> local;
+  bool local_from_launcher = false;  // InitLocalGroupFromLauncher made it
   int local_rank = 0;
 };
 
@@ -221,14 +225,6 @@ absl::Status InitLocalGroup(int node_rank, int num_gpus_per_node) {
   if (world == nullptr) {
     return absl::FailedPreconditionError("init_local_group: not distributed");
   }
-  State& s = GetState();
-  {
-    absl::MutexLock lock(&s.mu);
-    if (s.local != nullptr) {
-      return absl::FailedPreconditionError(
-          "init_local_group: the local process group already exists");
-    }
-  }
   if (num_gpus_per_node < 1 || node_rank < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "init_local_group: node_rank ", node_rank, " and num_gpus_per_node ",
@@ -239,14 +235,75 @@ absl::Status InitLocalGroup(int node_rank, int num_gpus_per_node) {
        r < (node_rank + 1) * num_gpus_per_node; ++r) {
     ranks.push_back(r);
   }
+  State& s = GetState();
+  {
+    absl::MutexLock lock(&s.mu);
+    if (s.local != nullptr && !s.local_from_launcher) {
+      return absl::FailedPreconditionError(
+          "init_local_group: the local process group already exists");
+    }
+    if (s.local != nullptr && s.local->global_ranks() == ranks) {
+      s.local_from_launcher = false;  // the caller's now
+      return absl::OkStatus();
+    }
+  }
   GroupOptions options;
   options.backend = world->backend_name();
   options.timeout = world->timeout();
-  options.name = absl::StrCat("local", node_rank);  // one group per node
+  // One group per node and layout (a replaced group's name is not reused).
+  options.name = absl::StrCat("local", node_rank, "x", num_gpus_per_node);
   DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> local,
                       world->NewGroup(ranks, options));
   absl::MutexLock lock(&s.mu);
   s.local = std::move(local);
+  s.local_from_launcher = false;
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The node this rank runs on, as the launcher names it.
+std::string NodeIdentity() {
+  if (const char* group_rank = std::getenv("GROUP_RANK")) {
+    return absl::StrCat("node ", group_rank);
+  }
+  if (const char* node_id = std::getenv("SLURM_NODEID")) {
+    return absl::StrCat("slurm node ", node_id);
+  }
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat("host ", host);
+}
+
+}  // namespace
+
+absl::Status InitLocalGroupFromLauncher() {
+  std::shared_ptr<ProcessGroup> world = GetDefaultGroup();
+  if (world == nullptr) {
+    return absl::FailedPreconditionError("init_local_group: not distributed");
+  }
+  DK_ASSIGN_OR_RETURN(std::vector<std::string> nodes,
+                      AllGatherObject(NodeIdentity(), world.get()));
+  const int size = static_cast<int>(nodes.size());
+  const std::string& mine = nodes[world->rank()];
+  const int per_node =
+      static_cast<int>(std::count(nodes.begin(), nodes.end(), mine));
+  // Consecutive blocks of per_node ranks, one node each.
+  bool blocks = size % per_node == 0;
+  absl::flat_hash_set<std::string> seen;
+  for (int r = 0; blocks && r < size; ++r) {
+    blocks = r % per_node == 0 ? seen.insert(nodes[r]).second
+                               : nodes[r] == nodes[r - 1];
+  }
+  if (!blocks) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "init_local_group: the launcher's nodes do not hold consecutive ",
+        "blocks of ", per_node, " ranks; call init_local_group"));
+  }
+  DK_RETURN_IF_ERROR(InitLocalGroup(world->rank() / per_node, per_node));
+  State& s = GetState();
+  absl::MutexLock lock(&s.mu);
+  s.local_from_launcher = true;
   return absl::OkStatus();
 }
 

@@ -72,8 +72,17 @@ absl::Status Barrier(const ProcessGroup* group = nullptr);
 Device GetCommDevice(const ProcessGroup* group = nullptr);
 
 // Collective over the default group: creates the group of ranks
-// [node_rank * n, (node_rank + 1) * n). FAILED_PRECONDITION if one exists.
+// [node_rank * n, (node_rank + 1) * n). FAILED_PRECONDITION if one exists,
+// unless InitLocalGroupFromLauncher made it: then one with the same ranks
+// is kept and one with other ranks replaces it.
 absl::Status InitLocalGroup(int node_rank, int num_gpus_per_node);
+// Collective over the default group: the node-local group of the nodes the
+// launcher placed the ranks on (each rank's node: GROUP_RANK as torchrun
+// and distrun set it, else Slurm's SLURM_NODEID, else the host name), so
+// GetLocalRank works right after joining, as mmengine users expect.
+// FAILED_PRECONDITION, and no group, when the nodes' ranks are not
+// consecutive blocks of one size (InitLocalGroup's layout).
+absl::Status InitLocalGroupFromLauncher();
 // nullptr when not distributed; FAILED_PRECONDITION with mmengine's message
 // when distributed without a local group.
 absl::StatusOr<std::shared_ptr<ProcessGroup>> GetLocalGroup();

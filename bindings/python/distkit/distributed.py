@@ -72,7 +72,7 @@ def broadcast(obj: Any, src: int = 0, group=None) -> Any:
     """Broadcasts a torch.save-able object from ``src``."""
     if size() == 1:
         return obj
-    items = [_serialize(obj)] if rank(group) == src else []
+    items = [_serialize(obj)] if rank() == src else []  # src: a global rank, as in torch
     dist.broadcast_object_list(items, src, group)  # pickled bytes of the torch.save payload
     return _deserialize(items[0])
 
@@ -80,7 +80,7 @@ def broadcast(obj: Any, src: int = 0, group=None) -> Any:
 def allgather(obj: Any, group=None) -> List[Any]:
     if size() == 1:
         return [obj]
-    return [_deserialize(b) for b in dist.all_gather_object(_serialize(obj), group)]
+    return [_deserialize(b) for b in dist.all_gather_object(_serialize(obj), group=group)]
 
 
 def allreduce(obj: Any, reduction: str = "sum", group=None) -> Any:

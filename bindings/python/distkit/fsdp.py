@@ -698,7 +698,7 @@ class FullyShardedDataParallel(nn.Module):
                     param_init_fn(m)
         if sync_module_states and dist.get_world_size(process_group) > 1:
             for b in module.buffers():
-                dist.broadcast(b, 0, process_group)
+                dist.broadcast(b, dist.get_global_rank(process_group, 0), process_group)
         param_dtype = mixed_precision.param_dtype if mixed_precision else None
         config = _shard_config(strategy, param_dtype,
                                mixed_precision.reduce_dtype if mixed_precision else None,

@@ -338,9 +338,11 @@ class MMDistributedDataParallel(torch.nn.Module):
 class MMSeparateDistributedDataParallel(torch.nn.Module):
     """mmengine's MMSeparateDistributedDataParallel: each direct child with
     trainable parameters is wrapped in its own MMDistributedDataParallel;
-    the others are kept as they are. Steps go to the wrapped module."""
+    the others are kept as they are. Steps go to the wrapped module.
+    ``broadcast_buffers`` defaults to True, the seed's default (mmengine's
+    is False; see the README's compatibility table)."""
 
-    def __init__(self, module: torch.nn.Module, broadcast_buffers: bool = False,
+    def __init__(self, module: torch.nn.Module, broadcast_buffers: bool = True,
                  find_unused_parameters: bool = False, **kwargs):
         super().__init__()
         self.module = module

@@ -5,6 +5,7 @@ accumulation, must equal the same network trained alone on the concatenated
 global batch (relative difference per tensor <= 1e-5); the full state dict
 has the original keys and loads back."""
 import copy
+import os
 import sys
 
 import torch
@@ -515,8 +516,12 @@ def main():
     dist.init_dist("pytorch", backend="gloo")
     policy = ModuleWrapPolicy({Block})
     if "--hybrid-nodes" in sys.argv:
-        # A job of several distrun "nodes": HYBRID_SHARD finds its groups
+        # A job of several distrun "nodes": init_dist made each node's
+        # local group from GROUP_RANK, and HYBRID_SHARD finds its groups
         # from LOCAL_WORLD_SIZE (shard inside a node, replicate across).
+        check((dist.get_local_rank(), dist.get_local_size()) ==
+              (int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])),
+              "the node-local group after init_dist")
         train(ShardingStrategy.HYBRID_SHARD, 1, policy, auto_groups=True)
         train(ShardingStrategy.HYBRID_SHARD, 2, policy, auto_groups=True)
         dist.barrier()

@@ -269,6 +269,11 @@ DK_EXPORT int32_t dk_group_size(const dk_group_t* group);
 /* Backend ("gloo") and name ("world", "world/1"); borrowed until destroy;
  * NULL when not distributed. */
 DK_EXPORT const char* dk_group_backend(const dk_group_t* group);
+/* Local. The default group's rank of `group`'s rank `group_rank` (ranks
+ * passed to this ABI are always ranks of the group called; bindings that
+ * take torch's global ranks translate with this); -1 when out of range. */
+DK_EXPORT int32_t dk_group_global_rank(const dk_group_t* group,
+                                       int32_t group_rank);
 DK_EXPORT const char* dk_group_name(const dk_group_t* group);
 
 /* Collective over `parent` (NULL: the default group): every member calls it
@@ -319,7 +324,9 @@ DK_EXPORT void dk_work_destroy(dk_work_t* work);
  * them in the same order with matching sizes; otherwise every rank gets
  * DK_INVALID_ARGUMENT naming what each rank called. `work_out` NULL: blocking;
  * else non-blocking and *work_out is owned (dk_work_destroy). Tensors are
- * borrowed (lent until the work completes). */
+ * borrowed (lent until the work completes). Every `root`, `src` and `dst` is
+ * a rank of `group` (torch.distributed takes default-group ranks instead;
+ * dk_group_global_rank translates). */
 
 DK_EXPORT dk_status_t dk_group_all_reduce(dk_group_t* group, DLTensor* data,
                                           dk_reduce_op_t op,
@@ -372,6 +379,14 @@ DK_EXPORT dk_status_t dk_group_recv(dk_group_t* group, DLTensor* data,
 DK_EXPORT dk_status_t dk_init_local_group(int32_t node_rank,
                                           int32_t num_per_node,
                                           dk_error_t** err);
+
+/* Collective over the default group: creates the local group from where the
+ * launcher placed the ranks (GROUP_RANK as torchrun and distrun set it,
+ * else SLURM_NODEID, else the host name), so it exists right after dk_init
+ * (mmengine's users call get_local_rank() then). DK_FAILED_PRECONDITION,
+ * and no group, when the nodes do not hold consecutive blocks of one size;
+ * a later dk_init_local_group may replace the group it made. */
+DK_EXPORT dk_status_t dk_init_local_group_from_launcher(dk_error_t** err);
 
 /* Local. The local group (owned handle; dk_group_destroy), or
  * DK_FAILED_PRECONDITION with mmengine's message when there is none. Not

@@ -12,24 +12,31 @@ The modules mirror the library's concepts:
   collectives  tensor collectives (all_reduce, broadcast, ..., all_reduce_params)
   objects      object collectives (pickled Python objects, raw bytes)
   results      collect_results (a sharded evaluation's results, in order)
+  work         Work, what async_op=True returns
+  call_forms   how a function tells the seeds' call form from mmengine's
+
+Ranks given as ``src`` / ``dst`` are global ranks, as in torch.distributed.
 """
 from ..errors import DistkitError
 from .collectives import (_get_reduce_op, all_gather, all_reduce, all_reduce_dict,
                           all_reduce_params, broadcast, gather, reduce, sync_random_seed)
 from .devices import cast_data_device, get_comm_device, get_data_device
 from .groups import (ProcessGroup, barrier, destroy, get_backend, get_default_group,
-                     get_dist_info, get_local_group, get_local_rank, get_local_size, get_rank,
-                     get_world_size, infer_launcher, init_dist, init_local_group, is_distributed,
-                     is_main_process, master_only, new_group)
+                     get_dist_info, get_global_rank, get_group_rank, get_local_group,
+                     get_local_rank, get_local_size, get_rank, get_world_size, infer_launcher,
+                     init_dist, init_local_group, is_distributed, is_main_process, master_only,
+                     new_group)
 from .objects import all_gather_bytes, all_gather_object, broadcast_object_list, gather_object
 from .results import collect_results, collect_results_cpu, collect_results_gpu
+from .work import Work
 
 __all__ = [
-    "DistkitError", "ProcessGroup", "all_gather", "all_gather_bytes", "all_gather_object",
+    "DistkitError", "ProcessGroup", "Work", "all_gather", "all_gather_bytes", "all_gather_object",
     "all_reduce", "all_reduce_dict", "all_reduce_params", "barrier", "broadcast",
     "broadcast_object_list", "cast_data_device", "collect_results", "collect_results_cpu",
     "collect_results_gpu", "destroy", "gather", "gather_object", "get_backend",
     "get_comm_device", "get_data_device", "get_default_group", "get_dist_info",
+    "get_global_rank", "get_group_rank",
     "get_local_group", "get_local_rank", "get_local_size", "get_rank", "get_world_size",
     "infer_launcher", "init_dist", "init_local_group", "is_distributed", "is_main_process",
     "master_only", "new_group", "reduce", "sync_random_seed",

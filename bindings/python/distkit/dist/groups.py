@@ -6,8 +6,9 @@ import functools
 import os
 from typing import Optional
 
-from .. import _lib
+from .. import _lib, errors
 from .._lib import check, lib
+from .call_forms import Form, choose
 
 
 class ProcessGroup:
@@ -28,6 +29,13 @@ class ProcessGroup:
     def backend(self) -> str:
         return lib.dk_group_backend(self._handle).decode()
 
+    def global_ranks(self) -> list:
+        """The default group's rank of each member, in group order."""
+        if getattr(self, "_global_ranks", None) is None:
+            self._global_ranks = [lib.dk_group_global_rank(self._handle, r)
+                                  for r in range(max(self.size(), 0))]
+        return self._global_ranks
+
     def abort(self) -> None:
         """Cancels in-flight work; every later call on this group fails."""
         lib.dk_group_abort(self._handle)
@@ -43,6 +51,7 @@ class ProcessGroup:
 
 _default_group: Optional[ProcessGroup] = None
 _LOCAL_PROCESS_GROUP: Optional[ProcessGroup] = None
+_LOCAL_FROM_LAUNCHER = False  # init_dist made _LOCAL_PROCESS_GROUP
 
 
 def handle_of(group: Optional[ProcessGroup]):
@@ -98,9 +107,45 @@ def master_only(func):
     return wrapper
 
 
-def barrier(group: Optional[ProcessGroup] = None) -> None:
-    if is_distributed():
-        check(lib.dk_group_barrier, handle_of(group), None)
+def barrier(group: Optional[ProcessGroup] = None, async_op: bool = False):
+    """No-op when not distributed. async_op: returns a Work."""
+    from .work import Work, start
+    if not is_distributed():
+        return Work(None) if async_op else None
+    if async_op:
+        return Work(start(lib.dk_group_barrier, handle_of(group)))
+    check(lib.dk_group_barrier, handle_of(group), None)
+    return None
+
+
+# ---- global ranks (torch's convention for src / dst) ----------------------------
+
+
+def get_global_rank(group: Optional[ProcessGroup], group_rank: int) -> int:
+    """The default group's rank of ``group``'s rank ``group_rank``."""
+    if group is None or not is_distributed():
+        return group_rank
+    ranks = group.global_ranks()
+    if not 0 <= group_rank < len(ranks):
+        raise ValueError(f"Group rank {group_rank} is not part of group {group}")
+    return ranks[group_rank]
+
+
+def get_group_rank(group: Optional[ProcessGroup], global_rank: int) -> int:
+    """``group``'s rank of default-group rank ``global_rank`` (src / dst in
+    this API are global ranks, as in torch.distributed and mmengine; the C
+    ABI takes group ranks). ValueError when it is not a member."""
+    if not isinstance(global_rank, int) or isinstance(global_rank, bool):
+        raise TypeError(f"a rank must be an int, got {global_rank!r}")
+    if group is None or not is_distributed():
+        if is_distributed() and not 0 <= global_rank < get_world_size():
+            raise ValueError(f"Global rank {global_rank} is not part of the default group "
+                             f"of size {get_world_size()}")
+        return global_rank
+    try:
+        return group.global_ranks().index(global_rank)
+    except ValueError:
+        raise ValueError(f"Global rank {global_rank} is not part of group {group}") from None
 
 
 # ---- joining and leaving --------------------------------------------------------
@@ -136,6 +181,8 @@ def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
     if init_backend not in ("torch", "deepspeed", "colossalai"):
         raise ValueError(
             f'supported "init_backend" is "torch", "deepspeed" or "colossalai", but got {init_backend}')
+    if init_backend != "torch":
+        _init_with_package(init_backend, launcher, backend, kwargs)
     config = _lib.InitConfig()
     lib.dk_init_config_init(ctypes.byref(config))
     config.backend = backend.encode()
@@ -147,12 +194,47 @@ def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
     check(lib.dk_init, launcher.encode(), ctypes.byref(config), ctypes.byref(world))
     global _default_group
     _default_group = ProcessGroup(world)
+    _local_group_from_launcher()
+
+
+def _init_with_package(init_backend: str, launcher: str, backend: str, kwargs: dict) -> None:
+    """mmengine's init_backend='deepspeed' / 'colossalai' (pytorch launcher):
+    the package initializes torch.distributed; distkit then joins as usual."""
+    import importlib
+    try:
+        package = importlib.import_module(init_backend)
+    except ImportError as e:
+        raise ImportError(f"init_dist(init_backend={init_backend!r}) needs the {init_backend!r} "
+                          f"package, which cannot be imported here ({e}); install it or use "
+                          f"init_backend='torch'", name=init_backend) from e
+    if launcher != "pytorch":
+        raise ValueError(f"init_backend={init_backend!r} works with the pytorch launcher, "
+                         f"as in mmengine; got {launcher!r}")
+    if init_backend == "deepspeed":
+        package.init_distributed(dist_backend=backend, **kwargs)
+    else:
+        package.launch_from_torch(backend=backend, **kwargs)
+
+
+def _local_group_from_launcher() -> None:
+    """The node-local group right after joining, where the launcher's node
+    layout gives one (else get_local_rank() raises until init_local_group)."""
+    global _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER
+    try:
+        check(lib.dk_init_local_group_from_launcher)
+    except errors.FailedPreconditionError:
+        return
+    out = ctypes.c_void_p()
+    check(lib.dk_local_group, ctypes.byref(out))
+    _LOCAL_PROCESS_GROUP = ProcessGroup(out)
+    _LOCAL_FROM_LAUNCHER = True
 
 
 def destroy() -> None:
     """Leaves the job (local). Not in mmengine; mirrors destroy_process_group."""
-    global _default_group, _LOCAL_PROCESS_GROUP
+    global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER
     _LOCAL_PROCESS_GROUP = None
+    _LOCAL_FROM_LAUNCHER = False
     _default_group = None
     lib.dk_shutdown()
 
@@ -168,13 +250,33 @@ def new_group(ranks, group: Optional[ProcessGroup] = None) -> ProcessGroup:
 # ---- the node-local group --------------------------------------------------------
 
 
-def init_local_group(node_rank: int, num_gpus_per_node: int) -> None:
-    global _LOCAL_PROCESS_GROUP
-    assert _LOCAL_PROCESS_GROUP is None
-    check(lib.dk_init_local_group, node_rank, num_gpus_per_node)
+_LOCAL_GROUP_FORMS = (
+    Form("init_local_group(group_size)", lambda group_size: None),
+    Form("init_local_group(node_rank, num_gpus_per_node)",
+         lambda node_rank, num_gpus_per_node: None))
+
+
+def init_local_group(*args, **kwargs) -> None:
+    """Collective: the node-local group. mmengine's form names this node
+    and its size; the seed's form, ``init_local_group(group_size)``, makes
+    consecutive groups of ``group_size`` ranks. The group init_dist made
+    from the launcher's layout is kept when the ranks are the same and
+    replaced otherwise."""
+    global _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER
+    one = len(args) + len(kwargs) == 1
+    seed, arguments = choose("init_local_group", *_LOCAL_GROUP_FORMS, args, kwargs, one)
+    if seed:
+        per_node = arguments["group_size"]
+        valid = isinstance(per_node, int) and per_node > 0
+        node_rank = get_rank() // per_node if valid else 0  # invalid: the library says why
+    else:
+        node_rank, per_node = arguments["node_rank"], arguments["num_gpus_per_node"]
+    assert _LOCAL_PROCESS_GROUP is None or _LOCAL_FROM_LAUNCHER
+    check(lib.dk_init_local_group, node_rank, per_node)
     out = ctypes.c_void_p()
     check(lib.dk_local_group, ctypes.byref(out))
     _LOCAL_PROCESS_GROUP = ProcessGroup(out)
+    _LOCAL_FROM_LAUNCHER = False
 
 
 _NO_LOCAL_GROUP = ("Local process group is not created, please use `init_local_group` to setup "

@@ -6,7 +6,8 @@ from typing import Any, List, Optional
 
 from .. import _lib
 from .._lib import check, lib, take_items
-from .groups import ProcessGroup, get_rank, get_world_size, handle_of
+from .call_forms import Form, choose
+from .groups import ProcessGroup, get_group_rank, get_rank, get_world_size, handle_of
 
 
 def bytes_array(payloads: List[bytes]):
@@ -30,13 +31,15 @@ def all_gather_bytes(payload: bytes, group: Optional[ProcessGroup] = None) -> Li
 
 
 def broadcast_object_list(data: List[Any], src: int = 0, group: Optional[ProcessGroup] = None) -> None:
+    """In place, from ``src`` (a global rank, as in torch)."""
     assert isinstance(data, list)
     if get_world_size(group) > 1:
-        is_src = get_rank(group) == src
+        root = get_group_rank(group, src)
+        is_src = get_rank(group) == root
         array, keep = bytes_array([pickle.dumps(obj) for obj in data] if is_src else [])
         items = ctypes.POINTER(_lib.Bytes)()
         count = ctypes.c_size_t()
-        check(lib.dk_group_broadcast_object_list, handle_of(group), array, len(array), src,
+        check(lib.dk_group_broadcast_object_list, handle_of(group), array, len(array), root,
               ctypes.byref(items), ctypes.byref(count))
         del keep
         received = take_items(items, count)
@@ -44,20 +47,77 @@ def broadcast_object_list(data: List[Any], src: int = 0, group: Optional[Process
             data[:] = [pickle.loads(b) for b in received]
 
 
-def all_gather_object(data: Any, group: Optional[ProcessGroup] = None) -> List[Any]:
+_ALL_GATHER_OBJECT_FORMS = (
+    Form("all_gather_object(object_list, obj, group=None)",
+         lambda object_list, obj, group=None: None),
+    Form("all_gather_object(data, group=None)", lambda data, group=None: None))
+
+
+def all_gather_object(*args, **kwargs):
+    """mmengine's ``all_gather_object(data, group=None)`` returns every
+    rank's object; the seed's (torch's) ``all_gather_object(object_list, obj,
+    group=None)`` fills ``object_list`` (two arguments, the second not a
+    group). A second positional None could be either, and is refused."""
+    if len(args) >= 2 and args[1] is None:
+        use_seed = None
+    else:
+        use_seed = ("obj" in kwargs or "object_list" in kwargs
+                    or (len(args) >= 2 and not isinstance(args[1], ProcessGroup)))
+    seed, a = choose("all_gather_object", *_ALL_GATHER_OBJECT_FORMS, args, kwargs, use_seed)
+    if not seed:
+        return _all_gather_object(a["data"], a["group"])
+    object_list = a["object_list"]
+    gathered = _all_gather_object(a["obj"], a["group"])
+    if len(object_list) != len(gathered):
+        raise ValueError(f"all_gather_object: object_list has {len(object_list)} entries for a "
+                         f"group of {len(gathered)} ranks")
+    object_list[:] = gathered
+    return None
+
+
+def _all_gather_object(data: Any, group: Optional[ProcessGroup]) -> List[Any]:
     if get_world_size(group) == 1:
         return [data]
     return [pickle.loads(b) for b in all_gather_bytes(pickle.dumps(data), group)]
 
 
-def gather_object(data: Any, dst: int = 0, group: Optional[ProcessGroup] = None) -> Optional[List[Any]]:
+_GATHER_OBJECT_FORMS = (
+    Form("gather_object(obj, object_gather_list=None, dst=0, group=None)",
+         lambda obj, object_gather_list=None, dst=0, group=None: None),
+    Form("gather_object(data, dst=0, group=None)", lambda data, dst=0, group=None: None))
+
+
+def gather_object(*args, **kwargs):
+    """mmengine's ``gather_object(data, dst=0, group=None)`` returns the list
+    on ``dst`` (None elsewhere); the seed's (torch's) ``gather_object(obj,
+    object_gather_list=None, dst=0, group=None)`` fills
+    ``object_gather_list`` on ``dst`` (a second argument that is a list or
+    None, or those keywords). ``dst`` is a global rank."""
+    use_seed = ("obj" in kwargs or "object_gather_list" in kwargs
+                or (len(args) >= 2 and (args[1] is None or isinstance(args[1], list))))
+    seed, a = choose("gather_object", *_GATHER_OBJECT_FORMS, args, kwargs, use_seed)
+    group = a["group"]
+    gathered = _gather_object(a["obj"] if seed else a["data"], a["dst"], group)
+    if not seed:
+        return gathered
+    if gathered is not None:
+        target = a["object_gather_list"]
+        if target is None or len(target) != len(gathered):
+            raise ValueError(f"gather_object: the destination needs an object_gather_list of "
+                             f"{len(gathered)} entries")
+        target[:] = gathered
+    return None
+
+
+def _gather_object(data: Any, dst: int, group: Optional[ProcessGroup]) -> Optional[List[Any]]:
     if get_world_size(group) == 1:
         return [data]
+    root = get_group_rank(group, dst)
     items = ctypes.POINTER(_lib.Bytes)()
     count = ctypes.c_size_t()
     payload = pickle.dumps(data)
-    check(lib.dk_group_gather_object, handle_of(group), payload, len(payload), dst,
+    check(lib.dk_group_gather_object, handle_of(group), payload, len(payload), root,
           ctypes.byref(items), ctypes.byref(count))
-    if get_rank(group) != dst:
+    if get_rank(group) != root:
         return None
     return [pickle.loads(b) for b in take_items(items, count)]

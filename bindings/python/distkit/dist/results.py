@@ -13,7 +13,22 @@ from .groups import get_world_size
 from .objects import bytes_array
 
 
-def collect_results(results: list, size: int, device: str = "cpu", tmpdir: Optional[str] = None):
+def collect_results(results: list, size: int, *args, **kwargs):
+    """mmengine's ``collect_results(results, size, device='cpu',
+    tmpdir=None)``, and the seed's ``collect_results(result_part, size,
+    tmpdir=None)``: a third positional argument that is not a device name
+    (cpu, gpu, npu) is the tmpdir."""
+    if args and (args[0] is None
+                 or isinstance(args[0], str) and args[0] not in ("cpu", "gpu", "npu")):
+        if len(args) > 1 or "tmpdir" in kwargs:
+            raise TypeError(f"collect_results: {args[0]!r} is not a device (cpu, gpu, npu), so it "
+                            f"is the tmpdir of collect_results(result_part, size, tmpdir=None), "
+                            f"and the tmpdir is given twice")
+        return _collect_results(results, size, "cpu", args[0], **kwargs)
+    return _collect_results(results, size, *args, **kwargs)
+
+
+def _collect_results(results: list, size: int, device: str = "cpu", tmpdir: Optional[str] = None):
     if device not in ["gpu", "cpu", "npu"]:
         raise NotImplementedError(f"device must be 'cpu' , 'gpu' or 'npu', but got {device}")
     if device == "gpu" or device == "npu":

@@ -343,6 +343,7 @@ extern "C" {
     pub fn dk_group_rank(group: *const dk_group_t) -> i32;
     pub fn dk_group_size(group: *const dk_group_t) -> i32;
     pub fn dk_group_backend(group: *const dk_group_t) -> *const c_char;
+    pub fn dk_group_global_rank(group: *const dk_group_t, group_rank: i32) -> i32;
     pub fn dk_group_name(group: *const dk_group_t) -> *const c_char;
     pub fn dk_group_new(
         parent: *mut dk_group_t,
@@ -445,6 +446,7 @@ extern "C" {
     ) -> dk_status_t;
 
     pub fn dk_init_local_group(node_rank: i32, num_per_node: i32, err: ErrOut) -> dk_status_t;
+    pub fn dk_init_local_group_from_launcher(err: ErrOut) -> dk_status_t;
     pub fn dk_local_group(out: *mut *mut dk_group_t, err: ErrOut) -> dk_status_t;
 
     pub fn dk_group_all_reduce_coalesced(

@@ -1,0 +1,84 @@
+"""Work handles for ``async_op=True``: torch's Work interface over the ABI's
+dk_work_t. The tensors an operation reads or writes are lent to the library
+until the work is waited for (or dropped, which waits too, so no buffer is
+freed under a running collective)."""
+import ctypes
+import datetime
+from typing import Callable, Optional, Sequence
+
+from .. import _lib
+from .._lib import check, lib
+
+
+class Work:
+    """What an asynchronous collective returns: ``wait()`` blocks until it
+    is done (re-raising its error) and finishes it (copies results where
+    the call form needs it); ``is_completed()`` polls."""
+
+    def __init__(self, handle: Optional[ctypes.c_void_p], keep: Sequence = (),
+                 then: Optional[Callable[[], None]] = None):
+        # handle None: done already (world size 1, or nothing to send).
+        self._handle = handle if handle is not None and handle.value else None
+        self._keep = list(keep)
+        self._then = then
+        self._finished = False
+        self._error: Optional[Exception] = None
+
+    def is_completed(self) -> bool:
+        if self._finished or self._handle is None:
+            return True
+        state = ctypes.c_int32()
+        check(lib.dk_work_test, self._handle, ctypes.byref(state))
+        return state.value != _lib.WORK_PENDING
+
+    def wait(self, timeout: Optional[datetime.timedelta] = None) -> bool:
+        """Blocks until done (``timeout``: a timedelta or seconds; past it a
+        TimeoutError, and the work goes on)."""
+        if self._finished:
+            if self._error is not None:
+                raise self._error
+            return True
+        if self._handle is not None:
+            if timeout is None:
+                ms = -1
+            elif isinstance(timeout, datetime.timedelta):
+                ms = int(timeout.total_seconds() * 1000)
+            else:
+                ms = int(timeout * 1000)
+            try:
+                check(lib.dk_work_wait, self._handle, ms)
+            except TimeoutError:
+                raise  # still running: the buffers stay lent
+            except Exception as e:  # noqa: BLE001 - kept for exception()
+                self._error = e
+                self._release()
+                raise
+        self._release()
+        if self._then is not None:
+            self._then()
+        return True
+
+    def is_success(self) -> bool:
+        return self._finished and self._error is None
+
+    def exception(self) -> Optional[Exception]:
+        return self._error
+
+    def _release(self) -> None:
+        self._finished = True
+        if self._handle is not None:
+            lib.dk_work_destroy(self._handle)
+            self._handle = None
+        self._keep = []
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            lib.dk_work_wait(self._handle, -1, None)  # the buffers are still lent
+            self._release()
+
+
+def start(fn, *args) -> ctypes.c_void_p:
+    """Calls an ABI collective in its non-blocking form; the work handle."""
+    handle = ctypes.c_void_p()
+    check(fn, *args, ctypes.byref(handle))
+    return handle
