@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -94,6 +95,19 @@ absl::Status Join(std::shared_ptr<Store> store,
 
 }  // namespace
 
+namespace {
+
+// Every dk_init makes the node-local group where the launcher's layout
+// gives one, on every rank whatever its language (so a job whose ranks are
+// written in different languages makes the same calls). Not determinable:
+// no group, and get_local_rank() raises until init_local_group.
+absl::Status LocalGroupAfterJoin() {
+  absl::Status s = InitLocalGroupFromLauncher();
+  return absl::IsFailedPrecondition(s) ? absl::OkStatus() : s;
+}
+
+}  // namespace
+
 absl::Status InitDist(absl::string_view launcher_name,
                       const InitOptions& options) {
   DK_ASSIGN_OR_RETURN(Launcher launcher, ParseLauncher(launcher_name));
@@ -110,8 +124,10 @@ absl::Status InitDist(absl::string_view launcher_name,
     if (std::getenv("MASTER_ADDR") == nullptr) {
       DK_ASSIGN_OR_RETURN(RendezvousInfo placement,
                           ParseMpiPlacement(Environment::FromProcess()));
-      return Join(std::make_shared<HashStore>(), nullptr, placement.rank,
-                  placement.world_size, options, "", placement.local_rank);
+      DK_RETURN_IF_ERROR(Join(std::make_shared<HashStore>(), nullptr,
+                              placement.rank, placement.world_size, options, "",
+                              placement.local_rank));
+      return LocalGroupAfterJoin();
     }
   }
   Environment env = Environment::FromProcess();
@@ -134,9 +150,11 @@ absl::Status InitDist(absl::string_view launcher_name,
     return Annotate(store.status(),
                     absl::StrCat("init_dist: rank ", info.rank));
   }
-  return Join(std::shared_ptr<Store>(*std::move(store)), std::move(server),
-              info.rank, info.world_size, options,
-              GlooHostname(info.store_address), info.local_rank);
+  DK_RETURN_IF_ERROR(Join(std::shared_ptr<Store>(*std::move(store)),
+                          std::move(server), info.rank, info.world_size,
+                          options, GlooHostname(info.store_address),
+                          info.local_rank));
+  return LocalGroupAfterJoin();
 }
 
 absl::Status InitDistWithStore(std::shared_ptr<Store> store, int rank, int size,
@@ -262,17 +280,31 @@ absl::Status InitLocalGroup(int node_rank, int num_gpus_per_node) {
 
 namespace {
 
-// The node this rank runs on, as the launcher names it.
+// The node this rank runs on, as the launcher names it (SLURM_NODEID), else
+// the host name.
 std::string NodeIdentity() {
-  if (const char* group_rank = std::getenv("GROUP_RANK")) {
-    return absl::StrCat("node ", group_rank);
-  }
   if (const char* node_id = std::getenv("SLURM_NODEID")) {
     return absl::StrCat("slurm node ", node_id);
   }
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   return absl::StrCat("host ", host);
+}
+
+// torchrun's and distrun's layout, from this rank's variables alone (no
+// communication): GROUP_RANK g and LOCAL_WORLD_SIZE n with this rank in
+// [g n, (g + 1) n). 0 when they are not set or do not fit.
+int LayoutFromEnvironment(int rank, int size, int* node) {
+  const char* group_rank = std::getenv("GROUP_RANK");
+  const char* local_size = std::getenv("LOCAL_WORLD_SIZE");
+  int g = 0, n = 0;
+  if (group_rank == nullptr || local_size == nullptr ||
+      !absl::SimpleAtoi(group_rank, &g) || !absl::SimpleAtoi(local_size, &n) ||
+      n < 1 || size % n != 0 || rank / n != g) {
+    return 0;
+  }
+  *node = g;
+  return n;
 }
 
 }  // namespace
@@ -282,26 +314,44 @@ absl::Status InitLocalGroupFromLauncher() {
   if (world == nullptr) {
     return absl::FailedPreconditionError("init_local_group: not distributed");
   }
-  DK_ASSIGN_OR_RETURN(std::vector<std::string> nodes,
-                      AllGatherObject(NodeIdentity(), world.get()));
-  const int size = static_cast<int>(nodes.size());
-  const std::string& mine = nodes[world->rank()];
-  const int per_node =
-      static_cast<int>(std::count(nodes.begin(), nodes.end(), mine));
-  // Consecutive blocks of per_node ranks, one node each.
-  bool blocks = size % per_node == 0;
-  absl::flat_hash_set<std::string> seen;
-  for (int r = 0; blocks && r < size; ++r) {
-    blocks = r % per_node == 0 ? seen.insert(nodes[r]).second
-                               : nodes[r] == nodes[r - 1];
+  const int size = world->size();
+  int node = 0;
+  int per_node = LayoutFromEnvironment(world->rank(), size, &node);
+  if (per_node == 0) {
+    // No launcher layout: the ranks compare where they run (one
+    // all_gather over the world).
+    DK_ASSIGN_OR_RETURN(std::vector<std::string> nodes,
+                        AllGatherObject(NodeIdentity(), world.get()));
+    const std::string& mine = nodes[world->rank()];
+    per_node = static_cast<int>(std::count(nodes.begin(), nodes.end(), mine));
+    // Consecutive blocks of per_node ranks, one node each.
+    bool blocks = size % per_node == 0;
+    absl::flat_hash_set<std::string> seen;
+    for (int r = 0; blocks && r < size; ++r) {
+      blocks = r % per_node == 0 ? seen.insert(nodes[r]).second
+                                 : nodes[r] == nodes[r - 1];
+    }
+    if (!blocks) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "init_local_group: the nodes do not hold consecutive blocks of ",
+          per_node, " ranks; call init_local_group"));
+    }
+    node = world->rank() / per_node;
   }
-  if (!blocks) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "init_local_group: the launcher's nodes do not hold consecutive ",
-        "blocks of ", per_node, " ranks; call init_local_group"));
-  }
-  DK_RETURN_IF_ERROR(InitLocalGroup(world->rank() / per_node, per_node));
   State& s = GetState();
+  if (per_node == size) {
+    // One node: the local group is the world itself (no second set of
+    // connections).
+    absl::MutexLock lock(&s.mu);
+    if (s.local != nullptr && !s.local_from_launcher) {
+      return absl::FailedPreconditionError(
+          "init_local_group: the local process group already exists");
+    }
+    s.local = world;
+    s.local_from_launcher = true;
+    return absl::OkStatus();
+  }
+  DK_RETURN_IF_ERROR(InitLocalGroup(node, per_node));
   absl::MutexLock lock(&s.mu);
   s.local_from_launcher = true;
   return absl::OkStatus();

@@ -76,10 +76,12 @@ Device GetCommDevice(const ProcessGroup* group = nullptr);
 // unless InitLocalGroupFromLauncher made it: then one with the same ranks
 // is kept and one with other ranks replaces it.
 absl::Status InitLocalGroup(int node_rank, int num_gpus_per_node);
-// Collective over the default group: the node-local group of the nodes the
-// launcher placed the ranks on (each rank's node: GROUP_RANK as torchrun
-// and distrun set it, else Slurm's SLURM_NODEID, else the host name), so
-// GetLocalRank works right after joining, as mmengine users expect.
+// Collective over the default group (InitDist calls it on every rank): the
+// node-local group of the nodes the launcher placed the ranks on, so
+// GetLocalRank works right after joining, as mmengine users expect. The
+// layout comes from GROUP_RANK and LOCAL_WORLD_SIZE (torchrun, distrun)
+// without communication; else the ranks compare SLURM_NODEID or their host
+// names (one all_gather). A single node's local group is the world itself.
 // FAILED_PRECONDITION, and no group, when the nodes' ranks are not
 // consecutive blocks of one size (InitLocalGroup's layout).
 absl::Status InitLocalGroupFromLauncher();

@@ -31,8 +31,12 @@ TEST(DistApi, TopologyAndLocalGroup) {
   EXPECT_EQ(IsMainProcess(), R() == 0);
   EXPECT_EQ(GetCommDevice(), Device::Cpu());
   EXPECT_EQ(MasterOnly([] { return 1; }).has_value(), R() == 0);
-  EXPECT_FALSE(GetLocalRank().ok());
-  // "Nodes" of two ranks when the size is even, else one node.
+  // InitDist made the node-local group from distrun's layout (one node:
+  // the world itself).
+  EXPECT_EQ(*GetLocalRank(), atoi(getenv("LOCAL_RANK")));
+  EXPECT_EQ(*GetLocalSize(), atoi(getenv("LOCAL_WORLD_SIZE")));
+  EXPECT_EQ(GetLocalGroup()->get(), GetDefaultGroup().get());
+  // "Nodes" of two ranks when the size is even, else one node: replaces it.
   const int per_node = W() % 2 == 0 ? 2 : W();
   ASSERT_TRUE(InitLocalGroup(R() / per_node, per_node).ok());
   EXPECT_EQ(*GetLocalRank(), R() % per_node);

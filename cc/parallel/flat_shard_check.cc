@@ -629,6 +629,9 @@ int main() {
     configs.push_back(c);
     c.accumulate = 2;
     configs.push_back(c);
+    c.accumulate = 1;  // every strategy also with the shard offloaded
+    c.offload = true;
+    configs.push_back(c);
   }
   Config c;
   c.offload = true;

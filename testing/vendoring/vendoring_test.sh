@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Another Bazel workspace brings distkit in with one local_repository and one
-# macro call, builds a C program against @distkit//capi, and runs it. The
-# README shows the same lines.
+# macro call, builds a C program against @distkit//capi and a py_binary
+# against @distkit//bindings/python:distkit, and runs both. The README shows
+# the same lines (and the .bazelrc line the py_binary needs:
+# --incompatible_default_to_explicit_init_py, else the implicit __init__.py
+# Bazel puts at @distkit's runfiles root shadows the distkit package).
 set -euo pipefail
 marker="$1"      # a file at distkit's root (its WORKSPACE), to find the checkout
 consumer_c="$2"
@@ -27,12 +30,27 @@ cc_binary(
     srcs = ["consumer.c"],
     deps = ["@distkit//capi"],
 )
+
+py_binary(
+    name = "py_consumer",
+    srcs = ["py_consumer.py"],
+    python_version = "PY3",
+    deps = ["@distkit//bindings/python:distkit"],
+)
 B
+cat > "$work/py_consumer.py" <<'PY'
+import distkit
+from distkit import dist
+assert distkit.__file__.endswith("bindings/python/distkit/__init__.py"), distkit.__file__
+assert dist.get_world_size() == 1 and not dist.is_distributed()
+print("py_binary in the consumer workspace imports", distkit.__file__)
+PY
 cp "$consumer_c" "$work/consumer.c"
 cp "$distkit_root/.bazelrc" "$work/.bazelrc"
 cd "$work"
 export HOME="${TEST_TMPDIR:-/tmp}"
 bazel --output_user_root="${TEST_TMPDIR:-/tmp}/bazel_root" build --jobs=2 \
-  --spawn_strategy=local //:consumer 2>&1 | tail -40
+  --spawn_strategy=local //:consumer //:py_consumer 2>&1 | tail -40
 bazel-bin/consumer
+bazel-bin/py_consumer
 bazel --output_user_root="${TEST_TMPDIR:-/tmp}/bazel_root" shutdown

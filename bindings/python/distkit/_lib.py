@@ -133,6 +133,8 @@ _PROTOTYPES = {
     "dk_store_add": (c_status, [P, ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), PP]),
     "dk_init_config_init": (None, [ctypes.POINTER(InitConfig)]),
     "dk_init": (c_status, [ctypes.c_char_p, ctypes.POINTER(InitConfig), PP, PP]),
+    "dk_init_with_store": (c_status, [P, ctypes.c_int32, ctypes.c_int32,
+                                      ctypes.POINTER(InitConfig), PP, PP]),
     "dk_shutdown": (None, []),
     "dk_is_distributed": (ctypes.c_int32, []),
     "dk_group_rank": (ctypes.c_int32, [P]),

@@ -104,7 +104,7 @@ def _group_arg(group):
     """The dk_group_t* for a modelopt group: None is the world (NULL), -1 is
     "unused" (DK_GROUP_UNUSED), else a distkit ProcessGroup."""
     if group is None:
-        return None
+        return dist.groups.handle_of(None)  # joins a torch-initialized job
     if isinstance(group, int) and group == -1:
         return _lib.GROUP_UNUSED
     return dist.groups.handle_of(group)

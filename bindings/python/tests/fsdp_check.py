@@ -13,7 +13,7 @@ from torch import nn
 
 from distkit import dist
 from distkit.model import MMFullyShardedDataParallel, OptimWrapper, is_model_wrapper
-from distkit.fsdp import (BackwardPrefetch, FullyShardedDataParallel, MixedPrecision,
+from distkit.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel, MixedPrecision,
                           ModuleWrapPolicy, ShardingStrategy, StateDictType,
                           prefetch_overlap, size_based_auto_wrap_policy)
 
@@ -226,7 +226,7 @@ def hybrid_groups():
 
 
 def train(strategy, accumulate, policy, auto_groups=False,
-          backward_prefetch=BackwardPrefetch.BACKWARD_PRE):
+          backward_prefetch=BackwardPrefetch.BACKWARD_PRE, offload=False):
     rank, n = dist.get_rank(), dist.get_world_size()
     groups = None
     if strategy in (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2) \
@@ -240,7 +240,8 @@ def train(strategy, accumulate, policy, auto_groups=False,
     sharded = FullyShardedDataParallel(model, process_group=groups, sharding_strategy=strategy,
                                        auto_wrap_policy=policy, sync_module_states=True,
                                        forward_prefetch=accumulate == 1,
-                                       backward_prefetch=backward_prefetch)
+                                       backward_prefetch=backward_prefetch,
+                                       cpu_offload=CPUOffload(offload_params=offload))
     check(len(sharded._units) == (3 if policy is not None else 1), f"{strategy}: units")
     opt = torch.optim.SGD(sharded.parameters(), lr=LR)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
@@ -269,7 +270,8 @@ def train(strategy, accumulate, policy, auto_groups=False,
     check(worst <= 1e-5, f"{strategy} x{accumulate}: differs from training alone by {worst:.2e}")
     check(relative(want["head.weight"], initial["head.weight"]) > 1e-3, "training moved")
     if rank == 0:
-        print(f"{strategy.name:14} accumulate {accumulate} {backward_prefetch}: worst relative "
+        print(f"{strategy.name:14} accumulate {accumulate} {backward_prefetch} offload {offload}: "
+              f"worst relative "
               f"difference {worst:.2e}", flush=True)
     # The same outputs as the reference, and the full state dict loads back.
     x, _ = batch(99, 0, 4)
@@ -537,6 +539,8 @@ def main():
     train(ShardingStrategy.FULL_SHARD, 1, None)
     train(ShardingStrategy.FULL_SHARD, 1, policy, backward_prefetch=BackwardPrefetch.BACKWARD_POST)
     train(ShardingStrategy.FULL_SHARD, 2, policy, backward_prefetch=None)
+    for strategy in ShardingStrategy:  # the shard offloaded (host memory)
+        train(strategy, 1, policy, offload=True)
     timeline()
     train_orig_params()
     train_optim_state(True)

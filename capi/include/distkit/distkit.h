@@ -243,7 +243,8 @@ DK_EXPORT void dk_init_config_init(dk_init_config_t* config);
  * (torchrun, and distrun), "slurm", "mpi" or "distrun"; anything else is
  * DK_INVALID_ARGUMENT "Invalid launcher type: ...". *world_out is owned
  * (dk_group_destroy) and is also the process's default group until
- * dk_shutdown. */
+ * dk_shutdown. It also makes the node-local group where the launcher's
+ * layout gives one (dk_init_local_group_from_launcher). */
 DK_EXPORT dk_status_t dk_init(const char* launcher,
                               const dk_init_config_t* config,
                               dk_group_t** world_out, dk_error_t** err);
@@ -381,11 +382,14 @@ DK_EXPORT dk_status_t dk_init_local_group(int32_t node_rank,
                                           dk_error_t** err);
 
 /* Collective over the default group: creates the local group from where the
- * launcher placed the ranks (GROUP_RANK as torchrun and distrun set it,
- * else SLURM_NODEID, else the host name), so it exists right after dk_init
- * (mmengine's users call get_local_rank() then). DK_FAILED_PRECONDITION,
- * and no group, when the nodes do not hold consecutive blocks of one size;
- * a later dk_init_local_group may replace the group it made. */
+ * launcher placed the ranks (GROUP_RANK and LOCAL_WORLD_SIZE as torchrun
+ * and distrun set them, without communication; else SLURM_NODEID or the
+ * host name, compared in one all_gather). dk_init does this on every rank,
+ * so the local group exists right after it (mmengine's users call
+ * get_local_rank() then); call it after dk_init_with_store. On one node the
+ * local group is the default group. DK_FAILED_PRECONDITION, and no group,
+ * when the nodes do not hold consecutive blocks of one size; a later
+ * dk_init_local_group may replace the group it made. */
 DK_EXPORT dk_status_t dk_init_local_group_from_launcher(dk_error_t** err);
 
 /* Local. The local group (owned handle; dk_group_destroy), or

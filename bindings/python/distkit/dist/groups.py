@@ -8,6 +8,7 @@ from typing import Optional
 
 from .. import _lib, errors
 from .._lib import check, lib
+from . import torch_join
 from .call_forms import Form, choose
 
 
@@ -55,36 +56,69 @@ _LOCAL_FROM_LAUNCHER = False  # init_dist made _LOCAL_PROCESS_GROUP
 
 
 def handle_of(group: Optional[ProcessGroup]):
-    """The dk_group_t* to pass for ``group`` (NULL: the default group)."""
-    return group._handle if group is not None else None
+    """The dk_group_t* to pass for ``group`` (NULL: the default group). The
+    default group of a job torch.distributed was initialized for by user
+    code is joined here, at the first call that needs it (collective)."""
+    if group is not None:
+        return group._handle
+    _join_torch_job()
+    return None
+
+
+def _join_torch_job() -> None:
+    global _default_group
+    if lib.dk_is_distributed() == 1:
+        return
+    world = torch_join.join()
+    if world is not None:
+        _default_group = ProcessGroup(world)
+
+
+def _torch_only() -> bool:
+    """torch.distributed is initialized and distkit has not joined it yet:
+    local queries answer from torch, as mmengine's do."""
+    return lib.dk_is_distributed() != 1 and torch_join.torch_default_group_initialized()
 
 
 # ---- environment and topology -------------------------------------------------
 
 
 def is_distributed() -> bool:
-    return lib.dk_is_distributed() == 1
+    """distkit joined a job (init_dist), or user code initialized
+    torch.distributed (then distkit joins it when first needed)."""
+    return lib.dk_is_distributed() == 1 or torch_join.torch_default_group_initialized()
 
 
 def get_default_group() -> Optional[ProcessGroup]:
-    return _default_group if is_distributed() else None
+    """The world (under a torch-initialized job, joining it: collective the
+    first time)."""
+    if not is_distributed():
+        return None
+    _join_torch_job()
+    return _default_group
 
 
 def get_backend(group: Optional[ProcessGroup] = None) -> Optional[str]:
     if not is_distributed():
         return None
+    if group is None and _torch_only():
+        return torch_join.torch_backend()
     return (group or _default_group).backend()
 
 
 def get_world_size(group: Optional[ProcessGroup] = None) -> int:
     if not is_distributed():
         return 1
+    if group is None and _torch_only():
+        return torch_join.torch_rank_and_size()[1]
     return (group or _default_group).size()
 
 
 def get_rank(group: Optional[ProcessGroup] = None) -> int:
     if not is_distributed():
         return 0
+    if group is None and _torch_only():
+        return torch_join.torch_rank_and_size()[0]
     return (group or _default_group).rank()
 
 
@@ -217,15 +251,15 @@ def _init_with_package(init_backend: str, launcher: str, backend: str, kwargs: d
 
 
 def _local_group_from_launcher() -> None:
-    """The node-local group right after joining, where the launcher's node
-    layout gives one (else get_local_rank() raises until init_local_group)."""
+    """The node-local group dk_init made from the launcher's layout (on every
+    rank, whatever its language), so get_local_rank() works right after
+    init_dist; where the layout gives none it raises until init_local_group."""
     global _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER
+    out = ctypes.c_void_p()
     try:
-        check(lib.dk_init_local_group_from_launcher)
+        check(lib.dk_local_group, ctypes.byref(out))
     except errors.FailedPreconditionError:
         return
-    out = ctypes.c_void_p()
-    check(lib.dk_local_group, ctypes.byref(out))
     _LOCAL_PROCESS_GROUP = ProcessGroup(out)
     _LOCAL_FROM_LAUNCHER = True
 
@@ -237,6 +271,7 @@ def destroy() -> None:
     _LOCAL_FROM_LAUNCHER = False
     _default_group = None
     lib.dk_shutdown()
+    torch_join.release()
 
 
 def new_group(ranks, group: Optional[ProcessGroup] = None) -> ProcessGroup:
@@ -263,6 +298,7 @@ def init_local_group(*args, **kwargs) -> None:
     from the launcher's layout is kept when the ranks are the same and
     replaced otherwise."""
     global _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER
+    _join_torch_job()
     one = len(args) + len(kwargs) == 1
     seed, arguments = choose("init_local_group", *_LOCAL_GROUP_FORMS, args, kwargs, one)
     if seed:

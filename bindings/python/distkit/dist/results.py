@@ -9,7 +9,7 @@ from typing import Optional
 
 from .. import _lib, errors
 from .._lib import check, lib, take_items
-from .groups import get_world_size
+from .groups import get_world_size, handle_of
 from .objects import bytes_array
 
 
@@ -51,7 +51,7 @@ def _collect(part: list, size: int, device: str, tmpdir: Optional[str]):
     items = ctypes.POINTER(_lib.Bytes)()
     count = ctypes.c_size_t()
     try:
-        check(lib.dk_group_collect_results, None, array, len(array), size, device.encode(),
+        check(lib.dk_group_collect_results, handle_of(None), array, len(array), size, device.encode(),
               tmpdir.encode() if tmpdir is not None else None, ctypes.byref(items),
               ctypes.byref(count))
     except errors.NotFoundError as e:  # mmengine: a tmpdir some rank cannot see

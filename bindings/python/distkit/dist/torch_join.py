@@ -1,0 +1,107 @@
+"""distkit.dist in a job whose ranks initialized torch.distributed themselves
+(``torch.distributed.init_process_group('gloo', rank=r, world_size=n)``, as
+many training scripts and mmengine's own tests of mmengine.dist do).
+
+mmengine.dist answers for torch's default group, so distkit.dist does too:
+its local queries (is_distributed, get_rank, get_world_size, get_backend)
+read torch's answers, and the first call that needs distkit's own group (a
+collective, an object collective, new_group, init_local_group, ...) joins
+the job: collective over torch's ranks, through torch's default store. Rank
+0 serves a distkit store (on loopback when every rank is on its host) and
+publishes its address and a fresh token in torch's store; every rank then
+joins with torch's rank and world size."""
+import ctypes
+import secrets
+import socket
+import sys
+import threading
+from typing import Optional
+
+from .. import _lib
+from .._lib import check, lib
+
+_lock = threading.Lock()
+_store: Optional[ctypes.c_void_p] = None  # distkit's store: outlives the group
+
+
+def torch_default_group_initialized() -> bool:
+    """Whether user code initialized torch.distributed (never imports torch)."""
+    tdist = sys.modules.get("torch.distributed")
+    return bool(tdist is not None and tdist.is_available() and tdist.is_initialized())
+
+
+def torch_rank_and_size():
+    import torch.distributed as tdist
+    return tdist.get_rank(), tdist.get_world_size()
+
+
+def torch_backend() -> str:
+    import torch.distributed as tdist
+    return str(tdist.get_backend())
+
+
+def join(timeout_ms: int = 300_000) -> Optional[ctypes.c_void_p]:
+    """Collective over torch's default group: distkit's world handle (a
+    dk_group_t*), built over the same ranks. None when torch.distributed is
+    not initialized either."""
+    global _store
+    with _lock:
+        if not torch_default_group_initialized():
+            return None
+        import torch.distributed as tdist
+        from torch.distributed.distributed_c10d import _get_default_store
+        rank, size = tdist.get_rank(), tdist.get_world_size()
+        torch_store = _get_default_store()
+        # One generation per join, so a job that joins again (after
+        # destroy) does not read the last one's keys.
+        generation = (torch_store.add("distkit/join/count", 1) - 1) // size
+        prefix = f"distkit/join/{generation}"
+        torch_store.set(f"{prefix}/host/{rank}", socket.gethostname())
+        config = _lib.StoreConfig()
+        lib.dk_store_config_init(ctypes.byref(config))
+        config.timeout_ms = config.connect_timeout_ms = timeout_ms
+        store = ctypes.c_void_p()
+        if rank == 0:
+            hosts = {torch_store.get(f"{prefix}/host/{r}").decode() for r in range(size)}
+            one_host = hosts == {socket.gethostname()}
+            token = secrets.token_hex(16)
+            config.address = b"127.0.0.1:0" if one_host else b"0.0.0.0:0"
+            config.token = token.encode()
+            check(lib.dk_store_serve, ctypes.byref(config), ctypes.byref(store))
+            port = lib.dk_store_address(store).decode().rsplit(":", 1)[1]
+            host = "127.0.0.1" if one_host else _reachable_host()
+            torch_store.set(f"{prefix}/token", token)
+            torch_store.set(f"{prefix}/address", f"{host}:{port}")
+        else:
+            address = torch_store.get(f"{prefix}/address")
+            config.address = address
+            config.token = torch_store.get(f"{prefix}/token")
+            check(lib.dk_store_connect, ctypes.byref(config), ctypes.byref(store))
+        init = _lib.InitConfig()
+        lib.dk_init_config_init(ctypes.byref(init))
+        backend = torch_backend()
+        init.backend = (backend if backend in ("gloo", "nccl", "mpi") else "gloo").encode()
+        world = ctypes.c_void_p()
+        try:
+            check(lib.dk_init_with_store, store, rank, size, ctypes.byref(init),
+                  ctypes.byref(world))
+        except Exception:
+            lib.dk_store_destroy(store)
+            raise
+        _store = store
+        return world
+
+
+def _reachable_host() -> str:
+    """Where other hosts reach rank 0: torch's MASTER_ADDR when set."""
+    import os
+    return os.environ.get("MASTER_ADDR") or socket.gethostname()
+
+
+def release() -> None:
+    """After dk_shutdown: closes the store (and rank 0's server)."""
+    global _store
+    with _lock:
+        if _store is not None:
+            lib.dk_store_destroy(_store)
+            _store = None
