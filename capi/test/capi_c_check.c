@@ -305,17 +305,29 @@ int main(void) {
                                           &items, &count, &e_),
                  DK_UNIMPLEMENTED, "device must be cpu, gpu or npu");
   }
-  /* The local group: "nodes" of two ranks when the size is even. */
+  /* The local group: dk_init made it from distrun's layout (one node: every
+   * rank); dk_init_local_group replaces it ("nodes" of two ranks when the
+   * size is even), and then exists. Global ranks of its members. */
   {
     dk_group_t* local = NULL;
-    EXPECT_ERROR(dk_local_group(&local, &e_), DK_FAILED_PRECONDITION,
-                 "Local process group is not created");
+    OK(dk_local_group(&local, &e_));
+    CHECK(local != NULL && dk_group_rank(local) == rank_ &&
+          dk_group_size(local) == n);
+    dk_group_destroy(local);
     const int per_node = n % 2 == 0 ? 2 : n;
     OK(dk_init_local_group(rank_ / per_node, per_node, &e_));
     OK(dk_local_group(&local, &e_));
     CHECK(local != NULL && dk_group_rank(local) == rank_ % per_node &&
           dk_group_size(local) == per_node);
+    const int first = rank_ / per_node * per_node;
+    CHECK(dk_group_global_rank(local, 0) == first &&
+          dk_group_global_rank(local, per_node - 1) == first + per_node - 1 &&
+          dk_group_global_rank(local, per_node) == -1 &&
+          dk_group_global_rank(local, -1) == -1 &&
+          dk_group_global_rank(NULL, n - 1) == n - 1);
     dk_group_destroy(local);
+    EXPECT_ERROR(dk_init_local_group(0, n, &e_), DK_FAILED_PRECONDITION,
+                 "already exists");
   }
 
   /* modelopt's ParallelState: data = the world, tensor = unused. */

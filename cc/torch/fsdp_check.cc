@@ -283,6 +283,18 @@ bool Equal(const torch::OrderedDict<std::string, torch::Tensor>& a,
 
 using StateDict = torch::OrderedDict<std::string, torch::Tensor>;
 
+// A job of another size: `net` sharded over world ranks {0, 1} (collective
+// over the world); nullptr on the other ranks.
+std::shared_ptr<FullyShardedDataParallel> TwoRankFsdp(
+    Net& net, const FsdpOptions& options) {
+  auto pair = distkit::dist::GetDefaultGroup()->NewGroup({0, 1});
+  RequireOk(pair.status(), "group {0, 1}");
+  if (!(*pair)->is_member()) return nullptr;
+  auto two = FullyShardedDataParallel::Create(net.ptr(), options, *pair);
+  RequireOk(two.status(), "2-rank fsdp");
+  return *two;
+}
+
 // The per-element tensors of `dict` (steps compared apart: norms of int64
 // tensors are not defined).
 StateDict WithoutSteps(const StateDict& dict) {
@@ -412,17 +424,12 @@ void OptimState() {
   }
 
   if (world_ >= 3) {
-    auto pair = distkit::dist::GetDefaultGroup()->NewGroup({0, 1});
-    RequireOk(pair.status(), "group {0, 1}");
-    if ((*pair)->is_member()) {
-      Net small = MakeNet();
-      auto two =
-          FullyShardedDataParallel::Create(small.ptr(), mode.options, *pair);
-      RequireOk(two.status(), "2-rank fsdp");
+    Net small = MakeNet();
+    if (auto two = TwoRankFsdp(small, mode.options)) {
       auto opt2 = MakeOptimizer(Optim::kAdam, small->parameters());
-      CheckOk(distkit::LoadFullOptimStateDict(**two, *opt2, *osd),
+      CheckOk(distkit::LoadFullOptimStateDict(*two, *opt2, *osd),
               absl::StrCat("2 ranks load the optimizer state of ", world_));
-      auto back = distkit::FullOptimStateDict(**two, *opt2);
+      auto back = distkit::FullOptimStateDict(*two, *opt2);
       RequireOk(back.status(), "2-rank FullOptimStateDict");
       bool same = back->size() == osd->size();
       for (const auto& item : *osd) {
@@ -573,16 +580,11 @@ void StateAndErrors() {
   CheckOk(fsdp->LoadShardedCheckpoint(dir), "load sharded");
   Check(Equal(*fsdp->FullStateDict(), *full), "sharded checkpoint round trip");
   if (world_ >= 3) {
-    auto pair = distkit::dist::GetDefaultGroup()->NewGroup({0, 1});
-    RequireOk(pair.status(), "group {0, 1}");
-    if ((*pair)->is_member()) {
-      Net small = MakeNet();
-      auto two =
-          FullyShardedDataParallel::Create(small.ptr(), mode.options, *pair);
-      RequireOk(two.status(), "2-rank fsdp");
-      CheckOk((*two)->LoadShardedCheckpoint(dir),
+    Net small = MakeNet();
+    if (auto two = TwoRankFsdp(small, mode.options)) {
+      CheckOk(two->LoadShardedCheckpoint(dir),
               absl::StrCat("2 ranks load a checkpoint of ", world_));
-      auto loaded = (*two)->FullStateDict();
+      auto loaded = two->FullStateDict();
       Check(loaded.ok() && Equal(*loaded, *full),
             absl::StrCat("a checkpoint of ", world_, " ranks loaded by 2"));
     }
