@@ -93,10 +93,6 @@ absl::Status Join(std::shared_ptr<Store> store,
   return absl::OkStatus();
 }
 
-}  // namespace
-
-namespace {
-
 // Every dk_init makes the node-local group where the launcher's layout
 // gives one, on every rank whatever its language (so a job whose ranks are
 // written in different languages makes the same calls). Not determinable:
@@ -293,7 +289,10 @@ std::string NodeIdentity() {
 
 // torchrun's and distrun's layout, from this rank's variables alone (no
 // communication): GROUP_RANK g and LOCAL_WORLD_SIZE n with this rank in
-// [g n, (g + 1) n). 0 when they are not set or do not fit.
+// [g n, (g + 1) n). 0 when they are not set or do not fit. The launcher
+// sets them on every rank alike, so the ranks decide alike (were they set
+// on some ranks only, the others' all_gather would meet their next
+// collective and fail as a mismatch naming the ranks, or time out).
 int LayoutFromEnvironment(int rank, int size, int* node) {
   const char* group_rank = std::getenv("GROUP_RANK");
   const char* local_size = std::getenv("LOCAL_WORLD_SIZE");
