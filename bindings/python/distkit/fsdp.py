@@ -722,6 +722,15 @@ class FullyShardedDataParallel(nn.Module):
         self._units = self._coordinator.units
         self._group = process_group
         self.use_orig_params = use_orig_params
+        # MixedPrecision.buffer_dtype: floating buffers live (and forward
+        # uses them) in it; state dicts give them in their own dtype, as
+        # torch's full state dict does.
+        self._buffer_dtypes = {}
+        if mixed_precision is not None and mixed_precision.buffer_dtype is not None:
+            for name, b in module.named_buffers():
+                if b.is_floating_point():
+                    self._buffer_dtypes[name] = b.dtype
+                    b.data = b.data.to(mixed_precision.buffer_dtype)
         # What the optimizer steps: the flat shards, or (use_orig_params) the
         # original parameters, still registered in the module.
         self._flat = nn.ParameterList([] if use_orig_params else
@@ -780,7 +789,10 @@ class FullyShardedDataParallel(nn.Module):
         original module's keys (collective). SHARDED_STATE_DICT /
         LOCAL_STATE_DICT: this rank's shards ("_flat_param.<unit>.<flat>")
         with the metadata that lets a job of another size load them (local)."""
-        buffers = dict(self.module.named_buffers())
+        buffers = {k: b.detach().to(self._buffer_dtypes.get(k, b.dtype))
+                   for k, b in self.module.named_buffers()}
+        # Parameters no unit holds (ignored): as they are.
+        unsharded = {k: p.detach() for k, p in self.module.named_parameters()}
         out = OrderedDict()
         if self._sharded():
             for u, unit in enumerate(self._units):
@@ -788,7 +800,7 @@ class FullyShardedDataParallel(nn.Module):
                     out[f"_flat_param.{u}.{k}"] = flat.detach().clone()
             for key in self._keys:
                 if key in buffers:
-                    out[key] = buffers[key].detach().clone()
+                    out[key] = buffers[key].clone()
             out[self._SHARD_META] = {
                 "world_size": dist.get_world_size(self._group) if dist.is_distributed() else 1,
                 "flat_numel": [[f.numel() for f in u.flat_params] for u in self._units],
@@ -800,7 +812,10 @@ class FullyShardedDataParallel(nn.Module):
             for key, value in zip(unit.keys, unit.gather_full()):
                 params[key] = value
         for key in self._keys:
-            out[key] = params[key] if key in params else buffers[key].detach().clone()
+            if key in params:
+                out[key] = params[key]
+            else:
+                out[key] = (buffers[key] if key in buffers else unsharded[key]).clone()
         return out
 
     def load_state_dict(self, state_dict, strict: bool = True):

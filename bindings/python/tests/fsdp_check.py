@@ -96,6 +96,45 @@ def train_bf16():
         print(f"MixedPrecision bfloat16: worst relative difference {worst:.2e}", flush=True)
 
 
+def buffer_dtype():
+    """MixedPrecision(buffer_dtype=bfloat16): a buffer forward uses lives in
+    bfloat16 (forward computes with the rounded value); the full state dict
+    gives it in its own dtype, float32, as torch's does. An ignored
+    parameter is in the state dict as it is."""
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(3, 3)
+            self.frozen = nn.Linear(3, 3)
+            self.register_buffer("scale", torch.tensor([1.0 + 2 ** -10, 3.0, 0.1]))
+
+        def forward(self, x):
+            return self.frozen(self.linear(x)) * self.scale
+
+    torch.manual_seed(0)
+    module = Scaled()
+    want_scale = module.scale.to(torch.bfloat16).to(torch.float32)
+    frozen_weight = module.frozen.weight.detach().clone()
+    model = FullyShardedDataParallel(
+        module, mixed_precision=MixedPrecision(buffer_dtype=torch.bfloat16),
+        ignored_parameters=list(module.frozen.parameters()))
+    check(module.scale.dtype == torch.bfloat16, f"buffer in bfloat16: {module.scale.dtype}")
+    x = torch.ones(2, 3)
+    with torch.no_grad():
+        out = model(x)
+    full = model.state_dict()
+    check(full["scale"].dtype == torch.float32 and torch.equal(full["scale"], want_scale),
+          f"buffer_dtype: the state dict has the float32 buffer {full['scale']}")
+    check(torch.equal(full["frozen.weight"], frozen_weight), "an ignored parameter as it is")
+    hidden = nn.functional.linear(x, full["linear.weight"], full["linear.bias"])
+    ref = nn.functional.linear(hidden, full["frozen.weight"], full["frozen.bias"])
+    check(torch.allclose(out.float(), ref * want_scale, rtol=1e-6, atol=1e-7)
+          and not torch.allclose(out.float(), ref * module.scale.new_tensor(
+              [1.0 + 2 ** -10, 3.0, 0.1], dtype=torch.float32), rtol=1e-6, atol=1e-7),
+          "forward used the bfloat16 buffer")
+
+
 def train_orig_params():
     """use_orig_params=True: the optimizer gets the original parameters, by
     name (here two parameter groups with different learning rates, and
@@ -543,6 +582,7 @@ def main():
         train(strategy, 1, policy, offload=True)
     timeline()
     train_orig_params()
+    buffer_dtype()
     train_optim_state(True)
     train_optim_state(False)
     train_bf16()
