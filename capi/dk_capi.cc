@@ -460,6 +460,18 @@ dk_status_t dk_store_serve(const dk_store_config_t* config, dk_store_t** out,
   });
 }
 
+dk_status_t dk_default_store(dk_store_t** out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    std::shared_ptr<distkit::Store> store = distkit::dist::GetStore();
+    if (store == nullptr) {
+      return absl::FailedPreconditionError("default_store: not distributed");
+    }
+    *out = new dk_store{std::move(store), nullptr, ""};
+    return absl::OkStatus();
+  });
+}
+
 const char* dk_store_address(const dk_store_t* store) {
   return store == nullptr ? nullptr : store->address.c_str();
 }
@@ -698,6 +710,37 @@ dk_status_t dk_group_new(dk_group_t* parent, const int32_t* ranks,
     DK_ASSIGN_OR_RETURN(
         std::shared_ptr<ProcessGroup> g,
         p->NewGroup(std::vector<int>(ranks, ranks + num_ranks)));
+    *out = new dk_group{std::move(g)};
+    return absl::OkStatus();
+  });
+}
+
+dk_status_t dk_group_new_named(dk_group_t* parent, const int32_t* ranks,
+                               size_t num_ranks, const char* name,
+                               dk_group_t** out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    DK_RETURN_IF_ERROR(NotNull(name, "name"));
+    if (num_ranks > 0) DK_RETURN_IF_ERROR(NotNull(ranks, "ranks"));
+    if (*name == '\0' || std::strchr(name, '/') != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "new_group_named: the name '", name, "' is empty or has a '/'"));
+    }
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> p, GroupOf(parent));
+    if (p->backend_name() != "gloo") {
+      // MPI and NCCL split a subgroup from the parent: every rank of it
+      // must take part (dk_group_new).
+      return absl::UnimplementedError(absl::StrCat(
+          "new_group_named: the ", p->backend_name(), " backend of group '",
+          p->name(), "' needs every rank of it; use dk_group_new"));
+    }
+    distkit::GroupOptions options;
+    options.backend = p->backend_name();
+    options.timeout = p->timeout();
+    options.name = absl::StrCat("named-", name);
+    DK_ASSIGN_OR_RETURN(
+        std::shared_ptr<ProcessGroup> g,
+        p->NewGroup(std::vector<int>(ranks, ranks + num_ranks), options));
     *out = new dk_group{std::move(g)};
     return absl::OkStatus();
   });

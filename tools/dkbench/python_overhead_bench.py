@@ -23,11 +23,12 @@ def worker(iters: int, batches: int) -> None:
     from distkit import _lib, dist
     from distkit._dlpack import Borrowed
 
-    dist.init_dist("pytorch", backend="gloo", timeout=120)
-    rank, n = dist.get_dist_info()
+    # torch's own Gloo first: init_dist then leaves torch's default group alone.
     tdist.init_process_group(
         "gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{int(os.environ['MASTER_PORT']) + 1}",
-        rank=rank, world_size=n)
+        rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    dist.init_dist("pytorch", backend="gloo", timeout=120)
+    rank, n = dist.get_dist_info()
     x = torch.ones(1)
     group = dist.get_default_group()
 

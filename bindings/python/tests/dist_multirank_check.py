@@ -22,14 +22,17 @@ def check(cond, what):
 
 
 def main():
+    # torch.distributed on its own Gloo first (the reference the calls below
+    # are compared with), so init_dist leaves torch's default group alone.
+    tdist.init_process_group(
+        "gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{int(os.environ['MASTER_PORT']) + 1}",
+        rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     dist.init_dist("pytorch", backend="gloo", timeout=60)
     rank, n = dist.get_dist_info()
     check((rank, n) == (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])), "dist info")
     check(dist.get_backend() == "gloo" and dist.is_distributed(), "backend")
+    check(tdist.get_backend() == "gloo", "torch's own default group is kept")
     check(dist.get_comm_device() == torch.device("cpu"), "comm device")
-    tdist.init_process_group(
-        "gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{int(os.environ['MASTER_PORT']) + 1}",
-        rank=rank, world_size=n)
 
     # all_reduce: every op on int64 and float32, beside torch.distributed.
     torch_ops = {"sum": tdist.ReduceOp.SUM, "product": tdist.ReduceOp.PRODUCT,

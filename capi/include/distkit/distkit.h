@@ -157,6 +157,12 @@ DK_EXPORT dk_status_t dk_store_connect(const dk_store_config_t* config,
 DK_EXPORT dk_status_t dk_store_serve(const dk_store_config_t* config,
                                      dk_store_t** out, dk_error_t** err);
 
+/* Local. The job's store (the one dk_init or dk_init_with_store joined
+ * through), so other components rendezvous in it (distkit's backend for
+ * torch.distributed keeps torch's keys there); *out is owned: dk_store_destroy
+ * closes this handle only. DK_FAILED_PRECONDITION when not distributed. */
+DK_EXPORT dk_status_t dk_default_store(dk_store_t** out, dk_error_t** err);
+
 /* Local. "host:port" the store is reached at (borrowed until destroy). */
 DK_EXPORT const char* dk_store_address(const dk_store_t* store);
 
@@ -284,6 +290,18 @@ DK_EXPORT const char* dk_group_name(const dk_group_t* group);
 DK_EXPORT dk_status_t dk_group_new(dk_group_t* parent, const int32_t* ranks,
                                    size_t num_ranks, dk_group_t** out,
                                    dk_error_t** err);
+
+/* Collective over the members only: every rank of `ranks` (ranks of
+ * `parent`) calls it with the same ranks and `name`; the other ranks of
+ * `parent` need not (torch.distributed's backends are created on members
+ * only). `name` (no '/') keys the group's rendezvous: unique among
+ * `parent`'s named subgroups. The gloo backend only (MPI and NCCL split a
+ * subgroup from the parent with every rank: DK_UNIMPLEMENTED, use
+ * dk_group_new). *out is owned (dk_group_destroy). */
+DK_EXPORT dk_status_t dk_group_new_named(dk_group_t* parent,
+                                         const int32_t* ranks, size_t num_ranks,
+                                         const char* name, dk_group_t** out,
+                                         dk_error_t** err);
 
 /* Local. Releases the group; a work handle keeps what it needs alive. The
  * handle itself stays reserved, so a call through it after destroy is a clean

@@ -53,6 +53,7 @@ class ProcessGroup:
 _default_group: Optional[ProcessGroup] = None
 _LOCAL_PROCESS_GROUP: Optional[ProcessGroup] = None
 _LOCAL_FROM_LAUNCHER = False  # init_dist made _LOCAL_PROCESS_GROUP
+_TORCH_GROUP_OURS = False  # init_dist made torch.distributed's default group
 
 
 def handle_of(group: Optional[ProcessGroup]):
@@ -72,6 +73,12 @@ def _join_torch_job() -> None:
     world = torch_join.join()
     if world is not None:
         _default_group = ProcessGroup(world)
+
+
+def _adopt_world(world) -> None:
+    """distkit's world, joined for torch.distributed's "distkit" backend."""
+    global _default_group
+    _default_group = ProcessGroup(world)
 
 
 def _torch_only() -> bool:
@@ -226,9 +233,13 @@ def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
         os.environ["MASTER_PORT"] = str(kwargs["port"])
     world = ctypes.c_void_p()
     check(lib.dk_init, launcher.encode(), ctypes.byref(config), ctypes.byref(world))
-    global _default_group
+    global _default_group, _TORCH_GROUP_OURS
     _default_group = ProcessGroup(world)
     _local_group_from_launcher()
+    # As mmengine's init_dist initializes torch.distributed: its default
+    # group on the "distkit" backend, over these ranks and connections.
+    from .. import torch_backend
+    _TORCH_GROUP_OURS = torch_backend.init_default_group(config.timeout_ms)
 
 
 def _init_with_package(init_backend: str, launcher: str, backend: str, kwargs: dict) -> None:
@@ -266,7 +277,12 @@ def _local_group_from_launcher() -> None:
 
 def destroy() -> None:
     """Leaves the job (local). Not in mmengine; mirrors destroy_process_group."""
-    global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER
+    global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER, _TORCH_GROUP_OURS
+    if _TORCH_GROUP_OURS:
+        import torch.distributed as tdist
+        if tdist.is_initialized():
+            tdist.destroy_process_group()
+        _TORCH_GROUP_OURS = False
     _LOCAL_PROCESS_GROUP = None
     _LOCAL_FROM_LAUNCHER = False
     _default_group = None

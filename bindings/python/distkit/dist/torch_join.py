@@ -40,18 +40,25 @@ def torch_backend() -> str:
     return str(tdist.get_backend())
 
 
-def join(timeout_ms: int = 300_000) -> Optional[ctypes.c_void_p]:
+def join(store=None, rank: Optional[int] = None, size: Optional[int] = None,
+         timeout_ms: int = 300_000) -> Optional[ctypes.c_void_p]:
     """Collective over torch's default group: distkit's world handle (a
-    dk_group_t*), built over the same ranks. None when torch.distributed is
-    not initialized either."""
+    dk_group_t*), built over the same ranks, through torch's default store.
+    None when torch.distributed is not initialized either. With ``store``,
+    ``rank`` and ``size`` (a torch Store: distkit's backend creating torch's
+    default group), through that store instead."""
     global _store
     with _lock:
-        if not torch_default_group_initialized():
-            return None
-        import torch.distributed as tdist
-        from torch.distributed.distributed_c10d import _get_default_store
-        rank, size = tdist.get_rank(), tdist.get_world_size()
-        torch_store = _get_default_store()
+        if store is None:
+            if not torch_default_group_initialized():
+                return None
+            import torch.distributed as tdist
+            from torch.distributed.distributed_c10d import _get_default_store
+            rank, size = tdist.get_rank(), tdist.get_world_size()
+            torch_store = _get_default_store()
+            backend = torch_backend()
+        else:
+            torch_store, backend = store, "gloo"
         # One generation per join, so a job that joins again (after
         # destroy) does not read the last one's keys.
         generation = (torch_store.add("distkit/join/count", 1) - 1) // size
@@ -79,7 +86,6 @@ def join(timeout_ms: int = 300_000) -> Optional[ctypes.c_void_p]:
             check(lib.dk_store_connect, ctypes.byref(config), ctypes.byref(store))
         init = _lib.InitConfig()
         lib.dk_init_config_init(ctypes.byref(init))
-        backend = torch_backend()
         init.backend = (backend if backend in ("gloo", "nccl", "mpi") else "gloo").encode()
         world = ctypes.c_void_p()
         try:

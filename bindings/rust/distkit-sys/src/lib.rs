@@ -246,6 +246,7 @@ extern "C" {
         out: *mut *mut dk_store_t,
         err: ErrOut,
     ) -> dk_status_t;
+    pub fn dk_default_store(out: *mut *mut dk_store_t, err: ErrOut) -> dk_status_t;
     pub fn dk_store_address(store: *const dk_store_t) -> *const c_char;
     pub fn dk_store_destroy(store: *mut dk_store_t);
     pub fn dk_store_set(
@@ -349,6 +350,14 @@ extern "C" {
         parent: *mut dk_group_t,
         ranks: *const i32,
         num_ranks: usize,
+        out: *mut *mut dk_group_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_new_named(
+        parent: *mut dk_group_t,
+        ranks: *const i32,
+        num_ranks: usize,
+        name: *const c_char,
         out: *mut *mut dk_group_t,
         err: ErrOut,
     ) -> dk_status_t;
