@@ -65,6 +65,7 @@ class DistkitStore(tdist.Store):
         super().__init__()
         self._handle = handle
         self._prefix = prefix
+        self._init_barrier_size = None  # see init_default_group
 
     def _key(self, key: str) -> bytes:
         return (self._prefix + key).encode()
@@ -83,6 +84,8 @@ class DistkitStore(tdist.Store):
             lib.dk_free(out)
 
     def add(self, key, value):
+        if self._init_barrier_size is not None and key.startswith("store_based_barrier_key"):
+            return self._init_barrier_size
         out = ctypes.c_int64()
         check(lib.dk_store_add, self._handle, self._key(key), int(value), ctypes.byref(out))
         return out.value
@@ -386,9 +389,18 @@ def init_default_group(timeout_ms: int) -> bool:
     if not tdist.is_available() or tdist.is_initialized():
         return False
     register()
-    tdist.init_process_group(BACKEND, store=job_store(), rank=_groups.get_rank(),
-                             world_size=_groups.get_world_size(),
-                             timeout=datetime.timedelta(milliseconds=timeout_ms))
+    store = job_store()
+    # torch's init ends with a barrier in the store that counts every rank
+    # in. distkit's world has every rank joined already (dk_init), and in a
+    # job whose other ranks are C, C++, Rust or Go they would never count
+    # in: the count is answered at once.
+    store._init_barrier_size = _groups.get_world_size()
+    try:
+        tdist.init_process_group(BACKEND, store=store, rank=_groups.get_rank(),
+                                 world_size=_groups.get_world_size(),
+                                 timeout=datetime.timedelta(milliseconds=timeout_ms))
+    finally:
+        store._init_barrier_size = None
     return True
 
 

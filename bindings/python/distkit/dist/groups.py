@@ -238,7 +238,10 @@ def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
     _local_group_from_launcher()
     # As mmengine's init_dist initializes torch.distributed: its default
     # group on the "distkit" backend, over these ranks and connections.
-    from .. import torch_backend
+    try:
+        from .. import torch_backend
+    except ImportError:  # a torch built without torch.distributed
+        return
     _TORCH_GROUP_OURS = torch_backend.init_default_group(config.timeout_ms)
 
 
