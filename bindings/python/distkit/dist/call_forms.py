@@ -8,11 +8,12 @@ from typing import Callable, Optional, Tuple
 
 
 class Form:
-    """One call form: its text (for errors) and a stub with its signature."""
+    """One call form: its text (for errors) and its parameters, given as a
+    function with that signature (only the signature is read)."""
 
-    def __init__(self, text: str, stub: Callable):
+    def __init__(self, text: str, parameters: Callable):
         self.text = text
-        self.signature = inspect.signature(stub)
+        self.signature = inspect.signature(parameters)
 
     def bind(self, name: str, args: tuple, kwargs: dict, other: "Form") -> dict:
         try:

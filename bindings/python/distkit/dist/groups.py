@@ -10,6 +10,7 @@ from .. import _lib, errors
 from .._lib import check, lib
 from . import torch_join
 from .call_forms import Form, choose
+from .work import Work, start
 
 
 class ProcessGroup:
@@ -68,8 +69,8 @@ def handle_of(group: Optional[ProcessGroup]):
 
 def _join_torch_job() -> None:
     global _default_group
-    if lib.dk_is_distributed() == 1:
-        return
+    if _default_group is not None or lib.dk_is_distributed() == 1:
+        return  # joined (the first test keeps every collective's path short)
     world = torch_join.join()
     if world is not None:
         _default_group = ProcessGroup(world)
@@ -84,7 +85,8 @@ def _adopt_world(world) -> None:
 def _torch_only() -> bool:
     """torch.distributed is initialized and distkit has not joined it yet:
     local queries answer from torch, as mmengine's do."""
-    return lib.dk_is_distributed() != 1 and torch_join.torch_default_group_initialized()
+    return (_default_group is None and lib.dk_is_distributed() != 1
+            and torch_join.torch_default_group_initialized())
 
 
 # ---- environment and topology -------------------------------------------------
@@ -150,7 +152,6 @@ def master_only(func):
 
 def barrier(group: Optional[ProcessGroup] = None, async_op: bool = False):
     """No-op when not distributed. async_op: returns a Work."""
-    from .work import Work, start
     if not is_distributed():
         return Work(None) if async_op else None
     if async_op:
