@@ -5,10 +5,23 @@
 //              naming op, group, sequence number and the missing rank
 //   dead_peer  the last rank exits -> UNAVAILABLE, long before the timeout
 //   abort      Abort() from another thread ends a stuck operation at once
+//   finished_peer  the last rank joins the all_reduce late and exits right
+//              after it -> every other rank succeeds with the right sum (a
+//              rank that did its part and left is not a failure; BUILD sets
+//              DISTKIT_SHM_TEST_LIVENESS_PAUSE_MS to open the race window)
+//   zombie     the last rank exits without joining, and its parent (the
+//              process distrun started) does not reap it for 10 s -> the
+//              others get UNAVAILABLE within 5 s (a zombie is not alive)
+//   frozen_store  the last rank never joins and freezes the store's host
+//              (distrun, with SIGSTOP) -> the others still fail within
+//              timeout + diagnosis budget, saying the late ranks are unknown
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -24,8 +37,20 @@ int main(int argc, char** argv) {
   using namespace distkit;
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = argc > 1 ? argv[1] : "";
+  const bool short_timeout = mode == "timeout" || mode == "frozen_store";
   const absl::Duration timeout =
-      mode == "timeout" ? absl::Seconds(2) : absl::Seconds(30);
+      short_timeout ? absl::Seconds(2) : absl::Seconds(30);
+  if (mode == "zombie" && getenv("RANK") != nullptr &&
+      atoi(getenv("RANK")) == atoi(getenv("WORLD_SIZE")) - 1 &&
+      atoi(getenv("WORLD_SIZE")) > 1) {
+    // The rank runs in a child; this process outlives it without reaping.
+    const pid_t rank_process = fork();
+    if (rank_process > 0) {
+      absl::SleepFor(absl::Seconds(10));
+      waitpid(rank_process, nullptr, 0);
+      _exit(0);
+    }
+  }
   absl::StatusOr<testing::RankEnv> env = testing::JoinJob(timeout);
   if (!env.ok()) {
     fprintf(stderr, "%s\n", env.status().ToString().c_str());
@@ -40,6 +65,22 @@ int main(int argc, char** argv) {
   std::vector<float> data(mode == "dead_peer" ? 1 << 20 : 4, 1.0f);
   TensorRef t(data.data(), data.size(), DataType::kFloat32);
 
+  if (mode == "finished_peer") {
+    if (rank == last) absl::SleepFor(absl::Milliseconds(300));
+    absl::Status st = world.AllReduce(t, ReduceOp::kSum);
+    if (rank == last) _exit(st.ok() ? 0 : 1);  // leaves at once, no clean-up
+    Check(st.ok(),
+          "a peer that left after its part is no failure: " + st.ToString());
+    Check(data[0] == world.size(), "the sum is complete");
+    _exit(testing::FinishChecks("fault 'finished_peer' handled as expected"));
+  }
+  if (rank == last && mode == "frozen_store") {
+    printf("rank %d freezes the store host (pid %d)\n", rank,
+           static_cast<int>(getppid()));
+    kill(getppid(), SIGSTOP);
+    absl::SleepFor(absl::Seconds(8));
+    _exit(0);
+  }
   if (rank == last) {
     if (mode == "timeout" || mode == "abort") absl::SleepFor(absl::Seconds(6));
     printf("rank %d leaves without joining\n", rank);
@@ -64,7 +105,17 @@ int main(int argc, char** argv) {
   printf("rank %d got after %s: %s\n", rank, absl::FormatDuration(took).c_str(),
          st.ToString().c_str());
   const std::string msg(st.message());
-  if (mode == "timeout") {
+  if (mode == "frozen_store") {
+    kill(getppid(), SIGCONT);  // every survivor thaws the launcher
+    Check(st.code() == absl::StatusCode::kDeadlineExceeded,
+          "DEADLINE_EXCEEDED");
+    Check(absl::StrContains(msg, "which ranks are late is unknown"),
+          "an unanswered store gives 'unknown', not a guess");
+    Check(took < absl::Seconds(7), "bounded by timeout + diagnosis budget");
+  } else if (mode == "zombie") {
+    Check(st.code() == absl::StatusCode::kUnavailable, "UNAVAILABLE");
+    Check(took < absl::Seconds(5), "a zombie is seen as gone at once");
+  } else if (mode == "timeout") {
     Check(st.code() == absl::StatusCode::kDeadlineExceeded,
           "DEADLINE_EXCEEDED");
     Check(absl::StrContains(msg, "all_reduce #2 on group 'world'"),

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "cc/comm/backend_registry.h"
 #include "cc/core/status.h"
+#include "cc/store/call_deadline.h"
 #include "cc/store/prefix_store.h"
 
 namespace distkit {
@@ -187,19 +188,37 @@ void ProcessGroup::Abort() {
 }
 
 std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
+  // Every store call below shares one short budget: a store host that is
+  // frozen or gone must not stretch a timed-out collective by the store's
+  // own timeout per call, and an answer we do not get is "unknown", never
+  // "missing".
+  ScopedStoreDeadline budget(absl::Now() + kDiagnosisWindow);
   const std::string prefix = absl::StrCat("diag/", ctx.seq, "/");
-  (void)store_->Set(absl::StrCat(prefix, rank_), ctx.op_name);
-  const absl::Time deadline = absl::Now() + kDiagnosisWindow;
+  absl::Status reported = store_->Set(absl::StrCat(prefix, rank_), ctx.op_name);
   std::vector<int> joined, missing;
-  while (true) {
+  absl::Status unanswered = reported;
+  while (unanswered.ok()) {
     joined.clear();
     missing.clear();
-    for (int r = 0; r < size(); ++r) {
+    for (int r = 0; r < size() && unanswered.ok(); ++r) {
       absl::StatusOr<bool> present = store_->Check({absl::StrCat(prefix, r)});
-      (present.ok() && *present ? joined : missing).push_back(r);
+      if (!present.ok()) {
+        unanswered = present.status();
+        break;
+      }
+      (*present ? joined : missing).push_back(r);
     }
-    if (missing.empty() || absl::Now() > deadline) break;
+    if (!unanswered.ok() || missing.empty() ||
+        absl::Now() + absl::Milliseconds(100) > StoreCallDeadline()) {
+      break;
+    }
     absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (!unanswered.ok()) {
+    return absl::StrCat(
+        "; which ranks are late is unknown: the store did not answer within ",
+        absl::FormatDuration(kDiagnosisWindow), " (", unanswered.message(),
+        ")");
   }
   if (missing.empty()) {
     return "; every rank reached this operation (a peer may be slow or stuck "

@@ -4,9 +4,12 @@
 
 #include <chrono>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "cc/store/call_deadline.h"
 #include "cc/store/internal/grpc_status.h"
+#include "cc/store/request_limits.h"
 #include "cc/store/store.grpc.pb.h"
 
 namespace distkit {
@@ -18,6 +21,16 @@ namespace {
 // A blocking call's RPC deadline is its store timeout plus this margin, so the
 // server's own DEADLINE_EXCEEDED (which names the keys) arrives first.
 constexpr absl::Duration kBlockingCallMargin = absl::Seconds(5);
+
+// The server's wait time for a blocking call: the caller's timeout, cut to
+// the thread's store deadline (ScopedStoreDeadline). When the deadline cuts
+// it, the server is asked to give up a little before the RPC's own deadline,
+// so its answer (which names the missing keys) still arrives.
+absl::Duration ServerWaitTime(absl::Duration timeout) {
+  const absl::Duration clamped = ClampToStoreDeadline(timeout);
+  if (clamped >= timeout) return timeout;
+  return clamped * 9 / 10;
+}
 
 std::chrono::system_clock::time_point ToChrono(absl::Time t) {
   return std::chrono::system_clock::from_time_t(0) +
@@ -76,7 +89,8 @@ GrpcStore::~GrpcStore() = default;
 void GrpcStore::Prepare(grpc::ClientContext* ctx, absl::Duration budget) const {
   if (!token_.empty())
     ctx->AddMetadata(store_internal::kTokenMetadataKey, token_);
-  ctx->set_deadline(ToChrono(absl::Now() + budget));
+  ctx->set_deadline(
+      ToChrono(std::min(absl::Now() + budget, StoreCallDeadline())));
   // Ride out a brief disconnect instead of failing at once.
   ctx->set_wait_for_ready(true);
 }
@@ -99,6 +113,10 @@ absl::Status GrpcStore::Convert(absl::string_view op,
 }
 
 absl::Status GrpcStore::Set(absl::string_view key, absl::string_view value) {
+  if (absl::Status bad = CheckStoreRequest("set", {key}, value.size());
+      !bad.ok()) {
+    return bad;
+  }
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout());
   pb::SetRequest req;
@@ -110,6 +128,9 @@ absl::Status GrpcStore::Set(absl::string_view key, absl::string_view value) {
 }
 
 absl::StatusOr<int64_t> GrpcStore::Add(absl::string_view key, int64_t delta) {
+  if (absl::Status bad = CheckStoreRequest("add", {key}, 0); !bad.ok()) {
+    return bad;
+  }
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout());
   pb::AddRequest req;
@@ -124,6 +145,11 @@ absl::StatusOr<int64_t> GrpcStore::Add(absl::string_view key, int64_t delta) {
 absl::StatusOr<std::string> GrpcStore::CompareSet(absl::string_view key,
                                                   absl::string_view expected,
                                                   absl::string_view desired) {
+  if (absl::Status bad = CheckStoreRequest("compare_set", {key},
+                                           expected.size() + desired.size());
+      !bad.ok()) {
+    return bad;
+  }
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout());
   pb::CompareSetRequest req;
@@ -138,17 +164,23 @@ absl::StatusOr<std::string> GrpcStore::CompareSet(absl::string_view key,
 
 absl::Status GrpcStore::WaitWithTimeout(absl::Span<const std::string> keys,
                                         absl::Duration timeout) {
+  if (absl::Status bad = CheckStoreRequest("wait", keys, 0); !bad.ok()) {
+    return bad;
+  }
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout + kBlockingCallMargin);
   pb::WaitRequest req;
   for (const std::string& k : keys) req.add_keys(k);
-  req.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  req.set_timeout_ms(absl::ToInt64Milliseconds(ServerWaitTime(timeout)));
   pb::WaitResponse resp;
   grpc::Status s = stub_->service->Wait(&ctx, req, &resp);
   return Convert("wait", s);
 }
 
 absl::StatusOr<bool> GrpcStore::Check(absl::Span<const std::string> keys) {
+  if (absl::Status bad = CheckStoreRequest("check", keys, 0); !bad.ok()) {
+    return bad;
+  }
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout());
   pb::CheckRequest req;
@@ -160,6 +192,9 @@ absl::StatusOr<bool> GrpcStore::Check(absl::Span<const std::string> keys) {
 }
 
 absl::StatusOr<bool> GrpcStore::DeleteKey(absl::string_view key) {
+  if (absl::Status bad = CheckStoreRequest("delete_key", {key}, 0); !bad.ok()) {
+    return bad;
+  }
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout());
   pb::DeleteKeyRequest req;
@@ -181,11 +216,16 @@ absl::StatusOr<int64_t> GrpcStore::NumKeys() {
 
 absl::StatusOr<std::vector<std::string>> GrpcStore::MultiGetWithTimeout(
     absl::Span<const std::string> keys, absl::Duration timeout) {
+  if (absl::Status bad =
+          CheckStoreRequest(keys.size() == 1 ? "get" : "multi_get", keys, 0);
+      !bad.ok()) {
+    return bad;
+  }
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout + kBlockingCallMargin);
   pb::MultiGetRequest req;
   for (const std::string& k : keys) req.add_keys(k);
-  req.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  req.set_timeout_ms(absl::ToInt64Milliseconds(ServerWaitTime(timeout)));
   pb::MultiGetResponse resp;
   grpc::Status s = stub_->service->MultiGet(&ctx, req, &resp);
   if (!s.ok()) return Convert(keys.size() == 1 ? "get" : "multi_get", s);
@@ -202,6 +242,12 @@ absl::Status GrpcStore::MultiSet(absl::Span<const std::string> keys,
                                                    keys.size(), " keys and ",
                                                    values.size(), " values"));
   }
+  size_t value_bytes = 0;
+  for (const std::string& v : values) value_bytes += v.size();
+  if (absl::Status bad = CheckStoreRequest("multi_set", keys, value_bytes);
+      !bad.ok()) {
+    return bad;
+  }
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout());
   pb::MultiSetRequest req;
@@ -213,6 +259,10 @@ absl::Status GrpcStore::MultiSet(absl::Span<const std::string> keys,
 }
 
 absl::Status GrpcStore::Append(absl::string_view key, absl::string_view value) {
+  if (absl::Status bad = CheckStoreRequest("append", {key}, value.size());
+      !bad.ok()) {
+    return bad;
+  }
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout());
   pb::AppendRequest req;

@@ -1,11 +1,18 @@
 #include "cc/store/grpc_store.h"
 
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
+#include "cc/store/call_deadline.h"
 #include "cc/store/hash_store.h"
+#include "cc/store/internal/grpc_status.h"
+#include "cc/store/request_limits.h"
+#include "cc/store/store.grpc.pb.h"
 #include "cc/store/store_conformance.h"
 #include "cc/store/store_server.h"
 
@@ -172,10 +179,121 @@ TEST_F(GrpcStoreTest, ServerGoneIsAnErrorNotAHang) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }
 
+TEST_F(GrpcStoreTest, NonUtf8KeyIsInvalidArgumentWithAReason) {
+  std::shared_ptr<Store> client = Client();
+  const std::string bad("k\xff\xfe", 3);
+  absl::Status s = client->Set(bad, "v");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("not valid UTF-8"), absl::string_view::npos) << s;
+  EXPECT_EQ(client->Get(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->MultiSet({"ok", bad}, {"1", "2"}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(*client->Check({"ok"}));  // nothing of the batch was set
+  EXPECT_TRUE(client->Set("caf\xc3\xa9", "v").ok());  // valid UTF-8 is fine
+}
+
+// BUILD sets DISTKIT_STORE_MAX_REQUEST_BYTES to 4 MiB for this binary.
+TEST_F(GrpcStoreTest, OversizedRequestIsRefusedBeforeItIsSent) {
+  ASSERT_EQ(MaxStoreRequestBytes(), size_t{4} << 20);
+  std::shared_ptr<Store> client = Client();
+  const std::string big((size_t{4} << 20) + 1, 'x');
+  absl::Status s = client->Set("big", big);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("DISTKIT_STORE_MAX_REQUEST_BYTES"),
+            absl::string_view::npos);
+  EXPECT_FALSE(*client->Check({"big"}));
+  EXPECT_TRUE(client->Set("fits", std::string(size_t{1} << 20, 'y')).ok());
+}
+
+TEST_F(GrpcStoreTest, ServerRefusesAnOversizedRequestFromAnyClient) {
+  // A client that skips the checks (another implementation, or a hostile
+  // one without the token) is cut off by the server's own limit.
+  auto channel = grpc::CreateChannel(server->address(),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = store::StoreService::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.AddMetadata(store_internal::kTokenMetadataKey, "not-the-token");
+  store::SetRequest req;
+  req.set_key("big");
+  req.set_value(std::string(size_t{8} << 20, 'x'));
+  store::SetResponse resp;
+  grpc::Status s = stub->Set(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << s.error_message();
+  EXPECT_FALSE(*Client()->Check({"big"}));
+}
+
+TEST_F(GrpcStoreTest, StoreDeadlineBoundsEveryCall) {
+  std::shared_ptr<Store> client = Client(kToken, absl::Seconds(60));
+  const absl::Time start = absl::Now();
+  {
+    ScopedStoreDeadline budget(absl::Now() + absl::Milliseconds(800));
+    absl::StatusOr<std::string> v = client->Get("never_set");
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded)
+        << v.status();
+    // The server's answer (naming the key) arrives before the RPC deadline.
+    EXPECT_NE(v.status().message().find("never_set"), absl::string_view::npos)
+        << v.status();
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  EXPECT_EQ(StoreCallDeadline(), absl::InfiniteFuture());
+}
+
+// A store host that freezes (SIGSTOP) answers nothing; every call fails
+// within its deadline: the store timeout, or a shorter ScopedStoreDeadline.
+TEST(GrpcStoreFrozenHostTest, EveryCallFailsWithinItsDeadline) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  pid_t host = fork();
+  ASSERT_GE(host, 0);
+  if (host == 0) {
+    dup2(pipe_fds[1], 1);
+    execl("/proc/self/exe", "grpc_store_test", "--serve",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  char line[128] = {};
+  FILE* from_host = fdopen(pipe_fds[0], "r");
+  ASSERT_NE(fgets(line, sizeof(line), from_host), nullptr);
+  fclose(from_host);
+  std::string address(line);
+  while (!address.empty() && address.back() == '\n') address.pop_back();
+  absl::StatusOr<std::unique_ptr<GrpcStore>> c = GrpcStore::Connect(
+      {address, kToken, absl::Seconds(2), absl::Seconds(10)});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE((*c)->Set("k", "v").ok());
+  ASSERT_EQ(kill(host, SIGSTOP), 0);
+  absl::Time start = absl::Now();
+  absl::Status s = (*c)->Set("k", "v2");
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+  start = absl::Now();
+  {
+    ScopedStoreDeadline budget(absl::Now() + absl::Milliseconds(500));
+    EXPECT_FALSE((*c)->Check({"k"}).ok());
+    EXPECT_FALSE((*c)->Get("k").ok());
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  kill(host, SIGKILL);
+  int status = 0;
+  waitpid(host, &status, 0);
+}
+
 }  // namespace
 }  // namespace distkit
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--serve") {
+    absl::StatusOr<std::unique_ptr<distkit::StoreServer>> s =
+        distkit::StoreServer::Start({"127.0.0.1:0", distkit::kToken});
+    if (!s.ok()) return 2;
+    printf("%s\n", (*s)->address().c_str());
+    fflush(stdout);
+    pause();
+    return 0;
+  }
   if (argc == 3 && std::string(argv[1]) == "--blocked-client") {
     absl::StatusOr<std::unique_ptr<distkit::GrpcStore>> c =
         distkit::GrpcStore::Connect(

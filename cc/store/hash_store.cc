@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cc/store/call_deadline.h"
 
 namespace distkit {
 namespace {
@@ -31,6 +32,7 @@ absl::Status HashStore::AwaitKeys(absl::Span<const std::string> keys,
                                   absl::Duration timeout,
                                   const CancelledFn& cancelled) {
   const std::vector<std::string> wanted(keys.begin(), keys.end());
+  timeout = ClampToStoreDeadline(timeout);
   const absl::Time deadline = absl::Now() + timeout;
   struct Pending {
     const HashStore* store;

@@ -2,11 +2,15 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "cc/store/hash_store.h"
 #include "cc/store/internal/grpc_status.h"
+#include "cc/store/request_limits.h"
 #include "cc/store/store.grpc.pb.h"
 
 namespace distkit {
@@ -159,7 +163,11 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(
   builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(),
                            &bound_port);
   builder.RegisterService(server->service_.get());
-  builder.SetMaxReceiveMessageSize(-1);
+  // A request over the limit is refused as its length arrives, before its
+  // body is buffered (the token is checked after the body; the limit bounds
+  // what an unauthenticated request can cost). Headroom covers framing.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(
+      MaxStoreRequestBytes() + (1 << 20), std::numeric_limits<int>::max())));
   builder.SetMaxSendMessageSize(-1);
   // Reuse-port would let two stores share one port silently; refuse instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

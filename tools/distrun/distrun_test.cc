@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
@@ -144,6 +146,37 @@ TEST(DistrunTest, ForwardsSigtermToRanks) {
   EXPECT_TRUE(absl::StrContains(r.output, "[rank1]: got SIGTERM")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "forwarding it to every rank"))
       << r.output;
+}
+
+// distrun killed outright (SIGKILL: nothing to forward) takes its ranks
+// with it: no orphan keeps running.
+TEST(DistrunTest, RanksDieWithAKilledLauncher) {
+  std::vector<pid_t> ranks;
+  Result r = RunDistrun(
+      {"--nproc-per-node", "2", "--master-port", "0", "--", kProbe, "pid"},
+      [](pid_t pid) {
+        absl::SleepFor(absl::Milliseconds(300));  // both ranks print
+        kill(pid, SIGKILL);
+      },
+      "pid=");
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.output;
+  for (absl::string_view line : absl::StrSplit(r.output, '\n')) {
+    const size_t at = line.find("pid=");
+    int pid = 0;
+    if (at != absl::string_view::npos &&
+        absl::SimpleAtoi(line.substr(at + 4), &pid)) {
+      ranks.push_back(pid);
+    }
+  }
+  ASSERT_EQ(ranks.size(), 2u) << r.output;
+  for (pid_t rank : ranks) {
+    bool gone = false;
+    for (int i = 0; i < 50 && !gone; ++i) {
+      gone = kill(rank, 0) != 0 && errno == ESRCH;
+      if (!gone) absl::SleepFor(absl::Milliseconds(100));
+    }
+    EXPECT_TRUE(gone) << "rank pid " << rank << " outlived its launcher";
+  }
 }
 
 TEST(DistrunTest, KeepsStdoutStderrAndPartialLinesAndLogDir) {

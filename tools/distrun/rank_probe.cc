@@ -103,6 +103,11 @@ int main(int argc, char** argv) {
     sleep(600);
     return 0;
   }
+  if (mode == "pid") {  // prints its pid, then runs until stopped
+    printf("pid=%d\n", static_cast<int>(getpid()));
+    sleep(600);
+    return 0;
+  }
   if (mode == "ignore-term") {
     signal(SIGTERM, SIG_IGN);
     printf("ready\n");

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -129,6 +130,7 @@ class Supervisor {
     argv.push_back(nullptr);
     for (std::string& e : r.spec.env) envp.push_back(e.data());
     envp.push_back(nullptr);
+    const pid_t launcher = getpid();
     const pid_t pid = fork();
     if (pid < 0) {
       Say(absl::StrCat("fork failed: ", strerror(errno)));
@@ -137,6 +139,12 @@ class Supervisor {
     if (pid == 0) {
       // Own process group, so stopping a rank also stops what it started.
       setpgid(0, 0);
+      // A rank dies with its launcher: if distrun is killed (even SIGKILL,
+      // which it cannot forward), the kernel kills the rank, so no orphan
+      // keeps training and holding the job's ports and memory. The check
+      // after it covers a launcher that died before the call.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher) _exit(128 + SIGKILL);
       dup2(out[1], 1);
       dup2(err[1], 2);
       struct sigaction sa;

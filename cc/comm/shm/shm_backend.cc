@@ -2,11 +2,9 @@
 
 #include <fcntl.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -20,7 +18,7 @@ namespace distkit {
 
 struct alignas(128) ShmBackend::Header {
   std::atomic<uint64_t> step;  // the last step this rank published
-  int32_t pid;
+  LivenessRecord liveness;
   // Signatures, by step parity: a rank rewrites one only after every rank
   // has published a later step, i.e. finished reading it.
   OpSignature sig[2];
@@ -105,7 +103,7 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
   }
   std::unique_ptr<ShmBackend> b(
       new ShmBackend(rank, size, std::move(gloo), base, bytes));
-  b->header(rank)->pid = getpid();
+  StartHeartbeat(&b->header(rank)->liveness);
   return std::unique_ptr<Backend>(std::move(b));
 }
 
@@ -115,9 +113,20 @@ ShmBackend::ShmBackend(int rank, int size, std::unique_ptr<Backend> gloo,
       size_(size),
       gloo_(std::move(gloo)),
       base_(base),
-      bytes_(bytes) {}
+      bytes_(bytes),
+      watches_(size) {
+  // Fault injection for tests: a pause between seeing that a peer has not
+  // published a step and asking whether it is alive, which opens the window
+  // in which a peer can publish and exit.
+  if (const char* pause = std::getenv("DISTKIT_SHM_TEST_LIVENESS_PAUSE_MS")) {
+    liveness_pause_ = absl::Milliseconds(std::atoi(pause));
+  }
+}
 
-ShmBackend::~ShmBackend() { munmap(base_, bytes_); }
+ShmBackend::~ShmBackend() {
+  StopHeartbeat(&header(rank_)->liveness);
+  munmap(base_, bytes_);
+}
 
 ShmBackend::Header* ShmBackend::header(int r) const {
   return reinterpret_cast<Header*>(static_cast<char*>(base_) +
@@ -159,11 +168,16 @@ absl::Status ShmBackend::Step(const OpContext& ctx) {
       }
       if (now > next_liveness) {
         next_liveness = now + absl::Milliseconds(20);
-        const int pid = h->pid;
-        if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
-          return absl::UnavailableError(
-              absl::StrCat(ctx.Describe(), " (rank ", rank_, "): rank ", r,
-                           " (pid ", pid, ") exited; a peer failed"));
+        if (liveness_pause_ > absl::ZeroDuration()) {
+          absl::SleepFor(liveness_pause_);
+        }
+        std::optional<std::string> gone = watches_[r].Gone(h->liveness);
+        // A peer that has left is a failure only if this step still needs
+        // it: one that published the step and then exited did its part.
+        if (gone && h->step.load(std::memory_order_acquire) < step) {
+          return absl::UnavailableError(absl::StrCat(
+              ctx.Describe(), " (rank ", rank_, "): rank ", r, " ", *gone,
+              " before it reached this operation's step; a peer failed"));
         }
       }
     }

@@ -19,7 +19,9 @@
 //
 // Waiting spins briefly, then yields (ranks may share cores), and checks the
 // op's deadline (DEADLINE_EXCEEDED), Abort() (CANCELLED) and whether the
-// ranks it waits for are still alive (UNAVAILABLE), as over TCP.
+// ranks it waits for are still alive (UNAVAILABLE, peer_liveness.h: exited,
+// a zombie, or no heartbeat), as over TCP. A peer that exits after
+// publishing the step waited for is not a failure.
 // DISTKIT_SHM=0 turns the path off.
 
 #ifndef DISTKIT_CC_COMM_SHM_SHM_BACKEND_H_
@@ -35,6 +37,7 @@
 #include "cc/comm/backend.h"
 #include "cc/comm/op_signature.h"
 #include "cc/comm/reduce_kernels.h"
+#include "cc/comm/shm/peer_liveness.h"
 #include "cc/store/store.h"
 
 namespace distkit {
@@ -104,7 +107,9 @@ class ShmBackend : public Backend {
   std::unique_ptr<Backend> gloo_;
   void* base_;
   size_t bytes_;
-  uint64_t step_ = 0;  // this rank's last published step
+  uint64_t step_ = 0;               // this rank's last published step
+  std::vector<PeerWatch> watches_;  // one per rank, kept across waits
+  absl::Duration liveness_pause_;   // test-only fault injection
   std::atomic<bool> aborted_{false};
 };
 

@@ -1,0 +1,129 @@
+#include "cc/comm/shm/peer_liveness.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+
+namespace distkit {
+namespace {
+
+constexpr absl::Duration kBeatInterval = absl::Milliseconds(100);
+// A watcher that itself did not look for this long (descheduled, stopped
+// with the whole job) restarts its count instead of blaming the peer.
+constexpr absl::Duration kWatcherGap = absl::Seconds(1);
+
+uint64_t PidNamespace() {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? st.st_ino : 0;
+}
+
+absl::Duration HeartbeatTimeout() {
+  static const absl::Duration timeout = [] {
+    const char* env = std::getenv("DISTKIT_HEARTBEAT_TIMEOUT");
+    double seconds = 60;
+    if (env != nullptr && !absl::SimpleAtod(env, &seconds)) seconds = 60;
+    return seconds <= 0 ? absl::InfiniteDuration() : absl::Seconds(seconds);
+  }();
+  return timeout;
+}
+
+// The process's heartbeat thread and the records it advances. Leaked on
+// purpose: it runs until the process ends, and static destruction must not
+// race with a beat.
+class Heart {
+ public:
+  static Heart& Get() {
+    static Heart* heart = new Heart();
+    return *heart;
+  }
+  void Add(LivenessRecord* r) {
+    absl::MutexLock lock(&mu_);
+    records_.push_back(r);
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { Run(); }).detach();
+    }
+  }
+  void Remove(LivenessRecord* r) {
+    absl::MutexLock lock(&mu_);  // after this, no beat touches `r`
+    records_.erase(std::remove(records_.begin(), records_.end(), r),
+                   records_.end());
+  }
+
+ private:
+  void Run() {
+    while (true) {
+      absl::SleepFor(kBeatInterval);
+      absl::MutexLock lock(&mu_);
+      for (LivenessRecord* r : records_)
+        r->heartbeat.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  absl::Mutex mu_;
+  std::vector<LivenessRecord*> records_ ABSL_GUARDED_BY(mu_);
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// 'Z' (zombie) or 'X' (dead) from /proc/<pid>/stat; 0 when unreadable.
+char ProcessState(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(in, line)) return 0;
+  const size_t paren = line.rfind(')');  // the name may contain spaces
+  if (paren == std::string::npos || paren + 2 >= line.size()) return 0;
+  return line[paren + 2];
+}
+
+}  // namespace
+
+void StartHeartbeat(LivenessRecord* mine) {
+  mine->pid.store(getpid());
+  mine->pid_namespace.store(PidNamespace());
+  mine->heartbeat.store(1);
+  Heart::Get().Add(mine);
+}
+
+void StopHeartbeat(LivenessRecord* mine) { Heart::Get().Remove(mine); }
+
+std::optional<std::string> PeerWatch::Gone(const LivenessRecord& peer) {
+  const int pid = peer.pid.load();
+  if (pid <= 0) return std::nullopt;  // not attached yet
+  static const uint64_t my_namespace = PidNamespace();
+  if (peer.pid_namespace.load() == my_namespace) {
+    if (kill(pid, 0) != 0 && errno == ESRCH) {
+      return absl::StrCat("(pid ", pid, ") exited");
+    }
+    const char state = ProcessState(pid);
+    if (state == 'Z' || state == 'X') {
+      return absl::StrCat("(pid ", pid, ") exited (a zombie not yet reaped)");
+    }
+  }
+  const absl::Time now = absl::Now();
+  const int64_t beat = peer.heartbeat.load(std::memory_order_relaxed);
+  if (beat != last_beat_ || now - last_look_ > kWatcherGap) {
+    last_beat_ = beat;
+    beat_seen_changing_ = now;
+  }
+  last_look_ = now;
+  if (now - beat_seen_changing_ > HeartbeatTimeout()) {
+    return absl::StrCat("(pid ", pid, ") has shown no heartbeat for ",
+                        absl::FormatDuration(now - beat_seen_changing_),
+                        " (frozen, or dead; DISTKIT_HEARTBEAT_TIMEOUT)");
+  }
+  return std::nullopt;
+}
+
+}  // namespace distkit

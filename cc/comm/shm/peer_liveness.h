@@ -1,0 +1,57 @@
+// File: peer_liveness.h
+//
+// Whether a same-host peer is still there, for ranks that wait on each other
+// through shared memory (ShmBackend). Each rank keeps a LivenessRecord in
+// its header of the segment: its pid, its pid namespace, and a heartbeat
+// that a process-wide thread advances every 100 ms while the record is
+// registered. A waiting rank watches the peers it waits for (PeerWatch):
+// - a peer whose process is gone or a zombie (same pid namespace only:
+//   a pid from another namespace means nothing here) has exited;
+// - a peer whose heartbeat has not moved for DISTKIT_HEARTBEAT_TIMEOUT
+//   seconds of the watcher's own attention (default 60; 0 turns it off) is
+//   unresponsive: frozen (SIGSTOP), or dead in another pid namespace.
+// Exiting is not failing: the caller asks only about peers whose part of
+// the operation it still needs (a rank that published its last step and
+// left is fine).
+
+#ifndef DISTKIT_CC_COMM_SHM_PEER_LIVENESS_H_
+#define DISTKIT_CC_COMM_SHM_PEER_LIVENESS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace distkit {
+
+// Lives in shared memory: plain atomics, no pointers.
+struct LivenessRecord {
+  std::atomic<int32_t> pid;
+  std::atomic<uint64_t> pid_namespace;  // inode of /proc/self/ns/pid
+  std::atomic<int64_t> heartbeat;       // advances while the owner lives
+};
+
+// Fills `mine` for this process and has the heartbeat thread advance it
+// until StopHeartbeat. `mine` must stay mapped until then.
+void StartHeartbeat(LivenessRecord* mine);
+void StopHeartbeat(LivenessRecord* mine);
+
+// One watcher's view of one peer, kept across waits.
+class PeerWatch {
+ public:
+  // Why the peer cannot answer ("exited", "is a zombie", "has shown no
+  // heartbeat for 61s"), or nullopt while it may. Cheap enough to call every
+  // few milliseconds of a wait.
+  std::optional<std::string> Gone(const LivenessRecord& peer);
+
+ private:
+  int64_t last_beat_ = -1;
+  absl::Time beat_seen_changing_;  // watcher time of the last change seen
+  absl::Time last_look_;
+};
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_COMM_SHM_PEER_LIVENESS_H_

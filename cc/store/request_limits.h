@@ -1,0 +1,42 @@
+// File: request_limits.h
+//
+// What a store request may contain, checked by the client before anything is
+// sent and enforced by the server before a request is accepted: keys are
+// UTF-8 (the wire format's strings; anything else would fail deep in the RPC
+// layer without a reason), and a request's keys and values together stay
+// under a size limit, so one bad or hostile request cannot take the store
+// host's memory. The limit is DISTKIT_STORE_MAX_REQUEST_BYTES (default
+// 256 MiB, far above rendezvous traffic: addresses, small tokens, pickles).
+
+#ifndef DISTKIT_CC_STORE_REQUEST_LIMITS_H_
+#define DISTKIT_CC_STORE_REQUEST_LIMITS_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace distkit {
+
+// Default for DISTKIT_STORE_MAX_REQUEST_BYTES.
+constexpr size_t kDefaultMaxStoreRequestBytes = size_t{256} << 20;
+
+// The limit in force (read from the environment once).
+size_t MaxStoreRequestBytes();
+
+// INVALID_ARGUMENT naming `op` when `key` is not valid UTF-8.
+absl::Status CheckStoreKey(absl::string_view op, absl::string_view key);
+
+// Every key valid, and keys plus `value_bytes` within MaxStoreRequestBytes().
+absl::Status CheckStoreRequest(absl::string_view op,
+                               absl::Span<const absl::string_view> keys,
+                               size_t value_bytes);
+absl::Status CheckStoreRequest(absl::string_view op,
+                               absl::Span<const std::string> keys,
+                               size_t value_bytes);
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_STORE_REQUEST_LIMITS_H_
