@@ -27,6 +27,7 @@
 #include "cc/parallel/flat_shard.h"
 #include "cc/parallel/grad_reducer.h"
 #include "cc/store/grpc_store.h"
+#include "cc/store/request_limits.h"
 #include "cc/store/store_server.h"
 #include "distkit/distkit.h"
 
@@ -48,6 +49,7 @@ struct dk_group {
 
 struct dk_parallel_state {
   distkit::dist::ParallelState rep;
+  bool destroyed = false;  // the handle stays reserved, like a group's
 };
 
 struct dk_reducer {
@@ -95,9 +97,42 @@ dk_status_t Guard(dk_error_t** err, F&& body) {
   return Report(status, err);
 }
 
+// A length argument the caller's array cannot have: more elements than the
+// largest buffer holds. Checked before anything is read or allocated from it
+// (a wrong length must be an error, not a read past the array or a crash in
+// an allocator).
+absl::Status CheckCount(size_t n, size_t element_size, const char* what) {
+  if (n > static_cast<size_t>(TensorRef::kMaxBytes) / element_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", n, " is larger than any array can be (",
+                     TensorRef::kMaxBytes, " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+// A value bound for the store: within the store's request limit.
+absl::Status CheckStoreValue(size_t n, const char* what) {
+  if (n > distkit::MaxStoreRequestBytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", n, " bytes is over the store's request limit of ",
+        distkit::MaxStoreRequestBytes(), " (DISTKIT_STORE_MAX_REQUEST_BYTES)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status NotNull(const void* p, const char* what) {
   if (p == nullptr)
     return absl::InvalidArgumentError(absl::StrCat(what, " is NULL"));
+  return absl::OkStatus();
+}
+
+// A rank list cannot be longer than the group it is drawn from.
+absl::Status CheckNumRanks(size_t num_ranks, const ProcessGroup& parent) {
+  if (num_ranks > static_cast<size_t>(parent.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "new_group: num_ranks is ", num_ranks, ", more than group '",
+        parent.name(), "' has (", parent.size(), ")"));
+  }
   return absl::OkStatus();
 }
 
@@ -137,6 +172,7 @@ std::vector<std::string> Keys(const char* const* keys, size_t n) {
 }
 
 absl::Status CheckKeys(const char* const* keys, size_t n) {
+  DK_RETURN_IF_ERROR(CheckCount(n, sizeof(char*), "num_keys"));
   if (n > 0 && keys == nullptr)
     return absl::InvalidArgumentError("keys is NULL");
   for (size_t i = 0; i < n; ++i) {
@@ -180,6 +216,7 @@ absl::Status ReturnItems(const std::vector<std::string>& items,
 absl::StatusOr<std::vector<std::string>> ReadItems(const dk_bytes_t* items,
                                                    size_t count,
                                                    const char* what) {
+  DK_RETURN_IF_ERROR(CheckCount(count, sizeof(dk_bytes_t), what));
   if (count > 0 && items == nullptr)
     return absl::InvalidArgumentError(absl::StrCat(what, " is NULL"));
   std::vector<std::string> out;
@@ -188,6 +225,8 @@ absl::StatusOr<std::vector<std::string>> ReadItems(const dk_bytes_t* items,
       return absl::InvalidArgumentError(
           absl::StrCat(what, "[", k, "].data is NULL"));
     }
+    DK_RETURN_IF_ERROR(CheckCount(
+        items[k].size, 1, absl::StrCat(what, "[", k, "].size").c_str()));
     out.emplace_back(static_cast<const char*>(items[k].data), items[k].size);
   }
   return out;
@@ -320,6 +359,7 @@ dk_status_t OnShard(dk_shard_t* shard, dk_error_t** err, F&& body) {
 absl::StatusOr<std::vector<TensorRef>> Tensors(DLTensor* const* tensors,
                                                size_t n, const char* what,
                                                bool nullable) {
+  DK_RETURN_IF_ERROR(CheckCount(n, sizeof(DLTensor*), what));
   if (n > 0 && tensors == nullptr)
     return absl::InvalidArgumentError(absl::StrCat(what, " is NULL"));
   std::vector<TensorRef> out;
@@ -367,7 +407,7 @@ distkit::dist::DistributedProcessGroup DpgOf(dk_group_t* group) {
 
 const distkit::dist::DistributedProcessGroup* Which(
     const dk_parallel_state_t* state, int32_t which) {
-  if (state == nullptr) return nullptr;
+  if (state == nullptr || state->destroyed) return nullptr;
   switch (which) {
     case DK_PARALLEL_DATA:
       return &state->rep.data_parallel_group;
@@ -484,6 +524,7 @@ dk_status_t dk_store_set(dk_store_t* store, const char* key, const void* value,
     DK_RETURN_IF_ERROR(NotNull(store, "store"));
     DK_RETURN_IF_ERROR(NotNull(key, "key"));
     if (size > 0) DK_RETURN_IF_ERROR(NotNull(value, "value"));
+    DK_RETURN_IF_ERROR(CheckStoreValue(size, "set: size"));
     return store->rep->Set(
         key, absl::string_view(static_cast<const char*>(value), size));
   });
@@ -559,6 +600,10 @@ dk_status_t dk_store_compare_set(dk_store_t* store, const char* key,
     DK_RETURN_IF_ERROR(NotNull(size_out, "size_out"));
     if (expected_size > 0) DK_RETURN_IF_ERROR(NotNull(expected, "expected"));
     if (desired_size > 0) DK_RETURN_IF_ERROR(NotNull(desired, "desired"));
+    DK_RETURN_IF_ERROR(
+        CheckStoreValue(expected_size, "compare_set: expected_size"));
+    DK_RETURN_IF_ERROR(
+        CheckStoreValue(desired_size, "compare_set: desired_size"));
     DK_ASSIGN_OR_RETURN(
         std::string value,
         store->rep->CompareSet(
@@ -577,6 +622,7 @@ dk_status_t dk_store_append(dk_store_t* store, const char* key,
     DK_RETURN_IF_ERROR(NotNull(store, "store"));
     DK_RETURN_IF_ERROR(NotNull(key, "key"));
     if (size > 0) DK_RETURN_IF_ERROR(NotNull(value, "value"));
+    DK_RETURN_IF_ERROR(CheckStoreValue(size, "append: size"));
     return store->rep->Append(
         key, absl::string_view(static_cast<const char*>(value), size));
   });
@@ -688,6 +734,7 @@ int32_t dk_group_global_rank(const dk_group_t* group, int32_t group_rank) {
 }
 
 const char* dk_group_backend(const dk_group_t* group) {
+  if (group != nullptr && group->destroyed) return nullptr;
   if (group != nullptr && group->rep != nullptr)
     return group->rep->backend_name().c_str();
   std::shared_ptr<ProcessGroup> world = distkit::dist::GetDefaultGroup();
@@ -695,6 +742,7 @@ const char* dk_group_backend(const dk_group_t* group) {
 }
 
 const char* dk_group_name(const dk_group_t* group) {
+  if (group != nullptr && group->destroyed) return nullptr;
   if (group != nullptr && group->rep != nullptr)
     return group->rep->name().c_str();
   std::shared_ptr<ProcessGroup> world = distkit::dist::GetDefaultGroup();
@@ -707,6 +755,7 @@ dk_status_t dk_group_new(dk_group_t* parent, const int32_t* ranks,
     DK_RETURN_IF_ERROR(NotNull(out, "out"));
     if (num_ranks > 0) DK_RETURN_IF_ERROR(NotNull(ranks, "ranks"));
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> p, GroupOf(parent));
+    DK_RETURN_IF_ERROR(CheckNumRanks(num_ranks, *p));
     DK_ASSIGN_OR_RETURN(
         std::shared_ptr<ProcessGroup> g,
         p->NewGroup(std::vector<int>(ranks, ranks + num_ranks)));
@@ -727,6 +776,7 @@ dk_status_t dk_group_new_named(dk_group_t* parent, const int32_t* ranks,
           "new_group_named: the name '", name, "' is empty or has a '/'"));
     }
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> p, GroupOf(parent));
+    DK_RETURN_IF_ERROR(CheckNumRanks(num_ranks, *p));
     if (p->backend_name() != "gloo") {
       // MPI and NCCL split a subgroup from the parent: every rank of it
       // must take part (dk_group_new).
@@ -889,6 +939,12 @@ dk_status_t dk_group_all_to_all(dk_group_t* group, const DLTensor* input,
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
     DK_ASSIGN_OR_RETURN(TensorRef in, Tensor(input, "input"));
     DK_ASSIGN_OR_RETURN(TensorRef out, Tensor(output, "output"));
+    if ((input_splits != nullptr || output_splits != nullptr) &&
+        num_splits != static_cast<size_t>(g->size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "all_to_all: num_splits is ", num_splits, ", but group '", g->name(),
+          "' has ", g->size(), " ranks (one split per rank)"));
+    }
     std::vector<int64_t> ins, outs;
     if (input_splits != nullptr)
       ins.assign(input_splits, input_splits + num_splits);
@@ -962,6 +1018,8 @@ dk_status_t dk_group_all_reduce_coalesced(dk_group_t* group,
   return Guard(err, [&]() -> absl::Status {
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
     if (num_tensors > 0) DK_RETURN_IF_ERROR(NotNull(tensors, "tensors"));
+    DK_RETURN_IF_ERROR(
+        CheckCount(num_tensors, sizeof(DLTensor*), "num_tensors"));
     std::vector<TensorRef> refs;
     for (size_t i = 0; i < num_tensors; ++i) {
       DK_ASSIGN_OR_RETURN(
@@ -995,6 +1053,7 @@ dk_status_t dk_group_all_gather_object(dk_group_t* group, const void* data,
   return Guard(err, [&]() -> absl::Status {
     DK_RETURN_IF_ERROR(CheckOuts(items_out, count_out));
     if (size > 0) DK_RETURN_IF_ERROR(NotNull(data, "data"));
+    DK_RETURN_IF_ERROR(CheckCount(size, 1, "size"));
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
     DK_ASSIGN_OR_RETURN(
         std::vector<std::string> all,
@@ -1011,6 +1070,7 @@ dk_status_t dk_group_gather_object(dk_group_t* group, const void* data,
   return Guard(err, [&]() -> absl::Status {
     DK_RETURN_IF_ERROR(CheckOuts(items_out, count_out));
     if (size > 0) DK_RETURN_IF_ERROR(NotNull(data, "data"));
+    DK_RETURN_IF_ERROR(CheckCount(size, 1, "size"));
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
     DK_ASSIGN_OR_RETURN(
         std::optional<std::vector<std::string>> all,
@@ -1076,7 +1136,13 @@ dk_status_t dk_parallel_state_create(dk_group_t* data_parallel,
   });
 }
 
-void dk_parallel_state_destroy(dk_parallel_state_t* state) { delete state; }
+void dk_parallel_state_destroy(dk_parallel_state_t* state) {
+  if (state == nullptr || state->destroyed) return;
+  // Releases the groups but keeps the small handle: later calls through it
+  // answer -1 / DK_FAILED_PRECONDITION instead of reading freed memory.
+  state->rep = distkit::dist::ParallelState();
+  state->destroyed = true;
+}
 
 int32_t dk_parallel_state_rank(const dk_parallel_state_t* state,
                                int32_t which) {
@@ -1095,6 +1161,11 @@ dk_status_t dk_parallel_state_describe(const dk_parallel_state_t* state,
   return Guard(err, [&]() -> absl::Status {
     DK_RETURN_IF_ERROR(NotNull(state, "state"));
     DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    if (state->destroyed) {
+      return absl::FailedPreconditionError(
+          "parallel_state: the handle was destroyed "
+          "(dk_parallel_state_destroy)");
+    }
     const std::string text = state->rep.ToString();
     DK_ASSIGN_OR_RETURN(*out, OwnedCopy(text));
     return absl::OkStatus();
@@ -1124,6 +1195,9 @@ dk_status_t dk_reducer_create(dk_group_t* group, DLTensor* const* params,
     DK_RETURN_IF_ERROR(NotNull(out, "out"));
     if (num_params > 0) DK_RETURN_IF_ERROR(NotNull(params, "params"));
     if (num_buffers > 0) DK_RETURN_IF_ERROR(NotNull(buffers, "buffers"));
+    DK_RETURN_IF_ERROR(CheckCount(num_params, sizeof(DLTensor*), "num_params"));
+    DK_RETURN_IF_ERROR(
+        CheckCount(num_buffers, sizeof(DLTensor*), "num_buffers"));
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
     DK_ASSIGN_OR_RETURN(distkit::GradReducer::Options o,
                         ReadReducerConfig(config));
@@ -1154,6 +1228,7 @@ dk_status_t dk_reducer_prepare(dk_reducer_t* reducer, const int32_t* unused,
   return Guard(err, [&]() -> absl::Status {
     DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
     if (num_unused > 0) DK_RETURN_IF_ERROR(NotNull(unused, "unused"));
+    DK_RETURN_IF_ERROR(CheckCount(num_unused, sizeof(int32_t), "num_unused"));
     std::vector<int> u(unused, unused + num_unused);
     return reducer->rep->PrepareForBackward(u);
   });

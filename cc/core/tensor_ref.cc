@@ -19,8 +19,15 @@ TensorRef::TensorRef(void* data, int64_t numel, DataType dtype, Device device)
 TensorRef::TensorRef(void* data, std::vector<int64_t> shape, DataType dtype,
                      Device device)
     : data_(data), dtype_(dtype), device_(device), shape_(std::move(shape)) {
+  // A negative extent or a product that overflows leaves numel -1, which
+  // CheckSize refuses (every operation checks it before using the size).
   numel_ = 1;
-  for (int64_t d : shape_) numel_ *= d;
+  for (int64_t d : shape_) {
+    if (d < 0 || __builtin_mul_overflow(numel_, d, &numel_)) {
+      numel_ = -1;
+      return;
+    }
+  }
 }
 
 absl::StatusOr<TensorRef> TensorRef::FromDLPack(const DLTensor* tensor,
@@ -69,6 +76,11 @@ absl::StatusOr<TensorRef> TensorRef::FromDLPack(const DLTensor* tensor,
       expected *= shape[i];
     }
   }
+  if (numel > kMaxBytes / static_cast<int64_t>(ElementSize(*dtype))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        arg_name, ": ", numel, " elements of ", DataTypeName(*dtype),
+        " exceed the largest buffer a call accepts (", kMaxBytes, " bytes)"));
+  }
   if (tensor->data == nullptr && numel > 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(arg_name, ": data is NULL for ", numel, " elements"));
@@ -76,6 +88,19 @@ absl::StatusOr<TensorRef> TensorRef::FromDLPack(const DLTensor* tensor,
   TensorRef ref(static_cast<char*>(tensor->data) + tensor->byte_offset,
                 std::move(shape), *dtype, *device);
   return ref;
+}
+
+absl::Status TensorRef::CheckSize(absl::string_view what) const {
+  if (numel_ < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": negative element count ", numel_));
+  }
+  if (numel_ > kMaxBytes / static_cast<int64_t>(ElementSize(dtype_))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", numel_, " elements of ", DataTypeName(dtype_),
+        " exceed the largest buffer a call accepts (", kMaxBytes, " bytes)"));
+  }
+  return absl::OkStatus();
 }
 
 TensorRef TensorRef::Slice(int64_t offset, int64_t count) const {

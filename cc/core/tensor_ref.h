@@ -38,6 +38,16 @@ class TensorRef {
   TensorRef(void* data, std::vector<int64_t> shape, DataType dtype,
             Device device = Device::Cpu());
 
+  // The largest buffer any call accepts: 2^47 bytes (128 TiB, the user
+  // address space of x86-64 and AArch64). A size beyond it cannot describe
+  // real memory; it is a caller's error, refused before any arithmetic on it
+  // can overflow.
+  static constexpr int64_t kMaxBytes = int64_t{1} << 47;
+
+  // INVALID_ARGUMENT naming `what` when numel is negative or the byte size
+  // exceeds kMaxBytes (or overflows).
+  absl::Status CheckSize(absl::string_view what) const;
+
   // Checks `tensor` and views it. `arg_name` goes into error messages
   // ("input: tensor is not contiguous ...").
   static absl::StatusOr<TensorRef> FromDLPack(const DLTensor* tensor,

@@ -18,7 +18,11 @@ ProcessGroup* Resolve(ProcessGroup* group) {
 }
 
 bool Trivial(ProcessGroup* group) {
-  return !IsDistributed() || Resolve(group)->size() == 1;
+  if (!IsDistributed()) return true;
+  // A non-member's call is not a no-op: it goes on, and the group refuses it
+  // (FAILED_PRECONDITION), as the header says for every collective.
+  const ProcessGroup* g = Resolve(group);
+  return g->is_member() && g->size() == 1;
 }
 
 void CopyInto(const TensorRef& from, const TensorRef& to) {

@@ -17,6 +17,7 @@
 #include "cc/dist_api/object_collectives.h"
 #include "cc/store/grpc_store.h"
 #include "cc/store/hash_store.h"
+#include "cc/store/prefix_store.h"
 #include "cc/store/store_server.h"
 
 namespace distkit {
@@ -31,6 +32,7 @@ struct State {
   std::shared_ptr<ProcessGroup> local;
   bool local_from_launcher = false;  // InitLocalGroupFromLauncher made it
   int local_rank = 0;
+  int worlds_joined = 0;  // keys each world's rendezvous apart
 };
 
 State& GetState() {
@@ -85,8 +87,16 @@ absl::Status Join(std::shared_ptr<Store> store,
   group_options.timeout = options.timeout;
   group_options.hostname = hostname;
   group_options.local_rank = local_rank;
+  // The n-th world this process joins rendezvouses under "world<n>/": a job
+  // that shuts down and initializes again on the same store (distrun's
+  // outlives every world) must never read the previous world's keys. Every
+  // rank makes the same sequence of init calls, so they agree on n.
+  const int generation = ++s.worlds_joined;
   DK_ASSIGN_OR_RETURN(
-      s.world, ProcessGroup::CreateWorld(store, rank, size, group_options));
+      s.world,
+      ProcessGroup::CreateWorld(std::make_shared<PrefixStore>(
+                                    absl::StrCat("world", generation), store),
+                                rank, size, group_options));
   s.store = std::move(store);
   s.server = std::move(server);
   s.local_rank = local_rank;

@@ -149,6 +149,7 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
 
 absl::Status ProcessGroup::CheckTensor(const TensorRef& t,
                                        absl::string_view what) const {
+  DK_RETURN_IF_ERROR(t.CheckSize(what));
   if (contract_ != nullptr) {
     if (absl::Status s = contract_->CheckDevice(t.device()); !s.ok()) {
       return absl::InvalidArgumentError(

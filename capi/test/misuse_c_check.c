@@ -1,0 +1,196 @@
+/* Misuse through the C ABI, in every rank of a real job: each case used to
+ * hang, crash or answer wrongly, and must now be a clear status.
+ * - dk_init after dk_shutdown, three times in one process: each world is
+ *   separate (it used to read the previous world's rendezvous keys);
+ * - sizes no buffer can have (a byte size that overflows, SIZE_MAX store
+ *   values, counts larger than any array): DK_INVALID_ARGUMENT, nothing read;
+ * - destroyed subgroup and parallel-state handles: -1, NULL and
+ *   DK_FAILED_PRECONDITION, never the world's values;
+ * - a non-member's sync_random_seed and all_gather_object:
+ *   DK_FAILED_PRECONDITION, as the header says;
+ * - a store key that is not UTF-8: DK_INVALID_ARGUMENT with a reason. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distkit/distkit.h"
+
+static int rank_ = -1, failures_;
+
+static void check(int ok, const char* what) {
+  if (!ok) {
+    fprintf(stderr, "rank %d: CHECK FAILED: %s\n", rank_, what);
+    ++failures_;
+  }
+}
+
+/* The call's status is `want`, its message contains `text` (if any). */
+#define EXPECT(call, want, text, what)   \
+  do {                                   \
+    err = NULL;                          \
+    dk_status_t got_ = (call);           \
+    expect(got_, err, want, text, what); \
+  } while (0)
+static void expect(dk_status_t got, dk_error_t* err, dk_status_t want,
+                   const char* text, const char* what) {
+  const char* msg = err != NULL ? dk_error_message(err) : "";
+  int ok = got == want && (text == NULL || strstr(msg, text) != NULL);
+  if (!ok) {
+    fprintf(stderr, "rank %d: CHECK FAILED: %s: status %d (want %d): %s\n",
+            rank_, what, (int)got, (int)want, msg);
+    ++failures_;
+  }
+  if (err != NULL) dk_error_free(err);
+}
+
+static void die(const char* what, dk_error_t* err) {
+  fprintf(stderr, "rank %d: %s: %s\n", rank_, what,
+          err != NULL ? dk_error_message(err) : "");
+  exit(1);
+}
+
+static DLTensor view(void* data, int64_t* shape, int ndim, int code, int bits) {
+  DLTensor t;
+  memset(&t, 0, sizeof(t));
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.ndim = ndim;
+  t.dtype.code = (uint8_t)code;
+  t.dtype.bits = (uint8_t)bits;
+  t.dtype.lanes = 1;
+  t.shape = shape;
+  return t;
+}
+
+static void reinit_rounds(void) {
+  for (int round = 1; round <= 3; ++round) {
+    dk_group_t* world = NULL;
+    dk_error_t* err = NULL;
+    dk_init_config_t cfg;
+    dk_init_config_init(&cfg);
+    cfg.timeout_ms = 30000;
+    if (dk_init("pytorch", &cfg, &world, &err) != DK_OK) die("dk_init", err);
+    rank_ = dk_group_rank(world);
+    const int size = dk_group_size(world);
+    double x = (double)(rank_ + 1) * round;
+    int64_t one = 1;
+    DLTensor t = view(&x, &one, 1, kDLFloat, 64);
+    if (dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err) != DK_OK)
+      die("all_reduce", err);
+    check(x == (double)round * size * (size + 1) / 2,
+          "each world's all_reduce sums that world's values");
+    if (round < 3) {
+      dk_group_destroy(world);
+      dk_shutdown();
+      check(!dk_is_distributed(), "shut down");
+    } else {
+      dk_group_destroy(world); /* the default group lives on until shutdown */
+    }
+  }
+}
+
+static void sizes_no_buffer_can_have(void) {
+  dk_error_t* err = NULL;
+  float f = 0;
+  int64_t huge[1] = {(int64_t)1 << 62};
+  DLTensor t = view(&f, huge, 1, kDLFloat, 32);
+  EXPECT(dk_group_all_reduce(NULL, &t, DK_OP_SUM, NULL, &err),
+         DK_INVALID_ARGUMENT, "largest buffer", "2^62 float32 elements");
+  err = NULL;
+  int64_t overflow[2] = {(int64_t)1 << 40, (int64_t)1 << 40};
+  t = view(&f, overflow, 2, kDLFloat, 32);
+  EXPECT(dk_group_broadcast(NULL, &t, 0, NULL, &err), DK_INVALID_ARGUMENT,
+         "overflows", "an element count that overflows int64");
+
+  dk_store_t* store = NULL;
+  err = NULL;
+  if (dk_default_store(&store, &err) != DK_OK) die("dk_default_store", err);
+  EXPECT(dk_store_set(store, "k", &f, SIZE_MAX, &err), DK_INVALID_ARGUMENT,
+         "request limit", "a SIZE_MAX store value");
+  EXPECT(dk_store_append(store, "k", &f, SIZE_MAX / 2, &err),
+         DK_INVALID_ARGUMENT, "request limit", "a huge append");
+  const char* keys[1] = {"k"};
+  dk_bytes_t values[1] = {{&f, sizeof(f)}};
+  EXPECT(dk_store_multi_set(store, keys, values, SIZE_MAX, &err),
+         DK_INVALID_ARGUMENT, "larger than any array", "num_keys SIZE_MAX");
+  EXPECT(dk_store_set(store, "bad\xff\xfekey", "v", 1, &err),
+         DK_INVALID_ARGUMENT, "not valid UTF-8", "a key that is not UTF-8");
+  dk_store_destroy(store);
+
+  int32_t ranks[1] = {0};
+  dk_group_t* g = NULL;
+  EXPECT(dk_group_new(NULL, ranks, (size_t)1 << 40, &g, &err),
+         DK_INVALID_ARGUMENT, "num_ranks", "num_ranks beyond the group");
+  int64_t splits[1] = {1};
+  float in[8] = {0}, out[8] = {0};
+  int64_t n = 8;
+  DLTensor tin = view(in, &n, 1, kDLFloat, 32);
+  DLTensor tout = view(out, &n, 1, kDLFloat, 32);
+  EXPECT(
+      dk_group_all_to_all(NULL, &tin, splits, &tout, splits, 1000, NULL, &err),
+      DK_INVALID_ARGUMENT, "num_splits", "num_splits != group size");
+  dk_bytes_t* items = NULL;
+  size_t count = 0;
+  EXPECT(dk_group_all_gather_object(NULL, &f, SIZE_MAX, &items, &count, &err),
+         DK_INVALID_ARGUMENT, "larger than any array",
+         "an object of SIZE_MAX bytes");
+}
+
+static void destroyed_handles_and_non_members(void) {
+  dk_error_t* err = NULL;
+  int32_t first[1] = {0};
+  dk_group_t* sub = NULL;
+  if (dk_group_new(NULL, first, 1, &sub, &err) != DK_OK)
+    die("dk_group_new", err);
+  if (rank_ != 0) {
+    int32_t seed = 0;
+    EXPECT(dk_group_sync_random_seed(sub, &seed, &err), DK_FAILED_PRECONDITION,
+           "not a member", "a non-member's sync_random_seed");
+    dk_bytes_t* items = NULL;
+    size_t count = 0;
+    EXPECT(dk_group_all_gather_object(sub, "x", 1, &items, &count, &err),
+           DK_FAILED_PRECONDITION, "not a member",
+           "a non-member's all_gather_object");
+  }
+  dk_group_destroy(sub);
+  check(dk_group_rank(sub) == -1, "destroyed group: rank -1");
+  check(dk_group_size(sub) == -1, "destroyed group: size -1");
+  check(dk_group_name(sub) == NULL, "destroyed group: name NULL");
+  check(dk_group_backend(sub) == NULL, "destroyed group: backend NULL");
+  check(dk_group_global_rank(sub, 0) == -1, "destroyed group: no ranks");
+  float f = 1;
+  int64_t one = 1;
+  DLTensor t = view(&f, &one, 1, kDLFloat, 32);
+  EXPECT(dk_group_all_reduce(sub, &t, DK_OP_SUM, NULL, &err),
+         DK_FAILED_PRECONDITION, "destroyed",
+         "all_reduce on a destroyed group");
+
+  dk_parallel_state_t* state = NULL;
+  err = NULL;
+  if (dk_parallel_state_create(NULL, NULL, NULL, &state, &err) != DK_OK)
+    die("dk_parallel_state_create", err);
+  check(dk_parallel_state_size(state, DK_PARALLEL_DATA) == dk_group_size(NULL),
+        "a live state answers with its group");
+  dk_parallel_state_destroy(state);
+  check(dk_parallel_state_rank(state, DK_PARALLEL_DATA) == -1,
+        "destroyed state: rank -1");
+  check(dk_parallel_state_size(state, DK_PARALLEL_DATA) == -1,
+        "destroyed state: size -1");
+  char* text = NULL;
+  EXPECT(dk_parallel_state_describe(state, &text, &err), DK_FAILED_PRECONDITION,
+         "destroyed", "describe a destroyed state");
+  dk_parallel_state_destroy(state); /* twice is harmless */
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  reinit_rounds();
+  sizes_no_buffer_can_have();
+  destroyed_handles_and_non_members();
+  dk_error_t* err = NULL;
+  if (dk_group_barrier(NULL, NULL, &err) != DK_OK) die("barrier", err);
+  dk_shutdown();
+  if (failures_ == 0) printf("rank %d: misuse answered with statuses\n", rank_);
+  return failures_ == 0 ? 0 : 1;
+}
