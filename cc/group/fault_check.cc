@@ -12,9 +12,19 @@
 //   zombie     the last rank exits without joining, and its parent (the
 //              process distrun started) does not reap it for 10 s -> the
 //              others get UNAVAILABLE within 5 s (a zombie is not alive)
+//   threads    a second thread issues a collective while the first thread's
+//              is in flight -> FAILED_PRECONDITION (never silently paired
+//              with another call); the first completes with the right sum,
+//              and a thread that takes over an idle group may issue
+//   abort_p2p  Abort() ends a pending receive (the peer never sends) ->
+//              CANCELLED at once
+//   destroy_busy  the group is destroyed with an all_reduce in flight that
+//              nobody waits for -> destroy returns within 2 s, not after the
+//              op's timeout
 //   frozen_store  the last rank never joins and freezes the store's host
 //              (distrun, with SIGSTOP) -> the others still fail within
 //              timeout + diagnosis budget, saying the late ranks are unknown
+//              (the last rank thaws distrun after 8 s)
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -23,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -65,6 +76,59 @@ int main(int argc, char** argv) {
   std::vector<float> data(mode == "dead_peer" ? 1 << 20 : 4, 1.0f);
   TensorRef t(data.data(), data.size(), DataType::kFloat32);
 
+  if (mode == "abort_p2p" || mode == "destroy_busy") {
+    if (rank == last) {
+      absl::SleepFor(absl::Seconds(4));
+      _exit(0);
+    }
+    absl::Time start;
+    if (mode == "abort_p2p") {
+      std::shared_ptr<Work> w = world.RecvAsync(t, last, /*tag=*/7);
+      absl::SleepFor(absl::Milliseconds(300));
+      Check(!w->Test(), "the receive is pending before the abort");
+      start = absl::Now();
+      world.Abort();
+      absl::Status st = w->Wait(absl::Seconds(10));
+      Check(st.code() == absl::StatusCode::kCancelled,
+            "an aborted receive is CANCELLED: " + st.ToString());
+    } else {
+      (void)world.AllReduceAsync(t, ReduceOp::kSum);  // nobody waits for it
+      absl::SleepFor(absl::Milliseconds(300));
+      start = absl::Now();
+      env->world.reset();  // the last reference: the group is destroyed
+    }
+    const absl::Duration took = absl::Now() - start;
+    printf("rank %d: %s ended after %s\n", rank, mode.c_str(),
+           absl::FormatDuration(took).c_str());
+    Check(took < absl::Seconds(2), "bounded, not the 30 s op timeout");
+    _exit(testing::FinishChecks("fault '" + mode + "' handled as expected"));
+  }
+  if (mode == "threads") {
+    if (rank == last) absl::SleepFor(absl::Seconds(1));  // keeps A in flight
+    std::shared_ptr<Work> a = world.AllReduceAsync(t, ReduceOp::kSum);
+    if (rank != last) {
+      absl::Status b;
+      std::vector<float> other(4, 5.0f);
+      std::thread([&] {
+        b = world.AllReduce(
+            TensorRef(other.data(), other.size(), DataType::kFloat32),
+            ReduceOp::kSum);
+      }).join();
+      Check(b.code() == absl::StatusCode::kFailedPrecondition &&
+                absl::StrContains(b.message(), "another thread"),
+            "a second thread is refused while the first's op is in flight: " +
+                b.ToString());
+      Check(other[0] == 5.0f, "the refused call's data is untouched");
+    }
+    Check(a->Wait().ok(), "the first thread's all_reduce completes");
+    Check(data[0] == world.size(), "with the right sum");
+    absl::Status handed;
+    std::thread([&] { handed = world.AllReduce(t, ReduceOp::kSum); }).join();
+    Check(handed.ok() && data[0] == world.size() * world.size(),
+          "another thread may issue once the group is idle: " +
+              handed.ToString());
+    _exit(testing::FinishChecks("fault 'threads' handled as expected"));
+  }
   if (mode == "finished_peer") {
     if (rank == last) absl::SleepFor(absl::Milliseconds(300));
     absl::Status st = world.AllReduce(t, ReduceOp::kSum);
@@ -77,8 +141,12 @@ int main(int argc, char** argv) {
   if (rank == last && mode == "frozen_store") {
     printf("rank %d freezes the store host (pid %d)\n", rank,
            static_cast<int>(getppid()));
-    kill(getppid(), SIGSTOP);
+    const pid_t launcher = getppid();
+    kill(launcher, SIGSTOP);
+    // Thawed only after every survivor has failed (they need ~4 s); a
+    // survivor that thawed it could let a slower one's diagnosis succeed.
     absl::SleepFor(absl::Seconds(8));
+    kill(launcher, SIGCONT);
     _exit(0);
   }
   if (rank == last) {
@@ -106,7 +174,6 @@ int main(int argc, char** argv) {
          st.ToString().c_str());
   const std::string msg(st.message());
   if (mode == "frozen_store") {
-    kill(getppid(), SIGCONT);  // every survivor thaws the launcher
     Check(st.code() == absl::StatusCode::kDeadlineExceeded,
           "DEADLINE_EXCEEDED");
     Check(absl::StrContains(msg, "which ranks are late is unknown"),

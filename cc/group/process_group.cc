@@ -43,7 +43,18 @@ ProcessGroup::ProcessGroup(std::string name, std::shared_ptr<Store> store,
       rank_(IndexOf(global_ranks_, global_rank)),
       options_(std::move(options)) {}
 
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() {
+  // Destroy is bounded: whatever is still running (only possible when no
+  // Work handle keeps the group alive, e.g. a blocking call in another
+  // thread) is aborted first, so the queues' joins below end at once
+  // instead of waiting up to the op timeout. Abort is local to this rank.
+  bool busy;
+  {
+    absl::MutexLock lock(&mu_);
+    busy = in_flight_ > 0 || !p2p_lanes_.empty();
+  }
+  if (busy && contract_ != nullptr) contract_->Abort(name_);
+}
 
 absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::CreateWorld(
     std::shared_ptr<Store> store, int rank, int size, GroupOptions options) {
@@ -275,15 +286,45 @@ absl::Status ProcessGroup::Rejection(const Op& op) const {
   return absl::OkStatus();
 }
 
+absl::Status ProcessGroup::ClaimIssue(const Op& op) {
+  if (op.peer >= 0) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  const std::thread::id me = std::this_thread::get_id();
+  if (in_flight_ > 0 && issuer_ != me) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        op.name, " on group '", name_, "' (rank ", rank_,
+        "): issued while another thread's collective(s) on this group are in "
+        "flight (",
+        in_flight_,
+        "); a group's collectives must come from one thread at a time, in "
+        "the same order on every rank (use one group per thread)"));
+  }
+  issuer_ = me;
+  ++in_flight_;
+  return absl::OkStatus();
+}
+
+void ProcessGroup::ReleaseIssue() {
+  absl::MutexLock lock(&mu_);
+  --in_flight_;
+}
+
 std::shared_ptr<Work> ProcessGroup::Submit(Op op) {
   if (absl::Status rejected = Rejection(op); !rejected.ok()) {
     return FailedWork(op.name, std::move(rejected));
   }
+  if (absl::Status refused = ClaimIssue(op); !refused.ok()) {
+    return FailedWork(op.name, std::move(refused));
+  }
   const OpContext ctx = NextContext(op);
   auto work = std::make_shared<Work>(ctx.Describe());
-  QueueFor(op.name, op.peer).Post([this, ctx, body = std::move(op.body), work] {
-    work->Complete(Execute(ctx, body));
-  });
+  const bool collective = op.peer < 0;
+  QueueFor(op.name, op.peer)
+      .Post([this, ctx, body = std::move(op.body), work, collective] {
+        absl::Status status = Execute(ctx, body);
+        if (collective) ReleaseIssue();
+        work->Complete(std::move(status));
+      });
   return work;
 }
 
@@ -291,9 +332,11 @@ absl::Status ProcessGroup::RunSync(Op op) {
   if (absl::Status rejected = Rejection(op); !rejected.ok()) return rejected;
   // Sends and receives go through their own lanes (see QueueFor).
   if (op.peer >= 0) return Submit(std::move(op))->Wait();
+  DK_RETURN_IF_ERROR(ClaimIssue(op));
   const OpContext ctx = NextContext(op);
   absl::Status status;
   queue_.Run([&] { status = Execute(ctx, op.body); });
+  ReleaseIssue();
   return status;
 }
 

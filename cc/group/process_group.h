@@ -18,6 +18,15 @@
 // "all_reduce #12 on group 'world' (rank 1): ...". A timeout also says which
 // ranks never joined. After a timeout or a peer failure the group is poisoned:
 // every later call fails; Abort() and a new group are the way on.
+//
+// Threads: every call is safe from any thread, but a group's collectives are
+// one sequence that every rank must issue in the same order, so they come
+// from one thread at a time. A collective issued while another thread's
+// collectives on the group are still in flight is FAILED_PRECONDITION (it
+// could otherwise be paired with a different call on another rank and give
+// silently wrong data). Handing the group from thread to thread when it is
+// idle is allowed; the order must then be the same on every rank. Sends and
+// receives are exempt: they are matched by peer and tag.
 
 #ifndef DISTKIT_CC_GROUP_PROCESS_GROUP_H_
 #define DISTKIT_CC_GROUP_PROCESS_GROUP_H_
@@ -27,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -183,6 +193,12 @@ class ProcessGroup {
   absl::Status CheckSplits(const std::vector<int64_t>& splits,
                            const TensorRef& t, absl::string_view what) const;
   absl::Status Execute(const OpContext& ctx, const Body& body);
+  // The thread rule of collectives: one thread issues them at a time. A
+  // collective from another thread while one is in flight is refused
+  // (FAILED_PRECONDITION): the ranks could pair its data with a different
+  // call. Claim before numbering and queueing; Release once it has run.
+  absl::Status ClaimIssue(const Op& op);
+  void ReleaseIssue();
   // After a timeout: which members joined operation `ctx.seq`.
   std::string DiagnoseLateRanks(const OpContext& ctx);
 
@@ -206,6 +222,9 @@ class ProcessGroup {
   absl::Mutex mu_;
   std::map<std::pair<int, bool>, std::unique_ptr<OpQueue>> p2p_lanes_
       ABSL_GUARDED_BY(mu_);
+  // The thread that issued the collectives in flight, and how many there are.
+  std::thread::id issuer_ ABSL_GUARDED_BY(mu_);
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace distkit

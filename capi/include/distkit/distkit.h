@@ -33,7 +33,25 @@
  * 11. dk_group_destroy is local; dk_group_abort (local, any thread) cancels
  *     in-flight work and is the only legal follow-up after DK_UNAVAILABLE or
  *     DK_DEADLINE_EXCEEDED; dk_group_async_error reports that state.
+ *     Destroy never waits on peers: a group still running work that no
+ *     handle waits for is aborted, so destroy returns within milliseconds.
+ *     Destroyed handles stay reserved: calls through them are -1, NULL or
+ *     DK_FAILED_PRECONDITION, never another handle's values.
  * 12. No C++ exception crosses this boundary.
+ * 13. Threads: every function may be called from any thread. A group's
+ *     collectives form one sequence that every rank must issue in the same
+ *     order, so they come from one thread at a time: a collective issued
+ *     while another thread's collectives on the same group are in flight is
+ *     DK_FAILED_PRECONDITION (it could otherwise be paired with a different
+ *     call on another rank). Handing a group to another thread when it is
+ *     idle is allowed if every rank does it in the same order. Use one group
+ *     per thread for concurrent collectives. Sends and receives are exempt
+ *     (matched by peer and tag).
+ * 14. Sizes: a tensor or byte count over 2^47 bytes, or whose byte size
+ *     overflows, and a count larger than any array can be, are
+ *     DK_INVALID_ARGUMENT before anything is read. Store values are limited
+ *     to DISTKIT_STORE_MAX_REQUEST_BYTES (default 256 MiB); store keys are
+ *     UTF-8.
  */
 #ifndef DISTKIT_DISTKIT_H_
 #define DISTKIT_DISTKIT_H_
@@ -263,7 +281,10 @@ DK_EXPORT dk_status_t dk_init_with_store(dk_store_t* store, int32_t rank,
                                          dk_group_t** world_out,
                                          dk_error_t** err);
 
-/* Local. Forgets the default group (handles stay valid until destroyed). */
+/* Local. Forgets the default group (handles stay valid until destroyed).
+ * dk_init may be called again afterwards: each world this process joins
+ * rendezvouses under its own keys, so a job can shut down and re-form on the
+ * same store. */
 DK_EXPORT void dk_shutdown(void);
 
 /* Local, any thread: 1 once dk_init succeeded (until dk_shutdown). */
@@ -303,13 +324,17 @@ DK_EXPORT dk_status_t dk_group_new_named(dk_group_t* parent,
                                          const char* name, dk_group_t** out,
                                          dk_error_t** err);
 
-/* Local. Releases the group; a work handle keeps what it needs alive. The
- * handle itself stays reserved, so a call through it after destroy is a clean
- * DK_FAILED_PRECONDITION rather than a use of freed memory. */
+/* Local, never blocks on peers. Releases the group; a work handle keeps what
+ * it needs alive (the group is released when the last one is destroyed).
+ * Work still running that no handle holds is aborted (CANCELLED) rather than
+ * waited for. The handle itself stays reserved, so a call through it after
+ * destroy is a clean DK_FAILED_PRECONDITION (rank and size -1, name and
+ * backend NULL) rather than a use of freed memory. */
 DK_EXPORT void dk_group_destroy(dk_group_t* group);
 
-/* Local, any thread. Cancels in-flight work (it completes with DK_CANCELLED)
- * and makes every later call fail. */
+/* Local, any thread, returns at once. Cancels in-flight work, sends and
+ * receives included (it completes with DK_CANCELLED), and makes every later
+ * call fail. */
 DK_EXPORT void dk_group_abort(dk_group_t* group);
 
 /* Local, non-blocking. DK_OK, or the error that poisoned the group. */
@@ -478,6 +503,8 @@ DK_EXPORT dk_status_t dk_parallel_state_create(dk_group_t* data_parallel,
                                                dk_group_t* expert_parallel,
                                                dk_parallel_state_t** out,
                                                dk_error_t** err);
+/* Local. The handle stays reserved: afterwards rank and size are -1 and
+ * describe is DK_FAILED_PRECONDITION. Destroying twice is harmless. */
 DK_EXPORT void dk_parallel_state_destroy(dk_parallel_state_t* state);
 
 /* Local. Rank and size in group `which` (DK_PARALLEL_*); -1 when that group is

@@ -13,6 +13,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
+#include <signal.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -81,6 +82,14 @@ void WithElementType(DataType dtype, void* data, F&& f) {
   }
 }
 
+void IgnoreSigpipeUnlessHandled() {
+  struct sigaction current;
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
+      current.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
@@ -89,6 +98,11 @@ absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("gloo: rank ", rank, " is outside [0, ", size, ")"));
   }
+  // A peer that dies while this rank writes to it must be an error on the
+  // write (EPIPE, then UNAVAILABLE), not SIGPIPE killing this rank: Gloo's
+  // TCP pairs do not all write with MSG_NOSIGNAL. Only the default action
+  // is replaced; a handler the program installed is kept.
+  IgnoreSigpipeUnlessHandled();
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
