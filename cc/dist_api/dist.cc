@@ -11,10 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "cc/comm/backend_registry.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
 #include "cc/dist_api/object_collectives.h"
+#include "cc/store/call_deadline.h"
 #include "cc/store/grpc_store.h"
 #include "cc/store/hash_store.h"
 #include "cc/store/prefix_store.h"
@@ -116,6 +118,10 @@ absl::Status LocalGroupAfterJoin() {
 
 absl::Status InitDist(absl::string_view launcher_name,
                       const InitOptions& options) {
+  // Init as a whole is bounded by the timeout: every store call under it
+  // (rendezvous, Gloo's address exchange, the shared-memory decision) ends by
+  // then, even when the store host dies or freezes during init.
+  ScopedStoreDeadline init_deadline(absl::Now() + options.timeout);
   DK_ASSIGN_OR_RETURN(Launcher launcher, ParseLauncher(launcher_name));
   if (launcher == Launcher::kNone) {
     return absl::InvalidArgumentError("Invalid launcher type: none");
@@ -165,6 +171,7 @@ absl::Status InitDist(absl::string_view launcher_name,
 
 absl::Status InitDistWithStore(std::shared_ptr<Store> store, int rank, int size,
                                const InitOptions& options) {
+  ScopedStoreDeadline init_deadline(absl::Now() + options.timeout);
   DK_RETURN_IF_ERROR(CheckBackend(options.backend));
   return Join(std::move(store), nullptr, rank, size, options, "");
 }

@@ -101,7 +101,9 @@ absl::Status ProcessGroup::Connect(std::unique_ptr<Backend> split) {
   ctx.seq = 0;  // operations start at 1
   ctx.op_name = "new_group";
   ctx.group_name = name_;
-  ctx.timeout = options_.timeout;
+  // Under init's deadline (ScopedStoreDeadline), the handshake gets only
+  // what is left of it: init as a whole stays within its timeout.
+  ctx.timeout = ClampToStoreDeadline(options_.timeout);
   return Annotate(contract_->Record(contract_->Barrier(ctx)), creating);
 }
 

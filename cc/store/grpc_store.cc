@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/escaping.h"
@@ -64,7 +65,9 @@ absl::StatusOr<std::unique_ptr<GrpcStore>> GrpcStore::Connect(
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
       options.address, grpc::InsecureChannelCredentials(), args);
-  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  // Cut to the thread's store deadline: init connects under its own bound.
+  const absl::Time deadline =
+      std::min(absl::Now() + options.connect_timeout, StoreCallDeadline());
   if (!channel->WaitForConnected(ToChrono(deadline))) {
     return absl::DeadlineExceededError(absl::StrCat(
         "store: cannot reach the store server at ", options.address, " within ",

@@ -18,12 +18,15 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cc/comm/reduce_kernels.h"
 #include "cc/core/status.h"
+#include "cc/store/call_deadline.h"
 #include "cc/store/gloo_store_adapter.h"
 
 namespace distkit {
@@ -90,6 +93,49 @@ void IgnoreSigpipeUnlessHandled() {
   }
 }
 
+// Gloo's full-mesh connect, bounded. A peer that is frozen (SIGSTOP) after
+// its listening socket is up accepts the TCP connection but never answers
+// the handshake, and Gloo's Pair::connect then waits without a deadline. So
+// the connect runs on its own thread, which owns everything it touches (and
+// inherits this thread's store deadline); if it has not finished in time,
+// this rank fails with DEADLINE_EXCEEDED and the thread is left to end with
+// the process (or when the peer answers or dies). Throws like Gloo does.
+void ConnectWithin(std::shared_ptr<gloo::rendezvous::Context> context,
+                   std::shared_ptr<gloo::transport::Device> device,
+                   std::shared_ptr<Store> store, absl::Duration timeout) {
+  struct Outcome {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    std::exception_ptr error ABSL_GUARDED_BY(mu);
+  };
+  auto outcome = std::make_shared<Outcome>();
+  const absl::Time store_deadline = StoreCallDeadline();
+  std::thread([outcome, context, device, store, store_deadline]() mutable {
+    ScopedStoreDeadline inherited(store_deadline);
+    std::exception_ptr error;
+    try {
+      GlooStoreAdapter adapter(store);
+      context->connectFullMesh(adapter, device);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    absl::MutexLock lock(&outcome->mu);
+    outcome->error = error;
+    outcome->done = true;
+  }).detach();
+  // Gloo's own timeouts fire first when they can (they name the peer).
+  const absl::Time give_up = absl::Now() + timeout + absl::Seconds(1);
+  absl::MutexLock lock(&outcome->mu);
+  outcome->mu.AwaitWithDeadline(absl::Condition(&outcome->done), give_up);
+  if (!outcome->done) {
+    throw gloo::IoException(absl::StrCat(
+        "timed out after ", absl::FormatDuration(timeout),
+        " in the connection handshake (a peer accepted the connection but "
+        "never answered: frozen or overloaded)"));
+  }
+  if (outcome->error) std::rethrow_exception(outcome->error);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
@@ -109,10 +155,12 @@ absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
     std::shared_ptr<gloo::transport::Device> device =
         gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(Millis(options.timeout));
-    store->set_timeout(options.timeout);
-    GlooStoreAdapter adapter(store);
-    context->connectFullMesh(adapter, device);
+    // Connecting stays within what is left of init's deadline, if any.
+    const absl::Duration connect_timeout =
+        std::max(ClampToStoreDeadline(options.timeout), absl::Milliseconds(1));
+    context->setTimeout(Millis(connect_timeout));
+    store->set_timeout(connect_timeout);
+    ConnectWithin(context, device, store, connect_timeout);
     return std::unique_ptr<GlooBackend>(new GlooBackend(rank, size, context));
   } catch (const gloo::IoException& e) {
     const bool timeout =

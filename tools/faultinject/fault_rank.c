@@ -1,0 +1,73 @@
+/* A rank for fault injection (tools/faultinject/fault_inject.py): joins the
+ * job through dk_init("pytorch") and runs FAULT_STEPS all_reduces (every
+ * third one 256 KiB, the others 4 B), checking each sum. It prints its pid
+ * first, so the injector can kill, stop or zombify it at any moment, in
+ * init or mid-collective. Exit 0: every step done; 3: an error (printed);
+ * anything else is a crash.
+ *
+ * FAULT_ZOMBIE=1 runs the rank in a child whose parent never reaps it, so
+ * killing the child leaves a zombie (as a supervisor that does not wait()
+ * would). */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "distkit/distkit.h"
+
+static int env_int(const char* name, int fallback) {
+  const char* v = getenv(name);
+  return v != NULL && *v ? atoi(v) : fallback;
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (env_int("FAULT_ZOMBIE", 0) && fork() > 0) {
+    for (;;) pause(); /* never reaps the rank */
+  }
+  printf("pid=%d\n", (int)getpid());
+  dk_init_config_t cfg;
+  dk_init_config_init(&cfg);
+  cfg.timeout_ms = env_int("FAULT_TIMEOUT_MS", 3000);
+  dk_group_t* world = NULL;
+  dk_error_t* err = NULL;
+  if (dk_init("pytorch", &cfg, &world, &err) != DK_OK) {
+    fprintf(stderr, "init failed: %s\n", dk_error_message(err));
+    return 3;
+  }
+  const int rank = dk_group_rank(world), size = dk_group_size(world);
+  printf("joined rank=%d size=%d\n", rank, size);
+  enum { kBig = 65536 };
+  static float data[kBig];
+  const int steps = env_int("FAULT_STEPS", 3000);
+  for (int step = 0; step < steps; ++step) {
+    const int64_t n = step % 3 == 0 ? kBig : 1;
+    for (int64_t i = 0; i < n; ++i) data[i] = (float)(rank + step % 7);
+    DLTensor t;
+    memset(&t, 0, sizeof(t));
+    t.data = data;
+    t.device.device_type = kDLCPU;
+    t.ndim = 1;
+    t.dtype.code = kDLFloat;
+    t.dtype.bits = 32;
+    t.dtype.lanes = 1;
+    t.shape = (int64_t*)&n;
+    if (dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err) != DK_OK) {
+      fprintf(stderr, "rank %d step %d failed: %s\n", rank, step,
+              dk_error_message(err));
+      return 3;
+    }
+    const float want = (float)size * (size - 1) / 2 + (float)size * (step % 7);
+    if (data[0] != want || data[n - 1] != want) {
+      fprintf(stderr, "rank %d step %d: wrong sum %f (want %f)\n", rank, step,
+              data[0], want);
+      return 4;
+    }
+  }
+  printf("rank %d done\n", rank);
+  dk_group_destroy(world);
+  dk_shutdown();
+  return 0;
+}

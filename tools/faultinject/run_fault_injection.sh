@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The long fault-injection run (the test command runs 36 of these through
+# //tools/faultinject:fault_injection_test): kills, freezes and zombifies
+# random ranks, the store host and the launcher, in init and mid-collective,
+# over shared memory and TCP, and reports per fault kind the runs, hangs and
+# worst time from the fault to the last survivor's exit.
+#
+#   tools/faultinject/run_fault_injection.sh [--runs 200] [--seed N] [--stacks]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+tools/bootstrap.sh
+bazel build //tools/faultinject:fault_rank //tools/distrun
+exec python3 tools/faultinject/fault_inject.py \
+  --rank bazel-bin/tools/faultinject/fault_rank \
+  --distrun bazel-bin/tools/distrun/distrun --runs 200 "$@"
