@@ -16,6 +16,7 @@ PACKAGES=(
   golang-go
   python3-pytest python3-numpy python3-matplotlib
   clang-format-14
+  clang-14 libclang-rt-14-dev  # libFuzzer (tools/fuzz)
   pkg-config iproute2 procps
 )
 

@@ -10,6 +10,10 @@ bazel test //... "$@"
 # engines (gradient reducer, sharded unit) once more, under AddressSanitizer
 # and UndefinedBehaviorSanitizer.
 bazel test --config=asan //capi/... //cc/core/... //cc/comm/... //cc/parallel/... "$@"
+# libFuzzer targets (clang-14): the store's request handling, the tensor
+# argument checks and the C ABI, 20 s each (tools/fuzz/run_fuzzers.sh N for
+# longer runs).
+tools/fuzz/run_fuzzers.sh 20
 # The GPU paths built without Bazel, as on a GPU machine (tools/gpu_check.sh;
 # without a GPU it only builds and says so).
 tools/gpu_check.sh

@@ -1,5 +1,8 @@
 #include "cc/core/device.h"
 
+#include <cstdint>
+#include <cstring>
+
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -26,7 +29,13 @@ absl::StatusOr<Device> ParseDevice(absl::string_view text) {
 }
 
 absl::StatusOr<Device> DeviceFromDLPack(DLDevice dl) {
-  switch (dl.device_type) {
+  // A C caller may put any integer in the enum field; reading it as the enum
+  // when it is not one of DLDeviceType's values is undefined in C++, so it is
+  // read as the int it is (found by //tools/fuzz:tensor_args).
+  int32_t type;
+  static_assert(sizeof(type) == sizeof(dl.device_type));
+  std::memcpy(&type, &dl.device_type, sizeof(type));
+  switch (type) {
     case kDLCPU:
     case kDLCUDAHost:
       return Device::Cpu();
@@ -36,9 +45,9 @@ absl::StatusOr<Device> DeviceFromDLPack(DLDevice dl) {
     default:
       break;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unsupported DLPack device (type=", static_cast<int>(dl.device_type),
-      ", id=", dl.device_id, "); distkit handles cpu and cuda"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported DLPack device (type=", type,
+                   ", id=", dl.device_id, "); distkit handles cpu and cuda"));
 }
 
 DLDevice ToDLPack(Device device) {

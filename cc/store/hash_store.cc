@@ -78,7 +78,10 @@ absl::StatusOr<int64_t> HashStore::Add(absl::string_view key, int64_t delta) {
     return absl::InvalidArgumentError(absl::StrCat(
         "store: add on key \"", key, "\" whose value is not an integer"));
   }
-  value += delta;
+  if (__builtin_add_overflow(value, delta, &value)) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "store: add of ", delta, " to key \"", key, "\" overflows int64"));
+  }
   map_[key] = absl::StrCat(value);
   return value;
 }
