@@ -14,11 +14,17 @@
 
 namespace distkit {
 
+class FlightRecorder;  // cc/group/flight_recorder.h
+
 struct OpContext {
   uint64_t seq = 0;        // per-group sequence number, same on every rank
   std::string op_name;     // "all_reduce"
   std::string group_name;  // "world", "world/1"
   absl::Duration timeout = absl::Minutes(30);
+  // The group's flight recorder and this operation's record in it (set
+  // while the operation runs; null in contexts made outside a group).
+  FlightRecorder* recorder = nullptr;
+  uint64_t record_id = 0;
 
   // "all_reduce #12 on group 'world'".
   std::string Describe() const;

@@ -8,6 +8,7 @@
 #include "cc/core/data_type.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
+#include "cc/group/flight_recorder.h"
 
 namespace distkit {
 namespace {
@@ -102,6 +103,9 @@ absl::Status CollectiveContract::AsyncError() const {
 absl::Status CollectiveContract::Agree(const OpContext& ctx,
                                        const OpSignature& mine,
                                        InlinePayload payload) {
+  if (ctx.recorder != nullptr) {
+    ctx.recorder->Describe(ctx.record_id, mine.Describe());
+  }
   DK_RETURN_IF_ERROR(backend_->ExchangeSignatures(ctx, mine, payload,
                                                   absl::MakeSpan(signatures_)));
   return CheckAgreement(ctx, signatures_);
@@ -264,6 +268,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CollectiveContract::Split(
 absl::Status CollectiveContract::Send(const OpContext& ctx, TensorRef data,
                                       int dst, int tag) {
   P2PHeader header{static_cast<int32_t>(data.dtype()), tag, data.numel()};
+  if (ctx.recorder != nullptr) {
+    ctx.recorder->Describe(ctx.record_id,
+                           absl::StrCat("send #", ctx.seq, " to rank ", dst,
+                                        " tag ", tag, " ", data.DebugString()));
+  }
   DK_RETURN_IF_ERROR(
       backend_->Send(ctx, HostBytes(&header, sizeof(header)), dst, tag));
   if (data.nbytes() == 0) return absl::OkStatus();
@@ -273,6 +282,11 @@ absl::Status CollectiveContract::Send(const OpContext& ctx, TensorRef data,
 absl::Status CollectiveContract::Recv(const OpContext& ctx, TensorRef data,
                                       int src, int tag) {
   P2PHeader header{};
+  if (ctx.recorder != nullptr) {
+    ctx.recorder->Describe(ctx.record_id,
+                           absl::StrCat("recv #", ctx.seq, " from rank ", src,
+                                        " tag ", tag, " ", data.DebugString()));
+  }
   DK_RETURN_IF_ERROR(
       backend_->Recv(ctx, HostBytes(&header, sizeof(header)), src, tag));
   absl::StatusOr<DataType> sent = DataTypeFromInt(header.dtype);

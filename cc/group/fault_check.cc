@@ -32,6 +32,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -192,6 +194,19 @@ int main(int argc, char** argv) {
         "names the late rank");
     Check(took >= absl::Milliseconds(1800) && took < absl::Seconds(8),
           "bounded by timeout");
+    // The flight recorder wrote what this rank was doing (distrun sets
+    // DISTKIT_TRACE_DIR and summarizes the files of a failed job).
+    if (const char* dir = getenv("DISTKIT_TRACE_DIR")) {
+      std::ifstream f(absl::StrCat(dir, "/world.rank", rank, ".trace"));
+      std::stringstream text;
+      text << f.rdbuf();
+      Check(absl::StrContains(text.str(),
+                              "seq=2 kind=collective op=all_reduce "
+                              "state=failed") &&
+                absl::StrContains(text.str(),
+                                  "call=\"all_reduce #2 float32 x4 op=sum\""),
+            "the flight record holds the timed-out all_reduce: " + text.str());
+    }
   } else if (mode == "dead_peer") {
     Check(st.code() == absl::StatusCode::kUnavailable, "UNAVAILABLE");
     Check(absl::StrContains(msg, "all_reduce #2 on group 'world'"),

@@ -41,7 +41,8 @@ ProcessGroup::ProcessGroup(std::string name, std::shared_ptr<Store> store,
       global_ranks_(std::move(global_ranks)),
       global_rank_(global_rank),
       rank_(IndexOf(global_ranks_, global_rank)),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      recorder_(std::make_unique<FlightRecorder>(name_, global_rank)) {}
 
 ProcessGroup::~ProcessGroup() {
   // Destroy is bounded: whatever is still running (only possible when no
@@ -54,6 +55,7 @@ ProcessGroup::~ProcessGroup() {
     busy = in_flight_ > 0 || !p2p_lanes_.empty();
   }
   if (busy && contract_ != nullptr) contract_->Abort(name_);
+  recorder_->WriteTimeline();
 }
 
 absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::CreateWorld(
@@ -198,7 +200,9 @@ absl::Status ProcessGroup::AsyncError() const {
 }
 
 void ProcessGroup::Abort() {
-  if (contract_ != nullptr) contract_->Abort(name_);
+  if (contract_ == nullptr) return;
+  contract_->Abort(name_);
+  recorder_->Dump(absl::StrCat("group '", name_, "' was aborted"));
 }
 
 std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
@@ -245,12 +249,24 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
 
 absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body) {
   DK_RETURN_IF_ERROR(contract_->Usable(ctx));
-  absl::Status status = body(ctx);
+  OpContext recorded = ctx;
+  recorded.recorder = recorder_.get();
+  recorded.record_id =
+      recorder_->Begin(ctx, ctx.op_name == "send" || ctx.op_name == "recv");
+  absl::Status status = body(recorded);
   if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     status = absl::DeadlineExceededError(
         absl::StrCat(status.message(), DiagnoseLateRanks(ctx)));
   }
-  return contract_->Record(std::move(status));
+  recorder_->End(recorded.record_id, status);
+  status = contract_->Record(std::move(status));
+  // A failure that poisons the group: every rank writes what it was doing,
+  // so the launcher can say who never reached this operation.
+  if (!contract_->AsyncError().ok() && !absl::IsFailedPrecondition(status) &&
+      !status.ok()) {
+    recorder_->Dump(status.message());
+  }
+  return status;
 }
 
 OpQueue& ProcessGroup::QueueFor(const char* op_name, int peer) {

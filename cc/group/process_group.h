@@ -47,6 +47,7 @@
 #include "cc/core/reduce_op.h"
 #include "cc/core/tensor_ref.h"
 #include "cc/group/collective_contract.h"
+#include "cc/group/flight_recorder.h"
 #include "cc/group/op_queue.h"
 #include "cc/store/store.h"
 
@@ -222,6 +223,8 @@ class ProcessGroup {
   absl::Mutex mu_;
   std::map<std::pair<int, bool>, std::unique_ptr<OpQueue>> p2p_lanes_
       ABSL_GUARDED_BY(mu_);
+  // The last operations of this group on this rank (flight_recorder.h).
+  std::unique_ptr<FlightRecorder> recorder_;
   // The thread that issued the collectives in flight, and how many there are.
   std::thread::id issuer_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;

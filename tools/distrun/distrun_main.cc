@@ -1,12 +1,16 @@
 // distrun: distkit's launcher. See distrun_options.h for the command line and
 // rank_supervisor.h for how ranks are watched.
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -14,9 +18,27 @@
 #include "cc/store/store_server.h"
 #include "tools/distrun/distrun_options.h"
 #include "tools/distrun/rank_supervisor.h"
+#include "tools/distrun/trace_summary.h"
 
 namespace distkit {
 namespace {
+
+std::string TempDir() {
+  const char* t = std::getenv("TMPDIR");
+  return t != nullptr && *t ? t : "/tmp";
+}
+
+// The run's own trace directory: flat, files only.
+void RemoveTree(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") unlink((dir + "/" + name).c_str());
+    }
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
 
 // 128 random bits as hex: the job token every rank presents to the store.
 std::string RandomToken() {
@@ -68,6 +90,20 @@ int Main(int argc, char** argv) {
     port = server->port();
   }
 
+  // Where the ranks' flight records go on a failure (DISTKIT_TRACE_DIR):
+  // the user's choice, else <log-dir>/trace, else a directory of this run
+  // that is removed afterwards. Read back for one cross-rank summary.
+  std::string trace_dir = env.Get("DISTKIT_TRACE_DIR").value_or("");
+  bool own_trace_dir = false;
+  if (trace_dir.empty()) {
+    trace_dir = o.log_dir.empty()
+                    ? absl::StrCat(TempDir(), "/distrun-trace-", getpid())
+                    : absl::StrCat(o.log_dir, "/trace");
+    own_trace_dir = o.log_dir.empty();
+    mkdir(o.log_dir.empty() ? trace_dir.c_str() : o.log_dir.c_str(), 0755);
+    mkdir(trace_dir.c_str(), 0755);
+  }
+
   const int world_size = o.nnodes * o.nproc_per_node;
   std::vector<RankProcess> ranks;
   for (int local = 0; local < o.nproc_per_node; ++local) {
@@ -83,6 +119,7 @@ int Main(int argc, char** argv) {
     rank_env.Set("MASTER_PORT", absl::StrCat(port));
     rank_env.Set("DISTKIT_STORE", absl::StrCat(o.master_addr, ":", port));
     rank_env.Set("DISTKIT_TOKEN", token);
+    rank_env.Set("DISTKIT_TRACE_DIR", trace_dir);
     // As torchrun does: several ranks per node should not each start one
     // OpenMP thread per core. Python output should reach the log promptly.
     if (!env.Has("OMP_NUM_THREADS") && o.nproc_per_node > 1) {
@@ -103,6 +140,12 @@ int Main(int argc, char** argv) {
   so.log_dir = o.log_dir;
   const int code = SuperviseRanks(ranks, so);
   if (server != nullptr) server->Shutdown();
+  if (code != 0) std::cerr << SummarizeTraces(trace_dir);
+  if (own_trace_dir) RemoveTree(trace_dir);
+  if (std::optional<std::string> prefix = env.Get("DISTKIT_TIMELINE")) {
+    const std::string merged = MergeTimelines(*prefix);
+    if (!merged.empty()) std::cerr << "distrun: timeline in " << merged << "\n";
+  }
   return code;
 }
 

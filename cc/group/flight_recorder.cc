@@ -1,0 +1,153 @@
+#include "cc/group/flight_recorder.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+
+namespace distkit {
+namespace {
+
+size_t Capacity() {
+  const char* env = std::getenv("DISTKIT_FLIGHT_RECORDER_SIZE");
+  size_t n = 256;
+  if (env != nullptr && !absl::SimpleAtoi(env, &n)) n = 256;
+  return n == 0 ? 1 : n;
+}
+
+// Group names hold '/' ("world/1"); file names cannot.
+std::string FileSafe(absl::string_view group) {
+  return absl::StrReplaceAll(group, {{"/", "."}});
+}
+
+std::string JsonEscape(absl::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += ' ';
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+FlightRecorder::FlightRecorder(std::string group, int global_rank)
+    : group_(std::move(group)), rank_(global_rank), ring_(Capacity()) {}
+
+uint64_t FlightRecorder::Begin(const OpContext& ctx, bool point_to_point) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = ++next_id_;
+  Entry& e = ring_[id % ring_.size()];
+  e = Entry();
+  e.id = id;
+  e.seq = ctx.seq;
+  e.p2p = point_to_point;
+  e.op = ctx.op_name;
+  e.start = absl::Now();
+  return id;
+}
+
+void FlightRecorder::Describe(uint64_t id, std::string call) {
+  absl::MutexLock lock(&mu_);
+  Entry& e = ring_[id % ring_.size()];
+  if (e.id == id) e.call = std::move(call);
+}
+
+void FlightRecorder::End(uint64_t id, const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  Entry& e = ring_[id % ring_.size()];
+  if (e.id != id) return;
+  e.end = absl::Now();
+  e.state = status.ok() ? Entry::kDone : Entry::kFailed;
+  if (!status.ok()) e.error = std::string(status.message());
+}
+
+std::string FlightRecorder::Text() const {
+  absl::MutexLock lock(&mu_);
+  std::string out;
+  const uint64_t first =
+      next_id_ >= ring_.size() ? next_id_ - ring_.size() + 1 : 1;
+  for (uint64_t id = first; id <= next_id_; ++id) {
+    const Entry& e = ring_[id % ring_.size()];
+    if (e.id != id) continue;
+    static constexpr const char* kState[] = {"running", "done", "failed"};
+    absl::StrAppend(
+        &out, "group=", group_, " rank=", rank_, " seq=", e.seq,
+        " kind=", e.p2p ? "p2p" : "collective", " op=", e.op,
+        " state=", kState[e.state], " start_us=", absl::ToUnixMicros(e.start),
+        " end_us=",
+        e.state == Entry::kRunning ? int64_t{0} : absl::ToUnixMicros(e.end),
+        " call=\"", e.call, "\"");
+    if (!e.error.empty()) absl::StrAppend(&out, " error=\"", e.error, "\"");
+    out += "\n";
+  }
+  return out;
+}
+
+std::string FlightRecorder::ChromeTrace() const {
+  absl::MutexLock lock(&mu_);
+  std::string out = "{\"traceEvents\":[";
+  bool first_event = true;
+  const absl::Time now = absl::Now();
+  for (const Entry& e : ring_) {
+    if (e.id == 0) continue;
+    const absl::Time end = e.state == Entry::kRunning ? now : e.end;
+    absl::StrAppend(&out, first_event ? "" : ",", "{\"name\":\"",
+                    JsonEscape(e.call.empty() ? e.op : e.call), "\",\"cat\":\"",
+                    e.p2p ? "p2p" : "collective",
+                    "\",\"ph\":\"X\",\"ts\":", absl::ToUnixMicros(e.start),
+                    ",\"dur\":", absl::ToInt64Microseconds(end - e.start),
+                    ",\"pid\":", rank_, ",\"tid\":\"", JsonEscape(group_),
+                    "\",\"args\":{\"seq\":", e.seq, ",\"state\":\"",
+                    e.state == Entry::kRunning
+                        ? "running"
+                        : (e.state == Entry::kDone ? "done" : "failed"),
+                    "\"}}");
+    first_event = false;
+  }
+  out += "]}\n";
+  return out;
+}
+
+std::string FlightRecorder::Dump(absl::string_view reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (dumped_) return "";
+    dumped_ = true;
+  }
+  const std::string text = Text();
+  std::string where = "stderr";
+  const char* dir = std::getenv("DISTKIT_TRACE_DIR");
+  if (dir != nullptr && *dir) {
+    where = absl::StrCat(dir, "/", FileSafe(group_), ".rank", rank_, ".trace");
+    std::ofstream f(where, std::ios::trunc);
+    f << "# " << reason << "\n" << text;
+    if (!f) where = "stderr";
+  }
+  if (where == "stderr") {
+    fprintf(stderr, "distkit flight recorder, group '%s', rank %d (%.*s):\n%s",
+            group_.c_str(), rank_, static_cast<int>(reason.size()),
+            reason.data(), text.c_str());
+  }
+  WriteTimeline();
+  return where;
+}
+
+void FlightRecorder::WriteTimeline() const {
+  const char* prefix = std::getenv("DISTKIT_TIMELINE");
+  if (prefix == nullptr || *prefix == '\0') return;
+  std::ofstream f(
+      absl::StrCat(prefix, ".", FileSafe(group_), ".rank", rank_, ".json"),
+      std::ios::trunc);
+  f << ChromeTrace();
+}
+
+}  // namespace distkit
