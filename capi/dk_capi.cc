@@ -24,6 +24,7 @@
 #include "cc/dist_api/object_collectives.h"
 #include "cc/dist_api/parallel_state.h"
 #include "cc/group/process_group.h"
+#include "cc/group/shrink.h"
 #include "cc/parallel/flat_shard.h"
 #include "cc/parallel/grad_reducer.h"
 #include "cc/store/grpc_store.h"
@@ -807,6 +808,24 @@ void dk_group_destroy(dk_group_t* group) {
 void dk_group_abort(dk_group_t* group) {
   absl::StatusOr<std::shared_ptr<ProcessGroup>> g = GroupOf(group);
   if (g.ok()) (*g)->Abort();
+}
+
+dk_status_t dk_group_shrink(dk_group_t* group, int64_t settle_ms,
+                            dk_group_t** out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    const absl::Duration settle =
+        settle_ms < 0 ? absl::Seconds(5) : absl::Milliseconds(settle_ms);
+    std::shared_ptr<ProcessGroup> shrunk;
+    if (group == nullptr) {
+      DK_ASSIGN_OR_RETURN(shrunk, distkit::dist::ShrinkDefaultGroup(settle));
+    } else {
+      DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+      DK_ASSIGN_OR_RETURN(shrunk, distkit::ShrinkGroup(*g, settle));
+    }
+    *out = new dk_group{std::move(shrunk)};
+    return absl::OkStatus();
+  });
 }
 
 dk_status_t dk_group_async_error(const dk_group_t* group, dk_error_t** err) {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 )
 
 // ReduceOp is a reduction (mmengine's names). Mean on integers truncates
@@ -87,6 +88,25 @@ func (g *Group) NewGroup(ranks []int) (*Group, error) {
 	var out *C.dk_group_t
 	var cerr *C.dk_error_t
 	if err := check(C.dk_group_new(g.ptr, p, C.size_t(len(rs)), &out, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	sub := &Group{ptr: out}
+	if g.store != nil {
+		g.store.acquire()
+		sub.store = g.store
+	}
+	return sub, nil
+}
+
+// Shrink is recovery without restarting: every survivor of a failure calls
+// it on the failed group. It waits up to settle for every member to report
+// alive, agrees on the survivors through the store and returns a group of
+// them (ranks renumbered in the old order) to go on at the smaller size.
+// Gloo groups only.
+func (g *Group) Shrink(settle time.Duration) (*Group, error) {
+	var out *C.dk_group_t
+	var cerr *C.dk_error_t
+	if err := check(C.dk_group_shrink(g.ptr, C.int64_t(settle.Milliseconds()), &out, &cerr), cerr); err != nil {
 		return nil, err
 	}
 	sub := &Group{ptr: out}

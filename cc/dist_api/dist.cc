@@ -16,6 +16,7 @@
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
 #include "cc/dist_api/object_collectives.h"
+#include "cc/group/shrink.h"
 #include "cc/store/call_deadline.h"
 #include "cc/store/grpc_store.h"
 #include "cc/store/hash_store.h"
@@ -187,6 +188,27 @@ void DestroyDist() {
     server = std::move(s.server);
     s.store.reset();
   }
+}
+
+absl::StatusOr<std::shared_ptr<ProcessGroup>> ShrinkDefaultGroup(
+    absl::Duration settle) {
+  State& s = GetState();
+  std::shared_ptr<ProcessGroup> world;
+  {
+    absl::MutexLock lock(&s.mu);
+    world = s.world;
+  }
+  if (world == nullptr) {
+    return absl::FailedPreconditionError(
+        "shrink: not initialized; call init_dist first");
+  }
+  DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> shrunk,
+                      ShrinkGroup(*world, settle));
+  absl::MutexLock lock(&s.mu);
+  s.world = shrunk;
+  s.local.reset();
+  s.local_from_launcher = false;
+  return shrunk;
 }
 
 bool IsDistributed() { return GetDefaultGroup() != nullptr; }

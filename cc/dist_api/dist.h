@@ -51,6 +51,13 @@ absl::Status InitDistWithStore(std::shared_ptr<Store> store, int rank, int size,
 // Leaves: drops the default and local groups and the store (local call).
 void DestroyDist();
 
+// Recovery without restarting: every survivor of a failure calls it; the
+// default group is replaced by one of the survivors (cc/group/shrink.h),
+// which it also returns. The node-local group is dropped (it may hold the
+// failed rank); init_local_group can make it again.
+absl::StatusOr<std::shared_ptr<ProcessGroup>> ShrinkDefaultGroup(
+    absl::Duration settle);
+
 bool IsDistributed();
 
 // cuda:<local rank> when this build has CUDA and the machine a usable GPU,

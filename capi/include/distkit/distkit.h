@@ -337,6 +337,18 @@ DK_EXPORT void dk_group_destroy(dk_group_t* group);
  * call fail. */
 DK_EXPORT void dk_group_abort(dk_group_t* group);
 
+/* Collective over the survivors (ABI 0.3): after a failure poisoned `group`
+ * (NULL: the default group), every surviving member calls it. It aborts the
+ * group here, waits until every member has reported alive or `settle_ms`
+ * passed (< 0: 5000), agrees on the survivors through the store, and gives
+ * them a new group of their own (*out, owned; ranks renumbered 0..n-1 in the
+ * old order) to go on training at the smaller size. With NULL the result
+ * also becomes the default group. A rank that reports after the others
+ * agreed gets DK_FAILED_PRECONDITION naming them. Gloo groups only
+ * (DK_UNIMPLEMENTED otherwise). */
+DK_EXPORT dk_status_t dk_group_shrink(dk_group_t* group, int64_t settle_ms,
+                                      dk_group_t** out, dk_error_t** err);
+
 /* Local, non-blocking. DK_OK, or the error that poisoned the group. */
 DK_EXPORT dk_status_t dk_group_async_error(const dk_group_t* group,
                                            dk_error_t** err);

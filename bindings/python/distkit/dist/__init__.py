@@ -25,7 +25,7 @@ from .groups import (ProcessGroup, barrier, destroy, get_backend, get_default_gr
                      get_dist_info, get_global_rank, get_group_rank, get_local_group,
                      get_local_rank, get_local_size, get_rank, get_world_size, infer_launcher,
                      init_dist, init_local_group, is_distributed, is_main_process, master_only,
-                     new_group)
+                     new_group, shrink_group)
 from .objects import all_gather_bytes, all_gather_object, broadcast_object_list, gather_object
 from .results import collect_results, collect_results_cpu, collect_results_gpu
 from .work import Work
@@ -39,5 +39,5 @@ __all__ = [
     "get_global_rank", "get_group_rank",
     "get_local_group", "get_local_rank", "get_local_size", "get_rank", "get_world_size",
     "infer_launcher", "init_dist", "init_local_group", "is_distributed", "is_main_process",
-    "master_only", "new_group", "reduce", "sync_random_seed",
+    "master_only", "new_group", "reduce", "shrink_group", "sync_random_seed",
 ]

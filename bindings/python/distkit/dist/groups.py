@@ -302,6 +302,24 @@ def new_group(ranks, group: Optional[ProcessGroup] = None) -> ProcessGroup:
     return ProcessGroup(out)
 
 
+def shrink_group(group: Optional[ProcessGroup] = None, settle: float = 5.0) -> ProcessGroup:
+    """Recovery without restarting: every survivor of a failure calls it on
+    the failed ``group`` (default: the default group, which the result then
+    replaces). Returns a group of the survivors, ranks renumbered in the old
+    order, to go on at the smaller size. ``settle``: seconds to wait for
+    every member to report alive. Raises when this rank reported after the
+    others agreed."""
+    global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER
+    out = ctypes.c_void_p()
+    check(lib.dk_group_shrink, handle_of(group), int(settle * 1000), ctypes.byref(out))
+    shrunk = ProcessGroup(out)
+    if group is None:
+        _default_group = shrunk  # the library's default group is this one now
+        _LOCAL_PROCESS_GROUP = None
+        _LOCAL_FROM_LAUNCHER = False
+    return shrunk
+
+
 # ---- the node-local group --------------------------------------------------------
 
 

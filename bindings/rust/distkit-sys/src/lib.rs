@@ -363,6 +363,12 @@ extern "C" {
     ) -> dk_status_t;
     pub fn dk_group_destroy(group: *mut dk_group_t);
     pub fn dk_group_abort(group: *mut dk_group_t);
+    pub fn dk_group_shrink(
+        group: *mut dk_group_t,
+        settle_ms: i64,
+        out: *mut *mut dk_group_t,
+        err: ErrOut,
+    ) -> dk_status_t;
     pub fn dk_group_async_error(group: *const dk_group_t, err: ErrOut) -> dk_status_t;
 
     pub fn dk_work_test(

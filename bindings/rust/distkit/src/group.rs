@@ -130,6 +130,17 @@ impl Group {
         Ok(Group::from_raw(out, self._store.clone()))
     }
 
+    /// Recovery without restarting: every survivor of a failure calls it on
+    /// the failed group. Waits up to `settle` for every member to report
+    /// alive, agrees on the survivors through the store and returns a group
+    /// of them (ranks renumbered in the old order). Gloo groups only.
+    pub fn shrink(&self, settle: std::time::Duration) -> Result<Group> {
+        let mut out = std::ptr::null_mut();
+        let settle_ms = i64::try_from(settle.as_millis()).unwrap_or(i64::MAX);
+        call(|err| unsafe { sys::dk_group_shrink(self.ptr, settle_ms, &mut out, err) })?;
+        Ok(Group::from_raw(out, self._store.clone()))
+    }
+
     fn sync(&self, f: impl FnOnce(*mut sys::dk_group_t, sys::ErrOut) -> sys::dk_status_t) -> Result<()> {
         call(|err| f(self.ptr, err))
     }
