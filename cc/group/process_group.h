@@ -213,21 +213,25 @@ class ProcessGroup {
   const int global_rank_;
   const int rank_;
   GroupOptions options_;
+  // The last operations of this group on this rank (flight_recorder.h).
+  std::unique_ptr<FlightRecorder> recorder_;
   // The backend under the contract every backend keeps; null off-member.
   std::unique_ptr<CollectiveContract> contract_;
-  OpQueue queue_;
   std::atomic<uint64_t> next_seq_{0};      // collectives
   std::atomic<uint64_t> next_p2p_seq_{0};  // sends and receives
   int next_child_ = 0;  // NewGroup counter; NewGroup is collective
 
   absl::Mutex mu_;
-  std::map<std::pair<int, bool>, std::unique_ptr<OpQueue>> p2p_lanes_
-      ABSL_GUARDED_BY(mu_);
-  // The last operations of this group on this rank (flight_recorder.h).
-  std::unique_ptr<FlightRecorder> recorder_;
   // The thread that issued the collectives in flight, and how many there are.
   std::thread::id issuer_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Declared last, so destroyed first: their workers are joined while
+  // everything a running operation touches (contract, recorder, mutex) is
+  // still alive.
+  OpQueue queue_;
+  std::map<std::pair<int, bool>, std::unique_ptr<OpQueue>> p2p_lanes_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace distkit
