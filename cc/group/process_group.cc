@@ -18,6 +18,8 @@ namespace {
 // How long a timed-out rank waits for the others to report whether they
 // joined the same operation.
 constexpr absl::Duration kDiagnosisWindow = absl::Seconds(2);
+// What the store calls of that diagnosis may take beyond the window.
+constexpr absl::Duration kDiagnosisMargin = absl::Seconds(1);
 
 // Position of `value` in `v`, or -1.
 int IndexOf(const std::vector<int>& v, int value) {
@@ -210,7 +212,10 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
   // frozen or gone must not stretch a timed-out collective by the store's
   // own timeout per call, and an answer we do not get is "unknown", never
   // "missing".
-  ScopedStoreDeadline budget(absl::Now() + kDiagnosisWindow);
+  // Polling for late ranks stops at the window; the calls get a margin past
+  // it so that the last poll's answer still arrives under load.
+  const absl::Time stop_polling = absl::Now() + kDiagnosisWindow;
+  ScopedStoreDeadline budget(stop_polling + kDiagnosisMargin);
   const std::string prefix = absl::StrCat("diag/", ctx.seq, "/");
   absl::Status reported = store_->Set(absl::StrCat(prefix, rank_), ctx.op_name);
   std::vector<int> joined, missing;
@@ -226,8 +231,7 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
       }
       (*present ? joined : missing).push_back(r);
     }
-    if (!unanswered.ok() || missing.empty() ||
-        absl::Now() + absl::Milliseconds(100) > StoreCallDeadline()) {
+    if (!unanswered.ok() || missing.empty() || absl::Now() >= stop_polling) {
       break;
     }
     absl::SleepFor(absl::Milliseconds(100));
@@ -235,8 +239,8 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
   if (!unanswered.ok()) {
     return absl::StrCat(
         "; which ranks are late is unknown: the store did not answer within ",
-        absl::FormatDuration(kDiagnosisWindow), " (", unanswered.message(),
-        ")");
+        absl::FormatDuration(kDiagnosisWindow + kDiagnosisMargin), " (",
+        unanswered.message(), ")");
   }
   if (missing.empty()) {
     return "; every rank reached this operation (a peer may be slow or stuck "
