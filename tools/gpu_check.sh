@@ -21,7 +21,8 @@ sources=(
   cc/comm/backend.cc cc/comm/backend_registry.cc cc/comm/reduce_kernels.cc
   cc/comm/op_context.cc cc/comm/op_signature.cc
   cc/comm/nccl/nccl_backend.cc cc/group/collective_contract.cc
-  cc/store/store.cc cc/store/hash_store.cc
+  cc/group/flight_recorder.cc
+  cc/store/store.cc cc/store/hash_store.cc cc/store/call_deadline.cc
   tools/gpu_check.cc
 )
 echo "gpu_check.sh: compiling ${#sources[@]} files with $(g++ --version | head -1)"
