@@ -90,12 +90,17 @@ func (g *Group) NewGroup(ranks []int) (*Group, error) {
 	if err := check(C.dk_group_new(g.ptr, p, C.size_t(len(rs)), &out, &cerr), cerr); err != nil {
 		return nil, err
 	}
+	return g.child(out), nil
+}
+
+// child wraps a group made from g; it shares (and keeps alive) g's store.
+func (g *Group) child(out *C.dk_group_t) *Group {
 	sub := &Group{ptr: out}
 	if g.store != nil {
 		g.store.acquire()
 		sub.store = g.store
 	}
-	return sub, nil
+	return sub
 }
 
 // Shrink is recovery without restarting: every survivor of a failure calls
@@ -109,12 +114,7 @@ func (g *Group) Shrink(settle time.Duration) (*Group, error) {
 	if err := check(C.dk_group_shrink(g.ptr, C.int64_t(settle.Milliseconds()), &out, &cerr), cerr); err != nil {
 		return nil, err
 	}
-	sub := &Group{ptr: out}
-	if g.store != nil {
-		g.store.acquire()
-		sub.store = g.store
-	}
-	return sub, nil
+	return g.child(out), nil
 }
 
 // run calls one collective: synchronously when work is nil, else it starts

@@ -104,7 +104,7 @@ absl::Status CollectiveContract::Agree(const OpContext& ctx,
                                        const OpSignature& mine,
                                        InlinePayload payload) {
   if (ctx.recorder != nullptr) {
-    ctx.recorder->Describe(ctx.record_id, mine.Describe());
+    ctx.recorder->Describe(ctx.record_id, mine);
   }
   DK_RETURN_IF_ERROR(backend_->ExchangeSignatures(ctx, mine, payload,
                                                   absl::MakeSpan(signatures_)));

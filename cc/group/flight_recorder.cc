@@ -55,6 +55,14 @@ uint64_t FlightRecorder::Begin(const OpContext& ctx, bool point_to_point) {
   return id;
 }
 
+void FlightRecorder::Describe(uint64_t id, const OpSignature& signature) {
+  absl::MutexLock lock(&mu_);
+  Entry& e = ring_[id % ring_.size()];
+  if (e.id != id) return;
+  e.signature = signature;
+  e.has_signature = true;
+}
+
 void FlightRecorder::Describe(uint64_t id, std::string call) {
   absl::MutexLock lock(&mu_);
   Entry& e = ring_[id % ring_.size()];
@@ -85,7 +93,7 @@ std::string FlightRecorder::Text() const {
         " state=", kState[e.state], " start_us=", absl::ToUnixMicros(e.start),
         " end_us=",
         e.state == Entry::kRunning ? int64_t{0} : absl::ToUnixMicros(e.end),
-        " call=\"", e.call, "\"");
+        " call=\"", e.Call(), "\"");
     if (!e.error.empty()) absl::StrAppend(&out, " error=\"", e.error, "\"");
     out += "\n";
   }
@@ -101,8 +109,8 @@ std::string FlightRecorder::ChromeTrace() const {
     if (e.id == 0) continue;
     const absl::Time end = e.state == Entry::kRunning ? now : e.end;
     absl::StrAppend(&out, first_event ? "" : ",", "{\"name\":\"",
-                    JsonEscape(e.call.empty() ? e.op : e.call), "\",\"cat\":\"",
-                    e.p2p ? "p2p" : "collective",
+                    JsonEscape(e.Call().empty() ? e.op : e.Call()),
+                    "\",\"cat\":\"", e.p2p ? "p2p" : "collective",
                     "\",\"ph\":\"X\",\"ts\":", absl::ToUnixMicros(e.start),
                     ",\"dur\":", absl::ToInt64Microseconds(end - e.start),
                     ",\"pid\":", rank_, ",\"tid\":\"", JsonEscape(group_),

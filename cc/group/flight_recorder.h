@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "cc/comm/op_context.h"
+#include "cc/comm/op_signature.h"
 
 namespace distkit {
 
@@ -36,7 +37,10 @@ class FlightRecorder {
 
   // An operation starts (on the thread that runs it); returns its id.
   uint64_t Begin(const OpContext& ctx, bool point_to_point);
-  // What this rank called, e.g. the agreed signature's description.
+  // What this rank called: the signature it agreed with (kept as is and
+  // formatted only when the record is written: this runs on every
+  // collective), or a description (sends and receives).
+  void Describe(uint64_t id, const OpSignature& signature);
   void Describe(uint64_t id, std::string call);
   void End(uint64_t id, const absl::Status& status);
 
@@ -53,11 +57,16 @@ class FlightRecorder {
 
  private:
   struct Entry {
+    std::string Call() const {
+      return has_signature ? signature.Describe() : call;
+    }
     uint64_t id = 0;
     uint64_t seq = 0;
     bool p2p = false;
     std::string op;
     std::string call;
+    OpSignature signature;
+    bool has_signature = false;
     absl::Time start, end;
     enum State { kRunning, kDone, kFailed } state = kRunning;
     std::string error;
