@@ -15,6 +15,7 @@
 #include "cc/comm/backend_registry.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
+#include "cc/dist_api/job_watch.h"
 #include "cc/dist_api/object_collectives.h"
 #include "cc/group/shrink.h"
 #include "cc/store/call_deadline.h"
@@ -36,6 +37,9 @@ struct State {
   bool local_from_launcher = false;  // InitLocalGroupFromLauncher made it
   int local_rank = 0;
   int worlds_joined = 0;  // keys each world's rendezvous apart
+  int world_size = 1;
+  bool remote_store = false;  // another process hosts `store`
+  std::unique_ptr<JobWatch> watch;  // the launcher's and the store's liveness
 };
 
 State& GetState() {
@@ -103,7 +107,36 @@ absl::Status Join(std::shared_ptr<Store> store,
   s.store = std::move(store);
   s.server = std::move(server);
   s.local_rank = local_rank;
+  s.world_size = size;
   return absl::OkStatus();
+}
+
+// What a JobWatch does before it stops this rank: every default group's
+// waits end, with the reason.
+void AbortForLostJob(const absl::Status&) {
+  State& s = GetState();
+  std::shared_ptr<ProcessGroup> world, local;
+  {
+    absl::MutexLock lock(&s.mu);
+    world = s.world;
+    local = s.local;
+  }
+  if (local != nullptr) local->Abort();
+  if (world != nullptr) world->Abort();
+}
+
+// Watches the launcher and, when another process hosts it, the store, for
+// as long as this world lives (job_watch.h).
+void StartJobWatch(std::shared_ptr<Store> remote_store,
+                   const std::string& store_address) {
+  JobWatch::Options options =
+      JobWatch::FromEnvironment(remote_store, store_address);
+  options.on_lost = AbortForLostJob;
+  std::unique_ptr<JobWatch> watch = JobWatch::Start(std::move(options));
+  State& s = GetState();
+  absl::MutexLock lock(&s.mu);
+  s.remote_store = remote_store != nullptr;
+  s.watch = std::move(watch);
 }
 
 // Every dk_init makes the node-local group where the launcher's layout
@@ -140,6 +173,7 @@ absl::Status InitDist(absl::string_view launcher_name,
       DK_RETURN_IF_ERROR(Join(std::make_shared<HashStore>(), nullptr,
                               placement.rank, placement.world_size, options, "",
                               placement.local_rank));
+      StartJobWatch(nullptr, "");
       return LocalGroupAfterJoin();
     }
   }
@@ -163,10 +197,13 @@ absl::Status InitDist(absl::string_view launcher_name,
     return Annotate(store.status(),
                     absl::StrCat("init_dist: rank ", info.rank));
   }
-  DK_RETURN_IF_ERROR(Join(std::shared_ptr<Store>(*std::move(store)),
-                          std::move(server), info.rank, info.world_size,
-                          options, GlooHostname(info.store_address),
-                          info.local_rank));
+  std::shared_ptr<Store> job_store(*std::move(store));
+  const bool remote = server == nullptr;
+  DK_RETURN_IF_ERROR(Join(job_store, std::move(server), info.rank,
+                          info.world_size, options,
+                          GlooHostname(info.store_address), info.local_rank));
+  StartJobWatch(remote && info.world_size > 1 ? job_store : nullptr,
+                info.store_address);
   return LocalGroupAfterJoin();
 }
 
@@ -181,12 +218,29 @@ void DestroyDist() {
   State& s = GetState();
   std::shared_ptr<ProcessGroup> world, local;
   std::unique_ptr<StoreServer> server;
+  std::unique_ptr<JobWatch> watch;
+  std::shared_ptr<Store> store;
+  bool remote_store = false;
+  int world_size = 1;
   {
     absl::MutexLock lock(&s.mu);
     world = std::move(s.world);
     local = std::move(s.local);
     server = std::move(s.server);
-    s.store.reset();
+    store = std::move(s.store);
+    watch = std::move(s.watch);
+    remote_store = s.remote_store;
+    world_size = s.world_size;
+    s.remote_store = false;
+  }
+  // Leaving normally: the store's host tells the others it closes, the
+  // others count themselves out, so no watch takes this for a lost job.
+  const bool host_closed = watch != nullptr && watch->store_closing();
+  watch.reset();
+  if (server != nullptr) {
+    AnnounceStoreClosing(server->state(), world_size - 1);
+  } else if (remote_store && !host_closed && store != nullptr) {
+    CountRankLeft(*store);
   }
 }
 

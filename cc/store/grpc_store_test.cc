@@ -208,19 +208,24 @@ TEST_F(GrpcStoreTest, OversizedRequestIsRefusedBeforeItIsSent) {
 
 TEST_F(GrpcStoreTest, ServerRefusesAnOversizedRequestFromAnyClient) {
   // A client that skips the checks (another implementation, or a hostile
-  // one without the token) is cut off by the server's own limit.
+  // one) is cut off by the server: without the token before its body is
+  // read, with it by the server's own size limit.
   auto channel = grpc::CreateChannel(server->address(),
                                      grpc::InsecureChannelCredentials());
   auto stub = store::StoreService::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.AddMetadata(store_internal::kTokenMetadataKey, "not-the-token");
   store::SetRequest req;
   req.set_key("big");
   req.set_value(std::string(size_t{8} << 20, 'x'));
-  store::SetResponse resp;
-  grpc::Status s = stub->Set(&ctx, req, &resp);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
-      << s.error_message();
+  for (const char* token : {"not-the-token", kToken}) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(store_internal::kTokenMetadataKey, token);
+    store::SetResponse resp;
+    grpc::Status s = stub->Set(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), token == kToken
+                                  ? grpc::StatusCode::RESOURCE_EXHAUSTED
+                                  : grpc::StatusCode::UNAUTHENTICATED)
+        << token << ": " << s.error_message();
+  }
   EXPECT_FALSE(*Client()->Check({"big"}));
 }
 
@@ -240,14 +245,16 @@ TEST_F(GrpcStoreTest, StoreDeadlineBoundsEveryCall) {
   EXPECT_EQ(StoreCallDeadline(), absl::InfiniteFuture());
 }
 
-// A store host that freezes (SIGSTOP) answers nothing; every call fails
-// within its deadline: the store timeout, or a shorter ScopedStoreDeadline.
-TEST(GrpcStoreFrozenHostTest, EveryCallFailsWithinItsDeadline) {
+// Starts `grpc_store_test --serve` in a child process (with `env` set there)
+// and returns its pid and the address it serves.
+std::pair<pid_t, std::string> StartStoreHost(
+    const std::vector<std::pair<std::string, std::string>>& env = {}) {
   int pipe_fds[2];
-  ASSERT_EQ(pipe(pipe_fds), 0);
+  EXPECT_EQ(pipe(pipe_fds), 0);
   pid_t host = fork();
-  ASSERT_GE(host, 0);
+  EXPECT_GE(host, 0);
   if (host == 0) {
+    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
     dup2(pipe_fds[1], 1);
     execl("/proc/self/exe", "grpc_store_test", "--serve",
           static_cast<char*>(nullptr));
@@ -256,10 +263,82 @@ TEST(GrpcStoreFrozenHostTest, EveryCallFailsWithinItsDeadline) {
   close(pipe_fds[1]);
   char line[128] = {};
   FILE* from_host = fdopen(pipe_fds[0], "r");
-  ASSERT_NE(fgets(line, sizeof(line), from_host), nullptr);
+  EXPECT_NE(fgets(line, sizeof(line), from_host), nullptr);
   fclose(from_host);
   std::string address(line);
   while (!address.empty() && address.back() == '\n') address.pop_back();
+  return {host, address};
+}
+
+// A process's peak resident memory (VmHWM), in bytes.
+int64_t PeakRssBytes(pid_t pid) {
+  FILE* f = fopen(absl::StrCat("/proc/", pid, "/status").c_str(), "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int64_t kib = -1;
+  while (fgets(line, sizeof(line), f) != nullptr) {
+    if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+  }
+  fclose(f);
+  return kib * 1024;
+}
+
+// The token is checked from the metadata before the body is read: a large
+// request with a wrong token is refused without the store host ever
+// buffering it (its peak memory grows by far less than the body), and the
+// client hears so at once instead of after uploading everything.
+TEST(GrpcStoreTokenFirstTest, WrongTokenBodyIsNeverBuffered) {
+  constexpr size_t kBody = size_t{192} << 20;
+  auto [host, address] = StartStoreHost(
+      {{"DISTKIT_STORE_MAX_REQUEST_BYTES", std::to_string(size_t{1} << 30)}});
+  auto channel =
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto stub = store::StoreService::NewStub(channel);
+  {
+    // Warm the connection, so what follows measures only the body.
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(store_internal::kTokenMetadataKey, kToken);
+    store::NumKeysRequest req;
+    store::NumKeysResponse resp;
+    ASSERT_TRUE(stub->NumKeys(&ctx, req, &resp).ok());
+  }
+  const int64_t before = PeakRssBytes(host);
+  ASSERT_GT(before, 0);
+  store::SetRequest req;
+  req.set_key("big");
+  req.set_value(std::string(kBody, 'x'));
+  for (const char* token : {"not-the-token", ""}) {
+    grpc::ClientContext ctx;
+    if (*token) ctx.AddMetadata(store_internal::kTokenMetadataKey, token);
+    store::SetResponse resp;
+    grpc::Status s = stub->Set(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << s.error_message();
+  }
+  const int64_t growth = PeakRssBytes(host) - before;
+  EXPECT_LT(growth, int64_t{32} << 20)
+      << "the store host buffered " << growth << " bytes of refused bodies";
+  // The same body with the token is stored (the host's limit is 1 GiB).
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(store_internal::kTokenMetadataKey, kToken);
+    store::SetResponse resp;
+    grpc::Status s = stub->Set(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  absl::StatusOr<std::unique_ptr<GrpcStore>> good = GrpcStore::Connect(
+      {address, kToken, absl::Seconds(30), absl::Seconds(10)});
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE(*(*good)->Check({"big"}));
+  kill(host, SIGKILL);
+  int status = 0;
+  waitpid(host, &status, 0);
+}
+
+// A store host that freezes (SIGSTOP) answers nothing; every call fails
+// within its deadline: the store timeout, or a shorter ScopedStoreDeadline.
+TEST(GrpcStoreFrozenHostTest, EveryCallFailsWithinItsDeadline) {
+  auto [host, address] = StartStoreHost();
   absl::StatusOr<std::unique_ptr<GrpcStore>> c = GrpcStore::Connect(
       {address, kToken, absl::Seconds(2), absl::Seconds(10)});
   ASSERT_TRUE(c.ok()) << c.status();

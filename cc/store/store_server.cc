@@ -17,102 +17,166 @@ namespace distkit {
 
 namespace pb = ::distkit::store;
 
-class StoreServiceImpl final : public pb::StoreService::Service {
+// Every method is served "streamed unary": the same wire format as unary
+// (one request, one response), but gRPC hands the call over with only its
+// metadata, and the request body is read by Serve() after the token checks
+// out. A request without the right token is refused before its body is
+// buffered, so it costs the store host only HTTP/2's flow-control window,
+// whatever its size.
+class StoreServiceImpl final : public pb::StoreService::StreamedUnaryService {
  public:
   explicit StoreServiceImpl(std::string token) : token_(std::move(token)) {}
 
   HashStore& state() { return state_; }
 
-  grpc::Status Set(grpc::ServerContext* ctx, const pb::SetRequest* req,
-                   pb::SetResponse*) override {
-    if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
-    return store_internal::ToGrpcStatus(state_.Set(req->key(), req->value()));
+  grpc::Status StreamedSet(
+      grpc::ServerContext* ctx,
+      grpc::ServerUnaryStreamer<pb::SetRequest, pb::SetResponse>* call)
+      override {
+    return Serve(ctx, call, [&](const pb::SetRequest& req, pb::SetResponse*) {
+      return state_.Set(req.key(), req.value());
+    });
   }
 
-  grpc::Status Add(grpc::ServerContext* ctx, const pb::AddRequest* req,
-                   pb::AddResponse* resp) override {
-    if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
-    absl::StatusOr<int64_t> v = state_.Add(req->key(), req->delta());
-    if (v.ok()) resp->set_value(*v);
-    return store_internal::ToGrpcStatus(v.status());
+  grpc::Status StreamedAdd(
+      grpc::ServerContext* ctx,
+      grpc::ServerUnaryStreamer<pb::AddRequest, pb::AddResponse>* call)
+      override {
+    return Serve(ctx, call,
+                 [&](const pb::AddRequest& req, pb::AddResponse* resp) {
+                   absl::StatusOr<int64_t> v =
+                       state_.Add(req.key(), req.delta());
+                   if (v.ok()) resp->set_value(*v);
+                   return v.status();
+                 });
   }
 
-  grpc::Status CompareSet(grpc::ServerContext* ctx,
-                          const pb::CompareSetRequest* req,
-                          pb::CompareSetResponse* resp) override {
-    if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
-    absl::StatusOr<std::string> v =
-        state_.CompareSet(req->key(), req->expected(), req->desired());
-    if (v.ok()) resp->set_value(*std::move(v));
-    return store_internal::ToGrpcStatus(v.status());
+  grpc::Status StreamedCompareSet(
+      grpc::ServerContext* ctx,
+      grpc::ServerUnaryStreamer<pb::CompareSetRequest, pb::CompareSetResponse>*
+          call) override {
+    return Serve(
+        ctx, call,
+        [&](const pb::CompareSetRequest& req, pb::CompareSetResponse* resp) {
+          absl::StatusOr<std::string> v =
+              state_.CompareSet(req.key(), req.expected(), req.desired());
+          if (v.ok()) resp->set_value(*std::move(v));
+          return v.status();
+        });
   }
 
-  grpc::Status Wait(grpc::ServerContext* ctx, const pb::WaitRequest* req,
-                    pb::WaitResponse*) override {
-    if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
-    std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-    return store_internal::ToGrpcStatus(
-        state_.WaitFor(keys, absl::Milliseconds(req->timeout_ms()),
-                       [ctx] { return ctx->IsCancelled(); }));
+  grpc::Status StreamedWait(
+      grpc::ServerContext* ctx,
+      grpc::ServerUnaryStreamer<pb::WaitRequest, pb::WaitResponse>* call)
+      override {
+    return Serve(ctx, call, [&](const pb::WaitRequest& req, pb::WaitResponse*) {
+      std::vector<std::string> keys(req.keys().begin(), req.keys().end());
+      return state_.WaitFor(keys, absl::Milliseconds(req.timeout_ms()),
+                            [ctx] { return ctx->IsCancelled(); });
+    });
   }
 
-  grpc::Status Check(grpc::ServerContext* ctx, const pb::CheckRequest* req,
-                     pb::CheckResponse* resp) override {
-    if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
-    std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-    absl::StatusOr<bool> ready = state_.Check(keys);
-    if (ready.ok()) resp->set_ready(*ready);
-    return store_internal::ToGrpcStatus(ready.status());
+  grpc::Status StreamedCheck(
+      grpc::ServerContext* ctx,
+      grpc::ServerUnaryStreamer<pb::CheckRequest, pb::CheckResponse>* call)
+      override {
+    return Serve(ctx, call,
+                 [&](const pb::CheckRequest& req, pb::CheckResponse* resp) {
+                   std::vector<std::string> keys(req.keys().begin(),
+                                                 req.keys().end());
+                   absl::StatusOr<bool> ready = state_.Check(keys);
+                   if (ready.ok()) resp->set_ready(*ready);
+                   return ready.status();
+                 });
   }
 
-  grpc::Status DeleteKey(grpc::ServerContext* ctx,
-                         const pb::DeleteKeyRequest* req,
-                         pb::DeleteKeyResponse* resp) override {
-    if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
-    absl::StatusOr<bool> deleted = state_.DeleteKey(req->key());
-    if (deleted.ok()) resp->set_deleted(*deleted);
-    return store_internal::ToGrpcStatus(deleted.status());
+  grpc::Status StreamedDeleteKey(
+      grpc::ServerContext* ctx,
+      grpc::ServerUnaryStreamer<pb::DeleteKeyRequest, pb::DeleteKeyResponse>*
+          call) override {
+    return Serve(
+        ctx, call,
+        [&](const pb::DeleteKeyRequest& req, pb::DeleteKeyResponse* resp) {
+          absl::StatusOr<bool> deleted = state_.DeleteKey(req.key());
+          if (deleted.ok()) resp->set_deleted(*deleted);
+          return deleted.status();
+        });
   }
 
-  grpc::Status NumKeys(grpc::ServerContext* ctx, const pb::NumKeysRequest*,
-                       pb::NumKeysResponse* resp) override {
-    if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
-    absl::StatusOr<int64_t> n = state_.NumKeys();
-    if (n.ok()) resp->set_count(*n);
-    return store_internal::ToGrpcStatus(n.status());
+  grpc::Status StreamedNumKeys(
+      grpc::ServerContext* ctx,
+      grpc::ServerUnaryStreamer<pb::NumKeysRequest, pb::NumKeysResponse>* call)
+      override {
+    return Serve(ctx, call,
+                 [&](const pb::NumKeysRequest&, pb::NumKeysResponse* resp) {
+                   absl::StatusOr<int64_t> n = state_.NumKeys();
+                   if (n.ok()) resp->set_count(*n);
+                   return n.status();
+                 });
   }
 
-  grpc::Status MultiGet(grpc::ServerContext* ctx,
-                        const pb::MultiGetRequest* req,
-                        pb::MultiGetResponse* resp) override {
-    if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
-    std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-    absl::StatusOr<std::vector<std::string>> values =
-        state_.MultiGetFor(keys, absl::Milliseconds(req->timeout_ms()),
-                           [ctx] { return ctx->IsCancelled(); });
-    if (values.ok()) {
-      for (std::string& v : *values) resp->add_values(std::move(v));
-    }
-    return store_internal::ToGrpcStatus(values.status());
+  grpc::Status StreamedMultiGet(
+      grpc::ServerContext* ctx,
+      grpc::ServerUnaryStreamer<pb::MultiGetRequest, pb::MultiGetResponse>*
+          call) override {
+    return Serve(
+        ctx, call,
+        [&](const pb::MultiGetRequest& req, pb::MultiGetResponse* resp) {
+          std::vector<std::string> keys(req.keys().begin(), req.keys().end());
+          absl::StatusOr<std::vector<std::string>> values =
+              state_.MultiGetFor(keys, absl::Milliseconds(req.timeout_ms()),
+                                 [ctx] { return ctx->IsCancelled(); });
+          if (values.ok()) {
+            for (std::string& v : *values) resp->add_values(std::move(v));
+          }
+          return values.status();
+        });
   }
 
-  grpc::Status MultiSet(grpc::ServerContext* ctx,
-                        const pb::MultiSetRequest* req,
-                        pb::MultiSetResponse*) override {
-    if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
-    std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-    std::vector<std::string> values(req->values().begin(), req->values().end());
-    return store_internal::ToGrpcStatus(state_.MultiSet(keys, values));
+  grpc::Status StreamedMultiSet(
+      grpc::ServerContext* ctx,
+      grpc::ServerUnaryStreamer<pb::MultiSetRequest, pb::MultiSetResponse>*
+          call) override {
+    return Serve(ctx, call,
+                 [&](const pb::MultiSetRequest& req, pb::MultiSetResponse*) {
+                   std::vector<std::string> keys(req.keys().begin(),
+                                                 req.keys().end());
+                   std::vector<std::string> values(req.values().begin(),
+                                                   req.values().end());
+                   return state_.MultiSet(keys, values);
+                 });
   }
 
-  grpc::Status Append(grpc::ServerContext* ctx, const pb::AppendRequest* req,
-                      pb::AppendResponse*) override {
-    if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
-    return store_internal::ToGrpcStatus(
-        state_.Append(req->key(), req->value()));
+  grpc::Status StreamedAppend(
+      grpc::ServerContext* ctx,
+      grpc::ServerUnaryStreamer<pb::AppendRequest, pb::AppendResponse>* call)
+      override {
+    return Serve(ctx, call,
+                 [&](const pb::AppendRequest& req, pb::AppendResponse*) {
+                   return state_.Append(req.key(), req.value());
+                 });
   }
 
  private:
+  // Token first, from the metadata; only then the body, then `handle`, and
+  // on success the one response a unary call owes.
+  template <typename Request, typename Response, typename Handle>
+  grpc::Status Serve(grpc::ServerContext* ctx,
+                     grpc::ServerUnaryStreamer<Request, Response>* call,
+                     Handle handle) const {
+    if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
+    Request request;
+    if (!call->Read(&request)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED,
+                          "store: the request's body never arrived");
+    }
+    Response response;
+    grpc::Status s =
+        store_internal::ToGrpcStatus(handle(request, &response));
+    if (s.ok()) call->Write(response);
+    return s;
+  }
+
   grpc::Status Authenticate(grpc::ServerContext* ctx) const {
     const auto& md = ctx->client_metadata();
     auto it = md.find(store_internal::kTokenMetadataKey);
@@ -164,8 +228,9 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(
                            &bound_port);
   builder.RegisterService(server->service_.get());
   // A request over the limit is refused as its length arrives, before its
-  // body is buffered (the token is checked after the body; the limit bounds
-  // what an unauthenticated request can cost). Headroom covers framing.
+  // body is buffered; the token is checked before any body is read (Serve),
+  // so the limit only bounds what an authenticated request can cost.
+  // Headroom covers framing.
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(
       MaxStoreRequestBytes() + (1 << 20), std::numeric_limits<int>::max())));
   builder.SetMaxSendMessageSize(-1);

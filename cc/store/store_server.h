@@ -2,7 +2,8 @@
 //
 // StoreServer hosts the job's Store as a gRPC service (store.proto). It binds
 // only the address it is given (never 0.0.0.0 unless asked), checks the job
-// token on every request, and keeps its state in a HashStore. A blocked Get or
+// token on every request before reading its body, and keeps its state in a
+// HashStore. A blocked Get or
 // Wait whose client goes away is released within ~100 ms.
 //
 //   DK_ASSIGN_OR_RETURN(auto server, StoreServer::Start({"127.0.0.1:0",

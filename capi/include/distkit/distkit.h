@@ -268,7 +268,12 @@ DK_EXPORT void dk_init_config_init(dk_init_config_t* config);
  * DK_INVALID_ARGUMENT "Invalid launcher type: ...". *world_out is owned
  * (dk_group_destroy) and is also the process's default group until
  * dk_shutdown. It also makes the node-local group where the launcher's
- * layout gives one (dk_init_local_group_from_launcher). */
+ * layout gives one (dk_init_local_group_from_launcher). Until dk_shutdown a
+ * thread of the library watches the job: when the launcher that started
+ * this rank (torchrun, srun, mpirun) dies, or the store another process
+ * hosts stops answering for DISTKIT_STORE_HEARTBEAT_TIMEOUT seconds (default
+ * 60) without having announced that it closes, the default groups are
+ * aborted and the process gets SIGTERM (the README's "Failures"). */
 DK_EXPORT dk_status_t dk_init(const char* launcher,
                               const dk_init_config_t* config,
                               dk_group_t** world_out, dk_error_t** err);
