@@ -12,10 +12,13 @@ init and mid-collective), and injects one fault into one rank:
   stop_store    SIGSTOP rank 0 (the store host freezes)
   kill_launcher SIGKILL distrun (its ranks must die with it)
 
-over the shared-memory path and Gloo's TCP (DISTKIT_SHM=0). The check: every
-survivor exits, with the job's data complete (exit 0) or a clear error
-(exit 3, its message printed), never a crash or a wrong sum, within the op
-timeout + 5 s of the fault; with kill_launcher every rank is gone within 5 s.
+over the shared-memory path, Gloo's TCP (DISTKIT_SHM=0) and the MPI backend
+under mpirun (kill, stop, kill_launcher: it has no store, and mpirun ends a
+job whose rank died). The check: every survivor exits, with the job's data
+complete (exit 0) or a clear error (exit 3, its message printed), never a
+crash or a wrong sum, within the op timeout + 5 s of the fault (under
+mpirun, a survivor that mpirun itself stops because a rank died also
+counts); with kill_launcher every rank is gone within 5 s.
 Reports, per fault kind: runs, hangs, worst time from fault to the last
 survivor's exit.
 
@@ -27,15 +30,24 @@ import collections
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 KINDS = ["kill", "stop", "zombie", "kill_store", "stop_store", "kill_launcher"]
-PATHS = ["shm", "tcp"]
+# The fault kinds each path can take.
+PATHS = {
+    "shm": KINDS,
+    "tcp": KINDS,
+    "mpi": ["kill", "stop", "kill_launcher"],
+}
+# mpirun's --tag-output prefix: [jobid,rank]<stdout>: or <stderr>:
+MPI_TAG = re.compile(r"\[\d+,(\d+)\]<std(?:out|err)>:(.*)")
 
 
 def free_port():
@@ -61,6 +73,26 @@ class Job:
         if path == "tcp":
             env["DISTKIT_SHM"] = "0"
         self.launcher = None
+        self.mpi = path == "mpi"
+        if self.mpi:
+            env.update(FAULT_LAUNCHER="mpi", FAULT_BACKEND="mpi")
+            # OpenMPI's session files under a private directory: tests run
+            # in PID namespaces, where concurrent mpiruns get the same job
+            # ids and would collide (as in cc/comm/mpi/mpirun_test.sh).
+            self.session = tempfile.mkdtemp(prefix="dkfi.", dir="/tmp")
+            env["TMPDIR"] = self.session
+            self.launcher = subprocess.Popen(
+                ["mpirun", "--allow-run-as-root", "--oversubscribe",
+                 "--mca", "btl", "self,vader,tcp",
+                 "--mca", "btl_tcp_if_include", "lo",
+                 "--mca", "btl_vader_single_copy_mechanism", "none",
+                 "--mca", "btl_vader_backing_directory", self.session,
+                 "--tag-output", "-np", str(world), args.rank],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True)
+            threading.Thread(target=self._read_mpirun, daemon=True).start()
+            threading.Thread(target=self._watch_exits, daemon=True).start()
+            return
         if kind == "kill_launcher":
             self.launcher = subprocess.Popen(
                 [args.distrun, "--nproc-per-node", str(world), "--master-port",
@@ -104,6 +136,42 @@ class Job:
                 if m:
                     self.pids[int(m.group(1))] = int(m.group(2))
 
+    def _read_mpirun(self):
+        for raw in self.launcher.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            m = MPI_TAG.match(line)
+            with self.lock:
+                self.output["mpirun"].append(line)
+                if m:
+                    r, text = int(m.group(1)), m.group(2)
+                    self.output[r].append(text)
+                    p = re.match(r"pid=(\d+)", text)
+                    if p:
+                        self.pids[r] = int(p.group(1))
+
+    def _watch_exits(self):
+        """Ranks under mpirun are not our children: each one's end is when
+        its pid stops running."""
+        while True:
+            with self.lock:
+                running = {r: p for r, p in self.pids.items()
+                           if r not in self.exit_times}
+                launcher_done = self.launcher.poll() is not None
+            if launcher_done and len(self.pids) == self.world and \
+                    not running:
+                return
+            now = time.monotonic()
+            for r, p in running.items():
+                if not alive(p):
+                    with self.lock:
+                        self.exit_times[r] = now
+            if launcher_done and not any(alive(p) for p in running.values()):
+                with self.lock:
+                    for r in range(self.world):
+                        self.exit_times.setdefault(r, now)
+                return
+            time.sleep(0.005)
+
     def wait_for_pid(self, rank, limit):
         end = time.monotonic() + limit
         while time.monotonic() < end:
@@ -125,6 +193,8 @@ class Job:
             except (ProcessLookupError, PermissionError):
                 pass
             p.wait()
+        if self.mpi:
+            shutil.rmtree(self.session, ignore_errors=True)
 
 
 def alive(pid):
@@ -153,6 +223,17 @@ def one_run(args, rng, kind, path):
                     return result
             time.sleep(max(0.0, start + delay - time.monotonic()))
             fault = time.monotonic()
+            if job.launcher.poll() is not None:  # the job ended first
+                result["no_fault"] = True
+                time.sleep(0.3)  # the readers take the last lines
+                with job.lock:
+                    said = [l for lines in job.output.values() for l in lines]
+                done = {m.group(1) for l in said
+                        for m in [re.search(r"rank (\d+) done", l)] if m}
+                if len(done) < world:
+                    result["bad"].append("the launcher ended before the "
+                                         "fault without every rank done")
+                return result
             os.kill(job.launcher.pid, signal.SIGKILL)
             job.launcher.wait()
             bound = 5.0
@@ -219,6 +300,13 @@ def one_run(args, rng, kind, path):
                 result["bad"].append(f"last survivor ended after {took:.1f}s "
                                      f"(bound {bound:.0f}s)")
         for r in survivors:
+            if job.mpi:
+                # Exit codes belong to mpirun; the output says what happened.
+                with job.lock:
+                    said = list(job.output[r])
+                if any("wrong sum" in l for l in said):
+                    result["bad"].append(f"rank {r}: " + " | ".join(said[-3:]))
+                continue
             code = job.procs[r].poll()
             if code not in (0, 3, None):
                 tail = " | ".join(job.output[r][-3:])
@@ -243,10 +331,17 @@ def main():
                     help="latest fault time after start, seconds")
     ap.add_argument("--kinds", default="",
                     help="comma-separated fault kinds (default: all)")
+    ap.add_argument("--paths", default="shm,tcp,mpi",
+                    help="comma-separated paths (shm, tcp, mpi)")
     ap.add_argument("--stacks", action="store_true",
                     help="print a hung rank's stacks (gdb)")
     args = ap.parse_args()
     kinds = args.kinds.split(",") if args.kinds else KINDS
+    args.paths = args.paths.split(",")
+    if "mpi" in args.paths and shutil.which("mpirun") is None:
+        print("fault injection: no mpirun here; the MPI path is SKIPPED",
+              flush=True)
+        args.paths.remove("mpi")
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     print(f"fault injection: {args.runs} runs, seed {seed}, op timeout "
@@ -256,7 +351,7 @@ def main():
     failures = 0
     for i in range(args.runs):
         kind = kinds[i % len(kinds)]
-        path = rng.choice(PATHS)
+        path = rng.choice([p for p in args.paths if kind in PATHS[p]])
         res = one_run(args, rng, kind, path)
         s = stats[kind]
         s["runs"] += 1

@@ -1,5 +1,7 @@
 /* A rank for fault injection (tools/faultinject/fault_inject.py): joins the
- * job through dk_init("pytorch") and runs FAULT_STEPS all_reduces (every
+ * job through dk_init (launcher and backend from FAULT_LAUNCHER and
+ * FAULT_BACKEND: "pytorch" and gloo by default, "mpi" and mpi under mpirun)
+ * and runs FAULT_STEPS all_reduces (every
  * third one 256 KiB, the others 4 B), checking each sum. It prints its pid
  * first, so the injector can kill, stop or zombify it at any moment, in
  * init or mid-collective. Exit 0: every step done; 3: an error (printed);
@@ -7,7 +9,8 @@
  *
  * FAULT_ZOMBIE=1 runs the rank in a child whose parent never reaps it, so
  * killing the child leaves a zombie (as a supervisor that does not wait()
- * would). */
+ * would). FAULT_FREEZE_RANK=r: the rank whose launcher variable (RANK or
+ * OMPI_COMM_WORLD_RANK) is r stops itself (SIGSTOP) before dk_init. */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>
@@ -28,12 +31,21 @@ int main(void) {
     for (;;) pause(); /* never reaps the rank */
   }
   printf("pid=%d\n", (int)getpid());
+  const char* my_rank = getenv("OMPI_COMM_WORLD_RANK");
+  if (my_rank == NULL) my_rank = getenv("RANK");
+  if (my_rank != NULL && env_int("FAULT_FREEZE_RANK", -1) == atoi(my_rank)) {
+    raise(SIGSTOP); /* frozen before init, never resumed */
+  }
   dk_init_config_t cfg;
   dk_init_config_init(&cfg);
   cfg.timeout_ms = env_int("FAULT_TIMEOUT_MS", 3000);
+  const char* launcher = getenv("FAULT_LAUNCHER");
+  const char* backend = getenv("FAULT_BACKEND");
+  if (backend != NULL && *backend) cfg.backend = backend;
   dk_group_t* world = NULL;
   dk_error_t* err = NULL;
-  if (dk_init("pytorch", &cfg, &world, &err) != DK_OK) {
+  if (dk_init(launcher != NULL && *launcher ? launcher : "pytorch", &cfg,
+              &world, &err) != DK_OK) {
     fprintf(stderr, "init failed: %s\n", dk_error_message(err));
     return 3;
   }

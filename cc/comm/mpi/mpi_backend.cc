@@ -40,9 +40,9 @@ MpiBackend::~MpiBackend() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<MpiBackend>> MpiBackend::CreateWorld(int rank,
-                                                                    int size) {
-  DK_ASSIGN_OR_RETURN(auto world, MpiWorldRankAndSize());
+absl::StatusOr<std::unique_ptr<MpiBackend>> MpiBackend::CreateWorld(
+    int rank, int size, absl::Duration init_timeout) {
+  DK_ASSIGN_OR_RETURN(auto world, MpiWorldRankAndSize(init_timeout));
   if (world.first != rank || world.second != size) {
     return absl::FailedPreconditionError(absl::StrCat(
         "mpi: the launcher says rank ", rank, " of ", size,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "cc/comm/backend.h"
 
 namespace distkit {
@@ -24,9 +25,10 @@ namespace distkit {
 class MpiBackend : public Backend {
  public:
   // The world group. `rank` and `size` are what the caller expects (checked
-  // against MPI_COMM_WORLD).
-  static absl::StatusOr<std::unique_ptr<MpiBackend>> CreateWorld(int rank,
-                                                                 int size);
+  // against MPI_COMM_WORLD). MPI's init waits for every rank; after
+  // `init_timeout` it is DEADLINE_EXCEEDED.
+  static absl::StatusOr<std::unique_ptr<MpiBackend>> CreateWorld(
+      int rank, int size, absl::Duration init_timeout);
   ~MpiBackend() override;
 
   absl::string_view name() const override { return "mpi"; }

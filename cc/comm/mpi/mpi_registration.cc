@@ -10,8 +10,9 @@ namespace distkit {
 namespace {
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeMpi(const BackendConfig& config) {
-  DK_ASSIGN_OR_RETURN(std::unique_ptr<MpiBackend> world,
-                      MpiBackend::CreateWorld(config.rank, config.size));
+  DK_ASSIGN_OR_RETURN(
+      std::unique_ptr<MpiBackend> world,
+      MpiBackend::CreateWorld(config.rank, config.size, config.timeout));
   return std::unique_ptr<Backend>(std::move(world));
 }
 

@@ -2,9 +2,11 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <thread>
 
 #include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "cc/core/status.h"
 
 namespace distkit {
@@ -53,13 +55,34 @@ absl::Mutex& MpiMutex() {
   return *mu;
 }
 
-absl::Status EnsureMpi() {
-  absl::call_once(init_once, InitializeMpi);
+absl::Status EnsureMpi(absl::Duration timeout) {
+  // MPI_Init_thread has no timeout of its own: with a peer frozen or gone
+  // before its init, it waits forever. It runs on a thread of its own, and
+  // the caller waits at most `timeout` (a later call waits again).
+  static absl::Mutex* mu = new absl::Mutex;
+  static bool started = false, done = false;
+  absl::MutexLock lock(mu);
+  if (!started) {
+    started = true;
+    std::thread([] {
+      absl::call_once(init_once, InitializeMpi);
+      absl::MutexLock done_lock(mu);
+      done = true;
+    }).detach();
+  }
+  if (!mu->AwaitWithTimeout(absl::Condition(&done), timeout)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("mpi: MPI_Init_thread did not complete within ",
+                     absl::FormatDuration(timeout),
+                     ": a rank of the job is frozen, gone or was never started "
+                     "(MPI's own init has no timeout)"));
+  }
   return init_status;
 }
 
-absl::StatusOr<std::pair<int, int>> MpiWorldRankAndSize() {
-  DK_RETURN_IF_ERROR(EnsureMpi());
+absl::StatusOr<std::pair<int, int>> MpiWorldRankAndSize(
+    absl::Duration timeout) {
+  DK_RETURN_IF_ERROR(EnsureMpi(timeout));
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -19,15 +19,18 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace distkit {
 
 // Initializes MPI once per process (MPI_THREAD_MULTIPLE, errors returned as
-// codes); the status of that first attempt.
-absl::Status EnsureMpi();
+// codes); the status of that first attempt. DEADLINE_EXCEEDED when MPI's
+// init has not completed within `timeout` (it waits for every rank of the
+// job, with no timeout of its own).
+absl::Status EnsureMpi(absl::Duration timeout);
 
 // This process's (rank, size) in MPI_COMM_WORLD; initializes MPI first.
-absl::StatusOr<std::pair<int, int>> MpiWorldRankAndSize();
+absl::StatusOr<std::pair<int, int>> MpiWorldRankAndSize(absl::Duration timeout);
 
 // The lock every MPI call is made under (DK_MPI).
 absl::Mutex& MpiMutex();
