@@ -38,7 +38,7 @@ struct State {
   int local_rank = 0;
   int worlds_joined = 0;  // keys each world's rendezvous apart
   int world_size = 1;
-  bool remote_store = false;  // another process hosts `store`
+  bool remote_store = false;        // another process hosts `store`
   std::unique_ptr<JobWatch> watch;  // the launcher's and the store's liveness
 };
 

@@ -5,11 +5,11 @@
 
 #include "cc/dist_api/job_watch.h"
 
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -115,8 +115,7 @@ TEST(JobWatchTest, StoreHostLeavingNormallyStopsNobody) {
   Ended e0 = WaitFor(r0, absl::Seconds(20));
   Ended e1 = WaitFor(r1, absl::Seconds(20));
   ASSERT_TRUE(e0.ended && e1.ended);
-  EXPECT_TRUE(WIFEXITED(e0.status) && WEXITSTATUS(e0.status) == 0)
-      << e0.status;
+  EXPECT_TRUE(WIFEXITED(e0.status) && WEXITSTATUS(e0.status) == 0) << e0.status;
   EXPECT_TRUE(WIFEXITED(e1.status) && WEXITSTATUS(e1.status) == 0)
       << "rank 1 was stopped although rank 0 left normally: " << e1.status;
 }

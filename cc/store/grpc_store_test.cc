@@ -254,7 +254,8 @@ std::pair<pid_t, std::string> StartStoreHost(
   pid_t host = fork();
   EXPECT_GE(host, 0);
   if (host == 0) {
-    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
+    for (const auto& [name, value] : env)
+      setenv(name.c_str(), value.c_str(), 1);
     dup2(pipe_fds[1], 1);
     execl("/proc/self/exe", "grpc_store_test", "--serve",
           static_cast<char*>(nullptr));

@@ -42,13 +42,12 @@ class StoreServiceImpl final : public pb::StoreService::StreamedUnaryService {
       grpc::ServerContext* ctx,
       grpc::ServerUnaryStreamer<pb::AddRequest, pb::AddResponse>* call)
       override {
-    return Serve(ctx, call,
-                 [&](const pb::AddRequest& req, pb::AddResponse* resp) {
-                   absl::StatusOr<int64_t> v =
-                       state_.Add(req.key(), req.delta());
-                   if (v.ok()) resp->set_value(*v);
-                   return v.status();
-                 });
+    return Serve(
+        ctx, call, [&](const pb::AddRequest& req, pb::AddResponse* resp) {
+          absl::StatusOr<int64_t> v = state_.Add(req.key(), req.delta());
+          if (v.ok()) resp->set_value(*v);
+          return v.status();
+        });
   }
 
   grpc::Status StreamedCompareSet(
@@ -80,14 +79,13 @@ class StoreServiceImpl final : public pb::StoreService::StreamedUnaryService {
       grpc::ServerContext* ctx,
       grpc::ServerUnaryStreamer<pb::CheckRequest, pb::CheckResponse>* call)
       override {
-    return Serve(ctx, call,
-                 [&](const pb::CheckRequest& req, pb::CheckResponse* resp) {
-                   std::vector<std::string> keys(req.keys().begin(),
-                                                 req.keys().end());
-                   absl::StatusOr<bool> ready = state_.Check(keys);
-                   if (ready.ok()) resp->set_ready(*ready);
-                   return ready.status();
-                 });
+    return Serve(
+        ctx, call, [&](const pb::CheckRequest& req, pb::CheckResponse* resp) {
+          std::vector<std::string> keys(req.keys().begin(), req.keys().end());
+          absl::StatusOr<bool> ready = state_.Check(keys);
+          if (ready.ok()) resp->set_ready(*ready);
+          return ready.status();
+        });
   }
 
   grpc::Status StreamedDeleteKey(
@@ -137,14 +135,13 @@ class StoreServiceImpl final : public pb::StoreService::StreamedUnaryService {
       grpc::ServerContext* ctx,
       grpc::ServerUnaryStreamer<pb::MultiSetRequest, pb::MultiSetResponse>*
           call) override {
-    return Serve(ctx, call,
-                 [&](const pb::MultiSetRequest& req, pb::MultiSetResponse*) {
-                   std::vector<std::string> keys(req.keys().begin(),
-                                                 req.keys().end());
-                   std::vector<std::string> values(req.values().begin(),
-                                                   req.values().end());
-                   return state_.MultiSet(keys, values);
-                 });
+    return Serve(
+        ctx, call, [&](const pb::MultiSetRequest& req, pb::MultiSetResponse*) {
+          std::vector<std::string> keys(req.keys().begin(), req.keys().end());
+          std::vector<std::string> values(req.values().begin(),
+                                          req.values().end());
+          return state_.MultiSet(keys, values);
+        });
   }
 
   grpc::Status StreamedAppend(
@@ -171,8 +168,7 @@ class StoreServiceImpl final : public pb::StoreService::StreamedUnaryService {
                           "store: the request's body never arrived");
     }
     Response response;
-    grpc::Status s =
-        store_internal::ToGrpcStatus(handle(request, &response));
+    grpc::Status s = store_internal::ToGrpcStatus(handle(request, &response));
     if (s.ok()) call->Write(response);
     return s;
   }
