@@ -17,6 +17,7 @@ PACKAGES=(
   python3-pytest python3-numpy python3-matplotlib
   clang-format-14
   clang-14 libclang-rt-14-dev  # libFuzzer (tools/fuzz)
+  cmake ninja-build dpkg-dev   # Abseil built with TSan (tools/tsan)
   pkg-config iproute2 procps
 )
 

@@ -286,7 +286,7 @@ int64_t PeakRssBytes(pid_t pid) {
 
 // The token is checked from the metadata before the body is read: a large
 // request with a wrong token is refused without the store host ever
-// buffering it (its peak memory grows by far less than the body), and the
+// buffering it (its peak memory grows by far less than one body), and the
 // client hears so at once instead of after uploading everything.
 TEST(GrpcStoreTokenFirstTest, WrongTokenBodyIsNeverBuffered) {
   constexpr size_t kBody = size_t{192} << 20;
@@ -317,7 +317,9 @@ TEST(GrpcStoreTokenFirstTest, WrongTokenBodyIsNeverBuffered) {
         << s.error_message();
   }
   const int64_t growth = PeakRssBytes(host) - before;
-  EXPECT_LT(growth, int64_t{32} << 20)
+  // Two refused bodies of 192 MiB; before the token was checked first the
+  // host grew by about 600 MiB. The margin covers sanitizer shadow memory.
+  EXPECT_LT(growth, int64_t{64} << 20)
       << "the store host buffered " << growth << " bytes of refused bodies";
   // The same body with the token is stored (the host's limit is 1 GiB).
   {
