@@ -347,7 +347,8 @@ def main():
     print(f"fault injection: {args.runs} runs, seed {seed}, op timeout "
           f"{args.timeout}s", flush=True)
     stats = collections.defaultdict(lambda: {"runs": 0, "hangs": 0,
-                                             "worst": 0.0, "bad": 0})
+                                             "worst": 0.0, "bad": 0,
+                                             "paths": collections.Counter()})
     failures = 0
     for i in range(args.runs):
         kind = kinds[i % len(kinds)]
@@ -355,6 +356,7 @@ def main():
         res = one_run(args, rng, kind, path)
         s = stats[kind]
         s["runs"] += 1
+        s["paths"][path] += 1
         s["hangs"] += res["hang"]
         s["worst"] = max(s["worst"], res.get("took", 0.0))
         if res["bad"]:
@@ -363,12 +365,14 @@ def main():
             print(f"run {i}: FAILED {res}", flush=True)
         elif args.runs <= 60 or i % 20 == 0:
             print(f"run {i}: ok {res}", flush=True)
-    print("\nkind            runs  hangs  bad  worst fault->last exit (s)")
+    print("\nkind            runs  hangs  bad  worst fault->last exit (s)  "
+          "runs by path")
     for kind in KINDS:
         s = stats[kind]
         if s["runs"]:
+            paths = ", ".join(f"{p} {n}" for p, n in sorted(s["paths"].items()))
             print(f"{kind:<15} {s['runs']:>4}  {s['hangs']:>5}  {s['bad']:>3}  "
-                  f"{s['worst']:.2f}")
+                  f"{s['worst']:>26.2f}  {paths}")
     print(f"\n{failures} of {args.runs} runs failed (seed {seed})")
     return 1 if failures else 0
 
