@@ -8,7 +8,6 @@
 #include <gloo/common/error.h>
 #include <gloo/gather.h>
 #include <gloo/reduce.h>
-#include <gloo/rendezvous/context.h>
 #include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
@@ -24,10 +23,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cc/comm/gloo/pair_mesh.h"
 #include "cc/comm/reduce_kernels.h"
 #include "cc/core/status.h"
 #include "cc/store/call_deadline.h"
-#include "cc/store/gloo_store_adapter.h"
 
 namespace distkit {
 namespace {
@@ -93,49 +92,6 @@ void IgnoreSigpipeUnlessHandled() {
   }
 }
 
-// Gloo's full-mesh connect, bounded. A peer that is frozen (SIGSTOP) after
-// its listening socket is up accepts the TCP connection but never answers
-// the handshake, and Gloo's Pair::connect then waits without a deadline. So
-// the connect runs on its own thread, which owns everything it touches (and
-// inherits this thread's store deadline); if it has not finished in time,
-// this rank fails with DEADLINE_EXCEEDED and the thread is left to end with
-// the process (or when the peer answers or dies). Throws like Gloo does.
-void ConnectWithin(std::shared_ptr<gloo::rendezvous::Context> context,
-                   std::shared_ptr<gloo::transport::Device> device,
-                   std::shared_ptr<Store> store, absl::Duration timeout) {
-  struct Outcome {
-    absl::Mutex mu;
-    bool done ABSL_GUARDED_BY(mu) = false;
-    std::exception_ptr error ABSL_GUARDED_BY(mu);
-  };
-  auto outcome = std::make_shared<Outcome>();
-  const absl::Time store_deadline = StoreCallDeadline();
-  std::thread([outcome, context, device, store, store_deadline]() mutable {
-    ScopedStoreDeadline inherited(store_deadline);
-    std::exception_ptr error;
-    try {
-      GlooStoreAdapter adapter(store);
-      context->connectFullMesh(adapter, device);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    absl::MutexLock lock(&outcome->mu);
-    outcome->error = error;
-    outcome->done = true;
-  }).detach();
-  // Gloo's own timeouts fire first when they can (they name the peer).
-  const absl::Time give_up = absl::Now() + timeout + absl::Seconds(1);
-  absl::MutexLock lock(&outcome->mu);
-  outcome->mu.AwaitWithDeadline(absl::Condition(&outcome->done), give_up);
-  if (!outcome->done) {
-    throw gloo::IoException(absl::StrCat(
-        "timed out after ", absl::FormatDuration(timeout),
-        " in the connection handshake (a peer accepted the connection but "
-        "never answered: frozen or overloaded)"));
-  }
-  if (outcome->error) std::rethrow_exception(outcome->error);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
@@ -154,14 +110,17 @@ absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
     attr.hostname = options.hostname;
     std::shared_ptr<gloo::transport::Device> device =
         gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     // Connecting stays within what is left of init's deadline, if any.
     const absl::Duration connect_timeout =
         std::max(ClampToStoreDeadline(options.timeout), absl::Milliseconds(1));
-    context->setTimeout(Millis(connect_timeout));
-    store->set_timeout(connect_timeout);
-    ConnectWithin(context, device, store, connect_timeout);
-    return std::unique_ptr<GlooBackend>(new GlooBackend(rank, size, context));
+    auto mesh = std::make_unique<PairMesh>(std::move(store), rank, size, device,
+                                           connect_timeout);
+    if (!options.connect_on_demand) {
+      const std::atomic<bool> never_aborted{false};
+      mesh->ConnectAll(connect_timeout, never_aborted);
+    }
+    return std::unique_ptr<GlooBackend>(
+        new GlooBackend(rank, size, std::move(mesh)));
   } catch (const gloo::IoException& e) {
     const bool timeout =
         absl::StrContains(e.what(), "DEADLINE_EXCEEDED") ||
@@ -180,10 +139,11 @@ absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
 }
 
 absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
-    const BackendConfig& config) {
+    const BackendConfig& config, bool connect_on_demand) {
   Options options;
   options.timeout = config.timeout;
   options.hostname = config.hostname;
+  options.connect_on_demand = connect_on_demand;
   if (options.hostname.empty()) {
     const char* env = std::getenv("DISTKIT_GLOO_HOSTNAME");
     options.hostname = env != nullptr && *env ? env : "127.0.0.1";
@@ -191,11 +151,11 @@ absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
   return Create(config.store, config.rank, config.size, options);
 }
 
-GlooBackend::GlooBackend(int rank, int size,
-                         std::shared_ptr<gloo::rendezvous::Context> context)
+GlooBackend::GlooBackend(int rank, int size, std::unique_ptr<PairMesh> mesh)
     : rank_(rank),
       size_(size),
-      context_(std::move(context)),
+      mesh_(std::move(mesh)),
+      context_(mesh_->context()),
       slot_bytes_(kHeaderBytes + InlineLimit(size)),
       send_slot_(slot_bytes_),
       recv_slots_(slot_bytes_ * size) {
@@ -239,9 +199,15 @@ void GlooBackend::Wait(gloo::transport::UnboundBuffer& buffer, bool recv,
 }
 
 absl::Status GlooBackend::Guarded(const OpContext& ctx,
-                                  const std::function<void()>& body) {
+                                  const std::function<void()>& body, int peer) {
   absl::Status status;
   try {
+    // The pairs this call needs, connected on first use (pair_mesh.h).
+    if (peer == kAllPeers) {
+      mesh_->ConnectAll(ctx.timeout, aborted_);
+    } else {
+      mesh_->ConnectPair(peer, ctx.timeout, aborted_);
+    }
     body();
     return absl::OkStatus();
   } catch (const gloo::IoException& e) {
@@ -549,22 +515,28 @@ absl::Status GlooBackend::AllToAll(const OpContext& ctx, TensorRef input,
 // Abort() ends a pending send or receive too.
 absl::Status GlooBackend::Send(const OpContext& ctx, TensorRef data, int dst,
                                int tag) {
-  return Guarded(ctx, [&] {
-    auto buffer = context_->createUnboundBuffer(data.data(), data.nbytes());
-    buffer->send(
-        dst, gloo::Slot::build(kPointToPointSlot, static_cast<uint32_t>(tag)));
-    Wait(*buffer, /*recv=*/false, ctx);
-  });
+  return Guarded(
+      ctx,
+      [&] {
+        auto buffer = context_->createUnboundBuffer(data.data(), data.nbytes());
+        buffer->send(dst, gloo::Slot::build(kPointToPointSlot,
+                                            static_cast<uint32_t>(tag)));
+        Wait(*buffer, /*recv=*/false, ctx);
+      },
+      dst);
 }
 
 absl::Status GlooBackend::Recv(const OpContext& ctx, TensorRef data, int src,
                                int tag) {
-  return Guarded(ctx, [&] {
-    auto buffer = context_->createUnboundBuffer(data.data(), data.nbytes());
-    buffer->recv(
-        src, gloo::Slot::build(kPointToPointSlot, static_cast<uint32_t>(tag)));
-    Wait(*buffer, /*recv=*/true, ctx);
-  });
+  return Guarded(
+      ctx,
+      [&] {
+        auto buffer = context_->createUnboundBuffer(data.data(), data.nbytes());
+        buffer->recv(src, gloo::Slot::build(kPointToPointSlot,
+                                            static_cast<uint32_t>(tag)));
+        Wait(*buffer, /*recv=*/true, ctx);
+      },
+      src);
 }
 
 }  // namespace distkit

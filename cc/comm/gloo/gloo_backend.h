@@ -26,14 +26,13 @@
 #include "absl/synchronization/mutex.h"
 #include "cc/comm/backend.h"
 #include "cc/comm/backend_registry.h"
+#include "cc/comm/gloo/pair_mesh.h"
 #include "cc/comm/op_signature.h"
 #include "cc/comm/reduce_kernels.h"
 #include "cc/store/store.h"
 
 namespace gloo {
-namespace rendezvous {
 class Context;
-}  // namespace rendezvous
 namespace transport {
 class UnboundBuffer;
 }  // namespace transport
@@ -48,17 +47,22 @@ class GlooBackend : public Backend {
     std::string hostname = "127.0.0.1";
     // Timeout of the connection set-up and the default for operations.
     absl::Duration timeout = absl::Minutes(30);
+    // Connect no pair at creation: each when an operation first needs it
+    // (pair_mesh.h). For groups whose collectives go elsewhere (the
+    // same-host shared-memory path).
+    bool connect_on_demand = false;
   };
 
   // Connects a full mesh among `size` ranks through `store` (which should be
-  // a PrefixStore private to this group). Blocks until every rank joins or
-  // the timeout passes.
+  // a PrefixStore private to this group), one store round trip each way per
+  // rank. Blocks until every rank joins or the timeout passes; with
+  // connect_on_demand it returns at once and connects nothing.
   static absl::StatusOr<std::unique_ptr<GlooBackend>> Create(
       std::shared_ptr<Store> store, int rank, int size, const Options& options);
   // The same from a registry config; an empty hostname becomes
   // $DISTKIT_GLOO_HOSTNAME, else 127.0.0.1.
   static absl::StatusOr<std::unique_ptr<GlooBackend>> Create(
-      const BackendConfig& config);
+      const BackendConfig& config, bool connect_on_demand = false);
 
   ~GlooBackend() override;
 
@@ -106,8 +110,7 @@ class GlooBackend : public Backend {
   size_t inline_limit() const;
 
  private:
-  GlooBackend(int rank, int size,
-              std::shared_ptr<gloo::rendezvous::Context> context);
+  GlooBackend(int rank, int size, std::unique_ptr<PairMesh> mesh);
 
   // Whether the last signature exchange carried a payload of `bytes` (the
   // data operation then completes from the records); forgets it either way.
@@ -121,12 +124,16 @@ class GlooBackend : public Backend {
   void Wait(gloo::transport::UnboundBuffer& buffer, bool recv,
             const OpContext& ctx);
 
-  // Runs `body` (Gloo calls that may throw), turning exceptions into Status.
-  absl::Status Guarded(const OpContext& ctx, const std::function<void()>& body);
+  // Connects the pairs the call needs (every peer, or `peer` alone), then
+  // runs `body` (Gloo calls that may throw), turning exceptions into Status.
+  static constexpr int kAllPeers = -1;
+  absl::Status Guarded(const OpContext& ctx, const std::function<void()>& body,
+                       int peer = kAllPeers);
 
   const int rank_;
   const int size_;
-  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::unique_ptr<PairMesh> mesh_;
+  std::shared_ptr<gloo::Context> context_;  // mesh_'s
   // Signature exchange buffers, kept between calls (no per-call allocation).
   const size_t slot_bytes_;  // signature + the largest inline payload
   std::vector<char> send_slot_;

@@ -14,11 +14,18 @@ namespace {
 absl::StatusOr<std::unique_ptr<Backend>> MakeGloo(const BackendConfig& config) {
   BackendConfig tcp = config;
   tcp.store = std::make_shared<PrefixStore>("tcp", config.store);
-  DK_ASSIGN_OR_RETURN(std::unique_ptr<GlooBackend> gloo,
-                      GlooBackend::Create(tcp));
+  // Where shared memory carries the collectives, Gloo's pairs are connected
+  // only when something needs them (send / recv, the operations shared
+  // memory hands to Gloo): a same-host group opens no TCP connection first.
   return ShmBackend::MaybeWrap(
       std::make_shared<PrefixStore>("shm", config.store), config.rank,
-      config.size, std::move(gloo), config.timeout);
+      config.size,
+      [&tcp](bool wrapped) -> absl::StatusOr<std::unique_ptr<Backend>> {
+        DK_ASSIGN_OR_RETURN(std::unique_ptr<GlooBackend> gloo,
+                            GlooBackend::Create(tcp, wrapped));
+        return std::unique_ptr<Backend>(std::move(gloo));
+      },
+      config.timeout);
 }
 
 const bool registered = RegisterBackend("gloo", MakeGloo);

@@ -42,9 +42,11 @@ size_t SegmentBytes(int size, size_t header) {
 
 absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
     std::shared_ptr<Store> store, int rank, int size,
-    std::unique_ptr<Backend> gloo, absl::Duration timeout) {
+    const WrappedFactory& make_gloo, absl::Duration timeout) {
   const char* env = std::getenv("DISTKIT_SHM");
-  if (size < 2 || (env != nullptr && std::string(env) == "0")) return gloo;
+  if (size < 2 || (env != nullptr && std::string(env) == "0")) {
+    return make_gloo(false);
+  }
   // Same host (and same boot) for every rank?
   DK_RETURN_IF_ERROR(store->Set(absl::StrCat("host/", rank), HostIdentity()));
   std::vector<std::string> keys;
@@ -52,7 +54,7 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
   DK_ASSIGN_OR_RETURN(std::vector<std::string> hosts,
                       store->MultiGetWithTimeout(keys, timeout));
   for (const std::string& h : hosts) {
-    if (h != hosts[0]) return gloo;
+    if (h != hosts[0]) return make_gloo(false);
   }
   const size_t bytes = SegmentBytes(size, sizeof(Header));
   std::string name;
@@ -71,12 +73,12 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
       }
       // No room in shared memory: every rank stays on TCP.
       DK_RETURN_IF_ERROR(store->Set("name", ""));
-      return gloo;
+      return make_gloo(false);
     }
     DK_RETURN_IF_ERROR(store->Set("name", name));
   } else {
     DK_ASSIGN_OR_RETURN(name, store->Get("name", timeout));
-    if (name.empty()) return gloo;
+    if (name.empty()) return make_gloo(false);
     fd = shm_open(name.c_str(), O_RDWR, 0600);
   }
   void* base =
@@ -99,10 +101,15 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
   for (const std::string& a : attached) everyone &= a == "1";
   if (!everyone) {
     if (base != MAP_FAILED) munmap(base, bytes);
-    return gloo;
+    return make_gloo(false);
+  }
+  absl::StatusOr<std::unique_ptr<Backend>> gloo = make_gloo(true);
+  if (!gloo.ok()) {
+    munmap(base, bytes);
+    return gloo.status();
   }
   std::unique_ptr<ShmBackend> b(
-      new ShmBackend(rank, size, std::move(gloo), base, bytes));
+      new ShmBackend(rank, size, *std::move(gloo), base, bytes));
   StartHeartbeat(&b->header(rank)->liveness);
   return std::unique_ptr<Backend>(std::move(b));
 }

@@ -28,6 +28,7 @@
 #define DISTKIT_CC_COMM_SHM_SHM_BACKEND_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,12 +45,18 @@ namespace distkit {
 
 class ShmBackend : public Backend {
  public:
+  // Makes the wrapped backend (collective); `wrapped` says whether shared
+  // memory will carry the collectives in front of it.
+  using WrappedFactory =
+      std::function<absl::StatusOr<std::unique_ptr<Backend>>(bool wrapped)>;
+
   // Collective: decides through `store` whether all `size` ranks share this
-  // host (and DISTKIT_SHM is not 0). If they do, maps one segment and returns
-  // a backend that wraps `gloo`; otherwise returns `gloo` itself.
+  // host (and DISTKIT_SHM is not 0) and can map one segment. If they do,
+  // returns a backend that wraps make_gloo(true); otherwise make_gloo(false)
+  // itself. Every rank reaches the same decision.
   static absl::StatusOr<std::unique_ptr<Backend>> MaybeWrap(
       std::shared_ptr<Store> store, int rank, int size,
-      std::unique_ptr<Backend> gloo, absl::Duration timeout);
+      const WrappedFactory& make_gloo, absl::Duration timeout);
   ~ShmBackend() override;
 
   // Bytes of one data slot (a chunk of a pipelined operation).

@@ -1,0 +1,177 @@
+/* Connections on demand, counted from /proc in a real job: on one host,
+ * where shared memory carries the collectives, a group opens no TCP
+ * connection between ranks until something needs one. A send / recv
+ * connects that pair only; an operation that runs over Gloo (gather)
+ * connects the rest of the mesh. With DISTKIT_SHM=0 (every collective over
+ * TCP) the full mesh is there from the start. Connections to the job's
+ * store (DISTKIT_STORE's port) are not counted. */
+#define _DEFAULT_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "distkit/distkit.h"
+
+static int rank_ = -1, failures_;
+
+static void check(int ok, const char* what, long got, long want) {
+  if (!ok) {
+    fprintf(stderr, "rank %d: CHECK FAILED: %s (got %ld, want %ld)\n", rank_,
+            what, got, want);
+    ++failures_;
+  }
+}
+
+static void die(const char* what, dk_error_t* err) {
+  fprintf(stderr, "rank %d: %s: %s\n", rank_, what,
+          err != NULL ? dk_error_message(err) : "");
+  exit(1);
+}
+
+/* The port of a socket address, or 0 if it is not an IP address. */
+static unsigned port_of(const struct sockaddr_storage* a) {
+  if (a->ss_family == AF_INET)
+    return ntohs(((const struct sockaddr_in*)a)->sin_port);
+  if (a->ss_family == AF_INET6)
+    return ntohs(((const struct sockaddr_in6*)a)->sin6_port);
+  return 0;
+}
+
+/* This process's established TCP connections (read from its own
+ * descriptors, exactly), except those to or from the store's port. */
+static long peer_connections(unsigned store_port) {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == NULL) return -1;
+  long count = 0;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL) {
+    const int fd = atoi(e->d_name);
+    if (e->d_name[0] == '.' || fd == dirfd(d)) continue;
+    int type = 0;
+    socklen_t len = sizeof(type);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
+        type != SOCK_STREAM) {
+      continue;
+    }
+    struct sockaddr_storage local, peer;
+    socklen_t llen = sizeof(local), plen = sizeof(peer);
+    if (getsockname(fd, (struct sockaddr*)&local, &llen) != 0 ||
+        getpeername(fd, (struct sockaddr*)&peer, &plen) != 0 ||
+        port_of(&local) == 0) {
+      continue; /* not connected, or not TCP */
+    }
+    struct tcp_info info;
+    socklen_t ilen = sizeof(info);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &ilen) != 0 ||
+        info.tcpi_state != TCP_ESTABLISHED) {
+      continue;
+    }
+    if (port_of(&local) == store_port || port_of(&peer) == store_port) {
+      continue;
+    }
+    ++count;
+  }
+  closedir(d);
+  return count;
+}
+
+static DLTensor vec(float* data, int64_t* n) {
+  DLTensor t;
+  memset(&t, 0, sizeof(t));
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.ndim = 1;
+  t.dtype.code = kDLFloat;
+  t.dtype.bits = 32;
+  t.dtype.lanes = 1;
+  t.shape = n;
+  return t;
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const char* store = getenv("DISTKIT_STORE");
+  const char* colon = store != NULL ? strrchr(store, ':') : NULL;
+  if (colon == NULL) {
+    fprintf(stderr, "DISTKIT_STORE is not host:port (run under distrun)\n");
+    return 1;
+  }
+  const unsigned store_port = (unsigned)atoi(colon + 1);
+  const char* shm = getenv("DISTKIT_SHM");
+  const int on_shm = shm == NULL || strcmp(shm, "0") != 0;
+  dk_init_config_t cfg;
+  dk_init_config_init(&cfg);
+  cfg.timeout_ms = 30000;
+  dk_group_t* world = NULL;
+  dk_error_t* err = NULL;
+  if (dk_init("pytorch", &cfg, &world, &err) != DK_OK) die("dk_init", err);
+  rank_ = dk_group_rank(world);
+  const int size = dk_group_size(world);
+
+  float x = (float)(rank_ + 1);
+  int64_t one = 1;
+  DLTensor t = vec(&x, &one);
+  if (dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err) != DK_OK)
+    die("all_reduce", err);
+  check(x == (float)(size * (size + 1) / 2), "all_reduce sum", (long)x,
+        size * (size + 1) / 2);
+  const long after_init = peer_connections(store_port);
+  printf("rank %d of %d: %ld peer connections after init + all_reduce\n", rank_,
+         size, after_init);
+  check(after_init == (on_shm ? 0 : size - 1),
+        "peer connections after init + all_reduce", after_init,
+        on_shm ? 0 : size - 1);
+
+  if (size >= 2 && rank_ <= 1) {
+    float v = rank_ == 0 ? 42.0f : 0.0f;
+    DLTensor m = vec(&v, &one);
+    dk_status_t s = rank_ == 0 ? dk_group_send(world, &m, 1, 7, NULL, &err)
+                               : dk_group_recv(world, &m, 0, 7, NULL, &err);
+    if (s != DK_OK) die("send/recv", err);
+    check(v == 42.0f, "the received value", (long)v, 42);
+  }
+  if (dk_group_barrier(world, NULL, &err) != DK_OK) die("barrier", err);
+  const long after_p2p = peer_connections(store_port);
+  const long want_p2p = on_shm ? (size >= 2 && rank_ <= 1) : size - 1;
+  check(after_p2p == want_p2p, "peer connections after one send/recv",
+        after_p2p, want_p2p);
+
+  /* Larger than a shared-memory slot (1 MiB): Gloo carries this gather. */
+  int64_t part = 300000;
+  float* mine = malloc((size_t)part * sizeof(float));
+  for (int64_t i = 0; i < part; ++i) mine[i] = (float)(rank_ * 1000 + i % 97);
+  float* all = calloc((size_t)(size * part), sizeof(float));
+  int64_t n_all = size * part;
+  DLTensor in = vec(mine, &part), out = vec(all, &n_all);
+  if (dk_group_gather(world, &in, rank_ == 0 ? &out : NULL, 0, NULL, &err) !=
+      DK_OK)
+    die("gather", err);
+  if (rank_ == 0) {
+    for (int r = 0; r < size; ++r) {
+      for (int64_t i = 0; i < part; i += 4999) {
+        const float want = (float)(r * 1000 + i % 97);
+        check(all[r * part + i] == want, "gathered value",
+              (long)all[r * part + i], (long)want);
+      }
+    }
+  }
+  free(mine);
+  free(all);
+  const long after_gather = peer_connections(store_port);
+  printf("rank %d of %d: %ld after one send/recv, %ld after a gather\n", rank_,
+         size, after_p2p, after_gather);
+  check(after_gather == size - 1, "peer connections after a gather",
+        after_gather, size - 1);
+  /* Nobody closes a connection before every rank has counted. */
+  if (dk_group_barrier(world, NULL, &err) != DK_OK) die("barrier", err);
+
+  dk_group_destroy(world);
+  dk_shutdown();
+  return failures_ == 0 ? 0 : 1;
+}

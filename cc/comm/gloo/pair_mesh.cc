@@ -1,0 +1,195 @@
+#include "cc/comm/gloo/pair_mesh.h"
+
+#include <gloo/common/error.h>
+#include <gloo/context.h>
+#include <gloo/transport/context.h>
+#include <gloo/transport/device.h>
+#include <gloo/transport/pair.h>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace distkit {
+namespace {
+
+// A gloo::Context whose transport context exists from the start and gets
+// its pairs one by one (Gloo's rendezvous::Context creates all of them in
+// connectFullMesh).
+class MeshContext : public gloo::Context {
+ public:
+  MeshContext(int rank, int size,
+              std::shared_ptr<gloo::transport::Device> device,
+              std::chrono::milliseconds timeout)
+      : gloo::Context(rank, size) {
+    device_ = std::move(device);
+    transportContext_ = device_->createContext(rank, size);
+    setTimeout(timeout);
+    transportContext_->setTimeout(timeout);
+  }
+  gloo::transport::Context& transport() { return *transportContext_; }
+};
+
+std::chrono::milliseconds Millis(absl::Duration d) {
+  return std::chrono::milliseconds(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+}
+
+std::string PairKey(int from, int to) {
+  return absl::StrCat("pair/", from, "/", to);
+}
+
+[[noreturn]] void ThrowAborted() {
+  throw gloo::IoException("aborted while connecting to peers");
+}
+
+// Reads `keys`, waiting for them within `timeout` in short slices so an
+// abort is noticed promptly.
+std::vector<std::string> WaitForAddresses(Store& store,
+                                          const std::vector<std::string>& keys,
+                                          absl::Duration timeout,
+                                          const std::atomic<bool>& aborted) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    if (aborted.load()) ThrowAborted();
+    const absl::Duration left = deadline - absl::Now();
+    absl::StatusOr<std::vector<std::string>> values = store.MultiGetWithTimeout(
+        keys, std::max(absl::Milliseconds(1),
+                       std::min(left, absl::Milliseconds(200))));
+    if (values.ok()) return *std::move(values);
+    if (!absl::IsDeadlineExceeded(values.status()) || absl::Now() >= deadline) {
+      throw gloo::IoException(absl::StrCat(
+          absl::IsDeadlineExceeded(values.status())
+              ? absl::StrCat("timed out after ", absl::FormatDuration(timeout),
+                             " waiting for a peer's address")
+              : "reading peers' addresses failed",
+          ": ", values.status().ToString()));
+    }
+  }
+}
+
+// Gloo's Pair::connect waits without a deadline for a peer that accepted the
+// TCP connection but never answers the handshake (frozen). So `connect`
+// runs on a thread of its own, owning what it touches; if it has not
+// finished in time (or the group is aborted), this rank gives up and the
+// thread ends with the process, or when the peer answers or dies.
+void ConnectWithin(std::function<void()> connect, absl::Duration timeout,
+                   const std::atomic<bool>& aborted) {
+  struct Outcome {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    std::exception_ptr error ABSL_GUARDED_BY(mu);
+  };
+  auto outcome = std::make_shared<Outcome>();
+  std::thread([outcome, connect = std::move(connect)] {
+    std::exception_ptr error;
+    try {
+      connect();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    absl::MutexLock lock(&outcome->mu);
+    outcome->error = error;
+    outcome->done = true;
+  }).detach();
+  // Gloo's own timeouts fire first when they can (they name the peer).
+  const absl::Time give_up = absl::Now() + timeout + absl::Seconds(1);
+  absl::MutexLock lock(&outcome->mu);
+  while (!outcome->done && absl::Now() < give_up && !aborted.load()) {
+    outcome->mu.AwaitWithTimeout(absl::Condition(&outcome->done),
+                                 absl::Milliseconds(50));
+  }
+  if (!outcome->done) {
+    if (aborted.load()) ThrowAborted();
+    throw gloo::IoException(absl::StrCat(
+        "timed out after ", absl::FormatDuration(timeout),
+        " in the connection handshake (a peer accepted the connection but "
+        "never answered: frozen or overloaded)"));
+  }
+  if (outcome->error) std::rethrow_exception(outcome->error);
+}
+
+}  // namespace
+
+PairMesh::PairMesh(std::shared_ptr<Store> store, int rank, int size,
+                   std::shared_ptr<gloo::transport::Device> device,
+                   absl::Duration timeout)
+    : store_(std::move(store)),
+      rank_(rank),
+      size_(size),
+      context_(std::make_shared<MeshContext>(rank, size, std::move(device),
+                                             Millis(timeout))) {
+  for (int r = 0; r < size; ++r) peers_.push_back(std::make_unique<Peer>());
+}
+
+PairMesh::~PairMesh() = default;
+
+int PairMesh::connected_pairs() const { return connected_.load(); }
+
+void PairMesh::ConnectAll(absl::Duration timeout,
+                          const std::atomic<bool>& aborted) {
+  if (connected_.load() == size_ - 1) return;
+  // Every peer's lock, in rank order (ConnectPair takes one of them).
+  std::vector<std::unique_ptr<absl::MutexLock>> locks;
+  std::vector<int> missing;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    locks.push_back(std::make_unique<absl::MutexLock>(&peers_[p]->mu));
+    if (!peers_[p]->connected) missing.push_back(p);
+  }
+  if (missing.empty()) return;
+  Connect(missing, timeout, aborted);
+  for (int p : missing) peers_[p]->connected = true;
+}
+
+void PairMesh::ConnectPair(int peer, absl::Duration timeout,
+                           const std::atomic<bool>& aborted) {
+  Peer& p = *peers_[peer];
+  absl::MutexLock lock(&p.mu);
+  if (p.connected) return;
+  Connect({peer}, timeout, aborted);
+  p.connected = true;
+}
+
+void PairMesh::Connect(const std::vector<int>& peers, absl::Duration timeout,
+                       const std::atomic<bool>& aborted) {
+  const absl::Time deadline = absl::Now() + timeout;
+  auto& transport = static_cast<MeshContext&>(*context_).transport();
+  std::vector<std::string> mine, addresses, theirs;
+  {
+    absl::MutexLock lock(&create_mu_);
+    for (int p : peers) {
+      std::vector<char> bytes = transport.createPair(p)->address().bytes();
+      mine.push_back(PairKey(rank_, p));
+      addresses.emplace_back(bytes.begin(), bytes.end());
+      theirs.push_back(PairKey(p, rank_));
+    }
+  }
+  absl::Status published = store_->MultiSet(mine, addresses);
+  if (!published.ok()) {
+    throw gloo::IoException(absl::StrCat(
+        "publishing this rank's addresses failed: ", published.ToString()));
+  }
+  std::vector<std::string> peer_addresses =
+      WaitForAddresses(*store_, theirs, timeout, aborted);
+  // In rank order on every rank, as Gloo's own full mesh does.
+  std::shared_ptr<gloo::Context> context = context_;
+  ConnectWithin(
+      [context, peers, peer_addresses] {
+        auto& t = static_cast<MeshContext&>(*context).transport();
+        for (size_t i = 0; i < peers.size(); ++i) {
+          t.getPair(peers[i])->connect(std::vector<char>(
+              peer_addresses[i].begin(), peer_addresses[i].end()));
+        }
+      },
+      std::max(absl::Milliseconds(1), deadline - absl::Now()), aborted);
+  connected_ += static_cast<int>(peers.size());
+}
+
+}  // namespace distkit
