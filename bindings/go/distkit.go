@@ -24,7 +24,9 @@ import "C"
 
 import (
 	"fmt"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 )
@@ -101,6 +103,14 @@ func check(status C.dk_status_t, cerr *C.dk_error_t) error {
 	C.dk_error_free(cerr)
 	return e
 }
+
+// Gloo's TCP threads are not Go threads. A write there to a peer that has
+// died raises SIGPIPE, and the Go runtime answers a SIGPIPE on a non-Go
+// thread by killing the process unless SIGPIPE is ignored or notified
+// (os/signal: "Go programs that use cgo or SWIG"). Ignored, the write fails
+// with EPIPE and the collective with UNAVAILABLE, as in C, C++, Python and
+// Rust programs (the library ignores SIGPIPE there unless a handler is set).
+func init() { signal.Ignore(syscall.SIGPIPE) }
 
 var (
 	versionOnce sync.Once

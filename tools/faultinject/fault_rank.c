@@ -10,7 +10,9 @@
  * FAULT_ZOMBIE=1 runs the rank in a child whose parent never reaps it, so
  * killing the child leaves a zombie (as a supervisor that does not wait()
  * would). FAULT_FREEZE_RANK=r: the rank whose launcher variable (RANK or
- * OMPI_COMM_WORLD_RANK) is r stops itself (SIGSTOP) before dk_init. */
+ * OMPI_COMM_WORLD_RANK) is r stops itself (SIGSTOP) before dk_init;
+ * FAULT_EXIT_RANK=r: that rank exits (0, silently) before dk_init, a rank
+ * that dies during rendezvous. */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>
@@ -35,6 +37,9 @@ int main(void) {
   if (my_rank == NULL) my_rank = getenv("RANK");
   if (my_rank != NULL && env_int("FAULT_FREEZE_RANK", -1) == atoi(my_rank)) {
     raise(SIGSTOP); /* frozen before init, never resumed */
+  }
+  if (my_rank != NULL && env_int("FAULT_EXIT_RANK", -1) == atoi(my_rank)) {
+    _exit(0); /* gone before it joins */
   }
   dk_init_config_t cfg;
   dk_init_config_init(&cfg);

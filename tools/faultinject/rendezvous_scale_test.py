@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Rendezvous at scale, bounded: N ranks (default 64) on this host, started
+directly (rank 0 hosts the store), each dk_init + one all_reduce (checked),
+must all finish; then the same job with one rank that dies before it joins
+must end every other rank with a clear init error within the init timeout
++ 5 s, not a hang.
+
+  rendezvous_scale_test.py --rank FAULT_RANK_BINARY [--ranks 64]
+"""
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_job(rank_bin, n, timeout_ms, dead=None, limit=120.0):
+    """Starts the job; returns (seconds until the last rank ended, {rank:
+    (exit code, output)}); ranks still running at `limit` are killed."""
+    port = free_port()
+    procs = []
+    start = time.monotonic()
+    for r in range(n):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n),
+                   LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   FAULT_STEPS="1", FAULT_TIMEOUT_MS=str(timeout_ms))
+        if dead is not None:
+            env["FAULT_EXIT_RANK"] = str(dead)
+        procs.append(subprocess.Popen([rank_bin], stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, env=env))
+    results = {}
+    for r, p in enumerate(procs):
+        try:
+            out, _ = p.communicate(timeout=max(0.1, start + limit -
+                                               time.monotonic()))
+            results[r] = (p.returncode, out.decode(errors="replace"))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            results[r] = (None, out.decode(errors="replace"))
+    return time.monotonic() - start, results
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rank", required=True)
+    ap.add_argument("--ranks", type=int, default=64)
+    args = ap.parse_args()
+    n, failures = args.ranks, 0
+
+    took, results = run_job(args.rank, n, timeout_ms=60000)
+    bad = {r: res for r, res in results.items() if res[0] != 0}
+    print(f"{n} ranks: init + all_reduce in {took:.2f} s, "
+          f"{n - len(bad)} of {n} done", flush=True)
+    for r, (code, out) in sorted(bad.items())[:5]:
+        print(f"FAIL: rank {r} exit {code}: {out.strip()[-300:]}")
+        failures += 1
+
+    timeout_s = 5.0
+    dead = n // 2 + 1
+    took, results = run_job(args.rank, n, timeout_ms=int(timeout_s * 1000),
+                            dead=dead, limit=timeout_s + 30)
+    print(f"{n} ranks, rank {dead} dead before joining: every rank ended "
+          f"in {took:.2f} s (bound {timeout_s + 5:.0f} s)", flush=True)
+    if took > timeout_s + 5:
+        print(f"FAIL: took {took:.1f} s")
+        failures += 1
+    for r, (code, out) in sorted(results.items()):
+        if r == dead:
+            continue
+        if code != 3 or "init failed" not in out:
+            print(f"FAIL: rank {r} exit {code}: {out.strip()[-300:]}")
+            failures += 1
+            break
+    sample = results[0][1].strip().splitlines()[-1] if results[0][1] else ""
+    print(f"rank 0 said: {sample}")
+    print("PASS" if not failures else f"{failures} check(s) failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
