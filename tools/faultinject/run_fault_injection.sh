@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The long fault-injection run (the test command runs 36 of these through
+# The long fault-injection run (the test command runs 40 of these through
 # //tools/faultinject:fault_injection_test): kills, freezes and zombifies
 # random ranks, the store host and the launcher, in init and mid-collective,
-# over shared memory and TCP, and reports per fault kind the runs, hangs and
-# worst time from the fault to the last survivor's exit.
+# over shared memory, TCP and MPI under mpirun, and reports per fault kind
+# the runs (by path), hangs and worst time from the fault to the last
+# survivor's exit.
 #
-#   tools/faultinject/run_fault_injection.sh [--runs 200] [--seed N] [--stacks]
+#   tools/faultinject/run_fault_injection.sh [--runs 200] [--seed N]
+#       [--kinds K,...] [--paths shm,tcp,mpi] [--stacks]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 tools/bootstrap.sh
