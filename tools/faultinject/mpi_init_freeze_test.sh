@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# A rank frozen before MPI's init (which has no timeout of its own): every
-# other rank's dk_init must fail with a clear DEADLINE_EXCEEDED within the
-# init timeout, and the job end, instead of waiting forever in
-# MPI_Init_thread. Usage: mpi_init_freeze_test.sh FAULT_RANK_BINARY
+# A rank frozen before MPI's init (which has no timeout of its own): the
+# other ranks' dk_init must fail with a clear DEADLINE_EXCEEDED within the
+# init timeout and the job end (mpirun stops the rest once one rank has
+# failed), instead of every rank waiting forever in MPI_Init_thread.
+# Usage: mpi_init_freeze_test.sh FAULT_RANK_BINARY
 set -euo pipefail
 rank_bin="$1"
 if ! command -v mpirun >/dev/null; then
@@ -27,15 +28,20 @@ cat "$session/out.txt"
 echo "mpirun exit $code after ${took_ms} ms"
 fail=0
 [ "$code" -ne 0 ] && [ "$code" -ne 137 ] || { echo "FAIL: the job did not fail (or was killed by the 30 s guard)"; fail=1; }
-for r in 0 1; do
-  if ! grep -q "^\[[0-9]*,$r\]<stderr>:init failed: .*MPI_Init_thread did not complete within 3s" "$session/out.txt"; then
-    echo "FAIL: rank $r did not report the frozen init"
-    fail=1
-  fi
-done
+# The first rank whose init times out reports it and exits; mpirun then ends
+# the job, so the other may be stopped before it prints its own report.
+reported=$(grep -c "^\[[0-9]*,[01]\]<stderr>:init failed: .*MPI_Init_thread did not complete within 3s" "$session/out.txt" || true)
+if [ "$reported" -lt 1 ]; then
+  echo "FAIL: no rank reported the frozen init"
+  fail=1
+fi
+if grep -q "joined" "$session/out.txt"; then
+  echo "FAIL: a rank joined a job whose rank 2 never initialized"
+  fail=1
+fi
 if [ "$took_ms" -gt 10000 ]; then
   echo "FAIL: took ${took_ms} ms (bound: timeout 3 s + 7 s)"
   fail=1
 fi
-[ "$fail" -eq 0 ] && echo "PASS: every other rank failed clearly within the init timeout"
+[ "$fail" -eq 0 ] && echo "PASS: the job failed clearly within the init timeout ($reported rank(s) reported before mpirun ended it)"
 exit "$fail"

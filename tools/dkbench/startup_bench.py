@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Start-up at scale, beside torch: the time from starting N rank processes
+on this host to the end of the job's first all_reduce (the last rank's),
+for distkit (startup_rank.c: dk_init + all_reduce; rank 0 hosts the store)
+and for LibTorch C++ (startup_torch_rank.cc: TCPStore + ProcessGroupGloo),
+started the same way, alternated, medians of --repeats fresh jobs. Also
+reports how distkit's time grows with N (against the smallest N).
+
+  bazel run //tools/dkbench:startup_bench -- --ranks 16,64,128,256,512
+"""
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one_job(binary, n, limit):
+    """Seconds from the first spawn to the last rank's first all_reduce, or
+    the failure text."""
+    port = free_port()
+    start_ns = time.time_ns()
+    procs = []
+    for r in range(n):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n),
+                   LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([binary], stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, env=env))
+    ends, failure = [], None
+    deadline = time.monotonic() + limit
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            failure = failure or f"still running after {limit:.0f} s"
+            continue
+        text = out.decode(errors="replace")
+        if p.returncode != 0:
+            failure = failure or f"exit {p.returncode}: {text.strip()[-160:]}"
+            continue
+        for line in text.splitlines():
+            if line.startswith("first_all_reduce_end_ns="):
+                ends.append(int(line.split("=")[1]))
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    if failure or len(ends) != n:
+        return failure or "a rank printed no time"
+    return (max(ends) - start_ns) / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--distkit", required=True, help="startup_rank binary")
+    ap.add_argument("--torch", default="", help="startup_torch_rank binary")
+    ap.add_argument("--ranks", default="2,16,64,128,256")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--limit", type=float, default=300.0,
+                    help="seconds a job may take")
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.ranks.split(",")]
+    impls = [("distkit", args.distkit)] + (
+        [("torch", args.torch)] if args.torch else [])
+    print(f"start-up: {len(impls)} implementation(s), ranks {sizes}, "
+          f"{args.repeats} jobs each (alternated), {os.cpu_count()} cores",
+          flush=True)
+    print(f"{'N':>5} | {'distkit s':>10} | {'torch s':>10} | {'ratio':>6} | "
+          f"{'distkit growth':>14}")
+    base = None
+    for n in sizes:
+        times = {name: [] for name, _ in impls}
+        failed = {}
+        for _ in range(args.repeats):
+            for name, binary in impls:
+                if name in failed:
+                    continue
+                t = one_job(binary, n, args.limit)
+                if isinstance(t, str):
+                    failed[name] = t
+                else:
+                    times[name].append(t)
+        med = {k: statistics.median(v) for k, v in times.items() if v}
+        d = med.get("distkit")
+        if base is None and d is not None:
+            base = (n, d)
+        cells = []
+        for name in ("distkit", "torch"):
+            if name in med:
+                cells.append(f"{med[name]:>10.3f}")
+            elif name in failed:
+                cells.append(f"{'failed':>10}")
+            else:
+                cells.append(f"{'-':>10}")
+        ratio = (f"{med['torch'] / d:>6.2f}"
+                 if d is not None and "torch" in med else f"{'-':>6}")
+        growth = (f"{d / base[1]:>8.2f}x/{n / base[0]:.0f}x"
+                  if d is not None and base is not None else "-")
+        print(f"{n:>5} | {cells[0]} | {cells[1]} | {ratio} | {growth:>14}",
+              flush=True)
+        for name, why in failed.items():
+            print(f"      {name} at N={n}: {why}", flush=True)
+    print("ratio = torch / distkit (> 1: distkit starts faster); growth = "
+          "distkit time / its time at the smallest N, beside N's own factor")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
