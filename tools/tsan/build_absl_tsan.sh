@@ -17,7 +17,7 @@
 set -euo pipefail
 
 version="$(dpkg-query -W -f='${Version}' libabsl-dev)"
-cache="${DISTKIT_TSAN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/distkit/absl-tsan-$version}"
+cache="${DISTKIT_TSAN_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/distkit/absl-tsan-$version}"
 lib="$cache/lib"
 if [ -f "$lib/.complete" ]; then
   echo "$lib"
