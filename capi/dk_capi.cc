@@ -27,9 +27,9 @@
 #include "cc/group/shrink.h"
 #include "cc/parallel/flat_shard.h"
 #include "cc/parallel/grad_reducer.h"
-#include "cc/store/grpc_store.h"
 #include "cc/store/request_limits.h"
 #include "cc/store/store_server.h"
+#include "cc/store/tcp_store.h"
 #include "distkit/distkit.h"
 
 struct dk_error {
@@ -472,11 +472,11 @@ dk_status_t dk_store_connect(const dk_store_config_t* config, dk_store_t** out,
   return Guard(err, [&]() -> absl::Status {
     DK_RETURN_IF_ERROR(NotNull(out, "out"));
     DK_ASSIGN_OR_RETURN(dk_store_config_t c, ReadStoreConfig(config));
-    DK_ASSIGN_OR_RETURN(std::unique_ptr<distkit::GrpcStore> store,
-                        distkit::GrpcStore::Connect(
-                            {c.address, c.token ? c.token : "",
-                             absl::Milliseconds(c.timeout_ms),
-                             absl::Milliseconds(c.connect_timeout_ms)}));
+    DK_ASSIGN_OR_RETURN(
+        std::unique_ptr<distkit::TcpStore> store,
+        distkit::TcpStore::Connect({c.address, c.token ? c.token : "",
+                                    absl::Milliseconds(c.timeout_ms),
+                                    absl::Milliseconds(c.connect_timeout_ms)}));
     *out = new dk_store{std::move(store), nullptr, c.address};
     return absl::OkStatus();
   });
@@ -491,10 +491,10 @@ dk_status_t dk_store_serve(const dk_store_config_t* config, dk_store_t** out,
     DK_ASSIGN_OR_RETURN(std::unique_ptr<distkit::StoreServer> server,
                         distkit::StoreServer::Start({c.address, token}));
     DK_ASSIGN_OR_RETURN(
-        std::unique_ptr<distkit::GrpcStore> store,
-        distkit::GrpcStore::Connect(
-            {server->address(), token, absl::Milliseconds(c.timeout_ms),
-             absl::Milliseconds(c.connect_timeout_ms)}));
+        std::unique_ptr<distkit::TcpStore> store,
+        distkit::TcpStore::Connect({server->address(), token,
+                                    absl::Milliseconds(c.timeout_ms),
+                                    absl::Milliseconds(c.connect_timeout_ms)}));
     const std::string address = server->address();
     *out = new dk_store{std::move(store), std::move(server), address};
     return absl::OkStatus();

@@ -20,16 +20,10 @@ def _pkg_config_libs(rctx, modules, package):
         _fail_missing("pkg-config modules %s" % ", ".join(modules), package)
     return [flag for flag in res.stdout.strip().split(" ") if flag]
 
-def _which_or_fail(rctx, program, package):
-    path = rctx.which(program)
-    if path == None:
-        _fail_missing("program %s" % program, package)
-    return path
-
 def _linkopts_literal(opts):
     return "[" + ", ".join(['"%s"' % o for o in opts]) + "]"
 
-# --- Abseil, gRPC, protobuf -------------------------------------------------
+# --- Abseil -------------------------------------------------
 
 _ABSL_MODULES = [
     "absl_status",
@@ -65,32 +59,6 @@ system_absl = repository_rule(
     implementation = _system_absl_impl,
     local = True,
     doc = "Abseil from Debian: @system_absl//:absl.",
-)
-
-def _system_grpc_impl(rctx):
-    if not rctx.path("/usr/include/grpcpp/grpcpp.h").exists:
-        _fail_missing("gRPC C++ headers", "libgrpc++-dev")
-    grpc = _pkg_config_libs(rctx, ["grpc++", "protobuf"], "libgrpc++-dev")
-    protoc = _which_or_fail(rctx, "protoc", "protobuf-compiler")
-    plugin = _which_or_fail(rctx, "grpc_cpp_plugin", "protobuf-compiler-grpc")
-    rctx.symlink(protoc, "protoc")
-    rctx.symlink(plugin, "grpc_cpp_plugin")
-    rctx.file("BUILD.bazel", """
-package(default_visibility = ["//visibility:public"])
-
-cc_library(
-    name = "grpc",
-    linkopts = {grpc},
-    deps = ["@system_absl//:absl"],
-)
-
-exports_files(["protoc", "grpc_cpp_plugin"])
-""".format(grpc = _linkopts_literal(grpc)))
-
-system_grpc = repository_rule(
-    implementation = _system_grpc_impl,
-    local = True,
-    doc = "gRPC and protobuf from Debian, plus protoc and grpc_cpp_plugin.",
 )
 
 # --- Gloo --------------------------------------------------------------------
@@ -286,7 +254,6 @@ local_cuda = repository_rule(
 def distkit_system_dependencies():
     """Declares every system repository distkit uses. Call from WORKSPACE."""
     system_absl(name = "system_absl")
-    system_grpc(name = "system_grpc")
     system_gloo(name = "system_gloo")
     system_mpi(name = "system_mpi")
     system_torch(name = "system_torch")

@@ -6,7 +6,6 @@ set -euo pipefail
 PACKAGES=(
   bazel-bootstrap            # Bazel 4.2.3, WORKSPACE mode
   build-essential
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev
   libgloo-dev
   libopenmpi-dev openmpi-bin

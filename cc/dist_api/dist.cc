@@ -19,10 +19,10 @@
 #include "cc/dist_api/object_collectives.h"
 #include "cc/group/shrink.h"
 #include "cc/store/call_deadline.h"
-#include "cc/store/grpc_store.h"
 #include "cc/store/hash_store.h"
 #include "cc/store/prefix_store.h"
 #include "cc/store/store_server.h"
+#include "cc/store/tcp_store.h"
 
 namespace distkit {
 namespace dist {
@@ -190,9 +190,9 @@ absl::Status InitDist(absl::string_view launcher_name,
     if (!started.ok()) return Annotate(started.status(), "init_dist: rank 0");
     server = *std::move(started);
   }
-  absl::StatusOr<std::unique_ptr<GrpcStore>> store =
-      GrpcStore::Connect({info.store_address, info.token,
-                          Store::kDefaultTimeout, Store::kDefaultTimeout});
+  absl::StatusOr<std::unique_ptr<TcpStore>> store =
+      TcpStore::Connect({info.store_address, info.token, Store::kDefaultTimeout,
+                         Store::kDefaultTimeout});
   if (!store.ok()) {
     return Annotate(store.status(),
                     absl::StrCat("init_dist: rank ", info.rank));

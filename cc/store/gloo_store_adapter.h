@@ -2,7 +2,7 @@
 //
 // GlooStoreAdapter lets Gloo rendezvous through a distkit Store: it implements
 // gloo::rendezvous::Store on top of any Store (normally a PrefixStore over the
-// job's GrpcStore). Gloo reports failures by exception, so a failed Store call
+// job's TcpStore). Gloo reports failures by exception, so a failed Store call
 // is thrown as gloo::IoException carrying the Status text; the Gloo backend
 // catches it at its boundary and turns it back into a Status.
 

@@ -52,25 +52,58 @@ absl::Status HashStore::AwaitKeys(absl::Span<const std::string> keys,
       return absl::CancelledError("store: the waiting client went away");
     }
     if (absl::Now() >= deadline) {
-      std::vector<std::string> missing;
-      for (const std::string& k : wanted) {
-        if (!map_.contains(k)) missing.push_back(k);
-      }
-      return absl::DeadlineExceededError(
-          absl::StrCat("store: timed out after ", absl::FormatDuration(timeout),
-                       " waiting for key(s) ", QuoteKeys(missing)));
+      return TimedOutLocked(wanted, timeout);
     }
   }
   return absl::OkStatus();
 }
 
+absl::Status HashStore::TimedOutLocked(absl::Span<const std::string> keys,
+                                       absl::Duration timeout) const {
+  std::vector<std::string> missing;
+  for (const std::string& k : keys) {
+    if (!map_.contains(k)) missing.push_back(k);
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("store: timed out after ", absl::FormatDuration(timeout),
+                   " waiting for key(s) ", QuoteKeys(missing)));
+}
+
+absl::Status HashStore::TimedOut(absl::Span<const std::string> keys,
+                                 absl::Duration timeout) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return TimedOutLocked(keys, timeout);
+}
+
+size_t HashStore::FirstMissing(absl::Span<const std::string> keys, size_t from,
+                               std::vector<std::string>* values) const {
+  absl::ReaderMutexLock lock(&mu_);
+  for (size_t i = from; i < keys.size(); ++i) {
+    if (!map_.contains(keys[i])) return i;
+  }
+  if (values != nullptr) {
+    values->clear();
+    values->reserve(keys.size());
+    for (const std::string& k : keys) {
+      auto it = map_.find(k);
+      if (it == map_.end()) return 0;  // deleted before `from`: look again
+      values->push_back(it->second);
+    }
+  }
+  return keys.size();
+}
+
 absl::Status HashStore::Set(absl::string_view key, absl::string_view value) {
-  absl::MutexLock lock(&mu_);
-  map_[key] = std::string(value);
+  {
+    absl::MutexLock lock(&mu_);
+    map_[key] = std::string(value);
+  }
+  Changed();
   return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> HashStore::Add(absl::string_view key, int64_t delta) {
+  const ChangeNotice notice{this};
   absl::MutexLock lock(&mu_);
   int64_t value = 0;
   auto it = map_.find(key);
@@ -89,6 +122,7 @@ absl::StatusOr<int64_t> HashStore::Add(absl::string_view key, int64_t delta) {
 absl::StatusOr<std::string> HashStore::CompareSet(absl::string_view key,
                                                   absl::string_view expected,
                                                   absl::string_view desired) {
+  const ChangeNotice notice{this};
   absl::MutexLock lock(&mu_);
   auto it = map_.find(key);
   if (it == map_.end()) {
@@ -159,12 +193,14 @@ absl::Status HashStore::MultiSet(absl::Span<const std::string> keys,
                                                    keys.size(), " keys and ",
                                                    values.size(), " values"));
   }
+  const ChangeNotice notice{this};
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) map_[keys[i]] = values[i];
   return absl::OkStatus();
 }
 
 absl::Status HashStore::Append(absl::string_view key, absl::string_view value) {
+  const ChangeNotice notice{this};
   absl::MutexLock lock(&mu_);
   map_[key].append(value.data(), value.size());
   return absl::OkStatus();

@@ -48,6 +48,22 @@ class HashStore : public Store {
       absl::Span<const std::string> keys, absl::Duration timeout,
       const CancelledFn& cancelled);
 
+  // For StoreServer, which parks blocked requests itself instead of holding a
+  // thread per wait. The index of the first of keys[from..] that is absent
+  // (keys.size() when none is). With `values`, also their values in order
+  // when every key is present.
+  size_t FirstMissing(absl::Span<const std::string> keys, size_t from = 0,
+                      std::vector<std::string>* values = nullptr) const;
+  // The DEADLINE_EXCEEDED of a wait for `keys` that ran out after `timeout`,
+  // naming the keys still absent.
+  absl::Status TimedOut(absl::Span<const std::string> keys,
+                        absl::Duration timeout) const;
+  // Called after every change, outside the lock, so that StoreServer notices
+  // changes its host process makes directly. Set once, before use.
+  void SetChangeListener(std::function<void()> listener) {
+    listener_ = std::move(listener);
+  }
+
  private:
   bool AllPresent(const std::vector<std::string>* keys) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -56,6 +72,19 @@ class HashStore : public Store {
                          absl::Duration timeout, const CancelledFn& cancelled)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  absl::Status TimedOutLocked(absl::Span<const std::string> keys,
+                              absl::Duration timeout) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void Changed() const {
+    if (listener_) listener_();
+  }
+  // Declared before a function's lock: tells the listener once it is released.
+  struct ChangeNotice {
+    const HashStore* store;
+    ~ChangeNotice() { store->Changed(); }
+  };
+
+  std::function<void()> listener_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::string> map_ ABSL_GUARDED_BY(mu_);
 };

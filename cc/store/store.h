@@ -5,7 +5,7 @@
 // `MultiGet` block until the keys exist or the timeout expires
 // (DEADLINE_EXCEEDED naming the missing keys); `Add` is an atomic counter.
 //
-// Implementations: GrpcStore (a client of StoreServer, across processes and
+// Implementations: TcpStore (a client of StoreServer, across processes and
 // hosts), HashStore (in-process) and PrefixStore (a namespace over another).
 //
 //   DK_ASSIGN_OR_RETURN(int64_t arrived, store.Add("barrier/0", 1));

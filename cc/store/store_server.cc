@@ -1,258 +1,568 @@
 #include "cc/store/store_server.h"
 
-#include <grpcpp/grpcpp.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <limits>
+#include <atomic>
+#include <cstring>
+#include <optional>
+#include <thread>
 
-#include "absl/strings/numbers.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/time.h"
+#include "absl/time/clock.h"
 #include "cc/store/hash_store.h"
-#include "cc/store/internal/grpc_status.h"
+#include "cc/store/internal/socket.h"
+#include "cc/store/internal/wire.h"
 #include "cc/store/request_limits.h"
-#include "cc/store/store.grpc.pb.h"
 
 namespace distkit {
 
-namespace pb = ::distkit::store;
+namespace wire = store_wire;
+using store_socket::Fd;
 
-// Every method is served "streamed unary": the same wire format as unary
-// (one request, one response), but gRPC hands the call over with only its
-// metadata, and the request body is read by Serve() after the token checks
-// out. A request without the right token is refused before its body is
-// buffered, so it costs the store host only HTTP/2's flow-control window,
-// whatever its size.
-class StoreServiceImpl final : public pb::StoreService::StreamedUnaryService {
+namespace {
+
+// A refused connection gets its answer, then its input is read and dropped
+// (never buffered) for this long, so that the answer is not lost to a reset,
+// before it is closed.
+constexpr absl::Duration kDrainTime = absl::Seconds(2);
+// Read granularity; a connection whose buffered, unprocessed input passes
+// the frame it waits for by this much is not read until it catches up.
+constexpr size_t kReadChunk = size_t{64} << 10;
+
+// The loop serving on this thread, if any: tells its own changes of the
+// state from those of the host process's other threads.
+thread_local const void* current_loop = nullptr;
+
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+void PutEmptyAnswer(std::string* out) {
+  wire::EndFrame(out, wire::BeginFrame(out, 0));
+}
+
+}  // namespace
+
+class StoreServer::Loop {
  public:
-  explicit StoreServiceImpl(std::string token) : token_(std::move(token)) {}
+  Loop(std::string token, Fd listener)
+      : token_(std::move(token)), listener_(std::move(listener)) {
+    state_.SetChangeListener([this] { OnStateChanged(); });
+  }
+
+  absl::Status Start() {
+    epoll_ = Fd(epoll_create1(EPOLL_CLOEXEC));
+    wake_ = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (!epoll_.valid() || !wake_.valid()) {
+      return absl::UnavailableError(
+          absl::StrCat("store server: epoll: ", strerror(errno)));
+    }
+    Watch(listener_.get(), EPOLLIN, EPOLL_CTL_ADD);
+    Watch(wake_.get(), EPOLLIN, EPOLL_CTL_ADD);
+    thread_ = std::thread([this] { Run(); });
+    return absl::OkStatus();
+  }
+
+  void Stop() {
+    if (!thread_.joinable()) return;
+    stop_.store(true);
+    Wake();
+    thread_.join();
+    conns_.clear();  // closes every client connection
+    listener_.Reset();
+    open_.store(0);
+  }
+
+  ~Loop() { Stop(); }
 
   HashStore& state() { return state_; }
-
-  grpc::Status StreamedSet(
-      grpc::ServerContext* ctx,
-      grpc::ServerUnaryStreamer<pb::SetRequest, pb::SetResponse>* call)
-      override {
-    return Serve(ctx, call, [&](const pb::SetRequest& req, pb::SetResponse*) {
-      return state_.Set(req.key(), req.value());
-    });
-  }
-
-  grpc::Status StreamedAdd(
-      grpc::ServerContext* ctx,
-      grpc::ServerUnaryStreamer<pb::AddRequest, pb::AddResponse>* call)
-      override {
-    return Serve(
-        ctx, call, [&](const pb::AddRequest& req, pb::AddResponse* resp) {
-          absl::StatusOr<int64_t> v = state_.Add(req.key(), req.delta());
-          if (v.ok()) resp->set_value(*v);
-          return v.status();
-        });
-  }
-
-  grpc::Status StreamedCompareSet(
-      grpc::ServerContext* ctx,
-      grpc::ServerUnaryStreamer<pb::CompareSetRequest, pb::CompareSetResponse>*
-          call) override {
-    return Serve(
-        ctx, call,
-        [&](const pb::CompareSetRequest& req, pb::CompareSetResponse* resp) {
-          absl::StatusOr<std::string> v =
-              state_.CompareSet(req.key(), req.expected(), req.desired());
-          if (v.ok()) resp->set_value(*std::move(v));
-          return v.status();
-        });
-  }
-
-  grpc::Status StreamedWait(
-      grpc::ServerContext* ctx,
-      grpc::ServerUnaryStreamer<pb::WaitRequest, pb::WaitResponse>* call)
-      override {
-    return Serve(ctx, call, [&](const pb::WaitRequest& req, pb::WaitResponse*) {
-      std::vector<std::string> keys(req.keys().begin(), req.keys().end());
-      return state_.WaitFor(keys, absl::Milliseconds(req.timeout_ms()),
-                            [ctx] { return ctx->IsCancelled(); });
-    });
-  }
-
-  grpc::Status StreamedCheck(
-      grpc::ServerContext* ctx,
-      grpc::ServerUnaryStreamer<pb::CheckRequest, pb::CheckResponse>* call)
-      override {
-    return Serve(
-        ctx, call, [&](const pb::CheckRequest& req, pb::CheckResponse* resp) {
-          std::vector<std::string> keys(req.keys().begin(), req.keys().end());
-          absl::StatusOr<bool> ready = state_.Check(keys);
-          if (ready.ok()) resp->set_ready(*ready);
-          return ready.status();
-        });
-  }
-
-  grpc::Status StreamedDeleteKey(
-      grpc::ServerContext* ctx,
-      grpc::ServerUnaryStreamer<pb::DeleteKeyRequest, pb::DeleteKeyResponse>*
-          call) override {
-    return Serve(
-        ctx, call,
-        [&](const pb::DeleteKeyRequest& req, pb::DeleteKeyResponse* resp) {
-          absl::StatusOr<bool> deleted = state_.DeleteKey(req.key());
-          if (deleted.ok()) resp->set_deleted(*deleted);
-          return deleted.status();
-        });
-  }
-
-  grpc::Status StreamedNumKeys(
-      grpc::ServerContext* ctx,
-      grpc::ServerUnaryStreamer<pb::NumKeysRequest, pb::NumKeysResponse>* call)
-      override {
-    return Serve(ctx, call,
-                 [&](const pb::NumKeysRequest&, pb::NumKeysResponse* resp) {
-                   absl::StatusOr<int64_t> n = state_.NumKeys();
-                   if (n.ok()) resp->set_count(*n);
-                   return n.status();
-                 });
-  }
-
-  grpc::Status StreamedMultiGet(
-      grpc::ServerContext* ctx,
-      grpc::ServerUnaryStreamer<pb::MultiGetRequest, pb::MultiGetResponse>*
-          call) override {
-    return Serve(
-        ctx, call,
-        [&](const pb::MultiGetRequest& req, pb::MultiGetResponse* resp) {
-          std::vector<std::string> keys(req.keys().begin(), req.keys().end());
-          absl::StatusOr<std::vector<std::string>> values =
-              state_.MultiGetFor(keys, absl::Milliseconds(req.timeout_ms()),
-                                 [ctx] { return ctx->IsCancelled(); });
-          if (values.ok()) {
-            for (std::string& v : *values) resp->add_values(std::move(v));
-          }
-          return values.status();
-        });
-  }
-
-  grpc::Status StreamedMultiSet(
-      grpc::ServerContext* ctx,
-      grpc::ServerUnaryStreamer<pb::MultiSetRequest, pb::MultiSetResponse>*
-          call) override {
-    return Serve(
-        ctx, call, [&](const pb::MultiSetRequest& req, pb::MultiSetResponse*) {
-          std::vector<std::string> keys(req.keys().begin(), req.keys().end());
-          std::vector<std::string> values(req.values().begin(),
-                                          req.values().end());
-          return state_.MultiSet(keys, values);
-        });
-  }
-
-  grpc::Status StreamedAppend(
-      grpc::ServerContext* ctx,
-      grpc::ServerUnaryStreamer<pb::AppendRequest, pb::AppendResponse>* call)
-      override {
-    return Serve(ctx, call,
-                 [&](const pb::AppendRequest& req, pb::AppendResponse*) {
-                   return state_.Append(req.key(), req.value());
-                 });
-  }
+  int connections() const { return open_.load(); }
 
  private:
-  // Token first, from the metadata; only then the body, then `handle`, and
-  // on success the one response a unary call owes.
-  template <typename Request, typename Response, typename Handle>
-  grpc::Status Serve(grpc::ServerContext* ctx,
-                     grpc::ServerUnaryStreamer<Request, Response>* call,
-                     Handle handle) const {
-    if (grpc::Status s = Authenticate(ctx); !s.ok()) return s;
-    Request request;
-    if (!call->Read(&request)) {
-      return grpc::Status(grpc::StatusCode::CANCELLED,
-                          "store: the request's body never arrived");
+  struct Parked {
+    std::vector<std::string> keys;
+    size_t next_missing = 0;  // keys before it were present when last looked
+    absl::Time deadline;
+    absl::Duration timeout;
+    bool want_values = false;
+  };
+
+  struct Conn {
+    Fd fd;
+    std::string in;
+    size_t in_pos = 0;
+    std::string out;
+    size_t out_pos = 0;
+    bool authenticated = false;
+    bool refused = false;  // answered, then drained until drain_until
+    absl::Time drain_until;
+    bool reading = true;   // EPOLLIN wanted
+    bool writing = false;  // EPOLLOUT wanted
+    std::optional<Parked> parked;
+  };
+
+  void Watch(int fd, uint32_t events, int op) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.fd = fd;
+    epoll_ctl(epoll_.get(), op, fd, &ev);
+  }
+
+  void Wake() {
+    const uint64_t one = 1;
+    (void)!write(wake_.get(), &one, sizeof(one));
+  }
+
+  // Changes made by the loop itself are noticed after each round; those of
+  // other threads (the host process using state()) wake the loop.
+  void OnStateChanged() {
+    if (current_loop == this) {
+      changed_ = true;
+    } else {
+      external_change_.store(true);
+      Wake();
     }
-    Response response;
-    grpc::Status s = store_internal::ToGrpcStatus(handle(request, &response));
-    if (s.ok()) call->Write(response);
-    return s;
   }
 
-  grpc::Status Authenticate(grpc::ServerContext* ctx) const {
-    const auto& md = ctx->client_metadata();
-    auto it = md.find(store_internal::kTokenMetadataKey);
-    const bool present = it != md.end();
-    const std::string given =
-        present ? std::string(it->second.data(), it->second.size()) : "";
-    if (present && ConstantTimeEquals(given, token_)) return grpc::Status::OK;
-    if (!present && token_.empty()) return grpc::Status::OK;
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        present ? "store: wrong job token"
-                                : "store: request carries no job token");
+  void Run() {
+    current_loop = this;
+    std::vector<epoll_event> events(256);
+    while (!stop_.load()) {
+      const int n = epoll_wait(epoll_.get(), events.data(),
+                               static_cast<int>(events.size()), WaitMillis());
+      if (n < 0 && errno != EINTR) break;
+      for (int i = 0; i < n; ++i) {
+        const int fd = events[i].data.fd;
+        if (fd == listener_.get()) {
+          Accept();
+        } else if (fd == wake_.get()) {
+          uint64_t count;
+          (void)!read(wake_.get(), &count, sizeof(count));
+        } else {
+          OnEvent(fd, events[i].events);
+        }
+      }
+      if (external_change_.exchange(false)) changed_ = true;
+      if (changed_) {
+        changed_ = false;
+        RecheckParked();
+      }
+      ExpireDeadlines();
+    }
   }
 
-  static bool ConstantTimeEquals(const std::string& a, const std::string& b) {
-    if (a.size() != b.size()) return false;
-    unsigned char diff = 0;
-    for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
-    return diff == 0;
+  // Until the nearest parked deadline or drain end; at most a second.
+  int WaitMillis() const {
+    absl::Time next = absl::Now() + absl::Seconds(1);
+    for (int fd : waiting_) {
+      const Conn& c = *conns_.at(fd);
+      if (c.parked) next = std::min(next, c.parked->deadline);
+      if (c.refused) next = std::min(next, c.drain_until);
+    }
+    const absl::Duration left = next - absl::Now();
+    if (left <= absl::ZeroDuration()) return 0;
+    return static_cast<int>(absl::ToInt64Milliseconds(left)) + 1;
+  }
+
+  void Accept() {
+    while (true) {
+      const int fd = accept4(listener_.get(), nullptr, nullptr,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) return;  // EAGAIN, or out of descriptors for now
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      auto conn = std::make_unique<Conn>();
+      conn->fd = Fd(fd);
+      Watch(fd, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD);
+      conns_[fd] = std::move(conn);
+      open_.fetch_add(1);
+    }
+  }
+
+  void Close(int fd) {
+    waiting_.erase(fd);
+    if (conns_.erase(fd) > 0) open_.fetch_sub(1);
+  }
+
+  void OnEvent(int fd, uint32_t events) {
+    auto it = conns_.find(fd);
+    if (it == conns_.end()) return;
+    Conn& c = *it->second;
+    if (events & EPOLLOUT) {
+      if (!Flush(c)) return Close(fd);
+    }
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+      // What a departing client sent (its last sets) is served before its
+      // connection closes; a parked request of a departed client is dropped.
+      const bool alive = ReadAvailable(c);
+      const bool hung_up = events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR);
+      if (!alive || (hung_up && c.parked)) return Close(fd);
+      if (!Flush(c)) return Close(fd);
+    }
+    UpdateInterest(c);
+  }
+
+  // The bytes the connection's next frame needs in its buffer.
+  size_t NextFrameBytes(const Conn& c) const {
+    const size_t have = c.in.size() - c.in_pos;
+    if (have < wire::kHeaderBytes) return wire::kHeaderBytes;
+    return wire::kHeaderBytes + wire::FrameLength(c.in.data() + c.in_pos);
+  }
+
+  // Reads what the socket holds and serves each complete frame. false when
+  // the client has gone.
+  bool ReadAvailable(Conn& c) {
+    char scratch[4096];
+    while (true) {
+      if (c.refused) {
+        const ssize_t n = recv(c.fd.get(), scratch, sizeof(scratch), 0);
+        if (n > 0) continue;
+        return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+      }
+      if (!WantsInput(c)) return true;
+      const size_t have = c.in.size();
+      const size_t need = NextFrameBytes(c) > have - c.in_pos
+                              ? NextFrameBytes(c) - (have - c.in_pos)
+                              : 0;
+      const size_t chunk =
+          std::max(kReadChunk, std::min(need, size_t{4} << 20));
+      c.in.resize(have + chunk);
+      const ssize_t n = recv(c.fd.get(), c.in.data() + have, chunk, 0);
+      c.in.resize(have + std::max<ssize_t>(n, 0));
+      if (n == 0) return false;
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK;
+      }
+      Process(c);
+    }
+  }
+
+  // Input is read while the connection is not parked (or only a little
+  // ahead of it), so a client cannot make the host buffer without bound.
+  bool WantsInput(const Conn& c) const {
+    if (c.refused) return true;
+    const size_t have = c.in.size() - c.in_pos;
+    if (c.parked) return have < kReadChunk;
+    return have < NextFrameBytes(c) + kReadChunk;
+  }
+
+  void UpdateInterest(Conn& c) {
+    const bool reading = WantsInput(c);
+    const bool writing = c.out_pos < c.out.size();
+    if (reading == c.reading && writing == c.writing) return;
+    c.reading = reading;
+    c.writing = writing;
+    Watch(c.fd.get(),
+          (reading ? EPOLLIN : 0) | EPOLLRDHUP | (writing ? EPOLLOUT : 0),
+          EPOLL_CTL_MOD);
+  }
+
+  // Sends buffered answers. false when the client has gone.
+  bool Flush(Conn& c) {
+    while (c.out_pos < c.out.size()) {
+      const ssize_t n = send(c.fd.get(), c.out.data() + c.out_pos,
+                             c.out.size() - c.out_pos, MSG_NOSIGNAL);
+      if (n > 0) {
+        c.out_pos += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      return false;
+    }
+    c.out.clear();
+    c.out_pos = 0;
+    if (c.refused) shutdown(c.fd.get(), SHUT_WR);
+    return true;
+  }
+
+  // Answers `status` and stops serving the connection.
+  void Refuse(Conn& c, const absl::Status& status) {
+    wire::EncodeError(status, &c.out);
+    c.refused = true;
+    c.parked.reset();
+    c.in.clear();
+    c.in_pos = 0;
+    c.drain_until = absl::Now() + kDrainTime;
+    waiting_.insert(c.fd.get());
+  }
+
+  // Serves every complete frame in the buffer, in order, until one parks.
+  void Process(Conn& c) {
+    while (!c.refused && !c.parked) {
+      const size_t have = c.in.size() - c.in_pos;
+      if (have < wire::kHeaderBytes) break;
+      const size_t length = wire::FrameLength(c.in.data() + c.in_pos);
+      const size_t limit =
+          c.authenticated ? MaxStoreRequestBytes() + wire::kFrameOverheadBytes
+                          : wire::kMaxHelloBytes;
+      if (length > limit) {
+        Refuse(c, c.authenticated ? absl::ResourceExhaustedError(absl::StrCat(
+                                        "store: a request of ", length,
+                                        " bytes is over the store's limit of ",
+                                        MaxStoreRequestBytes(),
+                                        " (DISTKIT_STORE_MAX_REQUEST_BYTES)"))
+                                  : absl::UnauthenticatedError(
+                                        "store: request carries no job token"));
+        break;
+      }
+      if (have < wire::kHeaderBytes + length) break;
+      absl::StatusOr<wire::Request> request =
+          wire::DecodeRequest(absl::string_view(c.in).substr(
+              c.in_pos + wire::kHeaderBytes, length));
+      c.in_pos += wire::kHeaderBytes + length;
+      if (!request.ok()) {
+        Refuse(c, request.status());
+        break;
+      }
+      Handle(c, *std::move(request));
+    }
+    if (c.in_pos == c.in.size()) {
+      c.in.clear();
+      c.in_pos = 0;
+    } else if (c.in_pos > kReadChunk) {
+      c.in.erase(0, c.in_pos);
+      c.in_pos = 0;
+    }
+  }
+
+  void Authenticate(Conn& c, const wire::Request& hello) {
+    if (hello.op != wire::Op::kHello) {
+      return Refuse(
+          c, absl::UnauthenticatedError("store: request carries no job token"));
+    }
+    if (hello.magic != wire::kMagic) {
+      return Refuse(c, absl::InvalidArgumentError(
+                           "store: the client speaks another protocol "
+                           "version (expected DKS1)"));
+    }
+    const std::string& given = hello.values[0];
+    if (!ConstantTimeEquals(given, token_)) {
+      return Refuse(c, absl::UnauthenticatedError(
+                           given.empty() ? "store: request carries no job token"
+                                         : "store: wrong job token"));
+    }
+    c.authenticated = true;
+    PutEmptyAnswer(&c.out);
+  }
+
+  void Handle(Conn& c, wire::Request request) {
+    if (!c.authenticated) return Authenticate(c, request);
+    const wire::Op op = request.op;
+    size_t value_bytes = 0;
+    for (const std::string& v : request.values) value_bytes += v.size();
+    if (absl::Status bad =
+            CheckStoreRequest(wire::OpName(op), request.keys, value_bytes);
+        !bad.ok() || op == wire::Op::kHello) {
+      if (op == wire::Op::kHello) {
+        bad = absl::InvalidArgumentError("store: a second hello");
+      }
+      // A refused set has no answer of its own: the client hears of it at
+      // its next call, and the connection closes.
+      if (op == wire::Op::kSet) return Refuse(c, bad);
+      return wire::EncodeError(bad, &c.out);
+    }
+    std::string& out = c.out;
+    switch (op) {
+      case wire::Op::kSet:
+        (void)state_.Set(request.keys[0], request.values[0]);
+        return;
+      case wire::Op::kAdd: {
+        absl::StatusOr<int64_t> v = state_.Add(request.keys[0], request.number);
+        if (!v.ok()) return wire::EncodeError(v.status(), &out);
+        const size_t begin = wire::BeginFrame(&out, 0);
+        wire::PutI64(&out, *v);
+        return wire::EndFrame(&out, begin);
+      }
+      case wire::Op::kCompareSet: {
+        absl::StatusOr<std::string> v = state_.CompareSet(
+            request.keys[0], request.values[0], request.values[1]);
+        if (!v.ok()) return wire::EncodeError(v.status(), &out);
+        const size_t begin = wire::BeginFrame(&out, 0);
+        wire::PutString(&out, *v);
+        return wire::EndFrame(&out, begin);
+      }
+      case wire::Op::kCheck: {
+        absl::StatusOr<bool> ready = state_.Check(request.keys);
+        const size_t begin = wire::BeginFrame(&out, 0);
+        wire::PutU8(&out, ready.ok() && *ready ? 1 : 0);
+        return wire::EndFrame(&out, begin);
+      }
+      case wire::Op::kDeleteKey: {
+        absl::StatusOr<bool> deleted = state_.DeleteKey(request.keys[0]);
+        const size_t begin = wire::BeginFrame(&out, 0);
+        wire::PutU8(&out, deleted.ok() && *deleted ? 1 : 0);
+        return wire::EndFrame(&out, begin);
+      }
+      case wire::Op::kNumKeys: {
+        absl::StatusOr<int64_t> n = state_.NumKeys();
+        const size_t begin = wire::BeginFrame(&out, 0);
+        wire::PutI64(&out, n.ok() ? *n : 0);
+        return wire::EndFrame(&out, begin);
+      }
+      case wire::Op::kMultiSet:
+        (void)state_.MultiSet(request.keys, request.values);
+        return PutEmptyAnswer(&out);
+      case wire::Op::kAppend:
+        (void)state_.Append(request.keys[0], request.values[0]);
+        return PutEmptyAnswer(&out);
+      case wire::Op::kWait:
+      case wire::Op::kMultiGet:
+        return StartWait(c, std::move(request));
+      case wire::Op::kHello:
+        return;
+    }
+  }
+
+  // Answers a wait / multi_get whose keys are all present; otherwise answers
+  // "not ready" (try_only), times it out (no time left) or parks it.
+  void StartWait(Conn& c, wire::Request request) {
+    Parked p;
+    p.want_values = request.op == wire::Op::kMultiGet;
+    p.timeout = absl::Milliseconds(std::max<int64_t>(request.number, 0));
+    p.deadline = absl::Now() + p.timeout;
+    p.keys = std::move(request.keys);
+    if (TryFinish(c, p)) return;
+    if (request.try_only) {
+      wire::EndFrame(&c.out, wire::BeginFrame(&c.out, wire::kNotReadyCode));
+      return;
+    }
+    if (p.timeout <= absl::ZeroDuration()) {
+      return wire::EncodeError(state_.TimedOut(p.keys, p.timeout), &c.out);
+    }
+    c.parked = std::move(p);
+    waiting_.insert(c.fd.get());
+  }
+
+  void Unpark(Conn& c) {
+    c.parked.reset();
+    if (!c.refused) waiting_.erase(c.fd.get());
+  }
+
+  // Answers `p` when every key is present. Looks only from the first key
+  // that was missing before, so N waits on N keys cost O(N) per change.
+  bool TryFinish(Conn& c, Parked& p) {
+    std::vector<std::string> values;
+    p.next_missing = state_.FirstMissing(p.keys, p.next_missing,
+                                         p.want_values ? &values : nullptr);
+    if (p.next_missing < p.keys.size()) return false;
+    const size_t begin = wire::BeginFrame(&c.out, 0);
+    if (p.want_values) {
+      wire::PutU32(&c.out, static_cast<uint32_t>(values.size()));
+      for (const std::string& v : values) wire::PutString(&c.out, v);
+    }
+    wire::EndFrame(&c.out, begin);
+    return true;
+  }
+
+  // After a change: answer every parked request whose keys are now present,
+  // and serve what its connection sent after it.
+  void RecheckParked() {
+    std::vector<int> closed;
+    const std::vector<int> fds(waiting_.begin(), waiting_.end());
+    for (int fd : fds) {
+      Conn& c = *conns_.at(fd);
+      if (!c.parked || !TryFinish(c, *c.parked)) continue;
+      Unpark(c);
+      Process(c);
+      if (!Flush(c)) {
+        closed.push_back(fd);
+        continue;
+      }
+      UpdateInterest(c);
+    }
+    for (int fd : closed) Close(fd);
+    // Serving the frames behind a parked request may have changed state.
+    if (changed_) {
+      changed_ = false;
+      RecheckParked();
+    }
+  }
+
+  void ExpireDeadlines() {
+    const absl::Time now = absl::Now();
+    std::vector<int> closed;
+    const std::vector<int> fds(waiting_.begin(), waiting_.end());
+    for (int fd : fds) {
+      Conn& c = *conns_.at(fd);
+      if (c.refused && now >= c.drain_until) {
+        closed.push_back(fd);
+        continue;
+      }
+      if (!c.parked || now < c.parked->deadline) continue;
+      wire::EncodeError(state_.TimedOut(c.parked->keys, c.parked->timeout),
+                        &c.out);
+      Unpark(c);
+      Process(c);
+      if (!Flush(c)) {
+        closed.push_back(fd);
+        continue;
+      }
+      UpdateInterest(c);
+    }
+    for (int fd : closed) Close(fd);
   }
 
   const std::string token_;
   HashStore state_;
+  Fd listener_;
+  Fd epoll_;
+  Fd wake_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> external_change_{false};
+  std::atomic<int> open_{0};
+  bool changed_ = false;  // loop thread only
+  absl::flat_hash_map<int, std::unique_ptr<Conn>> conns_;
+  // Connections with a deadline: a parked request, or a refusal draining.
+  absl::flat_hash_set<int> waiting_;
 };
-
-absl::StatusOr<std::pair<std::string, int>> SplitHostPort(
-    const std::string& address) {
-  const size_t colon = address.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("address '", address, "' is not host:port"));
-  }
-  return std::make_pair(address.substr(0, colon), port);
-}
 
 absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(
     const Options& options) {
   absl::StatusOr<std::pair<std::string, int>> host_port =
-      SplitHostPort(options.address);
+      store_socket::SplitHostPort(options.address);
   if (!host_port.ok()) return host_port.status();
-
-  std::unique_ptr<StoreServer> server(new StoreServer());
-  server->service_ = std::make_unique<StoreServiceImpl>(options.token);
-  grpc::ServerBuilder builder;
-  int bound_port = 0;
-  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(),
-                           &bound_port);
-  builder.RegisterService(server->service_.get());
-  // A request over the limit is refused as its length arrives, before its
-  // body is buffered; the token is checked before any body is read (Serve),
-  // so the limit only bounds what an authenticated request can cost.
-  // Headroom covers framing.
-  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(
-      MaxStoreRequestBytes() + (1 << 20), std::numeric_limits<int>::max())));
-  builder.SetMaxSendMessageSize(-1);
-  // Reuse-port would let two stores share one port silently; refuse instead.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || bound_port == 0) {
+  absl::StatusOr<std::pair<Fd, int>> listening =
+      store_socket::Listen(host_port->first, host_port->second);
+  if (!listening.ok()) {
     return absl::UnavailableError(
-        absl::StrCat("store server: cannot listen on ", options.address,
-                     " (address in use, or not an address of this host)"));
+        absl::StrCat("store server: cannot listen on ", options.address, " (",
+                     listening.status().message(),
+                     "; address in use, or not an address of this host)"));
   }
-  server->port_ = bound_port;
-  server->address_ = absl::StrCat(host_port->first, ":", bound_port);
+  std::unique_ptr<StoreServer> server(new StoreServer());
+  server->port_ = listening->second;
+  const size_t colon = options.address.rfind(':');
+  server->address_ =
+      absl::StrCat(options.address.substr(0, colon), ":", server->port_);
+  server->loop_ =
+      std::make_unique<Loop>(options.token, std::move(listening->first));
+  if (absl::Status s = server->loop_->Start(); !s.ok()) return s;
   return server;
 }
 
 void StoreServer::Shutdown() {
-  if (server_ == nullptr) return;
-  // Blocked waits notice the cancellation within their poll interval.
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  server_->Wait();
-  server_.reset();
+  if (loop_ != nullptr) loop_->Stop();
 }
 
 StoreServer::~StoreServer() { Shutdown(); }
 
-HashStore& StoreServer::state() { return service_->state(); }
+HashStore& StoreServer::state() { return loop_->state(); }
+
+int StoreServer::connections() const { return loop_->connections(); }
 
 }  // namespace distkit

@@ -1,10 +1,12 @@
 // File: store_server.h
 //
-// StoreServer hosts the job's Store as a gRPC service (store.proto). It binds
-// only the address it is given (never 0.0.0.0 unless asked), checks the job
-// token on every request before reading its body, and keeps its state in a
-// HashStore. A blocked Get or
-// Wait whose client goes away is released within ~100 ms.
+// StoreServer hosts the job's Store over TCP (the wire format in
+// internal/wire.h). It binds only the address it is given (never 0.0.0.0
+// unless asked), checks the job token of every connection before it reads
+// any request, and keeps its state in a HashStore. One thread serves every
+// connection from an epoll loop: a small request costs no thread wake-up of
+// its own, and a blocked Get or Wait holds no thread (it is parked until its
+// keys arrive, its timeout passes or its client goes away).
 //
 //   DK_ASSIGN_OR_RETURN(auto server, StoreServer::Start({"127.0.0.1:0",
 //   token})); std::string where = server->address();  // "127.0.0.1:41233"
@@ -17,14 +19,9 @@
 
 #include "absl/status/statusor.h"
 
-namespace grpc {
-class Server;
-}  // namespace grpc
-
 namespace distkit {
 
 class HashStore;
-class StoreServiceImpl;
 
 class StoreServer {
  public:
@@ -48,21 +45,22 @@ class StoreServer {
   const std::string& address() const { return address_; }
   int port() const { return port_; }
 
-  // The server's state, for tests and for a rank that hosts the store itself.
+  // The server's state, for tests and for a rank that hosts the store itself
+  // (its changes wake the requests parked on it).
   HashStore& state();
+
+  // How many client connections are open now (for tests and benchmarks).
+  int connections() const;
+
+  class Loop;
 
  private:
   StoreServer() = default;
 
-  std::unique_ptr<StoreServiceImpl> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Loop> loop_;
   std::string address_;
   int port_ = 0;
 };
-
-// Splits "host:port" (or "[v6]:port"). INVALID_ARGUMENT on malformed text.
-absl::StatusOr<std::pair<std::string, int>> SplitHostPort(
-    const std::string& address);
 
 }  // namespace distkit
 

@@ -1,7 +1,7 @@
 #include "testing/cc/rank_env.h"
 
 #include "cc/core/status.h"
-#include "cc/store/grpc_store.h"
+#include "cc/store/tcp_store.h"
 
 namespace distkit {
 namespace testing {
@@ -16,9 +16,9 @@ absl::StatusOr<RankEnv> JoinJob(absl::Duration timeout,
         "not launched by distrun (no DISTKIT_STORE)");
   }
   DK_ASSIGN_OR_RETURN(
-      std::unique_ptr<GrpcStore> store,
-      GrpcStore::Connect({env.info.store_address, env.info.token,
-                          absl::Seconds(60), absl::Seconds(60)}));
+      std::unique_ptr<TcpStore> store,
+      TcpStore::Connect({env.info.store_address, env.info.token,
+                         absl::Seconds(60), absl::Seconds(60)}));
   env.store = std::move(store);
   GroupOptions options;
   options.timeout = timeout;

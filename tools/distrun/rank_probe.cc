@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cc/launch/launcher.h"
-#include "cc/store/grpc_store.h"
+#include "cc/store/tcp_store.h"
 
 namespace {
 
@@ -38,7 +38,7 @@ int Rendezvous() {
     fprintf(stderr, "%s\n", info.status().ToString().c_str());
     return 1;
   }
-  absl::StatusOr<std::unique_ptr<GrpcStore>> store = GrpcStore::Connect(
+  absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Connect(
       {info->store_address, info->token, absl::Seconds(30), absl::Seconds(30)});
   if (!store.ok()) {
     fprintf(stderr, "%s\n", store.status().ToString().c_str());
@@ -62,7 +62,7 @@ int Rendezvous() {
   const long expected =
       static_cast<long>(info->world_size) * (info->world_size - 1) / 2;
   // A client with the wrong token is refused.
-  absl::StatusOr<std::unique_ptr<GrpcStore>> intruder = GrpcStore::Connect(
+  absl::StatusOr<std::unique_ptr<TcpStore>> intruder = TcpStore::Connect(
       {info->store_address, "wrong", absl::Seconds(5), absl::Seconds(5)});
   const bool refused = intruder.ok() && (*intruder)->Set("x", "y").code() ==
                                             absl::StatusCode::kUnauthenticated;

@@ -1,6 +1,6 @@
 // store_bench_client: measures distkit Store round trips. Hosts a StoreServer
 // in this process (as torch's TCPStore master does) and runs --clients
-// threads, each with its own GrpcStore connection, each doing --ops calls of
+// threads, each with its own TcpStore connection, each doing --ops calls of
 // --op (set, get or add). Prints one line: "<op> <clients> <ops_per_second>".
 
 #include <cstdio>
@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "cc/store/grpc_store.h"
 #include "cc/store/store_server.h"
+#include "cc/store/tcp_store.h"
 
 int main(int argc, char** argv) {
   std::string op = "set";
@@ -28,9 +28,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "%s\n", server.status().ToString().c_str());
     return 1;
   }
-  std::vector<std::unique_ptr<distkit::GrpcStore>> conns;
+  std::vector<std::unique_ptr<distkit::TcpStore>> conns;
   for (int c = 0; c < clients; ++c) {
-    auto s = distkit::GrpcStore::Connect({(*server)->address(), "bench-token"});
+    auto s = distkit::TcpStore::Connect({(*server)->address(), "bench-token"});
     if (!s.ok()) return 1;
     (void)(*s)->Set(absl::StrCat("key", c), "value-of-some-bytes");
     conns.push_back(*std::move(s));
@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   const absl::Time start = absl::Now();
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
-      distkit::GrpcStore& s = *conns[c];
+      distkit::TcpStore& s = *conns[c];
       const std::string key = absl::StrCat("key", c);
       for (int i = 0; i < ops; ++i) {
         bool ok = true;

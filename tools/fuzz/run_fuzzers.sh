@@ -16,25 +16,22 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 seconds="${1:-20}"
 out="${FUZZ_OUT:-${TMPDIR:-/tmp}/distkit-fuzz}"
-mkdir -p "$out/gen"
+mkdir -p "$out"
 CXX=clang++-14
 CC=clang-14
 SAN=(-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -g -O1)
 ABSL_LIBS=$(pkg-config --libs absl_status absl_statusor absl_strings \
   absl_synchronization absl_time absl_str_format absl_hash absl_raw_hash_set)
 
-# The store's wire format, generated as the Bazel build does.
-protoc --proto_path=. --cpp_out="$out/gen" cc/store/store.proto
-
 build() {  # name, sources...
   local name="$1"
   shift
-  "$CXX" -std=c++17 "${SAN[@]}" -I. -I"$out/gen" "$@" -o "$out/$name" \
-    -lprotobuf $ABSL_LIBS -lpthread
+  "$CXX" -std=c++17 "${SAN[@]}" -I. "$@" -o "$out/$name" \
+    $ABSL_LIBS -lpthread
 }
 build store_requests_fuzzer tools/fuzz/store_requests_fuzzer.cc \
   cc/store/hash_store.cc cc/store/request_limits.cc cc/store/call_deadline.cc \
-  "$out/gen/cc/store/store.pb.cc"
+  cc/store/internal/wire.cc
 build tensor_args_fuzzer tools/fuzz/tensor_args_fuzzer.cc \
   cc/core/data_type.cc cc/core/device.cc cc/core/float_cast.cc \
   cc/core/reduce_op.cc cc/core/status.cc cc/core/tensor_ref.cc

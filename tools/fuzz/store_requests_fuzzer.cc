@@ -1,8 +1,8 @@
 // libFuzzer target: the store's request handling. Bytes become a sequence of
-// requests, decoded from the wire format the server receives (protobuf) or
-// built from fuzzed fields, checked as the client checks them
-// (request_limits.h) and applied to the server's state (HashStore) beside a
-// plain std::map model: every answer must equal the model's, and nothing may
+// requests, decoded from the wire format the server receives
+// (internal/wire.h) or built from fuzzed fields, checked as the client checks
+// them (request_limits.h) and applied to the server's state (HashStore) beside
+// a plain std::map model: every answer must equal the model's, and nothing may
 // crash, overflow or hang (blocking gets use a zero timeout).
 #include <fuzzer/FuzzedDataProvider.h>
 
@@ -13,8 +13,8 @@
 
 #include "absl/strings/numbers.h"
 #include "cc/store/hash_store.h"
+#include "cc/store/internal/wire.h"
 #include "cc/store/request_limits.h"
-#include "cc/store/store.pb.h"
 
 namespace {
 
@@ -69,6 +69,37 @@ void CheckGet(distkit::HashStore& store, const Model& model,
   if (!ready.ok() || *ready != all) Mismatch("check");
 }
 
+// A decoded request applied as the server applies it.
+void ApplyDecoded(distkit::HashStore& store, Model& model,
+                  const distkit::store_wire::Request& req) {
+  using distkit::store_wire::Op;
+  size_t value_bytes = 0;
+  for (const std::string& v : req.values) value_bytes += v.size();
+  if (!distkit::CheckStoreRequest("request", req.keys, value_bytes).ok())
+    return;  // the server refuses it
+  switch (req.op) {
+    case Op::kSet:
+      ApplySet(store, model, req.keys[0], req.values[0]);
+      break;
+    case Op::kAdd:
+      ApplyAdd(store, model, req.keys[0], req.number);
+      break;
+    case Op::kMultiSet: {
+      if (!store.MultiSet(req.keys, req.values).ok()) Mismatch("multi_set");
+      for (size_t i = 0; i < req.keys.size(); ++i)
+        model[req.keys[i]] = req.values[i];
+      break;
+    }
+    case Op::kMultiGet:
+    case Op::kWait:
+    case Op::kCheck:
+      if (!req.keys.empty()) CheckGet(store, model, req.keys);
+      break;
+    default:
+      break;
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -76,7 +107,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   distkit::HashStore store;
   Model model;
   while (in.remaining_bytes() > 0) {
-    const int op = in.ConsumeIntegralInRange<int>(0, 10);
+    const int op = in.ConsumeIntegralInRange<int>(0, 8);
     const std::string key = in.ConsumeRandomLengthString(32);
     switch (op) {
       case 0:
@@ -128,37 +159,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         model[key] += more;
         break;
       }
-      case 7: {  // a SetRequest off the wire
-        distkit::store::SetRequest req;
-        const std::string wire = in.ConsumeRandomLengthString(128);
-        if (req.ParseFromString(wire)) {
-          ApplySet(store, model, req.key(), req.value());
-        }
-        break;
-      }
-      case 8: {  // a MultiSetRequest off the wire
-        distkit::store::MultiSetRequest req;
-        const std::string wire = in.ConsumeRandomLengthString(256);
-        if (!req.ParseFromString(wire)) break;
-        std::vector<std::string> keys(req.keys().begin(), req.keys().end());
-        std::vector<std::string> values(req.values().begin(),
-                                        req.values().end());
-        absl::Status s = store.MultiSet(keys, values);
-        if (keys.size() != values.size()) {
-          if (s.ok()) Mismatch("multi_set with unequal lengths succeeded");
-          break;
-        }
-        if (!s.ok()) Mismatch("multi_set");
-        for (size_t i = 0; i < keys.size(); ++i) model[keys[i]] = values[i];
-        break;
-      }
-      case 9: {  // a MultiGetRequest off the wire
-        distkit::store::MultiGetRequest req;
-        const std::string wire = in.ConsumeRandomLengthString(128);
-        if (!req.ParseFromString(wire) || req.keys().empty()) break;
-        CheckGet(
-            store, model,
-            std::vector<std::string>(req.keys().begin(), req.keys().end()));
+      case 7: {  // a request off the wire, as the server decodes it
+        const std::string body = in.ConsumeRandomLengthString(256);
+        absl::StatusOr<distkit::store_wire::Request> req =
+            distkit::store_wire::DecodeRequest(body);
+        if (!req.ok()) break;
+        // What decodes re-encodes to the same bytes.
+        std::string frame;
+        distkit::store_wire::EncodeRequest(*req, &frame);
+        if (frame.substr(distkit::store_wire::kHeaderBytes) != body)
+          Mismatch("decode / encode round trip");
+        ApplyDecoded(store, model, *req);
         break;
       }
       default: {  // the client's checks on arbitrary keys and sizes

@@ -20,7 +20,7 @@ elif [ "$built" -ne 0 ]; then
 fi
 TARGETS=(
   //cc/store:hash_store_test
-  //cc/store:grpc_store_test
+  //cc/store:tcp_store_test
   //cc/comm:comm_test
   //cc/group:flight_recorder_test
   //cc/group:collectives_test_ws2

@@ -1,0 +1,68 @@
+// File: internal/socket.h
+//
+// The TCP plumbing under TcpStore and StoreServer: address resolution, a
+// connect and blocking reads / writes bounded by a deadline (poll), so no
+// store call can wait past the deadline it was given.
+
+#ifndef DISTKIT_CC_STORE_INTERNAL_SOCKET_H_
+#define DISTKIT_CC_STORE_INTERNAL_SOCKET_H_
+
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace distkit {
+namespace store_socket {
+
+// An owned file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept;
+  ~Fd() { Reset(); }
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void Reset();
+
+ private:
+  int fd_ = -1;
+};
+
+// Splits "host:port" or "[v6]:port". INVALID_ARGUMENT on malformed text.
+absl::StatusOr<std::pair<std::string, int>> SplitHostPort(
+    absl::string_view address);
+
+// A listening socket bound to exactly `host:port` (port 0: any free port),
+// non-blocking, close-on-exec, without SO_REUSEPORT (two stores must never
+// share a port). Returns the socket and the port bound.
+absl::StatusOr<std::pair<Fd, int>> Listen(const std::string& host, int port);
+
+// Connects to `address` ("host:port"), retrying while nothing listens there
+// yet, until `deadline`. The socket is non-blocking with TCP_NODELAY.
+// DEADLINE_EXCEEDED when the deadline passes first.
+absl::StatusOr<Fd> ConnectBefore(const std::string& address,
+                                 absl::Time deadline);
+
+// Writes all of `data` before `deadline`. UNAVAILABLE when the peer has
+// gone, DEADLINE_EXCEEDED when it does not take the bytes in time.
+absl::Status WriteAll(int fd, absl::string_view data, absl::Time deadline);
+
+// Reads one frame (wire.h) before `deadline` and returns its body.
+// UNAVAILABLE when the peer closes, DEADLINE_EXCEEDED on time-out.
+absl::StatusOr<std::string> ReadFrame(int fd, absl::Time deadline);
+
+// Whether the peer has closed the connection or sent something unasked
+// (which, on an idle store connection, is a refusal followed by a close).
+// Does not block.
+bool HasPendingInputOrClosed(int fd);
+
+}  // namespace store_socket
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_STORE_INTERNAL_SOCKET_H_

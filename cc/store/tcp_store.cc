@@ -1,0 +1,452 @@
+#include "cc/store/tcp_store.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "cc/store/call_deadline.h"
+#include "cc/store/internal/socket.h"
+#include "cc/store/internal/wire.h"
+#include "cc/store/request_limits.h"
+
+namespace distkit {
+
+namespace wire = store_wire;
+using store_socket::Fd;
+
+namespace {
+
+// A blocking call's own deadline is its store timeout plus this margin, so the
+// server's DEADLINE_EXCEEDED (which names the keys) arrives first.
+constexpr absl::Duration kBlockingCallMargin = absl::Seconds(5);
+// How long a blocked call's connection is kept for the next one.
+constexpr size_t kMaxSpareConnections = 4;
+
+// The server's wait time for a blocking call: the caller's timeout, cut to
+// the thread's store deadline (ScopedStoreDeadline). When the deadline cuts
+// it, the server is asked to give up a little before the call's own deadline,
+// so its answer (which names the missing keys) still arrives.
+absl::Duration ServerWaitTime(absl::Duration timeout) {
+  const absl::Duration clamped = ClampToStoreDeadline(timeout);
+  if (clamped >= timeout) return timeout;
+  return clamped * 9 / 10;
+}
+
+absl::Time CallDeadline(absl::Duration budget) {
+  return std::min(absl::Now() + budget, StoreCallDeadline());
+}
+
+// What a connection says about a request: the server's answer, or that the
+// connection failed (`transport`), and whether the request had been sent
+// when it did (a call not sent can be retried on a new connection).
+struct Answer {
+  absl::Status transport;
+  bool sent = false;
+  uint8_t code = 0;
+  std::string payload;  // the answer's payload, or the server's message
+};
+
+}  // namespace
+
+class TcpStore::Connection {
+ public:
+  // Connects and sends the hello; its answer is read with the first call.
+  static absl::StatusOr<std::unique_ptr<Connection>> Open(
+      const std::string& address, const std::string& token,
+      absl::Time deadline) {
+    absl::StatusOr<Fd> fd = store_socket::ConnectBefore(address, deadline);
+    if (!fd.ok()) return fd.status();
+    wire::Request hello;
+    hello.op = wire::Op::kHello;
+    hello.magic = wire::kMagic;
+    hello.values.push_back(token);
+    std::string frame;
+    wire::EncodeRequest(hello, &frame);
+    if (absl::Status s = store_socket::WriteAll(fd->get(), frame, deadline);
+        !s.ok()) {
+      return s;
+    }
+    return std::unique_ptr<Connection>(new Connection(*std::move(fd)));
+  }
+
+  bool broken() const { return broken_; }
+
+  // Sends `frame` and, when `answered`, reads its answer.
+  Answer Exchange(absl::string_view frame, bool answered, absl::Time deadline) {
+    Answer a;
+    if (broken_) {
+      a.transport = absl::UnavailableError("connection closed");
+      return a;
+    }
+    // On an idle, authenticated connection the server sends nothing unasked
+    // except a refusal of an earlier set, and then closes.
+    if (!hello_pending_ && store_socket::HasPendingInputOrClosed(fd_.get())) {
+      ReadAnswer(&a, absl::Now() + absl::Milliseconds(100));
+      broken_ = true;
+      if (a.transport.ok() && a.code == 0) {
+        a.code = static_cast<uint8_t>(absl::StatusCode::kInternal);
+        a.payload = "store: an answer nobody asked for";
+      }
+      return a;
+    }
+    a.transport = store_socket::WriteAll(fd_.get(), frame, deadline);
+    a.sent = true;
+    if (!a.transport.ok()) {
+      broken_ = true;
+      return a;
+    }
+    if (hello_pending_) {
+      ReadAnswer(&a, deadline);
+      if (!a.transport.ok() || a.code != 0) {
+        broken_ = true;  // a refused hello: the server closes
+        return a;
+      }
+      hello_pending_ = false;
+    }
+    if (answered) ReadAnswer(&a, deadline);
+    // No answer in time leaves the stream out of step: start afresh.
+    if (!a.transport.ok()) broken_ = true;
+    return a;
+  }
+
+ private:
+  explicit Connection(Fd fd) : fd_(std::move(fd)) {}
+
+  void ReadAnswer(Answer* a, absl::Time deadline) {
+    absl::StatusOr<std::string> body =
+        store_socket::ReadFrame(fd_.get(), deadline);
+    if (!body.ok()) {
+      a->transport = body.status();
+      return;
+    }
+    if (body->empty()) {
+      a->transport = absl::DataLossError("an empty answer");
+      return;
+    }
+    a->code = static_cast<uint8_t>((*body)[0]);
+    if (a->code == 0 || a->code == wire::kNotReadyCode) {
+      a->payload = body->substr(1);
+      return;
+    }
+    wire::Reader r(absl::string_view(*body).substr(1));
+    a->payload = r.String();
+    if (!r.ok()) a->transport = absl::DataLossError("a malformed answer");
+  }
+
+  Fd fd_;
+  bool hello_pending_ = true;
+  bool broken_ = false;
+};
+
+absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(
+    const Options& options) {
+  if (options.address.empty()) {
+    return absl::InvalidArgumentError("store: empty server address");
+  }
+  // Cut to the thread's store deadline: init connects under its own bound.
+  const absl::Time deadline = CallDeadline(options.connect_timeout);
+  absl::StatusOr<std::unique_ptr<Connection>> first =
+      Connection::Open(options.address, options.token, deadline);
+  if (!first.ok()) {
+    if (first.status().code() == absl::StatusCode::kInvalidArgument) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("store: ", first.status().message()));
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        "store: cannot reach the store server at ", options.address, " within ",
+        absl::FormatDuration(options.connect_timeout), " (",
+        first.status().message(), ")"));
+  }
+  std::unique_ptr<TcpStore> store(
+      new TcpStore(options.address, options.token, *std::move(first)));
+  store->set_timeout(options.timeout);
+  return store;
+}
+
+TcpStore::TcpStore(std::string address, std::string token,
+                   std::unique_ptr<Connection> first)
+    : address_(std::move(address)),
+      token_(std::move(token)),
+      ordered_(std::move(first)) {}
+
+TcpStore::~TcpStore() = default;
+
+absl::Status TcpStore::Explain(absl::string_view op,
+                               const absl::Status& s) const {
+  absl::string_view message = s.message();
+  (void)absl::ConsumePrefix(&message, "store: ");
+  return absl::Status(
+      s.code(), absl::StrCat("store ", address_, ": ", op, ": ", message));
+}
+
+namespace {
+
+// The caller's status for a connection's answer.
+absl::Status AnswerStatus(const Answer& a) {
+  if (!a.transport.ok()) {
+    if (a.transport.code() == absl::StatusCode::kDeadlineExceeded) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no answer from the store server (", a.transport.message(), ")"));
+    }
+    return absl::UnavailableError(
+        absl::StrCat("the connection to the store server failed (",
+                     a.transport.message(), ")"));
+  }
+  if (a.code == 0 || a.code == wire::kNotReadyCode) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(a.code), a.payload);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> TcpStore::Call(absl::string_view op,
+                                           const wire::Request& request,
+                                           absl::Duration budget,
+                                           bool* not_ready) {
+  std::string frame;
+  wire::EncodeRequest(request, &frame);
+  return CallFramed(op, frame, request.op != wire::Op::kSet, budget, not_ready);
+}
+
+absl::StatusOr<std::string> TcpStore::CallFramed(absl::string_view op,
+                                                 absl::string_view frame,
+                                                 bool answered,
+                                                 absl::Duration budget,
+                                                 bool* not_ready) {
+  const absl::Time deadline = CallDeadline(budget);
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    if (ordered_ == nullptr || ordered_->broken()) {
+      // The store host went away and maybe came back: reconnect within the
+      // call's budget.
+      ordered_.reset();
+      absl::StatusOr<std::unique_ptr<Connection>> c =
+          Connection::Open(address_, token_, deadline);
+      if (!c.ok()) {
+        return Explain(op, absl::UnavailableError(
+                               absl::StrCat("cannot reach the store server (",
+                                            c.status().message(), ")")));
+      }
+      ordered_ = *std::move(c);
+    }
+    Answer a = ordered_->Exchange(frame, answered, deadline);
+    // The connection was found closed before anything was sent: try again
+    // on a new one (the call cannot have happened).
+    if (!a.transport.ok() && !a.sent && absl::Now() < deadline) continue;
+    if (absl::Status s = AnswerStatus(a); !s.ok()) return Explain(op, s);
+    if (not_ready != nullptr) *not_ready = a.code == wire::kNotReadyCode;
+    return std::move(a.payload);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<TcpStore::Connection>> TcpStore::TakeSpare(
+    absl::Time deadline) {
+  {
+    absl::MutexLock lock(&spare_mu_);
+    if (!spare_.empty()) {
+      std::unique_ptr<Connection> c = std::move(spare_.back());
+      spare_.pop_back();
+      return c;
+    }
+  }
+  return Connection::Open(address_, token_, deadline);
+}
+
+void TcpStore::ReturnSpare(std::unique_ptr<Connection> c) {
+  if (c == nullptr || c->broken()) return;
+  absl::MutexLock lock(&spare_mu_);
+  if (spare_.size() < kMaxSpareConnections) spare_.push_back(std::move(c));
+}
+
+absl::StatusOr<std::string> TcpStore::BlockingCall(absl::string_view op,
+                                                   wire::Request request,
+                                                   absl::Duration timeout) {
+  request.try_only = true;
+  request.number = absl::ToInt64Milliseconds(ServerWaitTime(timeout));
+  bool not_ready = false;
+  absl::StatusOr<std::string> at_once =
+      Call(op, request, timeout + kBlockingCallMargin, &not_ready);
+  if (!at_once.ok() || !not_ready) return at_once;
+  // Not there yet: wait on a connection of its own. The ordered connection
+  // has served everything this client sent before, so what the wait sees is
+  // at least as new as this client's own writes.
+  request.try_only = false;
+  request.number = absl::ToInt64Milliseconds(ServerWaitTime(timeout));
+  const absl::Time deadline = CallDeadline(timeout + kBlockingCallMargin);
+  absl::StatusOr<std::unique_ptr<Connection>> c = TakeSpare(deadline);
+  if (!c.ok()) {
+    return Explain(
+        op, absl::UnavailableError(absl::StrCat(
+                "cannot reach the store server (", c.status().message(), ")")));
+  }
+  std::string frame;
+  wire::EncodeRequest(request, &frame);
+  Answer a = (*c)->Exchange(frame, /*answered=*/true, deadline);
+  ReturnSpare(*std::move(c));
+  if (absl::Status s = AnswerStatus(a); !s.ok()) return Explain(op, s);
+  return std::move(a.payload);
+}
+
+namespace {
+
+wire::Request OneKey(wire::Op op, absl::string_view key) {
+  wire::Request r;
+  r.op = op;
+  r.keys.emplace_back(key);
+  return r;
+}
+
+wire::Request Keys(wire::Op op, absl::Span<const std::string> keys) {
+  wire::Request r;
+  r.op = op;
+  r.keys.assign(keys.begin(), keys.end());
+  return r;
+}
+
+absl::Status Malformed(absl::string_view op) {
+  return absl::DataLossError(
+      absl::StrCat("store: ", op, ": a malformed answer from the server"));
+}
+
+}  // namespace
+
+absl::Status TcpStore::Set(absl::string_view key, absl::string_view value) {
+  if (absl::Status bad = CheckStoreRequest("set", {key}, value.size());
+      !bad.ok()) {
+    return bad;
+  }
+  // Framed once per thread's buffer: no allocation per set once warm.
+  thread_local std::string frame;
+  wire::EncodeSet(key, value, &frame);
+  absl::Status s =
+      CallFramed("set", frame, /*answered=*/false, timeout(), nullptr).status();
+  if (frame.capacity() > (size_t{1} << 20)) std::string().swap(frame);
+  return s;
+}
+
+absl::StatusOr<int64_t> TcpStore::Add(absl::string_view key, int64_t delta) {
+  if (absl::Status bad = CheckStoreRequest("add", {key}, 0); !bad.ok()) {
+    return bad;
+  }
+  wire::Request r = OneKey(wire::Op::kAdd, key);
+  r.number = delta;
+  absl::StatusOr<std::string> payload = Call("add", r, timeout());
+  if (!payload.ok()) return payload.status();
+  wire::Reader reader(*payload);
+  const int64_t v = reader.I64();
+  if (!reader.done()) return Malformed("add");
+  return v;
+}
+
+absl::StatusOr<std::string> TcpStore::CompareSet(absl::string_view key,
+                                                 absl::string_view expected,
+                                                 absl::string_view desired) {
+  if (absl::Status bad = CheckStoreRequest("compare_set", {key},
+                                           expected.size() + desired.size());
+      !bad.ok()) {
+    return bad;
+  }
+  wire::Request r = OneKey(wire::Op::kCompareSet, key);
+  r.values.emplace_back(expected);
+  r.values.emplace_back(desired);
+  absl::StatusOr<std::string> payload = Call("compare_set", r, timeout());
+  if (!payload.ok()) return payload.status();
+  wire::Reader reader(*payload);
+  std::string v = reader.String();
+  if (!reader.done()) return Malformed("compare_set");
+  return v;
+}
+
+absl::Status TcpStore::WaitWithTimeout(absl::Span<const std::string> keys,
+                                       absl::Duration timeout) {
+  if (absl::Status bad = CheckStoreRequest("wait", keys, 0); !bad.ok()) {
+    return bad;
+  }
+  return BlockingCall("wait", Keys(wire::Op::kWait, keys), timeout).status();
+}
+
+absl::StatusOr<bool> TcpStore::Check(absl::Span<const std::string> keys) {
+  if (absl::Status bad = CheckStoreRequest("check", keys, 0); !bad.ok()) {
+    return bad;
+  }
+  absl::StatusOr<std::string> payload =
+      Call("check", Keys(wire::Op::kCheck, keys), timeout());
+  if (!payload.ok()) return payload.status();
+  wire::Reader reader(*payload);
+  const bool ready = reader.U8() != 0;
+  if (!reader.done()) return Malformed("check");
+  return ready;
+}
+
+absl::StatusOr<bool> TcpStore::DeleteKey(absl::string_view key) {
+  if (absl::Status bad = CheckStoreRequest("delete_key", {key}, 0); !bad.ok()) {
+    return bad;
+  }
+  absl::StatusOr<std::string> payload =
+      Call("delete_key", OneKey(wire::Op::kDeleteKey, key), timeout());
+  if (!payload.ok()) return payload.status();
+  wire::Reader reader(*payload);
+  const bool deleted = reader.U8() != 0;
+  if (!reader.done()) return Malformed("delete_key");
+  return deleted;
+}
+
+absl::StatusOr<int64_t> TcpStore::NumKeys() {
+  wire::Request r;
+  r.op = wire::Op::kNumKeys;
+  absl::StatusOr<std::string> payload = Call("num_keys", r, timeout());
+  if (!payload.ok()) return payload.status();
+  wire::Reader reader(*payload);
+  const int64_t n = reader.I64();
+  if (!reader.done()) return Malformed("num_keys");
+  return n;
+}
+
+absl::StatusOr<std::vector<std::string>> TcpStore::MultiGetWithTimeout(
+    absl::Span<const std::string> keys, absl::Duration timeout) {
+  const char* op = keys.size() == 1 ? "get" : "multi_get";
+  if (absl::Status bad = CheckStoreRequest(op, keys, 0); !bad.ok()) {
+    return bad;
+  }
+  absl::StatusOr<std::string> payload =
+      BlockingCall(op, Keys(wire::Op::kMultiGet, keys), timeout);
+  if (!payload.ok()) return payload.status();
+  wire::Reader reader(*payload);
+  const uint32_t n = reader.U32();
+  if (n != keys.size()) return Malformed(op);
+  std::vector<std::string> values;
+  values.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) values.push_back(reader.String());
+  if (!reader.done()) return Malformed(op);
+  return values;
+}
+
+absl::Status TcpStore::MultiSet(absl::Span<const std::string> keys,
+                                absl::Span<const std::string> values) {
+  if (keys.size() != values.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("store: multi_set got ",
+                                                   keys.size(), " keys and ",
+                                                   values.size(), " values"));
+  }
+  size_t value_bytes = 0;
+  for (const std::string& v : values) value_bytes += v.size();
+  if (absl::Status bad = CheckStoreRequest("multi_set", keys, value_bytes);
+      !bad.ok()) {
+    return bad;
+  }
+  wire::Request r = Keys(wire::Op::kMultiSet, keys);
+  r.values.assign(values.begin(), values.end());
+  return Call("multi_set", r, timeout()).status();
+}
+
+absl::Status TcpStore::Append(absl::string_view key, absl::string_view value) {
+  if (absl::Status bad = CheckStoreRequest("append", {key}, value.size());
+      !bad.ok()) {
+    return bad;
+  }
+  wire::Request r = OneKey(wire::Op::kAppend, key);
+  r.values.emplace_back(value);
+  return Call("append", r, timeout()).status();
+}
+
+}  // namespace distkit
