@@ -24,6 +24,12 @@ def free_port():
         return s.getsockname()[1]
 
 
+# distkit's phases of the last job run, seconds from the first spawn to the
+# last rank's: spawned (the launcher's last spawn), main (its main() began),
+# init (dk_init returned), all_reduce (its first all_reduce ended).
+last_phases = {}
+
+
 def one_job(binary, n, limit):
     """Seconds from the first spawn to the last rank's first all_reduce, or
     the failure text."""
@@ -36,7 +42,10 @@ def one_job(binary, n, limit):
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         procs.append(subprocess.Popen([binary], stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, env=env))
+    spawned_ns = time.time_ns()
     ends, failure = [], None
+    marks = {"main": [], "init": []}
+    connections = []
     deadline = time.monotonic() + limit
     for p in procs:
         try:
@@ -51,12 +60,26 @@ def one_job(binary, n, limit):
         for line in text.splitlines():
             if line.startswith("first_all_reduce_end_ns="):
                 ends.append(int(line.split("=")[1]))
+            elif line.startswith("main_ns="):
+                marks["main"].append(int(line.split("=")[1]))
+            elif line.startswith("init_end_ns="):
+                marks["init"].append(int(line.split("=")[1]))
+            elif line.startswith("peer_connections="):
+                connections.append(int(line.split("=")[1]))
     for p in procs:
         if p.poll() is None:
             p.kill()
             p.wait()
     if failure or len(ends) != n:
         return failure or "a rank printed no time"
+    last_phases.clear()
+    last_phases["spawned"] = (spawned_ns - start_ns) / 1e9
+    for k, v in marks.items():
+        if v:
+            last_phases[k] = (max(v) - start_ns) / 1e9
+    last_phases["all_reduce"] = (max(ends) - start_ns) / 1e9
+    if connections:
+        last_phases["max_rank_tcp_connections"] = max(connections)
     return (max(ends) - start_ns) / 1e9
 
 
@@ -68,6 +91,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--limit", type=float, default=300.0,
                     help="seconds a job may take")
+    ap.add_argument("--phases", action="store_true",
+                    help="also print where distkit's time went in each job")
     args = ap.parse_args()
     sizes = [int(x) for x in args.ranks.split(",")]
     impls = [("distkit", args.distkit)] + (
@@ -90,6 +115,13 @@ def main():
                     failed[name] = t
                 else:
                     times[name].append(t)
+                    if args.phases and name == "distkit" and last_phases:
+                        print("      phases (s from the first spawn, last "
+                              "rank): " + ", ".join(
+                                  f"{k} {v:.3f}" if isinstance(v, float)
+                                  else f"{k} {v}"
+                                  for k, v in last_phases.items()),
+                              flush=True)
         med = {k: statistics.median(v) for k, v in times.items() if v}
         d = med.get("distkit")
         if base is None and d is not None:

@@ -1,15 +1,64 @@
 /* One rank of tools/dkbench/startup_bench.py, distkit's side: joins the job
  * (dk_init("pytorch"): RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rank 0
  * hosts the store), all-reduces one float, checks it, and prints the wall
- * clock (CLOCK_REALTIME, ns) at which that first all_reduce ended. */
-#define _POSIX_C_SOURCE 200809L
+ * clock (CLOCK_REALTIME, ns) at which that first all_reduce ended, and when
+ * main() began and dk_init returned (the phases of start-up), and how many
+ * TCP connections it holds to other ranks (not the store) at that point. */
+#define _DEFAULT_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "distkit/distkit.h"
 
+static unsigned PortOf(const struct sockaddr_storage* a) {
+  if (a->ss_family == AF_INET)
+    return ntohs(((const struct sockaddr_in*)a)->sin_port);
+  if (a->ss_family == AF_INET6)
+    return ntohs(((const struct sockaddr_in6*)a)->sin6_port);
+  return 0;
+}
+
+/* This process's connected TCP sockets to anything but the store's port
+ * (MASTER_PORT): the connections between ranks. */
+static long PeerConnections(void) {
+  const char* master = getenv("MASTER_PORT");
+  const unsigned store_port = master != NULL ? (unsigned)atoi(master) : 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == NULL) return -1;
+  long count = 0;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL) {
+    const int fd = atoi(e->d_name);
+    if (e->d_name[0] == '.' || fd == dirfd(d)) continue;
+    struct sockaddr_storage local, peer;
+    socklen_t llen = sizeof(local), plen = sizeof(peer);
+    if (getsockname(fd, (struct sockaddr*)&local, &llen) != 0 ||
+        getpeername(fd, (struct sockaddr*)&peer, &plen) != 0 ||
+        PortOf(&local) == 0 || PortOf(&local) == store_port ||
+        PortOf(&peer) == store_port) {
+      continue;
+    }
+    ++count;
+  }
+  closedir(d);
+  return count;
+}
+
+static long long NowNs(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+}
+
 int main(void) {
+  const long long main_ns = NowNs();
   dk_init_config_t cfg;
   dk_init_config_init(&cfg);
   cfg.timeout_ms = 600000;
@@ -19,6 +68,7 @@ int main(void) {
     fprintf(stderr, "init failed: %s\n", dk_error_message(err));
     return 3;
   }
+  const long long init_end_ns = NowNs();
   float x = 1.0f;
   int64_t n = 1;
   DLTensor t;
@@ -42,6 +92,8 @@ int main(void) {
   }
   printf("first_all_reduce_end_ns=%lld\n",
          (long long)now.tv_sec * 1000000000LL + now.tv_nsec);
+  printf("main_ns=%lld\ninit_end_ns=%lld\n", main_ns, init_end_ns);
+  printf("peer_connections=%ld\n", PeerConnections());
   dk_group_destroy(world);
   dk_shutdown();
   return 0;

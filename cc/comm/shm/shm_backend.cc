@@ -12,9 +12,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cc/comm/shm/futex.h"
 #include "cc/core/status.h"
 
 namespace distkit {
+
+// What every rank of the group shares, first in the segment: how many step
+// arrivals there have been (each rank adds one per step, so step s is
+// complete at s * size), and the futex word the last arrival of a step sets
+// to the step's low half and wakes the sleepers on.
+struct alignas(128) ShmBackend::GroupHeader {
+  std::atomic<uint64_t> arrivals;
+  std::atomic<uint32_t> completed_word;
+  std::atomic<uint32_t> sleepers;
+};
 
 struct alignas(128) ShmBackend::Header {
   std::atomic<uint64_t> step;  // the last step this rank published
@@ -34,9 +45,18 @@ std::string HostIdentity() {
   return absl::StrCat(host, "/", boot);
 }
 
-size_t SegmentBytes(int size, size_t header) {
-  return size * header + size * 2 * ShmBackend::kSlotBytes;
+size_t SegmentBytes(int size, size_t group_header, size_t header) {
+  return group_header + size * header + size * 2 * ShmBackend::kSmallSlotBytes +
+         size * 2 * ShmBackend::SlotBytesFor(size);
 }
+
+// A wait first spins (a peer on another core answers within a microsecond),
+// then yields (ranks may share cores) for kYieldPhase, then sleeps on the
+// group's futex word in slices of kSleepSlice, between which it checks the
+// deadline, an abort and the liveness of the ranks that have not arrived.
+constexpr int kPureSpins = 256;
+constexpr absl::Duration kYieldPhase = absl::Microseconds(200);
+constexpr absl::Duration kSleepSlice = absl::Milliseconds(10);
 
 }  // namespace
 
@@ -56,7 +76,7 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
   for (const std::string& h : hosts) {
     if (h != hosts[0]) return make_gloo(false);
   }
-  const size_t bytes = SegmentBytes(size, sizeof(Header));
+  const size_t bytes = SegmentBytes(size, sizeof(GroupHeader), sizeof(Header));
   std::string name;
   int fd = -1;
   if (rank == 0) {
@@ -121,6 +141,7 @@ ShmBackend::ShmBackend(int rank, int size, std::unique_ptr<Backend> gloo,
       gloo_(std::move(gloo)),
       base_(base),
       bytes_(bytes),
+      slot_bytes_(SlotBytesFor(size)),
       watches_(size) {
   // Fault injection for tests: a pause between seeing that a peer has not
   // published a step and asking whether it is alive, which opens the window
@@ -135,14 +156,31 @@ ShmBackend::~ShmBackend() {
   munmap(base_, bytes_);
 }
 
-ShmBackend::Header* ShmBackend::header(int r) const {
-  return reinterpret_cast<Header*>(static_cast<char*>(base_) +
-                                   r * sizeof(Header));
+size_t ShmBackend::SlotBytesFor(int size) {
+  size_t bytes = kMaxSlotBytes;
+  while (bytes > kMinSlotBytes && bytes * 2 * size > kSlotBudgetBytes) {
+    bytes /= 2;
+  }
+  return bytes;
 }
 
-char* ShmBackend::slot(int r, uint64_t step) const {
-  return static_cast<char*>(base_) + size_ * sizeof(Header) +
-         (2 * r + (step & 1)) * kSlotBytes;
+ShmBackend::GroupHeader* ShmBackend::group_header() const {
+  return static_cast<GroupHeader*>(base_);
+}
+
+ShmBackend::Header* ShmBackend::header(int r) const {
+  return reinterpret_cast<Header*>(static_cast<char*>(base_) +
+                                   sizeof(GroupHeader) + r * sizeof(Header));
+}
+
+char* ShmBackend::slot(int r, uint64_t step, size_t bytes) const {
+  char* small =
+      static_cast<char*>(base_) + sizeof(GroupHeader) + size_ * sizeof(Header);
+  if (bytes <= kSmallSlotBytes) {
+    return small + ((step & 1) * size_ + r) * kSmallSlotBytes;
+  }
+  return small + 2 * size_ * kSmallSlotBytes +
+         (2 * r + (step & 1)) * slot_bytes_;
 }
 
 void ShmBackend::Abort() {
@@ -152,31 +190,61 @@ void ShmBackend::Abort() {
 
 absl::Status ShmBackend::Step(const OpContext& ctx) {
   const uint64_t step = ++step_;
+  // Each rank's own step stays published for the liveness check and the
+  // diagnosis of who is late; the wait itself reads the group's count.
   header(rank_)->step.store(step, std::memory_order_release);
+  GroupHeader* g = group_header();
+  const uint64_t complete = step * static_cast<uint64_t>(size_);
+  // acq_rel: this rank's slot writes are released with its arrival, and a
+  // rank that sees the count complete has acquired everyone's. No rank can
+  // arrive for the next step before this one completes, so the arrival that
+  // completes it is the one that sees complete - 1.
+  if (g->arrivals.fetch_add(1, std::memory_order_acq_rel) + 1 == complete) {
+    // Sequentially consistent with a sleeper's count-then-look: either it
+    // sees the new word (and does not sleep) or this sees it counted.
+    g->completed_word.store(static_cast<uint32_t>(step));
+    if (g->sleepers.load() != 0) FutexWakeAll(&g->completed_word);
+    return absl::OkStatus();
+  }
   const absl::Time deadline = absl::Now() + ctx.timeout;
   absl::Time next_liveness = absl::Now() + absl::Milliseconds(20);
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    Header* h = header(r);
-    for (uint64_t spins = 0; h->step.load(std::memory_order_acquire) < step;
-         ++spins) {
-      if (spins < 256) continue;  // a peer on another core answers at once
-      sched_yield();              // ranks may share cores
+  absl::Time sleep_from = absl::InfiniteFuture();
+  for (uint64_t spins = 0;
+       g->arrivals.load(std::memory_order_acquire) < complete; ++spins) {
+    if (spins < kPureSpins) continue;
+    const absl::Time now = absl::Now();
+    if (sleep_from == absl::InfiniteFuture()) sleep_from = now + kYieldPhase;
+    if (now < sleep_from) {
+      sched_yield();
       if ((spins & 63) != 0) continue;
-      if (aborted_) {
-        return absl::CancelledError(
-            absl::StrCat(ctx.Describe(), ": the group was aborted"));
+    } else {
+      // One word for the whole group: a step costs each sleeper one wake-up,
+      // however many ranks arrive after it.
+      g->sleepers.fetch_add(1);
+      const uint32_t seen = g->completed_word.load();
+      if (g->arrivals.load(std::memory_order_acquire) < complete && !aborted_) {
+        FutexWait(&g->completed_word, seen, kSleepSlice);
       }
-      const absl::Time now = absl::Now();
-      if (now > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            ctx.Describe(), " (rank ", rank_, "): timed out after ",
-            absl::FormatDuration(ctx.timeout), " waiting for peers"));
+      g->sleepers.fetch_sub(1);
+    }
+    if (aborted_) {
+      return absl::CancelledError(
+          absl::StrCat(ctx.Describe(), ": the group was aborted"));
+    }
+    if (now > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          ctx.Describe(), " (rank ", rank_, "): timed out after ",
+          absl::FormatDuration(ctx.timeout), " waiting for peers"));
+    }
+    if (now > next_liveness) {
+      next_liveness = now + absl::Milliseconds(20);
+      if (liveness_pause_ > absl::ZeroDuration()) {
+        absl::SleepFor(liveness_pause_);
       }
-      if (now > next_liveness) {
-        next_liveness = now + absl::Milliseconds(20);
-        if (liveness_pause_ > absl::ZeroDuration()) {
-          absl::SleepFor(liveness_pause_);
+      for (int r = 0; r < size_; ++r) {
+        Header* h = header(r);
+        if (r == rank_ || h->step.load(std::memory_order_acquire) >= step) {
+          continue;
         }
         std::optional<std::string> gone = watches_[r].Gone(h->liveness);
         // A peer that has left is a failure only if this step still needs
@@ -208,16 +276,17 @@ absl::Status ShmBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                    ReduceOp op) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
   const size_t elem = ElementSize(data.dtype());
-  const size_t chunk_elems = kSlotBytes / elem;
+  const size_t chunk_elems = slot_bytes_ / elem;
   char* base = static_cast<char*>(data.data());
   for (int64_t at = 0; at < data.numel(); at += chunk_elems) {
     const int64_t n = std::min<int64_t>(chunk_elems, data.numel() - at);
+    const size_t bytes = n * elem;
     char* mine = base + at * elem;
-    std::memcpy(slot(rank_, step_ + 1), mine, n * elem);
+    std::memcpy(slot(rank_, step_ + 1, bytes), mine, bytes);
     DK_RETURN_IF_ERROR(Step(ctx));
     // Every rank folds the same slots in rank order: identical results.
-    std::memcpy(mine, slot(0, step_), n * elem);
-    for (int r = 1; r < size_; ++r) fn(mine, mine, slot(r, step_), n);
+    std::memcpy(mine, slot(0, step_, bytes), bytes);
+    for (int r = 1; r < size_; ++r) fn(mine, mine, slot(r, step_, bytes), n);
   }
   return absl::OkStatus();
 }
@@ -226,16 +295,17 @@ absl::Status ShmBackend::Reduce(const OpContext& ctx, TensorRef data,
                                 ReduceOp op, int root) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
   const size_t elem = ElementSize(data.dtype());
-  const size_t chunk_elems = kSlotBytes / elem;
+  const size_t chunk_elems = slot_bytes_ / elem;
   char* base = static_cast<char*>(data.data());
   for (int64_t at = 0; at < data.numel(); at += chunk_elems) {
     const int64_t n = std::min<int64_t>(chunk_elems, data.numel() - at);
+    const size_t bytes = n * elem;
     char* mine = base + at * elem;
-    std::memcpy(slot(rank_, step_ + 1), mine, n * elem);
+    std::memcpy(slot(rank_, step_ + 1, bytes), mine, bytes);
     DK_RETURN_IF_ERROR(Step(ctx));
     if (rank_ != root) continue;
-    std::memcpy(mine, slot(0, step_), n * elem);
-    for (int r = 1; r < size_; ++r) fn(mine, mine, slot(r, step_), n);
+    std::memcpy(mine, slot(0, step_, bytes), bytes);
+    for (int r = 1; r < size_; ++r) fn(mine, mine, slot(r, step_, bytes), n);
   }
   return absl::OkStatus();
 }
@@ -243,11 +313,11 @@ absl::Status ShmBackend::Reduce(const OpContext& ctx, TensorRef data,
 absl::Status ShmBackend::Broadcast(const OpContext& ctx, TensorRef data,
                                    int root) {
   char* base = static_cast<char*>(data.data());
-  for (size_t at = 0; at < data.nbytes(); at += kSlotBytes) {
-    const size_t n = std::min(kSlotBytes, data.nbytes() - at);
-    if (rank_ == root) std::memcpy(slot(rank_, step_ + 1), base + at, n);
+  for (size_t at = 0; at < data.nbytes(); at += slot_bytes_) {
+    const size_t n = std::min(slot_bytes_, data.nbytes() - at);
+    if (rank_ == root) std::memcpy(slot(rank_, step_ + 1, n), base + at, n);
     DK_RETURN_IF_ERROR(Step(ctx));
-    if (rank_ != root) std::memcpy(base + at, slot(root, step_), n);
+    if (rank_ != root) std::memcpy(base + at, slot(root, step_, n), n);
   }
   return absl::OkStatus();
 }
@@ -257,26 +327,26 @@ absl::Status ShmBackend::AllGather(const OpContext& ctx, TensorRef input,
   const char* in = static_cast<const char*>(input.data());
   char* out = static_cast<char*>(output.data());
   const size_t part = input.nbytes();
-  for (size_t at = 0; at < part; at += kSlotBytes) {
-    const size_t n = std::min(kSlotBytes, part - at);
-    std::memcpy(slot(rank_, step_ + 1), in + at, n);
+  for (size_t at = 0; at < part; at += slot_bytes_) {
+    const size_t n = std::min(slot_bytes_, part - at);
+    std::memcpy(slot(rank_, step_ + 1, n), in + at, n);
     DK_RETURN_IF_ERROR(Step(ctx));
     for (int r = 0; r < size_; ++r)
-      std::memcpy(out + r * part + at, slot(r, step_), n);
+      std::memcpy(out + r * part + at, slot(r, step_, n), n);
   }
   return absl::OkStatus();
 }
 
 absl::Status ShmBackend::Gather(const OpContext& ctx, TensorRef input,
                                 TensorRef output, int root) {
-  if (input.nbytes() > kSlotBytes)
-    return gloo_->Gather(ctx, input, output, root);
-  std::memcpy(slot(rank_, step_ + 1), input.data(), input.nbytes());
+  const size_t bytes = input.nbytes();
+  if (bytes > slot_bytes_) return gloo_->Gather(ctx, input, output, root);
+  std::memcpy(slot(rank_, step_ + 1, bytes), input.data(), bytes);
   DK_RETURN_IF_ERROR(Step(ctx));
   if (rank_ == root) {
     for (int r = 0; r < size_; ++r) {
-      std::memcpy(static_cast<char*>(output.data()) + r * input.nbytes(),
-                  slot(r, step_), input.nbytes());
+      std::memcpy(static_cast<char*>(output.data()) + r * bytes,
+                  slot(r, step_, bytes), bytes);
     }
   }
   return absl::OkStatus();
@@ -285,28 +355,29 @@ absl::Status ShmBackend::Gather(const OpContext& ctx, TensorRef input,
 absl::Status ShmBackend::Scatter(const OpContext& ctx, TensorRef input,
                                  TensorRef output, int root) {
   const size_t part = output.nbytes();
-  if (part * size_ > kSlotBytes)
-    return gloo_->Scatter(ctx, input, output, root);
+  const size_t bytes = part * size_;
+  if (bytes > slot_bytes_) return gloo_->Scatter(ctx, input, output, root);
   if (rank_ == root)
-    std::memcpy(slot(rank_, step_ + 1), input.data(), part * size_);
+    std::memcpy(slot(rank_, step_ + 1, bytes), input.data(), bytes);
   DK_RETURN_IF_ERROR(Step(ctx));
-  std::memcpy(output.data(), slot(root, step_) + rank_ * part, part);
+  std::memcpy(output.data(), slot(root, step_, bytes) + rank_ * part, part);
   return absl::OkStatus();
 }
 
 absl::Status ShmBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
                                        TensorRef output, ReduceOp op) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(output.dtype(), op));
-  if (input.nbytes() > kSlotBytes) {
+  const size_t bytes = input.nbytes();
+  if (bytes > slot_bytes_) {
     return gloo_->ReduceScatter(ctx, input, output, op);
   }
-  std::memcpy(slot(rank_, step_ + 1), input.data(), input.nbytes());
+  std::memcpy(slot(rank_, step_ + 1, bytes), input.data(), bytes);
   DK_RETURN_IF_ERROR(Step(ctx));
   const size_t part = output.nbytes();
   char* out = static_cast<char*>(output.data());
-  std::memcpy(out, slot(0, step_) + rank_ * part, part);
+  std::memcpy(out, slot(0, step_, bytes) + rank_ * part, part);
   for (int r = 1; r < size_; ++r)
-    fn(out, out, slot(r, step_) + rank_ * part, output.numel());
+    fn(out, out, slot(r, step_, bytes) + rank_ * part, output.numel());
   return absl::OkStatus();
 }
 
@@ -315,15 +386,16 @@ absl::Status ShmBackend::AllToAll(const OpContext& ctx, TensorRef input,
                                   TensorRef output,
                                   absl::Span<const int64_t> output_splits) {
   const bool uneven = !input_splits.empty() || !output_splits.empty();
-  if (uneven || input.nbytes() > kSlotBytes) {
+  const size_t bytes = input.nbytes();
+  if (uneven || bytes > slot_bytes_) {
     return gloo_->AllToAll(ctx, input, input_splits, output, output_splits);
   }
-  std::memcpy(slot(rank_, step_ + 1), input.data(), input.nbytes());
+  std::memcpy(slot(rank_, step_ + 1, bytes), input.data(), bytes);
   DK_RETURN_IF_ERROR(Step(ctx));
-  const size_t part = input.nbytes() / size_;
+  const size_t part = bytes / size_;
   for (int r = 0; r < size_; ++r) {
     std::memcpy(static_cast<char*>(output.data()) + r * part,
-                slot(r, step_) + rank_ * part, part);
+                slot(r, step_, bytes) + rank_ * part, part);
   }
   return absl::OkStatus();
 }

@@ -59,8 +59,17 @@ class ShmBackend : public Backend {
       const WrappedFactory& make_gloo, absl::Duration timeout);
   ~ShmBackend() override;
 
-  // Bytes of one data slot (a chunk of a pipelined operation).
-  static constexpr size_t kSlotBytes = 1 << 20;
+  // Bytes of one data slot (a chunk of a pipelined operation) in groups of
+  // up to kFullSlotRanks ranks; larger groups get smaller slots, so that the
+  // segment (two slots per rank) stays within kSlotBudgetBytes.
+  static constexpr size_t kMaxSlotBytes = size_t{1} << 20;
+  static constexpr size_t kMinSlotBytes = size_t{64} << 10;
+  static constexpr size_t kSlotBudgetBytes = size_t{256} << 20;
+  // A step whose slot holds at most this much uses a packed slot instead:
+  // all ranks' packed slots share a few pages, so a small collective touches
+  // O(N) bytes of the segment per rank, not N pages.
+  static constexpr size_t kSmallSlotBytes = 256;
+  static size_t SlotBytesFor(int size);
 
   absl::string_view name() const override { return gloo_->name(); }
   int rank() const override { return rank_; }
@@ -99,12 +108,16 @@ class ShmBackend : public Backend {
   void Abort() override;
 
  private:
+  struct GroupHeader;
   struct Header;
   ShmBackend(int rank, int size, std::unique_ptr<Backend> gloo, void* base,
              size_t bytes);
 
+  GroupHeader* group_header() const;
   Header* header(int r) const;
-  char* slot(int r, uint64_t step) const;
+  // Rank r's slot for `step`, for a step whose slots hold `bytes` (the same
+  // on every rank): a packed small slot, or a full one.
+  char* slot(int r, uint64_t step, size_t bytes) const;
   // Publishes this rank's next step (after its slot is written) and waits
   // until every rank has published it.
   absl::Status Step(const OpContext& ctx);
@@ -114,6 +127,7 @@ class ShmBackend : public Backend {
   std::unique_ptr<Backend> gloo_;
   void* base_;
   size_t bytes_;
+  const size_t slot_bytes_;         // SlotBytesFor(size_)
   uint64_t step_ = 0;               // this rank's last published step
   std::vector<PeerWatch> watches_;  // one per rank, kept across waits
   absl::Duration liveness_pause_;   // test-only fault injection
