@@ -97,8 +97,10 @@ def read(path):
 
 
 def main():
-    port = int(os.environ["MASTER_PORT"]) + 1
-    tdist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{port}",
+    # A FileStore in the test's temporary directory: distrun's store holds
+    # MASTER_PORT, and no other port is sure to be free while tests run.
+    store = f"file://{os.environ.get('TEST_TMPDIR', '/tmp')}/torch_store_{os.environ['MASTER_PORT']}"
+    tdist.init_process_group("gloo", init_method=store,
                              rank=RANK, world_size=int(os.environ["WORLD_SIZE"]))
     torch.set_num_threads(1)
     worst = 0.0

@@ -11,10 +11,12 @@ reports how distkit's time grows with N (against the smallest N).
 
 import argparse
 import os
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -34,26 +36,33 @@ def one_job(binary, n, limit):
     """Seconds from the first spawn to the last rank's first all_reduce, or
     the failure text."""
     port = free_port()
+    # Each rank writes to a file of its own, closed in the launcher at once:
+    # a launcher holding N pipes makes every later spawn slower (the child
+    # closes the descriptors it inherits), which would charge the launcher's
+    # own growth to the ranks.
+    outdir = tempfile.mkdtemp(prefix="startup_bench.")
     start_ns = time.time_ns()
     procs = []
     for r in range(n):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n),
                    LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([binary], stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, env=env))
+        with open(os.path.join(outdir, str(r)), "wb") as out:
+            procs.append(subprocess.Popen([binary], stdout=out,
+                                          stderr=subprocess.STDOUT, env=env))
     spawned_ns = time.time_ns()
     ends, failure = [], None
     marks = {"main": [], "init": []}
     connections = []
     deadline = time.monotonic() + limit
-    for p in procs:
+    for r, p in enumerate(procs):
         try:
-            out, _ = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             failure = failure or f"still running after {limit:.0f} s"
             continue
-        text = out.decode(errors="replace")
+        with open(os.path.join(outdir, str(r)), "rb") as f:
+            text = f.read().decode(errors="replace")
         if p.returncode != 0:
             failure = failure or f"exit {p.returncode}: {text.strip()[-160:]}"
             continue
@@ -70,6 +79,7 @@ def one_job(binary, n, limit):
         if p.poll() is None:
             p.kill()
             p.wait()
+    shutil.rmtree(outdir, ignore_errors=True)
     if failure or len(ends) != n:
         return failure or "a rank printed no time"
     last_phases.clear()

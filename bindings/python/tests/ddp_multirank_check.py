@@ -3,7 +3,8 @@ every rank of a real job: after 5 SGD steps on the same model, data and seed,
 every parameter and buffer must match within 1e-6 relative (to each tensor's
 largest magnitude; 1e-3 with the fp16 hook) in every mode, and mmengine's
 train_step / val_step / test_step and is_model_wrapper behave as mmengine's.
-torch.distributed listens on MASTER_PORT + 1 (distrun's store has MASTER_PORT)."""
+torch.distributed rendezvouses through a FileStore in the test's temporary directory
+(distrun's store has MASTER_PORT, and no other port is sure to be free)."""
 import os
 import sys
 
@@ -175,8 +176,8 @@ def train_step_checks():
 
 
 def main():
-    port = int(os.environ["MASTER_PORT"]) + 1
-    tdist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{port}",
+    store = f"file://{os.environ.get('TEST_TMPDIR', '/tmp')}/torch_store_{os.environ['MASTER_PORT']}"
+    tdist.init_process_group("gloo", init_method=store,
                              rank=RANK, world_size=int(os.environ["WORLD_SIZE"]))
     dist.init_dist("pytorch", backend="gloo")
     torch.set_num_threads(1)

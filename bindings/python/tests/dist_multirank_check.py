@@ -1,6 +1,8 @@
 """distkit.dist across a real job (world sizes 1-4), with results compared to
 torch.distributed (Gloo, Debian's python3-torch) on the same inputs in the same
-processes. torch's store listens on MASTER_PORT + 1 (distrun's holds MASTER_PORT)."""
+processes. torch's rendezvous goes through a FileStore in the test's temporary
+directory (distrun's store holds MASTER_PORT, and no other port is sure to be free
+while other tests run)."""
 import os
 import pickle
 import sys
@@ -21,11 +23,17 @@ def check(cond, what):
         print(f"rank {dist.get_rank()}: CHECK FAILED: {what}", file=sys.stderr)
 
 
+def torch_init_method():
+    """A FileStore path every rank of this job shares and no other job uses."""
+    tmp = os.environ.get("TEST_TMPDIR", "/tmp")
+    return f"file://{tmp}/torch_store_{os.environ['MASTER_PORT']}"
+
+
 def main():
     # torch.distributed on its own Gloo first (the reference the calls below
     # are compared with), so init_dist leaves torch's default group alone.
     tdist.init_process_group(
-        "gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{int(os.environ['MASTER_PORT']) + 1}",
+        "gloo", init_method=torch_init_method(),
         rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     dist.init_dist("pytorch", backend="gloo", timeout=60)
     rank, n = dist.get_dist_info()

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -57,6 +58,15 @@ size_t SegmentBytes(int size, size_t group_header, size_t header) {
 constexpr int kPureSpins = 256;
 constexpr absl::Duration kYieldPhase = absl::Microseconds(200);
 constexpr absl::Duration kSleepSlice = absl::Milliseconds(10);
+// Liveness looks (which read /proc) every kLivenessInterval. Both grow with
+// the group past 32 ranks (to at most 100 ms and 500 ms): hundreds of
+// waiting ranks that each wake and look every few milliseconds would take
+// the CPU from the ranks they wait for. An abort wakes sleepers at once.
+constexpr absl::Duration kLivenessInterval = absl::Milliseconds(20);
+
+absl::Duration ScaledBySize(absl::Duration base, int size, absl::Duration cap) {
+  return std::min(cap, base * std::max(1, (size + 31) / 32));
+}
 
 }  // namespace
 
@@ -185,6 +195,9 @@ char* ShmBackend::slot(int r, uint64_t step, size_t bytes) const {
 
 void ShmBackend::Abort() {
   aborted_ = true;
+  // This rank's waits end now (other ranks' sleepers wake spuriously and
+  // sleep again).
+  FutexWakeAll(&group_header()->completed_word);
   gloo_->Abort();
 }
 
@@ -207,7 +220,11 @@ absl::Status ShmBackend::Step(const OpContext& ctx) {
     return absl::OkStatus();
   }
   const absl::Time deadline = absl::Now() + ctx.timeout;
-  absl::Time next_liveness = absl::Now() + absl::Milliseconds(20);
+  const absl::Duration slice =
+      ScaledBySize(kSleepSlice, size_, absl::Milliseconds(100));
+  const absl::Duration liveness_interval =
+      ScaledBySize(kLivenessInterval, size_, absl::Milliseconds(500));
+  absl::Time next_liveness = absl::Now() + liveness_interval;
   absl::Time sleep_from = absl::InfiniteFuture();
   for (uint64_t spins = 0;
        g->arrivals.load(std::memory_order_acquire) < complete; ++spins) {
@@ -223,7 +240,7 @@ absl::Status ShmBackend::Step(const OpContext& ctx) {
       g->sleepers.fetch_add(1);
       const uint32_t seen = g->completed_word.load();
       if (g->arrivals.load(std::memory_order_acquire) < complete && !aborted_) {
-        FutexWait(&g->completed_word, seen, kSleepSlice);
+        FutexWait(&g->completed_word, seen, slice);
       }
       g->sleepers.fetch_sub(1);
     }
@@ -237,15 +254,35 @@ absl::Status ShmBackend::Step(const OpContext& ctx) {
           absl::FormatDuration(ctx.timeout), " waiting for peers"));
     }
     if (now > next_liveness) {
-      next_liveness = now + absl::Milliseconds(20);
+      next_liveness = now + liveness_interval;
       if (liveness_pause_ > absl::ZeroDuration()) {
         absl::SleepFor(liveness_pause_);
       }
+      // A liveness look reads /proc: one look per interval at the first rank
+      // that has not arrived (the one this rank would wait for in rank order)
+      // and one at the next missing rank in turn, not one at every missing
+      // rank, which at hundreds of ranks costs more than the wait itself.
+      int first_missing = -1;
       for (int r = 0; r < size_; ++r) {
-        Header* h = header(r);
-        if (r == rank_ || h->step.load(std::memory_order_acquire) >= step) {
-          continue;
+        if (r != rank_ &&
+            header(r)->step.load(std::memory_order_acquire) < step) {
+          first_missing = r;
+          break;
         }
+      }
+      int rotating = -1;
+      for (int i = 1; first_missing >= 0 && i <= size_; ++i) {
+        const int r = (liveness_cursor_ + i) % size_;
+        if (r != rank_ && r != first_missing &&
+            header(r)->step.load(std::memory_order_acquire) < step) {
+          rotating = r;
+          break;
+        }
+      }
+      if (rotating >= 0) liveness_cursor_ = rotating;
+      for (int r : {first_missing, rotating}) {
+        if (r < 0) continue;
+        Header* h = header(r);
         std::optional<std::string> gone = watches_[r].Gone(h->liveness);
         // A peer that has left is a failure only if this step still needs
         // it: one that published the step and then exited did its part.

@@ -130,6 +130,7 @@ class ShmBackend : public Backend {
   const size_t slot_bytes_;         // SlotBytesFor(size_)
   uint64_t step_ = 0;               // this rank's last published step
   std::vector<PeerWatch> watches_;  // one per rank, kept across waits
+  int liveness_cursor_ = 0;         // the last missing rank looked at in turn
   absl::Duration liveness_pause_;   // test-only fault injection
   std::atomic<bool> aborted_{false};
 };
