@@ -37,6 +37,8 @@ constexpr absl::Duration kDrainTime = absl::Seconds(2);
 // Read granularity; a connection whose buffered, unprocessed input passes
 // the frame it waits for by this much is not read until it catches up.
 constexpr size_t kReadChunk = size_t{64} << 10;
+// How long the loop keeps polling without sleeping after it served something.
+constexpr absl::Duration kBusyPollTime = absl::Microseconds(50);
 
 // The loop serving on this thread, if any: tells its own changes of the
 // state from those of the host process's other threads.
@@ -101,8 +103,11 @@ class StoreServer::Loop {
 
   struct Conn {
     Fd fd;
+    // Received bytes are in[in_pos, in_end); `in` only grows (resizing a
+    // string zero-fills it, which per read cost more than the read).
     std::string in;
     size_t in_pos = 0;
+    size_t in_end = 0;
     std::string out;
     size_t out_pos = 0;
     bool authenticated = false;
@@ -139,9 +144,16 @@ class StoreServer::Loop {
   void Run() {
     current_loop = this;
     std::vector<epoll_event> events(256);
+    absl::Time busy_until = absl::InfinitePast();
     while (!stop_.load()) {
+      // Right after serving, poll without sleeping for a moment: a client
+      // that just got its answer usually sends the next request within
+      // microseconds, and waking a sleeping thread costs more than that.
+      const bool hot = absl::Now() < busy_until;
       const int n = epoll_wait(epoll_.get(), events.data(),
-                               static_cast<int>(events.size()), WaitMillis());
+                               static_cast<int>(events.size()),
+                               hot ? 0 : WaitMillis());
+      if (n > 0) busy_until = absl::Now() + kBusyPollTime;
       if (n < 0 && errno != EINTR) break;
       for (int i = 0; i < n; ++i) {
         const int fd = events[i].data.fd;
@@ -216,7 +228,7 @@ class StoreServer::Loop {
 
   // The bytes the connection's next frame needs in its buffer.
   size_t NextFrameBytes(const Conn& c) const {
-    const size_t have = c.in.size() - c.in_pos;
+    const size_t have = c.in_end - c.in_pos;
     if (have < wire::kHeaderBytes) return wire::kHeaderBytes;
     return wire::kHeaderBytes + wire::FrameLength(c.in.data() + c.in_pos);
   }
@@ -232,15 +244,17 @@ class StoreServer::Loop {
         return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
       }
       if (!WantsInput(c)) return true;
-      const size_t have = c.in.size();
+      const size_t have = c.in_end;
       const size_t need = NextFrameBytes(c) > have - c.in_pos
                               ? NextFrameBytes(c) - (have - c.in_pos)
                               : 0;
       const size_t chunk =
           std::max(kReadChunk, std::min(need, size_t{4} << 20));
-      c.in.resize(have + chunk);
+      if (c.in.size() < have + chunk) {
+        c.in.resize(std::max(have + chunk, 2 * c.in.size()));
+      }
       const ssize_t n = recv(c.fd.get(), c.in.data() + have, chunk, 0);
-      c.in.resize(have + std::max<ssize_t>(n, 0));
+      c.in_end = have + std::max<ssize_t>(n, 0);
       if (n == 0) return false;
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -254,7 +268,7 @@ class StoreServer::Loop {
   // ahead of it), so a client cannot make the host buffer without bound.
   bool WantsInput(const Conn& c) const {
     if (c.refused) return true;
-    const size_t have = c.in.size() - c.in_pos;
+    const size_t have = c.in_end - c.in_pos;
     if (c.parked) return have < kReadChunk;
     return have < NextFrameBytes(c) + kReadChunk;
   }
@@ -294,8 +308,8 @@ class StoreServer::Loop {
     wire::EncodeError(status, &c.out);
     c.refused = true;
     c.parked.reset();
-    c.in.clear();
-    c.in_pos = 0;
+    std::string().swap(c.in);
+    c.in_pos = c.in_end = 0;
     c.drain_until = absl::Now() + kDrainTime;
     waiting_.insert(c.fd.get());
   }
@@ -303,7 +317,7 @@ class StoreServer::Loop {
   // Serves every complete frame in the buffer, in order, until one parks.
   void Process(Conn& c) {
     while (!c.refused && !c.parked) {
-      const size_t have = c.in.size() - c.in_pos;
+      const size_t have = c.in_end - c.in_pos;
       if (have < wire::kHeaderBytes) break;
       const size_t length = wire::FrameLength(c.in.data() + c.in_pos);
       const size_t limit =
@@ -330,11 +344,13 @@ class StoreServer::Loop {
       }
       Handle(c, *std::move(request));
     }
-    if (c.in_pos == c.in.size()) {
-      c.in.clear();
-      c.in_pos = 0;
+    if (c.in_pos == c.in_end) {
+      c.in_pos = c.in_end = 0;
+      // A large request's buffer is not kept for the connection's life.
+      if (c.in.size() > 4 * kReadChunk) std::string().swap(c.in);
     } else if (c.in_pos > kReadChunk) {
-      c.in.erase(0, c.in_pos);
+      std::memmove(c.in.data(), c.in.data() + c.in_pos, c.in_end - c.in_pos);
+      c.in_end -= c.in_pos;
       c.in_pos = 0;
     }
   }
