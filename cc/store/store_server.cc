@@ -37,6 +37,9 @@ constexpr absl::Duration kDrainTime = absl::Seconds(2);
 // Read granularity; a connection whose buffered, unprocessed input passes
 // the frame it waits for by this much is not read until it catches up.
 constexpr size_t kReadChunk = size_t{64} << 10;
+// A connection whose unsent answers pass this is not read until they drain:
+// a client that sends without reading cannot grow the host's memory.
+constexpr size_t kMaxUnsentBytes = size_t{4} << 20;
 // How long the loop keeps polling without sleeping after it served something.
 constexpr absl::Duration kBusyPollTime = absl::Microseconds(50);
 
@@ -150,9 +153,9 @@ class StoreServer::Loop {
       // that just got its answer usually sends the next request within
       // microseconds, and waking a sleeping thread costs more than that.
       const bool hot = absl::Now() < busy_until;
-      const int n = epoll_wait(epoll_.get(), events.data(),
-                               static_cast<int>(events.size()),
-                               hot ? 0 : WaitMillis());
+      const int n =
+          epoll_wait(epoll_.get(), events.data(),
+                     static_cast<int>(events.size()), hot ? 0 : WaitMillis());
       if (n > 0) busy_until = absl::Now() + kBusyPollTime;
       if (n < 0 && errno != EINTR) break;
       for (int i = 0; i < n; ++i) {
@@ -268,6 +271,8 @@ class StoreServer::Loop {
   // ahead of it), so a client cannot make the host buffer without bound.
   bool WantsInput(const Conn& c) const {
     if (c.refused) return true;
+    // Nor while its answers pile up unread.
+    if (c.out.size() - c.out_pos > kMaxUnsentBytes) return false;
     const size_t have = c.in_end - c.in_pos;
     if (c.parked) return have < kReadChunk;
     return have < NextFrameBytes(c) + kReadChunk;

@@ -60,10 +60,11 @@ class RawClient {
     store_wire::EncodeRequest(request, &frame);
     SendBytes(frame);
   }
-  // Whatever the server does with them, the bytes are offered for up to 20 s.
-  absl::Status SendBytes(absl::string_view bytes) {
-    return store_socket::WriteAll(fd_.get(), bytes,
-                                  absl::Now() + absl::Seconds(20));
+  // Whatever the server does with them, the bytes are offered for up to
+  // `budget`.
+  absl::Status SendBytes(absl::string_view bytes,
+                         absl::Duration budget = absl::Seconds(20)) {
+    return store_socket::WriteAll(fd_.get(), bytes, absl::Now() + budget);
   }
   // The next answer's code, and its message when it is an error.
   std::pair<absl::StatusCode, std::string> Answer() {
@@ -487,6 +488,41 @@ TEST(TcpStoreTokenFirstTest, WrongTokenBodyIsNeverBuffered) {
       {address, kToken, absl::Seconds(30), absl::Seconds(10)});
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_TRUE((*good)->Wait({"big"}, absl::Seconds(20)).ok());
+  kill(host, SIGKILL);
+  int status = 0;
+  waitpid(host, &status, 0);
+}
+
+// A client that sends requests and never reads the answers is not read
+// further once its unsent answers pile up: the host's memory stays bounded.
+TEST(TcpStoreBoundedTest, AClientThatNeverReadsCannotGrowTheHost) {
+  auto [host, address] = StartStoreHost();
+  {
+    RawClient warm(address);
+    warm.SendHello(kToken);
+    ASSERT_EQ(warm.Answer().first, absl::StatusCode::kOk);
+  }
+  const int64_t before = PeakRssBytes(host);
+  RawClient raw(address);
+  raw.SendHello(kToken);
+  std::string frames;
+  store_wire::Request num_keys;
+  num_keys.op = store_wire::Op::kNumKeys;
+  for (int i = 0; i < 4 << 20; ++i)
+    store_wire::EncodeRequest(num_keys, &frames);
+  // 4 Mi requests (20 MiB) whose answers would take 52 MiB; the host stops
+  // reading, so the send stalls (and times out) long before.
+  absl::Status sent = raw.SendBytes(frames, absl::Seconds(3));
+  EXPECT_EQ(sent.code(), absl::StatusCode::kDeadlineExceeded) << sent;
+  const int64_t growth = PeakRssBytes(host) - before;
+  EXPECT_LT(growth, int64_t{24} << 20)
+      << "the store host buffered " << growth << " bytes for one client";
+  // Other clients are still served.
+  absl::StatusOr<std::unique_ptr<TcpStore>> good = TcpStore::Connect(
+      {address, kToken, absl::Seconds(10), absl::Seconds(10)});
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE((*good)->Set("k", "v").ok());
+  EXPECT_EQ(*(*good)->Get("k"), "v");
   kill(host, SIGKILL);
   int status = 0;
   waitpid(host, &status, 0);
