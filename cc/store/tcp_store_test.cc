@@ -58,7 +58,7 @@ class RawClient {
   void Send(const store_wire::Request& request) {
     std::string frame;
     store_wire::EncodeRequest(request, &frame);
-    SendBytes(frame);
+    (void)SendBytes(frame);
   }
   // Whatever the server does with them, the bytes are offered for up to
   // `budget`.
@@ -515,7 +515,14 @@ TEST(TcpStoreBoundedTest, AClientThatNeverReadsCannotGrowTheHost) {
   absl::Status sent = raw.SendBytes(frames, absl::Seconds(3));
   EXPECT_EQ(sent.code(), absl::StatusCode::kDeadlineExceeded) << sent;
   const int64_t growth = PeakRssBytes(host) - before;
-  EXPECT_LT(growth, int64_t{24} << 20)
+  // Unbounded, the host grew by 63 MB (83 MB with the bound under TSan,
+  // whose shadow memory multiplies every buffer).
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  constexpr int64_t kBound = int64_t{160} << 20;
+#else
+  constexpr int64_t kBound = int64_t{24} << 20;
+#endif
+  EXPECT_LT(growth, kBound)
       << "the store host buffered " << growth << " bytes for one client";
   // Other clients are still served.
   absl::StatusOr<std::unique_ptr<TcpStore>> good = TcpStore::Connect(
