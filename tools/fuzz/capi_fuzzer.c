@@ -76,7 +76,10 @@ static DLTensor tensor(Input* in, void* buf, int64_t* shape) {
   int64_t budget = kBuf / 32;
   for (int i = 0; i < t.ndim; ++i) {
     if (huge) {
-      shape[i] = (int64_t)(take(in, 8) >> 1);
+      /* Every extent past 2^47, so the claim passes the library's 2^47-byte
+       * limit (smaller "huge" shapes fit the address space: a lie within
+       * bounds, which no library can see). */
+      shape[i] = (int64_t)((take(in, 8) >> 2) | ((uint64_t)1 << 47)) + 1;
     } else {
       shape[i] = (int64_t)(take(in, 1) % 9);
       if (shape[i] > budget) shape[i] = budget;
