@@ -199,10 +199,14 @@ bool Close(double got, double want, DataType dt) {
     }                                                                       \
   } while (0)
 
-// Up to 1 MiB / (size - 1) per rank travels inline with the signature
-// exchange; larger buffers go through Gloo's own algorithms (1.1M elements is
-// past the limit for every dtype and size): test both.
-const int64_t kCounts[] = {1, 5, 3000, 1100000};
+// Over TCP, up to 1 MiB / (size - 1) per rank travels inline with the
+// signature exchange; larger buffers go through Gloo's own algorithms (1.1M
+// elements is past the limit for every dtype and size). On shared memory,
+// all_reduce and reduce of up to 16 KiB take one step (4097 float32 is just
+// past it), larger ones go by slices of 1 MiB chunks (262147 float32 leaves
+// 3 elements for the last chunk: some ranks' slices are empty), and the
+// other collectives move 1 MiB / size regions per round. Test them all.
+const int64_t kCounts[] = {1, 5, 3000, 4097, 262147, 1100000};
 
 TEST(Collectives, AllReduceEveryDtypeAndOp) {
   for (DataType dt : kAllDataTypes) {
@@ -356,20 +360,25 @@ TEST(Collectives, ReduceScatter) {
 
 TEST(Collectives, AllToAllEqualAndUneven) {
   const int n = Size();
-  // Equal: element j of chunk d from rank r is 1000*r + 10*d + j.
-  const int64_t chunk = 3;
-  std::vector<int64_t> in(chunk * n), out(chunk * n);
-  for (int d = 0; d < n; ++d) {
-    for (int j = 0; j < chunk; ++j)
-      in[d * chunk + j] = 1000 * Rank() + 10 * d + j;
-  }
-  ASSERT_TRUE(World()
-                  .AllToAll(TensorRef(in.data(), in.size(), DataType::kInt64),
-                            TensorRef(out.data(), out.size(), DataType::kInt64))
-                  .ok());
-  for (int s = 0; s < n; ++s) {
-    for (int j = 0; j < chunk; ++j)
-      EXPECT_EQ(out[s * chunk + j], 1000 * s + 10 * Rank() + j);
+  // Equal: element j of chunk d from rank r is 1000000*r + 1000*d + j (a
+  // small chunk, and one of many shared-memory rounds).
+  for (const int64_t chunk : {int64_t{3}, int64_t{300007}}) {
+    std::vector<int64_t> in(chunk * n), out(chunk * n);
+    for (int d = 0; d < n; ++d) {
+      for (int64_t j = 0; j < chunk; ++j)
+        in[d * chunk + j] = 1000000 * Rank() + 1000 * d + j;
+    }
+    ASSERT_TRUE(
+        World()
+            .AllToAll(TensorRef(in.data(), in.size(), DataType::kInt64),
+                      TensorRef(out.data(), out.size(), DataType::kInt64))
+            .ok());
+    for (int s = 0; s < n; ++s) {
+      for (int64_t j = 0; j < chunk; ++j) {
+        ASSERT_EQ(out[s * chunk + j], 1000000 * s + 1000 * Rank() + j)
+            << "chunk " << chunk << " from rank " << s << " j=" << j;
+      }
+    }
   }
   // Uneven: rank r sends r + d + 1 elements to rank d.
   std::vector<int64_t> in_splits(n), out_splits(n);
@@ -392,6 +401,35 @@ TEST(Collectives, AllToAllEqualAndUneven) {
   for (int s = 0, k = 0; s < n; ++s) {
     for (int j = 0; j < out_splits[s]; ++j)
       EXPECT_EQ(uout[k++], 100.0f * s + Rank() + 0.5f * j);
+  }
+  // Large and uneven: pieces of up to (2 * size - 1) * 100003 floats, many
+  // shared-memory rounds, each pair's last round partial and different.
+  {
+    const int64_t k = 100003;
+    std::vector<int64_t> big_in(n), big_out(n);
+    for (int d = 0; d < n; ++d) big_in[d] = (Rank() + d + 1) * k;
+    for (int s = 0; s < n; ++s) big_out[s] = (s + Rank() + 1) * k;
+    std::vector<float> bin(
+        std::accumulate(big_in.begin(), big_in.end(), int64_t{0}));
+    std::vector<float> bout(
+        std::accumulate(big_out.begin(), big_out.end(), int64_t{0}), -1.0f);
+    for (int d = 0, at = 0; d < n; ++d) {
+      for (int64_t j = 0; j < big_in[d]; ++j)
+        bin[at++] = static_cast<float>(1000000 * Rank() + 1000 * d + j % 997);
+    }
+    ASSERT_TRUE(
+        World()
+            .AllToAll(TensorRef(bin.data(), bin.size(), DataType::kFloat32),
+                      TensorRef(bout.data(), bout.size(), DataType::kFloat32),
+                      big_in, big_out)
+            .ok());
+    for (int s = 0, at = 0; s < n; ++s) {
+      for (int64_t j = 0; j < big_out[s]; ++j) {
+        ASSERT_EQ(bout[at++],
+                  static_cast<float>(1000000 * s + 1000 * Rank() + j % 997))
+            << "from rank " << s << " j=" << j;
+      }
+    }
   }
   // Splits that do not match across ranks fail on every rank (size > 1).
   if (n > 1) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cc/comm/shm/futex.h"
+#include "cc/comm/shm/single_copy.h"
 #include "cc/core/status.h"
 
 namespace distkit {
@@ -26,11 +27,22 @@ struct alignas(128) ShmBackend::GroupHeader {
   std::atomic<uint64_t> arrivals;
   std::atomic<uint32_t> completed_word;
   std::atomic<uint32_t> sleepers;
+  // 1 + the rank that failed inside an operation and will not arrive (a
+  // single-copy read refused): every wait of every rank ends with an error.
+  std::atomic<int32_t> failed_by;
 };
 
 struct alignas(128) ShmBackend::Header {
   std::atomic<uint64_t> step;  // the last step this rank published
   LivenessRecord liveness;
+  // Single copy: the address (in this rank's process) of the buffer of the
+  // current operation, published before the step after which peers read it
+  // and read by them before they arrive at the operation's last step.
+  std::atomic<uint64_t> buffer;
+  // The probe: a peer reads `probe_token` at `probe_addr` in this rank's
+  // process and compares it with what the segment says.
+  std::atomic<uint64_t> probe_token;
+  std::atomic<uint64_t> probe_addr;
   // Signatures, by step parity: a rank rewrites one only after every rank
   // has published a later step, i.e. finished reading it.
   OpSignature sig[2];
@@ -74,7 +86,8 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
     std::shared_ptr<Store> store, int rank, int size,
     const WrappedFactory& make_gloo, absl::Duration timeout) {
   const char* env = std::getenv("DISTKIT_SHM");
-  if (size < 2 || (env != nullptr && std::string(env) == "0")) {
+  if (size < 2 || size > kMaxRanks ||
+      (env != nullptr && std::string(env) == "0")) {
     return make_gloo(false);
   }
   // Same host (and same boot) for every rank?
@@ -140,7 +153,11 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
   }
   std::unique_ptr<ShmBackend> b(
       new ShmBackend(rank, size, *std::move(gloo), base, bytes));
-  StartHeartbeat(&b->header(rank)->liveness);
+  Header* mine = b->header(rank);
+  StartHeartbeat(&mine->liveness);
+  std::random_device rd;
+  mine->probe_token = (uint64_t{rd()} << 32 | rd()) | 1;
+  mine->probe_addr = reinterpret_cast<uintptr_t>(&mine->probe_token);
   return std::unique_ptr<Backend>(std::move(b));
 }
 
@@ -183,14 +200,13 @@ ShmBackend::Header* ShmBackend::header(int r) const {
                                    sizeof(GroupHeader) + r * sizeof(Header));
 }
 
-char* ShmBackend::slot(int r, uint64_t step, size_t bytes) const {
+char* ShmBackend::slot(int r, size_t bytes) const {
   char* small =
       static_cast<char*>(base_) + sizeof(GroupHeader) + size_ * sizeof(Header);
   if (bytes <= kSmallSlotBytes) {
-    return small + ((step & 1) * size_ + r) * kSmallSlotBytes;
+    return small + (turn_ * size_ + r) * kSmallSlotBytes;
   }
-  return small + 2 * size_ * kSmallSlotBytes +
-         (2 * r + (step & 1)) * slot_bytes_;
+  return small + 2 * size_ * kSmallSlotBytes + (2 * r + turn_) * slot_bytes_;
 }
 
 void ShmBackend::Abort() {
@@ -247,6 +263,11 @@ absl::Status ShmBackend::Step(const OpContext& ctx) {
     if (aborted_) {
       return absl::CancelledError(
           absl::StrCat(ctx.Describe(), ": the group was aborted"));
+    }
+    if (const int failed = g->failed_by.load(std::memory_order_relaxed)) {
+      return absl::UnavailableError(
+          absl::StrCat(ctx.Describe(), " (rank ", rank_, "): rank ", failed - 1,
+                       " failed inside the operation and left the group"));
     }
     if (now > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
@@ -308,41 +329,224 @@ absl::Status ShmBackend::ExchangeSignatures(const OpContext& ctx,
 }
 
 // ---- Collectives ---------------------------------------------------------
+//
+// Every chunk of every operation writes the slots of turn_, reads them after
+// one or two steps, then flips turn_. A slot is written again only two chunks
+// later, after every rank has arrived at a step that follows its last read.
+
+namespace {
+
+// Elements [lo, hi) of an n-element chunk that rank r of `size` reduces.
+int64_t SliceBegin(int64_t n, int r, int size) { return n * r / size; }
+
+}  // namespace
+
+void ShmBackend::FoldSlots(ReduceFn fn, size_t offset, size_t bytes,
+                           size_t slot_bytes, size_t elem, char* out) const {
+  const size_t n = bytes / elem;
+  // Rank order, as on every other path: float sums round identically.
+  fn(out, slot(0, slot_bytes) + offset, slot(1, slot_bytes) + offset, n);
+  for (int r = 2; r < size_; ++r) {
+    fn(out, out, slot(r, slot_bytes) + offset, n);
+  }
+}
+
+// ---- Single copy ---------------------------------------------------------
+
+absl::StatusOr<bool> ShmBackend::UseSingleCopy(const OpContext& ctx,
+                                               size_t bytes) {
+  if (bytes < kSingleCopyFromBytes) return false;
+  if (single_copy_ == SingleCopy::kUnknown) {
+    // Once per group, at the first operation large enough (the same one on
+    // every rank): each rank reads its right neighbour's token; one refusal
+    // anywhere keeps the whole group on the slots.
+    bool ok = SingleCopyAllowed();
+    if (ok) {
+      const int peer = (rank_ + 1) % size_;
+      const Header* h = header(peer);
+      uint64_t token = 0;
+      ok = ReadPeerMemory(h->liveness.pid.load(),
+                          reinterpret_cast<const void*>(h->probe_addr.load()),
+                          &token, sizeof(token))
+               .ok() &&
+           token == h->probe_token.load();
+    }
+    DK_ASSIGN_OR_RETURN(size_t refused, MaxOverRanks(ctx, ok ? 0 : 1));
+    single_copy_ = refused == 0 ? SingleCopy::kYes : SingleCopy::kNo;
+  }
+  return single_copy_ == SingleCopy::kYes;
+}
+
+void ShmBackend::PublishBuffer(const void* buffer) {
+  // Released by the next step's arrival.
+  header(rank_)->buffer.store(reinterpret_cast<uintptr_t>(buffer),
+                              std::memory_order_relaxed);
+}
+
+absl::Status ShmBackend::ReadPeer(const OpContext& ctx, int r, size_t offset,
+                                  void* local, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  const Header* h = header(r);
+  const char* remote =
+      reinterpret_cast<const char*>(h->buffer.load(std::memory_order_relaxed));
+  absl::Status read =
+      ReadPeerMemory(h->liveness.pid.load(), remote + offset, local, bytes);
+  if (!read.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat(ctx.Describe(), " (rank ", rank_, "): reading rank ", r,
+                     "'s buffer failed (", read.message(), "); a peer failed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmBackend::FailGroup(absl::Status why) {
+  // This rank will not arrive at the step its peers wait at: they must not
+  // wait for it until the deadline, nor finish with its part missing.
+  group_header()->failed_by.store(rank_ + 1);
+  FutexWakeAll(&group_header()->completed_word);
+  return why;
+}
+
+char* ShmBackend::CopyScratch(size_t bytes) {
+  if (copy_scratch_.size() < bytes) copy_scratch_.resize(bytes);
+  return copy_scratch_.data();
+}
+
+// out[0, bytes) = the rank-order fold of every rank's buffer at `offset`,
+// reading peers piece by piece into scratch (`own` is this rank's part).
+absl::Status ShmBackend::FoldPeers(const OpContext& ctx, ReduceFn fn,
+                                   size_t offset, size_t bytes, size_t elem,
+                                   const char* own, char* out) {
+  const size_t piece = kFoldPieceBytes / elem * elem;
+  char* acc = CopyScratch(2 * piece);
+  char* theirs = acc + piece;
+  for (size_t at = 0; at < bytes; at += piece) {
+    const size_t len = std::min(piece, bytes - at);
+    const char* running = own + at;
+    if (rank_ != 0) {
+      DK_RETURN_IF_ERROR(ReadPeer(ctx, 0, offset + at, acc, len));
+      running = acc;
+    }
+    for (int r = 1; r < size_; ++r) {
+      const char* next = own + at;
+      if (r != rank_) {
+        DK_RETURN_IF_ERROR(ReadPeer(ctx, r, offset + at, theirs, len));
+        next = theirs;
+      }
+      // The last fold writes the result; the ones before, the accumulator.
+      char* into = r == size_ - 1 ? out + at : acc;
+      fn(into, running, next, len / elem);
+      running = acc;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// all_reduce by slices of the whole buffer, each rank reading its slice of
+// every peer's buffer (one copy each), folding it into its own buffer, and
+// after a step reading the others' reduced slices from theirs. A last step
+// keeps every buffer in place until everyone has read it.
+absl::Status ShmBackend::AllReduceSingleCopy(const OpContext& ctx,
+                                             TensorRef data, ReduceFn fn) {
+  const size_t elem = ElementSize(data.dtype());
+  char* mine = static_cast<char*>(data.data());
+  PublishBuffer(mine);
+  DK_RETURN_IF_ERROR(Step(ctx));
+  const size_t lo = SliceBegin(data.numel(), rank_, size_) * elem;
+  const size_t hi = SliceBegin(data.numel(), rank_ + 1, size_) * elem;
+  // Peers read only their own slices of this buffer: this one is free.
+  absl::Status folded =
+      FoldPeers(ctx, fn, lo, hi - lo, elem, mine + lo, mine + lo);
+  if (!folded.ok()) return FailGroup(folded);
+  DK_RETURN_IF_ERROR(Step(ctx));
+  for (int i = 1; i < size_; ++i) {
+    const int r = (rank_ + i) % size_;  // spread the readers over the ranks
+    const size_t r_lo = SliceBegin(data.numel(), r, size_) * elem;
+    const size_t r_hi = SliceBegin(data.numel(), r + 1, size_) * elem;
+    absl::Status read = ReadPeer(ctx, r, r_lo, mine + r_lo, r_hi - r_lo);
+    if (!read.ok()) return FailGroup(read);
+  }
+  return Step(ctx);
+}
 
 absl::Status ShmBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                    ReduceOp op) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
-  const size_t elem = ElementSize(data.dtype());
-  const size_t chunk_elems = slot_bytes_ / elem;
-  char* base = static_cast<char*>(data.data());
-  for (int64_t at = 0; at < data.numel(); at += chunk_elems) {
-    const int64_t n = std::min<int64_t>(chunk_elems, data.numel() - at);
-    const size_t bytes = n * elem;
-    char* mine = base + at * elem;
-    std::memcpy(slot(rank_, step_ + 1, bytes), mine, bytes);
-    DK_RETURN_IF_ERROR(Step(ctx));
-    // Every rank folds the same slots in rank order: identical results.
-    std::memcpy(mine, slot(0, step_, bytes), bytes);
-    for (int r = 1; r < size_; ++r) fn(mine, mine, slot(r, step_, bytes), n);
+  DK_ASSIGN_OR_RETURN(bool single_copy, UseSingleCopy(ctx, data.nbytes()));
+  if (single_copy) return AllReduceSingleCopy(ctx, data, fn);
+  if (data.nbytes() > kSliceReduceFromBytes) {
+    return ReduceBySlices(ctx, data, fn, /*root=*/-1);
   }
+  // Small: one step, and every rank folds every slot (the data is a few
+  // cache lines; a second step would cost more than the extra reads).
+  const size_t elem = ElementSize(data.dtype());
+  const size_t bytes = data.nbytes();
+  char* mine = static_cast<char*>(data.data());
+  std::memcpy(slot(rank_, bytes), mine, bytes);
+  DK_RETURN_IF_ERROR(Step(ctx));
+  FoldSlots(fn, 0, bytes, bytes, elem, mine);
+  turn_ ^= 1;
   return absl::OkStatus();
 }
 
 absl::Status ShmBackend::Reduce(const OpContext& ctx, TensorRef data,
                                 ReduceOp op, int root) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
+  if (data.nbytes() > kSliceReduceFromBytes) {
+    return ReduceBySlices(ctx, data, fn, root);
+  }
   const size_t elem = ElementSize(data.dtype());
-  const size_t chunk_elems = slot_bytes_ / elem;
+  const size_t bytes = data.nbytes();
+  char* mine = static_cast<char*>(data.data());
+  std::memcpy(slot(rank_, bytes), mine, bytes);
+  DK_RETURN_IF_ERROR(Step(ctx));
+  if (rank_ == root) FoldSlots(fn, 0, bytes, bytes, elem, mine);
+  turn_ ^= 1;
+  return absl::OkStatus();
+}
+
+// Per slot-sized chunk: every rank copies the chunk in; after a step each
+// rank folds its 1/size slice of it from every slot (all ranks in parallel)
+// and publishes the result in its own slot; after a second step every rank
+// (or only the root) copies the others' reduced slices out. Per rank that is
+// one copy in, 1/size of the folding and one copy out, instead of folding
+// the whole chunk size - 1 times.
+absl::Status ShmBackend::ReduceBySlices(const OpContext& ctx, TensorRef data,
+                                        ReduceFn fn, int root) {
+  const size_t elem = ElementSize(data.dtype());
+  const int64_t chunk_elems = slot_bytes_ / elem;
   char* base = static_cast<char*>(data.data());
+  const bool receives = root < 0 || root == rank_;
   for (int64_t at = 0; at < data.numel(); at += chunk_elems) {
     const int64_t n = std::min<int64_t>(chunk_elems, data.numel() - at);
     const size_t bytes = n * elem;
     char* mine = base + at * elem;
-    std::memcpy(slot(rank_, step_ + 1, bytes), mine, bytes);
+    char* own = slot(rank_, bytes);
+    std::memcpy(own, mine, bytes);
     DK_RETURN_IF_ERROR(Step(ctx));
-    if (rank_ != root) continue;
-    std::memcpy(mine, slot(0, step_, bytes), bytes);
-    for (int r = 1; r < size_; ++r) fn(mine, mine, slot(r, step_, bytes), n);
+    const size_t lo = SliceBegin(n, rank_, size_) * elem;
+    const size_t len = SliceBegin(n, rank_ + 1, size_) * elem - lo;
+    if (len > 0) {
+      // Folded into this rank's own buffer when it keeps the result, else
+      // into scratch; the own slot is one of the inputs until it is done.
+      char* out = mine + lo;
+      if (!receives) {
+        if (scratch_.size() < len) scratch_.resize(len);
+        out = scratch_.data();
+      }
+      FoldSlots(fn, lo, len, bytes, elem, out);
+      if (root < 0 || rank_ != root) std::memcpy(own + lo, out, len);
+    }
+    DK_RETURN_IF_ERROR(Step(ctx));
+    if (receives) {
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        const size_t r_lo = SliceBegin(n, r, size_) * elem;
+        const size_t r_len = SliceBegin(n, r + 1, size_) * elem - r_lo;
+        std::memcpy(mine + r_lo, slot(r, bytes) + r_lo, r_len);
+      }
+    }
+    turn_ ^= 1;
   }
   return absl::OkStatus();
 }
@@ -350,11 +554,22 @@ absl::Status ShmBackend::Reduce(const OpContext& ctx, TensorRef data,
 absl::Status ShmBackend::Broadcast(const OpContext& ctx, TensorRef data,
                                    int root) {
   char* base = static_cast<char*>(data.data());
+  DK_ASSIGN_OR_RETURN(bool single_copy, UseSingleCopy(ctx, data.nbytes()));
+  if (single_copy) {
+    if (rank_ == root) PublishBuffer(base);
+    DK_RETURN_IF_ERROR(Step(ctx));
+    if (rank_ != root) {
+      absl::Status read = ReadPeer(ctx, root, 0, base, data.nbytes());
+      if (!read.ok()) return FailGroup(read);
+    }
+    return Step(ctx);
+  }
   for (size_t at = 0; at < data.nbytes(); at += slot_bytes_) {
     const size_t n = std::min(slot_bytes_, data.nbytes() - at);
-    if (rank_ == root) std::memcpy(slot(rank_, step_ + 1, n), base + at, n);
+    if (rank_ == root) std::memcpy(slot(rank_, n), base + at, n);
     DK_RETURN_IF_ERROR(Step(ctx));
-    if (rank_ != root) std::memcpy(base + at, slot(root, step_, n), n);
+    if (rank_ != root) std::memcpy(base + at, slot(root, n), n);
+    turn_ ^= 1;
   }
   return absl::OkStatus();
 }
@@ -364,77 +579,179 @@ absl::Status ShmBackend::AllGather(const OpContext& ctx, TensorRef input,
   const char* in = static_cast<const char*>(input.data());
   char* out = static_cast<char*>(output.data());
   const size_t part = input.nbytes();
+  DK_ASSIGN_OR_RETURN(bool single_copy, UseSingleCopy(ctx, output.nbytes()));
+  if (single_copy) {
+    PublishBuffer(in);
+    DK_RETURN_IF_ERROR(Step(ctx));
+    std::memmove(out + rank_ * part, in, part);
+    for (int i = 1; i < size_; ++i) {
+      const int r = (rank_ + i) % size_;  // spread the readers over the ranks
+      absl::Status read = ReadPeer(ctx, r, 0, out + r * part, part);
+      if (!read.ok()) return FailGroup(read);
+    }
+    return Step(ctx);
+  }
   for (size_t at = 0; at < part; at += slot_bytes_) {
     const size_t n = std::min(slot_bytes_, part - at);
-    std::memcpy(slot(rank_, step_ + 1, n), in + at, n);
+    std::memcpy(slot(rank_, n), in + at, n);
     DK_RETURN_IF_ERROR(Step(ctx));
     for (int r = 0; r < size_; ++r)
-      std::memcpy(out + r * part + at, slot(r, step_, n), n);
+      std::memcpy(out + r * part + at, slot(r, n), n);
+    turn_ ^= 1;
   }
   return absl::OkStatus();
 }
 
-absl::Status ShmBackend::Gather(const OpContext& ctx, TensorRef input,
-                                TensorRef output, int root) {
-  const size_t bytes = input.nbytes();
-  if (bytes > slot_bytes_) return gloo_->Gather(ctx, input, output, root);
-  std::memcpy(slot(rank_, step_ + 1, bytes), input.data(), bytes);
-  DK_RETURN_IF_ERROR(Step(ctx));
-  if (rank_ == root) {
-    for (int r = 0; r < size_; ++r) {
-      std::memcpy(static_cast<char*>(output.data()) + r * bytes,
-                  slot(r, step_, bytes), bytes);
+absl::Status ShmBackend::Exchange(const OpContext& ctx, const Pieces& p) {
+  // Each slot is cut into one region per destination; a round moves up to
+  // `window` bytes of every pair's piece. The window is the same on every
+  // rank (it depends only on p.most and the group).
+  size_t window = slot_bytes_ / size_;
+  window = window / 64 * 64;  // >= 64: size_ <= kMaxRanks
+  if (p.most * size_ <= kSmallSlotBytes) window = p.most;
+  if (window == 0) return absl::OkStatus();  // nothing to move anywhere
+  const size_t slot_bytes = window * size_;
+  for (size_t at = 0; at < p.most; at += window) {
+    char* own = slot(rank_, slot_bytes);
+    for (int d = 0; d < size_ && !p.send_len.empty(); ++d) {
+      if (at < p.send_len[d]) {
+        std::memcpy(own + d * window, p.send + p.send_off[d] + at,
+                    std::min(window, p.send_len[d] - at));
+      }
     }
+    DK_RETURN_IF_ERROR(Step(ctx));
+    const size_t region = rank_ * window;
+    if (p.fn != nullptr) {
+      if (at < p.recv_len[0]) {
+        FoldSlots(p.fn, region, std::min(window, p.recv_len[0] - at),
+                  slot_bytes, p.elem, p.recv + at);
+      }
+    } else {
+      for (int s = 0; s < size_ && !p.recv_len.empty(); ++s) {
+        if (at < p.recv_len[s]) {
+          std::memcpy(p.recv + p.recv_off[s] + at, slot(s, slot_bytes) + region,
+                      std::min(window, p.recv_len[s] - at));
+        }
+      }
+    }
+    turn_ ^= 1;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> ShmBackend::MaxOverRanks(const OpContext& ctx,
+                                                size_t mine) {
+  const uint64_t v = mine;
+  std::memcpy(slot(rank_, sizeof(v)), &v, sizeof(v));
+  DK_RETURN_IF_ERROR(Step(ctx));
+  uint64_t most = 0;
+  for (int r = 0; r < size_; ++r) {
+    uint64_t theirs;
+    std::memcpy(&theirs, slot(r, sizeof(v)), sizeof(v));
+    most = std::max(most, theirs);
+  }
+  turn_ ^= 1;
+  return static_cast<size_t>(most);
+}
+
+absl::Status ShmBackend::Gather(const OpContext& ctx, TensorRef input,
+                                TensorRef output, int root) {
+  const size_t part = input.nbytes();
+  Pieces p;
+  p.most = part;
+  p.elem = ElementSize(input.dtype());
+  p.send = static_cast<const char*>(input.data());
+  p.send_off.assign(size_, 0);
+  p.send_len.assign(size_, 0);
+  p.send_len[root] = part;
+  if (rank_ == root) {
+    p.recv = static_cast<char*>(output.data());
+    for (int s = 0; s < size_; ++s) p.recv_off.push_back(s * part);
+    p.recv_len.assign(size_, part);
+  }
+  return Exchange(ctx, p);
 }
 
 absl::Status ShmBackend::Scatter(const OpContext& ctx, TensorRef input,
                                  TensorRef output, int root) {
   const size_t part = output.nbytes();
-  const size_t bytes = part * size_;
-  if (bytes > slot_bytes_) return gloo_->Scatter(ctx, input, output, root);
-  if (rank_ == root)
-    std::memcpy(slot(rank_, step_ + 1, bytes), input.data(), bytes);
-  DK_RETURN_IF_ERROR(Step(ctx));
-  std::memcpy(output.data(), slot(root, step_, bytes) + rank_ * part, part);
-  return absl::OkStatus();
+  Pieces p;
+  p.most = part;
+  p.elem = ElementSize(output.dtype());
+  if (rank_ == root) {
+    p.send = static_cast<const char*>(input.data());
+    for (int d = 0; d < size_; ++d) p.send_off.push_back(d * part);
+    p.send_len.assign(size_, part);
+  }
+  p.recv = static_cast<char*>(output.data());
+  p.recv_off.assign(size_, 0);
+  p.recv_len.assign(size_, 0);
+  p.recv_len[root] = part;
+  return Exchange(ctx, p);
 }
 
 absl::Status ShmBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
                                        TensorRef output, ReduceOp op) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(output.dtype(), op));
-  const size_t bytes = input.nbytes();
-  if (bytes > slot_bytes_) {
-    return gloo_->ReduceScatter(ctx, input, output, op);
-  }
-  std::memcpy(slot(rank_, step_ + 1, bytes), input.data(), bytes);
-  DK_RETURN_IF_ERROR(Step(ctx));
   const size_t part = output.nbytes();
+  const char* in = static_cast<const char*>(input.data());
   char* out = static_cast<char*>(output.data());
-  std::memcpy(out, slot(0, step_, bytes) + rank_ * part, part);
-  for (int r = 1; r < size_; ++r)
-    fn(out, out, slot(r, step_, bytes) + rank_ * part, output.numel());
-  return absl::OkStatus();
+  // An output inside the input would be overwritten while it is read.
+  const bool overlaps = out < in + input.nbytes() && in < out + part;
+  DK_ASSIGN_OR_RETURN(bool single_copy, UseSingleCopy(ctx, input.nbytes()));
+  if (single_copy && !overlaps) {
+    PublishBuffer(in);
+    DK_RETURN_IF_ERROR(Step(ctx));
+    absl::Status folded =
+        FoldPeers(ctx, fn, rank_ * part, part, ElementSize(output.dtype()),
+                  in + rank_ * part, out);
+    if (!folded.ok()) return FailGroup(folded);
+    return Step(ctx);
+  }
+  Pieces p;
+  p.most = part;
+  p.elem = ElementSize(output.dtype());
+  p.fn = fn;
+  p.send = static_cast<const char*>(input.data());
+  for (int d = 0; d < size_; ++d) p.send_off.push_back(d * part);
+  p.send_len.assign(size_, part);
+  p.recv = static_cast<char*>(output.data());
+  p.recv_off.assign(size_, 0);
+  p.recv_len.assign(size_, part);
+  return Exchange(ctx, p);
 }
 
 absl::Status ShmBackend::AllToAll(const OpContext& ctx, TensorRef input,
                                   absl::Span<const int64_t> input_splits,
                                   TensorRef output,
                                   absl::Span<const int64_t> output_splits) {
-  const bool uneven = !input_splits.empty() || !output_splits.empty();
-  const size_t bytes = input.nbytes();
-  if (uneven || bytes > slot_bytes_) {
-    return gloo_->AllToAll(ctx, input, input_splits, output, output_splits);
+  const size_t elem = ElementSize(input.dtype());
+  Pieces p;
+  p.elem = elem;
+  p.send = static_cast<const char*>(input.data());
+  p.recv = static_cast<char*>(output.data());
+  // Empty splits are equal parts of the tensor.
+  auto lay_out = [&](absl::Span<const int64_t> splits, size_t total,
+                     std::vector<size_t>* off, std::vector<size_t>* len) {
+    size_t at = 0;
+    for (int r = 0; r < size_; ++r) {
+      const size_t n = splits.empty() ? total / size_ : splits[r] * elem;
+      off->push_back(at);
+      len->push_back(n);
+      at += n;
+    }
+  };
+  lay_out(input_splits, input.nbytes(), &p.send_off, &p.send_len);
+  lay_out(output_splits, output.nbytes(), &p.recv_off, &p.recv_len);
+  if (input_splits.empty() && output_splits.empty()) {
+    p.most = input.nbytes() / size_;
+  } else {
+    // The largest piece any pair sends bounds the rounds every rank runs.
+    size_t mine = 0;
+    for (size_t n : p.send_len) mine = std::max(mine, n);
+    DK_ASSIGN_OR_RETURN(p.most, MaxOverRanks(ctx, mine));
   }
-  std::memcpy(slot(rank_, step_ + 1, bytes), input.data(), bytes);
-  DK_RETURN_IF_ERROR(Step(ctx));
-  const size_t part = bytes / size_;
-  for (int r = 0; r < size_; ++r) {
-    std::memcpy(static_cast<char*>(output.data()) + r * part,
-                slot(r, step_, bytes) + rank_ * part, part);
-  }
-  return absl::OkStatus();
+  return Exchange(ctx, p);
 }
 
 }  // namespace distkit

@@ -3,25 +3,38 @@
 // ShmBackend: the same-host path of the gloo backend (DESIGN §3). When every
 // rank of a group runs on one host, collectives go through one shared-memory
 // segment instead of TCP loopback: each rank owns a header (its step counter,
-// pid and the current op's signature) and two data slots used alternately.
+// pid and the current op's signature) and two data slots used in turn.
 // A step is: write your part into your slot, publish the step, wait until
 // every rank has published it, read what you need from the others' slots.
-// Double buffering makes one wait per step enough (a slot is written again
-// two steps later, after every rank has published the step in between, i.e.
+// Alternating slots per chunk makes one wait per step enough (a slot is
+// written again only after every rank has published a later step, i.e.
 // finished reading it).
 //
 // The signature exchange the contract starts every operation with is one step
-// through the ranks' headers (ExchangeSignatures). Data larger than a slot is
-// pipelined in slot-sized chunks (all_reduce, broadcast, all_gather); the
-// operations that would need more (gather, scatter, reduce_scatter,
-// all_to_all beyond a slot, uneven all_to_all) and send/recv go to the
-// wrapped Gloo backend's data path.
+// through the ranks' headers (ExchangeSignatures). Every collective has a
+// native path here at every size, pipelined in slot-sized chunks:
+// - all_reduce / reduce: small buffers in one step (every rank folds every
+//   slot); larger ones by slices (each rank folds 1/size of each chunk, in
+//   parallel, then the reduced slices are copied out: ReduceBySlices);
+// - broadcast, all_gather: one writer or every writer per chunk;
+// - gather, scatter, reduce_scatter, all_to_all (equal or uneven): each slot
+//   cut into one region per destination (Exchange).
+// Only send/recv go to the wrapped Gloo backend's data path.
 //
-// Waiting spins briefly, then yields (ranks may share cores), and checks the
-// op's deadline (DEADLINE_EXCEEDED), Abort() (CANCELLED) and whether the
-// ranks it waits for are still alive (UNAVAILABLE, peer_liveness.h: exited,
-// a zombie, or no heartbeat), as over TCP. A peer that exits after
-// publishing the step waited for is not a failure.
+// From kSingleCopyFromBytes, all_reduce, broadcast, all_gather and
+// reduce_scatter skip the slots: each rank publishes its buffer's address,
+// and after a step the peers read what they need straight from it
+// (single_copy.h); a last step keeps every buffer in place until all have
+// read. The group probes once whether the kernel allows it. A rank whose
+// read fails marks the group failed, so its peers' waits end with an error
+// naming it instead of running to the deadline or finishing without it.
+//
+// Waiting spins briefly, then yields (ranks may share cores), then sleeps on
+// a futex the last arrival wakes, and checks the op's deadline
+// (DEADLINE_EXCEEDED), Abort() (CANCELLED) and whether the ranks it waits
+// for are still alive (UNAVAILABLE, peer_liveness.h: exited, a zombie, or no
+// heartbeat), as over TCP. A peer that exits after publishing the step
+// waited for is not a failure.
 // DISTKIT_SHM=0 turns the path off.
 
 #ifndef DISTKIT_CC_COMM_SHM_SHM_BACKEND_H_
@@ -70,6 +83,18 @@ class ShmBackend : public Backend {
   // O(N) bytes of the segment per rank, not N pages.
   static constexpr size_t kSmallSlotBytes = 256;
   static size_t SlotBytesFor(int size);
+  // all_reduce and reduce of more than this many bytes go by slices.
+  static constexpr size_t kSliceReduceFromBytes = size_t{16} << 10;
+  static_assert(kSliceReduceFromBytes <= kMinSlotBytes, "one step, one slot");
+  // all_reduce, broadcast, all_gather and reduce_scatter of at least this
+  // many bytes (the larger buffer) read peers' buffers directly
+  // (single_copy.h) where the kernel allows it; peers are folded in pieces
+  // of kFoldPieceBytes (two in cache at a time).
+  static constexpr size_t kSingleCopyFromBytes = size_t{64} << 10;
+  static constexpr size_t kFoldPieceBytes = size_t{128} << 10;
+  // Larger groups stay on TCP: every rank's region of a slot (Exchange)
+  // must hold at least a cache line.
+  static constexpr int kMaxRanks = kMinSlotBytes / 64;
 
   absl::string_view name() const override { return gloo_->name(); }
   int rank() const override { return rank_; }
@@ -113,22 +138,70 @@ class ShmBackend : public Backend {
   ShmBackend(int rank, int size, std::unique_ptr<Backend> gloo, void* base,
              size_t bytes);
 
+  // What one rank sends each rank and receives from each rank in an
+  // Exchange, as byte ranges of its buffers (empty: none at all).
+  struct Pieces {
+    size_t most = 0;  // the largest piece any pair moves (same on all ranks)
+    size_t elem = 1;
+    const char* send = nullptr;
+    std::vector<size_t> send_off, send_len;  // by destination
+    char* recv = nullptr;
+    std::vector<size_t> recv_off, recv_len;  // by source
+    // Set: every source's piece is folded (in rank order) into recv at
+    // offset 0, the same length from every source (reduce_scatter).
+    ReduceFn fn = nullptr;
+  };
+
   GroupHeader* group_header() const;
   Header* header(int r) const;
-  // Rank r's slot for `step`, for a step whose slots hold `bytes` (the same
-  // on every rank): a packed small slot, or a full one.
-  char* slot(int r, uint64_t step, size_t bytes) const;
+  // Rank r's slot of this turn, for a chunk whose slots hold `bytes` (the
+  // same on every rank): a packed small slot, or a full one.
+  char* slot(int r, size_t bytes) const;
   // Publishes this rank's next step (after its slot is written) and waits
   // until every rank has published it.
   absl::Status Step(const OpContext& ctx);
+  // out = slot 0 op slot 1 op ... over `bytes` at `offset` of slots holding
+  // `slot_bytes`; out must not be a slot.
+  void FoldSlots(ReduceFn fn, size_t offset, size_t bytes, size_t slot_bytes,
+                 size_t elem, char* out) const;
+  // all_reduce (root < 0) or reduce to root, by slices.
+  absl::Status ReduceBySlices(const OpContext& ctx, TensorRef data, ReduceFn fn,
+                              int root);
+  // Moves every pair's piece through per-destination regions of the slots,
+  // in rounds.
+  absl::Status Exchange(const OpContext& ctx, const Pieces& pieces);
+  // The largest of every rank's `mine` (one small step).
+  absl::StatusOr<size_t> MaxOverRanks(const OpContext& ctx, size_t mine);
+
+  // Single copy: whether an operation of `bytes` reads peers' buffers
+  // directly (the first one large enough probes, one step, every rank).
+  absl::StatusOr<bool> UseSingleCopy(const OpContext& ctx, size_t bytes);
+  // This rank's buffer for the peers to read after the next step.
+  void PublishBuffer(const void* buffer);
+  // `bytes` at `offset` of the buffer rank r published.
+  absl::Status ReadPeer(const OpContext& ctx, int r, size_t offset, void* local,
+                        size_t bytes);
+  absl::Status FoldPeers(const OpContext& ctx, ReduceFn fn, size_t offset,
+                         size_t bytes, size_t elem, const char* own, char* out);
+  absl::Status AllReduceSingleCopy(const OpContext& ctx, TensorRef data,
+                                   ReduceFn fn);
+  char* CopyScratch(size_t bytes);
+  // Marks the group failed by this rank (every peer's wait ends with an
+  // error naming it) and returns `why`.
+  absl::Status FailGroup(absl::Status why);
 
   const int rank_;
   const int size_;
   std::unique_ptr<Backend> gloo_;
   void* base_;
   size_t bytes_;
-  const size_t slot_bytes_;         // SlotBytesFor(size_)
-  uint64_t step_ = 0;               // this rank's last published step
+  const size_t slot_bytes_;    // SlotBytesFor(size_)
+  uint64_t step_ = 0;          // this rank's last published step
+  int turn_ = 0;               // which of its two slots a chunk uses
+  std::vector<char> scratch_;  // a non-root's folded slice (reduce)
+  enum class SingleCopy { kUnknown, kYes, kNo };
+  SingleCopy single_copy_ = SingleCopy::kUnknown;
+  std::vector<char> copy_scratch_;  // pieces read from peers, folded
   std::vector<PeerWatch> watches_;  // one per rank, kept across waits
   int liveness_cursor_ = 0;         // the last missing rank looked at in turn
   absl::Duration liveness_pause_;   // test-only fault injection
