@@ -105,6 +105,30 @@ int main(void) {
   const unsigned store_port = (unsigned)atoi(colon + 1);
   const char* shm = getenv("DISTKIT_SHM");
   const int on_shm = shm == NULL || strcmp(shm, "0") != 0;
+  /* DISTKIT_TEST_HOSTS=H: the ranks declare H "hosts" of consecutive ranks,
+   * as testing/cc/rank_env.cc does for the C++ checks. Across hosts each
+   * host's leader (its lowest rank) connects to the other leaders at start;
+   * the rest connect on demand, as on one host. One rank per host is flat
+   * TCP: the full mesh from the start. */
+  const int env_rank = atoi(getenv("RANK") ? getenv("RANK") : "0");
+  const int env_size = atoi(getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "1");
+  const int declared =
+      atoi(getenv("DISTKIT_TEST_HOSTS") ? getenv("DISTKIT_TEST_HOSTS") : "0");
+  int hosts = 1, leader = env_rank == 0;
+  if (declared > 0) {
+    char id[32];
+    snprintf(id, sizeof(id), "test-host-%d", env_rank * declared / env_size);
+    setenv("DISTKIT_HOST_ID", id, 1);
+    hosts = 0;
+    for (int r = 0; r < env_size; ++r) {
+      const int h = r * declared / env_size;
+      const int first = r == 0 || (r - 1) * declared / env_size != h;
+      hosts += first;
+      if (r == env_rank) leader = first;
+    }
+  }
+  const int flat = !on_shm || (hosts > 1 && hosts == env_size);
+  const long leader_links = hosts > 1 && !flat && leader ? hosts - 1 : 0;
   dk_init_config_t cfg;
   dk_init_config_init(&cfg);
   cfg.timeout_ms = 30000;
@@ -124,9 +148,9 @@ int main(void) {
   const long after_init = peer_connections(store_port);
   printf("rank %d of %d: %ld peer connections after init + all_reduce\n", rank_,
          size, after_init);
-  check(after_init == (on_shm ? 0 : size - 1),
-        "peer connections after init + all_reduce", after_init,
-        on_shm ? 0 : size - 1);
+  const long want_init = flat ? size - 1 : leader_links;
+  check(after_init == want_init, "peer connections after init + all_reduce",
+        after_init, want_init);
 
   if (size >= 2 && rank_ <= 1) {
     float v = rank_ == 0 ? 42.0f : 0.0f;
@@ -138,7 +162,8 @@ int main(void) {
   }
   if (dk_group_barrier(world, NULL, &err) != DK_OK) die("barrier", err);
   const long after_p2p = peer_connections(store_port);
-  const long want_p2p = on_shm ? (size >= 2 && rank_ <= 1) : size - 1;
+  const long want_p2p =
+      flat ? size - 1 : leader_links + (size >= 2 && rank_ <= 1);
   check(after_p2p == want_p2p, "peer connections after one send/recv",
         after_p2p, want_p2p);
 
@@ -166,7 +191,9 @@ int main(void) {
   const long after_gather = peer_connections(store_port);
   printf("rank %d of %d: %ld after one send/recv, %ld after a gather\n", rank_,
          size, after_p2p, after_gather);
-  const long want_gather = on_shm ? want_p2p : size - 1;
+  /* Across hosts a gather goes over the group of every rank: its pairs. */
+  const long want_gather =
+      flat ? size - 1 : (hosts > 1 ? leader_links + size - 1 : want_p2p);
   check(after_gather == want_gather, "peer connections after a gather",
         after_gather, want_gather);
   /* Nobody closes a connection before every rank has counted. */

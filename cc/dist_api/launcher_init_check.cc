@@ -18,9 +18,12 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const std::string rank = getenv("RANK"), world = getenv("WORLD_SIZE");
   const std::string local = getenv("LOCAL_RANK");
-  // A port next to distrun's store; free in practice since distrun picked a
-  // free port just below it.
-  const std::string port = absl::StrCat(atoi(getenv("MASTER_PORT")) + 1);
+  // A port every rank derives alike from distrun's (unique while this job
+  // runs), below Linux's ephemeral range (32768 and up): the ports the
+  // kernel hands to connecting sockets and to Gloo's listeners, which took
+  // distrun's port + 1 often enough to fail this test.
+  const std::string port =
+      absl::StrCat(20000 + atoi(getenv("MASTER_PORT")) % 12000);
   for (const char* var :
        {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
         "DISTKIT_STORE", "DISTKIT_TOKEN", "MASTER_ADDR", "MASTER_PORT"}) {

@@ -1,5 +1,10 @@
 #include "testing/cc/rank_env.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "cc/core/status.h"
 #include "cc/store/tcp_store.h"
 
@@ -20,6 +25,16 @@ absl::StatusOr<RankEnv> JoinJob(absl::Duration timeout,
       TcpStore::Connect({env.info.store_address, env.info.token,
                          absl::Seconds(60), absl::Seconds(60)}));
   env.store = std::move(store);
+  // DISTKIT_TEST_HOSTS=H: the ranks declare H "hosts" of consecutive ranks
+  // (DISTKIT_HOST_ID), so one machine runs the path across hosts.
+  if (const char* hosts = std::getenv("DISTKIT_TEST_HOSTS")) {
+    const int h = std::atoi(hosts);
+    if (h > 0) {
+      const std::string id = absl::StrCat(
+          "test-host-", env.info.rank * h / std::max(1, env.info.world_size));
+      setenv("DISTKIT_HOST_ID", id.c_str(), 1);
+    }
+  }
   GroupOptions options;
   options.timeout = timeout;
   options.backend = backend;

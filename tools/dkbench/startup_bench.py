@@ -32,7 +32,7 @@ def free_port():
 last_phases = {}
 
 
-def one_job(binary, n, limit):
+def one_job(binary, n, limit, hosts=1):
     """Seconds from the first spawn to the last rank's first all_reduce, or
     the failure text."""
     port = free_port()
@@ -47,6 +47,12 @@ def one_job(binary, n, limit):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n),
                    LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        if hosts > 1:
+            # Consecutive ranks declare the same "host" (distkit's
+            # DISTKIT_HOST_ID): shared memory inside each, leaders across.
+            env["DISTKIT_HOST_ID"] = f"bench-host-{r * hosts // n}"
+            env["LOCAL_RANK"] = str(r % (n // hosts))
+            env["LOCAL_WORLD_SIZE"] = str(n // hosts)
         with open(os.path.join(outdir, str(r)), "wb") as out:
             procs.append(subprocess.Popen([binary], stdout=out,
                                           stderr=subprocess.STDOUT, env=env))
@@ -101,6 +107,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--limit", type=float, default=300.0,
                     help="seconds a job may take")
+    ap.add_argument("--hosts", type=int, default=1,
+                    help="ranks declare this many \"hosts\" of consecutive "
+                         "ranks (DISTKIT_HOST_ID): the path across hosts")
     ap.add_argument("--phases", action="store_true",
                     help="also print where distkit's time went in each job")
     args = ap.parse_args()
@@ -108,8 +117,8 @@ def main():
     impls = [("distkit", args.distkit)] + (
         [("torch", args.torch)] if args.torch else [])
     print(f"start-up: {len(impls)} implementation(s), ranks {sizes}, "
-          f"{args.repeats} jobs each (alternated), {os.cpu_count()} cores",
-          flush=True)
+          f"{args.hosts} host(s), {args.repeats} jobs each (alternated), "
+          f"{os.cpu_count()} cores", flush=True)
     print(f"{'N':>5} | {'distkit s':>10} | {'torch s':>10} | {'ratio':>6} | "
           f"{'distkit growth':>14}")
     base = None
@@ -120,7 +129,7 @@ def main():
             for name, binary in impls:
                 if name in failed:
                     continue
-                t = one_job(binary, n, args.limit)
+                t = one_job(binary, n, args.limit, args.hosts)
                 if isinstance(t, str):
                     failed[name] = t
                 else:

@@ -25,6 +25,7 @@ TARGETS=(
   //cc/group:flight_recorder_test
   //cc/group:collectives_test_ws2
   //cc/group:fault_abort_test
+  //cc/group:fault_abort_hosts_test
   //cc/group:fault_threads_test
   //cc/parallel:grad_reducer_test
 )

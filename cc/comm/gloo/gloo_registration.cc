@@ -1,9 +1,15 @@
-// Registers "gloo": Gloo's TCP transport, wrapped by the shared-memory path
-// when every rank of the group is on this host (cc/comm/shm).
+// Registers "gloo": Gloo's TCP transport, with the shared-memory path when
+// every rank of the group is on this host (cc/comm/shm) and the
+// hierarchical path when the group spans hosts (hierarchical_backend.h).
+#include <cstdlib>
 #include <memory>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "cc/comm/backend_registry.h"
 #include "cc/comm/gloo/gloo_backend.h"
+#include "cc/comm/gloo/hierarchical_backend.h"
+#include "cc/comm/shm/host_map.h"
 #include "cc/comm/shm/shm_backend.h"
 #include "cc/core/status.h"
 #include "cc/store/prefix_store.h"
@@ -11,21 +17,86 @@
 namespace distkit {
 namespace {
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeGloo(const BackendConfig& config) {
+bool Disabled(const char* variable) {
+  const char* env = std::getenv(variable);
+  return env != nullptr && std::string(env) == "0";
+}
+
+std::shared_ptr<Store> Prefixed(const std::string& prefix,
+                                std::shared_ptr<Store> store) {
+  return std::make_shared<PrefixStore>(prefix, std::move(store));
+}
+
+// Gloo over `config`'s ranks; connect_on_demand: pairs connect when first
+// used, not at creation.
+absl::StatusOr<std::unique_ptr<Backend>> Tcp(const BackendConfig& config,
+                                             bool connect_on_demand) {
+  DK_ASSIGN_OR_RETURN(std::unique_ptr<GlooBackend> gloo,
+                      GlooBackend::Create(config, connect_on_demand));
+  return std::unique_ptr<Backend>(std::move(gloo));
+}
+
+// Shared memory over `config`'s ranks (all on this host), wrapping Gloo for
+// send / recv, or Gloo alone where no segment can be made.
+absl::StatusOr<std::unique_ptr<Backend>> SameHost(const BackendConfig& config) {
   BackendConfig tcp = config;
-  tcp.store = std::make_shared<PrefixStore>("tcp", config.store);
+  tcp.store = Prefixed("tcp", config.store);
   // Where shared memory carries the collectives, Gloo's pairs are connected
-  // only when something needs them (send / recv, the operations shared
-  // memory hands to Gloo): a same-host group opens no TCP connection first.
+  // only when something needs them (send / recv): a same-host group opens
+  // no TCP connection first.
   return ShmBackend::MaybeWrap(
-      std::make_shared<PrefixStore>("shm", config.store), config.rank,
-      config.size,
-      [&tcp](bool wrapped) -> absl::StatusOr<std::unique_ptr<Backend>> {
-        DK_ASSIGN_OR_RETURN(std::unique_ptr<GlooBackend> gloo,
-                            GlooBackend::Create(tcp, wrapped));
-        return std::unique_ptr<Backend>(std::move(gloo));
-      },
-      config.timeout);
+      Prefixed("shm", config.store), config.rank, config.size,
+      [&tcp](bool wrapped) { return Tcp(tcp, wrapped); }, config.timeout);
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> Hierarchical(
+    const BackendConfig& config, HostMap hosts) {
+  const int host = hosts.host_of[config.rank];
+  const int local_rank = hosts.LocalIndex(config.rank);
+  std::unique_ptr<Backend> local;
+  if (hosts.ranks[host].size() > 1) {
+    BackendConfig c = config;
+    c.store = Prefixed(absl::StrCat("host", host), config.store);
+    c.rank = local_rank;
+    c.size = static_cast<int>(hosts.ranks[host].size());
+    DK_ASSIGN_OR_RETURN(local, SameHost(c));
+  }
+  std::unique_ptr<Backend> leaders;
+  if (local_rank == 0) {
+    BackendConfig c = config;
+    c.store = Prefixed("leaders", config.store);
+    c.rank = host;
+    c.size = hosts.hosts();
+    DK_ASSIGN_OR_RETURN(leaders, Tcp(c, /*connect_on_demand=*/false));
+  }
+  BackendConfig c = config;
+  c.store = Prefixed("tcp", config.store);
+  DK_ASSIGN_OR_RETURN(std::unique_ptr<Backend> everyone,
+                      Tcp(c, /*connect_on_demand=*/true));
+  return std::unique_ptr<Backend>(
+      new HierarchicalBackend(config.rank, std::move(hosts), std::move(local),
+                              std::move(leaders), std::move(everyone)));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeGloo(const BackendConfig& config) {
+  // DISTKIT_SHM=0: Gloo's TCP for everything, on one host or many.
+  if (config.size < 2 || Disabled("DISTKIT_SHM")) {
+    BackendConfig tcp = config;
+    tcp.store = Prefixed("tcp", config.store);
+    return Tcp(tcp, /*connect_on_demand=*/false);
+  }
+  DK_ASSIGN_OR_RETURN(
+      HostMap hosts,
+      HostMap::Exchange(*Prefixed("hosts", config.store), config.rank,
+                        config.size, config.timeout));
+  if (hosts.hosts() == 1) return SameHost(config);
+  // One rank per host (nothing to share), or DISTKIT_HIERARCHICAL=0: flat.
+  if (hosts.hosts() == config.size || Disabled("DISTKIT_HIERARCHICAL")) {
+    BackendConfig tcp = config;
+    tcp.store = Prefixed("tcp", config.store);
+    return Tcp(tcp, /*connect_on_demand=*/false);
+  }
+  return Hierarchical(config, std::move(hosts));
 }
 
 const bool registered = RegisterBackend("gloo", MakeGloo);

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -50,14 +49,6 @@ struct alignas(128) ShmBackend::Header {
 
 namespace {
 
-std::string HostIdentity() {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  return absl::StrCat(host, "/", boot);
-}
-
 size_t SegmentBytes(int size, size_t group_header, size_t header) {
   return group_header + size * header + size * 2 * ShmBackend::kSmallSlotBytes +
          size * 2 * ShmBackend::SlotBytesFor(size);
@@ -89,15 +80,6 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
   if (size < 2 || size > kMaxRanks ||
       (env != nullptr && std::string(env) == "0")) {
     return make_gloo(false);
-  }
-  // Same host (and same boot) for every rank?
-  DK_RETURN_IF_ERROR(store->Set(absl::StrCat("host/", rank), HostIdentity()));
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(absl::StrCat("host/", r));
-  DK_ASSIGN_OR_RETURN(std::vector<std::string> hosts,
-                      store->MultiGetWithTimeout(keys, timeout));
-  for (const std::string& h : hosts) {
-    if (h != hosts[0]) return make_gloo(false);
   }
   const size_t bytes = SegmentBytes(size, sizeof(GroupHeader), sizeof(Header));
   std::string name;

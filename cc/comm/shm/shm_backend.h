@@ -63,10 +63,11 @@ class ShmBackend : public Backend {
   using WrappedFactory =
       std::function<absl::StatusOr<std::unique_ptr<Backend>>(bool wrapped)>;
 
-  // Collective: decides through `store` whether all `size` ranks share this
-  // host (and DISTKIT_SHM is not 0) and can map one segment. If they do,
-  // returns a backend that wraps make_gloo(true); otherwise make_gloo(false)
-  // itself. Every rank reaches the same decision.
+  // Collective over `size` ranks that share this host (HostMap, the
+  // caller's to check): decides through `store` whether they can map one
+  // segment (and DISTKIT_SHM is not 0). If they can, returns a backend that
+  // wraps make_gloo(true); otherwise make_gloo(false) itself. Every rank
+  // reaches the same decision.
   static absl::StatusOr<std::unique_ptr<Backend>> MaybeWrap(
       std::shared_ptr<Store> store, int rank, int size,
       const WrappedFactory& make_gloo, absl::Duration timeout);
@@ -132,6 +133,12 @@ class ShmBackend : public Backend {
   }
   void Abort() override;
 
+  // Marks the group failed by this rank, which will not arrive at the step
+  // its peers wait at (a read refused, or a hierarchical group's step
+  // across hosts failed): every peer's wait ends with an error naming it.
+  // Returns `why`.
+  absl::Status FailGroup(absl::Status why);
+
  private:
   struct GroupHeader;
   struct Header;
@@ -186,9 +193,6 @@ class ShmBackend : public Backend {
   absl::Status AllReduceSingleCopy(const OpContext& ctx, TensorRef data,
                                    ReduceFn fn);
   char* CopyScratch(size_t bytes);
-  // Marks the group failed by this rank (every peer's wait ends with an
-  // error naming it) and returns `why`.
-  absl::Status FailGroup(absl::Status why);
 
   const int rank_;
   const int size_;

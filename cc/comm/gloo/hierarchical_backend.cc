@@ -1,0 +1,204 @@
+#include "cc/comm/gloo/hierarchical_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "cc/core/status.h"
+
+namespace distkit {
+
+HierarchicalBackend::HierarchicalBackend(int rank, HostMap hosts,
+                                         std::unique_ptr<Backend> local,
+                                         std::unique_ptr<Backend> leaders,
+                                         std::unique_ptr<Backend> everyone)
+    : rank_(rank),
+      hosts_(std::move(hosts)),
+      host_(hosts_.host_of[rank]),
+      local_rank_(hosts_.LocalIndex(rank)),
+      local_(std::move(local)),
+      local_shm_(dynamic_cast<ShmBackend*>(local_.get())),
+      leaders_(std::move(leaders)),
+      everyone_(std::move(everyone)) {}
+
+void HierarchicalBackend::Abort() {
+  if (local_) local_->Abort();
+  if (leaders_) leaders_->Abort();
+  everyone_->Abort();
+}
+
+absl::Status HierarchicalBackend::Stage(absl::Status status) {
+  // A timeout or an abort is this rank's own: the host's other ranks reach
+  // their deadline (the same timeout) or are aborted by their own caller,
+  // and report it themselves with the late ranks named.
+  if (status.ok() || absl::IsDeadlineExceeded(status) ||
+      absl::IsCancelled(status)) {
+    return status;
+  }
+  // A failure: the host's other ranks would wait for this one at the next
+  // stage until their deadline.
+  if (local_shm_ != nullptr) (void)local_shm_->FailGroup(status);
+  if (leaders_) leaders_->Abort();
+  return status;
+}
+
+absl::Status HierarchicalBackend::ExchangeSignatures(
+    const OpContext& ctx, const OpSignature& mine, InlinePayload /*payload*/,
+    absl::Span<OpSignature> all) {
+  const std::vector<int>& local_ranks = hosts_.ranks[host_];
+  std::vector<OpSignature> local_all(local_ranks.size());
+  if (local_) {
+    DK_RETURN_IF_ERROR(Stage(local_->ExchangeSignatures(
+        ctx, mine, InlinePayload{}, absl::MakeSpan(local_all))));
+  } else {
+    local_all[0] = mine;
+  }
+  const TensorRef everyone(all.data(), all.size() * sizeof(OpSignature),
+                           DataType::kUInt8);
+  if (leader()) {
+    // The leaders meet (abortable) and trade their hosts' blocks, which ride
+    // along with that exchange when they fit Gloo's inline budget.
+    size_t most = 0;
+    for (const std::vector<int>& r : hosts_.ranks) {
+      most = std::max(most, r.size());
+    }
+    local_all.resize(most);
+    std::vector<OpSignature> leaders_all(hosts_.hosts());
+    DK_RETURN_IF_ERROR(Stage(leaders_->ExchangeSignatures(
+        ctx, mine, InlinePayload{local_all.data(), most * sizeof(OpSignature)},
+        absl::MakeSpan(leaders_all))));
+    std::vector<OpSignature> blocks(most * hosts_.hosts());
+    DK_RETURN_IF_ERROR(Stage(leaders_->AllGatherHost(
+        ctx, local_all.data(), most * sizeof(OpSignature), blocks.data())));
+    for (int h = 0; h < hosts_.hosts(); ++h) {
+      const std::vector<int>& ranks = hosts_.ranks[h];
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        all[ranks[i]] = blocks[h * most + i];
+      }
+    }
+  }
+  if (local_) DK_RETURN_IF_ERROR(Stage(local_->Broadcast(ctx, everyone, 0)));
+  return absl::OkStatus();
+}
+
+absl::Status HierarchicalBackend::AllReduce(const OpContext& ctx,
+                                            TensorRef data, ReduceOp op) {
+  if (data.nbytes() == 0) return absl::OkStatus();
+  if (local_) DK_RETURN_IF_ERROR(Stage(local_->Reduce(ctx, data, op, 0)));
+  if (leader()) DK_RETURN_IF_ERROR(Stage(leaders_->AllReduce(ctx, data, op)));
+  if (local_) DK_RETURN_IF_ERROR(Stage(local_->Broadcast(ctx, data, 0)));
+  return absl::OkStatus();
+}
+
+absl::Status HierarchicalBackend::Broadcast(const OpContext& ctx,
+                                            TensorRef data, int root) {
+  if (data.nbytes() == 0) return absl::OkStatus();
+  const int root_host = hosts_.host_of[root];
+  if (host_ == root_host && local_) {
+    DK_RETURN_IF_ERROR(
+        Stage(local_->Broadcast(ctx, data, hosts_.LocalIndex(root))));
+  }
+  if (leader()) {
+    DK_RETURN_IF_ERROR(Stage(leaders_->Broadcast(ctx, data, root_host)));
+  }
+  if (host_ != root_host && local_) {
+    DK_RETURN_IF_ERROR(Stage(local_->Broadcast(ctx, data, 0)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HierarchicalBackend::Reduce(const OpContext& ctx, TensorRef data,
+                                         ReduceOp op, int root) {
+  // Every rank's buffer but the root's stays as it was: reduce a copy.
+  if (scratch_.size() < data.nbytes()) scratch_.resize(data.nbytes());
+  std::memcpy(scratch_.data(), data.data(), data.nbytes());
+  DK_RETURN_IF_ERROR(AllReduce(
+      ctx, TensorRef(scratch_.data(), data.numel(), data.dtype()), op));
+  if (rank_ == root) std::memcpy(data.data(), scratch_.data(), data.nbytes());
+  return absl::OkStatus();
+}
+
+absl::Status HierarchicalBackend::AllGather(const OpContext& ctx,
+                                            TensorRef input, TensorRef output) {
+  const size_t part = input.nbytes();
+  if (part == 0) return absl::OkStatus();
+  const int hosts = hosts_.hosts();
+  size_t most = 0;  // parts per host block: the largest host's rank count
+  for (const std::vector<int>& r : hosts_.ranks)
+    most = std::max(most, r.size());
+  const size_t block = most * part;
+  const int local_size = static_cast<int>(hosts_.ranks[host_].size());
+  char* out = static_cast<char*>(output.data());
+  // On leaders: every host's block (rank parts in local order), then this
+  // host's block as the leaders' all_gather input.
+  char* blocks = nullptr;
+  char* mine = nullptr;
+  if (leader()) {
+    if (scratch_.size() < (hosts + 1) * block) {
+      scratch_.resize((hosts + 1) * block);
+    }
+    blocks = scratch_.data();
+    mine = blocks + hosts * block;
+  }
+  const TensorRef in_bytes(input.data(), part, DataType::kUInt8);
+  if (local_) {
+    // Non-leaders pass `output` (large enough) where only the root writes.
+    DK_RETURN_IF_ERROR(Stage(local_->Gather(
+        ctx, in_bytes,
+        TensorRef(leader() ? mine : out, local_size * part, DataType::kUInt8),
+        0)));
+  } else {
+    std::memcpy(mine, input.data(), part);
+  }
+  if (leader()) {
+    DK_RETURN_IF_ERROR(Stage(leaders_->AllGather(
+        ctx, TensorRef(mine, block, DataType::kUInt8),
+        TensorRef(blocks, hosts * block, DataType::kUInt8))));
+    for (int h = 0; h < hosts; ++h) {
+      const std::vector<int>& ranks = hosts_.ranks[h];
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        std::memcpy(out + ranks[i] * part, blocks + h * block + i * part, part);
+      }
+    }
+  }
+  if (local_) {
+    DK_RETURN_IF_ERROR(Stage(local_->Broadcast(
+        ctx, TensorRef(out, output.nbytes(), DataType::kUInt8), 0)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HierarchicalBackend::ReduceScatter(const OpContext& ctx,
+                                                TensorRef input,
+                                                TensorRef output, ReduceOp op) {
+  const size_t part = output.nbytes();
+  if (part == 0) return absl::OkStatus();
+  const size_t total = input.nbytes();
+  const std::vector<int>& local_ranks = hosts_.ranks[host_];
+  const size_t local_size = local_ranks.size();
+  // The host's sum of the whole input (reduced into a copy: the input stays
+  // as it was), then the parts of this host's ranks in local order.
+  if (scratch_.size() < total + local_size * part) {
+    scratch_.resize(total + local_size * part);
+  }
+  char* sum = scratch_.data();
+  char* parts = sum + total;
+  std::memcpy(sum, input.data(), total);
+  const TensorRef whole(sum, input.numel(), input.dtype());
+  if (local_) DK_RETURN_IF_ERROR(Stage(local_->Reduce(ctx, whole, op, 0)));
+  if (leader()) {
+    DK_RETURN_IF_ERROR(Stage(leaders_->AllReduce(ctx, whole, op)));
+    for (size_t i = 0; i < local_size; ++i) {
+      std::memcpy(parts + i * part, sum + local_ranks[i] * part, part);
+    }
+  }
+  if (local_) {
+    return Stage(local_->Scatter(
+        ctx, TensorRef(parts, local_size * output.numel(), output.dtype()),
+        output, 0));
+  }
+  std::memcpy(output.data(), sum + rank_ * part, part);
+  return absl::OkStatus();
+}
+
+}  // namespace distkit

@@ -1,0 +1,105 @@
+// File: hierarchical_backend.h
+//
+// HierarchicalBackend: the gloo backend of a group that spans hosts
+// (DESIGN §3). Inside each host the ranks share one shared-memory group
+// (ShmBackend); across hosts only one leader per host (its lowest rank)
+// talks, over a Gloo TCP group of the leaders. all_reduce is a reduce to
+// the leader inside each host, an all_reduce among the leaders and a
+// broadcast back inside each host; broadcast, all_gather, reduce_scatter,
+// reduce and the contract's signature exchange (hence barrier) take the
+// same three stages. Gather, scatter, all_to_all and send/recv go over a
+// Gloo group of every rank whose pairs connect on first use, so a job that
+// never calls them opens TCP connections between leaders only.
+//
+// A stage that fails on one rank (a dead peer, not a timeout: every rank
+// has the same deadline) would leave the others of its host waiting for
+// it: the rank marks its host's group failed (their waits end with an error
+// naming it) and aborts its leaders' group.
+
+#ifndef DISTKIT_CC_COMM_GLOO_HIERARCHICAL_BACKEND_H_
+#define DISTKIT_CC_COMM_GLOO_HIERARCHICAL_BACKEND_H_
+
+#include <memory>
+#include <vector>
+
+#include "cc/comm/backend.h"
+#include "cc/comm/shm/host_map.h"
+#include "cc/comm/shm/shm_backend.h"
+
+namespace distkit {
+
+class HierarchicalBackend : public Backend {
+ public:
+  // The parts, made by the caller: `local` over this host's ranks (nullptr
+  // when the host has only this rank), `leaders` over one rank per host
+  // (only on leaders, nullptr elsewhere), `everyone` over the whole group
+  // with pairs connected on first use.
+  HierarchicalBackend(int rank, HostMap hosts, std::unique_ptr<Backend> local,
+                      std::unique_ptr<Backend> leaders,
+                      std::unique_ptr<Backend> everyone);
+
+  absl::string_view name() const override { return "gloo"; }
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(hosts_.host_of.size()); }
+
+  // Through the host's group and the leaders' own exchange, so that the
+  // wait for a late rank happens where Abort() can end it (a Gloo
+  // collective's wait cannot be woken); the data stages that follow find
+  // every rank present.
+  absl::Status ExchangeSignatures(const OpContext& ctx, const OpSignature& mine,
+                                  InlinePayload payload,
+                                  absl::Span<OpSignature> all) override;
+  absl::Status AllReduce(const OpContext& ctx, TensorRef data,
+                         ReduceOp op) override;
+  absl::Status Broadcast(const OpContext& ctx, TensorRef data,
+                         int root) override;
+  absl::Status Reduce(const OpContext& ctx, TensorRef data, ReduceOp op,
+                      int root) override;
+  absl::Status AllGather(const OpContext& ctx, TensorRef input,
+                         TensorRef output) override;
+  absl::Status ReduceScatter(const OpContext& ctx, TensorRef input,
+                             TensorRef output, ReduceOp op) override;
+  absl::Status Gather(const OpContext& ctx, TensorRef input, TensorRef output,
+                      int root) override {
+    return everyone_->Gather(ctx, input, output, root);
+  }
+  absl::Status Scatter(const OpContext& ctx, TensorRef input, TensorRef output,
+                       int root) override {
+    return everyone_->Scatter(ctx, input, output, root);
+  }
+  absl::Status AllToAll(const OpContext& ctx, TensorRef input,
+                        absl::Span<const int64_t> input_splits,
+                        TensorRef output,
+                        absl::Span<const int64_t> output_splits) override {
+    return everyone_->AllToAll(ctx, input, input_splits, output, output_splits);
+  }
+  absl::Status Send(const OpContext& ctx, TensorRef data, int dst,
+                    int tag) override {
+    return everyone_->Send(ctx, data, dst, tag);
+  }
+  absl::Status Recv(const OpContext& ctx, TensorRef data, int src,
+                    int tag) override {
+    return everyone_->Recv(ctx, data, src, tag);
+  }
+  void Abort() override;
+
+ private:
+  // Runs one stage; on failure fails the rest of the operation everywhere
+  // this rank can reach (see the file comment).
+  absl::Status Stage(absl::Status status);
+  bool leader() const { return leaders_ != nullptr; }
+
+  const int rank_;
+  const HostMap hosts_;
+  const int host_;        // this rank's host
+  const int local_rank_;  // its index among the host's ranks
+  std::unique_ptr<Backend> local_;
+  ShmBackend* local_shm_;  // local_ when it is shared memory
+  std::unique_ptr<Backend> leaders_;
+  std::unique_ptr<Backend> everyone_;
+  std::vector<char> scratch_;  // reduce_scatter's sum, all_gather's blocks
+};
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_COMM_GLOO_HIERARCHICAL_BACKEND_H_

@@ -1,0 +1,54 @@
+#include "cc/comm/shm/host_map.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "cc/core/status.h"
+
+namespace distkit {
+
+std::string HostIdentity() {
+  if (const char* declared = std::getenv("DISTKIT_HOST_ID")) {
+    if (declared[0] != '\0') return absl::StrCat("declared:", declared);
+  }
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  return absl::StrCat(host, "/", boot);
+}
+
+int HostMap::LocalIndex(int rank) const {
+  const std::vector<int>& mine = ranks[host_of[rank]];
+  return static_cast<int>(std::lower_bound(mine.begin(), mine.end(), rank) -
+                          mine.begin());
+}
+
+HostMap HostMap::FromIdentities(const std::vector<std::string>& identities) {
+  HostMap map;
+  absl::flat_hash_map<std::string, int> index;
+  for (int r = 0; r < static_cast<int>(identities.size()); ++r) {
+    auto [it, added] = index.try_emplace(identities[r], map.hosts());
+    if (added) map.ranks.emplace_back();
+    map.host_of.push_back(it->second);
+    map.ranks[it->second].push_back(r);
+  }
+  return map;
+}
+
+absl::StatusOr<HostMap> HostMap::Exchange(Store& store, int rank, int size,
+                                          absl::Duration timeout) {
+  DK_RETURN_IF_ERROR(store.Set(absl::StrCat("host/", rank), HostIdentity()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(absl::StrCat("host/", r));
+  DK_ASSIGN_OR_RETURN(std::vector<std::string> identities,
+                      store.MultiGetWithTimeout(keys, timeout));
+  return FromIdentities(identities);
+}
+
+}  // namespace distkit

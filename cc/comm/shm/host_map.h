@@ -1,0 +1,45 @@
+// File: host_map.h
+//
+// Which host every rank of a group runs on: the fact that decides a group's
+// path (shared memory on one host, hierarchical across hosts, DESIGN §3).
+// A host is named by its hostname and boot id, or by DISTKIT_HOST_ID when
+// that is set: ranks that declare different identities are treated as
+// being on different hosts, so that one machine can stand in for several
+// in tests and benchmarks (two distrun instances, one per "host").
+
+#ifndef DISTKIT_CC_COMM_SHM_HOST_MAP_H_
+#define DISTKIT_CC_COMM_SHM_HOST_MAP_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cc/store/store.h"
+
+namespace distkit {
+
+// DISTKIT_HOST_ID, else "<hostname>/<boot id>".
+std::string HostIdentity();
+
+struct HostMap {
+  // By rank: the index of its host. Hosts are numbered in the order of
+  // their lowest rank, so host 0 holds rank 0.
+  std::vector<int> host_of;
+  // By host: its ranks, ascending. ranks[h][0] is the host's leader.
+  std::vector<std::vector<int>> ranks;
+
+  int hosts() const { return static_cast<int>(ranks.size()); }
+  // The position of `rank` among its host's ranks.
+  int LocalIndex(int rank) const;
+
+  // Collective: one set and one multi_get per rank on `store`.
+  static absl::StatusOr<HostMap> Exchange(Store& store, int rank, int size,
+                                          absl::Duration timeout);
+  // From every rank's identity, in rank order.
+  static HostMap FromIdentities(const std::vector<std::string>& identities);
+};
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_COMM_SHM_HOST_MAP_H_
