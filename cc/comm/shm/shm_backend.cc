@@ -182,13 +182,13 @@ ShmBackend::Header* ShmBackend::header(int r) const {
                                    sizeof(GroupHeader) + r * sizeof(Header));
 }
 
-char* ShmBackend::slot(int r, size_t bytes) const {
+char* ShmBackend::slot(int r, size_t bytes, int turn) const {
   char* small =
       static_cast<char*>(base_) + sizeof(GroupHeader) + size_ * sizeof(Header);
   if (bytes <= kSmallSlotBytes) {
-    return small + (turn_ * size_ + r) * kSmallSlotBytes;
+    return small + (turn * size_ + r) * kSmallSlotBytes;
   }
-  return small + 2 * size_ * kSmallSlotBytes + (2 * r + turn_) * slot_bytes_;
+  return small + 2 * size_ * kSmallSlotBytes + (2 * r + turn) * slot_bytes_;
 }
 
 void ShmBackend::Abort() {
@@ -302,12 +302,30 @@ absl::Status ShmBackend::Step(const OpContext& ctx) {
 
 absl::Status ShmBackend::ExchangeSignatures(const OpContext& ctx,
                                             const OpSignature& mine,
-                                            InlinePayload /*payload*/,
+                                            InlinePayload payload,
                                             absl::Span<OpSignature> all) {
+  // A small payload rides along in this turn's small slot, so a small
+  // all_reduce, broadcast or all_gather takes one step, not two. Every rank
+  // flips its turn here whatever it carried: ranks whose calls disagree
+  // (so their payload sizes may differ) stay in step.
+  const bool carry = payload.bytes > 0 && payload.bytes <= kSmallSlotBytes;
+  if (carry && payload.data != nullptr) {
+    std::memcpy(slot(rank_, payload.bytes), payload.data, payload.bytes);
+  }
   header(rank_)->sig[(step_ + 1) & 1] = mine;
+  inline_bytes_ = 0;
   DK_RETURN_IF_ERROR(Step(ctx));
   for (int r = 0; r < size_; ++r) all[r] = header(r)->sig[step_ & 1];
+  inline_turn_ = turn_;
+  inline_bytes_ = carry ? payload.bytes : 0;
+  turn_ ^= 1;
   return absl::OkStatus();
+}
+
+bool ShmBackend::TakeInline(size_t bytes) {
+  const bool carried = bytes > 0 && inline_bytes_ == bytes;
+  inline_bytes_ = 0;
+  return carried;
 }
 
 // ---- Collectives ---------------------------------------------------------
@@ -330,6 +348,15 @@ void ShmBackend::FoldSlots(ReduceFn fn, size_t offset, size_t bytes,
   fn(out, slot(0, slot_bytes) + offset, slot(1, slot_bytes) + offset, n);
   for (int r = 2; r < size_; ++r) {
     fn(out, out, slot(r, slot_bytes) + offset, n);
+  }
+}
+
+void ShmBackend::FoldInline(ReduceFn fn, size_t bytes, size_t elem,
+                            char* out) const {
+  const size_t n = bytes / elem;
+  fn(out, slot(0, bytes, inline_turn_), slot(1, bytes, inline_turn_), n);
+  for (int r = 2; r < size_; ++r) {
+    fn(out, out, slot(r, bytes, inline_turn_), n);
   }
 }
 
@@ -454,6 +481,11 @@ absl::Status ShmBackend::AllReduceSingleCopy(const OpContext& ctx,
 absl::Status ShmBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                    ReduceOp op) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
+  if (TakeInline(data.nbytes())) {
+    FoldInline(fn, data.nbytes(), ElementSize(data.dtype()),
+               static_cast<char*>(data.data()));
+    return absl::OkStatus();
+  }
   DK_ASSIGN_OR_RETURN(bool single_copy, UseSingleCopy(ctx, data.nbytes()));
   if (single_copy) return AllReduceSingleCopy(ctx, data, fn);
   if (data.nbytes() > kSliceReduceFromBytes) {
@@ -474,6 +506,13 @@ absl::Status ShmBackend::AllReduce(const OpContext& ctx, TensorRef data,
 absl::Status ShmBackend::Reduce(const OpContext& ctx, TensorRef data,
                                 ReduceOp op, int root) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(data.dtype(), op));
+  if (TakeInline(data.nbytes())) {
+    if (rank_ == root) {
+      FoldInline(fn, data.nbytes(), ElementSize(data.dtype()),
+                 static_cast<char*>(data.data()));
+    }
+    return absl::OkStatus();
+  }
   if (data.nbytes() > kSliceReduceFromBytes) {
     return ReduceBySlices(ctx, data, fn, root);
   }
@@ -536,6 +575,12 @@ absl::Status ShmBackend::ReduceBySlices(const OpContext& ctx, TensorRef data,
 absl::Status ShmBackend::Broadcast(const OpContext& ctx, TensorRef data,
                                    int root) {
   char* base = static_cast<char*>(data.data());
+  if (TakeInline(data.nbytes())) {
+    if (rank_ != root) {
+      std::memcpy(base, slot(root, data.nbytes(), inline_turn_), data.nbytes());
+    }
+    return absl::OkStatus();
+  }
   DK_ASSIGN_OR_RETURN(bool single_copy, UseSingleCopy(ctx, data.nbytes()));
   if (single_copy) {
     if (rank_ == root) PublishBuffer(base);
@@ -561,6 +606,12 @@ absl::Status ShmBackend::AllGather(const OpContext& ctx, TensorRef input,
   const char* in = static_cast<const char*>(input.data());
   char* out = static_cast<char*>(output.data());
   const size_t part = input.nbytes();
+  if (TakeInline(part)) {
+    for (int r = 0; r < size_; ++r) {
+      std::memcpy(out + r * part, slot(r, part, inline_turn_), part);
+    }
+    return absl::OkStatus();
+  }
   DK_ASSIGN_OR_RETURN(bool single_copy, UseSingleCopy(ctx, output.nbytes()));
   if (single_copy) {
     PublishBuffer(in);

@@ -11,7 +11,9 @@
 // finished reading it).
 //
 // The signature exchange the contract starts every operation with is one step
-// through the ranks' headers (ExchangeSignatures). Every collective has a
+// through the ranks' headers (ExchangeSignatures); a payload of up to
+// kSmallSlotBytes rides along in the small slots, so a small all_reduce,
+// reduce, broadcast or all_gather is that one step. Every collective has a
 // native path here at every size, pipelined in slot-sized chunks:
 // - all_reduce / reduce: small buffers in one step (every rank folds every
 //   slot); larger ones by slices (each rank folds 1/size of each chunk, in
@@ -163,7 +165,12 @@ class ShmBackend : public Backend {
   Header* header(int r) const;
   // Rank r's slot of this turn, for a chunk whose slots hold `bytes` (the
   // same on every rank): a packed small slot, or a full one.
-  char* slot(int r, size_t bytes) const;
+  char* slot(int r, size_t bytes) const { return slot(r, bytes, turn_); }
+  char* slot(int r, size_t bytes, int turn) const;
+  // Whether the signature exchange just before carried this operation's
+  // `bytes` (its payload, up to kSmallSlotBytes, in the small slots of
+  // inline_turn_); clears the mark.
+  bool TakeInline(size_t bytes);
   // Publishes this rank's next step (after its slot is written) and waits
   // until every rank has published it.
   absl::Status Step(const OpContext& ctx);
@@ -171,6 +178,8 @@ class ShmBackend : public Backend {
   // `slot_bytes`; out must not be a slot.
   void FoldSlots(ReduceFn fn, size_t offset, size_t bytes, size_t slot_bytes,
                  size_t elem, char* out) const;
+  // out = the rank-order fold of the payloads the last exchange carried.
+  void FoldInline(ReduceFn fn, size_t bytes, size_t elem, char* out) const;
   // all_reduce (root < 0) or reduce to root, by slices.
   absl::Status ReduceBySlices(const OpContext& ctx, TensorRef data, ReduceFn fn,
                               int root);
@@ -202,6 +211,8 @@ class ShmBackend : public Backend {
   const size_t slot_bytes_;    // SlotBytesFor(size_)
   uint64_t step_ = 0;          // this rank's last published step
   int turn_ = 0;               // which of its two slots a chunk uses
+  int inline_turn_ = 0;        // the slots the last exchange's payload is in
+  size_t inline_bytes_ = 0;    // its size; 0: nothing carried
   std::vector<char> scratch_;  // a non-root's folded slice (reduce)
   enum class SingleCopy { kUnknown, kYes, kNo };
   SingleCopy single_copy_ = SingleCopy::kUnknown;
