@@ -9,22 +9,8 @@
 #             hostlist form; no MASTER_ADDR, no scontrol)
 set -euo pipefail
 mode="$1" check="$2" pycheck="${3:-}"
-# A port free with the one after it (under torchrun distkit's store takes
-# port + 1), below Linux's ephemeral range (32768 and up), which connecting
-# sockets and Gloo's listeners draw from while a job starts.
 free_port() {
-  /usr/bin/python3 -c '
-import random, socket
-while True:
-    port = random.randrange(20000, 32000)
-    try:
-        with socket.socket() as a, socket.socket() as b:
-            a.bind(("127.0.0.1", port))
-            b.bind(("127.0.0.1", port + 1))
-        print(port)
-        break
-    except OSError:
-        pass'
+  /usr/bin/python3 "$FREE_PORT_PAIR"  # testing/free_port_pair.py
 }
 port="$(free_port)"
 case "$mode" in

@@ -33,23 +33,7 @@ assert t.item() == world_size * (world_size + 1) / 2, t
 print(f"pip-installed distkit under torchrun: rank {rank} of {world_size} ok", flush=True)
 dist.destroy()
 PY
-# torchrun's store takes the port and distkit's the next one: both free and
-# below Linux's ephemeral range (32768 and up), which connecting sockets and
-# Gloo's listeners draw from while the job starts.
-port="$(/usr/bin/python3 - <<'PY'
-import random, socket
-while True:
-    port = random.randrange(20000, 32000)
-    try:
-        with socket.socket() as a, socket.socket() as b:
-            a.bind(("127.0.0.1", port))
-            b.bind(("127.0.0.1", port + 1))
-        print(port)
-        break
-    except OSError:
-        pass
-PY
-)"
+port="$(/usr/bin/python3 "$FREE_PORT_PAIR")"  # testing/free_port_pair.py
 cd "$tmp"
 env -i PATH=/usr/bin:/bin HOME="$tmp" VENV="$tmp/venv" timeout --signal=KILL 120 \
   "$tmp/venv/bin/python" -m torch.distributed.run --nproc_per_node 2 \
