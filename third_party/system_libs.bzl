@@ -215,6 +215,7 @@ def _local_cuda_impl(rctx):
 package(default_visibility = ["//visibility:public"])
 
 # Empty stand-ins: nothing may depend on them unless FOUND is True (defs.bzl).
+cc_library(name = "headers")
 cc_library(name = "cuda")
 cc_library(name = "nccl")
 """)
@@ -228,12 +229,20 @@ cc_library(name = "nccl")
     rctx.file("BUILD.bazel", """
 package(default_visibility = ["//visibility:public"])
 
+# Headers only: distkit's libraries open libcudart and libnccl with dlopen
+# (cc/core/shared_library.h), so nothing they build needs them to load.
 cc_library(
-    name = "cuda",
+    name = "headers",
     # Every file: CUDA's headers include extension-less ones (<nv/target>).
     hdrs = glob(["include/**"]),
     includes = ["include"],
+)
+
+# Linked: for tests that call the CUDA runtime or NCCL directly.
+cc_library(
+    name = "cuda",
     linkopts = {linkopts} + ["-lcudart"],
+    deps = [":headers"],
 )
 
 cc_library(

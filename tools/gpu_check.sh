@@ -17,7 +17,8 @@ libdir="$cuda/lib64"
 [[ -d "$libdir" ]] || libdir="$cuda/lib"
 sources=(
   cc/core/data_type.cc cc/core/device.cc cc/core/reduce_op.cc cc/core/status.cc
-  cc/core/tensor_ref.cc cc/core/device_copy_cuda.cc
+  cc/core/tensor_ref.cc cc/core/device_copy_cuda.cc cc/core/cuda_library.cc
+  cc/core/shared_library.cc cc/comm/nccl/nccl_library.cc
   cc/comm/backend.cc cc/comm/backend_registry.cc cc/comm/reduce_kernels.cc
   cc/comm/op_context.cc cc/comm/op_signature.cc
   cc/comm/nccl/nccl_backend.cc cc/group/collective_contract.cc
@@ -28,6 +29,6 @@ sources=(
 echo "gpu_check.sh: compiling ${#sources[@]} files with $(g++ --version | head -1)"
 start=$(date +%s)
 g++ -std=c++17 -O2 -I. -I"$cuda/include" "${sources[@]}" -o "$out/gpu_check" \
-  -L"$libdir" -Wl,-rpath,"$libdir" -lnccl -lcudart $absl_libs -lpthread
+  -L"$libdir" -Wl,-rpath,"$libdir" -lnccl -lcudart $absl_libs -lpthread -ldl
 echo "gpu_check.sh: built in $(( $(date +%s) - start )) s"
 "$out/gpu_check"

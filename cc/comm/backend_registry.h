@@ -32,10 +32,20 @@ struct BackendConfig {
 using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<Backend>>(
     const BackendConfig&)>;
 
+// Whether this process can run the backend at all (a GPU, a library that
+// loads), answered locally in milliseconds so that init can refuse before
+// any rank connects to the others.
+using BackendCanRun = std::function<absl::Status()>;
+
 // Returns true so it can initialize a static: `static bool r = Register...`.
-bool RegisterBackend(const std::string& name, BackendFactory factory);
+// `can_run` may be empty: the backend can always run where it was built.
+bool RegisterBackend(const std::string& name, BackendFactory factory,
+                     BackendCanRun can_run = nullptr);
 // nullptr if no backend of that name was built into this binary.
 const BackendFactory* FindBackend(const std::string& name);
+// OK when `name` is registered and its can_run check passes; NOT_FOUND when
+// it is not registered; else can_run's error.
+absl::Status BackendCanRunHere(const std::string& name);
 std::vector<std::string> RegisteredBackends();
 
 }  // namespace distkit

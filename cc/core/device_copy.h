@@ -2,9 +2,10 @@
 //
 // Moving bytes between the host and CUDA devices, for mmengine's casting rule
 // (data not on the communication device is copied there, reduced, and copied
-// back) and the ABI's dk_tensor_copy. Built with CUDA when third_party found
-// it (device_copy_cuda.cc), else host-only (device_copy_host.cc), where any
-// CUDA device is FAILED_PRECONDITION saying so.
+// back) and the ABI's dk_tensor_copy. Built against CUDA's headers when
+// third_party found them (device_copy_cuda.cc, which opens libcudart at first
+// use: cuda_library.h), else host-only (device_copy_host.cc), where any CUDA
+// device is FAILED_PRECONDITION saying so.
 
 #ifndef DISTKIT_CC_CORE_DEVICE_COPY_H_
 #define DISTKIT_CC_CORE_DEVICE_COPY_H_
@@ -18,6 +19,11 @@ namespace distkit {
 
 // Usable CUDA devices: 0 without CUDA support, a driver or a GPU.
 int CudaDeviceCount();
+
+// OK when at least one CUDA device is usable; else FAILED_PRECONDITION saying
+// why not (no libcudart, no driver, no device), for messages that must tell
+// the user what to fix.
+absl::Status CudaUsable();
 
 // mmengine's get_device for rank-local work: cuda:<local_rank % count> when a
 // GPU is usable, else cpu.

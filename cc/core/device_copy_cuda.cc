@@ -1,41 +1,67 @@
-// CUDA build: host <-> device copies through the CUDA runtime. Without a
-// driver or GPU, CudaDeviceCount() is 0 and CUDA devices are refused.
-#include <cuda_runtime.h>
-
+// CUDA build: host <-> device copies through the CUDA runtime, opened at
+// first use (cuda_library.h). Without libcudart, a driver or a GPU,
+// CudaDeviceCount() is 0 and CUDA devices are refused saying why.
 #include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "cc/core/cuda_library.h"
 #include "cc/core/device_copy.h"
+#include "cc/core/status.h"
 
 namespace distkit {
 namespace {
 
-absl::Status CudaError(cudaError_t e, const char* what) {
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(e), " (",
-                                          cudaGetErrorString(e), ")"));
+// The device count, or why there is none; computed once (the answer does
+// not change within a process, and cudaGetDeviceCount is not free).
+absl::StatusOr<int> Probe() {
+  DK_ASSIGN_OR_RETURN(const CudaLibrary* cuda, LoadCudaLibrary());
+  int count = 0;
+  const cudaError_t e = cuda->GetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cuda->GetLastError();  // clear the sticky "no device" error
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no usable CUDA device: cudaGetDeviceCount: ", cuda->GetErrorName(e),
+        " (", cuda->GetErrorString(e), ")"));
+  }
+  if (count == 0) {
+    return absl::FailedPreconditionError("no CUDA device on this machine");
+  }
+  return count;
+}
+
+const absl::StatusOr<int>& Probed() {
+  static const absl::StatusOr<int>* const probed =
+      new absl::StatusOr<int>(Probe());
+  return *probed;
 }
 
 absl::Status Usable(Device d) {
   if (d.is_cpu()) return absl::OkStatus();
-  const int count = CudaDeviceCount();
-  if (d.index < 0 || d.index >= count) {
+  const absl::StatusOr<int>& count = Probed();
+  if (!count.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        d.ToString(), " is not available (", count, " usable CUDA device(s))"));
+        d.ToString(), " is not available: ", count.status().message()));
+  }
+  if (d.index < 0 || d.index >= *count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(d.ToString(), " is not available (", *count,
+                     " usable CUDA device(s))"));
   }
   return absl::OkStatus();
 }
 
+// Only called after Usable() accepted a CUDA device, so the library loaded.
+const CudaLibrary& Cuda() { return **LoadCudaLibrary(); }
+
 }  // namespace
 
 int CudaDeviceCount() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device" error
-    return 0;
-  }
-  return count;
+  const absl::StatusOr<int>& count = Probed();
+  return count.ok() ? *count : 0;
 }
+
+absl::Status CudaUsable() { return Probed().status(); }
 
 absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
                        Device src_device, size_t n) {
@@ -44,14 +70,13 @@ absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
     std::memmove(dst, src, n);
     return absl::OkStatus();
   }
-  if (absl::Status s = Usable(dst_device); !s.ok()) return s;
-  if (absl::Status s = Usable(src_device); !s.ok()) return s;
+  DK_RETURN_IF_ERROR(Usable(dst_device));
+  DK_RETURN_IF_ERROR(Usable(src_device));
   const cudaMemcpyKind kind = src_device.is_cpu()   ? cudaMemcpyHostToDevice
                               : dst_device.is_cpu() ? cudaMemcpyDeviceToHost
                                                     : cudaMemcpyDeviceToDevice;
-  const cudaError_t e = cudaMemcpy(dst, src, n, kind);
-  if (e != cudaSuccess) return CudaError(e, "cudaMemcpy");
-  return absl::OkStatus();
+  const CudaLibrary& cuda = Cuda();
+  return CudaStatus(cuda, cuda.Memcpy(dst, src, n, kind), "cudaMemcpy");
 }
 
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(Device device,
@@ -66,13 +91,17 @@ absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(Device device,
     }
     return b;
   }
-  if (absl::Status s = Usable(device); !s.ok()) return s;
+  DK_RETURN_IF_ERROR(Usable(device));
+  const CudaLibrary& cuda = Cuda();
   int previous = 0;
-  cudaGetDevice(&previous);
-  cudaSetDevice(device.index);
-  const cudaError_t e = cudaMalloc(&b.data_, bytes > 0 ? bytes : 1);
-  cudaSetDevice(previous);
-  if (e != cudaSuccess) return CudaError(e, "cudaMalloc");
+  cuda.GetDevice(&previous);
+  cuda.SetDevice(device.index);
+  const cudaError_t e = cuda.Malloc(&b.data_, bytes > 0 ? bytes : 1);
+  cuda.SetDevice(previous);
+  if (e != cudaSuccess) {
+    b.data_ = nullptr;
+    return CudaStatus(cuda, e, "cudaMalloc");
+  }
   return b;
 }
 
@@ -81,7 +110,7 @@ void DeviceBuffer::Release() {
   if (device_.is_cpu()) {
     std::free(data_);
   } else {
-    cudaFree(data_);
+    Cuda().Free(data_);
   }
   data_ = nullptr;
 }

@@ -16,6 +16,11 @@ absl::Status NoCuda(Device d) {
 
 int CudaDeviceCount() { return 0; }
 
+absl::Status CudaUsable() {
+  return absl::FailedPreconditionError(
+      "this distkit was built without CUDA (install CUDA and rebuild)");
+}
+
 absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
                        Device src_device, size_t n) {
   if (!dst_device.is_cpu()) return NoCuda(dst_device);

@@ -67,8 +67,15 @@ std::string GlooHostname(const std::string& store_address) {
   return host;
 }
 
+// Before any rank connects: a backend this process cannot run (nccl without
+// a GPU or libnccl) fails every rank within milliseconds with the same
+// message, instead of one rank failing and the others waiting for it.
 absl::Status CheckBackend(const std::string& backend) {
-  if (FindBackend(backend) != nullptr) return absl::OkStatus();
+  if (FindBackend(backend) != nullptr) {
+    absl::Status can_run = BackendCanRunHere(backend);
+    if (can_run.ok()) return absl::OkStatus();
+    return Annotate(can_run, "init_dist");
+  }
   if (backend == "gloo" || backend == "mpi" || backend == "nccl" ||
       backend == "cpu:gloo,cuda:nccl") {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -77,6 +84,14 @@ absl::Status CheckBackend(const std::string& backend) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown backend '", backend, "' (expected gloo, nccl or mpi)"));
+}
+
+// mmengine's init_dist exports torchrun's variables under Slurm and MPI; so
+// does every language's init here (Python mirrors them into os.environ).
+void ExportTorchrunVariables(const RendezvousInfo& info) {
+  for (const auto& [name, value] : TorchrunVariables(info)) {
+    setenv(name.c_str(), value.c_str(), /*overwrite=*/1);
+  }
 }
 
 absl::Status Join(std::shared_ptr<Store> store,
@@ -170,6 +185,7 @@ absl::Status InitDist(absl::string_view launcher_name,
     if (std::getenv("MASTER_ADDR") == nullptr) {
       DK_ASSIGN_OR_RETURN(RendezvousInfo placement,
                           ParseMpiPlacement(Environment::FromProcess()));
+      ExportTorchrunVariables(placement);
       DK_RETURN_IF_ERROR(Join(std::make_shared<HashStore>(), nullptr,
                               placement.rank, placement.world_size, options, "",
                               placement.local_rank));
@@ -180,8 +196,16 @@ absl::Status InitDist(absl::string_view launcher_name,
   Environment env = Environment::FromProcess();
   ParseOptions parse;
   parse.port = options.port;
+  // mmengine: under Slurm without SLURM_LOCALID, the local rank is the rank
+  // modulo the GPUs. Probed only then: it opens the CUDA runtime.
+  if (launcher == Launcher::kSlurm && !env.Has("SLURM_LOCALID")) {
+    parse.num_devices = CudaDeviceCount();
+  }
   DK_ASSIGN_OR_RETURN(RendezvousInfo info,
                       ParseRendezvous(launcher, env, parse));
+  if (launcher == Launcher::kSlurm || launcher == Launcher::kMpi) {
+    ExportTorchrunVariables(info);
+  }
   std::unique_ptr<StoreServer> server;
   if (info.host_store) {
     // Without distrun, rank 0 serves the store; it binds the master address.

@@ -273,4 +273,18 @@ std::string RendezvousInfo::DebugString() const {
                       " store=", store_address, host_store ? " (hosting)" : "");
 }
 
+std::map<std::string, std::string> TorchrunVariables(
+    const RendezvousInfo& info) {
+  std::map<std::string, std::string> vars = {
+      {"RANK", absl::StrCat(info.rank)},
+      {"WORLD_SIZE", absl::StrCat(info.world_size)},
+      {"LOCAL_RANK", absl::StrCat(info.local_rank)},
+      {"LOCAL_WORLD_SIZE", absl::StrCat(info.local_world_size)},
+  };
+  if (!info.master_addr.empty()) vars["MASTER_ADDR"] = info.master_addr;
+  if (info.master_port > 0)
+    vars["MASTER_PORT"] = absl::StrCat(info.master_port);
+  return vars;
+}
+
 }  // namespace distkit

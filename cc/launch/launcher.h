@@ -19,6 +19,7 @@
 #ifndef DISTKIT_CC_LAUNCH_LAUNCHER_H_
 #define DISTKIT_CC_LAUNCH_LAUNCHER_H_
 
+#include <map>
 #include <optional>
 #include <string>
 
@@ -87,6 +88,13 @@ absl::StatusOr<RendezvousInfo> ParseRendezvous(
 // PMI's variables): rank, sizes, local and node rank, no store. For the mpi
 // backend, whose ranks connect through MPI itself.
 absl::StatusOr<RendezvousInfo> ParseMpiPlacement(const Environment& env);
+
+// What mmengine's init_dist exports under Slurm and MPI, so code that reads
+// torchrun's variables after init (torch.distributed's env://, a trainer's
+// os.environ['LOCAL_RANK']) sees this rank: RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, and MASTER_ADDR / MASTER_PORT when `info` has them.
+std::map<std::string, std::string> TorchrunVariables(
+    const RendezvousInfo& info);
 
 }  // namespace distkit
 

@@ -180,6 +180,33 @@ TEST(LauncherTest, Mpi) {
   EXPECT_EQ(info.store_address, "h:7");
 }
 
+TEST(LauncherTest, TorchrunVariablesAsMmengineExports) {
+  auto env = Env({{"SLURM_PROCID", "5"},
+                  {"SLURM_NTASKS", "8"},
+                  {"SLURM_LOCALID", "1"},
+                  {"SLURM_NODELIST", "node[03-06]"},
+                  {"SLURM_NTASKS_PER_NODE", "2(x4)"}});
+  std::map<std::string, std::string> vars =
+      TorchrunVariables(*ParseRendezvous(Launcher::kSlurm, env));
+  std::map<std::string, std::string> want = {{"RANK", "5"},
+                                             {"WORLD_SIZE", "8"},
+                                             {"LOCAL_RANK", "1"},
+                                             {"LOCAL_WORLD_SIZE", "2"},
+                                             {"MASTER_ADDR", "node03"},
+                                             {"MASTER_PORT", "29500"}};
+  EXPECT_EQ(vars, want);
+  // The mpi backend's own placement has no store: no address to export.
+  auto mpi = Env({{"OMPI_COMM_WORLD_RANK", "2"},
+                  {"OMPI_COMM_WORLD_SIZE", "3"},
+                  {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}});
+  vars = TorchrunVariables(*ParseMpiPlacement(mpi));
+  EXPECT_EQ(vars.count("MASTER_ADDR"), 0u);
+  EXPECT_EQ(vars["RANK"], "2");
+  EXPECT_EQ(vars["WORLD_SIZE"], "3");
+  EXPECT_EQ(vars["LOCAL_RANK"], "0");
+}
+
 TEST(EnvironmentTest, FromProcessAndInts) {
   setenv("DISTKIT_TEST_VAR", "42", 1);
   Environment env = Environment::FromProcess();

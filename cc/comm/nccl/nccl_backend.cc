@@ -4,7 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cc/comm/nccl/nccl_library.h"
 #include "cc/comm/reduce_kernels.h"
+#include "cc/core/cuda_library.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
 
@@ -13,16 +15,11 @@ namespace {
 
 constexpr absl::Duration kWatchdogPeriod = absl::Milliseconds(100);
 
-absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(e), " (",
-                                          cudaGetErrorString(e), ")"));
-}
-
-absl::Status NcclStatus(ncclResult_t r, absl::string_view what) {
+absl::Status NcclStatus(const NcclLibrary& nccl, ncclResult_t r,
+                        absl::string_view what) {
   if (r == ncclSuccess) return absl::OkStatus();
   return absl::UnavailableError(
-      absl::StrCat(what, ": ", ncclGetErrorString(r)));
+      absl::StrCat(what, ": ", nccl.GetErrorString(r)));
 }
 
 ncclDataType_t NcclType(DataType d) {
@@ -91,35 +88,84 @@ char* At(const TensorRef& t, int64_t elements) {
 
 }  // namespace
 
-NcclBackend::NcclBackend(ncclComm_t comm, int rank, int size, int device)
-    : comm_(comm), rank_(rank), size_(size), device_(device) {}
+NcclBackend::NcclBackend(const CudaLibrary* cuda, const NcclLibrary* nccl,
+                         ncclComm_t comm, int rank, int size, int device)
+    : cuda_(cuda),
+      nccl_(nccl),
+      comm_(comm),
+      rank_(rank),
+      size_(size),
+      device_(device) {}
 
 absl::Status NcclBackend::Init() {
-  DK_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
   DK_RETURN_IF_ERROR(
-      CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
-                 "cudaStreamCreate"));
-  DK_RETURN_IF_ERROR(
-      CudaStatus(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming),
-                 "cudaEventCreate"));
+      CudaStatus(*cuda_, cuda_->SetDevice(device_), "cudaSetDevice"));
+  DK_RETURN_IF_ERROR(CudaStatus(
+      *cuda_, cuda_->StreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+      "cudaStreamCreate"));
+  DK_RETURN_IF_ERROR(CudaStatus(
+      *cuda_, cuda_->EventCreateWithFlags(&done_, cudaEventDisableTiming),
+      "cudaEventCreate"));
   watchdog_ = std::thread([this] { WatchdogLoop(); });
   return absl::OkStatus();
 }
 
+absl::Status NcclBackend::CanRun() {
+  if (absl::Status s = CudaUsable(); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the nccl backend needs a CUDA GPU, and none is usable on this "
+        "machine (",
+        s.message(), "); use backend 'gloo' for CPU tensors"));
+  }
+  if (absl::StatusOr<const NcclLibrary*> nccl = LoadNcclLibrary(); !nccl.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the nccl backend cannot run: ", nccl.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Every rank says whether it can run NCCL before any rank enters
+// ncclCommInitRank, which waits for all ranks without a deadline: a rank
+// without a GPU or libnccl then fails every rank at once, naming itself,
+// instead of leaving the others blocked.
+absl::Status AgreeToStart(const BackendConfig& config,
+                          const absl::Status& mine) {
+  DK_RETURN_IF_ERROR(config.store->Set(
+      absl::StrCat("can_run/", config.rank),
+      mine.ok() ? std::string("ok") : std::string(mine.message())));
+  if (!mine.ok()) return mine;
+  std::vector<std::string> keys;
+  for (int r = 0; r < config.size; ++r) {
+    keys.push_back(absl::StrCat("can_run/", r));
+  }
+  DK_ASSIGN_OR_RETURN(std::vector<std::string> answers,
+                      config.store->MultiGetWithTimeout(keys, config.timeout));
+  for (int r = 0; r < config.size; ++r) {
+    if (answers[r] != "ok") {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the nccl backend cannot start: rank ", r, " reports: ", answers[r]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
     const BackendConfig& config) {
-  const int count = CudaDeviceCount();
-  if (count <= 0) {
-    return absl::FailedPreconditionError(
-        "the nccl backend needs a CUDA GPU, and none is usable on this machine "
-        "(use backend 'gloo' for CPU tensors)");
-  }
-  const int device = config.local_rank % count;
-  DK_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
+  DK_RETURN_IF_ERROR(AgreeToStart(config, CanRun()));
+  const CudaLibrary* cuda = *LoadCudaLibrary();
+  const NcclLibrary* nccl = *LoadNcclLibrary();
+  const int device = config.local_rank % CudaDeviceCount();
+  DK_RETURN_IF_ERROR(
+      CudaStatus(*cuda, cuda->SetDevice(device), "cudaSetDevice"));
   // Rank 0's ncclUniqueId reaches the others through the group's store.
   ncclUniqueId id;
   if (config.rank == 0) {
-    DK_RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+    DK_RETURN_IF_ERROR(
+        NcclStatus(*nccl, nccl->GetUniqueId(&id), "ncclGetUniqueId"));
     DK_RETURN_IF_ERROR(config.store->Set(
         "unique_id", absl::string_view(id.internal, sizeof(id.internal))));
   } else {
@@ -132,10 +178,10 @@ absl::StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
   }
   ncclComm_t comm;
   DK_RETURN_IF_ERROR(
-      NcclStatus(ncclCommInitRank(&comm, config.size, id, config.rank),
+      NcclStatus(*nccl, nccl->CommInitRank(&comm, config.size, id, config.rank),
                  "ncclCommInitRank"));
   std::unique_ptr<NcclBackend> b(
-      new NcclBackend(comm, config.rank, config.size, device));
+      new NcclBackend(cuda, nccl, comm, config.rank, config.size, device));
   DK_RETURN_IF_ERROR(b->Init());
   return b;
 }
@@ -143,19 +189,19 @@ absl::StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
 NcclBackend::~NcclBackend() {
   stop_ = true;
   if (watchdog_.joinable()) watchdog_.join();
-  cudaSetDevice(device_);
+  cuda_->SetDevice(device_);
   {
     absl::MutexLock lock(&mu_);
-    if (!aborted_comm_) ncclCommDestroy(comm_);
+    if (!aborted_comm_) nccl_->CommDestroy(comm_);
   }
-  if (done_ != nullptr) cudaEventDestroy(done_);
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (done_ != nullptr) cuda_->EventDestroy(done_);
+  if (stream_ != nullptr) cuda_->StreamDestroy(stream_);
 }
 
 absl::Status NcclBackend::AbortWith(absl::Status status) {
   absl::MutexLock lock(&mu_);
   if (!aborted_comm_) {
-    ncclCommAbort(comm_);
+    nccl_->CommAbort(comm_);
     aborted_comm_ = true;
   }
   if (failure_.ok()) failure_ = status;
@@ -179,11 +225,11 @@ void NcclBackend::WatchdogLoop() {
             "): timed out; the watchdog aborted the communicator"));
       } else {
         ncclResult_t async = ncclSuccess;
-        if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess &&
+        if (nccl_->CommGetAsyncError(comm_, &async) == ncclSuccess &&
             async != ncclSuccess && async != ncclInProgress) {
           failure = absl::UnavailableError(absl::StrCat(
               in_flight_ ? in_flight_what_ : std::string("nccl communicator"),
-              " (rank ", rank_, "): ", ncclGetErrorString(async),
+              " (rank ", rank_, "): ", nccl_->GetErrorString(async),
               "; the watchdog aborted the communicator"));
         }
       }
@@ -222,15 +268,16 @@ absl::Status NcclBackend::Run(const OpContext& ctx,
                               const std::function<ncclResult_t()>& enqueue,
                               bool grouped) {
   DK_RETURN_IF_ERROR(CommFailure(ctx));
-  DK_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
+  DK_RETURN_IF_ERROR(
+      CudaStatus(*cuda_, cuda_->SetDevice(device_), "cudaSetDevice"));
   // Work the caller queued on the legacy default stream comes first.
   cudaEvent_t ready;
-  DK_RETURN_IF_ERROR(
-      CudaStatus(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming),
-                 "cudaEventCreate"));
-  cudaEventRecord(ready, cudaStreamLegacy);
-  cudaStreamWaitEvent(stream_, ready, 0);
-  cudaEventDestroy(ready);
+  DK_RETURN_IF_ERROR(CudaStatus(
+      *cuda_, cuda_->EventCreateWithFlags(&ready, cudaEventDisableTiming),
+      "cudaEventCreate"));
+  cuda_->EventRecord(ready, cudaStreamLegacy);
+  cuda_->StreamWaitEvent(stream_, ready, 0);
+  cuda_->EventDestroy(ready);
   {
     absl::MutexLock lock(&mu_);
     in_flight_ = true;
@@ -242,23 +289,23 @@ absl::Status NcclBackend::Run(const OpContext& ctx,
     in_flight_ = false;
     return s;
   };
-  if (grouped) ncclGroupStart();
+  if (grouped) nccl_->GroupStart();
   ncclResult_t r = enqueue();
   if (grouped) {
-    const ncclResult_t g = ncclGroupEnd();
+    const ncclResult_t g = nccl_->GroupEnd();
     if (r == ncclSuccess) r = g;
   }
   if (r != ncclSuccess) {
     return done(AbortWith(absl::UnavailableError(absl::StrCat(
-        ctx.Describe(), " (rank ", rank_, "): ", ncclGetErrorString(r)))));
+        ctx.Describe(), " (rank ", rank_, "): ", nccl_->GetErrorString(r)))));
   }
-  cudaEventRecord(done_, stream_);
+  cuda_->EventRecord(done_, stream_);
   while (true) {
-    const cudaError_t e = cudaEventQuery(done_);
+    const cudaError_t e = cuda_->EventQuery(done_);
     if (e == cudaSuccess) return done(absl::OkStatus());
     if (e != cudaErrorNotReady) {
       return done(AbortWith(absl::InternalError(
-          absl::StrCat(ctx.Describe(), ": ", cudaGetErrorString(e)))));
+          absl::StrCat(ctx.Describe(), ": ", cuda_->GetErrorString(e)))));
     }
     if (absl::Status failed = CommFailure(ctx); !failed.ok()) {
       return done(failed);
@@ -273,15 +320,17 @@ absl::StatusOr<std::unique_ptr<Backend>> NcclBackend::Split(
   int key = -1;
   for (size_t i = 0; i < parent_ranks.size(); ++i)
     if (parent_ranks[i] == rank_) key = static_cast<int>(i);
-  DK_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
+  DK_RETURN_IF_ERROR(
+      CudaStatus(*cuda_, cuda_->SetDevice(device_), "cudaSetDevice"));
   ncclComm_t comm = nullptr;
   DK_RETURN_IF_ERROR(
-      NcclStatus(ncclCommSplit(comm_, key >= 0 ? 0 : NCCL_SPLIT_NOCOLOR,
-                               std::max(key, 0), &comm, nullptr),
+      NcclStatus(*nccl_,
+                 nccl_->CommSplit(comm_, key >= 0 ? 0 : NCCL_SPLIT_NOCOLOR,
+                                  std::max(key, 0), &comm, nullptr),
                  "ncclCommSplit"));
   if (key < 0) return std::unique_ptr<Backend>();
   std::unique_ptr<NcclBackend> b(new NcclBackend(
-      comm, key, static_cast<int>(parent_ranks.size()), device_));
+      cuda_, nccl_, comm, key, static_cast<int>(parent_ranks.size()), device_));
   DK_RETURN_IF_ERROR(b->Init());
   return std::unique_ptr<Backend>(std::move(b));
 }
@@ -303,7 +352,7 @@ absl::Status NcclBackend::AllGatherHost(const OpContext& ctx, const void* in,
   DK_RETURN_IF_ERROR(
       CopyBytes(mine, Device::Cuda(device_), in, Device::Cpu(), bytes));
   DK_RETURN_IF_ERROR(Run(ctx, [&] {
-    return ncclAllGather(mine, all, bytes, ncclUint8, comm_, stream_);
+    return nccl_->AllGather(mine, all, bytes, ncclUint8, comm_, stream_);
   }));
   return CopyBytes(out, Device::Cpu(), all, Device::Cuda(device_),
                    bytes * size_);
@@ -314,34 +363,34 @@ absl::Status NcclBackend::AllGatherHost(const OpContext& ctx, const void* in,
 absl::Status NcclBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                     ReduceOp op) {
   return Run(ctx, [&] {
-    return ncclAllReduce(data.data(), data.data(), data.numel(),
-                         NcclType(data.dtype()), NcclOp(op, data.dtype()),
-                         comm_, stream_);
+    return nccl_->AllReduce(data.data(), data.data(), data.numel(),
+                            NcclType(data.dtype()), NcclOp(op, data.dtype()),
+                            comm_, stream_);
   });
 }
 
 absl::Status NcclBackend::Broadcast(const OpContext& ctx, TensorRef data,
                                     int root) {
   return Run(ctx, [&] {
-    return ncclBroadcast(data.data(), data.data(), data.numel(),
-                         NcclType(data.dtype()), root, comm_, stream_);
+    return nccl_->Broadcast(data.data(), data.data(), data.numel(),
+                            NcclType(data.dtype()), root, comm_, stream_);
   });
 }
 
 absl::Status NcclBackend::Reduce(const OpContext& ctx, TensorRef data,
                                  ReduceOp op, int root) {
   return Run(ctx, [&] {
-    return ncclReduce(data.data(), data.data(), data.numel(),
-                      NcclType(data.dtype()), NcclOp(op, data.dtype()), root,
-                      comm_, stream_);
+    return nccl_->Reduce(data.data(), data.data(), data.numel(),
+                         NcclType(data.dtype()), NcclOp(op, data.dtype()), root,
+                         comm_, stream_);
   });
 }
 
 absl::Status NcclBackend::AllGather(const OpContext& ctx, TensorRef input,
                                     TensorRef output) {
   return Run(ctx, [&] {
-    return ncclAllGather(input.data(), output.data(), input.numel(),
-                         NcclType(input.dtype()), comm_, stream_);
+    return nccl_->AllGather(input.data(), output.data(), input.numel(),
+                            NcclType(input.dtype()), comm_, stream_);
   });
 }
 
@@ -356,17 +405,18 @@ absl::Status NcclBackend::Gather(const OpContext& ctx, TensorRef input,
           for (int r = 0; r < size_; ++r) {
             char* dst = At(output, r * input.numel());
             if (r == rank_) {
-              cudaMemcpyAsync(dst, input.data(), input.nbytes(),
-                              cudaMemcpyDeviceToDevice, stream_);
+              cuda_->MemcpyAsync(dst, input.data(), input.nbytes(),
+                                 cudaMemcpyDeviceToDevice, stream_);
               continue;
             }
             const ncclResult_t res =
-                ncclRecv(dst, input.numel(), t, r, comm_, stream_);
+                nccl_->Recv(dst, input.numel(), t, r, comm_, stream_);
             if (res != ncclSuccess) return res;
           }
           return ncclSuccess;
         }
-        return ncclSend(input.data(), input.numel(), t, root, comm_, stream_);
+        return nccl_->Send(input.data(), input.numel(), t, root, comm_,
+                           stream_);
       },
       /*grouped=*/true);
 }
@@ -381,17 +431,18 @@ absl::Status NcclBackend::Scatter(const OpContext& ctx, TensorRef input,
           for (int r = 0; r < size_; ++r) {
             const char* src = At(input, r * output.numel());
             if (r == rank_) {
-              cudaMemcpyAsync(output.data(), src, output.nbytes(),
-                              cudaMemcpyDeviceToDevice, stream_);
+              cuda_->MemcpyAsync(output.data(), src, output.nbytes(),
+                                 cudaMemcpyDeviceToDevice, stream_);
               continue;
             }
             const ncclResult_t res =
-                ncclSend(src, output.numel(), t, r, comm_, stream_);
+                nccl_->Send(src, output.numel(), t, r, comm_, stream_);
             if (res != ncclSuccess) return res;
           }
           return ncclSuccess;
         }
-        return ncclRecv(output.data(), output.numel(), t, root, comm_, stream_);
+        return nccl_->Recv(output.data(), output.numel(), t, root, comm_,
+                           stream_);
       },
       /*grouped=*/true);
 }
@@ -399,9 +450,9 @@ absl::Status NcclBackend::Scatter(const OpContext& ctx, TensorRef input,
 absl::Status NcclBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
                                         TensorRef output, ReduceOp op) {
   return Run(ctx, [&] {
-    return ncclReduceScatter(input.data(), output.data(), output.numel(),
-                             NcclType(output.dtype()),
-                             NcclOp(op, output.dtype()), comm_, stream_);
+    return nccl_->ReduceScatter(input.data(), output.data(), output.numel(),
+                                NcclType(output.dtype()),
+                                NcclOp(op, output.dtype()), comm_, stream_);
   });
 }
 
@@ -421,9 +472,9 @@ absl::Status NcclBackend::AllToAll(const OpContext& ctx, TensorRef input,
         int64_t sat = 0, rat = 0;
         for (int r = 0; r < size_; ++r) {
           ncclResult_t res =
-              ncclSend(At(input, sat), in[r], t, r, comm_, stream_);
+              nccl_->Send(At(input, sat), in[r], t, r, comm_, stream_);
           if (res != ncclSuccess) return res;
-          res = ncclRecv(At(output, rat), out[r], t, r, comm_, stream_);
+          res = nccl_->Recv(At(output, rat), out[r], t, r, comm_, stream_);
           if (res != ncclSuccess) return res;
           sat += in[r];
           rat += out[r];
@@ -449,7 +500,7 @@ absl::Status NcclBackend::Send(const OpContext& ctx, TensorRef data, int dst,
     bytes = staged.data();
   }
   return Run(ctx, [&] {
-    return ncclSend(bytes, data.nbytes(), ncclUint8, dst, comm_, stream_);
+    return nccl_->Send(bytes, data.nbytes(), ncclUint8, dst, comm_, stream_);
   });
 }
 
@@ -463,7 +514,7 @@ absl::Status NcclBackend::Recv(const OpContext& ctx, TensorRef data, int src,
     bytes = staged.data();
   }
   DK_RETURN_IF_ERROR(Run(ctx, [&] {
-    return ncclRecv(bytes, data.nbytes(), ncclUint8, src, comm_, stream_);
+    return nccl_->Recv(bytes, data.nbytes(), ncclUint8, src, comm_, stream_);
   }));
   if (staged.data() == nullptr) return absl::OkStatus();
   return CopyBytes(data.data(), Device::Cpu(), staged.data(),

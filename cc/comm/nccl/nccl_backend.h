@@ -20,13 +20,18 @@
 // by CheckReduce before anything runs; float mean is ncclAvg (NativeMean),
 // integer mean a sum the contract divides.
 //
+// CUDA and NCCL are opened with dlopen at first use (cuda_library.h,
+// nccl_library.h): a build with this backend loads on CPU-only machines,
+// where it is a FAILED_PRECONDITION saying what is missing, on every rank
+// before any rank blocks (Create's agreement through the store).
+//
 // Registered as "nccl" and, with the Gloo backend for CPU tensors,
 // "cpu:gloo,cuda:nccl" (dispatch by tensor device).
 
 #ifndef DISTKIT_CC_COMM_NCCL_NCCL_BACKEND_H_
 #define DISTKIT_CC_COMM_NCCL_NCCL_BACKEND_H_
 
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <atomic>
@@ -41,6 +46,8 @@
 #include "absl/time/time.h"
 #include "cc/comm/backend.h"
 #include "cc/comm/backend_registry.h"
+#include "cc/comm/nccl/nccl_library.h"
+#include "cc/core/cuda_library.h"
 #include "cc/core/device_copy.h"
 
 namespace distkit {
@@ -50,6 +57,11 @@ class NcclBackend : public Backend {
   static absl::StatusOr<std::unique_ptr<NcclBackend>> Create(
       const BackendConfig& config);
   ~NcclBackend() override;
+
+  // OK when this process can run NCCL (a usable GPU, libcudart and libnccl
+  // loaded); else FAILED_PRECONDITION saying what is missing. Cheap after
+  // the first call; used before any rank connects (CheckBackendCanRun).
+  static absl::Status CanRun();
 
   absl::string_view name() const override { return "nccl"; }
   int rank() const override { return rank_; }
@@ -90,7 +102,8 @@ class NcclBackend : public Backend {
   void Abort() override;
 
  private:
-  NcclBackend(ncclComm_t comm, int rank, int size, int device);
+  NcclBackend(const CudaLibrary* cuda, const NcclLibrary* nccl, ncclComm_t comm,
+              int rank, int size, int device);
   absl::Status Init();
 
   // Enqueues `enqueue` on the stream (inside ncclGroupStart/End when
@@ -104,6 +117,8 @@ class NcclBackend : public Backend {
   absl::Status AbortWith(absl::Status status);
   void WatchdogLoop();
 
+  const CudaLibrary* const cuda_;  // loaded by Create, never unloaded
+  const NcclLibrary* const nccl_;
   ncclComm_t comm_;
   const int rank_;
   const int size_;

@@ -1,6 +1,7 @@
 // Registers "nccl" and "cpu:gloo,cuda:nccl" with the backend registry, so the
-// process group finds them in builds that have CUDA (this library is linked
-// only then).
+// process group finds them in builds that have CUDA's headers (this library
+// is linked only then); CanRun tells init, before any rank connects, whether
+// this machine can run them.
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -34,8 +35,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeDispatch(
       "cpu:gloo,cuda:nccl", std::move(cpu), std::move(cuda)));
 }
 
-const bool registered = RegisterBackend("nccl", MakeNccl) &&
-                        RegisterBackend("cpu:gloo,cuda:nccl", MakeDispatch);
+const bool registered =
+    RegisterBackend("nccl", MakeNccl, NcclBackend::CanRun) &&
+    RegisterBackend("cpu:gloo,cuda:nccl", MakeDispatch, NcclBackend::CanRun);
 
 }  // namespace
 }  // namespace distkit

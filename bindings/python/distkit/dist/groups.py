@@ -232,8 +232,11 @@ def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
         config.timeout_ms = int(kwargs["timeout"].total_seconds() * 1000)
     if launcher == "slurm" and kwargs.get("port") is not None:
         os.environ["MASTER_PORT"] = str(kwargs["port"])
+    _select_cuda_device(launcher)
     world = ctypes.c_void_p()
     check(lib.dk_init, launcher.encode(), ctypes.byref(config), ctypes.byref(world))
+    if launcher in ("slurm", "mpi"):
+        _mirror_exported_variables()
     global _default_group, _TORCH_GROUP_OURS
     _default_group = ProcessGroup(world)
     _local_group_from_launcher()
@@ -244,6 +247,44 @@ def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
     except ImportError:  # a torch built without torch.distributed
         return
     _TORCH_GROUP_OURS = torch_backend.init_default_group(config.timeout_ms)
+
+
+def _launcher_local_rank(launcher: str, device_count: int) -> int:
+    """This rank's local rank as mmengine reads it for set_device."""
+    env = os.environ
+    if launcher == "pytorch":
+        return int(env.get("LOCAL_RANK", "0"))
+    if launcher == "slurm":
+        if "SLURM_LOCALID" in env:
+            return int(env["SLURM_LOCALID"])
+        return int(env.get("SLURM_PROCID", "0")) % device_count
+    return int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("MPI_LOCALRANKID", "0")))
+
+
+def _select_cuda_device(launcher: str) -> None:
+    """mmengine's init_dist: cuda.set_device(local_rank) before joining, so
+    that get_comm_device() (cuda:<current_device()>) is the device the NCCL
+    backend binds (cuda:<local_rank % device_count>). Nothing without a GPU."""
+    import torch
+    if not torch.cuda.is_available():
+        return
+    count = torch.cuda.device_count()
+    if count > 0:
+        torch.cuda.set_device(_launcher_local_rank(launcher, count) % count)
+
+
+def _mirror_exported_variables() -> None:
+    """dk_init exported torchrun's variables under Slurm and MPI (as
+    mmengine's init_dist does) into the C environment; os.environ is a copy
+    taken at start-up, so they are copied in for Python code that reads them."""
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    libc.getenv.argtypes = [ctypes.c_char_p]
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT"):
+        value = libc.getenv(name.encode())
+        if value is not None:
+            os.environ[name] = value.decode()
 
 
 def _init_with_package(init_backend: str, launcher: str, backend: str, kwargs: dict) -> None:

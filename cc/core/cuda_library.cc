@@ -1,0 +1,62 @@
+#include "cc/core/cuda_library.h"
+
+#include "absl/strings/str_cat.h"
+#include "cc/core/shared_library.h"
+#include "cc/core/status.h"
+
+namespace distkit {
+namespace {
+
+absl::StatusOr<CudaLibrary> Load() {
+  LibrarySearch search;
+  search.what = "the CUDA runtime";
+  search.soname = absl::StrCat("libcudart.so.", CUDART_VERSION / 1000);
+  search.override_env = "DISTKIT_CUDART_LIBRARY";
+  search.dirs = LibDirsFromEnv("CUDA_HOME");
+  search.fallback_dirs = {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"};
+  DK_ASSIGN_OR_RETURN(SharedLibrary lib, OpenSharedLibrary(search));
+  CudaLibrary c;
+  c.path = lib.path;
+#define DK_RESOLVE(field, symbol) \
+  DK_RETURN_IF_ERROR(ResolveSymbol(lib, #symbol, &c.field))
+  DK_RESOLVE(GetDeviceCount, cudaGetDeviceCount);
+  DK_RESOLVE(GetDevice, cudaGetDevice);
+  DK_RESOLVE(SetDevice, cudaSetDevice);
+  DK_RESOLVE(GetLastError, cudaGetLastError);
+  DK_RESOLVE(GetErrorName, cudaGetErrorName);
+  DK_RESOLVE(GetErrorString, cudaGetErrorString);
+  DK_RESOLVE(Malloc, cudaMalloc);
+  DK_RESOLVE(Free, cudaFree);
+  DK_RESOLVE(Memcpy, cudaMemcpy);
+  DK_RESOLVE(MemcpyAsync, cudaMemcpyAsync);
+  DK_RESOLVE(StreamCreateWithFlags, cudaStreamCreateWithFlags);
+  DK_RESOLVE(StreamDestroy, cudaStreamDestroy);
+  DK_RESOLVE(StreamSynchronize, cudaStreamSynchronize);
+  DK_RESOLVE(StreamWaitEvent, cudaStreamWaitEvent);
+  DK_RESOLVE(EventCreateWithFlags, cudaEventCreateWithFlags);
+  DK_RESOLVE(EventDestroy, cudaEventDestroy);
+  DK_RESOLVE(EventRecord, cudaEventRecord);
+  DK_RESOLVE(EventQuery, cudaEventQuery);
+  DK_RESOLVE(PointerGetAttributes, cudaPointerGetAttributes);
+#undef DK_RESOLVE
+  return c;
+}
+
+}  // namespace
+
+absl::StatusOr<const CudaLibrary*> LoadCudaLibrary() {
+  // Loaded once: dlopen is costly and its answer does not change.
+  static const absl::StatusOr<CudaLibrary>* const loaded =
+      new absl::StatusOr<CudaLibrary>(Load());
+  if (!loaded->ok()) return loaded->status();
+  return &**loaded;
+}
+
+absl::Status CudaStatus(const CudaLibrary& cuda, cudaError_t e,
+                        const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cuda.GetErrorName(e),
+                                          " (", cuda.GetErrorString(e), ")"));
+}
+
+}  // namespace distkit
