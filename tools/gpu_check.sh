@@ -17,7 +17,8 @@ libdir="$cuda/lib64"
 [[ -d "$libdir" ]] || libdir="$cuda/lib"
 sources=(
   cc/core/data_type.cc cc/core/device.cc cc/core/reduce_op.cc cc/core/status.cc
-  cc/core/tensor_ref.cc cc/core/device_copy_cuda.cc cc/core/cuda_library.cc
+  cc/core/tensor_ref.cc cc/core/device_copy.cc cc/core/cuda_memory_cuda.cc
+  cc/core/cuda_library.cc
   cc/core/shared_library.cc cc/comm/nccl/nccl_library.cc
   cc/comm/backend.cc cc/comm/backend_registry.cc cc/comm/reduce_kernels.cc
   cc/comm/op_context.cc cc/comm/op_signature.cc

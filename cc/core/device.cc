@@ -12,7 +12,7 @@ namespace distkit {
 
 std::string Device::ToString() const {
   if (is_cpu()) return "cpu";
-  return absl::StrCat("cuda:", index);
+  return absl::StrCat(is_ext() ? "ext:" : "cuda:", index);
 }
 
 absl::StatusOr<Device> ParseDevice(absl::string_view text) {
@@ -52,7 +52,9 @@ absl::StatusOr<Device> DeviceFromDLPack(DLDevice dl) {
 
 DLDevice ToDLPack(Device device) {
   DLDevice dl;
-  dl.device_type = device.is_cpu() ? kDLCPU : kDLCUDA;
+  dl.device_type = device.is_cpu()   ? kDLCPU
+                   : device.is_ext() ? kDLExtDev
+                                     : kDLCUDA;
   dl.device_id = device.is_cpu() ? 0 : device.index;
   return dl;
 }

@@ -18,6 +18,11 @@ namespace distkit {
 enum class DeviceType : int32_t {
   kCpu = 0,
   kCuda = 1,
+  // An extension device (DLPack's kDLExtDev): memory that only the hooks
+  // installed with InstallExtensionDevice (device_copy.h) can reach. Never
+  // accepted through the C ABI; tests use it to prove the casting rule on
+  // machines without a GPU.
+  kExt = 2,
 };
 
 struct Device {
@@ -26,11 +31,13 @@ struct Device {
 
   static Device Cpu() { return Device{DeviceType::kCpu, 0}; }
   static Device Cuda(int index) { return Device{DeviceType::kCuda, index}; }
+  static Device Ext(int index) { return Device{DeviceType::kExt, index}; }
 
   bool is_cpu() const { return type == DeviceType::kCpu; }
   bool is_cuda() const { return type == DeviceType::kCuda; }
+  bool is_ext() const { return type == DeviceType::kExt; }
 
-  // "cpu" or "cuda:<index>".
+  // "cpu", "cuda:<index>" or "ext:<index>".
   std::string ToString() const;
 
   friend bool operator==(const Device& a, const Device& b) {

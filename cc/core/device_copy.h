@@ -1,16 +1,18 @@
 // File: device_copy.h
 //
-// Moving bytes between the host and CUDA devices, for mmengine's casting rule
-// (data not on the communication device is copied there, reduced, and copied
-// back) and the ABI's dk_tensor_copy. Built against CUDA's headers when
-// third_party found them (device_copy_cuda.cc, which opens libcudart at first
-// use: cuda_library.h), else host-only (device_copy_host.cc), where any CUDA
-// device is FAILED_PRECONDITION saying so.
+// Moving bytes between the host and other devices, for mmengine's casting
+// rule (data not on the communication device is copied there, reduced, and
+// copied back), the device-generic reducer and the ABI's dk_tensor_copy.
+// CUDA memory goes through the CUDA runtime, opened at first use where
+// CUDA's headers were found at build time (cuda_memory.h); without CUDA any
+// CUDA device is FAILED_PRECONDITION saying why. An extension device
+// (Device::Ext) is reached through hooks a test installs.
 
 #ifndef DISTKIT_CC_CORE_DEVICE_COPY_H_
 #define DISTKIT_CC_CORE_DEVICE_COPY_H_
 
 #include <cstddef>
+#include <functional>
 
 #include "absl/status/statusor.h"
 #include "cc/core/device.h"
@@ -52,6 +54,22 @@ class DeviceBuffer {
   void* data_ = nullptr;
   Device device_;
 };
+
+// What an extension device's memory is, as functions: allocation and the
+// three copy directions (n bytes each). A test installs one whose memory
+// cannot be read as host memory (it keeps the bytes transformed), so that a
+// path that forgets a copy computes wrong values instead of passing.
+struct ExtensionDeviceHooks {
+  std::function<void*(size_t bytes)> allocate;
+  std::function<void(void* p)> free;
+  std::function<void(void* dst, const void* host_src, size_t n)> to_device;
+  std::function<void(void* host_dst, const void* src, size_t n)> to_host;
+  std::function<void(void* dst, const void* src, size_t n)> on_device;
+};
+
+// Installs (or, with empty hooks, removes) the extension device for this
+// process. Not thread-safe against copies in flight: install before use.
+void InstallExtensionDevice(ExtensionDeviceHooks hooks);
 
 }  // namespace distkit
 

@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "cc/core/status.h"
+#include "cc/dist_api/collectives.h"
 #include "cc/dist_api/dist.h"
 #include "cc/dist_api/object_collectives.h"
 
@@ -111,8 +112,10 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
       }
       std::memcpy(path.data(), templ, std::strlen(templ));
     }
+    // Through the comm device (dist::Broadcast's casting rule): NCCL takes
+    // no host memory.
     DK_RETURN_IF_ERROR(
-        g->Broadcast(TensorRef(path.data(), path.size(), DataType::kUInt8), 0));
+        Broadcast(TensorRef(path.data(), path.size(), DataType::kUInt8), 0, g));
     dir = std::string(absl::StripTrailingAsciiWhitespace(
         std::string(path.begin(), path.end())));
   } else {

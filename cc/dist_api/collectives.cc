@@ -1,12 +1,12 @@
 #include "cc/dist_api/collectives.h"
 
-#include <cstring>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/reduce_op.h"
 #include "cc/core/status.h"
+#include "cc/dist_api/comm_device.h"
 #include "cc/dist_api/dist.h"
 
 namespace distkit {
@@ -25,52 +25,41 @@ bool Trivial(ProcessGroup* group) {
   return g->is_member() && g->size() == 1;
 }
 
-void CopyInto(const TensorRef& from, const TensorRef& to) {
-  if (from.data() != to.data())
-    std::memcpy(to.data(), from.data(), from.nbytes());
+absl::Status CopyInto(const TensorRef& from, const TensorRef& to) {
+  if (from.data() == to.data()) return absl::OkStatus();
+  return CopyBytes(to.data(), to.device(), from.data(), from.device(),
+                   from.nbytes());
 }
 
-// One all_reduce over the concatenation of `tensors` (same dtype).
+// One all_reduce over the concatenation of `tensors` (same dtype), staged on
+// the comm device whatever device each tensor is on.
 absl::Status FlatAllReduce(const std::vector<TensorRef>& tensors, ReduceOp op,
                            ProcessGroup* group) {
   if (tensors.empty()) return absl::OkStatus();
+  const Device comm = group->comm_device();
   size_t bytes = 0;
   int64_t numel = 0;
   for (const TensorRef& t : tensors) {
     bytes += t.nbytes();
     numel += t.numel();
   }
-  std::vector<char> flat(bytes);
+  DK_ASSIGN_OR_RETURN(DeviceBuffer flat, DeviceBuffer::Allocate(comm, bytes));
+  char* base = static_cast<char*>(flat.data());
   size_t offset = 0;
   for (const TensorRef& t : tensors) {
-    std::memcpy(flat.data() + offset, t.data(), t.nbytes());
+    DK_RETURN_IF_ERROR(
+        CopyBytes(base + offset, comm, t.data(), t.device(), t.nbytes()));
     offset += t.nbytes();
   }
-  DK_RETURN_IF_ERROR(
-      group->AllReduce(TensorRef(flat.data(), numel, tensors[0].dtype()), op));
+  DK_RETURN_IF_ERROR(group->AllReduce(
+      TensorRef(flat.data(), numel, tensors[0].dtype(), comm), op));
   offset = 0;
   for (const TensorRef& t : tensors) {
-    std::memcpy(t.data(), flat.data() + offset, t.nbytes());
+    DK_RETURN_IF_ERROR(
+        CopyBytes(t.data(), t.device(), base + offset, comm, t.nbytes()));
     offset += t.nbytes();
   }
   return absl::OkStatus();
-}
-
-// mmengine's casting rule: data that is not on the group's communication
-// device is copied there, the collective runs on the copy, and the result is
-// copied back into the caller's buffer.
-template <typename F>
-absl::Status OnCommDevice(const TensorRef& data, ProcessGroup* g, F&& run) {
-  const Device comm = g->comm_device();
-  if (data.device() == comm) return run(data);
-  DK_ASSIGN_OR_RETURN(DeviceBuffer staging,
-                      DeviceBuffer::Allocate(comm, data.nbytes()));
-  DK_RETURN_IF_ERROR(CopyBytes(staging.data(), comm, data.data(), data.device(),
-                               data.nbytes()));
-  DK_RETURN_IF_ERROR(
-      run(TensorRef(staging.data(), data.shape(), data.dtype(), comm)));
-  return CopyBytes(data.data(), data.device(), staging.data(), comm,
-                   data.nbytes());
 }
 
 }  // namespace
@@ -81,7 +70,8 @@ absl::Status AllReduce(TensorRef data, absl::string_view op,
   if (Trivial(group)) return absl::OkStatus();
   ProcessGroup* g = Resolve(group);
   return OnCommDevice(
-      data, g, [&](const TensorRef& t) { return g->AllReduce(t, reduce_op); });
+      data, g->comm_device(), Access::kReadWrite,
+      [&](const TensorRef& t) { return g->AllReduce(t, reduce_op); });
 }
 
 absl::Status AllGather(TensorRef data, const std::vector<TensorRef>& outputs,
@@ -91,40 +81,53 @@ absl::Status AllGather(TensorRef data, const std::vector<TensorRef>& outputs,
       return absl::InvalidArgumentError(
           "all_gather: expected 1 output at world size 1");
     }
-    CopyInto(data, outputs[0]);
-    return absl::OkStatus();
+    return CopyInto(data, outputs[0]);
   }
-  return Resolve(group)->AllGather(data, outputs);
+  ProcessGroup* g = Resolve(group);
+  const Device comm = g->comm_device();
+  return OnCommDevice(data, comm, Access::kRead, [&](const TensorRef& in) {
+    return OutputsOnCommDevice(outputs, comm,
+                               [&](const std::vector<TensorRef>& outs) {
+                                 return g->AllGather(in, outs);
+                               });
+  });
 }
 
 absl::Status Gather(TensorRef data, const std::vector<TensorRef>& outputs,
                     int dst, ProcessGroup* group) {
   if (Trivial(group)) {
-    if (!outputs.empty()) CopyInto(data, outputs[0]);
+    if (!outputs.empty()) return CopyInto(data, outputs[0]);
     return absl::OkStatus();
   }
   ProcessGroup* g = Resolve(group);
-  std::vector<char> staging;
-  TensorRef flat;
-  if (g->rank() == dst) {
-    if (static_cast<int>(outputs.size()) != g->size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gather: dst needs ", g->size(), " outputs, got ", outputs.size()));
-    }
-    staging.resize(data.nbytes() * g->size());
-    flat = TensorRef(staging.data(), data.numel() * g->size(), data.dtype());
+  const Device comm = g->comm_device();
+  const bool receives = g->rank() == dst;
+  if (receives && static_cast<int>(outputs.size()) != g->size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gather: dst needs ", g->size(), " outputs, got ", outputs.size()));
   }
-  DK_RETURN_IF_ERROR(g->Gather(data, flat, dst));
-  if (g->rank() == dst) {
-    for (int r = 0; r < g->size(); ++r) {
-      if (outputs[r].numel() != data.numel() ||
-          outputs[r].dtype() != data.dtype()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "gather: output ", r, " does not match the input's size or dtype"));
-      }
-      std::memcpy(outputs[r].data(), staging.data() + r * data.nbytes(),
-                  data.nbytes());
+  // Gathered into one buffer on the comm device at dst, then copied out.
+  DeviceBuffer staging;
+  TensorRef flat;
+  if (receives) {
+    DK_ASSIGN_OR_RETURN(
+        staging, DeviceBuffer::Allocate(comm, data.nbytes() * g->size()));
+    flat =
+        TensorRef(staging.data(), data.numel() * g->size(), data.dtype(), comm);
+  }
+  DK_RETURN_IF_ERROR(OnCommDevice(
+      data, comm, Access::kRead,
+      [&](const TensorRef& in) { return g->Gather(in, flat, dst); }));
+  if (!receives) return absl::OkStatus();
+  const char* all = static_cast<const char*>(staging.data());
+  for (int r = 0; r < g->size(); ++r) {
+    if (outputs[r].numel() != data.numel() ||
+        outputs[r].dtype() != data.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gather: output ", r, " does not match the input's size or dtype"));
     }
+    DK_RETURN_IF_ERROR(CopyBytes(outputs[r].data(), outputs[r].device(),
+                                 all + r * data.nbytes(), comm, data.nbytes()));
   }
   return absl::OkStatus();
 }
@@ -132,7 +135,7 @@ absl::Status Gather(TensorRef data, const std::vector<TensorRef>& outputs,
 absl::Status Broadcast(TensorRef data, int src, ProcessGroup* group) {
   if (Trivial(group)) return absl::OkStatus();
   ProcessGroup* g = Resolve(group);
-  return OnCommDevice(data, g,
+  return OnCommDevice(data, g->comm_device(), Access::kReadWrite,
                       [&](const TensorRef& t) { return g->Broadcast(t, src); });
 }
 
@@ -143,7 +146,8 @@ absl::StatusOr<int32_t> SyncRandomSeed(ProcessGroup* group) {
   if (Trivial(group)) return seed;
   ProcessGroup* g = Resolve(group);
   if (g->rank() != 0) seed = 0;  // mmengine: non-zero ranks start from 0
-  DK_RETURN_IF_ERROR(g->Broadcast(TensorRef(&seed, 1, DataType::kInt32), 0));
+  // Through the comm device (NCCL takes no host memory).
+  DK_RETURN_IF_ERROR(Broadcast(TensorRef(&seed, 1, DataType::kInt32), 0, g));
   return seed;
 }
 
@@ -204,8 +208,11 @@ absl::Status AllReduceParams(const std::vector<TensorRef>& params,
   if (Trivial(group)) return absl::OkStatus();
   ProcessGroup* g = Resolve(group);
   if (!coalesce) {
-    for (const TensorRef& p : params)
-      DK_RETURN_IF_ERROR(g->AllReduce(p, reduce_op));
+    for (const TensorRef& p : params) {
+      DK_RETURN_IF_ERROR(OnCommDevice(
+          p, g->comm_device(), Access::kReadWrite,
+          [&](const TensorRef& t) { return g->AllReduce(t, reduce_op); }));
+    }
     return absl::OkStatus();
   }
   for (const std::vector<size_t>& bucket :

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cc/comm/backend_registry.h"
+#include "cc/core/device_copy.h"
 #include "cc/core/status.h"
 #include "cc/store/call_deadline.h"
 #include "cc/store/prefix_store.h"
@@ -633,15 +634,28 @@ absl::Status ProcessGroup::AllGather(TensorRef input,
         DK_CHECKS(CheckTensor(outputs[r], what), SameDtype(input, outputs[r]),
                   ExpectNumel(outputs[r], input.numel(), what));
   }
-  // Gathered into one staging buffer, then copied out per rank.
-  std::vector<char> staging(checked.ok() ? input.nbytes() * outputs.size() : 0);
-  TensorRef flat(staging.data(), input.numel() * size(), input.dtype());
+  // Gathered into one staging buffer on the input's device (device memory
+  // for NCCL), then copied out per rank to each output's device.
+  DeviceBuffer staging;
+  if (checked.ok()) {
+    absl::StatusOr<DeviceBuffer> made =
+        DeviceBuffer::Allocate(input.device(), input.nbytes() * outputs.size());
+    if (made.ok()) {
+      staging = *std::move(made);
+    } else {
+      checked = made.status();
+    }
+  }
+  TensorRef flat(staging.data(), input.numel() * size(), input.dtype(),
+                 input.device());
   return RunSync(
       {"all_gather", checked, [&](const OpContext& c) -> absl::Status {
          DK_RETURN_IF_ERROR(contract_->AllGather(c, input, flat));
+         const char* all = static_cast<const char*>(staging.data());
          for (size_t r = 0; r < outputs.size(); ++r) {
-           std::copy_n(staging.data() + r * input.nbytes(), input.nbytes(),
-                       static_cast<char*>(outputs[r].data()));
+           DK_RETURN_IF_ERROR(CopyBytes(outputs[r].data(), outputs[r].device(),
+                                        all + r * input.nbytes(),
+                                        input.device(), input.nbytes()));
          }
          return absl::OkStatus();
        }});

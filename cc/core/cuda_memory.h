@@ -1,0 +1,33 @@
+// File: cuda_memory.h
+//
+// CUDA memory for device_copy.cc, in two builds: cuda_memory_cuda.cc (CUDA's
+// headers found: the runtime opened at first use, cuda_library.h) and
+// cuda_memory_none.cc (no CUDA: every call FAILED_PRECONDITION saying so).
+// Internal to cc/core; callers use device_copy.h.
+
+#ifndef DISTKIT_CC_CORE_CUDA_MEMORY_H_
+#define DISTKIT_CC_CORE_CUDA_MEMORY_H_
+
+#include <cstddef>
+
+#include "absl/status/statusor.h"
+#include "cc/core/device.h"
+
+namespace distkit {
+namespace cuda_memory {
+
+// The device count, or why there is none (computed once per process).
+const absl::StatusOr<int>& DeviceCount();
+
+// `n` bytes between host and CUDA memory, either way or device to device;
+// at least one side is a CUDA device, both are usable (checked by caller).
+absl::Status Copy(void* dst, Device dst_device, const void* src,
+                  Device src_device, size_t n);
+
+absl::StatusOr<void*> Allocate(Device device, size_t bytes);
+void Free(void* p);
+
+}  // namespace cuda_memory
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_CORE_CUDA_MEMORY_H_

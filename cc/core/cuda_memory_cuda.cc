@@ -1,0 +1,63 @@
+// CUDA build: through the CUDA runtime, opened at first use.
+#include "absl/strings/str_cat.h"
+#include "cc/core/cuda_library.h"
+#include "cc/core/cuda_memory.h"
+#include "cc/core/status.h"
+
+namespace distkit {
+namespace cuda_memory {
+namespace {
+
+absl::StatusOr<int> Probe() {
+  DK_ASSIGN_OR_RETURN(const CudaLibrary* cuda, LoadCudaLibrary());
+  int count = 0;
+  const cudaError_t e = cuda->GetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cuda->GetLastError();  // clear the sticky "no device" error
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no usable CUDA device: cudaGetDeviceCount: ", cuda->GetErrorName(e),
+        " (", cuda->GetErrorString(e), ")"));
+  }
+  if (count == 0) {
+    return absl::FailedPreconditionError("no CUDA device on this machine");
+  }
+  return count;
+}
+
+// Only called once DeviceCount() succeeded, so the library loaded.
+const CudaLibrary& Cuda() { return **LoadCudaLibrary(); }
+
+}  // namespace
+
+const absl::StatusOr<int>& DeviceCount() {
+  // Once: the answer does not change within a process.
+  static const absl::StatusOr<int>* const count =
+      new absl::StatusOr<int>(Probe());
+  return *count;
+}
+
+absl::Status Copy(void* dst, Device dst_device, const void* src,
+                  Device src_device, size_t n) {
+  const cudaMemcpyKind kind = src_device.is_cpu()   ? cudaMemcpyHostToDevice
+                              : dst_device.is_cpu() ? cudaMemcpyDeviceToHost
+                                                    : cudaMemcpyDeviceToDevice;
+  const CudaLibrary& cuda = Cuda();
+  return CudaStatus(cuda, cuda.Memcpy(dst, src, n, kind), "cudaMemcpy");
+}
+
+absl::StatusOr<void*> Allocate(Device device, size_t bytes) {
+  const CudaLibrary& cuda = Cuda();
+  int previous = 0;
+  cuda.GetDevice(&previous);
+  cuda.SetDevice(device.index);
+  void* p = nullptr;
+  const cudaError_t e = cuda.Malloc(&p, bytes > 0 ? bytes : 1);
+  cuda.SetDevice(previous);
+  if (e != cudaSuccess) return CudaStatus(cuda, e, "cudaMalloc");
+  return p;
+}
+
+void Free(void* p) { Cuda().Free(p); }
+
+}  // namespace cuda_memory
+}  // namespace distkit

@@ -1,0 +1,137 @@
+#include "cc/core/device_copy.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "cc/core/cuda_memory.h"
+#include "cc/core/status.h"
+
+namespace distkit {
+namespace {
+
+ExtensionDeviceHooks& Extension() {
+  static ExtensionDeviceHooks* hooks = new ExtensionDeviceHooks;
+  return *hooks;
+}
+
+absl::Status Usable(Device d) {
+  if (d.is_cpu()) return absl::OkStatus();
+  if (d.is_ext()) {
+    if (Extension().allocate) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(d.ToString(), " is not available (no extension device)"));
+  }
+  const absl::StatusOr<int>& count = cuda_memory::DeviceCount();
+  if (!count.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        d.ToString(), " is not available: ", count.status().message()));
+  }
+  if (d.index < 0 || d.index >= *count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(d.ToString(), " is not available (", *count,
+                     " usable CUDA device(s))"));
+  }
+  return absl::OkStatus();
+}
+
+// Host <-> extension device (one side may be the host).
+absl::Status ExtensionCopy(void* dst, Device dst_device, const void* src,
+                           Device src_device, size_t n) {
+  const ExtensionDeviceHooks& ext = Extension();
+  if (dst_device.is_ext() && src_device.is_ext()) {
+    ext.on_device(dst, src, n);
+  } else if (dst_device.is_ext() && src_device.is_cpu()) {
+    ext.to_device(dst, src, n);
+  } else if (src_device.is_ext() && dst_device.is_cpu()) {
+    ext.to_host(dst, src, n);
+  } else {
+    return absl::UnimplementedError(absl::StrCat(
+        "no copy from ", src_device.ToString(), " to ", dst_device.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int CudaDeviceCount() {
+  const absl::StatusOr<int>& count = cuda_memory::DeviceCount();
+  return count.ok() ? *count : 0;
+}
+
+absl::Status CudaUsable() { return cuda_memory::DeviceCount().status(); }
+
+Device DefaultDevice(int local_rank) {
+  const int count = CudaDeviceCount();
+  if (count <= 0) return Device::Cpu();
+  return Device::Cuda(local_rank % count);
+}
+
+absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
+                       Device src_device, size_t n) {
+  if (n == 0) return absl::OkStatus();
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memmove(dst, src, n);
+    return absl::OkStatus();
+  }
+  DK_RETURN_IF_ERROR(Usable(dst_device));
+  DK_RETURN_IF_ERROR(Usable(src_device));
+  if (dst_device.is_ext() || src_device.is_ext()) {
+    return ExtensionCopy(dst, dst_device, src, src_device, n);
+  }
+  return cuda_memory::Copy(dst, dst_device, src, src_device, n);
+}
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(Device device,
+                                                    size_t bytes) {
+  DK_RETURN_IF_ERROR(Usable(device));
+  DeviceBuffer b;
+  b.device_ = device;
+  if (device.is_cpu()) {
+    b.data_ = std::malloc(bytes > 0 ? bytes : 1);
+  } else if (device.is_ext()) {
+    b.data_ = Extension().allocate(bytes > 0 ? bytes : 1);
+  } else {
+    DK_ASSIGN_OR_RETURN(b.data_, cuda_memory::Allocate(device, bytes));
+  }
+  if (b.data_ == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate ", bytes, " bytes on ", device.ToString()));
+  }
+  return b;
+}
+
+void DeviceBuffer::Release() {
+  if (data_ == nullptr) return;
+  if (device_.is_cpu()) {
+    std::free(data_);
+  } else if (device_.is_ext()) {
+    Extension().free(data_);
+  } else {
+    cuda_memory::Free(data_);
+  }
+  data_ = nullptr;
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(other.data_), device_(other.device_) {
+  other.data_ = nullptr;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    data_ = other.data_;
+    device_ = other.device_;
+    other.data_ = nullptr;
+  }
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() { Release(); }
+
+void InstallExtensionDevice(ExtensionDeviceHooks hooks) {
+  Extension() = std::move(hooks);
+}
+
+}  // namespace distkit

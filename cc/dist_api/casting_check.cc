@@ -1,0 +1,233 @@
+// mmengine's casting rule across a real job (world sizes 1-4), on a machine
+// without a GPU: the group's comm device and the data's device differ, and
+// the device that is not the host keeps its bytes transformed
+// (testing/cc/extension_device.h), so a path that skips a copy, or hands the
+// backend memory on the wrong device, computes wrong values or is refused.
+//
+//   casting_check ext_test   data on the host, comm device ext:0 (as host
+//                            objects and seeds reach NCCL on the GPU)
+//   casting_check gloo       data on ext:0, comm device the host (as CUDA
+//                            tensors reach a Gloo group)
+//
+// Expected values are computed by each rank from formulas of (rank, index).
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cc/core/data_type.h"
+#include "cc/dist_api/collectives.h"
+#include "cc/dist_api/dist.h"
+#include "cc/dist_api/object_collectives.h"
+#include "gtest/gtest.h"
+#include "testing/cc/extension_device.h"
+
+namespace distkit {
+namespace dist {
+namespace {
+
+using ::distkit::testing::ExtTensor;
+
+std::string backend;  // argv[1]
+
+int R() { return GetRank(); }
+int W() { return GetWorldSize(); }
+
+Device DataDevice() {
+  return backend == "ext_test" ? Device::Cpu() : Device::Ext(0);
+}
+
+// A tensor of `T` on the data device, read back to the host by Values().
+template <typename T>
+class Data {
+ public:
+  explicit Data(const std::vector<T>& values) : host_(values) {
+    if (DataDevice().is_cpu()) {
+      ref_ = TensorRef(host_.data(), host_.size(), DataTypeOf());
+      return;
+    }
+    absl::StatusOr<ExtTensor> ext = ::distkit::testing::ToExtension(
+        values.data(), values.size(), DataTypeOf());
+    EXPECT_TRUE(ext.ok()) << ext.status();
+    ext_ = *std::move(ext);
+    ref_ = ext_.ref;
+  }
+  const TensorRef& ref() const { return ref_; }
+  std::vector<T> Values() const {
+    if (DataDevice().is_cpu()) return host_;
+    std::vector<T> out(host_.size());
+    EXPECT_TRUE(::distkit::testing::FromExtension(ref_, out.data()).ok());
+    return out;
+  }
+  static DataType DataTypeOf() {
+    if (std::is_same_v<T, float>) return DataType::kFloat32;
+    if (std::is_same_v<T, double>) return DataType::kFloat64;
+    if (std::is_same_v<T, int32_t>) return DataType::kInt32;
+    if (std::is_same_v<T, int64_t>) return DataType::kInt64;
+    return DataType::kUInt8;
+  }
+
+ private:
+  std::vector<T> host_;
+  ExtTensor ext_;
+  TensorRef ref_;
+};
+
+// Rank r's element i: small positive integers, so every op is exact.
+template <typename T>
+T Value(int r, int i) {
+  return static_cast<T>(1 + (r + i) % 4);
+}
+
+template <typename T>
+T Expected(const std::string& op, int i) {
+  double acc = Value<T>(0, i);
+  for (int r = 1; r < W(); ++r) {
+    const double v = Value<T>(r, i);
+    if (op == "sum" || op == "mean") acc += v;
+    if (op == "product") acc *= v;
+    if (op == "max") acc = std::max(acc, v);
+    if (op == "min") acc = std::min(acc, v);
+  }
+  if (op == "mean") {
+    acc /= W();
+    if (std::is_integral_v<T>) acc = std::trunc(acc);
+  }
+  return static_cast<T>(acc);
+}
+
+template <typename T>
+void AllReduceEveryOp() {
+  for (const std::string op : {"sum", "mean", "product", "max", "min"}) {
+    std::vector<T> mine(37);
+    for (int i = 0; i < 37; ++i) mine[i] = Value<T>(R(), i);
+    Data<T> d(mine);
+    ASSERT_TRUE(AllReduce(d.ref(), op).ok()) << op;
+    const std::vector<T> got = d.Values();
+    for (int i = 0; i < 37; ++i) {
+      ASSERT_EQ(got[i], Expected<T>(op, i))
+          << op << " " << DataTypeName(Data<T>::DataTypeOf()) << " at " << i;
+    }
+  }
+}
+
+TEST(Casting, DevicesDiffer) {
+  EXPECT_EQ(GetCommDevice(),
+            backend == "ext_test" ? Device::Ext(0) : Device::Cpu());
+  EXPECT_NE(GetCommDevice(), DataDevice());
+}
+
+TEST(Casting, TheBackendRefusesDataOffItsDevice) {
+  // Without the rule, the group itself refuses: the rule is what makes the
+  // other tests pass.
+  std::vector<float> v(4, 1.0f);
+  Data<float> d(v);
+  absl::Status s = GetDefaultGroup()->AllReduce(d.ref(), ReduceOp::kSum);
+  if (W() == 1 && backend == "gloo") return;  // gloo does not look at ws 1
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+}
+
+TEST(Casting, AllReduceEveryDtypeAndOp) {
+  AllReduceEveryOp<float>();
+  AllReduceEveryOp<double>();
+  AllReduceEveryOp<int32_t>();
+  AllReduceEveryOp<int64_t>();
+  AllReduceEveryOp<uint8_t>();
+}
+
+TEST(Casting, Broadcast) {
+  const int src = W() - 1;
+  Data<int64_t> d(std::vector<int64_t>(9, 100 + R()));
+  ASSERT_TRUE(Broadcast(d.ref(), src).ok());
+  EXPECT_EQ(d.Values(), std::vector<int64_t>(9, 100 + src));
+}
+
+TEST(Casting, AllGatherAndGather) {
+  Data<float> mine(std::vector<float>(5, R() + 0.25f));
+  std::vector<Data<float>> outs;
+  for (int r = 0; r < W(); ++r) outs.emplace_back(std::vector<float>(5, -1));
+  std::vector<TensorRef> refs;
+  for (auto& o : outs) refs.push_back(o.ref());
+  ASSERT_TRUE(AllGather(mine.ref(), refs).ok());
+  for (int r = 0; r < W(); ++r) {
+    EXPECT_EQ(outs[r].Values(), std::vector<float>(5, r + 0.25f)) << r;
+  }
+  std::vector<Data<float>> gathered;
+  for (int r = 0; r < W(); ++r) {
+    gathered.emplace_back(std::vector<float>(5, -1));
+  }
+  refs.clear();
+  for (auto& o : gathered) refs.push_back(o.ref());
+  const int dst = W() - 1;
+  ASSERT_TRUE(
+      Gather(mine.ref(), R() == dst ? refs : std::vector<TensorRef>{}, dst)
+          .ok());
+  for (int r = 0; r < W(); ++r) {
+    EXPECT_EQ(gathered[r].Values(),
+              std::vector<float>(5, R() == dst ? r + 0.25f : -1.0f))
+        << r;
+  }
+}
+
+TEST(Casting, ParamsAndDict) {
+  for (int mode = 0; mode < 2; ++mode) {
+    Data<float> a(std::vector<float>(1000, R() + 1.0f));
+    Data<float> b(std::vector<float>(3, 2.0f * R()));
+    ASSERT_TRUE(
+        AllReduceParams({a.ref(), b.ref()}, /*coalesce=*/mode == 0, -1).ok());
+    const float n = W();
+    EXPECT_EQ(a.Values(), std::vector<float>(1000, n * (n + 1) / 2)) << mode;
+    EXPECT_EQ(b.Values(), std::vector<float>(3, n * (n - 1))) << mode;
+  }
+  Data<double> loss(std::vector<double>{1.0 + R()});
+  ASSERT_TRUE(AllReduceDict({{"loss", loss.ref()}}, "mean").ok());
+  EXPECT_DOUBLE_EQ(loss.Values()[0], 1.0 + (W() - 1) / 2.0);
+}
+
+TEST(Casting, ObjectsAndSeedTravelThroughTheCommDevice) {
+  auto all = AllGatherObject(std::string(R() * 300 + 1, 'a' + R()));
+  ASSERT_TRUE(all.ok()) << all.status();
+  for (int r = 0; r < W(); ++r) {
+    EXPECT_EQ((*all)[r], std::string(r * 300 + 1, 'a' + r));
+  }
+  auto gathered = GatherObject(absl::StrCat("rank", R()), 0);
+  ASSERT_TRUE(gathered.ok()) << gathered.status();
+  if (R() == 0) EXPECT_EQ((**gathered)[W() - 1], absl::StrCat("rank", W() - 1));
+  std::vector<std::string> list;
+  if (R() == 0) list = {"x", std::string(700, 'y')};
+  ASSERT_TRUE(BroadcastObjectList(&list, 0).ok());
+  EXPECT_EQ(list, (std::vector<std::string>{"x", std::string(700, 'y')}));
+  absl::StatusOr<int32_t> seed = SyncRandomSeed();
+  ASSERT_TRUE(seed.ok()) << seed.status();
+  auto seeds = AllGatherObject(absl::StrCat(*seed));
+  ASSERT_TRUE(seeds.ok());
+  for (const std::string& s : *seeds) EXPECT_EQ(s, absl::StrCat(*seed));
+}
+
+}  // namespace
+}  // namespace dist
+}  // namespace distkit
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc != 2) {
+    fprintf(stderr, "usage: casting_check ext_test|gloo\n");
+    return 2;
+  }
+  distkit::dist::backend = argv[1];
+  distkit::testing::InstallXorExtensionDevice();
+  distkit::dist::InitOptions options;
+  options.backend = argv[1];
+  options.timeout = absl::Seconds(60);
+  absl::Status joined = distkit::dist::InitDist("pytorch", options);
+  if (!joined.ok()) {
+    fprintf(stderr, "init_dist: %s\n", joined.ToString().c_str());
+    return 1;
+  }
+  const int result = RUN_ALL_TESTS();
+  (void)distkit::dist::Barrier();
+  distkit::dist::DestroyDist();
+  return result;
+}

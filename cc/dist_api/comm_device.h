@@ -1,0 +1,69 @@
+// File: comm_device.h
+//
+// mmengine's casting rule, shared by the tensor and object collectives:
+// data that is not on the group's communication device is staged there, the
+// collective runs on the staged copy, and what it wrote is copied back. So
+// host buffers (object bytes, a seed) reach NCCL on the GPU, and CUDA
+// tensors reach Gloo through the host, as in mmengine.
+
+#ifndef DISTKIT_CC_DIST_API_COMM_DEVICE_H_
+#define DISTKIT_CC_DIST_API_COMM_DEVICE_H_
+
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cc/core/device_copy.h"
+#include "cc/core/status.h"
+#include "cc/core/tensor_ref.h"
+
+namespace distkit {
+namespace dist {
+
+// What the collective does with a buffer: which copies staging needs.
+enum class Access { kRead, kWrite, kReadWrite };
+
+// Runs `run(view)` with `data` on `comm`, staged when it lives elsewhere.
+template <typename F>
+absl::Status OnCommDevice(const TensorRef& data, Device comm, Access access,
+                          F&& run) {
+  if (data.device() == comm) return run(data);
+  DK_ASSIGN_OR_RETURN(DeviceBuffer staging,
+                      DeviceBuffer::Allocate(comm, data.nbytes()));
+  if (access != Access::kWrite) {
+    DK_RETURN_IF_ERROR(CopyBytes(staging.data(), comm, data.data(),
+                                 data.device(), data.nbytes()));
+  }
+  DK_RETURN_IF_ERROR(
+      run(TensorRef(staging.data(), data.shape(), data.dtype(), comm)));
+  if (access == Access::kRead) return absl::OkStatus();
+  return CopyBytes(data.data(), data.device(), staging.data(), comm,
+                   data.nbytes());
+}
+
+// The same for outputs the collective only writes, one per rank.
+template <typename F>
+absl::Status OutputsOnCommDevice(const std::vector<TensorRef>& outputs,
+                                 Device comm, F&& run) {
+  std::vector<DeviceBuffer> staging(outputs.size());
+  std::vector<TensorRef> on_comm = outputs;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].device() == comm) continue;
+    DK_ASSIGN_OR_RETURN(staging[i],
+                        DeviceBuffer::Allocate(comm, outputs[i].nbytes()));
+    on_comm[i] = TensorRef(staging[i].data(), outputs[i].shape(),
+                           outputs[i].dtype(), comm);
+  }
+  DK_RETURN_IF_ERROR(run(on_comm));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].device() == comm) continue;
+    DK_RETURN_IF_ERROR(CopyBytes(outputs[i].data(), outputs[i].device(),
+                                 on_comm[i].data(), comm, outputs[i].nbytes()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dist
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_DIST_API_COMM_DEVICE_H_
