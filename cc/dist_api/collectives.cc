@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "cc/core/device_copy.h"
+#include "cc/core/device_staging.h"
 #include "cc/core/reduce_op.h"
 #include "cc/core/status.h"
-#include "cc/dist_api/comm_device.h"
 #include "cc/dist_api/dist.h"
 
 namespace distkit {

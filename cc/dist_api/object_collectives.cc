@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cc/core/device_staging.h"
 #include "cc/core/status.h"
-#include "cc/dist_api/comm_device.h"
 #include "cc/dist_api/dist.h"
 
 namespace distkit {

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cc/comm/reduce_kernels.h"
+#include "cc/core/device_copy.h"
+#include "cc/core/device_staging.h"
 #include "cc/core/half.h"
 #include "cc/core/status.h"
 
@@ -24,20 +26,45 @@ bool IsFloat32(DataType d) { return d == DataType::kFloat32; }
 
 }  // namespace
 
+// A bucket lives on the group's comm device (the host for Gloo, cuda:<k>
+// for NCCL): gradients on another device are copied in and out there
+// (mmengine's casting rule), never read as host memory.
 struct GradReducer::Bucket {
   DataType dtype = DataType::kFloat32;
   int64_t numel = 0;
-  std::vector<uint64_t> storage;     // 8-byte aligned
-  std::vector<uint16_t> compressed;  // fp16 / bf16 copy for the hooks
+  Device device;
+  DeviceBuffer storage;
+  size_t bytes = 0;
+  std::vector<uint16_t> compressed;   // fp16 / bf16 copy for the hooks (host)
+  DeviceBuffer compressed_on_device;  // that copy on a non-host comm device
   std::vector<int> params;
   int pending = 0;
   bool launched = false;
   std::shared_ptr<Work> work;
   BucketTrace trace;
 
-  char* data() { return reinterpret_cast<char*>(storage.data()); }
-  TensorRef tensor() { return TensorRef(data(), numel, dtype); }
+  char* data() { return static_cast<char*>(storage.data()); }
+  TensorRef tensor() { return TensorRef(data(), numel, dtype, device); }
+  TensorRef compressed_tensor(DataType half) {
+    void* p = device.is_cpu() ? static_cast<void*>(compressed.data())
+                              : compressed_on_device.data();
+    return TensorRef(p, numel, half, device);
+  }
 };
+
+namespace {
+
+// `bytes` zero bytes at `dst` on `device`.
+absl::Status Zero(void* dst, Device device, size_t bytes) {
+  if (device.is_cpu()) {
+    std::memset(dst, 0, bytes);
+    return absl::OkStatus();
+  }
+  const std::vector<char> zeros(bytes, 0);
+  return CopyBytes(dst, device, zeros.data(), Device::Cpu(), bytes);
+}
+
+}  // namespace
 
 GradReducer::GradReducer(std::shared_ptr<ProcessGroup> group,
                          std::vector<Parameter> params,
@@ -69,6 +96,27 @@ absl::StatusOr<std::unique_ptr<GradReducer>> GradReducer::Create(
         options.bucket_cap_mb, ", first_bucket_cap_mb ",
         options.first_bucket_cap_mb, ")"));
   }
+  // One device for every parameter (torch's DDP: a module on several
+  // devices needs device_ids=None and a model-parallel setup).
+  for (size_t i = 1; i < params.size(); ++i) {
+    if (params[i].data.device() != params[0].data.device()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GradReducer: parameters live on several devices: parameter 0 (",
+          params[0].name, ") on ", params[0].data.device().ToString(),
+          ", parameter ", i, " (", params[i].name, ") on ",
+          params[i].data.device().ToString(),
+          "; a data-parallel replica must be on one device"));
+    }
+  }
+  const Device comm = group->comm_device();
+  if (options.gradient_as_bucket_view && !params.empty() &&
+      params[0].data.device() != comm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GradReducer: gradient_as_bucket_view needs the parameters on the "
+        "group's comm device (",
+        comm.ToString(), "), they are on ", params[0].data.device().ToString(),
+        "; use a group whose backend works there or turn the option off"));
+  }
   for (size_t i = 0; i < params.size(); ++i) {
     const DataType d = params[i].data.dtype();
     if (d != DataType::kFloat32 && d != DataType::kFloat64 &&
@@ -85,7 +133,7 @@ absl::StatusOr<std::unique_ptr<GradReducer>> GradReducer::Create(
   for (const TensorRef& b : r->buffers_) states.push_back(b);
   DK_RETURN_IF_ERROR(r->Broadcast(states));
   absl::MutexLock lock(&r->mu_);
-  r->BuildBuckets(ReverseOrder(r->params_.size()));
+  DK_RETURN_IF_ERROR(r->BuildBuckets(ReverseOrder(r->params_.size())));
   return r;
 }
 
@@ -103,17 +151,23 @@ absl::Status GradReducer::Broadcast(absl::Span<const TensorRef> tensors) {
              (j == i || bytes + Bytes(list[j]) <= kBroadcastChunkBytes)) {
         bytes += Bytes(list[j++]);
       }
-      std::vector<char> flat(bytes);
+      // Flattened on the comm device, from and back to each tensor's own.
+      const Device comm = group_->comm_device();
+      DK_ASSIGN_OR_RETURN(DeviceBuffer flat,
+                          DeviceBuffer::Allocate(comm, bytes));
+      char* base = static_cast<char*>(flat.data());
       size_t at = 0;
       for (size_t k = i; k < j; ++k) {
-        std::memcpy(flat.data() + at, list[k].data(), Bytes(list[k]));
+        DK_RETURN_IF_ERROR(CopyBytes(base + at, comm, list[k].data(),
+                                     list[k].device(), Bytes(list[k])));
         at += Bytes(list[k]);
       }
       DK_RETURN_IF_ERROR(group_->Broadcast(
-          TensorRef(flat.data(), bytes / ElementSize(dtype), dtype), 0));
+          TensorRef(base, bytes / ElementSize(dtype), dtype, comm), 0));
       at = 0;
       for (size_t k = i; k < j; ++k) {
-        std::memcpy(list[k].data(), flat.data() + at, Bytes(list[k]));
+        DK_RETURN_IF_ERROR(CopyBytes(list[k].data(), list[k].device(),
+                                     base + at, comm, Bytes(list[k])));
         at += Bytes(list[k]);
       }
       i = j;
@@ -124,7 +178,8 @@ absl::Status GradReducer::Broadcast(absl::Span<const TensorRef> tensors) {
 
 absl::Status GradReducer::BroadcastBuffers() { return Broadcast(buffers_); }
 
-void GradReducer::BuildBuckets(absl::Span<const int> order) {
+absl::Status GradReducer::BuildBuckets(absl::Span<const int> order) {
+  const Device comm = group_->comm_device();
   std::vector<ParamShape> shapes;
   for (const Parameter& p : params_)
     shapes.push_back({p.data.numel(), p.data.dtype()});
@@ -137,6 +192,7 @@ void GradReducer::BuildBuckets(absl::Span<const int> order) {
   offset_of_.assign(params_.size(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     auto bucket = std::make_unique<Bucket>();
+    bucket->device = comm;
     bucket->dtype = params_[buckets_[b][0]].data.dtype();
     bucket->params = buckets_[b];
     size_t bytes = 0;
@@ -146,7 +202,9 @@ void GradReducer::BuildBuckets(absl::Span<const int> order) {
       bytes += Bytes(params_[i].data);
       bucket->numel += params_[i].data.numel();
     }
-    bucket->storage.assign((bytes + 7) / 8, 0);
+    DK_ASSIGN_OR_RETURN(bucket->storage, DeviceBuffer::Allocate(comm, bytes));
+    DK_RETURN_IF_ERROR(Zero(bucket->data(), comm, bytes));
+    bucket->bytes = bytes;
     bucket->trace.bucket = b;
     bucket->trace.bytes = bytes;
     bucket_state_.push_back(std::move(bucket));
@@ -157,6 +215,7 @@ void GradReducer::BuildBuckets(absl::Span<const int> order) {
   if (globally_used_.size() != params_.size())
     globally_used_.assign(params_.size(), 1);
   ++view_generation_;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TensorRef> GradReducer::GradView(int index) {
@@ -176,7 +235,7 @@ absl::StatusOr<TensorRef> GradReducer::ReducedGrad(int index) {
   }
   Bucket& b = *bucket_state_[bucket_of_[index]];
   return TensorRef(b.data() + offset_of_[index], params_[index].data.shape(),
-                   params_[index].data.dtype());
+                   params_[index].data.dtype(), b.device);
 }
 
 int64_t GradReducer::view_generation() const {
@@ -251,7 +310,8 @@ absl::Status GradReducer::PrepareLocked(absl::Span<const int> unused) {
     if (ready_[i]) continue;
     // A zero contribution from this rank.
     Bucket& b = *bucket_state_[bucket_of_[i]];
-    std::memset(b.data() + offset_of_[i], 0, Bytes(params_[i].data));
+    DK_RETURN_IF_ERROR(
+        Zero(b.data() + offset_of_[i], b.device, Bytes(params_[i].data)));
     grads_[i] = TensorRef();
     MarkReadyLocked(i);
   }
@@ -268,6 +328,12 @@ absl::Status GradReducer::MarkReady(int index, TensorRef grad) {
                                               params_.size(), ")"));
   }
   const Parameter& p = params_[index];
+  if (grad.device() != p.data.device()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GradReducer: gradient of parameter ", index, " (", p.name,
+                     ") is on ", grad.device().ToString(),
+                     ", the parameter on ", p.data.device().ToString()));
+  }
   if (grad.numel() != p.data.numel() || grad.dtype() != p.data.dtype()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GradReducer: gradient of parameter ", index, " (", p.name, ") is ",
@@ -283,7 +349,10 @@ absl::Status GradReducer::MarkReady(int index, TensorRef grad) {
   }
   Bucket& b = *bucket_state_[bucket_of_[index]];
   char* slot = b.data() + offset_of_[index];
-  if (grad.data() != slot) std::memcpy(slot, grad.data(), Bytes(grad));
+  if (grad.data() != slot) {
+    DK_RETURN_IF_ERROR(
+        CopyBytes(slot, b.device, grad.data(), grad.device(), Bytes(grad)));
+  }
   grads_[index] = grad;
   locally_used_[index] = 1;
   if (iteration_ == 0) ready_order_.push_back(index);
@@ -312,7 +381,16 @@ void GradReducer::Launch(Bucket& b) {
   b.trace.launched_after_prepare = absl::Now() - prepared_at_;
   if (options_.comm_hook != CommHook::kNone && IsFloat32(b.dtype)) {
     // Compress, divide in the compressed type (as torch's hooks do), reduce.
+    // On a device comm device the bucket goes through the host for it.
+    std::vector<float> host;
     const float* src = reinterpret_cast<const float*>(b.data());
+    if (!b.device.is_cpu()) {
+      host.resize(b.numel);
+      absl::Status copied =
+          CopyBytes(host.data(), Device::Cpu(), b.data(), b.device, b.bytes);
+      if (!copied.ok()) return Fail(b, copied);
+      src = host.data();
+    }
     b.compressed.resize(b.numel);
     const bool fp16 = options_.comm_hook == CommHook::kFp16Compress;
     for (int64_t k = 0; k < b.numel; ++k) {
@@ -326,14 +404,40 @@ void GradReducer::Launch(Bucket& b) {
             comm_internal::BFloat16ToFloat(h) / n);
       }
     }
-    b.work = group_->AllReduceAsync(
-        TensorRef(b.compressed.data(), b.numel,
-                  fp16 ? DataType::kFloat16 : DataType::kBFloat16),
-        ReduceOp::kSum);
+    const DataType half = fp16 ? DataType::kFloat16 : DataType::kBFloat16;
+    if (!b.device.is_cpu()) {
+      absl::Status staged = StageCompressed(b);
+      if (!staged.ok()) return Fail(b, staged);
+    }
+    b.work = group_->AllReduceAsync(b.compressed_tensor(half), ReduceOp::kSum);
     return;
   }
-  DivideBySize(b.data(), b.dtype, b.numel, n);
-  b.work = group_->AllReduceAsync(b.tensor(), ReduceOp::kSum);
+  if (b.device.is_cpu()) {
+    // torch's order: divide, then sum (bit-equal averages to torch DDP).
+    DivideBySize(b.data(), b.dtype, b.numel, n);
+    b.work = group_->AllReduceAsync(b.tensor(), ReduceOp::kSum);
+    return;
+  }
+  // On a device, the mean is the backend's (ncclAvg) or the contract's
+  // division there: gradients are never read on the host.
+  b.work = group_->AllReduceAsync(b.tensor(), ReduceOp::kMean);
+}
+
+absl::Status GradReducer::StageCompressed(Bucket& b) {
+  const size_t bytes = b.compressed.size() * sizeof(uint16_t);
+  if (b.compressed_on_device.data() == nullptr) {
+    DK_ASSIGN_OR_RETURN(b.compressed_on_device,
+                        DeviceBuffer::Allocate(b.device, bytes));
+  }
+  return CopyBytes(b.compressed_on_device.data(), b.device, b.compressed.data(),
+                   Device::Cpu(), bytes);
+}
+
+void GradReducer::Fail(Bucket& b, const absl::Status& status) {
+  // A Work that has already failed: Finalize reports it like a failed
+  // all_reduce.
+  b.work = std::make_shared<Work>("gradient bucket");
+  b.work->Complete(status);
 }
 
 absl::Status GradReducer::Finalize() {
@@ -385,10 +489,12 @@ absl::Status GradReducer::Finalize() {
   trace_.finalize_wait = absl::Now() - finalize_start;
   if (status.ok() && options_.find_unused_parameters) {
     globally_used_ = locally_used_;
-    status.Update(
-        group_->AllReduce(TensorRef(globally_used_.data(),
-                                    globally_used_.size(), DataType::kInt32),
-                          ReduceOp::kSum));
+    status.Update(OnCommDevice(
+        TensorRef(globally_used_.data(), globally_used_.size(),
+                  DataType::kInt32),
+        group_->comm_device(), Access::kReadWrite, [&](const TensorRef& t) {
+          return group_->AllReduce(t, ReduceOp::kSum);
+        }));
   }
   in_iteration_ = false;
   if (!status.ok()) return status;
@@ -397,19 +503,15 @@ absl::Status GradReducer::Finalize() {
     trace_.buckets.push_back(b->trace);
     if (!b->compressed.empty() && options_.comm_hook != CommHook::kNone &&
         IsFloat32(b->dtype)) {
-      float* dst = reinterpret_cast<float*>(b->data());
-      const bool fp16 = options_.comm_hook == CommHook::kFp16Compress;
-      for (int64_t k = 0; k < b->numel; ++k) {
-        dst[k] = fp16 ? comm_internal::Float16ToFloat(b->compressed[k])
-                      : comm_internal::BFloat16ToFloat(b->compressed[k]);
-      }
+      DK_RETURN_IF_ERROR(Decompress(*b));
     }
     for (int i : b->params) {
       if (!globally_used_[i]) continue;  // unused everywhere: untouched
       const TensorRef& g = grads_[i];
       const char* slot = b->data() + offset_of_[i];
       if (g.data() != nullptr && g.data() != slot) {
-        std::memcpy(g.data(), slot, Bytes(g));
+        DK_RETURN_IF_ERROR(
+            CopyBytes(g.data(), g.device(), slot, b->device, Bytes(g)));
       }
     }
   }
@@ -420,6 +522,28 @@ absl::Status GradReducer::Finalize() {
   return absl::OkStatus();
 }
 
+absl::Status GradReducer::Decompress(Bucket& b) {
+  const size_t half_bytes = b.compressed.size() * sizeof(uint16_t);
+  if (!b.device.is_cpu()) {
+    DK_RETURN_IF_ERROR(CopyBytes(b.compressed.data(), Device::Cpu(),
+                                 b.compressed_on_device.data(), b.device,
+                                 half_bytes));
+  }
+  std::vector<float> host;
+  float* dst = reinterpret_cast<float*>(b.data());
+  if (!b.device.is_cpu()) {
+    host.resize(b.numel);
+    dst = host.data();
+  }
+  const bool fp16 = options_.comm_hook == CommHook::kFp16Compress;
+  for (int64_t k = 0; k < b.numel; ++k) {
+    dst[k] = fp16 ? comm_internal::Float16ToFloat(b.compressed[k])
+                  : comm_internal::BFloat16ToFloat(b.compressed[k]);
+  }
+  if (b.device.is_cpu()) return absl::OkStatus();
+  return CopyBytes(b.data(), b.device, host.data(), Device::Cpu(), b.bytes);
+}
+
 absl::Status GradReducer::RebuildBuckets() {
   rebuilt_ = true;
   // Rank 0's ready order, so every rank builds the same buckets.
@@ -427,8 +551,10 @@ absl::Status GradReducer::RebuildBuckets() {
   if (ready_order_.size() == params_.size()) {
     for (size_t k = 0; k < order.size(); ++k) order[k] = ready_order_[k];
   }
-  DK_RETURN_IF_ERROR(group_->Broadcast(
-      TensorRef(order.data(), order.size(), DataType::kInt64), 0));
+  DK_RETURN_IF_ERROR(OnCommDevice(
+      TensorRef(order.data(), order.size(), DataType::kInt64),
+      group_->comm_device(), Access::kReadWrite,
+      [&](const TensorRef& t) { return group_->Broadcast(t, 0); }));
   if (order.empty() || order[0] < 0) return absl::OkStatus();  // keep as is
   std::vector<int> new_order(order.begin(), order.end());
   // Keep the gradients that live in the old buckets (view mode) by copying
@@ -437,16 +563,20 @@ absl::Status GradReducer::RebuildBuckets() {
   if (options_.gradient_as_bucket_view) {
     for (size_t i = 0; i < params_.size(); ++i) {
       const Bucket& b = *bucket_state_[bucket_of_[i]];
-      const char* src =
-          reinterpret_cast<const char*>(b.storage.data()) + offset_of_[i];
-      saved[i].assign(src, src + Bytes(params_[i].data));
+      saved[i].resize(Bytes(params_[i].data));
+      DK_RETURN_IF_ERROR(
+          CopyBytes(saved[i].data(), Device::Cpu(),
+                    static_cast<const char*>(b.storage.data()) + offset_of_[i],
+                    b.device, saved[i].size()));
     }
   }
-  BuildBuckets(new_order);
+  DK_RETURN_IF_ERROR(BuildBuckets(new_order));
   if (options_.gradient_as_bucket_view) {
     for (size_t i = 0; i < params_.size(); ++i) {
-      std::memcpy(bucket_state_[bucket_of_[i]]->data() + offset_of_[i],
-                  saved[i].data(), saved[i].size());
+      Bucket& b = *bucket_state_[bucket_of_[i]];
+      DK_RETURN_IF_ERROR(CopyBytes(b.data() + offset_of_[i], b.device,
+                                   saved[i].data(), Device::Cpu(),
+                                   saved[i].size()));
     }
   }
   return absl::OkStatus();

@@ -20,6 +20,13 @@
 // Reducer does. The averaged values equal torch DDP's: each bucket is divided
 // by the world size, then summed across ranks (or, with a compression hook,
 // cast to float16/bfloat16, divided, summed and cast back).
+//
+// Devices: the parameters live on one device (any: cpu, cuda:<k>); the
+// buckets live on the group's comm device, and gradients are copied in and
+// out with device copies (mmengine's casting rule: CUDA gradients reach a
+// Gloo group through host buckets; with NCCL the buckets are device memory).
+// On a device comm device the mean is the backend's (ncclAvg) or a division
+// there, never a host loop over device memory.
 
 #ifndef DISTKIT_CC_PARALLEL_GRAD_REDUCER_H_
 #define DISTKIT_CC_PARALLEL_GRAD_REDUCER_H_
@@ -141,13 +148,20 @@ class GradReducer {
               Options options);
 
   absl::Status Broadcast(absl::Span<const TensorRef> tensors);
-  void BuildBuckets(absl::Span<const int> order)
+  absl::Status BuildBuckets(absl::Span<const int> order)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PrepareLocked(absl::Span<const int> unused)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkReadyLocked(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LaunchReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Launch(Bucket& bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The compression hooks' fp16 / bf16 copy to and from a device bucket.
+  absl::Status StageCompressed(Bucket& bucket)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Decompress(Bucket& bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a bucket that could not be launched, for Finalize to report.
+  void Fail(Bucket& bucket, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ResetIteration() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RebuildBuckets() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

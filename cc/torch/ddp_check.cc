@@ -145,6 +145,33 @@ void Train(const std::string& mode, const std::string& out) {
   Write(*net, absl::StrCat(out, "/cpp_", mode, "_rank", rank_, ".txt"));
 }
 
+// device_ids as torch defines them, where this machine allows: a CPU module
+// with device_ids is refused with torch's text before any collective (every
+// rank alike); without them the module is used as it is. (CUDA modules:
+// tools/gpu_check.sh.)
+void Placement() {
+  auto net = std::make_shared<NetImpl>("plain");
+  DistributedDataParallel::Placement p;
+  p.device_ids = {0};
+  auto refused = DistributedDataParallel::Create(net, {}, nullptr, p);
+  const std::string message(refused.status().message());
+  distkit::testing::Require(
+      absl::IsInvalidArgument(refused.status()) &&
+          message.find("device_ids and output_device arguments only work with "
+                       "single-device/multiple-device GPU modules or CPU "
+                       "modules, but got device_ids [0], output_device None, "
+                       "and module parameters {cpu}.") != std::string::npos,
+      "a CPU module with device_ids refused: " + message);
+  auto ddp = DistributedDataParallel::Create(net);
+  distkit::testing::RequireOk(ddp.status(), "create without device_ids");
+  distkit::testing::Require(
+      (*ddp)->device_ids().empty() && !(*ddp)->output_device().has_value(),
+      "no placement without device_ids");
+  const torch::Tensor x = Input(0, 0);
+  distkit::testing::Require((*ddp)->ToInputDevice(x).data_ptr() == x.data_ptr(),
+                            "inputs unchanged without device_ids");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -160,6 +187,7 @@ int main(int argc, char** argv) {
                            "bn", "fp16", "separate"}) {
     Train(mode, argv[1]);
   }
+  Placement();
   distkit::testing::RequireOk(distkit::dist::Barrier(), "barrier");
   std::printf("rank %d: trained every mode\n", rank_);
   distkit::dist::DestroyDist();

@@ -3,9 +3,11 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cc/core/status.h"
 #include "cc/dist_api/dist.h"
 #include "cc/torch/torch_tensor_ref.h"
@@ -14,13 +16,57 @@ namespace distkit {
 
 namespace {
 
+// Any device: the reducer stages what is not on the group's comm device.
 absl::StatusOr<TensorRef> Ref(const torch::Tensor& t, const std::string& what) {
-  if (!t.device().is_cpu()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DistributedDataParallel: ", what, " is on ", t.device().str(),
-        "; the Gloo backend reduces CPU tensors"));
-  }
   return AsTensorRef(t, "DistributedDataParallel", what);
+}
+
+// torch DDP's checks of device_ids / output_device against the module.
+absl::StatusOr<DistributedDataParallel::Placement> CheckPlacement(
+    const torch::nn::Module& module,
+    DistributedDataParallel::Placement placement) {
+  std::vector<std::string> devices;
+  for (const torch::Tensor& p : module.parameters()) {
+    const std::string d = p.device().str();
+    if (std::find(devices.begin(), devices.end(), d) == devices.end()) {
+      devices.push_back(d);
+    }
+  }
+  const bool on_cpu = devices.empty() || devices[0] == "cpu";
+  const auto refuse = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistributedDataParallel device_ids and output_device arguments only "
+        "work with single-device/multiple-device GPU modules or CPU modules, "
+        "but got device_ids [",
+        absl::StrJoin(placement.device_ids, ", "), "], output_device ",
+        placement.output_device ? absl::StrCat(*placement.output_device)
+                                : "None",
+        ", and module parameters {", absl::StrJoin(devices, ", "), "}."));
+  };
+  if (devices.size() > 1) {
+    if (!placement.device_ids.empty()) return refuse();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistributedDataParallel: the module's parameters are on several "
+        "devices (",
+        absl::StrJoin(devices, ", "),
+        "); a data-parallel replica must be on one device"));
+  }
+  if (placement.device_ids.empty()) return DistributedDataParallel::Placement{};
+  if (on_cpu) return refuse();
+  if (placement.device_ids.size() != 1) {
+    return absl::InvalidArgumentError(
+        "device_ids can only be None or contain a single element.");
+  }
+  const std::string want = absl::StrCat("cuda:", placement.device_ids[0]);
+  if (devices[0] != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistributedDataParallel: device_ids [", placement.device_ids[0],
+        "] names ", want, ", but the module is on ", devices[0]));
+  }
+  if (!placement.output_device) {
+    placement.output_device = placement.device_ids[0];
+  }
+  return placement;
 }
 
 }  // namespace
@@ -58,12 +104,16 @@ DistributedDataParallel::~DistributedDataParallel() = default;
 absl::StatusOr<std::shared_ptr<DistributedDataParallel>>
 DistributedDataParallel::Create(std::shared_ptr<torch::nn::Module> module,
                                 GradReducer::Options options,
-                                std::shared_ptr<ProcessGroup> group) {
+                                std::shared_ptr<ProcessGroup> group,
+                                Placement placement) {
   if (module == nullptr) {
     return absl::InvalidArgumentError("DistributedDataParallel: no module");
   }
+  // Checked before any collective: every rank refuses alike.
+  DK_ASSIGN_OR_RETURN(Placement checked, CheckPlacement(*module, placement));
   std::shared_ptr<DistributedDataParallel> ddp(
       new DistributedDataParallel(module));
+  ddp->placement_ = std::move(checked);
   DK_RETURN_IF_ERROR(ddp->Attach(options, std::move(group)));
   return ddp;
 }
@@ -119,6 +169,12 @@ void DistributedDataParallel::OnGradReady(int index) {
     absl::MutexLock lock(&mu_);
     if (hook_error_.ok()) hook_error_ = s;
   }
+}
+
+torch::Tensor DistributedDataParallel::ToInputDevice(
+    const torch::Tensor& input) const {
+  if (placement_.device_ids.empty()) return input;
+  return input.to(torch::Device(torch::kCUDA, placement_.device_ids[0]));
 }
 
 absl::Status DistributedDataParallel::BeforeForward() {
@@ -201,9 +257,13 @@ absl::Status DistributedDataParallel::FinishBackward() {
       torch::Tensor& grad = params_[i].mutable_grad();
       DK_ASSIGN_OR_RETURN(TensorRef reduced, reducer_->ReducedGrad(i));
       if (grad.defined() && grad.data_ptr() == reduced.data()) continue;
+      // The reduced gradient lives on the group's comm device.
       torch::Tensor src =
           torch::from_blob(reduced.data(), params_[i].sizes(),
-                           params_[i].options().requires_grad(false));
+                           params_[i]
+                               .options()
+                               .device(TorchDeviceOf(reduced.device()))
+                               .requires_grad(false));
       if (!grad.defined()) {
         grad = src.clone();
       } else {

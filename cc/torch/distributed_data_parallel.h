@@ -24,6 +24,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,11 +46,29 @@ bool IsModelWrapper(const torch::nn::Module& module);
 
 class DistributedDataParallel : public torch::nn::Module, public ModelWrapper {
  public:
-  // Collective over `group` (nullptr: the default group).
+  // torch's device_ids / output_device. For a module on one CUDA device,
+  // device_ids = {its index} makes ToInputDevice() move inputs there (as
+  // torch's forward does); a CPU module with device_ids, several entries, or
+  // an index that is not the module's is INVALID_ARGUMENT (torch's text).
+  // Empty: the module's device, inputs as given.
+  struct Placement {
+    std::vector<int> device_ids;
+    std::optional<int> output_device;  // default: device_ids[0]
+  };
+
+  // Collective over `group` (nullptr: the default group). The parameters may
+  // live on any one device: with a Gloo group, CUDA gradients are staged
+  // through host buckets; with NCCL the buckets are device memory.
   static absl::StatusOr<std::shared_ptr<DistributedDataParallel>> Create(
       std::shared_ptr<torch::nn::Module> module,
       GradReducer::Options options = {},
-      std::shared_ptr<ProcessGroup> group = nullptr);
+      std::shared_ptr<ProcessGroup> group = nullptr, Placement placement = {});
+
+  // Where inputs go before forward: `input` on device_ids[0] when set, else
+  // unchanged.
+  torch::Tensor ToInputDevice(const torch::Tensor& input) const;
+  const std::vector<int>& device_ids() const { return placement_.device_ids; }
+  std::optional<int> output_device() const { return placement_.output_device; }
   ~DistributedDataParallel() override;
 
   std::shared_ptr<torch::nn::Module> wrapped() const override {
@@ -102,6 +121,7 @@ class DistributedDataParallel : public torch::nn::Module, public ModelWrapper {
   std::vector<int> UnusedParameters(const torch::Tensor& loss) const;
 
   std::shared_ptr<torch::nn::Module> module_;
+  Placement placement_;
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
   // Keep the accumulators (and so our hooks) alive across iterations.

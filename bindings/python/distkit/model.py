@@ -35,13 +35,69 @@ __all__ = [
 _HOOKS = {None: 0, "fp16": 1, "fp16_compress": 1, "bf16": 2, "bf16_compress": 2}
 
 
-def _tensor_at(address: int, like: torch.Tensor) -> torch.Tensor:
-    """A tensor over library memory at `address`, shaped and typed like `like`."""
+class _CudaMemory:
+    """Device memory at an address, as torch.as_tensor takes it
+    (__cuda_array_interface__); bytes typed as uint8, viewed as the dtype."""
+
+    def __init__(self, address: int, nbytes: int):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                         "data": (address, False), "version": 2}
+
+
+def _tensor_at(address: int, like: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A tensor over library memory at `address` on `device` (the reducer's
+    buckets live on the group's comm device), shaped and typed like `like`."""
     nbytes = like.numel() * like.element_size()
     if nbytes == 0:
-        return torch.zeros_like(like)
+        return torch.zeros_like(like, device=device)
+    if device.type == "cuda":
+        raw = torch.as_tensor(_CudaMemory(address, nbytes), device=device)
+        return raw.view(like.dtype).view(like.shape)
     buffer = (ctypes.c_char * nbytes).from_address(address)
     return torch.frombuffer(buffer, dtype=like.dtype).view(like.shape)
+
+
+def _to_device(obj, device: torch.device):
+    """torch DDP's _to_kwargs for one device: every tensor in nested
+    sequences and dicts moved to `device` (non-tensors kept)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+        return type(obj)(*(_to_device(x, device) for x in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_device(x, device) for x in obj)
+    if isinstance(obj, dict):
+        return type(obj)((k, _to_device(v, device)) for k, v in obj.items())
+    return obj
+
+
+def _device_placement(module: torch.nn.Module, device_ids, output_device):
+    """torch DDP's rules for device_ids / output_device: (device_ids,
+    output_device) as device indices, or (None, None) for CPU modules and
+    device_ids=None; a ValueError with torch's text otherwise."""
+    devices = {p.device for p in module.parameters()}
+    if len(devices) > 1:
+        raise ValueError(
+            "MMDistributedDataParallel: the module's parameters are on several devices "
+            f"({sorted(str(d) for d in devices)}); a data-parallel replica must be on one device")
+    on_cpu = not devices or next(iter(devices)).type == "cpu"
+    if device_ids is not None and len(device_ids) > 0 and on_cpu:
+        raise ValueError(
+            "DistributedDataParallel device_ids and output_device arguments only work with "
+            "single-device/multiple-device GPU modules or CPU modules, but got device_ids "
+            f"{device_ids}, output_device {output_device}, and module parameters "
+            f"{ {d for d in devices} }.")
+    if device_ids is None or len(device_ids) == 0 or on_cpu:
+        return None, None
+    if len(device_ids) != 1:
+        raise ValueError("device_ids can only be None or contain a single element.")
+    ids = [torch._utils._get_device_index(d, True) for d in device_ids]
+    module_device = next(iter(devices))
+    if module_device.index != ids[0]:
+        raise ValueError(f"MMDistributedDataParallel: device_ids {device_ids} names cuda:{ids[0]}, "
+                         f"but the module is on {module_device}")
+    out = ids[0] if output_device is None else torch._utils._get_device_index(output_device, True)
+    return ids, out
 
 
 def _reachable_leaves(outputs) -> set:
@@ -162,13 +218,13 @@ class MMDistributedDataParallel(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, detect_anomalous_params: bool = False, *,
                  broadcast_buffers: bool = True, find_unused_parameters: bool = False,
                  bucket_cap_mb: float = 25, gradient_as_bucket_view: bool = False,
-                 comm_hook: Optional[str] = None, process_group=None, **kwargs):
+                 comm_hook: Optional[str] = None, process_group=None, device_ids=None,
+                 output_device=None, **kwargs):
         super().__init__()
         if comm_hook not in _HOOKS:
             raise ValueError(f"comm_hook must be one of {sorted(k for k in _HOOKS if k)} or None, "
                              f"got {comm_hook!r}")
-        if any(p.device.type != "cpu" for p in module.parameters()):
-            raise ValueError("MMDistributedDataParallel: the Gloo backend reduces CPU parameters")
+        self.device_ids, self.output_device = _device_placement(module, device_ids, output_device)
         self.module = module
         self.detect_anomalous_params = detect_anomalous_params
         self.broadcast_buffers = broadcast_buffers
@@ -191,6 +247,9 @@ class MMDistributedDataParallel(torch.nn.Module):
         config.broadcast_buffers = int(broadcast_buffers)
         config.comm_hook = _HOOKS[comm_hook]
         self._reducer = _Reducer(self._dk_params, self._dk_buffers, process_group, config)
+        # Where the reducer's buckets live: the group's comm device (CUDA
+        # gradients over Gloo are staged through host buckets).
+        self._bucket_device = dist.get_comm_device(process_group)
         self._grad_views: List[Optional[Borrowed]] = [None] * len(self._dk_params)
         self._view_generation = -1
         self._finalize_queued = False
@@ -236,7 +295,7 @@ class MMDistributedDataParallel(torch.nn.Module):
                     # Unused here, used elsewhere: the averaged gradient.
                     address = ctypes.c_void_p()
                     check(lib.dk_reducer_reduced_grad, handle, i, ctypes.byref(address))
-                    reduced = _tensor_at(address.value, p)
+                    reduced = _tensor_at(address.value, p, self._bucket_device).to(p.device)
                     if p.grad is None:
                         p.grad = reduced.clone()
                     else:
@@ -253,7 +312,7 @@ class MMDistributedDataParallel(torch.nn.Module):
                 check(lib.dk_reducer_grad_view, handle, i, ctypes.byref(address))
                 if p.grad is not None and p.grad.data_ptr() == address.value:
                     continue
-                view = _tensor_at(address.value, p)
+                view = _tensor_at(address.value, p, self._bucket_device)
                 if p.grad is not None:
                     view.copy_(p.grad)
                 else:
@@ -270,6 +329,10 @@ class MMDistributedDataParallel(torch.nn.Module):
             if self._view_generation < 0 or any(
                     p.grad is None for p in self._dk_params):
                 self._point_grads_at_views()
+        if self.device_ids:
+            # torch DDP: inputs follow the module to device_ids[0].
+            device = torch.device("cuda", self.device_ids[0])
+            inputs, kwargs = _to_device(inputs, device), _to_device(kwargs, device)
         output = self.module(*inputs, **kwargs)
         if training and self.find_unused_parameters:
             reached = _reachable_leaves(output)

@@ -175,6 +175,26 @@ def train_step_checks():
         raise AssertionError("a non-container batch must raise TypeError")
 
 
+def device_placement_checks():
+    """device_ids / output_device as torch defines them, where the machine
+    allows: a CPU module with device_ids is torch's ValueError, on every
+    rank, before any collective; without device_ids it trains as before.
+    (CUDA modules: tools/gpu_check.sh.)"""
+    net = make("plain")
+    for device_ids in ([0], ["cuda:0"]):
+        try:
+            MMDistributedDataParallel(net, device_ids=device_ids, output_device=0)
+        except ValueError as e:
+            assert ("device_ids and output_device arguments only work with single-device/"
+                    "multiple-device GPU modules or CPU modules" in str(e)), str(e)
+            assert "device(type='cpu')" in str(e), str(e)
+        else:
+            raise AssertionError("a CPU module with device_ids must be refused")
+    wrapped = MMDistributedDataParallel(net, device_ids=None, output_device=None)
+    assert wrapped.device_ids is None and wrapped.output_device is None
+    F.mse_loss(wrapped(inp(0, 0)), target(0, 0)).backward()
+
+
 def main():
     store = f"file://{os.environ.get('TEST_TMPDIR', '/tmp')}/torch_store_{os.environ['MASTER_PORT']}"
     tdist.init_process_group("gloo", init_method=store,
@@ -197,6 +217,7 @@ def main():
         assert "never.weight" in str(e) or "params[" in str(e), str(e)
     else:
         raise AssertionError("unused parameters without find_unused_parameters must fail")
+    device_placement_checks()
     dist.barrier()
     print(f"rank {RANK}: distkit.model equals torch DDP in every mode "
           f"(worst relative difference {worst:.2g}); train_step checks passed")

@@ -1,13 +1,14 @@
-// File: comm_device.h
+// File: device_staging.h
 //
-// mmengine's casting rule, shared by the tensor and object collectives:
-// data that is not on the group's communication device is staged there, the
-// collective runs on the staged copy, and what it wrote is copied back. So
-// host buffers (object bytes, a seed) reach NCCL on the GPU, and CUDA
-// tensors reach Gloo through the host, as in mmengine.
+// mmengine's casting rule as one helper, shared by the tensor and object
+// collectives and the gradient reducer: data that is not on a group's
+// communication device is staged there, the collective runs on the staged
+// copy, and what it wrote is copied back. So host buffers (object bytes, a
+// seed, a flag vector) reach NCCL on the GPU, and CUDA tensors reach Gloo
+// through the host, as in mmengine.
 
-#ifndef DISTKIT_CC_DIST_API_COMM_DEVICE_H_
-#define DISTKIT_CC_DIST_API_COMM_DEVICE_H_
+#ifndef DISTKIT_CC_CORE_DEVICE_STAGING_H_
+#define DISTKIT_CC_CORE_DEVICE_STAGING_H_
 
 #include <utility>
 #include <vector>
@@ -18,7 +19,6 @@
 #include "cc/core/tensor_ref.h"
 
 namespace distkit {
-namespace dist {
 
 // What the collective does with a buffer: which copies staging needs.
 enum class Access { kRead, kWrite, kReadWrite };
@@ -63,7 +63,6 @@ absl::Status OutputsOnCommDevice(const std::vector<TensorRef>& outputs,
   return absl::OkStatus();
 }
 
-}  // namespace dist
 }  // namespace distkit
 
-#endif  // DISTKIT_CC_DIST_API_COMM_DEVICE_H_
+#endif  // DISTKIT_CC_CORE_DEVICE_STAGING_H_

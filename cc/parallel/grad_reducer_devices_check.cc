@@ -1,0 +1,319 @@
+// GradReducer where parameters and the comm device are not both the host
+// (issue 13), on any machine: the extension device of
+// testing/cc/extension_device.h stands in for a GPU; its bytes are kept
+// transformed, so a host memcpy of "device" memory gives wrong averages.
+//
+//   grad_reducer_devices_check gloo      parameters on ext:0, a host comm
+//                                        device (CUDA parameters over Gloo:
+//                                        buckets staged through the host)
+//   grad_reducer_devices_check ext_test  a device comm device (NCCL's case):
+//                                        parameters on ext:0 (buckets and
+//                                        views on the device, mean there)
+//                                        and on the host (staged to it)
+//
+// Every average is checked against the mean each rank computes from the
+// formula all ranks use, at world sizes 1-4.
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "cc/core/half.h"
+#include "cc/dist_api/dist.h"
+#include "cc/parallel/grad_reducer.h"
+#include "testing/cc/extension_device.h"
+#include "testing/cc/rank_check.h"
+
+namespace distkit {
+namespace {
+
+using ::distkit::testing::ExtTensor;
+
+int rank_ = 0, size_ = 1;
+
+double G(int r, int p, int64_t k, int it) {
+  return 0.25 * (r + 1) * ((k % 13) - 6) + 0.5 * p - 0.125 * it;
+}
+double Mean(int p, int64_t k, int it) {
+  double s = 0;
+  for (int r = 0; r < size_; ++r) s += G(r, p, k, it) / size_;
+  return s;
+}
+
+// Parameters and gradients on `device`, with host mirrors read by Sync().
+struct Model {
+  Device device;
+  std::vector<std::vector<float>> params, grads;  // host mirrors
+  std::vector<ExtTensor> ext_params, ext_grads;
+
+  Model(Device d, std::vector<int64_t> sizes) : device(d) {
+    for (size_t p = 0; p < sizes.size(); ++p) {
+      params.emplace_back(sizes[p], float(rank_ * 100 + p));
+      grads.emplace_back(sizes[p], 0.f);
+      if (device.is_ext()) {
+        ext_params.push_back(Upload(params[p]));
+        ext_grads.push_back(Upload(grads[p]));
+      }
+    }
+  }
+  static ExtTensor Upload(const std::vector<float>& v) {
+    auto t =
+        ::distkit::testing::ToExtension(v.data(), v.size(), DataType::kFloat32);
+    testing::RequireOk(t.status(), "upload to ext:0");
+    return *std::move(t);
+  }
+  TensorRef Param(int p) {
+    return device.is_ext() ? ext_params[p].ref
+                           : TensorRef(params[p].data(), params[p].size(),
+                                       DataType::kFloat32);
+  }
+  TensorRef Grad(int p) {
+    return device.is_ext() ? ext_grads[p].ref
+                           : TensorRef(grads[p].data(), grads[p].size(),
+                                       DataType::kFloat32);
+  }
+  std::vector<GradReducer::Parameter> Params() {
+    std::vector<GradReducer::Parameter> out;
+    for (size_t p = 0; p < params.size(); ++p)
+      out.push_back({Param(p), absl::StrCat("layer", p, ".weight")});
+    return out;
+  }
+  void Fill(int it, int p) {
+    for (size_t k = 0; k < grads[p].size(); ++k)
+      grads[p][k] = G(rank_, p, k, it);
+    if (device.is_ext()) {
+      testing::RequireOk(
+          CopyBytes(ext_grads[p].ref.data(), device, grads[p].data(),
+                    Device::Cpu(), grads[p].size() * sizeof(float)),
+          "fill");
+    }
+  }
+  // Host mirrors from the device.
+  void Sync() {
+    if (!device.is_ext()) return;
+    for (size_t p = 0; p < params.size(); ++p) {
+      testing::RequireOk(::distkit::testing::FromExtension(ext_params[p].ref,
+                                                           params[p].data()),
+                         "read param");
+      testing::RequireOk(
+          ::distkit::testing::FromExtension(ext_grads[p].ref, grads[p].data()),
+          "read grad");
+    }
+  }
+};
+
+void CheckMean(Model& m, int p, int it, double tol, const std::string& what) {
+  m.Sync();
+  for (size_t k = 0; k < m.grads[p].size(); ++k) {
+    const double want = Mean(p, k, it);
+    if (std::abs(m.grads[p][k] - want) > tol * std::max(1.0, std::abs(want))) {
+      testing::Require(false, absl::StrCat(what, ": param ", p, "[", k, "] = ",
+                                           m.grads[p][k], ", want ", want));
+    }
+  }
+}
+
+// Several buckets, the rebuild after iteration 0, buffers broadcast.
+void Training(std::shared_ptr<ProcessGroup> world, Device device) {
+  const std::string where =
+      absl::StrCat("params on ", device.ToString(), ", comm on ",
+                   world->comm_device().ToString());
+  Model m(device, {100, 3000, 7, 1500});
+  GradReducer::Options o;
+  o.first_bucket_cap_mb = 2048.0 / (1 << 20);
+  o.bucket_cap_mb = 8192.0 / (1 << 20);
+  auto r = GradReducer::Create(world, m.Params(), {}, o);
+  testing::RequireOk(r.status(), "create: " + where);
+  m.Sync();
+  for (size_t p = 0; p < m.params.size(); ++p) {
+    testing::Require(m.params[p][0] == float(p) && m.params[p].back() == p,
+                     "rank 0's parameters broadcast: " + where);
+  }
+  testing::Require((*r)->buckets().size() > 1, "several buckets");
+  for (int it = 0; it < 3; ++it) {
+    for (int p : {3, 1, 2, 0}) {  // an order the rebuild adopts
+      m.Fill(it, p);
+      testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready: " + where);
+    }
+    testing::RequireOk((*r)->Finalize(), "finalize: " + where);
+    // A device mean (ncclAvg's order: sum, then divide) may differ from the
+    // host's divide-then-sum in the last bit.
+    for (int p = 0; p < 4; ++p) CheckMean(m, p, it, 1e-6, where);
+  }
+  // ReducedGrad lives on the comm device.
+  auto reduced = (*r)->ReducedGrad(1);
+  testing::RequireOk(reduced.status(), "reduced grad");
+  testing::Require(reduced->device() == world->comm_device(),
+                   "ReducedGrad is on the comm device");
+}
+
+void UnusedAndHooks(std::shared_ptr<ProcessGroup> world, Device device) {
+  const std::string where = absl::StrCat("params on ", device.ToString());
+  {
+    Model m(device, {50, 60, 70});
+    GradReducer::Options o;
+    o.find_unused_parameters = true;
+    auto r = GradReducer::Create(world, m.Params(), {}, o);
+    testing::RequireOk(r.status(), "create unused: " + where);
+    // Parameter 1 is unused on rank 0 only; parameter 2 everywhere.
+    testing::RequireOk(
+        (*r)->PrepareForBackward(rank_ == 0 ? std::vector<int>{1, 2}
+                                            : std::vector<int>{2}),
+        "prepare");
+    for (int p : {1, 0}) {
+      if (p == 1 && rank_ == 0) continue;
+      m.Fill(0, p);
+      testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready unused");
+    }
+    testing::RequireOk((*r)->Finalize(), "finalize unused: " + where);
+    CheckMean(m, 0, 0, 1e-6, "used everywhere: " + where);
+    testing::Require((*r)->globally_used(1) == (size_ > 1),
+                     "parameter 1 used by some rank");
+    testing::Require(!(*r)->globally_used(2), "parameter 2 unused everywhere");
+  }
+  for (CommHook hook : {CommHook::kFp16Compress, CommHook::kBf16Compress}) {
+    Model m(device, {257, 33});
+    GradReducer::Options o;
+    o.comm_hook = hook;
+    auto r = GradReducer::Create(world, m.Params(), {}, o);
+    testing::RequireOk(r.status(), "create hook");
+    for (int p : {1, 0}) {
+      m.Fill(0, p);
+      testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready hook");
+    }
+    testing::RequireOk((*r)->Finalize(), "finalize hook: " + where);
+    const bool fp16 = hook == CommHook::kFp16Compress;
+    m.Sync();
+    for (int p = 0; p < 2; ++p) {
+      for (size_t k = 0; k < m.grads[p].size(); ++k) {
+        double want = 0;
+        for (int q = 0; q < size_; ++q) {
+          const float x = G(q, p, k, 0);
+          want +=
+              fp16
+                  ? comm_internal::Float16ToFloat(comm_internal::FloatToFloat16(
+                        comm_internal::Float16ToFloat(
+                            comm_internal::FloatToFloat16(x)) /
+                        size_))
+                  : comm_internal::BFloat16ToFloat(
+                        comm_internal::FloatToBFloat16(
+                            comm_internal::BFloat16ToFloat(
+                                comm_internal::FloatToBFloat16(x)) /
+                            size_));
+        }
+        const double tol =
+            (fp16 ? 1e-3 : 8e-3) * size_ * std::max(1.0, std::abs(want));
+        testing::Require(
+            std::abs(m.grads[p][k] - want) <= tol,
+            absl::StrCat(fp16 ? "fp16" : "bf16", " hook on ", where, ": ",
+                         m.grads[p][k], " want ", want));
+      }
+    }
+  }
+}
+
+// gradient_as_bucket_view where parameters are on the comm device: views
+// are device memory, written and read through copies.
+void Views(std::shared_ptr<ProcessGroup> world, Device device) {
+  Model m(device, {300, 40});
+  GradReducer::Options o;
+  o.gradient_as_bucket_view = true;
+  auto v = GradReducer::Create(world, m.Params(), {}, o);
+  testing::RequireOk(v.status(), "create views");
+  for (int it = 0; it < 2; ++it) {
+    for (int p : {0, 1}) {
+      auto view = (*v)->GradView(p);
+      testing::RequireOk(view.status(), "view");
+      testing::Require(view->device() == device, "the view is on the device");
+      std::vector<float> g(view->numel());
+      for (int64_t k = 0; k < view->numel(); ++k) g[k] = G(rank_, p, k, it);
+      testing::RequireOk(CopyBytes(view->data(), device, g.data(),
+                                   Device::Cpu(), g.size() * sizeof(float)),
+                         "write view");
+      testing::RequireOk((*v)->MarkReady(p, *view), "ready view");
+    }
+    testing::RequireOk((*v)->Finalize(), "finalize views");
+    for (int p : {0, 1}) {
+      auto view = (*v)->GradView(p);
+      std::vector<float> g(view->numel());
+      testing::RequireOk(CopyBytes(g.data(), Device::Cpu(), view->data(),
+                                   device, g.size() * sizeof(float)),
+                         "read view");
+      for (int64_t k = 0; k < view->numel(); ++k) {
+        testing::Require(
+            std::abs(g[k] - Mean(p, k, it)) < 1e-6,
+            absl::StrCat("view averaged: ", g[k], " want ", Mean(p, k, it)));
+      }
+    }
+  }
+}
+
+void BadInput(std::shared_ptr<ProcessGroup> world) {
+  Model host(Device::Cpu(), {4});
+  Model ext(Device::Ext(0), {4});
+  auto mixed = GradReducer::Create(
+      world, {{host.Param(0), "a"}, {ext.Param(0), "b"}}, {}, {});
+  testing::Require(
+      absl::IsInvalidArgument(mixed.status()) &&
+          absl::StrContains(mixed.status().message(), "several devices") &&
+          absl::StrContains(mixed.status().message(), "ext:0"),
+      absl::StrCat("parameters on two devices refused: ",
+                   mixed.status().ToString()));
+  // Views off the comm device cannot be: refused, not a silent copy.
+  Model off(world->comm_device().is_cpu() ? Device::Ext(0) : Device::Cpu(),
+            {4});
+  GradReducer::Options o;
+  o.gradient_as_bucket_view = true;
+  auto views = GradReducer::Create(world, off.Params(), {}, o);
+  testing::Require(absl::IsInvalidArgument(views.status()),
+                   absl::StrCat("views off the comm device refused: ",
+                                views.status().ToString()));
+  // A gradient on another device than its parameter.
+  auto r = GradReducer::Create(world, host.Params(), {}, {});
+  testing::RequireOk(r.status(), "create");
+  absl::Status s = (*r)->MarkReady(0, ext.Grad(0));
+  testing::Require(
+      absl::IsInvalidArgument(s),
+      absl::StrCat("gradient on the wrong device: ", s.ToString()));
+}
+
+}  // namespace
+}  // namespace distkit
+
+int main(int argc, char** argv) {
+  using namespace distkit;
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: grad_reducer_devices_check gloo|ext_test\n");
+    return 2;
+  }
+  const std::string backend = argv[1];
+  ::distkit::testing::InstallXorExtensionDevice();
+  dist::InitOptions options;
+  options.backend = backend;
+  options.timeout = absl::Seconds(60);
+  if (absl::Status s = dist::InitDist("pytorch", options); !s.ok()) {
+    std::fprintf(stderr, "init: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  rank_ = dist::GetRank();
+  testing::SetCheckRank(rank_);
+  size_ = dist::GetWorldSize();
+  auto world = dist::GetDefaultGroup();
+  if (backend == "gloo") {
+    Training(world, Device::Ext(0));
+    UnusedAndHooks(world, Device::Ext(0));
+  } else {
+    Training(world, Device::Ext(0));
+    Training(world, Device::Cpu());
+    UnusedAndHooks(world, Device::Ext(0));
+    UnusedAndHooks(world, Device::Cpu());
+    Views(world, Device::Ext(0));
+  }
+  BadInput(world);
+  testing::RequireOk(dist::Barrier(), "barrier");
+  dist::DestroyDist();
+  return testing::FinishChecks(
+      absl::StrCat("GradReducer on devices (", backend, ")"));
+}
