@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "cc/core/data_type.h"
 #include "cc/dist_api/collectives.h"
 #include "cc/dist_api/dist.h"
@@ -204,6 +205,26 @@ TEST(Casting, ObjectsAndSeedTravelThroughTheCommDevice) {
   auto seeds = AllGatherObject(absl::StrCat(*seed));
   ASSERT_TRUE(seeds.ok());
   for (const std::string& s : *seeds) EXPECT_EQ(s, absl::StrCat(*seed));
+}
+
+TEST(Casting, AnObjectTooLargeForOneRanksDeviceFailsEveryRank) {
+  if (backend != "ext_test" || W() == 1) GTEST_SKIP() << "no staging here";
+  // The last rank's "GPU" holds at most 1 MiB per allocation.
+  if (R() == W() - 1) ::distkit::testing::SetExtensionDeviceLimit(1 << 20);
+  const absl::Time start = absl::Now();
+  auto all = AllGatherObject(std::string(R() == 0 ? 2 << 20 : 10, 'x'));
+  ::distkit::testing::SetExtensionDeviceLimit(0);
+  ASSERT_FALSE(all.ok());
+  EXPECT_EQ(all.status().code(), absl::StatusCode::kResourceExhausted)
+      << all.status();
+  EXPECT_NE(all.status().message().find(absl::StrCat("rank(s) ", W() - 1)),
+            absl::string_view::npos)
+      << all.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  // Nothing was left half-done: the group goes on.
+  auto small = AllGatherObject(absl::StrCat(R()));
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ((*small)[W() - 1], absl::StrCat(W() - 1));
 }
 
 }  // namespace

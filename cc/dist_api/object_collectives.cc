@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cc/core/device_copy.h"
 #include "cc/core/device_staging.h"
 #include "cc/core/status.h"
 #include "cc/dist_api/dist.h"
@@ -34,15 +37,6 @@ absl::Status AllGatherHost(ProcessGroup* g, TensorRef in, TensorRef out) {
   });
 }
 
-absl::Status GatherHost(ProcessGroup* g, TensorRef in, TensorRef out, int dst) {
-  const Device comm = g->comm_device();
-  return OnCommDevice(in, comm, Access::kRead, [&](const TensorRef& i) {
-    return OnCommDevice(out, comm, Access::kWrite, [&](const TensorRef& o) {
-      return g->Gather(i, o, dst);
-    });
-  });
-}
-
 absl::Status BroadcastHost(ProcessGroup* g, TensorRef data, int src) {
   return OnCommDevice(data, g->comm_device(), Access::kReadWrite,
                       [&](const TensorRef& d) { return g->Broadcast(d, src); });
@@ -58,6 +52,73 @@ absl::StatusOr<std::vector<int64_t>> ExchangeSizes(int64_t mine,
   return sizes;
 }
 
+// An object payload's host buffers on the group's comm device. Where that
+// is not the host, the staging is allocated on every rank first and the
+// ranks agree that it exists: a payload too large for one rank's device
+// fails every rank at once, naming it, instead of leaving the others waiting
+// inside the collective until the timeout.
+class PayloadStaging {
+ public:
+  // `in` is read; `out` (nullptr: `in`, in place) receives the result.
+  static absl::StatusOr<PayloadStaging> Make(ProcessGroup* g, const char* op,
+                                             void* in, size_t in_bytes,
+                                             void* out, size_t out_bytes) {
+    PayloadStaging s;
+    s.comm_ = g->comm_device();
+    s.host_out_ = out != nullptr ? out : in;
+    s.out_bytes_ = out != nullptr ? out_bytes : in_bytes;
+    if (s.comm_.is_cpu()) {
+      s.in_ = TensorRef(in, in_bytes, DataType::kUInt8);
+      s.out_ = TensorRef(s.host_out_, s.out_bytes_, DataType::kUInt8);
+      return s;
+    }
+    absl::StatusOr<DeviceBuffer> a = DeviceBuffer::Allocate(s.comm_, in_bytes);
+    absl::StatusOr<DeviceBuffer> b =
+        a.ok() && out != nullptr ? DeviceBuffer::Allocate(s.comm_, out_bytes)
+                                 : absl::StatusOr<DeviceBuffer>(DeviceBuffer());
+    const absl::Status mine = !a.ok() ? a.status() : b.status();
+    DK_ASSIGN_OR_RETURN(std::vector<int64_t> failed,
+                        ExchangeSizes(mine.ok() ? 0 : 1, g));
+    std::vector<std::string> who;
+    for (int r = 0; r < g->size(); ++r) {
+      if (failed[r] != 0) who.push_back(absl::StrCat(r));
+    }
+    if (!who.empty()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          op, " on group '", g->name(),
+          "': the objects do not fit on the comm device ", s.comm_.ToString(),
+          " of rank(s) ", absl::StrJoin(who, ", "),
+          mine.ok() ? "" : absl::StrCat(" (here: ", mine.message(), ")")));
+    }
+    s.in_buffer_ = *std::move(a);
+    s.in_ = TensorRef(s.in_buffer_.data(), in_bytes, DataType::kUInt8, s.comm_);
+    if (out != nullptr) {
+      s.out_buffer_ = *std::move(b);
+      s.out_ =
+          TensorRef(s.out_buffer_.data(), out_bytes, DataType::kUInt8, s.comm_);
+    } else {
+      s.out_ = s.in_;
+    }
+    DK_RETURN_IF_ERROR(
+        CopyBytes(s.in_.data(), s.comm_, in, Device::Cpu(), in_bytes));
+    return s;
+  }
+  const TensorRef& in() const { return in_; }
+  const TensorRef& out() const { return out_; }
+  // The result back into the host buffer.
+  absl::Status Finish() const {
+    if (comm_.is_cpu()) return absl::OkStatus();
+    return CopyBytes(host_out_, Device::Cpu(), out_.data(), comm_, out_bytes_);
+  }
+
+ private:
+  Device comm_;
+  void* host_out_ = nullptr;
+  size_t out_bytes_ = 0;
+  DeviceBuffer in_buffer_, out_buffer_;
+  TensorRef in_, out_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> AllGatherObject(
@@ -70,9 +131,12 @@ absl::StatusOr<std::vector<std::string>> AllGatherObject(
   std::string padded = data;
   padded.resize(max);
   std::vector<char> all(max * g->size());
-  DK_RETURN_IF_ERROR(
-      AllGatherHost(g, TensorRef(padded.data(), max, DataType::kUInt8),
-                    TensorRef(all.data(), all.size(), DataType::kUInt8)));
+  DK_ASSIGN_OR_RETURN(
+      PayloadStaging staged,
+      PayloadStaging::Make(g, "all_gather_object", padded.data(), max,
+                           all.data(), all.size()));
+  DK_RETURN_IF_ERROR(g->AllGather(staged.in(), staged.out()));
+  DK_RETURN_IF_ERROR(staged.Finish());
   std::vector<std::string> out;
   for (int r = 0; r < g->size(); ++r)
     out.emplace_back(all.data() + r * max, sizes[r]);
@@ -89,9 +153,11 @@ absl::StatusOr<std::optional<std::vector<std::string>>> GatherObject(
   std::string padded = data;
   padded.resize(max);
   std::vector<char> all(g->rank() == dst ? max * g->size() : 0);
-  DK_RETURN_IF_ERROR(
-      GatherHost(g, TensorRef(padded.data(), max, DataType::kUInt8),
-                 TensorRef(all.data(), all.size(), DataType::kUInt8), dst));
+  DK_ASSIGN_OR_RETURN(PayloadStaging staged,
+                      PayloadStaging::Make(g, "gather_object", padded.data(),
+                                           max, all.data(), all.size()));
+  DK_RETURN_IF_ERROR(g->Gather(staged.in(), staged.out(), dst));
+  DK_RETURN_IF_ERROR(staged.Finish());
   if (g->rank() != dst) return std::optional<std::vector<std::string>>();
   std::vector<std::string> out;
   for (int r = 0; r < g->size(); ++r)
@@ -122,8 +188,11 @@ absl::Status BroadcastObjectList(std::vector<std::string>* objects, int src,
   } else {
     payload.resize(total);
   }
-  DK_RETURN_IF_ERROR(BroadcastHost(
-      g, TensorRef(payload.data(), total, DataType::kUInt8), src));
+  DK_ASSIGN_OR_RETURN(PayloadStaging staged,
+                      PayloadStaging::Make(g, "broadcast_object_list",
+                                           payload.data(), total, nullptr, 0));
+  DK_RETURN_IF_ERROR(g->Broadcast(staged.in(), src));
+  DK_RETURN_IF_ERROR(staged.Finish());
   if (g->rank() != src) {
     objects->clear();
     int64_t offset = 0;

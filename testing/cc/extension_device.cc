@@ -1,5 +1,6 @@
 #include "testing/cc/extension_device.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -12,6 +13,8 @@
 namespace distkit {
 namespace testing {
 namespace {
+
+std::atomic<size_t> allocation_limit{0};
 
 void XorCopy(void* dst, const void* src, size_t n) {
   auto* d = static_cast<unsigned char*>(dst);
@@ -162,7 +165,10 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeExtensionBackend(
 void InstallXorExtensionDevice() {
   static const bool installed = [] {
     ExtensionDeviceHooks hooks;
-    hooks.allocate = [](size_t n) { return std::malloc(n); };
+    hooks.allocate = [](size_t n) -> void* {
+      const size_t limit = allocation_limit.load();
+      return limit != 0 && n > limit ? nullptr : std::malloc(n);
+    };
     hooks.free = [](void* p) { std::free(p); };
     hooks.to_device = XorCopy;
     hooks.to_host = XorCopy;
@@ -174,6 +180,8 @@ void InstallXorExtensionDevice() {
   }();
   (void)installed;
 }
+
+void SetExtensionDeviceLimit(size_t bytes) { allocation_limit = bytes; }
 
 absl::StatusOr<ExtTensor> ToExtension(const void* host, int64_t numel,
                                       DataType dtype) {

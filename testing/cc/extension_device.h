@@ -33,6 +33,10 @@ constexpr unsigned char kExtensionXor = 0xA5;
 // Installs ext:0 (idempotent) and registers "ext_test".
 void InstallXorExtensionDevice();
 
+// Allocations on ext:0 above `bytes` fail from now on (0: no limit), as a
+// GPU runs out of memory.
+void SetExtensionDeviceLimit(size_t bytes);
+
 // A tensor on ext:0 holding `values` (as `dtype`'s bytes), and back.
 struct ExtTensor {
   DeviceBuffer buffer;
