@@ -1,35 +1,56 @@
 #!/usr/bin/env bash
-# Builds distkit's GPU paths without Bazel (g++ against the CUDA and NCCL this
-# machine has, $CUDA_HOME, default /usr/local/cuda) and runs tools/gpu_check:
-# every NCCL operation at world size 1, device casting with CUDA tensors, and
-# an all_reduce bandwidth table. On a machine without a GPU it builds, says
-# so, and exits 0. Needs Abseil and DLPack headers (tools/bootstrap.sh).
+# The GPU checks, without Bazel: builds distkit's CUDA paths with g++ against
+# the CUDA and NCCL this machine has ($CUDA_HOME, default /usr/local/cuda) and
+# runs tools/gpu_check (C++, world size 1 on cuda:0: every NCCL op x dtype,
+# the casting rule and the GradReducer with CUDA tensors, an NCCL all_reduce
+# busbw table beside raw NCCL calls made in the same program), then
+# tools/gpu_check_python.py (CUDA tensors at world sizes 1-4 over Gloo, DDP
+# with CUDA parameters against CPU DDP, object collectives over NCCL) when a
+# loadable libdistkit.so and torch with CUDA are at hand.
+#
+# Prints one PASS / FAIL / SKIPPED line per check and a final count; exits
+# non-zero on any FAIL. Without a GPU it builds, prints why nothing ran, and
+# exits 0. Needs Abseil and DLPack headers (tools/bootstrap.sh). Under 5
+# minutes on one GPU; GPU_CHECK_QUICK=1 shortens the bandwidth table.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 out="${GPU_CHECK_OUT:-/tmp/distkit_gpu_check}"
-mkdir -p "$out"
+mkdir -p "$out/obj"
 for f in "$cuda/include/cuda_runtime.h" "$cuda/include/nccl.h" /usr/include/dlpack/dlpack.h; do
   [[ -e "$f" ]] || { echo "gpu_check.sh: $f not found" >&2; exit 2; }
 done
-absl_libs="$(pkg-config --libs absl_status absl_statusor absl_strings absl_synchronization absl_time absl_hash absl_raw_hash_set)"
+absl_libs="$(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format \
+  absl_synchronization absl_time absl_hash absl_raw_hash_set absl_random_random)"
 libdir="$cuda/lib64"
 [[ -d "$libdir" ]] || libdir="$cuda/lib"
+# The library's CUDA-relevant layers (no Gloo, MPI or shared memory: the
+# NCCL backend is registered by gpu_check.cc itself).
 sources=(
-  cc/core/data_type.cc cc/core/device.cc cc/core/reduce_op.cc cc/core/status.cc
-  cc/core/tensor_ref.cc cc/core/device_copy.cc cc/core/cuda_memory_cuda.cc
-  cc/core/cuda_library.cc
-  cc/core/shared_library.cc cc/comm/nccl/nccl_library.cc
+  cc/core/data_type.cc cc/core/device.cc cc/core/float_cast.cc cc/core/reduce_op.cc
+  cc/core/status.cc cc/core/tensor_ref.cc cc/core/device_copy.cc
+  cc/core/cuda_memory_cuda.cc cc/core/cuda_library.cc cc/core/shared_library.cc
   cc/comm/backend.cc cc/comm/backend_registry.cc cc/comm/reduce_kernels.cc
-  cc/comm/op_context.cc cc/comm/op_signature.cc
-  cc/comm/nccl/nccl_backend.cc cc/group/collective_contract.cc
-  cc/group/flight_recorder.cc
-  cc/store/store.cc cc/store/hash_store.cc cc/store/call_deadline.cc
+  cc/comm/op_context.cc cc/comm/op_signature.cc cc/comm/work.cc
+  cc/comm/nccl/nccl_backend.cc cc/comm/nccl/nccl_library.cc
+  cc/group/collective_contract.cc cc/group/flight_recorder.cc cc/group/op_queue.cc
+  cc/group/process_group.cc
+  cc/store/store.cc cc/store/hash_store.cc cc/store/call_deadline.cc cc/store/prefix_store.cc
+  cc/parallel/bucket_assignment.cc cc/parallel/grad_reducer.cc
   tools/gpu_check.cc
 )
-echo "gpu_check.sh: compiling ${#sources[@]} files with $(g++ --version | head -1)"
+echo "gpu_check.sh: compiling ${#sources[@]} files with $(g++ --version | head -1), $(nproc) at a time"
 start=$(date +%s)
-g++ -std=c++17 -O2 -I. -I"$cuda/include" "${sources[@]}" -o "$out/gpu_check" \
+printf '%s\n' "${sources[@]}" | xargs -P "$(nproc)" -I{} sh -c \
+  'g++ -std=c++17 -O2 -I. -I"$1/include" -c "$2" -o "$3/obj/$(echo "$2" | tr / _).o"' \
+  _ "$cuda" {} "$out"
+g++ "$out"/obj/*.o -o "$out/gpu_check" \
   -L"$libdir" -Wl,-rpath,"$libdir" -lnccl -lcudart $absl_libs -lpthread -ldl
 echo "gpu_check.sh: built in $(( $(date +%s) - start )) s"
-"$out/gpu_check"
+status=0
+"$out/gpu_check" || status=$?
+echo "gpu_check.sh: the Python checks"
+python="${PYTHON:-python3}"
+"$python" -c "import torch" 2>/dev/null || { [[ -x /usr/bin/python3 ]] && python=/usr/bin/python3; }
+"$python" tools/gpu_check_python.py || status=$?
+exit "$status"

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""The Python half of tools/gpu_check.sh: distkit with CUDA tensors in real
+processes on one GPU (several ranks may share it over Gloo; NCCL runs one
+rank per GPU).
+
+  casting, gloo, world sizes 1-4   CUDA tensors through all_reduce (sum and
+                                   mean), all_gather, broadcast, objects and
+                                   collect_results(device='gpu')
+  ddp, gloo, world size 2          MMDistributedDataParallel with CUDA
+                                   parameters (device_ids=[0], CPU inputs
+                                   moved by forward) against the same model
+                                   under CPU DDP
+  ddp, nccl, world size 1          the same over NCCL, against training alone
+  objects, nccl, world size 1      object collectives, collect_results(gpu),
+                                   sync_random_seed, all_reduce_params and
+                                   all_reduce_dict on CUDA data over NCCL
+
+One PASS / FAIL line per check; SKIPPED (and exit 0) with the reason when
+torch has no CUDA or libdistkit.so cannot be loaded (set DISTKIT_LIBRARY;
+one built anywhere with CUDA's headers loads here). Exit 1 on any FAIL.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SCENARIOS = [("casting", "gloo", n) for n in (1, 2, 3, 4)] + [
+    ("ddp", "gloo", 2), ("ddp", "nccl", 1), ("objects", "nccl", 1)]
+
+
+def setup_path():
+    """The repository's distkit package, here and in every rank process."""
+    package = os.path.join(ROOT, "bindings", "python")
+    sys.path.insert(0, package)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [package] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    built = os.path.join(ROOT, "bazel-bin", "capi", "libdistkit.so")
+    if "DISTKIT_LIBRARY" not in os.environ and os.path.exists(built):
+        os.environ["DISTKIT_LIBRARY"] = built
+
+
+# ---- one rank ------------------------------------------------------------------
+
+
+def report(ok, what):
+    print(f"{'PASS' if ok else 'FAIL'} {what}", flush=True)
+
+
+def rank_casting(dist, torch, r, w):
+    cuda = torch.device("cuda", 0)
+    x = torch.full((1000,), float(r + 1), device=cuda)
+    dist.all_reduce(x)
+    report(x.device == cuda and torch.all(x == w * (w + 1) / 2).item(),
+           f"all_reduce sum of cuda tensors over gloo, world {w}")
+    y = torch.arange(10.0, device=cuda) * (r + 1)
+    dist.all_reduce(y, "mean")
+    want = torch.arange(10.0, device=cuda) * (w + 1) / 2
+    report(torch.allclose(y, want), f"all_reduce mean of cuda tensors, world {w}")
+    outs = dist.all_gather(torch.full((3,), float(r), device=cuda))
+    report(len(outs) == w and all(o.device == cuda and torch.all(o == i).item()
+                                  for i, o in enumerate(outs)),
+           f"all_gather of cuda tensors (outputs on cuda), world {w}")
+    b = torch.full((4,), float(r), device=cuda)
+    dist.broadcast(b, src=w - 1)
+    report(torch.all(b == w - 1).item(), f"broadcast of a cuda tensor, world {w}")
+    objs = dist.all_gather_object({"rank": r})
+    report(objs == [{"rank": i} for i in range(w)], f"all_gather_object, world {w}")
+    results = dist.collect_results([f"item{r}"], w, device="gpu")
+    if r == 0:
+        report(sorted(results) == sorted(f"item{i}" for i in range(w)),
+               f"collect_results(device='gpu'), world {w}")
+
+
+def model_pair(torch):
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    gpu = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    gpu.load_state_dict(cpu.state_dict())
+    return cpu, gpu.cuda()
+
+
+def train(torch, model, wrapped, r, steps=3, device="cpu"):
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(steps):
+        g = torch.Generator().manual_seed(100 * step + r)
+        x, t = torch.randn(5, 8, generator=g), torch.randn(5, 4, generator=g)
+        sgd.zero_grad()
+        # CPU inputs: device_ids moves them for the CUDA model.
+        loss = torch.nn.functional.mse_loss(wrapped(x), t.to(device))
+        loss.backward()
+        sgd.step()
+
+
+def rank_ddp(dist, torch, r, w, backend):
+    from distkit.model import MMDistributedDataParallel
+    cpu, gpu = model_pair(torch)
+    ddp_gpu = MMDistributedDataParallel(gpu, device_ids=[0])
+    report(ddp_gpu.device_ids == [0] and ddp_gpu.output_device == 0,
+           f"device_ids / output_device of a cuda module ({backend})")
+    train(torch, gpu, ddp_gpu, r, device="cuda")
+    if backend == "gloo":
+        ddp_cpu = MMDistributedDataParallel(cpu)
+        train(torch, cpu, ddp_cpu, r)
+        what = f"CUDA DDP over gloo equals CPU DDP, world {w}"
+    else:
+        train(torch, cpu, cpu, r)  # world size 1: DDP is training alone
+        what = "CUDA DDP over nccl equals training alone, world 1"
+    worst = max((a.detach().cpu() - b.detach()).abs().max().item()
+                for a, b in zip(gpu.parameters(), cpu.parameters()))
+    report(worst <= 1e-5, f"{what} (worst difference {worst:.2g})")
+
+
+def rank_objects(dist, torch, r, w):
+    cuda = torch.device("cuda", torch.cuda.current_device())
+    report(dist.get_comm_device() == cuda, "get_comm_device() is cuda:<current> on nccl")
+    report(dist.all_gather_object(["x", 1]) == [["x", 1]], "all_gather_object over nccl")
+    lst = [{"a": 1}, "b"]
+    dist.broadcast_object_list(lst)
+    report(lst == [{"a": 1}, "b"], "broadcast_object_list over nccl")
+    report(dist.gather_object(7) == [7], "gather_object over nccl")
+    report(dist.collect_results(["p", "q"], 2, device="gpu") == ["p", "q"],
+           "collect_results(device='gpu') over nccl")
+    seed = dist.sync_random_seed()
+    report(isinstance(seed, int) and 0 <= seed < 2**31, "sync_random_seed over nccl")
+    params = [torch.nn.Parameter(torch.full((5,), 2.0, device=cuda)),
+              torch.nn.Parameter(torch.full((3,), 3.0, device=cuda))]
+    dist.all_reduce_params(params, coalesce=True)
+    report(all(torch.all(p == v).item() for p, v in zip(params, (2.0, 3.0))),
+           "all_reduce_params on cuda parameters over nccl")
+    d = dist.all_reduce_dict({"loss": torch.tensor([1.5], device=cuda)})
+    report(d["loss"].device.type == "cuda" and d["loss"].item() == 1.5,
+           "all_reduce_dict on cuda values over nccl")
+
+
+def run_rank(scenario, backend):
+    import torch
+    from distkit import dist
+    dist.init_dist("pytorch", backend=backend, timeout=120)
+    r, w = dist.get_rank(), dist.get_world_size()
+    try:
+        if scenario == "casting":
+            rank_casting(dist, torch, r, w)
+        elif scenario == "ddp":
+            rank_ddp(dist, torch, r, w, backend)
+        else:
+            rank_objects(dist, torch, r, w)
+    except Exception as e:  # a check that raised is a FAIL, not a crash
+        report(False, f"{scenario} over {backend}, world {w}, rank {r}: "
+                      f"{type(e).__name__}: {e}")
+    dist.barrier()
+    dist.destroy()
+
+
+# ---- the launcher --------------------------------------------------------------
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_job(scenario, backend, world_size, limit_s=180):
+    port = free_port()
+    procs = []
+    for rank in range(world_size):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                   LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), CUDA_VISIBLE_DEVICES=os.environ.get(
+                       "CUDA_VISIBLE_DEVICES", "0"))
+        procs.append(subprocess.Popen([sys.executable, __file__, "--rank", scenario, backend],
+                                      env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    deadline = time.monotonic() + limit_s
+    lines, failed = [], False
+    for rank, p in enumerate(procs):
+        try:
+            out, _ = p.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            return [f"FAIL {scenario} over {backend}, world {world_size}: rank {rank} still "
+                    f"running after {limit_s} s"]
+        checks = [l for l in out.splitlines() if l.startswith(("PASS ", "FAIL "))]
+        if p.returncode != 0:
+            checks.append(f"FAIL {scenario} over {backend}, world {world_size}: rank {rank} "
+                          f"exited {p.returncode}:\n{out[-2000:]}")
+        if rank == 0:
+            lines += checks
+        else:
+            lines += [l for l in checks if l.startswith("FAIL")]
+        failed |= p.returncode != 0
+    return lines
+
+
+def main():
+    setup_path()
+    try:
+        import torch
+    except ImportError as e:
+        print(f"SKIPPED the Python GPU checks: torch cannot be imported ({e})")
+        return 0
+    if not torch.cuda.is_available():
+        print("SKIPPED the Python GPU checks: torch sees no usable CUDA device")
+        return 0
+    probe = subprocess.run([sys.executable, "-c", "import distkit"], capture_output=True,
+                           text=True, env=os.environ)
+    if probe.returncode != 0:
+        print("SKIPPED the Python GPU checks: distkit cannot be imported here (build "
+              "//capi:libdistkit.so and set DISTKIT_LIBRARY): "
+              + probe.stderr.strip().splitlines()[-1])
+        return 0
+    passed = failed = 0
+    for scenario, backend, world_size in SCENARIOS:
+        for line in run_job(scenario, backend, world_size):
+            print(line, flush=True)
+            passed += line.startswith("PASS")
+            failed += line.startswith("FAIL")
+    print(f"gpu_check_python: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--rank":
+        setup_path()
+        run_rank(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(main())
