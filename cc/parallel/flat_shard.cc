@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cc/comm/reduce_kernels.h"
+#include "cc/core/device_staging.h"
 #include "cc/core/float_cast.h"
 #include "cc/core/status.h"
 
@@ -152,6 +153,17 @@ std::string Describe(int64_t dtype, int64_t numel) {
   return absl::StrCat(DataTypeName(static_cast<DataType>(dtype)), " x ", numel);
 }
 
+// An all-gather of host metadata through the group's comm device (NCCL
+// takes no host memory).
+absl::Status AllGatherHost(ProcessGroup& group, TensorRef in, TensorRef out) {
+  const Device comm = group.comm_device();
+  return OnCommDevice(in, comm, Access::kRead, [&](const TensorRef& i) {
+    return OnCommDevice(out, comm, Access::kWrite, [&](const TensorRef& o) {
+      return group.AllGather(i, o);
+    });
+  });
+}
+
 // Every rank of `group` registers the same parameters: per parameter
 // (dtype, numel), plus a local-validity code, all-gathered and compared.
 absl::Status Agree(ProcessGroup& group, const std::vector<int64_t>& mine,
@@ -162,8 +174,15 @@ absl::Status Agree(ProcessGroup& group, const std::vector<int64_t>& mine,
                                local_error};
   std::vector<int64_t> heads(2 * n);
   DK_RETURN_IF_ERROR(
-      group.AllGather(TensorRef(head.data(), 2, DataType::kInt64),
-                      TensorRef(heads.data(), 2 * n, DataType::kInt64)));
+      AllGatherHost(group, TensorRef(head.data(), 2, DataType::kInt64),
+                    TensorRef(heads.data(), 2 * n, DataType::kInt64)));
+  // A rank with a problem of its own says what it is; the others name the
+  // first rank that has one.
+  if (local_error != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FlatShard on group '", group.name(), "': rank ", group.rank(),
+        " cannot shard its parameters (", local_message, ")"));
+  }
   for (int r = 0; r < n; ++r) {
     if (heads[2 * r + 1] != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -180,7 +199,8 @@ absl::Status Agree(ProcessGroup& group, const std::vector<int64_t>& mine,
   }
   const int64_t count = static_cast<int64_t>(mine.size());
   std::vector<int64_t> all(count * n);
-  DK_RETURN_IF_ERROR(group.AllGather(
+  DK_RETURN_IF_ERROR(AllGatherHost(
+      group,
       TensorRef(const_cast<int64_t*>(mine.data()), count, DataType::kInt64),
       TensorRef(all.data(), count * n, DataType::kInt64)));
   for (int64_t i = 0; i < count / 2; ++i) {
@@ -290,6 +310,16 @@ absl::StatusOr<std::unique_ptr<FlatShard>> FlatShard::Create(
                              params[0].data.device().ToString());
     }
   }
+  // The unit's collectives run on the parameters' device: it must be the
+  // group's (CUDA parameters shard over nccl, host ones over gloo / mpi).
+  if (problem.empty() && !params.empty() &&
+      !(params[0].data.device() == group->comm_device())) {
+    problem = absl::StrCat(
+        "the parameters are on ", params[0].data.device().ToString(),
+        " but group '", group->name(), "' (", group->backend_name(),
+        ") communicates on ", group->comm_device().ToString(),
+        "; shard them over a backend that works on their device");
+  }
   for (std::optional<DataType> d : {o.param_dtype, o.reduce_dtype}) {
     if (problem.empty() && d.has_value() && !IsFloatingPoint(*d)) {
       problem = absl::StrCat("mixed precision dtype ", DataTypeName(*d),
@@ -391,10 +421,15 @@ absl::Status FlatShard::FillShards(const std::vector<TensorRef>& values,
   if (from_rank0) {
     int32_t bad = valid.ok() ? 0 : 1;
     TensorRef flag(&bad, 1, DataType::kInt32);
+    auto broadcast = [&](ProcessGroup& g) {
+      return OnCommDevice(
+          flag, g.comm_device(), Access::kReadWrite,
+          [&](const TensorRef& t) { return g.Broadcast(t, 0); });
+    };
     if (options_.replicate_group != nullptr) {
-      DK_RETURN_IF_ERROR(options_.replicate_group->Broadcast(flag, 0));
+      DK_RETURN_IF_ERROR(broadcast(*options_.replicate_group));
     }
-    DK_RETURN_IF_ERROR(group_->Broadcast(flag, 0));
+    DK_RETURN_IF_ERROR(broadcast(*group_));
     if (bad != 0 && valid.ok()) {
       valid = absl::InvalidArgumentError(
           "FlatShard: rank 0's values do not match the unit's parameters");
@@ -731,11 +766,16 @@ absl::Status FlatShard::GatherFullParams(const std::vector<TensorRef>& outs,
       if (writes || !rank0_only) {
         DK_ASSIGN_OR_RETURN(full, Allocate(shard_device_, f.dtype, f.padded));
       }
-      if (rank0_only) {
-        DK_RETURN_IF_ERROR(group_->Gather(f.shard.view, full.view, 0));
-      } else {
-        DK_RETURN_IF_ERROR(group_->AllGather(f.shard.view, full.view));
-      }
+      // The shard may be in host memory (offload_params): staged.
+      const Device comm = group_->comm_device();
+      DK_RETURN_IF_ERROR(OnCommDevice(
+          f.shard.view, comm, Access::kRead, [&](const TensorRef& in) {
+            return OnCommDevice(
+                full.view, comm, Access::kWrite, [&](const TensorRef& out) {
+                  return rank0_only ? group_->Gather(in, out, 0)
+                                    : group_->AllGather(in, out);
+                });
+          }));
       gathered = full.view;
     }
     if (!writes) continue;

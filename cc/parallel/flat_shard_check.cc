@@ -542,13 +542,11 @@ class Job {
     std::vector<int32_t> ints(4);
     auto bad = FlatShard::Create(
         world_, {{TensorRef(ints.data(), 4, DataType::kInt32), "steps"}}, {});
+    // Every rank has the problem, so every rank names itself and why.
     Check(bad.status().message() ==
-              absl::StrCat("FlatShard on group 'world': rank 0 cannot shard "
-                           "its parameters",
-                           rank_ == 0 ? " (steps is int32; only "
-                                        "floating-point parameters are "
-                                        "sharded)"
-                                      : ""),
+              absl::StrCat("FlatShard on group 'world': rank ", rank_,
+                           " cannot shard its parameters (steps is int32; "
+                           "only floating-point parameters are sharded)"),
           "integer parameters: " + bad.status().ToString());
     FlatShard::Options hybrid;
     hybrid.strategy = ShardingStrategy::kHybridShard;
