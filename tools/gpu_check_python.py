@@ -11,6 +11,9 @@ rank per GPU).
                                    moved by forward) against the same model
                                    under CPU DDP
   ddp, nccl, world size 1          the same over NCCL, against training alone
+  fsdp, nccl, world size 1         FullyShardedDataParallel with CUDA
+                                   parameters (device_id=0 moves a CPU module)
+                                   against training alone
   objects, nccl, world size 1      object collectives, collect_results(gpu),
                                    sync_random_seed, all_reduce_params and
                                    all_reduce_dict on CUDA data over NCCL
@@ -29,7 +32,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SCENARIOS = [("casting", "gloo", n) for n in (1, 2, 3, 4)] + [
-    ("ddp", "gloo", 2), ("ddp", "nccl", 1), ("objects", "nccl", 1)]
+    ("ddp", "gloo", 2), ("ddp", "nccl", 1), ("fsdp", "nccl", 1), ("objects", "nccl", 1)]
 
 
 def setup_path():
@@ -84,7 +87,7 @@ def model_pair(torch):
 
 
 def train(torch, model, wrapped, r, steps=3, device="cpu"):
-    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    sgd = torch.optim.SGD(wrapped.parameters(), lr=0.1)
     for step in range(steps):
         g = torch.Generator().manual_seed(100 * step + r)
         x, t = torch.randn(5, 8, generator=g), torch.randn(5, 4, generator=g)
@@ -112,6 +115,24 @@ def rank_ddp(dist, torch, r, w, backend):
     worst = max((a.detach().cpu() - b.detach()).abs().max().item()
                 for a, b in zip(gpu.parameters(), cpu.parameters()))
     report(worst <= 1e-5, f"{what} (worst difference {worst:.2g})")
+
+
+def rank_fsdp(dist, torch, r, w):
+    from distkit.fsdp import FullyShardedDataParallel as FSDP
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    moved = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    moved.load_state_dict(cpu.state_dict())
+    fsdp = FSDP(moved, device_id=0)  # a CPU module, moved to cuda:0 by FSDP
+    report(all(p.device.type == "cuda" for p in fsdp.parameters()),
+           "FSDP(device_id=0) moves the module and shards it on cuda:0")
+    train(torch, None, fsdp, r, device="cuda")
+    train(torch, cpu, cpu, r)
+    full = fsdp.state_dict()
+    worst = max((full[k].detach().cpu() - v).abs().max().item()
+                for k, v in cpu.state_dict().items())
+    report(worst <= 1e-5, f"CUDA FSDP over nccl equals training alone (worst difference "
+                          f"{worst:.2g})")
 
 
 def rank_objects(dist, torch, r, w):
@@ -146,6 +167,8 @@ def run_rank(scenario, backend):
             rank_casting(dist, torch, r, w)
         elif scenario == "ddp":
             rank_ddp(dist, torch, r, w, backend)
+        elif scenario == "fsdp":
+            rank_fsdp(dist, torch, r, w)
         else:
             rank_objects(dist, torch, r, w)
     except Exception as e:  # a check that raised is a FAIL, not a crash

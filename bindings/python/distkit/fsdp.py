@@ -35,6 +35,8 @@ from torch import nn
 
 from . import _lib, dist
 from ._dlpack import Borrowed
+from ._memory import tensor_at
+from .dist.devices import move_to
 from ._lib import check, lib
 
 __all__ = [
@@ -171,15 +173,6 @@ def _units_of(root: nn.Module, policy: Optional[Callable], ignored: Set[nn.Modul
     return units
 
 
-def _tensor_at(address: int, numel: int, dtype: torch.dtype) -> torch.Tensor:
-    """A tensor over library memory (valid while the library keeps it)."""
-    if numel == 0:
-        return torch.empty(0, dtype=dtype)
-    size = numel * torch.empty(0, dtype=dtype).element_size()
-    buffer = (ctypes.c_char * size).from_address(address)
-    return torch.frombuffer(buffer, dtype=dtype)
-
-
 def _free(t: torch.Tensor) -> None:
     t.storage().resize_(0)
 
@@ -193,8 +186,8 @@ def _alias(t: torch.Tensor) -> torch.Tensor:
     """`t`'s memory under a tensor with its own version counter: refilling
     the full parameters between forward and backward must not look like an
     in-place change to the tensors autograd saved."""
-    return torch.empty(0, dtype=t.dtype).set_(t.storage(), t.storage_offset(), t.size(),
-                                              t.stride())
+    alias = torch.empty(0, dtype=t.dtype, device=t.device)
+    return alias.set_(t.storage(), t.storage_offset(), t.size(), t.stride())
 
 
 # Bytes of gathered full parameters alive now and at most (for benchmarks:
@@ -248,6 +241,10 @@ class _Unit:
         self.is_root = is_root
         self.reshard_after_forward = reshard_after_forward
         params = [p for _, _, p in owned]
+        # The library keeps full parameters and gradients on the parameters'
+        # device, the shard there too unless it is offloaded to the host.
+        self.device = params[0].device if params else torch.device("cpu")
+        self.shard_device = torch.device("cpu") if config.offload_params else self.device
         views = [Borrowed(p.detach().contiguous()) for p in params]
         pointers = _lib.tensor_array(views)
         names = (ctypes.c_char_p * len(owned))(
@@ -277,8 +274,9 @@ class _Unit:
             check(lib.dk_shard_local, self.handle, k, ctypes.byref(data), ctypes.byref(grad),
                   ctypes.byref(numel), ctypes.byref(dtype))
             torch_dtype = _TORCH_DTYPE[dtype.value]
-            flat = nn.Parameter(_tensor_at(data.value, numel.value, torch_dtype))
-            self.grad_views.append(_tensor_at(grad.value, numel.value, torch_dtype))
+            flat = nn.Parameter(tensor_at(data.value, numel.value, torch_dtype, self.shard_device))
+            self.grad_views.append(tensor_at(grad.value, numel.value, torch_dtype,
+                                             self.shard_device))
             flat.grad = self.grad_views[-1]
             self.flat_params.append(flat)
         # Full parameters: torch-owned, in the compute dtype, storage freed
@@ -290,7 +288,7 @@ class _Unit:
         if self.aliased:
             self.full = [flat.data[:n] for flat, n in zip(self.flat_params, self.flat_numel)]
         else:
-            self.full = [torch.empty(n, dtype=compute_dtype or dtypes[k])
+            self.full = [torch.empty(n, dtype=compute_dtype or dtypes[k], device=self.device)
                          for k, n in enumerate(self.flat_numel)]
         self.views = [self.full[k].narrow(0, off, n).view(shape)
                       for k, off, n, shape in self.place]
@@ -311,8 +309,10 @@ class _Unit:
                 data, grad = ctypes.c_void_p(), ctypes.c_void_p()
                 check(lib.dk_shard_piece, self.handle, i, ctypes.byref(offset),
                       ctypes.byref(numel), ctypes.byref(data), ctypes.byref(grad))
-                self.piece_data.append(_tensor_at(data.value or 0, numel.value, p.dtype))
-                self.piece_grad.append(_tensor_at(grad.value or 0, numel.value, p.dtype))
+                self.piece_data.append(tensor_at(data.value or 0, numel.value, p.dtype,
+                                                 self.shard_device))
+                self.piece_grad.append(tensor_at(grad.value or 0, numel.value, p.dtype,
+                                                 self.shard_device))
                 self.piece_offset.append(offset.value)
                 p.data = self.piece_data[-1]
                 p.grad = None
@@ -354,7 +354,7 @@ class _Unit:
             address = ctypes.c_void_p()
             check(lib.dk_shard_full_param, self.handle, self.first_of_flat[k], ctypes.byref(address))
             with torch.no_grad():
-                _alias(t).copy_(_tensor_at(address.value, t.numel(), t.dtype))
+                _alias(t).copy_(tensor_at(address.value, t.numel(), t.dtype, self.device))
         check(lib.dk_shard_reshard, self.handle)  # the torch copy is what is used
         _full_bytes["now"] += self.full_bytes() - before
         _full_bytes["peak"] = max(_full_bytes["peak"], _full_bytes["now"])
@@ -403,7 +403,8 @@ class _Unit:
                 continue
             address = ctypes.c_void_p()
             check(lib.dk_shard_full_grad, self.handle, i, ctypes.byref(address))
-            leaf.grad = _tensor_at(address.value, leaf.numel(), leaf.dtype).view(leaf.shape)
+            leaf.grad = tensor_at(address.value, leaf.numel(), leaf.dtype,
+                                  self.device).view(leaf.shape)
             self.grad_ptrs[i] = address.value
         _sample_memory()
 
@@ -696,6 +697,10 @@ class FullyShardedDataParallel(nn.Module):
             for m in module.modules():
                 if any(p.is_meta for p in m.parameters(recurse=False)):
                     param_init_fn(m)
+        if device_id is not None:
+            # torch's FSDP: the module moves to device_id before sharding.
+            module.to(torch.device("cuda", device_id) if isinstance(device_id, int)
+                      else torch.device(device_id))
         if sync_module_states and dist.get_world_size(process_group) > 1:
             for b in module.buffers():
                 dist.broadcast(b, dist.get_global_rank(process_group, 0), process_group)
@@ -737,6 +742,10 @@ class FullyShardedDataParallel(nn.Module):
                                       [p for u in self._units for p in u.flat_params])
 
     def forward(self, *args, **kwargs):
+        if self._units and self._units[0].device.type == "cuda":
+            # torch's FSDP: inputs follow the parameters to their device.
+            device = self._units[0].device
+            args, kwargs = move_to(args, device), move_to(kwargs, device)
         if self.mixed_precision is not None and self.mixed_precision.param_dtype is not None:
             args, kwargs = _cast_inputs(self.mixed_precision.param_dtype, args, kwargs)
         return self.module(*args, **kwargs)

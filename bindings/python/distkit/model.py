@@ -21,6 +21,8 @@ import torch
 
 from . import _lib, dist
 from ._dlpack import Borrowed
+from ._memory import tensor_at
+from .dist.devices import move_to
 from ._lib import check, lib
 
 __all__ = [
@@ -35,40 +37,10 @@ __all__ = [
 _HOOKS = {None: 0, "fp16": 1, "fp16_compress": 1, "bf16": 2, "bf16_compress": 2}
 
 
-class _CudaMemory:
-    """Device memory at an address, as torch.as_tensor takes it
-    (__cuda_array_interface__); bytes typed as uint8, viewed as the dtype."""
-
-    def __init__(self, address: int, nbytes: int):
-        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
-                                         "data": (address, False), "version": 2}
-
-
 def _tensor_at(address: int, like: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A tensor over library memory at `address` on `device` (the reducer's
     buckets live on the group's comm device), shaped and typed like `like`."""
-    nbytes = like.numel() * like.element_size()
-    if nbytes == 0:
-        return torch.zeros_like(like, device=device)
-    if device.type == "cuda":
-        raw = torch.as_tensor(_CudaMemory(address, nbytes), device=device)
-        return raw.view(like.dtype).view(like.shape)
-    buffer = (ctypes.c_char * nbytes).from_address(address)
-    return torch.frombuffer(buffer, dtype=like.dtype).view(like.shape)
-
-
-def _to_device(obj, device: torch.device):
-    """torch DDP's _to_kwargs for one device: every tensor in nested
-    sequences and dicts moved to `device` (non-tensors kept)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*(_to_device(x, device) for x in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_device(x, device) for x in obj)
-    if isinstance(obj, dict):
-        return type(obj)((k, _to_device(v, device)) for k, v in obj.items())
-    return obj
+    return tensor_at(address, like.numel(), like.dtype, device).view(like.shape)
 
 
 def _device_placement(module: torch.nn.Module, device_ids, output_device):
@@ -332,7 +304,7 @@ class MMDistributedDataParallel(torch.nn.Module):
         if self.device_ids:
             # torch DDP: inputs follow the module to device_ids[0].
             device = torch.device("cuda", self.device_ids[0])
-            inputs, kwargs = _to_device(inputs, device), _to_device(kwargs, device)
+            inputs, kwargs = move_to(inputs, device), move_to(kwargs, device)
         output = self.module(*inputs, **kwargs)
         if training and self.find_unused_parameters:
             reached = _reachable_leaves(output)

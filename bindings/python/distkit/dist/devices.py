@@ -89,6 +89,20 @@ def cast_data_device(data, device: torch.device, out=None):
         raise TypeError(f"data should be a Tensor, list of tensor or dict, but got {data}")
 
 
+def move_to(obj, device: torch.device):
+    """torch DDP's and FSDP's _to_kwargs for one device: every tensor in
+    nested sequences and dicts moved to `device` (non-tensors kept)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+        return type(obj)(*(move_to(x, device) for x in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(move_to(x, device) for x in obj)
+    if isinstance(obj, dict):
+        return type(obj)((k, move_to(v, device)) for k, v in obj.items())
+    return obj
+
+
 def on_comm_device(data, group):
     """(tensor on the comm device, input device); numpy arrays stay as they are."""
     if isinstance(data, np.ndarray):
