@@ -34,8 +34,7 @@ absl::Status OnCommDevice(const TensorRef& data, Device comm, Access access,
     DK_RETURN_IF_ERROR(CopyBytes(staging.data(), comm, data.data(),
                                  data.device(), data.nbytes()));
   }
-  DK_RETURN_IF_ERROR(
-      run(TensorRef(staging.data(), data.shape(), data.dtype(), comm)));
+  DK_RETURN_IF_ERROR(run(data.At(staging.data(), comm)));
   if (access == Access::kRead) return absl::OkStatus();
   return CopyBytes(data.data(), data.device(), staging.data(), comm,
                    data.nbytes());
@@ -51,8 +50,7 @@ absl::Status OutputsOnCommDevice(const std::vector<TensorRef>& outputs,
     if (outputs[i].device() == comm) continue;
     DK_ASSIGN_OR_RETURN(staging[i],
                         DeviceBuffer::Allocate(comm, outputs[i].nbytes()));
-    on_comm[i] = TensorRef(staging[i].data(), outputs[i].shape(),
-                           outputs[i].dtype(), comm);
+    on_comm[i] = outputs[i].At(staging[i].data(), comm);
   }
   DK_RETURN_IF_ERROR(run(on_comm));
   for (size_t i = 0; i < outputs.size(); ++i) {

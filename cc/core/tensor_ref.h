@@ -66,6 +66,16 @@ class TensorRef {
   Device device() const { return device_; }
   const std::vector<int64_t>& shape() const { return shape_; }
 
+  // The same view (shape, element count, dtype) of memory at `data` on
+  // `device`: a staged copy of this tensor. Unlike building one from
+  // shape(), it keeps an empty default TensorRef empty.
+  TensorRef At(void* data, Device device) const {
+    TensorRef t = *this;
+    t.data_ = data;
+    t.device_ = device;
+    return t;
+  }
+
   // A 1-D view of elements [offset, offset + count) of this buffer.
   TensorRef Slice(int64_t offset, int64_t count) const;
 

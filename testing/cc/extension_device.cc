@@ -37,7 +37,7 @@ class Staged {
     s.host_.resize(t.nbytes());
     DK_RETURN_IF_ERROR(CopyBytes(s.host_.data(), Device::Cpu(), t.data(),
                                  t.device(), t.nbytes()));
-    s.host_ref_ = TensorRef(s.host_.data(), t.shape(), t.dtype());
+    s.host_ref_ = t.At(s.host_.data(), Device::Cpu());
     return s;
   }
   const TensorRef& ref() const { return host_ref_; }
