@@ -46,8 +46,12 @@ absl::Status ExtensionCopy(void* dst, Device dst_device, const void* src,
   } else if (src_device.is_ext() && dst_device.is_cpu()) {
     ext.to_host(dst, src, n);
   } else {
-    return absl::UnimplementedError(absl::StrCat(
-        "no copy from ", src_device.ToString(), " to ", dst_device.ToString()));
+    // An extension device's hooks reach the host and itself only.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot copy from ", src_device.ToString(), " to ",
+        dst_device.ToString(),
+        ": an extension device copies to and from the host and itself; "
+        "stage through the host"));
   }
   return absl::OkStatus();
 }

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "cc/core/half.h"
 #include "cc/dist_api/dist.h"
+#include "cc/parallel/compressed_share_for_tests.h"
 #include "cc/parallel/grad_reducer.h"
 #include "testing/cc/rank_check.h"
 
@@ -252,18 +252,7 @@ void Hooks(std::shared_ptr<ProcessGroup> world) {
         // Each rank's value rounded to the compressed type and divided there.
         double want = 0;
         for (int q = 0; q < size_; ++q) {
-          const float x = G(q, p, k, 0);
-          want +=
-              fp16
-                  ? comm_internal::Float16ToFloat(comm_internal::FloatToFloat16(
-                        comm_internal::Float16ToFloat(
-                            comm_internal::FloatToFloat16(x)) /
-                        size_))
-                  : comm_internal::BFloat16ToFloat(
-                        comm_internal::FloatToBFloat16(
-                            comm_internal::BFloat16ToFloat(
-                                comm_internal::FloatToBFloat16(x)) /
-                            size_));
+          want += CompressedShare(hook, G(q, p, k, 0), size_);
         }
         const double tol =
             (fp16 ? 1e-3 : 8e-3) * size_ * std::max(1.0, std::abs(want));

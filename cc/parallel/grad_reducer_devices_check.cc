@@ -20,8 +20,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "cc/core/half.h"
 #include "cc/dist_api/dist.h"
+#include "cc/parallel/compressed_share_for_tests.h"
 #include "cc/parallel/grad_reducer.h"
 #include "testing/cc/extension_device.h"
 #include "testing/cc/rank_check.h"
@@ -190,18 +190,7 @@ void UnusedAndHooks(std::shared_ptr<ProcessGroup> world, Device device) {
       for (size_t k = 0; k < m.grads[p].size(); ++k) {
         double want = 0;
         for (int q = 0; q < size_; ++q) {
-          const float x = G(q, p, k, 0);
-          want +=
-              fp16
-                  ? comm_internal::Float16ToFloat(comm_internal::FloatToFloat16(
-                        comm_internal::Float16ToFloat(
-                            comm_internal::FloatToFloat16(x)) /
-                        size_))
-                  : comm_internal::BFloat16ToFloat(
-                        comm_internal::FloatToBFloat16(
-                            comm_internal::BFloat16ToFloat(
-                                comm_internal::FloatToBFloat16(x)) /
-                            size_));
+          want += CompressedShare(hook, G(q, p, k, 0), size_);
         }
         const double tol =
             (fp16 ? 1e-3 : 8e-3) * size_ * std::max(1.0, std::abs(want));

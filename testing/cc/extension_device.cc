@@ -81,57 +81,47 @@ class ExtensionBackend : public Backend {
 
   absl::Status AllReduce(const OpContext& c, TensorRef t,
                          ReduceOp op) override {
-    DK_ASSIGN_OR_RETURN(Staged s, Staged::Of(t));
-    DK_RETURN_IF_ERROR(inner_->AllReduce(c, s.ref(), op));
-    return s.Store();
+    return InPlace(t, [&](TensorRef h) { return inner_->AllReduce(c, h, op); });
   }
   absl::Status Broadcast(const OpContext& c, TensorRef t, int root) override {
-    DK_ASSIGN_OR_RETURN(Staged s, Staged::Of(t));
-    DK_RETURN_IF_ERROR(inner_->Broadcast(c, s.ref(), root));
-    return s.Store();
+    return InPlace(t,
+                   [&](TensorRef h) { return inner_->Broadcast(c, h, root); });
   }
   absl::Status Reduce(const OpContext& c, TensorRef t, ReduceOp op,
                       int root) override {
-    DK_ASSIGN_OR_RETURN(Staged s, Staged::Of(t));
-    DK_RETURN_IF_ERROR(inner_->Reduce(c, s.ref(), op, root));
-    return s.Store();
+    return InPlace(t,
+                   [&](TensorRef h) { return inner_->Reduce(c, h, op, root); });
   }
   absl::Status AllGather(const OpContext& c, TensorRef in,
                          TensorRef out) override {
-    DK_ASSIGN_OR_RETURN(Staged i, Staged::Of(in));
-    DK_ASSIGN_OR_RETURN(Staged o, Staged::Of(out));
-    DK_RETURN_IF_ERROR(inner_->AllGather(c, i.ref(), o.ref()));
-    return o.Store();
+    return InOut(in, out, [&](TensorRef i, TensorRef o) {
+      return inner_->AllGather(c, i, o);
+    });
   }
   absl::Status Gather(const OpContext& c, TensorRef in, TensorRef out,
                       int root) override {
-    DK_ASSIGN_OR_RETURN(Staged i, Staged::Of(in));
-    DK_ASSIGN_OR_RETURN(Staged o, Staged::Of(out));
-    DK_RETURN_IF_ERROR(inner_->Gather(c, i.ref(), o.ref(), root));
-    return o.Store();
+    return InOut(in, out, [&](TensorRef i, TensorRef o) {
+      return inner_->Gather(c, i, o, root);
+    });
   }
   absl::Status Scatter(const OpContext& c, TensorRef in, TensorRef out,
                        int root) override {
-    DK_ASSIGN_OR_RETURN(Staged i, Staged::Of(in));
-    DK_ASSIGN_OR_RETURN(Staged o, Staged::Of(out));
-    DK_RETURN_IF_ERROR(inner_->Scatter(c, i.ref(), o.ref(), root));
-    return o.Store();
+    return InOut(in, out, [&](TensorRef i, TensorRef o) {
+      return inner_->Scatter(c, i, o, root);
+    });
   }
   absl::Status ReduceScatter(const OpContext& c, TensorRef in, TensorRef out,
                              ReduceOp op) override {
-    DK_ASSIGN_OR_RETURN(Staged i, Staged::Of(in));
-    DK_ASSIGN_OR_RETURN(Staged o, Staged::Of(out));
-    DK_RETURN_IF_ERROR(inner_->ReduceScatter(c, i.ref(), o.ref(), op));
-    return o.Store();
+    return InOut(in, out, [&](TensorRef i, TensorRef o) {
+      return inner_->ReduceScatter(c, i, o, op);
+    });
   }
   absl::Status AllToAll(const OpContext& c, TensorRef in,
                         absl::Span<const int64_t> in_splits, TensorRef out,
                         absl::Span<const int64_t> out_splits) override {
-    DK_ASSIGN_OR_RETURN(Staged i, Staged::Of(in));
-    DK_ASSIGN_OR_RETURN(Staged o, Staged::Of(out));
-    DK_RETURN_IF_ERROR(
-        inner_->AllToAll(c, i.ref(), in_splits, o.ref(), out_splits));
-    return o.Store();
+    return InOut(in, out, [&](TensorRef i, TensorRef o) {
+      return inner_->AllToAll(c, i, in_splits, o, out_splits);
+    });
   }
   absl::Status Send(const OpContext& c, TensorRef t, int dst,
                     int tag) override {
@@ -140,13 +130,29 @@ class ExtensionBackend : public Backend {
   }
   absl::Status Recv(const OpContext& c, TensorRef t, int src,
                     int tag) override {
-    DK_ASSIGN_OR_RETURN(Staged s, Staged::Of(t));
-    DK_RETURN_IF_ERROR(inner_->Recv(c, s.ref(), src, tag));
-    return s.Store();
+    return InPlace(t,
+                   [&](TensorRef h) { return inner_->Recv(c, h, src, tag); });
   }
   void Abort() override { inner_->Abort(); }
 
  private:
+  // The inner (host) operation on a staged copy of `t`, written back.
+  template <typename F>
+  static absl::Status InPlace(const TensorRef& t, F&& run) {
+    DK_ASSIGN_OR_RETURN(Staged s, Staged::Of(t));
+    DK_RETURN_IF_ERROR(run(s.ref()));
+    return s.Store();
+  }
+  // The same with an input and an output; only the output is written back.
+  template <typename F>
+  static absl::Status InOut(const TensorRef& in, const TensorRef& out,
+                            F&& run) {
+    DK_ASSIGN_OR_RETURN(Staged i, Staged::Of(in));
+    DK_ASSIGN_OR_RETURN(Staged o, Staged::Of(out));
+    DK_RETURN_IF_ERROR(run(i.ref(), o.ref()));
+    return o.Store();
+  }
+
   std::unique_ptr<Backend> inner_;
 };
 
