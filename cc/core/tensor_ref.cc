@@ -16,9 +16,12 @@ TensorRef::TensorRef(void* data, int64_t numel, DataType dtype, Device device)
       device_(device),
       shape_{numel} {}
 
-TensorRef::TensorRef(void* data, std::vector<int64_t> shape, DataType dtype,
-                     Device device)
-    : data_(data), dtype_(dtype), device_(device), shape_(std::move(shape)) {
+TensorRef::TensorRef(void* data, absl::Span<const int64_t> shape,
+                     DataType dtype, Device device)
+    : data_(data),
+      dtype_(dtype),
+      device_(device),
+      shape_(shape.begin(), shape.end()) {
   // A negative extent or a product that overflows leaves numel -1, which
   // CheckSize refuses (every operation checks it before using the size).
   numel_ = 1;

@@ -19,8 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "cc/core/data_type.h"
 #include "cc/core/device.h"
 
@@ -35,7 +37,7 @@ class TensorRef {
             Device device = Device::Cpu());
 
   // A view with an explicit shape; numel is the product of `shape`.
-  TensorRef(void* data, std::vector<int64_t> shape, DataType dtype,
+  TensorRef(void* data, absl::Span<const int64_t> shape, DataType dtype,
             Device device = Device::Cpu());
 
   // The largest buffer any call accepts: 2^47 bytes (128 TiB, the user
@@ -64,7 +66,7 @@ class TensorRef {
   }
   DataType dtype() const { return dtype_; }
   Device device() const { return device_; }
-  const std::vector<int64_t>& shape() const { return shape_; }
+  absl::Span<const int64_t> shape() const { return shape_; }
 
   // The same view (shape, element count, dtype) of memory at `data` on
   // `device`: a staged copy of this tensor. Unlike building one from
@@ -87,7 +89,10 @@ class TensorRef {
   int64_t numel_ = 0;
   DataType dtype_ = DataType::kFloat32;
   Device device_;
-  std::vector<int64_t> shape_;
+  // Inline up to 4 dimensions: a view is copied several times on its way
+  // through every operation, and a heap-allocated shape made each copy a
+  // malloc and a free.
+  absl::InlinedVector<int64_t, 4> shape_;
 };
 
 }  // namespace distkit

@@ -67,7 +67,8 @@ absl::Status CollectiveContract::CheckReduce(ReduceOp op,
 // ---- Poison and abort -------------------------------------------------------
 
 absl::Status CollectiveContract::Usable(const OpContext& ctx) const {
-  absl::MutexLock lock(&mu_);
+  if (!poisoned_.load(std::memory_order_acquire)) return absl::OkStatus();
+  LightMutexLock lock(&mu_);
   if (poison_.ok()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       ctx.Describe(), ": the group is unusable after an earlier error (",
@@ -76,25 +77,30 @@ absl::Status CollectiveContract::Usable(const OpContext& ctx) const {
 
 absl::Status CollectiveContract::Record(absl::Status status) {
   if (LeavesGroupUnusable(status.code())) {
-    absl::MutexLock lock(&mu_);
-    if (poison_.ok()) poison_ = status;
+    LightMutexLock lock(&mu_);
+    if (poison_.ok()) {
+      poison_ = status;
+      poisoned_.store(true, std::memory_order_release);
+    }
   }
   return status;
 }
 
 void CollectiveContract::Abort(absl::string_view group_name) {
   {
-    absl::MutexLock lock(&mu_);
+    LightMutexLock lock(&mu_);
     if (poison_.ok()) {
       poison_ = absl::CancelledError(
           absl::StrCat("group '", group_name, "' was aborted"));
+      poisoned_.store(true, std::memory_order_release);
     }
   }
   backend_->Abort();
 }
 
 absl::Status CollectiveContract::AsyncError() const {
-  absl::MutexLock lock(&mu_);
+  if (!poisoned_.load(std::memory_order_acquire)) return absl::OkStatus();
+  LightMutexLock lock(&mu_);
   return poison_;
 }
 

@@ -21,16 +21,17 @@
 #ifndef DISTKIT_CC_GROUP_COLLECTIVE_CONTRACT_H_
 #define DISTKIT_CC_GROUP_COLLECTIVE_CONTRACT_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "cc/comm/backend.h"
 #include "cc/comm/op_context.h"
+#include "cc/core/light_mutex.h"
 #include "cc/core/reduce_op.h"
 #include "cc/core/tensor_ref.h"
 
@@ -100,8 +101,11 @@ class CollectiveContract {
   std::unique_ptr<Backend> backend_;
   std::vector<OpSignature> signatures_;  // one per rank, reused
 
-  mutable absl::Mutex mu_;
+  mutable LightMutex mu_;
   absl::Status poison_ ABSL_GUARDED_BY(mu_);
+  // Set (release) once poison_ is: every operation asks, and a healthy
+  // group answers without the lock.
+  std::atomic<bool> poisoned_{false};
 };
 
 }  // namespace distkit

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "cc/core/fast_clock.h"
 
 namespace distkit {
 namespace {
@@ -43,20 +44,27 @@ FlightRecorder::FlightRecorder(std::string group, int global_rank)
     : group_(std::move(group)), rank_(global_rank), ring_(Capacity()) {}
 
 uint64_t FlightRecorder::Begin(const OpContext& ctx, bool point_to_point) {
-  absl::MutexLock lock(&mu_);
+  const absl::Time start = FastNow();
+  LightMutexLock lock(&mu_);
   const uint64_t id = ++next_id_;
+  // The slot's fields are reset one by one: its strings keep their buffers
+  // (this runs on every operation).
   Entry& e = ring_[id % ring_.size()];
-  e = Entry();
   e.id = id;
   e.seq = ctx.seq;
   e.p2p = point_to_point;
   e.op = ctx.op_name;
-  e.start = absl::Now();
+  e.call.clear();
+  e.has_signature = false;
+  e.start = start;
+  e.end = absl::Time();
+  e.state = Entry::kRunning;
+  e.error.clear();
   return id;
 }
 
 void FlightRecorder::Describe(uint64_t id, const OpSignature& signature) {
-  absl::MutexLock lock(&mu_);
+  LightMutexLock lock(&mu_);
   Entry& e = ring_[id % ring_.size()];
   if (e.id != id) return;
   e.signature = signature;
@@ -64,22 +72,23 @@ void FlightRecorder::Describe(uint64_t id, const OpSignature& signature) {
 }
 
 void FlightRecorder::Describe(uint64_t id, std::string call) {
-  absl::MutexLock lock(&mu_);
+  LightMutexLock lock(&mu_);
   Entry& e = ring_[id % ring_.size()];
   if (e.id == id) e.call = std::move(call);
 }
 
 void FlightRecorder::End(uint64_t id, const absl::Status& status) {
-  absl::MutexLock lock(&mu_);
+  const absl::Time end = FastNow();
+  LightMutexLock lock(&mu_);
   Entry& e = ring_[id % ring_.size()];
   if (e.id != id) return;
-  e.end = absl::Now();
+  e.end = end;
   e.state = status.ok() ? Entry::kDone : Entry::kFailed;
   if (!status.ok()) e.error = std::string(status.message());
 }
 
 std::string FlightRecorder::Text() const {
-  absl::MutexLock lock(&mu_);
+  LightMutexLock lock(&mu_);
   std::string out;
   const uint64_t first =
       next_id_ >= ring_.size() ? next_id_ - ring_.size() + 1 : 1;
@@ -101,7 +110,7 @@ std::string FlightRecorder::Text() const {
 }
 
 std::string FlightRecorder::ChromeTrace() const {
-  absl::MutexLock lock(&mu_);
+  LightMutexLock lock(&mu_);
   std::string out = "{\"traceEvents\":[";
   bool first_event = true;
   const absl::Time now = absl::Now();
@@ -127,7 +136,7 @@ std::string FlightRecorder::ChromeTrace() const {
 
 std::string FlightRecorder::Dump(absl::string_view reason) {
   {
-    absl::MutexLock lock(&mu_);
+    LightMutexLock lock(&mu_);
     if (dumped_) return "";
     dumped_ = true;
   }

@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "cc/comm/op_context.h"
 #include "cc/comm/op_signature.h"
+#include "cc/core/light_mutex.h"
 
 namespace distkit {
 
@@ -74,7 +74,7 @@ class FlightRecorder {
 
   const std::string group_;
   const int rank_;
-  mutable absl::Mutex mu_;
+  mutable LightMutex mu_;
   std::vector<Entry> ring_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   bool dumped_ ABSL_GUARDED_BY(mu_) = false;

@@ -54,7 +54,7 @@ ProcessGroup::~ProcessGroup() {
   // instead of waiting up to the op timeout. Abort is local to this rank.
   bool busy;
   {
-    absl::MutexLock lock(&mu_);
+    LightMutexLock lock(&mu_);
     busy = in_flight_ > 0 || !p2p_lanes_.empty();
   }
   if (busy && contract_ != nullptr) contract_->Abort(name_);
@@ -278,7 +278,7 @@ OpQueue& ProcessGroup::QueueFor(const char* op_name, int peer) {
   if (peer < 0) return queue_;
   // Sends and receives get one lane per (peer, direction): a send must not
   // wait behind a receive that needs the peer's own send to finish.
-  absl::MutexLock lock(&mu_);
+  LightMutexLock lock(&mu_);
   std::unique_ptr<OpQueue>& lane =
       p2p_lanes_[{peer, std::string_view(op_name) == "send"}];
   if (lane == nullptr) lane = std::make_unique<OpQueue>();
@@ -311,7 +311,7 @@ absl::Status ProcessGroup::Rejection(const Op& op) const {
 
 absl::Status ProcessGroup::ClaimIssue(const Op& op) {
   if (op.peer >= 0) return absl::OkStatus();
-  absl::MutexLock lock(&mu_);
+  LightMutexLock lock(&mu_);
   const std::thread::id me = std::this_thread::get_id();
   if (in_flight_ > 0 && issuer_ != me) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -328,7 +328,7 @@ absl::Status ProcessGroup::ClaimIssue(const Op& op) {
 }
 
 void ProcessGroup::ReleaseIssue() {
-  absl::MutexLock lock(&mu_);
+  LightMutexLock lock(&mu_);
   --in_flight_;
 }
 

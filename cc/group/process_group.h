@@ -40,10 +40,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "cc/comm/backend.h"
 #include "cc/comm/work.h"
 #include "cc/core/device.h"
+#include "cc/core/light_mutex.h"
 #include "cc/core/reduce_op.h"
 #include "cc/core/tensor_ref.h"
 #include "cc/group/collective_contract.h"
@@ -221,7 +221,7 @@ class ProcessGroup {
   std::atomic<uint64_t> next_p2p_seq_{0};  // sends and receives
   int next_child_ = 0;  // NewGroup counter; NewGroup is collective
 
-  absl::Mutex mu_;
+  LightMutex mu_;
   // The thread that issued the collectives in flight, and how many there are.
   std::thread::id issuer_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;

@@ -487,7 +487,9 @@ TEST(TcpStoreTokenFirstTest, WrongTokenBodyIsNeverBuffered) {
   absl::StatusOr<std::unique_ptr<TcpStore>> good = TcpStore::Connect(
       {address, kToken, absl::Seconds(30), absl::Seconds(10)});
   ASSERT_TRUE(good.ok()) << good.status();
-  EXPECT_TRUE((*good)->Wait({"big"}, absl::Seconds(20)).ok());
+  // Storing 192 MiB under TSan, beside other tests on two cores, took over
+  // 20 s once: the bound is generous, what is checked is that it is stored.
+  EXPECT_TRUE((*good)->Wait({"big"}, absl::Seconds(90)).ok());
   kill(host, SIGKILL);
   int status = 0;
   waitpid(host, &status, 0);

@@ -9,6 +9,8 @@ For each world size it runs the three implementations one after another
 bytes / time, busbw = algbw x factor (all_reduce 2(n-1)/n; all_gather and
 reduce_scatter (n-1)/n; broadcast 1), and the speed ratio distkit vs each
 peer (> 1: distkit is faster). Machines are noisy: compare ratios, rerun.
+Each run also times one core's memcpy at the same sizes (memcpy_bench), and
+a last table sets all_reduce's busbw against it, measured in the same run.
 """
 import argparse
 import csv
@@ -45,7 +47,8 @@ def run(cmd, timeout):
     for line in out.stdout.splitlines():
         line = line.split("]: ", 1)[-1]  # distrun's rank prefix
         parts = line.strip().split(",")
-        if len(parts) == 5 and parts[0] in ("distkit", "torch_gloo", "openmpi", "distkit_mpi"):
+        if len(parts) == 5 and parts[0] in ("distkit", "torch_gloo", "openmpi", "distkit_mpi",
+                                            "memcpy"):
             rows.append((parts[0], parts[1], int(parts[2]), int(parts[3]), float(parts[4])))
     return rows
 
@@ -56,6 +59,31 @@ def human(nbytes):
             return f"{nbytes:g}{unit}"
         nbytes /= 1024
     return f"{nbytes:g}TiB"
+
+
+def print_memcpy_bound(table, memcpy_us, busbw):
+    """all_reduce busbw from 1 MiB against one core's memcpy of this run: at
+    the same size, and at the largest size run (the DRAM-bound copy)."""
+    if not memcpy_us:
+        return
+    largest = max(memcpy_us)
+    gbs = {b: b / (us * 1e-6) / 1e9 for b, us in memcpy_us.items() if us > 0}
+    keys = sorted((n, b) for (op, n, b) in table
+                  if op == "all_reduce" and b >= 1 << 20 and "distkit" in table[(op, n, b)])
+    if not keys or largest not in gbs:
+        return
+    print(f"\nall_reduce busbw against one core's memcpy in this run "
+          f"(memcpy GB/s = bytes copied / time; largest size {human(largest)}: {gbs[largest]:.2f} GB/s)")
+    head = (f"{'n':>2}{'size':>9} | {'busbw':>7} | {'memcpy same size':>16}{'share':>7} | "
+            f"{'memcpy ' + human(largest):>16}{'share':>7}")
+    print(head)
+    print("-" * len(head))
+    for n, b in keys:
+        bw = busbw("all_reduce", n, b, table[("all_reduce", n, b)]["distkit"])
+        same = gbs.get(b)
+        same_cells = f"{same:>16.2f}{bw / same:>7.0%}" if same else f"{'n/a':>16}{'':>7}"
+        print(f"{n:>2}{human(b):>9} | {bw:>7.2f} | {same_cells} | "
+              f"{gbs[largest]:>16.2f}{bw / gbs[largest]:>7.0%}")
 
 
 def main():
@@ -97,6 +125,14 @@ def main():
                 rows += run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n),
                              tool("collective_bench"), "--backend", "mpi", "--ops", args.ops] + common,
                             args.timeout)
+            print(f"world size {n}, run {repeat + 1}: memcpy (one core) ...", file=sys.stderr, flush=True)
+            rows += run([tool("memcpy_bench")] + common, args.timeout)
+    memcpy_samples = defaultdict(list)  # bytes -> [us]
+    for impl, op, n, nbytes, us in rows:
+        if impl == "memcpy":
+            memcpy_samples[nbytes].append(us)
+    rows = [r for r in rows if r[0] != "memcpy"]
+    memcpy_us = {b: sorted(v)[len(v) // 2] for b, v in memcpy_samples.items()}
     samples = defaultdict(list)  # (op, n, bytes, impl) -> [us]
     for impl, op, n, nbytes, us in rows:
         samples[(op, n, nbytes, impl)].append(us)
@@ -136,6 +172,7 @@ def main():
                          dm if dm is not None else "", busbw(op, n, nbytes, dm or 0)])
     print("ratio = peer time / distkit time (> 1: distkit faster); mpi/it = OpenMPI time / "
           "distkit-on-mpi time; busbw in GB/s")
+    print_memcpy_bound(table, memcpy_us, busbw)
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.writer(f)

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "cc/comm/shm/futex.h"
 #include "cc/comm/shm/single_copy.h"
+#include "cc/core/fast_clock.h"
 #include "cc/core/status.h"
 
 namespace distkit {
@@ -42,15 +43,24 @@ struct alignas(128) ShmBackend::Header {
   // process and compares it with what the segment says.
   std::atomic<uint64_t> probe_token;
   std::atomic<uint64_t> probe_addr;
-  // Signatures, by step parity: a rank rewrites one only after every rank
-  // has published a later step, i.e. finished reading it.
-  OpSignature sig[2];
+  // By turn (the two turns of the slots): this rank's signature for the
+  // exchange made in that turn, and its packed small slot. A payload of up
+  // to 24 bytes shares the signature's cache line and the next line comes
+  // with it (128-byte aligned pairs), so a peer reading a small operation's
+  // signature and payload takes one cache miss, not three. A turn is
+  // rewritten only after every rank has published a later step, i.e.
+  // finished reading it (as every slot).
+  struct alignas(128) Turn {
+    OpSignature sig;
+    alignas(8) char small[kSmallSlotBytes];
+  };
+  Turn turns[2];
 };
 
 namespace {
 
 size_t SegmentBytes(int size, size_t group_header, size_t header) {
-  return group_header + size * header + size * 2 * ShmBackend::kSmallSlotBytes +
+  return group_header + size * header +
          size * 2 * ShmBackend::SlotBytesFor(size);
 }
 
@@ -183,12 +193,10 @@ ShmBackend::Header* ShmBackend::header(int r) const {
 }
 
 char* ShmBackend::slot(int r, size_t bytes, int turn) const {
-  char* small =
+  if (bytes <= kSmallSlotBytes) return header(r)->turns[turn].small;
+  char* full =
       static_cast<char*>(base_) + sizeof(GroupHeader) + size_ * sizeof(Header);
-  if (bytes <= kSmallSlotBytes) {
-    return small + (turn * size_ + r) * kSmallSlotBytes;
-  }
-  return small + 2 * size_ * kSmallSlotBytes + (2 * r + turn) * slot_bytes_;
+  return full + (2 * r + turn) * slot_bytes_;
 }
 
 void ShmBackend::Abort() {
@@ -217,18 +225,26 @@ absl::Status ShmBackend::Step(const OpContext& ctx) {
     if (g->sleepers.load() != 0) FutexWakeAll(&g->completed_word);
     return absl::OkStatus();
   }
-  const absl::Time deadline = absl::Now() + ctx.timeout;
-  const absl::Duration slice =
-      ScaledBySize(kSleepSlice, size_, absl::Milliseconds(100));
-  const absl::Duration liveness_interval =
-      ScaledBySize(kLivenessInterval, size_, absl::Milliseconds(500));
-  absl::Time next_liveness = absl::Now() + liveness_interval;
-  absl::Time sleep_from = absl::InfiniteFuture();
+  // The clock is first read when the pure spins are over: a step that
+  // completes while spinning (the common case for small operations on free
+  // cores) reads it not at all. The deadline counts from that first read,
+  // under a microsecond late.
+  bool timed = false;
+  absl::Time deadline, next_liveness, sleep_from;
+  absl::Duration slice, liveness_interval;
   for (uint64_t spins = 0;
        g->arrivals.load(std::memory_order_acquire) < complete; ++spins) {
     if (spins < kPureSpins) continue;
-    const absl::Time now = absl::Now();
-    if (sleep_from == absl::InfiniteFuture()) sleep_from = now + kYieldPhase;
+    const absl::Time now = FastNow();
+    if (!timed) {
+      timed = true;
+      slice = ScaledBySize(kSleepSlice, size_, absl::Milliseconds(100));
+      liveness_interval =
+          ScaledBySize(kLivenessInterval, size_, absl::Milliseconds(500));
+      deadline = now + ctx.timeout;
+      next_liveness = now + liveness_interval;
+      sleep_from = now + kYieldPhase;
+    }
     if (now < sleep_from) {
       sched_yield();
       if ((spins & 63) != 0) continue;
@@ -312,10 +328,10 @@ absl::Status ShmBackend::ExchangeSignatures(const OpContext& ctx,
   if (carry && payload.data != nullptr) {
     std::memcpy(slot(rank_, payload.bytes), payload.data, payload.bytes);
   }
-  header(rank_)->sig[(step_ + 1) & 1] = mine;
+  header(rank_)->turns[turn_].sig = mine;
   inline_bytes_ = 0;
   DK_RETURN_IF_ERROR(Step(ctx));
-  for (int r = 0; r < size_; ++r) all[r] = header(r)->sig[step_ & 1];
+  for (int r = 0; r < size_; ++r) all[r] = header(r)->turns[turn_].sig;
   inline_turn_ = turn_;
   inline_bytes_ = carry ? payload.bytes : 0;
   turn_ ^= 1;

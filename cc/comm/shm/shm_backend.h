@@ -81,9 +81,10 @@ class ShmBackend : public Backend {
   static constexpr size_t kMaxSlotBytes = size_t{1} << 20;
   static constexpr size_t kMinSlotBytes = size_t{64} << 10;
   static constexpr size_t kSlotBudgetBytes = size_t{256} << 20;
-  // A step whose slot holds at most this much uses a packed slot instead:
-  // all ranks' packed slots share a few pages, so a small collective touches
-  // O(N) bytes of the segment per rank, not N pages.
+  // A step whose slot holds at most this much uses a packed slot instead,
+  // in the rank's header beside its signature: the headers share a few
+  // pages, so a small collective touches O(N) bytes of the segment per rank,
+  // not N pages, and a tiny payload travels in the signature's cache line.
   static constexpr size_t kSmallSlotBytes = 256;
   static size_t SlotBytesFor(int size);
   // all_reduce and reduce of more than this many bytes go by slices.
