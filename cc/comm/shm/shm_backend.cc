@@ -30,6 +30,12 @@ struct alignas(128) ShmBackend::GroupHeader {
   // 1 + the rank that failed inside an operation and will not arrive (a
   // single-copy read refused): every wait of every rank ends with an error.
   std::atomic<int32_t> failed_by;
+  // Written by rank 0 before any other rank reads them (they read after
+  // every rank has said it attached), so that every rank picks the same
+  // algorithms: DISTKIT_SHM_SINGLE_COPY=1 in rank 0's environment, and
+  // whether the group has more ranks than the host has CPUs online.
+  uint32_t single_copy_everywhere;
+  uint32_t oversubscribed;
 };
 
 struct alignas(128) ShmBackend::Header {
@@ -120,6 +126,12 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
       fd < 0 ? MAP_FAILED
              : mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (fd >= 0) close(fd);
+  if (rank == 0 && base != MAP_FAILED) {
+    auto* g = static_cast<GroupHeader*>(base);
+    const char* single = std::getenv("DISTKIT_SHM_SINGLE_COPY");
+    g->single_copy_everywhere = single != nullptr && std::string(single) == "1";
+    g->oversubscribed = size > sysconf(_SC_NPROCESSORS_ONLN);
+  }
   // Every rank says whether it mapped the segment; all take the shared
   // memory path or none does (the two paths must never mix in one group).
   DK_RETURN_IF_ERROR(store->Set(absl::StrCat("attached/", rank),
@@ -161,6 +173,8 @@ ShmBackend::ShmBackend(int rank, int size, std::unique_ptr<Backend> gloo,
       base_(base),
       bytes_(bytes),
       slot_bytes_(SlotBytesFor(size)),
+      single_copy_everywhere_(group_header()->single_copy_everywhere != 0),
+      oversubscribed_(group_header()->oversubscribed != 0),
       watches_(size) {
   // Fault injection for tests: a pause between seeing that a peer has not
   // published a step and asking whether it is alive, which opens the window
@@ -378,9 +392,33 @@ void ShmBackend::FoldInline(ReduceFn fn, size_t bytes, size_t elem,
 
 // ---- Single copy ---------------------------------------------------------
 
-absl::StatusOr<bool> ShmBackend::UseSingleCopy(const OpContext& ctx,
-                                               size_t bytes) {
+bool ShmBackend::PrefersSingleCopy(OpCode op, size_t bytes) const {
   if (bytes < kSingleCopyFromBytes) return false;
+  if (single_copy_everywhere_) return true;
+  // Measured on these machines (2 cores; world 2 = a core per rank, world 4
+  // = oversubscribed), the two paths alternated in one run, medians of 3
+  // (tools/dkbench/RESULTS.md, issue 15). With more ranks than cores, the
+  // pipelined slots win or tie at every op and size: a process_vm_readv
+  // pins the peer's pages while that peer may not be running. With a core
+  // per rank, single copy wins for all_gather and reduce_scatter at every
+  // size, for broadcast below 4 MiB and for all_reduce from 1 MiB to 64 MiB;
+  // the slots win for a small all_reduce (one step fewer to wait for), a
+  // large broadcast (the root writes each chunk once while the readers copy
+  // the one before) and an all_reduce past the caches.
+  if (oversubscribed_) return false;
+  switch (op) {
+    case OpCode::kAllReduce:
+      return bytes >= (size_t{1} << 20) && bytes < (size_t{64} << 20);
+    case OpCode::kBroadcast:
+      return bytes < (size_t{4} << 20);
+    default:
+      return true;
+  }
+}
+
+absl::StatusOr<bool> ShmBackend::UseSingleCopy(const OpContext& ctx, OpCode op,
+                                               size_t bytes) {
+  if (!PrefersSingleCopy(op, bytes)) return false;
   if (single_copy_ == SingleCopy::kUnknown) {
     // Once per group, at the first operation large enough (the same one on
     // every rank): each rank reads its right neighbour's token; one refusal
@@ -502,7 +540,8 @@ absl::Status ShmBackend::AllReduce(const OpContext& ctx, TensorRef data,
                static_cast<char*>(data.data()));
     return absl::OkStatus();
   }
-  DK_ASSIGN_OR_RETURN(bool single_copy, UseSingleCopy(ctx, data.nbytes()));
+  DK_ASSIGN_OR_RETURN(bool single_copy,
+                      UseSingleCopy(ctx, OpCode::kAllReduce, data.nbytes()));
   if (single_copy) return AllReduceSingleCopy(ctx, data, fn);
   if (data.nbytes() > kSliceReduceFromBytes) {
     return ReduceBySlices(ctx, data, fn, /*root=*/-1);
@@ -597,7 +636,8 @@ absl::Status ShmBackend::Broadcast(const OpContext& ctx, TensorRef data,
     }
     return absl::OkStatus();
   }
-  DK_ASSIGN_OR_RETURN(bool single_copy, UseSingleCopy(ctx, data.nbytes()));
+  DK_ASSIGN_OR_RETURN(bool single_copy,
+                      UseSingleCopy(ctx, OpCode::kBroadcast, data.nbytes()));
   if (single_copy) {
     if (rank_ == root) PublishBuffer(base);
     DK_RETURN_IF_ERROR(Step(ctx));
@@ -628,7 +668,8 @@ absl::Status ShmBackend::AllGather(const OpContext& ctx, TensorRef input,
     }
     return absl::OkStatus();
   }
-  DK_ASSIGN_OR_RETURN(bool single_copy, UseSingleCopy(ctx, output.nbytes()));
+  DK_ASSIGN_OR_RETURN(bool single_copy,
+                      UseSingleCopy(ctx, OpCode::kAllGather, output.nbytes()));
   if (single_copy) {
     PublishBuffer(in);
     DK_RETURN_IF_ERROR(Step(ctx));
@@ -747,7 +788,9 @@ absl::Status ShmBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
   char* out = static_cast<char*>(output.data());
   // An output inside the input would be overwritten while it is read.
   const bool overlaps = out < in + input.nbytes() && in < out + part;
-  DK_ASSIGN_OR_RETURN(bool single_copy, UseSingleCopy(ctx, input.nbytes()));
+  DK_ASSIGN_OR_RETURN(
+      bool single_copy,
+      UseSingleCopy(ctx, OpCode::kReduceScatter, input.nbytes()));
   if (single_copy && !overlaps) {
     PublishBuffer(in);
     DK_RETURN_IF_ERROR(Step(ctx));

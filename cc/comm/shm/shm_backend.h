@@ -24,10 +24,14 @@
 // Only send/recv go to the wrapped Gloo backend's data path.
 //
 // From kSingleCopyFromBytes, all_reduce, broadcast, all_gather and
-// reduce_scatter skip the slots: each rank publishes its buffer's address,
-// and after a step the peers read what they need straight from it
+// reduce_scatter can skip the slots: each rank publishes its buffer's
+// address, and after a step the peers read what they need straight from it
 // (single_copy.h); a last step keeps every buffer in place until all have
-// read. The group probes once whether the kernel allows it. A rank whose
+// read. Which op at which size does is measured, not assumed
+// (PrefersSingleCopy): none when the group has more ranks than the host has
+// cores. DISTKIT_SHM_SINGLE_COPY=1 (in rank 0's environment) takes it for
+// every such op from kSingleCopyFromBytes, =0 (any rank's) for none. The
+// group probes once whether the kernel allows it. A rank whose
 // read fails marks the group failed, so its peers' waits end with an error
 // naming it instead of running to the deadline or finishing without it.
 //
@@ -190,9 +194,14 @@ class ShmBackend : public Backend {
   // The largest of every rank's `mine` (one small step).
   absl::StatusOr<size_t> MaxOverRanks(const OpContext& ctx, size_t mine);
 
-  // Single copy: whether an operation of `bytes` reads peers' buffers
-  // directly (the first one large enough probes, one step, every rank).
-  absl::StatusOr<bool> UseSingleCopy(const OpContext& ctx, size_t bytes);
+  // Single copy: whether `op` over `bytes` reads peers' buffers directly
+  // (PrefersSingleCopy, and the kernel allows it: the first operation that
+  // would probes, one step, every rank).
+  absl::StatusOr<bool> UseSingleCopy(const OpContext& ctx, OpCode op,
+                                     size_t bytes);
+  // Whether single copy beats the slots for `op` over `bytes` in this group
+  // (the same answer on every rank).
+  bool PrefersSingleCopy(OpCode op, size_t bytes) const;
   // This rank's buffer for the peers to read after the next step.
   void PublishBuffer(const void* buffer);
   // `bytes` at `offset` of the buffer rank r published.
@@ -209,9 +218,12 @@ class ShmBackend : public Backend {
   std::unique_ptr<Backend> gloo_;
   void* base_;
   size_t bytes_;
-  const size_t slot_bytes_;    // SlotBytesFor(size_)
-  uint64_t step_ = 0;          // this rank's last published step
-  int turn_ = 0;               // which of its two slots a chunk uses
+  const size_t slot_bytes_;  // SlotBytesFor(size_)
+  // Rank 0's choices, the same on every rank (GroupHeader).
+  const bool single_copy_everywhere_;  // DISTKIT_SHM_SINGLE_COPY=1
+  const bool oversubscribed_;          // more ranks than CPUs online
+  uint64_t step_ = 0;                  // this rank's last published step
+  int turn_ = 0;                       // which of its two slots a chunk uses
   int inline_turn_ = 0;        // the slots the last exchange's payload is in
   size_t inline_bytes_ = 0;    // its size; 0: nothing carried
   std::vector<char> scratch_;  // a non-root's folded slice (reduce)
