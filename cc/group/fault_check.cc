@@ -168,6 +168,16 @@ int main(int argc, char** argv) {
     st = w->Wait(absl::Seconds(10));
     Check(st.code() == absl::StatusCode::kCancelled,
           "aborted work is CANCELLED: " + st.ToString());
+    // No rank exits before every one has aborted: a rank whose abort comes
+    // a few ms later (4 ranks on 2 cores) would otherwise see its peer gone
+    // first and fail with UNAVAILABLE, which is right for it, not an abort.
+    (void)env->store->Set(absl::StrCat("abort_done/", rank), "1");
+    std::vector<std::string> aborted;
+    for (int r = 0; r < last; ++r) {
+      aborted.push_back(absl::StrCat("abort_done/", r));
+    }
+    Check(env->store->Wait(aborted, absl::Seconds(10)).ok(),
+          "every rank's abort ends its wait");
   } else {
     st = world.AllReduce(t, ReduceOp::kSum);
   }
