@@ -40,6 +40,17 @@ absl::Status OnCommDevice(const TensorRef& data, Device comm, Access access,
                    data.nbytes());
 }
 
+// The same for a collective that reads `in` and writes `out` (all_gather,
+// gather): run(staged in, staged out).
+template <typename F>
+absl::Status InOutOnCommDevice(const TensorRef& in, const TensorRef& out,
+                               Device comm, F&& run) {
+  return OnCommDevice(in, comm, Access::kRead, [&](const TensorRef& i) {
+    return OnCommDevice(out, comm, Access::kWrite,
+                        [&](const TensorRef& o) { return run(i, o); });
+  });
+}
+
 // The same for outputs the collective only writes, one per rank.
 template <typename F>
 absl::Status OutputsOnCommDevice(const std::vector<TensorRef>& outputs,

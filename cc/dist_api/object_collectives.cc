@@ -30,11 +30,10 @@ bool Trivial(ProcessGroup* group) {
 // the group's comm device (comm_device.h), as mmengine moves pickled
 // objects in a uint8 tensor on cuda:<current> for NCCL.
 absl::Status AllGatherHost(ProcessGroup* g, TensorRef in, TensorRef out) {
-  const Device comm = g->comm_device();
-  return OnCommDevice(in, comm, Access::kRead, [&](const TensorRef& i) {
-    return OnCommDevice(out, comm, Access::kWrite,
-                        [&](const TensorRef& o) { return g->AllGather(i, o); });
-  });
+  return InOutOnCommDevice(in, out, g->comm_device(),
+                           [&](const TensorRef& i, const TensorRef& o) {
+                             return g->AllGather(i, o);
+                           });
 }
 
 absl::Status BroadcastHost(ProcessGroup* g, TensorRef data, int src) {

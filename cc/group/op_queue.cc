@@ -1,5 +1,7 @@
 #include "cc/group/op_queue.h"
 
+#include <optional>
+
 namespace distkit {
 
 OpQueue::~OpQueue() {
@@ -25,31 +27,33 @@ void OpQueue::Post(std::function<void()> op) {
 }
 
 void OpQueue::Run(absl::FunctionRef<void()> op) {
-  // Set by the worker when `op` ran there (behind queued work); plain
-  // standard types, cheap to make on every call (light_mutex.h).
-  std::mutex done_mu;
-  std::condition_variable done_cv;
-  bool done = false;
-  bool inline_run = false;
+  // Set by the worker when `op` ran there, behind queued work; made only
+  // then (an inline run, the common case, needs none).
+  struct Done {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  std::optional<Done> queued_run;
   {
     LightMutexLock lock(&mu_);
-    if (queue_.empty() && !busy_) {
-      busy_ = true;  // nothing ahead of us: run inline
-      inline_run = true;
-    } else {
-      queue_.push_back([&] {
+    if (!queue_.empty() || busy_) {
+      Done& d = queued_run.emplace();
+      queue_.push_back([&op, &d] {
         op();
-        std::lock_guard<std::mutex> l(done_mu);
-        done = true;
-        done_cv.notify_one();
+        std::lock_guard<std::mutex> l(d.mu);
+        d.done = true;
+        d.cv.notify_one();
       });
       StartWorkerLocked();
+    } else {
+      busy_ = true;  // nothing ahead of us: run inline
     }
   }
-  if (!inline_run) {
+  if (queued_run.has_value()) {
     changed_.notify_one();
-    std::unique_lock<std::mutex> l(done_mu);
-    done_cv.wait(l, [&] { return done; });
+    std::unique_lock<std::mutex> l(queued_run->mu);
+    queued_run->cv.wait(l, [&] { return queued_run->done; });
     return;
   }
   op();

@@ -156,12 +156,10 @@ std::string Describe(int64_t dtype, int64_t numel) {
 // An all-gather of host metadata through the group's comm device (NCCL
 // takes no host memory).
 absl::Status AllGatherHost(ProcessGroup& group, TensorRef in, TensorRef out) {
-  const Device comm = group.comm_device();
-  return OnCommDevice(in, comm, Access::kRead, [&](const TensorRef& i) {
-    return OnCommDevice(out, comm, Access::kWrite, [&](const TensorRef& o) {
-      return group.AllGather(i, o);
-    });
-  });
+  return InOutOnCommDevice(in, out, group.comm_device(),
+                           [&](const TensorRef& i, const TensorRef& o) {
+                             return group.AllGather(i, o);
+                           });
 }
 
 // Every rank of `group` registers the same parameters: per parameter
@@ -767,15 +765,12 @@ absl::Status FlatShard::GatherFullParams(const std::vector<TensorRef>& outs,
         DK_ASSIGN_OR_RETURN(full, Allocate(shard_device_, f.dtype, f.padded));
       }
       // The shard may be in host memory (offload_params): staged.
-      const Device comm = group_->comm_device();
-      DK_RETURN_IF_ERROR(OnCommDevice(
-          f.shard.view, comm, Access::kRead, [&](const TensorRef& in) {
-            return OnCommDevice(
-                full.view, comm, Access::kWrite, [&](const TensorRef& out) {
-                  return rank0_only ? group_->Gather(in, out, 0)
-                                    : group_->AllGather(in, out);
-                });
-          }));
+      DK_RETURN_IF_ERROR(
+          InOutOnCommDevice(f.shard.view, full.view, group_->comm_device(),
+                            [&](const TensorRef& in, const TensorRef& out) {
+                              return rank0_only ? group_->Gather(in, out, 0)
+                                                : group_->AllGather(in, out);
+                            }));
       gathered = full.view;
     }
     if (!writes) continue;
