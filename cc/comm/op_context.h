@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace distkit {
@@ -17,9 +18,12 @@ namespace distkit {
 class FlightRecorder;  // cc/group/flight_recorder.h
 
 struct OpContext {
-  uint64_t seq = 0;        // per-group sequence number, same on every rank
-  std::string op_name;     // "all_reduce"
-  std::string group_name;  // "world", "world/1"
+  uint64_t seq = 0;  // per-group sequence number, same on every rank
+  // Views, not copies (a context is made for every operation): the
+  // operation's name is a literal and the group's name outlives its
+  // operations.
+  absl::string_view op_name;     // "all_reduce"
+  absl::string_view group_name;  // "world", "world/1"
   absl::Duration timeout = absl::Minutes(30);
   // The group's flight recorder and this operation's record in it (set
   // while the operation runs; null in contexts made outside a group).

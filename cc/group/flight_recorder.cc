@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "absl/strings/numbers.h"
@@ -50,41 +51,69 @@ uint64_t FlightRecorder::Begin(const OpContext& ctx, bool point_to_point) {
   // The slot's fields are reset one by one: its strings keep their buffers
   // (this runs on every operation).
   Entry& e = ring_[id % ring_.size()];
-  e.id = id;
+  e.id.store(id, std::memory_order_relaxed);
   e.seq = ctx.seq;
   e.p2p = point_to_point;
-  e.op = ctx.op_name;
+  e.op.assign(ctx.op_name.data(), ctx.op_name.size());
   e.call.clear();
-  e.has_signature = false;
+  e.has_signature.store(false, std::memory_order_relaxed);
   e.start = start;
-  e.end = absl::Time();
-  e.state = Entry::kRunning;
+  e.end_ns.store(0, std::memory_order_relaxed);
+  e.state.store(Entry::kRunning, std::memory_order_relaxed);
   e.error.clear();
   return id;
 }
 
 void FlightRecorder::Describe(uint64_t id, const OpSignature& signature) {
-  LightMutexLock lock(&mu_);
+  // No lock: this runs on every collective, on the operation's own thread.
+  // An entry reused meanwhile (the ring wrapped under an operation still in
+  // flight) is left alone.
   Entry& e = ring_[id % ring_.size()];
-  if (e.id != id) return;
-  e.signature = signature;
-  e.has_signature = true;
+  if (e.id.load(std::memory_order_relaxed) != id) return;
+  uint64_t words[Entry::kSignatureWords] = {};
+  std::memcpy(words, &signature, sizeof(signature));
+  for (size_t i = 0; i < Entry::kSignatureWords; ++i) {
+    e.signature_words[i].store(words[i], std::memory_order_relaxed);
+  }
+  e.has_signature.store(true, std::memory_order_release);
 }
 
 void FlightRecorder::Describe(uint64_t id, std::string call) {
   LightMutexLock lock(&mu_);
   Entry& e = ring_[id % ring_.size()];
-  if (e.id == id) e.call = std::move(call);
+  if (e.id.load(std::memory_order_relaxed) == id) e.call = std::move(call);
 }
 
 void FlightRecorder::End(uint64_t id, const absl::Status& status) {
   const absl::Time end = FastNow();
-  LightMutexLock lock(&mu_);
   Entry& e = ring_[id % ring_.size()];
-  if (e.id != id) return;
-  e.end = end;
-  e.state = status.ok() ? Entry::kDone : Entry::kFailed;
-  if (!status.ok()) e.error = std::string(status.message());
+  if (status.ok()) {
+    // No lock, as in Describe.
+    if (e.id.load(std::memory_order_relaxed) != id) return;
+    e.end_ns.store(absl::ToUnixNanos(end), std::memory_order_relaxed);
+    e.state.store(Entry::kDone, std::memory_order_release);
+    return;
+  }
+  LightMutexLock lock(&mu_);
+  if (e.id.load(std::memory_order_relaxed) != id) return;
+  e.error = std::string(status.message());
+  e.end_ns.store(absl::ToUnixNanos(end), std::memory_order_relaxed);
+  e.state.store(Entry::kFailed, std::memory_order_release);
+}
+
+std::string FlightRecorder::CallOf(const Entry& e) {
+  if (!e.has_signature.load(std::memory_order_acquire)) return e.call;
+  uint64_t words[Entry::kSignatureWords];
+  for (size_t i = 0; i < Entry::kSignatureWords; ++i) {
+    words[i] = e.signature_words[i].load(std::memory_order_relaxed);
+  }
+  OpSignature signature;
+  std::memcpy(&signature, words, sizeof(signature));
+  return signature.Describe();
+}
+
+absl::Time FlightRecorder::EndOf(const Entry& e) {
+  return absl::FromUnixNanos(e.end_ns.load(std::memory_order_relaxed));
 }
 
 std::string FlightRecorder::Text() const {
@@ -94,15 +123,16 @@ std::string FlightRecorder::Text() const {
       next_id_ >= ring_.size() ? next_id_ - ring_.size() + 1 : 1;
   for (uint64_t id = first; id <= next_id_; ++id) {
     const Entry& e = ring_[id % ring_.size()];
-    if (e.id != id) continue;
+    if (e.id.load(std::memory_order_relaxed) != id) continue;
     static constexpr const char* kState[] = {"running", "done", "failed"};
+    const int state = e.state.load(std::memory_order_acquire);
     absl::StrAppend(
         &out, "group=", group_, " rank=", rank_, " seq=", e.seq,
         " kind=", e.p2p ? "p2p" : "collective", " op=", e.op,
-        " state=", kState[e.state], " start_us=", absl::ToUnixMicros(e.start),
+        " state=", kState[state], " start_us=", absl::ToUnixMicros(e.start),
         " end_us=",
-        e.state == Entry::kRunning ? int64_t{0} : absl::ToUnixMicros(e.end),
-        " call=\"", e.Call(), "\"");
+        state == Entry::kRunning ? int64_t{0} : absl::ToUnixMicros(EndOf(e)),
+        " call=\"", CallOf(e), "\"");
     if (!e.error.empty()) absl::StrAppend(&out, " error=\"", e.error, "\"");
     out += "\n";
   }
@@ -115,18 +145,20 @@ std::string FlightRecorder::ChromeTrace() const {
   bool first_event = true;
   const absl::Time now = absl::Now();
   for (const Entry& e : ring_) {
-    if (e.id == 0) continue;
-    const absl::Time end = e.state == Entry::kRunning ? now : e.end;
+    if (e.id.load(std::memory_order_relaxed) == 0) continue;
+    const int state = e.state.load(std::memory_order_acquire);
+    const absl::Time end = state == Entry::kRunning ? now : EndOf(e);
+    const std::string call = CallOf(e);
     absl::StrAppend(&out, first_event ? "" : ",", "{\"name\":\"",
-                    JsonEscape(e.Call().empty() ? e.op : e.Call()),
-                    "\",\"cat\":\"", e.p2p ? "p2p" : "collective",
+                    JsonEscape(call.empty() ? e.op : call), "\",\"cat\":\"",
+                    e.p2p ? "p2p" : "collective",
                     "\",\"ph\":\"X\",\"ts\":", absl::ToUnixMicros(e.start),
                     ",\"dur\":", absl::ToInt64Microseconds(end - e.start),
                     ",\"pid\":", rank_, ",\"tid\":\"", JsonEscape(group_),
                     "\",\"args\":{\"seq\":", e.seq, ",\"state\":\"",
-                    e.state == Entry::kRunning
+                    state == Entry::kRunning
                         ? "running"
-                        : (e.state == Entry::kDone ? "done" : "failed"),
+                        : (state == Entry::kDone ? "done" : "failed"),
                     "\"}}");
     first_event = false;
   }

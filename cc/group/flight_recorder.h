@@ -19,6 +19,7 @@
 #ifndef DISTKIT_CC_GROUP_FLIGHT_RECORDER_H_
 #define DISTKIT_CC_GROUP_FLIGHT_RECORDER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -56,21 +57,29 @@ class FlightRecorder {
   void WriteTimeline() const;
 
  private:
+  // One operation. What every collective writes after Begin (its signature,
+  // its end and state when it succeeds) is written without the lock, by the
+  // operation's own thread, as atomic words; readers hold the lock. The rest
+  // changes under the lock: at Begin, for a description, for an error.
   struct Entry {
-    std::string Call() const {
-      return has_signature ? signature.Describe() : call;
-    }
-    uint64_t id = 0;
+    std::atomic<uint64_t> id{0};
     uint64_t seq = 0;
     bool p2p = false;
     std::string op;
     std::string call;
-    OpSignature signature;
-    bool has_signature = false;
-    absl::Time start, end;
-    enum State { kRunning, kDone, kFailed } state = kRunning;
+    static constexpr size_t kSignatureWords = (sizeof(OpSignature) + 7) / 8;
+    std::atomic<uint64_t> signature_words[kSignatureWords] = {};
+    std::atomic<bool> has_signature{false};
+    absl::Time start;
+    std::atomic<int64_t> end_ns{0};  // Unix time
+    enum State { kRunning, kDone, kFailed };
+    std::atomic<int> state{kRunning};
     std::string error;
   };
+  // What the entry says this rank called (the signature, formatted, or the
+  // description), and its end; under the lock.
+  static std::string CallOf(const Entry& e);
+  static absl::Time EndOf(const Entry& e);
 
   const std::string group_;
   const int rank_;

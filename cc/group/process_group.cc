@@ -55,7 +55,7 @@ ProcessGroup::~ProcessGroup() {
   bool busy;
   {
     LightMutexLock lock(&mu_);
-    busy = in_flight_ > 0 || !p2p_lanes_.empty();
+    busy = (issue_state_.load() & kInFlightMask) != 0 || !p2p_lanes_.empty();
   }
   if (busy && contract_ != nullptr) contract_->Abort(name_);
   recorder_->WriteTimeline();
@@ -309,27 +309,45 @@ absl::Status ProcessGroup::Rejection(const Op& op) const {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A small number for the calling thread, unique in the process (the owner
+// half of ProcessGroup::issue_state_).
+uint64_t ThreadToken() {
+  static std::atomic<uint32_t> next{1};
+  thread_local const uint32_t token = next.fetch_add(1);
+  return token;
+}
+
+}  // namespace
+
 absl::Status ProcessGroup::ClaimIssue(const Op& op) {
   if (op.peer >= 0) return absl::OkStatus();
-  LightMutexLock lock(&mu_);
-  const std::thread::id me = std::this_thread::get_id();
-  if (in_flight_ > 0 && issuer_ != me) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        op.name, " on group '", name_, "' (rank ", rank_,
-        "): issued while another thread's collective(s) on this group are in "
-        "flight (",
-        in_flight_,
-        "); a group's collectives must come from one thread at a time, in "
-        "the same order on every rank (use one group per thread)"));
+  // One word, not a lock (this runs on every collective): the issuing
+  // thread's token and the count of its collectives in flight.
+  const uint64_t me = ThreadToken() << 32;
+  uint64_t state = issue_state_.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t in_flight = state & kInFlightMask;
+    if (in_flight > 0 && (state & ~kInFlightMask) != me) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          op.name, " on group '", name_, "' (rank ", rank_,
+          "): issued while another thread's collective(s) on this group are "
+          "in flight (",
+          in_flight,
+          "); a group's collectives must come from one thread at a time, in "
+          "the same order on every rank (use one group per thread)"));
+    }
+    if (issue_state_.compare_exchange_weak(state, me | (in_flight + 1),
+                                           std::memory_order_acquire,
+                                           std::memory_order_relaxed)) {
+      return absl::OkStatus();
+    }
   }
-  issuer_ = me;
-  ++in_flight_;
-  return absl::OkStatus();
 }
 
 void ProcessGroup::ReleaseIssue() {
-  LightMutexLock lock(&mu_);
-  --in_flight_;
+  issue_state_.fetch_sub(1, std::memory_order_release);
 }
 
 std::shared_ptr<Work> ProcessGroup::Submit(Op op) {

@@ -221,10 +221,12 @@ class ProcessGroup {
   std::atomic<uint64_t> next_p2p_seq_{0};  // sends and receives
   int next_child_ = 0;  // NewGroup counter; NewGroup is collective
 
+  // The thread that issued the collectives in flight (a ThreadToken, high
+  // half) and how many there are (low half).
+  static constexpr uint64_t kInFlightMask = 0xffffffffu;
+  std::atomic<uint64_t> issue_state_{0};
+
   LightMutex mu_;
-  // The thread that issued the collectives in flight, and how many there are.
-  std::thread::id issuer_ ABSL_GUARDED_BY(mu_);
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Declared last, so destroyed first: their workers are joined while
   // everything a running operation touches (contract, recorder, mutex) is

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -105,6 +106,24 @@ int Main(int argc, char** argv) {
   }
 
   const int world_size = o.nnodes * o.nproc_per_node;
+  // --cpu-bind core: the CPUs this process may use, in order; none when
+  // there are fewer than local ranks (each would share, and the scheduler
+  // could no longer spread them).
+  std::vector<int> bind_to;
+  if (o.bind_cores) {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+      for (int c = 0; c < CPU_SETSIZE; ++c) {
+        if (CPU_ISSET(c, &allowed)) bind_to.push_back(c);
+      }
+    }
+    if (static_cast<int>(bind_to.size()) < o.nproc_per_node) {
+      std::cerr << "distrun: --cpu-bind core: " << o.nproc_per_node
+                << " local ranks, " << bind_to.size() << " CPUs; not binding\n";
+      bind_to.clear();
+    }
+  }
   std::vector<RankProcess> ranks;
   for (int local = 0; local < o.nproc_per_node; ++local) {
     Environment rank_env = env;
@@ -128,6 +147,7 @@ int Main(int argc, char** argv) {
     if (!env.Has("PYTHONUNBUFFERED")) rank_env.Set("PYTHONUNBUFFERED", "1");
     RankProcess p;
     p.rank = rank;
+    if (!bind_to.empty()) p.cpu = bind_to[local];
     p.argv = o.programs.size() == 1 ? o.programs[0] : o.programs[local];
     for (const auto& [k, v] : rank_env.vars())
       p.env.push_back(absl::StrCat(k, "=", v));

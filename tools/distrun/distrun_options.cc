@@ -39,6 +39,7 @@ const char* DistrunUsage() {
   return "usage: distrun --nproc-per-node N [--nnodes M --node-rank I]\n"
          "               [--master-addr A] [--master-port P] [--log-dir D]\n"
          "               [--timeout SECONDS] [--grace-period SECONDS]\n"
+         "               [--cpu-bind none|core]\n"
          "               -- program args... [: program2 args... ...]\n"
          "Starts N ranks of `program` on this node with torchrun's variables\n"
          "(RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR\n"
@@ -102,6 +103,11 @@ absl::StatusOr<DistrunOptions> ParseDistrunArgs(
       absl::StatusOr<absl::Duration> d = ParseSeconds(name, value);
       if (!d.ok()) return d.status();
       o.grace_period = *d;
+    } else if (name == "--cpu-bind") {
+      if (value != "none" && value != "core") {
+        return Bad(name, absl::StrCat("'", value, "' is not none or core"));
+      }
+      o.bind_cores = value == "core";
     } else {
       return Bad(name, "unknown flag");
     }

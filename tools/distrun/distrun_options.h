@@ -5,6 +5,7 @@
 //   distrun --nproc-per-node N [--nnodes M --node-rank I]
 //           [--master-addr A] [--master-port P] [--log-dir D]
 //           [--timeout SECONDS] [--grace-period SECONDS]
+//           [--cpu-bind none|core]
 //           -- program args... [: program2 args... ...]
 //
 // Flags accept "--flag value" and "--flag=value", with '-' or '_' in names
@@ -32,6 +33,11 @@ struct DistrunOptions {
   std::string log_dir;
   absl::Duration timeout = absl::ZeroDuration();
   absl::Duration grace_period = absl::Seconds(5);
+  // --cpu-bind core: local rank i runs on the i-th CPU distrun may use, as
+  // mpirun's default binding does for up to 2 ranks (and, like it, no
+  // binding when there are more local ranks than such CPUs). Off by default:
+  // a rank with several threads (data loaders, intra-op) would share one.
+  bool bind_cores = false;
   // programs.size() is 1 (every rank) or nproc_per_node (one per local rank).
   std::vector<std::vector<std::string>> programs;
 };

@@ -38,6 +38,14 @@ TEST(DistrunOptionsTest, OneProgramPerRank) {
   EXPECT_EQ(o.programs[2], (std::vector<std::string>{"c", "x"}));
   EXPECT_FALSE(
       ParseDistrunArgs({"--nproc-per-node", "3", "--", "a", ":", "b"}).ok());
+  EXPECT_TRUE(ParseDistrunArgs(
+                  {"--nproc-per-node", "2", "--cpu-bind", "core", "--", "a"})
+                  ->bind_cores);
+  EXPECT_FALSE(
+      ParseDistrunArgs({"--nproc-per-node", "2", "--", "a"})->bind_cores);
+  EXPECT_FALSE(ParseDistrunArgs(
+                   {"--nproc-per-node", "2", "--cpu-bind=socket", "--", "a"})
+                   .ok());
   EXPECT_FALSE(
       ParseDistrunArgs({"--nproc-per-node", "2", "--", "a", ":", ":", "b"})
           .ok());

@@ -1,10 +1,12 @@
 // End-to-end tests of the distrun binary with rank_probe as the program.
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -15,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -84,6 +87,43 @@ TEST(DistrunTest, SetsTorchrunVariablesAndPrefixesOutput) {
   }
   EXPECT_TRUE(absl::StrContains(r.output, "STORE=127.0.0.1:")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "TOKEN_LEN=32")) << r.output;
+}
+
+// The CPUs this test may use, as distrun sees them.
+std::vector<int> AllowedCpus() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+TEST(DistrunTest, CpuBindCoreGivesEachLocalRankItsOwnCpu) {
+  const std::vector<int> cpus = AllowedCpus();
+  ASSERT_FALSE(cpus.empty());
+  const int n = std::min<int>(2, cpus.size());
+  Result r = RunDistrun({"--nproc-per-node", absl::StrCat(n), "--master-port",
+                         "0", "--cpu-bind", "core", "--", kProbe, "cpus"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_TRUE(absl::StrContains(
+        r.output, absl::StrCat("[rank", rank, "]: cpus=", cpus[rank], "\n")))
+        << r.output;
+  }
+  // More local ranks than CPUs: no binding (each keeps every CPU), and says
+  // so.
+  const int over = static_cast<int>(cpus.size()) + 1;
+  r = RunDistrun({"--nproc-per-node", absl::StrCat(over), "--master-port", "0",
+                  "--cpu-bind", "core", "--", kProbe, "cpus"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "not binding")) << r.output;
+  EXPECT_TRUE(absl::StrContains(
+      r.output, absl::StrCat("[rank", over - 1,
+                             "]: cpus=", absl::StrJoin(cpus, ","), "\n")))
+      << r.output;
 }
 
 TEST(DistrunTest, RanksRendezvousThroughTheStore) {

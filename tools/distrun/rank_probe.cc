@@ -1,6 +1,7 @@
 // rank_probe: a test program for distrun and the harness. Each rank does what
 // its first argument says; see the modes below.
 
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -89,6 +90,18 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "rendezvous") return Rendezvous();
+  if (mode == "cpus") {  // the CPUs this rank may run on
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return 1;
+    std::string list;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &allowed))
+        absl::StrAppend(&list, list.empty() ? "" : ",", c);
+    }
+    printf("cpus=%s\n", list.c_str());
+    return 0;
+  }
   if (mode == "fail" && argc == 4) {
     if (Rank() == atoi(argv[2])) {
       usleep(300 * 1000);

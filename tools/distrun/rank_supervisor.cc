@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -153,6 +154,18 @@ class Supervisor {
       sigaction(SIGINT, &sa, nullptr);
       sigaction(SIGTERM, &sa, nullptr);
       signal(SIGPIPE, SIG_DFL);
+      if (r.spec.cpu >= 0) {
+        cpu_set_t cpus;
+        CPU_ZERO(&cpus);
+        CPU_SET(r.spec.cpu, &cpus);
+        if (sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
+          const std::string msg =
+              absl::StrCat("cannot bind rank ", r.spec.rank, " to CPU ",
+                           r.spec.cpu, ": ", strerror(errno), "\n");
+          (void)!write(2, msg.data(), msg.size());
+          _exit(127);
+        }
+      }
       execvpe(argv[0], argv.data(), envp.data());
       const std::string msg =
           absl::StrCat("cannot execute ", argv[0], ": ", strerror(errno), "\n");

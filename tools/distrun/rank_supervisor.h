@@ -25,6 +25,7 @@ struct RankProcess {
   int rank = 0;
   std::vector<std::string> argv;  // argv[0] is looked up on PATH
   std::vector<std::string> env;   // "NAME=value", the whole environment
+  int cpu = -1;                   // the only CPU it may run on; -1: any
 };
 
 struct SupervisorOptions {

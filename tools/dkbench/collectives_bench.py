@@ -9,6 +9,10 @@ For each world size it runs the three implementations one after another
 bytes / time, busbw = algbw x factor (all_reduce 2(n-1)/n; all_gather and
 reduce_scatter (n-1)/n; broadcast 1), and the speed ratio distkit vs each
 peer (> 1: distkit is faster). Machines are noisy: compare ratios, rerun.
+Ranks are bound as mpirun binds them by default: one core each when there
+are as many cores (distrun --cpu-bind core; with more ranks than cores,
+neither binds), so two ranks never share a core by chance in one run and
+not in the next.
 Each run also times one core's memcpy at the same sizes (memcpy_bench), and
 a last table sets all_reduce's busbw against it, measured in the same run.
 """
@@ -108,13 +112,13 @@ def main():
     for n in [int(x) for x in args.world_sizes.split(",")]:
         for repeat in range(args.repeats):
             print(f"world size {n}, run {repeat + 1}/{args.repeats}: distkit ...", file=sys.stderr, flush=True)
-            rows += run([distrun, "--nproc-per-node", str(n), "--master-port", "0", "--",
-                         tool("collective_bench"), "--ops", args.ops] + common, args.timeout)
+            rows += run([distrun, "--nproc-per-node", str(n), "--master-port", "0",
+                         "--cpu-bind", "core", "--", tool("collective_bench"), "--ops", args.ops] + common, args.timeout)
             if "torch_gloo" in args.peers:
                 print(f"world size {n}, run {repeat + 1}: torch.distributed (gloo) ...", file=sys.stderr, flush=True)
                 torch_ops = ",".join(o for o in args.ops.split(",") if o != "reduce_scatter")
-                rows += run([distrun, "--nproc-per-node", str(n), "--master-port", "0", "--",
-                             "/usr/bin/python3", tool("torch_bench.py"), "--ops", torch_ops] + common,
+                rows += run([distrun, "--nproc-per-node", str(n), "--master-port", "0",
+                             "--cpu-bind", "core", "--", "/usr/bin/python3", tool("torch_bench.py"), "--ops", torch_ops] + common,
                             args.timeout)
             if "openmpi" in args.peers:
                 print(f"world size {n}, run {repeat + 1}: openmpi ...", file=sys.stderr, flush=True)

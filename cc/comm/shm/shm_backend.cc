@@ -19,13 +19,11 @@
 
 namespace distkit {
 
-// What every rank of the group shares, first in the segment: how many step
-// arrivals there have been (each rank adds one per step, so step s is
-// complete at s * size), and the futex word the last arrival of a step sets
-// to the step's low half and wakes the sleepers on.
+// What every rank of the group shares, first in the segment: the futex word
+// an arriving rank bumps and wakes when some rank sleeps in a wait, and how
+// many ranks sleep (arrivals that see none make no system call).
 struct alignas(128) ShmBackend::GroupHeader {
-  std::atomic<uint64_t> arrivals;
-  std::atomic<uint32_t> completed_word;
+  std::atomic<uint32_t> wake_word;
   std::atomic<uint32_t> sleepers;
   // 1 + the rank that failed inside an operation and will not arrive (a
   // single-copy read refused): every wait of every rank ends with an error.
@@ -50,14 +48,16 @@ struct alignas(128) ShmBackend::Header {
   std::atomic<uint64_t> probe_token;
   std::atomic<uint64_t> probe_addr;
   // By turn (the two turns of the slots): this rank's signature for the
-  // exchange made in that turn, and its packed small slot. A payload of up
-  // to 24 bytes shares the signature's cache line and the next line comes
-  // with it (128-byte aligned pairs), so a peer reading a small operation's
-  // signature and payload takes one cache miss, not three. A turn is
-  // rewritten only after every rank has published a later step, i.e.
-  // finished reading it (as every slot).
+  // exchange made in that turn, a copy of `step` as of its last step in that
+  // turn, and its packed small slot. A peer waiting for a step polls the
+  // line it will read next: the signature, the step and a payload of up to
+  // 16 bytes share one cache line (and the next line comes with it,
+  // 128-byte aligned pairs), so a small operation costs each peer one cache
+  // miss per rank it hears from. A turn is rewritten only after every rank
+  // has published a later step, i.e. finished reading it (as every slot).
   struct alignas(128) Turn {
     OpSignature sig;
+    std::atomic<uint64_t> step;
     alignas(8) char small[kSmallSlotBytes];
   };
   Turn turns[2];
@@ -217,37 +217,48 @@ void ShmBackend::Abort() {
   aborted_ = true;
   // This rank's waits end now (other ranks' sleepers wake spuriously and
   // sleep again).
-  FutexWakeAll(&group_header()->completed_word);
+  FutexWakeAll(&group_header()->wake_word);
   gloo_->Abort();
+}
+
+bool ShmBackend::Published(int r, uint64_t step, bool thorough) const {
+  const Header* h = header(r);
+  if (h->turns[turn_].step.load(std::memory_order_acquire) >= step) {
+    return true;
+  }
+  // The authoritative count: a peer that stepped in the other turn (ranks
+  // whose calls disagreed) is still seen, a few spins late.
+  return thorough && h->step.load(std::memory_order_acquire) >= step;
+}
+
+bool ShmBackend::AllPublished(uint64_t step, int* first_missing,
+                              bool thorough) const {
+  // Steps only grow, so the ranks already seen need no second look.
+  for (int& r = *first_missing; r < size_; ++r) {
+    if (r != rank_ && !Published(r, step, thorough)) return false;
+  }
+  return true;
 }
 
 absl::Status ShmBackend::Step(const OpContext& ctx) {
   const uint64_t step = ++step_;
-  // Each rank's own step stays published for the liveness check and the
-  // diagnosis of who is late; the wait itself reads the group's count.
-  header(rank_)->step.store(step, std::memory_order_release);
+  Header* mine = header(rank_);
+  // The copy in this turn's line is what peers poll (release: this rank's
+  // slot writes come with it); the header's own count is what the liveness
+  // check and the diagnosis of who is late read.
+  mine->step.store(step, std::memory_order_release);
+  mine->turns[turn_].step.store(step, std::memory_order_release);
   GroupHeader* g = group_header();
-  const uint64_t complete = step * static_cast<uint64_t>(size_);
-  // acq_rel: this rank's slot writes are released with its arrival, and a
-  // rank that sees the count complete has acquired everyone's. No rank can
-  // arrive for the next step before this one completes, so the arrival that
-  // completes it is the one that sees complete - 1.
-  if (g->arrivals.fetch_add(1, std::memory_order_acq_rel) + 1 == complete) {
-    // Sequentially consistent with a sleeper's count-then-look: either it
-    // sees the new word (and does not sleep) or this sees it counted.
-    g->completed_word.store(static_cast<uint32_t>(step));
-    if (g->sleepers.load() != 0) FutexWakeAll(&g->completed_word);
-    return absl::OkStatus();
-  }
   // The clock is first read when the pure spins are over: a step that
   // completes while spinning (the common case for small operations on free
   // cores) reads it not at all. The deadline counts from that first read,
   // under a microsecond late.
+  int first_missing = 0;
   bool timed = false;
   absl::Time deadline, next_liveness, sleep_from;
   absl::Duration slice, liveness_interval;
-  for (uint64_t spins = 0;
-       g->arrivals.load(std::memory_order_acquire) < complete; ++spins) {
+  for (uint64_t spins = 0; !AllPublished(step, &first_missing, timed);
+       ++spins) {
     if (spins < kPureSpins) continue;
     const absl::Time now = FastNow();
     if (!timed) {
@@ -263,12 +274,14 @@ absl::Status ShmBackend::Step(const OpContext& ctx) {
       sched_yield();
       if ((spins & 63) != 0) continue;
     } else {
-      // One word for the whole group: a step costs each sleeper one wake-up,
-      // however many ranks arrive after it.
+      // One word for the whole group: a sleeper wakes at each arrival and
+      // looks again (sleeping starts only after kYieldPhase of waiting).
       g->sleepers.fetch_add(1);
-      const uint32_t seen = g->completed_word.load();
-      if (g->arrivals.load(std::memory_order_acquire) < complete && !aborted_) {
-        FutexWait(&g->completed_word, seen, slice);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      const uint32_t seen = g->wake_word.load();
+      int missing = first_missing;
+      if (!AllPublished(step, &missing, /*thorough=*/true) && !aborted_) {
+        FutexWait(&g->wake_word, seen, slice);
       }
       g->sleepers.fetch_sub(1);
     }
@@ -295,25 +308,25 @@ absl::Status ShmBackend::Step(const OpContext& ctx) {
       // that has not arrived (the one this rank would wait for in rank order)
       // and one at the next missing rank in turn, not one at every missing
       // rank, which at hundreds of ranks costs more than the wait itself.
-      int first_missing = -1;
+      int late = -1;
       for (int r = 0; r < size_; ++r) {
         if (r != rank_ &&
             header(r)->step.load(std::memory_order_acquire) < step) {
-          first_missing = r;
+          late = r;
           break;
         }
       }
       int rotating = -1;
-      for (int i = 1; first_missing >= 0 && i <= size_; ++i) {
+      for (int i = 1; late >= 0 && i <= size_; ++i) {
         const int r = (liveness_cursor_ + i) % size_;
-        if (r != rank_ && r != first_missing &&
+        if (r != rank_ && r != late &&
             header(r)->step.load(std::memory_order_acquire) < step) {
           rotating = r;
           break;
         }
       }
       if (rotating >= 0) liveness_cursor_ = rotating;
-      for (int r : {first_missing, rotating}) {
+      for (int r : {late, rotating}) {
         if (r < 0) continue;
         Header* h = header(r);
         std::optional<std::string> gone = watches_[r].Gone(h->liveness);
@@ -326,6 +339,17 @@ absl::Status ShmBackend::Step(const OpContext& ctx) {
         }
       }
     }
+  }
+  // Every rank has published this step: wake whoever sleeps on it. Done
+  // after the wait, not between publishing and polling, so the fence costs
+  // nothing on the way to the peers' lines (this rank's own line is long
+  // written by now). Against a sleeper's count-then-look, seq_cst on both
+  // sides: either it saw the last arrival's step (and does not sleep) or
+  // the last arrival, whose wait ends at once, sees it counted here.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (g->sleepers.load(std::memory_order_relaxed) != 0) {
+    g->wake_word.fetch_add(1);
+    FutexWakeAll(&g->wake_word);
   }
   return absl::OkStatus();
 }
@@ -466,7 +490,7 @@ absl::Status ShmBackend::FailGroup(absl::Status why) {
   // This rank will not arrive at the step its peers wait at: they must not
   // wait for it until the deadline, nor finish with its part missing.
   group_header()->failed_by.store(rank_ + 1);
-  FutexWakeAll(&group_header()->completed_word);
+  FutexWakeAll(&group_header()->wake_word);
   return why;
 }
 

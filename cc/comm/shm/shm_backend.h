@@ -6,6 +6,9 @@
 // pid and the current op's signature) and two data slots used in turn.
 // A step is: write your part into your slot, publish the step, wait until
 // every rank has published it, read what you need from the others' slots.
+// A waiter polls each peer's own line (no shared counter that every rank
+// must modify), the line it reads next: a small operation's signature and
+// payload come with the step that says they are there.
 // Alternating slots per chunk makes one wait per step enough (a slot is
 // written again only after every rank has published a later step, i.e.
 // finished reading it).
@@ -179,6 +182,13 @@ class ShmBackend : public Backend {
   // Publishes this rank's next step (after its slot is written) and waits
   // until every rank has published it.
   absl::Status Step(const OpContext& ctx);
+  // Whether rank r has published `step`: the copy in this turn's line (the
+  // one cache line a waiter polls), and if `thorough` also the header's own
+  // count.
+  bool Published(int r, uint64_t step, bool thorough) const;
+  // Whether every rank has, looking from *first_missing on (kept across
+  // calls of one wait, since steps only grow).
+  bool AllPublished(uint64_t step, int* first_missing, bool thorough) const;
   // out = slot 0 op slot 1 op ... over `bytes` at `offset` of slots holding
   // `slot_bytes`; out must not be a slot.
   void FoldSlots(ReduceFn fn, size_t offset, size_t bytes, size_t slot_bytes,
