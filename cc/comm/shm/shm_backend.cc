@@ -396,22 +396,20 @@ int64_t SliceBegin(int64_t n, int r, int size) { return n * r / size; }
 }  // namespace
 
 void ShmBackend::FoldSlots(ReduceFn fn, size_t offset, size_t bytes,
-                           size_t slot_bytes, size_t elem, char* out) const {
+                           size_t slot_bytes, size_t elem, char* out,
+                           int turn) const {
   const size_t n = bytes / elem;
   // Rank order, as on every other path: float sums round identically.
-  fn(out, slot(0, slot_bytes) + offset, slot(1, slot_bytes) + offset, n);
+  fn(out, slot(0, slot_bytes, turn) + offset,
+     slot(1, slot_bytes, turn) + offset, n);
   for (int r = 2; r < size_; ++r) {
-    fn(out, out, slot(r, slot_bytes) + offset, n);
+    fn(out, out, slot(r, slot_bytes, turn) + offset, n);
   }
 }
 
 void ShmBackend::FoldInline(ReduceFn fn, size_t bytes, size_t elem,
                             char* out) const {
-  const size_t n = bytes / elem;
-  fn(out, slot(0, bytes, inline_turn_), slot(1, bytes, inline_turn_), n);
-  for (int r = 2; r < size_; ++r) {
-    fn(out, out, slot(r, bytes, inline_turn_), n);
-  }
+  FoldSlots(fn, 0, bytes, bytes, elem, out, inline_turn_);
 }
 
 // ---- Single copy ---------------------------------------------------------

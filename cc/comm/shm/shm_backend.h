@@ -192,7 +192,12 @@ class ShmBackend : public Backend {
   // out = slot 0 op slot 1 op ... over `bytes` at `offset` of slots holding
   // `slot_bytes`; out must not be a slot.
   void FoldSlots(ReduceFn fn, size_t offset, size_t bytes, size_t slot_bytes,
-                 size_t elem, char* out) const;
+                 size_t elem, char* out) const {
+    FoldSlots(fn, offset, bytes, slot_bytes, elem, out, turn_);
+  }
+  // The same over the slots of `turn`.
+  void FoldSlots(ReduceFn fn, size_t offset, size_t bytes, size_t slot_bytes,
+                 size_t elem, char* out, int turn) const;
   // out = the rank-order fold of the payloads the last exchange carried.
   void FoldInline(ReduceFn fn, size_t bytes, size_t elem, char* out) const;
   // all_reduce (root < 0) or reduce to root, by slices.
