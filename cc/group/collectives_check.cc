@@ -202,11 +202,15 @@ bool Close(double got, double want, DataType dt) {
 // Over TCP, up to 1 MiB / (size - 1) per rank travels inline with the
 // signature exchange; larger buffers go through Gloo's own algorithms (1.1M
 // elements is past the limit for every dtype and size). On shared memory,
-// all_reduce and reduce of up to 16 KiB take one step (4097 float32 is just
-// past it), larger ones go by slices of 1 MiB chunks (262147 float32 leaves
-// 3 elements for the last chunk: some ranks' slices are empty), and the
-// other collectives move 1 MiB / size regions per round. Test them all.
-const int64_t kCounts[] = {1, 5, 3000, 4097, 262147, 1100000};
+// all_reduce and reduce of up to 16 KiB take one step, carried with the
+// signatures (4097 float32 is just past it, 16384 uint8 just at it), larger
+// ones go by slices of 1 MiB chunks (262147 float32 leaves 3 elements for the
+// last chunk: some ranks' slices are empty); a broadcast's chunks grow from
+// 64 KiB (16384 float32, carried with the signatures) and double to 1 MiB
+// (262147 float32 is 64+128+256+512 KiB and a last chunk of 64 KiB + 12
+// bytes), and the other collectives move 1 MiB / size regions per round.
+// Test them all.
+const int64_t kCounts[] = {1, 5, 3000, 4097, 16384, 262147, 1100000};
 
 TEST(Collectives, AllReduceEveryDtypeAndOp) {
   for (DataType dt : kAllDataTypes) {

@@ -74,8 +74,13 @@ size_t SegmentBytes(int size, size_t group_header, size_t header) {
 // then yields (ranks may share cores) for kYieldPhase, then sleeps on the
 // group's futex word in slices of kSleepSlice, between which it checks the
 // deadline, an abort and the liveness of the ranks that have not arrived.
+// The yield phase outlasts the waits of a large operation's steps (a 4 MiB
+// broadcast's reader copies for ~0.5 ms): waking a sleeping rank costs the
+// waker a futex call and the sleeper its virtual CPU's wake-up, which took
+// a 4 MiB single-copy broadcast from 0.5 ms to 1.35 ms with 200 us here. A
+// rank waiting 2 s still yields for only 0.1% of it.
 constexpr int kPureSpins = 256;
-constexpr absl::Duration kYieldPhase = absl::Microseconds(200);
+constexpr absl::Duration kYieldPhase = absl::Milliseconds(2);
 constexpr absl::Duration kSleepSlice = absl::Milliseconds(10);
 // Liveness looks (which read /proc) every kLivenessInterval. Both grow with
 // the group past 32 ranks (to at most 100 ms and 500 ms): hundreds of
@@ -358,11 +363,14 @@ absl::Status ShmBackend::ExchangeSignatures(const OpContext& ctx,
                                             const OpSignature& mine,
                                             InlinePayload payload,
                                             absl::Span<OpSignature> all) {
-  // A small payload rides along in this turn's small slot, so a small
-  // all_reduce, broadcast or all_gather takes one step, not two. Every rank
-  // flips its turn here whatever it carried: ranks whose calls disagree
-  // (so their payload sizes may differ) stay in step.
-  const bool carry = payload.bytes > 0 && payload.bytes <= kSmallSlotBytes;
+  // The payload rides along in this turn's slot (CarriesPayload), so the
+  // operation takes one step, not two. Every rank flips its turn here
+  // whatever it carried: ranks whose calls disagree (so their payload sizes
+  // may differ) stay in step. Writing a slot before the signatures agree is
+  // safe: its last readers are two steps behind, and nobody reads it unless
+  // they agree.
+  const bool carry =
+      CarriesPayload(static_cast<OpCode>(mine.op), payload.bytes);
   if (carry && payload.data != nullptr) {
     std::memcpy(slot(rank_, payload.bytes), payload.data, payload.bytes);
   }
@@ -374,6 +382,26 @@ absl::Status ShmBackend::ExchangeSignatures(const OpContext& ctx,
   inline_bytes_ = carry ? payload.bytes : 0;
   turn_ ^= 1;
   return absl::OkStatus();
+}
+
+bool ShmBackend::CarriesPayload(OpCode op, size_t bytes) const {
+  if (bytes == 0) return false;
+  if (bytes <= kSmallSlotBytes) return true;
+  // Larger payloads ride along only where the operation would have sent
+  // them in one chunk through the same slots anyway.
+  switch (op) {
+    case OpCode::kAllReduce:
+    case OpCode::kReduce:
+      return bytes <= kSliceReduceFromBytes;  // the one-step fold
+    case OpCode::kBroadcast:
+      return bytes <= (oversubscribed_ ? slot_bytes_ : kFirstBroadcastChunk) &&
+             !PrefersSingleCopy(op, bytes);
+    case OpCode::kAllGather:
+      return bytes <= slot_bytes_ &&
+             !PrefersSingleCopy(op, bytes * static_cast<size_t>(size_));
+    default:
+      return false;
+  }
 }
 
 bool ShmBackend::TakeInline(size_t bytes) {
@@ -669,12 +697,21 @@ absl::Status ShmBackend::Broadcast(const OpContext& ctx, TensorRef data,
     }
     return Step(ctx);
   }
-  for (size_t at = 0; at < data.nbytes(); at += slot_bytes_) {
-    const size_t n = std::min(slot_bytes_, data.nbytes() - at);
+  // The readers copy chunk k while the root writes chunk k + 1, so what is
+  // not overlapped is the root's first chunk and the readers' last. With a
+  // core per rank, chunks start small and double up to a slot: the readers
+  // start after a short copy instead of a whole slot's, for a few more steps.
+  // With more ranks than cores a step costs a context switch, and whole
+  // slots are faster.
+  size_t chunk = oversubscribed_ ? slot_bytes_
+                                 : std::min(slot_bytes_, kFirstBroadcastChunk);
+  for (size_t at = 0, n = 0; at < data.nbytes(); at += n) {
+    n = std::min(chunk, data.nbytes() - at);
     if (rank_ == root) std::memcpy(slot(rank_, n), base + at, n);
     DK_RETURN_IF_ERROR(Step(ctx));
     if (rank_ != root) std::memcpy(base + at, slot(root, n), n);
     turn_ ^= 1;
+    chunk = std::min(slot_bytes_, 2 * chunk);
   }
   return absl::OkStatus();
 }

@@ -14,14 +14,17 @@
 // finished reading it).
 //
 // The signature exchange the contract starts every operation with is one step
-// through the ranks' headers (ExchangeSignatures); a payload of up to
-// kSmallSlotBytes rides along in the small slots, so a small all_reduce,
-// reduce, broadcast or all_gather is that one step. Every collective has a
-// native path here at every size, pipelined in slot-sized chunks:
+// through the ranks' headers (ExchangeSignatures); an all_reduce, reduce,
+// broadcast or all_gather payload that fits one chunk of its path rides
+// along in the slots (CarriesPayload), so that operation is that one step.
+// Every collective has a native path here at every size, pipelined in
+// slot-sized chunks:
 // - all_reduce / reduce: small buffers in one step (every rank folds every
 //   slot); larger ones by slices (each rank folds 1/size of each chunk, in
 //   parallel, then the reduced slices are copied out: ReduceBySlices);
-// - broadcast, all_gather: one writer or every writer per chunk;
+// - broadcast, all_gather: one writer or every writer per chunk (a
+//   broadcast's chunks, with a core per rank, start at kFirstBroadcastChunk
+//   and double, so the readers start early);
 // - gather, scatter, reduce_scatter, all_to_all (equal or uneven): each slot
 //   cut into one region per destination (Exchange).
 // Only send/recv go to the wrapped Gloo backend's data path.
@@ -38,8 +41,8 @@
 // read fails marks the group failed, so its peers' waits end with an error
 // naming it instead of running to the deadline or finishing without it.
 //
-// Waiting spins briefly, then yields (ranks may share cores), then sleeps on
-// a futex the last arrival wakes, and checks the op's deadline
+// Waiting spins briefly, then yields (ranks may share cores) for up to 2 ms,
+// then sleeps on a futex the last arrival wakes, and checks the op's deadline
 // (DEADLINE_EXCEEDED), Abort() (CANCELLED) and whether the ranks it waits
 // for are still alive (UNAVAILABLE, peer_liveness.h: exited, a zombie, or no
 // heartbeat), as over TCP. A peer that exits after publishing the step
@@ -95,6 +98,9 @@ class ShmBackend : public Backend {
   static constexpr size_t kSmallSlotBytes = 256;
   static size_t SlotBytesFor(int size);
   // all_reduce and reduce of more than this many bytes go by slices.
+  // A broadcast over the slots sends its first chunk of this size, and
+  // each next one twice the last, up to a slot (a core per rank).
+  static constexpr size_t kFirstBroadcastChunk = size_t{64} << 10;
   static constexpr size_t kSliceReduceFromBytes = size_t{16} << 10;
   static_assert(kSliceReduceFromBytes <= kMinSlotBytes, "one step, one slot");
   // all_reduce, broadcast, all_gather and reduce_scatter of at least this
@@ -175,9 +181,14 @@ class ShmBackend : public Backend {
   // same on every rank): a packed small slot, or a full one.
   char* slot(int r, size_t bytes) const { return slot(r, bytes, turn_); }
   char* slot(int r, size_t bytes, int turn) const;
+  // Whether the signature exchange of `op` carries its payload of `bytes`
+  // in the slots (the same answer on every rank that agrees on `op`): up to
+  // kSmallSlotBytes for any op; for all_reduce and reduce up to
+  // kSliceReduceFromBytes, for broadcast and all_gather up to what their
+  // first chunk over the slots would hold.
+  bool CarriesPayload(OpCode op, size_t bytes) const;
   // Whether the signature exchange just before carried this operation's
-  // `bytes` (its payload, up to kSmallSlotBytes, in the small slots of
-  // inline_turn_); clears the mark.
+  // `bytes` (its payload, in the slots of inline_turn_); clears the mark.
   bool TakeInline(size_t bytes);
   // Publishes this rank's next step (after its slot is written) and waits
   // until every rank has published it.
