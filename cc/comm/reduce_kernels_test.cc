@@ -2,8 +2,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "cc/comm/reduce_kernels_isa.h"
 #include "cc/core/half.h"
 #include "gtest/gtest.h"
 
@@ -148,6 +151,110 @@ TEST(ReduceKernelsTest, MeanDivisionTruncatesIntegers) {
   std::vector<uint8_t> b = {0, 1};
   DivideBySize(b.data(), DataType::kBool, 2, 3);
   EXPECT_EQ(b, (std::vector<uint8_t>{0, 1}));
+}
+
+// Whether element i of two outputs is the same value: the same bytes, or
+// both NaN (IEEE 754 leaves a NaN result's sign and payload open, and a
+// compiler may swap the operands of a commutative operation).
+bool SameElement(DataType dt, const unsigned char* x, const unsigned char* y,
+                 size_t i) {
+  const size_t e = ElementSize(dt);
+  if (std::memcmp(x + i * e, y + i * e, e) == 0) return true;
+  auto is_nan = [dt, e, i](const unsigned char* p) {
+    switch (dt) {
+      case DataType::kFloat16:
+      case DataType::kBFloat16: {
+        uint16_t h;
+        std::memcpy(&h, p + i * e, e);
+        return std::isnan(dt == DataType::kFloat16 ? Float16ToFloat(h)
+                                                   : BFloat16ToFloat(h));
+      }
+      case DataType::kFloat32: {
+        float f;
+        std::memcpy(&f, p + i * e, e);
+        return std::isnan(f);
+      }
+      case DataType::kFloat64: {
+        double d;
+        std::memcpy(&d, p + i * e, e);
+        return std::isnan(d);
+      }
+      default:
+        return false;
+    }
+  };
+  return is_nan(x) && is_nan(y);
+}
+
+// Every instruction-set variant this CPU runs gives the baseline's values,
+// for every dtype and op, in place and not, and divides (mean) alike: ranks
+// on different CPUs must reduce alike. The inputs are random bit patterns, so
+// floats include NaNs, infinities, signed zeros and subnormals; the lengths
+// leave vector tails.
+TEST(ReduceKernelsTest, EveryInstructionSetVariantMatchesTheBaseline) {
+  const std::vector<comm_internal::ReduceKernelVariant> variants =
+      comm_internal::ReduceKernelVariants();
+  ASSERT_FALSE(variants.empty());
+  EXPECT_STREQ(variants[0].name, "baseline");
+  if (variants.size() == 1) {
+    GTEST_SKIP() << "SKIPPED: this CPU runs only the baseline variant";
+  }
+  uint64_t seed = 0x9e3779b97f4a7c15ull;
+  auto random_bytes = [&seed](size_t n) {
+    std::vector<unsigned char> v(n);
+    for (unsigned char& c : v) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      c = static_cast<unsigned char>(seed >> 56);
+    }
+    return v;
+  };
+  for (size_t i = 1; i < variants.size(); ++i) {
+    for (DataType dt : kAllDataTypes) {
+      for (ReduceOp op : kAllReduceOps) {
+        if (!CheckReduceOpSupported(op, dt).ok()) continue;
+        const ReduceFn base = comm_internal::SelectBaselineReduceLoop(dt, op);
+        const ReduceFn wide = variants[i].select(dt, op);
+        ASSERT_NE(base, nullptr);
+        ASSERT_NE(wide, nullptr);
+        for (size_t n : {1, 7, 64, 1000, 4099}) {
+          const size_t bytes = n * ElementSize(dt);
+          const std::vector<unsigned char> a = random_bytes(bytes);
+          const std::vector<unsigned char> b = random_bytes(bytes);
+          // 0: separate output; 1: into a; 2: into b.
+          for (int into = 0; into < 3; ++into) {
+            std::vector<unsigned char> x = a, y = b, out_base(bytes);
+            std::vector<unsigned char> x2 = a, y2 = b, out_wide(bytes);
+            unsigned char* o1 = into == 1   ? x.data()
+                                : into == 2 ? y.data()
+                                            : out_base.data();
+            unsigned char* o2 = into == 1   ? x2.data()
+                                : into == 2 ? y2.data()
+                                            : out_wide.data();
+            base(o1, x.data(), y.data(), n);
+            wide(o2, x2.data(), y2.data(), n);
+            size_t differ = 0;
+            for (size_t k = 0; k < n; ++k) {
+              differ += !SameElement(dt, o1, o2, k);
+            }
+            EXPECT_EQ(differ, 0u)
+                << variants[i].name << " " << DataTypeName(dt) << " "
+                << ReduceOpName(op) << " n=" << n << " into=" << into;
+          }
+          if (op == ReduceOp::kMean) {  // the division that follows the sum
+            std::vector<unsigned char> x = a, x2 = a;
+            variants[0].divide(x.data(), dt, n, 3);
+            variants[i].divide(x2.data(), dt, n, 3);
+            size_t differ = 0;
+            for (size_t k = 0; k < n; ++k) {
+              differ += !SameElement(dt, x.data(), x2.data(), k);
+            }
+            EXPECT_EQ(differ, 0u) << variants[i].name << " divide "
+                                  << DataTypeName(dt) << " n=" << n;
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -4,11 +4,14 @@
 //   distkit,<op>,<world_size>,<bytes>,<microseconds per call>
 // (distkit_mpi,... with --backend mpi under mpirun).
 // Time per call is the median over batches of the mean of a batch.
+// --dtype float32 (default), float16 or bfloat16: the element type (the
+// buffers hold finite values of each).
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,7 @@ int main(int argc, char** argv) {
   int64_t min_bytes = 4, max_bytes = 64 << 20;
   int batches = 5;
   std::string backend = "gloo";
+  DataType dtype = DataType::kFloat32;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--ops") ops = absl::StrSplit(value, ',');
@@ -42,6 +46,16 @@ int main(int argc, char** argv) {
     if (flag == "--max-bytes") (void)absl::SimpleAtoi(value, &max_bytes);
     if (flag == "--batches") (void)absl::SimpleAtoi(value, &batches);
     if (flag == "--backend") backend = value;
+    if (flag == "--dtype") {
+      absl::StatusOr<DataType> parsed = ParseDataType(value);
+      if (!parsed.ok() ||
+          (*parsed != DataType::kFloat32 && *parsed != DataType::kFloat16 &&
+           *parsed != DataType::kBFloat16)) {
+        fprintf(stderr, "--dtype: float32, float16 or bfloat16\n");
+        return 2;
+      }
+      dtype = *parsed;
+    }
   }
   // --backend mpi: started by mpirun, no store (init_dist('mpi', 'mpi')).
   dist::InitOptions options;
@@ -56,20 +70,27 @@ int main(int argc, char** argv) {
   const int n = g.size();
   for (const std::string& op : ops) {
     for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
-      const int64_t count = std::max<int64_t>(1, bytes / 4);
+      const int64_t elem = static_cast<int64_t>(ElementSize(dtype));
+      const int64_t count = std::max<int64_t>(1, bytes / elem);
       const int64_t part = std::max<int64_t>(1, count / n);
-      std::vector<float> a, b;
-      if (op == "all_reduce" || op == "broadcast") {
-        a.assign(count, 1.0f);
-      } else if (op == "all_gather") {
-        a.assign(part, 1.0f);
-        b.assign(part * n, 0.0f);
-      } else {
-        a.assign(part * n, 1.0f);
-        b.assign(part, 0.0f);
+      int64_t a_count = count, b_count = 0;
+      if (op == "all_gather") {
+        a_count = part;
+        b_count = part * n;
+      } else if (op == "reduce_scatter") {
+        a_count = part * n;
+        b_count = part;
       }
-      TensorRef ta(a.data(), a.size(), DataType::kFloat32);
-      TensorRef tb(b.data(), b.size(), DataType::kFloat32);
+      // Every element 1.0 in the input, 0 in the output.
+      std::vector<unsigned char> a(a_count * elem), b(b_count * elem, 0);
+      const uint32_t one = dtype == DataType::kFloat32   ? 0x3f800000u
+                           : dtype == DataType::kFloat16 ? 0x3c00u
+                                                         : 0x3f80u;
+      for (int64_t i = 0; i < a_count; ++i) {
+        std::memcpy(a.data() + i * elem, &one, elem);  // little-endian
+      }
+      TensorRef ta(a.data(), a_count, dtype);
+      TensorRef tb(b.data(), b_count, dtype);
       auto run = [&]() -> absl::Status {
         if (op == "all_reduce") return g.AllReduce(ta, ReduceOp::kSum);
         if (op == "broadcast") return g.Broadcast(ta, 0);
