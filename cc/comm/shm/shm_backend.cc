@@ -74,13 +74,14 @@ size_t SegmentBytes(int size, size_t group_header, size_t header) {
 // then yields (ranks may share cores) for kYieldPhase, then sleeps on the
 // group's futex word in slices of kSleepSlice, between which it checks the
 // deadline, an abort and the liveness of the ranks that have not arrived.
-// The yield phase outlasts the waits of a large operation's steps (a 4 MiB
-// broadcast's reader copies for ~0.5 ms): waking a sleeping rank costs the
-// waker a futex call and the sleeper its virtual CPU's wake-up, which took
-// a 4 MiB single-copy broadcast from 0.5 ms to 1.35 ms with 200 us here. A
-// rank waiting 2 s still yields for only 0.1% of it.
+// The yield phase outlasts the waits of a large operation's steps (a 16 MiB
+// single-copy broadcast's readers copy for ~2.5 ms): waking a sleeping rank
+// costs the waker a futex call and the sleeper its virtual CPU's wake-up,
+// which took that broadcast from 2.1-2.4 ms to 3.3-8 ms with 2 ms here, and a
+// 4 MiB one from 0.5 to 1.35 ms with 200 us. A rank waiting 2 s yields for
+// 1% of it.
 constexpr int kPureSpins = 256;
-constexpr absl::Duration kYieldPhase = absl::Milliseconds(2);
+constexpr absl::Duration kYieldPhase = absl::Milliseconds(20);
 constexpr absl::Duration kSleepSlice = absl::Milliseconds(10);
 // Liveness looks (which read /proc) every kLivenessInterval. Both grow with
 // the group past 32 ranks (to at most 100 ms and 500 ms): hundreds of
@@ -450,20 +451,17 @@ bool ShmBackend::PrefersSingleCopy(OpCode op, size_t bytes) const {
   // (tools/dkbench/RESULTS.md, issue 15). With more ranks than cores, the
   // pipelined slots win or tie at every op and size: a process_vm_readv
   // pins the peer's pages while that peer may not be running. With a core
-  // per rank, single copy wins for all_gather and reduce_scatter at every
-  // size, for broadcast below 4 MiB and for all_reduce from 1 MiB to 64 MiB;
-  // the slots win for a small all_reduce (one step fewer to wait for), a
-  // large broadcast (the root writes each chunk once while the readers copy
-  // the one before) and an all_reduce past the caches.
+  // per rank, single copy wins for all_gather, reduce_scatter and broadcast
+  // at every size (a broadcast's root and reader each move half: 1.2-2.8x
+  // OpenMPI from 256 KiB, where the reader alone moving all of it lost to
+  // the slots from 4 MiB) and for all_reduce from 1 MiB to 64 MiB; the slots
+  // win for a small all_reduce (one step fewer to wait for) and an
+  // all_reduce past the caches.
   if (oversubscribed_) return false;
-  switch (op) {
-    case OpCode::kAllReduce:
-      return bytes >= (size_t{1} << 20) && bytes < (size_t{64} << 20);
-    case OpCode::kBroadcast:
-      return bytes < (size_t{4} << 20);
-    default:
-      return true;
+  if (op == OpCode::kAllReduce) {
+    return bytes >= (size_t{1} << 20) && bytes < (size_t{64} << 20);
   }
+  return true;
 }
 
 absl::StatusOr<bool> ShmBackend::UseSingleCopy(const OpContext& ctx, OpCode op,
@@ -471,18 +469,19 @@ absl::StatusOr<bool> ShmBackend::UseSingleCopy(const OpContext& ctx, OpCode op,
   if (!PrefersSingleCopy(op, bytes)) return false;
   if (single_copy_ == SingleCopy::kUnknown) {
     // Once per group, at the first operation large enough (the same one on
-    // every rank): each rank reads its right neighbour's token; one refusal
-    // anywhere keeps the whole group on the slots.
+    // every rank): each rank reads its right neighbour's token and writes the
+    // same value back (a broadcast's root writes into its readers); one
+    // refusal anywhere keeps the whole group on the slots.
     bool ok = SingleCopyAllowed();
     if (ok) {
       const int peer = (rank_ + 1) % size_;
       const Header* h = header(peer);
+      const int pid = h->liveness.pid.load();
+      void* remote = reinterpret_cast<void*>(h->probe_addr.load());
       uint64_t token = 0;
-      ok = ReadPeerMemory(h->liveness.pid.load(),
-                          reinterpret_cast<const void*>(h->probe_addr.load()),
-                          &token, sizeof(token))
-               .ok() &&
-           token == h->probe_token.load();
+      ok = ReadPeerMemory(pid, remote, &token, sizeof(token)).ok() &&
+           token == h->probe_token.load() &&
+           WritePeerMemory(pid, remote, &token, sizeof(token)).ok();
     }
     DK_ASSIGN_OR_RETURN(size_t refused, MaxOverRanks(ctx, ok ? 0 : 1));
     single_copy_ = refused == 0 ? SingleCopy::kYes : SingleCopy::kNo;
@@ -508,6 +507,22 @@ absl::Status ShmBackend::ReadPeer(const OpContext& ctx, int r, size_t offset,
     return absl::UnavailableError(
         absl::StrCat(ctx.Describe(), " (rank ", rank_, "): reading rank ", r,
                      "'s buffer failed (", read.message(), "); a peer failed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmBackend::WritePeer(const OpContext& ctx, int r, size_t offset,
+                                   const void* local, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  const Header* h = header(r);
+  char* remote =
+      reinterpret_cast<char*>(h->buffer.load(std::memory_order_relaxed));
+  absl::Status write =
+      WritePeerMemory(h->liveness.pid.load(), remote + offset, local, bytes);
+  if (!write.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        ctx.Describe(), " (rank ", rank_, "): writing rank ", r,
+        "'s buffer failed (", write.message(), "); a peer failed"));
   }
   return absl::OkStatus();
 }
@@ -689,10 +704,23 @@ absl::Status ShmBackend::Broadcast(const OpContext& ctx, TensorRef data,
   DK_ASSIGN_OR_RETURN(bool single_copy,
                       UseSingleCopy(ctx, OpCode::kBroadcast, data.nbytes()));
   if (single_copy) {
-    if (rank_ == root) PublishBuffer(base);
+    // The copying is shared: the root writes the first 1/size of its buffer
+    // into every reader's, while each reader reads the rest of the root's.
+    // Both then move (size - 1)/size of the buffer, where the root alone
+    // idled and the readers moved all of it.
+    PublishBuffer(base);
     DK_RETURN_IF_ERROR(Step(ctx));
-    if (rank_ != root) {
-      absl::Status read = ReadPeer(ctx, root, 0, base, data.nbytes());
+    const size_t pushed =
+        SliceBegin(data.numel(), 1, size_) * ElementSize(data.dtype());
+    if (rank_ == root) {
+      for (int i = 1; i < size_; ++i) {
+        absl::Status write =
+            WritePeer(ctx, (root + i) % size_, 0, base, pushed);
+        if (!write.ok()) return FailGroup(write);
+      }
+    } else {
+      absl::Status read =
+          ReadPeer(ctx, root, pushed, base + pushed, data.nbytes() - pushed);
       if (!read.ok()) return FailGroup(read);
     }
     return Step(ctx);

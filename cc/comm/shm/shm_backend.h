@@ -32,16 +32,18 @@
 // From kSingleCopyFromBytes, all_reduce, broadcast, all_gather and
 // reduce_scatter can skip the slots: each rank publishes its buffer's
 // address, and after a step the peers read what they need straight from it
-// (single_copy.h); a last step keeps every buffer in place until all have
-// read. Which op at which size does is measured, not assumed
-// (PrefersSingleCopy): none when the group has more ranks than the host has
-// cores. DISTKIT_SHM_SINGLE_COPY=1 (in rank 0's environment) takes it for
-// every such op from kSingleCopyFromBytes, =0 (any rank's) for none. The
-// group probes once whether the kernel allows it. A rank whose
-// read fails marks the group failed, so its peers' waits end with an error
-// naming it instead of running to the deadline or finishing without it.
+// (single_copy.h; a broadcast's root also writes the first 1/size of its
+// buffer into the readers', so that both sides copy); a last step keeps
+// every buffer in place until all are done. Which op at which size does is
+// measured, not assumed (PrefersSingleCopy): none when the group has more
+// ranks than the host has cores. DISTKIT_SHM_SINGLE_COPY=1 (in rank 0's
+// environment) takes it for every such op from kSingleCopyFromBytes, =0 (any
+// rank's) for none. The group probes once whether the kernel allows it
+// (a read and a write). A rank whose read or write fails marks the group
+// failed, so its peers' waits end with an error naming it instead of running
+// to the deadline or finishing without it.
 //
-// Waiting spins briefly, then yields (ranks may share cores) for up to 2 ms,
+// Waiting spins briefly, then yields (ranks may share cores) for up to 20 ms,
 // then sleeps on a futex the last arrival wakes, and checks the op's deadline
 // (DEADLINE_EXCEEDED), Abort() (CANCELLED) and whether the ranks it waits
 // for are still alive (UNAVAILABLE, peer_liveness.h: exited, a zombie, or no
@@ -233,6 +235,9 @@ class ShmBackend : public Backend {
   // `bytes` at `offset` of the buffer rank r published.
   absl::Status ReadPeer(const OpContext& ctx, int r, size_t offset, void* local,
                         size_t bytes);
+  // `bytes` of `local` to `offset` of the buffer rank r published.
+  absl::Status WritePeer(const OpContext& ctx, int r, size_t offset,
+                         const void* local, size_t bytes);
   absl::Status FoldPeers(const OpContext& ctx, ReduceFn fn, size_t offset,
                          size_t bytes, size_t elem, const char* own, char* out);
   absl::Status AllReduceSingleCopy(const OpContext& ctx, TensorRef data,

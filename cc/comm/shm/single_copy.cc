@@ -11,25 +11,45 @@
 
 namespace distkit {
 
-absl::Status ReadPeerMemory(int pid, const void* remote, void* local,
-                            size_t bytes) {
+namespace {
+
+// One direction of cross-memory attach, repeated over partial transfers.
+absl::Status Transfer(bool write, int pid, char* remote, char* local,
+                      size_t bytes) {
   size_t done = 0;
   while (done < bytes) {
-    iovec to = {static_cast<char*>(local) + done, bytes - done};
-    iovec from = {const_cast<char*>(static_cast<const char*>(remote)) + done,
-                  bytes - done};
-    const ssize_t got = process_vm_readv(pid, &to, 1, &from, 1, 0);
+    iovec here = {local + done, bytes - done};
+    iovec there = {remote + done, bytes - done};
+    const ssize_t got = write ? process_vm_writev(pid, &here, 1, &there, 1, 0)
+                              : process_vm_readv(pid, &here, 1, &there, 1, 0);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
-      // A partial read stops at the first page it cannot read: reading on
+      // A partial transfer stops at the first page it cannot reach: going on
       // would only repeat the error, which the next call reports.
       return absl::UnavailableError(absl::StrCat(
-          "process_vm_readv of ", bytes - done, " bytes from pid ", pid,
-          " failed: ", got < 0 ? std::strerror(errno) : "nothing read"));
+          write ? "process_vm_writev" : "process_vm_readv", " of ",
+          bytes - done, " bytes ", write ? "to" : "from", " pid ", pid,
+          " failed: ", got < 0 ? std::strerror(errno) : "nothing moved"));
     }
     done += static_cast<size_t>(got);
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ReadPeerMemory(int pid, const void* remote, void* local,
+                            size_t bytes) {
+  return Transfer(/*write=*/false, pid,
+                  const_cast<char*>(static_cast<const char*>(remote)),
+                  static_cast<char*>(local), bytes);
+}
+
+absl::Status WritePeerMemory(int pid, void* remote, const void* local,
+                             size_t bytes) {
+  // process_vm_writev only reads the local buffer.
+  return Transfer(/*write=*/true, pid, static_cast<char*>(remote),
+                  const_cast<char*>(static_cast<const char*>(local)), bytes);
 }
 
 bool SingleCopyAllowed() {
