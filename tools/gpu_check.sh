@@ -31,6 +31,7 @@ sources=(
   cc/core/status.cc cc/core/tensor_ref.cc cc/core/device_copy.cc
   cc/core/cuda_memory_cuda.cc cc/core/cuda_library.cc cc/core/shared_library.cc
   cc/comm/backend.cc cc/comm/backend_registry.cc cc/comm/reduce_kernels.cc
+  cc/comm/reduce_kernels_avx2.cc cc/comm/reduce_kernels_avx512.cc
   cc/comm/op_context.cc cc/comm/op_signature.cc cc/comm/work.cc
   cc/comm/nccl/nccl_backend.cc cc/comm/nccl/nccl_library.cc
   cc/group/collective_contract.cc cc/group/flight_recorder.cc cc/group/op_queue.cc
@@ -41,8 +42,22 @@ sources=(
 )
 echo "gpu_check.sh: compiling ${#sources[@]} files with $(g++ --version | head -1), $(nproc) at a time"
 start=$(date +%s)
-printf '%s\n' "${sources[@]}" | xargs -P "$(nproc)" -I{} sh -c \
-  'g++ -std=c++17 -O2 -I. -I"$1/include" -c "$2" -o "$3/obj/$(echo "$2" | tr / _).o"' \
+# The reduction loops take cc/comm/BUILD.bazel's flags: -O3, no fused
+# multiply-add, and each wide variant its instruction set (x86-64 only; the
+# variants compile to nothing elsewhere).
+printf '%s\n' "${sources[@]}" | xargs -P "$(nproc)" -I{} sh -c '
+  flags=-O2
+  case "$2" in
+    cc/comm/reduce_kernels*.cc) flags="-O3 -ffp-contract=off" ;;
+  esac
+  if [ "$(uname -m)" = x86_64 ]; then
+    case "$2" in
+      cc/comm/reduce_kernels_avx2.cc) flags="$flags -mavx2 -mf16c" ;;
+      cc/comm/reduce_kernels_avx512.cc)
+        flags="$flags -mavx512f -mavx512bw -mavx512vl -mavx512dq -mf16c -mprefer-vector-width=512" ;;
+    esac
+  fi
+  g++ -std=c++17 $flags -I. -I"$1/include" -c "$2" -o "$3/obj/$(echo "$2" | tr / _).o"' \
   _ "$cuda" {} "$out"
 g++ "$out"/obj/*.o -o "$out/gpu_check" \
   -L"$libdir" -Wl,-rpath,"$libdir" -lnccl -lcudart $absl_libs -lpthread -ldl
