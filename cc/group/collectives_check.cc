@@ -338,6 +338,29 @@ TEST(Collectives, AllGatherGatherScatter) {
   }
 }
 
+// FSDP's form: each rank's input is its own part of the output.
+TEST(Collectives, AllGatherInPlace) {
+  for (DataType dt : {DataType::kFloat32, DataType::kUInt8}) {
+    for (int64_t n : kCounts) {
+      Buffer out(dt, n * Size());
+      for (int64_t i = 0; i < n * Size(); ++i) out.Set(i, 0);
+      for (int64_t i = 0; i < n; ++i)
+        out.Set(Rank() * n + i, Value(dt, ReduceOp::kSum, Rank(), i));
+      char* own =
+          static_cast<char*>(out.ref().data()) + Rank() * n * ElementSize(dt);
+      ASSERT_TRUE(World().AllGather(TensorRef(own, n, dt), out.ref()).ok());
+      for (int r = 0; r < Size(); ++r) {
+        Buffer e(dt, n);
+        for (int64_t i = 0; i < n; ++i)
+          e.Set(i, Value(dt, ReduceOp::kSum, r, i));
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(out.Get(r * n + i), e.Get(i))
+              << DataTypeName(dt) << " n=" << n << " part " << r;
+      }
+    }
+  }
+}
+
 TEST(Collectives, ReduceScatter) {
   for (DataType dt :
        {DataType::kFloat32, DataType::kInt32, DataType::kFloat16}) {

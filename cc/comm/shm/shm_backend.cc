@@ -393,7 +393,7 @@ bool ShmBackend::CarriesPayload(OpCode op, size_t bytes) const {
   switch (op) {
     case OpCode::kAllReduce:
     case OpCode::kReduce:
-      return bytes <= kSliceReduceFromBytes;  // the one-step fold
+      return bytes <= kSliceReduceFromBytes;  // the one-step fold wins
     case OpCode::kBroadcast:
       return bytes <= (oversubscribed_ ? slot_bytes_ : kFirstBroadcastChunk) &&
              !PrefersSingleCopy(op, bytes);
@@ -444,24 +444,26 @@ void ShmBackend::FoldInline(ReduceFn fn, size_t bytes, size_t elem,
 // ---- Single copy ---------------------------------------------------------
 
 bool ShmBackend::PrefersSingleCopy(OpCode op, size_t bytes) const {
+  // Measured on these machines (2 cores; world 2 = a core per rank, world 4
+  // = oversubscribed), the paths alternated in one run, medians of 3
+  // (tools/dkbench/RESULTS.md, issue 15). An all_reduce that writes its
+  // results into the peers (AllReduceSingleCopy) wins from just past the
+  // one-step fold with a core per rank (20 KiB: 3.9 against 5.3 us by the
+  // slots; 1 MiB: 71 against 180 us), and from 1 MiB oversubscribed, where
+  // the slots win below (a process_vm_readv pins the peer's pages while
+  // that peer may not be running). For the other operations the pipelined
+  // slots win or tie at every size oversubscribed; with a core per rank,
+  // single copy wins for all_gather, reduce_scatter and broadcast at every
+  // size (a broadcast's root and reader each move half: 1.2-2.8x OpenMPI
+  // from 256 KiB, where the reader alone moving all of it lost to the slots
+  // from 4 MiB).
+  if (op == OpCode::kAllReduce && !oversubscribed_) {
+    return bytes > kSliceReduceFromBytes;
+  }
   if (bytes < kSingleCopyFromBytes) return false;
   if (single_copy_everywhere_) return true;
-  // Measured on these machines (2 cores; world 2 = a core per rank, world 4
-  // = oversubscribed), the two paths alternated in one run, medians of 3
-  // (tools/dkbench/RESULTS.md, issue 15). With more ranks than cores, the
-  // pipelined slots win or tie at every op and size: a process_vm_readv
-  // pins the peer's pages while that peer may not be running. With a core
-  // per rank, single copy wins for all_gather, reduce_scatter and broadcast
-  // at every size (a broadcast's root and reader each move half: 1.2-2.8x
-  // OpenMPI from 256 KiB, where the reader alone moving all of it lost to
-  // the slots from 4 MiB) and for all_reduce from 1 MiB to 64 MiB; the slots
-  // win for a small all_reduce (one step fewer to wait for) and an
-  // all_reduce past the caches.
-  if (oversubscribed_) return false;
-  if (op == OpCode::kAllReduce) {
-    return bytes >= (size_t{1} << 20) && bytes < (size_t{64} << 20);
-  }
-  return true;
+  if (op == OpCode::kAllReduce) return bytes >= kSingleCopyAllReduceFromBytes;
+  return !oversubscribed_;
 }
 
 absl::StatusOr<bool> ShmBackend::UseSingleCopy(const OpContext& ctx, OpCode op,
@@ -544,7 +546,8 @@ char* ShmBackend::CopyScratch(size_t bytes) {
 // reading peers piece by piece into scratch (`own` is this rank's part).
 absl::Status ShmBackend::FoldPeers(const OpContext& ctx, ReduceFn fn,
                                    size_t offset, size_t bytes, size_t elem,
-                                   const char* own, char* out) {
+                                   const char* own, char* out,
+                                   bool write_back) {
   const size_t piece = kFoldPieceBytes / elem * elem;
   char* acc = CopyScratch(2 * piece);
   char* theirs = acc + piece;
@@ -566,14 +569,22 @@ absl::Status ShmBackend::FoldPeers(const OpContext& ctx, ReduceFn fn,
       fn(into, running, next, len / elem);
       running = acc;
     }
+    for (int r = 0; write_back && r < size_; ++r) {
+      if (r != rank_) {
+        DK_RETURN_IF_ERROR(WritePeer(ctx, r, offset + at, out + at, len));
+      }
+    }
   }
   return absl::OkStatus();
 }
 
-// all_reduce by slices of the whole buffer, each rank reading its slice of
-// every peer's buffer (one copy each), folding it into its own buffer, and
-// after a step reading the others' reduced slices from theirs. A last step
-// keeps every buffer in place until everyone has read it.
+// all_reduce by slices of the whole buffer: each rank reads its slice of
+// every peer's buffer (one copy each), folds it into its own buffer and
+// writes the result into the same slice of every peer's. Only a slice's
+// owner touches that slice of any buffer, so nobody waits between the read
+// and the write; a last step keeps every buffer in place until all writes
+// are done. Writing instead of reading the others' results saves a step,
+// and the written piece is still in the writer's cache.
 absl::Status ShmBackend::AllReduceSingleCopy(const OpContext& ctx,
                                              TensorRef data, ReduceFn fn) {
   const size_t elem = ElementSize(data.dtype());
@@ -582,18 +593,9 @@ absl::Status ShmBackend::AllReduceSingleCopy(const OpContext& ctx,
   DK_RETURN_IF_ERROR(Step(ctx));
   const size_t lo = SliceBegin(data.numel(), rank_, size_) * elem;
   const size_t hi = SliceBegin(data.numel(), rank_ + 1, size_) * elem;
-  // Peers read only their own slices of this buffer: this one is free.
-  absl::Status folded =
-      FoldPeers(ctx, fn, lo, hi - lo, elem, mine + lo, mine + lo);
+  absl::Status folded = FoldPeers(ctx, fn, lo, hi - lo, elem, mine + lo,
+                                  mine + lo, /*write_back=*/true);
   if (!folded.ok()) return FailGroup(folded);
-  DK_RETURN_IF_ERROR(Step(ctx));
-  for (int i = 1; i < size_; ++i) {
-    const int r = (rank_ + i) % size_;  // spread the readers over the ranks
-    const size_t r_lo = SliceBegin(data.numel(), r, size_) * elem;
-    const size_t r_hi = SliceBegin(data.numel(), r + 1, size_) * elem;
-    absl::Status read = ReadPeer(ctx, r, r_lo, mine + r_lo, r_hi - r_lo);
-    if (!read.ok()) return FailGroup(read);
-  }
   return Step(ctx);
 }
 
@@ -757,14 +759,22 @@ absl::Status ShmBackend::AllGather(const OpContext& ctx, TensorRef input,
   }
   DK_ASSIGN_OR_RETURN(bool single_copy,
                       UseSingleCopy(ctx, OpCode::kAllGather, output.nbytes()));
+  // Each rank writes its part into every peer's output (the part is in the
+  // writer's cache, and a part written in one call stays there until its
+  // reader touches it). Unless the input lies inside the output elsewhere
+  // than at this rank's own part, where peers would write into it: then
+  // each rank reads the peers' inputs instead.
+  const bool in_output = in < out + output.nbytes() && out < in + part;
+  const bool writes = !in_output || in == out + rank_ * part;
   if (single_copy) {
-    PublishBuffer(in);
+    PublishBuffer(writes ? static_cast<const void*>(out) : in);
     DK_RETURN_IF_ERROR(Step(ctx));
     std::memmove(out + rank_ * part, in, part);
     for (int i = 1; i < size_; ++i) {
-      const int r = (rank_ + i) % size_;  // spread the readers over the ranks
-      absl::Status read = ReadPeer(ctx, r, 0, out + r * part, part);
-      if (!read.ok()) return FailGroup(read);
+      const int r = (rank_ + i) % size_;  // spread the copies over the ranks
+      absl::Status copied = writes ? WritePeer(ctx, r, rank_ * part, in, part)
+                                   : ReadPeer(ctx, r, 0, out + r * part, part);
+      if (!copied.ok()) return FailGroup(copied);
     }
     return Step(ctx);
   }

@@ -31,12 +31,15 @@
 //
 // From kSingleCopyFromBytes, all_reduce, broadcast, all_gather and
 // reduce_scatter can skip the slots: each rank publishes its buffer's
-// address, and after a step the peers read what they need straight from it
-// (single_copy.h; a broadcast's root also writes the first 1/size of its
-// buffer into the readers', so that both sides copy); a last step keeps
-// every buffer in place until all are done. Which op at which size does is
-// measured, not assumed (PrefersSingleCopy): none when the group has more
-// ranks than the host has cores. DISTKIT_SHM_SINGLE_COPY=1 (in rank 0's
+// address, and after a step the peers read or write what they need
+// straight from or into it (single_copy.h): an all_reduce's rank folds its
+// slice from every peer's buffer and writes the result into theirs, an
+// all_gather's rank writes its part into every peer's output, a broadcast's
+// root writes the first 1/size of its buffer into the readers' while they
+// read the rest; a last step keeps every buffer in place until all are
+// done. Which op at which size does is measured, not assumed
+// (PrefersSingleCopy): with more ranks than the host has cores, only a
+// large all_reduce. DISTKIT_SHM_SINGLE_COPY=1 (in rank 0's
 // environment) takes it for every such op from kSingleCopyFromBytes, =0 (any
 // rank's) for none. The group probes once whether the kernel allows it
 // (a read and a write). A rank whose read or write fails marks the group
@@ -111,6 +114,9 @@ class ShmBackend : public Backend {
   // of kFoldPieceBytes (two in cache at a time).
   static constexpr size_t kSingleCopyFromBytes = size_t{64} << 10;
   static constexpr size_t kFoldPieceBytes = size_t{128} << 10;
+  // With more ranks than cores, an all_reduce takes single copy from here
+  // (with a core per rank, from past kSliceReduceFromBytes).
+  static constexpr size_t kSingleCopyAllReduceFromBytes = size_t{1} << 20;
   // Larger groups stay on TCP: every rank's region of a slot (Exchange)
   // must hold at least a cache line.
   static constexpr int kMaxRanks = kMinSlotBytes / 64;
@@ -238,8 +244,11 @@ class ShmBackend : public Backend {
   // `bytes` of `local` to `offset` of the buffer rank r published.
   absl::Status WritePeer(const OpContext& ctx, int r, size_t offset,
                          const void* local, size_t bytes);
+  // With `write_back`, each folded piece is also written to `offset` of
+  // every peer's buffer while it is still in this core's cache.
   absl::Status FoldPeers(const OpContext& ctx, ReduceFn fn, size_t offset,
-                         size_t bytes, size_t elem, const char* own, char* out);
+                         size_t bytes, size_t elem, const char* own, char* out,
+                         bool write_back = false);
   absl::Status AllReduceSingleCopy(const OpContext& ctx, TensorRef data,
                                    ReduceFn fn);
   char* CopyScratch(size_t bytes);
