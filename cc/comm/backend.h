@@ -56,6 +56,10 @@ struct InlinePayload {
   // The operation's payload size: the same on every rank once the
   // signatures agree, so every rank decides alike whether it was carried.
   size_t bytes = 0;
+  // The buffer the operation leaves its result in (all_reduce, broadcast:
+  // the data; all_gather, reduce_scatter: the output), when in host memory:
+  // a backend may publish its address with the signature.
+  void* output = nullptr;
 };
 
 class Backend {

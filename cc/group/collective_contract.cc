@@ -1,6 +1,7 @@
 #include "cc/group/collective_contract.h"
 
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cc/comm/op_signature.h"
@@ -25,11 +26,22 @@ TensorRef HostBytes(void* data, size_t bytes) {
   return TensorRef(data, static_cast<int64_t>(bytes), DataType::kUInt8);
 }
 
-// `t`'s bytes as this rank's inline payload, when they are in host memory.
-InlinePayload Payload(const TensorRef& t, size_t op_bytes, bool contributes) {
+// Whether two host buffers share a byte.
+bool Overlap(const TensorRef& a, const TensorRef& b) {
+  const char* pa = static_cast<const char*>(a.data());
+  const char* pb = static_cast<const char*>(b.data());
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+// `t`'s bytes as this rank's inline payload, when they are in host memory;
+// `output` (default: `t`) is where the operation leaves its result.
+InlinePayload Payload(const TensorRef& t, size_t op_bytes, bool contributes,
+                      const TensorRef* output = nullptr) {
   InlinePayload p;
   p.bytes = op_bytes;
   if (contributes && t.device().is_cpu()) p.data = t.data();
+  const TensorRef& out = output != nullptr ? *output : t;
+  if (out.device().is_cpu()) p.output = out.data();
   return p;
 }
 
@@ -207,9 +219,21 @@ absl::Status CollectiveContract::Reduce(const OpContext& ctx, TensorRef data,
 
 absl::Status CollectiveContract::AllGather(const OpContext& ctx,
                                            TensorRef input, TensorRef output) {
+  // An input inside the output anywhere but at this rank's own part (the
+  // in-place form) would be overwritten by the peers' parts while it is
+  // still being sent: send a copy (every backend then sees the same forms).
+  std::vector<char> staged;
+  const char* own = static_cast<const char*>(output.data()) +
+                    backend_->rank() * input.nbytes();
+  if (input.device().is_cpu() && output.device().is_cpu() &&
+      input.nbytes() > 0 && Overlap(input, output) && input.data() != own) {
+    staged.assign(static_cast<const char*>(input.data()),
+                  static_cast<const char*>(input.data()) + input.nbytes());
+    input = TensorRef(staged.data(), input.numel(), input.dtype());
+  }
   DK_RETURN_IF_ERROR(
       Agree(ctx, MakeSignature(ctx, OpCode::kAllGather, &input, input.numel()),
-            Payload(input, input.nbytes(), true)));
+            Payload(input, input.nbytes(), true, &output)));
   return backend_->AllGather(ctx, input, output);
 }
 
@@ -217,7 +241,7 @@ absl::Status CollectiveContract::Gather(const OpContext& ctx, TensorRef input,
                                         TensorRef output, int root) {
   DK_RETURN_IF_ERROR(Agree(
       ctx, MakeSignature(ctx, OpCode::kGather, &input, input.numel(), root),
-      Payload(input, input.nbytes(), true)));
+      Payload(input, input.nbytes(), true, &output)));
   return backend_->Gather(ctx, input, output, root);
 }
 
@@ -227,21 +251,32 @@ absl::Status CollectiveContract::Scatter(const OpContext& ctx, TensorRef input,
   DK_RETURN_IF_ERROR(Agree(
       ctx, MakeSignature(ctx, OpCode::kScatter, &output, output.numel(), root),
       Payload(input, output.nbytes() * backend_->size(),
-              backend_->rank() == root)));
+              backend_->rank() == root, &output)));
   return backend_->Scatter(ctx, input, output, root);
 }
 
 absl::Status CollectiveContract::ReduceScatter(const OpContext& ctx,
                                                TensorRef input,
                                                TensorRef output, ReduceOp op) {
+  // An output inside the input would be written while the peers still read
+  // the input: reduce into a separate buffer, then copy it over.
+  std::vector<char> staged;
+  TensorRef result = output;
+  if (input.device().is_cpu() && output.device().is_cpu() &&
+      output.nbytes() > 0 && Overlap(input, output)) {
+    staged.resize(output.nbytes());
+    result = TensorRef(staged.data(), output.numel(), output.dtype());
+  }
   DK_RETURN_IF_ERROR(
       Agree(ctx,
-            MakeSignature(ctx, OpCode::kReduceScatter, &output, output.numel(),
+            MakeSignature(ctx, OpCode::kReduceScatter, &result, result.numel(),
                           -1, static_cast<int>(op)),
-            Payload(input, input.nbytes(), true)));
+            Payload(input, input.nbytes(), true, &result)));
   DK_RETURN_IF_ERROR(
-      backend_->ReduceScatter(ctx, input, output, WireOp(op, output)));
-  return FinishMean(op, output);
+      backend_->ReduceScatter(ctx, input, result, WireOp(op, result)));
+  DK_RETURN_IF_ERROR(FinishMean(op, result));
+  if (!staged.empty()) std::memcpy(output.data(), staged.data(), staged.size());
+  return absl::OkStatus();
 }
 
 absl::Status CollectiveContract::AllToAll(

@@ -361,6 +361,46 @@ TEST(Collectives, AllGatherInPlace) {
   }
 }
 
+// An input inside another rank's part of the output: what it held is sent,
+// not what the peers write over it.
+TEST(Collectives, AllGatherInputInsideAnotherPart) {
+  const DataType dt = DataType::kFloat32;
+  for (int64_t n : kCounts) {
+    Buffer out(dt, n * Size());
+    const int at = (Rank() + 1) % Size();
+    for (int64_t i = 0; i < n; ++i)
+      out.Set(at * n + i, Value(dt, ReduceOp::kSum, Rank(), i));
+    char* input = static_cast<char*>(out.ref().data()) + at * n * 4;
+    ASSERT_TRUE(World().AllGather(TensorRef(input, n, dt), out.ref()).ok());
+    for (int r = 0; r < Size(); ++r) {
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(out.Get(r * n + i),
+                  static_cast<float>(Value(dt, ReduceOp::kSum, r, i)))
+            << "n=" << n << " part " << r;
+    }
+  }
+}
+
+// torch's in-place form: the output is this rank's part of the input.
+TEST(Collectives, ReduceScatterOutputInsideInput) {
+  const DataType dt = DataType::kFloat32;
+  for (int64_t n : kCounts) {
+    Buffer in(dt, n * Size());
+    for (int64_t i = 0; i < n * Size(); ++i)
+      in.Set(i, Value(dt, ReduceOp::kSum, Rank(), i));
+    char* output = static_cast<char*>(in.ref().data()) + Rank() * n * 4;
+    ASSERT_TRUE(
+        World()
+            .ReduceScatter(in.ref(), TensorRef(output, n, dt), ReduceOp::kSum)
+            .ok());
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_CLOSE(in.Get(Rank() * n + i),
+                   Expected(dt, ReduceOp::kSum, Rank() * n + i, Size()), dt,
+                   absl::StrCat("n=", n, " i=", i));
+    }
+  }
+}
+
 TEST(Collectives, ReduceScatter) {
   for (DataType dt :
        {DataType::kFloat32, DataType::kInt32, DataType::kFloat16}) {

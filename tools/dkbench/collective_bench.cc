@@ -6,6 +6,8 @@
 // Time per call is the median over batches of the mean of a batch.
 // --dtype float32 (default), float16 or bfloat16: the element type (the
 // buffers hold finite values of each).
+// --touch 1: each call also writes its input before and reads its output
+// after (touch.h), as in a training step.
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "cc/dist_api/dist.h"
 #include "cc/group/process_group.h"
+#include "tools/dkbench/touch.h"
 
 namespace {
 
@@ -39,6 +42,7 @@ int main(int argc, char** argv) {
   int batches = 5;
   std::string backend = "gloo";
   DataType dtype = DataType::kFloat32;
+  bool touch = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--ops") ops = absl::StrSplit(value, ',');
@@ -46,6 +50,7 @@ int main(int argc, char** argv) {
     if (flag == "--max-bytes") (void)absl::SimpleAtoi(value, &max_bytes);
     if (flag == "--batches") (void)absl::SimpleAtoi(value, &batches);
     if (flag == "--backend") backend = value;
+    if (flag == "--touch") touch = value == "1";
     if (flag == "--dtype") {
       absl::StatusOr<DataType> parsed = ParseDataType(value);
       if (!parsed.ok() ||
@@ -91,11 +96,21 @@ int main(int argc, char** argv) {
       }
       TensorRef ta(a.data(), a_count, dtype);
       TensorRef tb(b.data(), b_count, dtype);
-      auto run = [&]() -> absl::Status {
+      const uint32_t ones = elem == 4 ? one : one | one << 16;
+      std::vector<unsigned char>& result = b_count > 0 ? b : a;
+      volatile uint32_t sink = 0;
+      auto call = [&]() -> absl::Status {
         if (op == "all_reduce") return g.AllReduce(ta, ReduceOp::kSum);
         if (op == "broadcast") return g.Broadcast(ta, 0);
         if (op == "all_gather") return g.AllGather(ta, tb);
         return g.ReduceScatter(ta, tb, ReduceOp::kSum);
+      };
+      auto run = [&]() -> absl::Status {
+        if (!touch) return call();
+        TouchWrite(a.data(), a.size(), ones);
+        absl::Status s = call();
+        sink = sink + TouchRead(result.data(), result.size());
+        return s;
       };
       const int iters = ItersFor(bytes);
       for (int w = 0; w < 3; ++w) {

@@ -104,9 +104,15 @@ def main():
     p.add_argument("--timeout", type=int, default=1800)
     p.add_argument("--repeats", type=int, default=3,
                    help="fresh jobs per implementation, alternated; the median time is kept")
+    p.add_argument("--touch", action="store_true",
+                   help="each call also writes its input before and reads its output after, "
+                        "as a training step does (touch.h); memcpy is timed without")
     args = p.parse_args()
     common = ["--min-bytes", str(args.min_bytes), "--max-bytes", str(args.max_bytes),
               "--batches", str(args.batches)]
+    sizes = list(common)
+    if args.touch:
+        common += ["--touch", "1"]
     distrun = tool("..", "distrun", "distrun")
     rows = []
     for n in [int(x) for x in args.world_sizes.split(",")]:
@@ -130,7 +136,7 @@ def main():
                              tool("collective_bench"), "--backend", "mpi", "--ops", args.ops] + common,
                             args.timeout)
             print(f"world size {n}, run {repeat + 1}: memcpy (one core) ...", file=sys.stderr, flush=True)
-            rows += run([tool("memcpy_bench")] + common, args.timeout)
+            rows += run([tool("memcpy_bench")] + sizes, args.timeout)
     memcpy_samples = defaultdict(list)  # bytes -> [us]
     for impl, op, n, nbytes, us in rows:
         if impl == "memcpy":

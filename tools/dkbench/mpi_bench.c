@@ -1,10 +1,14 @@
 /* OpenMPI side of dkbench; same sizes and timing rules as collective_bench.cc.
  * Run with mpirun. Rank 0 prints
- *   openmpi,<op>,<world_size>,<bytes>,<microseconds per call> */
+ *   openmpi,<op>,<world_size>,<bytes>,<microseconds per call>
+ * --touch 1: each call also writes its input before and reads its output
+ * after (touch.h). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "tools/dkbench/touch.h"
 
 static int iters_for(long long bytes) {
   long long it = 50000000LL / (bytes > 0 ? bytes : 1);
@@ -22,13 +26,14 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   long long min_bytes = 4, max_bytes = 64LL << 20;
-  int batches = 5;
+  int batches = 5, touch = 0;
   const char* ops = "all_reduce,all_gather,reduce_scatter,broadcast";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--min-bytes")) min_bytes = atoll(argv[i + 1]);
     if (!strcmp(argv[i], "--max-bytes")) max_bytes = atoll(argv[i + 1]);
     if (!strcmp(argv[i], "--batches")) batches = atoi(argv[i + 1]);
     if (!strcmp(argv[i], "--ops")) ops = argv[i + 1];
+    if (!strcmp(argv[i], "--touch")) touch = !strcmp(argv[i + 1], "1");
   }
   const char* names[] = {"all_reduce", "all_gather", "reduce_scatter",
                          "broadcast"};
@@ -42,6 +47,10 @@ int main(int argc, char** argv) {
       float* b = malloc(sizeof(float) * (o == 1 ? part * n : part));
       long long alen = o == 2 ? part * n : (o == 1 ? part : count);
       for (long long i = 0; i < alen; ++i) a[i] = 1.0f;
+      /* The buffer the call leaves its result in (touch.h). */
+      float* result = o == 1 || o == 2 ? b : a;
+      long long result_len = o == 1 ? part * n : (o == 2 ? part : count);
+      volatile uint32_t sink = 0;
       int iters = iters_for(bytes);
       double* per_call = malloc(sizeof(double) * batches);
       for (int it = -3; it < batches * iters; ++it) {
@@ -49,6 +58,7 @@ int main(int argc, char** argv) {
           MPI_Barrier(MPI_COMM_WORLD);
           per_call[it / iters] = MPI_Wtime();
         }
+        if (touch) TouchWrite(a, sizeof(float) * alen, 0x3f800000u);
         switch (o) {
           case 0:
             MPI_Allreduce(MPI_IN_PLACE, a, (int)count, MPI_FLOAT, MPI_SUM,
@@ -66,6 +76,7 @@ int main(int argc, char** argv) {
             MPI_Bcast(a, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
             break;
         }
+        if (touch) sink += TouchRead(result, sizeof(float) * result_len);
         if (it >= 0 && it % iters == iters - 1) {
           per_call[it / iters] =
               (MPI_Wtime() - per_call[it / iters]) * 1e6 / iters;

@@ -23,6 +23,8 @@ def main() -> None:
     parser.add_argument("--min-bytes", type=int, default=4)
     parser.add_argument("--max-bytes", type=int, default=64 << 20)
     parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--touch", default="0",
+                        help="1: each call also writes its input before and reads its output after")
     args = parser.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1
@@ -41,6 +43,15 @@ def main() -> None:
                 fn = lambda: dist.all_gather(outs, a)
             else:
                 raise SystemExit(f"unsupported op {op}")
+            if args.touch == "1":
+                outputs = outs if op == "all_gather" else [a]
+                call = fn
+
+                def fn(call=call, a=a, outputs=outputs):
+                    a.fill_(1.0)
+                    call()
+                    for t in outputs:
+                        float(t.sum())
             iters = iters_for(nbytes)
             for _ in range(3):
                 fn()

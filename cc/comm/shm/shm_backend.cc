@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -370,18 +371,68 @@ absl::Status ShmBackend::ExchangeSignatures(const OpContext& ctx,
   // may differ) stay in step. Writing a slot before the signatures agree is
   // safe: its last readers are two steps behind, and nobody reads it unless
   // they agree.
-  const bool carry =
-      CarriesPayload(static_cast<OpCode>(mine.op), payload.bytes);
+  const OpCode op = static_cast<OpCode>(mine.op);
+  const bool carry = CarriesPayload(op, payload.bytes);
   if (carry && payload.data != nullptr) {
     std::memcpy(slot(rank_, payload.bytes), payload.data, payload.bytes);
   }
+  // A single-copy operation's buffer is published with the signature: the
+  // operation then skips the step that would publish it.
+  const void* early = carry ? nullptr : EarlyBuffer(op, payload);
+  if (early != nullptr) PublishBuffer(early);
   header(rank_)->turns[turn_].sig = mine;
   inline_bytes_ = 0;
+  early_buffer_ = nullptr;
   DK_RETURN_IF_ERROR(Step(ctx));
-  for (int r = 0; r < size_; ++r) all[r] = header(r)->turns[turn_].sig;
+  bool same = true;
+  for (int r = 0; r < size_; ++r) {
+    all[r] = header(r)->turns[turn_].sig;
+    same = same && std::memcmp(&all[r], &mine, sizeof(mine)) == 0;
+  }
   inline_turn_ = turn_;
   inline_bytes_ = carry ? payload.bytes : 0;
+  // Only where every rank called this same operation (then each published
+  // early): taken by that operation alone (PublishForSingleCopy).
+  if (same && early != nullptr) {
+    early_buffer_ = early;
+    early_op_ = op;
+    early_seq_ = mine.seq;
+  }
   turn_ ^= 1;
+  return absl::OkStatus();
+}
+
+const void* ShmBackend::EarlyBuffer(OpCode op,
+                                    const InlinePayload& payload) const {
+  if (single_copy_ != SingleCopy::kYes) return nullptr;
+  switch (op) {
+    case OpCode::kAllReduce:
+    case OpCode::kBroadcast:
+      return PrefersSingleCopy(op, payload.bytes) ? payload.output : nullptr;
+    case OpCode::kAllGather:  // payload: the input; the output is published
+      return PrefersSingleCopy(op, payload.bytes * size_) ? payload.output
+                                                          : nullptr;
+    case OpCode::kReduceScatter:  // the peers read the input
+      return PrefersSingleCopy(op, payload.bytes) ? payload.data : nullptr;
+    default:
+      return nullptr;
+  }
+}
+
+absl::Status ShmBackend::PublishForSingleCopy(const OpContext& ctx, OpCode op,
+                                              const void* buffer) {
+  const void* early = std::exchange(early_buffer_, nullptr);
+  if (early == nullptr || early_op_ != op || early_seq_ != ctx.seq) {
+    PublishBuffer(buffer);
+    return Step(ctx);
+  }
+  if (early != buffer) {
+    // The peers copy to or from the published buffer: never a wrong one.
+    return FailGroup(absl::InternalError(
+        absl::StrCat(ctx.Describe(), " (rank ", rank_,
+                     "): the buffer published with the signature is not the "
+                     "operation's")));
+  }
   return absl::OkStatus();
 }
 
@@ -497,36 +548,36 @@ void ShmBackend::PublishBuffer(const void* buffer) {
                               std::memory_order_relaxed);
 }
 
-absl::Status ShmBackend::ReadPeer(const OpContext& ctx, int r, size_t offset,
-                                  void* local, size_t bytes) {
+absl::Status ShmBackend::CopyWithPeer(const OpContext& ctx, int r,
+                                      size_t offset, void* local, size_t bytes,
+                                      bool write) {
   if (bytes == 0) return absl::OkStatus();
   const Header* h = header(r);
-  const char* remote =
-      reinterpret_cast<const char*>(h->buffer.load(std::memory_order_relaxed));
-  absl::Status read =
-      ReadPeerMemory(h->liveness.pid.load(), remote + offset, local, bytes);
-  if (!read.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat(ctx.Describe(), " (rank ", rank_, "): reading rank ", r,
-                     "'s buffer failed (", read.message(), "); a peer failed"));
+  char* remote =
+      reinterpret_cast<char*>(h->buffer.load(std::memory_order_relaxed)) +
+      offset;
+  const int pid = h->liveness.pid.load();
+  absl::Status copied = write ? WritePeerMemory(pid, remote, local, bytes)
+                              : ReadPeerMemory(pid, remote, local, bytes);
+  if (!copied.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        ctx.Describe(), " (rank ", rank_, "): ", write ? "writing" : "reading",
+        " rank ", r, "'s buffer failed (", copied.message(),
+        "); a peer failed"));
   }
   return absl::OkStatus();
 }
 
+absl::Status ShmBackend::ReadPeer(const OpContext& ctx, int r, size_t offset,
+                                  void* local, size_t bytes) {
+  return CopyWithPeer(ctx, r, offset, local, bytes, /*write=*/false);
+}
+
 absl::Status ShmBackend::WritePeer(const OpContext& ctx, int r, size_t offset,
                                    const void* local, size_t bytes) {
-  if (bytes == 0) return absl::OkStatus();
-  const Header* h = header(r);
-  char* remote =
-      reinterpret_cast<char*>(h->buffer.load(std::memory_order_relaxed));
-  absl::Status write =
-      WritePeerMemory(h->liveness.pid.load(), remote + offset, local, bytes);
-  if (!write.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        ctx.Describe(), " (rank ", rank_, "): writing rank ", r,
-        "'s buffer failed (", write.message(), "); a peer failed"));
-  }
-  return absl::OkStatus();
+  // Not written through: WritePeerMemory only reads `local`.
+  return CopyWithPeer(ctx, r, offset, const_cast<void*>(local), bytes,
+                      /*write=*/true);
 }
 
 absl::Status ShmBackend::FailGroup(absl::Status why) {
@@ -589,8 +640,7 @@ absl::Status ShmBackend::AllReduceSingleCopy(const OpContext& ctx,
                                              TensorRef data, ReduceFn fn) {
   const size_t elem = ElementSize(data.dtype());
   char* mine = static_cast<char*>(data.data());
-  PublishBuffer(mine);
-  DK_RETURN_IF_ERROR(Step(ctx));
+  DK_RETURN_IF_ERROR(PublishForSingleCopy(ctx, OpCode::kAllReduce, mine));
   const size_t lo = SliceBegin(data.numel(), rank_, size_) * elem;
   const size_t hi = SliceBegin(data.numel(), rank_ + 1, size_) * elem;
   absl::Status folded = FoldPeers(ctx, fn, lo, hi - lo, elem, mine + lo,
@@ -710,8 +760,7 @@ absl::Status ShmBackend::Broadcast(const OpContext& ctx, TensorRef data,
     // into every reader's, while each reader reads the rest of the root's.
     // Both then move (size - 1)/size of the buffer, where the root alone
     // idled and the readers moved all of it.
-    PublishBuffer(base);
-    DK_RETURN_IF_ERROR(Step(ctx));
+    DK_RETURN_IF_ERROR(PublishForSingleCopy(ctx, OpCode::kBroadcast, base));
     const size_t pushed =
         SliceBegin(data.numel(), 1, size_) * ElementSize(data.dtype());
     if (rank_ == root) {
@@ -759,22 +808,28 @@ absl::Status ShmBackend::AllGather(const OpContext& ctx, TensorRef input,
   }
   DK_ASSIGN_OR_RETURN(bool single_copy,
                       UseSingleCopy(ctx, OpCode::kAllGather, output.nbytes()));
-  // Each rank writes its part into every peer's output (the part is in the
-  // writer's cache, and a part written in one call stays there until its
-  // reader touches it). Unless the input lies inside the output elsewhere
-  // than at this rank's own part, where peers would write into it: then
-  // each rank reads the peers' inputs instead.
-  const bool in_output = in < out + output.nbytes() && out < in + part;
-  const bool writes = !in_output || in == out + rank_ * part;
   if (single_copy) {
-    PublishBuffer(writes ? static_cast<const void*>(out) : in);
-    DK_RETURN_IF_ERROR(Step(ctx));
-    std::memmove(out + rank_ * part, in, part);
-    for (int i = 1; i < size_; ++i) {
-      const int r = (rank_ + i) % size_;  // spread the copies over the ranks
-      absl::Status copied = writes ? WritePeer(ctx, r, rank_ * part, in, part)
-                                   : ReadPeer(ctx, r, 0, out + r * part, part);
-      if (!copied.ok()) return FailGroup(copied);
+    // Each rank writes its part into every peer's output, piece by piece,
+    // so that each piece of the input is read from memory once for its own
+    // part and every peer's (a written piece also stays in the writer's
+    // cache until its reader touches it). The contract hands over an input
+    // inside the output only at this rank's own part.
+    char* own = out + rank_ * part;
+    if (in != own && in < out + output.nbytes() && out < in + part) {
+      return FailGroup(absl::InvalidArgumentError(absl::StrCat(
+          ctx.Describe(), " (rank ", rank_,
+          "): the input overlaps another rank's part of the output")));
+    }
+    DK_RETURN_IF_ERROR(PublishForSingleCopy(ctx, OpCode::kAllGather, out));
+    for (size_t at = 0; at < part; at += kFoldPieceBytes) {
+      const size_t len = std::min(kFoldPieceBytes, part - at);
+      if (own != in) std::memcpy(own + at, in + at, len);
+      for (int i = 1; i < size_; ++i) {
+        const int r = (rank_ + i) % size_;  // spread the writers over the ranks
+        absl::Status written =
+            WritePeer(ctx, r, rank_ * part + at, in + at, len);
+        if (!written.ok()) return FailGroup(written);
+      }
     }
     return Step(ctx);
   }
@@ -883,14 +938,18 @@ absl::Status ShmBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
   const size_t part = output.nbytes();
   const char* in = static_cast<const char*>(input.data());
   char* out = static_cast<char*>(output.data());
-  // An output inside the input would be overwritten while it is read.
-  const bool overlaps = out < in + input.nbytes() && in < out + part;
   DK_ASSIGN_OR_RETURN(
       bool single_copy,
       UseSingleCopy(ctx, OpCode::kReduceScatter, input.nbytes()));
-  if (single_copy && !overlaps) {
-    PublishBuffer(in);
-    DK_RETURN_IF_ERROR(Step(ctx));
+  if (single_copy) {
+    // The contract hands over an output inside the input never: it would be
+    // written while the peers read the input.
+    if (out < in + input.nbytes() && in < out + part) {
+      return FailGroup(absl::InvalidArgumentError(
+          absl::StrCat(ctx.Describe(), " (rank ", rank_,
+                       "): the output overlaps the input")));
+    }
+    DK_RETURN_IF_ERROR(PublishForSingleCopy(ctx, OpCode::kReduceScatter, in));
     absl::Status folded =
         FoldPeers(ctx, fn, rank_ * part, part, ElementSize(output.dtype()),
                   in + rank_ * part, out);

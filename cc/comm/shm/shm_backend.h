@@ -238,6 +238,18 @@ class ShmBackend : public Backend {
   bool PrefersSingleCopy(OpCode op, size_t bytes) const;
   // This rank's buffer for the peers to read after the next step.
   void PublishBuffer(const void* buffer);
+  // The buffer a single-copy `op` will publish, when it may go with the
+  // signature: single copy is known to work and this op at this size takes
+  // it; else null.
+  const void* EarlyBuffer(OpCode op, const InlinePayload& payload) const;
+  // Publishes `buffer` for a single-copy `op` and steps, unless the
+  // signature exchange of this very operation already published it.
+  absl::Status PublishForSingleCopy(const OpContext& ctx, OpCode op,
+                                    const void* buffer);
+  // Copies between `local` and `offset` of the buffer rank r published;
+  // UNAVAILABLE naming the op, this rank and r when the kernel refuses.
+  absl::Status CopyWithPeer(const OpContext& ctx, int r, size_t offset,
+                            void* local, size_t bytes, bool write);
   // `bytes` at `offset` of the buffer rank r published.
   absl::Status ReadPeer(const OpContext& ctx, int r, size_t offset, void* local,
                         size_t bytes);
@@ -270,6 +282,10 @@ class ShmBackend : public Backend {
   enum class SingleCopy { kUnknown, kYes, kNo };
   SingleCopy single_copy_ = SingleCopy::kUnknown;
   std::vector<char> copy_scratch_;  // pieces read from peers, folded
+  // Published with the signature of operation early_seq_ (an early_op_).
+  const void* early_buffer_ = nullptr;
+  OpCode early_op_ = OpCode::kBarrier;
+  uint64_t early_seq_ = 0;
   std::vector<PeerWatch> watches_;  // one per rank, kept across waits
   int liveness_cursor_ = 0;         // the last missing rank looked at in turn
   absl::Duration liveness_pause_;   // test-only fault injection
