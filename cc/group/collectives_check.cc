@@ -401,6 +401,42 @@ TEST(Collectives, ReduceScatterOutputInsideInput) {
   }
 }
 
+// The root's own part in place: its gather input inside the output, its
+// scatter output inside the input.
+TEST(Collectives, GatherScatterInPlaceAtTheRoot) {
+  const DataType dt = DataType::kFloat32;
+  for (int64_t n : kCounts) {
+    for (int root = 0; root < Size(); ++root) {
+      Buffer in(dt, n), all(dt, n * Size());
+      for (int64_t i = 0; i < n; ++i)
+        in.Set(i, Value(dt, ReduceOp::kSum, Rank(), i));
+      for (int64_t i = 0; i < n; ++i)
+        all.Set(root * n + i, Value(dt, ReduceOp::kSum, root, i));
+      char* own = static_cast<char*>(all.ref().data()) + root * n * 4;
+      TensorRef input = Rank() == root ? TensorRef(own, n, dt) : in.ref();
+      ASSERT_TRUE(World().Gather(input, all.ref(), root).ok());
+      if (Rank() == root) {
+        for (int r = 0; r < Size(); ++r) {
+          for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(all.Get(r * n + i),
+                      static_cast<float>(Value(dt, ReduceOp::kSum, r, i)))
+                << "gather n=" << n << " part " << r;
+        }
+      }
+      // Back out again, the root's part staying where it is.
+      Buffer mine(dt, n);
+      TensorRef output = Rank() == root ? TensorRef(own, n, dt) : mine.ref();
+      ASSERT_TRUE(World().Scatter(all.ref(), output, root).ok());
+      Buffer& got = Rank() == root ? all : mine;
+      const int64_t at = Rank() == root ? root * n : 0;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(got.Get(at + i),
+                  static_cast<float>(Value(dt, ReduceOp::kSum, Rank(), i)))
+            << "scatter n=" << n << " root " << root;
+    }
+  }
+}
+
 TEST(Collectives, ReduceScatter) {
   for (DataType dt :
        {DataType::kFloat32, DataType::kInt32, DataType::kFloat16}) {

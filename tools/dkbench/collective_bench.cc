@@ -2,7 +2,9 @@
 // Sizes follow nccl-tests: `bytes` is the larger buffer (all_gather: the
 // gathered output; reduce_scatter: the input). Rank 0 prints CSV lines
 //   distkit,<op>,<world_size>,<bytes>,<microseconds per call>
-// (distkit_mpi,... with --backend mpi under mpirun).
+// (distkit_mpi,... with --backend mpi under mpirun). --ops: all_reduce,
+// all_gather, reduce_scatter, broadcast (the default), gather, scatter
+// (root 0; `bytes` is the gathered output, the scattered input).
 // Time per call is the median over batches of the mean of a batch.
 // --dtype float32 (default), float16 or bfloat16: the element type (the
 // buffers hold finite values of each).
@@ -82,9 +84,12 @@ int main(int argc, char** argv) {
       if (op == "all_gather") {
         a_count = part;
         b_count = part * n;
-      } else if (op == "reduce_scatter") {
+      } else if (op == "reduce_scatter" || op == "scatter") {
         a_count = part * n;
         b_count = part;
+      } else if (op == "gather") {
+        a_count = part;
+        b_count = part * n;
       }
       // Every element 1.0 in the input, 0 in the output.
       std::vector<unsigned char> a(a_count * elem), b(b_count * elem, 0);
@@ -103,6 +108,8 @@ int main(int argc, char** argv) {
         if (op == "all_reduce") return g.AllReduce(ta, ReduceOp::kSum);
         if (op == "broadcast") return g.Broadcast(ta, 0);
         if (op == "all_gather") return g.AllGather(ta, tb);
+        if (op == "gather") return g.Gather(ta, tb, 0);
+        if (op == "scatter") return g.Scatter(ta, tb, 0);
         return g.ReduceScatter(ta, tb, ReduceOp::kSum);
       };
       auto run = [&]() -> absl::Status {

@@ -29,6 +29,8 @@ FACTORS = {
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
 }
 
 
@@ -122,7 +124,8 @@ def main():
                          "--cpu-bind", "core", "--", tool("collective_bench"), "--ops", args.ops] + common, args.timeout)
             if "torch_gloo" in args.peers:
                 print(f"world size {n}, run {repeat + 1}: torch.distributed (gloo) ...", file=sys.stderr, flush=True)
-                torch_ops = ",".join(o for o in args.ops.split(",") if o != "reduce_scatter")
+                torch_ops = ",".join(o for o in args.ops.split(",")
+                                     if o not in ("reduce_scatter", "gather", "scatter"))
                 rows += run([distrun, "--nproc-per-node", str(n), "--master-port", "0",
                              "--cpu-bind", "core", "--", "/usr/bin/python3", tool("torch_bench.py"), "--ops", torch_ops] + common,
                             args.timeout)

@@ -15,6 +15,15 @@ static int iters_for(long long bytes) {
   return it < 5 ? 5 : (it > 200 ? 200 : (int)it);
 }
 
+/* Whether the comma-separated `ops` names `op` (not as part of another). */
+static int has_op(const char* ops, const char* op) {
+  size_t n = strlen(op);
+  for (const char* p = ops; (p = strstr(p, op)) != NULL; p += n) {
+    if ((p == ops || p[-1] == ',') && (p[n] == '\0' || p[n] == ',')) return 1;
+  }
+  return 0;
+}
+
 static int cmp(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return (x > y) - (x < y);
@@ -36,20 +45,22 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[i], "--touch")) touch = !strcmp(argv[i + 1], "1");
   }
   const char* names[] = {"all_reduce", "all_gather", "reduce_scatter",
-                         "broadcast"};
-  for (int o = 0; o < 4; ++o) {
-    if (!strstr(ops, names[o])) continue;
+                         "broadcast",  "gather",     "scatter"};
+  for (int o = 0; o < 6; ++o) {
+    if (!has_op(ops, names[o])) continue;
     for (long long bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
       long long count = bytes / 4 > 0 ? bytes / 4 : 1;
       long long part = count / n > 0 ? count / n : 1;
-      float* a =
-          malloc(sizeof(float) * (o == 2 ? part * n : (o == 1 ? part : count)));
-      float* b = malloc(sizeof(float) * (o == 1 ? part * n : part));
-      long long alen = o == 2 ? part * n : (o == 1 ? part : count);
+      /* Input a, output b: as in collective_bench.cc. */
+      const int gathers = o == 1 || o == 4, scatters = o == 2 || o == 5;
+      long long alen = scatters ? part * n : (gathers ? part : count);
+      long long blen = gathers ? part * n : part;
+      float* a = malloc(sizeof(float) * alen);
+      float* b = malloc(sizeof(float) * blen);
       for (long long i = 0; i < alen; ++i) a[i] = 1.0f;
       /* The buffer the call leaves its result in (touch.h). */
-      float* result = o == 1 || o == 2 ? b : a;
-      long long result_len = o == 1 ? part * n : (o == 2 ? part : count);
+      float* result = gathers || scatters ? b : a;
+      long long result_len = gathers || scatters ? blen : count;
       volatile uint32_t sink = 0;
       int iters = iters_for(bytes);
       double* per_call = malloc(sizeof(double) * batches);
@@ -74,6 +85,14 @@ int main(int argc, char** argv) {
             break;
           case 3:
             MPI_Bcast(a, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+            break;
+          case 4:
+            MPI_Gather(a, (int)part, MPI_FLOAT, b, (int)part, MPI_FLOAT, 0,
+                       MPI_COMM_WORLD);
+            break;
+          case 5:
+            MPI_Scatter(a, (int)part, MPI_FLOAT, b, (int)part, MPI_FLOAT, 0,
+                        MPI_COMM_WORLD);
             break;
         }
         if (touch) sink += TouchRead(result, sizeof(float) * result_len);

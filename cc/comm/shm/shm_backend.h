@@ -29,17 +29,19 @@
 //   cut into one region per destination (Exchange).
 // Only send/recv go to the wrapped Gloo backend's data path.
 //
-// From kSingleCopyFromBytes, all_reduce, broadcast, all_gather and
-// reduce_scatter can skip the slots: each rank publishes its buffer's
-// address, and after a step the peers read or write what they need
+// From kSingleCopyFromBytes, all_reduce, broadcast, all_gather,
+// reduce_scatter, gather and scatter can skip the slots: each rank publishes
+// its buffer's address (with the operation's signature where it can), and
+// after a step the peers read or write what they need
 // straight from or into it (single_copy.h): an all_reduce's rank folds its
 // slice from every peer's buffer and writes the result into theirs, an
 // all_gather's rank writes its part into every peer's output, a broadcast's
 // root writes the first 1/size of its buffer into the readers' while they
-// read the rest; a last step keeps every buffer in place until all are
-// done. Which op at which size does is measured, not assumed
+// read the rest, a gather's ranks write into the root's output and a
+// scatter's read from its input; a last step keeps every buffer in place
+// until all are done. Which op at which size does is measured, not assumed
 // (PrefersSingleCopy): with more ranks than the host has cores, only a
-// large all_reduce. DISTKIT_SHM_SINGLE_COPY=1 (in rank 0's
+// large all_reduce, gather or scatter. DISTKIT_SHM_SINGLE_COPY=1 (in rank 0's
 // environment) takes it for every such op from kSingleCopyFromBytes, =0 (any
 // rank's) for none. The group probes once whether the kernel allows it
 // (a read and a write). A rank whose read or write fails marks the group
@@ -117,6 +119,8 @@ class ShmBackend : public Backend {
   // With more ranks than cores, an all_reduce takes single copy from here
   // (with a core per rank, from past kSliceReduceFromBytes).
   static constexpr size_t kSingleCopyAllReduceFromBytes = size_t{1} << 20;
+  // ... and a gather or scatter from here.
+  static constexpr size_t kSingleCopyRootedFromBytes = size_t{256} << 10;
   // Larger groups stay on TCP: every rank's region of a slot (Exchange)
   // must hold at least a cache line.
   static constexpr int kMaxRanks = kMinSlotBytes / 64;
