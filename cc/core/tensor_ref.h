@@ -78,6 +78,15 @@ class TensorRef {
     return t;
   }
 
+  // Whether this view and `other` share a byte of memory (on one device);
+  // an empty view shares none.
+  bool Overlaps(const TensorRef& other) const {
+    const char* a = static_cast<const char*>(data_);
+    const char* b = static_cast<const char*>(other.data_);
+    return device_ == other.device_ && nbytes() > 0 && other.nbytes() > 0 &&
+           a < b + other.nbytes() && b < a + nbytes();
+  }
+
   // A 1-D view of elements [offset, offset + count) of this buffer.
   TensorRef Slice(int64_t offset, int64_t count) const;
 

@@ -43,6 +43,21 @@ TEST(TensorRefTest, ViewsContiguousTensor) {
   EXPECT_EQ(ref->Slice(2, 2).data<float>()[1], 5.0f);
 }
 
+TEST(TensorRefTest, OverlapsWhenSharingAByte) {
+  float x[8] = {};
+  const TensorRef all(x, 8, DataType::kFloat32);
+  EXPECT_TRUE(all.Overlaps(all));
+  EXPECT_TRUE(all.Overlaps(TensorRef(x + 7, 1, DataType::kFloat32)));
+  EXPECT_TRUE(TensorRef(x + 3, 2, DataType::kFloat32).Overlaps(all));
+  EXPECT_FALSE(TensorRef(x, 4, DataType::kFloat32)
+                   .Overlaps(TensorRef(x + 4, 4, DataType::kFloat32)));
+  // Bytes, not elements: the 4th float's last byte.
+  EXPECT_TRUE(TensorRef(x, 4, DataType::kFloat32)
+                  .Overlaps(TensorRef(reinterpret_cast<char*>(x) + 15, 1,
+                                      DataType::kUInt8)));
+  EXPECT_FALSE(all.Overlaps(TensorRef(x + 2, 0, DataType::kFloat32)));
+}
+
 TEST(TensorRefTest, RejectsNonContiguous) {
   float data[6] = {};
   int64_t shape[2] = {3, 2};

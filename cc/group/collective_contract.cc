@@ -26,13 +26,6 @@ TensorRef HostBytes(void* data, size_t bytes) {
   return TensorRef(data, static_cast<int64_t>(bytes), DataType::kUInt8);
 }
 
-// Whether two host buffers share a byte.
-bool Overlap(const TensorRef& a, const TensorRef& b) {
-  const char* pa = static_cast<const char*>(a.data());
-  const char* pb = static_cast<const char*>(b.data());
-  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
-}
-
 // `t`'s bytes as this rank's inline payload, when they are in host memory;
 // `output` (default: `t`) is where the operation leaves its result.
 InlinePayload Payload(const TensorRef& t, size_t op_bytes, bool contributes,
@@ -225,11 +218,11 @@ absl::Status CollectiveContract::AllGather(const OpContext& ctx,
   std::vector<char> staged;
   const char* own = static_cast<const char*>(output.data()) +
                     backend_->rank() * input.nbytes();
-  if (input.device().is_cpu() && output.device().is_cpu() &&
-      input.nbytes() > 0 && Overlap(input, output) && input.data() != own) {
+  if (input.device().is_cpu() && input.Overlaps(output) &&
+      input.data() != own) {
     staged.assign(static_cast<const char*>(input.data()),
                   static_cast<const char*>(input.data()) + input.nbytes());
-    input = TensorRef(staged.data(), input.numel(), input.dtype());
+    input = input.At(staged.data(), Device::Cpu());
   }
   DK_RETURN_IF_ERROR(
       Agree(ctx, MakeSignature(ctx, OpCode::kAllGather, &input, input.numel()),
@@ -262,10 +255,9 @@ absl::Status CollectiveContract::ReduceScatter(const OpContext& ctx,
   // the input: reduce into a separate buffer, then copy it over.
   std::vector<char> staged;
   TensorRef result = output;
-  if (input.device().is_cpu() && output.device().is_cpu() &&
-      output.nbytes() > 0 && Overlap(input, output)) {
+  if (output.device().is_cpu() && output.Overlaps(input)) {
     staged.resize(output.nbytes());
-    result = TensorRef(staged.data(), output.numel(), output.dtype());
+    result = output.At(staged.data(), Device::Cpu());
   }
   DK_RETURN_IF_ERROR(
       Agree(ctx,

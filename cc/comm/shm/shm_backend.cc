@@ -384,7 +384,7 @@ absl::Status ShmBackend::ExchangeSignatures(const OpContext& ctx,
   inline_bytes_ = 0;
   early_buffer_ = nullptr;
   DK_RETURN_IF_ERROR(Step(ctx));
-  bool same = true;
+  bool same = early != nullptr;  // compared only where it matters
   for (int r = 0; r < size_; ++r) {
     all[r] = header(r)->turns[turn_].sig;
     same = same && std::memcmp(&all[r], &mine, sizeof(mine)) == 0;
@@ -393,7 +393,7 @@ absl::Status ShmBackend::ExchangeSignatures(const OpContext& ctx,
   inline_bytes_ = carry ? payload.bytes : 0;
   // Only where every rank called this same operation (then each published
   // early): taken by that operation alone (PublishForSingleCopy).
-  if (same && early != nullptr) {
+  if (same) {
     early_buffer_ = early;
     early_op_ = op;
     early_seq_ = mine.seq;
@@ -824,7 +824,7 @@ absl::Status ShmBackend::AllGather(const OpContext& ctx, TensorRef input,
     // cache until its reader touches it). The contract hands over an input
     // inside the output only at this rank's own part.
     char* own = out + rank_ * part;
-    if (in != own && in < out + output.nbytes() && out < in + part) {
+    if (in != own && input.Overlaps(output)) {
       return FailGroup(absl::InvalidArgumentError(absl::StrCat(
           ctx.Describe(), " (rank ", rank_,
           "): the input overlaps another rank's part of the output")));
@@ -948,8 +948,7 @@ absl::Status ShmBackend::Scatter(const OpContext& ctx, TensorRef input,
     // own last when its output lies in the input, which the others read.
     const char* in = static_cast<const char*>(input.data());
     char* out = static_cast<char*>(output.data());
-    const bool inside =
-        rank_ == root && out < in + input.nbytes() && in < out + part;
+    const bool inside = rank_ == root && output.Overlaps(input);
     if (rank_ == root && !inside) std::memcpy(out, in + root * part, part);
     DK_RETURN_IF_ERROR(PublishForSingleCopy(ctx, OpCode::kScatter, in));
     if (rank_ != root) {
@@ -987,7 +986,7 @@ absl::Status ShmBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
   if (single_copy) {
     // The contract hands over an output inside the input never: it would be
     // written while the peers read the input.
-    if (out < in + input.nbytes() && in < out + part) {
+    if (output.Overlaps(input)) {
       return FailGroup(absl::InvalidArgumentError(
           absl::StrCat(ctx.Describe(), " (rank ", rank_,
                        "): the output overlaps the input")));
