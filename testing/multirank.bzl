@@ -24,6 +24,13 @@ For a job whose ranks run different programs (e.g. one per language), pass
 world size is len(binaries). `rank_args` then gives each program's arguments.
 """
 
+# World sizes for a program that reaches the library through a binding (the
+# Python package): the binding passes each call through, so what differs by
+# size is only what it can see, 1 (no peers), 2 (an even split) and 3 (an
+# uneven one, bystanders); 4 is 2's case again with two ranks per core. The
+# library's own paths at 4 are tested in C++ (cc/group, cc/parallel, capi).
+BINDING_WORLD_SIZES = [1, 2, 3]
+
 _RUNNER = "@distkit//testing:run_multirank.sh"
 _DISTRUN = "@distkit//tools/distrun:distrun"
 

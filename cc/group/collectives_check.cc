@@ -4,8 +4,13 @@
 // same formula for every rank, so nothing is taken from the library under test.
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cc/core/half.h"
@@ -29,11 +34,11 @@ int Size() { return World().size(); }
 class Buffer {
  public:
   Buffer(DataType dt, int64_t n)
-      : dt_(dt), n_(n), bytes_(n * ElementSize(dt) + 1) {}
+      : dt_(dt), n_(n), esize_(ElementSize(dt)), bytes_(n * esize_ + 1) {}
   TensorRef ref() { return TensorRef(bytes_.data(), n_, dt_); }
   int64_t size() const { return n_; }
   void Set(int64_t i, double v) {
-    char* p = bytes_.data() + i * ElementSize(dt_);
+    char* p = bytes_.data() + i * esize_;
     switch (dt_) {
       case DataType::kFloat16:
         Store<uint16_t>(p, FloatToFloat16(static_cast<float>(v)));
@@ -65,7 +70,7 @@ class Buffer {
     }
   }
   double Get(int64_t i) const {
-    const char* p = bytes_.data() + i * ElementSize(dt_);
+    const char* p = bytes_.data() + i * esize_;
     switch (dt_) {
       case DataType::kFloat16:
         return Float16ToFloat(Load<uint16_t>(p));
@@ -102,12 +107,13 @@ class Buffer {
   }
   DataType dt_;
   int64_t n_;
+  size_t esize_;
   std::vector<char> bytes_;
 };
 
 // Input of rank r at index i for (dtype, op), chosen so every result is exact
 // in every dtype at world size <= 4.
-double Value(DataType dt, ReduceOp op, int r, int64_t i) {
+double ValueFormula(DataType dt, ReduceOp op, int r, int64_t i) {
   if (dt == DataType::kBool) return (r + i) % 3 == 0 ? 1 : 0;
   switch (op) {
     case ReduceOp::kProduct: {
@@ -125,13 +131,59 @@ double Value(DataType dt, ReduceOp op, int r, int64_t i) {
   }
 }
 
+// Every ValueFormula repeats in i with this period (lcm of 3, 11 and 128), so
+// the checks below look values and results up in one period's table, built
+// from the formulas, instead of evaluating them for millions of elements.
+constexpr int64_t kPeriod = 3 * 11 * 128;
+
+// One period of f(i), for the key (dtype, op, k) it was built for: the last
+// table used is kept at hand (loops use one key at a time), the others in a
+// map.
+template <typename Formula>
+double FromTable(DataType dt, ReduceOp op, int k, int64_t i, Formula f) {
+  using Key = std::tuple<int, int, int>;
+  struct KeyHash {
+    size_t operator()(const Key& key) const {
+      return std::get<0>(key) * 1000003u + std::get<1>(key) * 1009u +
+             std::get<2>(key);
+    }
+  };
+  thread_local std::unordered_map<Key, std::vector<double>, KeyHash> tables;
+  thread_local const std::vector<double>* last = nullptr;
+  thread_local Key last_key;
+  const Key key{static_cast<int>(dt), static_cast<int>(op), k};
+  if (last == nullptr || key != last_key) {
+    std::vector<double>& table = tables[key];
+    if (table.empty()) {
+      table.resize(kPeriod);
+      for (int64_t j = 0; j < kPeriod; ++j) table[j] = f(j);
+    }
+    last = &table;
+    last_key = key;
+  }
+  return (*last)[i % kPeriod];
+}
+
+double ExpectedFormula(DataType dt, ReduceOp op, int64_t i, int n);
+
+double Value(DataType dt, ReduceOp op, int r, int64_t i) {
+  return FromTable(dt, op, r, i,
+                   [&](int64_t j) { return ValueFormula(dt, op, r, j); });
+}
+
 // The reduction of every rank's Value, computed here without the library.
 double Expected(DataType dt, ReduceOp op, int64_t i, int n) {
+  // Keys of results (n ranks) apart from values' (rank r): -1 - n.
+  return FromTable(dt, op, -1 - n, i,
+                   [&](int64_t j) { return ExpectedFormula(dt, op, j, n); });
+}
+
+double ExpectedFormula(DataType dt, ReduceOp op, int64_t i, int n) {
   if (dt == DataType::kBool) {
     bool any = false, all = true;
     int ones = 0;
     for (int r = 0; r < n; ++r) {
-      const bool b = Value(dt, op, r, i) != 0;
+      const bool b = ValueFormula(dt, op, r, i) != 0;
       any |= b;
       all &= b;
       ones += b;
@@ -147,9 +199,9 @@ double Expected(DataType dt, ReduceOp op, int64_t i, int n) {
         return any;
     }
   }
-  int64_t acc = static_cast<int64_t>(Value(dt, op, 0, i));
+  int64_t acc = static_cast<int64_t>(ValueFormula(dt, op, 0, i));
   for (int r = 1; r < n; ++r) {
-    const int64_t v = static_cast<int64_t>(Value(dt, op, r, i));
+    const int64_t v = static_cast<int64_t>(ValueFormula(dt, op, r, i));
     switch (op) {
       case ReduceOp::kSum:
       case ReduceOp::kMean:
@@ -188,6 +240,13 @@ bool Close(double got, double want, DataType dt) {
   return std::abs(got - want) <= tol;
 }
 
+// ASSERT_EQ for the element loops: gtest's comparison is an out-of-line call
+// per element, so equal values take a plain comparison first.
+#define ASSERT_SAME(got, want)                                   \
+  if (const double got_ = (got), want_ = (want); got_ == want_) { \
+  } else                                                          \
+    ASSERT_EQ(got_, want_)
+
 // The description is built only for a failure: these loops check millions of
 // elements.
 #define EXPECT_CLOSE(got, want, dt, where)                                  \
@@ -210,13 +269,48 @@ bool Close(double got, double want, DataType dt) {
 // (262147 float32 is 64+128+256+512 KiB and a last chunk of 64 KiB + 12
 // bytes), and the other collectives move 1 MiB / size regions per round.
 // Test them all.
-const int64_t kCounts[] = {1, 5, 3000, 4097, 16384, 262147, 1100000};
+const int64_t kAllCounts[] = {1, 5, 3000, 4097, 16384, 262147, 1100000};
+
+// DISTKIT_TEST_SWEEP=branches, set by the ThreadSanitizer run (which runs
+// this program on shared memory): every count above but 1100000, whose
+// threshold is TCP's, and one dtype of each element size where a test
+// sweeps every dtype. TSan looks for races between threads, which every
+// branch still reaches; the values of every dtype are checked by the plain
+// runs.
+bool BranchSweep() {
+  static const bool branches = [] {
+    const char* sweep = std::getenv("DISTKIT_TEST_SWEEP");
+    return sweep != nullptr && std::string(sweep) == "branches";
+  }();
+  return branches;
+}
+
+const std::vector<int64_t>& Counts() {
+  static const std::vector<int64_t> counts = [] {
+    std::vector<int64_t> c(std::begin(kAllCounts), std::end(kAllCounts));
+    if (BranchSweep()) c.pop_back();
+    return c;
+  }();
+  return counts;
+}
+
+const std::vector<DataType>& SweptDataTypes() {
+  static const std::vector<DataType> dtypes = [] {
+    if (BranchSweep()) {
+      return std::vector<DataType>{DataType::kUInt8, DataType::kFloat16,
+                                   DataType::kFloat32, DataType::kFloat64};
+    }
+    return std::vector<DataType>(std::begin(kAllDataTypes),
+                                 std::end(kAllDataTypes));
+  }();
+  return dtypes;
+}
 
 TEST(Collectives, AllReduceEveryDtypeAndOp) {
-  for (DataType dt : kAllDataTypes) {
+  for (DataType dt : SweptDataTypes()) {
     for (ReduceOp op : kAllReduceOps) {
       if (!CheckReduceOpSupported(op, dt).ok()) continue;
-      for (int64_t n : kCounts) {
+      for (int64_t n : Counts()) {
         Buffer b(dt, n);
         for (int64_t i = 0; i < n; ++i) b.Set(i, Value(dt, op, Rank(), i));
         ASSERT_TRUE(World().AllReduce(b.ref(), op).ok());
@@ -259,8 +353,8 @@ TEST(Collectives, BitwiseOnFloatIsAnErrorNamingOpAndDtype) {
 }
 
 TEST(Collectives, BroadcastFromEveryRoot) {
-  for (DataType dt : kAllDataTypes) {
-    for (int64_t n : kCounts) {
+  for (DataType dt : SweptDataTypes()) {
+    for (int64_t n : Counts()) {
       for (int root = 0; root < Size(); ++root) {
         Buffer b(dt, n);
         for (int64_t i = 0; i < n; ++i)
@@ -270,7 +364,7 @@ TEST(Collectives, BroadcastFromEveryRoot) {
         for (int64_t i = 0; i < n; ++i)
           want.Set(i, Value(dt, ReduceOp::kMax, root, i));
         for (int64_t i = 0; i < n; ++i) {
-          ASSERT_EQ(b.Get(i), want.Get(i))
+          ASSERT_SAME(b.Get(i), want.Get(i))
               << DataTypeName(dt) << " root=" << root << " i=" << i;
         }
       }
@@ -282,7 +376,7 @@ TEST(Collectives, ReduceToEveryRoot) {
   for (DataType dt :
        {DataType::kFloat32, DataType::kInt64, DataType::kBFloat16}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMean}) {
-      for (int64_t n : kCounts) {
+      for (int64_t n : Counts()) {
         for (int root = 0; root < Size(); ++root) {
           Buffer b(dt, n);
           for (int64_t i = 0; i < n; ++i) b.Set(i, Value(dt, op, Rank(), i));
@@ -302,7 +396,7 @@ TEST(Collectives, ReduceToEveryRoot) {
 TEST(Collectives, AllGatherGatherScatter) {
   for (DataType dt : {DataType::kFloat64, DataType::kInt8, DataType::kFloat16,
                       DataType::kBool}) {
-    for (int64_t n : kCounts) {
+    for (int64_t n : Counts()) {
       Buffer in(dt, n), out(dt, n * Size());
       for (int64_t i = 0; i < n; ++i)
         in.Set(i, Value(dt, ReduceOp::kSum, Rank(), i));
@@ -311,7 +405,7 @@ TEST(Collectives, AllGatherGatherScatter) {
         Buffer e(dt, n);
         for (int64_t i = 0; i < n; ++i)
           e.Set(i, Value(dt, ReduceOp::kSum, r, i));
-        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out.Get(r * n + i), e.Get(i));
+        for (int64_t i = 0; i < n; ++i) ASSERT_SAME(out.Get(r * n + i), e.Get(i));
       }
       // Into a list of tensors.
       std::vector<Buffer> parts(Size(), Buffer(dt, n));
@@ -320,19 +414,19 @@ TEST(Collectives, AllGatherGatherScatter) {
       ASSERT_TRUE(World().AllGather(in.ref(), refs).ok());
       for (int r = 0; r < Size(); ++r) {
         for (int64_t i = 0; i < n; ++i)
-          ASSERT_EQ(parts[r].Get(i), out.Get(r * n + i));
+          ASSERT_SAME(parts[r].Get(i), out.Get(r * n + i));
       }
       for (int root = 0; root < Size(); ++root) {
         Buffer g(dt, n * Size());
         ASSERT_TRUE(World().Gather(in.ref(), g.ref(), root).ok());
         if (Rank() == root) {
           for (int64_t i = 0; i < n * Size(); ++i)
-            ASSERT_EQ(g.Get(i), out.Get(i));
+            ASSERT_SAME(g.Get(i), out.Get(i));
         }
         // Scatter the gathered buffer back out from the same root.
         Buffer s(dt, n);
         ASSERT_TRUE(World().Scatter(g.ref(), s.ref(), root).ok());
-        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(s.Get(i), in.Get(i));
+        for (int64_t i = 0; i < n; ++i) ASSERT_SAME(s.Get(i), in.Get(i));
       }
     }
   }
@@ -341,7 +435,7 @@ TEST(Collectives, AllGatherGatherScatter) {
 // FSDP's form: each rank's input is its own part of the output.
 TEST(Collectives, AllGatherInPlace) {
   for (DataType dt : {DataType::kFloat32, DataType::kUInt8}) {
-    for (int64_t n : kCounts) {
+    for (int64_t n : Counts()) {
       Buffer out(dt, n * Size());
       for (int64_t i = 0; i < n * Size(); ++i) out.Set(i, 0);
       for (int64_t i = 0; i < n; ++i)
@@ -354,7 +448,7 @@ TEST(Collectives, AllGatherInPlace) {
         for (int64_t i = 0; i < n; ++i)
           e.Set(i, Value(dt, ReduceOp::kSum, r, i));
         for (int64_t i = 0; i < n; ++i)
-          ASSERT_EQ(out.Get(r * n + i), e.Get(i))
+          ASSERT_SAME(out.Get(r * n + i), e.Get(i))
               << DataTypeName(dt) << " n=" << n << " part " << r;
       }
     }
@@ -365,7 +459,7 @@ TEST(Collectives, AllGatherInPlace) {
 // not what the peers write over it.
 TEST(Collectives, AllGatherInputInsideAnotherPart) {
   const DataType dt = DataType::kFloat32;
-  for (int64_t n : kCounts) {
+  for (int64_t n : Counts()) {
     Buffer out(dt, n * Size());
     const int at = (Rank() + 1) % Size();
     for (int64_t i = 0; i < n; ++i)
@@ -374,7 +468,7 @@ TEST(Collectives, AllGatherInputInsideAnotherPart) {
     ASSERT_TRUE(World().AllGather(TensorRef(input, n, dt), out.ref()).ok());
     for (int r = 0; r < Size(); ++r) {
       for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(out.Get(r * n + i),
+        ASSERT_SAME(out.Get(r * n + i),
                   static_cast<float>(Value(dt, ReduceOp::kSum, r, i)))
             << "n=" << n << " part " << r;
     }
@@ -384,7 +478,7 @@ TEST(Collectives, AllGatherInputInsideAnotherPart) {
 // torch's in-place form: the output is this rank's part of the input.
 TEST(Collectives, ReduceScatterOutputInsideInput) {
   const DataType dt = DataType::kFloat32;
-  for (int64_t n : kCounts) {
+  for (int64_t n : Counts()) {
     Buffer in(dt, n * Size());
     for (int64_t i = 0; i < n * Size(); ++i)
       in.Set(i, Value(dt, ReduceOp::kSum, Rank(), i));
@@ -405,7 +499,7 @@ TEST(Collectives, ReduceScatterOutputInsideInput) {
 // scatter output inside the input.
 TEST(Collectives, GatherScatterInPlaceAtTheRoot) {
   const DataType dt = DataType::kFloat32;
-  for (int64_t n : kCounts) {
+  for (int64_t n : Counts()) {
     for (int root = 0; root < Size(); ++root) {
       Buffer in(dt, n), all(dt, n * Size());
       for (int64_t i = 0; i < n; ++i)
@@ -418,7 +512,7 @@ TEST(Collectives, GatherScatterInPlaceAtTheRoot) {
       if (Rank() == root) {
         for (int r = 0; r < Size(); ++r) {
           for (int64_t i = 0; i < n; ++i)
-            ASSERT_EQ(all.Get(r * n + i),
+            ASSERT_SAME(all.Get(r * n + i),
                       static_cast<float>(Value(dt, ReduceOp::kSum, r, i)))
                 << "gather n=" << n << " part " << r;
         }
@@ -430,7 +524,7 @@ TEST(Collectives, GatherScatterInPlaceAtTheRoot) {
       Buffer& got = Rank() == root ? all : mine;
       const int64_t at = Rank() == root ? root * n : 0;
       for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(got.Get(at + i),
+        ASSERT_SAME(got.Get(at + i),
                   static_cast<float>(Value(dt, ReduceOp::kSum, Rank(), i)))
             << "scatter n=" << n << " root " << root;
     }
@@ -441,7 +535,7 @@ TEST(Collectives, ReduceScatter) {
   for (DataType dt :
        {DataType::kFloat32, DataType::kInt32, DataType::kFloat16}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMean}) {
-      for (int64_t n : kCounts) {
+      for (int64_t n : Counts()) {
         Buffer in(dt, n * Size()), out(dt, n);
         for (int64_t i = 0; i < n * Size(); ++i)
           in.Set(i, Value(dt, op, Rank(), i));
@@ -455,7 +549,7 @@ TEST(Collectives, ReduceScatter) {
         for (int64_t i = 0; i < n * Size(); ++i)
           original.Set(i, Value(dt, op, Rank(), i));
         for (int64_t i = 0; i < n * Size(); ++i)
-          ASSERT_EQ(in.Get(i), original.Get(i));
+          ASSERT_SAME(in.Get(i), original.Get(i));
       }
     }
   }

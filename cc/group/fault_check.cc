@@ -1,8 +1,9 @@
 // Failure behaviour of a real job (run by dk_multirank_test at world sizes
 // 2-4). The last rank misbehaves; every other rank checks that it gets a clear
 // error in bounded time and that the group is then poisoned.
-//   timeout    the last rank never joins an all_reduce -> DEADLINE_EXCEEDED
-//              naming op, group, sequence number and the missing rank
+//   timeout    the last rank never joins an all_reduce (1 s timeout) ->
+//              DEADLINE_EXCEEDED naming op, group, sequence number and the
+//              missing rank
 //   dead_peer  the last rank exits -> UNAVAILABLE, long before the timeout
 //   abort      Abort() from another thread ends a stuck operation at once
 //   finished_peer  the last rank joins the all_reduce late and exits right
@@ -10,8 +11,9 @@
 //              rank that did its part and left is not a failure; BUILD sets
 //              DISTKIT_SHM_TEST_LIVENESS_PAUSE_MS to open the race window)
 //   zombie     the last rank exits without joining, and its parent (the
-//              process distrun started) does not reap it for 10 s -> the
-//              others get UNAVAILABLE within 5 s (a zombie is not alive)
+//              process distrun started) does not reap it until the others
+//              are done -> they get UNAVAILABLE within 5 s (a zombie is not
+//              alive)
 //   threads    a second thread issues a collective while the first thread's
 //              is in flight -> FAILED_PRECONDITION (never silently paired
 //              with another call); the first completes with the right sum,
@@ -24,9 +26,15 @@
 //   frozen_store  the last rank never joins and freezes the store's host
 //              (distrun, with SIGSTOP) -> the others still fail within
 //              timeout + diagnosis budget, saying the late ranks are unknown
-//              (the last rank thaws distrun after 8 s)
+//              (the last rank thaws distrun once they are done)
+//
+// The misbehaving rank stays away exactly until the others have their
+// result: they leave a mark (SurvivorMarks) and it waits for every mark, never
+// a fixed sleep that is too short on a loaded machine and wasted on an idle
+// one. Time bounds are Scaled() for sanitizer builds.
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,23 +51,73 @@
 #include "absl/time/clock.h"
 #include "testing/cc/rank_check.h"
 #include "testing/cc/rank_env.h"
+#include "testing/cc/time_scale.h"
 
 using distkit::testing::Check;
+using distkit::testing::Scaled;
+
+namespace {
+
+// Marks the surviving ranks leave once they have their result, as files in a
+// directory of this job's own (the store cannot carry them: one mode freezes
+// its host, and the zombie's parent never joins). The misbehaving rank waits
+// for all of them before it returns, exits or thaws the store.
+class SurvivorMarks {
+ public:
+  SurvivorMarks() {
+    const char* tmp = getenv("TEST_TMPDIR");
+    const char* job = getenv("DISTKIT_TOKEN");
+    if (job == nullptr) job = getenv("MASTER_PORT");
+    dir_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/fault_check.",
+                        std::string(job != nullptr ? job : "job").substr(0, 16));
+    mkdir(dir_.c_str(), 0700);
+  }
+
+  void MarkDone(int rank) const {
+    std::ofstream(absl::StrCat(dir_, "/done.", rank)) << "done\n";
+  }
+
+  // Whether ranks 0 .. survivors-1 all marked within `limit` (a bound for a
+  // survivor that crashed before marking; the test fails through it anyway).
+  bool AwaitAll(int survivors, absl::Duration limit) const {
+    const absl::Time give_up = absl::Now() + limit;
+    while (true) {
+      int marked = 0;
+      for (int r = 0; r < survivors; ++r) {
+        marked += access(absl::StrCat(dir_, "/done.", r).c_str(), F_OK) == 0;
+      }
+      if (marked == survivors) return true;
+      if (absl::Now() >= give_up) return false;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+
+ private:
+  std::string dir_;
+};
+
+// How long the misbehaving rank waits at most for the survivors' marks.
+constexpr absl::Duration kHoldLimit = absl::Seconds(40);
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace distkit;
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = argc > 1 ? argv[1] : "";
   const bool short_timeout = mode == "timeout" || mode == "frozen_store";
+  // The timeout itself is what two modes test: short, so the test is too.
   const absl::Duration timeout =
-      short_timeout ? absl::Seconds(2) : absl::Seconds(30);
+      short_timeout ? Scaled(absl::Seconds(1)) : absl::Seconds(30);
+  const SurvivorMarks marks;
   if (mode == "zombie" && getenv("RANK") != nullptr &&
       atoi(getenv("RANK")) == atoi(getenv("WORLD_SIZE")) - 1 &&
       atoi(getenv("WORLD_SIZE")) > 1) {
-    // The rank runs in a child; this process outlives it without reaping.
+    // The rank runs in a child; this process outlives it without reaping
+    // until every survivor is done.
     const pid_t rank_process = fork();
     if (rank_process > 0) {
-      absl::SleepFor(absl::Seconds(10));
+      marks.AwaitAll(atoi(getenv("WORLD_SIZE")) - 1, kHoldLimit);
       waitpid(rank_process, nullptr, 0);
       _exit(0);
     }
@@ -80,7 +138,7 @@ int main(int argc, char** argv) {
 
   if (mode == "abort_p2p" || mode == "destroy_busy") {
     if (rank == last) {
-      absl::SleepFor(absl::Seconds(4));
+      marks.AwaitAll(last, kHoldLimit);
       _exit(0);
     }
     absl::Time start;
@@ -100,9 +158,10 @@ int main(int argc, char** argv) {
       env->world.reset();  // the last reference: the group is destroyed
     }
     const absl::Duration took = absl::Now() - start;
+    marks.MarkDone(rank);
     printf("rank %d: %s ended after %s\n", rank, mode.c_str(),
            absl::FormatDuration(took).c_str());
-    Check(took < absl::Seconds(2), "bounded, not the 30 s op timeout");
+    Check(took < Scaled(absl::Seconds(2)), "bounded, not the 30 s op timeout");
     _exit(testing::FinishChecks("fault '" + mode + "' handled as expected"));
   }
   if (mode == "threads") {
@@ -145,14 +204,16 @@ int main(int argc, char** argv) {
            static_cast<int>(getppid()));
     const pid_t launcher = getppid();
     kill(launcher, SIGSTOP);
-    // Thawed only after every survivor has failed (they need ~4 s); a
-    // survivor that thawed it could let a slower one's diagnosis succeed.
-    absl::SleepFor(absl::Seconds(8));
+    // Thawed only after every survivor has failed; a survivor that thawed
+    // it could let a slower one's diagnosis succeed.
+    marks.AwaitAll(last, kHoldLimit);
     kill(launcher, SIGCONT);
     _exit(0);
   }
   if (rank == last) {
-    if (mode == "timeout" || mode == "abort") absl::SleepFor(absl::Seconds(6));
+    // Alive but absent until the others have timed out or aborted: it must
+    // not be seen gone first.
+    if (mode == "timeout" || mode == "abort") marks.AwaitAll(last, kHoldLimit);
     printf("rank %d leaves without joining\n", rank);
     _exit(0);  // no clean-up: a peer that vanishes
   }
@@ -178,10 +239,12 @@ int main(int argc, char** argv) {
     }
     Check(env->store->Wait(aborted, absl::Seconds(10)).ok(),
           "every rank's abort ends its wait");
+    marks.MarkDone(rank);
   } else {
     st = world.AllReduce(t, ReduceOp::kSum);
   }
   const absl::Duration took = absl::Now() - start;
+  if (mode != "abort") marks.MarkDone(rank);
   printf("rank %d got after %s: %s\n", rank, absl::FormatDuration(took).c_str(),
          st.ToString().c_str());
   const std::string msg(st.message());
@@ -190,10 +253,11 @@ int main(int argc, char** argv) {
           "DEADLINE_EXCEEDED");
     Check(absl::StrContains(msg, "which ranks are late is unknown"),
           "an unanswered store gives 'unknown', not a guess");
-    Check(took < absl::Seconds(7), "bounded by timeout + diagnosis budget");
+    Check(took < timeout + Scaled(absl::Seconds(5)),
+          "bounded by timeout + diagnosis budget");
   } else if (mode == "zombie") {
     Check(st.code() == absl::StatusCode::kUnavailable, "UNAVAILABLE");
-    Check(took < absl::Seconds(5), "a zombie is seen as gone at once");
+    Check(took < Scaled(absl::Seconds(5)), "a zombie is seen as gone at once");
   } else if (mode == "timeout") {
     Check(st.code() == absl::StatusCode::kDeadlineExceeded,
           "DEADLINE_EXCEEDED");
@@ -202,7 +266,7 @@ int main(int argc, char** argv) {
     Check(
         absl::StrContains(msg, absl::StrCat("rank(s) ", last, " never joined")),
         "names the late rank");
-    Check(took >= absl::Milliseconds(1800) && took < absl::Seconds(8),
+    Check(took >= timeout * 0.9 && took < timeout + Scaled(absl::Seconds(6)),
           "bounded by timeout");
     // The flight recorder wrote what this rank was doing (distrun sets
     // DISTKIT_TRACE_DIR and summarizes the files of a failed job).
@@ -223,7 +287,7 @@ int main(int argc, char** argv) {
           "names op, seq, group");
     Check(took < absl::Seconds(20), "well before the 30 s timeout");
   } else if (mode == "abort") {
-    Check(took < absl::Seconds(5), "abort ends the wait at once");
+    Check(took < Scaled(absl::Seconds(5)), "abort ends the wait at once");
   } else {
     fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;

@@ -350,9 +350,13 @@ def main():
                                              "worst": 0.0, "bad": 0,
                                              "paths": collections.Counter()})
     failures = 0
+    # Every (kind, path) pair in turn, so a run of len(combos) covers each
+    # once whatever the seed; more runs go round again with other delays,
+    # victims and world sizes.
+    combos = [(kind, path) for kind in kinds for path in args.paths
+              if kind in PATHS[path]]
     for i in range(args.runs):
-        kind = kinds[i % len(kinds)]
-        path = rng.choice([p for p in args.paths if kind in PATHS[p]])
+        kind, path = combos[i % len(combos)]
         res = one_run(args, rng, kind, path)
         s = stats[kind]
         s["runs"] += 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long fault-injection run (the test command runs 40 of these through
+# The long fault-injection run (the test command runs 15 of these through
 # //tools/faultinject:fault_injection_test): kills, freezes and zombifies
 # random ranks, the store host and the launcher, in init and mid-collective,
 # over shared memory, TCP and MPI under mpirun, and reports per fault kind

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds distkit's libFuzzer targets with clang-14 (-fsanitize=fuzzer plus
-# ASan and UBSan) and runs each for a bounded time, reporting executions and
-# crashes per target. The test command runs them for 20 s each; longer runs:
+# ASan and UBSan) and runs them side by side for a bounded time, reporting
+# executions and crashes per target. The test command runs them for 30 s
+# (three fuzzers on two cores: about 20 s of a core each); longer runs:
 #
-#   tools/fuzz/run_fuzzers.sh [SECONDS_PER_TARGET]     (default 20)
+#   tools/fuzz/run_fuzzers.sh [SECONDS_PER_TARGET]     (default 30)
 #
 # Targets (tools/fuzz/README.md):
 #   store_requests  the store's request handling (wire decoding, client checks,
@@ -14,7 +15,7 @@
 # A crash leaves its input in $FUZZ_OUT/<target>/ and fails the script.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-seconds="${1:-20}"
+seconds="${1:-30}"
 out="${FUZZ_OUT:-${TMPDIR:-/tmp}/distkit-fuzz}"
 mkdir -p "$out"
 CXX=clang++-14
@@ -31,25 +32,37 @@ build() {  # name, sources...
 }
 build store_requests_fuzzer tools/fuzz/store_requests_fuzzer.cc \
   cc/store/hash_store.cc cc/store/request_limits.cc cc/store/call_deadline.cc \
-  cc/store/internal/wire.cc
+  cc/store/internal/wire.cc &
+store_build=$!
 build tensor_args_fuzzer tools/fuzz/tensor_args_fuzzer.cc \
   cc/core/data_type.cc cc/core/device.cc cc/core/float_cast.cc \
-  cc/core/reduce_op.cc cc/core/status.cc cc/core/tensor_ref.cc
+  cc/core/reduce_op.cc cc/core/status.cc cc/core/tensor_ref.cc &
+tensor_build=$!
 bazel build //capi:libdistkit.so 2>/dev/null
+wait "$store_build"
+wait "$tensor_build"
 lib_dir="$(bazel info bazel-bin 2>/dev/null)/capi"
 "$CC" -std=c11 "${SAN[@]}" -Icapi/include tools/fuzz/capi_fuzzer.c \
   -L"$lib_dir" -ldistkit -Wl,-rpath,"$lib_dir" -o "$out/capi_fuzzer"
 
-status=0
-printf '%-16s %12s %8s\n' target executions crashes
-for target in store_requests tensor_args capi; do
+targets=(store_requests tensor_args capi)
+declare -A pids
+for target in "${targets[@]}"; do
   dir="$out/$target"
   mkdir -p "$dir/corpus"
-  log="$dir/log.txt"
-  set +e
   (cd "$dir" && ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 "$out/${target}_fuzzer" \
     -max_total_time="$seconds" -print_final_stats=1 -timeout=10 \
-    -rss_limit_mb=4096 corpus >"$log" 2>&1)
+    -rss_limit_mb=4096 corpus >"$dir/log.txt" 2>&1) &
+  pids[$target]=$!
+done
+
+status=0
+printf '%-16s %12s %8s\n' target executions crashes
+for target in "${targets[@]}"; do
+  dir="$out/$target"
+  log="$dir/log.txt"
+  set +e
+  wait "${pids[$target]}"
   rc=$?
   set -e
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" |

@@ -52,5 +52,8 @@ fi
 rm -f /tmp/tsan_canary.$$
 echo "run_tsan: the canary's race is reported, its absl::Mutex is seen"
 
+# DISTKIT_TEST_SWEEP=branches: the collectives check runs every size that
+# takes another branch, not the whole size and dtype sweep of the plain run.
 exec bazel test --config=tsan --test_env=LD_LIBRARY_PATH="$lib" \
-  --test_env=TSAN_OPTIONS="$options" "${TARGETS[@]}" "$@"
+  --test_env=TSAN_OPTIONS="$options" --test_env=DISTKIT_TEST_SWEEP=branches \
+  "${TARGETS[@]}" "$@"
