@@ -242,7 +242,7 @@ bool Close(double got, double want, DataType dt) {
 
 // ASSERT_EQ for the element loops: gtest's comparison is an out-of-line call
 // per element, so equal values take a plain comparison first.
-#define ASSERT_SAME(got, want)                                   \
+#define ASSERT_SAME(got, want)                                    \
   if (const double got_ = (got), want_ = (want); got_ == want_) { \
   } else                                                          \
     ASSERT_EQ(got_, want_)
@@ -405,7 +405,8 @@ TEST(Collectives, AllGatherGatherScatter) {
         Buffer e(dt, n);
         for (int64_t i = 0; i < n; ++i)
           e.Set(i, Value(dt, ReduceOp::kSum, r, i));
-        for (int64_t i = 0; i < n; ++i) ASSERT_SAME(out.Get(r * n + i), e.Get(i));
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_SAME(out.Get(r * n + i), e.Get(i));
       }
       // Into a list of tensors.
       std::vector<Buffer> parts(Size(), Buffer(dt, n));
@@ -469,7 +470,7 @@ TEST(Collectives, AllGatherInputInsideAnotherPart) {
     for (int r = 0; r < Size(); ++r) {
       for (int64_t i = 0; i < n; ++i)
         ASSERT_SAME(out.Get(r * n + i),
-                  static_cast<float>(Value(dt, ReduceOp::kSum, r, i)))
+                    static_cast<float>(Value(dt, ReduceOp::kSum, r, i)))
             << "n=" << n << " part " << r;
     }
   }
@@ -513,7 +514,7 @@ TEST(Collectives, GatherScatterInPlaceAtTheRoot) {
         for (int r = 0; r < Size(); ++r) {
           for (int64_t i = 0; i < n; ++i)
             ASSERT_SAME(all.Get(r * n + i),
-                      static_cast<float>(Value(dt, ReduceOp::kSum, r, i)))
+                        static_cast<float>(Value(dt, ReduceOp::kSum, r, i)))
                 << "gather n=" << n << " part " << r;
         }
       }
@@ -525,7 +526,7 @@ TEST(Collectives, GatherScatterInPlaceAtTheRoot) {
       const int64_t at = Rank() == root ? root * n : 0;
       for (int64_t i = 0; i < n; ++i)
         ASSERT_SAME(got.Get(at + i),
-                  static_cast<float>(Value(dt, ReduceOp::kSum, Rank(), i)))
+                    static_cast<float>(Value(dt, ReduceOp::kSum, Rank(), i)))
             << "scatter n=" << n << " root " << root;
     }
   }

@@ -68,8 +68,9 @@ class SurvivorMarks {
     const char* tmp = getenv("TEST_TMPDIR");
     const char* job = getenv("DISTKIT_TOKEN");
     if (job == nullptr) job = getenv("MASTER_PORT");
-    dir_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/fault_check.",
-                        std::string(job != nullptr ? job : "job").substr(0, 16));
+    dir_ =
+        absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/fault_check.",
+                     std::string(job != nullptr ? job : "job").substr(0, 16));
     mkdir(dir_.c_str(), 0700);
   }
 
