@@ -51,9 +51,10 @@ run_phase() {  # name, command...
 # A test's wall time from its build event (testResult), slowest first.
 slowest_targets() {  # bep.json...
   python3 - "$@" <<'PY'
-import json, sys
+import json, os, sys
 times = {}
 for path in sys.argv[1:]:
+    phase = os.path.basename(path).split(".")[0]
     try:
         lines = open(path).read().splitlines()
     except OSError:
@@ -67,10 +68,11 @@ for path in sys.argv[1:]:
         if not tr:
             continue
         ms = int(ev.get("testResult", {}).get("testAttemptDurationMillis", 0))
-        key = tr["label"]
+        key = "%s (%s)" % (tr["label"], phase)
         times[key] = max(times.get(key, 0), ms)
 total = sum(times.values())
-print("%d test targets, %.0f s of test time; the 10 slowest:" % (len(times), total / 1000))
+print("%d test runs in the Bazel phases, %.0f s of test time; the 10 slowest:"
+      % (len(times), total / 1000))
 for label, ms in sorted(times.items(), key=lambda kv: -kv[1])[:10]:
     print("  %7.1f s  %s" % (ms / 1000, label))
 PY
