@@ -26,7 +26,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 budget_s="${DISTKIT_TEST_BUDGET_S:-1500}"
 # Each phase's share of the 20-minute budget on 2 cores, cold (seconds).
 declare -A phase_budget=(
-  [bootstrap]=120 [build]=420 [test]=420 [asan]=180 [tsan]=180 [fuzz]=90 [gpu]=60
+  [bootstrap]=120 [build]=390 [test]=420 [asan]=150 [tsan]=150 [fuzz]=50 [gpu]=40
 )
 report_dir="${DISTKIT_TEST_REPORT_DIR:-${TMPDIR:-/tmp}/distkit-tests.$$}"
 mkdir -p "$report_dir"
@@ -53,6 +53,7 @@ slowest_targets() {  # bep.json...
   python3 - "$@" <<'PY'
 import json, os, sys
 times = {}
+statuses = {}
 for path in sys.argv[1:]:
     phase = os.path.basename(path).split(".")[0]
     try:
@@ -67,14 +68,20 @@ for path in sys.argv[1:]:
         tr = ev.get("id", {}).get("testResult")
         if not tr:
             continue
-        ms = int(ev.get("testResult", {}).get("testAttemptDurationMillis", 0))
+        result = ev.get("testResult", {})
+        ms = int(result.get("testAttemptDurationMillis", 0))
         key = "%s (%s)" % (tr["label"], phase)
         times[key] = max(times.get(key, 0), ms)
+        # The last attempt's status counts (there is one unless retried).
+        statuses[key] = result.get("status", "NO_STATUS")
 total = sum(times.values())
 print("%d test runs in the Bazel phases, %.0f s of test time; the 10 slowest:"
       % (len(times), total / 1000))
 for label, ms in sorted(times.items(), key=lambda kv: -kv[1])[:10]:
     print("  %7.1f s  %s" % (ms / 1000, label))
+passed = sum(1 for s in statuses.values() if s == "PASSED")
+with open(os.environ["DK_COUNTS_FILE"], "w") as f:
+    f.write("%d %d\n" % (passed, len(statuses) - passed))
 PY
 }
 
@@ -100,8 +107,18 @@ for name in "${phases[@]}"; do
   printf '  %-10s %5d s  (budget %4d s)  %s\n' "$name" "${phase_secs[$name]}" \
     "${phase_budget[$name]}" "$result"
 done
-printf '  %-10s %5d s  (budget %4d s)\n' total "$total" "$budget_s"
-slowest_targets "$report_dir"/*.bep.json
+printf '  %-10s %5d s  (target 1200 s on 2 cores; warns past %d s)\n' total "$total" \
+  "$budget_s"
+DK_COUNTS_FILE="$report_dir/counts" slowest_targets "$report_dir"/*.bep.json
+read -r tests_passed tests_failed < "$report_dir/counts" || { tests_passed=0; tests_failed=0; }
+# The fuzzers and the GPU check count as one check each.
+for name in fuzz gpu; do
+  if [ "${phase_rc[$name]:-1}" -eq 0 ]; then
+    tests_passed=$((tests_passed + 1))
+  else
+    tests_failed=$((tests_failed + 1))
+  fi
+done
 if [ "$total" -gt "$budget_s" ]; then
   grown=()
   for name in "${phases[@]}"; do
@@ -111,7 +128,9 @@ if [ "$total" -gt "$budget_s" ]; then
     "over their own budgets: ${grown[*]:-none}" >&2
 fi
 if ((${#failed[@]})); then
-  echo "run_all_tests: FAILED phases: ${failed[*]}" >&2
+  echo "run_all_tests: FAILED phases: ${failed[*]}"
+  echo "tests: ${tests_passed} passed, ${tests_failed} failed"
   exit 1
 fi
 echo "run_all_tests: all ${#phases[@]} phases passed in ${total} s"
+echo "tests: ${tests_passed} passed, ${tests_failed} failed"
