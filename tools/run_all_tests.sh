@@ -85,8 +85,28 @@ with open(os.environ["DK_COUNTS_FILE"], "w") as f:
 PY
 }
 
+# Reads torch's and numpy's files (Python modules and libraries, about 200 MB)
+# into the page cache. These machines reclaim page cache that has gone unused
+# for a few minutes, and the first tests to import torch after that stalled
+# on the disk for 40 s (two of them, side by side, at the start of the test
+# phase). Reading is I/O, so it overlaps the CPU-bound build; before the test
+# phase it is repeated, from memory when nothing was reclaimed.
+warm_page_cache() {
+  local dirs=()
+  for d in /usr/lib/python3/dist-packages/torch /usr/lib/python3/dist-packages/numpy \
+    /usr/lib/python3/dist-packages/functorch; do
+    [ -d "$d" ] && dirs+=("$d")
+  done
+  { ((${#dirs[@]})) && find "${dirs[@]}" -type f -print0
+    find /usr/lib/x86_64-linux-gnu -maxdepth 1 \( -name 'libtorch*' -o -name 'libc10*' \) \
+      -type f -print0; } 2>/dev/null | xargs -0 -r cat >/dev/null 2>&1 || true
+}
+
 run_phase bootstrap tools/bootstrap.sh
+warm_page_cache &
 run_phase build bazel build //...
+wait
+warm_page_cache
 run_phase test bazel test //... --build_event_json_file="$report_dir/test.bep.json" "$@"
 run_phase asan bazel test --config=asan //capi/... //cc/core/... //cc/comm/... //cc/parallel/... \
   --build_event_json_file="$report_dir/asan.bep.json"
