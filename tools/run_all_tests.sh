@@ -4,7 +4,8 @@
 # failed, and ends with a summary: each phase's wall time and result, the 10
 # slowest test targets, and a warning when the whole passed its budget.
 #
-#   tools/run_all_tests.sh [bazel test options...]   (passed to `bazel test //...`)
+#   tools/run_all_tests.sh [bazel test options...]   (passed to the Bazel test
+#                                                     phases: test, asan, tsan)
 #
 # Phases:
 #   build     bazel build //... (everything, benchmarks and tools included)
@@ -30,6 +31,7 @@ declare -A phase_budget=(
 )
 report_dir="${DISTKIT_TEST_REPORT_DIR:-${TMPDIR:-/tmp}/distkit-tests.$$}"
 mkdir -p "$report_dir"
+rm -f "$report_dir"/*.bep.json "$report_dir/counts"  # a reused directory
 phases=()
 declare -A phase_secs phase_rc
 total_start=$(date +%s)
@@ -109,8 +111,8 @@ wait
 warm_page_cache
 run_phase test bazel test //... --build_event_json_file="$report_dir/test.bep.json" "$@"
 run_phase asan bazel test --config=asan //capi/... //cc/core/... //cc/comm/... //cc/parallel/... \
-  --build_event_json_file="$report_dir/asan.bep.json"
-run_phase tsan tools/tsan/run_tsan.sh --build_event_json_file="$report_dir/tsan.bep.json"
+  --build_event_json_file="$report_dir/asan.bep.json" "$@"
+run_phase tsan tools/tsan/run_tsan.sh --build_event_json_file="$report_dir/tsan.bep.json" "$@"
 run_phase fuzz tools/fuzz/run_fuzzers.sh 30
 run_phase gpu tools/gpu_check.sh
 
