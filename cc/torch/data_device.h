@@ -9,7 +9,11 @@
 #ifndef DISTKIT_CC_TORCH_DATA_DEVICE_H_
 #define DISTKIT_CC_TORCH_DATA_DEVICE_H_
 
-#include <torch/torch.h>
+// IValue and the tensor types, not torch/torch.h (20 s of parsing per
+// translation unit; these 9).
+#include <ATen/core/ivalue.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "absl/status/statusor.h"
 

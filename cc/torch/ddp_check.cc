@@ -7,7 +7,10 @@
 // fp16 (fp16 compression hook), separate (SeparateDistributedDataParallel).
 // Both sides build parameters, data and targets with the same torch kernels,
 // so they start from identical bits.
-#include <torch/torch.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
 
 #include <cstdio>
 #include <fstream>

@@ -1,5 +1,6 @@
 #include "cc/torch/distributed_data_parallel.h"
 
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 

@@ -6,7 +6,12 @@
 // then state dicts, sharded checkpoints (also loaded by a job of another
 // size), sharded optimizer state and its full form, memory, the timeline
 // and bad input.
-#include <torch/torch.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/optim.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <cstdio>

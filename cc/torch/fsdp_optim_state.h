@@ -24,7 +24,7 @@
 #ifndef DISTKIT_CC_TORCH_FSDP_OPTIM_STATE_H_
 #define DISTKIT_CC_TORCH_FSDP_OPTIM_STATE_H_
 
-#include <torch/torch.h>
+#include <torch/optim.h>
 
 #include <string>
 

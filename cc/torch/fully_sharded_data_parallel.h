@@ -47,7 +47,7 @@
 #ifndef DISTKIT_CC_TORCH_FULLY_SHARDED_DATA_PARALLEL_H_
 #define DISTKIT_CC_TORCH_FULLY_SHARDED_DATA_PARALLEL_H_
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
 
 #include <functional>
 #include <memory>

@@ -6,7 +6,7 @@
 #ifndef DISTKIT_CC_TORCH_TRAIN_STEP_H_
 #define DISTKIT_CC_TORCH_TRAIN_STEP_H_
 
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
 
 #include <functional>
 

@@ -3,7 +3,11 @@
 // DistributedDataParallel; or, with --no-overlap, backward first and then one
 // all_reduce of all gradients (what DDP's overlap saves). Rank 0 prints the
 // median step time and the last step's per-bucket timeline.
-#include <torch/torch.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <cstdio>

@@ -4,7 +4,7 @@
 // all_reduce of one float, checked, then the wall clock (CLOCK_REALTIME, ns)
 // at which it ended.
 #include <time.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdio>
 #include <cstdlib>
