@@ -34,7 +34,7 @@ def worker(iters: int, batches: int) -> None:
 
     def raw():
         view = Borrowed(x)
-        _lib.check(_lib.lib.dk_group_all_reduce, group._handle, view.pointer, 0, None)
+        _lib.raise_for_status(_lib.lib.dk_group_all_reduce, group._handle, view.pointer, 0, None)
 
     calls = {"distkit dist.all_reduce": lambda: dist.all_reduce(x),
              "distkit group call (ABI)": raw,

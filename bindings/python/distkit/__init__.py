@@ -7,5 +7,5 @@
 from . import device, dist, distributed, errors
 from .errors import DistkitError
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"  # the same as pyproject.toml
 __all__ = ["DistkitError", "device", "dist", "distributed", "errors"]

@@ -286,7 +286,7 @@ def _load():
 lib = _load()
 
 
-def check(fn, *args):
+def raise_for_status(fn, *args):
     """Calls ABI function `fn` with an error out-parameter appended; raises the
     mapped exception on failure. The error is copied and freed in this call."""
     err = ctypes.c_void_p()
@@ -296,6 +296,7 @@ def check(fn, *args):
         code = lib.dk_error_code(err) if err else status
         lib.dk_error_free(err)
         raise errors.error_for(code, message)
+
 
 
 def tensor_array(views):

@@ -8,7 +8,7 @@ import torch
 
 from . import _lib
 from ._dlpack import Borrowed
-from ._lib import check, lib
+from ._lib import lib, raise_for_status
 
 _DL_CUDA = 2  # DLPack kDLCUDA
 
@@ -59,4 +59,4 @@ def copy_tensor(src, dst) -> None:
     if any(isinstance(t, torch.Tensor) and t.is_cuda for t in (src, dst)):
         torch.cuda.current_stream().synchronize()  # the copy runs outside torch's stream
     a, b = Borrowed(src), Borrowed(dst)
-    check(lib.dk_tensor_copy, a.pointer, b.pointer)
+    raise_for_status(lib.dk_tensor_copy, a.pointer, b.pointer)

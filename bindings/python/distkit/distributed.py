@@ -9,7 +9,7 @@ from typing import Any, Callable, List, Optional, Union
 import torch
 
 from . import _lib, dist
-from ._lib import check, lib, take_string
+from ._lib import lib, raise_for_status, take_string
 
 __all__ = [
     "DistributedProcessGroup", "ParallelState", "backend", "barrier", "fsdp2_wrap", "is_available",
@@ -115,8 +115,9 @@ class _State:
 
     def __init__(self, data_parallel, tensor_parallel, expert_parallel):
         self.handle = ctypes.c_void_p()
-        check(lib.dk_parallel_state_create, _group_arg(data_parallel), _group_arg(tensor_parallel),
-              _group_arg(expert_parallel), ctypes.byref(self.handle))
+        raise_for_status(lib.dk_parallel_state_create, _group_arg(data_parallel),
+                         _group_arg(tensor_parallel), _group_arg(expert_parallel),
+                         ctypes.byref(self.handle))
 
     def __del__(self):
         if getattr(self, "handle", None):
@@ -125,7 +126,7 @@ class _State:
 
     def describe(self) -> str:
         out = ctypes.c_void_p()
-        check(lib.dk_parallel_state_describe, self.handle, ctypes.byref(out))
+        raise_for_status(lib.dk_parallel_state_describe, self.handle, ctypes.byref(out))
         return take_string(out)
 
 

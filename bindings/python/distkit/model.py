@@ -14,16 +14,18 @@ averaged gradients equal torch.nn.parallel.DistributedDataParallel's.
 """
 import contextlib
 import ctypes
-from collections import OrderedDict
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import torch
 
 from . import _lib, dist
 from ._dlpack import Borrowed
+from ._lib import lib, raise_for_status
 from ._memory import tensor_at
+from ._model_steps import parse_losses, run_forward
 from .dist.devices import move_to
-from ._lib import check, lib
+from .fsdp import FullyShardedDataParallel
+from .model_fsdp import MMFullyShardedDataParallel
 
 __all__ = [
     "MMDistributedDataParallel",
@@ -99,22 +101,6 @@ def _reachable_leaves(outputs) -> set:
     return seen
 
 
-def parse_losses(losses: Dict[str, Any]):
-    """mmengine's BaseModel.parse_losses: every tensor (or list of tensors) is
-    averaged; the sum of the entries whose key contains 'loss' is the loss."""
-    log_vars = []
-    for name, value in losses.items():
-        if isinstance(value, torch.Tensor):
-            log_vars.append([name, value.mean()])
-        elif isinstance(value, (list, tuple)) and all(isinstance(v, torch.Tensor) for v in value):
-            log_vars.append([name, sum(v.mean() for v in value)])
-        else:
-            raise TypeError(f"{name} is not a tensor or list of tensors")
-    loss = sum(value for key, value in log_vars if "loss" in key)
-    log_vars.insert(0, ["loss", loss])
-    return loss, OrderedDict(log_vars)
-
-
 class OptimWrapper:
     """The part of mmengine's OptimWrapper that train_step uses:
     ``update_params`` (backward, step, zero_grad, with gradient accumulation
@@ -171,8 +157,8 @@ class _Reducer:
         bptrs = (_lib.T * max(1, len(buffers)))(*[v.pointer for v in self.buffer_views])
         self.handle = ctypes.c_void_p()
         with torch.no_grad():
-            check(lib.dk_reducer_create, dist.groups.handle_of(group), ptrs, len(params), bptrs, len(buffers),
-                  ctypes.byref(config), ctypes.byref(self.handle))
+            raise_for_status(lib.dk_reducer_create, dist.groups.handle_of(group), ptrs, len(params),
+                             bptrs, len(buffers), ctypes.byref(config), ctypes.byref(self.handle))
 
     def __del__(self):
         handle = getattr(self, "handle", None)
@@ -247,7 +233,7 @@ class MMDistributedDataParallel(torch.nn.Module):
         p = self._dk_params[index]
         view = Borrowed(p.grad)
         self._grad_views[index] = view  # borrowed by the library until finalize
-        check(lib.dk_reducer_mark_ready, self._reducer.handle, index, view.pointer)
+        raise_for_status(lib.dk_reducer_mark_ready, self._reducer.handle, index, view.pointer)
         if not self._finalize_queued:
             self._finalize_queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._finalize)
@@ -255,7 +241,7 @@ class MMDistributedDataParallel(torch.nn.Module):
     def _finalize(self) -> None:
         self._finalize_queued = False
         try:
-            check(lib.dk_reducer_finalize, self._reducer.handle)
+            raise_for_status(lib.dk_reducer_finalize, self._reducer.handle)
         finally:
             self._grad_views = [None] * len(self._dk_params)
         handle = self._reducer.handle
@@ -266,7 +252,7 @@ class MMDistributedDataParallel(torch.nn.Module):
                         continue
                     # Unused here, used elsewhere: the averaged gradient.
                     address = ctypes.c_void_p()
-                    check(lib.dk_reducer_reduced_grad, handle, i, ctypes.byref(address))
+                    raise_for_status(lib.dk_reducer_reduced_grad, handle, i, ctypes.byref(address))
                     reduced = _tensor_at(address.value, p, self._bucket_device).to(p.device)
                     if p.grad is None:
                         p.grad = reduced.clone()
@@ -281,7 +267,7 @@ class MMDistributedDataParallel(torch.nn.Module):
         with torch.no_grad():
             for i, p in enumerate(self._dk_params):
                 address = ctypes.c_void_p()
-                check(lib.dk_reducer_grad_view, handle, i, ctypes.byref(address))
+                raise_for_status(lib.dk_reducer_grad_view, handle, i, ctypes.byref(address))
                 if p.grad is not None and p.grad.data_ptr() == address.value:
                     continue
                 view = _tensor_at(address.value, p, self._bucket_device)
@@ -296,7 +282,7 @@ class MMDistributedDataParallel(torch.nn.Module):
     def forward(self, *inputs, **kwargs):
         training = torch.is_grad_enabled() and self.require_backward_grad_sync
         if training and self.broadcast_buffers and self._dk_buffers:
-            check(lib.dk_reducer_broadcast_buffers, self._reducer.handle)
+            raise_for_status(lib.dk_reducer_broadcast_buffers, self._reducer.handle)
         if self.gradient_as_bucket_view:
             if self._view_generation < 0 or any(
                     p.grad is None for p in self._dk_params):
@@ -311,7 +297,7 @@ class MMDistributedDataParallel(torch.nn.Module):
             self._used = {i for i, acc in enumerate(self._accumulators) if acc in reached}
             unused = [i for i in range(len(self._dk_params)) if i not in self._used]
             array = (ctypes.c_int32 * max(1, len(unused)))(*unused)
-            check(lib.dk_reducer_prepare, self._reducer.handle, array, len(unused))
+            raise_for_status(lib.dk_reducer_prepare, self._reducer.handle, array, len(unused))
         return output
 
     @contextlib.contextmanager
@@ -355,12 +341,7 @@ class MMDistributedDataParallel(torch.nn.Module):
         return self.module.test_step(data)
 
     def _run_forward(self, data, mode: str):
-        if isinstance(data, dict):
-            return self(**data, mode=mode)
-        if isinstance(data, (list, tuple)):
-            return self(*data, mode=mode)
-        raise TypeError("Output of `data_preprocessor` should be list, tuple or dict, "
-                        f"but got {type(data)}")
+        return run_forward(self, data, mode)
 
     def _detect_anomalous_params(self, loss: torch.Tensor) -> None:
         reached = _reachable_leaves(loss)
@@ -413,12 +394,7 @@ class MMSeparateDistributedDataParallel(torch.nn.Module):
 
 def is_model_wrapper(model) -> bool:
     """mmengine's is_model_wrapper: distkit's wrappers and torch's own."""
-    from .fsdp import FullyShardedDataParallel
-
     wrappers = (MMDistributedDataParallel, MMSeparateDistributedDataParallel,
                 FullyShardedDataParallel, torch.nn.parallel.DistributedDataParallel,
                 torch.nn.DataParallel)
     return isinstance(model, wrappers)
-
-
-from .model_fsdp import MMFullyShardedDataParallel  # noqa: E402  (it uses parse_losses)

@@ -3,12 +3,13 @@
 messages, and mmengine's train_step / val_step / test_step (val and test run
 the sharded forward in 'predict' mode, so they are collective)."""
 from functools import partial
-from typing import Callable, Dict, Iterable, List, Optional, Union
+from typing import Callable, Dict, Iterable, Optional, Union
 
 import torch
 from torch import nn
 
 from . import fsdp
+from ._model_steps import parse_losses, run_forward
 from .fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel, MixedPrecision,
                    ShardingStrategy)
 from .registry import FUNCTIONS
@@ -139,17 +140,9 @@ class MMFullyShardedDataParallel(FullyShardedDataParallel):
         return _by_name(dict(module.named_modules()), ignored, nn.Module, "`Iterable[nn.Module]`")
 
     def train_step(self, data, optim_wrapper) -> Dict[str, torch.Tensor]:
-        from .model import parse_losses
-
         with optim_wrapper.optim_context(self):
             data = self.module.data_preprocessor(data, training=True)
-            if isinstance(data, dict):
-                losses = self(**data, mode="loss")
-            elif isinstance(data, (list, tuple)):
-                losses = self(*data, mode="loss")
-            else:
-                raise TypeError("Output of `data_preprocessor` should be list tuple or dict, "
-                                f"but got {type(data)}")
+            losses = run_forward(self, data, "loss", expected="list tuple or dict")
         preds = masks = None
         if isinstance(losses, tuple) and len(losses) == 3:  # mmpretrain
             losses, preds, masks = losses
@@ -174,9 +167,4 @@ class MMFullyShardedDataParallel(FullyShardedDataParallel):
         return self._run_forward(data, mode="predict")
 
     def _run_forward(self, data, mode: str):
-        if isinstance(data, dict):
-            return self(**data, mode=mode)
-        if isinstance(data, (list, tuple)):
-            return self(*data, mode=mode)
-        raise TypeError("Output of `data_preprocessor` should be list, tuple or dict, "
-                        f"but got {type(data)}")
+        return run_forward(self, data, mode)

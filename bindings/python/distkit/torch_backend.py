@@ -30,7 +30,7 @@ from torch._C._distributed_c10d import _create_work_from_future
 
 from . import _lib
 from ._dlpack import Borrowed
-from ._lib import check, lib
+from ._lib import lib, raise_for_status
 from .dist import groups as _groups
 from .dist import torch_join
 
@@ -72,12 +72,12 @@ class DistkitStore(tdist.Store):
 
     def set(self, key, value):
         data = value if isinstance(value, (bytes, bytearray)) else str(value).encode()
-        check(lib.dk_store_set, self._handle, self._key(key), bytes(data), len(data))
+        raise_for_status(lib.dk_store_set, self._handle, self._key(key), bytes(data), len(data))
 
     def get(self, key):
         out, size = ctypes.c_void_p(), ctypes.c_size_t()
-        check(lib.dk_store_get, self._handle, self._key(key), ctypes.byref(out),
-              ctypes.byref(size))
+        raise_for_status(lib.dk_store_get, self._handle, self._key(key), ctypes.byref(out),
+                         ctypes.byref(size))
         try:
             return ctypes.string_at(out, size.value) if size.value else b""
         finally:
@@ -87,7 +87,8 @@ class DistkitStore(tdist.Store):
         if self._init_barrier_size is not None and key.startswith("store_based_barrier_key"):
             return self._init_barrier_size
         out = ctypes.c_int64()
-        check(lib.dk_store_add, self._handle, self._key(key), int(value), ctypes.byref(out))
+        raise_for_status(lib.dk_store_add, self._handle, self._key(key), int(value),
+                         ctypes.byref(out))
         return out.value
 
     def _keys(self, keys):
@@ -95,19 +96,20 @@ class DistkitStore(tdist.Store):
 
     def wait(self, keys, timeout=None):
         ms = -1 if timeout is None else int(timeout.total_seconds() * 1000)
-        check(lib.dk_store_wait, self._handle, self._keys(keys), len(keys), ms)
+        raise_for_status(lib.dk_store_wait, self._handle, self._keys(keys), len(keys), ms)
 
     def check(self, keys):
         out = ctypes.c_int32()
-        check(lib.dk_store_check, self._handle, self._keys(keys), len(keys), ctypes.byref(out))
+        raise_for_status(lib.dk_store_check, self._handle, self._keys(keys), len(keys),
+                         ctypes.byref(out))
         return bool(out.value)
 
     def compare_set(self, key, expected, desired):
         e = expected if isinstance(expected, bytes) else str(expected).encode()
         d = desired if isinstance(desired, bytes) else str(desired).encode()
         out, size = ctypes.c_void_p(), ctypes.c_size_t()
-        check(lib.dk_store_compare_set, self._handle, self._key(key), e, len(e), d, len(d),
-              ctypes.byref(out), ctypes.byref(size))
+        raise_for_status(lib.dk_store_compare_set, self._handle, self._key(key), e, len(e), d,
+                         len(d), ctypes.byref(out), ctypes.byref(size))
         try:
             return ctypes.string_at(out, size.value) if size.value else b""
         finally:
@@ -115,12 +117,12 @@ class DistkitStore(tdist.Store):
 
     def delete_key(self, key):
         out = ctypes.c_int32()
-        check(lib.dk_store_delete_key, self._handle, self._key(key), ctypes.byref(out))
+        raise_for_status(lib.dk_store_delete_key, self._handle, self._key(key), ctypes.byref(out))
         return bool(out.value)
 
     def num_keys(self):
         out = ctypes.c_int64()
-        check(lib.dk_store_num_keys, self._handle, ctypes.byref(out))
+        raise_for_status(lib.dk_store_num_keys, self._handle, ctypes.byref(out))
         return out.value
 
     def set_timeout(self, timeout):
@@ -135,7 +137,7 @@ class DistkitStore(tdist.Store):
 def job_store(prefix: str = "torch/") -> DistkitStore:
     """distkit's job store (after init_dist) as a torch Store."""
     handle = ctypes.c_void_p()
-    check(lib.dk_default_store, ctypes.byref(handle))
+    raise_for_status(lib.dk_default_store, ctypes.byref(handle))
     return DistkitStore(handle, prefix)
 
 
@@ -173,7 +175,7 @@ class ProcessGroupDistkit(tdist.ProcessGroup):
     def _run(self, fn, args, keep, result, then=None):
         """Runs ABI collective ``fn`` on this group (``keep``: what it
         borrows), then ``then`` (results into torch's tensors)."""
-        check(fn, self._handle, *args, None)
+        raise_for_status(fn, self._handle, *args, None)
         if then is not None:
             then()
         del keep
@@ -190,8 +192,8 @@ class ProcessGroupDistkit(tdist.ProcessGroup):
     def allreduce_coalesced(self, tensors, opts=None):
         op = _op(opts.reduceOp) if opts is not None else _lib.OP_SUM
         views = [Borrowed(t) for t in tensors]
-        check(lib.dk_group_all_reduce_coalesced, self._handle, _lib.tensor_array(views),
-              len(views), op, 1, -1)
+        raise_for_status(lib.dk_group_all_reduce_coalesced, self._handle, _lib.tensor_array(views),
+                         len(views), op, 1, -1)
         return _done(list(tensors))
 
     def reduce(self, tensors, opts):
@@ -365,8 +367,8 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta) -> Process
     name = store.get("distkit/name").decode()
     ranks = (ctypes.c_int32 * size)(*members)
     handle = ctypes.c_void_p()
-    check(lib.dk_group_new_named, _groups.handle_of(None), ranks, size, name.encode(),
-          ctypes.byref(handle))
+    raise_for_status(lib.dk_group_new_named, _groups.handle_of(None), ranks, size, name.encode(),
+                     ctypes.byref(handle))
     return ProcessGroupDistkit(rank, size, _groups.ProcessGroup(handle))
 
 

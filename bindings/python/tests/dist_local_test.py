@@ -144,7 +144,7 @@ class NotDistributedTest(unittest.TestCase):
         # with its code read from the error object.
         from distkit import _lib
         with self.assertRaisesRegex(errors.FailedPreconditionError, "call dk_init first") as ctx:
-            _lib.check(_lib.lib.dk_group_barrier, None, None)
+            _lib.raise_for_status(_lib.lib.dk_group_barrier, None, None)
         self.assertEqual(ctx.exception.code, errors.FAILED_PRECONDITION)
 
     def test_modelopt_not_initialized(self):

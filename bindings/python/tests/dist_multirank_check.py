@@ -13,14 +13,7 @@ import torch
 import torch.distributed as tdist
 
 from distkit import dist, distributed, errors
-
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"rank {dist.get_rank()}: CHECK FAILED: {what}", file=sys.stderr)
+from testing.python.rank_check import check, finish
 
 
 def torch_init_method():
@@ -217,8 +210,7 @@ def main():
     dist.barrier()
     tdist.destroy_process_group()
     dist.destroy()
-    print(f"rank {rank}: python checks {'FAILED: ' + str(failures) if failures else 'passed'}")
-    return 1 if failures else 0
+    return finish("python checks")
 
 
 if __name__ == "__main__":

@@ -16,16 +16,9 @@ from distkit.model import MMFullyShardedDataParallel, OptimWrapper, is_model_wra
 from distkit.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel, MixedPrecision,
                           ModuleWrapPolicy, ShardingStrategy, StateDictType,
                           prefetch_overlap, size_based_auto_wrap_policy)
+from testing.python.rank_check import check, finish
 
 LOCAL, STEPS, LR = 3, 5, 0.1
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    if not ok:
-        failures += 1
-        print(f"rank {dist.get_rank()}: CHECK FAILED: {what}", file=sys.stderr, flush=True)
 
 
 class Block(nn.Module):
@@ -566,10 +559,9 @@ def main():
         train(ShardingStrategy.HYBRID_SHARD, 1, policy, auto_groups=True)
         train(ShardingStrategy.HYBRID_SHARD, 2, policy, auto_groups=True)
         dist.barrier()
-        print(f"rank {dist.get_rank()}: hybrid checks {'passed' if failures == 0 else 'FAILED'}",
-              flush=True)
+        status = finish("hybrid checks")
         dist.destroy()
-        return 0 if failures == 0 else 1
+        return status
     for strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.SHARD_GRAD_OP,
                      ShardingStrategy.NO_SHARD, ShardingStrategy.HYBRID_SHARD,
                      ShardingStrategy._HYBRID_SHARD_ZERO2):
@@ -591,10 +583,9 @@ def main():
     check(size_based_auto_wrap_policy(nn.Linear(2, 2), False, 100, min_num_params=50),
           "size policy")
     dist.barrier()
-    print(f"rank {dist.get_rank()}: fsdp checks {'passed' if failures == 0 else 'FAILED'}",
-          flush=True)
+    status = finish("fsdp checks")
     dist.destroy()
-    return 0 if failures == 0 else 1
+    return status
 
 
 if __name__ == "__main__":

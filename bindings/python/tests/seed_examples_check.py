@@ -19,15 +19,7 @@ from distkit.dist import (Work, all_gather, all_gather_object, all_reduce, all_r
                           get_world_size, init_dist, init_local_group, is_main_process,
                           master_only, new_group, reduce, sync_random_seed)
 from distkit import dist
-
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    if not ok:
-        failures += 1
-        print(f"rank {get_rank()}: CHECK FAILED: {what}", flush=True)
+from testing.python.rank_check import check, finish
 
 
 def randn_of(rank, n, salt):
@@ -285,14 +277,14 @@ def global_ranks():
 
 
 def init_backends():
-    import distkit.dist.groups as groups
+    import distkit.dist.launch as launch
     for package in ("deepspeed", "colossalai"):
         try:
             __import__(package)
             continue  # installed: mmengine's path runs; nothing to refuse
         except ImportError:
             pass
-        message = raises(ImportError, groups._init_with_package, package, "pytorch", "gloo", {})
+        message = raises(ImportError, launch._init_with_package, package, "pytorch", "gloo", {})
         check(f"needs the {package!r} package" in message, f"init_backend={package}: {message}")
 
 
@@ -316,10 +308,9 @@ def main():
     barrier()
     if get_rank() == 0:
         shutil.rmtree(shared, ignore_errors=True)
-    print(f"rank {get_rank()}: seed examples {'passed' if failures == 0 else 'FAILED'}",
-          flush=True)
+    status = finish("seed examples")
     dist.destroy()
-    return 0 if failures == 0 else 1
+    return status
 
 
 if __name__ == "__main__":

@@ -10,15 +10,9 @@ import sys
 import torch
 
 from distkit import dist, errors
+from testing.python.rank_check import check, finish
 
 DIM, STEPS, DIES_BEFORE, LR = 4, 10, 5, 0.1
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"CHECK FAILED: {what}", file=sys.stderr)
 
 
 def grad(r, w):
@@ -64,9 +58,7 @@ def main():
     check(torch.allclose(w, reference(size), rtol=1e-9, atol=1e-12),
           f"weights {w.tolist()} equal training without communication")
     dist.barrier()
-    if not failures:
-        print(f"rank {rank}: trained on after the shrink")
-    return 1 if failures else 0
+    return finish("shrink checks")
 
 
 if __name__ == "__main__":

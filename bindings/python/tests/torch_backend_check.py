@@ -16,15 +16,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
 from distkit import dist
-
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    if not ok:
-        failures += 1
-        print(f"rank {os.environ['RANK']}: CHECK FAILED: {what}", flush=True)
+from testing.python.rank_check import check, finish
 
 
 def same(a, b):
@@ -207,13 +199,12 @@ def main():
     dist.all_reduce(t)  # distkit.dist beside it
     check(t.item() == n, "distkit.dist beside torch.distributed")
     tdist.barrier()
-    print(f"rank {rank}: torch backend checks {'passed' if failures == 0 else 'FAILED'}",
-          flush=True)
+    status = finish("torch backend checks")
     if "--standalone" in sys.argv:
         tdist.destroy_process_group()
     else:
         dist.destroy()
-    return 0 if failures == 0 else 1
+    return status
 
 
 if __name__ == "__main__":

@@ -12,15 +12,7 @@ import torch
 import torch.distributed as tdist
 
 from distkit import dist, distributed
-
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    if not ok:
-        failures += 1
-        print(f"rank {os.environ.get('RANK')}: CHECK FAILED: {what}", flush=True)
+from testing.python.rank_check import check, finish
 
 
 def main():
@@ -83,11 +75,10 @@ def main():
     tdist.all_reduce(t)
     check(torch.equal(t, torch.full((2,), float(n))), "torch.distributed.all_reduce")
     dist.barrier()
-    print(f"rank {rank}: torch-joined checks {'passed' if failures == 0 else 'FAILED'}",
-          flush=True)
+    status = finish("torch-joined checks")
     dist.destroy()
     tdist.destroy_process_group()
-    return 0 if failures == 0 else 1
+    return status
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """mmengine.dist, on distkit: the same names, signatures, return conventions,
-exception types and messages (see shared/reference/semantics.md), so code
+exception types and messages (see docs/semantics.md), so code
 written against mmengine runs after ``from distkit import dist``.
 
 Tensors are torch tensors or numpy arrays; they travel to the C ABI through
@@ -7,7 +7,8 @@ DLPack and are updated in place, never copied through Python lists. Objects
 travel pickled. Collectives release the GIL while they wait.
 
 The modules mirror the library's concepts:
-  groups       the job, process groups and topology (rank, size, local group)
+  launch       joining and leaving the job (init_dist, destroy)
+  groups       process groups and topology (rank, size, local group)
   devices      which device data is on and casting it to the comm device
   collectives  tensor collectives (all_reduce, broadcast, ..., all_reduce_params)
   objects      object collectives (pickled Python objects, raw bytes)
@@ -21,11 +22,11 @@ from ..errors import DistkitError
 from .collectives import (_get_reduce_op, all_gather, all_reduce, all_reduce_dict,
                           all_reduce_params, broadcast, gather, reduce, sync_random_seed)
 from .devices import cast_data_device, get_comm_device, get_data_device
-from .groups import (ProcessGroup, barrier, destroy, get_backend, get_default_group,
-                     get_dist_info, get_global_rank, get_group_rank, get_local_group,
-                     get_local_rank, get_local_size, get_rank, get_world_size, infer_launcher,
-                     init_dist, init_local_group, is_distributed, is_main_process, master_only,
-                     new_group, shrink_group)
+from .groups import (ProcessGroup, barrier, get_backend, get_default_group, get_dist_info,
+                     get_global_rank, get_group_rank, get_local_group, get_local_rank,
+                     get_local_size, get_rank, get_world_size, init_local_group, is_distributed,
+                     is_main_process, master_only, new_group, shrink_group)
+from .launch import destroy, infer_launcher, init_dist
 from .objects import all_gather_bytes, all_gather_object, broadcast_object_list, gather_object
 from .results import collect_results, collect_results_cpu, collect_results_gpu
 from .work import Work

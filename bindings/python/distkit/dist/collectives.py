@@ -8,7 +8,7 @@ import torch
 
 from .. import _lib
 from .._dlpack import Borrowed
-from .._lib import check, lib
+from .._lib import lib, raise_for_status
 from .devices import back_to_input, on_comm_device
 from .call_forms import Form, choose
 from .groups import (ProcessGroup, get_backend, get_group_rank, get_rank, get_world_size,
@@ -40,7 +40,7 @@ def _run(fn, args: tuple, async_op: bool, keep=(), then=None):
     returns a Work that runs ``then`` once it is done."""
     if async_op:
         return Work(start(fn, *args), keep, then)
-    check(fn, *args, None)
+    raise_for_status(fn, *args, None)
     if then is not None:
         then()
     return None
@@ -126,13 +126,13 @@ def _all_gather(data, group) -> list:
     if isinstance(data, np.ndarray):
         out = np.empty((world_size,) + data.shape, dtype=data.dtype)
         a, b = Borrowed(np.ascontiguousarray(data)), Borrowed(out)
-        check(lib.dk_group_all_gather, handle_of(group), a.pointer, b.pointer, None)
+        raise_for_status(lib.dk_group_all_gather, handle_of(group), a.pointer, b.pointer, None)
         return list(out)
     data_on_device, input_device = on_comm_device(data, group)
     out = torch.empty((world_size,) + tuple(data_on_device.shape), dtype=data_on_device.dtype,
                       device=data_on_device.device)
     a, b = Borrowed(data_on_device), Borrowed(out)
-    check(lib.dk_group_all_gather, handle_of(group), a.pointer, b.pointer, None)
+    raise_for_status(lib.dk_group_all_gather, handle_of(group), a.pointer, b.pointer, None)
     return [t.to(input_device) for t in out.unbind(0)]
 
 
@@ -192,7 +192,8 @@ def _gather(data, dst: int, group) -> list:
                           device=data_on_device.device)
     a = Borrowed(data_on_device)
     b = Borrowed(out) if out is not None else None
-    check(lib.dk_group_gather, handle_of(group), a.pointer, b.pointer if b else None, root, None)
+    raise_for_status(lib.dk_group_gather, handle_of(group), a.pointer, b.pointer if b else None,
+                     root, None)
     if not is_dst:
         return []
     return [t.to(input_device) if input_device is not None else t for t in out.unbind(0)]
@@ -240,7 +241,7 @@ def sync_random_seed(*args, **kwargs) -> int:
         if get_world_size(group) == 1:
             return seed
         out = ctypes.c_int32()
-        check(lib.dk_group_sync_random_seed, handle_of(group), ctypes.byref(out))
+        raise_for_status(lib.dk_group_sync_random_seed, handle_of(group), ctypes.byref(out))
         return out.value
     if get_world_size(group) == 1:
         return int(given)
@@ -283,5 +284,5 @@ def all_reduce_params(params, coalesce: bool = True, bucket_size_mb: int = -1, o
     code = _op_code(op)
     views = [Borrowed(t) for t in params_data]
     array = _lib.tensor_array(views)
-    check(lib.dk_group_all_reduce_coalesced, handle_of(group), array, len(views), code,
-          1 if coalesce else 0, bucket_size_mb)
+    raise_for_status(lib.dk_group_all_reduce_coalesced, handle_of(group), array, len(views), code,
+                     1 if coalesce else 0, bucket_size_mb)

@@ -1,13 +1,11 @@
-"""The job and its process groups: joining and leaving, the default and the
-node-local group, new groups, and each rank's place in them."""
+"""The job's process groups: the default and the node-local group, new
+groups, and each rank's place in them (joining and leaving: launch.py)."""
 import ctypes
-import datetime
 import functools
-import os
 from typing import Optional
 
-from .. import _lib, errors
-from .._lib import check, lib
+from .. import errors
+from .._lib import lib, raise_for_status
 from . import torch_join
 from .call_forms import Form, choose
 from .work import Work, start
@@ -54,7 +52,6 @@ class ProcessGroup:
 _default_group: Optional[ProcessGroup] = None
 _LOCAL_PROCESS_GROUP: Optional[ProcessGroup] = None
 _LOCAL_FROM_LAUNCHER = False  # init_dist made _LOCAL_PROCESS_GROUP
-_TORCH_GROUP_OURS = False  # init_dist made torch.distributed's default group
 
 
 def handle_of(group: Optional[ProcessGroup]):
@@ -77,7 +74,8 @@ def _join_torch_job() -> None:
 
 
 def _adopt_world(world) -> None:
-    """distkit's world, joined for torch.distributed's "distkit" backend."""
+    """distkit's world, joined by init_dist or for torch.distributed's
+    "distkit" backend."""
     global _default_group
     _default_group = ProcessGroup(world)
 
@@ -156,7 +154,7 @@ def barrier(group: Optional[ProcessGroup] = None, async_op: bool = False):
         return Work(None) if async_op else None
     if async_op:
         return Work(start(lib.dk_group_barrier, handle_of(group)))
-    check(lib.dk_group_barrier, handle_of(group), None)
+    raise_for_status(lib.dk_group_barrier, handle_of(group), None)
     return None
 
 
@@ -190,120 +188,7 @@ def get_group_rank(group: Optional[ProcessGroup], global_rank: int) -> int:
         raise ValueError(f"Global rank {global_rank} is not part of group {group}") from None
 
 
-# ---- joining and leaving --------------------------------------------------------
-
-
-def infer_launcher() -> str:
-    if "WORLD_SIZE" in os.environ:
-        return "pytorch"
-    if "SLURM_NTASKS" in os.environ:
-        return "slurm"
-    if "OMPI_COMM_WORLD_LOCAL_RANK" in os.environ:
-        return "mpi"
-    return "none"
-
-
-def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
-    """Joins the job. ``timeout`` (seconds) becomes the per-collective timeout."""
-    timeout = kwargs.get("timeout", None)
-    if timeout is not None:
-        try:
-            kwargs["timeout"] = datetime.timedelta(seconds=timeout)
-        except TypeError as exception:
-            raise TypeError(
-                f"Timeout for distributed training must be provided as timeout in seconds, "
-                f"but we've received the type {type(timeout)}. Please specify the timeout "
-                f"like this: dist_cfg=dict(backend='nccl', timeout=1800)") from exception
-    import torch.multiprocessing as mp
-
-    if mp.get_start_method(allow_none=True) is None:
-        mp.set_start_method("spawn")
-    if launcher not in ("pytorch", "mpi", "slurm"):
-        raise ValueError(f"Invalid launcher type: {launcher}")
-    if init_backend not in ("torch", "deepspeed", "colossalai"):
-        raise ValueError(
-            f'supported "init_backend" is "torch", "deepspeed" or "colossalai", but got {init_backend}')
-    if init_backend != "torch":
-        _init_with_package(init_backend, launcher, backend, kwargs)
-    config = _lib.InitConfig()
-    lib.dk_init_config_init(ctypes.byref(config))
-    config.backend = backend.encode()
-    if kwargs.get("timeout") is not None:
-        config.timeout_ms = int(kwargs["timeout"].total_seconds() * 1000)
-    if launcher == "slurm" and kwargs.get("port") is not None:
-        os.environ["MASTER_PORT"] = str(kwargs["port"])
-    _select_cuda_device(launcher)
-    world = ctypes.c_void_p()
-    check(lib.dk_init, launcher.encode(), ctypes.byref(config), ctypes.byref(world))
-    if launcher in ("slurm", "mpi"):
-        _mirror_exported_variables()
-    global _default_group, _TORCH_GROUP_OURS
-    _default_group = ProcessGroup(world)
-    _local_group_from_launcher()
-    # As mmengine's init_dist initializes torch.distributed: its default
-    # group on the "distkit" backend, over these ranks and connections.
-    try:
-        from .. import torch_backend
-    except ImportError:  # a torch built without torch.distributed
-        return
-    _TORCH_GROUP_OURS = torch_backend.init_default_group(config.timeout_ms)
-
-
-def _launcher_local_rank(launcher: str, device_count: int) -> int:
-    """This rank's local rank as mmengine reads it for set_device."""
-    env = os.environ
-    if launcher == "pytorch":
-        return int(env.get("LOCAL_RANK", "0"))
-    if launcher == "slurm":
-        if "SLURM_LOCALID" in env:
-            return int(env["SLURM_LOCALID"])
-        return int(env.get("SLURM_PROCID", "0")) % device_count
-    return int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("MPI_LOCALRANKID", "0")))
-
-
-def _select_cuda_device(launcher: str) -> None:
-    """mmengine's init_dist: cuda.set_device(local_rank) before joining, so
-    that get_comm_device() (cuda:<current_device()>) is the device the NCCL
-    backend binds (cuda:<local_rank % device_count>). Nothing without a GPU."""
-    import torch
-    if not torch.cuda.is_available():
-        return
-    count = torch.cuda.device_count()
-    if count > 0:
-        torch.cuda.set_device(_launcher_local_rank(launcher, count) % count)
-
-
-def _mirror_exported_variables() -> None:
-    """dk_init exported torchrun's variables under Slurm and MPI (as
-    mmengine's init_dist does) into the C environment; os.environ is a copy
-    taken at start-up, so they are copied in for Python code that reads them."""
-    libc = ctypes.CDLL(None)
-    libc.getenv.restype = ctypes.c_char_p
-    libc.getenv.argtypes = [ctypes.c_char_p]
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                 "MASTER_PORT"):
-        value = libc.getenv(name.encode())
-        if value is not None:
-            os.environ[name] = value.decode()
-
-
-def _init_with_package(init_backend: str, launcher: str, backend: str, kwargs: dict) -> None:
-    """mmengine's init_backend='deepspeed' / 'colossalai' (pytorch launcher):
-    the package initializes torch.distributed; distkit then joins as usual."""
-    import importlib
-    try:
-        package = importlib.import_module(init_backend)
-    except ImportError as e:
-        raise ImportError(f"init_dist(init_backend={init_backend!r}) needs the {init_backend!r} "
-                          f"package, which cannot be imported here ({e}); install it or use "
-                          f"init_backend='torch'", name=init_backend) from e
-    if launcher != "pytorch":
-        raise ValueError(f"init_backend={init_backend!r} works with the pytorch launcher, "
-                         f"as in mmengine; got {launcher!r}")
-    if init_backend == "deepspeed":
-        package.init_distributed(dist_backend=backend, **kwargs)
-    else:
-        package.launch_from_torch(backend=backend, **kwargs)
+# ---- set by joining and leaving (launch.py) -------------------------------------
 
 
 def _local_group_from_launcher() -> None:
@@ -313,21 +198,16 @@ def _local_group_from_launcher() -> None:
     global _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER
     out = ctypes.c_void_p()
     try:
-        check(lib.dk_local_group, ctypes.byref(out))
+        raise_for_status(lib.dk_local_group, ctypes.byref(out))
     except errors.FailedPreconditionError:
         return
     _LOCAL_PROCESS_GROUP = ProcessGroup(out)
     _LOCAL_FROM_LAUNCHER = True
 
 
-def destroy() -> None:
-    """Leaves the job (local). Not in mmengine; mirrors destroy_process_group."""
-    global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER, _TORCH_GROUP_OURS
-    if _TORCH_GROUP_OURS:
-        import torch.distributed as tdist
-        if tdist.is_initialized():
-            tdist.destroy_process_group()
-        _TORCH_GROUP_OURS = False
+def _leave_job() -> None:
+    """destroy()'s part here: the job's groups forgotten, the library shut down."""
+    global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER
     _LOCAL_PROCESS_GROUP = None
     _LOCAL_FROM_LAUNCHER = False
     _default_group = None
@@ -335,11 +215,14 @@ def destroy() -> None:
     torch_join.release()
 
 
+# ---- new groups -----------------------------------------------------------------
+
+
 def new_group(ranks, group: Optional[ProcessGroup] = None) -> ProcessGroup:
     """Collective over ``group`` (default: the world): a group of ``ranks``."""
     array = (ctypes.c_int32 * len(ranks))(*ranks)
     out = ctypes.c_void_p()
-    check(lib.dk_group_new, handle_of(group), array, len(ranks), ctypes.byref(out))
+    raise_for_status(lib.dk_group_new, handle_of(group), array, len(ranks), ctypes.byref(out))
     return ProcessGroup(out)
 
 
@@ -352,7 +235,7 @@ def shrink_group(group: Optional[ProcessGroup] = None, settle: float = 5.0) -> P
     others agreed."""
     global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER
     out = ctypes.c_void_p()
-    check(lib.dk_group_shrink, handle_of(group), int(settle * 1000), ctypes.byref(out))
+    raise_for_status(lib.dk_group_shrink, handle_of(group), int(settle * 1000), ctypes.byref(out))
     shrunk = ProcessGroup(out)
     if group is None:
         _default_group = shrunk  # the library's default group is this one now
@@ -387,9 +270,9 @@ def init_local_group(*args, **kwargs) -> None:
     else:
         node_rank, per_node = arguments["node_rank"], arguments["num_gpus_per_node"]
     assert _LOCAL_PROCESS_GROUP is None or _LOCAL_FROM_LAUNCHER
-    check(lib.dk_init_local_group, node_rank, per_node)
+    raise_for_status(lib.dk_init_local_group, node_rank, per_node)
     out = ctypes.c_void_p()
-    check(lib.dk_local_group, ctypes.byref(out))
+    raise_for_status(lib.dk_local_group, ctypes.byref(out))
     _LOCAL_PROCESS_GROUP = ProcessGroup(out)
     _LOCAL_FROM_LAUNCHER = False
 

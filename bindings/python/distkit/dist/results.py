@@ -8,7 +8,7 @@ import pickle
 from typing import Optional
 
 from .. import _lib, errors
-from .._lib import check, lib, take_items
+from .._lib import lib, raise_for_status, take_items
 from .groups import get_world_size, handle_of
 from .objects import bytes_array
 
@@ -51,9 +51,9 @@ def _collect(part: list, size: int, device: str, tmpdir: Optional[str]):
     items = ctypes.POINTER(_lib.Bytes)()
     count = ctypes.c_size_t()
     try:
-        check(lib.dk_group_collect_results, handle_of(None), array, len(array), size, device.encode(),
-              tmpdir.encode() if tmpdir is not None else None, ctypes.byref(items),
-              ctypes.byref(count))
+        raise_for_status(lib.dk_group_collect_results, handle_of(None), array, len(array), size,
+                         device.encode(), tmpdir.encode() if tmpdir is not None else None,
+                         ctypes.byref(items), ctypes.byref(count))
     except errors.NotFoundError as e:  # mmengine: a tmpdir some rank cannot see
         raise FileNotFoundError(e.message) from e
     del keep

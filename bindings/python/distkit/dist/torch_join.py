@@ -18,7 +18,7 @@ import threading
 from typing import Optional
 
 from .. import _lib
-from .._lib import check, lib
+from .._lib import lib, raise_for_status
 
 _lock = threading.Lock()
 _store: Optional[ctypes.c_void_p] = None  # distkit's store: outlives the group
@@ -74,7 +74,7 @@ def join(store=None, rank: Optional[int] = None, size: Optional[int] = None,
             token = secrets.token_hex(16)
             config.address = b"127.0.0.1:0" if one_host else b"0.0.0.0:0"
             config.token = token.encode()
-            check(lib.dk_store_serve, ctypes.byref(config), ctypes.byref(store))
+            raise_for_status(lib.dk_store_serve, ctypes.byref(config), ctypes.byref(store))
             port = lib.dk_store_address(store).decode().rsplit(":", 1)[1]
             host = "127.0.0.1" if one_host else _reachable_host()
             torch_store.set(f"{prefix}/token", token)
@@ -83,14 +83,14 @@ def join(store=None, rank: Optional[int] = None, size: Optional[int] = None,
             address = torch_store.get(f"{prefix}/address")
             config.address = address
             config.token = torch_store.get(f"{prefix}/token")
-            check(lib.dk_store_connect, ctypes.byref(config), ctypes.byref(store))
+            raise_for_status(lib.dk_store_connect, ctypes.byref(config), ctypes.byref(store))
         init = _lib.InitConfig()
         lib.dk_init_config_init(ctypes.byref(init))
         init.backend = (backend if backend in ("gloo", "nccl", "mpi") else "gloo").encode()
         world = ctypes.c_void_p()
         try:
-            check(lib.dk_init_with_store, store, rank, size, ctypes.byref(init),
-                  ctypes.byref(world))
+            raise_for_status(lib.dk_init_with_store, store, rank, size, ctypes.byref(init),
+                             ctypes.byref(world))
         except Exception:
             lib.dk_store_destroy(store)
             raise

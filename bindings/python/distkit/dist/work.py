@@ -7,7 +7,7 @@ import datetime
 from typing import Callable, Optional, Sequence
 
 from .. import _lib
-from .._lib import check, lib
+from .._lib import lib, raise_for_status
 
 
 class Work:
@@ -28,7 +28,7 @@ class Work:
         if self._finished or self._handle is None:
             return True
         state = ctypes.c_int32()
-        check(lib.dk_work_test, self._handle, ctypes.byref(state))
+        raise_for_status(lib.dk_work_test, self._handle, ctypes.byref(state))
         return state.value != _lib.WORK_PENDING
 
     def wait(self, timeout: Optional[datetime.timedelta] = None) -> bool:
@@ -46,7 +46,7 @@ class Work:
             else:
                 ms = int(timeout * 1000)
             try:
-                check(lib.dk_work_wait, self._handle, ms)
+                raise_for_status(lib.dk_work_wait, self._handle, ms)
             except TimeoutError:
                 raise  # still running: the buffers stay lent
             except Exception as e:  # noqa: BLE001 - kept for exception()
@@ -80,5 +80,5 @@ class Work:
 def start(fn, *args) -> ctypes.c_void_p:
     """Calls an ABI collective in its non-blocking form; the work handle."""
     handle = ctypes.c_void_p()
-    check(fn, *args, ctypes.byref(handle))
+    raise_for_status(fn, *args, ctypes.byref(handle))
     return handle

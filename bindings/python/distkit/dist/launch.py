@@ -1,0 +1,135 @@
+"""Joining and leaving the job: init_dist, as mmengine's, from the
+launcher's environment (torchrun, Slurm, MPI), with torch.distributed's
+default group on the "distkit" backend; and destroy."""
+import ctypes
+import datetime
+import os
+
+from .. import _lib
+from .._lib import lib, raise_for_status
+from . import groups
+
+_TORCH_GROUP_OURS = False  # init_dist made torch.distributed's default group
+
+
+def infer_launcher() -> str:
+    if "WORLD_SIZE" in os.environ:
+        return "pytorch"
+    if "SLURM_NTASKS" in os.environ:
+        return "slurm"
+    if "OMPI_COMM_WORLD_LOCAL_RANK" in os.environ:
+        return "mpi"
+    return "none"
+
+
+def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
+    """Joins the job. ``timeout`` (seconds) becomes the per-collective timeout."""
+    timeout = kwargs.get("timeout", None)
+    if timeout is not None:
+        try:
+            kwargs["timeout"] = datetime.timedelta(seconds=timeout)
+        except TypeError as exception:
+            raise TypeError(
+                f"Timeout for distributed training must be provided as timeout in seconds, "
+                f"but we've received the type {type(timeout)}. Please specify the timeout "
+                f"like this: dist_cfg=dict(backend='nccl', timeout=1800)") from exception
+    import torch.multiprocessing as mp
+
+    if mp.get_start_method(allow_none=True) is None:
+        mp.set_start_method("spawn")
+    if launcher not in ("pytorch", "mpi", "slurm"):
+        raise ValueError(f"Invalid launcher type: {launcher}")
+    if init_backend not in ("torch", "deepspeed", "colossalai"):
+        raise ValueError(
+            f'supported "init_backend" is "torch", "deepspeed" or "colossalai", but got {init_backend}')
+    if init_backend != "torch":
+        _init_with_package(init_backend, launcher, backend, kwargs)
+    config = _lib.InitConfig()
+    lib.dk_init_config_init(ctypes.byref(config))
+    config.backend = backend.encode()
+    if kwargs.get("timeout") is not None:
+        config.timeout_ms = int(kwargs["timeout"].total_seconds() * 1000)
+    if launcher == "slurm" and kwargs.get("port") is not None:
+        os.environ["MASTER_PORT"] = str(kwargs["port"])
+    _select_cuda_device(launcher)
+    world = ctypes.c_void_p()
+    raise_for_status(lib.dk_init, launcher.encode(), ctypes.byref(config), ctypes.byref(world))
+    if launcher in ("slurm", "mpi"):
+        _mirror_exported_variables()
+    global _TORCH_GROUP_OURS
+    groups._adopt_world(world)
+    groups._local_group_from_launcher()
+    # As mmengine's init_dist initializes torch.distributed: its default
+    # group on the "distkit" backend, over these ranks and connections.
+    try:
+        from .. import torch_backend
+    except ImportError:  # a torch built without torch.distributed
+        return
+    _TORCH_GROUP_OURS = torch_backend.init_default_group(config.timeout_ms)
+
+
+def _launcher_local_rank(launcher: str, device_count: int) -> int:
+    """This rank's local rank as mmengine reads it for set_device."""
+    env = os.environ
+    if launcher == "pytorch":
+        return int(env.get("LOCAL_RANK", "0"))
+    if launcher == "slurm":
+        if "SLURM_LOCALID" in env:
+            return int(env["SLURM_LOCALID"])
+        return int(env.get("SLURM_PROCID", "0")) % device_count
+    return int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("MPI_LOCALRANKID", "0")))
+
+
+def _select_cuda_device(launcher: str) -> None:
+    """mmengine's init_dist: cuda.set_device(local_rank) before joining, so
+    that get_comm_device() (cuda:<current_device()>) is the device the NCCL
+    backend binds (cuda:<local_rank % device_count>). Nothing without a GPU."""
+    import torch
+    if not torch.cuda.is_available():
+        return
+    count = torch.cuda.device_count()
+    if count > 0:
+        torch.cuda.set_device(_launcher_local_rank(launcher, count) % count)
+
+
+def _mirror_exported_variables() -> None:
+    """dk_init exported torchrun's variables under Slurm and MPI (as
+    mmengine's init_dist does) into the C environment; os.environ is a copy
+    taken at start-up, so they are copied in for Python code that reads them."""
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    libc.getenv.argtypes = [ctypes.c_char_p]
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT"):
+        value = libc.getenv(name.encode())
+        if value is not None:
+            os.environ[name] = value.decode()
+
+
+def _init_with_package(init_backend: str, launcher: str, backend: str, kwargs: dict) -> None:
+    """mmengine's init_backend='deepspeed' / 'colossalai' (pytorch launcher):
+    the package initializes torch.distributed; distkit then joins as usual."""
+    import importlib
+    try:
+        package = importlib.import_module(init_backend)
+    except ImportError as e:
+        raise ImportError(f"init_dist(init_backend={init_backend!r}) needs the {init_backend!r} "
+                          f"package, which cannot be imported here ({e}); install it or use "
+                          f"init_backend='torch'", name=init_backend) from e
+    if launcher != "pytorch":
+        raise ValueError(f"init_backend={init_backend!r} works with the pytorch launcher, "
+                         f"as in mmengine; got {launcher!r}")
+    if init_backend == "deepspeed":
+        package.init_distributed(dist_backend=backend, **kwargs)
+    else:
+        package.launch_from_torch(backend=backend, **kwargs)
+
+def destroy() -> None:
+    """Leaves the job (local). Not in mmengine; mirrors destroy_process_group."""
+    global _TORCH_GROUP_OURS
+    if _TORCH_GROUP_OURS:
+        import torch.distributed as tdist
+        if tdist.is_initialized():
+            tdist.destroy_process_group()
+        _TORCH_GROUP_OURS = False
+    groups._leave_job()

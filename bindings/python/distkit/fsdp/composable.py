@@ -1,0 +1,72 @@
+"""FSDP2's composable form: ``fully_shard`` shards a module in place, layer
+by layer, and marks it an FSDPModule."""
+from dataclasses import dataclass
+from typing import Optional, Set
+
+import torch
+from torch import nn
+
+from .options import ShardingStrategy, cast_inputs, shard_config
+from .scheduling import Coordinator
+from .wrap import unclaimed_params
+
+
+class FSDPModule:
+    """The mixin every module sharded by ``fully_shard`` carries (FSDP2's
+    marker: ``isinstance(m, FSDPModule)``)."""
+
+
+@dataclass
+class MixedPrecisionPolicy:
+    """FSDP2's mixed precision: gather and compute in ``param_dtype``, reduce
+    gradients in ``reduce_dtype``."""
+    param_dtype: Optional[torch.dtype] = None
+    reduce_dtype: Optional[torch.dtype] = None
+    output_dtype: Optional[torch.dtype] = None
+    cast_forward_inputs: bool = True
+
+
+@dataclass
+class CPUOffloadPolicy:
+    pin_memory: bool = True
+
+
+def fully_shard(module: nn.Module, *, mesh=None, reshard_after_forward: bool = True,
+                mp_policy: Optional[MixedPrecisionPolicy] = None,
+                offload_policy: Optional[CPUOffloadPolicy] = None,
+                ignored_params: Optional[Set[nn.Parameter]] = None) -> nn.Module:
+    """FSDP2's ``fully_shard``: shards, in place, the parameters of ``module``
+    that no ``fully_shard`` call on a submodule took, as one unit over
+    ``mesh`` (a process group; default: the world). The module's class
+    becomes a subclass of FSDPModule; its ``parameters()`` then include the
+    unit's shards (what an optimizer steps). Call it on the layers first and
+    on the root last. Collective."""
+    found = []
+    for sub in module.modules():
+        c = getattr(sub, "_dk_fsdp", None)
+        if c is not None and all(c is not f for f in found):
+            found.append(c)
+    coordinator = found[0] if found else Coordinator(free_after_backward=True)
+    claimed = {id(p) for p in ignored_params or []}
+    for c in found:  # what the submodules' calls took, and their shards
+        claimed.update(c.flat_ids)
+        for unit in c.units:
+            claimed.update(id(p) for _, _, p in unit.owned)
+    owned = unclaimed_params(module, set(), claimed)
+    param_dtype = mp_policy.param_dtype if mp_policy else None
+    config = shard_config(ShardingStrategy.FULL_SHARD if reshard_after_forward
+                          else ShardingStrategy.SHARD_GRAD_OP, param_dtype,
+                          mp_policy.reduce_dtype if mp_policy else None,
+                          offload_policy is not None, False, None)
+    if owned:
+        unit = coordinator.add(module, owned, mesh, config, param_dtype, reshard_after_forward,
+                               False)
+        for k, flat in enumerate(unit.flat_params):
+            module.register_parameter(f"_dk_flat_param_{len(coordinator.units) - 1}_{k}", flat)
+    module._dk_fsdp = coordinator
+    if mp_policy is not None and mp_policy.param_dtype is not None and mp_policy.cast_forward_inputs:
+        module.register_forward_pre_hook(
+            lambda m, args: cast_inputs(mp_policy.param_dtype, args, {})[0])
+    if not isinstance(module, FSDPModule):
+        module.__class__ = type(f"FSDP{type(module).__name__}", (FSDPModule, type(module)), {})
+    return module

@@ -1,0 +1,162 @@
+"""FullyShardedDataParallel: torch's FSDP wrapper on distkit's FlatShard
+engine; its state dicts are in state_dict.py and optim_state_dict.py."""
+import os
+from typing import Callable, Iterable, List, Optional, Set
+
+import torch
+from torch import nn
+
+from .. import dist
+from .._lib import lib
+from ..dist.devices import move_to
+from .optim_state_dict import OptimStateDictMixin
+from .options import (BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStrategy, cast_inputs,
+                      shard_config)
+from .scheduling import Coordinator
+from .state_dict import ModelStateDictMixin
+from .timeline import TimelineEvent
+from .wrap import unclaimed_params, units_of
+
+
+class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Module):
+    """Shards ``module``'s parameters over ``process_group`` (default: the
+    world). Arguments as torch's FSDP. Prefetch starts the next unit's
+    all-gather early, so it runs while this unit computes:
+    ``forward_prefetch`` when a unit's forward starts, ``BACKWARD_PRE`` when
+    its backward starts, ``BACKWARD_POST`` when its gradients are complete
+    (before their reduction). At most one unit is prefetched at a time, so
+    ``limit_all_gathers`` holds whatever its value. take_timeline() shows
+    the overlap. ``use_orig_params=True``: ``parameters()`` are the
+    original parameters (1-D views of this rank's pieces) instead of one
+    flat shard per unit and dtype."""
+
+    def __init__(self, module: nn.Module, process_group=None,
+                 sharding_strategy: Optional[ShardingStrategy] = None,
+                 cpu_offload: Optional[CPUOffload] = None,
+                 auto_wrap_policy: Optional[Callable] = None,
+                 backward_prefetch: Optional[BackwardPrefetch] = BackwardPrefetch.BACKWARD_PRE,
+                 mixed_precision: Optional[MixedPrecision] = None,
+                 ignored_modules: Optional[Iterable[nn.Module]] = None,
+                 param_init_fn: Optional[Callable[[nn.Module], None]] = None,
+                 device_id=None, sync_module_states: bool = False,
+                 forward_prefetch: bool = False, limit_all_gathers: bool = True,
+                 use_orig_params: bool = False, replicate_group=None,
+                 ignored_parameters: Optional[Iterable[nn.Parameter]] = None):
+        super().__init__()
+        strategy = sharding_strategy or ShardingStrategy.FULL_SHARD
+        if not isinstance(strategy, ShardingStrategy):
+            raise TypeError(f"sharding_strategy must be a ShardingStrategy, got {strategy!r}")
+        self.module = module
+        self.sharding_strategy = strategy
+        self.mixed_precision = mixed_precision
+        if strategy in (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2):
+            if isinstance(process_group, tuple):  # torch's (intra-node, inter-node)
+                process_group, replicate_group = process_group
+            elif replicate_group is None:
+                process_group, replicate_group = _hybrid_groups()
+        ignored = set()
+        for m in ignored_modules or []:
+            ignored.update(m.modules())
+        if param_init_fn is not None:
+            for m in module.modules():
+                if any(p.is_meta for p in m.parameters(recurse=False)):
+                    param_init_fn(m)
+        if device_id is not None:
+            # torch's FSDP: the module moves to device_id before sharding.
+            module.to(torch.device("cuda", device_id) if isinstance(device_id, int)
+                      else torch.device(device_id))
+        if sync_module_states and dist.get_world_size(process_group) > 1:
+            for b in module.buffers():
+                dist.broadcast(b, dist.get_global_rank(process_group, 0), process_group)
+        param_dtype = mixed_precision.param_dtype if mixed_precision else None
+        config = shard_config(strategy, param_dtype,
+                              mixed_precision.reduce_dtype if mixed_precision else None,
+                              cpu_offload is not None and cpu_offload.offload_params,
+                              sync_module_states, replicate_group)
+        # Keys of the full state dict, in the original order.
+        self._keys = list(module.state_dict().keys())
+        param_key = {id(p): name for name, p in module.named_parameters()}
+        reshard = strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.HYBRID_SHARD)
+        claimed: Set[int] = {id(p) for p in ignored_parameters or []}  # left alone
+        self._coordinator = Coordinator(strategy != ShardingStrategy.NO_SHARD,
+                                        forward_prefetch, backward_prefetch)
+        for unit_module in units_of(module, auto_wrap_policy, ignored):
+            owned = unclaimed_params(unit_module, ignored, claimed)
+            if not owned:
+                continue
+            unit = self._coordinator.add(unit_module, owned, process_group, config, param_dtype,
+                                         reshard and unit_module is not module,
+                                         unit_module is module, use_orig_params)
+            unit.keys = [param_key[id(p)] for _, _, p in owned]
+        self._units = self._coordinator.units
+        self._group = process_group
+        self.use_orig_params = use_orig_params
+        # MixedPrecision.buffer_dtype: floating buffers live (and forward
+        # uses them) in it; state dicts give them in their own dtype, as
+        # torch's full state dict does.
+        self._buffer_dtypes = {}
+        if mixed_precision is not None and mixed_precision.buffer_dtype is not None:
+            for name, b in module.named_buffers():
+                if b.is_floating_point():
+                    self._buffer_dtypes[name] = b.dtype
+                    b.data = b.data.to(mixed_precision.buffer_dtype)
+        # What the optimizer steps: the flat shards, or (use_orig_params) the
+        # original parameters, still registered in the module.
+        self._flat = nn.ParameterList([] if use_orig_params else
+                                      [p for u in self._units for p in u.flat_params])
+
+    def forward(self, *args, **kwargs):
+        if self._units and self._units[0].device.type == "cuda":
+            # torch's FSDP: inputs follow the parameters to their device.
+            device = self._units[0].device
+            args, kwargs = move_to(args, device), move_to(kwargs, device)
+        if self.mixed_precision is not None and self.mixed_precision.param_dtype is not None:
+            args, kwargs = cast_inputs(self.mixed_precision.param_dtype, args, kwargs)
+        return self.module(*args, **kwargs)
+
+    def no_sync(self):
+        """Gradients accumulate locally (full size) and are reduced with the
+        first backward after the context."""
+        return self._coordinator.no_sync()
+
+    def take_timeline(self) -> List[TimelineEvent]:
+        """What happened since the last call, in time order: each unit's
+        gathers, frees and reductions (from the library) and its forward
+        and backward compute (see TimelineEvent; prefetch_overlap(timeline)
+        sums up how far the gathers overlapped compute). The newest 4096
+        events per unit are kept."""
+        events = [TimelineEvent(u, kind, ns)
+                  for u, unit in enumerate(self._units) for kind, ns in unit.take_events()]
+        events.extend(TimelineEvent(*e) for e in self._coordinator.compute)
+        self._coordinator.compute.clear()
+        return sorted(events, key=lambda e: e.unix_ns)
+
+    def held_bytes(self) -> dict:
+        """What the library holds for this model's units: {"now", "peak"}
+        (shards, shard gradients and, while gathering, full buffers)."""
+        return {"now": sum(lib.dk_shard_held_bytes(u.handle) for u in self._units),
+                "peak": sum(lib.dk_shard_peak_held_bytes(u.handle) for u in self._units)}
+
+
+def _hybrid_groups():
+    """(this node's group, this rank's replicate group) for HYBRID_SHARD:
+    nodes are blocks of LOCAL_WORLD_SIZE consecutive ranks (torchrun and
+    distrun set it), the replicate group holds the ranks with the same local
+    rank on every node. Collective over the world."""
+    world = dist.get_world_size()
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if local <= 0 or world % local != 0:
+        raise ValueError(f"HYBRID_SHARD: LOCAL_WORLD_SIZE {local} does not divide the world "
+                         f"size {world}")
+    rank, nodes = dist.get_rank(), world // local
+    mine = [None, None]
+    for n in range(nodes):
+        g = dist.new_group(list(range(n * local, (n + 1) * local)))
+        if rank // local == n:
+            mine[0] = g
+    for i in range(local):
+        g = dist.new_group([n * local + i for n in range(nodes)])
+        if rank % local == i:
+            mine[1] = g
+    return mine[0], mine[1]
+

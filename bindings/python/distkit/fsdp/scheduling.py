@@ -1,0 +1,160 @@
+"""When each unit gathers, frees and reduces: the forward and backward hooks
+of one sharded model's units, prefetching, and the reduction of every unit
+at the end of backward."""
+import collections
+import contextlib
+import time
+from typing import List, Optional, Set
+
+import torch
+from torch import nn
+
+from .._lib import lib, raise_for_status
+from .options import BackwardPrefetch
+from .unit import Unit
+
+
+class Coordinator:
+    """The units of one sharded model: the forward / backward hooks that
+    gather and free each unit, and one reduction of every unit at the end of
+    backward (in one order on every rank, also for a unit this rank's
+    backward did not reach: its gradient counts as zero)."""
+
+    def __init__(self, free_after_backward: bool, forward_prefetch: bool = False,
+                 backward_prefetch: Optional["BackwardPrefetch"] = None):
+        self.units: List[Unit] = []
+        self.forward_prefetch = forward_prefetch
+        self.backward_prefetch = backward_prefetch
+        self.order: List[Unit] = []     # the last forward's unit order
+        self.recording: List[Unit] = []
+        self.flat_ids: Set[int] = set()  # the shard parameters: never sharded again
+        self.require_sync = True
+        self.backward_queued = False
+        self.in_flight: Optional[Unit] = None  # the unit being reduced
+        self.free_after_backward = free_after_backward
+        # The units' compute, for take_timeline: (unit, kind, unix_ns), the
+        # newest 4096 marks kept.
+        self.compute = collections.deque(maxlen=4096)
+
+    def add(self, unit_module: nn.Module, owned: List[tuple], group, config, compute_dtype,
+            reshard_after_forward: bool, is_root: bool, orig_params: bool = False) -> "Unit":
+        unit = Unit(unit_module, owned, group, config, compute_dtype, reshard_after_forward,
+                     is_root, orig_params)
+        unit.index = len(self.units)
+        self.units.append(unit)
+        self.flat_ids.update(id(p) for p in unit.flat_params)
+        unit_module.register_forward_pre_hook(lambda m, inputs, unit=unit: self._pre_forward(unit))
+        unit_module.register_forward_hook(
+            lambda m, inputs, output, unit=unit: self._post_forward(unit, output))
+        return unit
+
+    def _mark(self, unit: "Unit", kind: str) -> None:
+        self.compute.append((unit.index, kind, time.time_ns()))
+
+    def _pre_forward(self, unit: "Unit") -> None:
+        unit.unshard()
+        if unit not in self.recording:
+            self.recording.append(unit)
+        if self.forward_prefetch:  # the unit the last forward ran next
+            following = self._neighbour(unit, +1)
+            if following is not None:
+                following.start_gather()
+        unit.expose(self._gradients_complete)
+        self._mark(unit, "forward_start")
+
+    def _neighbour(self, unit: "Unit", step: int) -> Optional["Unit"]:
+        """The unit `step` places after `unit` in the last forward's order."""
+        if unit not in self.order:
+            return None
+        i = self.order.index(unit) + step
+        return self.order[i] if 0 <= i < len(self.order) else None
+
+    def _gradients_complete(self, unit: "Unit") -> None:
+        """Backward computed every gradient of `unit`."""
+        self._mark(unit, "backward_end")
+        if self.backward_prefetch == BackwardPrefetch.BACKWARD_POST:
+            # torch's BACKWARD_POST: the next unit's gather is issued after
+            # this unit's gradients, before its reduction.
+            previous = self._neighbour(unit, -1)
+            if previous is not None and not previous.reduced:
+                previous.start_gather()
+        self._reduce_now(unit)
+
+    def _reduce_now(self, unit: "Unit") -> None:
+        """Every gradient of `unit` arrived: start reducing it, overlapping
+        the rest of backward (each rank's backward reaches the units in the
+        same order). One reduction is in flight at a time, so only one
+        unit's full gradients wait in the library."""
+        self._finish_in_flight()
+        unit.start_reduce(self.require_sync, self.free_after_backward)
+        self.in_flight = unit
+
+    def _finish_in_flight(self) -> None:
+        if self.in_flight is not None:
+            unit, self.in_flight = self.in_flight, None
+            unit.finish_reduce()
+
+    def _post_forward(self, unit: "Unit", output):
+        self._mark(unit, "forward_end")
+        if unit.reshard_after_forward:
+            unit.reshard()
+        if torch.is_grad_enabled():
+            for t in _tensors_in(output):
+                if t.requires_grad:
+                    t.register_hook(lambda grad, unit=unit: self._pre_backward(unit))
+        return output
+
+    def _pre_backward(self, unit: "Unit") -> None:
+        if not self.backward_queued:  # the forward that led here set the order
+            self.order, self.recording = self.recording, []
+        unit.unshard()
+        # The previous unit's reduction overlapped the gather above; finish
+        # it before this unit's full gradients are allocated, so the
+        # library never holds two units' full gradients.
+        self._finish_in_flight()
+        unit.attach_grads()
+        if self.backward_prefetch == BackwardPrefetch.BACKWARD_PRE:
+            # Backward reaches the units in reverse forward order: gather the
+            # next one while this one computes its gradients.
+            previous = self._neighbour(unit, -1)
+            if previous is not None:
+                previous.start_gather()
+        if not self.backward_queued:
+            self.backward_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
+        self._mark(unit, "backward_start")
+
+    def _finish_backward(self) -> None:
+        # Units backward did not reach here: reduced now, in one order on
+        # every rank (their gradient counts as zero).
+        for unit in reversed(self.units):
+            if not getattr(unit, "reduced", False):
+                self._reduce_now(unit)
+        self._finish_in_flight()
+        for unit in reversed(self.units):
+            unit.reduced = False
+            if unit.gathering:  # prefetched but not used: it holds old values
+                raise_for_status(lib.dk_shard_unshard_wait, unit.handle)
+                raise_for_status(lib.dk_shard_reshard, unit.handle)
+                unit.gathering = False
+        self.backward_queued = False
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        previous = self.require_sync
+        self.require_sync = False
+        try:
+            yield
+        finally:
+            self.require_sync = previous
+
+
+def _tensors_in(x) -> List[torch.Tensor]:
+    """The tensors in a forward's output (nested in dicts, lists and tuples)."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors_in(v)]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _tensors_in(v)]
+    return []
