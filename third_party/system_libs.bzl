@@ -203,8 +203,20 @@ system_dlpack = repository_rule(
 
 # --- CUDA and NCCL (optional) ------------------------------------------------
 
+# A GPU this machine can run on: the NVIDIA driver's control device, or a GPU
+# that nvidia-smi lists. Tests that need one are skipped (not passed) without.
+def _usable_gpu(rctx):
+    if rctx.path("/dev/nvidiactl").exists:
+        return True
+    smi = rctx.which("nvidia-smi")
+    if not smi:
+        return False
+    listed = rctx.execute([smi, "-L"])
+    return listed.return_code == 0 and "GPU" in listed.stdout
+
 def _local_cuda_impl(rctx):
     home = rctx.os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    gpu = _usable_gpu(rctx)
     reason = ""
     if not rctx.path(home + "/include/cuda_runtime.h").exists:
         reason = "CUDA not found at %s (set CUDA_HOME)" % home
@@ -219,7 +231,7 @@ cc_library(name = "headers")
 cc_library(name = "cuda")
 cc_library(name = "nccl")
 """)
-        rctx.file("defs.bzl", "FOUND = False\nREASON = %r\n" % reason)
+        rctx.file("defs.bzl", "FOUND = False\nREASON = %r\nGPU = %r\n" % (reason, gpu))
         return
     rctx.symlink(home + "/include", "include")
     libdirs = [d for d in [home + "/lib64", home + "/lib"] if rctx.path(d).exists]
@@ -251,7 +263,7 @@ cc_library(
     deps = [":cuda"],
 )
 """.format(linkopts = _linkopts_literal(linkopts)))
-    rctx.file("defs.bzl", "FOUND = True\nREASON = \"\"\n")
+    rctx.file("defs.bzl", "FOUND = True\nREASON = \"\"\nGPU = %r\n" % gpu)
 
 local_cuda = repository_rule(
     implementation = _local_cuda_impl,

@@ -10,7 +10,8 @@
 #
 # Prints one PASS / FAIL / SKIPPED line per check and a final count; exits
 # non-zero on any FAIL. Without a GPU it builds, prints why nothing ran, and
-# exits 0. Needs Abseil and DLPack headers (tools/bootstrap.sh). Under 5
+# exits 77 (skipped: nothing was checked, so it does not read as a pass).
+# Needs Abseil and DLPack headers (tools/bootstrap.sh). Under 5
 # minutes on one GPU; GPU_CHECK_QUICK=1 shortens the bandwidth table.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -72,10 +73,20 @@ printf '%s\n' "${sources[@]}" | xargs -P "$(nproc)" -I{} sh -c '
 g++ "$out"/obj/*.o -o "$out/gpu_check" \
   -L"$libdir" -Wl,-rpath,"$libdir" -lnccl -lcudart $absl_libs -lpthread -ldl
 echo "gpu_check.sh: built in $(( $(date +%s) - start )) s"
-status=0
-"$out/gpu_check" || status=$?
+# Each part exits 0 (ran, passed), 77 (checked nothing: no GPU) or another
+# code (failed). The whole: failed if a part failed, 77 if no part ran, else 0.
+cc_status=0
+"$out/gpu_check" || cc_status=$?
 echo "gpu_check.sh: the Python checks"
 python="${PYTHON:-python3}"
 "$python" -c "import torch" 2>/dev/null || { [[ -x /usr/bin/python3 ]] && python=/usr/bin/python3; }
-"$python" tools/gpu_check_python.py || status=$?
-exit "$status"
+py_status=0
+"$python" tools/gpu_check_python.py || py_status=$?
+for s in "$cc_status" "$py_status"; do
+  if [[ "$s" -ne 0 && "$s" -ne 77 ]]; then exit "$s"; fi
+done
+if [[ "$cc_status" -eq 77 && "$py_status" -eq 77 ]]; then
+  echo "gpu_check.sh: SKIPPED: built, but no check could run here (no usable GPU)"
+  exit 77
+fi
+exit 0

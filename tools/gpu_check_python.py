@@ -18,7 +18,7 @@ rank per GPU).
                                    sync_random_seed, all_reduce_params and
                                    all_reduce_dict on CUDA data over NCCL
 
-One PASS / FAIL line per check; SKIPPED (and exit 0) with the reason when
+One PASS / FAIL line per check; SKIPPED (and exit 77) with the reason when
 torch has no CUDA or libdistkit.so cannot be loaded (set DISTKIT_LIBRARY;
 one built anywhere with CUDA's headers loads here). Exit 1 on any FAIL.
 """
@@ -220,23 +220,27 @@ def run_job(scenario, backend, world_size, limit_s=180):
     return lines
 
 
+# The exit status of a run that checked nothing (automake's "skipped").
+SKIPPED = 77
+
+
 def main():
     setup_path()
     try:
         import torch
     except ImportError as e:
         print(f"SKIPPED the Python GPU checks: torch cannot be imported ({e})")
-        return 0
+        return SKIPPED
     if not torch.cuda.is_available():
         print("SKIPPED the Python GPU checks: torch sees no usable CUDA device")
-        return 0
+        return SKIPPED
     probe = subprocess.run([sys.executable, "-c", "import distkit"], capture_output=True,
                            text=True, env=os.environ)
     if probe.returncode != 0:
         print("SKIPPED the Python GPU checks: distkit cannot be imported here (build "
               "//capi:libdistkit.so and set DISTKIT_LIBRARY): "
               + probe.stderr.strip().splitlines()[-1])
-        return 0
+        return SKIPPED
     passed = failed = 0
     for scenario, backend, world_size in SCENARIOS:
         for line in run_job(scenario, backend, world_size):

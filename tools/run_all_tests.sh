@@ -15,7 +15,8 @@
 #   tsan      ThreadSanitizer over the concurrent parts (tools/tsan/run_tsan.sh)
 #   fuzz      the libFuzzer targets side by side, 30 s (tools/fuzz/run_fuzzers.sh)
 #   gpu       the GPU paths built without Bazel; run when a GPU is there
-#             (tools/gpu_check.sh; without one it builds and says SKIPPED)
+#             (tools/gpu_check.sh; without one it builds and the phase is
+#             SKIPPED: exit 77, neither passed nor failed)
 #
 # The budget (docs/testing.md): 20 minutes from a fresh clone on a 2-core
 # machine. Past DISTKIT_TEST_BUDGET_S (default 1500 s, 25 minutes) the summary
@@ -47,7 +48,17 @@ run_phase() {  # name, command...
   phases+=("$name")
   phase_secs[$name]=$(($(date +%s) - start))
   phase_rc[$name]=$rc
-  echo "=== run_all_tests: phase '$name' $([ $rc -eq 0 ] && echo passed || echo "FAILED (exit $rc)") in ${phase_secs[$name]} s"
+  echo "=== run_all_tests: phase '$name' $(phase_result "$rc") in ${phase_secs[$name]} s"
+}
+
+# 77: the phase built what it could and checked nothing here (the GPU checks
+# without a GPU): SKIPPED, neither a pass nor a failure.
+phase_result() {  # exit status
+  case "$1" in
+    0) echo passed ;;
+    77) echo "SKIPPED (nothing could run here; see its output)" ;;
+    *) echo "FAILED (exit $1)" ;;
+  esac
 }
 
 # A test's wall time from its build event (testResult), slowest first.
@@ -56,6 +67,8 @@ slowest_targets() {  # bep.json...
 import json, os, sys
 times = {}
 statuses = {}
+skipped = set()
+tests = set()
 for path in sys.argv[1:]:
     phase = os.path.basename(path).split(".")[0]
     try:
@@ -67,6 +80,15 @@ for path in sys.argv[1:]:
             ev = json.loads(line)
         except ValueError:
             continue
+        # A test Bazel did not run because it cannot run on this machine
+        # (target_compatible_with: the GPU tests without a GPU).
+        configured = ev.get("id", {}).get("targetConfigured")
+        if configured and "testSize" in ev.get("configured", {}):
+            tests.add(configured["label"])
+        done = ev.get("id", {}).get("targetCompleted")
+        if (done and done["label"] in tests
+                and ev.get("aborted", {}).get("reason") == "SKIPPED"):
+            skipped.add("%s (%s)" % (done["label"], phase))
         tr = ev.get("id", {}).get("testResult")
         if not tr:
             continue
@@ -82,8 +104,10 @@ print("%d test runs in the Bazel phases, %.0f s of test time; the 10 slowest:"
 for label, ms in sorted(times.items(), key=lambda kv: -kv[1])[:10]:
     print("  %7.1f s  %s" % (ms / 1000, label))
 passed = sum(1 for s in statuses.values() if s == "PASSED")
+for label in sorted(skipped):
+    print("  SKIPPED    %s" % label)
 with open(os.environ["DK_COUNTS_FILE"], "w") as f:
-    f.write("%d %d\n" % (passed, len(statuses) - passed))
+    f.write("%d %d %d\n" % (passed, len(statuses) - passed, len(skipped)))
 PY
 }
 
@@ -121,25 +145,23 @@ echo
 echo "=== run_all_tests: summary"
 failed=()
 for name in "${phases[@]}"; do
-  result=passed
-  if [ "${phase_rc[$name]}" -ne 0 ]; then
-    result="FAILED (exit ${phase_rc[$name]})"
-    failed+=("$name")
-  fi
+  result=$(phase_result "${phase_rc[$name]}")
+  case "${phase_rc[$name]}" in 0 | 77) ;; *) failed+=("$name") ;; esac
   printf '  %-10s %5d s  (budget %4d s)  %s\n' "$name" "${phase_secs[$name]}" \
     "${phase_budget[$name]}" "$result"
 done
 printf '  %-10s %5d s  (target 1200 s on 2 cores; warns past %d s)\n' total "$total" \
   "$budget_s"
 DK_COUNTS_FILE="$report_dir/counts" slowest_targets "$report_dir"/*.bep.json
-read -r tests_passed tests_failed < "$report_dir/counts" || { tests_passed=0; tests_failed=0; }
+read -r tests_passed tests_failed tests_skipped < "$report_dir/counts" ||
+  { tests_passed=0; tests_failed=0; tests_skipped=0; }
 # The fuzzers and the GPU check count as one check each.
 for name in fuzz gpu; do
-  if [ "${phase_rc[$name]:-1}" -eq 0 ]; then
-    tests_passed=$((tests_passed + 1))
-  else
-    tests_failed=$((tests_failed + 1))
-  fi
+  case "${phase_rc[$name]:-1}" in
+    0) tests_passed=$((tests_passed + 1)) ;;
+    77) tests_skipped=$((tests_skipped + 1)) ;;
+    *) tests_failed=$((tests_failed + 1)) ;;
+  esac
 done
 if [ "$total" -gt "$budget_s" ]; then
   grown=()
@@ -151,8 +173,8 @@ if [ "$total" -gt "$budget_s" ]; then
 fi
 if ((${#failed[@]})); then
   echo "run_all_tests: FAILED phases: ${failed[*]}"
-  echo "tests: ${tests_passed} passed, ${tests_failed} failed"
+  echo "tests: ${tests_passed} passed, ${tests_failed} failed, ${tests_skipped} skipped"
   exit 1
 fi
 echo "run_all_tests: all ${#phases[@]} phases passed in ${total} s"
-echo "tests: ${tests_passed} passed, ${tests_failed} failed"
+echo "tests: ${tests_passed} passed, ${tests_failed} failed, ${tests_skipped} skipped"

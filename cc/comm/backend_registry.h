@@ -1,9 +1,8 @@
-// File: backend_registry.h
-//
-// Backends that are built only on some machines (NCCL needs CUDA) register a
-// factory here from their own library, so the process group finds them by
-// name without depending on them. Gloo and MPI, always built, are created
-// directly.
+// Every backend (gloo, mpi, nccl, the cpu:gloo,cuda:nccl dispatcher)
+// registers a factory here from its own library (its *_registration.cc,
+// linked with alwayslink), so the process group finds them by name without
+// depending on any of them, and a backend built only on some machines (NCCL
+// needs CUDA) is simply absent elsewhere.
 
 #ifndef DISTKIT_CC_COMM_BACKEND_REGISTRY_H_
 #define DISTKIT_CC_COMM_BACKEND_REGISTRY_H_

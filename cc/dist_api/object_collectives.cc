@@ -27,8 +27,8 @@ bool Trivial(ProcessGroup* group) {
 }
 
 // The objects' bytes are host memory; every transfer stages them through
-// the group's comm device (comm_device.h), as mmengine moves pickled
-// objects in a uint8 tensor on cuda:<current> for NCCL.
+// the group's comm device (ProcessGroup::comm_device()), as mmengine moves
+// pickled objects in a uint8 tensor on cuda:<current> for NCCL.
 absl::Status AllGatherHost(ProcessGroup* g, TensorRef in, TensorRef out) {
   return InOutOnCommDevice(in, out, g->comm_device(),
                            [&](const TensorRef& i, const TensorRef& o) {

@@ -1,25 +1,41 @@
-"""dk_gpu_cc_test: a cc_test that needs CUDA and NCCL at build time.
+"""dk_gpu_cc_test: a cc_test that needs a GPU, and CUDA and NCCL to build.
 
-When @local_cuda found them, this is a plain cc_test (which must itself report
-"no GPU" and pass when the machine has no usable GPU). When it did not, the
-target becomes a test that prints why it was skipped, so `bazel test //...`
-passes on CPU-only machines and says what it did not build.
+On a machine with a usable GPU (@local_cuda's GPU) and CUDA and NCCL found,
+this is a plain cc_test. Anywhere else `bazel test //...` reports it SKIPPED,
+never PASSED: the test target is incompatible with this machine (Bazel's
+incompatible target skipping), so nothing pretends to have run. Where CUDA
+and NCCL were found the program is still built (`<name>_program`, a
+cc_binary), so a CPU-only machine proves that the GPU tests compile and link.
 """
 
-load("@local_cuda//:defs.bzl", "FOUND", "REASON")
+load("@local_cuda//:defs.bzl", "FOUND", "GPU")
 
-def dk_gpu_cc_test(name, srcs, deps = [], **kwargs):
-    if FOUND:
-        native.cc_test(
-            name = name,
-            srcs = srcs,
-            deps = deps + ["@local_cuda//:cuda", "@local_cuda//:nccl"],
-            **kwargs
-        )
-    else:
+# A constraint no platform on a machine without a GPU has: targets that name
+# it in target_compatible_with are skipped there.
+_NEEDS_GPU = ["//tools/build_defs:usable_gpu"]
+
+def dk_gpu_cc_test(name, srcs, deps = [], size = "small", **kwargs):
+    if not FOUND:
+        # Nothing to build against: a skipped placeholder keeps the label.
         native.sh_test(
             name = name,
             srcs = ["//tools/build_defs:gpu_skip.sh"],
-            args = ["'%s'" % REASON],
             size = "small",
+            target_compatible_with = _NEEDS_GPU,
         )
+        return
+    native.cc_binary(
+        name = name + "_program",
+        testonly = True,
+        srcs = srcs,
+        deps = deps + ["@local_cuda//:cuda", "@local_cuda//:nccl"],
+        **kwargs
+    )
+    native.sh_test(
+        name = name,
+        size = size,
+        srcs = ["//tools/build_defs:run_program.sh"],
+        args = ["$(rootpath :%s_program)" % name],
+        data = [":%s_program" % name],
+        target_compatible_with = [] if GPU else _NEEDS_GPU,
+    )

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "cc/comm/backend_registry.h"
 #include "cc/comm/gloo/gloo_backend.h"
-#include "cc/comm/gloo/hierarchical_backend.h"
+#include "cc/comm/hierarchical/hierarchical_backend.h"
 #include "cc/comm/shm/host_map.h"
 #include "cc/comm/shm/shm_backend.h"
 #include "cc/core/status.h"

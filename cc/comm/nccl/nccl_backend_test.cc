@@ -1,8 +1,7 @@
 // The NCCL backend at world size 1 on cuda:0: every operation against
 // computed values for every dtype, the reductions NCCL cannot express, the
 // casting rule (a CPU tensor through an NCCL group), the cpu:gloo,cuda:nccl
-// dispatch and abort. Without a usable GPU it checks that creating an NCCL
-// group fails with a clear message, says it was skipped, and passes.
+// dispatch and abort. Needs a GPU: elsewhere Bazel reports it skipped.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -10,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cc/comm/backend_registry.h"
-#include "cc/comm/nccl/gpu_tensor_for_tests.h"
+#include "testing/cc/gpu_tensor.h"
 #include "cc/core/device_copy.h"
 #include "cc/dist_api/collectives.h"
 #include "cc/dist_api/dist.h"
@@ -90,16 +89,11 @@ int main() {
   options.backend = "nccl";
   options.timeout = absl::Seconds(60);
   if (CudaDeviceCount() == 0) {
-    absl::Status s =
-        dist::InitDistWithStore(std::make_shared<HashStore>(), 0, 1, options);
-    Check(s.code() == absl::StatusCode::kFailedPrecondition &&
-              s.message().find("needs a CUDA GPU") != std::string::npos,
-          "without a GPU, an nccl group is refused clearly: " + s.ToString());
-    std::printf(
-        "skipped: no usable CUDA GPU on this machine (the NCCL backend "
-        "built and linked; %s)\n",
-        failures ? "FAILED" : "refused cleanly");
-    return failures ? 1 : 0;
+    // Bazel skips this test without a GPU (tools/build_defs/gpu.bzl); run by
+    // hand there it must not read as a pass. nccl_without_gpu_test checks
+    // the refusal.
+    std::printf("SKIPPED: no usable CUDA GPU on this machine\n");
+    return 1;
   }
   absl::Status s =
       dist::InitDistWithStore(std::make_shared<HashStore>(), 0, 1, options);

@@ -1,23 +1,22 @@
-// File: hierarchical_backend.h
-//
 // HierarchicalBackend: the gloo backend of a group that spans hosts
-// (DESIGN §3). Inside each host the ranks share one shared-memory group
-// (ShmBackend); across hosts only one leader per host (its lowest rank)
-// talks, over a Gloo TCP group of the leaders. all_reduce is a reduce to
-// the leader inside each host, an all_reduce among the leaders and a
-// broadcast back inside each host; broadcast, all_gather, reduce_scatter,
-// reduce and the contract's signature exchange (hence barrier) take the
-// same three stages. Gather, scatter, all_to_all and send/recv go over a
-// Gloo group of every rank whose pairs connect on first use, so a job that
-// never calls them opens TCP connections between leaders only.
+// (docs/architecture.md, "Transports and their algorithms"). Inside each host
+// the ranks share one shared-memory group (ShmBackend); across hosts only one
+// leader per host (its lowest rank) talks, over a Gloo TCP group of the
+// leaders. all_reduce is a reduce to the leader inside each host, an all_reduce
+// among the leaders and a broadcast back inside each host; broadcast,
+// all_gather, reduce_scatter, reduce and the contract's signature exchange
+// (hence barrier) take the same three stages. Gather, scatter, all_to_all and
+// send/recv go over a Gloo group of every rank whose pairs connect on first
+// use, so a job that never calls them opens TCP connections between leaders
+// only.
 //
 // A stage that fails on one rank (a dead peer, not a timeout: every rank
 // has the same deadline) would leave the others of its host waiting for
 // it: the rank marks its host's group failed (their waits end with an error
 // naming it) and aborts its leaders' group.
 
-#ifndef DISTKIT_CC_COMM_GLOO_HIERARCHICAL_BACKEND_H_
-#define DISTKIT_CC_COMM_GLOO_HIERARCHICAL_BACKEND_H_
+#ifndef DISTKIT_CC_COMM_HIERARCHICAL_HIERARCHICAL_BACKEND_H_
+#define DISTKIT_CC_COMM_HIERARCHICAL_HIERARCHICAL_BACKEND_H_
 
 #include <memory>
 #include <vector>
@@ -102,4 +101,4 @@ class HierarchicalBackend : public Backend {
 
 }  // namespace distkit
 
-#endif  // DISTKIT_CC_COMM_GLOO_HIERARCHICAL_BACKEND_H_
+#endif  // DISTKIT_CC_COMM_HIERARCHICAL_HIERARCHICAL_BACKEND_H_

@@ -1,11 +1,9 @@
-// File: gpu_tensor_for_tests.h
-//
 // GpuTensor: test values (doubles) stored on cuda:0 in any dtype distkit
 // reduces, and read back as doubles. Shared by nccl_backend_test and
 // tools/gpu_check (which builds without Bazel).
 
-#ifndef DISTKIT_CC_COMM_NCCL_GPU_TENSOR_FOR_TESTS_H_
-#define DISTKIT_CC_COMM_NCCL_GPU_TENSOR_FOR_TESTS_H_
+#ifndef DISTKIT_TESTING_CC_GPU_TENSOR_H_
+#define DISTKIT_TESTING_CC_GPU_TENSOR_H_
 
 #include <cstdint>
 #include <vector>
@@ -111,4 +109,4 @@ class GpuTensor {
 
 }  // namespace distkit
 
-#endif  // DISTKIT_CC_COMM_NCCL_GPU_TENSOR_FOR_TESTS_H_
+#endif  // DISTKIT_TESTING_CC_GPU_TENSOR_H_

@@ -1,4 +1,4 @@
-#include "cc/comm/gloo/hierarchical_backend.h"
+#include "cc/comm/hierarchical/hierarchical_backend.h"
 
 #include <algorithm>
 #include <cstring>
