@@ -1,0 +1,233 @@
+// The C ABI, section "Groups": joining the job (the default group), group
+// handles and what they tell, subgroups, shrinking after a failure.
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "capi/abi_guard.h"
+#include "capi/arguments.h"
+#include "capi/handles.h"
+#include "capi/versioned_struct.h"
+#include "cc/core/status.h"
+#include "cc/dist_api/dist.h"
+#include "cc/group/process_group.h"
+#include "cc/group/shrink.h"
+#include "distkit/distkit.h"
+
+namespace distkit {
+namespace capi {
+namespace {
+
+absl::StatusOr<dist::InitOptions> ReadInitConfig(
+    const dk_init_config_t* config) {
+  DK_ASSIGN_OR_RETURN(
+      dk_init_config_t c,
+      ReadVersionedStruct(config, &dk_init_config_init, "dk_init_config",
+                          {DK_FIELD_SPAN(dk_init_config_t, backend),
+                           DK_FIELD_SPAN(dk_init_config_t, timeout_ms)}));
+  dist::InitOptions options;
+  options.backend = c.backend != nullptr ? c.backend : "gloo";
+  if (c.timeout_ms <= 0)
+    return absl::InvalidArgumentError("config: timeout_ms must be > 0");
+  options.timeout = absl::Milliseconds(c.timeout_ms);
+  return options;
+}
+
+// A rank list cannot be longer than the group it is drawn from.
+absl::Status CheckNumRanks(size_t num_ranks, const ProcessGroup& parent) {
+  if (num_ranks > static_cast<size_t>(parent.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "new_group: num_ranks is ", num_ranks, ", more than group '",
+        parent.name(), "' has (", parent.size(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace capi
+}  // namespace distkit
+
+using ::distkit::ProcessGroup;
+using ::distkit::capi::CheckNumRanks;
+using ::distkit::capi::GroupOf;
+using ::distkit::capi::Guard;
+using ::distkit::capi::NotNull;
+using ::distkit::capi::ReadInitConfig;
+
+extern "C" {
+
+void dk_init_config_init(dk_init_config_t* config) {
+  if (config == nullptr) return;
+  std::memset(config, 0, sizeof(*config));
+  config->struct_size = sizeof(*config);
+  config->backend = "gloo";
+  config->timeout_ms = 1800000;
+}
+
+dk_status_t dk_init(const char* launcher, const dk_init_config_t* config,
+                    dk_group_t** world_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(launcher, "launcher"));
+    DK_RETURN_IF_ERROR(NotNull(world_out, "world_out"));
+    DK_ASSIGN_OR_RETURN(distkit::dist::InitOptions options,
+                        ReadInitConfig(config));
+    DK_RETURN_IF_ERROR(distkit::dist::InitDist(launcher, options));
+    *world_out = new dk_group{distkit::dist::GetDefaultGroup()};
+    return absl::OkStatus();
+  });
+}
+
+dk_status_t dk_init_with_store(dk_store_t* store, int32_t rank, int32_t size,
+                               const dk_init_config_t* config,
+                               dk_group_t** world_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(store, "store"));
+    DK_RETURN_IF_ERROR(NotNull(world_out, "world_out"));
+    DK_ASSIGN_OR_RETURN(distkit::dist::InitOptions options,
+                        ReadInitConfig(config));
+    DK_RETURN_IF_ERROR(
+        distkit::dist::InitDistWithStore(store->rep, rank, size, options));
+    *world_out = new dk_group{distkit::dist::GetDefaultGroup()};
+    return absl::OkStatus();
+  });
+}
+
+void dk_shutdown(void) { distkit::dist::DestroyDist(); }
+
+int32_t dk_is_distributed(void) {
+  return distkit::dist::IsDistributed() ? 1 : 0;
+}
+
+int32_t dk_group_rank(const dk_group_t* group) {
+  if (group != nullptr && group->destroyed) return -1;
+  if (group != nullptr && group->rep != nullptr) return group->rep->rank();
+  return distkit::dist::GetRank();
+}
+
+int32_t dk_group_size(const dk_group_t* group) {
+  if (group != nullptr && group->destroyed) return -1;
+  if (group != nullptr && group->rep != nullptr) return group->rep->size();
+  return distkit::dist::GetWorldSize();
+}
+
+int32_t dk_group_global_rank(const dk_group_t* group, int32_t group_rank) {
+  if (group != nullptr && group->destroyed) return -1;
+  if (group != nullptr && group->rep != nullptr) {
+    const auto& ranks = group->rep->global_ranks();
+    return group_rank >= 0 && group_rank < static_cast<int32_t>(ranks.size())
+               ? ranks[group_rank]
+               : -1;
+  }
+  return group_rank >= 0 && group_rank < distkit::dist::GetWorldSize()
+             ? group_rank
+             : -1;
+}
+
+const char* dk_group_backend(const dk_group_t* group) {
+  if (group != nullptr && group->destroyed) return nullptr;
+  if (group != nullptr && group->rep != nullptr)
+    return group->rep->backend_name().c_str();
+  std::shared_ptr<ProcessGroup> world = distkit::dist::GetDefaultGroup();
+  return world != nullptr ? world->backend_name().c_str() : nullptr;
+}
+
+const char* dk_group_name(const dk_group_t* group) {
+  if (group != nullptr && group->destroyed) return nullptr;
+  if (group != nullptr && group->rep != nullptr)
+    return group->rep->name().c_str();
+  std::shared_ptr<ProcessGroup> world = distkit::dist::GetDefaultGroup();
+  return world != nullptr ? world->name().c_str() : nullptr;
+}
+
+dk_status_t dk_group_new(dk_group_t* parent, const int32_t* ranks,
+                         size_t num_ranks, dk_group_t** out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    if (num_ranks > 0) DK_RETURN_IF_ERROR(NotNull(ranks, "ranks"));
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> p, GroupOf(parent));
+    DK_RETURN_IF_ERROR(CheckNumRanks(num_ranks, *p));
+    DK_ASSIGN_OR_RETURN(
+        std::shared_ptr<ProcessGroup> g,
+        p->NewGroup(std::vector<int>(ranks, ranks + num_ranks)));
+    *out = new dk_group{std::move(g)};
+    return absl::OkStatus();
+  });
+}
+
+dk_status_t dk_group_new_named(dk_group_t* parent, const int32_t* ranks,
+                               size_t num_ranks, const char* name,
+                               dk_group_t** out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    DK_RETURN_IF_ERROR(NotNull(name, "name"));
+    if (num_ranks > 0) DK_RETURN_IF_ERROR(NotNull(ranks, "ranks"));
+    if (*name == '\0' || std::strchr(name, '/') != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "new_group_named: the name '", name, "' is empty or has a '/'"));
+    }
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> p, GroupOf(parent));
+    DK_RETURN_IF_ERROR(CheckNumRanks(num_ranks, *p));
+    if (p->backend_name() != "gloo") {
+      // MPI and NCCL split a subgroup from the parent: every rank of it
+      // must take part (dk_group_new).
+      return absl::UnimplementedError(absl::StrCat(
+          "new_group_named: the ", p->backend_name(), " backend of group '",
+          p->name(), "' needs every rank of it; use dk_group_new"));
+    }
+    distkit::GroupOptions options;
+    options.backend = p->backend_name();
+    options.timeout = p->timeout();
+    options.name = absl::StrCat("named-", name);
+    DK_ASSIGN_OR_RETURN(
+        std::shared_ptr<ProcessGroup> g,
+        p->NewGroup(std::vector<int>(ranks, ranks + num_ranks), options));
+    *out = new dk_group{std::move(g)};
+    return absl::OkStatus();
+  });
+}
+
+void dk_group_destroy(dk_group_t* group) {
+  if (group == nullptr || group->destroyed) return;
+  // Releases the group but keeps the small handle (see the header): later
+  // calls through it fail cleanly instead of reading freed memory.
+  group->rep.reset();
+  group->destroyed = true;
+}
+
+void dk_group_abort(dk_group_t* group) {
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g = GroupOf(group);
+  if (g.ok()) (*g)->Abort();
+}
+
+dk_status_t dk_group_shrink(dk_group_t* group, int64_t settle_ms,
+                            dk_group_t** out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    const absl::Duration settle =
+        settle_ms < 0 ? absl::Seconds(5) : absl::Milliseconds(settle_ms);
+    std::shared_ptr<ProcessGroup> shrunk;
+    if (group == nullptr) {
+      DK_ASSIGN_OR_RETURN(shrunk, distkit::dist::ShrinkDefaultGroup(settle));
+    } else {
+      DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+      DK_ASSIGN_OR_RETURN(shrunk, distkit::ShrinkGroup(*g, settle));
+    }
+    *out = new dk_group{std::move(shrunk)};
+    return absl::OkStatus();
+  });
+}
+
+dk_status_t dk_group_async_error(const dk_group_t* group, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g,
+                        GroupOf(const_cast<dk_group_t*>(group)));
+    return g->AsyncError();
+  });
+}
+
+}  // extern "C"

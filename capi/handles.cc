@@ -1,0 +1,27 @@
+#include "capi/handles.h"
+
+#include "cc/dist_api/dist.h"
+
+namespace distkit {
+namespace capi {
+
+absl::StatusOr<std::shared_ptr<ProcessGroup>> GroupOf(dk_group_t* group) {
+  if (group != nullptr) {
+    if (group->destroyed) {
+      return absl::FailedPreconditionError(
+          "group: the handle was destroyed (dk_group_destroy)");
+    }
+    if (group->rep == nullptr)
+      return absl::InvalidArgumentError("group: invalid handle");
+    return group->rep;
+  }
+  std::shared_ptr<ProcessGroup> world = dist::GetDefaultGroup();
+  if (world == nullptr) {
+    return absl::FailedPreconditionError(
+        "group is NULL and there is no default group: call dk_init first");
+  }
+  return world;
+}
+
+}  // namespace capi
+}  // namespace distkit

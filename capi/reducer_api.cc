@@ -1,0 +1,195 @@
+// The C ABI, section "Gradient reducer": the engine of distributed data
+// parallel (distkit::GradReducer) for trainers without one.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "capi/abi_guard.h"
+#include "capi/arguments.h"
+#include "capi/handles.h"
+#include "capi/versioned_struct.h"
+#include "cc/core/status.h"
+#include "cc/core/tensor_ref.h"
+#include "cc/group/process_group.h"
+#include "cc/parallel/grad_reducer.h"
+#include "distkit/distkit.h"
+
+struct dk_reducer {
+  std::unique_ptr<distkit::GradReducer> rep;
+};
+
+namespace distkit {
+namespace capi {
+namespace {
+
+absl::StatusOr<GradReducer::Options> ReadReducerConfig(
+    const dk_reducer_config_t* config) {
+  DK_ASSIGN_OR_RETURN(
+      dk_reducer_config_t c,
+      ReadVersionedStruct(
+          config, &dk_reducer_config_init, "dk_reducer_config",
+          {DK_FIELD_SPAN(dk_reducer_config_t, bucket_cap_mb),
+           DK_FIELD_SPAN(dk_reducer_config_t, first_bucket_cap_mb),
+           DK_FIELD_SPAN(dk_reducer_config_t, find_unused_parameters),
+           DK_FIELD_SPAN(dk_reducer_config_t, gradient_as_bucket_view),
+           DK_FIELD_SPAN(dk_reducer_config_t, broadcast_buffers),
+           DK_FIELD_SPAN(dk_reducer_config_t, comm_hook)}));
+  if (c.comm_hook < DK_COMM_HOOK_NONE || c.comm_hook > DK_COMM_HOOK_BF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: unknown comm_hook ", c.comm_hook));
+  }
+  GradReducer::Options o;
+  o.bucket_cap_mb = c.bucket_cap_mb;
+  o.first_bucket_cap_mb = c.first_bucket_cap_mb;
+  o.find_unused_parameters = c.find_unused_parameters != 0;
+  o.gradient_as_bucket_view = c.gradient_as_bucket_view != 0;
+  o.broadcast_buffers = c.broadcast_buffers != 0;
+  o.comm_hook = static_cast<CommHook>(c.comm_hook);
+  return o;
+}
+
+}  // namespace
+}  // namespace capi
+}  // namespace distkit
+
+using ::distkit::ProcessGroup;
+using ::distkit::TensorRef;
+using ::distkit::capi::CheckCount;
+using ::distkit::capi::GroupOf;
+using ::distkit::capi::Guard;
+using ::distkit::capi::NotNull;
+using ::distkit::capi::ReadReducerConfig;
+using ::distkit::capi::TensorArg;
+
+extern "C" {
+
+void dk_reducer_config_init(dk_reducer_config_t* config) {
+  if (config == nullptr) return;
+  const distkit::GradReducer::Options d;
+  config->struct_size = sizeof(*config);
+  config->bucket_cap_mb = d.bucket_cap_mb;
+  config->first_bucket_cap_mb = d.first_bucket_cap_mb;
+  config->find_unused_parameters = d.find_unused_parameters;
+  config->gradient_as_bucket_view = d.gradient_as_bucket_view;
+  config->broadcast_buffers = d.broadcast_buffers;
+  config->comm_hook = DK_COMM_HOOK_NONE;
+}
+
+dk_status_t dk_reducer_create(dk_group_t* group, DLTensor* const* params,
+                              size_t num_params, DLTensor* const* buffers,
+                              size_t num_buffers,
+                              const dk_reducer_config_t* config,
+                              dk_reducer_t** out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    if (num_params > 0) DK_RETURN_IF_ERROR(NotNull(params, "params"));
+    if (num_buffers > 0) DK_RETURN_IF_ERROR(NotNull(buffers, "buffers"));
+    DK_RETURN_IF_ERROR(CheckCount(num_params, sizeof(DLTensor*), "num_params"));
+    DK_RETURN_IF_ERROR(
+        CheckCount(num_buffers, sizeof(DLTensor*), "num_buffers"));
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    DK_ASSIGN_OR_RETURN(distkit::GradReducer::Options o,
+                        ReadReducerConfig(config));
+    std::vector<distkit::GradReducer::Parameter> ps;
+    for (size_t i = 0; i < num_params; ++i) {
+      const std::string what = absl::StrCat("params[", i, "]");
+      DK_ASSIGN_OR_RETURN(TensorRef t, TensorArg(params[i], what.c_str()));
+      ps.push_back({t, what});
+    }
+    std::vector<TensorRef> bs;
+    for (size_t i = 0; i < num_buffers; ++i) {
+      const std::string what = absl::StrCat("buffers[", i, "]");
+      DK_ASSIGN_OR_RETURN(TensorRef t, TensorArg(buffers[i], what.c_str()));
+      bs.push_back(t);
+    }
+    DK_ASSIGN_OR_RETURN(
+        std::unique_ptr<distkit::GradReducer> r,
+        distkit::GradReducer::Create(g, std::move(ps), std::move(bs), o));
+    *out = new dk_reducer{std::move(r)};
+    return absl::OkStatus();
+  });
+}
+
+void dk_reducer_destroy(dk_reducer_t* reducer) { delete reducer; }
+
+dk_status_t dk_reducer_prepare(dk_reducer_t* reducer, const int32_t* unused,
+                               size_t num_unused, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+    if (num_unused > 0) DK_RETURN_IF_ERROR(NotNull(unused, "unused"));
+    DK_RETURN_IF_ERROR(CheckCount(num_unused, sizeof(int32_t), "num_unused"));
+    std::vector<int> u(unused, unused + num_unused);
+    return reducer->rep->PrepareForBackward(u);
+  });
+}
+
+dk_status_t dk_reducer_mark_ready(dk_reducer_t* reducer, int32_t index,
+                                  const DLTensor* grad, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+    DK_ASSIGN_OR_RETURN(TensorRef t, TensorArg(grad, "grad"));
+    return reducer->rep->MarkReady(index, t);
+  });
+}
+
+dk_status_t dk_reducer_finalize(dk_reducer_t* reducer, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+    return reducer->rep->Finalize();
+  });
+}
+
+void dk_reducer_set_require_sync(dk_reducer_t* reducer, int32_t require_sync) {
+  if (reducer != nullptr) reducer->rep->set_require_sync(require_sync != 0);
+}
+
+dk_status_t dk_reducer_broadcast_buffers(dk_reducer_t* reducer,
+                                         dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+    return reducer->rep->BroadcastBuffers();
+  });
+}
+
+dk_status_t dk_reducer_grad_view(dk_reducer_t* reducer, int32_t index,
+                                 void** data_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+    DK_RETURN_IF_ERROR(NotNull(data_out, "data_out"));
+    DK_ASSIGN_OR_RETURN(TensorRef t, reducer->rep->GradView(index));
+    *data_out = t.data();
+    return absl::OkStatus();
+  });
+}
+
+int64_t dk_reducer_view_generation(const dk_reducer_t* reducer) {
+  return reducer == nullptr ? -1 : reducer->rep->view_generation();
+}
+
+dk_status_t dk_reducer_reduced_grad(dk_reducer_t* reducer, int32_t index,
+                                    void** data_out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+    DK_RETURN_IF_ERROR(NotNull(data_out, "data_out"));
+    DK_ASSIGN_OR_RETURN(TensorRef t, reducer->rep->ReducedGrad(index));
+    *data_out = t.data();
+    return absl::OkStatus();
+  });
+}
+
+int32_t dk_reducer_globally_used(const dk_reducer_t* reducer, int32_t index) {
+  return reducer != nullptr && reducer->rep->globally_used(index) ? 1 : 0;
+}
+
+int32_t dk_reducer_num_buckets(const dk_reducer_t* reducer) {
+  return reducer == nullptr
+             ? 0
+             : static_cast<int32_t>(reducer->rep->buckets().size());
+}
+
+}  // extern "C"
