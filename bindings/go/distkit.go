@@ -112,6 +112,12 @@ func check(status C.dk_status_t, cerr *C.dk_error_t) error {
 // Rust programs (the library ignores SIGPIPE there unless a handler is set).
 func init() { signal.Ignore(syscall.SIGPIPE) }
 
+// The ABI version of the header this package is built with.
+const (
+	headerMajor = C.DK_ABI_MAJOR
+	headerMinor = C.DK_ABI_MINOR
+)
+
 var (
 	versionOnce sync.Once
 	versionErr  error
@@ -121,9 +127,18 @@ var (
 func CheckVersion() error {
 	versionOnce.Do(func() {
 		var cerr *C.dk_error_t
-		versionErr = check(C.dk_init_version(C.DK_ABI_MAJOR, C.DK_ABI_MINOR, &cerr), cerr)
+		versionErr = check(C.dk_init_version(headerMajor, headerMinor, &cerr), cerr)
 	})
 	return versionErr
+}
+
+// LibraryVersion is the ABI version of the loaded library, which may be
+// newer than the header this package was built with (CheckVersion accepts
+// that).
+func LibraryVersion() (major, minor int) {
+	var ma, mi C.int32_t
+	C.dk_get_version(&ma, &mi)
+	return int(ma), int(mi)
 }
 
 // InitOptions configure Init and InitWithStore. The zero value means the

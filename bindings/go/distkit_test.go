@@ -14,15 +14,6 @@ func wantCode(t *testing.T, err error, code Code, text string) {
 	}
 }
 
-func TestHalfConversions(t *testing.T) {
-	if Float16FromFloat32(1.5) != 0x3e00 || Float16(0x3e00).Float32() != 1.5 {
-		t.Fatal("float16 1.5")
-	}
-	if Float16FromFloat32(-70).Float32() != -70 || BFloat16FromFloat32(3).Float32() != 3 {
-		t.Fatal("half round trips")
-	}
-}
-
 func checkStore(t *testing.T, s *Store) {
 	if err := s.Set("a", []byte("1")); err != nil {
 		t.Fatal(err)
@@ -87,6 +78,11 @@ func TestLocal(t *testing.T) {
 	_, err = wrong.Get("c")
 	wantCode(t, err, FailedPrecondition, "closed")
 
+	if major, minor := LibraryVersion(); major != headerMajor || minor < headerMinor {
+		t.Fatalf("library version %d.%d", major, minor)
+	}
+	_, err = DefaultStore()
+	wantCode(t, err, FailedPrecondition, "")
 	_, err = Init("k8s", InitOptions{})
 	wantCode(t, err, InvalidArgument, "Invalid launcher type")
 	world, err := InitWithStore(store, 0, 1, InitOptions{})
@@ -112,6 +108,36 @@ func TestLocal(t *testing.T) {
 	if err != nil || len(objs) != 1 || string(objs[0]) != "solo" {
 		t.Fatal("all_gather_object", err)
 	}
+	if world.GlobalRank(0) != 0 || world.GlobalRank(1) != -1 {
+		t.Fatal("global ranks", world.GlobalRank(0), world.GlobalRank(1))
+	}
+	a, b := []float32{1, 2}, []float32{3}
+	if err := AllReduceCoalesced(world, [][]float32{a, b}, Sum, 0); err != nil || a[1] != 2 || b[0] != 3 {
+		t.Fatal("all_reduce_coalesced", a, b, err)
+	}
+	// The job's store, reached without the handle the job was joined with.
+	jobStore, err := DefaultStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := jobStore.Set("from-the-job-store", []byte("seen")); err != nil {
+		t.Fatal(err)
+	}
+	jobStore.Close() // this connection only
+	if v, err := store.Get("from-the-job-store"); err != nil || string(v) != "seen" {
+		t.Fatalf("job store: %q %v", v, err)
+	}
+	// A subgroup made by its members only, under a name.
+	named, err := world.NewNamedGroup([]int{0}, "solo")
+	if err != nil || named.Size() != 1 || named.GlobalRank(0) != 0 {
+		t.Fatal("named group", err)
+	}
+	if err := AllReduce(named, m, Sum); err != nil || m[0] != 7 {
+		t.Fatal("named group all_reduce", err)
+	}
+	named.Close()
+	_, err = world.NewNamedGroup([]int{0}, "a/b")
+	wantCode(t, err, InvalidArgument, "")
 	// Misuse comes back as errors naming the problem, never a crash.
 	wantCode(t, Broadcast(world, x, 3), InvalidArgument, "")
 	wantCode(t, AllGather(world, []uint8{1, 2}, out), InvalidArgument, "")
@@ -171,6 +197,22 @@ func TestLocal(t *testing.T) {
 		if e.Kind != want[i] || e.At.Before(before.Add(-time.Millisecond)) || (i > 0 && e.At.Before(events[i-1].At)) {
 			t.Fatalf("event %d: %v", i, events)
 		}
+	}
+	// Prefetching form, no_sync and the unit's memory.
+	if err := unit.UnshardStart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unit.UnshardWait(); err != nil {
+		t.Fatal(err)
+	}
+	full := make([]float32, 2)
+	if err := unit.FullParam(0, full); err != nil || full[0] != 1 || full[1] != 2 {
+		t.Fatal("full parameter after UnshardStart and UnshardWait", full, err)
+	}
+	unit.SetRequireSync(false)
+	unit.SetRequireSync(true)
+	if unit.NumFlat() != 1 || unit.HeldBytes() <= 0 || unit.PeakHeldBytes() < unit.HeldBytes() {
+		t.Fatal("flat buffers and held bytes", unit.NumFlat(), unit.HeldBytes(), unit.PeakHeldBytes())
 	}
 	unit.Close()
 	// Asynchronous work.

@@ -23,58 +23,7 @@ static DLTensor* dkgo_tensor(void* data, int64_t n, uint8_t code, uint8_t bits) 
 */
 import "C"
 
-import (
-	"math"
-	"unsafe"
-)
-
-// Float16 is an IEEE half-precision value kept as its bit pattern.
-type Float16 uint16
-
-// BFloat16 is a bfloat16 value kept as its bit pattern.
-type BFloat16 uint16
-
-// Float16FromFloat32 converts, exact for values half precision holds
-// (rounding toward zero otherwise).
-func Float16FromFloat32(x float32) Float16 {
-	b := math.Float32bits(x)
-	sign := uint16(b>>16) & 0x8000
-	exp := int32(b>>23&0xff) - 127 + 15
-	mant := b & 0x7fffff
-	switch {
-	case x == 0:
-		return Float16(sign)
-	case exp >= 31:
-		return Float16(sign | 0x7c00)
-	case exp <= 0:
-		return Float16(sign | uint16((mant|0x800000)>>(14-exp)))
-	}
-	return Float16(sign | uint16(exp)<<10 | uint16(mant>>13))
-}
-
-// Float32 converts back.
-func (h Float16) Float32() float32 {
-	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h & 0x3ff)
-	switch exp {
-	case 0:
-		v := float32(mant) / 1024 * float32(math.Pow(2, -14))
-		if sign != 0 {
-			return -v
-		}
-		return v
-	case 31:
-		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
-	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
-}
-
-// BFloat16FromFloat32 truncates to bfloat16.
-func BFloat16FromFloat32(x float32) BFloat16 { return BFloat16(math.Float32bits(x) >> 16) }
-
-// Float32 converts back (exactly).
-func (b BFloat16) Float32() float32 { return math.Float32frombits(uint32(b) << 16) }
+import "unsafe"
 
 // Element lists the element types collectives take.
 type Element interface {

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // ReduceOp is a reduction (mmengine's names). Mean on integers truncates
@@ -49,6 +50,12 @@ func (g *Group) Backend() string { return C.GoString(C.dk_group_backend(g.ptr)) 
 // Name is the group's name ("world", "world/1", ...).
 func (g *Group) Name() string { return C.GoString(C.dk_group_name(g.ptr)) }
 
+// GlobalRank is the default group's rank of this group's rank groupRank
+// (-1 when out of range): collectives take ranks of the group they run on.
+func (g *Group) GlobalRank(groupRank int) int {
+	return int(C.dk_group_global_rank(g.ptr, C.int32_t(groupRank)))
+}
+
 // Close releases the group. Later calls fail with FailedPrecondition (the ABI
 // keeps a destroyed handle reserved, so this is never a use of freed memory).
 func (g *Group) Close() {
@@ -77,20 +84,47 @@ func (g *Group) AsyncError() error {
 // NewGroup is collective over g: a subgroup of the given ranks (ranks of g).
 // Non-members get a group whose calls fail with FailedPrecondition.
 func (g *Group) NewGroup(ranks []int) (*Group, error) {
-	rs := make([]C.int32_t, len(ranks))
-	for i, r := range ranks {
-		rs[i] = C.int32_t(r)
-	}
-	var p *C.int32_t
-	if len(rs) > 0 {
-		p = &rs[0]
-	}
+	rs := cRanks(ranks)
 	var out *C.dk_group_t
 	var cerr *C.dk_error_t
-	if err := check(C.dk_group_new(g.ptr, p, C.size_t(len(rs)), &out, &cerr), cerr); err != nil {
+	if err := check(C.dk_group_new(g.ptr, rs.ptr(), C.size_t(len(rs)), &out, &cerr), cerr); err != nil {
 		return nil, err
 	}
 	return g.child(out), nil
+}
+
+// NewNamedGroup is collective over the members only: every rank in ranks
+// (ranks of g) calls it with the same ranks and name (no '/', unique among
+// g's named subgroups); the other ranks need not. Gloo only (Unimplemented
+// otherwise: use NewGroup).
+func (g *Group) NewNamedGroup(ranks []int, name string) (*Group, error) {
+	rs := cRanks(ranks)
+	n := C.CString(name)
+	defer C.free(unsafe.Pointer(n))
+	var out *C.dk_group_t
+	var cerr *C.dk_error_t
+	if err := check(C.dk_group_new_named(g.ptr, rs.ptr(), C.size_t(len(rs)), n, &out, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	return g.child(out), nil
+}
+
+// rankList is a list of ranks in the ABI's type.
+type rankList []C.int32_t
+
+func cRanks(rs []int) rankList {
+	out := make(rankList, len(rs))
+	for i, r := range rs {
+		out[i] = C.int32_t(r)
+	}
+	return out
+}
+
+func (rs rankList) ptr() *C.int32_t {
+	if len(rs) == 0 {
+		return nil
+	}
+	return &rs[0]
 }
 
 // child wraps a group made from g; it shares (and keeps alive) g's store.
@@ -306,6 +340,24 @@ func Recv[T Element](g *Group, data []T, src, tag int) error {
 	_, err := g.run(ts, []any{data}, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
 		return C.dk_group_recv(p, t, C.int32_t(src), C.int32_t(tag), w, e)
 	})
+	return err
+}
+
+// AllReduceCoalesced is mmengine's all_reduce_params: it reduces several
+// buffers of one type in place, flattened into buckets of at most
+// bucketSizeMB MiB (<= 0: one bucket) so that few collectives run.
+func AllReduceCoalesced[T Element](g *Group, buffers [][]T, op ReduceOp, bucketSizeMB int64) error {
+	var ts tensors
+	defer ts.free()
+	ptrs := make([]*C.DLTensor, len(buffers)+1) // never empty: C.malloc(0) may be nil
+	for i, b := range buffers {
+		ptrs[i] = view(&ts, b)
+	}
+	cptrs := cTensorArray(ptrs)
+	defer C.free(unsafe.Pointer(cptrs))
+	var cerr *C.dk_error_t
+	err := check(C.dk_group_all_reduce_coalesced(g.ptr, cptrs, C.size_t(len(buffers)), C.dk_reduce_op_t(op), 1, C.int64_t(bucketSizeMB), &cerr), cerr)
+	runtime.KeepAlive(buffers)
 	return err
 }
 

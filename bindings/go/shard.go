@@ -67,14 +67,6 @@ func NewShard[T Element](g *Group, params [][]T, o ShardOptions) (*Shard[T], err
 	return s, nil
 }
 
-// cTensorArray copies ptrs into C memory (free it with C.free): cgo may not
-// pass Go memory holding pointers.
-func cTensorArray(ptrs []*C.DLTensor) **C.DLTensor {
-	cptrs := (**C.DLTensor)(C.malloc(C.size_t(len(ptrs)) * C.size_t(unsafe.Sizeof((*C.DLTensor)(nil)))))
-	copy(unsafe.Slice(cptrs, len(ptrs)), ptrs)
-	return cptrs
-}
-
 // Close frees the unit.
 func (s *Shard[T]) Close() {
 	if s.ptr != nil {
@@ -98,6 +90,26 @@ func (s *Shard[T]) Unshard() error {
 	}
 	var cerr *C.dk_error_t
 	return check(C.dk_shard_unshard(s.ptr, &cerr), cerr)
+}
+
+// UnshardStart is collective: it starts gathering the full parameters and
+// returns at once (prefetch), so the caller computes meanwhile; UnshardWait
+// ends it.
+func (s *Shard[T]) UnshardStart() error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	var cerr *C.dk_error_t
+	return check(C.dk_shard_unshard_start(s.ptr, &cerr), cerr)
+}
+
+// UnshardWait waits for UnshardStart's gather.
+func (s *Shard[T]) UnshardWait() error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	var cerr *C.dk_error_t
+	return check(C.dk_shard_unshard_wait(s.ptr, &cerr), cerr)
 }
 
 // Reshard frees the full parameters.
@@ -167,6 +179,43 @@ func (s *Shard[T]) ReduceGradsWait() error {
 	}
 	var cerr *C.dk_error_t
 	return check(C.dk_shard_reduce_grads_wait(s.ptr, &cerr), cerr)
+}
+
+// SetRequireSync false is no_sync: ReduceGrads then keeps accumulating
+// gradients locally until it is true again.
+func (s *Shard[T]) SetRequireSync(requireSync bool) {
+	if s.ptr != nil {
+		var flag C.int32_t
+		if requireSync {
+			flag = 1
+		}
+		C.dk_shard_set_require_sync(s.ptr, flag)
+	}
+}
+
+// NumFlat is the number of flat buffers (one per parameter dtype); Local
+// takes their indices.
+func (s *Shard[T]) NumFlat() int {
+	if s.ptr == nil {
+		return 0
+	}
+	return int(C.dk_shard_num_flat(s.ptr))
+}
+
+// HeldBytes is what the unit holds now (shards, gradients, full buffers).
+func (s *Shard[T]) HeldBytes() int64 {
+	if s.ptr == nil {
+		return 0
+	}
+	return int64(C.dk_shard_held_bytes(s.ptr))
+}
+
+// PeakHeldBytes is the most the unit held at once since NewShard.
+func (s *Shard[T]) PeakHeldBytes() int64 {
+	if s.ptr == nil {
+		return 0
+	}
+	return int64(C.dk_shard_peak_held_bytes(s.ptr))
 }
 
 // ShardEventKind says what happened to a unit (see TakeEvents).

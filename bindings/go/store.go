@@ -72,6 +72,24 @@ func Connect(address string, o StoreOptions) (*Store, error) { return openStore(
 // Serve starts a store server in this process ("127.0.0.1:0" picks a port).
 func Serve(address string, o StoreOptions) (*Store, error) { return openStore(address, o, true) }
 
+// DefaultStore is a new connection to the job's store (the one Init or
+// InitWithStore joined through), so other components can rendezvous in it;
+// FailedPrecondition when not distributed. Closing it closes this connection
+// only.
+func DefaultStore() (*Store, error) {
+	if err := CheckVersion(); err != nil {
+		return nil, err
+	}
+	var out *C.dk_store_t
+	var cerr *C.dk_error_t
+	if err := check(C.dk_default_store(&out, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	s := &Store{ptr: out}
+	runtime.SetFinalizer(s, (*Store).Close)
+	return s, nil
+}
+
 // Close closes the connection (and the server Serve started). Groups made
 // with InitWithStore keep the store open until they are closed: the ABI
 // borrows it for their lifetime.
@@ -117,21 +135,6 @@ func (s *Store) Address() string {
 		return ""
 	}
 	return C.GoString(C.dk_store_address(s.ptr))
-}
-
-func goBytes(p unsafe.Pointer, n C.size_t) []byte {
-	b := C.GoBytes(p, C.int(n))
-	C.dk_free(p)
-	return b
-}
-
-// cBytes copies b into C memory (Go memory passed to C must not hold Go
-// pointers, so lists of byte strings are built there).
-func cBytes(b []byte) unsafe.Pointer {
-	if len(b) == 0 {
-		return nil
-	}
-	return C.CBytes(b)
 }
 
 func withKey(key string, f func(*C.char) C.dk_status_t) C.dk_status_t {
@@ -278,46 +281,6 @@ func (s *Store) Append(key string, value []byte) error {
 	return check(withKey(key, func(k *C.char) C.dk_status_t {
 		return C.dk_store_append(s.ptr, k, v, C.size_t(len(value)), &cerr)
 	}), cerr)
-}
-
-// byteList is a C array of dk_bytes_t whose data is in C memory.
-type byteList struct {
-	items []C.dk_bytes_t
-}
-
-func newByteList(values [][]byte) byteList {
-	l := byteList{items: make([]C.dk_bytes_t, len(values))}
-	for i, v := range values {
-		l.items[i] = C.dk_bytes_t{data: cBytes(v), size: C.size_t(len(v))}
-	}
-	return l
-}
-
-func (l byteList) ptr() *C.dk_bytes_t {
-	if len(l.items) == 0 {
-		return nil
-	}
-	return &l.items[0]
-}
-
-func (l byteList) free() {
-	for _, it := range l.items {
-		C.free(unsafe.Pointer(it.data))
-	}
-}
-
-// takeList copies a library-owned list of byte strings and frees it.
-func takeList(list *C.dk_bytes_t, count C.size_t) [][]byte {
-	if list == nil {
-		return nil
-	}
-	items := unsafe.Slice(list, int(count))
-	out := make([][]byte, len(items))
-	for i, it := range items {
-		out[i] = C.GoBytes(unsafe.Pointer(it.data), C.int(it.size))
-	}
-	C.dk_free(unsafe.Pointer(list))
-	return out
 }
 
 // MultiSet sets several keys at once.

@@ -5,7 +5,7 @@ an $ORIGIN-relative rpath, so they run from bazel-bin and from runfiles.
 
     dk_rust_library(name = "distkit_sys", crate_name = "distkit_sys",
                     root = "src/lib.rs", srcs = glob(["src/**/*.rs"]))
-    dk_rust_binary(name = "check", root = "examples/check.rs",
+    dk_rust_binary(name = "check", root = "tests/check.rs",
                    deps = {":distkit": "distkit"})
     dk_rust_binary(name = "unit", root = "tests/unit.rs", test = True, ...)
 """

@@ -3,6 +3,8 @@ use std::os::raw::c_void;
 
 use distkit_sys as sys;
 
+use crate::half::{BF16, F16};
+
 /// The data types of the ABI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DataType {
@@ -46,61 +48,6 @@ impl DataType {
             DataType::Bool => (sys::kDLUInt, 1),
         };
         sys::DLDataType { code, bits, lanes: 1 }
-    }
-}
-
-/// IEEE half precision, kept as its bit pattern (reductions happen in C++).
-#[repr(transparent)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct F16(pub u16);
-
-/// bfloat16, kept as its bit pattern.
-#[repr(transparent)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BF16(pub u16);
-
-impl F16 {
-    /// Exact for values representable in half precision (round toward zero
-    /// otherwise); enough to build test data and read results.
-    pub fn from_f32(x: f32) -> F16 {
-        let b = x.to_bits();
-        let sign = ((b >> 16) & 0x8000) as u16;
-        let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
-        let mant = b & 0x7f_ffff;
-        if x == 0.0 {
-            return F16(sign);
-        }
-        if exp >= 31 {
-            return F16(sign | 0x7c00);
-        }
-        if exp <= 0 {
-            let m = (mant | 0x80_0000) >> (14 - exp);
-            return F16(sign | m as u16);
-        }
-        F16(sign | ((exp as u16) << 10) | (mant >> 13) as u16)
-    }
-    pub fn to_f32(self) -> f32 {
-        let sign = ((self.0 & 0x8000) as u32) << 16;
-        let exp = ((self.0 >> 10) & 0x1f) as u32;
-        let mant = (self.0 & 0x3ff) as u32;
-        if exp == 0 {
-            let v = mant as f32 / 1024.0 * 2f32.powi(-14);
-            return if sign != 0 { -v } else { v };
-        }
-        if exp == 31 {
-            return f32::from_bits(sign | 0x7f80_0000 | (mant << 13));
-        }
-        f32::from_bits(sign | ((exp + 127 - 15) << 23) | (mant << 13))
-    }
-}
-
-impl BF16 {
-    /// Truncates to bfloat16 (exact for values with 8 significant bits).
-    pub fn from_f32(x: f32) -> BF16 {
-        BF16((x.to_bits() >> 16) as u16)
-    }
-    pub fn to_f32(self) -> f32 {
-        f32::from_bits((self.0 as u32) << 16)
     }
 }
 

@@ -6,6 +6,7 @@ use std::os::raw::c_void;
 
 use distkit_sys as sys;
 
+use crate::abi_memory::take_list;
 use crate::element::{Element, View};
 use crate::error::{call, Code, Error, Result};
 use crate::store::Store;
@@ -36,19 +37,6 @@ impl ReduceOp {
             ReduceOp::Mean => sys::DK_OP_MEAN,
         }
     }
-}
-
-/// Copies a list of byte strings owned by the library and frees it.
-pub(crate) unsafe fn take_list(list: *mut sys::dk_bytes_t, count: usize) -> Vec<Vec<u8>> {
-    if list.is_null() {
-        return Vec::new();
-    }
-    let items = std::slice::from_raw_parts(list, count)
-        .iter()
-        .map(|b| if b.size == 0 { Vec::new() } else { std::slice::from_raw_parts(b.data as *const u8, b.size).to_vec() })
-        .collect();
-    sys::dk_free(list as *mut c_void);
-    items
 }
 
 fn bytes_of(items: &[Vec<u8>]) -> Vec<sys::dk_bytes_t> {
@@ -113,6 +101,11 @@ impl Group {
     pub fn name(&self) -> Option<String> {
         unsafe { opt_string(sys::dk_group_name(self.ptr)) }
     }
+    /// The default group's rank of this group's rank `group_rank` (-1 when
+    /// out of range): collectives take ranks of the group they run on.
+    pub fn global_rank(&self, group_rank: i32) -> i32 {
+        unsafe { sys::dk_group_global_rank(self.ptr, group_rank) }
+    }
     pub fn abort_handle(&self) -> AbortHandle {
         AbortHandle(self.ptr)
     }
@@ -127,6 +120,19 @@ impl Group {
     pub fn new_group(&self, ranks: &[i32]) -> Result<Group> {
         let mut out = std::ptr::null_mut();
         call(|err| unsafe { sys::dk_group_new(self.ptr, ranks.as_ptr(), ranks.len(), &mut out, err) })?;
+        Ok(Group::from_raw(out, self._store.clone()))
+    }
+
+    /// Collective over the members only: every rank in `ranks` (ranks of
+    /// this group) calls it with the same ranks and `name` (no '/', unique
+    /// among this group's named subgroups); the other ranks need not. Gloo
+    /// only (Unimplemented otherwise: use `new_group`).
+    pub fn new_named_group(&self, ranks: &[i32], name: &str) -> Result<Group> {
+        let name = crate::store::cstring(name, "name")?;
+        let mut out = std::ptr::null_mut();
+        call(|err| unsafe {
+            sys::dk_group_new_named(self.ptr, ranks.as_ptr(), ranks.len(), name.as_ptr(), &mut out, err)
+        })?;
         Ok(Group::from_raw(out, self._store.clone()))
     }
 

@@ -10,9 +10,11 @@
 //!
 //! Every call goes through the C ABI in `libdistkit.so` (see README.md for
 //! how to build and find it). Errors carry the ABI's status code.
+mod abi_memory;
 mod element;
 mod error;
 mod group;
+mod half;
 mod reducer;
 mod shard;
 mod store;
@@ -22,9 +24,10 @@ use std::time::Duration;
 
 use distkit_sys as sys;
 
-pub use element::{DataType, Element, BF16, F16};
+pub use element::{DataType, Element};
 pub use error::{Code, Error, Result};
 pub use group::{AbortHandle, Group, ReduceOp, Scope, Work};
+pub use half::{BF16, F16};
 pub use reducer::{CommHook, Reducer, ReducerOptions};
 pub use shard::{Shard, ShardEvent, ShardEventKind, ShardOptions, ShardingStrategy};
 pub use store::{Store, StoreOptions};
@@ -35,6 +38,15 @@ pub fn check_version() -> Result<()> {
     CHECKED
         .get_or_init(|| error::call(|err| unsafe { sys::dk_init_version(sys::DK_ABI_MAJOR, sys::DK_ABI_MINOR, err) }))
         .clone()
+}
+
+/// The ABI version (major, minor) of the loaded library, which may be newer
+/// than the header this binding was written for (`check_version` accepts
+/// that).
+pub fn library_version() -> (i32, i32) {
+    let (mut major, mut minor) = (0, 0);
+    unsafe { sys::dk_get_version(&mut major, &mut minor) };
+    (major, minor)
 }
 
 /// Options of `init` and `init_with_store`.

@@ -238,6 +238,11 @@ impl<'g> Shard<'g> {
     pub fn held_bytes(&self) -> i64 {
         unsafe { sys::dk_shard_held_bytes(self.ptr) }
     }
+
+    /// The most bytes the unit held at once since it was created.
+    pub fn peak_held_bytes(&self) -> i64 {
+        unsafe { sys::dk_shard_peak_held_bytes(self.ptr) }
+    }
 }
 
 impl Drop for Shard<'_> {

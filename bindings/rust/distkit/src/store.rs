@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use distkit_sys as sys;
 
+use crate::abi_memory::{take_bytes, take_list};
 use crate::error::{call, Code, Error, Result};
 
 struct Handle(*mut sys::dk_store_t);
@@ -54,13 +55,6 @@ fn millis(d: Duration) -> i64 {
     d.as_millis().min(i64::MAX as u128) as i64
 }
 
-/// Copies an owned buffer from the library and frees it.
-unsafe fn take(data: *mut c_void, size: usize) -> Vec<u8> {
-    let v = if data.is_null() { Vec::new() } else { std::slice::from_raw_parts(data as *const u8, size).to_vec() };
-    sys::dk_free(data);
-    v
-}
-
 impl Store {
     fn open(
         address: &str,
@@ -95,6 +89,17 @@ impl Store {
         Store::open(address, options, sys::dk_store_serve)
     }
 
+    /// A new connection to the job's store (the one `init` or
+    /// `init_with_store` joined through), so other components can rendezvous
+    /// in it; FailedPrecondition when not distributed. Dropping it closes
+    /// this connection only.
+    pub fn default_store() -> Result<Store> {
+        crate::check_version()?;
+        let mut out = std::ptr::null_mut();
+        call(|err| unsafe { sys::dk_default_store(&mut out, err) })?;
+        Ok(Store { handle: Arc::new(Handle(out)) })
+    }
+
     pub(crate) fn raw(&self) -> *mut sys::dk_store_t {
         self.handle.0
     }
@@ -115,7 +120,7 @@ impl Store {
         let key = cstring(key, "key")?;
         let (mut data, mut size) = (std::ptr::null_mut(), 0usize);
         call(|err| unsafe { sys::dk_store_get(self.raw(), key.as_ptr(), &mut data, &mut size, err) })?;
-        Ok(unsafe { take(data, size) })
+        Ok(unsafe { take_bytes(data, size) })
     }
 
     /// Adds `delta` to the integer at `key`; returns the new value.
@@ -173,7 +178,7 @@ impl Store {
                 err,
             )
         })?;
-        Ok(unsafe { take(data, size) })
+        Ok(unsafe { take_bytes(data, size) })
     }
 
     pub fn append(&self, key: &str, value: &[u8]) -> Result<()> {
@@ -194,7 +199,7 @@ impl Store {
         let (_owned, ptrs) = Store::key_ptrs(keys)?;
         let mut list = std::ptr::null_mut();
         call(|err| unsafe { sys::dk_store_multi_get(self.raw(), ptrs.as_ptr(), ptrs.len(), &mut list, err) })?;
-        Ok(unsafe { crate::group::take_list(list, keys.len()) })
+        Ok(unsafe { take_list(list, keys.len()) })
     }
 
     pub fn num_keys(&self) -> Result<i64> {

@@ -42,6 +42,14 @@ fn world_of_one(world: &Group) {
     world.all_gather(&[1u8, 2, 3], &mut out).unwrap();
     assert_eq!(out, [1, 2, 3]);
     assert_eq!(world.all_gather_object(b"solo").unwrap(), vec![b"solo".to_vec()]);
+    assert_eq!((world.global_rank(0), world.global_rank(1)), (0, -1));
+    // A subgroup made by its members only, under a name.
+    let named = world.new_named_group(&[0], "solo").unwrap();
+    assert_eq!((named.rank(), named.size(), named.global_rank(0)), (0, 1, 0));
+    named.all_reduce(&mut m, ReduceOp::Sum).unwrap();
+    assert_eq!(m, [7, -7]);
+    let e = world.new_named_group(&[0], "a/b").expect_err("'/' in the name");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
     // Errors: codes read from the ABI, messages naming what is wrong.
     let e = world.broadcast(&mut x, 3).expect_err("root out of range");
     assert_eq!(e.code(), Code::InvalidArgument, "{e}");
@@ -74,6 +82,7 @@ fn world_of_one(world: &Group) {
     assert!(events[0].unix_ns >= before.as_nanos() as i64);
     assert!(events.windows(2).all(|w| w[0].unix_ns <= w[1].unix_ns));
     assert!(s.take_events().unwrap().is_empty(), "taken events are gone");
+    assert!(s.peak_held_bytes() >= s.held_bytes() && s.peak_held_bytes() > 0);
 }
 
 #[test]
@@ -95,13 +104,25 @@ fn local_api() {
     let e = wrong.get("c").expect_err("wrong token");
     assert_eq!(e.code(), Code::Unauthenticated, "{e}");
 
+    let (major, minor) = distkit::library_version();
+    assert_eq!(major, distkit_sys::DK_ABI_MAJOR);
+    assert!(minor >= distkit_sys::DK_ABI_MINOR, "library {major}.{minor}");
+
     assert!(!distkit::is_distributed());
+    let e = Store::default_store().err().expect("no job store before init");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
     let e = distkit::init("k8s", &InitOptions::default()).err().expect("bad launcher");
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("Invalid launcher type"), "{e}");
     let world = distkit::init_with_store(&store, 0, 1, &InitOptions::default()).unwrap();
     assert!(distkit::is_distributed());
     world_of_one(&world);
+    // The job's store, reached without the handle the job was joined with.
+    let job_store = Store::default_store().unwrap();
+    job_store.set("from-the-job-store", b"seen").unwrap();
+    assert_eq!(store.get("from-the-job-store").unwrap(), b"seen");
+    drop(job_store); // closes this connection only
+    assert_eq!(store.get("from-the-job-store").unwrap(), b"seen");
     drop(store); // the group keeps its store alive
     world.barrier().unwrap();
     distkit::shutdown();

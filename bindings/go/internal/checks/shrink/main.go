@@ -1,10 +1,11 @@
-// Command shrink_check is recovery without restarting, from Go, in a real
-// job: a linear model trained with mean-reduced gradients; before step 5 the
-// last rank dies (vanishes without a word). The survivors' step 5 fails;
-// each shrinks the world to the survivors, redoes step 5 and finishes
-// training at world size - 1. The weights must equal training computed here
-// without communication: steps 0-4 averaged over every rank's data, steps
-// 5-9 over the survivors'.
+// The shrink check (a test program, kept under internal/ so it is no command
+// of the module) is recovery without restarting, from Go, in a real job: a
+// linear model trained with mean-reduced gradients; before step 5 the last
+// rank dies (vanishes without a word). The survivors' step 5 fails; each
+// shrinks the world to the survivors, redoes step 5 and finishes training at
+// world size - 1. The weights must equal training computed here without
+// communication: steps 0-4 averaged over every rank's data, steps 5-9 over
+// the survivors'.
 package main
 
 import (

@@ -1,4 +1,5 @@
-// Command collectives_check runs, in every rank of a real job (start it with
+// The collectives check (a test program, kept under internal/ so it is no
+// command of the module) runs, in every rank of a real job (start it with
 // distrun), every collective the Go binding offers for every element type,
 // and checks each result against values it computes itself.
 package main
