@@ -5,7 +5,8 @@
 // communication device is staged there, the collective runs on the staged
 // copy, and what it wrote is copied back. So host buffers (object bytes, a
 // seed, a flag vector) reach NCCL on the GPU, and CUDA tensors reach Gloo
-// through the host, as in mmengine.
+// through the host, as in mmengine. (Host arithmetic on device memory, the
+// other direction, is host_staging.h.)
 
 #ifndef DISTKIT_CC_CORE_DEVICE_STAGING_H_
 #define DISTKIT_CC_CORE_DEVICE_STAGING_H_

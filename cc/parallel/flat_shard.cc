@@ -5,11 +5,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "cc/comm/reduce_kernels.h"
 #include "cc/core/device_staging.h"
-#include "cc/core/float_cast.h"
+#include "cc/core/host_staging.h"
 #include "cc/core/status.h"
+#include "cc/group/agreement.h"
 
 namespace distkit {
 namespace {
@@ -58,66 +60,6 @@ absl::StatusOr<Owned> Allocate(Device device, DataType dtype, int64_t numel) {
   return o;
 }
 
-// Host memory holding `t`'s bytes (t itself when it is on the host).
-class HostCopy {
- public:
-  static absl::StatusOr<HostCopy> Of(TensorRef t, bool read) {
-    HostCopy h;
-    h.device_ref_ = t;
-    if (t.device().is_cpu()) {
-      h.host_ = t;
-      return h;
-    }
-    DK_ASSIGN_OR_RETURN(h.staging_,
-                        Allocate(Device::Cpu(), t.dtype(), t.numel()));
-    h.host_ = h.staging_.view;
-    if (read) {
-      DK_RETURN_IF_ERROR(CopyBytes(h.host_.data(), Device::Cpu(), t.data(),
-                                   t.device(), t.nbytes()));
-    }
-    return h;
-  }
-  TensorRef host() const { return host_; }
-  // Writes the host bytes back when `t` was on a device.
-  absl::Status WriteBack() {
-    if (device_ref_.device().is_cpu()) return absl::OkStatus();
-    return CopyBytes(device_ref_.data(), device_ref_.device(), host_.data(),
-                     Device::Cpu(), host_.nbytes());
-  }
-
- private:
-  TensorRef device_ref_, host_;
-  Owned staging_;
-};
-
-// dst = src converted (any devices; float dtypes; same numel).
-absl::Status CastInto(TensorRef dst, TensorRef src) {
-  if (dst.dtype() == src.dtype()) {
-    return CopyBytes(dst.data(), dst.device(), src.data(), src.device(),
-                     src.nbytes());
-  }
-  DK_ASSIGN_OR_RETURN(HostCopy s, HostCopy::Of(src, /*read=*/true));
-  DK_ASSIGN_OR_RETURN(HostCopy d, HostCopy::Of(dst, /*read=*/false));
-  DK_RETURN_IF_ERROR(CastFloats(s.host().data(), src.dtype(), d.host().data(),
-                                dst.dtype(), src.numel()));
-  return d.WriteBack();
-}
-
-// dst += src converted.
-absl::Status AddInto(TensorRef dst, TensorRef src) {
-  DK_ASSIGN_OR_RETURN(HostCopy s, HostCopy::Of(src, /*read=*/true));
-  DK_ASSIGN_OR_RETURN(HostCopy d, HostCopy::Of(dst, /*read=*/true));
-  DK_RETURN_IF_ERROR(AddFloats(s.host().data(), src.dtype(), d.host().data(),
-                               dst.dtype(), src.numel()));
-  return d.WriteBack();
-}
-
-absl::Status Zero(TensorRef t) {
-  DK_ASSIGN_OR_RETURN(HostCopy h, HostCopy::Of(t, /*read=*/false));
-  std::memset(h.host().data(), 0, h.host().nbytes());
-  return h.WriteBack();
-}
-
 // Whether host memory `t` is all zero bits (a device buffer: false).
 bool AllZero(TensorRef t) {
   if (!t.device().is_cpu()) return false;
@@ -153,68 +95,45 @@ std::string Describe(int64_t dtype, int64_t numel) {
   return absl::StrCat(DataTypeName(static_cast<DataType>(dtype)), " x ", numel);
 }
 
-// An all-gather of host metadata through the group's comm device (NCCL
-// takes no host memory).
-absl::Status AllGatherHost(ProcessGroup& group, TensorRef in, TensorRef out) {
-  return InOutOnCommDevice(in, out, group.comm_device(),
-                           [&](const TensorRef& i, const TensorRef& o) {
-                             return group.AllGather(i, o);
-                           });
+// Local problems are agreed on first, so no rank enters a collective the
+// others skip. A rank with a problem of its own says what it is; the others
+// name the first rank that has one, and why.
+absl::Status AgreeOnProblems(ProcessGroup& group,
+                             const std::string& local_problem) {
+  const bool own = !local_problem.empty();
+  const absl::Status mine =
+      own ? absl::InvalidArgumentError(local_problem) : absl::OkStatus();
+  DK_ASSIGN_OR_RETURN(Verdict verdict,
+                      AgreeOnVerdict(group, Verdict::Mine(group, mine)));
+  if (verdict.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("FlatShard on group '", group.name(), "': rank ",
+                   own ? group.rank() : verdict.RankIn(group),
+                   " cannot shard its parameters (",
+                   own ? local_problem : verdict.status.message(), ")"));
 }
 
 // Every rank of `group` registers the same parameters: per parameter
-// (dtype, numel), plus a local-validity code, all-gathered and compared.
-absl::Status Agree(ProcessGroup& group, const std::vector<int64_t>& mine,
-                   const std::vector<std::string>& names, int64_t local_error,
-                   const std::string& local_message) {
-  const int n = group.size();
-  std::vector<int64_t> head = {static_cast<int64_t>(mine.size() / 2),
-                               local_error};
-  std::vector<int64_t> heads(2 * n);
-  DK_RETURN_IF_ERROR(
-      AllGatherHost(group, TensorRef(head.data(), 2, DataType::kInt64),
-                    TensorRef(heads.data(), 2 * n, DataType::kInt64)));
-  // A rank with a problem of its own says what it is; the others name the
-  // first rank that has one.
-  if (local_error != 0) {
+// (dtype, numel), compared with rank 0's.
+absl::Status AgreeOnParameters(ProcessGroup& group,
+                               const std::vector<int64_t>& signature,
+                               const std::vector<std::string>& names) {
+  DK_ASSIGN_OR_RETURN(std::optional<ValueMismatch> mismatch,
+                      FindValueMismatch(group, signature, /*record_size=*/2));
+  if (!mismatch.has_value()) return absl::OkStatus();
+  const ValueMismatch& m = *mismatch;
+  if (m.record < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "FlatShard on group '", group.name(), "': rank ", group.rank(),
-        " cannot shard its parameters (", local_message, ")"));
+        "FlatShard on group '", group.name(),
+        "': ranks register different parameters: rank 0 has ",
+        m.rank0_values[0], ", rank ", m.rank, " has ", m.rank_values[0]));
   }
-  for (int r = 0; r < n; ++r) {
-    if (heads[2 * r + 1] != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "FlatShard on group '", group.name(), "': rank ", r,
-          " cannot shard its parameters",
-          r == group.rank() ? absl::StrCat(" (", local_message, ")") : ""));
-    }
-    if (heads[2 * r] != heads[0]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("FlatShard on group '", group.name(),
-                       "': ranks register different parameters: rank 0 has ",
-                       heads[0], ", rank ", r, " has ", heads[2 * r]));
-    }
-  }
-  const int64_t count = static_cast<int64_t>(mine.size());
-  std::vector<int64_t> all(count * n);
-  DK_RETURN_IF_ERROR(AllGatherHost(
-      group,
-      TensorRef(const_cast<int64_t*>(mine.data()), count, DataType::kInt64),
-      TensorRef(all.data(), count * n, DataType::kInt64)));
-  for (int64_t i = 0; i < count / 2; ++i) {
-    for (int r = 1; r < n; ++r) {
-      const int64_t* a = &all[2 * i];
-      const int64_t* b = &all[r * count + 2 * i];
-      if (a[0] != b[0] || a[1] != b[1]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "FlatShard on group '", group.name(), "': parameter ", i, " ('",
-            names[i], "' on rank ", group.rank(),
-            ") differs across ranks: rank 0 has ", Describe(a[0], a[1]),
-            ", rank ", r, " has ", Describe(b[0], b[1])));
-      }
-    }
-  }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "FlatShard on group '", group.name(), "': parameter ", m.record, " ('",
+      names[m.record], "' on rank ", group.rank(),
+      ") differs across ranks: rank 0 has ",
+      Describe(m.rank0_values[0], m.rank0_values[1]), ", rank ", m.rank,
+      " has ", Describe(m.rank_values[0], m.rank_values[1])));
 }
 
 }  // namespace
@@ -285,8 +204,6 @@ absl::StatusOr<std::unique_ptr<FlatShard>> FlatShard::Create(
   }
   std::unique_ptr<FlatShard> unit(new FlatShard(group, std::move(options)));
   const Options& o = unit->options_;
-  // Local problems are agreed on first, so no rank enters a collective the
-  // others skip.
   std::string problem;
   std::vector<int64_t> signature;
   std::vector<std::string> names;
@@ -325,10 +242,10 @@ absl::StatusOr<std::unique_ptr<FlatShard>> FlatShard::Create(
     }
   }
   if (problem.empty() && params.empty()) problem = "a unit needs parameters";
-  DK_RETURN_IF_ERROR(
-      Agree(*group, signature, names, problem.empty() ? 0 : 1, problem));
+  DK_RETURN_IF_ERROR(AgreeOnProblems(*group, problem));
+  DK_RETURN_IF_ERROR(AgreeOnParameters(*group, signature, names));
   if (hybrid) {
-    DK_RETURN_IF_ERROR(Agree(*o.replicate_group, signature, names, 0, ""));
+    DK_RETURN_IF_ERROR(AgreeOnParameters(*o.replicate_group, signature, names));
     unit->replicas_ = o.replicate_group->size();
   }
   if (o.strategy == ShardingStrategy::kNoShard) {
@@ -379,7 +296,7 @@ absl::Status FlatShard::AllocateShards() {
                         Allocate(shard_device_, f->dtype, f->shard_numel));
     DK_ASSIGN_OR_RETURN(f->shard_grad,
                         Allocate(shard_device_, f->dtype, f->shard_numel));
-    DK_RETURN_IF_ERROR(Zero(f->shard_grad.view));
+    DK_RETURN_IF_ERROR(ZeroFill(f->shard_grad.view));
     f->full_is_shard = options_.strategy == ShardingStrategy::kNoShard &&
                        ComputeDtype(*f) == f->dtype &&
                        shard_device_ == param_device_;
@@ -417,27 +334,23 @@ absl::Status FlatShard::FillShards(const std::vector<TensorRef>& values,
     }
   }
   if (from_rank0) {
-    int32_t bad = valid.ok() ? 0 : 1;
-    TensorRef flag(&bad, 1, DataType::kInt32);
-    auto broadcast = [&](ProcessGroup& g) {
-      return OnCommDevice(
-          flag, g.comm_device(), Access::kReadWrite,
-          [&](const TensorRef& t) { return g.Broadcast(t, 0); });
-    };
-    if (options_.replicate_group != nullptr) {
-      DK_RETURN_IF_ERROR(broadcast(*options_.replicate_group));
+    // Over the replicate group first: the job's rank 0 is rank 0 of both.
+    Verdict verdict = Verdict::Mine(*group_, valid);
+    for (ProcessGroup* g : {options_.replicate_group.get(), group_.get()}) {
+      if (g == nullptr) continue;
+      DK_ASSIGN_OR_RETURN(verdict, AgreeOnRootVerdict(*g, verdict));
     }
-    DK_RETURN_IF_ERROR(broadcast(*group_));
-    if (bad != 0 && valid.ok()) {
-      valid = absl::InvalidArgumentError(
-          "FlatShard: rank 0's values do not match the unit's parameters");
+    if (!verdict.ok() && valid.ok()) {
+      valid = absl::InvalidArgumentError(absl::StrCat(
+          "FlatShard: rank 0's values do not match the unit's parameters (",
+          absl::StripPrefix(verdict.status.message(), "FlatShard: "), ")"));
     }
   }
   DK_RETURN_IF_ERROR(valid);
   for (size_t k = 0; k < flats_.size(); ++k) {
     Flat& f = *flats_[k];
     DK_ASSIGN_OR_RETURN(Owned full, Allocate(param_device_, f.dtype, f.padded));
-    DK_RETURN_IF_ERROR(Zero(full.view));
+    DK_RETURN_IF_ERROR(ZeroFill(full.view));
     for (size_t i = 0; have_values && i < placements_.size(); ++i) {
       const Placement& p = placements_[i];
       if (p.flat != static_cast<int>(k)) continue;
@@ -600,7 +513,7 @@ absl::Status FlatShard::EnsureFullGrads() {
   for (auto& f : flats_) {
     DK_ASSIGN_OR_RETURN(f->full_grad,
                         Allocate(param_device_, ComputeDtype(*f), f->padded));
-    DK_RETURN_IF_ERROR(Zero(f->full_grad.view));
+    DK_RETURN_IF_ERROR(ZeroFill(f->full_grad.view));
   }
   grads_live_ = true;
   Account();
@@ -731,7 +644,7 @@ TensorRef FlatShard::ShardGrad(int flat) const {
 }
 
 void FlatShard::ZeroShardGrads() {
-  for (auto& f : flats_) Zero(f->shard_grad.view).IgnoreError();
+  for (auto& f : flats_) ZeroFill(f->shard_grad.view).IgnoreError();
 }
 
 FlatShard::LocalPiece FlatShard::Piece(int index) const {

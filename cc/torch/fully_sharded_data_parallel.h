@@ -235,7 +235,9 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   absl::Status RequireSharded(absl::string_view what) const;
   absl::Status CheckStateDict(
       const torch::OrderedDict<std::string, torch::Tensor>& state) const;
-  absl::Status AgreeValid(absl::Status valid, bool rank0_only);
+  // `valid` on every rank, or the first rank's problem: "rank R's <what>".
+  absl::Status AgreeValid(absl::Status valid, bool rank0_only,
+                          absl::string_view what);
 
   void RecordError(const absl::Status& status);
   absl::Status TakeError();
