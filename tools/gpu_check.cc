@@ -27,7 +27,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "cc/comm/backend_registry.h"
-#include "testing/cc/gpu_tensor.h"
 #include "cc/comm/nccl/nccl_backend.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/half.h"
@@ -35,6 +34,7 @@
 #include "cc/group/process_group.h"
 #include "cc/parallel/grad_reducer.h"
 #include "cc/store/hash_store.h"
+#include "testing/cc/gpu_tensor.h"
 
 namespace distkit {
 namespace {

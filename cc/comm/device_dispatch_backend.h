@@ -1,5 +1,3 @@
-// File: device_dispatch_backend.h
-//
 // DeviceDispatchBackend is mmengine's "cpu:gloo,cuda:nccl": CPU tensors go to
 // one backend (Gloo), CUDA tensors to another (NCCL); the contract has
 // checked that an operation's tensors share one device. The contract's

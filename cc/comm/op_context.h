@@ -1,5 +1,3 @@
-// File: op_context.h
-//
 // OpContext identifies one operation of a group, for error messages and for
 // the agreement across ranks: its sequence number (the same on every rank),
 // name, group and deadline.

@@ -1,5 +1,3 @@
-// File: op_signature.h
-//
 // OpSignature is the fixed-size record every rank contributes before a
 // collective's data moves: which operation, sequence number, dtype, element
 // count, root and reduction. Backends exchange signatures first (Gloo kills a

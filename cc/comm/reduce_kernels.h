@@ -1,5 +1,3 @@
-// File: reduce_kernels.h
-//
 // Elementwise reductions on host memory for every (DataType, ReduceOp) pair
 // distkit accepts: out[i] = op(a[i], b[i]). CPU backends hand these to Gloo as
 // its reduction function and use them to combine received chunks, so every

@@ -1,5 +1,3 @@
-// File: reduce_kernels_isa.h
-//
 // The instruction-set variants of the reduction loops (reduce_loops.h) and
 // which of them this CPU runs. GetReduceFn and DivideBySize use the widest;
 // tests and benchmarks compare them (DISTKIT_REDUCE_ISA=baseline|avx2|avx512 in

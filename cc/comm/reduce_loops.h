@@ -1,5 +1,3 @@
-// File: reduce_loops.h
-//
 // The elementwise reduction loops behind GetReduceFn (reduce_kernels.h),
 // written once and compiled several times: reduce_kernels.cc for the
 // baseline instruction set, reduce_kernels_avx2.cc and

@@ -1,5 +1,3 @@
-// File: work.h
-//
 // Work is the handle of one asynchronous operation: the caller tests or waits
 // on it; the thread that runs the operation completes it exactly once.
 //

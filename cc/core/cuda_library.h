@@ -1,5 +1,3 @@
-// File: cuda_library.h
-//
 // The CUDA runtime entry points distkit calls, resolved from libcudart with
 // dlopen at first use (shared_library.h): libdistkit.so never links it, so
 // the same build runs on machines without CUDA. Compiled against CUDA's

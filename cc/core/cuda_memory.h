@@ -1,5 +1,3 @@
-// File: cuda_memory.h
-//
 // CUDA memory for device_copy.cc, in two builds: cuda_memory_cuda.cc (CUDA's
 // headers found: the runtime opened at first use, cuda_library.h) and
 // cuda_memory_none.cc (no CUDA: every call FAILED_PRECONDITION saying so).

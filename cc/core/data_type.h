@@ -1,5 +1,3 @@
-// File: data_type.h
-//
 // DataType names the element types distkit moves and reduces, and maps them to
 // and from DLPack's (code, bits, lanes) triples. The enumerator values are part
 // of the C ABI (DK_FLOAT16 = 0 ...) and never change.

@@ -1,5 +1,3 @@
-// File: device.h
-//
 // Device says where a buffer lives: the host ("cpu") or one CUDA device
 // ("cuda:1"). It converts to and from DLPack's DLDevice and torch-style text.
 

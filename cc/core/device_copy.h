@@ -1,5 +1,3 @@
-// File: device_copy.h
-//
 // Moving bytes between the host and other devices, for mmengine's casting
 // rule (data not on the communication device is copied there, reduced, and
 // copied back), the device-generic reducer and the ABI's dk_tensor_copy.

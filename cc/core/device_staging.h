@@ -1,5 +1,3 @@
-// File: device_staging.h
-//
 // mmengine's casting rule as one helper, shared by the tensor and object
 // collectives and the gradient reducer: data that is not on a group's
 // communication device is staged there, the collective runs on the staged

@@ -1,5 +1,3 @@
-// File: fast_clock.h
-//
 // FastNow(): absl::Now() read straight from clock_gettime(CLOCK_REALTIME),
 // for the clock reads every operation makes (its flight-recorder times, the
 // start of a wait's deadline). Debian's Abseil computes absl::Now() through

@@ -1,5 +1,3 @@
-// File: float_cast.h
-//
 // Converting floating-point elements between float16, bfloat16, float32 and
 // float64 on host memory (round to nearest even, as torch's .to() does), for
 // mixed precision: a sharded unit keeps float32 master values and gathers,

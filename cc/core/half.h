@@ -1,5 +1,3 @@
-// File: internal/half.h
-//
 // float16 (IEEE binary16) and bfloat16 conversions to and from float, with
 // round-to-nearest-even, for the CPU reduction kernels. Reductions on half
 // types compute in float and round once per element, as torch's CPU kernels do.

@@ -1,5 +1,3 @@
-// File: host_staging.h
-//
 // Host arithmetic on memory of any device, the other half of the casting
 // rule (device_staging.h stages host data onto a comm device for a
 // collective): casting, adding and zeroing run on the CPU, so memory that

@@ -1,5 +1,3 @@
-// File: light_mutex.h
-//
 // LightMutex: a std::mutex with Abseil's thread-safety annotations, for the
 // locks every operation takes on its way through a group (the op queue, the
 // issuing-thread check, the flight recorder, the group's poison).

@@ -1,5 +1,3 @@
-// File: reduce_op.h
-//
 // ReduceOp names the reductions of all_reduce / reduce / reduce_scatter, with
 // mmengine's names and its case-insensitive lookup. `mean` is a sum followed by
 // a division by the group size; on integer data the quotient is truncated

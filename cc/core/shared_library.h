@@ -1,5 +1,3 @@
-// File: shared_library.h
-//
 // Opening an optional system library (the CUDA runtime, NCCL) with dlopen at
 // first use, so that one libdistkit.so loads on machines with and without
 // them: they are never NEEDED entries. The search order, first hit wins:

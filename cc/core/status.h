@@ -1,5 +1,3 @@
-// File: status.h
-//
 // Status helpers shared by every distkit layer. The core reports errors as
 // absl::Status with the google.rpc code numbering, which the C ABI passes
 // through unchanged as dk_status_t (DK_OK = 0 ... DK_UNAUTHENTICATED = 16).

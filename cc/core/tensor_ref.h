@@ -1,5 +1,3 @@
-// File: tensor_ref.h
-//
 // TensorRef is a checked, non-owning view of a dense buffer: data pointer,
 // element count, dtype, device and shape. Collectives take TensorRefs. One made
 // from a DLTensor has been checked once, at the boundary: known dtype, cpu or

@@ -83,7 +83,8 @@ class Data {
 class AnyData {
  public:
   AnyData(DataType dtype, const std::vector<double>& values)
-      : dtype_(dtype), numel_(values.size()),
+      : dtype_(dtype),
+        numel_(values.size()),
         host_(values.size() * ElementSize(dtype)) {
     for (size_t i = 0; i < values.size(); ++i) Set(i, values[i]);
     if (DataDevice().is_cpu()) {
@@ -271,8 +272,8 @@ TEST(Casting, TheBackendRefusesDataOffItsDevice) {
 TEST(Casting, AllReduceEveryDtypeAndOp) {
   for (DataType dtype : kAllDataTypes) {
     for (ReduceOp op : kAllReduceOps) {
-      const std::string what = absl::StrCat(ReduceOpName(op), " on ",
-                                            DataTypeName(dtype));
+      const std::string what =
+          absl::StrCat(ReduceOpName(op), " on ", DataTypeName(dtype));
       std::vector<double> mine(37);
       for (int i = 0; i < 37; ++i) mine[i] = Value(dtype, op, R(), i);
       AnyData d(dtype, mine);

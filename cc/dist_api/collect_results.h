@@ -1,5 +1,3 @@
-// File: collect_results.h
-//
 // mmengine's collect_results on byte items (each item one serialized result;
 // an empty item stands for Python's None). Rank r holds the results of
 // dataset indices r, r + W, r + 2W, ... (DistributedSampler's round robin,

@@ -1,5 +1,3 @@
-// File: collectives.h
-//
 // The tensor collectives of mmengine.dist, in C++: a world size of 1 (or not
 // being distributed) is a no-op or returns [data]; `group` nullptr is the
 // default group; ops are named as in mmengine ("sum", "mean", ...,

@@ -1,5 +1,3 @@
-// File: dist.h
-//
 // The process-wide distributed state with mmengine.dist's semantics, in C++:
 // init_dist, the default (world) group, the local (per-node) group, and the
 // topology queries with their "not distributed" answers (rank 0, size 1, no

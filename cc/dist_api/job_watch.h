@@ -1,5 +1,3 @@
-// File: job_watch.h
-//
 // JobWatch: a rank's check that the job it joined still exists, so that no
 // rank outlives its job. A thread of its own looks once a second at:
 //  - the launcher that started this rank (torchrun, srun, mpirun, named by

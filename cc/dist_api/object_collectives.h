@@ -1,5 +1,3 @@
-// File: object_collectives.h
-//
 // Collectives on byte strings of any size (serialized objects: the Python
 // binding pickles, other languages bring their own encoding). As in
 // mmengine's fallback and torch's own path: sizes are all-gathered first,

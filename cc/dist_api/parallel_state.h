@@ -1,5 +1,3 @@
-// File: parallel_state.h
-//
 // modelopt's DistributedProcessGroup and ParallelState. A
 // DistributedProcessGroup wraps a group, the world (nullptr) or "unused"
 // (-1); an unused or not-initialized one reports rank and size -1.

@@ -1,5 +1,3 @@
-// File: agreement.h
-//
 // Cross-rank agreement: the one place where ranks that must decide together
 // do so (the per-operation signature check is the collective contract's).
 // A rank that finds a problem of its own (a parameter it cannot shard, a

@@ -1,5 +1,3 @@
-// File: agreement_roll_call.h
-//
 // Which ranks reached a point, asked of the job store rather than the group:
 // the agreement for a group that can no longer be used (a collective that
 // timed out; agreement.h needs working collectives). Each rank sets

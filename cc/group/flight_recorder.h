@@ -1,5 +1,3 @@
-// File: flight_recorder.h
-//
 // FlightRecorder keeps the last N operations of one group on this rank (N =
 // DISTKIT_FLIGHT_RECORDER_SIZE, default 256): sequence number, op, what this
 // rank called (dtype, count, root, reduction, from the signature it agreed

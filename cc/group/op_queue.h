@@ -1,5 +1,3 @@
-// File: op_queue.h
-//
 // OpQueue runs a group's operations one at a time, in submission order, so
 // that every rank issues them to the backend in the same order. Asynchronous
 // operations run on a worker thread (started on first use) and overlap with

@@ -1,5 +1,3 @@
-// File: process_group.h
-//
 // ProcessGroup is a fixed set of ranks and the backend they talk through. It
 // checks arguments, numbers operations (the same sequence on every rank), runs
 // them in order (OpQueue), and hands out Work for asynchronous calls. What

@@ -1,5 +1,3 @@
-// File: shrink.h
-//
 // ShrinkGroup: recovery without restarting the job. After a failure poisons
 // a group (a rank died or froze), the survivors each call ShrinkGroup on it:
 // it aborts the group here, registers this rank as alive in the group's

@@ -1,5 +1,3 @@
-// File: environment.h
-//
 // Environment is a snapshot of environment variables. Launcher parsing takes
 // one instead of calling getenv, so tests can describe any launcher's
 // variables without touching the process environment.

@@ -1,5 +1,3 @@
-// File: hostlist.h
-//
 // Expands Slurm's compressed hostlist syntax natively, so no `scontrol` is
 // needed: "node[01-03,07]" -> node01 node02 node03 node07;
 // "a1,b[2-3]" -> a1 b2 b3; "r[1-2]-n[1-2]" -> r1-n1 r1-n2 r2-n1 r2-n2.

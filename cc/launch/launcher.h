@@ -1,5 +1,3 @@
-// File: launcher.h
-//
 // Launcher detection and environment parsing. Every way of starting a job
 // (torchrun, distrun, Slurm, mpirun) becomes one RendezvousInfo: this rank's
 // place in the job and where the job's Store is.

@@ -1,5 +1,3 @@
-// File: bucket_assignment.h
-//
 // Which gradients share a bucket (one all_reduce each). Parameters are taken
 // in a given order (reverse registration order at first: backward produces
 // the last layers' gradients first; after the first iteration, the order in

@@ -1,5 +1,3 @@
-// File: compressed_share_for_tests.h
-//
 // The reference for the gradient reducer's fp16 / bf16 compression hooks, as
 // torch's hooks compute it: one rank's value rounded to the compressed
 // type, divided by the world size there, rounded again. The expected average

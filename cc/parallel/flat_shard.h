@@ -1,5 +1,3 @@
-// File: flat_shard.h
-//
 // FlatShard: one sharded unit of fully sharded data parallelism (FSDP),
 // independent of any framework (the LibTorch and Python wrappers and the
 // ABI's dk_shard_* drive this class on their own buffers).

@@ -1,5 +1,3 @@
-// File: grad_reducer.h
-//
 // GradReducer: data-parallel gradient averaging on flat buffers, independent
 // of any framework (LibTorch's DDP, the Python wrapper and the ABI's
 // dk_reducer_* for Rust and Go trainers all drive this class).

@@ -1,5 +1,3 @@
-// File: call_deadline.h
-//
 // ScopedStoreDeadline bounds every store call the current thread makes while
 // it is alive: a remote store clamps its RPC deadline and the wait time of a
 // blocking call to it. The failure paths use it so that their store traffic

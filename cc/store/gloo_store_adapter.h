@@ -1,5 +1,3 @@
-// File: gloo_store_adapter.h
-//
 // GlooStoreAdapter lets Gloo rendezvous through a distkit Store: it implements
 // gloo::rendezvous::Store on top of any Store (normally a PrefixStore over the
 // job's TcpStore). Gloo reports failures by exception, so a failed Store call

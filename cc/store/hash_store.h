@@ -1,5 +1,3 @@
-// File: hash_store.h
-//
 // HashStore is an in-process Store: a mutex-guarded map whose blocking calls
 // wait on absl::Mutex conditions. StoreServer keeps its state in one, so the
 // semantics of every Store operation are written once, here.

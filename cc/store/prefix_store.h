@@ -1,5 +1,3 @@
-// File: prefix_store.h
-//
 // PrefixStore gives a component its own namespace in a shared Store: every key
 // is stored as "<prefix>/<key>". Groups use one each, so that two groups' keys
 // never collide.

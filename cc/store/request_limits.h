@@ -1,5 +1,3 @@
-// File: request_limits.h
-//
 // What a store request may contain, checked by the client before anything is
 // sent and enforced by the server before a request is accepted: keys are
 // UTF-8 (the wire format's strings; anything else would fail deep in the RPC

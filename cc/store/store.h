@@ -1,5 +1,3 @@
-// File: store.h
-//
 // Store is the rendezvous key-value service every rank of a job shares, with
 // torch c10d Store semantics. Values are byte strings. `Get`, `Wait` and
 // `MultiGet` block until the keys exist or the timeout expires

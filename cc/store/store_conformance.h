@@ -1,5 +1,3 @@
-// File: store_conformance.h
-//
 // The Store contract as a parameterized test suite. Each Store implementation's
 // test instantiates it with a factory:
 //

@@ -1,5 +1,3 @@
-// File: store_server.h
-//
 // StoreServer hosts the job's Store over TCP (the wire format in
 // internal/wire.h). It binds only the address it is given (never 0.0.0.0
 // unless asked), checks the job token of every connection before it reads

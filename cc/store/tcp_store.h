@@ -1,5 +1,3 @@
-// File: tcp_store.h
-//
 // TcpStore is a Store client of a StoreServer, used by every rank of a job.
 // Connect waits for the server to come up (ranks often start before the rank
 // that hosts the store), up to connect_timeout. Every connection shows the job

@@ -1,5 +1,3 @@
-// File: data_device.h
-//
 // mmengine.dist.utils' get_data_device and cast_data_device for LibTorch
 // data: a tensor, or lists, tuples and string-keyed dicts of them, nested,
 // in a c10::IValue. The rules and messages are mmengine's: every tensor on

@@ -1,5 +1,3 @@
-// File: distributed_data_parallel.h
-//
 // Data-parallel training for LibTorch (whose C++ API has no DDP): wraps a
 // torch::nn::Module, broadcasts rank 0's parameters and buffers at
 // construction, and averages gradients during backward through GradReducer.

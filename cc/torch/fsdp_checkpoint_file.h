@@ -1,5 +1,3 @@
-// File: fsdp_checkpoint_file.h
-//
 // The sharded checkpoint's files (FullyShardedDataParallel's
 // SaveShardedCheckpoint / LoadShardedCheckpoint): one per rank,
 // <dir>/shard_rank<R>.pt, a pickled dict of tensors that torch.load reads

@@ -1,5 +1,3 @@
-// File: fsdp_optim_state.h
-//
 // The optimizer's state of a FullyShardedDataParallel model in full form
 // (torch's FSDP.optim_state_dict / full_optim_state_dict), so it can be
 // saved once and loaded by a job of any size. Under FSDP each rank's

@@ -1,5 +1,3 @@
-// File: fsdp_unit.h
-//
 // What the parts of FullyShardedDataParallel share (wrapping in
 // fsdp_wrapping.cc, the runtime in fsdp_runtime.cc, state dicts in
 // fsdp_state_dict.cc): the unit, one FlatShard and the torch parameters

@@ -1,5 +1,3 @@
-// File: fully_sharded_data_parallel.h
-//
 // Fully sharded data parallelism for LibTorch (whose C++ API has none): the
 // model's parameters are split into units (auto_wrap_policy picks the
 // submodules that become units; the rest belong to the root unit), each

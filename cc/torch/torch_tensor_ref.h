@@ -1,5 +1,3 @@
-// File: torch_tensor_ref.h
-//
 // torch::Tensor <-> distkit's TensorRef and DataType: the LibTorch wrappers
 // hand the engines (GradReducer, FlatShard) views of torch memory through
 // these, and wrap engine memory as torch tensors.

@@ -1,5 +1,3 @@
-// File: train_step.h
-//
 // One data-parallel training step: zero the gradients, broadcast buffers,
 // forward and loss, backward with gradient reduction, optimizer step.
 

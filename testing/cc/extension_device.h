@@ -1,5 +1,3 @@
-// File: extension_device.h
-//
 // A device that is not the host, for machines without a GPU: proves that
 // every path which must cast data to a communication device and back (the
 // casting rule, the device-generic reducer) really copies.

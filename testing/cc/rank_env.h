@@ -1,5 +1,3 @@
-// File: testing/cc/rank_env.h
-//
 // Joins the job this process was launched into (distrun / the multi-rank
 // harness): parses the launcher's variables, connects to the job store, and
 // creates the world ProcessGroup. For C++ multi-rank tests.

@@ -1,5 +1,3 @@
-// File: distrun_options.h
-//
 // Command line of distrun:
 //
 //   distrun --nproc-per-node N [--nnodes M --node-rank I]

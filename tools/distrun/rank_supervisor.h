@@ -1,5 +1,3 @@
-// File: rank_supervisor.h
-//
 // RankSupervisor runs the processes of one node's ranks and watches them, the
 // machinery shared by distrun and the multi-rank test harness:
 // - every line a rank writes to stdout / stderr is forwarded with a

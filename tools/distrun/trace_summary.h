@@ -1,5 +1,3 @@
-// File: trace_summary.h
-//
 // After a failed job, distrun reads the flight records its ranks wrote
 // (cc/group/flight_recorder.h; one file per group and rank in
 // DISTKIT_TRACE_DIR) and prints one cross-rank summary per group: the latest

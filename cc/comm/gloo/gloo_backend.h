@@ -1,5 +1,3 @@
-// File: gloo_backend.h
-//
 // GlooBackend moves CPU buffers over Gloo's TCP transport, rendezvousing
 // through a distkit Store. The contract above it (cc/group) agrees on every
 // operation first; this backend's signature exchange is one direct exchange

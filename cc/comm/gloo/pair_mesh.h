@@ -1,5 +1,3 @@
-// File: pair_mesh.h
-//
 // PairMesh: the Gloo transport pairs among the ranks of one group, connected
 // when they are first needed, with O(1) store round trips per rank.
 //

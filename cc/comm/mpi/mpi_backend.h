@@ -1,5 +1,3 @@
-// File: mpi_backend.h
-//
 // MpiBackend moves CPU buffers through OpenMPI: the world is MPI_COMM_WORLD,
 // subgroups come from MPI_Comm_split. Operations are nonblocking MPI calls
 // completed by a polling loop, which gives them the op's timeout

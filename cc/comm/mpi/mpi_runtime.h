@@ -1,5 +1,3 @@
-// File: mpi_runtime.h
-//
 // The process-wide OpenMPI state every MPI backend shares: MPI is
 // initialized once with MPI_THREAD_MULTIPLE (a group's worker and its
 // point-to-point lanes call it from several threads) and finalized at exit,

@@ -1,5 +1,3 @@
-// File: mpi_types.h
-//
 // distkit's dtypes and reductions as MPI types and ops. Native ones where
 // MPI has them; float16, bfloat16 and bool use a contiguous byte type of the
 // element's size and a user op per (dtype, op) that runs distkit's own kernel,

@@ -1,5 +1,3 @@
-// File: nccl_backend.h
-//
 // NcclBackend runs collectives on CUDA tensors of one device (cuda:<local
 // rank>) through NCCL. One communicator per group: the ncclUniqueId travels
 // through the group's Store, subgroups come from ncclCommSplit. Operations

@@ -9,12 +9,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "cc/comm/backend_registry.h"
-#include "testing/cc/gpu_tensor.h"
 #include "cc/core/device_copy.h"
 #include "cc/dist_api/collectives.h"
 #include "cc/dist_api/dist.h"
 #include "cc/group/process_group.h"
 #include "cc/store/hash_store.h"
+#include "testing/cc/gpu_tensor.h"
 
 namespace distkit {
 namespace {

@@ -1,5 +1,3 @@
-// File: nccl_library.h
-//
 // The NCCL entry points the NCCL backend calls, resolved from libnccl.so.2
 // with dlopen at first use (cc/core/shared_library.h), so libdistkit.so does
 // not need NCCL to load. DISTKIT_NCCL_LIBRARY names an exact file; else

@@ -20,7 +20,8 @@ TEST(NcclWithoutGpu, BackendsAreRegistered) {
 }
 
 TEST(NcclWithoutGpu, InitIsRefusedClearly) {
-  ASSERT_EQ(CudaDeviceCount(), 0) << "CUDA_VISIBLE_DEVICES should hide every GPU";
+  ASSERT_EQ(CudaDeviceCount(), 0)
+      << "CUDA_VISIBLE_DEVICES should hide every GPU";
   dist::InitOptions options;
   options.backend = "nccl";
   options.timeout = absl::Seconds(60);

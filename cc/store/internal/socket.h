@@ -1,5 +1,3 @@
-// File: internal/socket.h
-//
 // The TCP plumbing under TcpStore and StoreServer: address resolution, a
 // connect and blocking reads / writes bounded by a deadline (poll), so no
 // store call can wait past the deadline it was given.

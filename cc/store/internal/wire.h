@@ -1,5 +1,3 @@
-// File: internal/wire.h
-//
 // The store's wire format, shared by TcpStore (the client) and StoreServer.
 // A connection carries frames in both directions:
 //
