@@ -5,6 +5,19 @@
 
 namespace distkit {
 
+bool PoisonsGroup(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kUnimplemented:
+      return false;
+    default:
+      return true;
+  }
+}
+
 absl::Status Backend::ExchangeSignatures(const OpContext& ctx,
                                          const OpSignature& mine,
                                          InlinePayload /*payload*/,

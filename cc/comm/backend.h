@@ -1,5 +1,3 @@
-// File: backend.h
-//
 // Backend is what a communication engine implements: data movement only.
 // Every rule that must hold across ranks is kept once, above the backends, by
 // the collective contract (cc/group/collective_contract.h):
@@ -11,11 +9,34 @@
 // - uneven all_to_all split matrices are checked across ranks;
 // - a point-to-point message is preceded by a header the receiver checks,
 //   so Send / Recv here move matching buffers;
-// - a failure (any status but INVALID_ARGUMENT and FAILED_PRECONDITION)
-//   poisons the group there, and Abort() is recorded there; a backend only
-//   has to make a stuck wait return soon after Abort().
+// - buffers arrive in the forms below (e.g. an all_gather input inside its
+//   output only at this rank's own part, a reduce_scatter output never
+//   inside its input): the contract stages the others, on every rank alike.
+// A backend re-checks none of these: what it relies on it may assert in
+// debug builds only (a check that fails on one rank alone would split the
+// group).
 // Collectives run one at a time per group, in the same order on every rank;
 // sends and receives may run beside them (their own lanes).
+//
+// What a status from a backend does to its group (PoisonsGroup, the one rule
+// the contract and the group apply):
+// - OK, INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE and
+//   UNIMPLEMENTED leave the group usable. They are refusals: a backend
+//   returns one only where every rank refuses alike before any data moves
+//   (a reduction or device the engine lacks, a split it cannot do), so the
+//   ranks stay in step for the next operation;
+// - every other status poisons the group: the contract keeps the first one
+//   and refuses every later call with it (so does Abort(), as CANCELLED).
+//   A backend that fails once data may have moved on some rank (a copy
+//   refused, a peer gone, a deadline, an abort) returns one of these
+//   (UNAVAILABLE, INTERNAL, DEADLINE_EXCEEDED, CANCELLED, ...), never a
+//   refusal code, even where the cause is a bad argument.
+// A backend that fails in the middle of an operation must wake its peers:
+// the ranks waiting for its part must end their waits soon with an error
+// of their own (also poisoning), not at their deadline nor by finishing
+// without it (shared memory marks the group failed, ShmBackend::FailGroup;
+// a connection-based backend closes or aborts its connections). And it makes
+// a stuck wait of its own return soon after Abort().
 //
 // Buffer conventions (element counts, not bytes; all buffers dense):
 // - AllReduce / Broadcast / Reduce work in place on `data`.
@@ -61,6 +82,11 @@ struct InlinePayload {
   // a backend may publish its address with the signature.
   void* output = nullptr;
 };
+
+// Whether `status`, returned by an operation of a group, leaves the group
+// unusable (the rule above): every status but OK, INVALID_ARGUMENT,
+// FAILED_PRECONDITION, OUT_OF_RANGE and UNIMPLEMENTED.
+bool PoisonsGroup(const absl::Status& status);
 
 class Backend {
  public:

@@ -38,22 +38,6 @@ InlinePayload Payload(const TensorRef& t, size_t op_bytes, bool contributes,
   return p;
 }
 
-// Statuses after which the transport's state is unknown: the group is done.
-// The others are refusals before data moved (bad arguments, disagreement, a
-// backend that cannot split), after which the group stays usable.
-bool LeavesGroupUnusable(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kOk:
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kUnimplemented:
-      return false;
-    default:
-      return true;
-  }
-}
-
 }  // namespace
 
 CollectiveContract::CollectiveContract(std::unique_ptr<Backend> backend)
@@ -81,7 +65,8 @@ absl::Status CollectiveContract::Usable(const OpContext& ctx) const {
 }
 
 absl::Status CollectiveContract::Record(absl::Status status) {
-  if (LeavesGroupUnusable(status.code())) {
+  // Which statuses poison: cc/comm/backend.h (PoisonsGroup).
+  if (PoisonsGroup(status)) {
     LightMutexLock lock(&mu_);
     if (poison_.ok()) {
       poison_ = status;

@@ -1,5 +1,3 @@
-// File: collective_contract.h
-//
 // CollectiveContract is the one place where the rules that hold for every
 // backend are written; the backend under it (cc/comm/backend.h) only moves
 // data. For each operation it:
@@ -12,9 +10,14 @@
 // - sends a header before each point-to-point message, so a receive that
 //   does not match what was sent is INVALID_ARGUMENT naming both sides (the
 //   message is received and dropped, so the stream stays in step);
+// - hands the backend only the buffer forms it may assume: an all_gather
+//   input that lies in the output anywhere but at this rank's own part, and
+//   a reduce_scatter output that overlaps the input, go through a staged
+//   copy (host tensors), on every rank alike;
 // - keeps the poison and abort state: after a failure that leaves the
-//   transport in an unknown state (a timeout, a dead peer, an abort, an
-//   internal error) every later call fails at once with one message.
+//   transport in an unknown state (PoisonsGroup, cc/comm/backend.h: a
+//   timeout, a dead peer, an abort, an internal error) every later call
+//   fails at once with one message.
 //
 // Operations other than Send / Recv run one at a time (the group's queue).
 
@@ -52,7 +55,7 @@ class CollectiveContract {
 
   // FAILED_PRECONDITION once the group is poisoned, naming the first error.
   absl::Status Usable(const OpContext& ctx) const;
-  // Returns `status`; poisons the group first when it is a transport failure.
+  // Returns `status`; poisons the group first when PoisonsGroup(status).
   absl::Status Record(absl::Status status);
   // Poisons the group (CANCELLED) and wakes a stuck wait in the backend.
   void Abort(absl::string_view group_name);

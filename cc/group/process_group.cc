@@ -267,10 +267,7 @@ absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body) {
   status = contract_->Record(std::move(status));
   // A failure that poisons the group: every rank writes what it was doing,
   // so the launcher can say who never reached this operation.
-  if (!contract_->AsyncError().ok() && !absl::IsFailedPrecondition(status) &&
-      !status.ok()) {
-    recorder_->Dump(status.message());
-  }
+  if (PoisonsGroup(status)) recorder_->Dump(status.message());
   return status;
 }
 

@@ -1,5 +1,3 @@
-// File: futex.h
-//
 // Sleeping on a word of shared memory until another process changes it
 // (Linux futex, not the process-private kind: the word lives in a segment
 // every rank maps). A shared-memory wait spins briefly, then sleeps here, and

@@ -1,7 +1,6 @@
-// File: host_map.h
-//
 // Which host every rank of a group runs on: the fact that decides a group's
-// path (shared memory on one host, hierarchical across hosts, DESIGN §3).
+// path (shared memory on one host, hierarchical across hosts:
+// docs/architecture.md, "Transports and their algorithms").
 // A host is named by its hostname and boot id, or by DISTKIT_HOST_ID when
 // that is set: ranks that declare different identities are treated as
 // being on different hosts, so that one machine can stand in for several

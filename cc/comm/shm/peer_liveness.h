@@ -1,5 +1,3 @@
-// File: peer_liveness.h
-//
 // Whether a same-host peer is still there, for ranks that wait on each other
 // through shared memory (ShmBackend). Each rank keeps a LivenessRecord in
 // its header of the segment: its pid, its pid namespace, and a heartbeat

@@ -1,5 +1,3 @@
-// File: single_copy.h
-//
 // Single-copy transfers between the ranks of one host (Linux cross-memory
 // attach): a rank reads a peer's buffer straight into its own with
 // process_vm_readv, or writes its own into a peer's with process_vm_writev,

@@ -1,0 +1,89 @@
+#include "cc/comm/shm/shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cc/core/status.h"
+
+namespace distkit {
+
+size_t ShmLayout::SlotBytesFor(int size) {
+  size_t bytes = kMaxSlotBytes;
+  while (bytes > kMinSlotBytes && bytes * 2 * size > kSlotBudgetBytes) {
+    bytes /= 2;
+  }
+  return bytes;
+}
+
+size_t ShmLayout::SegmentBytesFor(int size) {
+  return sizeof(ShmGroupHeader) + size * sizeof(ShmRankHeader) +
+         size * 2 * SlotBytesFor(size);
+}
+
+absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Map(
+    Store& store, int rank, int size, const GroupChoices& rank0_choices,
+    absl::Duration timeout) {
+  const size_t bytes = ShmLayout::SegmentBytesFor(size);
+  std::string name;
+  int fd = -1;
+  if (rank == 0) {
+    std::random_device rd;
+    name = absl::StrCat("/distkit-", getpid(), "-", rd(), rd());
+    fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    // Reserve the pages now: a sparse segment on a small /dev/shm (64 MiB in
+    // many containers) would fail later with SIGBUS instead of an error.
+    if (fd < 0 || ftruncate(fd, bytes) != 0 ||
+        posix_fallocate(fd, 0, bytes) != 0) {
+      if (fd >= 0) {
+        close(fd);
+        shm_unlink(name.c_str());
+      }
+      // No room in shared memory: every rank stays on TCP.
+      DK_RETURN_IF_ERROR(store.Set("name", ""));
+      return std::unique_ptr<ShmMapping>();
+    }
+    DK_RETURN_IF_ERROR(store.Set("name", name));
+  } else {
+    DK_ASSIGN_OR_RETURN(name, store.Get("name", timeout));
+    if (name.empty()) return std::unique_ptr<ShmMapping>();
+    fd = shm_open(name.c_str(), O_RDWR, 0600);
+  }
+  void* base =
+      fd < 0 ? MAP_FAILED
+             : mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (fd >= 0) close(fd);
+  if (rank == 0 && base != MAP_FAILED) {
+    auto* g = static_cast<ShmGroupHeader*>(base);
+    g->single_copy_everywhere = rank0_choices.single_copy_everywhere;
+    g->oversubscribed = rank0_choices.oversubscribed;
+  }
+  // Every rank says whether it mapped the segment; all take the shared
+  // memory path or none does (the two paths must never mix in one group).
+  DK_RETURN_IF_ERROR(store.Set(absl::StrCat("attached/", rank),
+                               base == MAP_FAILED ? "0" : "1"));
+  std::vector<std::string> attached_keys;
+  for (int r = 0; r < size; ++r)
+    attached_keys.push_back(absl::StrCat("attached/", r));
+  DK_ASSIGN_OR_RETURN(std::vector<std::string> attached,
+                      store.MultiGetWithTimeout(attached_keys, timeout));
+  // Everyone has mapped it (or given up): the name goes, so nothing is left
+  // in /dev/shm even if a rank crashes; the memory lives with the mappings.
+  if (rank == 0) shm_unlink(name.c_str());
+  bool everyone = true;
+  for (const std::string& a : attached) everyone &= a == "1";
+  if (!everyone) {
+    if (base != MAP_FAILED) munmap(base, bytes);
+    return std::unique_ptr<ShmMapping>();
+  }
+  return std::unique_ptr<ShmMapping>(new ShmMapping(base, bytes, size));
+}
+
+ShmMapping::~ShmMapping() { munmap(base_, bytes_); }
+
+}  // namespace distkit

@@ -1,0 +1,89 @@
+// The step protocol of a same-host group (ShmBackend), one rank's side.
+// A step is: write your part into your slot of this turn, publish the step,
+// wait until every rank has published it, read what you need from the
+// others' slots, flip the turn. A waiter polls each peer's own line (no
+// shared counter that every rank must modify), the line it reads next: a
+// small operation's signature and payload come with the step that says they
+// are there. Alternating slots per chunk makes one wait per step enough (a
+// slot is written again only after every rank has published a later step,
+// i.e. finished reading it).
+//
+// Waiting spins briefly, then yields (ranks may share cores) for up to 20 ms,
+// then sleeps on a futex the last arrival wakes, and checks the op's deadline
+// (DEADLINE_EXCEEDED), Abort() (CANCELLED), whether a rank failed inside the
+// operation (FailGroup: UNAVAILABLE naming it) and whether the ranks it
+// waits for are still alive (UNAVAILABLE, peer_liveness.h: exited, a
+// zombie, or no heartbeat), as over TCP. A peer that exits after publishing
+// the step waited for is not a failure.
+
+#ifndef DISTKIT_CC_COMM_SHM_SHM_STEPS_H_
+#define DISTKIT_CC_COMM_SHM_SHM_STEPS_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "cc/comm/op_context.h"
+#include "cc/comm/shm/peer_liveness.h"
+#include "cc/comm/shm/shm_segment.h"
+
+namespace distkit {
+
+class ShmSteps {
+ public:
+  ShmSteps(const ShmLayout& layout, int rank);
+
+  const ShmLayout& layout() const { return layout_; }
+  int rank() const { return rank_; }
+  int size() const { return layout_.size(); }
+
+  // Which of its two slots (and header turns) a chunk uses now.
+  int turn() const { return turn_; }
+  // After a chunk's slots are read: the next chunk uses the other turn.
+  void FlipTurn() { turn_ ^= 1; }
+  // Rank r's slot of this turn, for a chunk whose slots hold `bytes`.
+  char* slot(int r, size_t bytes) const {
+    return layout_.slot(r, bytes, turn_);
+  }
+
+  // Publishes this rank's next step (after its slot is written) and waits
+  // until every rank has published it.
+  absl::Status Step(const OpContext& ctx);
+
+  // Marks the group failed by this rank, which will not arrive at the step
+  // its peers wait at: every peer's wait ends with an error naming it.
+  // Returns `why`.
+  absl::Status FailGroup(absl::Status why);
+
+  // Makes this rank's waits end now with CANCELLED (callable from any
+  // thread).
+  void Abort();
+
+ private:
+  // Whether rank r has published `step`: the copy in this turn's line (the
+  // one cache line a waiter polls), and if `thorough` also the header's own
+  // count.
+  bool Published(int r, uint64_t step, bool thorough) const;
+  // Whether every rank has, looking from *first_missing on (kept across
+  // calls of one wait, since steps only grow).
+  bool AllPublished(uint64_t step, int* first_missing, bool thorough) const;
+  // The first liveness error among the ranks that have not published
+  // `step`, looking at two of them (see the .cc).
+  absl::Status CheckLateRanks(const OpContext& ctx, uint64_t step);
+
+  const ShmLayout layout_;
+  const int rank_;
+  uint64_t step_ = 0;  // this rank's last published step
+  int turn_ = 0;
+  std::vector<PeerWatch> watches_;  // one per rank, kept across waits
+  int liveness_cursor_ = 0;         // the last missing rank looked at in turn
+  absl::Duration liveness_pause_;   // test-only fault injection
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_COMM_SHM_SHM_STEPS_H_

@@ -1,0 +1,190 @@
+#include "cc/comm/shm/single_copy_path.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "cc/comm/shm/shm_segment.h"
+#include "cc/comm/shm/shm_thresholds.h"
+#include "cc/comm/shm/single_copy.h"
+#include "cc/comm/shm/slot_exchange.h"
+#include "cc/core/status.h"
+
+namespace distkit {
+
+bool SingleCopyPath::Prefers(OpCode op, size_t bytes) const {
+  // Measured on these machines (2 cores; world 2 = a core per rank, world 4
+  // = oversubscribed), the paths alternated in one run, medians of 3
+  // (tools/dkbench/RESULTS.md, issue 15). An all_reduce that writes its
+  // results into the peers (AllReduceBySingleCopy) wins from just past the
+  // one-step fold with a core per rank (20 KiB: 3.9 against 5.3 us by the
+  // slots; 1 MiB: 71 against 180 us), and from 1 MiB oversubscribed, where
+  // the slots win below (a process_vm_readv pins the peer's pages while
+  // that peer may not be running). For the other operations the pipelined
+  // slots win or tie at every size oversubscribed; with a core per rank,
+  // single copy wins for all_gather, reduce_scatter and broadcast at every
+  // size (a broadcast's root and reader each move half: 1.2-2.8x OpenMPI
+  // from 256 KiB, where the reader alone moving all of it lost to the slots
+  // from 4 MiB), and for gather and scatter, which also win oversubscribed
+  // from 256 KiB (16 MiB gather at world size 4: 1.39 against 1.70 ms by
+  // the slots; at 64 KiB, 15.3 against 12.7 us).
+  if (op == OpCode::kAllReduce && !oversubscribed_) {
+    return bytes > kSliceReduceFromBytes;
+  }
+  if (bytes < kSingleCopyFromBytes) return false;
+  if (single_copy_everywhere_ || !oversubscribed_) return true;
+  switch (op) {
+    case OpCode::kAllReduce:
+      return bytes >= kSingleCopyAllReduceFromBytes;
+    case OpCode::kGather:  // each rank copies to or from the root alone
+    case OpCode::kScatter:
+      return bytes >= kSingleCopyRootedFromBytes;
+    default:
+      return false;
+  }
+}
+
+absl::StatusOr<bool> SingleCopyPath::Use(const OpContext& ctx, OpCode op,
+                                         size_t bytes) {
+  if (!Prefers(op, bytes)) return false;
+  if (allowed_ == Allowed::kUnknown) {
+    // Once per group, at the first operation large enough (the same one on
+    // every rank): each rank reads its right neighbour's token and writes the
+    // same value back (a broadcast's root writes into its readers); one
+    // refusal anywhere keeps the whole group on the slots.
+    bool ok = SingleCopyAllowed();
+    if (ok) {
+      const int peer = (steps_->rank() + 1) % steps_->size();
+      const ShmRankHeader* h = steps_->layout().header(peer);
+      const int pid = h->liveness.pid.load();
+      void* remote = reinterpret_cast<void*>(h->probe_addr.load());
+      uint64_t token = 0;
+      ok = ReadPeerMemory(pid, remote, &token, sizeof(token)).ok() &&
+           token == h->probe_token.load() &&
+           WritePeerMemory(pid, remote, &token, sizeof(token)).ok();
+    }
+    DK_ASSIGN_OR_RETURN(size_t refused, MaxOverRanks(*steps_, ctx, ok ? 0 : 1));
+    allowed_ = refused == 0 ? Allowed::kYes : Allowed::kNo;
+  }
+  return allowed_ == Allowed::kYes;
+}
+
+const void* SingleCopyPath::EarlyBuffer(OpCode op,
+                                        const InlinePayload& payload) const {
+  if (allowed_ != Allowed::kYes) return nullptr;
+  switch (op) {
+    case OpCode::kAllReduce:
+    case OpCode::kBroadcast:
+      return Prefers(op, payload.bytes) ? payload.output : nullptr;
+    case OpCode::kAllGather:  // payload: the input; the output is published
+      return Prefers(op, payload.bytes * steps_->size()) ? payload.output
+                                                         : nullptr;
+    case OpCode::kReduceScatter:  // the peers read the input
+      return Prefers(op, payload.bytes) ? payload.data : nullptr;
+    default:
+      return nullptr;
+  }
+}
+
+void SingleCopyPath::PublishBuffer(const void* buffer) {
+  // Released by the next step's arrival.
+  steps_->layout()
+      .header(steps_->rank())
+      ->buffer.store(reinterpret_cast<uintptr_t>(buffer),
+                     std::memory_order_relaxed);
+}
+
+absl::Status SingleCopyPath::PublishForSingleCopy(const OpContext& ctx,
+                                                  OpCode op,
+                                                  const void* buffer) {
+  const void* early = std::exchange(early_buffer_, nullptr);
+  if (early == nullptr || early_op_ != op || early_seq_ != ctx.seq) {
+    PublishBuffer(buffer);
+    return steps_->Step(ctx);
+  }
+  if (early != buffer) {
+    // The peers copy to or from the published buffer: never a wrong one.
+    return steps_->FailGroup(absl::InternalError(
+        absl::StrCat(ctx.Describe(), " (rank ", steps_->rank(),
+                     "): the buffer published with the signature is not the "
+                     "operation's")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SingleCopyPath::CopyWithPeer(const OpContext& ctx, int r,
+                                          size_t offset, void* local,
+                                          size_t bytes, bool write) {
+  if (bytes == 0) return absl::OkStatus();
+  const ShmRankHeader* h = steps_->layout().header(r);
+  char* remote =
+      reinterpret_cast<char*>(h->buffer.load(std::memory_order_relaxed)) +
+      offset;
+  const int pid = h->liveness.pid.load();
+  absl::Status copied = write ? WritePeerMemory(pid, remote, local, bytes)
+                              : ReadPeerMemory(pid, remote, local, bytes);
+  if (!copied.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        ctx.Describe(), " (rank ", steps_->rank(),
+        "): ", write ? "writing" : "reading", " rank ", r, "'s buffer failed (",
+        copied.message(), "); a peer failed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SingleCopyPath::ReadPeer(const OpContext& ctx, int r,
+                                      size_t offset, void* local,
+                                      size_t bytes) {
+  return CopyWithPeer(ctx, r, offset, local, bytes, /*write=*/false);
+}
+
+absl::Status SingleCopyPath::WritePeer(const OpContext& ctx, int r,
+                                       size_t offset, const void* local,
+                                       size_t bytes) {
+  // Not written through: WritePeerMemory only reads `local`.
+  return CopyWithPeer(ctx, r, offset, const_cast<void*>(local), bytes,
+                      /*write=*/true);
+}
+
+char* SingleCopyPath::CopyScratch(size_t bytes) {
+  if (copy_scratch_.size() < bytes) copy_scratch_.resize(bytes);
+  return copy_scratch_.data();
+}
+
+absl::Status SingleCopyPath::FoldPeers(const OpContext& ctx, ReduceFn fn,
+                                       size_t offset, size_t bytes, size_t elem,
+                                       const char* own, char* out,
+                                       bool write_back) {
+  const int rank = steps_->rank();
+  const int size = steps_->size();
+  const size_t piece = kFoldPieceBytes / elem * elem;
+  char* acc = CopyScratch(2 * piece);
+  char* theirs = acc + piece;
+  for (size_t at = 0; at < bytes; at += piece) {
+    const size_t len = std::min(piece, bytes - at);
+    const char* running = own + at;
+    if (rank != 0) {
+      DK_RETURN_IF_ERROR(ReadPeer(ctx, 0, offset + at, acc, len));
+      running = acc;
+    }
+    for (int r = 1; r < size; ++r) {
+      const char* next = own + at;
+      if (r != rank) {
+        DK_RETURN_IF_ERROR(ReadPeer(ctx, r, offset + at, theirs, len));
+        next = theirs;
+      }
+      // The last fold writes the result; the ones before, the accumulator.
+      char* into = r == size - 1 ? out + at : acc;
+      fn(into, running, next, len / elem);
+      running = acc;
+    }
+    for (int r = 0; write_back && r < size; ++r) {
+      if (r != rank) {
+        DK_RETURN_IF_ERROR(WritePeer(ctx, r, offset + at, out + at, len));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace distkit

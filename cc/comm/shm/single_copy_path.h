@@ -1,0 +1,113 @@
+// The single-copy path of a same-host group (ShmBackend): instead of two
+// copies through the slots, each rank publishes its buffer's address (in
+// its header of the segment, with the operation's signature where it can)
+// and after a step the peers read or write what they need straight from or
+// into it (single_copy.h), while a last step keeps every buffer in place
+// until all are done. SingleCopyPath decides where it is taken, probes once
+// whether the kernel allows it, publishes buffers and moves bytes between
+// this rank and a peer's published buffer; the collectives on it are in
+// single_copy_collectives.h.
+//
+// Which op at which size takes it is measured, not assumed (Prefers): with
+// more ranks than the host has cores, only a large all_reduce, gather or
+// scatter. DISTKIT_SHM_SINGLE_COPY=1 (in rank 0's environment) takes it for
+// every such op from kSingleCopyFromBytes, =0 (any rank's) for none. A rank
+// whose read or write fails marks the group failed (ShmSteps::FailGroup),
+// so its peers' waits end with an error naming it instead of running to
+// the deadline or finishing without it.
+
+#ifndef DISTKIT_CC_COMM_SHM_SINGLE_COPY_PATH_H_
+#define DISTKIT_CC_COMM_SHM_SINGLE_COPY_PATH_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cc/comm/backend.h"
+#include "cc/comm/op_context.h"
+#include "cc/comm/op_signature.h"
+#include "cc/comm/reduce_kernels.h"
+#include "cc/comm/shm/shm_steps.h"
+
+namespace distkit {
+
+class SingleCopyPath {
+ public:
+  // `single_copy_everywhere` and `oversubscribed` are rank 0's choices (the
+  // segment's GroupHeader), the same on every rank.
+  SingleCopyPath(ShmSteps* steps, bool single_copy_everywhere,
+                 bool oversubscribed)
+      : steps_(steps),
+        single_copy_everywhere_(single_copy_everywhere),
+        oversubscribed_(oversubscribed) {}
+
+  ShmSteps& steps() const { return *steps_; }
+
+  // Whether single copy beats the slots for `op` over `bytes` in this group
+  // (the same answer on every rank).
+  bool Prefers(OpCode op, size_t bytes) const;
+  // Whether `op` over `bytes` reads peers' buffers directly (Prefers, and
+  // the kernel allows it: the first operation that would probes, one step,
+  // every rank).
+  absl::StatusOr<bool> Use(const OpContext& ctx, OpCode op, size_t bytes);
+
+  // ---- Publishing -----------------------------------------------------------
+
+  // The buffer a single-copy `op` will publish, when it may go with the
+  // signature: single copy is known to work and this op at this size takes
+  // it; else null.
+  const void* EarlyBuffer(OpCode op, const InlinePayload& payload) const;
+  // This rank's buffer for the peers to read after the next step.
+  void PublishBuffer(const void* buffer);
+  // What the signature exchange of operation `seq` (an `op`) published on
+  // every rank (null: nothing), for that operation alone to take.
+  void SetEarly(const void* buffer, OpCode op, uint64_t seq) {
+    early_buffer_ = buffer;
+    early_op_ = op;
+    early_seq_ = seq;
+  }
+  // Publishes `buffer` for a single-copy `op` and steps, unless the
+  // signature exchange of this very operation already published it.
+  absl::Status PublishForSingleCopy(const OpContext& ctx, OpCode op,
+                                    const void* buffer);
+
+  // ---- Moving bytes ---------------------------------------------------------
+
+  // `bytes` at `offset` of the buffer rank r published; UNAVAILABLE naming
+  // the op, this rank and r when the kernel refuses.
+  absl::Status ReadPeer(const OpContext& ctx, int r, size_t offset, void* local,
+                        size_t bytes);
+  // `bytes` of `local` to `offset` of the buffer rank r published.
+  absl::Status WritePeer(const OpContext& ctx, int r, size_t offset,
+                         const void* local, size_t bytes);
+  // out[0, bytes) = the rank-order fold of every rank's buffer at `offset`,
+  // reading peers piece by piece into scratch (`own` is this rank's part).
+  // With `write_back`, each folded piece is also written to `offset` of
+  // every peer's buffer while it is still in this core's cache.
+  absl::Status FoldPeers(const OpContext& ctx, ReduceFn fn, size_t offset,
+                         size_t bytes, size_t elem, const char* own, char* out,
+                         bool write_back = false);
+
+ private:
+  // Copies between `local` and `offset` of the buffer rank r published.
+  absl::Status CopyWithPeer(const OpContext& ctx, int r, size_t offset,
+                            void* local, size_t bytes, bool write);
+  char* CopyScratch(size_t bytes);
+
+  ShmSteps* const steps_;
+  const bool single_copy_everywhere_;  // DISTKIT_SHM_SINGLE_COPY=1
+  const bool oversubscribed_;          // more ranks than CPUs online
+  enum class Allowed { kUnknown, kYes, kNo };
+  Allowed allowed_ = Allowed::kUnknown;  // the probe's answer
+  std::vector<char> copy_scratch_;       // pieces read from peers, folded
+  // Published with the signature of operation early_seq_ (an early_op_).
+  const void* early_buffer_ = nullptr;
+  OpCode early_op_ = OpCode::kBarrier;
+  uint64_t early_seq_ = 0;
+};
+
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_COMM_SHM_SINGLE_COPY_PATH_H_
