@@ -35,7 +35,8 @@ sources=(
   cc/comm/reduce_kernels_avx2.cc cc/comm/reduce_kernels_avx512.cc
   cc/comm/op_context.cc cc/comm/op_signature.cc cc/comm/work.cc
   cc/comm/nccl/nccl_backend.cc cc/comm/nccl/nccl_library.cc
-  cc/group/collective_contract.cc cc/group/flight_recorder.cc cc/group/op_queue.cc
+  cc/group/agreement_roll_call.cc cc/group/collective_contract.cc cc/group/flight_recorder.cc
+  cc/group/op_queue.cc
   cc/group/process_group.cc
   cc/store/store.cc cc/store/hash_store.cc cc/store/call_deadline.cc cc/store/prefix_store.cc
   cc/parallel/bucket_assignment.cc cc/parallel/grad_reducer.cc

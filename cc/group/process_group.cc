@@ -10,6 +10,7 @@
 #include "cc/comm/backend_registry.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
+#include "cc/group/agreement_roll_call.h"
 #include "cc/store/call_deadline.h"
 #include "cc/store/prefix_store.h"
 
@@ -217,32 +218,19 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
   // it so that the last poll's answer still arrives under load.
   const absl::Time stop_polling = absl::Now() + kDiagnosisWindow;
   ScopedStoreDeadline budget(stop_polling + kDiagnosisMargin);
-  const std::string prefix = absl::StrCat("diag/", ctx.seq, "/");
-  absl::Status reported = store_->Set(absl::StrCat(prefix, rank_), ctx.op_name);
-  std::vector<int> joined, missing;
-  absl::Status unanswered = reported;
-  while (unanswered.ok()) {
-    joined.clear();
-    missing.clear();
-    for (int r = 0; r < size() && unanswered.ok(); ++r) {
-      absl::StatusOr<bool> present = store_->Check({absl::StrCat(prefix, r)});
-      if (!present.ok()) {
-        unanswered = present.status();
-        break;
-      }
-      (*present ? joined : missing).push_back(r);
-    }
-    if (!unanswered.ok() || missing.empty() || absl::Now() >= stop_polling) {
-      break;
-    }
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  if (!unanswered.ok()) {
+  // Who reached this operation, asked of the job's store: the group itself
+  // can no longer be used (agreement_roll_call.h).
+  absl::StatusOr<RollCall> call =
+      TakeRollCall(*store_, absl::StrCat("diag/", ctx.seq, "/"), rank_, size(),
+                   ctx.op_name, stop_polling);
+  if (!call.ok()) {
     return absl::StrCat(
         "; which ranks are late is unknown: the store did not answer within ",
         absl::FormatDuration(kDiagnosisWindow + kDiagnosisMargin), " (",
-        unanswered.message(), ")");
+        call.status().message(), ")");
   }
+  const std::vector<int>& missing = call->absent;
+  const std::vector<int>& joined = call->present;
   if (missing.empty()) {
     return "; every rank reached this operation (a peer may be slow or stuck "
            "inside it)";
