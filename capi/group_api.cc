@@ -1,8 +1,11 @@
-// The C ABI, section "Groups": joining the job (the default group), group
-// handles and what they tell, subgroups, shrinking after a failure.
-
+// The C ABI's sections on groups and what runs on them, in the header's
+// order: "Groups" (joining the job, group handles and what they tell,
+// subgroups, shrinking after a failure), "Work", "Local group", "Parallel
+// state" and "Devices". One translation unit for the five: each would parse
+// the same group headers again.
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -11,10 +14,16 @@
 #include "absl/time/time.h"
 #include "capi/abi_guard.h"
 #include "capi/arguments.h"
+#include "capi/caller_memory.h"
 #include "capi/handles.h"
 #include "capi/versioned_struct.h"
+#include "cc/core/data_type.h"
+#include "cc/core/device.h"
+#include "cc/core/device_copy.h"
 #include "cc/core/status.h"
+#include "cc/core/tensor_ref.h"
 #include "cc/dist_api/dist.h"
+#include "cc/dist_api/parallel_state.h"
 #include "cc/group/process_group.h"
 #include "cc/group/shrink.h"
 #include "distkit/distkit.h"
@@ -227,6 +236,188 @@ dk_status_t dk_group_async_error(const dk_group_t* group, dk_error_t** err) {
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g,
                         GroupOf(const_cast<dk_group_t*>(group)));
     return g->AsyncError();
+  });
+}
+
+}  // extern "C"
+
+// The C ABI, section "Work": the handle of a non-blocking operation.
+
+extern "C" {
+
+dk_status_t dk_work_test(const dk_work_t* work, dk_work_state_t* state_out,
+                         dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(work, "work"));
+    DK_RETURN_IF_ERROR(NotNull(state_out, "state_out"));
+    *state_out = static_cast<dk_work_state_t>(work->rep->state());
+    return absl::OkStatus();
+  });
+}
+
+dk_status_t dk_work_wait(dk_work_t* work, int64_t timeout_ms,
+                         dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(work, "work"));
+    return work->rep->Wait(timeout_ms < 0 ? absl::InfiniteDuration()
+                                          : absl::Milliseconds(timeout_ms));
+  });
+}
+
+void dk_work_destroy(dk_work_t* work) { delete work; }
+
+}  // extern "C"
+
+// The C ABI, section "Local group": the group of this node's ranks.
+
+extern "C" {
+
+dk_status_t dk_init_local_group(int32_t node_rank, int32_t num_per_node,
+                                dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    return distkit::dist::InitLocalGroup(node_rank, num_per_node);
+  });
+}
+
+dk_status_t dk_init_local_group_from_launcher(dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    return distkit::dist::InitLocalGroupFromLauncher();
+  });
+}
+
+dk_status_t dk_local_group(dk_group_t** out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> local,
+                        distkit::dist::GetLocalGroup());
+    *out = local == nullptr ? nullptr : new dk_group{std::move(local)};
+    return absl::OkStatus();
+  });
+}
+
+}  // extern "C"
+
+// The C ABI, section "Parallel state": modelopt's data-, tensor- and
+// expert-parallel groups.
+
+struct dk_parallel_state {
+  distkit::dist::ParallelState rep;
+  bool destroyed = false;  // the handle stays reserved, like a group's
+};
+
+namespace distkit {
+namespace capi {
+namespace {
+
+dist::DistributedProcessGroup DpgOf(dk_group_t* group) {
+  if (group == DK_GROUP_UNUSED) return dist::DistributedProcessGroup::Unused();
+  if (group == nullptr) return dist::DistributedProcessGroup();
+  return dist::DistributedProcessGroup(group->rep);
+}
+
+// The group `which` names in `state`; NULL for none or a destroyed state.
+const dist::DistributedProcessGroup* Which(const dk_parallel_state_t* state,
+                                           int32_t which) {
+  if (state == nullptr || state->destroyed) return nullptr;
+  switch (which) {
+    case DK_PARALLEL_DATA:
+      return &state->rep.data_parallel_group;
+    case DK_PARALLEL_TENSOR:
+      return &state->rep.tensor_parallel_group;
+    case DK_PARALLEL_EXPERT:
+      return &state->rep.expert_model_parallel_group;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+}  // namespace capi
+}  // namespace distkit
+
+using ::distkit::capi::DpgOf;
+using ::distkit::capi::OwnedCopy;
+using ::distkit::capi::Which;
+
+extern "C" {
+
+dk_status_t dk_parallel_state_create(dk_group_t* data_parallel,
+                                     dk_group_t* tensor_parallel,
+                                     dk_group_t* expert_parallel,
+                                     dk_parallel_state_t** out,
+                                     dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    *out = new dk_parallel_state{distkit::dist::ParallelState(
+        DpgOf(data_parallel), DpgOf(tensor_parallel), DpgOf(expert_parallel))};
+    return absl::OkStatus();
+  });
+}
+
+void dk_parallel_state_destroy(dk_parallel_state_t* state) {
+  if (state == nullptr || state->destroyed) return;
+  // Releases the groups but keeps the small handle: later calls through it
+  // answer -1 / DK_FAILED_PRECONDITION instead of reading freed memory.
+  state->rep = distkit::dist::ParallelState();
+  state->destroyed = true;
+}
+
+int32_t dk_parallel_state_rank(const dk_parallel_state_t* state,
+                               int32_t which) {
+  const distkit::dist::DistributedProcessGroup* g = Which(state, which);
+  return g == nullptr ? -1 : g->Rank();
+}
+
+int32_t dk_parallel_state_size(const dk_parallel_state_t* state,
+                               int32_t which) {
+  const distkit::dist::DistributedProcessGroup* g = Which(state, which);
+  return g == nullptr ? -1 : g->WorldSize();
+}
+
+dk_status_t dk_parallel_state_describe(const dk_parallel_state_t* state,
+                                       char** out, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(state, "state"));
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    if (state->destroyed) {
+      return absl::FailedPreconditionError(
+          "parallel_state: the handle was destroyed "
+          "(dk_parallel_state_destroy)");
+    }
+    const std::string text = state->rep.ToString();
+    DK_ASSIGN_OR_RETURN(*out, OwnedCopy(text));
+    return absl::OkStatus();
+  });
+}
+
+}  // extern "C"
+
+// The C ABI, section "Devices": this rank's device and copies between
+// devices.
+
+using ::distkit::TensorRef;
+using ::distkit::capi::TensorArg;
+
+extern "C" {
+
+void dk_get_device(DLDevice* out) {
+  if (out == nullptr) return;
+  *out = distkit::ToDLPack(distkit::dist::GetDevice());
+}
+
+dk_status_t dk_tensor_copy(const DLTensor* src, DLTensor* dst,
+                           dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_ASSIGN_OR_RETURN(TensorRef s, TensorArg(src, "src"));
+    DK_ASSIGN_OR_RETURN(TensorRef d, TensorArg(dst, "dst"));
+    if (s.dtype() != d.dtype() || s.numel() != d.numel()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor_copy: src is ", distkit::DataTypeName(s.dtype()),
+                       " x", s.numel(), " but dst is ",
+                       distkit::DataTypeName(d.dtype()), " x", d.numel()));
+    }
+    return distkit::CopyBytes(d.data(), d.device(), s.data(), s.device(),
+                              s.nbytes());
   });
 }
 

@@ -203,11 +203,14 @@ system_dlpack = repository_rule(
 
 # --- CUDA and NCCL (optional) ------------------------------------------------
 
-# A GPU this machine can run on: the NVIDIA driver's control device, or a GPU
-# that nvidia-smi lists. Tests that need one are skipped (not passed) without.
+# A GPU this machine can run on: nvidia-smi lists one (the driver's device
+# files alone also exist in containers with no GPU or a mismatched driver),
+# and CUDA_VISIBLE_DEVICES does not hide them all. Tests that need one are
+# skipped (not passed) without.
 def _usable_gpu(rctx):
-    if rctx.path("/dev/nvidiactl").exists:
-        return True
+    visible = rctx.os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible != None and visible.strip() in ["", "-1"]:
+        return False
     smi = rctx.which("nvidia-smi")
     if not smi:
         return False
@@ -268,7 +271,7 @@ cc_library(
 local_cuda = repository_rule(
     implementation = _local_cuda_impl,
     local = True,
-    environ = ["CUDA_HOME"],
+    environ = ["CUDA_HOME", "CUDA_VISIBLE_DEVICES"],
     doc = "CUDA runtime and NCCL if installed (CUDA_HOME, default /usr/local/cuda).",
 )
 

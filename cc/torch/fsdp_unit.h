@@ -1,6 +1,6 @@
 // What the parts of FullyShardedDataParallel share (wrapping in
-// fsdp_wrapping.cc, the runtime in fsdp_runtime.cc, state dicts in
-// fsdp_state_dict.cc): the unit, one FlatShard and the torch parameters
+// fully_sharded_data_parallel.cc, the runtime in fsdp_runtime.cc, state dicts
+// in fsdp_state_dict.cc): the unit, one FlatShard and the torch parameters
 // aliased into it, and the registry through which UnitForward finds the unit
 // a module is. Internal: users include fully_sharded_data_parallel.h.
 
