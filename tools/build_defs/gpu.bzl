@@ -16,7 +16,8 @@ _NEEDS_GPU = ["//tools/build_defs:usable_gpu"]
 
 def dk_gpu_cc_test(name, srcs, deps = [], size = "small", **kwargs):
     if not FOUND:
-        # Nothing to build against: a skipped placeholder keeps the label.
+        # Nothing to build against: the label stays, and Bazel reports it
+        # SKIPPED (incompatible), never passed.
         native.sh_test(
             name = name,
             srcs = ["//tools/build_defs:gpu_skip.sh"],
