@@ -8,14 +8,21 @@ Load it from a BUILD file, also in a workspace that vendors distkit as
 
     dk_multirank_test(
         name = "allreduce_test",
-        binary = ":allreduce_check",   # any executable: cc_binary, py_binary, ...
+        srcs = ["allreduce_multirank_test.cc"],  # .cc, .c or .py
+        deps = [":group", "//testing/cc:rank_check"],
         args = ["--size", "1024"],
         world_sizes = [1, 2, 3, 4],    # -> allreduce_test_ws1 ... _ws4
         timeout_s = 120,               # distrun stops every rank after this
     )
 
-This defines `allreduce_test_ws1` ... `allreduce_test_ws4` and a test_suite
-`allreduce_test` holding them. Each rank sees torchrun's variables (RANK,
+This builds the program `allreduce_test_program` from `srcs` and `deps` (a
+cc_binary for C and C++ sources, a py_binary for Python ones; `copts` and
+`linkopts` go to the cc_binary), and defines `allreduce_test_ws1` ...
+`allreduce_test_ws4` and a test_suite `allreduce_test` holding them. A program
+built otherwise (a Go or Rust genrule, one program shared by several test
+targets) is passed as `binary = ":label"` instead of `srcs`. Multi-rank
+programs are named `*_multirank_test.<ext>` so that people and layout tools
+read them as tests. Each rank sees torchrun's variables (RANK,
 WORLD_SIZE, ...) plus DISTKIT_STORE and DISTKIT_TOKEN; a failing rank stops the
 others and fails the test with its exit code; the time bound fails it with 124.
 
@@ -41,8 +48,53 @@ def _size_for(timeout_s):
         return "medium"
     return "large"
 
+def _program(name, srcs, deps, copts, linkopts):
+    """Builds a multi-rank test's program from its sources; returns its label."""
+    program = name + "_program"
+    if all([s.endswith(".py") for s in srcs]):
+        native.py_binary(
+            name = program,
+            testonly = True,
+            srcs = srcs,
+            main = srcs[0],
+            python_version = "PY3",
+            deps = deps,
+        )
+    else:
+        native.cc_binary(
+            name = program,
+            testonly = True,
+            srcs = srcs,
+            copts = copts,
+            linkopts = linkopts,
+            deps = deps,
+        )
+    return ":" + program
+
+def _per_size_tests(name, binary, args, world_sizes, timeout_s, data, tags, env, kwargs):
+    tests = []
+    for n in world_sizes:
+        test_name = "%s_ws%d" % (name, n)
+        native.sh_test(
+            name = test_name,
+            srcs = [_RUNNER],
+            args = ["$(rootpath %s)" % _DISTRUN, str(n), str(timeout_s), "--",
+                    "$(rootpath %s)" % binary] + args,
+            data = [_DISTRUN, binary] + data,
+            size = _size_for(timeout_s),
+            tags = tags,
+            env = env,
+            **kwargs
+        )
+        tests.append(test_name)
+    native.test_suite(name = name, tests = tests, tags = tags)
+
 def dk_multirank_test(
         name,
+        srcs = None,
+        deps = [],
+        copts = [],
+        linkopts = [],
         binary = None,
         binaries = None,
         args = [],
@@ -52,46 +104,72 @@ def dk_multirank_test(
         data = [],
         tags = [],
         env = {},
+        variants = None,
         **kwargs):
-    """Declares multi-rank tests of `binary` (or the MPMD job `binaries`)."""
+    """Declares multi-rank tests of the program built from `srcs` (or of
+    `binary`, or of the MPMD job `binaries`).
+
+    `variants` runs one program several ways without building it twice: a
+    dict from a test name to the `args`, `env`, `world_sizes` and `timeout_s`
+    that differ from the call's own, e.g.
+
+        variants = {
+            "collectives_test": {"world_sizes": [1, 2]},
+            "collectives_tcp_test": {"env": {"DISTKIT_SHM": "0"}},
+        }
+
+    declares collectives_test_ws1, collectives_tcp_test_ws1 ... and a
+    test_suite `name` holding every variant.
+    """
+    if srcs != None:
+        if binary != None or binaries != None:
+            fail("dk_multirank_test %s: give srcs, binary or binaries, not two" % name)
+        binary = _program(name, srcs, deps, copts, linkopts)
+    elif deps or copts or linkopts:
+        fail("dk_multirank_test %s: deps, copts and linkopts need srcs" % name)
     if (binary == None) == (binaries == None):
-        fail("dk_multirank_test %s: give exactly one of binary or binaries" % name)
-    tests = []
-    if binary != None:
-        for n in world_sizes:
-            test_name = "%s_ws%d" % (name, n)
-            native.sh_test(
-                name = test_name,
-                srcs = [_RUNNER],
-                args = ["$(rootpath %s)" % _DISTRUN, str(n), str(timeout_s), "--",
-                        "$(rootpath %s)" % binary] + args,
-                data = [_DISTRUN, binary] + data,
-                size = _size_for(timeout_s),
-                tags = tags,
-                env = env,
-                **kwargs
+        fail("dk_multirank_test %s: give exactly one of srcs, binary or binaries" % name)
+    if variants != None:
+        if binary == None:
+            fail("dk_multirank_test %s: variants need one program (srcs or binary)" % name)
+        for test_name, v in variants.items():
+            for key in v:
+                if key not in ["args", "env", "world_sizes", "timeout_s"]:
+                    fail("dk_multirank_test %s: variant %s: unknown key %s" % (name, test_name, key))
+            _per_size_tests(
+                test_name,
+                binary,
+                v.get("args", args),
+                v.get("world_sizes", world_sizes),
+                v.get("timeout_s", timeout_s),
+                data,
+                tags,
+                v.get("env", env),
+                kwargs,
             )
-            tests.append(test_name)
-    else:
-        if rank_args == None:
-            rank_args = [args for _ in binaries]
-        if len(rank_args) != len(binaries):
-            fail("dk_multirank_test %s: rank_args needs one list per binary" % name)
-        programs = []
-        for i, b in enumerate(binaries):
-            if i > 0:
-                programs.append(":")
-            programs += ["$(rootpath %s)" % b] + rank_args[i]
-        native.sh_test(
-            name = name + "_mpmd",
-            srcs = [_RUNNER],
-            args = ["$(rootpath %s)" % _DISTRUN, str(len(binaries)), str(timeout_s),
-                    "--"] + programs,
-            data = depset([_DISTRUN] + binaries + data).to_list(),
-            size = _size_for(timeout_s),
-            tags = tags,
-            env = env,
-            **kwargs
-        )
-        tests.append(name + "_mpmd")
-    native.test_suite(name = name, tests = tests, tags = tags)
+        native.test_suite(name = name, tests = [":" + t for t in variants], tags = tags)
+        return
+    if binary != None:
+        _per_size_tests(name, binary, args, world_sizes, timeout_s, data, tags, env, kwargs)
+        return
+    if rank_args == None:
+        rank_args = [args for _ in binaries]
+    if len(rank_args) != len(binaries):
+        fail("dk_multirank_test %s: rank_args needs one list per binary" % name)
+    programs = []
+    for i, b in enumerate(binaries):
+        if i > 0:
+            programs.append(":")
+        programs += ["$(rootpath %s)" % b] + rank_args[i]
+    native.sh_test(
+        name = name + "_mpmd",
+        srcs = [_RUNNER],
+        args = ["$(rootpath %s)" % _DISTRUN, str(len(binaries)), str(timeout_s),
+                "--"] + programs,
+        data = depset([_DISTRUN] + binaries + data).to_list(),
+        size = _size_for(timeout_s),
+        tags = tags,
+        env = env,
+        **kwargs
+    )
+    native.test_suite(name = name, tests = [name + "_mpmd"], tags = tags)

@@ -1,6 +1,6 @@
 """torch.nn.parallel.DistributedDataParallel (Gloo) on the models, data and
-modes of ddp_check.cc, then a comparison of every parameter and buffer with
-the files ddp_check wrote: within 1e-6 relative (to each tensor's largest
+modes of ddp_multirank_test.cc, then a comparison of every parameter and buffer with
+the files ddp_multirank_test wrote: within 1e-6 relative (to each tensor's largest
 magnitude) in float32 (1e-3 with the fp16
 hook). Run by distrun in every rank: python3 ddp_reference.py CPP_OUT_DIR.
 torch.distributed listens on MASTER_PORT + 1 (distrun's store has

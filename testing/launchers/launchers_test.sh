@@ -1,6 +1,6 @@
 #!/bin/bash
 # launchers_test.sh MODE CHECK [PY_CHECK]: starts a real job the way users do
-# and runs launcher_check in every rank.
+# and runs launcher_multirank_test in every rank.
 #   torchrun: python3 -m torch.distributed.run --nproc_per_node 2 (C++ and
 #             Python ranks; torchrun's agent store holds MASTER_PORT)
 #   mpirun:   mpirun -np 3, init_dist('mpi') with the Gloo backend

@@ -4,7 +4,7 @@ cgo compiles against capi/include/distkit/distkit.h and links
 //capi:libdistkit.so with an $ORIGIN-relative rpath.
 
     dk_go_binary(name = "check", module = "bindings/go",
-                 package = "./internal/checks/check",
+                 package = "./internal/tests/check",
                  srcs = glob(["**/*.go", "go.mod"]))
     dk_go_binary(name = "unit", module = "bindings/go", package = ".",
                  test = True, srcs = ...)   # the package's `go test` binary

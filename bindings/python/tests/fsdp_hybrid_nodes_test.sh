@@ -2,7 +2,7 @@
 # HYBRID_SHARD across "nodes" on one host: two distrun instances (--nnodes 2,
 # two ranks each) form one 4-rank job; each unit is sharded inside a node and
 # replicated across the two, and training must equal training alone on the
-# global batch (fsdp_check.py --hybrid-nodes).
+# global batch (fsdp_multirank_test.py --hybrid-nodes).
 set -euo pipefail
 distrun="$1"
 check="$2"

@@ -68,7 +68,7 @@ class SurvivorMarks {
     const char* job = getenv("DISTKIT_TOKEN");
     if (job == nullptr) job = getenv("MASTER_PORT");
     dir_ =
-        absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/fault_check.",
+        absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/fault_multirank_test.",
                      std::string(job != nullptr ? job : "job").substr(0, 16));
     mkdir(dir_.c_str(), 0700);
   }

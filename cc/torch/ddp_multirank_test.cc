@@ -179,7 +179,7 @@ void Placement() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: ddp_check OUT_DIR\n");
+    std::fprintf(stderr, "usage: ddp_multirank_test OUT_DIR\n");
     return 2;
   }
   distkit::testing::RequireOk(distkit::dist::InitDist("pytorch"), "init");

@@ -4,9 +4,9 @@
 // (testing/cc/extension_device.h), so a path that skips a copy, or hands the
 // backend memory on the wrong device, computes wrong values or is refused.
 //
-//   casting_check ext_test   data on the host, comm device ext:0 (as host
+//   casting_multirank_test ext_test   data on the host, comm device ext:0 (as host
 //                            objects and seeds reach NCCL on the GPU)
-//   casting_check gloo       data on ext:0, comm device the host (as CUDA
+//   casting_multirank_test gloo       data on ext:0, comm device the host (as CUDA
 //                            tensors reach a Gloo group)
 //
 // Expected values are computed by each rank from formulas of (rank, index).
@@ -391,7 +391,7 @@ TEST(Casting, AnObjectTooLargeForOneRanksDeviceFailsEveryRank) {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   if (argc != 2) {
-    fprintf(stderr, "usage: casting_check ext_test|gloo\n");
+    fprintf(stderr, "usage: casting_multirank_test ext_test|gloo\n");
     return 2;
   }
   distkit::dist::backend = argv[1];

@@ -6,7 +6,7 @@
 // INVALID_ARGUMENT with exactly the text computed here (so every backend
 // gives the same text), its data untouched, and the group must stay usable.
 //
-//   disagreement_check [backend]    (default gloo)
+//   disagreement_multirank_test [backend]    (default gloo)
 
 #include <cstdio>
 #include <cstdlib>

@@ -2,7 +2,7 @@
 // variables) with init_dist(<launcher>, <backend>), checks that the rank and
 // size agree with what the launcher set, and runs collectives whose results
 // every rank computes itself.
-//   launcher_check pytorch|mpi|slurm [gloo|mpi]
+//   launcher_multirank_test pytorch|mpi|slurm [gloo|mpi]
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -26,7 +26,7 @@ int EnvInt(const char* name) {
 int main(int argc, char** argv) {
   using namespace distkit;
   distkit::testing::Require(argc >= 2,
-                            "usage: launcher_check LAUNCHER [BACKEND]");
+                            "usage: launcher_multirank_test LAUNCHER [BACKEND]");
   const std::string launcher = argv[1];
   dist::InitOptions options;
   options.backend = argc > 2 ? argv[2] : "gloo";

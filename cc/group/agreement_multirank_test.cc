@@ -7,7 +7,7 @@
 // rank is left inside a collective). With "ext_test" the group's comm device
 // is not the host, so every host buffer of the agreement must be staged.
 //
-//   agreement_check [gloo|ext_test]    (default gloo)
+//   agreement_multirank_test [gloo|ext_test]    (default gloo)
 
 #include <cstdio>
 #include <memory>
@@ -191,7 +191,7 @@ class AgreementJob {
   void RollCalls() {
     const absl::Time stop = absl::Now() + absl::Seconds(30);
     absl::StatusOr<RollCall> call =
-        TakeRollCall(*env_.store, "agreement_check/all/", rank_, world_.size(),
+        TakeRollCall(*env_.store, "agreement_multirank_test/all/", rank_, world_.size(),
                      "here", stop);
     std::vector<int> everyone;
     for (int r = 0; r <= last_; ++r) everyone.push_back(r);
@@ -203,7 +203,7 @@ class AgreementJob {
     // stops.
     if (rank_ != last_) {
       call = TakeRollCall(
-          *env_.store, "agreement_check/late/", rank_, world_.size(), "here",
+          *env_.store, "agreement_multirank_test/late/", rank_, world_.size(), "here",
           absl::Now() + absl::Milliseconds(300), absl::Milliseconds(50));
       std::vector<int> others(everyone.begin(), everyone.end() - 1);
       Check(call.ok() && call->present == others &&
