@@ -70,6 +70,17 @@ def _by_name(named: dict, items, kind: type, kind_text: str):
     return items
 
 
+def _clip_globally(optim_wrapper, model: FullyShardedDataParallel) -> None:
+    """mmengine's OptimWrapper keeps its norm clipping in ``clip_func``
+    (torch.nn.utils.clip_grad_norm_, called with the optimizer's parameters
+    and the clip_grad arguments): replaced by `model`'s clip over every
+    shard. Other wrappers and value clipping (per element: the same on a
+    shard) are left alone."""
+    for wrapper in getattr(optim_wrapper, "optim_wrappers", {"": optim_wrapper}).values():
+        if getattr(wrapper, "clip_func", None) is torch.nn.utils.clip_grad_norm_:
+            wrapper.clip_func = model._clip
+
+
 class MMFullyShardedDataParallel(FullyShardedDataParallel):
     """mmengine's MMFullyShardedDataParallel (the seed's signature and
     defaults: use_orig_params=False)."""
@@ -85,9 +96,12 @@ class MMFullyShardedDataParallel(FullyShardedDataParallel):
                  device_id: Optional[int] = None, sync_module_states: bool = False,
                  forward_prefetch: bool = False, limit_all_gathers: bool = True,
                  use_orig_params: bool = False, **kwargs):
-        if isinstance(sharding_strategy, str):
+        # A name that is no strategy: FullyShardedDataParallel says so on
+        # every rank (ValueError naming sharding_strategy).
+        if isinstance(sharding_strategy, str) and sharding_strategy in ShardingStrategy.__members__:
             sharding_strategy = ShardingStrategy[sharding_strategy]
-        if not (isinstance(sharding_strategy, ShardingStrategy) or sharding_strategy is None):
+        if not (isinstance(sharding_strategy, (ShardingStrategy, str)) or
+                sharding_strategy is None):
             raise TypeError("sharding_strategy must be str or enum of `ShardingStrategy` , "
                             f"but got {sharding_strategy}")
         if isinstance(cpu_offload, bool):
@@ -140,6 +154,13 @@ class MMFullyShardedDataParallel(FullyShardedDataParallel):
         return _by_name(dict(module.named_modules()), ignored, nn.Module, "`Iterable[nn.Module]`")
 
     def train_step(self, data, optim_wrapper) -> Dict[str, torch.Tensor]:
+        """mmengine's: preprocess, forward in 'loss' mode, parse the losses,
+        ``optim_wrapper.update_params``. An OptimWrapper built with
+        ``clip_grad=dict(max_norm=...)`` (type 'norm') clips with
+        torch.nn.utils.clip_grad_norm_ over the optimizer's parameters,
+        which here are shards: its ``clip_func`` becomes this model's
+        clip over all shards (the global norm, the same on every rank)."""
+        _clip_globally(optim_wrapper, self)
         with optim_wrapper.optim_context(self):
             data = self.module.data_preprocessor(data, training=True)
             losses = run_forward(self, data, "loss", expected="list tuple or dict")

@@ -13,11 +13,14 @@ full parameters into torch-owned storage, FULL_SHARD frees that storage
 after forward and gathers it again when backward reaches the unit, and at
 the end of backward every unit's gradients are averaged into its shard
 gradient in C++. ``parameters()`` are the shards: one flat parameter per
-unit and dtype (use_orig_params=False), or, with use_orig_params=True, the
-original parameters, each a 1-D view of the part of it this rank holds, so
-optimizer parameter groups by name work and optimizer state is sharded
-too. ``state_dict()`` is the full state dict under the original module's
-keys.
+unit and dtype (use_orig_params=False), registered on the unit's module as
+torch's FSDP registers it (``_flat_param``), or, with use_orig_params=True,
+the original parameters, each a 1-D view of the part of it this rank holds,
+so optimizer parameter groups by name work and optimizer state is sharded
+too. Either way they are the wrapped module's parameters, so an optimizer
+built from ``model.module.parameters()`` (mmengine's) steps them.
+``state_dict()`` is the full state dict under the original module's keys;
+``clip_grad_norm_`` clips by the norm over every rank's shards.
 
 The modules:
   options            torch's configuration types (ShardingStrategy, MixedPrecision, ...)
@@ -27,7 +30,9 @@ The modules:
   memory             bytes of sharded model state (memory_stats)
   timeline           take_timeline()'s events and prefetch_overlap
   fully_sharded      FullyShardedDataParallel
+  clip               gradient clipping by the norm over every shard
   state_dict         its model state dicts and sharded checkpoints
+  checkpoint_format  the sharded checkpoint's keys and files (shared with C++)
   optim_state_dict   its optimizer state dicts
   composable         FSDP2's fully_shard
 """

@@ -58,11 +58,8 @@ def fully_shard(module: nn.Module, *, mesh=None, reshard_after_forward: bool = T
                           else ShardingStrategy.SHARD_GRAD_OP, param_dtype,
                           mp_policy.reduce_dtype if mp_policy else None,
                           offload_policy is not None, False, None)
-    if owned:
-        unit = coordinator.add(module, owned, mesh, config, param_dtype, reshard_after_forward,
-                               False)
-        for k, flat in enumerate(unit.flat_params):
-            module.register_parameter(f"_dk_flat_param_{len(coordinator.units) - 1}_{k}", flat)
+    if owned:  # the unit registers its shards on the module
+        coordinator.add(module, owned, mesh, config, param_dtype, reshard_after_forward, False)
     module._dk_fsdp = coordinator
     if mp_policy is not None and mp_policy.param_dtype is not None and mp_policy.cast_forward_inputs:
         module.register_forward_pre_hook(

@@ -15,6 +15,7 @@ from .options import (BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStra
 from .scheduling import Coordinator
 from .state_dict import ModelStateDictMixin
 from .timeline import TimelineEvent
+from .clip import clip_sharded_grad_norm_, sharded_ids
 from .wrap import unclaimed_params, units_of
 
 
@@ -43,9 +44,8 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
                  use_orig_params: bool = False, replicate_group=None,
                  ignored_parameters: Optional[Iterable[nn.Parameter]] = None):
         super().__init__()
-        strategy = sharding_strategy or ShardingStrategy.FULL_SHARD
-        if not isinstance(strategy, ShardingStrategy):
-            raise TypeError(f"sharding_strategy must be a ShardingStrategy, got {strategy!r}")
+        strategy = _check_arguments(type(self).__name__, module, sharding_strategy, device_id,
+                                    process_group)
         self.module = module
         self.sharding_strategy = strategy
         self.mixed_precision = mixed_precision
@@ -76,6 +76,7 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         # Keys of the full state dict, in the original order.
         self._keys = list(module.state_dict().keys())
         param_key = {id(p): name for name, p in module.named_parameters()}
+        path_of = {id(m): name for name, m in module.named_modules()}
         reshard = strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.HYBRID_SHARD)
         claimed: Set[int] = {id(p) for p in ignored_parameters or []}  # left alone
         self._coordinator = Coordinator(strategy != ShardingStrategy.NO_SHARD,
@@ -88,8 +89,11 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
                                          reshard and unit_module is not module,
                                          unit_module is module, use_orig_params)
             unit.keys = [param_key[id(p)] for _, _, p in owned]
+            unit.path = path_of[id(unit_module)]
+            claimed.update(id(f) for f in unit.flat_params)  # registered on unit_module
         self._units = self._coordinator.units
         self._group = process_group
+        self._replicate_group = replicate_group
         self.use_orig_params = use_orig_params
         # MixedPrecision.buffer_dtype: floating buffers live (and forward
         # uses them) in it; state dicts give them in their own dtype, as
@@ -100,10 +104,11 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
                 if b.is_floating_point():
                     self._buffer_dtypes[name] = b.dtype
                     b.data = b.data.to(mixed_precision.buffer_dtype)
-        # What the optimizer steps: the flat shards, or (use_orig_params) the
-        # original parameters, still registered in the module.
-        self._flat = nn.ParameterList([] if use_orig_params else
-                                      [p for u in self._units for p in u.flat_params])
+        # What the optimizer steps, in the module (so the wrapper's and the
+        # module's parameters() are the same): each unit's flat shards,
+        # registered on the unit's module, or (use_orig_params) the original
+        # parameters, each a view of this rank's piece.
+        self._sharded_ids = sharded_ids(self._units, use_orig_params)
 
     def forward(self, *args, **kwargs):
         if self._units and self._units[0].device.type == "cuda":
@@ -113,6 +118,23 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         if self.mixed_precision is not None and self.mixed_precision.param_dtype is not None:
             args, kwargs = cast_inputs(self.mixed_precision.param_dtype, args, kwargs)
         return self.module(*args, **kwargs)
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """torch's FSDP.clip_grad_norm_: scales every gradient the optimizer
+        sees so that the norm over all of them, every rank's shards together,
+        is at most ``max_norm``; returns that total norm (before clipping,
+        the same on every rank). Call it after backward, before the step, on
+        every rank (collective over the shard group)."""
+        return self._clip(self.parameters(), max_norm, norm_type)
+
+    def _clip(self, params, max_norm: float, norm_type: float = 2.0, **unused) -> torch.Tensor:
+        """clip_grad_norm_ over `params` (what an optimizer holds), with
+        torch.nn.utils.clip_grad_norm_'s call form (its other keyword
+        arguments ignored): mmengine's OptimWrapper calls it so."""
+        if isinstance(params, torch.Tensor):
+            params = [params]
+        return clip_sharded_grad_norm_(params, self._sharded_ids, self._group, max_norm,
+                                       norm_type)
 
     def no_sync(self):
         """Gradients accumulate locally (full size) and are reduced with the
@@ -136,6 +158,52 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         (shards, shard gradients and, while gathering, full buffers)."""
         return {"now": sum(lib.dk_shard_held_bytes(u.handle) for u in self._units),
                 "peak": sum(lib.dk_shard_peak_held_bytes(u.handle) for u in self._units)}
+
+
+def _check_arguments(owner: str, module, sharding_strategy, device_id,
+                     process_group) -> ShardingStrategy:
+    """The sharding strategy (a ShardingStrategy or its name; default
+    FULL_SHARD), or ValueError / TypeError naming the argument: on every
+    rank of the job, also when only some ranks' arguments are bad (the
+    ranks agree first, through one all-gather, so none goes on alone into
+    the collectives that follow)."""
+    problem = None
+    strategy = sharding_strategy if sharding_strategy is not None else ShardingStrategy.FULL_SHARD
+    if isinstance(strategy, str):
+        if strategy in ShardingStrategy.__members__:
+            strategy = ShardingStrategy[strategy]
+        else:
+            problem = (f"sharding_strategy {strategy!r} is not a sharding strategy; use one of "
+                       f"{', '.join(ShardingStrategy.__members__)}")
+    elif not isinstance(strategy, ShardingStrategy):
+        problem = (f"sharding_strategy must be a ShardingStrategy or its name, got "
+                   f"{strategy!r}")
+    if problem is None and not isinstance(module, nn.Module):
+        problem = f"module must be a torch.nn.Module, got {type(module).__name__}"
+    elif problem is None and not any(True for _ in module.parameters()):
+        problem = (f"module ({type(module).__name__}) has no parameters: there is nothing "
+                   "to shard")
+    if problem is None and device_id is not None:
+        device = (torch.device("cuda", device_id) if isinstance(device_id, int)
+                  else torch.device(device_id))
+        if device.type == "cuda" and not torch.cuda.is_available():
+            problem = (f"device_id={device_id!r} names a CUDA device, but this machine has "
+                       "none (torch.cuda.is_available() is False); leave device_id unset "
+                       "on CPU")
+    # Every rank hears of the first rank's problem.
+    group = process_group[0] if isinstance(process_group, tuple) else process_group
+    if dist.is_distributed() and dist.get_world_size(group) > 1:
+        said = dist.all_gather_bytes((problem or "").encode(), group=group)
+        if problem is None:
+            first = next(((r, p.decode()) for r, p in enumerate(said) if p), None)
+            if first is not None:
+                problem = (f"rank {dist.get_global_rank(group, first[0])}'s arguments: "
+                           f"{first[1]}")
+    if problem is not None:
+        kind = TypeError if problem.startswith(("sharding_strategy must", "module must")) \
+            else ValueError
+        raise kind(f"{owner}: {problem}")
+    return strategy
 
 
 def _hybrid_groups():

@@ -1,6 +1,7 @@
 """Model state dicts and checkpoints of a FullyShardedDataParallel: the full
-state dict under the original module's keys, and sharded ones that a job of
-another size can load."""
+state dict under the original module's keys, and sharded ones (in
+checkpoint_format's layout, shared with C++) that a job of another size can
+load."""
 import contextlib
 from collections import OrderedDict
 from typing import List
@@ -10,16 +11,17 @@ import torch
 from .. import _lib, dist
 from .._dlpack import Borrowed
 from .._lib import lib, raise_for_status
+from . import checkpoint_format as fmt
 from .options import StateDictType
 
 
 class ModelStateDictMixin:
     """FullyShardedDataParallel's state_dict / load_state_dict (torch's
-    StateDictType). It reads the model's ``module``, ``_units`` (their
-    ``keys``: each parameter's state-dict key), ``_keys`` (the original
-    module's state-dict keys, in order), ``_group`` and ``_buffer_dtypes``."""
-
-    _SHARD_META = "_dk_shard_meta"
+    StateDictType), and sharded checkpoint files (checkpoint_format). It
+    reads the model's ``module``, ``_units`` (their ``keys``: each
+    parameter's state-dict key; ``path``: the unit's module path), ``_keys``
+    (the original module's state-dict keys, in order), ``_group``,
+    ``_replicate_group`` and ``_buffer_dtypes``."""
 
     @staticmethod
     @contextlib.contextmanager
@@ -40,25 +42,27 @@ class ModelStateDictMixin:
     def state_dict(self, *args, **kwargs) -> "OrderedDict[str, torch.Tensor]":
         """FULL_STATE_DICT (default): every parameter's full value under the
         original module's keys (collective). SHARDED_STATE_DICT /
-        LOCAL_STATE_DICT: this rank's shards ("_flat_param.<unit>.<flat>")
-        with the metadata that lets a job of another size load them (local)."""
+        LOCAL_STATE_DICT: this rank's shards with the metadata that lets a
+        job of another size, in Python or C++, load them (local): the
+        contents of its file in checkpoint_format's layout."""
         buffers = {k: b.detach().to(self._buffer_dtypes.get(k, b.dtype))
                    for k, b in self.module.named_buffers()}
         # Parameters no unit holds (ignored): as they are.
-        unsharded = {k: p.detach() for k, p in self.module.named_parameters()}
+        held = {id(p) for u in self._units for p in u.flat_params}
+        held.update(id(p) for u in self._units for _, _, p in u.owned)
+        unsharded = {k: p.detach() for k, p in self.module.named_parameters()
+                     if id(p) not in held}
         out = OrderedDict()
         if self._sharded():
-            for u, unit in enumerate(self._units):
+            for unit in self._units:
+                out[fmt.meta_key(unit.path)] = self._meta(unit)
                 for k, flat in enumerate(unit.flat_params):
-                    out[f"_flat_param.{u}.{k}"] = flat.detach().clone()
+                    out[fmt.flat_key(unit.path, k)] = flat.detach().clone()
             for key in self._keys:
-                if key in buffers:
-                    out[key] = buffers[key].clone()
-            out[self._SHARD_META] = {
-                "world_size": dist.get_world_size(self._group) if dist.is_distributed() else 1,
-                "flat_numel": [[f.numel() for f in u.flat_params] for u in self._units],
-                "keys": [list(u.keys) for u in self._units],
-            }
+                if key in unsharded:
+                    out[fmt.param_key(key)] = unsharded[key].clone()
+                elif key in buffers:
+                    out[fmt.buffer_key(key)] = buffers[key].clone()
             return out
         params = {}
         for unit in self._units:
@@ -71,11 +75,17 @@ class ModelStateDictMixin:
                 out[key] = (buffers[key] if key in buffers else unsharded[key]).clone()
         return out
 
+    @staticmethod
+    def _meta(unit) -> torch.Tensor:
+        return fmt.encode_meta(unit.shard_count,
+                               [(f.dtype, n) for f, n in zip(unit.flat_params, unit.flat_numel)],
+                               [p.numel() for _, _, p in unit.owned])
+
     def load_state_dict(self, state_dict, strict: bool = True):
         """Loads what state_dict() gave under the same state-dict type; a
         sharded dict must come from a job of this size (load_sharded_state_dicts
         re-shards from another size)."""
-        is_sharded = self._SHARD_META in state_dict
+        is_sharded = fmt.is_sharded(state_dict)
         if is_sharded != self._sharded():
             raise RuntimeError(
                 "load_state_dict: this is a " + ("sharded" if is_sharded else "full") +
@@ -95,25 +105,46 @@ class ModelStateDictMixin:
         self._load_buffers(state_dict)
         return None
 
-    def load_sharded_state_dicts(self, state_dicts: List[dict], only_mine: bool = False):
-        """Loads a sharded checkpoint saved by a job of any size: every saved
-        rank's state_dict() under SHARDED_STATE_DICT, in rank order (read
-        from shared storage). Each unit takes the parts of the saved shards
-        it now holds. Local."""
-        meta = state_dicts[0][self._SHARD_META]
-        mine = [[f.numel() for f in u.flat_params] for u in self._units]
-        if [list(u.keys) for u in self._units] != meta["keys"]:
+    def _saved_world(self, state: dict) -> int:
+        """The saved job's shard-group size, after checking that every unit
+        of this model is in `state` with the same parameters (ValueError
+        naming the first difference: a checkpoint of another model)."""
+        paths = fmt.unit_paths(state)
+        mine = [u.path for u in self._units]
+        if sorted(paths) != sorted(mine):
             raise ValueError("load_sharded_state_dicts: the checkpoint is of another model "
-                             f"(units {meta['keys']}, this model {[u.keys for u in self._units]})")
-        world = meta["world_size"]
+                             f"(units {sorted(paths)}, this model {sorted(mine)})")
+        world = None
+        for unit in self._units:
+            key = fmt.meta_key(unit.path)
+            saved_world, flats, numels = fmt.decode_meta(state[key], key)
+            _, my_flats, my_numels = fmt.decode_meta(self._meta(unit), key)
+            if (flats, numels) != (my_flats, my_numels):
+                raise ValueError(f"load_sharded_state_dicts: unit '{unit.path}' has other "
+                                 "parameters in the checkpoint (a checkpoint of another model?)")
+            if world is not None and saved_world != world:
+                raise ValueError(f"load_sharded_state_dicts: {key} says {saved_world} ranks, "
+                                 f"another unit {world}")
+            world = saved_world
+        return world or 1
+
+    def load_sharded_state_dicts(self, state_dicts: List[dict], only_mine: bool = False):
+        """Loads a sharded checkpoint saved by a job of any size, in Python
+        or C++: every saved rank's state_dict() under SHARDED_STATE_DICT (its
+        file's contents), in rank order. Each unit takes the parts of the
+        saved shards it now holds. Local."""
+        world = self._saved_world(state_dicts[0])
         if only_mine:
-            if mine != meta["flat_numel"]:
+            mine = [[f.numel() for f in u.flat_params] for u in self._units]
+            saved = [[state_dicts[0][fmt.flat_key(u.path, k)].numel()
+                      for k in range(len(u.flat_params))] for u in self._units]
+            if world != self._units[0].shard_count or mine != saved:
                 raise ValueError("load_state_dict: a sharded state dict from a job of "
                                  f"{world} ranks; use load_sharded_state_dicts with every rank's")
-            for u, unit in enumerate(self._units):
+            for unit in self._units:
                 for k, flat in enumerate(unit.flat_params):
                     with torch.no_grad():
-                        flat.copy_(state_dicts[0][f"_flat_param.{u}.{k}"])
+                        flat.copy_(state_dicts[0][fmt.flat_key(unit.path, k)])
                 unit.reshard()
                 if unit.aliased:
                     unit.gathered = True
@@ -121,16 +152,52 @@ class ModelStateDictMixin:
             if len(state_dicts) != world:
                 raise ValueError(f"load_sharded_state_dicts: {len(state_dicts)} state dicts for a "
                                  f"checkpoint of {world} ranks")
-            for u, unit in enumerate(self._units):
-                saved = [sd[f"_flat_param.{u}.{k}"].contiguous()
+            for unit in self._units:
+                saved = [sd[fmt.flat_key(unit.path, k)].contiguous()
                          for k in range(len(unit.flat_params)) for sd in state_dicts]
                 views = [Borrowed(t) for t in saved]
                 pointers = _lib.tensor_array(views)
                 raise_for_status(lib.dk_shard_load_sharded, unit.handle, world, pointers,
                                  len(views))
                 unit.reshard()
-        self._load_buffers(state_dicts[0])
+                if unit.aliased:
+                    unit.gathered = True
+        self._load_unsharded(state_dicts[0])
         return None
+
+    def save_sharded_checkpoint(self, directory: str) -> None:
+        """C++'s SaveShardedCheckpoint: each rank writes its state_dict()
+        under SHARDED_STATE_DICT to ``<directory>/shard_rank<R>.pt`` (R its
+        rank in the shard group; under HYBRID_* the first replica writes).
+        Collective: every file exists when it returns."""
+        with self.state_dict_type(self, StateDictType.SHARDED_STATE_DICT):
+            state = self.state_dict()
+        replicas = getattr(self, "_replicate_group", None)
+        if replicas is None or dist.get_rank(replicas) == 0:
+            rank = dist.get_rank(self._group) if dist.is_distributed() else 0
+            fmt.write(fmt.shard_file(directory, rank), state)
+        if dist.is_distributed():
+            dist.barrier()
+
+    def load_sharded_checkpoint(self, directory: str) -> None:
+        """Loads what save_sharded_checkpoint (or C++'s
+        SaveShardedCheckpoint) wrote, from a job of any size: this rank
+        reads the saved files (only those whose shards overlap its own are
+        used). Local."""
+        first = fmt.read(fmt.shard_file(directory, 0))
+        world = self._saved_world(first)
+        self.load_sharded_state_dicts(
+            [first] + [fmt.read(fmt.shard_file(directory, r)) for r in range(1, world)])
+
+    def _load_unsharded(self, state) -> None:
+        """Parameters no unit holds and buffers, from a sharded dict."""
+        with torch.no_grad():
+            for name, p in self.module.named_parameters():
+                if fmt.param_key(name) in state:
+                    p.copy_(state[fmt.param_key(name)])
+            for name, b in self.module.named_buffers():
+                if fmt.buffer_key(name) in state:
+                    b.copy_(state[fmt.buffer_key(name)])
 
     def _load_buffers(self, state_dict) -> None:
         buffers = dict(self.module.named_buffers())

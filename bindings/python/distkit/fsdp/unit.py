@@ -35,6 +35,12 @@ def _alias(t: torch.Tensor) -> torch.Tensor:
     return alias.set_(t.storage(), t.storage_offset(), t.size(), t.stride())
 
 
+def flat_param_name(k: int) -> str:
+    """The name a unit's flat shard k has on the unit's module (torch's
+    "_flat_param" for the first; one more per further parameter dtype)."""
+    return "_flat_param" if k == 0 else f"_flat_param_{k}"
+
+
 class Unit:
     """One sharded unit: its parameters' places in the module tree, the
     dk_shard_t, the shard parameters the optimizer sees, and the torch-owned
@@ -134,6 +140,12 @@ class Unit:
             # An instance attribute: found before nn.Module.__getattr__ looks
             # in _parameters, so forward uses the full view.
             object.__setattr__(owner, name, view)
+        if not orig_params:
+            # As torch's FSDP registers its flat parameter on the module it
+            # wraps: module.parameters() (what mmengine's optimizer builder
+            # steps) and module.state_dict() hold the shards.
+            for k, flat in enumerate(self.flat_params):
+                module.register_parameter(flat_param_name(k), flat)
 
     def __del__(self):
         if getattr(self, "handle", None):
