@@ -4,9 +4,11 @@
 // (testing/cc/extension_device.h), so a path that skips a copy, or hands the
 // backend memory on the wrong device, computes wrong values or is refused.
 //
-//   casting_multirank_test ext_test   data on the host, comm device ext:0 (as host
+//   casting_multirank_test ext_test   data on the host, comm device ext:0 (as
+//   host
 //                            objects and seeds reach NCCL on the GPU)
-//   casting_multirank_test gloo       data on ext:0, comm device the host (as CUDA
+//   casting_multirank_test gloo       data on ext:0, comm device the host (as
+//   CUDA
 //                            tensors reach a Gloo group)
 //
 // Expected values are computed by each rank from formulas of (rank, index).
@@ -26,6 +28,7 @@
 #include "cc/dist_api/object_collectives.h"
 #include "gtest/gtest.h"
 #include "testing/cc/extension_device.h"
+#include "testing/cc/typed_values.h"
 
 namespace distkit {
 namespace dist {
@@ -108,59 +111,11 @@ class AnyData {
   }
 
  private:
-  template <typename T>
-  void Put(size_t i, T v) {
-    std::memcpy(host_.data() + i * sizeof(T), &v, sizeof(T));
-  }
-  template <typename T>
-  T Take(size_t i) const {
-    T v;
-    std::memcpy(&v, host_.data() + i * sizeof(T), sizeof(T));
-    return v;
-  }
   void Set(size_t i, double v) {
-    switch (dtype_) {
-      case DataType::kFloat16:
-        return Put(i, comm_internal::FloatToFloat16(static_cast<float>(v)));
-      case DataType::kBFloat16:
-        return Put(i, comm_internal::FloatToBFloat16(static_cast<float>(v)));
-      case DataType::kFloat32:
-        return Put(i, static_cast<float>(v));
-      case DataType::kFloat64:
-        return Put(i, v);
-      case DataType::kInt8:
-        return Put(i, static_cast<int8_t>(v));
-      case DataType::kUInt8:
-        return Put(i, static_cast<uint8_t>(v));
-      case DataType::kInt32:
-        return Put(i, static_cast<int32_t>(v));
-      case DataType::kInt64:
-        return Put(i, static_cast<int64_t>(v));
-      case DataType::kBool:
-        return Put(i, static_cast<uint8_t>(v != 0));
-    }
+    ::distkit::testing::SetElement(host_.data(), dtype_, i, v);
   }
   double Get(size_t i) const {
-    switch (dtype_) {
-      case DataType::kFloat16:
-        return comm_internal::Float16ToFloat(Take<uint16_t>(i));
-      case DataType::kBFloat16:
-        return comm_internal::BFloat16ToFloat(Take<uint16_t>(i));
-      case DataType::kFloat32:
-        return Take<float>(i);
-      case DataType::kFloat64:
-        return Take<double>(i);
-      case DataType::kInt8:
-        return Take<int8_t>(i);
-      case DataType::kUInt8:
-      case DataType::kBool:
-        return Take<uint8_t>(i);
-      case DataType::kInt32:
-        return Take<int32_t>(i);
-      case DataType::kInt64:
-        return static_cast<double>(Take<int64_t>(i));
-    }
-    return 0;
+    return ::distkit::testing::GetElement(host_.data(), dtype_, i);
   }
 
   DataType dtype_;
@@ -190,49 +145,10 @@ double Value(DataType dtype, ReduceOp op, int r, int i) {
 // logic (product, min and band: all; bxor: parity; the others: any); an
 // integer mean truncates, as mmengine's does.
 double Expected(DataType dtype, ReduceOp op, int i) {
-  if (dtype == DataType::kBool) {
-    int ones = 0;
-    for (int r = 0; r < W(); ++r) ones += Value(dtype, op, r, i) != 0;
-    switch (op) {
-      case ReduceOp::kProduct:
-      case ReduceOp::kMin:
-      case ReduceOp::kBand:
-        return ones == W();
-      case ReduceOp::kBxor:
-        return ones % 2;
-      default:
-        return ones > 0;
-    }
-  }
-  int64_t acc = static_cast<int64_t>(Value(dtype, op, 0, i));
-  for (int r = 1; r < W(); ++r) {
-    const int64_t v = static_cast<int64_t>(Value(dtype, op, r, i));
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kMean:
-        acc += v;
-        break;
-      case ReduceOp::kProduct:
-        acc *= v;
-        break;
-      case ReduceOp::kMin:
-        acc = std::min(acc, v);
-        break;
-      case ReduceOp::kMax:
-        acc = std::max(acc, v);
-        break;
-      case ReduceOp::kBand:
-        acc &= v;
-        break;
-      case ReduceOp::kBor:
-        acc |= v;
-        break;
-      case ReduceOp::kBxor:
-        acc ^= v;
-        break;
-    }
-  }
-  if (op != ReduceOp::kMean) return static_cast<double>(acc);
+  const double reduced = ::distkit::testing::ReduceOverRanks(
+      dtype, op, W(), [&](int r) { return Value(dtype, op, r, i); });
+  if (op != ReduceOp::kMean || dtype == DataType::kBool) return reduced;
+  const int64_t acc = static_cast<int64_t>(reduced);
   if (!IsFloatingPoint(dtype)) return static_cast<double>(acc / W());
   // The quotient rounded once to the dtype (8/3 is not exact in any of them).
   const float quotient = static_cast<float>(static_cast<double>(acc) / W());

@@ -191,8 +191,8 @@ class AgreementJob {
   void RollCalls() {
     const absl::Time stop = absl::Now() + absl::Seconds(30);
     absl::StatusOr<RollCall> call =
-        TakeRollCall(*env_.store, "agreement_multirank_test/all/", rank_, world_.size(),
-                     "here", stop);
+        TakeRollCall(*env_.store, "agreement_multirank_test/all/", rank_,
+                     world_.size(), "here", stop);
     std::vector<int> everyone;
     for (int r = 0; r <= last_; ++r) everyone.push_back(r);
     Check(call.ok() && call->present == everyone && call->absent.empty(),
@@ -202,9 +202,10 @@ class AgreementJob {
     // The last rank never comes: the others find it absent once polling
     // stops.
     if (rank_ != last_) {
-      call = TakeRollCall(
-          *env_.store, "agreement_multirank_test/late/", rank_, world_.size(), "here",
-          absl::Now() + absl::Milliseconds(300), absl::Milliseconds(50));
+      call = TakeRollCall(*env_.store, "agreement_multirank_test/late/", rank_,
+                          world_.size(), "here",
+                          absl::Now() + absl::Milliseconds(300),
+                          absl::Milliseconds(50));
       std::vector<int> others(everyone.begin(), everyone.end() - 1);
       Check(call.ok() && call->present == others &&
                 call->absent == std::vector<int>{last_},

@@ -13,17 +13,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "cc/core/half.h"
 #include "gtest/gtest.h"
 #include "testing/cc/rank_env.h"
+#include "testing/cc/typed_values.h"
 
 namespace distkit {
 namespace {
-
-using comm_internal::BFloat16ToFloat;
-using comm_internal::Float16ToFloat;
-using comm_internal::FloatToBFloat16;
-using comm_internal::FloatToFloat16;
 
 testing::RankEnv* env = nullptr;
 ProcessGroup& World() { return *env->world; }
@@ -43,36 +38,7 @@ class Buffer {
   TensorRef ref() { return TensorRef(bytes_.data(), n_, dt_); }
   int64_t size() const { return n_; }
   void Set(int64_t i, double v) {
-    char* p = bytes_.data() + i * esize_;
-    switch (dt_) {
-      case DataType::kFloat16:
-        Store<uint16_t>(p, FloatToFloat16(static_cast<float>(v)));
-        break;
-      case DataType::kBFloat16:
-        Store<uint16_t>(p, FloatToBFloat16(static_cast<float>(v)));
-        break;
-      case DataType::kFloat32:
-        Store<float>(p, static_cast<float>(v));
-        break;
-      case DataType::kFloat64:
-        Store<double>(p, v);
-        break;
-      case DataType::kInt8:
-        Store<int8_t>(p, static_cast<int8_t>(v));
-        break;
-      case DataType::kUInt8:
-        Store<uint8_t>(p, static_cast<uint8_t>(v));
-        break;
-      case DataType::kInt32:
-        Store<int32_t>(p, static_cast<int32_t>(v));
-        break;
-      case DataType::kInt64:
-        Store<int64_t>(p, static_cast<int64_t>(v));
-        break;
-      case DataType::kBool:
-        Store<uint8_t>(p, v != 0 ? 1 : 0);
-        break;
-    }
+    ::distkit::testing::SetElement(bytes_.data(), dt_, i, v);
   }
   // Element i = f(i) for every i, for an f that repeats with kPeriod: one
   // period through Set, the rest copies of its bytes.
@@ -94,41 +60,10 @@ class Buffer {
                        count * esize_) == 0;
   }
   double Get(int64_t i) const {
-    const char* p = bytes_.data() + i * esize_;
-    switch (dt_) {
-      case DataType::kFloat16:
-        return Float16ToFloat(Load<uint16_t>(p));
-      case DataType::kBFloat16:
-        return BFloat16ToFloat(Load<uint16_t>(p));
-      case DataType::kFloat32:
-        return Load<float>(p);
-      case DataType::kFloat64:
-        return Load<double>(p);
-      case DataType::kInt8:
-        return Load<int8_t>(p);
-      case DataType::kUInt8:
-        return Load<uint8_t>(p);
-      case DataType::kInt32:
-        return Load<int32_t>(p);
-      case DataType::kInt64:
-        return static_cast<double>(Load<int64_t>(p));
-      case DataType::kBool:
-        return Load<uint8_t>(p);
-    }
-    return 0;
+    return ::distkit::testing::GetElement(bytes_.data(), dt_, i);
   }
 
  private:
-  template <typename T>
-  static void Store(char* p, T v) {
-    std::memcpy(p, &v, sizeof(T));
-  }
-  template <typename T>
-  static T Load(const char* p) {
-    T v;
-    std::memcpy(&v, p, sizeof(T));
-    return v;
-  }
   DataType dt_;
   int64_t n_;
   size_t esize_;
@@ -200,55 +135,10 @@ double Expected(DataType dt, ReduceOp op, int64_t i, int n) {
 }
 
 double ExpectedFormula(DataType dt, ReduceOp op, int64_t i, int n) {
-  if (dt == DataType::kBool) {
-    bool any = false, all = true;
-    int ones = 0;
-    for (int r = 0; r < n; ++r) {
-      const bool b = ValueFormula(dt, op, r, i) != 0;
-      any |= b;
-      all &= b;
-      ones += b;
-    }
-    switch (op) {
-      case ReduceOp::kProduct:
-      case ReduceOp::kMin:
-      case ReduceOp::kBand:
-        return all;
-      case ReduceOp::kBxor:
-        return ones % 2;
-      default:
-        return any;
-    }
-  }
-  int64_t acc = static_cast<int64_t>(ValueFormula(dt, op, 0, i));
-  for (int r = 1; r < n; ++r) {
-    const int64_t v = static_cast<int64_t>(ValueFormula(dt, op, r, i));
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kMean:
-        acc += v;
-        break;
-      case ReduceOp::kProduct:
-        acc *= v;
-        break;
-      case ReduceOp::kMin:
-        acc = std::min(acc, v);
-        break;
-      case ReduceOp::kMax:
-        acc = std::max(acc, v);
-        break;
-      case ReduceOp::kBand:
-        acc &= v;
-        break;
-      case ReduceOp::kBor:
-        acc |= v;
-        break;
-      case ReduceOp::kBxor:
-        acc ^= v;
-        break;
-    }
-  }
-  if (op != ReduceOp::kMean) return static_cast<double>(acc);
+  const double reduced = ::distkit::testing::ReduceOverRanks(
+      dt, op, n, [&](int r) { return ValueFormula(dt, op, r, i); });
+  if (op != ReduceOp::kMean || dt == DataType::kBool) return reduced;
+  const int64_t acc = static_cast<int64_t>(reduced);
   if (IsFloatingPoint(dt)) return static_cast<double>(acc) / n;
   return static_cast<double>(acc / n);  // truncation toward zero, as mmengine
 }

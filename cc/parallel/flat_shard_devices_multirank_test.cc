@@ -6,7 +6,8 @@
 //
 //   flat_shard_devices_multirank_test ext_test   every strategy, offload, mixed
 //                                       precision, state dicts, on ext:0
-//   flat_shard_devices_multirank_test gloo       parameters on ext:0 over a host group:
+//   flat_shard_devices_multirank_test gloo       parameters on ext:0 over a
+//   host group:
 //                                       refused on every rank, naming both
 //
 // Expected values are computed by each rank from formulas of (rank, index),
@@ -169,7 +170,8 @@ void Unit(std::shared_ptr<ProcessGroup> world, ShardingStrategy strategy,
 int main(int argc, char** argv) {
   using namespace distkit;
   if (argc != 2) {
-    std::fprintf(stderr, "usage: flat_shard_devices_multirank_test gloo|ext_test\n");
+    std::fprintf(stderr,
+                 "usage: flat_shard_devices_multirank_test gloo|ext_test\n");
     return 2;
   }
   const std::string backend = argv[1];

@@ -3,10 +3,12 @@
 // testing/cc/extension_device.h stands in for a GPU; its bytes are kept
 // transformed, so a host memcpy of "device" memory gives wrong averages.
 //
-//   grad_reducer_devices_multirank_test gloo      parameters on ext:0, a host comm
+//   grad_reducer_devices_multirank_test gloo      parameters on ext:0, a host
+//   comm
 //                                        device (CUDA parameters over Gloo:
 //                                        buckets staged through the host)
-//   grad_reducer_devices_multirank_test ext_test  a device comm device (NCCL's case):
+//   grad_reducer_devices_multirank_test ext_test  a device comm device (NCCL's
+//   case):
 //                                        parameters on ext:0 (buckets and
 //                                        views on the device, mean there)
 //                                        and on the host (staged to it)
@@ -274,7 +276,8 @@ void BadInput(std::shared_ptr<ProcessGroup> world) {
 int main(int argc, char** argv) {
   using namespace distkit;
   if (argc != 2) {
-    std::fprintf(stderr, "usage: grad_reducer_devices_multirank_test gloo|ext_test\n");
+    std::fprintf(stderr,
+                 "usage: grad_reducer_devices_multirank_test gloo|ext_test\n");
     return 2;
   }
   const std::string backend = argv[1];

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "cc/core/device_copy.h"
-#include "cc/core/half.h"
 #include "cc/core/tensor_ref.h"
+#include "testing/cc/typed_values.h"
 
 namespace distkit {
 
@@ -45,60 +45,10 @@ class GpuTensor {
 
  private:
   void Put(char* p, int64_t i, double v) const {
-    switch (dtype_) {
-      case DataType::kFloat32:
-        reinterpret_cast<float*>(p)[i] = v;
-        break;
-      case DataType::kFloat64:
-        reinterpret_cast<double*>(p)[i] = v;
-        break;
-      case DataType::kInt32:
-        reinterpret_cast<int32_t*>(p)[i] = v;
-        break;
-      case DataType::kInt64:
-        reinterpret_cast<int64_t*>(p)[i] = v;
-        break;
-      case DataType::kInt8:
-        reinterpret_cast<int8_t*>(p)[i] = v;
-        break;
-      case DataType::kUInt8:
-        reinterpret_cast<uint8_t*>(p)[i] = v;
-        break;
-      case DataType::kBool:
-        reinterpret_cast<bool*>(p)[i] = v != 0;
-        break;
-      case DataType::kFloat16:
-        reinterpret_cast<uint16_t*>(p)[i] = comm_internal::FloatToFloat16(v);
-        break;
-      case DataType::kBFloat16:
-        reinterpret_cast<uint16_t*>(p)[i] = comm_internal::FloatToBFloat16(v);
-        break;
-    }
+    testing::SetElement(p, dtype_, i, v);
   }
   double Get(const char* p, int64_t i) const {
-    switch (dtype_) {
-      case DataType::kFloat32:
-        return reinterpret_cast<const float*>(p)[i];
-      case DataType::kFloat64:
-        return reinterpret_cast<const double*>(p)[i];
-      case DataType::kInt32:
-        return reinterpret_cast<const int32_t*>(p)[i];
-      case DataType::kInt64:
-        return reinterpret_cast<const int64_t*>(p)[i];
-      case DataType::kInt8:
-        return reinterpret_cast<const int8_t*>(p)[i];
-      case DataType::kUInt8:
-        return reinterpret_cast<const uint8_t*>(p)[i];
-      case DataType::kBool:
-        return reinterpret_cast<const bool*>(p)[i];
-      case DataType::kFloat16:
-        return comm_internal::Float16ToFloat(
-            reinterpret_cast<const uint16_t*>(p)[i]);
-      case DataType::kBFloat16:
-        return comm_internal::BFloat16ToFloat(
-            reinterpret_cast<const uint16_t*>(p)[i]);
-    }
-    return 0;
+    return testing::GetElement(p, dtype_, i);
   }
 
   DataType dtype_;

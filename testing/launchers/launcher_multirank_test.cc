@@ -25,8 +25,8 @@ int EnvInt(const char* name) {
 
 int main(int argc, char** argv) {
   using namespace distkit;
-  distkit::testing::Require(argc >= 2,
-                            "usage: launcher_multirank_test LAUNCHER [BACKEND]");
+  distkit::testing::Require(
+      argc >= 2, "usage: launcher_multirank_test LAUNCHER [BACKEND]");
   const std::string launcher = argv[1];
   dist::InitOptions options;
   options.backend = argc > 2 ? argv[2] : "gloo";

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "cc/core/half.h"
 #include "cc/dist_api/dist.h"
 #include "cc/group/process_group.h"
 #include "testing/cc/rank_check.h"
+#include "testing/cc/typed_values.h"
 
 namespace distkit {
 namespace {
@@ -29,62 +29,10 @@ struct Buffer {
   Buffer(DataType d, int64_t n) : dtype(d), storage(n + 1), n(n) {}
   TensorRef ref() { return TensorRef(storage.data(), n, dtype); }
   void Set(int64_t i, double v) {
-    char* p = reinterpret_cast<char*>(storage.data());
-    switch (dtype) {
-      case DataType::kFloat32:
-        reinterpret_cast<float*>(p)[i] = v;
-        break;
-      case DataType::kFloat64:
-        reinterpret_cast<double*>(p)[i] = v;
-        break;
-      case DataType::kInt8:
-        reinterpret_cast<int8_t*>(p)[i] = v;
-        break;
-      case DataType::kUInt8:
-        reinterpret_cast<uint8_t*>(p)[i] = v;
-        break;
-      case DataType::kInt32:
-        reinterpret_cast<int32_t*>(p)[i] = v;
-        break;
-      case DataType::kInt64:
-        reinterpret_cast<int64_t*>(p)[i] = v;
-        break;
-      case DataType::kBool:
-        reinterpret_cast<bool*>(p)[i] = v != 0;
-        break;
-      case DataType::kFloat16:
-        reinterpret_cast<uint16_t*>(p)[i] = comm_internal::FloatToFloat16(v);
-        break;
-      case DataType::kBFloat16:
-        reinterpret_cast<uint16_t*>(p)[i] = comm_internal::FloatToBFloat16(v);
-        break;
-    }
+    testing::SetElement(storage.data(), dtype, i, v);
   }
   double Get(int64_t i) const {
-    const char* p = reinterpret_cast<const char*>(storage.data());
-    switch (dtype) {
-      case DataType::kFloat32:
-        return reinterpret_cast<const float*>(p)[i];
-      case DataType::kFloat64:
-        return reinterpret_cast<const double*>(p)[i];
-      case DataType::kInt8:
-        return reinterpret_cast<const int8_t*>(p)[i];
-      case DataType::kUInt8:
-        return reinterpret_cast<const uint8_t*>(p)[i];
-      case DataType::kInt32:
-        return reinterpret_cast<const int32_t*>(p)[i];
-      case DataType::kInt64:
-        return reinterpret_cast<const int64_t*>(p)[i];
-      case DataType::kBool:
-        return reinterpret_cast<const bool*>(p)[i];
-      case DataType::kFloat16:
-        return comm_internal::Float16ToFloat(
-            reinterpret_cast<const uint16_t*>(p)[i]);
-      case DataType::kBFloat16:
-        return comm_internal::BFloat16ToFloat(
-            reinterpret_cast<const uint16_t*>(p)[i]);
-    }
-    return 0;
+    return testing::GetElement(storage.data(), dtype, i);
   }
 };
 
