@@ -26,11 +26,13 @@ from ._model_steps import parse_losses, run_forward
 from .dist.devices import move_to
 from .fsdp import FullyShardedDataParallel
 from .model_fsdp import MMFullyShardedDataParallel
+from .registry import DISTKIT_MODEL_WRAPPERS, MODEL_WRAPPERS
 
 __all__ = [
     "MMDistributedDataParallel",
     "MMFullyShardedDataParallel",
     "MMSeparateDistributedDataParallel",
+    "MODEL_WRAPPERS",
     "OptimWrapper",
     "is_model_wrapper",
     "parse_losses",
@@ -392,9 +394,18 @@ class MMSeparateDistributedDataParallel(torch.nn.Module):
         return self
 
 
-def is_model_wrapper(model) -> bool:
-    """mmengine's is_model_wrapper: distkit's wrappers and torch's own."""
-    wrappers = (MMDistributedDataParallel, MMSeparateDistributedDataParallel,
-                FullyShardedDataParallel, torch.nn.parallel.DistributedDataParallel,
-                torch.nn.DataParallel)
-    return isinstance(model, wrappers)
+for _wrapper in (MMDistributedDataParallel, MMSeparateDistributedDataParallel,
+                 MMFullyShardedDataParallel, FullyShardedDataParallel):
+    DISTKIT_MODEL_WRAPPERS.register_module(module=_wrapper, force=True)
+
+
+def is_model_wrapper(model: torch.nn.Module, registry=MODEL_WRAPPERS) -> bool:
+    """mmengine's is_model_wrapper: whether ``model`` is an instance of a
+    class registered in ``registry`` or in one of its children (never its
+    parents). The default, distkit.registry.MODEL_WRAPPERS, is mmengine's
+    registry where mmengine can be imported; distkit's wrappers are in its
+    child of scope "distkit", torch's DistributedDataParallel and
+    DataParallel in the registry itself, and so are wrappers users register."""
+    if isinstance(model, tuple(registry.module_dict.values())):
+        return True
+    return any(is_model_wrapper(model, child) for child in registry.children.values())
