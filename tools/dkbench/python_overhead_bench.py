@@ -30,11 +30,11 @@ def worker(iters: int, batches: int) -> None:
     dist.init_dist("pytorch", backend="gloo", timeout=120)
     rank, n = dist.get_dist_info()
     x = torch.ones(1)
-    group = dist.get_default_group()
+    handle = dist.groups.handle_of(None)  # distkit's default group (NULL)
 
     def raw():
         view = Borrowed(x)
-        _lib.raise_for_status(_lib.lib.dk_group_all_reduce, group._handle, view.pointer, 0, None)
+        _lib.raise_for_status(_lib.lib.dk_group_all_reduce, handle, view.pointer, 0, None)
 
     calls = {"distkit dist.all_reduce": lambda: dist.all_reduce(x),
              "distkit group call (ABI)": raw,

@@ -1,10 +1,19 @@
 """modelopt.torch.utils.distributed, on distkit. backend() is the string
-"torch" when initialized, exactly as in modelopt."""
+"torch" when initialized, exactly as in modelopt. Groups are those
+distkit.dist hands out: torch's own once torch.distributed is initialized
+(see distkit.dist.groups), so modelopt code that passes them to
+torch.distributed works too."""
+import contextlib
 import ctypes
+import datetime
+import importlib
 import io
 import os
+import sys
+import time
+import traceback
 import warnings
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import torch
 
@@ -14,7 +23,8 @@ from ._lib import lib, raise_for_status, take_string
 __all__ = [
     "DistributedProcessGroup", "ParallelState", "backend", "barrier", "fsdp2_wrap", "is_available",
     "is_fsdp2_model", "is_initialized", "is_master", "rank", "size",
-]
+]  # modelopt's; its other public names (setup, cleanup, abort, broadcast_state_dict,
+#    FileLock, is_dtensor_sharded, get_group, ...) are here too, outside __all__ as there.
 
 
 def is_available() -> bool:
@@ -58,29 +68,39 @@ def barrier(group=None) -> None:
     dist.barrier(group)
 
 
-def _serialize(obj: Any) -> bytes:
+def _serialize(obj: Any) -> torch.Tensor:
+    """``obj`` as torch.save writes it, in a uint8 tensor (a torch.ByteTensor,
+    as modelopt's)."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
-    return buffer.getvalue()
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
 
 
-def _deserialize(data: bytes) -> Any:
-    return torch.load(io.BytesIO(data))
+def _deserialize(tensor: Union[torch.Tensor, bytes], size: Optional[int] = None) -> Any:
+    """What ``_serialize`` wrote; ``size``: its first bytes only (padding after)."""
+    data = tensor if isinstance(tensor, (bytes, bytearray)) else tensor.cpu().numpy().tobytes()
+    if size is not None:
+        data = data[:size]
+    return torch.load(io.BytesIO(data), weights_only=False)
+
+
+def _payload(obj: Any) -> bytes:
+    return _serialize(obj).numpy().tobytes()
 
 
 def broadcast(obj: Any, src: int = 0, group=None) -> Any:
     """Broadcasts a torch.save-able object from ``src``."""
     if size() == 1:
         return obj
-    items = [_serialize(obj)] if rank() == src else []  # src: a global rank, as in torch
+    items = [_payload(obj)] if rank() == src else []  # src: a global rank, as in torch
     dist.broadcast_object_list(items, src, group)  # pickled bytes of the torch.save payload
-    return _deserialize(items[0])
+    return obj if rank() == src else _deserialize(items[0])
 
 
 def allgather(obj: Any, group=None) -> List[Any]:
-    if size() == 1:
+    if size(group) == 1:
         return [obj]
-    return [_deserialize(b) for b in dist.all_gather_object(_serialize(obj), group=group)]
+    return [_deserialize(b) for b in dist.all_gather_object(_payload(obj), group=group)]
 
 
 def allreduce(obj: Any, reduction: str = "sum", group=None) -> Any:
@@ -98,6 +118,133 @@ def master_only(func):
         return broadcast(value)
 
     return wrapper
+
+
+def setup(timeout: Optional[datetime.timedelta] = None) -> None:
+    """modelopt's setup: this rank's CUDA device is its LOCAL_RANK, then,
+    unless torch.distributed is initialized already, the job joined from
+    the launcher's environment with modelopt's backend "cpu:gloo,cuda:nccl"
+    (distkit's init_dist, which also initializes torch.distributed on
+    distkit). Where CUDA is not usable (modelopt's would fail), Gloo alone."""
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(local_rank())
+    if not is_initialized():
+        kwargs = {} if timeout is None else {"timeout": timeout.total_seconds()}
+        dist.init_dist("pytorch", backend="cpu:gloo,cuda:nccl" if cuda else "gloo", **kwargs)
+
+
+def cleanup() -> None:
+    """modelopt's cleanup: a barrier (its errors ignored) unless an exception
+    other than SystemExit is being handled, since peers may wait in a
+    collective this rank never reaches; then the job is left
+    (torch.distributed's default group destroyed)."""
+    if not is_initialized():
+        return
+    exception = sys.exc_info()[1]
+    if exception is None or isinstance(exception, SystemExit):
+        with contextlib.suppress(Exception):
+            barrier()
+    dist.destroy()
+    tdist = sys.modules.get("torch.distributed")
+    if tdist is not None and tdist.is_initialized():  # user code initialized it
+        tdist.destroy_process_group()
+
+
+def abort(exit_code: int = 1) -> None:
+    """modelopt's abort, for an ``except`` block: prints the exception being
+    handled and ends this process at once (``os._exit``), so the launcher
+    stops the peers instead of the job hanging in a barrier or destroy. A
+    SystemExit being handled is raised again instead."""
+    exception = sys.exc_info()[1]
+    if isinstance(exception, SystemExit):
+        raise exception
+    traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
+
+
+def broadcast_state_dict(state_dict_or_none: Optional[Dict[str, torch.Tensor]], src: int,
+                         device: torch.device, pg=None) -> Dict[str, torch.Tensor]:
+    """modelopt's: rank ``src`` (a global rank) passes a dict of tensors, the
+    others None; every rank gets the dict on ``device``. The names, shapes
+    and dtypes travel first (broadcast_object_list), then each tensor
+    (broadcast)."""
+    is_src = dist.get_rank() == src
+    meta: List[Any] = [None]
+    if is_src and state_dict_or_none is not None:
+        meta = [{name: (tuple(t.shape), t.dtype) for name, t in state_dict_or_none.items()}]
+    dist.broadcast_object_list(meta, src=src, group=pg)
+    names = meta[0]
+    assert names is not None, f"src rank {src} passed no state dict to broadcast"
+    source = state_dict_or_none or {}
+    out: Dict[str, torch.Tensor] = {}
+    for name, (shape, dtype) in names.items():
+        if is_src:
+            tensor = source[name].to(device)
+        else:
+            tensor = torch.empty(shape, dtype=dtype, device=device)
+        dist.broadcast(tensor, src=src, group=pg)
+        out[name] = tensor
+    return out
+
+
+def _dtensor_type():
+    """torch's DTensor class, or None where this torch has none (1.13)."""
+    for module in ("torch.distributed.tensor", "torch.distributed._tensor"):
+        try:
+            return importlib.import_module(module).DTensor
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+def is_dtensor_sharded(model: torch.nn.Module) -> bool:
+    """Whether any parameter or buffer of ``model`` is a torch DTensor (False
+    where torch has no DTensor)."""
+    dtensor = _dtensor_type()
+    if dtensor is None:
+        return False
+    return any(isinstance(t, dtensor) for t in list(model.parameters()) + list(model.buffers()))
+
+
+class FileLock:
+    """modelopt's lock file, for writing a file from one process: entering
+    creates ``lockfile_path`` exclusively (O_CREAT | O_EXCL). If it exists,
+    ``all_acquire=True`` waits (polling every ``poll_time`` seconds) until it
+    is gone and tries again; ``all_acquire=False`` goes on without the lock.
+    Leaving removes the file."""
+
+    def __init__(self, lockfile_path: str, all_acquire: bool = False, poll_time: float = 0.25):
+        self.lockfile_path = lockfile_path
+        self.all_acquire = all_acquire
+        self.poll_time = poll_time
+        self.handle: Optional[int] = None
+
+    def try_acquire(self) -> bool:
+        try:
+            self.handle = os.open(self.lockfile_path, os.O_CREAT | os.O_EXCL)
+        except FileExistsError:
+            return False
+        return True
+
+    def wait(self) -> None:
+        while os.path.exists(self.lockfile_path):
+            time.sleep(self.poll_time)
+
+    def release(self) -> None:
+        if self.handle is not None:
+            os.close(self.handle)
+        os.remove(self.lockfile_path)
+
+    def __enter__(self) -> "FileLock":
+        while not self.try_acquire() and self.all_acquire:
+            self.wait()
+        return self
+
+    def __exit__(self, exc_type, exc_value, tb) -> None:
+        self.release()
 
 
 def _group_arg(group):

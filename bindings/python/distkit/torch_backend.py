@@ -32,7 +32,7 @@ from . import _lib
 from ._dlpack import Borrowed
 from ._lib import lib, raise_for_status
 from .dist import groups as _groups
-from .dist import torch_join
+from .dist import torch_groups, torch_join
 
 BACKEND = "distkit"
 
@@ -84,8 +84,11 @@ class DistkitStore(tdist.Store):
             lib.dk_free(out)
 
     def add(self, key, value):
-        if self._init_barrier_size is not None and key.startswith("store_based_barrier_key"):
-            return self._init_barrier_size
+        if key.startswith("store_based_barrier_key"):
+            if self._init_barrier_size is not None:
+                return self._init_barrier_size
+            if torch_groups.making():  # see torch_groups: the twin's collective synchronized
+                return tdist.get_world_size()
         out = ctypes.c_int64()
         raise_for_status(lib.dk_store_add, self._handle, self._key(key), int(value),
                          ctypes.byref(out))
@@ -358,6 +361,12 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta) -> Process
                                 timeout_ms=int(timeout.total_seconds() * 1000))
         _groups._adopt_world(world)
         return ProcessGroupDistkit(rank, size, None)
+    adopted = torch_groups.adopted()
+    if adopted is not None:  # distkit.dist.new_group: the twin it made (dist/torch_groups.py)
+        if (adopted.rank(), adopted.size()) != (rank, size):
+            raise RuntimeError(f"distkit backend: the group to adopt is rank {adopted.rank()} of "
+                               f"{adopted.size()}, torch's rank {rank} of {size}")
+        return ProcessGroupDistkit(rank, size, adopted)
     # A subgroup: its members learn each other's default-group ranks and a
     # name for the group's rendezvous through torch's per-group store.
     store.set(f"distkit/member/{rank}", str(tdist.get_rank()))
@@ -387,8 +396,12 @@ def register() -> None:
 def init_default_group(timeout_ms: int) -> bool:
     """After distkit's init_dist: torch.distributed's default group on this
     backend, over distkit's ranks and store. False (nothing done) when user
-    code initialized torch.distributed already."""
-    if not tdist.is_available() or tdist.is_initialized():
+    code initialized torch.distributed already. Either way, torch's group
+    for the node-local group init_dist made (groups.local_group_to_torch)."""
+    if not tdist.is_available():
+        return False
+    if tdist.is_initialized():
+        _groups.local_group_to_torch()
         return False
     register()
     store = job_store()
@@ -403,6 +416,7 @@ def init_default_group(timeout_ms: int) -> bool:
                                  timeout=datetime.timedelta(milliseconds=timeout_ms))
     finally:
         store._init_barrier_size = None
+    _groups.local_group_to_torch()
     return True
 
 

@@ -64,6 +64,8 @@ def main():
     # The local group, once created.
     dist.init_local_group(0, n)
     check((dist.get_local_rank(), dist.get_local_size()) == (rank, n), "local group")
+    check(tdist.get_rank(dist.get_local_group()) == dist.get_local_rank(),  # mmengine's test
+          "torch.distributed.get_rank(get_local_group()): a group torch knows")
     # master_only and modelopt's surface.
     check(dist.master_only(lambda: "m")() == ("m" if rank == 0 else None), "master_only")
     check(distributed.is_initialized() and distributed.size() == n and distributed.rank() == rank,

@@ -1,12 +1,16 @@
 """The job's process groups: the default and the node-local group, new
-groups, and each rank's place in them (joining and leaving: launch.py)."""
+groups, and each rank's place in them (joining and leaving: launch.py).
+
+Once torch.distributed is initialized, the groups handed out here are
+torch's own, each with a distkit twin that distkit's collectives run on
+(torch_groups.py); every function that takes a group takes either kind."""
 import ctypes
 import functools
 from typing import Optional
 
 from .. import errors
 from .._lib import lib, raise_for_status
-from . import torch_join
+from . import torch_groups, torch_join
 from .call_forms import Form, choose
 from .work import Work, start
 
@@ -52,12 +56,64 @@ class ProcessGroup:
 _default_group: Optional[ProcessGroup] = None
 _LOCAL_PROCESS_GROUP: Optional[ProcessGroup] = None
 _LOCAL_FROM_LAUNCHER = False  # init_dist made _LOCAL_PROCESS_GROUP
+_LOCAL_TORCH_GROUP = None  # torch's group over _LOCAL_PROCESS_GROUP's ranks
+_DEFAULT_SHRUNK = False  # shrink_group replaced the default group torch knows
 
 
-def handle_of(group: Optional[ProcessGroup]):
+def is_group(obj) -> bool:
+    """A group this API takes: distkit's or torch's."""
+    return isinstance(obj, ProcessGroup) or torch_groups.is_torch_group(obj)
+
+
+def _twin(group) -> Optional[ProcessGroup]:
+    """The distkit group ``group`` runs on (None: the default group)."""
+    if group is None or isinstance(group, ProcessGroup):
+        return group
+    if torch_groups.is_non_member(group):
+        raise errors.FailedPreconditionError(
+            errors.FAILED_PRECONDITION,
+            "this rank is not a member of the group (torch's NON_GROUP_MEMBER, what new_group "
+            "returns outside the group)")
+    found = torch_groups.twin(group)
+    if found is torch_groups.NOT_FOUND:
+        found = _twin_for_torch_group(group)
+    return found
+
+
+def _twin_for_torch_group(group) -> ProcessGroup:
+    """A twin for a group torch made without distkit (new_group called
+    directly): collective over its members, at their first distkit call on
+    it, named after torch's name for it (the same on every member)."""
+    if not joined():
+        if torch_groups.global_ranks(group) != list(range(torch_join.torch_rank_and_size()[1])):
+            raise RuntimeError(
+                "distkit has not joined torch.distributed's job yet, and this group made by "
+                "torch.distributed.new_group leaves ranks out; call a distkit collective on the "
+                "default group (e.g. distkit.dist.barrier()) on every rank first, or make the "
+                "group with distkit.dist.new_group")
+        _join_torch_job()
+    ranks = torch_groups.global_ranks(group)
+    import torch.distributed as tdist
+    name = "torch-" + tdist.distributed_c10d._pg_names[group]
+    array = (ctypes.c_int32 * len(ranks))(*ranks)
+    out = ctypes.c_void_p()
+    raise_for_status(lib.dk_group_new_named, None, array, len(ranks), name.encode(),
+                     ctypes.byref(out))
+    made = ProcessGroup(out)
+    torch_groups.remember(group, made)
+    return made
+
+
+def joined() -> bool:
+    """distkit has its default group (init_dist, or torch's job joined)."""
+    return _default_group is not None or lib.dk_is_distributed() == 1
+
+
+def handle_of(group):
     """The dk_group_t* to pass for ``group`` (NULL: the default group). The
     default group of a job torch.distributed was initialized for by user
     code is joined here, at the first call that needs it (collective)."""
+    group = _twin(group)
     if group is not None:
         return group._handle
     _join_torch_job()
@@ -96,36 +152,52 @@ def is_distributed() -> bool:
     return lib.dk_is_distributed() == 1 or torch_join.torch_default_group_initialized()
 
 
-def get_default_group() -> Optional[ProcessGroup]:
-    """The world (under a torch-initialized job, joining it: collective the
-    first time)."""
+def get_default_group():
+    """The world: torch's default group once torch.distributed is
+    initialized (local, as mmengine's), else distkit's."""
     if not is_distributed():
         return None
+    if torch_groups.active() and not _DEFAULT_SHRUNK:
+        return torch_groups.default_group()
     _join_torch_job()
     return _default_group
 
 
-def get_backend(group: Optional[ProcessGroup] = None) -> Optional[str]:
+def get_backend(group=None) -> Optional[str]:
+    """The communication backend ("gloo", "nccl", ...; for a group on
+    torch's "distkit" backend, the one distkit's group runs on)."""
     if not is_distributed():
         return None
     if group is None and _torch_only():
         return torch_join.torch_backend()
+    if torch_groups.is_torch_group(group):
+        found = torch_groups.twin(group)
+        if found is torch_groups.NOT_FOUND or (found is None and _default_group is None):
+            import torch.distributed as tdist
+            return str(tdist.get_backend(group))
+        group = found
     return (group or _default_group).backend()
 
 
-def get_world_size(group: Optional[ProcessGroup] = None) -> int:
+def get_world_size(group=None) -> int:
     if not is_distributed():
         return 1
     if group is None and _torch_only():
         return torch_join.torch_rank_and_size()[1]
+    if torch_groups.is_torch_group(group):  # torch's answer, as mmengine's
+        import torch.distributed as tdist
+        return tdist.get_world_size(group)
     return (group or _default_group).size()
 
 
-def get_rank(group: Optional[ProcessGroup] = None) -> int:
+def get_rank(group=None) -> int:
     if not is_distributed():
         return 0
     if group is None and _torch_only():
         return torch_join.torch_rank_and_size()[0]
+    if torch_groups.is_torch_group(group):
+        import torch.distributed as tdist
+        return tdist.get_rank(group)
     return (group or _default_group).rank()
 
 
@@ -161,17 +233,26 @@ def barrier(group: Optional[ProcessGroup] = None, async_op: bool = False):
 # ---- global ranks (torch's convention for src / dst) ----------------------------
 
 
-def get_global_rank(group: Optional[ProcessGroup], group_rank: int) -> int:
+def _global_ranks(group) -> list:
+    """The default group's rank of each member of ``group``, in group order."""
+    if not torch_groups.is_torch_group(group):
+        return group.global_ranks()
+    if torch_groups.is_non_member(group):
+        return []
+    return torch_groups.global_ranks(group)
+
+
+def get_global_rank(group, group_rank: int) -> int:
     """The default group's rank of ``group``'s rank ``group_rank``."""
     if group is None or not is_distributed():
         return group_rank
-    ranks = group.global_ranks()
+    ranks = _global_ranks(group)
     if not 0 <= group_rank < len(ranks):
         raise ValueError(f"Group rank {group_rank} is not part of group {group}")
     return ranks[group_rank]
 
 
-def get_group_rank(group: Optional[ProcessGroup], global_rank: int) -> int:
+def get_group_rank(group, global_rank: int) -> int:
     """``group``'s rank of default-group rank ``global_rank`` (src / dst in
     this API are global ranks, as in torch.distributed and mmengine; the C
     ABI takes group ranks). ValueError when it is not a member."""
@@ -183,7 +264,7 @@ def get_group_rank(group: Optional[ProcessGroup], global_rank: int) -> int:
                              f"of size {get_world_size()}")
         return global_rank
     try:
-        return group.global_ranks().index(global_rank)
+        return _global_ranks(group).index(global_rank)
     except ValueError:
         raise ValueError(f"Global rank {global_rank} is not part of group {group}") from None
 
@@ -207,10 +288,12 @@ def _local_group_from_launcher() -> None:
 
 def _leave_job() -> None:
     """destroy()'s part here: the job's groups forgotten, the library shut down."""
-    global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER
-    _LOCAL_PROCESS_GROUP = None
-    _LOCAL_FROM_LAUNCHER = False
+    global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER, _LOCAL_TORCH_GROUP
+    global _DEFAULT_SHRUNK
+    _LOCAL_PROCESS_GROUP = _LOCAL_TORCH_GROUP = None
+    _LOCAL_FROM_LAUNCHER = _DEFAULT_SHRUNK = False
     _default_group = None
+    torch_groups.forget()
     lib.dk_shutdown()
     torch_join.release()
 
@@ -218,12 +301,23 @@ def _leave_job() -> None:
 # ---- new groups -----------------------------------------------------------------
 
 
-def new_group(ranks, group: Optional[ProcessGroup] = None) -> ProcessGroup:
-    """Collective over ``group`` (default: the world): a group of ``ranks``."""
-    array = (ctypes.c_int32 * len(ranks))(*ranks)
+def new_group(ranks, group=None):
+    """Collective over ``group`` (default: the world): a group of ``ranks``.
+    Once torch.distributed is initialized (and ``group`` is the world),
+    torch's group over ``ranks`` (torch.distributed.new_group on every rank;
+    group ranks in ascending global-rank order, as torch numbers them;
+    NON_GROUP_MEMBER outside it), with its distkit twin; otherwise
+    distkit's group, ranks in the order given."""
+    to_torch = torch_groups.active() and not _DEFAULT_SHRUNK and (
+        group is None or (torch_groups.is_torch_group(group) and _twin(group) is None))
+    members = sorted(ranks) if to_torch else list(ranks)
+    array = (ctypes.c_int32 * len(members))(*members)
     out = ctypes.c_void_p()
-    raise_for_status(lib.dk_group_new, handle_of(group), array, len(ranks), ctypes.byref(out))
-    return ProcessGroup(out)
+    raise_for_status(lib.dk_group_new, handle_of(group), array, len(members), ctypes.byref(out))
+    made = ProcessGroup(out)
+    if not to_torch:
+        return made
+    return torch_groups.make(members, made if made.rank() >= 0 else None)
 
 
 def shrink_group(group: Optional[ProcessGroup] = None, settle: float = 5.0) -> ProcessGroup:
@@ -233,14 +327,16 @@ def shrink_group(group: Optional[ProcessGroup] = None, settle: float = 5.0) -> P
     order, to go on at the smaller size. ``settle``: seconds to wait for
     every member to report alive. Raises when this rank reported after the
     others agreed."""
-    global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER
+    global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER, _LOCAL_TORCH_GROUP
+    global _DEFAULT_SHRUNK
     out = ctypes.c_void_p()
     raise_for_status(lib.dk_group_shrink, handle_of(group), int(settle * 1000), ctypes.byref(out))
     shrunk = ProcessGroup(out)
     if group is None:
         _default_group = shrunk  # the library's default group is this one now
-        _LOCAL_PROCESS_GROUP = None
+        _LOCAL_PROCESS_GROUP = _LOCAL_TORCH_GROUP = None
         _LOCAL_FROM_LAUNCHER = False
+        _DEFAULT_SHRUNK = True  # torch's default group keeps the old ranks
     return shrunk
 
 
@@ -275,17 +371,46 @@ def init_local_group(*args, **kwargs) -> None:
     raise_for_status(lib.dk_local_group, ctypes.byref(out))
     _LOCAL_PROCESS_GROUP = ProcessGroup(out)
     _LOCAL_FROM_LAUNCHER = False
+    local_group_to_torch()
+
+
+def local_group_to_torch() -> None:
+    """Collective: torch's groups for the node-local groups, once
+    torch.distributed is initialized (init_local_group, and init_dist after
+    it initialized torch.distributed). On distkit's backend each rank makes
+    its own node's group, adopting the twin (one new_group call on every
+    rank, as mmengine's init_local_group makes it; nothing travels); on
+    another backend every rank makes every node's group, in order (torch's
+    groups there rendezvous through torch's store, by group)."""
+    global _LOCAL_TORCH_GROUP
+    _LOCAL_TORCH_GROUP = None
+    if _LOCAL_PROCESS_GROUP is None or not torch_groups.active() or _DEFAULT_SHRUNK:
+        return
+    mine = _LOCAL_PROCESS_GROUP.global_ranks()
+    nodes = [mine]
+    if not torch_groups.on_distkit_backend():
+        import torch.distributed as tdist
+        everyone = [None] * tdist.get_world_size()
+        tdist.all_gather_object(everyone, mine)
+        nodes = sorted({tuple(ranks) for ranks in everyone})
+    for ranks in nodes:
+        made = torch_groups.make(list(ranks), _LOCAL_PROCESS_GROUP if list(ranks) == mine else None)
+        if list(ranks) == mine:
+            _LOCAL_TORCH_GROUP = made
 
 
 _NO_LOCAL_GROUP = ("Local process group is not created, please use `init_local_group` to setup "
                    "local process group.")
 
 
-def get_local_group() -> Optional[ProcessGroup]:
+def get_local_group():
+    """The node-local group: torch's once torch.distributed is initialized."""
     if not is_distributed():
         return None
     if _LOCAL_PROCESS_GROUP is None:
         raise RuntimeError(_NO_LOCAL_GROUP)
+    if _LOCAL_TORCH_GROUP is not None and torch_groups.active():
+        return _LOCAL_TORCH_GROUP
     return _LOCAL_PROCESS_GROUP
 
 

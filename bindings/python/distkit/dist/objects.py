@@ -7,7 +7,7 @@ from typing import Any, List, Optional
 from .. import _lib
 from .._lib import lib, raise_for_status, take_items
 from .call_forms import Form, choose
-from .groups import ProcessGroup, get_group_rank, get_rank, get_world_size, handle_of
+from .groups import ProcessGroup, get_group_rank, get_rank, get_world_size, handle_of, is_group
 
 
 def bytes_array(payloads: List[bytes]):
@@ -62,7 +62,7 @@ def all_gather_object(*args, **kwargs):
         use_seed = None
     else:
         use_seed = ("obj" in kwargs or "object_list" in kwargs
-                    or (len(args) >= 2 and not isinstance(args[1], ProcessGroup)))
+                    or (len(args) >= 2 and not is_group(args[1])))
     seed, a = choose("all_gather_object", *_ALL_GATHER_OBJECT_FORMS, args, kwargs, use_seed)
     if not seed:
         return _all_gather_object(a["data"], a["group"])
