@@ -45,11 +45,11 @@ void Check(bool ok, const std::string& what) {
   ++(ok ? passes : failures);
 }
 
-OpContext Ctx(const char* op) {
+OpContext Ctx(OpCode op) {
   static uint64_t seq = 0;
   OpContext c;
   c.seq = ++seq;
-  c.op_name = op;
+  c.op = op;
   c.group_name = "gpu_check";
   c.timeout = absl::Seconds(60);
   return c;
@@ -70,39 +70,43 @@ void EveryOp(CollectiveContract& b, DataType d) {
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin,
                       ReduceOp::kProduct, ReduceOp::kMean}) {
     Gpu t(d, v);
-    ok &= b.AllReduce(Ctx("all_reduce"), t.ref(), op).ok() && t.Read() == v;
+    ok &=
+        b.AllReduce(Ctx(OpCode::kAllReduce), t.ref(), op).ok() && t.Read() == v;
   }
   Check(ok, "all_reduce sum/max/min/product/mean " + name);
   Gpu x(d, v);
-  Check(b.Broadcast(Ctx("broadcast"), x.ref(), 0).ok() && x.Read() == v,
+  Check(b.Broadcast(Ctx(OpCode::kBroadcast), x.ref(), 0).ok() && x.Read() == v,
         "broadcast " + name);
   Gpu r(d, v);
-  Check(
-      b.Reduce(Ctx("reduce"), r.ref(), ReduceOp::kSum, 0).ok() && r.Read() == v,
-      "reduce " + name);
+  Check(b.Reduce(Ctx(OpCode::kReduce), r.ref(), ReduceOp::kSum, 0).ok() &&
+            r.Read() == v,
+        "reduce " + name);
   Gpu in(d, v), out(d, std::vector<double>(1000));
-  Check(b.AllGather(Ctx("all_gather"), in.ref(), out.ref()).ok() &&
+  Check(b.AllGather(Ctx(OpCode::kAllGather), in.ref(), out.ref()).ok() &&
             out.Read() == v,
         "all_gather " + name);
   Gpu g(d, std::vector<double>(1000));
-  Check(b.Gather(Ctx("gather"), in.ref(), g.ref(), 0).ok() && g.Read() == v,
+  Check(b.Gather(Ctx(OpCode::kGather), in.ref(), g.ref(), 0).ok() &&
+            g.Read() == v,
         "gather " + name);
   Gpu s(d, std::vector<double>(1000));
-  Check(b.Scatter(Ctx("scatter"), in.ref(), s.ref(), 0).ok() && s.Read() == v,
+  Check(b.Scatter(Ctx(OpCode::kScatter), in.ref(), s.ref(), 0).ok() &&
+            s.Read() == v,
         "scatter " + name);
   Gpu rs(d, std::vector<double>(1000));
-  Check(
-      b.ReduceScatter(Ctx("reduce_scatter"), in.ref(), rs.ref(), ReduceOp::kSum)
-              .ok() &&
-          rs.Read() == v,
-      "reduce_scatter " + name);
+  Check(b.ReduceScatter(Ctx(OpCode::kReduceScatter), in.ref(), rs.ref(),
+                        ReduceOp::kSum)
+                .ok() &&
+            rs.Read() == v,
+        "reduce_scatter " + name);
   Gpu a(d, std::vector<double>(1000));
-  Check(b.AllToAll(Ctx("all_to_all"), in.ref(), {}, a.ref(), {}).ok() &&
+  Check(b.AllToAll(Ctx(OpCode::kAllToAll), in.ref(), {}, a.ref(), {}).ok() &&
             a.Read() == v,
         "all_to_all " + name);
   if (d == DataType::kInt32) {
     Gpu y(d, v);
-    absl::Status st = b.AllReduce(Ctx("all_reduce"), y.ref(), ReduceOp::kBxor);
+    absl::Status st =
+        b.AllReduce(Ctx(OpCode::kAllReduce), y.ref(), ReduceOp::kBxor);
     Check(st.code() == absl::StatusCode::kInvalidArgument,
           "bxor refused: " + std::string(st.message()));
   }
@@ -240,8 +244,8 @@ int main() {
                      DataType::kInt8, DataType::kUInt8}) {
     EveryOp(b, d);
   }
-  Check(b.Barrier(Ctx("barrier")).ok(), "barrier");
-  auto split = b.Split(Ctx("new_group"), {0});
+  Check(b.Barrier(Ctx(OpCode::kBarrier)).ok(), "barrier");
+  auto split = b.Split(Ctx(OpCode::kNewGroup), {0});
   Check(split.ok() && *split != nullptr, "ncclCommSplit subgroup");
   {
     // The agreement rides on the communicator: one staged ncclAllGather of
@@ -250,14 +254,18 @@ int main() {
     auto time_us = [&](bool agreed) {
       const int iters = 2000;
       for (int i = 0; i < 100; ++i) {
-        (agreed ? b.AllReduce(Ctx("all_reduce"), word.ref(), ReduceOp::kSum)
-                : raw->AllReduce(Ctx("all_reduce"), word.ref(), ReduceOp::kSum))
+        (agreed
+             ? b.AllReduce(Ctx(OpCode::kAllReduce), word.ref(), ReduceOp::kSum)
+             : raw->AllReduce(Ctx(OpCode::kAllReduce), word.ref(),
+                              ReduceOp::kSum))
             .IgnoreError();
       }
       const auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) {
-        (agreed ? b.AllReduce(Ctx("all_reduce"), word.ref(), ReduceOp::kSum)
-                : raw->AllReduce(Ctx("all_reduce"), word.ref(), ReduceOp::kSum))
+        (agreed
+             ? b.AllReduce(Ctx(OpCode::kAllReduce), word.ref(), ReduceOp::kSum)
+             : raw->AllReduce(Ctx(OpCode::kAllReduce), word.ref(),
+                              ReduceOp::kSum))
             .IgnoreError();
       }
       return std::chrono::duration<double, std::micro>(
@@ -281,7 +289,7 @@ int main() {
             .ok(),
         "host -> cuda:0");
   Check(b.AllReduce(
-             Ctx("all_reduce"),
+             Ctx(OpCode::kAllReduce),
              TensorRef(dev->data(), 3, DataType::kFloat32, Device::Cuda(0)),
              ReduceOp::kSum)
             .ok(),
@@ -317,11 +325,11 @@ int main() {
     if (!buf.ok()) break;
     TensorRef t(buf->data(), bytes / 4, DataType::kFloat32, Device::Cuda(0));
     for (int i = 0; i < 3; ++i)
-      b.AllReduce(Ctx("all_reduce"), t, ReduceOp::kSum).IgnoreError();
+      b.AllReduce(Ctx(OpCode::kAllReduce), t, ReduceOp::kSum).IgnoreError();
     const int iters = bytes >= (int64_t{1} << 28) ? 5 : 20;
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i)
-      b.AllReduce(Ctx("all_reduce"), t, ReduceOp::kSum).IgnoreError();
+      b.AllReduce(Ctx(OpCode::kAllReduce), t, ReduceOp::kSum).IgnoreError();
     const double us = std::chrono::duration<double, std::micro>(
                           std::chrono::steady_clock::now() - start)
                           .count() /

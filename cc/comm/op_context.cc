@@ -5,7 +5,7 @@
 namespace distkit {
 
 std::string OpContext::Describe() const {
-  return absl::StrCat(op_name, " #", seq, " on group '", group_name, "'");
+  return absl::StrCat(op_name(), " #", seq, " on group '", group_name, "'");
 }
 
 }  // namespace distkit

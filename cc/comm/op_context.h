@@ -1,6 +1,6 @@
 // OpContext identifies one operation of a group, for error messages and for
 // the agreement across ranks: its sequence number (the same on every rank),
-// name, group and deadline.
+// operation, group and deadline.
 
 #ifndef DISTKIT_CC_COMM_OP_CONTEXT_H_
 #define DISTKIT_CC_COMM_OP_CONTEXT_H_
@@ -10,6 +10,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "cc/comm/op_code.h"
 
 namespace distkit {
 
@@ -17,10 +18,9 @@ class FlightRecorder;  // cc/group/flight_recorder.h
 
 struct OpContext {
   uint64_t seq = 0;  // per-group sequence number, same on every rank
-  // Views, not copies (a context is made for every operation): the
-  // operation's name is a literal and the group's name outlives its
-  // operations.
-  absl::string_view op_name;     // "all_reduce"
+  OpCode op = OpCode::kBarrier;
+  // A view, not a copy (a context is made for every operation): the group's
+  // name outlives its operations.
   absl::string_view group_name;  // "world", "world/1"
   absl::Duration timeout = absl::Minutes(30);
   // The group's flight recorder and this operation's record in it (set
@@ -28,6 +28,8 @@ struct OpContext {
   FlightRecorder* recorder = nullptr;
   uint64_t record_id = 0;
 
+  // "all_reduce".
+  absl::string_view op_name() const { return OpCodeName(op); }
   // "all_reduce #12 on group 'world'".
   std::string Describe() const;
 };

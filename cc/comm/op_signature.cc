@@ -10,32 +10,6 @@
 
 namespace distkit {
 
-const char* OpCodeName(OpCode op) {
-  switch (op) {
-    case OpCode::kAllReduce:
-      return "all_reduce";
-    case OpCode::kBroadcast:
-      return "broadcast";
-    case OpCode::kReduce:
-      return "reduce";
-    case OpCode::kAllGather:
-      return "all_gather";
-    case OpCode::kGather:
-      return "gather";
-    case OpCode::kScatter:
-      return "scatter";
-    case OpCode::kReduceScatter:
-      return "reduce_scatter";
-    case OpCode::kAllToAll:
-      return "all_to_all";
-    case OpCode::kBarrier:
-      return "barrier";
-    case OpCode::kNewGroup:
-      return "new_group";
-  }
-  return "unknown_op";
-}
-
 std::string OpSignature::Describe() const {
   if (magic != kMagic) return "<garbled signature>";
   std::string s = absl::StrCat(OpCodeName(static_cast<OpCode>(op)), " #", seq);

@@ -13,27 +13,12 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "cc/comm/op_code.h"
 #include "cc/comm/op_context.h"
 #include "cc/core/reduce_op.h"
 #include "cc/core/tensor_ref.h"
 
 namespace distkit {
-
-enum class OpCode : uint32_t {
-  kAllReduce = 1,
-  kBroadcast = 2,
-  kReduce = 3,
-  kAllGather = 4,
-  kGather = 5,
-  kScatter = 6,
-  kReduceScatter = 7,
-  kAllToAll = 8,
-  kBarrier = 9,
-  kNewGroup = 10,  // a subgroup split from this group's connection
-};
-
-// "all_reduce", "broadcast", ...
-const char* OpCodeName(OpCode op);
 
 // Plain old data: it travels as bytes between ranks of one build.
 struct OpSignature {

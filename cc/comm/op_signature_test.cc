@@ -16,7 +16,7 @@ OpSignature Sig(OpCode op, DataType dt, int64_t count, uint64_t seq = 3) {
 }
 
 TEST(OpSignatureTest, AgreementAndDisagreement) {
-  OpContext ctx{3, "all_reduce", "world"};
+  OpContext ctx{3, OpCode::kAllReduce, "world"};
   std::vector<OpSignature> same(3,
                                 Sig(OpCode::kAllReduce, DataType::kFloat32, 4));
   EXPECT_TRUE(CheckAgreement(ctx, same).ok());

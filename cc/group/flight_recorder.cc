@@ -54,7 +54,7 @@ uint64_t FlightRecorder::Begin(const OpContext& ctx, bool point_to_point) {
   e.id.store(id, std::memory_order_relaxed);
   e.seq = ctx.seq;
   e.p2p = point_to_point;
-  e.op.assign(ctx.op_name.data(), ctx.op_name.size());
+  e.op = OpCodeName(ctx.op);
   e.call.clear();
   e.has_signature.store(false, std::memory_order_relaxed);
   e.start = start;

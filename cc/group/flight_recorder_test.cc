@@ -12,10 +12,10 @@
 namespace distkit {
 namespace {
 
-OpContext Ctx(uint64_t seq, const char* op) {
+OpContext Ctx(uint64_t seq, OpCode op) {
   OpContext c;
   c.seq = seq;
-  c.op_name = op;
+  c.op = op;
   c.group_name = "world";
   return c;
 }
@@ -32,7 +32,7 @@ TEST(FlightRecorderTest, KeepsTheLastOperationsInOrder) {
   FlightRecorder r("world", 0);
   unsetenv("DISTKIT_FLIGHT_RECORDER_SIZE");
   for (uint64_t seq = 1; seq <= 5; ++seq) {
-    uint64_t id = r.Begin(Ctx(seq, "all_reduce"), false);
+    uint64_t id = r.Begin(Ctx(seq, OpCode::kAllReduce), false);
     r.Describe(id, absl::StrCat("all_reduce #", seq, " float32 x4 op=sum"));
     if (seq < 5) r.End(id, absl::OkStatus());
   }
@@ -59,11 +59,11 @@ TEST(FlightRecorderTest, DistrunSummaryNamesTheRankThatNeverEntered) {
     FlightRecorder r("world", rank);
     const uint64_t last = rank == 2 ? 4 : 5;
     for (uint64_t seq = 1; seq <= last; ++seq) {
-      uint64_t id = r.Begin(Ctx(seq, "all_reduce"), false);
+      uint64_t id = r.Begin(Ctx(seq, OpCode::kAllReduce), false);
       r.Describe(id, absl::StrCat("all_reduce #", seq, " float32 x4"));
       if (seq < 5) r.End(id, absl::OkStatus());
     }
-    uint64_t p2p = r.Begin(Ctx(1, "send"), true);
+    uint64_t p2p = r.Begin(Ctx(1, OpCode::kSend), true);
     r.End(p2p, absl::UnavailableError("peer gone"));
     const std::string where = r.Dump("all_reduce #5 timed out");
     EXPECT_EQ(where, absl::StrCat(dir, "/world.rank", rank, ".trace"));

@@ -105,7 +105,7 @@ absl::Status ProcessGroup::Connect(std::unique_ptr<Backend> split) {
   // destroys the group at once could cut a peer's handshake short.
   OpContext ctx;
   ctx.seq = 0;  // operations start at 1
-  ctx.op_name = "new_group";
+  ctx.op = OpCode::kNewGroup;
   ctx.group_name = name_;
   // Under init's deadline (ScopedStoreDeadline), the handshake gets only
   // what is left of it: init as a whole stays within its timeout.
@@ -152,7 +152,7 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
       contract_->backend().splits_from_parent()) {
     // The subgroup derives from this group's connection (MPI_Comm_split,
     // ncclCommSplit): a collective over this group, run in its order.
-    DK_RETURN_IF_ERROR(RunSync({"new_group", absl::OkStatus(),
+    DK_RETURN_IF_ERROR(RunSync({OpCode::kNewGroup, absl::OkStatus(),
                                 [&](const OpContext& c) -> absl::Status {
                                   DK_ASSIGN_OR_RETURN(
                                       split, contract_->Split(c, ranks));
@@ -222,7 +222,7 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
   // can no longer be used (agreement_roll_call.h).
   absl::StatusOr<RollCall> call =
       TakeRollCall(*store_, absl::StrCat("diag/", ctx.seq, "/"), rank_, size(),
-                   ctx.op_name, stop_polling);
+                   ctx.op_name(), stop_polling);
   if (!call.ok()) {
     return absl::StrCat(
         "; which ranks are late is unknown: the store did not answer within ",
@@ -244,8 +244,7 @@ absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body) {
   DK_RETURN_IF_ERROR(contract_->Usable(ctx));
   OpContext recorded = ctx;
   recorded.recorder = recorder_.get();
-  recorded.record_id =
-      recorder_->Begin(ctx, ctx.op_name == "send" || ctx.op_name == "recv");
+  recorded.record_id = recorder_->Begin(ctx, IsPointToPoint(ctx.op));
   absl::Status status = body(recorded);
   if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     status = absl::DeadlineExceededError(
@@ -259,13 +258,12 @@ absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body) {
   return status;
 }
 
-OpQueue& ProcessGroup::QueueFor(const char* op_name, int peer) {
+OpQueue& ProcessGroup::QueueFor(OpCode op, int peer) {
   if (peer < 0) return queue_;
   // Sends and receives get one lane per (peer, direction): a send must not
   // wait behind a receive that needs the peer's own send to finish.
   LightMutexLock lock(&mu_);
-  std::unique_ptr<OpQueue>& lane =
-      p2p_lanes_[{peer, std::string_view(op_name) == "send"}];
+  std::unique_ptr<OpQueue>& lane = p2p_lanes_[{peer, op == OpCode::kSend}];
   if (lane == nullptr) lane = std::make_unique<OpQueue>();
   return *lane;
 }
@@ -274,7 +272,7 @@ OpQueue& ProcessGroup::QueueFor(const char* op_name, int peer) {
 // on every rank; sends and receives are numbered apart so they do not shift it.
 OpContext ProcessGroup::NextContext(const Op& op) {
   OpContext ctx;
-  ctx.op_name = op.name;
+  ctx.op = op.code;
   ctx.group_name = name_;
   ctx.timeout = options_.timeout;
   ctx.seq = op.peer >= 0 ? ++next_p2p_seq_ : ++next_seq_;
@@ -283,13 +281,14 @@ OpContext ProcessGroup::NextContext(const Op& op) {
 
 absl::Status ProcessGroup::Rejection(const Op& op) const {
   if (!is_member()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        op.name, ": rank ", global_rank_, " is not a member of group '", name_,
-        "' (ranks ", absl::StrJoin(global_ranks_, ", "), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(OpCodeName(op.code), ": rank ", global_rank_,
+                     " is not a member of group '", name_, "' (ranks ",
+                     absl::StrJoin(global_ranks_, ", "), ")"));
   }
   if (!op.checked.ok()) {
-    return Annotate(op.checked, absl::StrCat(op.name, " on group '", name_,
-                                             "' (rank ", rank_, ")"));
+    return Annotate(op.checked, absl::StrCat(OpCodeName(op.code), " on group '",
+                                             name_, "' (rank ", rank_, ")"));
   }
   return absl::OkStatus();
 }
@@ -316,7 +315,7 @@ absl::Status ProcessGroup::ClaimIssue(const Op& op) {
     const uint64_t in_flight = state & kInFlightMask;
     if (in_flight > 0 && (state & ~kInFlightMask) != me) {
       return absl::FailedPreconditionError(absl::StrCat(
-          op.name, " on group '", name_, "' (rank ", rank_,
+          OpCodeName(op.code), " on group '", name_, "' (rank ", rank_,
           "): issued while another thread's collective(s) on this group are "
           "in flight (",
           in_flight,
@@ -337,15 +336,15 @@ void ProcessGroup::ReleaseIssue() {
 
 std::shared_ptr<Work> ProcessGroup::Submit(Op op) {
   if (absl::Status rejected = Rejection(op); !rejected.ok()) {
-    return FailedWork(op.name, std::move(rejected));
+    return FailedWork(OpCodeName(op.code), std::move(rejected));
   }
   if (absl::Status refused = ClaimIssue(op); !refused.ok()) {
-    return FailedWork(op.name, std::move(refused));
+    return FailedWork(OpCodeName(op.code), std::move(refused));
   }
   const OpContext ctx = NextContext(op);
   auto work = std::make_shared<Work>(ctx.Describe());
   const bool collective = op.peer < 0;
-  QueueFor(op.name, op.peer)
+  QueueFor(op.code, op.peer)
       .Post([this, ctx, body = std::move(op.body), work, collective] {
         absl::Status status = Execute(ctx, body);
         if (collective) ReleaseIssue();
@@ -404,14 +403,14 @@ absl::Status ExpectNumel(const TensorRef& t, int64_t n,
   }()
 
 ProcessGroup::Op ProcessGroup::AllReduceOp(TensorRef data, ReduceOp op) {
-  return {"all_reduce", CheckReduce(data, op),
+  return {OpCode::kAllReduce, CheckReduce(data, op),
           [this, data, op](const OpContext& c) {
             return contract_->AllReduce(c, data, op);
           }};
 }
 
 ProcessGroup::Op ProcessGroup::BroadcastOp(TensorRef data, int root) {
-  return {"broadcast",
+  return {OpCode::kBroadcast,
           DK_CHECKS(CheckTensor(data, "data"), CheckRank(root, "root")),
           [this, data, root](const OpContext& c) {
             return contract_->Broadcast(c, data, root);
@@ -420,14 +419,15 @@ ProcessGroup::Op ProcessGroup::BroadcastOp(TensorRef data, int root) {
 
 ProcessGroup::Op ProcessGroup::ReduceToRootOp(TensorRef data, ReduceOp op,
                                               int root) {
-  return {"reduce", DK_CHECKS(CheckReduce(data, op), CheckRank(root, "root")),
+  return {OpCode::kReduce,
+          DK_CHECKS(CheckReduce(data, op), CheckRank(root, "root")),
           [this, data, op, root](const OpContext& c) {
             return contract_->Reduce(c, data, op, root);
           }};
 }
 
 ProcessGroup::Op ProcessGroup::AllGatherOp(TensorRef input, TensorRef output) {
-  return {"all_gather",
+  return {OpCode::kAllGather,
           DK_CHECKS(CheckTensor(input, "input"), CheckTensor(output, "output"),
                     SameDtype(input, output),
                     ExpectNumel(output, input.numel() * size(), "output")),
@@ -444,7 +444,8 @@ ProcessGroup::Op ProcessGroup::GatherOp(TensorRef input, TensorRef output,
     checked = DK_CHECKS(CheckTensor(output, "output"), SameDtype(input, output),
                         ExpectNumel(output, input.numel() * size(), "output"));
   }
-  return {"gather", checked, [this, input, output, root](const OpContext& c) {
+  return {OpCode::kGather, checked,
+          [this, input, output, root](const OpContext& c) {
             return contract_->Gather(c, input, output, root);
           }};
 }
@@ -457,14 +458,15 @@ ProcessGroup::Op ProcessGroup::ScatterOp(TensorRef input, TensorRef output,
     checked = DK_CHECKS(CheckTensor(input, "input"), SameDtype(input, output),
                         ExpectNumel(input, output.numel() * size(), "input"));
   }
-  return {"scatter", checked, [this, input, output, root](const OpContext& c) {
+  return {OpCode::kScatter, checked,
+          [this, input, output, root](const OpContext& c) {
             return contract_->Scatter(c, input, output, root);
           }};
 }
 
 ProcessGroup::Op ProcessGroup::ReduceScatterOp(TensorRef input,
                                                TensorRef output, ReduceOp op) {
-  return {"reduce_scatter",
+  return {OpCode::kReduceScatter,
           DK_CHECKS(CheckTensor(input, "input"), CheckReduce(output, op),
                     SameDtype(input, output),
                     ExpectNumel(input, output.numel() * size(), "input")),
@@ -496,7 +498,7 @@ ProcessGroup::Op ProcessGroup::AllToAllOp(TensorRef input, TensorRef output,
         size(), "; got ", input.numel(), " and ", output.numel(), " elements"));
   }
   return {
-      "all_to_all", checked,
+      OpCode::kAllToAll, checked,
       [this, input, output, input_splits, output_splits](const OpContext& c) {
         return contract_->AllToAll(c, input, input_splits, output,
                                    output_splits);
@@ -528,7 +530,7 @@ absl::Status ProcessGroup::CheckSplits(const std::vector<int64_t>& splits,
 }
 
 ProcessGroup::Op ProcessGroup::BarrierOp() {
-  return {"barrier", absl::OkStatus(),
+  return {OpCode::kBarrier, absl::OkStatus(),
           [this](const OpContext& c) { return contract_->Barrier(c); }};
 }
 
@@ -538,7 +540,7 @@ ProcessGroup::Op ProcessGroup::SendOp(TensorRef data, int dst, int tag) {
   if (checked.ok() && dst == rank_) {
     checked = absl::InvalidArgumentError("send: dst is this rank itself");
   }
-  return {"send", checked,
+  return {OpCode::kSend, checked,
           [this, data, dst, tag](const OpContext& c) {
             return contract_->Send(c, data, dst, tag);
           },
@@ -551,7 +553,7 @@ ProcessGroup::Op ProcessGroup::RecvOp(TensorRef data, int src, int tag) {
   if (checked.ok() && src == rank_) {
     checked = absl::InvalidArgumentError("recv: src is this rank itself");
   }
-  return {"recv", checked,
+  return {OpCode::kRecv, checked,
           [this, data, src, tag](const OpContext& c) {
             return contract_->Recv(c, data, src, tag);
           },
@@ -652,7 +654,7 @@ absl::Status ProcessGroup::AllGather(TensorRef input,
   TensorRef flat(staging.data(), input.numel() * size(), input.dtype(),
                  input.device());
   return RunSync(
-      {"all_gather", checked, [&](const OpContext& c) -> absl::Status {
+      {OpCode::kAllGather, checked, [&](const OpContext& c) -> absl::Status {
          DK_RETURN_IF_ERROR(contract_->AllGather(c, input, flat));
          const char* all = static_cast<const char*>(staging.data());
          for (size_t r = 0; r < outputs.size(); ++r) {

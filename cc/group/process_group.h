@@ -39,6 +39,7 @@
 
 #include "absl/status/statusor.h"
 #include "cc/comm/backend.h"
+#include "cc/comm/op_code.h"
 #include "cc/comm/work.h"
 #include "cc/core/device.h"
 #include "cc/core/light_mutex.h"
@@ -164,7 +165,7 @@ class ProcessGroup {
   // One operation, checked and ready to run: inline (RunSync) or queued
   // (Submit). `peer` >= 0 marks a send or receive with that peer.
   struct Op {
-    const char* name;
+    OpCode code;
     absl::Status checked;
     Body body;
     int peer = -1;
@@ -174,7 +175,7 @@ class ProcessGroup {
   // Not OK when `op` must not run: not a member, or its arguments are wrong.
   absl::Status Rejection(const Op& op) const;
   OpContext NextContext(const Op& op);
-  OpQueue& QueueFor(const char* op_name, int peer);
+  OpQueue& QueueFor(OpCode op, int peer);
 
   Op AllReduceOp(TensorRef data, ReduceOp op);
   Op BroadcastOp(TensorRef data, int root);
