@@ -1,8 +1,10 @@
-// The C ABI's sections on groups and what runs on them, in the header's
-// order: "Groups" (joining the job, group handles and what they tell,
-// subgroups, shrinking after a failure), "Work", "Local group", "Parallel
-// state" and "Devices". One translation unit for the five: each would parse
-// the same group headers again.
+// The C ABI's sections on joining the job, groups and what runs on them, in
+// the header's order: "Launcher" (the launcher's view dk_init reads),
+// "Groups" (joining the job, group handles and what they tell, subgroups,
+// shrinking after a failure), "Work", "Local group", "Parallel state" and
+// "Devices". One translation unit for the six: each would parse the same
+// group headers again.
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -26,6 +28,7 @@
 #include "cc/dist_api/parallel_state.h"
 #include "cc/group/process_group.h"
 #include "cc/group/shrink.h"
+#include "cc/launch/launcher.h"
 #include "distkit/distkit.h"
 
 namespace distkit {
@@ -60,6 +63,74 @@ absl::Status CheckNumRanks(size_t num_ranks, const ProcessGroup& parent) {
 }  // namespace
 }  // namespace capi
 }  // namespace distkit
+
+// The C ABI, section "Launcher": this process's place in the job, as the
+// launcher's environment gives it.
+
+namespace distkit {
+namespace capi {
+namespace {
+
+// `info` as one malloc'd block: the struct, then its strings.
+absl::StatusOr<dk_launcher_info_t*> ReturnLauncherInfo(
+    const RendezvousInfo& info) {
+  const absl::string_view name = LauncherName(info.launcher);
+  const std::string* strings[] = {&info.master_addr, &info.store_address};
+  size_t total = sizeof(dk_launcher_info_t) + name.size() + 1;
+  for (const std::string* s : strings) total += s->size() + 1;
+  char* block = static_cast<char*>(std::malloc(total));
+  if (block == nullptr) return absl::ResourceExhaustedError("out of memory");
+  dk_launcher_info_t* out = reinterpret_cast<dk_launcher_info_t*>(block);
+  std::memset(out, 0, sizeof(*out));
+  char* cursor = block + sizeof(dk_launcher_info_t);
+  auto place = [&cursor](absl::string_view text) {
+    char* at = cursor;
+    std::memcpy(at, text.data(), text.size());
+    at[text.size()] = '\0';
+    cursor += text.size() + 1;
+    return at;
+  };
+  out->struct_size = sizeof(dk_launcher_info_t);
+  out->launcher = place(name);
+  out->rank = info.rank;
+  out->world_size = info.world_size;
+  out->local_rank = info.local_rank;
+  out->local_world_size = info.local_world_size;
+  out->node_rank = info.node_rank;
+  out->master_port = info.master_port;
+  out->master_addr = place(info.master_addr);
+  out->store_address = place(info.store_address);
+  out->hosts_store = info.host_store ? 1 : 0;
+  return out;
+}
+
+}  // namespace
+}  // namespace capi
+}  // namespace distkit
+
+extern "C" {
+
+const char* dk_launcher_infer(void) {
+  // LauncherName's names are string literals: static and NUL-terminated.
+  return distkit::LauncherName(
+             distkit::InferLauncher(distkit::Environment::FromProcess()))
+      .data();
+}
+
+dk_status_t dk_launcher_info(const char* launcher, dk_launcher_info_t** out,
+                             dk_error_t** err) {
+  return distkit::capi::Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(distkit::capi::NotNull(out, "out"));
+    *out = nullptr;
+    DK_ASSIGN_OR_RETURN(
+        distkit::RendezvousInfo info,
+        distkit::dist::LauncherInfo(launcher != nullptr ? launcher : ""));
+    DK_ASSIGN_OR_RETURN(*out, distkit::capi::ReturnLauncherInfo(info));
+    return absl::OkStatus();
+  });
+}
+
+}  // extern "C"
 
 using ::distkit::ProcessGroup;
 using ::distkit::capi::CheckNumRanks;
@@ -403,6 +474,21 @@ extern "C" {
 void dk_get_device(DLDevice* out) {
   if (out == nullptr) return;
   *out = distkit::ToDLPack(distkit::dist::GetDevice());
+}
+
+dk_status_t dk_group_comm_device(const dk_group_t* group, DLDevice* out,
+                                 dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    if (group == nullptr && !distkit::dist::IsDistributed()) {
+      *out = distkit::ToDLPack(distkit::Device::Cpu());
+      return absl::OkStatus();
+    }
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g,
+                        GroupOf(const_cast<dk_group_t*>(group)));
+    *out = distkit::ToDLPack(g->comm_device());
+    return absl::OkStatus();
+  });
 }
 
 dk_status_t dk_tensor_copy(const DLTensor* src, DLTensor* dst,

@@ -1,5 +1,8 @@
 // The public header compiles as C++ too, and its constants match the core's
 // enums (the ABI passes them through by value).
+#include <cstdlib>
+#include <string>
+
 #include "absl/status/status.h"
 #include "cc/comm/work.h"
 #include "cc/core/data_type.h"
@@ -54,6 +57,73 @@ TEST(HeaderTest, ErrorsWithoutInit) {
   EXPECT_EQ(dk_store_connect(&bad, &store, &err), DK_INVALID_ARGUMENT);
   EXPECT_STREQ(dk_error_message(err), "config: address is NULL");
   dk_error_free(err);
+}
+
+TEST(HeaderTest, CommDeviceWithoutInit) {
+  DLDevice device{kDLCUDA, 7};
+  dk_error_t* err = nullptr;
+  ASSERT_EQ(dk_group_comm_device(nullptr, &device, &err), DK_OK);
+  EXPECT_EQ(device.device_type, kDLCPU);
+  EXPECT_EQ(device.device_id, 0);
+  EXPECT_EQ(dk_group_comm_device(nullptr, nullptr, &err), DK_INVALID_ARGUMENT);
+  EXPECT_STREQ(dk_error_message(err), "out is NULL");
+  dk_error_free(err);
+}
+
+// The launcher's view as every binding reads it: Slurm's variables, with
+// the master address taken from a compressed nodelist.
+TEST(HeaderTest, LauncherInfoUnderSlurm) {
+  for (const char* name : {"WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                           "DISTKIT_STORE", "OMPI_COMM_WORLD_LOCAL_RANK"}) {
+    unsetenv(name);
+  }
+  setenv("SLURM_NTASKS", "8", 1);
+  setenv("SLURM_PROCID", "5", 1);
+  setenv("SLURM_LOCALID", "1", 1);
+  setenv("SLURM_NTASKS_PER_NODE", "2(x4)", 1);
+  setenv("SLURM_NODEID", "2", 1);
+  setenv("SLURM_NODELIST", "node[01-03,07]", 1);
+  EXPECT_STREQ(dk_launcher_infer(), "slurm");
+  dk_launcher_info_t* info = nullptr;
+  ASSERT_EQ(dk_launcher_info(nullptr, &info, nullptr), DK_OK);
+  ASSERT_NE(info, nullptr);
+  EXPECT_EQ(info->struct_size, sizeof(dk_launcher_info_t));
+  EXPECT_STREQ(info->launcher, "slurm");
+  EXPECT_EQ(info->rank, 5);
+  EXPECT_EQ(info->world_size, 8);
+  EXPECT_EQ(info->local_rank, 1);
+  EXPECT_EQ(info->local_world_size, 2);
+  EXPECT_EQ(info->node_rank, 2);
+  EXPECT_STREQ(info->master_addr, "node01");
+  EXPECT_EQ(info->master_port, 29500);
+  EXPECT_STREQ(info->store_address, "node01:29500");
+  EXPECT_EQ(info->hosts_store, 0);
+  dk_free(info);
+
+  setenv("SLURM_PROCID", "five", 1);
+  dk_error_t* err = nullptr;
+  info = nullptr;
+  EXPECT_EQ(dk_launcher_info("slurm", &info, &err), DK_INVALID_ARGUMENT);
+  EXPECT_EQ(info, nullptr);
+  EXPECT_NE(std::string(dk_error_message(err)).find("SLURM_PROCID"),
+            std::string::npos)
+      << dk_error_message(err);
+  dk_error_free(err);
+  err = nullptr;
+  EXPECT_EQ(dk_launcher_info("torchrun", &info, &err), DK_INVALID_ARGUMENT);
+  EXPECT_STREQ(dk_error_message(err), "Invalid launcher type: torchrun");
+  dk_error_free(err);
+  for (const char* name :
+       {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID",
+        "SLURM_NTASKS_PER_NODE", "SLURM_NODEID", "SLURM_NODELIST"}) {
+    unsetenv(name);
+  }
+  EXPECT_STREQ(dk_launcher_infer(), "none");
+  ASSERT_EQ(dk_launcher_info(nullptr, &info, nullptr), DK_OK);
+  EXPECT_STREQ(info->launcher, "none");
+  EXPECT_EQ(info->world_size, 1);
+  EXPECT_STREQ(info->store_address, "");
+  dk_free(info);
 }
 
 }  // namespace

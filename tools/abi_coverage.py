@@ -60,9 +60,6 @@ NOT_WRAPPED = {
     "dk_parallel_state_rank": _PARALLEL_STATE,
     "dk_parallel_state_size": _PARALLEL_STATE,
     "dk_parallel_state_describe": _PARALLEL_STATE,
-    "dk_get_device": (
-        "The bindings' collectives take host slices only (they describe them as CPU DLTensors), "
-        "so the rank's device has no use there yet."),
     "dk_tensor_copy": (
         "Copies DLPack tensors between devices; the bindings move host slices, which copy with "
         "the language's own slice copy."),

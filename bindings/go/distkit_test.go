@@ -2,6 +2,7 @@ package distkit
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,41 @@ func checkStore(t *testing.T, s *Store) {
 	wantCode(t, s.MultiSet([]string{"k"}, nil), InvalidArgument, "one value per key")
 }
 
+// checkLauncherInfo reads Slurm's variables through the library, as Init
+// does: the values capi/header_cxx_test.cc and the Python and Rust tests
+// expect for the same environment.
+func checkLauncherInfo(t *testing.T) {
+	for _, name := range []string{"WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DISTKIT_STORE", "OMPI_COMM_WORLD_LOCAL_RANK"} {
+		os.Unsetenv(name)
+	}
+	slurm := map[string]string{
+		"SLURM_NTASKS": "8", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
+		"SLURM_NTASKS_PER_NODE": "2(x4)", "SLURM_NODEID": "2", "SLURM_NODELIST": "node[01-03,07]",
+	}
+	for name, value := range slurm {
+		os.Setenv(name, value)
+	}
+	if got := InferLauncher(); got != "slurm" {
+		t.Fatal("infer_launcher", got)
+	}
+	want := LauncherInfo{Launcher: "slurm", Rank: 5, WorldSize: 8, LocalRank: 1, LocalWorldSize: 2,
+		NodeRank: 2, MasterAddr: "node01", MasterPort: 29500, StoreAddr: "node01:29500"}
+	if got, err := ReadLauncherInfo(""); err != nil || got != want {
+		t.Fatalf("launcher info %+v %v", got, err)
+	}
+	os.Setenv("SLURM_PROCID", "five")
+	_, err := ReadLauncherInfo("slurm")
+	wantCode(t, err, InvalidArgument, "SLURM_PROCID")
+	for name := range slurm {
+		os.Unsetenv(name)
+	}
+	if got, err := ReadLauncherInfo(""); err != nil || got.Launcher != "none" || got.WorldSize != 1 {
+		t.Fatalf("no launcher %+v %v", got, err)
+	}
+	_, err = ReadLauncherInfo("torchrun")
+	wantCode(t, err, InvalidArgument, "Invalid launcher type: torchrun")
+}
+
 func TestLocal(t *testing.T) {
 	if _, err := Connect("127.0.0.1:1", StoreOptions{ConnectTimeout: 200 * time.Millisecond}); CodeOf(err) != DeadlineExceeded && CodeOf(err) != Unavailable {
 		t.Fatalf("connect to nothing: %v", err)
@@ -81,6 +117,10 @@ func TestLocal(t *testing.T) {
 	if major, minor := LibraryVersion(); major != headerMajor || minor < headerMinor {
 		t.Fatalf("library version %d.%d", major, minor)
 	}
+	checkLauncherInfo(t)
+	if d := RankDevice(); d.Type != CPU && d.Type != CUDA {
+		t.Fatal("rank device", d)
+	}
 	_, err = DefaultStore()
 	wantCode(t, err, FailedPrecondition, "")
 	_, err = Init("k8s", InitOptions{})
@@ -91,6 +131,9 @@ func TestLocal(t *testing.T) {
 	}
 	if !IsDistributed() || world.Rank() != 0 || world.Size() != 1 || world.Name() != "world" || world.Backend() != "gloo" {
 		t.Fatal("world of one")
+	}
+	if d, err := world.CommDevice(); err != nil || d != (Device{CPU, 0}) {
+		t.Fatal("comm device", d, err)
 	}
 	x := []float32{1.5, -2}
 	if err := AllReduce(world, x, Sum); err != nil || x[0] != 1.5 || x[1] != -2 {

@@ -154,6 +154,19 @@ void StartJobWatch(std::shared_ptr<Store> remote_store,
   s.watch = std::move(watch);
 }
 
+// How `launcher`'s variables are read: the Slurm port argument, and
+// mmengine's rule that under Slurm without SLURM_LOCALID the local rank is
+// the rank modulo the GPUs (counted only then: it opens the CUDA runtime).
+ParseOptions ParseOptionsFor(Launcher launcher, const Environment& env,
+                             std::optional<int> port) {
+  ParseOptions parse;
+  parse.port = port;
+  if (launcher == Launcher::kSlurm && !env.Has("SLURM_LOCALID")) {
+    parse.num_devices = CudaDeviceCount();
+  }
+  return parse;
+}
+
 // Every dk_init makes the node-local group where the launcher's layout
 // gives one, on every rank whatever its language (so a job whose ranks are
 // written in different languages makes the same calls). Not determinable:
@@ -194,15 +207,10 @@ absl::Status InitDist(absl::string_view launcher_name,
     }
   }
   Environment env = Environment::FromProcess();
-  ParseOptions parse;
-  parse.port = options.port;
-  // mmengine: under Slurm without SLURM_LOCALID, the local rank is the rank
-  // modulo the GPUs. Probed only then: it opens the CUDA runtime.
-  if (launcher == Launcher::kSlurm && !env.Has("SLURM_LOCALID")) {
-    parse.num_devices = CudaDeviceCount();
-  }
-  DK_ASSIGN_OR_RETURN(RendezvousInfo info,
-                      ParseRendezvous(launcher, env, parse));
+  DK_ASSIGN_OR_RETURN(
+      RendezvousInfo info,
+      ParseRendezvous(launcher, env,
+                      ParseOptionsFor(launcher, env, options.port)));
   if (launcher == Launcher::kSlurm || launcher == Launcher::kMpi) {
     ExportTorchrunVariables(info);
   }
@@ -229,6 +237,21 @@ absl::Status InitDist(absl::string_view launcher_name,
   StartJobWatch(remote && info.world_size > 1 ? job_store : nullptr,
                 info.store_address);
   return LocalGroupAfterJoin();
+}
+
+absl::StatusOr<RendezvousInfo> LauncherInfo(absl::string_view launcher_name) {
+  Environment env = Environment::FromProcess();
+  Launcher launcher = InferLauncher(env);
+  if (!launcher_name.empty()) {
+    DK_ASSIGN_OR_RETURN(launcher, ParseLauncher(launcher_name));
+  }
+  if (launcher == Launcher::kMpi &&
+      env.Get("MASTER_ADDR").value_or("").empty() &&
+      !env.Has("DISTKIT_STORE")) {
+    return ParseMpiPlacement(env);
+  }
+  return ParseRendezvous(launcher, env,
+                         ParseOptionsFor(launcher, env, std::nullopt));
 }
 
 absl::Status InitDistWithStore(std::shared_ptr<Store> store, int rank, int size,

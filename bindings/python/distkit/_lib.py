@@ -89,9 +89,26 @@ class InitConfig(ctypes.Structure):
     ]
 
 
+class LauncherInfo(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("launcher", ctypes.c_char_p),
+        ("rank", ctypes.c_int32),
+        ("world_size", ctypes.c_int32),
+        ("local_rank", ctypes.c_int32),
+        ("local_world_size", ctypes.c_int32),
+        ("node_rank", ctypes.c_int32),
+        ("master_port", ctypes.c_int32),
+        ("master_addr", ctypes.c_char_p),
+        ("store_address", ctypes.c_char_p),
+        ("hosts_store", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+    ]
+
+
 # ---- Constants (the header's DK_* values; status codes live in errors.py) ----
 
-ABI_MAJOR, ABI_MINOR = 0, 3
+ABI_MAJOR, ABI_MINOR = 0, 4
 
 OP_SUM, OP_PRODUCT, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, OP_MEAN = range(8)
 # mmengine's op names (mean is all_reduce's own, not a reduce op there).
@@ -141,6 +158,9 @@ _PROTOTYPES = {
                                         ctypes.c_void_p, ctypes.c_size_t, PP,
                                         ctypes.POINTER(ctypes.c_size_t), PP]),
     "dk_store_num_keys": (c_status, [P, ctypes.POINTER(ctypes.c_int64), PP]),
+    "dk_launcher_infer": (ctypes.c_char_p, []),
+    "dk_launcher_info": (c_status, [ctypes.c_char_p, ctypes.POINTER(ctypes.POINTER(LauncherInfo)),
+                                    PP]),
     "dk_init_config_init": (None, [ctypes.POINTER(InitConfig)]),
     "dk_init": (c_status, [ctypes.c_char_p, ctypes.POINTER(InitConfig), PP, PP]),
     "dk_init_with_store": (c_status, [P, ctypes.c_int32, ctypes.c_int32,
@@ -214,6 +234,7 @@ _PROTOTYPES = {
     "dk_parallel_state_size": (ctypes.c_int32, [P, ctypes.c_int32]),
     "dk_parallel_state_describe": (c_status, [P, PP, PP]),
     "dk_get_device": (None, [ctypes.POINTER(DLDevice)]),
+    "dk_group_comm_device": (c_status, [P, ctypes.POINTER(DLDevice), PP]),
     "dk_shard_config_init": (None, [ctypes.POINTER(ShardConfig)]),
     "dk_shard_create": (c_status, [P, ctypes.POINTER(T), ctypes.c_size_t,
                                    ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ShardConfig),

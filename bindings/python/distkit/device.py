@@ -1,7 +1,8 @@
 """Devices. get_device is mmengine.device.get_device: the device string, fixed
 at import time, first available in the order npu > cuda > mlu > mps > dipu >
-musa > cpu. rank_device and copy_tensor ask the library (dk_get_device,
-dk_tensor_copy), so Python sees the device the C ABI communicates on."""
+musa > cpu. rank_device, group_comm_device and copy_tensor ask the library
+(dk_get_device, dk_group_comm_device, dk_tensor_copy), so Python sees the
+devices the C ABI communicates on."""
 import ctypes
 
 import torch
@@ -38,14 +39,27 @@ def get_device() -> str:
     return DEVICE
 
 
+def _torch_device(device: _lib.DLDevice) -> torch.device:
+    if device.device_type == _DL_CUDA:
+        return torch.device("cuda", device.device_id)
+    return torch.device("cpu")
+
+
 def rank_device() -> torch.device:
     """This rank's device as the library sees it: cuda:<local rank> when
     libdistkit was built with CUDA and a GPU is usable, else the CPU."""
     out = _lib.DLDevice()
     lib.dk_get_device(ctypes.byref(out))
-    if out.device_type == _DL_CUDA:
-        return torch.device("cuda", out.device_id)
-    return torch.device("cpu")
+    return _torch_device(out)
+
+
+def group_comm_device(handle) -> torch.device:
+    """Where the group ``handle`` (a dk_group_t*; None: the default group)
+    runs its collectives, as its backend says (dk_group_comm_device): the
+    CPU for gloo and mpi, the GPU for nccl and "cpu:gloo,cuda:nccl"."""
+    out = _lib.DLDevice()
+    raise_for_status(lib.dk_group_comm_device, handle, ctypes.byref(out))
+    return _torch_device(out)
 
 
 def library_reaches(device: torch.device) -> bool:

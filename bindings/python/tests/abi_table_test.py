@@ -126,7 +126,8 @@ class AbiTableTest(unittest.TestCase):
                             ("dk_init_config_t", _lib.InitConfig),
                             ("dk_reducer_config_t", _lib.ReducerConfig),
                             ("dk_shard_config_t", _lib.ShardConfig),
-                            ("dk_shard_event_t", _lib.ShardEvent)):
+                            ("dk_shard_event_t", _lib.ShardEvent),
+                            ("dk_launcher_info_t", _lib.LauncherInfo)):
             with self.subTest(struct=c_name):
                 self.assertEqual([f[0] for f in cls._fields_], structs[c_name])
 

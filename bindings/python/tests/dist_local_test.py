@@ -40,6 +40,56 @@ class NotDistributedTest(unittest.TestCase):
         with mock.patch.dict(os.environ, {"WORLD_SIZE": "2", "SLURM_NTASKS": "2"}, clear=True):
             self.assertEqual(dist.infer_launcher(), "pytorch")
 
+    # The launcher's view comes from the library (dk_launcher_info), the
+    # parsing dk_init joins with; capi/header_cxx_test.cc expects the same
+    # values from C++ for the same Slurm variables.
+    SLURM = {"SLURM_NTASKS": "8", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
+             "SLURM_NTASKS_PER_NODE": "2(x4)", "SLURM_NODEID": "2",
+             "SLURM_NODELIST": "node[01-03,07]"}
+
+    def test_launcher_info_under_slurm(self):
+        with mock.patch.dict(os.environ, self.SLURM, clear=True):
+            self.assertEqual(dist.infer_launcher(), "slurm")
+            self.assertEqual(dist.launcher_info(), dist.LauncherInfo(
+                launcher="slurm", rank=5, world_size=8, local_rank=1, local_world_size=2,
+                node_rank=2, master_addr="node01", master_port=29500,
+                store_address="node01:29500", hosts_store=False))
+        with mock.patch.dict(os.environ, {**self.SLURM, "SLURM_PROCID": "0",
+                                          "SLURM_NODELIST": "gpu-a[7,9-10]",
+                                          "MASTER_PORT": "1234"}, clear=True):
+            info = dist.launcher_info("slurm")
+            self.assertEqual((info.rank, info.master_addr, info.master_port, info.store_address,
+                              info.hosts_store), (0, "gpu-a7", 1234, "gpu-a7:1234", True))
+        with mock.patch.dict(os.environ, {**self.SLURM, "SLURM_PROCID": "five"}, clear=True):
+            with self.assertRaisesRegex(errors.InvalidArgumentError, "SLURM_PROCID"):
+                dist.launcher_info()
+
+    def test_launcher_info_of_torchrun_and_mpi(self):
+        torchrun = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                    "GROUP_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400",
+                    "TORCHELASTIC_USE_AGENT_STORE": "True"}
+        with mock.patch.dict(os.environ, torchrun, clear=True):
+            self.assertEqual(dist.launcher_info(), dist.LauncherInfo(
+                launcher="pytorch", rank=3, world_size=4, local_rank=1, local_world_size=2,
+                node_rank=1, master_addr="10.0.0.1", master_port=29400,
+                store_address="10.0.0.1:29401", hosts_store=False))
+        mpi = {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4",
+               "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+               "OMPI_COMM_WORLD_NODE_RANK": "1"}
+        with mock.patch.dict(os.environ, mpi, clear=True):
+            # Without MASTER_ADDR: mpirun's placement only (the mpi backend's).
+            info = dist.launcher_info()
+            self.assertEqual((info.launcher, info.rank, info.world_size, info.local_rank,
+                              info.local_world_size, info.node_rank, info.store_address),
+                             ("mpi", 2, 4, 0, 2, 1, ""))
+        with mock.patch.dict(os.environ, {**mpi, "MASTER_ADDR": "h0"}, clear=True):
+            self.assertEqual(dist.launcher_info("mpi").store_address, "h0:29500")
+        with mock.patch.dict(os.environ, {}, clear=True):
+            self.assertEqual(dist.launcher_info(), dist.LauncherInfo(
+                "none", 0, 1, 0, 1, 0, "", 0, "", False))
+            with self.assertRaisesRegex(ValueError, "Invalid launcher type: torchrun"):
+                dist.launcher_info("torchrun")
+
     def test_collectives_are_local(self):
         data = torch.arange(2, dtype=torch.int64)
         dist.all_reduce(data, "mean")

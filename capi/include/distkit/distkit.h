@@ -73,7 +73,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------ */
 
 #define DK_ABI_MAJOR 0
-#define DK_ABI_MINOR 3
+#define DK_ABI_MINOR 4
 
 /* Local. Checks that this header (major, minor) can use the loaded library:
  * same major, and a minor no newer than the library's. DK_FAILED_PRECONDITION
@@ -248,6 +248,48 @@ DK_EXPORT dk_status_t dk_store_multi_get(dk_store_t* store,
 /* Local. The number of keys in the store. */
 DK_EXPORT dk_status_t dk_store_num_keys(dk_store_t* store, int64_t* out,
                                         dk_error_t** err);
+
+/* ---- Launcher (ABI 0.4) -------------------------------------------------- */
+
+/* Local, any thread. The launcher the environment names, by mmengine's
+ * infer_launcher: "pytorch" when WORLD_SIZE is set, else "slurm"
+ * (SLURM_NTASKS), else "mpi" (OMPI_COMM_WORLD_LOCAL_RANK), else "none".
+ * A static string (never freed). */
+DK_EXPORT const char* dk_launcher_infer(void);
+
+/* This process's place in the job, as dk_init reads it from the launcher.
+ * The library allocates it: fields are only ever appended, so read a field
+ * only when struct_size (what this library filled) covers it. */
+typedef struct dk_launcher_info {
+  size_t struct_size;   /* sizeof the library's dk_launcher_info_t */
+  const char* launcher; /* "none", "pytorch", "slurm", "mpi" or "distrun" */
+  int32_t rank;
+  int32_t world_size;
+  int32_t local_rank;
+  int32_t local_world_size;
+  int32_t node_rank;   /* GROUP_RANK, SLURM_NODEID, OMPI_COMM_WORLD_NODE_RANK */
+  int32_t master_port; /* 0 when the launcher names none */
+  const char* master_addr;   /* "" when none */
+  const char* store_address; /* "host:port" dk_init joins through; "" none */
+  int32_t hosts_store;       /* 1: dk_init makes this rank serve the store */
+  int32_t reserved;          /* 0 */
+} dk_launcher_info_t;
+
+/* Local, any thread. Reads `launcher`'s variables ("pytorch", "slurm",
+ * "mpi", "distrun", "none"; NULL: dk_launcher_infer's) as dk_init does, so
+ * every binding sees the job as the library joins it. *out is owned: one
+ * allocation (the struct, then its strings), one dk_free. A variable that
+ * is missing or malformed is DK_INVALID_ARGUMENT naming it and the
+ * launcher; another launcher name is "Invalid launcher type: <name>".
+ * Slurm: master_addr is MASTER_ADDR, else the first host of SLURM_NODELIST
+ * ("node[01-03]" -> "node01"); the port MASTER_PORT, else 29500; without
+ * SLURM_LOCALID the local rank is the rank modulo the GPUs (mmengine's rule;
+ * counting them opens the CUDA runtime). "mpi" without MASTER_ADDR or
+ * DISTKIT_STORE gives mpirun's placement only (what the mpi backend joins
+ * with; no store). "none": rank 0 of 1. */
+DK_EXPORT dk_status_t dk_launcher_info(const char* launcher,
+                                       dk_launcher_info_t** out,
+                                       dk_error_t** err);
 
 /* ---- Groups -------------------------------------------------------------- */
 
@@ -542,6 +584,15 @@ DK_EXPORT dk_status_t dk_parallel_state_describe(
 /* Local. This rank's device (mmengine's get_device): cuda:<local rank> when
  * this build has CUDA and the machine a usable GPU, else the CPU. */
 DK_EXPORT void dk_get_device(DLDevice* out);
+
+/* Local, any thread (ABI 0.4). Where `group`'s (NULL: the default group's)
+ * collectives compute, as its backend says (mmengine's get_comm_device):
+ * the CPU for gloo and mpi; cuda:<device> for nccl and for
+ * "cpu:gloo,cuda:nccl" (its CUDA half is NCCL). Not distributed with NULL,
+ * or a rank outside `group`: the CPU. A destroyed handle is
+ * DK_FAILED_PRECONDITION. */
+DK_EXPORT dk_status_t dk_group_comm_device(const dk_group_t* group,
+                                           DLDevice* out, dk_error_t** err);
 
 /* Local, blocking, any thread. Copies src into dst, which may be on different
  * devices (host <-> CUDA and CUDA <-> CUDA through cudaMemcpy): the same

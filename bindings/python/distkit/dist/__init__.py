@@ -7,7 +7,8 @@ DLPack and are updated in place, never copied through Python lists. Objects
 travel pickled. Collectives release the GIL while they wait.
 
 The modules mirror the library's concepts:
-  launch       joining and leaving the job (init_dist, destroy)
+  launch       joining and leaving the job (init_dist, destroy) and the
+               launcher's view of it (launcher_info, read by the library)
   groups       process groups and topology (rank, size, local group)
   devices      which device data is on and casting it to the comm device
   collectives  tensor collectives (all_reduce, broadcast, ..., all_reduce_params)
@@ -26,19 +27,20 @@ from .groups import (ProcessGroup, barrier, get_backend, get_default_group, get_
                      get_global_rank, get_group_rank, get_local_group, get_local_rank,
                      get_local_size, get_rank, get_world_size, init_local_group, is_distributed,
                      is_main_process, master_only, new_group, shrink_group)
-from .launch import destroy, infer_launcher, init_dist
+from .launch import LauncherInfo, destroy, infer_launcher, init_dist, launcher_info
 from .objects import all_gather_bytes, all_gather_object, broadcast_object_list, gather_object
 from .results import collect_results, collect_results_cpu, collect_results_gpu
 from .work import Work
 
 __all__ = [
-    "DistkitError", "ProcessGroup", "Work", "all_gather", "all_gather_bytes", "all_gather_object",
-    "all_reduce", "all_reduce_dict", "all_reduce_params", "barrier", "broadcast",
-    "broadcast_object_list", "cast_data_device", "collect_results", "collect_results_cpu",
-    "collect_results_gpu", "destroy", "gather", "gather_object", "get_backend",
+    "DistkitError", "LauncherInfo", "ProcessGroup", "Work", "all_gather", "all_gather_bytes",
+    "all_gather_object", "all_reduce", "all_reduce_dict", "all_reduce_params", "barrier",
+    "broadcast", "broadcast_object_list", "cast_data_device", "collect_results",
+    "collect_results_cpu", "collect_results_gpu", "destroy", "gather", "gather_object", "get_backend",
     "get_comm_device", "get_data_device", "get_default_group", "get_dist_info",
     "get_global_rank", "get_group_rank",
     "get_local_group", "get_local_rank", "get_local_size", "get_rank", "get_world_size",
     "infer_launcher", "init_dist", "init_local_group", "is_distributed", "is_main_process",
+    "launcher_info",
     "master_only", "new_group", "reduce", "shrink_group", "sync_random_seed",
 ]

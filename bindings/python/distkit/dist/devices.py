@@ -7,14 +7,25 @@ import numpy as np
 import torch
 
 from .. import device as _device
-from .groups import ProcessGroup, get_backend
+from . import groups, torch_join
+from .groups import ProcessGroup
 
 
 def get_comm_device(group: Optional[ProcessGroup] = None) -> torch.device:
-    backend = get_backend(group)
-    if backend == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    """Where ``group``'s collectives compute, as the library's backend says
+    (dk_group_comm_device): cpu for gloo and mpi, cuda:<device> for nccl and
+    for "cpu:gloo,cuda:nccl"; cpu when not distributed."""
+    if group is None and not groups.is_distributed():
+        return torch.device("cpu")
+    if group is None and groups._torch_only():
+        # User code initialized torch.distributed and distkit has not joined
+        # it yet (the first collective does; asking the library would join,
+        # a collective call). Like the other local queries, this answers for
+        # torch's group, by mmengine's rule on torch's backend.
+        if torch_join.torch_backend() == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+    return _device.group_comm_device(groups.handle_of(group))
 
 
 def _common_device(items) -> torch.device:

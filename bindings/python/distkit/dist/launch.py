@@ -1,11 +1,19 @@
 """Joining and leaving the job: init_dist, as mmengine's, from the
 launcher's environment (torchrun, Slurm, MPI), with torch.distributed's
-default group on the "distkit" backend; and destroy."""
+default group on the "distkit" backend; and destroy.
+
+The launcher's variables are read by the library only (dk_launcher_infer,
+dk_launcher_info: the parsing dk_init joins with), so Python sees the job as
+every other language does. What stays here is mmengine's Python surface:
+init_dist's launcher names and messages, its set_device before joining, and
+os.environ, a copy Python takes at start-up, refreshed after dk_init exports
+torchrun's variables."""
 import ctypes
 import datetime
 import os
+from typing import NamedTuple, Optional
 
-from .. import _lib
+from .. import _lib, errors
 from .._lib import lib, raise_for_status
 from . import groups
 
@@ -13,13 +21,40 @@ _TORCH_GROUP_OURS = False  # init_dist made torch.distributed's default group
 
 
 def infer_launcher() -> str:
-    if "WORLD_SIZE" in os.environ:
-        return "pytorch"
-    if "SLURM_NTASKS" in os.environ:
-        return "slurm"
-    if "OMPI_COMM_WORLD_LOCAL_RANK" in os.environ:
-        return "mpi"
-    return "none"
+    """mmengine's infer_launcher: 'pytorch' (WORLD_SIZE set), 'slurm'
+    (SLURM_NTASKS), 'mpi' (OMPI_COMM_WORLD_LOCAL_RANK) or 'none'."""
+    return lib.dk_launcher_infer().decode()
+
+
+class LauncherInfo(NamedTuple):
+    """This process's place in the job as the launcher describes it
+    (dk_launcher_info_t): what init_dist joins with."""
+    launcher: str
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+    store_address: str
+    hosts_store: bool
+
+
+def launcher_info(launcher: Optional[str] = None) -> LauncherInfo:
+    """Reads ``launcher``'s variables ('pytorch', 'slurm', 'mpi', 'distrun',
+    'none'; None: infer_launcher's) as init_dist does. A missing or malformed
+    variable raises InvalidArgumentError (a ValueError) naming it."""
+    out = ctypes.POINTER(_lib.LauncherInfo)()
+    raise_for_status(lib.dk_launcher_info, None if launcher is None else launcher.encode(),
+                     ctypes.byref(out))
+    try:
+        c = out.contents
+        return LauncherInfo(c.launcher.decode(), c.rank, c.world_size, c.local_rank,
+                            c.local_world_size, c.node_rank, c.master_addr.decode(),
+                            c.master_port, c.store_address.decode(), bool(c.hosts_store))
+    finally:
+        lib.dk_free(ctypes.cast(out, ctypes.c_void_p))
 
 
 def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
@@ -68,28 +103,23 @@ def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
     _TORCH_GROUP_OURS = torch_backend.init_default_group(config.timeout_ms)
 
 
-def _launcher_local_rank(launcher: str, device_count: int) -> int:
-    """This rank's local rank as mmengine reads it for set_device."""
-    env = os.environ
-    if launcher == "pytorch":
-        return int(env.get("LOCAL_RANK", "0"))
-    if launcher == "slurm":
-        if "SLURM_LOCALID" in env:
-            return int(env["SLURM_LOCALID"])
-        return int(env.get("SLURM_PROCID", "0")) % device_count
-    return int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("MPI_LOCALRANKID", "0")))
-
-
 def _select_cuda_device(launcher: str) -> None:
     """mmengine's init_dist: cuda.set_device(local_rank) before joining, so
-    that get_comm_device() (cuda:<current_device()>) is the device the NCCL
-    backend binds (cuda:<local_rank % device_count>). Nothing without a GPU."""
+    that torch's current device is the one the NCCL backend binds
+    (cuda:<local_rank % device_count>), the local rank as the library reads
+    it. Nothing without a GPU, or when the launcher's variables are wrong
+    (dk_init then raises the error naming them)."""
     import torch
     if not torch.cuda.is_available():
         return
     count = torch.cuda.device_count()
-    if count > 0:
-        torch.cuda.set_device(_launcher_local_rank(launcher, count) % count)
+    if count == 0:
+        return
+    try:
+        local_rank = launcher_info(launcher).local_rank
+    except errors.DistkitError:
+        return
+    torch.cuda.set_device(local_rank % count)
 
 
 def _mirror_exported_variables() -> None:

@@ -49,7 +49,7 @@ pub struct DLTensor {
 // ---- Versions and errors --------------------------------------------------
 
 pub const DK_ABI_MAJOR: i32 = 0;
-pub const DK_ABI_MINOR: i32 = 3;
+pub const DK_ABI_MINOR: i32 = 4;
 
 pub type dk_status_t = i32;
 
@@ -122,6 +122,27 @@ pub struct dk_store_config_t {
     pub token: *const c_char,
     pub timeout_ms: i64,
     pub connect_timeout_ms: i64,
+}
+
+// ---- Launcher (ABI 0.4) ------------------------------------------------------
+
+/// This process's place in the job as the launcher describes it; allocated
+/// by the library (dk_launcher_info), freed with one dk_free.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dk_launcher_info_t {
+    pub struct_size: usize,
+    pub launcher: *const c_char,
+    pub rank: i32,
+    pub world_size: i32,
+    pub local_rank: i32,
+    pub local_world_size: i32,
+    pub node_rank: i32,
+    pub master_port: i32,
+    pub master_addr: *const c_char,
+    pub store_address: *const c_char,
+    pub hosts_store: i32,
+    pub reserved: i32,
 }
 
 // ---- Groups and work ------------------------------------------------------
@@ -324,6 +345,13 @@ extern "C" {
     ) -> dk_status_t;
     pub fn dk_store_num_keys(store: *mut dk_store_t, out: *mut i64, err: ErrOut) -> dk_status_t;
 
+    pub fn dk_launcher_infer() -> *const c_char;
+    pub fn dk_launcher_info(
+        launcher: *const c_char,
+        out: *mut *mut dk_launcher_info_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+
     pub fn dk_init_config_init(config: *mut dk_init_config_t);
     pub fn dk_init(
         launcher: *const c_char,
@@ -513,6 +541,11 @@ extern "C" {
     ) -> dk_status_t;
 
     pub fn dk_get_device(out: *mut DLDevice);
+    pub fn dk_group_comm_device(
+        group: *const dk_group_t,
+        out: *mut DLDevice,
+        err: ErrOut,
+    ) -> dk_status_t;
     pub fn dk_tensor_copy(src: *const DLTensor, dst: *mut DLTensor, err: ErrOut) -> dk_status_t;
 
     pub fn dk_reducer_config_init(config: *mut dk_reducer_config_t);

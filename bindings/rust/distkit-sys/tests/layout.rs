@@ -91,6 +91,9 @@ fn rust_values() -> Vec<(&'static str, i64)> {
     layout!(dk_shard_config_t: struct_size, strategy, param_dtype, reduce_dtype, offload_params,
             sync_module_states, reserved, replicate_group);
     layout!(dk_shard_event_t: unix_ns, kind, reserved);
+    layout!(dk_launcher_info_t: struct_size, launcher, rank, world_size, local_rank,
+            local_world_size, node_rank, master_port, master_addr, store_address, hosts_store,
+            reserved);
     values
 }
 

@@ -128,5 +128,18 @@ int main(void) {
   OFFSET(dk_shard_event_t, unix_ns);
   OFFSET(dk_shard_event_t, kind);
   OFFSET(dk_shard_event_t, reserved);
+  SIZE(dk_launcher_info_t);
+  OFFSET(dk_launcher_info_t, struct_size);
+  OFFSET(dk_launcher_info_t, launcher);
+  OFFSET(dk_launcher_info_t, rank);
+  OFFSET(dk_launcher_info_t, world_size);
+  OFFSET(dk_launcher_info_t, local_rank);
+  OFFSET(dk_launcher_info_t, local_world_size);
+  OFFSET(dk_launcher_info_t, node_rank);
+  OFFSET(dk_launcher_info_t, master_port);
+  OFFSET(dk_launcher_info_t, master_addr);
+  OFFSET(dk_launcher_info_t, store_address);
+  OFFSET(dk_launcher_info_t, hosts_store);
+  OFFSET(dk_launcher_info_t, reserved);
   return 0;
 }

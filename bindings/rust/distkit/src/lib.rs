@@ -11,10 +11,12 @@
 //! Every call goes through the C ABI in `libdistkit.so` (see README.md for
 //! how to build and find it). Errors carry the ABI's status code.
 mod abi_memory;
+mod device;
 mod element;
 mod error;
 mod group;
 mod half;
+mod launcher;
 mod reducer;
 mod shard;
 mod store;
@@ -24,10 +26,12 @@ use std::time::Duration;
 
 use distkit_sys as sys;
 
+pub use device::{device, Device};
 pub use element::{DataType, Element};
 pub use error::{Code, Error, Result};
 pub use group::{AbortHandle, Group, ReduceOp, Scope, Work};
 pub use half::{BF16, F16};
+pub use launcher::{infer_launcher, launcher_info, LauncherInfo};
 pub use reducer::{CommHook, Reducer, ReducerOptions};
 pub use shard::{Shard, ShardEvent, ShardEventKind, ShardOptions, ShardingStrategy};
 pub use store::{Store, StoreOptions};

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use distkit::{
-    Code, Group, InitOptions, ReduceOp, Shard, ShardEventKind, ShardOptions, Store, StoreOptions, BF16, F16,
+    Code, Device, Group, InitOptions, LauncherInfo, ReduceOp, Shard, ShardEventKind, ShardOptions, Store,
+    StoreOptions, BF16, F16,
 };
 
 fn store_round_trips(store: &Store) {
@@ -29,8 +30,54 @@ fn store_round_trips(store: &Store) {
     assert_eq!(e.code(), Code::InvalidArgument);
 }
 
+/// The launcher's view, read by the library as init reads it: the same
+/// values capi/header_cxx_test.cc and Python's dist_local_test expect.
+fn launcher_view() {
+    for name in ["WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DISTKIT_STORE", "OMPI_COMM_WORLD_LOCAL_RANK"] {
+        std::env::remove_var(name);
+    }
+    let slurm = [
+        ("SLURM_NTASKS", "8"),
+        ("SLURM_PROCID", "5"),
+        ("SLURM_LOCALID", "1"),
+        ("SLURM_NTASKS_PER_NODE", "2(x4)"),
+        ("SLURM_NODEID", "2"),
+        ("SLURM_NODELIST", "node[01-03,07]"),
+    ];
+    for (name, value) in slurm {
+        std::env::set_var(name, value);
+    }
+    assert_eq!(distkit::infer_launcher(), "slurm");
+    let expected = LauncherInfo {
+        launcher: "slurm".into(),
+        rank: 5,
+        world_size: 8,
+        local_rank: 1,
+        local_world_size: 2,
+        node_rank: 2,
+        master_addr: "node01".into(),
+        master_port: 29500,
+        store_address: "node01:29500".into(),
+        hosts_store: false,
+    };
+    assert_eq!(distkit::launcher_info(None).unwrap(), expected);
+    std::env::set_var("SLURM_PROCID", "five");
+    let e = distkit::launcher_info(Some("slurm")).expect_err("malformed SLURM_PROCID");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(e.message().contains("SLURM_PROCID"), "{e}");
+    for (name, _) in slurm {
+        std::env::remove_var(name);
+    }
+    assert_eq!(distkit::infer_launcher(), "none");
+    let none = distkit::launcher_info(None).unwrap();
+    assert_eq!((none.launcher.as_str(), none.rank, none.world_size), ("none", 0, 1));
+    let e = distkit::launcher_info(Some("torchrun")).expect_err("unknown launcher");
+    assert!(e.message().contains("Invalid launcher type: torchrun"), "{e}");
+}
+
 fn world_of_one(world: &Group) {
     assert_eq!((world.rank(), world.size()), (0, 1));
+    assert_eq!(world.comm_device().unwrap(), Device::Cpu);
     assert_eq!(world.name().as_deref(), Some("world"));
     let mut x = vec![1.5f32, -2.0];
     world.all_reduce(&mut x, ReduceOp::Sum).unwrap();
@@ -109,6 +156,8 @@ fn local_api() {
     assert!(minor >= distkit_sys::DK_ABI_MINOR, "library {major}.{minor}");
 
     assert!(!distkit::is_distributed());
+    launcher_view();
+    assert!(matches!(distkit::device(), Device::Cpu | Device::Cuda(_)));
     let e = Store::default_store().err().expect("no job store before init");
     assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
     let e = distkit::init("k8s", &InitOptions::default()).err().expect("bad launcher");
