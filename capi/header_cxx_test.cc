@@ -1,5 +1,6 @@
 // The public header compiles as C++ too, and its constants match the core's
-// enums (the ABI passes them through by value).
+// enums (the ABI passes them through by value); calls that need no job of
+// several ranks: errors, the launcher's view, a group's comm device.
 #include <cstdlib>
 #include <string>
 
@@ -9,6 +10,7 @@
 #include "cc/core/reduce_op.h"
 #include "distkit/distkit.h"
 #include "gtest/gtest.h"
+#include "testing/cc/extension_device.h"
 
 namespace {
 
@@ -124,6 +126,36 @@ TEST(HeaderTest, LauncherInfoUnderSlurm) {
   EXPECT_EQ(info->world_size, 1);
   EXPECT_STREQ(info->store_address, "");
   dk_free(info);
+}
+
+// The comm device is the backend's answer, not a guess from its name: the
+// test backend "ext_test" computes on ext:0 (where a name-based rule, such
+// as mmengine's "nccl means cuda", says cpu).
+TEST(HeaderTest, CommDeviceIsTheBackends) {
+  distkit::testing::InstallXorExtensionDevice();
+  dk_store_config_t sc;
+  dk_store_config_init(&sc);
+  sc.address = "127.0.0.1:0";
+  dk_store_t* store = nullptr;
+  ASSERT_EQ(dk_store_serve(&sc, &store, nullptr), DK_OK);
+  dk_init_config_t ic;
+  dk_init_config_init(&ic);
+  ic.backend = "ext_test";
+  dk_group_t* world = nullptr;
+  ASSERT_EQ(dk_init_with_store(store, 0, 1, &ic, &world, nullptr), DK_OK);
+  for (dk_group_t* group : {world, static_cast<dk_group_t*>(nullptr)}) {
+    DLDevice device{kDLCPU, 7};
+    ASSERT_EQ(dk_group_comm_device(group, &device, nullptr), DK_OK);
+    EXPECT_EQ(device.device_type, kDLExtDev);
+    EXPECT_EQ(device.device_id, 0);
+  }
+  dk_group_destroy(world);
+  DLDevice device;
+  dk_error_t* err = nullptr;
+  EXPECT_EQ(dk_group_comm_device(world, &device, &err), DK_FAILED_PRECONDITION);
+  dk_error_free(err);
+  dk_shutdown();
+  dk_store_destroy(store);
 }
 
 }  // namespace
