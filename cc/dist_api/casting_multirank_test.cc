@@ -27,6 +27,7 @@
 #include "cc/dist_api/dist.h"
 #include "cc/dist_api/object_collectives.h"
 #include "gtest/gtest.h"
+#include "testing/cc/dist_job.h"
 #include "testing/cc/extension_device.h"
 #include "testing/cc/typed_values.h"
 
@@ -306,20 +307,12 @@ TEST(Casting, AnObjectTooLargeForOneRanksDeviceFailsEveryRank) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (argc != 2) {
-    fprintf(stderr, "usage: casting_multirank_test ext_test|gloo\n");
-    return 2;
-  }
-  distkit::dist::backend = argv[1];
+  const std::optional<std::string> backend =
+      distkit::testing::BackendArgument(argc, argv, {"ext_test", "gloo"});
+  if (!backend) return 2;
+  distkit::dist::backend = *backend;
   distkit::testing::InstallXorExtensionDevice();
-  distkit::dist::InitOptions options;
-  options.backend = argv[1];
-  options.timeout = absl::Seconds(60);
-  absl::Status joined = distkit::dist::InitDist("pytorch", options);
-  if (!joined.ok()) {
-    fprintf(stderr, "init_dist: %s\n", joined.ToString().c_str());
-    return 1;
-  }
+  if (!distkit::testing::JoinDistJob(*backend)) return 1;
   const int result = RUN_ALL_TESTS();
   (void)distkit::dist::Barrier();
   distkit::dist::DestroyDist();

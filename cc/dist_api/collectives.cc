@@ -8,22 +8,14 @@
 #include "cc/core/reduce_op.h"
 #include "cc/core/status.h"
 #include "cc/dist_api/dist.h"
+#include "cc/dist_api/internal/group_argument.h"
 
 namespace distkit {
 namespace dist {
 namespace {
 
-ProcessGroup* Resolve(ProcessGroup* group) {
-  return const_cast<ProcessGroup*>(ResolveGroup(group));
-}
-
-bool Trivial(ProcessGroup* group) {
-  if (!IsDistributed()) return true;
-  // A non-member's call is not a no-op: it goes on, and the group refuses it
-  // (FAILED_PRECONDITION), as the header says for every collective.
-  const ProcessGroup* g = Resolve(group);
-  return g->is_member() && g->size() == 1;
-}
+using internal::Resolve;
+using internal::Trivial;
 
 absl::Status CopyInto(const TensorRef& from, const TensorRef& to) {
   if (from.data() == to.data()) return absl::OkStatus();

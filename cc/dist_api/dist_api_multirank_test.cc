@@ -15,6 +15,7 @@
 #include "cc/dist_api/object_collectives.h"
 #include "cc/dist_api/parallel_state.h"
 #include "gtest/gtest.h"
+#include "testing/cc/dist_job.h"
 
 namespace distkit {
 namespace dist {
@@ -211,13 +212,7 @@ TEST(DistApi, ModeloptGroups) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  distkit::dist::InitOptions options;
-  options.timeout = absl::Seconds(60);
-  absl::Status joined = distkit::dist::InitDist("pytorch", options);
-  if (!joined.ok()) {
-    fprintf(stderr, "init_dist: %s\n", joined.ToString().c_str());
-    return 1;
-  }
+  if (!distkit::testing::JoinDistJob("")) return 1;
   const int result = RUN_ALL_TESTS();
   (void)distkit::dist::Barrier();
   distkit::dist::DestroyDist();

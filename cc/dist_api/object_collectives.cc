@@ -9,22 +9,14 @@
 #include "cc/core/device_staging.h"
 #include "cc/core/status.h"
 #include "cc/dist_api/dist.h"
+#include "cc/dist_api/internal/group_argument.h"
 
 namespace distkit {
 namespace dist {
 namespace {
 
-ProcessGroup* Resolve(ProcessGroup* group) {
-  return const_cast<ProcessGroup*>(ResolveGroup(group));
-}
-
-bool Trivial(ProcessGroup* group) {
-  if (!IsDistributed()) return true;
-  // A non-member's call is not a no-op: it goes on, and the group refuses it
-  // (FAILED_PRECONDITION), as the header says for every collective.
-  const ProcessGroup* g = Resolve(group);
-  return g->is_member() && g->size() == 1;
-}
+using internal::Resolve;
+using internal::Trivial;
 
 // The objects' bytes are host memory; every transfer stages them through
 // the group's comm device (ProcessGroup::comm_device()), as mmengine moves

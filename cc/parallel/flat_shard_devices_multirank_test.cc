@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "cc/dist_api/dist.h"
 #include "cc/parallel/flat_shard.h"
+#include "testing/cc/dist_job.h"
 #include "testing/cc/extension_device.h"
 #include "testing/cc/rank_check.h"
 
@@ -169,25 +170,16 @@ void Unit(std::shared_ptr<ProcessGroup> world, ShardingStrategy strategy,
 
 int main(int argc, char** argv) {
   using namespace distkit;
-  if (argc != 2) {
-    std::fprintf(stderr,
-                 "usage: flat_shard_devices_multirank_test gloo|ext_test\n");
-    return 2;
-  }
-  const std::string backend = argv[1];
-  ::distkit::testing::InstallXorExtensionDevice();
-  dist::InitOptions options;
-  options.backend = backend;
-  options.timeout = absl::Seconds(60);
-  if (absl::Status s = dist::InitDist("pytorch", options); !s.ok()) {
-    std::fprintf(stderr, "init: %s\n", s.ToString().c_str());
-    return 2;
-  }
+  const std::optional<std::string> backend =
+      testing::BackendArgument(argc, argv, {"gloo", "ext_test"});
+  if (!backend) return 2;
+  testing::InstallXorExtensionDevice();
+  if (!testing::JoinDistJob(*backend)) return 2;
   rank_ = dist::GetRank();
   testing::SetCheckRank(rank_);
   size_ = dist::GetWorldSize();
   auto world = dist::GetDefaultGroup();
-  if (backend == "ext_test") {
+  if (*backend == "ext_test") {
     for (ShardingStrategy s :
          {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
           ShardingStrategy::kNoShard}) {
@@ -209,5 +201,5 @@ int main(int argc, char** argv) {
   testing::RequireOk(dist::Barrier(), "barrier");
   dist::DestroyDist();
   return testing::FinishChecks(
-      absl::StrCat("FlatShard on devices (", backend, ")"));
+      absl::StrCat("FlatShard on devices (", *backend, ")"));
 }

@@ -23,9 +23,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cc/dist_api/dist.h"
-#include "cc/parallel/compressed_share_for_tests.h"
 #include "cc/parallel/grad_reducer.h"
+#include "testing/cc/dist_job.h"
 #include "testing/cc/extension_device.h"
+#include "testing/cc/grad_reducer_values.h"
 #include "testing/cc/rank_check.h"
 
 namespace distkit {
@@ -35,13 +36,13 @@ using ::distkit::testing::ExtTensor;
 
 int rank_ = 0, size_ = 1;
 
+// Gradient element k of parameter p on rank r in iteration it, and its
+// mean over the ranks (testing/cc/grad_reducer_values.h).
 double G(int r, int p, int64_t k, int it) {
-  return 0.25 * (r + 1) * ((k % 13) - 6) + 0.5 * p - 0.125 * it;
+  return testing::GradValue(r, p, k, it);
 }
 double Mean(int p, int64_t k, int it) {
-  double s = 0;
-  for (int r = 0; r < size_; ++r) s += G(r, p, k, it) / size_;
-  return s;
+  return testing::MeanGradValue(p, k, it, size_);
 }
 
 // Parameters and gradients on `device`, with host mirrors read by Sync().
@@ -192,7 +193,7 @@ void UnusedAndHooks(std::shared_ptr<ProcessGroup> world, Device device) {
       for (size_t k = 0; k < m.grads[p].size(); ++k) {
         double want = 0;
         for (int q = 0; q < size_; ++q) {
-          want += CompressedShare(hook, G(q, p, k, 0), size_);
+          want += testing::CompressedShare(hook, G(q, p, k, 0), size_);
         }
         const double tol =
             (fp16 ? 1e-3 : 8e-3) * size_ * std::max(1.0, std::abs(want));
@@ -275,25 +276,16 @@ void BadInput(std::shared_ptr<ProcessGroup> world) {
 
 int main(int argc, char** argv) {
   using namespace distkit;
-  if (argc != 2) {
-    std::fprintf(stderr,
-                 "usage: grad_reducer_devices_multirank_test gloo|ext_test\n");
-    return 2;
-  }
-  const std::string backend = argv[1];
-  ::distkit::testing::InstallXorExtensionDevice();
-  dist::InitOptions options;
-  options.backend = backend;
-  options.timeout = absl::Seconds(60);
-  if (absl::Status s = dist::InitDist("pytorch", options); !s.ok()) {
-    std::fprintf(stderr, "init: %s\n", s.ToString().c_str());
-    return 2;
-  }
+  const std::optional<std::string> backend =
+      testing::BackendArgument(argc, argv, {"gloo", "ext_test"});
+  if (!backend) return 2;
+  testing::InstallXorExtensionDevice();
+  if (!testing::JoinDistJob(*backend)) return 2;
   rank_ = dist::GetRank();
   testing::SetCheckRank(rank_);
   size_ = dist::GetWorldSize();
   auto world = dist::GetDefaultGroup();
-  if (backend == "gloo") {
+  if (*backend == "gloo") {
     Training(world, Device::Ext(0));
     UnusedAndHooks(world, Device::Ext(0));
   } else {
@@ -307,5 +299,5 @@ int main(int argc, char** argv) {
   testing::RequireOk(dist::Barrier(), "barrier");
   dist::DestroyDist();
   return testing::FinishChecks(
-      absl::StrCat("GradReducer on devices (", backend, ")"));
+      absl::StrCat("GradReducer on devices (", *backend, ")"));
 }

@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "cc/dist_api/dist.h"
-#include "cc/parallel/compressed_share_for_tests.h"
 #include "cc/parallel/grad_reducer.h"
+#include "testing/cc/grad_reducer_values.h"
 #include "testing/cc/rank_check.h"
 
 namespace distkit {
@@ -20,14 +20,13 @@ namespace {
 
 int rank_ = 0, size_ = 1;
 
-// Gradient element k of parameter p on rank r in iteration it.
+// Gradient element k of parameter p on rank r in iteration it, and its
+// mean over the ranks (testing/cc/grad_reducer_values.h).
 double G(int r, int p, int64_t k, int it) {
-  return 0.25 * (r + 1) * ((k % 13) - 6) + 0.5 * p - 0.125 * it;
+  return testing::GradValue(r, p, k, it);
 }
 double Mean(int p, int64_t k, int it) {
-  double s = 0;
-  for (int r = 0; r < size_; ++r) s += G(r, p, k, it) / size_;
-  return s;
+  return testing::MeanGradValue(p, k, it, size_);
 }
 
 struct Model {
@@ -252,7 +251,7 @@ void Hooks(std::shared_ptr<ProcessGroup> world) {
         // Each rank's value rounded to the compressed type and divided there.
         double want = 0;
         for (int q = 0; q < size_; ++q) {
-          want += CompressedShare(hook, G(q, p, k, 0), size_);
+          want += testing::CompressedShare(hook, G(q, p, k, 0), size_);
         }
         const double tol =
             (fp16 ? 1e-3 : 8e-3) * size_ * std::max(1.0, std::abs(want));

@@ -1,0 +1,32 @@
+// How the dist API's calls read their `group` argument: nullptr is the
+// default group, and a call that has nothing to do (no distributed job, or a
+// group of one that this rank is in) returns before touching its data, as
+// mmengine's do.
+
+#ifndef DISTKIT_CC_DIST_API_INTERNAL_GROUP_ARGUMENT_H_
+#define DISTKIT_CC_DIST_API_INTERNAL_GROUP_ARGUMENT_H_
+
+#include "cc/dist_api/dist.h"
+#include "cc/group/process_group.h"
+
+namespace distkit {
+namespace dist {
+namespace internal {
+
+inline ProcessGroup* Resolve(ProcessGroup* group) {
+  return const_cast<ProcessGroup*>(ResolveGroup(group));
+}
+
+inline bool Trivial(ProcessGroup* group) {
+  if (!IsDistributed()) return true;
+  // A non-member's call is not a no-op: it goes on, and the group refuses it
+  // (FAILED_PRECONDITION), as the header says for every collective.
+  const ProcessGroup* g = Resolve(group);
+  return g->is_member() && g->size() == 1;
+}
+
+}  // namespace internal
+}  // namespace dist
+}  // namespace distkit
+
+#endif  // DISTKIT_CC_DIST_API_INTERNAL_GROUP_ARGUMENT_H_

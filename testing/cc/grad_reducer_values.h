@@ -1,0 +1,49 @@
+// What the gradient reducer's multi-rank tests compare with, computed without
+// the library: the gradient every rank produces (one formula all ranks know),
+// its mean over the ranks, and the fp16 / bf16 compression hooks' result as
+// torch's hooks compute it.
+
+#ifndef DISTKIT_TESTING_CC_GRAD_REDUCER_VALUES_H_
+#define DISTKIT_TESTING_CC_GRAD_REDUCER_VALUES_H_
+
+#include <cstdint>
+
+#include "cc/core/half.h"
+#include "cc/parallel/grad_reducer.h"
+
+namespace distkit {
+namespace testing {
+
+// Gradient element k of parameter p on rank r in iteration it.
+inline double GradValue(int r, int p, int64_t k, int it) {
+  return 0.25 * (r + 1) * ((k % 13) - 6) + 0.5 * p - 0.125 * it;
+}
+
+// GradValue averaged over `world_size` ranks (each share divided first, as
+// the reducer divides before it sums).
+inline double MeanGradValue(int p, int64_t k, int it, int world_size) {
+  double s = 0;
+  for (int r = 0; r < world_size; ++r) {
+    s += GradValue(r, p, k, it) / world_size;
+  }
+  return s;
+}
+
+// One rank's value rounded to the compressed type, divided by the world size
+// there, rounded again; the expected average is the sum of every rank's
+// share.
+inline double CompressedShare(CommHook hook, float x, int world_size) {
+  if (hook == CommHook::kFp16Compress) {
+    return comm_internal::Float16ToFloat(comm_internal::FloatToFloat16(
+        comm_internal::Float16ToFloat(comm_internal::FloatToFloat16(x)) /
+        world_size));
+  }
+  return comm_internal::BFloat16ToFloat(comm_internal::FloatToBFloat16(
+      comm_internal::BFloat16ToFloat(comm_internal::FloatToBFloat16(x)) /
+      world_size));
+}
+
+}  // namespace testing
+}  // namespace distkit
+
+#endif  // DISTKIT_TESTING_CC_GRAD_REDUCER_VALUES_H_
