@@ -1,9 +1,21 @@
 // The sharded checkpoint's files (FullyShardedDataParallel's
-// SaveShardedCheckpoint / LoadShardedCheckpoint): one per rank,
-// <dir>/shard_rank<R>.pt, a pickled dict of tensors that torch.load reads
-// too. Under "unit<U>.meta" each unit's FlatShard metadata is one int64
-// tensor; "unit<U>.flat<K>" is the rank's shard of flat buffer K;
-// "param.<name>" and "buffer.<name>" hold what is not sharded. Internal.
+// SaveShardedCheckpoint / LoadShardedCheckpoint), in the format Python's
+// distkit.fsdp writes and reads too (bindings/python/distkit/fsdp/
+// checkpoint_format.py; docs/architecture.md, "Sharded checkpoints"): one
+// file per rank of the shard group, <dir>/shard_rank<R>.pt, a pickled dict
+// of CPU tensors (torch::pickle_save; Python's torch.load reads it, and
+// torch::pickle_load reads Python's torch.save of such a dict). Its keys:
+//
+//   unit[<path>].meta     int64: world size, F, then per flat buffer its
+//                         dk_dtype_t code and element count (unpadded), then
+//                         P and each of the unit's P parameters' counts
+//   unit[<path>].flat<k>  this rank's shard of the unit's flat buffer k
+//   param.<name>          a parameter no unit holds, whole
+//   buffer.<name>         a buffer, whole
+//
+// <path> is the unit's module path in the wrapped module ("" for the root:
+// "unit[].meta"), so units are found by name, whatever order a language
+// builds them in. Internal.
 
 #ifndef DISTKIT_CC_TORCH_FSDP_CHECKPOINT_FILE_H_
 #define DISTKIT_CC_TORCH_FSDP_CHECKPOINT_FILE_H_
@@ -22,6 +34,14 @@ using ShardFileContents = c10::Dict<std::string, at::Tensor>;
 
 // <dir>/shard_rank<rank>.pt
 std::string ShardFile(const std::string& dir, int rank);
+
+// The keys above.
+std::string MetaKey(const std::string& unit);
+std::string FlatKey(const std::string& unit, int flat);
+std::string ParamKey(const std::string& name);
+std::string BufferKey(const std::string& name);
+// How many units' metadata `contents` holds.
+size_t CountUnits(const ShardFileContents& contents);
 
 // A unit's metadata as one int64 tensor: world size, flat count, then per
 // flat its dtype and numel, then the parameter count and numels.

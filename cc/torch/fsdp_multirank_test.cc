@@ -4,19 +4,25 @@
 // single-process training on the concatenated global batch (each rank
 // computes that reference itself, from the same data) and of distkit's DDP;
 // then state dicts, sharded checkpoints (also loaded by a job of another
-// size), sharded optimizer state and its full form, memory, the timeline
-// and bad input.
+// size), sharded optimizer state and its full form, memory, the timeline,
+// bad input, and ClipGradNorm under every strategy against
+// torch::nn::utils::clip_grad_norm_ alone. With "--xlang-save DIR" or
+// "--xlang-load DIR" it is the C++ side of the cross-language sharded
+// checkpoint test (testing/mixed/fsdp_checkpoint_xlang_test.sh).
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim.h>
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -645,6 +651,151 @@ void StateAndErrors() {
   CheckOk(fsdp->Reshard(), "reshard");
 }
 
+// ---- Gradient clipping ------------------------------------------------------
+
+constexpr double kMaxNorm = 0.05;
+
+// Single-process training on the global batch, clipped by
+// torch::nn::utils::clip_grad_norm_: the parameters after `steps` steps and
+// the norms it clipped by.
+StateDict ReferenceClipped(int steps, double max_norm, double norm_type,
+                           std::vector<double>* norms) {
+  Net net = MakeNet();
+  auto opt = MakeOptimizer(Optim::kSgd, net->parameters());
+  for (int step = 0; step < steps; ++step) {
+    opt->zero_grad();
+    std::vector<torch::Tensor> tokens, targets;
+    for (int r = 0; r < world_; ++r) {
+      tokens.push_back(Tokens(r, step, 0));
+      targets.push_back(Targets(r, step, 0));
+    }
+    Loss(net->forward(torch::cat(tokens)), torch::cat(targets)).backward();
+    norms->push_back(torch::nn::utils::clip_grad_norm_(net->parameters(),
+                                                       max_norm, norm_type));
+    opt->step();
+  }
+  return ParametersOf(*net);
+}
+
+// ClipGradNorm under `options`: parameters and norms equal the clipped
+// single-process training's (<= 1e-5), and clipping took effect.
+void TrainClipped(const std::string& name, FsdpOptions options,
+                  double norm_type,
+                  std::shared_ptr<distkit::ProcessGroup> group,
+                  double max_norm = kMaxNorm) {
+  const std::string what =
+      absl::StrCat("clip ", name, " (norm ", norm_type, ")");
+  constexpr int kSteps = 3;
+  Net net = MakeNet();
+  auto fsdp = FullyShardedDataParallel::Create(net.ptr(), options, group);
+  RequireOk(fsdp.status(), what + ": create");
+  auto opt = MakeOptimizer(Optim::kSgd, net->parameters());
+  std::vector<double> norms;
+  for (int step = 0; step < kSteps; ++step) {
+    opt->zero_grad();
+    RequireOk((*fsdp)->BeforeForward(), what + ": before forward");
+    RequireOk((*fsdp)->Backward(Loss(net->forward(Tokens(rank_, step, 0)),
+                                     Targets(rank_, step, 0))),
+              what + ": backward");
+    auto norm = (*fsdp)->ClipGradNorm(max_norm, norm_type);
+    RequireOk(norm.status(), what + ": ClipGradNorm");
+    norms.push_back(*norm);
+    opt->step();
+  }
+  std::vector<double> want_norms;
+  const StateDict want =
+      ReferenceClipped(kSteps, max_norm, norm_type, &want_norms);
+  auto state = (*fsdp)->FullStateDict();
+  RequireOk(state.status(), what + ": state");
+  CheckClose(*state, want, 1e-5, what + " vs clip_grad_norm_ alone");
+  for (int step = 0; step < kSteps; ++step) {
+    Check(std::abs(norms[step] - want_norms[step]) <= 1e-5 * want_norms[step],
+          absl::StrCat(what, ": step ", step, "'s norm ", norms[step],
+                       ", alone ", want_norms[step]));
+    Check(want_norms[step] > 2 * max_norm,
+          absl::StrCat(what, ": nothing to clip at step ", step));
+  }
+}
+
+// Every sharding strategy (the HYBRID_* ones with each rank its own
+// replica group, so the shard group is the world), the infinity norm and
+// a 3-norm; bad norm_type.
+void Clipping() {
+  const auto blocks = distkit::ModuleTypePolicy({"BlockImpl"});
+  auto world = distkit::dist::GetDefaultGroup();
+  std::shared_ptr<distkit::ProcessGroup> alone;
+  for (int r = 0; r < world_; ++r) {  // collective: every rank makes each
+    auto g = world->NewGroup({r});
+    RequireOk(g.status(), "replica group");
+    if (r == rank_) alone = *g;
+  }
+  for (ShardingStrategy strategy :
+       {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
+        ShardingStrategy::kNoShard, ShardingStrategy::kHybridShard,
+        ShardingStrategy::kHybridShardZero2}) {
+    FsdpOptions options;
+    options.sharding_strategy = strategy;
+    options.auto_wrap_policy = blocks;
+    if (strategy == ShardingStrategy::kHybridShard ||
+        strategy == ShardingStrategy::kHybridShardZero2) {
+      options.replicate_group = alone;
+    }
+    TrainClipped(std::string(distkit::ShardingStrategyName(strategy)), options,
+                 2.0, world);
+  }
+  FsdpOptions options;
+  options.auto_wrap_policy = blocks;
+  // The largest gradient element is below 0.1 here.
+  TrainClipped("full_shard", options, std::numeric_limits<double>::infinity(),
+               world, /*max_norm=*/0.005);
+  options.offload_params = true;
+  TrainClipped("full_shard offload", options, 3.0, world);
+  Net net = MakeNet();
+  auto fsdp = FullyShardedDataParallel::Create(net.ptr(), options);
+  RequireOk(fsdp.status(), "clip: create");
+  absl::Status s = (*fsdp)->ClipGradNorm(1.0, 0.0).status();
+  Check(absl::IsInvalidArgument(s) &&
+            s.message().find("norm_type must be positive") != std::string::npos,
+        "norm_type 0: " + s.ToString());
+}
+
+// ---- Sharded checkpoints across languages
+// -------------------------------------
+
+// Parameter i's value in the cross-language checkpoint: MakeNet's, plus
+// `shift` (i + 1) when Python changed it (fsdp_checkpoint_rank.py computes
+// the same).
+StateDict CrossLanguageValues(double shift) {
+  StateDict want;
+  int i = 0;
+  for (const auto& p : MakeNet()->named_parameters()) {
+    want.insert(p.key(), p.value().detach() + shift * (i + 1));
+    ++i;
+  }
+  return want;
+}
+
+// --xlang-save DIR: writes MakeNet's parameters as a sharded checkpoint;
+// --xlang-load DIR: loads one Python wrote (values + 0.01 (i + 1)) and
+// checks them. Units: one per block, and the root.
+void CrossLanguage(const std::string& mode, const std::string& dir) {
+  FsdpOptions options;
+  options.auto_wrap_policy = distkit::ModuleTypePolicy({"BlockImpl"});
+  Net net = MakeNet();
+  auto fsdp = FullyShardedDataParallel::Create(net.ptr(), options);
+  RequireOk(fsdp.status(), "xlang: create");
+  if (mode == "--xlang-save") {
+    CheckOk((*fsdp)->SaveShardedCheckpoint(dir), "xlang: save " + dir);
+    return;
+  }
+  CheckOk((*fsdp)->LoadShardedCheckpoint(dir),
+          "xlang: load Python's checkpoint " + dir);
+  auto state = (*fsdp)->FullStateDict();
+  RequireOk(state.status(), "xlang: state");
+  CheckClose(*state, CrossLanguageValues(0.01), 1e-6,
+             absl::StrCat("Python's checkpoint loaded at ", world_, " ranks"));
+}
+
 void Hybrid() {
   // 2 "nodes" x 2 ranks: shard inside {0,1} / {2,3}, replicate over {0,2} /
   // {1,3}.
@@ -677,12 +828,19 @@ void Hybrid() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   RequireOk(distkit::dist::InitDist("pytorch"), "init");
   rank_ = distkit::dist::GetRank();
   world_ = distkit::dist::GetWorldSize();
   distkit::testing::SetCheckRank(rank_);
   torch::set_num_threads(1);
+  if (argc == 3) {  // the cross-language checkpoint test's C++ side
+    CrossLanguage(argv[1], argv[2]);
+    RequireOk(distkit::dist::Barrier(), "barrier");
+    const int status = distkit::testing::FinishChecks("LibTorch FSDP xlang");
+    distkit::dist::DestroyDist();
+    return status;
+  }
 
   const auto blocks = distkit::ModuleTypePolicy({"BlockImpl"});
   std::vector<Mode> modes;
@@ -732,6 +890,7 @@ int main() {
   for (const Mode& mode : modes) TrainAndCompare(mode);
   StateAndErrors();
   OptimState();
+  Clipping();
   if (world_ == 4) Hybrid();
 
   RequireOk(distkit::dist::Barrier(), "barrier");

@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <unordered_set>
 
@@ -353,6 +354,55 @@ absl::Status FullyShardedDataParallel::Backward(const torch::Tensor& loss) {
   last_forward_order_ = forward_order_;
   hooked_.clear();
   return status;
+}
+
+absl::StatusOr<double> FullyShardedDataParallel::ClipGradNorm(
+    double max_norm, double norm_type) {
+  if (!(norm_type > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOwner, ": ClipGradNorm's norm_type must be positive or inf, got ",
+        norm_type));
+  }
+  DK_RETURN_IF_ERROR(RequireSharded("ClipGradNorm"));
+  const bool inf = std::isinf(norm_type);
+  // The gradients the optimizer sees: each unit's parameters' (this rank's
+  // pieces where the unit is split over ranks) and the unsharded ones'.
+  std::vector<torch::Tensor> grads;
+  // Of the p-th powers' sum (the maximum for inf), in float64: the parts of
+  // sharded gradients, summed over the group below, and whole ones.
+  double parts[2] = {0, 0};
+  bool any_sharded = false;
+  auto add = [&](const torch::Tensor& grad, bool sharded) {
+    if (!grad.defined()) return;
+    grads.push_back(grad);
+    if (grad.numel() == 0) return;
+    const torch::Tensor g = grad.detach().to(torch::kDouble);
+    const double v =
+        inf ? g.abs().max().item<double>()
+            : std::pow(g.norm(norm_type).item<double>(), norm_type);
+    double& part = parts[sharded ? 0 : 1];
+    part = inf ? std::max(part, v) : part + v;
+  };
+  for (const auto& unit : units_) {
+    const bool sharded = unit->shard->shard_count() > 1;
+    any_sharded |= sharded;
+    for (const auto& p : unit->params) add(p.grad(), sharded);
+  }
+  for (const auto& [key, p] : unsharded_params_) add(p.grad(), false);
+  // Every rank of a model has the same units, so all or none reduce.
+  if (any_sharded) {
+    DK_RETURN_IF_ERROR(
+        group_->AllReduce(TensorRef(&parts[0], 1, DataType::kFloat64),
+                          inf ? ReduceOp::kMax : ReduceOp::kSum));
+  }
+  const double total = inf ? std::max(parts[0], parts[1])
+                           : std::pow(parts[0] + parts[1], 1.0 / norm_type);
+  // torch.nn.utils.clip_grad_norm_'s factor: max_norm / (norm + 1e-6), at
+  // most 1.
+  const double coefficient = std::min(1.0, max_norm / (total + 1e-6));
+  torch::NoGradGuard no_grad;
+  for (auto& g : grads) g.mul_(coefficient);
+  return total;
 }
 
 absl::Status FullyShardedDataParallel::Reshard() {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -24,9 +25,14 @@
 
 namespace distkit {
 
+using fsdp_internal::BufferKey;
+using fsdp_internal::CountUnits;
 using fsdp_internal::DecodeMetadata;
 using fsdp_internal::EncodeMetadata;
+using fsdp_internal::FlatKey;
 using fsdp_internal::kOwner;
+using fsdp_internal::MetaKey;
+using fsdp_internal::ParamKey;
 using fsdp_internal::ReadShardFile;
 using fsdp_internal::ShardFile;
 using fsdp_internal::ShardFileContents;
@@ -210,21 +216,20 @@ absl::Status FullyShardedDataParallel::SaveShardedCheckpoint(
     const std::string& dir) {
   DK_RETURN_IF_ERROR(RequireSharded("SaveShardedCheckpoint"));
   ShardFileContents out;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const FlatShard& shard = *units_[u]->shard;
-    out.insert(absl::StrCat("unit", u, ".meta"),
-               EncodeMetadata(shard.Metadata()));
+  for (const auto& unit : units_) {
+    const FlatShard& shard = *unit->shard;
+    out.insert(MetaKey(unit->name), EncodeMetadata(shard.Metadata()));
     for (int k = 0; k < shard.num_flat(); ++k) {
       const TensorRef s = shard.Shard(k);
-      out.insert(absl::StrCat("unit", u, ".flat", k),
+      out.insert(FlatKey(unit->name, k),
                  AsTorchTensor(s, {s.numel()}).to(torch::kCPU).clone());
     }
   }
   for (const auto& [key, p] : unsharded_params_) {
-    out.insert("param." + key, p.detach().to(torch::kCPU).clone());
+    out.insert(ParamKey(key), p.detach().to(torch::kCPU).clone());
   }
   for (const auto& b : module_->named_buffers()) {
-    out.insert("buffer." + b.key(), b.value().detach().to(torch::kCPU).clone());
+    out.insert(BufferKey(b.key()), b.value().detach().to(torch::kCPU).clone());
   }
   // Replicas of a shard (hybrid) write the same bytes; the first node's do.
   absl::Status written;
@@ -253,17 +258,18 @@ absl::Status FullyShardedDataParallel::LoadShardedCheckpoint(
   std::vector<FlatShard::ShardMetadata> saved;
   absl::Status valid = [&]() -> absl::Status {
     DK_ASSIGN_OR_RETURN(auto* first, file(0));
-    for (size_t u = 0;; ++u) {
-      const std::string key = absl::StrCat("unit", u, ".meta");
-      if (!first->contains(key)) {
-        if (u != units_.size()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              kOwner, ": the checkpoint has ", u, " units, the model ",
-              units_.size(), " (a checkpoint of another model?)"));
-        }
-        break;
+    const size_t saved_units = CountUnits(*first);
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const std::string key = MetaKey(units_[u]->name);
+      if (!first->contains(key) || saved_units != units_.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            kOwner, ": the checkpoint has ", saved_units, " units",
+            first->contains(key)
+                ? ""
+                : absl::StrCat(", none at '", units_[u]->name, "'"),
+            "; the model ", units_.size(),
+            " (a checkpoint of another model?)"));
       }
-      if (u >= units_.size()) continue;
       DK_ASSIGN_OR_RETURN(auto m, DecodeMetadata(first->at(key), key));
       FlatShard::ShardMetadata mine = units_[u]->shard->Metadata();
       if (m.flat_dtypes != mine.flat_dtypes ||
@@ -277,13 +283,13 @@ absl::Status FullyShardedDataParallel::LoadShardedCheckpoint(
       saved.push_back(std::move(m));
     }
     for (const auto& [key, p] : unsharded_params_) {
-      if (!first->contains("param." + key)) {
+      if (!first->contains(ParamKey(key))) {
         return absl::InvalidArgumentError(
             absl::StrCat(kOwner, ": the checkpoint has no '", key, "'"));
       }
     }
     for (const auto& b : module_->named_buffers()) {
-      if (!first->contains("buffer." + b.key())) {
+      if (!first->contains(BufferKey(b.key()))) {
         return absl::InvalidArgumentError(absl::StrCat(
             kOwner, ": the checkpoint has no buffer '", b.key(), "'"));
       }
@@ -298,7 +304,7 @@ absl::Status FullyShardedDataParallel::LoadShardedCheckpoint(
     loaded = units_[u]->shard->LoadShardedParams(
         saved[u], [&](int flat, int rank) -> absl::StatusOr<TensorRef> {
           DK_ASSIGN_OR_RETURN(auto* dict, file(rank));
-          const std::string key = absl::StrCat("unit", u, ".flat", flat);
+          const std::string key = FlatKey(units_[u]->name, flat);
           if (!dict->contains(key)) {
             return absl::InvalidArgumentError(absl::StrCat(
                 kOwner, ": ", ShardFile(dir, rank), " has no ", key));
@@ -310,9 +316,9 @@ absl::Status FullyShardedDataParallel::LoadShardedCheckpoint(
   if (loaded.ok()) {
     torch::NoGradGuard no_grad;
     DK_ASSIGN_OR_RETURN(auto* first, file(0));
-    for (auto& [key, p] : unsharded_params_) p.copy_(first->at("param." + key));
+    for (auto& [key, p] : unsharded_params_) p.copy_(first->at(ParamKey(key)));
     for (const auto& b : module_->named_buffers()) {
-      b.value().copy_(first->at("buffer." + b.key()));
+      b.value().copy_(first->at(BufferKey(b.key())));
     }
   }
   return AgreeValid(loaded, /*rank0_only=*/false,
@@ -364,6 +370,27 @@ std::string ShardFile(const std::string& dir, int rank) {
   return absl::StrCat(dir, "/shard_rank", rank, ".pt");
 }
 
+std::string MetaKey(const std::string& unit) {
+  return absl::StrCat("unit[", unit, "].meta");
+}
+
+std::string FlatKey(const std::string& unit, int flat) {
+  return absl::StrCat("unit[", unit, "].flat", flat);
+}
+
+std::string ParamKey(const std::string& name) { return "param." + name; }
+
+std::string BufferKey(const std::string& name) { return "buffer." + name; }
+
+size_t CountUnits(const ShardFileContents& contents) {
+  size_t n = 0;
+  for (const auto& item : contents) {
+    const std::string key = item.key();
+    n += absl::StartsWith(key, "unit[") && absl::EndsWith(key, "].meta");
+  }
+  return n;
+}
+
 absl::StatusOr<ShardFileContents> ReadShardFile(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) {
@@ -373,8 +400,12 @@ absl::StatusOr<ShardFileContents> ReadShardFile(const std::string& path) {
   std::vector<char> bytes((std::istreambuf_iterator<char>(f)),
                           std::istreambuf_iterator<char>());
   try {
-    return c10::impl::toTypedDict<std::string, at::Tensor>(
-        torch::pickle_load(bytes).toGenericDict());
+    // Python's torch.save of a dict unpickles untyped (Dict<Any, Any>).
+    ShardFileContents out;
+    for (const auto& item : torch::pickle_load(bytes).toGenericDict()) {
+      out.insert(item.key().toStringRef(), item.value().toTensor());
+    }
+    return out;
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         kOwner, ": ", path, " is not a sharded checkpoint: ", e.what()));

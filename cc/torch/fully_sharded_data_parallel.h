@@ -129,6 +129,16 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   // the shard views again, with their gradients.
   absl::Status Backward(const torch::Tensor& loss);
 
+  // torch's FSDP clip_grad_norm_: after Backward, scales the gradients the
+  // optimizer sees (every unit's parameters' and the unsharded ones') so
+  // that their total norm, over every rank's shards, is at most `max_norm`
+  // (factor max_norm / (norm + 1e-6), at most 1, as
+  // torch::nn::utils::clip_grad_norm_ on one process); returns that norm
+  // before clipping, the same on every rank. The parts of sharded gradients
+  // are combined by an all-reduce (the sum of p-th powers; the maximum for
+  // norm_type inf). Collective over the shard group.
+  absl::StatusOr<double> ClipGradNorm(double max_norm, double norm_type = 2.0);
+
   // Frees every gathered unit (after a forward without backward, e.g.
   // evaluation).
   absl::Status Reshard();
