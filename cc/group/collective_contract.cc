@@ -217,6 +217,18 @@ absl::Status CollectiveContract::AllGather(const OpContext& ctx,
 
 absl::Status CollectiveContract::Gather(const OpContext& ctx, TensorRef input,
                                         TensorRef output, int root) {
+  // At the root, an input inside the output anywhere but at the root's own
+  // part (the in-place form) could be overwritten by a peer's part before it
+  // is copied to its own: gather a copy, as AllGather does.
+  std::vector<char> staged;
+  if (backend_->rank() == root && input.device().is_cpu() &&
+      input.Overlaps(output) &&
+      input.data() !=
+          static_cast<const char*>(output.data()) + root * input.nbytes()) {
+    staged.assign(static_cast<const char*>(input.data()),
+                  static_cast<const char*>(input.data()) + input.nbytes());
+    input = input.At(staged.data(), Device::Cpu());
+  }
   DK_RETURN_IF_ERROR(Agree(
       ctx, MakeSignature(ctx, OpCode::kGather, &input, input.numel(), root),
       Payload(input, input.nbytes(), true, &output)));
@@ -225,12 +237,26 @@ absl::Status CollectiveContract::Gather(const OpContext& ctx, TensorRef input,
 
 absl::Status CollectiveContract::Scatter(const OpContext& ctx, TensorRef input,
                                          TensorRef output, int root) {
+  // At the root, an output inside the input anywhere but at the root's own
+  // part (the in-place form) would be written while the peers still read the
+  // input: scatter into a separate buffer, then copy it over.
+  std::vector<char> staged;
+  TensorRef result = output;
+  if (backend_->rank() == root && output.device().is_cpu() &&
+      output.Overlaps(input) &&
+      output.data() !=
+          static_cast<const char*>(input.data()) + root * output.nbytes()) {
+    staged.resize(output.nbytes());
+    result = output.At(staged.data(), Device::Cpu());
+  }
   // The root's whole input is the payload.
   DK_RETURN_IF_ERROR(Agree(
-      ctx, MakeSignature(ctx, OpCode::kScatter, &output, output.numel(), root),
-      Payload(input, output.nbytes() * backend_->size(),
-              backend_->rank() == root, &output)));
-  return backend_->Scatter(ctx, input, output, root);
+      ctx, MakeSignature(ctx, OpCode::kScatter, &result, result.numel(), root),
+      Payload(input, result.nbytes() * backend_->size(),
+              backend_->rank() == root, &result)));
+  DK_RETURN_IF_ERROR(backend_->Scatter(ctx, input, result, root));
+  if (!staged.empty()) std::memcpy(output.data(), staged.data(), staged.size());
+  return absl::OkStatus();
 }
 
 absl::Status CollectiveContract::ReduceScatter(const OpContext& ctx,
