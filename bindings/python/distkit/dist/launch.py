@@ -72,6 +72,9 @@ def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
 
     if mp.get_start_method(allow_none=True) is None:
         mp.set_start_method("spawn")
+    # mmengine's init_dist takes these three names only (dk_init also takes
+    # "distrun", which distrun's ranks reach as "pytorch"), and checks them
+    # before anything else, as here.
     if launcher not in ("pytorch", "mpi", "slurm"):
         raise ValueError(f"Invalid launcher type: {launcher}")
     if init_backend not in ("torch", "deepspeed", "colossalai"):
