@@ -242,12 +242,25 @@ absl::StatusOr<std::unique_ptr<FlatShard>> FlatShard::Create(
     }
   }
   if (problem.empty() && params.empty()) problem = "a unit needs parameters";
-  DK_RETURN_IF_ERROR(AgreeOnProblems(*group, problem));
-  DK_RETURN_IF_ERROR(AgreeOnParameters(*group, signature, names));
+  // Every rank takes the same collectives whatever it finds: a check that
+  // fails on some ranks only is carried to the others before anyone returns
+  // (in a hybrid unit, across the replicate group and back, since each
+  // replicate group spans every node).
+  absl::Status agreed = AgreeOnProblems(*group, problem);
+  if (agreed.ok()) agreed = AgreeOnParameters(*group, signature, names);
   if (hybrid) {
-    DK_RETURN_IF_ERROR(AgreeOnParameters(*o.replicate_group, signature, names));
-    unit->replicas_ = o.replicate_group->size();
+    ProcessGroup& replicate = *o.replicate_group;
+    DK_ASSIGN_OR_RETURN(
+        Verdict across,
+        AgreeOnVerdict(replicate, Verdict::Mine(replicate, agreed)));
+    if (agreed.ok() && !across.ok()) agreed = across.status;
+    if (agreed.ok()) agreed = AgreeOnParameters(replicate, signature, names);
+    DK_ASSIGN_OR_RETURN(Verdict back,
+                        AgreeOnVerdict(*group, Verdict::Mine(*group, agreed)));
+    if (agreed.ok() && !back.ok()) agreed = back.status;
+    unit->replicas_ = replicate.size();
   }
+  DK_RETURN_IF_ERROR(agreed);
   if (o.strategy == ShardingStrategy::kNoShard) {
     unit->shard_count_ = 1;
     unit->shard_rank_ = 0;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cc/core/float_cast.h"
 #include "cc/parallel/flat_shard.h"
@@ -550,6 +551,23 @@ class Job {
           "integer parameters: " + bad.status().ToString());
     FlatShard::Options hybrid;
     hybrid.strategy = ShardingStrategy::kHybridShard;
+    if (replicate_ != nullptr && replicate_->size() > 1) {
+      // A problem on the last rank alone: its node finds it, the other nodes
+      // learn it through the replicate groups, and no rank waits for another
+      // (a rank left in the replicate group's agreement would time out).
+      FlatShard::Options odd = hybrid;
+      odd.replicate_group = replicate_;
+      if (rank_ == size_ - 1) odd.param_dtype = DataType::kInt32;
+      std::vector<float> w(8, 1.f);
+      auto unit = FlatShard::Create(
+          node_, {{TensorRef(w.data(), w.size(), DataType::kFloat32), "w"}},
+          odd);
+      Check(unit.status().code() == absl::StatusCode::kInvalidArgument &&
+                absl::StrContains(unit.status().message(),
+                                  "mixed precision dtype int32 is not "
+                                  "floating point"),
+            "hybrid, a problem on one rank: " + unit.status().ToString());
+    }
     auto lone = FlatShard::Create(
         world_, {{TensorRef(v.data(), v.size(), DataType::kFloat32), "w"}},
         hybrid);
