@@ -59,6 +59,8 @@ def check_group(group, members, what: str) -> None:
           f"{what}: all_gather_object(data, group)")
     check(dist.get_group_rank(group, last) == len(members) - 1 and
           dist.get_global_rank(group, 0) == members[0], f"{what}: global and group ranks")
+    seeds = dist.all_gather_object(dist.sync_random_seed(group), group)
+    check(len(set(seeds)) == 1, f"{what}: sync_random_seed(group) agrees: {seeds}")
     check(dist.get_backend(group) in ("gloo", "distkit") and
           dist.get_comm_device(group) == torch.device("cpu"), f"{what}: backend and device")
 
@@ -196,6 +198,9 @@ def torch_initialized() -> None:
     dist.init_local_group(1)  # a "node" per rank: every rank makes every node's torch group
     check((dist.get_local_rank(), dist.get_local_size()) == (0, 1), "local group of one")
     check_groups("gloo")
+    with mock.patch.object(torch, "tensor", return_value=torch.tensor(1024)) as made:
+        seed = dist.sync_random_seed()  # mmengine's test: rank 0's torch.tensor is broadcast
+    check(seed == 1024 and made.called, f"sync_random_seed through torch.tensor: {seed}")
     direct = tdist.new_group([0, n - 1])  # torch's, made without distkit
     if rank in (0, n - 1):
         t = torch.tensor([1.0])

@@ -1,6 +1,5 @@
 """Tensor collectives, mmengine's names and rules: data not on the
 communication device is cast there and back; world size 1 is a no-op."""
-import ctypes
 from typing import Optional
 
 import numpy as np
@@ -11,8 +10,8 @@ from .._dlpack import Borrowed
 from .._lib import lib, raise_for_status
 from .devices import back_to_input, on_comm_device
 from .call_forms import Form, choose
-from .groups import (ProcessGroup, get_backend, get_group_rank, get_rank, get_world_size,
-                     handle_of)
+from .groups import (ProcessGroup, get_backend, get_global_rank, get_group_rank, get_rank,
+                     get_world_size, handle_of)
 from .work import Work, start
 
 
@@ -223,10 +222,11 @@ _SEED_FORMS = (
 
 def sync_random_seed(*args, **kwargs) -> int:
     """Rank 0's random seed on every rank. mmengine's form
-    ``sync_random_seed(group=None)``: every rank draws from numpy first (so
-    numpy's generator advances alike); world size 1 returns that draw,
-    otherwise the library draws and broadcasts rank 0's
-    (dk_group_sync_random_seed). The seed's (mmdet's) form
+    ``sync_random_seed(group=None)``, as mmengine's: every rank draws from
+    numpy; world size 1 returns that draw, otherwise rank 0's, as an int32
+    ``torch.tensor`` (0 elsewhere), is broadcast from the group's rank 0 (the
+    one broadcast of int32 x1 the library's dk_group_sync_random_seed makes,
+    so ranks in other languages calling that take part). The seed's (mmdet's) form
     ``sync_random_seed(seed=None, device='cuda')``: an int ``seed`` is
     rank 0's value, broadcast (None: drawn as above); ``device`` is where
     the value travels, the comm device here."""
@@ -240,9 +240,9 @@ def sync_random_seed(*args, **kwargs) -> int:
         seed = int(np.random.randint(2**31))
         if get_world_size(group) == 1:
             return seed
-        out = ctypes.c_int32()
-        raise_for_status(lib.dk_group_sync_random_seed, handle_of(group), ctypes.byref(out))
-        return out.value
+        value = torch.tensor(seed if get_rank(group) == 0 else 0, dtype=torch.int32)
+        broadcast(value, get_global_rank(group, 0), group)
+        return int(value.item())
     if get_world_size(group) == 1:
         return int(given)
     value = torch.tensor([int(given) if get_rank() == 0 else 0], dtype=torch.int64)
