@@ -158,6 +158,7 @@ def main():
           "ParallelState")
     evens = dist.new_group(list(range(0, n, 2)))
     if rank % 2 == 0:
+        check(dist.get_comm_device(evens) == torch.device("cpu"), "a subgroup's comm device")
         mixed = distributed.ParallelState(evens, -1, None)
         check((mixed.data_parallel_group.rank(), mixed.data_parallel_group.world_size(),
                mixed.expert_model_parallel_group.world_size()) == (rank // 2, (n + 1) // 2, n),

@@ -1,31 +1,40 @@
 """Which device data lives on, and moving it to the communication device and
 back (mmengine.dist.utils' device rules and messages)."""
 from collections.abc import Iterable, Mapping
-from typing import Optional
 
 import numpy as np
 import torch
 
 from .. import device as _device
-from . import groups, torch_join
-from .groups import ProcessGroup
+from . import groups, torch_groups, torch_join
 
 
-def get_comm_device(group: Optional[ProcessGroup] = None) -> torch.device:
+def get_comm_device(group=None) -> torch.device:
     """Where ``group``'s collectives compute, as the library's backend says
     (dk_group_comm_device): cpu for gloo and mpi, cuda:<device> for nccl and
     for "cpu:gloo,cuda:nccl"; cpu when not distributed."""
-    if group is None and not groups.is_distributed():
+    if not groups.is_distributed():
         return torch.device("cpu")
     if group is None and groups._torch_only():
-        # User code initialized torch.distributed and distkit has not joined
-        # it yet (the first collective does; asking the library would join,
-        # a collective call). Like the other local queries, this answers for
-        # torch's group, by mmengine's rule on torch's backend.
-        if torch_join.torch_backend() == "nccl":
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
+        return _by_torch_backend(torch_join.torch_backend())
+    if torch_groups.is_torch_group(group):
+        twin = torch_groups.twin(group)
+        if twin is torch_groups.NOT_FOUND or (twin is None and not groups.joined()):
+            import torch.distributed as tdist
+            return _by_torch_backend(str(tdist.get_backend(group)))
+        group = twin
     return _device.group_comm_device(groups.handle_of(group))
+
+
+def _by_torch_backend(backend: str) -> torch.device:
+    """A group torch.distributed made that distkit has no group for yet
+    (user code initialized torch, or called torch's new_group directly):
+    asking the library would make distkit's group, a collective call, so
+    this answers for torch's group, as get_backend does, by mmengine's rule
+    on torch's backend."""
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def _common_device(items) -> torch.device:
