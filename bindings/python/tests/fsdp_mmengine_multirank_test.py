@@ -2,6 +2,8 @@
 wrapper (mmengine 0.11, read for what it calls; mmengine itself cannot be
 installed here), with both use_orig_params values:
 
+  - Runner.train's _init_model_weights: every entry of
+    ``model.module.state_dict()`` broadcast from rank 0 in place;
   - the optimizer is built from ``model.module.parameters()`` (its optimizer
     constructor unwraps a wrapper through ``.module``);
   - ``train_step(data, optim_wrapper)`` with an OptimWrapper made as
@@ -12,7 +14,10 @@ installed here), with both use_orig_params values:
     get_state_dict (every submodule's _save_to_state_dict) there must
     finish without a collective (one would hang: the job's time bound);
   - the full checkpoint through the wrapper's own methods on every rank,
-    then resume into a fresh model and optimizer, and train on;
+    then resume into a fresh model and optimizer (the parameters loaded
+    through ``model.module.load_state_dict``, as the Runner's load_from
+    does, or the wrapper's), and train on; rank 0's module checkpoint
+    loaded on every rank is refused, not loaded into other ranks' shards;
   - val_step / test_step.
 
 Final parameters must be equal on every rank and equal to the same training
@@ -88,15 +93,18 @@ class OptimWrapper:
         self.optimizer.zero_grad()
 
 
-def get_state_dict(module, prefix=""):
-    """mmengine's get_state_dict: each module's _save_to_state_dict, then its
-    children's (no state_dict() call on the wrapper)."""
-    out = {}
-    module._save_to_state_dict(out, prefix, False)
+def get_state_dict(module, destination=None, prefix=""):
+    """mmengine's get_state_dict: each module's _save_to_state_dict, its
+    children's, then its state-dict hooks (no state_dict() call)."""
+    destination = {} if destination is None else destination
+    module._save_to_state_dict(destination, prefix, False)
     for name, child in module._modules.items():
         if child is not None:
-            out.update(get_state_dict(child, prefix + name + "."))
-    return out
+            get_state_dict(child, destination, prefix + name + ".")
+    for hook in module._state_dict_hooks.values():
+        result = hook(module, destination, prefix, {})
+        destination = destination if result is None else result
+    return destination
 
 
 def batch(step):
@@ -156,6 +164,8 @@ def runner_like(orig_params):
     rank = dist.get_rank()
     model = wrap(orig_params)
     inner = model.module  # mmengine's optimizer constructor unwraps .module
+    for value in inner.state_dict().values():  # Runner._init_model_weights' sync
+        dist.broadcast(value, 0)
     params = list(inner.parameters())
     check(len(params) > 0, f"{what}: model.module.parameters() is empty")
     check({id(p) for p in params} == {id(p) for p in model.parameters()},
@@ -168,12 +178,16 @@ def runner_like(orig_params):
 
     # The Runner's save_checkpoint: rank 0 alone; the others go on to the
     # barrier. A collective in there would never complete.
+    local = None
     if rank == 0:
         local = inner.state_dict()
         walked = get_state_dict(inner)
-        check(list(local) == list(walked) and len(local) > 0,
+        opt.state_dict()
+        check(list(local) == list(walked) and len(local) > 0 and all(
+            torch.equal(local[k], walked[k]) for k in local),
               f"{what}: rank 0's module state dict {list(local)} / {list(walked)}")
     dist.barrier()
+    local = dist.all_gather_object(local)[0]  # the Runner's checkpoint file, read by all
 
     # The full checkpoint through the wrapper's methods, on every rank.
     full = model.state_dict()
@@ -188,7 +202,18 @@ def runner_like(orig_params):
     model.train_step(mine(2), wrapper)  # lost: resume starts from the checkpoint
 
     resumed = wrap(orig_params, seed=1 + rank)  # another start: all from the checkpoint
-    resumed.load_state_dict(full)
+    before = resumed.state_dict()
+    try:
+        resumed.module.load_state_dict(local)
+        check(dist.get_world_size() == 1, f"{what}: rank 0's shards loaded on every rank")
+    except RuntimeError as e:
+        check("is one rank's shard" in str(e), f"{what}: loading rank 0's shards: {e}")
+    check(worst(resumed.state_dict(), before) == 0, f"{what}: a refused load changed the model")
+    if orig_params:
+        resumed.load_state_dict(full)
+    else:  # as the Runner's load_from does: into model.module, on every rank
+        resumed.module.load_state_dict(full)
+    check(worst(resumed.state_dict(), full) == 0, f"{what}: the full checkpoint loaded")
     opt2 = torch.optim.SGD(list(resumed.module.parameters()), lr=1.0, momentum=0.5)
     opt2.load_state_dict(FullyShardedDataParallel.optim_state_dict_to_load(resumed, opt2, osd))
     wrapper2 = OptimWrapper(opt2, dict(max_norm=MAX_NORM))
@@ -244,9 +269,8 @@ def clipping(strategy, orig_params, norm_type):
 
 
 def bad_arguments():
-    """A clear error naming the argument, on every rank; also when only
-    the last rank's argument is bad (no rank goes on alone)."""
-    last = dist.get_rank() == dist.get_world_size() - 1
+    """A clear error naming the argument, on every rank, before any
+    collective (the barrier after them would see a rank stuck in one)."""
     cases = [
         ("module", lambda: MMFullyShardedDataParallel(nn.ReLU()), "has no parameters"),
         ("sharding_strategy",
@@ -254,8 +278,6 @@ def bad_arguments():
          "'FULL_SHARDED' is not a sharding strategy"),
         ("device_id", lambda: MMFullyShardedDataParallel(Net(), device_id=0),
          "names a CUDA device, but this machine has none"),
-        ("module", lambda: MMFullyShardedDataParallel(nn.ReLU() if last else Net()),
-         "has no parameters"),
     ]
     if torch.cuda.is_available():
         cases.pop(2)

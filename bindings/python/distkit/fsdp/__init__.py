@@ -33,6 +33,7 @@ The modules:
   clip               gradient clipping by the norm over every shard
   state_dict         its model state dicts and sharded checkpoints
   checkpoint_format  the sharded checkpoint's keys and files (shared with C++)
+  module_state       the wrapped module's own state dict (mmengine's Runner uses it)
   optim_state_dict   its optimizer state dicts
   composable         FSDP2's fully_shard
 """

@@ -15,6 +15,7 @@ from .options import (BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStra
 from .scheduling import Coordinator
 from .state_dict import ModelStateDictMixin
 from .timeline import TimelineEvent
+from . import module_state
 from .clip import clip_sharded_grad_norm_, sharded_ids
 from .wrap import unclaimed_params, units_of
 
@@ -44,8 +45,7 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
                  use_orig_params: bool = False, replicate_group=None,
                  ignored_parameters: Optional[Iterable[nn.Parameter]] = None):
         super().__init__()
-        strategy = _check_arguments(type(self).__name__, module, sharding_strategy, device_id,
-                                    process_group)
+        strategy = _check_arguments(type(self).__name__, module, sharding_strategy, device_id)
         self.module = module
         self.sharding_strategy = strategy
         self.mixed_precision = mixed_precision
@@ -109,6 +109,8 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         # registered on the unit's module, or (use_orig_params) the original
         # parameters, each a view of this rank's piece.
         self._sharded_ids = sharded_ids(self._units, use_orig_params)
+        # The module's own state dict: local, safe for mmengine's Runner.
+        module_state.install(module, self._units, use_orig_params)
 
     def forward(self, *args, **kwargs):
         if self._units and self._units[0].device.type == "cuda":
@@ -160,13 +162,12 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
                 "peak": sum(lib.dk_shard_peak_held_bytes(u.handle) for u in self._units)}
 
 
-def _check_arguments(owner: str, module, sharding_strategy, device_id,
-                     process_group) -> ShardingStrategy:
+def _check_arguments(owner: str, module, sharding_strategy, device_id) -> ShardingStrategy:
     """The sharding strategy (a ShardingStrategy or its name; default
-    FULL_SHARD), or ValueError / TypeError naming the argument: on every
-    rank of the job, also when only some ranks' arguments are bad (the
-    ranks agree first, through one all-gather, so none goes on alone into
-    the collectives that follow)."""
+    FULL_SHARD), or ValueError / TypeError naming the argument, before any
+    collective: with the same arguments on every rank (one config), every
+    rank raises it. No collective of its own, so the wrapper makes the same
+    calls as the other languages' (one model may span a mixed job)."""
     problem = None
     strategy = sharding_strategy if sharding_strategy is not None else ShardingStrategy.FULL_SHARD
     if isinstance(strategy, str):
@@ -190,15 +191,6 @@ def _check_arguments(owner: str, module, sharding_strategy, device_id,
             problem = (f"device_id={device_id!r} names a CUDA device, but this machine has "
                        "none (torch.cuda.is_available() is False); leave device_id unset "
                        "on CPU")
-    # Every rank hears of the first rank's problem.
-    group = process_group[0] if isinstance(process_group, tuple) else process_group
-    if dist.is_distributed() and dist.get_world_size(group) > 1:
-        said = dist.all_gather_bytes((problem or "").encode(), group=group)
-        if problem is None:
-            first = next(((r, p.decode()) for r, p in enumerate(said) if p), None)
-            if first is not None:
-                problem = (f"rank {dist.get_global_rank(group, first[0])}'s arguments: "
-                           f"{first[1]}")
     if problem is not None:
         kind = TypeError if problem.startswith(("sharding_strategy must", "module must")) \
             else ValueError
