@@ -31,6 +31,9 @@ def dk_c_multirank_test(name, linkopts = [], **kwargs):
             "-Werror",
         ],
         linkopts = linkopts,
-        deps = [":capi"],
+        deps = [
+            ":capi",
+            "//testing/c:host_tensor",
+        ],
         **kwargs
     )

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "distkit/distkit.h"
+#include "testing/c/host_tensor.h"
 
 static int rank_ = -1, failures_;
 
@@ -81,19 +82,6 @@ static long peer_connections(unsigned store_port) {
   return count;
 }
 
-static DLTensor vec(float* data, int64_t* n) {
-  DLTensor t;
-  memset(&t, 0, sizeof(t));
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.ndim = 1;
-  t.dtype.code = kDLFloat;
-  t.dtype.bits = 32;
-  t.dtype.lanes = 1;
-  t.shape = n;
-  return t;
-}
-
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char* store = getenv("DISTKIT_STORE");
@@ -140,7 +128,7 @@ int main(void) {
 
   float x = (float)(rank_ + 1);
   int64_t one = 1;
-  DLTensor t = vec(&x, &one);
+  DLTensor t = dk_test_float_vector(&x, &one);
   if (dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err) != DK_OK)
     die("all_reduce", err);
   check(x == (float)(size * (size + 1) / 2), "all_reduce sum", (long)x,
@@ -154,7 +142,7 @@ int main(void) {
 
   if (size >= 2 && rank_ <= 1) {
     float v = rank_ == 0 ? 42.0f : 0.0f;
-    DLTensor m = vec(&v, &one);
+    DLTensor m = dk_test_float_vector(&v, &one);
     dk_status_t s = rank_ == 0 ? dk_group_send(world, &m, 1, 7, NULL, &err)
                                : dk_group_recv(world, &m, 0, 7, NULL, &err);
     if (s != DK_OK) die("send/recv", err);
@@ -173,7 +161,8 @@ int main(void) {
   for (int64_t i = 0; i < part; ++i) mine[i] = (float)(rank_ * 1000 + i % 97);
   float* all = calloc((size_t)(size * part), sizeof(float));
   int64_t n_all = size * part;
-  DLTensor in = vec(mine, &part), out = vec(all, &n_all);
+  DLTensor in = dk_test_float_vector(mine, &part),
+           out = dk_test_float_vector(all, &n_all);
   if (dk_group_gather(world, &in, rank_ == 0 ? &out : NULL, 0, NULL, &err) !=
       DK_OK)
     die("gather", err);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "distkit/distkit.h"
+#include "testing/c/host_tensor.h"
 
 static int rank_ = -1, failures_;
 
@@ -50,19 +51,6 @@ static void die(const char* what, dk_error_t* err) {
   exit(1);
 }
 
-static DLTensor view(void* data, int64_t* shape, int ndim, int code, int bits) {
-  DLTensor t;
-  memset(&t, 0, sizeof(t));
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.ndim = ndim;
-  t.dtype.code = (uint8_t)code;
-  t.dtype.bits = (uint8_t)bits;
-  t.dtype.lanes = 1;
-  t.shape = shape;
-  return t;
-}
-
 static void reinit_rounds(void) {
   for (int round = 1; round <= 3; ++round) {
     dk_group_t* world = NULL;
@@ -75,7 +63,7 @@ static void reinit_rounds(void) {
     const int size = dk_group_size(world);
     double x = (double)(rank_ + 1) * round;
     int64_t one = 1;
-    DLTensor t = view(&x, &one, 1, kDLFloat, 64);
+    DLTensor t = dk_test_host_tensor(&x, &one, 1, kDLFloat, 64);
     if (dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err) != DK_OK)
       die("all_reduce", err);
     check(x == (double)round * size * (size + 1) / 2,
@@ -94,12 +82,12 @@ static void sizes_no_buffer_can_have(void) {
   dk_error_t* err = NULL;
   float f = 0;
   int64_t huge[1] = {(int64_t)1 << 62};
-  DLTensor t = view(&f, huge, 1, kDLFloat, 32);
+  DLTensor t = dk_test_host_tensor(&f, huge, 1, kDLFloat, 32);
   EXPECT(dk_group_all_reduce(NULL, &t, DK_OP_SUM, NULL, &err),
          DK_INVALID_ARGUMENT, "largest buffer", "2^62 float32 elements");
   err = NULL;
   int64_t overflow[2] = {(int64_t)1 << 40, (int64_t)1 << 40};
-  t = view(&f, overflow, 2, kDLFloat, 32);
+  t = dk_test_host_tensor(&f, overflow, 2, kDLFloat, 32);
   EXPECT(dk_group_broadcast(NULL, &t, 0, NULL, &err), DK_INVALID_ARGUMENT,
          "overflows", "an element count that overflows int64");
 
@@ -125,8 +113,8 @@ static void sizes_no_buffer_can_have(void) {
   int64_t splits[1] = {1};
   float in[8] = {0}, out[8] = {0};
   int64_t n = 8;
-  DLTensor tin = view(in, &n, 1, kDLFloat, 32);
-  DLTensor tout = view(out, &n, 1, kDLFloat, 32);
+  DLTensor tin = dk_test_host_tensor(in, &n, 1, kDLFloat, 32);
+  DLTensor tout = dk_test_host_tensor(out, &n, 1, kDLFloat, 32);
   EXPECT(
       dk_group_all_to_all(NULL, &tin, splits, &tout, splits, 1000, NULL, &err),
       DK_INVALID_ARGUMENT, "num_splits", "num_splits != group size");
@@ -161,7 +149,7 @@ static void destroyed_handles_and_non_members(void) {
   check(dk_group_global_rank(sub, 0) == -1, "destroyed group: no ranks");
   float f = 1;
   int64_t one = 1;
-  DLTensor t = view(&f, &one, 1, kDLFloat, 32);
+  DLTensor t = dk_test_host_tensor(&f, &one, 1, kDLFloat, 32);
   EXPECT(dk_group_all_reduce(sub, &t, DK_OP_SUM, NULL, &err),
          DK_FAILED_PRECONDITION, "destroyed",
          "all_reduce on a destroyed group");

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "distkit/distkit.h"
+#include "testing/c/host_tensor.h"
 
 #define NP 3
 static const int64_t kSizes[NP] = {1000, 7, 300};
@@ -24,19 +25,6 @@ static void fail(const char* what, dk_error_t* err) {
     dk_error_t* e_ = NULL;                \
     if ((call) != DK_OK) fail(#call, e_); \
   } while (0)
-
-static DLTensor view(float* data, int64_t* shape) {
-  DLTensor t;
-  memset(&t, 0, sizeof(t));
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.ndim = 1;
-  t.dtype.code = kDLFloat;
-  t.dtype.bits = 32;
-  t.dtype.lanes = 1;
-  t.shape = shape;
-  return t;
-}
 
 static float grad_value(int r, int p, int64_t k, int it) {
   return 0.5f * (float)(r + 1) * (float)((k % 9) - 4) + (float)p -
@@ -69,8 +57,8 @@ int main(void) {
     grads[p] = calloc(kSizes[p], sizeof(float));
     for (int64_t k = 0; k < kSizes[p]; ++k)
       params[p][k] = (float)(rank_ * 10 + p);
-    pt[p] = view(params[p], &shapes[p]);
-    gt[p] = view(grads[p], &shapes[p]);
+    pt[p] = dk_test_float_vector(params[p], &shapes[p]);
+    gt[p] = dk_test_float_vector(grads[p], &shapes[p]);
     pp[p] = &pt[p];
   }
   dk_reducer_config_t config;
@@ -199,7 +187,7 @@ int main(void) {
     if (p == 1 && rank_ == 0) continue;
     for (int64_t k = 0; k < kSizes[p]; ++k)
       views[p][k] = grad_value(rank_, p, k, 0);
-    DLTensor v = view(views[p], &shapes[p]);
+    DLTensor v = dk_test_float_vector(views[p], &shapes[p]);
     OK(dk_reducer_mark_ready(reducer, p, &v, &e_));
   }
   OK(dk_reducer_finalize(reducer, &e_));

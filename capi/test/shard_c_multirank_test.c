@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "distkit/distkit.h"
+#include "testing/c/host_tensor.h"
 
 #define NW 7    /* weights */
 #define LOCAL 3 /* samples per rank */
@@ -35,19 +36,6 @@ static void check(int ok, const char* what) {
     fprintf(stderr, "rank %d: CHECK FAILED: %s\n", rank_, what);
     ++failures_;
   }
-}
-
-static DLTensor view(void* data, int64_t* shape, int bits) {
-  DLTensor t;
-  memset(&t, 0, sizeof(t));
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.ndim = 1;
-  t.dtype.code = kDLFloat;
-  t.dtype.bits = (uint8_t)bits;
-  t.dtype.lanes = 1;
-  t.shape = shape;
-  return t;
 }
 
 static double x(int s, int step, int j) {
@@ -80,7 +68,8 @@ static dk_shard_t* train(dk_group_t* world, int strategy, int accumulate,
   double ref_b = 0.25;
   for (int j = 0; j < NW; ++j) ref_w[j] = 0.1f * (float)j;
   int64_t nw = NW, nb = 1;
-  DLTensor tw = view(w, &nw, 32), tb = view(&b, &nb, 64);
+  DLTensor tw = dk_test_host_tensor(w, &nw, 1, kDLFloat, 32),
+           tb = dk_test_host_tensor(&b, &nb, 1, kDLFloat, 64);
   DLTensor* params[2] = {&tw, &tb};
   const char* names[2] = {"w", "b"};
   dk_shard_config_t config;
@@ -105,7 +94,8 @@ static dk_shard_t* train(dk_group_t* world, int strategy, int accumulate,
       if (strategy == DK_SHARD_FULL_SHARD) OK(dk_shard_reshard(unit, &e_));
       float gwf[NW];
       for (int j = 0; j < NW; ++j) gwf[j] = (float)gw[j];
-      DLTensor g0 = view(gwf, &nw, 32), g1 = view(&gb, &nb, 64);
+      DLTensor g0 = dk_test_host_tensor(gwf, &nw, 1, kDLFloat, 32),
+               g1 = dk_test_host_tensor(&gb, &nb, 1, kDLFloat, 64);
       OK(dk_shard_accumulate_grad(unit, 0, &g0, &e_));
       OK(dk_shard_accumulate_grad(unit, 1, &g1, &e_));
       if ((step + micro) % 2 == 0) {
@@ -142,7 +132,8 @@ static dk_shard_t* train(dk_group_t* world, int strategy, int accumulate,
     ref_b -= LR * sb;
   }
   int64_t nw2 = NW, nb2 = 1;
-  DLTensor ow = view(w_out, &nw2, 32), ob = view(b_out, &nb2, 64);
+  DLTensor ow = dk_test_host_tensor(w_out, &nw2, 1, kDLFloat, 32),
+           ob = dk_test_host_tensor(b_out, &nb2, 1, kDLFloat, 64);
   DLTensor* outs[2] = {&ow, &ob};
   OK(dk_shard_gather_full(unit, outs, 2, 0, &e_));
   double diff = 0, norm = 0;
@@ -193,19 +184,22 @@ int main(void) {
         OK(dk_shard_local(unit, 0, &data, &grad, &n, &dt, &e_));
         float* all = calloc((size_t)(n * size_), sizeof(float));
         int64_t nn = n, total = n * size_;
-        DLTensor mine = view(data, &nn, 32), gathered = view(all, &total, 32);
+        DLTensor mine = dk_test_host_tensor(data, &nn, 1, kDLFloat, 32),
+                 gathered = dk_test_host_tensor(all, &total, 1, kDLFloat, 32);
         OK(dk_group_all_gather(world, &mine, &gathered, NULL, &e_));
         double* bias = NULL;
         OK(dk_shard_local(unit, 1, (void**)&bias, &grad, &n, &dt, &e_));
         double* biases = calloc((size_t)size_, sizeof(double));
         int64_t one = 1, sz = size_;
-        DLTensor mb = view(bias, &one, 64), ab = view(biases, &sz, 64);
+        DLTensor mb = dk_test_host_tensor(bias, &one, 1, kDLFloat, 64),
+                 ab = dk_test_host_tensor(biases, &sz, 1, kDLFloat, 64);
         OK(dk_group_all_gather(world, &mb, &ab, NULL, &e_));
         /* Overwrite the unit, then load the checkpoint back. */
         float junk[NW] = {0};
         double junk_b = -1;
         int64_t nw = NW;
-        DLTensor jw = view(junk, &nw, 32), jb = view(&junk_b, &one, 64);
+        DLTensor jw = dk_test_host_tensor(junk, &nw, 1, kDLFloat, 32),
+                 jb = dk_test_host_tensor(&junk_b, &one, 1, kDLFloat, 64);
         DLTensor* values[2] = {&jw, &jb};
         OK(dk_shard_load_full(unit, values, 2, 0, &e_));
         DLTensor* saved = calloc((size_t)(2 * size_), sizeof(DLTensor));
@@ -213,16 +207,19 @@ int main(void) {
         const DLTensor** ptrs = calloc((size_t)(2 * size_), sizeof(DLTensor*));
         for (int r = 0; r < size_; ++r) {
           shapes[r] = nn;
-          saved[r] = view(all + r * nn, &shapes[r], 32);
+          saved[r] =
+              dk_test_host_tensor(all + r * nn, &shapes[r], 1, kDLFloat, 32);
           shapes[size_ + r] = 1;
-          saved[size_ + r] = view(biases + r, &shapes[size_ + r], 64);
+          saved[size_ + r] = dk_test_host_tensor(biases + r, &shapes[size_ + r],
+                                                 1, kDLFloat, 64);
           ptrs[r] = &saved[r];
           ptrs[size_ + r] = &saved[size_ + r];
         }
         OK(dk_shard_load_sharded(unit, size_, ptrs, (size_t)(2 * size_), &e_));
         float w2[NW];
         double b2;
-        DLTensor ow = view(w2, &nw, 32), ob = view(&b2, &one, 64);
+        DLTensor ow = dk_test_host_tensor(w2, &nw, 1, kDLFloat, 32),
+                 ob = dk_test_host_tensor(&b2, &one, 1, kDLFloat, 64);
         DLTensor* outs[2] = {&ow, &ob};
         OK(dk_shard_gather_full(unit, outs, 2, 1, &e_));
         if (rank_ == 0)
@@ -269,7 +266,7 @@ int main(void) {
      * taken in parts; and bounded when nobody takes them. */
     float v[8] = {0};
     int64_t n = 8;
-    DLTensor t = view(v, &n, 32);
+    DLTensor t = dk_test_host_tensor(v, &n, 1, kDLFloat, 32);
     DLTensor* ps[1] = {&t};
     dk_shard_t* unit = NULL;
     OK(dk_shard_create(world, ps, 1, NULL, NULL, &unit, &e_));
@@ -329,7 +326,7 @@ int main(void) {
     /* Ranks that register different parameters: one error, on every rank. */
     float v[8] = {0};
     int64_t n = size_ > 1 && rank_ == size_ - 1 ? 7 : 8;
-    DLTensor t = view(v, &n, 32);
+    DLTensor t = dk_test_host_tensor(v, &n, 1, kDLFloat, 32);
     DLTensor* ps[1] = {&t};
     dk_shard_t* unit = NULL;
     dk_error_t* e = NULL;

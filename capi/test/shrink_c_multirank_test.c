@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "distkit/distkit.h"
+#include "testing/c/host_tensor.h"
 
 #define DIM 4
 #define STEPS 10
@@ -80,15 +81,7 @@ int main(void) {
     double g[DIM];
     grad_of(rank_, w, g);
     int64_t n = DIM;
-    DLTensor t;
-    memset(&t, 0, sizeof(t));
-    t.data = g;
-    t.device.device_type = kDLCPU;
-    t.ndim = 1;
-    t.dtype.code = kDLFloat;
-    t.dtype.bits = 64;
-    t.dtype.lanes = 1;
-    t.shape = &n;
+    DLTensor t = dk_test_host_tensor(g, &n, 1, kDLFloat, 64);
     err = NULL;
     dk_status_t s = dk_group_all_reduce(NULL, &t, DK_OP_MEAN, NULL, &err);
     if (s != DK_OK) {

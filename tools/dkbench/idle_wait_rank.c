@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "distkit/distkit.h"
+#include "testing/c/host_tensor.h"
 
 static double CpuSeconds(void) {
   struct rusage u;
@@ -44,15 +45,7 @@ int main(int argc, char** argv) {
   const int rank = dk_group_rank(world), size = dk_group_size(world);
   float x = 1.0f;
   int64_t n = 1;
-  DLTensor t;
-  memset(&t, 0, sizeof(t));
-  t.data = &x;
-  t.device.device_type = kDLCPU;
-  t.ndim = 1;
-  t.dtype.code = kDLFloat;
-  t.dtype.bits = 32;
-  t.dtype.lanes = 1;
-  t.shape = &n;
+  DLTensor t = dk_test_float_vector(&x, &n);
   /* Everyone starts the measured all_reduce together, but the last rank. */
   if (dk_group_barrier(world, NULL, &err) != DK_OK) {
     fprintf(stderr, "barrier failed: %s\n", dk_error_message(err));

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "distkit/distkit.h"
+#include "testing/c/host_tensor.h"
 
 static unsigned PortOf(const struct sockaddr_storage* a) {
   if (a->ss_family == AF_INET)
@@ -71,15 +72,7 @@ int main(void) {
   const long long init_end_ns = NowNs();
   float x = 1.0f;
   int64_t n = 1;
-  DLTensor t;
-  memset(&t, 0, sizeof(t));
-  t.data = &x;
-  t.device.device_type = kDLCPU;
-  t.ndim = 1;
-  t.dtype.code = kDLFloat;
-  t.dtype.bits = 32;
-  t.dtype.lanes = 1;
-  t.shape = &n;
+  DLTensor t = dk_test_float_vector(&x, &n);
   if (dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err) != DK_OK) {
     fprintf(stderr, "all_reduce failed: %s\n", dk_error_message(err));
     return 3;

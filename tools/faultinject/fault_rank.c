@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "distkit/distkit.h"
+#include "testing/c/host_tensor.h"
 
 static int env_int(const char* name, int fallback) {
   const char* v = getenv(name);
@@ -62,15 +63,7 @@ int main(void) {
   for (int step = 0; step < steps; ++step) {
     const int64_t n = step % 3 == 0 ? kBig : 1;
     for (int64_t i = 0; i < n; ++i) data[i] = (float)(rank + step % 7);
-    DLTensor t;
-    memset(&t, 0, sizeof(t));
-    t.data = data;
-    t.device.device_type = kDLCPU;
-    t.ndim = 1;
-    t.dtype.code = kDLFloat;
-    t.dtype.bits = 32;
-    t.dtype.lanes = 1;
-    t.shape = (int64_t*)&n;
+    DLTensor t = dk_test_float_vector(data, (int64_t*)&n);
     if (dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err) != DK_OK) {
       fprintf(stderr, "rank %d step %d failed: %s\n", rank, step,
               dk_error_message(err));
