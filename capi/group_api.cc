@@ -111,10 +111,15 @@ absl::StatusOr<dk_launcher_info_t*> ReturnLauncherInfo(
 extern "C" {
 
 const char* dk_launcher_infer(void) {
-  // LauncherName's names are string literals: static and NUL-terminated.
-  return distkit::LauncherName(
-             distkit::InferLauncher(distkit::Environment::FromProcess()))
-      .data();
+  // No exception may cross the ABI (reading the environment allocates).
+  try {
+    // LauncherName's names are string literals: static and NUL-terminated.
+    return distkit::LauncherName(
+               distkit::InferLauncher(distkit::Environment::FromProcess()))
+        .data();
+  } catch (...) {
+    return "none";
+  }
 }
 
 dk_status_t dk_launcher_info(const char* launcher, dk_launcher_info_t** out,
@@ -122,6 +127,10 @@ dk_status_t dk_launcher_info(const char* launcher, dk_launcher_info_t** out,
   return distkit::capi::Guard(err, [&]() -> absl::Status {
     DK_RETURN_IF_ERROR(distkit::capi::NotNull(out, "out"));
     *out = nullptr;
+    if (launcher != nullptr && *launcher == '\0') {
+      // The C++ API reads "" as "infer"; the ABI says NULL for that.
+      return absl::InvalidArgumentError("Invalid launcher type: ");
+    }
     DK_ASSIGN_OR_RETURN(
         distkit::RendezvousInfo info,
         distkit::dist::LauncherInfo(launcher != nullptr ? launcher : ""));

@@ -115,6 +115,10 @@ TEST(HeaderTest, LauncherInfoUnderSlurm) {
   EXPECT_EQ(dk_launcher_info("torchrun", &info, &err), DK_INVALID_ARGUMENT);
   EXPECT_STREQ(dk_error_message(err), "Invalid launcher type: torchrun");
   dk_error_free(err);
+  err = nullptr;
+  EXPECT_EQ(dk_launcher_info("", &info, &err), DK_INVALID_ARGUMENT);
+  EXPECT_STREQ(dk_error_message(err), "Invalid launcher type: ");
+  dk_error_free(err);
   for (const char* name :
        {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID",
         "SLURM_NTASKS_PER_NODE", "SLURM_NODEID", "SLURM_NODELIST"}) {
