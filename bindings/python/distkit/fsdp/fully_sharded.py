@@ -192,10 +192,21 @@ def _check_arguments(owner: str, module, sharding_strategy, device_id) -> Shardi
                        "none (torch.cuda.is_available() is False); leave device_id unset "
                        "on CPU")
     if problem is not None:
-        kind = TypeError if problem.startswith(("sharding_strategy must", "module must")) \
-            else ValueError
+        kind = ValueError
+        if problem.startswith(("sharding_strategy must", "module must")):
+            kind = TypeError
+        elif problem.startswith("sharding_strategy"):
+            kind = UnknownShardingStrategy
         raise kind(f"{owner}: {problem}")
     return strategy
+
+
+class UnknownShardingStrategy(ValueError, KeyError):
+    """A sharding_strategy name that is none: a ValueError, and the KeyError
+    mmengine's ``ShardingStrategy[name]`` raises, with the message as it is."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 def _hybrid_groups():
