@@ -170,7 +170,7 @@ def get_backend(group=None) -> Optional[str]:
         return None
     if group is None and _torch_only():
         return torch_join.torch_backend()
-    if torch_groups.is_torch_group(group):
+    if group is not None and torch_groups.is_torch_group(group):
         found = torch_groups.twin(group)
         if found is torch_groups.NOT_FOUND or (found is None and _default_group is None):
             import torch.distributed as tdist
@@ -184,7 +184,7 @@ def get_world_size(group=None) -> int:
         return 1
     if group is None and _torch_only():
         return torch_join.torch_rank_and_size()[1]
-    if torch_groups.is_torch_group(group):  # torch's answer, as mmengine's
+    if group is not None and torch_groups.is_torch_group(group):  # torch answers, as in mmengine
         import torch.distributed as tdist
         return tdist.get_world_size(group)
     return (group or _default_group).size()
@@ -195,7 +195,7 @@ def get_rank(group=None) -> int:
         return 0
     if group is None and _torch_only():
         return torch_join.torch_rank_and_size()[0]
-    if torch_groups.is_torch_group(group):
+    if group is not None and torch_groups.is_torch_group(group):
         import torch.distributed as tdist
         return tdist.get_rank(group)
     return (group or _default_group).rank()
