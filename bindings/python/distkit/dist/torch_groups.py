@@ -24,7 +24,7 @@ from typing import Any, List, Optional
 
 _twins: dict = {}  # torch group -> distkit ProcessGroup (None: distkit's default group)
 _adoption = threading.local()  # .making, .group: see making() and adopted()
-_NOT_FOUND = object()
+NOT_FOUND = object()  # twin()'s answer for a group torch made without distkit
 
 
 def _tdist():
@@ -67,15 +67,13 @@ def twin(group) -> Any:
     default group), or ``NOT_FOUND`` for a group torch made without
     distkit (torch.distributed.new_group called directly, not on distkit's
     backend)."""
-    found = _twins.get(group, _NOT_FOUND)
-    if found is not _NOT_FOUND:
+    found = _twins.get(group, NOT_FOUND)
+    if found is not NOT_FOUND:
         return found
     if active() and group is default_group():
         return None
-    return getattr(group, "_dk_group", _NOT_FOUND)  # made on the "distkit" backend
+    return getattr(group, "_dk_group", NOT_FOUND)  # made on the "distkit" backend
 
-
-NOT_FOUND = _NOT_FOUND
 
 
 def global_ranks(group) -> List[int]:
