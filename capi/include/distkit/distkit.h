@@ -259,7 +259,8 @@ DK_EXPORT const char* dk_launcher_infer(void);
 
 /* This process's place in the job, as dk_init reads it from the launcher.
  * The library allocates it: fields are only ever appended, so read a field
- * only when struct_size (what this library filled) covers it. */
+ * only when struct_size (what this library filled) covers it. The job token
+ * (DISTKIT_TOKEN) is not in it: a secret is not handed out for display. */
 typedef struct dk_launcher_info {
   size_t struct_size;   /* sizeof the library's dk_launcher_info_t */
   const char* launcher; /* "none", "pytorch", "slurm", "mpi" or "distrun" */
