@@ -24,7 +24,8 @@ Final parameters must be equal on every rank and equal to the same training
 on one process (torch.nn.utils.clip_grad_norm_ on the full gradients, the
 global batch), relative difference <= 1e-5. Then gradient clipping under
 every sharding strategy (also the infinity norm through clip_grad_norm_),
-and bad arguments failing on every rank with the argument named."""
+error_if_nonfinite raising on every rank, and bad arguments failing on
+every rank with the argument named."""
 import sys
 
 import torch
@@ -268,6 +269,26 @@ def clipping(strategy, orig_params, norm_type):
     same_on_every_rank(full, what)
 
 
+def nonfinite():
+    """clip_grad_norm_'s error_if_nonfinite (mmengine passes clip_grad's
+    keywords through): an inf in rank 0's shard alone makes every rank
+    raise, since the total is agreed."""
+    model = wrap(False)
+    opt = torch.optim.SGD(model.module.parameters(), lr=LR)
+    wrapper = OptimWrapper(opt, dict(max_norm=MAX_NORM, error_if_nonfinite=True))
+    data = mine(0)
+    model(**data, mode="loss")["loss"].backward()
+    if dist.get_rank() == 0:
+        next(p for p in model.module.parameters() if p.grad is not None).grad[0] = float("inf")
+    try:
+        wrapper.clip_func = model._clip  # what train_step sets
+        wrapper.clip_func(list(model.module.parameters()), **wrapper.clip_grad_kwargs)
+        check(False, "a non-finite total norm was clipped")
+    except RuntimeError as e:
+        check("non-finite" in str(e), f"error_if_nonfinite: {e}")
+    dist.barrier()
+
+
 def bad_arguments():
     """A clear error naming the argument, on every rank, before any
     collective (the barrier after them would see a rank stuck in one)."""
@@ -301,6 +322,7 @@ def main():
         clipping(strategy, i % 2 == 1, 2.0)
     clipping(ShardingStrategy.FULL_SHARD, False, float("inf"))
     clipping(ShardingStrategy.SHARD_GRAD_OP, True, 3.0)
+    nonfinite()
     bad_arguments()
     status = finish("FSDP under mmengine's Runner calls")
     dist.destroy()

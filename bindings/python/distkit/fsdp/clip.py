@@ -14,13 +14,16 @@ from .. import dist
 
 
 def clip_sharded_grad_norm_(params: Iterable[torch.Tensor], sharded: Set[int], group,
-                            max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+                            max_norm: float, norm_type: float = 2.0,
+                            error_if_nonfinite: bool = False) -> torch.Tensor:
     """Scales the gradients of `params` so that their total norm is at most
     `max_norm`; returns the total norm (before clipping, float32, the same on
     every rank). `sharded`: ids of the tensors that hold this rank's part of
     a gradient (the others hold all of it, the same on every rank: counted
     once). Collective over `group` when any rank's part is sharded, which
-    is the same on every rank for one model."""
+    is the same on every rank for one model. error_if_nonfinite: a total
+    that is inf or nan raises (on every rank: the total is the same) before
+    anything is scaled, as torch's does."""
     norm_type = float(norm_type)
     if norm_type <= 0 and not math.isinf(norm_type):
         raise ValueError(f"clip_grad_norm_: norm_type must be positive or inf, got {norm_type}")
@@ -44,6 +47,11 @@ def clip_sharded_grad_norm_(params: Iterable[torch.Tensor], sharded: Set[int], g
     else:
         total = (local[0] + replicated) ** (1.0 / norm_type)
     total = total.to(torch.float32)
+    if error_if_nonfinite and not torch.isfinite(total):
+        raise RuntimeError(
+            f"The total norm of order {norm_type} for gradients from `parameters` is "
+            "non-finite, so it cannot be clipped. To disable this error and scale the "
+            "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`")
     # torch.nn.utils.clip_grad_norm_'s factor: max_norm / (norm + 1e-6), at most 1.
     coefficient = torch.clamp(max_norm / (total.double() + 1e-6), max=1.0)
     with torch.no_grad():

@@ -129,14 +129,16 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         every rank (collective over the shard group)."""
         return self._clip(self.parameters(), max_norm, norm_type)
 
-    def _clip(self, params, max_norm: float, norm_type: float = 2.0, **unused) -> torch.Tensor:
+    def _clip(self, params, max_norm: float, norm_type: float = 2.0,
+              error_if_nonfinite: bool = False, foreach=None) -> torch.Tensor:
         """clip_grad_norm_ over `params` (what an optimizer holds), with
-        torch.nn.utils.clip_grad_norm_'s call form (its other keyword
-        arguments ignored): mmengine's OptimWrapper calls it so."""
+        torch.nn.utils.clip_grad_norm_'s call form: mmengine's OptimWrapper
+        calls it so. error_if_nonfinite as torch's (the total is the same on
+        every rank, so every rank raises); foreach is ignored."""
         if isinstance(params, torch.Tensor):
             params = [params]
         return clip_sharded_grad_norm_(params, self._sharded_ids, self._group, max_norm,
-                                       norm_type)
+                                       norm_type, error_if_nonfinite)
 
     def no_sync(self):
         """Gradients accumulate locally (full size) and are reduced with the
