@@ -175,7 +175,11 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   // Sharded checkpoint (StateDictType.SHARDED_STATE_DICT): each rank writes
   // its shards and the metadata to <dir>/shard_rank<R>.pt (plus the
   // unsharded parameters and buffers); a job of any size loads them back,
-  // re-sharding. Collective (a barrier, so that all files exist after it).
+  // re-sharding. The format (fsdp_checkpoint_file.h; docs/architecture.md,
+  // "Sharded checkpoints") is the one Python's distkit.fsdp writes and reads
+  // (save_sharded_checkpoint / load_sharded_checkpoint), so a checkpoint
+  // crosses languages. Collective (a barrier, so that all files exist after
+  // it).
   absl::Status SaveShardedCheckpoint(const std::string& dir);
   absl::Status LoadShardedCheckpoint(const std::string& dir);
 
