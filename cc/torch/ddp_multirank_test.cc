@@ -1,7 +1,8 @@
 // Trains small models for 5 SGD steps with DistributedDataParallel in every
 // rank of a job and writes every parameter and buffer to
-// <out>/cpp_<mode>_rank<r>.txt. ddp_reference.py trains the same models with
-// torch.nn.parallel.DistributedDataParallel and compares (ddp_vs_torch_test).
+// <out>/cpp_<mode>_rank<r>.txt. testing/python/ddp_reference.py trains the same
+// models with torch.nn.parallel.DistributedDataParallel and compares
+// (ddp_vs_torch_test).
 //
 // Modes: plain, find_unused, no_sync, bucket_view, bn (broadcast_buffers),
 // fp16 (fp16 compression hook), separate (SeparateDistributedDataParallel).

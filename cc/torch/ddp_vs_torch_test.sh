@@ -1,6 +1,6 @@
 #!/bin/bash
 # ddp_vs_torch_test.sh DISTRUN DDP_CHECK REFERENCE WORLD_SIZE: trains with
-# distkit's C++ DDP, then with torch's DDP, and compares (ddp_reference.py).
+# distkit's C++ DDP, then with torch's DDP, and compares (testing/python/ddp_reference.py).
 set -euo pipefail
 distrun="$1" check="$2" reference="$3" n="$4"
 out="${TEST_TMPDIR:-/tmp}/ddp_out"

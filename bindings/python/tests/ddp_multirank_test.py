@@ -11,84 +11,13 @@ import sys
 import torch
 import torch.distributed as tdist
 import torch.nn.functional as F
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
 from distkit import dist
 from distkit.model import (MMDistributedDataParallel, MMSeparateDistributedDataParallel,
                            OptimWrapper, is_model_wrapper)
-
-RANK = int(os.environ["RANK"])
-
-
-class Net(torch.nn.Module):
-    def __init__(self, mode):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(8, 16)
-        if mode == "bn":
-            self.bn = torch.nn.BatchNorm1d(16)
-        self.fc2 = torch.nn.Linear(16, 4)
-        if mode == "find_unused":
-            self.extra = torch.nn.Linear(16, 4)
-            self.never = torch.nn.Linear(4, 4)
-        self.mode = mode
-
-    def forward(self, x):
-        h = self.fc1(x)
-        if self.mode == "bn":
-            h = self.bn(h)
-        h = torch.relu(h)
-        out = self.fc2(h)
-        if self.mode == "find_unused" and RANK % 2 == 1:
-            out = out + self.extra(h)
-        return out
-
-
-def make(mode):
-    torch.manual_seed(0)
-    net = Net(mode)
-    with torch.no_grad():
-        for i, p in enumerate(net.parameters()):
-            v = 0.3 * torch.sin(torch.arange(p.numel(), dtype=torch.float32) * 0.37 + i)
-            p.copy_(v.reshape(p.shape) + RANK)  # DDP must replace it with rank 0's
-    return net
-
-
-def inp(step, micro):
-    return torch.sin(torch.arange(48, dtype=torch.float32).reshape(6, 8) * 0.3
-                     + (RANK + 0.7 * step + 0.11 * micro))
-
-
-def target(step, micro):
-    return torch.cos(torch.arange(24, dtype=torch.float32).reshape(6, 4) * 0.2
-                     + (RANK - 0.3 * step + 0.05 * micro))
-
-
-def train(mode, wrap):
-    net = make(mode)
-    model = wrap(net, mode)
-    sgd = torch.optim.SGD(net.parameters(), lr=0.1)
-    for step in range(5):
-        sgd.zero_grad()
-        if mode == "no_sync":
-            with model.no_sync():
-                F.mse_loss(model(inp(step, 1)), target(step, 1)).backward()
-        F.mse_loss(model(inp(step, 0)), target(step, 0)).backward()
-        sgd.step()
-    state = dict(net.named_parameters())
-    state.update({k: v for k, v in net.named_buffers() if v.dtype == torch.float32})
-    return {k.replace(".module", ""): v.detach().clone() for k, v in state.items()}
-
-
-def torch_wrap(net, mode):
-    if mode == "separate":
-        net.fc1, net.fc2 = TorchDDP(net.fc1), TorchDDP(net.fc2)
-        return net
-    model = TorchDDP(net, find_unused_parameters=mode == "find_unused",
-                     gradient_as_bucket_view=mode == "bucket_view")
-    if mode == "fp16":
-        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    return model
+from testing.python.ddp_model import (MODES, RANK, inp, make, relative_difference,
+                                      target, tolerance, torch_wrap, train)
 
 
 def distkit_wrap(net, mode):
@@ -105,10 +34,10 @@ def distkit_wrap(net, mode):
 
 def compare(mode, ours, ref):
     assert set(ours) == set(ref), f"{mode}: {sorted(ours)} vs {sorted(ref)}"
-    tol = 1e-3 if mode == "fp16" else 1e-6
+    tol = tolerance(mode)
     worst = 0.0
     for name, r in ref.items():
-        rel = ((ours[name] - r).abs().max() / r.abs().max().clamp(min=1e-12)).item()
+        rel = relative_difference(ours[name], r)
         worst = max(worst, rel)
         assert rel <= tol, f"{mode} {name}: relative difference {rel:.3g} > {tol}"
     return worst
@@ -202,7 +131,7 @@ def main():
     dist.init_dist("pytorch", backend="gloo")
     torch.set_num_threads(1)
     worst = 0.0
-    for mode in ["plain", "find_unused", "no_sync", "bucket_view", "bn", "fp16", "separate"]:
+    for mode in MODES:
         ours = train(mode, distkit_wrap)
         ref = train(mode, torch_wrap)
         w = compare(mode, ours, ref)
