@@ -45,9 +45,9 @@ absl::Status InitDist(absl::string_view launcher,
 // The launcher's view of this process, read as InitDist reads it:
 // `launcher`'s variables ("" : InferLauncher's choice) with mmengine's rules
 // (under Slurm without SLURM_LOCALID, the rank modulo the GPUs). "mpi"
-// without MASTER_ADDR or DISTKIT_STORE gives mpirun's placement only, what
-// the mpi backend joins with. Every binding asks this (dk_launcher_info)
-// instead of parsing the environment itself.
+// with MASTER_ADDR unset (InitDist's test for its mpi backend) gives
+// mpirun's placement only, what the mpi backend joins with. Every binding asks
+// this (dk_launcher_info) instead of parsing the environment itself.
 absl::StatusOr<RendezvousInfo> LauncherInfo(absl::string_view launcher);
 
 // Joins with an explicit rank, size and store (tests, embedding).

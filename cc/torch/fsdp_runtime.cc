@@ -356,6 +356,15 @@ absl::Status FullyShardedDataParallel::Backward(const torch::Tensor& loss) {
   return status;
 }
 
+namespace {
+
+// max(a, b), NaN when either is (std::max(a, NaN) is a).
+double MaxKeepingNan(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? std::nan("") : std::max(a, b);
+}
+
+}  // namespace
+
 absl::StatusOr<double> FullyShardedDataParallel::ClipGradNorm(
     double max_norm, double norm_type) {
   if (!(norm_type > 0)) {
@@ -381,7 +390,8 @@ absl::StatusOr<double> FullyShardedDataParallel::ClipGradNorm(
         inf ? g.abs().max().item<double>()
             : std::pow(g.norm(norm_type).item<double>(), norm_type);
     double& part = parts[sharded ? 0 : 1];
-    part = inf ? std::max(part, v) : part + v;
+    // A NaN gradient makes the norm NaN, as torch's: std::max would drop it.
+    part = inf ? MaxKeepingNan(part, v) : part + v;
   };
   for (const auto& unit : units_) {
     const bool sharded = unit->shard->shard_count() > 1;
@@ -395,7 +405,7 @@ absl::StatusOr<double> FullyShardedDataParallel::ClipGradNorm(
         group_->AllReduce(TensorRef(&parts[0], 1, DataType::kFloat64),
                           inf ? ReduceOp::kMax : ReduceOp::kSum));
   }
-  const double total = inf ? std::max(parts[0], parts[1])
+  const double total = inf ? MaxKeepingNan(parts[0], parts[1])
                            : std::pow(parts[0] + parts[1], 1.0 / norm_type);
   // torch.nn.utils.clip_grad_norm_'s factor: max_norm / (norm + 1e-6), at
   // most 1.

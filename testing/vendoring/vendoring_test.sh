@@ -52,8 +52,11 @@ export HOME="${TEST_TMPDIR:-/tmp}"
 # One job and no optimization: what is checked is that the workspace
 # resolves, builds, links and runs, not how fast the result is; so the nested
 # build takes one core beside the other tests instead of the machine alone.
-bazel --output_user_root="${TEST_TMPDIR:-/tmp}/bazel_root" build --jobs=1 \
+root="${TEST_TMPDIR:-/tmp}/bazel_root"
+# The nested server goes away however the test ends (its idle timeout is
+# hours).
+trap 'bazel --output_user_root="$root" shutdown >/dev/null 2>&1 || true' EXIT
+bazel --output_user_root="$root" build --jobs=1 \
   --compilation_mode=fastbuild --spawn_strategy=local //:consumer //:py_consumer 2>&1 | tail -40
 bazel-bin/consumer
 bazel-bin/py_consumer
-bazel --output_user_root="${TEST_TMPDIR:-/tmp}/bazel_root" shutdown

@@ -25,7 +25,7 @@ def clip_sharded_grad_norm_(params: Iterable[torch.Tensor], sharded: Set[int], g
     that is inf or nan raises (on every rank: the total is the same) before
     anything is scaled, as torch's does."""
     norm_type = float(norm_type)
-    if norm_type <= 0 and not math.isinf(norm_type):
+    if not norm_type > 0:  # -inf and nan too, as C++ refuses them
         raise ValueError(f"clip_grad_norm_: norm_type must be positive or inf, got {norm_type}")
     grads = [(p.grad, id(p) in sharded) for p in params if p.grad is not None]
 
