@@ -757,6 +757,24 @@ void Clipping() {
   Check(absl::IsInvalidArgument(s) &&
             s.message().find("norm_type must be positive") != std::string::npos,
         "norm_type 0: " + s.ToString());
+  // A NaN gradient on the last rank alone: the total norm is NaN on every
+  // rank, for the infinity norm too (as torch's clip_grad_norm_ gives).
+  for (double norm_type : {std::numeric_limits<double>::infinity(), 2.0}) {
+    RequireOk((*fsdp)->BeforeForward(), "clip nan: before forward");
+    RequireOk((*fsdp)->Backward(Loss(net->forward(Tokens(rank_, 0, 0)),
+                                     Targets(rank_, 0, 0))),
+              "clip nan: backward");
+    if (rank_ == world_ - 1) {
+      torch::NoGradGuard no_grad;
+      for (auto& p : net->parameters()) {
+        if (p.grad().defined()) p.mutable_grad().fill_(std::nan(""));
+      }
+    }
+    auto norm = (*fsdp)->ClipGradNorm(1.0, norm_type);
+    RequireOk(norm.status(), "clip nan: ClipGradNorm");
+    Check(std::isnan(*norm), absl::StrCat("clip nan (norm ", norm_type,
+                                          "): total ", *norm, ", not nan"));
+  }
 }
 
 // ---- Sharded checkpoints across languages

@@ -401,9 +401,15 @@ absl::StatusOr<double> FullyShardedDataParallel::ClipGradNorm(
   for (const auto& [key, p] : unsharded_params_) add(p.grad(), false);
   // Every rank of a model has the same units, so all or none reduce.
   if (any_sharded) {
+    // A maximum compares, and every comparison with NaN is false: one rank's
+    // NaN would vanish in the reduction. It travels as a flag beside the
+    // value (a sum keeps NaN by itself).
+    const bool nan = std::isnan(parts[0]);
+    double reduced[2] = {inf && nan ? 0.0 : parts[0], nan ? 1.0 : 0.0};
     DK_RETURN_IF_ERROR(
-        group_->AllReduce(TensorRef(&parts[0], 1, DataType::kFloat64),
+        group_->AllReduce(TensorRef(reduced, inf ? 2 : 1, DataType::kFloat64),
                           inf ? ReduceOp::kMax : ReduceOp::kSum));
+    parts[0] = inf && reduced[1] > 0 ? std::nan("") : reduced[0];
   }
   const double total = inf ? MaxKeepingNan(parts[0], parts[1])
                            : std::pow(parts[0] + parts[1], 1.0 / norm_type);

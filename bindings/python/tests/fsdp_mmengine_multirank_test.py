@@ -286,6 +286,16 @@ def nonfinite():
         check(False, "a non-finite total norm was clipped")
     except RuntimeError as e:
         check("non-finite" in str(e), f"error_if_nonfinite: {e}")
+    # A NaN in the last rank's shard alone: the infinity norm is NaN on every
+    # rank too (a maximum reduction would drop it: comparisons with NaN are
+    # false).
+    for p in model.module.parameters():
+        p.grad = None
+    model(**data, mode="loss")["loss"].backward()
+    if dist.get_rank() == dist.get_world_size() - 1:
+        next(p for p in model.module.parameters() if p.grad is not None).grad[0] = float("nan")
+    total = model.clip_grad_norm_(MAX_NORM, float("inf"))
+    check(bool(torch.isnan(total)), f"a NaN in one rank's shard: infinity norm {total}")
     dist.barrier()
 
 

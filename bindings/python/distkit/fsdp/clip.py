@@ -41,7 +41,16 @@ def clip_sharded_grad_norm_(params: Iterable[torch.Tensor], sharded: Set[int], g
     local = part([g for g, s in grads if s]).reshape(1)
     replicated = part([g for g, s in grads if not s])
     if sharded and dist.is_distributed() and dist.get_world_size(group) > 1:
-        dist.all_reduce(local, "max" if math.isinf(norm_type) else "sum", group=group)
+        if math.isinf(norm_type):
+            # A maximum compares, and every comparison with NaN is false: one
+            # rank's NaN would vanish. It travels as a flag beside the value.
+            nan = torch.isnan(local)
+            pair = torch.cat([torch.where(nan, torch.zeros_like(local), local),
+                              nan.to(local.dtype)])
+            dist.all_reduce(pair, "max", group=group)
+            local = torch.where(pair[1:] > 0, torch.full_like(local, math.nan), pair[:1])
+        else:
+            dist.all_reduce(local, "sum", group=group)
     if math.isinf(norm_type):
         total = torch.maximum(local[0], replicated)
     else:
