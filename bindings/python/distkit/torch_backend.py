@@ -229,7 +229,7 @@ class ProcessGroupDistkit(tdist.ProcessGroup):
     def allgather(self, output_tensors, input_tensors, opts=None):
         t = _single(input_tensors, "allgather")
         outs = output_tensors[0]
-        flat = torch.empty((len(outs),) + tuple(t.shape), dtype=t.dtype)
+        flat = torch.empty((len(outs),) + tuple(t.shape), dtype=t.dtype, device=t.device)
         a, b = Borrowed(t.contiguous()), Borrowed(flat)
 
         def fill():
@@ -247,7 +247,8 @@ class ProcessGroupDistkit(tdist.ProcessGroup):
         t = _single(input_tensors, "gather")
         is_root = self.rank() == opts.rootRank
         outs = output_tensors[0] if is_root else []
-        flat = torch.empty((self.size(),) + tuple(t.shape), dtype=t.dtype) if is_root else None
+        flat = (torch.empty((self.size(),) + tuple(t.shape), dtype=t.dtype, device=t.device)
+                if is_root else None)
         a = Borrowed(t.contiguous())
         b = Borrowed(flat) if is_root else None
 
@@ -289,7 +290,8 @@ class ProcessGroupDistkit(tdist.ProcessGroup):
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         flat_in = torch.cat([t.reshape(-1) for t in input_tensors])
-        flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat_in.dtype)
+        flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat_in.dtype,
+                               device=flat_in.device)
         ins = [t.numel() for t in input_tensors]
         outs = [t.numel() for t in output_tensors]
         a, b = Borrowed(flat_in), Borrowed(flat_out)
