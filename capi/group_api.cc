@@ -500,6 +500,17 @@ dk_status_t dk_group_comm_device(const dk_group_t* group, DLDevice* out,
   });
 }
 
+dk_status_t dk_group_set_cuda_stream(dk_group_t* group, void* stream,
+                                     dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    if (group == nullptr && !distkit::dist::IsDistributed()) {
+      return absl::OkStatus();
+    }
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    return g->SetCudaStream(stream);
+  });
+}
+
 dk_status_t dk_tensor_copy(const DLTensor* src, DLTensor* dst,
                            dk_error_t** err) {
   return Guard(err, [&]() -> absl::Status {

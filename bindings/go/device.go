@@ -5,7 +5,10 @@ package distkit
 */
 import "C"
 
-import "fmt"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // DeviceType is a DLPack device type.
 type DeviceType int32
@@ -52,4 +55,13 @@ func (g *Group) CommDevice() (Device, error) {
 		return Device{}, err
 	}
 	return deviceOf(out), nil
+}
+
+// SetCudaStream names the CUDA stream (a cudaStream_t; nil: the legacy
+// default stream) the caller's work on g's device runs on: every CUDA
+// operation issued on g afterwards follows the work issued on it before.
+// Ignored by groups without a CUDA device.
+func (g *Group) SetCudaStream(stream unsafe.Pointer) error {
+	var cerr *C.dk_error_t
+	return check(C.dk_group_set_cuda_stream(g.ptr, stream, &cerr), cerr)
 }

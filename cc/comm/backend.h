@@ -126,6 +126,21 @@ class Backend {
   virtual Device comm_device() const { return Device::Cpu(); }
   virtual absl::Status CheckDevice(Device device) const;
 
+  // ---- The caller's asynchronous device work (CUDA streams) ---------------
+
+  // The stream the caller's work on this group's device runs on (a
+  // cudaStream_t; nullptr: the legacy default stream), read when an
+  // operation is issued. Backends without such a device ignore it.
+  virtual absl::Status SetCudaStream(void* stream) { return absl::OkStatus(); }
+  // On the issuing thread, before an operation on `device` tensors is queued
+  // for a worker: marks how far the caller's stream has come, so that the
+  // operation follows exactly the work issued before it (not work issued
+  // after it, which may itself wait for the operation). The mark reaches the
+  // backend as ctx.issue_mark and comes back through ReleaseIssueMark once
+  // the operation is over; nullptr when there is nothing to follow.
+  virtual absl::StatusOr<void*> MarkIssue(Device device) { return nullptr; }
+  virtual void ReleaseIssueMark(void* mark) {}
+
   // ---- Data movement (signatures already agree) ---------------------------
 
   virtual absl::Status AllReduce(const OpContext& ctx, TensorRef data,

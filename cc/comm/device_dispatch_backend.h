@@ -37,6 +37,15 @@ class DeviceDispatchBackend : public Backend {
     return For(d)->CheckReduce(op, dtype, d);
   }
 
+  absl::Status SetCudaStream(void* stream) override {
+    return cuda_->SetCudaStream(stream);
+  }
+  absl::StatusOr<void*> MarkIssue(Device d) override {
+    return For(d)->MarkIssue(d);
+  }
+  // Only the CUDA half makes marks.
+  void ReleaseIssueMark(void* mark) override { cuda_->ReleaseIssueMark(mark); }
+
   absl::Status ExchangeSignatures(const OpContext& c, const OpSignature& mine,
                                   InlinePayload payload,
                                   absl::Span<OpSignature> all) override {

@@ -27,6 +27,9 @@ struct OpContext {
   // while the operation runs; null in contexts made outside a group).
   FlightRecorder* recorder = nullptr;
   uint64_t record_id = 0;
+  // Where the caller's asynchronous device work stood when the operation was
+  // issued (Backend::MarkIssue); null when there is none to follow.
+  void* issue_mark = nullptr;
 
   // "all_reduce".
   absl::string_view op_name() const { return OpCodeName(op); }

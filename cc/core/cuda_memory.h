@@ -23,7 +23,9 @@ absl::Status Copy(void* dst, Device dst_device, const void* src,
                   Device src_device, size_t n);
 
 absl::StatusOr<void*> Allocate(Device device, size_t bytes);
-void Free(void* p);
+// Frees on the allocation's own device, so a thread on another device does
+// not put a context there.
+void Free(Device device, void* p);
 
 }  // namespace cuda_memory
 }  // namespace distkit

@@ -27,6 +27,30 @@ absl::StatusOr<int> Probe() {
 // Only called once DeviceCount() succeeded, so the library loaded.
 const CudaLibrary& Cuda() { return **LoadCudaLibrary(); }
 
+// Makes `device` current on this thread for the scope, and puts back the
+// previous one only if it had to switch: restoring device 0 on a thread that
+// never chose one (every new thread is on 0) would put a context on GPU 0
+// from a rank that owns another GPU.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device) : cuda_(Cuda()) {
+    int current = -1;
+    if (cuda_.GetDevice(&current) != cudaSuccess) current = -1;
+    if (current == device) return;
+    status_ = CudaStatus(cuda_, cuda_.SetDevice(device), "cudaSetDevice");
+    if (status_.ok()) previous_ = current;
+  }
+  ~ScopedDevice() {
+    if (previous_ >= 0) cuda_.SetDevice(previous_);
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const CudaLibrary& cuda_;
+  absl::Status status_;
+  int previous_ = -1;
+};
+
 }  // namespace
 
 const absl::StatusOr<int>& DeviceCount() {
@@ -41,23 +65,27 @@ absl::Status Copy(void* dst, Device dst_device, const void* src,
   const cudaMemcpyKind kind = src_device.is_cpu()   ? cudaMemcpyHostToDevice
                               : dst_device.is_cpu() ? cudaMemcpyDeviceToHost
                                                     : cudaMemcpyDeviceToDevice;
+  // On the device that holds the data (the destination's for host -> device).
+  ScopedDevice on(src_device.is_cpu() ? dst_device.index : src_device.index);
+  DK_RETURN_IF_ERROR(on.status());
   const CudaLibrary& cuda = Cuda();
   return CudaStatus(cuda, cuda.Memcpy(dst, src, n, kind), "cudaMemcpy");
 }
 
 absl::StatusOr<void*> Allocate(Device device, size_t bytes) {
+  ScopedDevice on(device.index);
+  DK_RETURN_IF_ERROR(on.status());
   const CudaLibrary& cuda = Cuda();
-  int previous = 0;
-  cuda.GetDevice(&previous);
-  cuda.SetDevice(device.index);
   void* p = nullptr;
   const cudaError_t e = cuda.Malloc(&p, bytes > 0 ? bytes : 1);
-  cuda.SetDevice(previous);
   if (e != cudaSuccess) return CudaStatus(cuda, e, "cudaMalloc");
   return p;
 }
 
-void Free(void* p) { Cuda().Free(p); }
+void Free(Device device, void* p) {
+  ScopedDevice on(device.index);
+  Cuda().Free(p);
+}
 
 }  // namespace cuda_memory
 }  // namespace distkit

@@ -19,7 +19,7 @@ absl::StatusOr<void*> Allocate(Device, size_t) {
   return DeviceCount().status();
 }
 
-void Free(void*) {}
+void Free(Device, void*) {}
 
 }  // namespace cuda_memory
 }  // namespace distkit

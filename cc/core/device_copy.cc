@@ -112,7 +112,7 @@ void DeviceBuffer::Release() {
   } else if (device_.is_ext()) {
     Extension().free(data_);
   } else {
-    cuda_memory::Free(data_);
+    cuda_memory::Free(device_, data_);
   }
   data_ = nullptr;
 }

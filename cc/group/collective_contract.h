@@ -45,6 +45,7 @@ class CollectiveContract {
   explicit CollectiveContract(std::unique_ptr<Backend> backend);
 
   const Backend& backend() const { return *backend_; }
+  Backend& backend() { return *backend_; }
 
   // Local checks, before an operation is queued: the tensor's device and the
   // reduction (CheckReduceOpSupported, then what the engine can express).

@@ -341,16 +341,41 @@ std::shared_ptr<Work> ProcessGroup::Submit(Op op) {
   if (absl::Status refused = ClaimIssue(op); !refused.ok()) {
     return FailedWork(OpCodeName(op.code), std::move(refused));
   }
-  const OpContext ctx = NextContext(op);
-  auto work = std::make_shared<Work>(ctx.Describe());
   const bool collective = op.peer < 0;
+  absl::StatusOr<void*> mark = MarkIssue(op);
+  if (!mark.ok()) {
+    if (collective) ReleaseIssue();
+    return FailedWork(OpCodeName(op.code), mark.status());
+  }
+  OpContext ctx = NextContext(op);
+  ctx.issue_mark = *mark;
+  auto work = std::make_shared<Work>(ctx.Describe());
   QueueFor(op.code, op.peer)
       .Post([this, ctx, body = std::move(op.body), work, collective] {
         absl::Status status = Execute(ctx, body);
+        if (ctx.issue_mark != nullptr) {
+          contract_->backend().ReleaseIssueMark(ctx.issue_mark);
+        }
         if (collective) ReleaseIssue();
         work->Complete(std::move(status));
       });
   return work;
+}
+
+absl::Status ProcessGroup::SetCudaStream(void* stream) {
+  if (contract_ == nullptr) return absl::OkStatus();  // not a member
+  return contract_->backend().SetCudaStream(stream);
+}
+
+absl::StatusOr<void*> ProcessGroup::MarkIssue(const Op& op) {
+  if (op.device.is_cpu()) return nullptr;
+  absl::StatusOr<void*> mark = contract_->backend().MarkIssue(op.device);
+  if (!mark.ok()) {
+    return Annotate(mark.status(), absl::StrCat(OpCodeName(op.code),
+                                                " on group '", name_,
+                                                "' (rank ", rank_, ")"));
+  }
+  return mark;
 }
 
 absl::Status ProcessGroup::RunSync(Op op) {
@@ -358,9 +383,18 @@ absl::Status ProcessGroup::RunSync(Op op) {
   // Sends and receives go through their own lanes (see QueueFor).
   if (op.peer >= 0) return Submit(std::move(op))->Wait();
   DK_RETURN_IF_ERROR(ClaimIssue(op));
-  const OpContext ctx = NextContext(op);
+  absl::StatusOr<void*> mark = MarkIssue(op);
+  if (!mark.ok()) {
+    ReleaseIssue();
+    return mark.status();
+  }
+  OpContext ctx = NextContext(op);
+  ctx.issue_mark = *mark;
   absl::Status status;
   queue_.Run([&] { status = Execute(ctx, op.body); });
+  if (ctx.issue_mark != nullptr) {
+    contract_->backend().ReleaseIssueMark(ctx.issue_mark);
+  }
   ReleaseIssue();
   return status;
 }
@@ -406,7 +440,8 @@ ProcessGroup::Op ProcessGroup::AllReduceOp(TensorRef data, ReduceOp op) {
   return {OpCode::kAllReduce, CheckReduce(data, op),
           [this, data, op](const OpContext& c) {
             return contract_->AllReduce(c, data, op);
-          }};
+          },
+          -1, data.device()};
 }
 
 ProcessGroup::Op ProcessGroup::BroadcastOp(TensorRef data, int root) {
@@ -414,7 +449,8 @@ ProcessGroup::Op ProcessGroup::BroadcastOp(TensorRef data, int root) {
           DK_CHECKS(CheckTensor(data, "data"), CheckRank(root, "root")),
           [this, data, root](const OpContext& c) {
             return contract_->Broadcast(c, data, root);
-          }};
+          },
+          -1, data.device()};
 }
 
 ProcessGroup::Op ProcessGroup::ReduceToRootOp(TensorRef data, ReduceOp op,
@@ -423,7 +459,8 @@ ProcessGroup::Op ProcessGroup::ReduceToRootOp(TensorRef data, ReduceOp op,
           DK_CHECKS(CheckReduce(data, op), CheckRank(root, "root")),
           [this, data, op, root](const OpContext& c) {
             return contract_->Reduce(c, data, op, root);
-          }};
+          },
+          -1, data.device()};
 }
 
 ProcessGroup::Op ProcessGroup::AllGatherOp(TensorRef input, TensorRef output) {
@@ -433,7 +470,8 @@ ProcessGroup::Op ProcessGroup::AllGatherOp(TensorRef input, TensorRef output) {
                     ExpectNumel(output, input.numel() * size(), "output")),
           [this, input, output](const OpContext& c) {
             return contract_->AllGather(c, input, output);
-          }};
+          },
+          -1, input.device()};
 }
 
 ProcessGroup::Op ProcessGroup::GatherOp(TensorRef input, TensorRef output,
@@ -447,7 +485,8 @@ ProcessGroup::Op ProcessGroup::GatherOp(TensorRef input, TensorRef output,
   return {OpCode::kGather, checked,
           [this, input, output, root](const OpContext& c) {
             return contract_->Gather(c, input, output, root);
-          }};
+          },
+          -1, input.device()};
 }
 
 ProcessGroup::Op ProcessGroup::ScatterOp(TensorRef input, TensorRef output,
@@ -461,7 +500,8 @@ ProcessGroup::Op ProcessGroup::ScatterOp(TensorRef input, TensorRef output,
   return {OpCode::kScatter, checked,
           [this, input, output, root](const OpContext& c) {
             return contract_->Scatter(c, input, output, root);
-          }};
+          },
+          -1, output.device()};
 }
 
 ProcessGroup::Op ProcessGroup::ReduceScatterOp(TensorRef input,
@@ -472,7 +512,8 @@ ProcessGroup::Op ProcessGroup::ReduceScatterOp(TensorRef input,
                     ExpectNumel(input, output.numel() * size(), "input")),
           [this, input, output, op](const OpContext& c) {
             return contract_->ReduceScatter(c, input, output, op);
-          }};
+          },
+          -1, input.device()};
 }
 
 ProcessGroup::Op ProcessGroup::AllToAllOp(TensorRef input, TensorRef output,
@@ -502,7 +543,8 @@ ProcessGroup::Op ProcessGroup::AllToAllOp(TensorRef input, TensorRef output,
       [this, input, output, input_splits, output_splits](const OpContext& c) {
         return contract_->AllToAll(c, input, input_splits, output,
                                    output_splits);
-      }};
+      },
+          -1, input.device()};
 }
 
 absl::Status ProcessGroup::CheckSplits(const std::vector<int64_t>& splits,
@@ -544,7 +586,7 @@ ProcessGroup::Op ProcessGroup::SendOp(TensorRef data, int dst, int tag) {
           [this, data, dst, tag](const OpContext& c) {
             return contract_->Send(c, data, dst, tag);
           },
-          dst};
+          dst, data.device()};
 }
 
 ProcessGroup::Op ProcessGroup::RecvOp(TensorRef data, int src, int tag) {
@@ -557,7 +599,7 @@ ProcessGroup::Op ProcessGroup::RecvOp(TensorRef data, int src, int tag) {
           [this, data, src, tag](const OpContext& c) {
             return contract_->Recv(c, data, src, tag);
           },
-          src};
+          src, data.device()};
 }
 
 // The synchronous and asynchronous forms of each operation.
@@ -654,7 +696,8 @@ absl::Status ProcessGroup::AllGather(TensorRef input,
   TensorRef flat(staging.data(), input.numel() * size(), input.dtype(),
                  input.device());
   return RunSync(
-      {OpCode::kAllGather, checked, [&](const OpContext& c) -> absl::Status {
+      {OpCode::kAllGather, checked,
+       [&](const OpContext& c) -> absl::Status {
          DK_RETURN_IF_ERROR(contract_->AllGather(c, input, flat));
          const char* all = static_cast<const char*>(staging.data());
          for (size_t r = 0; r < outputs.size(); ++r) {
@@ -663,7 +706,8 @@ absl::Status ProcessGroup::AllGather(TensorRef input,
                                         input.device(), input.nbytes()));
          }
          return absl::OkStatus();
-       }});
+       },
+       -1, input.device()});
 }
 
 absl::Status ProcessGroup::Barrier() { return RunSync(BarrierOp()); }

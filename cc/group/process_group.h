@@ -108,6 +108,14 @@ class ProcessGroup {
   // The group's private namespace in the job store.
   const std::shared_ptr<Store>& store() const { return store_; }
 
+  // The CUDA stream the caller's work on this group's device runs on (a
+  // cudaStream_t; nullptr, the default: the legacy default stream). Every
+  // CUDA operation issued afterwards follows the work on it that was issued
+  // before the operation, as torch's ProcessGroupNCCL does with the current
+  // stream; Wait() returns once the operation's device work is done. Ignored
+  // by groups without a CUDA device. Set it from the thread that issues.
+  absl::Status SetCudaStream(void* stream);
+
   // Synchronous operations (see Backend for buffer conventions).
   absl::Status AllReduce(TensorRef data, ReduceOp op);
   absl::Status Broadcast(TensorRef data, int root);
@@ -169,7 +177,12 @@ class ProcessGroup {
     absl::Status checked;
     Body body;
     int peer = -1;
+    // Where its tensors are: a CUDA operation follows the caller's stream
+    // from the point where it was issued (Backend::MarkIssue).
+    Device device = Device::Cpu();
   };
+  // The issue mark of `op` (nullptr: none), or why it could not be made.
+  absl::StatusOr<void*> MarkIssue(const Op& op);
   std::shared_ptr<Work> Submit(Op op);
   absl::Status RunSync(Op op);
   // Not OK when `op` must not run: not a member, or its arguments are wrong.

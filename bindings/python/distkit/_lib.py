@@ -108,7 +108,7 @@ class LauncherInfo(ctypes.Structure):
 
 # ---- Constants (the header's DK_* values; status codes live in errors.py) ----
 
-ABI_MAJOR, ABI_MINOR = 0, 4
+ABI_MAJOR, ABI_MINOR = 0, 5
 
 OP_SUM, OP_PRODUCT, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, OP_MEAN = range(8)
 # mmengine's op names (mean is all_reduce's own, not a reduce op there).
@@ -235,6 +235,7 @@ _PROTOTYPES = {
     "dk_parallel_state_describe": (c_status, [P, PP, PP]),
     "dk_get_device": (None, [ctypes.POINTER(DLDevice)]),
     "dk_group_comm_device": (c_status, [P, ctypes.POINTER(DLDevice), PP]),
+    "dk_group_set_cuda_stream": (c_status, [P, P, PP]),
     "dk_shard_config_init": (None, [ctypes.POINTER(ShardConfig)]),
     "dk_shard_create": (c_status, [P, ctypes.POINTER(T), ctypes.c_size_t,
                                    ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ShardConfig),

@@ -29,6 +29,7 @@ import torch.distributed as tdist
 from torch._C._distributed_c10d import _create_work_from_future
 
 from . import _lib
+from ._cuda_stream import follow_current_stream
 from ._dlpack import Borrowed
 from ._lib import lib, raise_for_status
 from .dist import groups as _groups
@@ -178,6 +179,7 @@ class ProcessGroupDistkit(tdist.ProcessGroup):
     def _run(self, fn, args, keep, result, then=None):
         """Runs ABI collective ``fn`` on this group (``keep``: what it
         borrows), then ``then`` (results into torch's tensors)."""
+        follow_current_stream(self._handle, result)
         raise_for_status(fn, self._handle, *args, None)
         if then is not None:
             then()

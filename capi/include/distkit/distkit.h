@@ -73,7 +73,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------ */
 
 #define DK_ABI_MAJOR 0
-#define DK_ABI_MINOR 4
+#define DK_ABI_MINOR 5
 
 /* Local. Checks that this header (major, minor) can use the loaded library:
  * same major, and a minor no newer than the library's. DK_FAILED_PRECONDITION
@@ -594,6 +594,18 @@ DK_EXPORT void dk_get_device(DLDevice* out);
  * DK_FAILED_PRECONDITION. */
 DK_EXPORT dk_status_t dk_group_comm_device(const dk_group_t* group,
                                            DLDevice* out, dk_error_t** err);
+
+/* Local, the issuing thread (ABI 0.5). The CUDA stream (a cudaStream_t;
+ * NULL, the default: the legacy default stream) that the caller's work on
+ * `group`'s (NULL: the default group's) device runs on. Every CUDA operation
+ * issued on the group afterwards follows the work issued on that stream
+ * before it (torch's ProcessGroupNCCL does the same with its current
+ * stream), and its wait returns once its device work is done. A stream of
+ * another device fails the next CUDA operation with DK_INVALID_ARGUMENT.
+ * Ignored by groups without a CUDA device; not distributed with NULL, or a
+ * rank outside `group`: nothing to set, DK_OK. */
+DK_EXPORT dk_status_t dk_group_set_cuda_stream(dk_group_t* group,
+                                               void* stream, dk_error_t** err);
 
 /* Local, blocking, any thread. Copies src into dst, which may be on different
  * devices (host <-> CUDA and CUDA <-> CUDA through cudaMemcpy): the same

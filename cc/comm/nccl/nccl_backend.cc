@@ -1,5 +1,6 @@
 #include "cc/comm/nccl/nccl_backend.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -9,18 +10,14 @@
 #include "cc/core/cuda_library.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
+#include "cc/store/prefix_store.h"
 
 namespace distkit {
 namespace {
 
-constexpr absl::Duration kWatchdogPeriod = absl::Milliseconds(100);
-
-absl::Status NcclStatus(const NcclLibrary& nccl, ncclResult_t r,
-                        absl::string_view what) {
-  if (r == ncclSuccess) return absl::OkStatus();
-  return absl::UnavailableError(
-      absl::StrCat(what, ": ", nccl.GetErrorString(r)));
-}
+// How often a waiting operation asks NCCL for asynchronous errors (a peer
+// died) between its event polls.
+constexpr absl::Duration kHealthPeriod = absl::Milliseconds(50);
 
 ncclDataType_t NcclType(DataType d) {
   switch (d) {
@@ -89,25 +86,44 @@ char* At(const TensorRef& t, int64_t elements) {
 }  // namespace
 
 NcclBackend::NcclBackend(const CudaLibrary* cuda, const NcclLibrary* nccl,
-                         ncclComm_t comm, int rank, int size, int device)
+                         std::shared_ptr<Store> store, int rank, int size,
+                         int device)
     : cuda_(cuda),
       nccl_(nccl),
-      comm_(comm),
+      store_(std::move(store)),
       rank_(rank),
       size_(size),
-      device_(device) {}
+      device_(device),
+      name_(absl::StrCat("rank ", rank, " of ", size)) {}
 
-absl::Status NcclBackend::Init() {
+absl::Status NcclBackend::UseDevice() {
+  return CudaStatus(*cuda_, cuda_->SetDevice(device_), "cudaSetDevice");
+}
+
+absl::StatusOr<std::unique_ptr<NcclBackend::Channel>> NcclBackend::MakeChannel(
+    std::unique_ptr<NcclComm> comm) {
+  auto channel = std::make_unique<Channel>();
+  channel->comm = std::move(comm);
+  DK_RETURN_IF_ERROR(UseDevice());
   DK_RETURN_IF_ERROR(
-      CudaStatus(*cuda_, cuda_->SetDevice(device_), "cudaSetDevice"));
-  DK_RETURN_IF_ERROR(CudaStatus(
-      *cuda_, cuda_->StreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
-      "cudaStreamCreate"));
-  DK_RETURN_IF_ERROR(CudaStatus(
-      *cuda_, cuda_->EventCreateWithFlags(&done_, cudaEventDisableTiming),
-      "cudaEventCreate"));
-  watchdog_ = std::thread([this] { WatchdogLoop(); });
-  return absl::OkStatus();
+      CudaStatus(*cuda_,
+                 cuda_->StreamCreateWithFlags(&channel->stream,
+                                              cudaStreamNonBlocking),
+                 "cudaStreamCreateWithFlags"));
+  for (cudaEvent_t* e : {&channel->ready, &channel->done}) {
+    DK_RETURN_IF_ERROR(CudaStatus(
+        *cuda_, cuda_->EventCreateWithFlags(e, cudaEventDisableTiming),
+        "cudaEventCreateWithFlags"));
+  }
+  return channel;
+}
+
+void NcclBackend::DestroyChannel(Channel& channel) {
+  channel.comm.reset();  // finalizes (bounded) or aborts
+  channel.staging = DeviceBuffer();
+  if (channel.done != nullptr) cuda_->EventDestroy(channel.done);
+  if (channel.ready != nullptr) cuda_->EventDestroy(channel.ready);
+  if (channel.stream != nullptr) cuda_->StreamDestroy(channel.stream);
 }
 
 absl::Status NcclBackend::CanRun() {
@@ -159,8 +175,10 @@ absl::StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
   const CudaLibrary* cuda = *LoadCudaLibrary();
   const NcclLibrary* nccl = *LoadNcclLibrary();
   const int device = config.local_rank % CudaDeviceCount();
-  DK_RETURN_IF_ERROR(
-      CudaStatus(*cuda, cuda->SetDevice(device), "cudaSetDevice"));
+  const absl::Time deadline = absl::Now() + config.timeout;
+  std::unique_ptr<NcclBackend> b(new NcclBackend(
+      cuda, nccl, config.store, config.rank, config.size, device));
+  DK_RETURN_IF_ERROR(b->UseDevice());
   // Rank 0's ncclUniqueId reaches the others through the group's store.
   ncclUniqueId id;
   if (config.rank == 0) {
@@ -176,66 +194,116 @@ absl::StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
     }
     std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
-  ncclComm_t comm;
-  DK_RETURN_IF_ERROR(
-      NcclStatus(*nccl, nccl->CommInitRank(&comm, config.size, id, config.rank),
-                 "ncclCommInitRank"));
-  std::unique_ptr<NcclBackend> b(
-      new NcclBackend(cuda, nccl, comm, config.rank, config.size, device));
-  DK_RETURN_IF_ERROR(b->Init());
+  DK_ASSIGN_OR_RETURN(
+      std::unique_ptr<NcclComm> comm,
+      NcclComm::Init(cuda, nccl, device, config.size, id, config.rank,
+                     deadline, b->name_));
+  DK_ASSIGN_OR_RETURN(b->collectives_, b->MakeChannel(std::move(comm)));
   return b;
 }
 
 NcclBackend::~NcclBackend() {
-  stop_ = true;
-  if (watchdog_.joinable()) watchdog_.join();
-  cuda_->SetDevice(device_);
+  absl::flat_hash_map<std::pair<int, int>, std::unique_ptr<Channel>> pairs;
   {
     absl::MutexLock lock(&mu_);
-    if (!aborted_comm_) nccl_->CommDestroy(comm_);
+    pairs.swap(pairs_);
   }
-  if (done_ != nullptr) cuda_->EventDestroy(done_);
-  if (stream_ != nullptr) cuda_->StreamDestroy(stream_);
-}
-
-absl::Status NcclBackend::AbortWith(absl::Status status) {
+  // Events and streams belong to the device; the communicators switch on
+  // their own.
+  UseDevice().IgnoreError();
+  for (auto& [key, channel] : pairs) DestroyChannel(*channel);
+  if (collectives_ != nullptr) DestroyChannel(*collectives_);
   absl::MutexLock lock(&mu_);
-  if (!aborted_comm_) {
-    nccl_->CommAbort(comm_);
-    aborted_comm_ = true;
-  }
-  if (failure_.ok()) failure_ = status;
-  return status;
+  for (cudaEvent_t e : all_marks_) cuda_->EventDestroy(e);
 }
 
 void NcclBackend::Abort() {
-  AbortWith(absl::CancelledError("the group was aborted")).IgnoreError();
+  const absl::Status why = absl::CancelledError("the group was aborted");
+  std::vector<NcclComm*> comms;
+  {
+    absl::MutexLock lock(&mu_);
+    if (aborted_.ok()) aborted_ = why;
+    for (auto& [key, channel] : pairs_) comms.push_back(channel->comm.get());
+  }
+  if (collectives_ != nullptr) collectives_->comm->Abort(why);
+  // Pair channels are never removed before the destructor, so the pointers
+  // stay valid after the lock.
+  for (NcclComm* c : comms) c->Abort(why);
 }
 
-void NcclBackend::WatchdogLoop() {
-  while (!stop_) {
-    absl::SleepFor(kWatchdogPeriod);
-    absl::Status failure;
-    {
-      absl::MutexLock lock(&mu_);
-      if (aborted_comm_) continue;
-      if (in_flight_ && absl::Now() > deadline_) {
-        failure = absl::DeadlineExceededError(absl::StrCat(
-            in_flight_what_, " (rank ", rank_,
-            "): timed out; the watchdog aborted the communicator"));
-      } else {
-        ncclResult_t async = ncclSuccess;
-        if (nccl_->CommGetAsyncError(comm_, &async) == ncclSuccess &&
-            async != ncclSuccess && async != ncclInProgress) {
-          failure = absl::UnavailableError(absl::StrCat(
-              in_flight_ ? in_flight_what_ : std::string("nccl communicator"),
-              " (rank ", rank_, "): ", nccl_->GetErrorString(async),
-              "; the watchdog aborted the communicator"));
-        }
-      }
-    }
-    if (!failure.ok()) AbortWith(failure).IgnoreError();
+absl::Status NcclBackend::SetCudaStream(void* stream) {
+  caller_stream_.store(stream);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Makes `device` current for the scope when it is not, and puts the
+// previous one back then (the issuing thread is the caller's).
+class DeviceScope {
+ public:
+  DeviceScope(const CudaLibrary& cuda, int device) : cuda_(cuda) {
+    int current = -1;
+    if (cuda_.GetDevice(&current) != cudaSuccess || current == device) return;
+    status_ = CudaStatus(cuda_, cuda_.SetDevice(device), "cudaSetDevice");
+    if (status_.ok()) previous_ = current;
   }
+  ~DeviceScope() {
+    if (previous_ >= 0) cuda_.SetDevice(previous_);
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const CudaLibrary& cuda_;
+  absl::Status status_;
+  int previous_ = -1;
+};
+
+}  // namespace
+
+absl::StatusOr<void*> NcclBackend::MarkIssue(Device /*device*/) {
+  DeviceScope on(*cuda_, device_);
+  DK_RETURN_IF_ERROR(on.status());
+  cudaEvent_t mark = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!free_marks_.empty()) {
+      mark = free_marks_.back();
+      free_marks_.pop_back();
+    }
+  }
+  if (mark == nullptr) {
+    DK_RETURN_IF_ERROR(CudaStatus(
+        *cuda_, cuda_->EventCreateWithFlags(&mark, cudaEventDisableTiming),
+        "cudaEventCreateWithFlags"));
+    absl::MutexLock lock(&mu_);
+    all_marks_.push_back(mark);
+  }
+  void* stream = caller_stream_.load();
+  const cudaError_t e = cuda_->EventRecord(
+      mark, stream != nullptr ? static_cast<cudaStream_t>(stream)
+                              : cudaStreamLegacy);
+  if (e != cudaSuccess) {
+    cuda_->GetLastError();  // not sticky: the next call may use a good stream
+    ReleaseIssueMark(mark);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the caller's CUDA stream cannot be followed (is it a stream of ",
+        Device::Cuda(device_).ToString(), ", this group's device?): ",
+        CudaStatus(*cuda_, e, "cudaEventRecord").message()));
+  }
+  return static_cast<void*>(mark);
+}
+
+void NcclBackend::ReleaseIssueMark(void* mark) {
+  absl::MutexLock lock(&mu_);
+  free_marks_.push_back(static_cast<cudaEvent_t>(mark));
+}
+
+absl::Status NcclBackend::AbortedStatus(const OpContext& ctx) {
+  absl::MutexLock lock(&mu_);
+  if (aborted_.ok()) return absl::OkStatus();
+  return absl::Status(aborted_.code(),
+                      absl::StrCat(ctx.Describe(), ": ", aborted_.message()));
 }
 
 absl::Status NcclBackend::CheckDevice(Device device) const {
@@ -257,81 +325,147 @@ absl::Status NcclBackend::CheckReduce(ReduceOp op, DataType dtype,
                    " with ", ReduceOpName(op)));
 }
 
-absl::Status NcclBackend::CommFailure(const OpContext& ctx) {
-  absl::MutexLock lock(&mu_);
-  if (!aborted_comm_) return absl::OkStatus();
-  return absl::Status(failure_.code(),
-                      absl::StrCat(ctx.Describe(), ": ", failure_.message()));
+absl::StatusOr<void*> NcclBackend::Staging(Channel& channel, size_t bytes) {
+  if (channel.staging_bytes < bytes) {
+    DK_ASSIGN_OR_RETURN(channel.staging,
+                        DeviceBuffer::Allocate(Device::Cuda(device_), bytes));
+    channel.staging_bytes = bytes;
+  }
+  return channel.staging.data();
 }
 
-absl::Status NcclBackend::Run(const OpContext& ctx,
-                              const std::function<ncclResult_t()>& enqueue,
-                              bool grouped) {
-  DK_RETURN_IF_ERROR(CommFailure(ctx));
-  DK_RETURN_IF_ERROR(
-      CudaStatus(*cuda_, cuda_->SetDevice(device_), "cudaSetDevice"));
-  // Work the caller queued on the legacy default stream comes first.
-  cudaEvent_t ready;
+absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
+                              const Enqueue& enqueue, bool grouped) {
+  DK_RETURN_IF_ERROR(AbortedStatus(ctx));
+  const absl::Time deadline = absl::Now() + ctx.timeout;
+  const std::string what = absl::StrCat(ctx.Describe(), " (rank ", rank_, ")");
+  auto failed = [&](const absl::Status& s) {
+    return absl::Status(s.code(),
+                        absl::StrCat(ctx.Describe(), ": ", s.message()));
+  };
+  DK_RETURN_IF_ERROR(UseDevice());
+  // The caller's work comes first: up to the issue mark, or, for what was
+  // issued without one (a barrier), all of the legacy default stream's.
+  cudaEvent_t ready = static_cast<cudaEvent_t>(ctx.issue_mark);
+  if (ready == nullptr) {
+    ready = channel.ready;
+    DK_RETURN_IF_ERROR(CudaStatus(
+        *cuda_, cuda_->EventRecord(ready, cudaStreamLegacy),
+        "cudaEventRecord"));
+  }
   DK_RETURN_IF_ERROR(CudaStatus(
-      *cuda_, cuda_->EventCreateWithFlags(&ready, cudaEventDisableTiming),
-      "cudaEventCreate"));
-  cuda_->EventRecord(ready, cudaStreamLegacy);
-  cuda_->StreamWaitEvent(stream_, ready, 0);
-  cuda_->EventDestroy(ready);
+      *cuda_, cuda_->StreamWaitEvent(channel.stream, ready, 0),
+      "cudaStreamWaitEvent"));
+  absl::Status s = channel.comm->Enqueue(
+      [&](ncclComm_t comm) {
+        if (!grouped) return enqueue(comm, channel.stream);
+        const ncclResult_t start = nccl_->GroupStart();
+        if (start != ncclSuccess) return start;
+        const ncclResult_t r = enqueue(comm, channel.stream);
+        const ncclResult_t end = nccl_->GroupEnd();
+        return r != ncclSuccess ? r : end;
+      },
+      deadline, what);
+  if (!s.ok()) return failed(s);
+  // A failed record would make the operation look complete before it ran.
+  if (absl::Status r = CudaStatus(
+          *cuda_, cuda_->EventRecord(channel.done, channel.stream),
+          "cudaEventRecord");
+      !r.ok()) {
+    channel.comm->Abort(r);
+    return failed(r);
+  }
+  absl::Time next_health = absl::Now() + kHealthPeriod;
+  for (int spins = 0;; ++spins) {
+    const cudaError_t e = cuda_->EventQuery(channel.done);
+    if (e == cudaSuccess) return absl::OkStatus();
+    if (e != cudaErrorNotReady) {
+      const absl::Status r = CudaStatus(*cuda_, e, "cudaEventQuery");
+      channel.comm->Abort(r);
+      return failed(r);
+    }
+    const absl::Time now = absl::Now();
+    if (now > deadline) {
+      channel.comm->Abort(absl::DeadlineExceededError(
+          absl::StrCat(what, ": timed out after ",
+                       absl::FormatDuration(ctx.timeout))));
+      return failed(channel.comm->failure());
+    }
+    if (now > next_health) {
+      next_health = now + kHealthPeriod;
+      if (absl::Status h = channel.comm->Health(what); !h.ok()) {
+        return failed(h);
+      }
+    }
+    // Short operations finish within microseconds: spin first, then sleep.
+    if (spins > 64) absl::SleepFor(absl::Microseconds(20));
+  }
+}
+
+absl::StatusOr<NcclBackend::Channel*> NcclBackend::PairChannel(
+    const OpContext& ctx, int from, int to) {
+  const std::pair<int, int> key(from, to);
   {
     absl::MutexLock lock(&mu_);
-    in_flight_ = true;
-    deadline_ = absl::Now() + ctx.timeout;
-    in_flight_what_ = ctx.Describe();
+    auto it = pairs_.find(key);
+    if (it != pairs_.end()) return it->second.get();
   }
-  auto done = [&](absl::Status s) {
-    absl::MutexLock lock(&mu_);
-    in_flight_ = false;
-    return s;
-  };
-  if (grouped) nccl_->GroupStart();
-  ncclResult_t r = enqueue();
-  if (grouped) {
-    const ncclResult_t g = nccl_->GroupEnd();
-    if (r == ncclSuccess) r = g;
-  }
-  if (r != ncclSuccess) {
-    return done(AbortWith(absl::UnavailableError(absl::StrCat(
-        ctx.Describe(), " (rank ", rank_, "): ", nccl_->GetErrorString(r)))));
-  }
-  cuda_->EventRecord(done_, stream_);
-  while (true) {
-    const cudaError_t e = cuda_->EventQuery(done_);
-    if (e == cudaSuccess) return done(absl::OkStatus());
-    if (e != cudaErrorNotReady) {
-      return done(AbortWith(absl::InternalError(
-          absl::StrCat(ctx.Describe(), ": ", cuda_->GetErrorString(e)))));
+  // Only this thread (the lane for this direction) makes this channel, so
+  // it is made outside the lock: the other lanes keep going meanwhile, and
+  // the peer may be making ours while we wait for its id.
+  const std::string id_key = absl::StrCat("pair/", from, "-", to);
+  ncclUniqueId id;
+  if (rank_ == from) {
+    DK_RETURN_IF_ERROR(UseDevice());
+    DK_RETURN_IF_ERROR(
+        NcclStatus(*nccl_, nccl_->GetUniqueId(&id), "ncclGetUniqueId"));
+    DK_RETURN_IF_ERROR(store_->Set(
+        id_key, absl::string_view(id.internal, sizeof(id.internal))));
+  } else {
+    DK_ASSIGN_OR_RETURN(std::string bytes, store_->Get(id_key, ctx.timeout));
+    if (bytes.size() != sizeof(id.internal)) {
+      return absl::DataLossError("nccl: malformed ncclUniqueId in the store");
     }
-    if (absl::Status failed = CommFailure(ctx); !failed.ok()) {
-      return done(failed);
-    }
-    absl::SleepFor(absl::Microseconds(20));
+    std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
+  DK_ASSIGN_OR_RETURN(
+      std::unique_ptr<NcclComm> comm,
+      NcclComm::Init(cuda_, nccl_, device_, 2, id, rank_ == from ? 0 : 1,
+                     absl::Now() + ctx.timeout,
+                     absl::StrCat(name_, ", sends ", from, " -> ", to)));
+  DK_ASSIGN_OR_RETURN(std::unique_ptr<Channel> channel,
+                      MakeChannel(std::move(comm)));
+  absl::MutexLock lock(&mu_);
+  // An Abort() while it was being made reaches it here.
+  if (!aborted_.ok()) channel->comm->Abort(aborted_);
+  Channel* raw = channel.get();
+  pairs_[key] = std::move(channel);
+  return raw;
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> NcclBackend::Split(
     const OpContext& ctx, const std::vector<int>& parent_ranks) {
-  DK_RETURN_IF_ERROR(CommFailure(ctx));
+  DK_RETURN_IF_ERROR(AbortedStatus(ctx));
   int key = -1;
   for (size_t i = 0; i < parent_ranks.size(); ++i)
     if (parent_ranks[i] == rank_) key = static_cast<int>(i);
-  DK_RETURN_IF_ERROR(
-      CudaStatus(*cuda_, cuda_->SetDevice(device_), "cudaSetDevice"));
-  ncclComm_t comm = nullptr;
-  DK_RETURN_IF_ERROR(
-      NcclStatus(*nccl_,
-                 nccl_->CommSplit(comm_, key >= 0 ? 0 : NCCL_SPLIT_NOCOLOR,
-                                  std::max(key, 0), &comm, nullptr),
-                 "ncclCommSplit"));
+  const int size = static_cast<int>(parent_ranks.size());
+  DK_RETURN_IF_ERROR(UseDevice());
+  absl::StatusOr<std::unique_ptr<NcclComm>> comm = collectives_->comm->Split(
+      key >= 0, std::max(key, 0), absl::Now() + ctx.timeout,
+      absl::StrCat("rank ", key, " of ", size));
+  if (!comm.ok()) {
+    return absl::Status(comm.status().code(), absl::StrCat(ctx.Describe(), ": ",
+                                                           comm.status().message()));
+  }
   if (key < 0) return std::unique_ptr<Backend>();
+  // The subgroup's pairs meet under a prefix only its members share: the
+  // split's sequence number is the same on every rank of this group.
   std::unique_ptr<NcclBackend> b(new NcclBackend(
-      cuda_, nccl_, comm, key, static_cast<int>(parent_ranks.size()), device_));
-  DK_RETURN_IF_ERROR(b->Init());
+      cuda_, nccl_,
+      std::make_shared<PrefixStore>(absl::StrCat("split", ctx.seq), store_),
+      key, size, device_));
+  DK_ASSIGN_OR_RETURN(b->collectives_, b->MakeChannel(*std::move(comm)));
   return std::unique_ptr<Backend>(std::move(b));
 }
 
@@ -339,84 +473,97 @@ absl::StatusOr<std::unique_ptr<Backend>> NcclBackend::Split(
 
 absl::Status NcclBackend::AllGatherHost(const OpContext& ctx, const void* in,
                                         size_t bytes, void* out) {
-  // Staged through device memory kept between calls: one copy in, one
-  // ncclAllGather, one copy out.
-  const size_t need = bytes * (size_ + 1);
-  if (host_exchange_bytes_ < need) {
-    DK_ASSIGN_OR_RETURN(host_exchange_,
-                        DeviceBuffer::Allocate(Device::Cuda(device_), need));
-    host_exchange_bytes_ = need;
-  }
-  char* mine = static_cast<char*>(host_exchange_.data());
+  // Staged through the channel's device memory, in stream order: one copy
+  // in, one ncclAllGather, one copy out once the event says it is done.
+  DK_RETURN_IF_ERROR(UseDevice());
+  Channel& c = *collectives_;
+  DK_ASSIGN_OR_RETURN(void* staging, Staging(c, bytes * (size_ + 1)));
+  char* mine = static_cast<char*>(staging);
   char* all = mine + bytes;
-  DK_RETURN_IF_ERROR(
-      CopyBytes(mine, Device::Cuda(device_), in, Device::Cpu(), bytes));
-  DK_RETURN_IF_ERROR(Run(ctx, [&] {
-    return nccl_->AllGather(mine, all, bytes, ncclUint8, comm_, stream_);
+  DK_RETURN_IF_ERROR(CudaStatus(
+      *cuda_,
+      cuda_->MemcpyAsync(mine, in, bytes, cudaMemcpyHostToDevice, c.stream),
+      "cudaMemcpyAsync"));
+  DK_RETURN_IF_ERROR(Run(ctx, c, [&](ncclComm_t comm, cudaStream_t stream) {
+    return nccl_->AllGather(mine, all, bytes, ncclUint8, comm, stream);
   }));
-  return CopyBytes(out, Device::Cpu(), all, Device::Cuda(device_),
-                   bytes * size_);
+  return CudaStatus(*cuda_,
+                    cuda_->Memcpy(out, all, bytes * size_,
+                                  cudaMemcpyDeviceToHost),
+                    "cudaMemcpy");
 }
 
 // ---- Collectives ---------------------------------------------------------
 
 absl::Status NcclBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                     ReduceOp op) {
-  return Run(ctx, [&] {
+  return Run(ctx, *collectives_, [&](ncclComm_t comm, cudaStream_t stream) {
     return nccl_->AllReduce(data.data(), data.data(), data.numel(),
                             NcclType(data.dtype()), NcclOp(op, data.dtype()),
-                            comm_, stream_);
+                            comm, stream);
   });
 }
 
 absl::Status NcclBackend::Broadcast(const OpContext& ctx, TensorRef data,
                                     int root) {
-  return Run(ctx, [&] {
+  return Run(ctx, *collectives_, [&](ncclComm_t comm, cudaStream_t stream) {
     return nccl_->Broadcast(data.data(), data.data(), data.numel(),
-                            NcclType(data.dtype()), root, comm_, stream_);
+                            NcclType(data.dtype()), root, comm, stream);
   });
 }
 
 absl::Status NcclBackend::Reduce(const OpContext& ctx, TensorRef data,
                                  ReduceOp op, int root) {
-  return Run(ctx, [&] {
+  return Run(ctx, *collectives_, [&](ncclComm_t comm, cudaStream_t stream) {
     return nccl_->Reduce(data.data(), data.data(), data.numel(),
                          NcclType(data.dtype()), NcclOp(op, data.dtype()), root,
-                         comm_, stream_);
+                         comm, stream);
   });
 }
 
 absl::Status NcclBackend::AllGather(const OpContext& ctx, TensorRef input,
                                     TensorRef output) {
-  return Run(ctx, [&] {
+  return Run(ctx, *collectives_, [&](ncclComm_t comm, cudaStream_t stream) {
     return nccl_->AllGather(input.data(), output.data(), input.numel(),
-                            NcclType(input.dtype()), comm_, stream_);
+                            NcclType(input.dtype()), comm, stream);
   });
 }
+
+namespace {
+
+// A device-to-device copy inside an enqueue: a CUDA failure reads as NCCL's
+// "unhandled CUDA error", which aborts the communicator like any other.
+ncclResult_t CopyInStream(const CudaLibrary& cuda, void* dst, const void* src,
+                          size_t n, cudaStream_t stream) {
+  return cuda.MemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream) ==
+                 cudaSuccess
+             ? ncclSuccess
+             : ncclUnhandledCudaError;
+}
+
+}  // namespace
 
 absl::Status NcclBackend::Gather(const OpContext& ctx, TensorRef input,
                                  TensorRef output, int root) {
   // Grouped sends to the root; the root receives every part.
   return Run(
-      ctx,
-      [&]() -> ncclResult_t {
+      ctx, *collectives_,
+      [&](ncclComm_t comm, cudaStream_t stream) -> ncclResult_t {
         const ncclDataType_t t = NcclType(input.dtype());
-        if (rank_ == root) {
-          for (int r = 0; r < size_; ++r) {
-            char* dst = At(output, r * input.numel());
-            if (r == rank_) {
-              cuda_->MemcpyAsync(dst, input.data(), input.nbytes(),
-                                 cudaMemcpyDeviceToDevice, stream_);
-              continue;
-            }
-            const ncclResult_t res =
-                nccl_->Recv(dst, input.numel(), t, r, comm_, stream_);
-            if (res != ncclSuccess) return res;
-          }
-          return ncclSuccess;
+        if (rank_ != root) {
+          return nccl_->Send(input.data(), input.numel(), t, root, comm,
+                             stream);
         }
-        return nccl_->Send(input.data(), input.numel(), t, root, comm_,
-                           stream_);
+        for (int r = 0; r < size_; ++r) {
+          char* dst = At(output, r * input.numel());
+          const ncclResult_t res =
+              r == rank_
+                  ? CopyInStream(*cuda_, dst, input.data(), input.nbytes(),
+                                 stream)
+                  : nccl_->Recv(dst, input.numel(), t, r, comm, stream);
+          if (res != ncclSuccess) return res;
+        }
+        return ncclSuccess;
       },
       /*grouped=*/true);
 }
@@ -424,35 +571,33 @@ absl::Status NcclBackend::Gather(const OpContext& ctx, TensorRef input,
 absl::Status NcclBackend::Scatter(const OpContext& ctx, TensorRef input,
                                   TensorRef output, int root) {
   return Run(
-      ctx,
-      [&]() -> ncclResult_t {
+      ctx, *collectives_,
+      [&](ncclComm_t comm, cudaStream_t stream) -> ncclResult_t {
         const ncclDataType_t t = NcclType(output.dtype());
-        if (rank_ == root) {
-          for (int r = 0; r < size_; ++r) {
-            const char* src = At(input, r * output.numel());
-            if (r == rank_) {
-              cuda_->MemcpyAsync(output.data(), src, output.nbytes(),
-                                 cudaMemcpyDeviceToDevice, stream_);
-              continue;
-            }
-            const ncclResult_t res =
-                nccl_->Send(src, output.numel(), t, r, comm_, stream_);
-            if (res != ncclSuccess) return res;
-          }
-          return ncclSuccess;
+        if (rank_ != root) {
+          return nccl_->Recv(output.data(), output.numel(), t, root, comm,
+                             stream);
         }
-        return nccl_->Recv(output.data(), output.numel(), t, root, comm_,
-                           stream_);
+        for (int r = 0; r < size_; ++r) {
+          const char* src = At(input, r * output.numel());
+          const ncclResult_t res =
+              r == rank_
+                  ? CopyInStream(*cuda_, output.data(), src, output.nbytes(),
+                                 stream)
+                  : nccl_->Send(src, output.numel(), t, r, comm, stream);
+          if (res != ncclSuccess) return res;
+        }
+        return ncclSuccess;
       },
       /*grouped=*/true);
 }
 
 absl::Status NcclBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
                                         TensorRef output, ReduceOp op) {
-  return Run(ctx, [&] {
+  return Run(ctx, *collectives_, [&](ncclComm_t comm, cudaStream_t stream) {
     return nccl_->ReduceScatter(input.data(), output.data(), output.numel(),
                                 NcclType(output.dtype()),
-                                NcclOp(op, output.dtype()), comm_, stream_);
+                                NcclOp(op, output.dtype()), comm, stream);
   });
 }
 
@@ -466,15 +611,15 @@ absl::Status NcclBackend::AllToAll(const OpContext& ctx, TensorRef input,
     out[r] = output_splits.empty() ? output.numel() / size_ : output_splits[r];
   }
   return Run(
-      ctx,
-      [&]() -> ncclResult_t {
+      ctx, *collectives_,
+      [&](ncclComm_t comm, cudaStream_t stream) -> ncclResult_t {
         const ncclDataType_t t = NcclType(input.dtype());
         int64_t sat = 0, rat = 0;
         for (int r = 0; r < size_; ++r) {
           ncclResult_t res =
-              nccl_->Send(At(input, sat), in[r], t, r, comm_, stream_);
+              nccl_->Send(At(input, sat), in[r], t, r, comm, stream);
           if (res != ncclSuccess) return res;
-          res = nccl_->Recv(At(output, rat), out[r], t, r, comm_, stream_);
+          res = nccl_->Recv(At(output, rat), out[r], t, r, comm, stream);
           if (res != ncclSuccess) return res;
           sat += in[r];
           rat += out[r];
@@ -487,38 +632,49 @@ absl::Status NcclBackend::AllToAll(const OpContext& ctx, TensorRef input,
 // ---- Point to point ------------------------------------------------------
 
 // NCCL has no tags: messages between a pair arrive in order, which keeps the
-// contract's header ahead of its data. Host buffers (the header) are staged.
+// contract's header ahead of its data. Host buffers (the header) are staged
+// through the pair channel's device memory.
 absl::Status NcclBackend::Send(const OpContext& ctx, TensorRef data, int dst,
                                int /*tag*/) {
-  DeviceBuffer staged;
+  DK_RETURN_IF_ERROR(AbortedStatus(ctx));
+  DK_RETURN_IF_ERROR(UseDevice());
+  DK_ASSIGN_OR_RETURN(Channel * c, PairChannel(ctx, rank_, dst));
   const void* bytes = data.data();
   if (data.device().is_cpu() && data.nbytes() > 0) {
-    DK_ASSIGN_OR_RETURN(
-        staged, DeviceBuffer::Allocate(Device::Cuda(device_), data.nbytes()));
-    DK_RETURN_IF_ERROR(CopyBytes(staged.data(), Device::Cuda(device_),
-                                 data.data(), Device::Cpu(), data.nbytes()));
-    bytes = staged.data();
+    DK_ASSIGN_OR_RETURN(void* staging, Staging(*c, data.nbytes()));
+    // From pageable memory the copy has read the bytes when it returns.
+    DK_RETURN_IF_ERROR(CudaStatus(
+        *cuda_,
+        cuda_->MemcpyAsync(staging, data.data(), data.nbytes(),
+                           cudaMemcpyHostToDevice, c->stream),
+        "cudaMemcpyAsync"));
+    bytes = staging;
   }
-  return Run(ctx, [&] {
-    return nccl_->Send(bytes, data.nbytes(), ncclUint8, dst, comm_, stream_);
+  return Run(ctx, *c, [&](ncclComm_t comm, cudaStream_t stream) {
+    return nccl_->Send(bytes, data.nbytes(), ncclUint8, /*peer=*/1, comm,
+                       stream);
   });
 }
 
 absl::Status NcclBackend::Recv(const OpContext& ctx, TensorRef data, int src,
                                int /*tag*/) {
-  DeviceBuffer staged;
+  DK_RETURN_IF_ERROR(AbortedStatus(ctx));
+  DK_RETURN_IF_ERROR(UseDevice());
+  DK_ASSIGN_OR_RETURN(Channel * c, PairChannel(ctx, src, rank_));
+  const bool staged = data.device().is_cpu() && data.nbytes() > 0;
   void* bytes = data.data();
-  if (data.device().is_cpu() && data.nbytes() > 0) {
-    DK_ASSIGN_OR_RETURN(
-        staged, DeviceBuffer::Allocate(Device::Cuda(device_), data.nbytes()));
-    bytes = staged.data();
+  if (staged) {
+    DK_ASSIGN_OR_RETURN(bytes, Staging(*c, data.nbytes()));
   }
-  DK_RETURN_IF_ERROR(Run(ctx, [&] {
-    return nccl_->Recv(bytes, data.nbytes(), ncclUint8, src, comm_, stream_);
+  DK_RETURN_IF_ERROR(Run(ctx, *c, [&](ncclComm_t comm, cudaStream_t stream) {
+    return nccl_->Recv(bytes, data.nbytes(), ncclUint8, /*peer=*/0, comm,
+                       stream);
   }));
-  if (staged.data() == nullptr) return absl::OkStatus();
-  return CopyBytes(data.data(), Device::Cpu(), staged.data(),
-                   Device::Cuda(device_), data.nbytes());
+  if (!staged) return absl::OkStatus();
+  return CudaStatus(*cuda_,
+                    cuda_->Memcpy(data.data(), bytes, data.nbytes(),
+                                  cudaMemcpyDeviceToHost),
+                    "cudaMemcpy");
 }
 
 }  // namespace distkit

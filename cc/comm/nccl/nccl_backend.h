@@ -1,15 +1,29 @@
 // NcclBackend runs collectives on CUDA tensors of one device (cuda:<local
-// rank>) through NCCL. One communicator per group: the ncclUniqueId travels
-// through the group's Store, subgroups come from ncclCommSplit. Operations
-// are enqueued on the group's own CUDA stream and complete through a CUDA
-// event, which the group's worker waits on, so asynchronous calls overlap
-// the caller's compute.
+// rank>) through NCCL. One communicator per group for its collectives (the
+// ncclUniqueId travels through the group's Store, subgroups come from
+// ncclCommSplit), used only by the group's op queue; and one two-rank
+// communicator per direction of each pair that sends, made at the first
+// send, used only by that pair's send or receive lane. NCCL forbids
+// concurrent calls on one communicator, and the process group runs sends
+// and receives on their own threads beside the collectives, so sharing
+// one communicator would be a cross-rank deadlock waiting to happen (rank 0
+// queues all_reduce then send, rank 1 recv then all_reduce).
 //
-// A watchdog thread aborts the communicator (ncclCommAbort) when an
-// operation runs past its timeout or ncclCommGetAsyncError reports a
-// failure; that operation and every later one then fail with a message
-// naming op, group and sequence number (and the contract poisons the group).
-// Abort() does the same from any thread.
+// Each of those channels has its own CUDA stream, completion event and
+// staging memory. An operation waits for the caller's work: on the
+// caller's stream (SetCudaStream; the legacy default stream unless set) up
+// to where it stood when the operation was issued, through an event
+// recorded then on the issuing thread (MarkIssue); it is enqueued on the channel's stream and completes through
+// the event, which the calling worker polls while watching the operation's
+// timeout and NCCL's asynchronous errors: past the timeout, or on an error,
+// the communicator is aborted and the operation fails naming op, group and
+// sequence number (and the contract poisons the group). Communicators are
+// non-blocking (nccl_comm.h), so init, split and destroy are bounded too and
+// Abort() is safe from any thread.
+//
+// Every entry point first makes the group's device current on the calling
+// thread (a thread starts on device 0, and touching it would put a context
+// there).
 //
 // The contract's signature exchange rides on the communicator itself: 40
 // bytes per rank staged through device memory and one ncclAllGather
@@ -36,17 +50,20 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "cc/comm/backend.h"
 #include "cc/comm/backend_registry.h"
+#include "cc/comm/nccl/nccl_comm.h"
 #include "cc/comm/nccl/nccl_library.h"
 #include "cc/core/cuda_library.h"
 #include "cc/core/device_copy.h"
+#include "cc/store/store.h"
 
 namespace distkit {
 
@@ -99,43 +116,65 @@ class NcclBackend : public Backend {
                     int tag) override;
   void Abort() override;
 
- private:
-  NcclBackend(const CudaLibrary* cuda, const NcclLibrary* nccl, ncclComm_t comm,
-              int rank, int size, int device);
-  absl::Status Init();
+  absl::Status SetCudaStream(void* stream) override;
+  absl::StatusOr<void*> MarkIssue(Device device) override;
+  void ReleaseIssueMark(void* mark) override;
 
-  // Enqueues `enqueue` on the stream (inside ncclGroupStart/End when
-  // `grouped`), records the event and waits for it under the watchdog.
-  absl::Status Run(const OpContext& ctx,
-                   const std::function<ncclResult_t()>& enqueue,
-                   bool grouped = false);
-  // Once the communicator is aborted: why, naming `ctx`; else OK.
-  absl::Status CommFailure(const OpContext& ctx);
-  // Aborts the communicator once and records why; returns `status`.
-  absl::Status AbortWith(absl::Status status);
-  void WatchdogLoop();
+ private:
+  // A communicator with the stream, events and staging memory of the one
+  // thread that uses it.
+  struct Channel {
+    std::unique_ptr<NcclComm> comm;
+    cudaStream_t stream = nullptr;
+    cudaEvent_t ready = nullptr;  // the caller's work, on the legacy stream
+    cudaEvent_t done = nullptr;   // the channel's last operation
+    DeviceBuffer staging;         // host bytes on their way through NCCL
+    size_t staging_bytes = 0;
+  };
+  using Enqueue = std::function<ncclResult_t(ncclComm_t comm,
+                                             cudaStream_t stream)>;
+
+  NcclBackend(const CudaLibrary* cuda, const NcclLibrary* nccl,
+              std::shared_ptr<Store> store, int rank, int size, int device);
+  // Creates the channel's stream and events around `comm`.
+  absl::StatusOr<std::unique_ptr<Channel>> MakeChannel(
+      std::unique_ptr<NcclComm> comm);
+  void DestroyChannel(Channel& channel);
+  // Makes the group's device current on the calling thread.
+  absl::Status UseDevice();
+  // Staging memory of at least `bytes` on the channel, kept between calls.
+  absl::StatusOr<void*> Staging(Channel& channel, size_t bytes);
+  // Enqueues on the channel (inside ncclGroupStart/End when `grouped`),
+  // records the channel's event and waits for it under the op's timeout.
+  absl::Status Run(const OpContext& ctx, Channel& channel,
+                   const Enqueue& enqueue, bool grouped = false);
+  // The communicator for sends from `from` to `to` (group ranks): made at
+  // first use by both ends through the store; only the one lane that sends
+  // (or receives) in that direction uses it.
+  absl::StatusOr<Channel*> PairChannel(const OpContext& ctx, int from, int to);
+  // Once aborted: why, naming `ctx`; else OK.
+  absl::Status AbortedStatus(const OpContext& ctx);
 
   const CudaLibrary* const cuda_;  // loaded by Create, never unloaded
   const NcclLibrary* const nccl_;
-  ncclComm_t comm_;
+  const std::shared_ptr<Store> store_;  // the pairs' unique ids
   const int rank_;
   const int size_;
   const int device_;
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t done_ = nullptr;
-  // Device staging for AllGatherHost, kept between calls.
-  DeviceBuffer host_exchange_;
-  size_t host_exchange_bytes_ = 0;
+  std::string name_;  // "group of <size>", for NCCL's errors
+  std::unique_ptr<Channel> collectives_;
+
+  // The caller's stream (cudaStream_t; null: the legacy default stream).
+  std::atomic<void*> caller_stream_{nullptr};
 
   absl::Mutex mu_;
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // why the comm was aborted
-  bool aborted_comm_ ABSL_GUARDED_BY(mu_) = false;
-  // The operation the watchdog guards (one at a time per group).
-  bool in_flight_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Time deadline_ ABSL_GUARDED_BY(mu_);
-  std::string in_flight_what_ ABSL_GUARDED_BY(mu_);
-  std::atomic<bool> stop_{false};
-  std::thread watchdog_;
+  // Issue marks: events recorded on the caller's stream, reused.
+  std::vector<cudaEvent_t> free_marks_ ABSL_GUARDED_BY(mu_);
+  std::vector<cudaEvent_t> all_marks_ ABSL_GUARDED_BY(mu_);
+  absl::Status aborted_ ABSL_GUARDED_BY(mu_);  // why Abort() was called
+  // Keyed by (from, to); a channel is created outside mu_ by its one lane.
+  absl::flat_hash_map<std::pair<int, int>, std::unique_ptr<Channel>> pairs_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace distkit

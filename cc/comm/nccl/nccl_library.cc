@@ -36,7 +36,9 @@ absl::StatusOr<NcclLibrary> Load() {
   }
   DK_RESOLVE(GetUniqueId, ncclGetUniqueId);
   DK_RESOLVE(CommInitRank, ncclCommInitRank);
+  DK_RESOLVE(CommInitRankConfig, ncclCommInitRankConfig);
   DK_RESOLVE(CommSplit, ncclCommSplit);
+  DK_RESOLVE(CommFinalize, ncclCommFinalize);
   DK_RESOLVE(CommDestroy, ncclCommDestroy);
   DK_RESOLVE(CommAbort, ncclCommAbort);
   DK_RESOLVE(CommGetAsyncError, ncclCommGetAsyncError);

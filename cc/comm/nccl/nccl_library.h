@@ -22,7 +22,9 @@ struct NcclLibrary {
   decltype(&::ncclGetErrorString) GetErrorString;
   decltype(&::ncclGetUniqueId) GetUniqueId;
   decltype(&::ncclCommInitRank) CommInitRank;
+  decltype(&::ncclCommInitRankConfig) CommInitRankConfig;
   decltype(&::ncclCommSplit) CommSplit;
+  decltype(&::ncclCommFinalize) CommFinalize;
   decltype(&::ncclCommDestroy) CommDestroy;
   decltype(&::ncclCommAbort) CommAbort;
   decltype(&::ncclCommGetAsyncError) CommGetAsyncError;

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from .. import _lib
+from .._cuda_stream import follow_current_stream
 from .._dlpack import Borrowed
 from .._lib import lib, raise_for_status
 from .devices import back_to_input, on_comm_device
@@ -37,6 +38,7 @@ def _on_cpu_comm_device(data, group) -> bool:
 def _run(fn, args: tuple, async_op: bool, keep=(), then=None):
     """Calls ABI collective ``fn`` blocking, or (async_op) starts it and
     returns a Work that runs ``then`` once it is done."""
+    follow_current_stream(args[0], keep)
     if async_op:
         return Work(start(fn, *args), keep, then)
     raise_for_status(fn, *args, None)

@@ -49,7 +49,7 @@ pub struct DLTensor {
 // ---- Versions and errors --------------------------------------------------
 
 pub const DK_ABI_MAJOR: i32 = 0;
-pub const DK_ABI_MINOR: i32 = 4;
+pub const DK_ABI_MINOR: i32 = 5;
 
 pub type dk_status_t = i32;
 
@@ -544,6 +544,11 @@ extern "C" {
     pub fn dk_group_comm_device(
         group: *const dk_group_t,
         out: *mut DLDevice,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_set_cuda_stream(
+        group: *mut dk_group_t,
+        stream: *mut c_void,
         err: ErrOut,
     ) -> dk_status_t;
     pub fn dk_tensor_copy(src: *const DLTensor, dst: *mut DLTensor, err: ErrOut) -> dk_status_t;

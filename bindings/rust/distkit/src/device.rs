@@ -41,4 +41,15 @@ impl Group {
         call(|err| unsafe { sys::dk_group_comm_device(self.raw(), &mut out, err) })?;
         Ok(Device::from_raw(out))
     }
+
+    /// The CUDA stream (a `cudaStream_t`; null: the legacy default stream)
+    /// the caller's work on this group's device runs on: every CUDA
+    /// operation issued afterwards follows the work issued on it before.
+    /// Ignored by groups without a CUDA device.
+    ///
+    /// # Safety
+    /// `stream` must be a live CUDA stream (or null) until it is replaced.
+    pub unsafe fn set_cuda_stream(&self, stream: *mut std::ffi::c_void) -> Result<()> {
+        call(|err| unsafe { sys::dk_group_set_cuda_stream(self.raw(), stream, err) })
+    }
 }
