@@ -128,6 +128,11 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
   if (ranks.empty()) {
     return absl::InvalidArgumentError("new_group: the list of ranks is empty");
   }
+  // Where this process runs does not change with the group: a subgroup with
+  // options of its own (another backend) keeps the parent's local rank,
+  // which picks its CUDA device, and the parent's address.
+  options.local_rank = options_.local_rank;
+  if (options.hostname.empty()) options.hostname = options_.hostname;
   std::vector<int> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());
   for (size_t i = 0; i < sorted.size(); ++i) {

@@ -56,7 +56,8 @@ struct GroupOptions {
   // "gloo" (CPU tensors), "mpi" (CPU, under mpirun), "nccl" (CUDA tensors)
   // or "cpu:gloo,cuda:nccl" (by tensor device) when built with CUDA.
   std::string backend = "gloo";
-  // This process's rank on its node: NCCL uses cuda:<local_rank>.
+  // This process's rank on its node: NCCL uses cuda:<local_rank>. NewGroup
+  // takes the parent's (the process is the same).
   int local_rank = 0;
   // Per-operation timeout (c10d's default for process groups is 30 min).
   absl::Duration timeout = absl::Minutes(30);
