@@ -1,0 +1,436 @@
+// dkgpusim's CUDA half enforces the real runtime's rules: device memory the
+// host cannot touch, streams that run late, the legacy default stream's
+// synchronization, events, per-thread devices and contexts.
+
+#include <fcntl.h>
+#include <signal.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "testing/gpu_sim/sim_test_util.h"
+
+namespace dksim_test {
+namespace {
+
+TEST(SimCuda, DeviceCountFollowsTheEnvironment) {
+  auto r = RunChild(
+      [] {
+        const Api& api = Load();
+        int n = -1;
+        SIM_CUDA(api.cudaGetDeviceCount(&n));
+        SIM_CHECK(n == 3);
+        cudaDeviceProp prop;
+        SIM_CUDA(api.cudaGetDeviceProperties(&prop, 2));
+        SIM_CHECK(std::string(prop.name) == "dkgpusim device 2");
+        SIM_CHECK(api.cudaSetDevice(3) == cudaErrorInvalidDevice);
+        SIM_CHECK(api.cudaGetLastError() == cudaErrorInvalidDevice);
+        SIM_CHECK(api.cudaGetLastError() == cudaSuccess);
+        return 0;
+      },
+      {{"DKSIM_DEVICES", "3"}});
+  EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+  EXPECT_NE(r.err.find("dkgpusim: seed"), std::string::npos) << r.err;
+
+  r = RunChild(
+      [] {
+        const Api& api = Load();
+        int n = -1;
+        SIM_CHECK(api.cudaGetDeviceCount(&n) == cudaErrorNoDevice);
+        SIM_CHECK(n == 0);
+        SIM_CHECK(api.cudaGetLastError() == cudaErrorNoDevice);
+        void* p = nullptr;
+        SIM_CHECK(api.cudaMalloc(&p, 16) == cudaErrorNoDevice);
+        return 0;
+      },
+      {{"CUDA_VISIBLE_DEVICES", ""}});
+  EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+
+  r = RunChild(
+      [] {
+        const Api& api = Load();
+        int n = -1;
+        SIM_CUDA(api.cudaGetDeviceCount(&n));
+        SIM_CHECK(n == 1);
+        cudaDeviceProp prop;
+        SIM_CUDA(api.cudaGetDeviceProperties(&prop, 0));
+        SIM_CHECK(std::string(prop.name) == "dkgpusim device 1");
+        return 0;
+      },
+      {{"CUDA_VISIBLE_DEVICES", "1"}});
+  EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+}
+
+TEST(SimCuda, HostAccessToDeviceMemoryFaults) {
+  auto r = RunChild([] {
+    const Api& api = Load();
+    void* d = nullptr;
+    SIM_CUDA(api.cudaMalloc(&d, 64));
+    char host[16];
+    std::memcpy(host, d, sizeof(host));  // must fault
+    return static_cast<int>(write(1, host, sizeof(host)) < 0);
+  });
+  EXPECT_TRUE(r.KilledBy(SIGSEGV)) << r.Describe();
+
+  r = RunChild([] {
+    const Api& api = Load();
+    int* d = nullptr;
+    SIM_CUDA(api.cudaMalloc(reinterpret_cast<void**>(&d), 64));
+    *static_cast<volatile int*>(d + 3) = 1;  // must fault
+    return 0;
+  });
+  EXPECT_TRUE(r.KilledBy(SIGSEGV)) << r.Describe();
+}
+
+TEST(SimCuda, PointerAttributesAndAllocationCounts) {
+  auto r = RunChild([] {
+    const Api& api = Load();
+    SIM_CUDA(api.cudaSetDevice(1));
+    SIM_CHECK(api.dksimMallocCount(1) == 0);
+    char* d = nullptr;
+    SIM_CUDA(api.cudaMalloc(reinterpret_cast<void**>(&d), 100));
+    SIM_CHECK(api.dksimMallocCount(1) == 1 && api.dksimMallocCount(0) == 0);
+    SIM_CHECK(api.dksimLiveAllocations(1) == 1);
+    cudaPointerAttributes a;
+    SIM_CUDA(api.cudaPointerGetAttributes(&a, d + 40));
+    SIM_CHECK(a.type == cudaMemoryTypeDevice && a.device == 1);
+    int host = 0;
+    SIM_CUDA(api.cudaPointerGetAttributes(&a, &host));
+    SIM_CHECK(a.type == cudaMemoryTypeUnregistered);
+    void* pinned = nullptr;
+    SIM_CUDA(api.cudaMallocHost(&pinned, 32));
+    SIM_CUDA(api.cudaPointerGetAttributes(&a, pinned));
+    SIM_CHECK(a.type == cudaMemoryTypeHost);
+    SIM_CUDA(api.cudaFreeHost(pinned));
+    SIM_CUDA(api.cudaFree(d));
+    SIM_CHECK(api.dksimLiveAllocations(1) == 0);
+    SIM_CHECK(api.dksimMallocCount(1) == 1);
+    return 0;
+  });
+  EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+}
+
+TEST(SimCuda, WrongCopyKindsAreRefused) {
+  auto r = RunChild([] {
+    const Api& api = Load();
+    char* d = nullptr;
+    SIM_CUDA(api.cudaMalloc(reinterpret_cast<void**>(&d), 16));
+    char host[16] = {};
+    // A host pointer passed as device memory, and the other way round.
+    SIM_CHECK(api.cudaMemcpy(host, host + 8, 8, cudaMemcpyDeviceToHost) ==
+              cudaErrorInvalidValue);
+    SIM_CHECK(api.cudaMemcpy(d, host, 8, cudaMemcpyDeviceToDevice) ==
+              cudaErrorInvalidValue);
+    SIM_CHECK(api.cudaMemcpy(host, d, 8, cudaMemcpyHostToDevice) ==
+              cudaErrorInvalidValue);
+    SIM_CHECK(api.cudaMemset(host, 0, 8) == cudaErrorInvalidValue);
+    SIM_CHECK(api.cudaGetLastError() == cudaErrorInvalidValue);
+    // cudaMemcpyDefault infers the direction.
+    SIM_CUDA(api.cudaMemcpy(d, "abcdefgh", 8, cudaMemcpyDefault));
+    SIM_CUDA(api.cudaMemcpy(host, d, 8, cudaMemcpyDefault));
+    SIM_CHECK(std::memcmp(host, "abcdefgh", 8) == 0);
+    return 0;
+  });
+  EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+}
+
+TEST(SimCuda, OutOfBoundsAndUseAfterFreeAbort) {
+  auto r = RunChild([] {
+    const Api& api = Load();
+    char* d = nullptr;
+    SIM_CUDA(api.cudaMalloc(reinterpret_cast<void**>(&d), 16));
+    char host[32];
+    api.cudaMemcpy(host, d + 8, 9, cudaMemcpyDeviceToHost);
+    return 0;
+  });
+  EXPECT_TRUE(r.KilledBy(SIGABRT)) << r.Describe();
+  EXPECT_NE(r.err.find("dkgpusim: cudaMemcpy: out-of-bounds device access"),
+            std::string::npos)
+      << r.err;
+
+  r = RunChild([] {
+    const Api& api = Load();
+    char* d = nullptr;
+    SIM_CUDA(api.cudaMalloc(reinterpret_cast<void**>(&d), 16));
+    SIM_CUDA(api.cudaFree(d));
+    char host[8];
+    api.cudaMemcpy(host, d, 8, cudaMemcpyDeviceToHost);
+    return 0;
+  });
+  EXPECT_TRUE(r.KilledBy(SIGABRT)) << r.Describe();
+  EXPECT_NE(r.err.find("use after free"), std::string::npos) << r.err;
+}
+
+// Producer writes 42 into `buf` after a chain of delayed steps on stream p;
+// the consumer copies it on stream c, waiting for an event or not. Returns
+// whether the consumer saw 42 (0/1), or 2 on an API failure.
+int ProducerConsumer(bool wait, unsigned consumer_flags) {
+  const Api& api = Load();
+  int* buf = nullptr;
+  int* out = nullptr;
+  if (api.cudaMalloc(reinterpret_cast<void**>(&buf), 64) ||
+      api.cudaMalloc(reinterpret_cast<void**>(&out), 64) ||
+      api.cudaMemset(buf, 0, 64) || api.cudaMemset(out, 0, 64) ||
+      api.cudaDeviceSynchronize()) {
+    return 2;
+  }
+  cudaStream_t p, c;
+  cudaEvent_t done;
+  if (api.cudaStreamCreateWithFlags(&p, cudaStreamNonBlocking) ||
+      api.cudaStreamCreateWithFlags(&c, consumer_flags) ||
+      api.cudaEventCreateWithFlags(&done, cudaEventDisableTiming)) {
+    return 2;
+  }
+  for (int step = 1; step <= 10; ++step) {
+    if (api.cudaMemsetAsync(buf, step == 10 ? 42 : step, 64, p)) return 2;
+  }
+  if (api.cudaEventRecord(done, p)) return 2;
+  if (wait && api.cudaStreamWaitEvent(c, done, 0)) return 2;
+  if (api.cudaMemcpyAsync(out, buf, 64, cudaMemcpyDeviceToDevice, c)) return 2;
+  if (api.cudaDeviceSynchronize()) return 2;
+  unsigned char host[64];
+  if (api.cudaMemcpy(host, out, 64, cudaMemcpyDeviceToHost)) return 2;
+  for (unsigned char v : host) {
+    if (v != 42) return 0;
+  }
+  return 1;
+}
+
+// Runs scenario under seeds 1..10; how many runs saw the right data.
+int RightInTenSeeds(const std::function<int()>& scenario) {
+  int right = 0;
+  for (int seed = 1; seed <= 10; ++seed) {
+    auto r = RunChild(scenario, {{"DKSIM_SEED", std::to_string(seed)},
+                                 {"DKSIM_MAX_DELAY_US", "200"}});
+    EXPECT_TRUE(r.ExitedWith(0) || r.ExitedWith(1)) << r.Describe();
+    right += r.ExitedWith(1);
+  }
+  return right;
+}
+
+TEST(SimCuda, AMissingStreamWaitGivesWrongData) {
+  EXPECT_LE(RightInTenSeeds(
+                [] { return ProducerConsumer(false, cudaStreamNonBlocking); }),
+            1);
+  EXPECT_EQ(RightInTenSeeds(
+                [] { return ProducerConsumer(true, cudaStreamNonBlocking); }),
+            10);
+}
+
+// Work on stream s (blocking or not) writes 42 after delays; a copy on the
+// legacy default stream follows without any event. Returns as above.
+int LegacyAfterStream(unsigned flags) {
+  const Api& api = Load();
+  int* buf = nullptr;
+  int* out = nullptr;
+  if (api.cudaMalloc(reinterpret_cast<void**>(&buf), 64) ||
+      api.cudaMalloc(reinterpret_cast<void**>(&out), 64) ||
+      api.cudaMemset(buf, 0, 64) || api.cudaDeviceSynchronize()) {
+    return 2;
+  }
+  cudaStream_t s;
+  if (api.cudaStreamCreateWithFlags(&s, flags)) return 2;
+  for (int step = 1; step <= 10; ++step) {
+    if (api.cudaMemsetAsync(buf, step == 10 ? 42 : step, 64, s)) return 2;
+  }
+  if (api.cudaMemcpyAsync(out, buf, 64, cudaMemcpyDeviceToDevice, nullptr)) {
+    return 2;
+  }
+  unsigned char host[64];
+  // Legacy stream again: it returns after the copy above.
+  if (api.cudaMemcpy(host, out, 64, cudaMemcpyDeviceToHost)) return 2;
+  for (unsigned char v : host) {
+    if (v != 42) return 0;
+  }
+  if (api.cudaDeviceSynchronize()) return 2;
+  return 1;
+}
+
+// The reverse: legacy-stream work first, then a copy on stream s.
+int StreamAfterLegacy(unsigned flags) {
+  const Api& api = Load();
+  int* buf = nullptr;
+  int* out = nullptr;
+  if (api.cudaMalloc(reinterpret_cast<void**>(&buf), 64) ||
+      api.cudaMalloc(reinterpret_cast<void**>(&out), 64) ||
+      api.cudaMemset(buf, 0, 64) || api.cudaMemset(out, 0, 64) ||
+      api.cudaDeviceSynchronize()) {
+    return 2;
+  }
+  cudaStream_t s;
+  if (api.cudaStreamCreateWithFlags(&s, flags)) return 2;
+  for (int step = 1; step <= 10; ++step) {
+    if (api.cudaMemsetAsync(buf, step == 10 ? 42 : step, 64,
+                            cudaStreamLegacy)) {
+      return 2;
+    }
+  }
+  if (api.cudaMemcpyAsync(out, buf, 64, cudaMemcpyDeviceToDevice, s)) return 2;
+  if (api.cudaStreamSynchronize(s)) return 2;
+  unsigned char host[64];
+  if (api.cudaMemcpyAsync(host, out, 64, cudaMemcpyDeviceToHost, s)) return 2;
+  for (unsigned char v : host) {
+    if (v != 42) return 0;
+  }
+  return 1;
+}
+
+TEST(SimCuda, TheLegacyStreamSynchronizesWithBlockingStreamsOnly) {
+  EXPECT_EQ(RightInTenSeeds([] { return LegacyAfterStream(cudaStreamDefault); }),
+            10);
+  EXPECT_LE(
+      RightInTenSeeds([] { return LegacyAfterStream(cudaStreamNonBlocking); }),
+      1);
+  EXPECT_EQ(RightInTenSeeds([] { return StreamAfterLegacy(cudaStreamDefault); }),
+            10);
+  EXPECT_LE(
+      RightInTenSeeds([] { return StreamAfterLegacy(cudaStreamNonBlocking); }),
+      1);
+}
+
+TEST(SimCuda, CopiesFromPageableMemoryAreStagedAndToItWait) {
+  auto r = RunChild(
+      [] {
+        const Api& api = Load();
+        int* d = nullptr;
+        SIM_CUDA(api.cudaMalloc(reinterpret_cast<void**>(&d), 4 * 64));
+        cudaStream_t s;
+        SIM_CUDA(api.cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        std::vector<int> host(64, 7);
+        SIM_CUDA(api.cudaMemcpyAsync(d, host.data(), 4 * 64,
+                                     cudaMemcpyHostToDevice, s));
+        // Staged when the call returned: this change must not arrive.
+        std::fill(host.begin(), host.end(), 9);
+        std::vector<int> back(64, 0);
+        // To pageable memory the call itself waits for the stream.
+        SIM_CUDA(api.cudaMemcpyAsync(back.data(), d, 4 * 64,
+                                     cudaMemcpyDeviceToHost, s));
+        for (int v : back) SIM_CHECK(v == 7);
+        // To pinned memory it does not: the data arrives later.
+        int* pinned = nullptr;
+        SIM_CUDA(api.cudaMallocHost(reinterpret_cast<void**>(&pinned), 4 * 64));
+        std::fill(pinned, pinned + 64, 0);
+        SIM_CUDA(api.cudaMemcpyAsync(pinned, d, 4 * 64, cudaMemcpyDeviceToHost,
+                                     s));
+        const bool early = pinned[63] == 7;
+        SIM_CUDA(api.cudaStreamSynchronize(s));
+        SIM_CHECK(pinned[63] == 7);
+        SIM_CHECK(!early);
+        return 0;
+      },
+      {{"DKSIM_MAX_DELAY_US", "2000"}});
+  EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+}
+
+TEST(SimCuda, EventsAndStreamQueries) {
+  auto r = RunChild(
+      [] {
+        const Api& api = Load();
+        int* d = nullptr;
+        SIM_CUDA(api.cudaMalloc(reinterpret_cast<void**>(&d), 64));
+        cudaStream_t s;
+        SIM_CUDA(api.cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        cudaEvent_t e;
+        SIM_CUDA(api.cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        SIM_CUDA(api.cudaEventQuery(e));  // never recorded: complete
+        for (int i = 0; i < 5; ++i) SIM_CUDA(api.cudaMemsetAsync(d, i, 64, s));
+        SIM_CUDA(api.cudaEventRecord(e, s));
+        SIM_CHECK(api.cudaEventQuery(e) == cudaErrorNotReady);
+        SIM_CHECK(api.cudaStreamQuery(s) == cudaErrorNotReady);
+        // Not ready is no error.
+        SIM_CHECK(api.cudaPeekAtLastError() == cudaSuccess);
+        SIM_CUDA(api.cudaEventSynchronize(e));
+        SIM_CUDA(api.cudaEventQuery(e));
+        SIM_CUDA(api.cudaStreamQuery(s));
+        // An event of device 0 recorded on a stream of device 1.
+        SIM_CUDA(api.cudaSetDevice(1));
+        cudaStream_t s1;
+        SIM_CUDA(api.cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+        SIM_CHECK(api.cudaEventRecord(e, s1) ==
+                  cudaErrorInvalidResourceHandle);
+        SIM_CHECK(api.cudaEventRecord(e, nullptr) ==
+                  cudaErrorInvalidResourceHandle);
+        // Waiting on another device's event is allowed.
+        SIM_CUDA(api.cudaStreamWaitEvent(s1, e, 0));
+        SIM_CUDA(api.cudaStreamDestroy(s1));
+        SIM_CHECK(api.cudaStreamDestroy(s1) == cudaErrorInvalidResourceHandle);
+        SIM_CUDA(api.cudaEventDestroy(e));
+        SIM_CHECK(api.cudaEventQuery(e) == cudaErrorInvalidResourceHandle);
+        // cudaStreamPerThread exists, on the current device.
+        SIM_CUDA(api.cudaSetDevice(0));
+        SIM_CUDA(api.cudaMemsetAsync(d, 3, 64, cudaStreamPerThread));
+        SIM_CUDA(api.cudaStreamSynchronize(cudaStreamPerThread));
+        return 0;
+      },
+      {{"DKSIM_MAX_DELAY_US", "2000"}});
+  EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+}
+
+TEST(SimCuda, DevicesAndErrorsArePerThreadAndContextsAreRecorded) {
+  char log_path[] = "/tmp/dkgpusim_ctx_XXXXXX";
+  const int fd = mkstemp(log_path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  auto r = RunChild(
+      [] {
+        const Api& api = Load();
+        int dev = -1;
+        std::thread t([&] {
+          api.cudaSetDevice(1);
+          api.cudaGetDevice(&dev);
+          api.cudaSetDevice(7);  // an error only this thread sees
+        });
+        t.join();
+        SIM_CHECK(dev == 1);
+        SIM_CHECK(api.cudaPeekAtLastError() == cudaSuccess);
+        // The main thread never chose a device and touched none.
+        SIM_CHECK(api.dksimContextMask() == 2u);
+        int mine = -1;
+        SIM_CUDA(api.cudaGetDevice(&mine));
+        SIM_CHECK(mine == 0);
+        SIM_CHECK(api.dksimContextMask() == 2u);
+        // A call that needs the current device creates device 0's context.
+        void* p = nullptr;
+        SIM_CUDA(api.cudaMalloc(&p, 8));
+        SIM_CHECK(api.dksimContextMask() == 3u);
+        return 0;
+      },
+      {{"DKSIM_CONTEXT_LOG", log_path}});
+  EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+  std::ifstream in(log_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  unlink(log_path);
+  int pid = 0, d1 = -1, d2 = -1, pid2 = 0;
+  std::istringstream lines(text.str());
+  lines >> pid >> d1 >> pid2 >> d2;
+  EXPECT_EQ(d1, 1) << text.str();
+  EXPECT_EQ(d2, 0) << text.str();
+  EXPECT_EQ(pid, pid2) << text.str();
+}
+
+TEST(SimCuda, AChildForkedAfterCudaUseCannotUseIt) {
+  auto r = RunChild([] {
+    const Api& api = Load();
+    void* p = nullptr;
+    SIM_CUDA(api.cudaMalloc(&p, 8));
+    const pid_t child = fork();
+    if (child == 0) {
+      void* q = nullptr;
+      _exit(api.cudaMalloc(&q, 8) == cudaErrorInitializationError ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    SIM_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return 0;
+  });
+  EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+  EXPECT_NE(r.err.find("dkgpusim: CUDA called in a process forked"),
+            std::string::npos)
+      << r.err;
+}
+
+}  // namespace
+}  // namespace dksim_test

@@ -1,0 +1,285 @@
+// dkgpusim's NCCL enforces NCCL's rules and turns failures into errors, not
+// hangs: one thread per communicator, one rank per device, mismatched
+// collectives hang until aborted, abort unblocks, a dead or aborted peer
+// becomes an async error, and the DKSIM_NCCL_* fault knobs.
+
+#include <chrono>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "testing/gpu_sim/sim_test_util.h"
+
+namespace dksim_test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// A communicator of n ranks on devices 0..n-1 and a non-blocking stream.
+struct Rank {
+  const Api* api = nullptr;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  int* buf = nullptr;  // 64 ints
+};
+
+bool JoinComm(int rank, int n, Board* board, Rank* out) {
+  const Api& api = Load();
+  out->api = &api;
+  ncclUniqueId id;
+  return api.cudaSetDevice(rank) == cudaSuccess &&
+         ShareId(api, board, rank, 0, &id) &&
+         api.ncclCommInitRank(&out->comm, n, id, rank) == ncclSuccess &&
+         api.cudaStreamCreateWithFlags(&out->stream, cudaStreamNonBlocking) ==
+             cudaSuccess &&
+         api.cudaMalloc(reinterpret_cast<void**>(&out->buf), 256) ==
+             cudaSuccess &&
+         api.cudaMemset(out->buf, 0, 256) == cudaSuccess &&
+         api.cudaDeviceSynchronize() == cudaSuccess;
+}
+
+// Waits (bounded) for the async error to leave ncclSuccess.
+ncclResult_t AsyncErrorWithin(const Api& api, ncclComm_t comm, int ms) {
+  ncclResult_t a = ncclSuccess;
+  WaitUntil(
+      [&] {
+        api.ncclCommGetAsyncError(comm, &a);
+        return a != ncclSuccess && a != ncclInProgress;
+      },
+      ms);
+  return a;
+}
+
+TEST(SimNcclFaults, ConcurrentCallsOnOneCommunicatorAbort) {
+  Board* board = NewBoard();
+  auto r = RunChild([&] {
+    Rank k;
+    SIM_CHECK(JoinComm(0, 1, board, &k));
+    const Api& api = *k.api;
+    std::atomic<bool> holding{false};
+    // This thread's open group holds the communicator...
+    std::thread t([&] {
+      api.ncclGroupStart();
+      api.ncclAllReduce(k.buf, k.buf, 4, ncclInt32, ncclSum, k.comm,
+                        k.stream);
+      holding.store(true);
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      api.ncclGroupEnd();
+    });
+    SIM_CHECK(WaitUntil([&] { return holding.load(); }, 5000));
+    // ... so this call from another thread is caught.
+    api.ncclAllReduce(k.buf, k.buf, 4, ncclInt32, ncclSum, k.comm, k.stream);
+    t.join();
+    return 0;
+  });
+  munmap(board, sizeof(Board));
+  EXPECT_TRUE(r.KilledBy(SIGABRT)) << r.Describe();
+  EXPECT_NE(r.err.find("dkgpusim: ncclAllReduce on communicator"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("while thread"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is inside ncclAllReduce"), std::string::npos) << r.err;
+}
+
+TEST(SimNcclFaults, AbortAndAsyncErrorAreSafeFromAnotherThread) {
+  Board* board = NewBoard();
+  auto r = RunChild([&] {
+    Rank k;
+    SIM_CHECK(JoinComm(0, 1, board, &k));
+    const Api& api = *k.api;
+    std::atomic<bool> holding{false}, release{false};
+    std::thread t([&] {
+      api.ncclGroupStart();
+      api.ncclAllReduce(k.buf, k.buf, 4, ncclInt32, ncclSum, k.comm,
+                        k.stream);
+      holding.store(true);
+      WaitUntil([&] { return release.load(); }, 5000);
+      api.ncclGroupEnd();
+    });
+    SIM_CHECK(WaitUntil([&] { return holding.load(); }, 5000));
+    ncclResult_t a;
+    SIM_NCCL(api.ncclCommGetAsyncError(k.comm, &a));
+    SIM_NCCL(api.ncclCommAbort(k.comm));
+    release.store(true);
+    t.join();
+    SIM_CUDA(api.cudaStreamSynchronize(k.stream));
+    // Later calls on the aborted communicator fail.
+    SIM_CHECK(api.ncclAllReduce(k.buf, k.buf, 4, ncclInt32, ncclSum, k.comm,
+                                k.stream) == ncclInvalidUsage);
+    return 0;
+  });
+  munmap(board, sizeof(Board));
+  EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+}
+
+TEST(SimNcclFaults, TwoRanksOnOneDeviceAreRefused) {
+  Board* board = NewBoard();
+  auto results = RunChildren(2, [&](int rank) {
+    const Api& api = Load();
+    SIM_CUDA(api.cudaSetDevice(0));
+    ncclUniqueId id;
+    SIM_CHECK(ShareId(api, board, rank, 0, &id));
+    ncclComm_t comm = nullptr;
+    SIM_CHECK(api.ncclCommInitRank(&comm, 2, id, rank) == ncclInvalidUsage);
+    return 0;
+  });
+  munmap(board, sizeof(Board));
+  for (const auto& r : results) {
+    EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+    EXPECT_NE(r.err.find("are both on CUDA device 0"), std::string::npos)
+        << r.err;
+  }
+}
+
+TEST(SimNcclFaults, AbortUnblocksAWaitingOperation) {
+  Board* board = NewBoard();
+  auto results = RunChildren(2, [&](int rank) {
+    Rank k;
+    SIM_CHECK(JoinComm(rank, 2, board, &k));
+    const Api& api = *k.api;
+    if (rank == 1) {
+      // Never joins the all-reduce; leaves once rank 0 is through.
+      SIM_CHECK(WaitUntil([&] { return board->flags[0].load() == 1; }, 10000));
+      SIM_NCCL(api.ncclCommDestroy(k.comm));
+      return 0;
+    }
+    SIM_NCCL(api.ncclAllReduce(k.buf, k.buf, 4, ncclInt32, ncclSum, k.comm,
+                               k.stream));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    SIM_CHECK(api.cudaStreamQuery(k.stream) == cudaErrorNotReady);
+    const auto start = Clock::now();
+    std::thread aborter([&] { api.ncclCommAbort(k.comm); });
+    SIM_CUDA(api.cudaStreamSynchronize(k.stream));
+    aborter.join();
+    SIM_CHECK(SecondsSince(start) < 2);
+    ncclResult_t a = ncclSuccess;
+    SIM_NCCL(api.ncclCommGetAsyncError(k.comm, &a));
+    SIM_CHECK(a != ncclSuccess);
+    board->flags[0].store(1);
+    return 0;
+  });
+  munmap(board, sizeof(Board));
+  for (const auto& r : results) EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+}
+
+TEST(SimNcclFaults, ADeadPeerBecomesAnAsyncError) {
+  Board* board = NewBoard();
+  auto results = RunChildren(
+      3,
+      [&](int rank) {
+        Rank k;
+        SIM_CHECK(JoinComm(rank, 3, board, &k));
+        const Api& api = *k.api;
+        // Rank 1 exits at its second operation (DKSIM_NCCL_DIE_*).
+        for (int i = 0; i < 2; ++i) {
+          SIM_NCCL(api.ncclAllReduce(k.buf, k.buf, 4, ncclInt32, ncclSum,
+                                     k.comm, k.stream));
+        }
+        const auto start = Clock::now();
+        SIM_CHECK(AsyncErrorWithin(api, k.comm, 5000) == ncclRemoteError);
+        SIM_CHECK(SecondsSince(start) < 3);
+        // The failed operation's stream work completed.
+        SIM_CUDA(api.cudaStreamSynchronize(k.stream));
+        SIM_NCCL(api.ncclCommAbort(k.comm));
+        return 0;
+      },
+      {{"DKSIM_DEVICES", "3"},
+       {"DKSIM_NCCL_DIE_RANK", "1"},
+       {"DKSIM_NCCL_DIE_AT", "2"}});
+  munmap(board, sizeof(Board));
+  EXPECT_TRUE(results[0].ExitedWith(0)) << results[0].Describe();
+  EXPECT_TRUE(results[1].ExitedWith(1)) << results[1].Describe();
+  EXPECT_TRUE(results[2].ExitedWith(0)) << results[2].Describe();
+  EXPECT_NE(results[1].err.find("DKSIM_NCCL_DIE_RANK"), std::string::npos);
+  EXPECT_NE(results[0].err.find("(pid "), std::string::npos);
+}
+
+TEST(SimNcclFaults, MismatchedCollectivesHangUntilAborted) {
+  Board* board = NewBoard();
+  auto results = RunChildren(2, [&](int rank) {
+    Rank k;
+    SIM_CHECK(JoinComm(rank, 2, board, &k));
+    const Api& api = *k.api;
+    SIM_NCCL(api.ncclAllReduce(k.buf, k.buf, rank == 0 ? 4 : 5, ncclInt32,
+                               ncclSum, k.comm, k.stream));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    SIM_CHECK(api.cudaStreamQuery(k.stream) == cudaErrorNotReady);
+    ncclResult_t a = ncclInternalError;
+    SIM_NCCL(api.ncclCommGetAsyncError(k.comm, &a));
+    SIM_CHECK(a == ncclSuccess);  // NCCL says nothing: it hangs
+    // Rank 0 aborts; rank 1 then sees its peer gone.
+    if (rank == 0) SIM_NCCL(api.ncclCommAbort(k.comm));
+    if (rank == 1) SIM_CHECK(AsyncErrorWithin(api, k.comm, 5000) != ncclSuccess);
+    SIM_CUDA(api.cudaStreamSynchronize(k.stream));
+    if (rank == 1) SIM_NCCL(api.ncclCommAbort(k.comm));
+    return 0;
+  });
+  munmap(board, sizeof(Board));
+  for (const auto& r : results) EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+  const std::string both = results[0].err + results[1].err;
+  EXPECT_EQ(Occurrences(both, "dkgpusim: mismatch"), 1) << both;
+  EXPECT_NE(both.find("rank 0 ncclAllReduce(count 4"), std::string::npos)
+      << both;
+  EXPECT_NE(both.find("rank 1 ncclAllReduce(count 5"), std::string::npos)
+      << both;
+}
+
+TEST(SimNcclFaults, TheHangKnobBlocksUntilAbortAndPeersLearnOfTheAbort) {
+  Board* board = NewBoard();
+  auto results = RunChildren(
+      2,
+      [&](int rank) {
+        Rank k;
+        SIM_CHECK(JoinComm(rank, 2, board, &k));
+        const Api& api = *k.api;
+        SIM_NCCL(api.ncclAllReduce(k.buf, k.buf, 4, ncclInt32, ncclSum,
+                                   k.comm, k.stream));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        SIM_CHECK(api.cudaStreamQuery(k.stream) == cudaErrorNotReady);
+        if (rank == 0) {
+          SIM_NCCL(api.ncclCommAbort(k.comm));
+        } else {
+          SIM_CHECK(AsyncErrorWithin(api, k.comm, 5000) == ncclRemoteError);
+        }
+        SIM_CUDA(api.cudaStreamSynchronize(k.stream));
+        if (rank == 1) SIM_NCCL(api.ncclCommDestroy(k.comm));
+        return 0;
+      },
+      {{"DKSIM_NCCL_HANG_RANK", "0"}, {"DKSIM_NCCL_HANG_AT", "1"}});
+  munmap(board, sizeof(Board));
+  for (const auto& r : results) EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+  EXPECT_NE(results[1].err.find("aborted its communicator"),
+            std::string::npos)
+      << results[1].err;
+}
+
+TEST(SimNcclFaults, BuffersMustBeTheCommunicatorsDeviceMemory) {
+  Board* board = NewBoard();
+  auto r = RunChild([&] {
+    Rank k;
+    SIM_CHECK(JoinComm(0, 1, board, &k));
+    const Api& api = *k.api;
+    int host[4] = {};
+    SIM_CHECK(api.ncclAllReduce(host, host, 4, ncclInt32, ncclSum, k.comm,
+                                k.stream) == ncclInvalidArgument);
+    int* other = nullptr;
+    SIM_CUDA(api.cudaSetDevice(1));
+    SIM_CUDA(api.cudaMalloc(reinterpret_cast<void**>(&other), 16));
+    SIM_CHECK(api.ncclAllReduce(other, other, 4, ncclInt32, ncclSum, k.comm,
+                                k.stream) == ncclInvalidArgument);
+    // Past the end of the allocation (64 ints).
+    SIM_CHECK(api.ncclAllReduce(k.buf, k.buf, 65, ncclInt32, ncclSum, k.comm,
+                                k.stream) == ncclInvalidArgument);
+    SIM_NCCL(api.ncclCommDestroy(k.comm));
+    return 0;
+  });
+  munmap(board, sizeof(Board));
+  EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+  EXPECT_NE(r.err.find("not of device 0"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace dksim_test
