@@ -118,13 +118,15 @@ __attribute__((constructor)) void LoadLibrary() {
   c->hang_rank = EnvInt("DKSIM_NCCL_HANG_RANK", -1);
   c->hang_at = EnvInt("DKSIM_NCCL_HANG_AT", 0);
   c->nccl_inprogress = EnvInt("DKSIM_NCCL_INPROGRESS", 0) != 0;
+  c->sync_memcpy = EnvInt("DKSIM_SYNC_MEMCPY", 0) != 0;
   g_config = c;
   Rng().seed(c->seed);
   pthread_atfork(nullptr, nullptr, AtForkChild);
   Print("seed %llu (DKSIM_SEED), delays up to %d us (DKSIM_MAX_DELAY_US), "
-        "%d device(s); a simulator, not CUDA",
-        static_cast<unsigned long long>(c->seed), c->max_delay_us,
-        c->devices);
+        "%d device(s)%s; a simulator, not CUDA",
+        static_cast<unsigned long long>(c->seed), c->max_delay_us, c->devices,
+        c->sync_memcpy ? ", cudaMemcpy fully synchronous (DKSIM_SYNC_MEMCPY)"
+                       : "");
 }
 
 // ---- Devices and contexts ------------------------------------------------
@@ -436,11 +438,14 @@ cudaError_t Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
   // Device ranges are checked now (a fault here is the caller's).
   if (dst_dev) Translate(dst, n, fn);
   if (src_dev) Translate(src, n, fn);
+  // Whether cudaMemcpy waits where the real one need not.
+  const bool wait_anyway = !async && Cfg().sync_memcpy;
   if (src_dev && dst_dev) {
     // No host synchronization, even for cudaMemcpy.
-    Enqueue(
+    const uint64_t seq = Enqueue(
         s, [=] { std::memmove(Translate(dst, n, fn), Translate(src, n, fn), n); },
         {}, true);
+    if (wait_anyway) WaitFor(s, seq);
     return cudaSuccess;
   }
   if (dst_dev) {
@@ -451,13 +456,15 @@ cudaError_t Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
       if (!async) WaitFor(s, seq);
       return cudaSuccess;
     }
-    // Pageable: staged before the call returns, written later.
+    // Pageable: staged before the call returns, written later (even by
+    // cudaMemcpy, which may return before the device has the data).
     auto staged = std::make_shared<std::vector<char>>(
         static_cast<const char*>(src), static_cast<const char*>(src) + n);
-    Enqueue(
+    const uint64_t seq = Enqueue(
         s,
         [=] { std::memcpy(Translate(dst, n, fn), staged->data(), n); }, {},
         true);
+    if (wait_anyway) WaitFor(s, seq);
     return cudaSuccess;
   }
   if (src_dev) {
@@ -497,8 +504,11 @@ cudaError_t Memset(void* p, int value, size_t n, cudaStream_t stream,
     return cudaErrorInvalidValue;
   }
   if (k == PtrKind::kDevice) {
+    // cudaMemset of device memory does not wait either.
     Translate(p, n, fn);
-    Enqueue(s, [=] { std::memset(Translate(p, n, fn), value, n); }, {}, true);
+    const uint64_t seq = Enqueue(
+        s, [=] { std::memset(Translate(p, n, fn), value, n); }, {}, true);
+    if (!async && Cfg().sync_memcpy) WaitFor(s, seq);
     return cudaSuccess;
   }
   const uint64_t seq =

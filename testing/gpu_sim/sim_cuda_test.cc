@@ -163,6 +163,11 @@ TEST(SimCuda, OutOfBoundsAndUseAfterFreeAbort) {
   EXPECT_NE(r.err.find("use after free"), std::string::npos) << r.err;
 }
 
+// The producer's chain: 20 steps of up to 1 ms each (DKSIM_MAX_DELAY_US)
+// take about 10 ms, against at most 1 ms for the one step that reads: a
+// reader that does not wait is early even when the machine is loaded.
+constexpr int kSteps = 20;
+
 // Producer writes 42 into `buf` after a chain of delayed steps on stream p;
 // the consumer copies it on stream c, waiting for an event or not. Returns
 // whether the consumer saw 42 (0/1), or 2 on an API failure.
@@ -183,8 +188,8 @@ int ProducerConsumer(bool wait, unsigned consumer_flags) {
       api.cudaEventCreateWithFlags(&done, cudaEventDisableTiming)) {
     return 2;
   }
-  for (int step = 1; step <= 10; ++step) {
-    if (api.cudaMemsetAsync(buf, step == 10 ? 42 : step, 64, p)) return 2;
+  for (int step = 1; step <= kSteps; ++step) {
+    if (api.cudaMemsetAsync(buf, step == kSteps ? 42 : step, 64, p)) return 2;
   }
   if (api.cudaEventRecord(done, p)) return 2;
   if (wait && api.cudaStreamWaitEvent(c, done, 0)) return 2;
@@ -203,7 +208,7 @@ int RightInTenSeeds(const std::function<int()>& scenario) {
   int right = 0;
   for (int seed = 1; seed <= 10; ++seed) {
     auto r = RunChild(scenario, {{"DKSIM_SEED", std::to_string(seed)},
-                                 {"DKSIM_MAX_DELAY_US", "200"}});
+                                 {"DKSIM_MAX_DELAY_US", "1000"}});
     EXPECT_TRUE(r.ExitedWith(0) || r.ExitedWith(1)) << r.Describe();
     right += r.ExitedWith(1);
   }
@@ -232,8 +237,8 @@ int LegacyAfterStream(unsigned flags) {
   }
   cudaStream_t s;
   if (api.cudaStreamCreateWithFlags(&s, flags)) return 2;
-  for (int step = 1; step <= 10; ++step) {
-    if (api.cudaMemsetAsync(buf, step == 10 ? 42 : step, 64, s)) return 2;
+  for (int step = 1; step <= kSteps; ++step) {
+    if (api.cudaMemsetAsync(buf, step == kSteps ? 42 : step, 64, s)) return 2;
   }
   if (api.cudaMemcpyAsync(out, buf, 64, cudaMemcpyDeviceToDevice, nullptr)) {
     return 2;
@@ -261,8 +266,8 @@ int StreamAfterLegacy(unsigned flags) {
   }
   cudaStream_t s;
   if (api.cudaStreamCreateWithFlags(&s, flags)) return 2;
-  for (int step = 1; step <= 10; ++step) {
-    if (api.cudaMemsetAsync(buf, step == 10 ? 42 : step, 64,
+  for (int step = 1; step <= kSteps; ++step) {
+    if (api.cudaMemsetAsync(buf, step == kSteps ? 42 : step, 64,
                             cudaStreamLegacy)) {
       return 2;
     }
@@ -290,6 +295,51 @@ TEST(SimCuda, TheLegacyStreamSynchronizesWithBlockingStreamsOnly) {
       1);
 }
 
+// cudaMemcpy from pageable memory to the device returns once the data is
+// staged, before the device has it (CUDA's API synchronization behavior):
+// a non-blocking stream that reads right after may see the old data. With
+// DKSIM_SYNC_MEMCPY=1 it returns when done.
+int NonBlockingReadAfterCudaMemcpy() {
+  const Api& api = Load();
+  int* buf = nullptr;
+  int* out = nullptr;
+  if (api.cudaMalloc(reinterpret_cast<void**>(&buf), 64) ||
+      api.cudaMalloc(reinterpret_cast<void**>(&out), 64) ||
+      api.cudaMemset(buf, 0, 64) || api.cudaDeviceSynchronize()) {
+    return 2;
+  }
+  cudaStream_t s;
+  if (api.cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) return 2;
+  // Earlier work on the legacy stream, which the copy queues behind.
+  for (int step = 1; step < kSteps; ++step) {
+    if (api.cudaMemsetAsync(buf, step, 64, cudaStreamLegacy)) return 2;
+  }
+  std::vector<unsigned char> host(64, 42);
+  if (api.cudaMemcpy(buf, host.data(), 64, cudaMemcpyHostToDevice)) return 2;
+  if (api.cudaMemcpyAsync(out, buf, 64, cudaMemcpyDeviceToDevice, s)) return 2;
+  if (api.cudaStreamSynchronize(s)) return 2;
+  if (api.cudaMemcpyAsync(host.data(), out, 64, cudaMemcpyDeviceToHost, s)) {
+    return 2;
+  }
+  for (unsigned char v : host) {
+    if (v != 42) return 0;
+  }
+  return 1;
+}
+
+TEST(SimCuda, CudaMemcpyToTheDeviceMayReturnBeforeTheDataLands) {
+  EXPECT_LE(RightInTenSeeds(NonBlockingReadAfterCudaMemcpy), 1);
+  int right = 0;
+  for (int seed = 1; seed <= 3; ++seed) {
+    auto r = RunChild(NonBlockingReadAfterCudaMemcpy,
+                      {{"DKSIM_SEED", std::to_string(seed)},
+                       {"DKSIM_MAX_DELAY_US", "1000"},
+                       {"DKSIM_SYNC_MEMCPY", "1"}});
+    right += r.ExitedWith(1);
+  }
+  EXPECT_EQ(right, 3);
+}
+
 TEST(SimCuda, CopiesFromPageableMemoryAreStagedAndToItWait) {
   auto r = RunChild(
       [] {
@@ -312,6 +362,12 @@ TEST(SimCuda, CopiesFromPageableMemoryAreStagedAndToItWait) {
         int* pinned = nullptr;
         SIM_CUDA(api.cudaMallocHost(reinterpret_cast<void**>(&pinned), 4 * 64));
         std::fill(pinned, pinned + 64, 0);
+        // Queued behind a chain of delayed work, so surely not done at once.
+        int* other = nullptr;
+        SIM_CUDA(api.cudaMalloc(reinterpret_cast<void**>(&other), 64));
+        for (int i = 0; i < 10; ++i) {
+          SIM_CUDA(api.cudaMemsetAsync(other, i, 64, s));
+        }
         SIM_CUDA(api.cudaMemcpyAsync(pinned, d, 4 * 64, cudaMemcpyDeviceToHost,
                                      s));
         const bool early = pinned[63] == 7;
@@ -335,7 +391,7 @@ TEST(SimCuda, EventsAndStreamQueries) {
         cudaEvent_t e;
         SIM_CUDA(api.cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
         SIM_CUDA(api.cudaEventQuery(e));  // never recorded: complete
-        for (int i = 0; i < 5; ++i) SIM_CUDA(api.cudaMemsetAsync(d, i, 64, s));
+        for (int i = 0; i < 10; ++i) SIM_CUDA(api.cudaMemsetAsync(d, i, 64, s));
         SIM_CUDA(api.cudaEventRecord(e, s));
         SIM_CHECK(api.cudaEventQuery(e) == cudaErrorNotReady);
         SIM_CHECK(api.cudaStreamQuery(s) == cudaErrorNotReady);

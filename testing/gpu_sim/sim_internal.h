@@ -30,6 +30,9 @@ struct Config {
   int die_rank = -1, die_at = 0;  // DKSIM_NCCL_DIE_RANK / _AT
   int hang_rank = -1, hang_at = 0;
   bool nccl_inprogress = false;   // DKSIM_NCCL_INPROGRESS
+  // DKSIM_SYNC_MEMCPY: cudaMemcpy and cudaMemset return only once their
+  // device work is done (looser than the real runtime; see README.md).
+  bool sync_memcpy = false;
 };
 const Config& Cfg();
 
