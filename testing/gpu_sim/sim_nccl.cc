@@ -1430,6 +1430,14 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
                 "ncclCommDestroy on communicator %s after ncclComm%s",
                 c->tag.c_str(), c->aborted.load() ? "Abort" : "Destroy");
   }
+  if (t_group.depth > 0) {
+    // It would wait for the group's operations, which wait for
+    // ncclGroupEnd.
+    return Fail(ncclInvalidUsage,
+                "ncclCommDestroy on communicator %s inside ncclGroupStart / "
+                "ncclGroupEnd",
+                c->tag.c_str());
+  }
   {
     Owner owner(c, "ncclCommDestroy");
     // As NCCL's: the communicator's queued operations finish first.

@@ -227,6 +227,35 @@ TEST(SimNcclFaults, MismatchedCollectivesHangUntilAborted) {
       << both;
 }
 
+TEST(SimNcclFaults, ASendAndReceiveOfDifferentSizesHang) {
+  Board* board = NewBoard();
+  auto results = RunChildren(2, [&](int rank) {
+    Rank k;
+    SIM_CHECK(JoinComm(rank, 2, board, &k));
+    const Api& api = *k.api;
+    if (rank == 0) {
+      SIM_NCCL(api.ncclSend(k.buf, 8, ncclInt32, 1, k.comm, k.stream));
+    } else {
+      SIM_NCCL(api.ncclRecv(k.buf, 6, ncclInt32, 0, k.comm, k.stream));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      SIM_CHECK(api.cudaStreamQuery(k.stream) == cudaErrorNotReady);
+      board->flags[0].store(1);
+    }
+    SIM_CHECK(WaitUntil([&] { return board->flags[0].load() == 1; }, 10000));
+    SIM_NCCL(api.ncclCommAbort(k.comm));
+    SIM_CUDA(api.cudaStreamSynchronize(k.stream));
+    return 0;
+  });
+  munmap(board, sizeof(Board));
+  for (const auto& r : results) EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+  EXPECT_NE(results[1].err.find("dkgpusim: mismatch"), std::string::npos)
+      << results[1].err;
+  EXPECT_NE(results[1].err.find("sent 32 bytes to rank 1, whose ncclRecv "
+                                "expects 24"),
+            std::string::npos)
+      << results[1].err;
+}
+
 TEST(SimNcclFaults, TheHangKnobBlocksUntilAbortAndPeersLearnOfTheAbort) {
   Board* board = NewBoard();
   auto results = RunChildren(

@@ -614,6 +614,54 @@ TEST(SimNccl, GroupsSplitsPreMulSumAndLargeOperations) {
   }
 }
 
+// Two ranks in one process and one thread: ncclCommInitRank for each device
+// inside one group, then a grouped all-reduce across both.
+TEST(SimNccl, SeveralRanksInOneThreadThroughAGroup) {
+  auto r = RunChild([] {
+    const Api& api = Load();
+    ncclUniqueId id;
+    SIM_NCCL(api.ncclGetUniqueId(&id));
+    ncclComm_t comms[2];
+    int* bufs[2];
+    cudaStream_t streams[2];
+    SIM_NCCL(api.ncclGroupStart());
+    for (int d = 0; d < 2; ++d) {
+      SIM_CUDA(api.cudaSetDevice(d));
+      SIM_NCCL(api.ncclCommInitRank(&comms[d], 2, id, d));
+    }
+    SIM_NCCL(api.ncclGroupEnd());
+    for (int d = 0; d < 2; ++d) {
+      SIM_CUDA(api.cudaSetDevice(d));
+      SIM_CUDA(api.cudaMalloc(reinterpret_cast<void**>(&bufs[d]), 4 * 3));
+      SIM_CUDA(api.cudaStreamCreateWithFlags(&streams[d],
+                                             cudaStreamNonBlocking));
+      const int v[3] = {d + 1, 10 * (d + 1), 100 * (d + 1)};
+      SIM_CUDA(api.cudaMemcpyAsync(bufs[d], v, 12, cudaMemcpyHostToDevice,
+                                   streams[d]));
+    }
+    SIM_NCCL(api.ncclGroupStart());
+    for (int d = 0; d < 2; ++d) {
+      SIM_NCCL(api.ncclAllReduce(bufs[d], bufs[d], 3, ncclInt32, ncclSum,
+                                 comms[d], streams[d]));
+    }
+    SIM_NCCL(api.ncclGroupEnd());
+    for (int d = 0; d < 2; ++d) {
+      int v[3];
+      SIM_CUDA(api.cudaMemcpyAsync(v, bufs[d], 12, cudaMemcpyDeviceToHost,
+                                   streams[d]));
+      SIM_CHECK(v[0] == 3 && v[1] == 30 && v[2] == 300);
+    }
+    // Destroying inside a group would wait for the group: refused.
+    SIM_NCCL(api.ncclGroupStart());
+    SIM_CHECK(api.ncclCommDestroy(comms[0]) == ncclInvalidUsage);
+    SIM_NCCL(api.ncclGroupEnd());
+    for (int d = 0; d < 2; ++d) SIM_NCCL(api.ncclCommDestroy(comms[d]));
+    SIM_CHECK(api.dksimContextMask() == 3u);
+    return 0;
+  });
+  EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+}
+
 // Non-blocking communicators: init and, with DKSIM_NCCL_INPROGRESS, every
 // call report ncclInProgress; a call before ncclCommGetAsyncError says the
 // last one finished is refused.
