@@ -69,7 +69,15 @@ absl::Status Copy(void* dst, Device dst_device, const void* src,
   ScopedDevice on(src_device.is_cpu() ? dst_device.index : src_device.index);
   DK_RETURN_IF_ERROR(on.status());
   const CudaLibrary& cuda = Cuda();
-  return CudaStatus(cuda, cuda.Memcpy(dst, src, n, kind), "cudaMemcpy");
+  DK_RETURN_IF_ERROR(
+      CudaStatus(cuda, cuda.Memcpy(dst, src, n, kind), "cudaMemcpy"));
+  // cudaMemcpy into device memory may return before the device has the
+  // bytes (from pageable memory it returns once they are staged; device to
+  // device it does not wait at all), and work on a non-blocking stream is
+  // not ordered after it. Copies here are blocking: they are done.
+  if (dst_device.is_cpu()) return absl::OkStatus();
+  return CudaStatus(cuda, cuda.StreamSynchronize(cudaStreamLegacy),
+                    "cudaStreamSynchronize");
 }
 
 absl::StatusOr<void*> Allocate(Device device, size_t bytes) {

@@ -1210,7 +1210,25 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return cudaSuccess;
 }
 
+namespace {
+// dksimFailEventRecord's countdown: -1 when disarmed.
+std::atomic<long> g_fail_event_record{-1};
+}  // namespace
+
+extern "C" void dksimFailEventRecord(long skip) {
+  g_fail_event_record.store(skip);
+}
+
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  for (long k = g_fail_event_record.load(); k >= 0;) {
+    if (!g_fail_event_record.compare_exchange_weak(k, k - 1)) continue;
+    if (k == 0) {
+      Print("cudaEventRecord: failed on purpose (dksimFailEventRecord): "
+            "cudaErrorLaunchFailure");
+      return Ret(cudaErrorLaunchFailure);
+    }
+    break;
+  }
   Event* ev = LookupEvent(event);
   if (ev == nullptr) return Ret(cudaErrorInvalidResourceHandle);
   Stream* s = nullptr;

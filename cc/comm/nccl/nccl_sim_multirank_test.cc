@@ -1,0 +1,513 @@
+// The NCCL backend across real processes on the CUDA + NCCL simulator
+// (testing/gpu_sim: device memory the host cannot touch, asynchronous
+// streams with random delays, NCCL's one-thread-per-communicator rule),
+// each rank on its own simulated device. Every value depends on rank and
+// index and is computed here, so a swapped operation or a missing mean fails.
+//
+//   matrix   every operation x dtype x reduction NCCL expresses, 3 sizes
+//   p2p      sends and receives beside collectives, in a different order on
+//            odd and even ranks (one communicator shared by the lanes is a
+//            concurrent call the simulator aborts on, or a deadlock)
+//   stream   an operation follows the caller's stream (SetCudaStream): the
+//            input is written there asynchronously just before
+//   groups   subgroups (ncclCommSplit) and cpu:gloo,cuda:nccl dispatch
+//   misuse   tensors on two devices, a stream of another device, an op after
+//            abort: clear errors, no hang; a failed cudaEventRecord of an
+//            op's end is an error
+//   devices  this process made a CUDA context on its own device only
+//
+// Prints the executed matrix (one line per operation and dtype).
+
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "cc/comm/backend_registry.h"
+#include "cc/core/cuda_library.h"
+#include "cc/core/device_copy.h"
+#include "cc/dist_api/collectives.h"
+#include "cc/dist_api/dist.h"
+#include "cc/group/process_group.h"
+#include "testing/cc/dist_job.h"
+#include "testing/cc/gpu_tensor.h"
+#include "testing/cc/rank_check.h"
+#include "testing/cc/typed_values.h"
+
+namespace distkit {
+namespace {
+
+using testing::Check;
+using testing::CheckOk;
+using testing::Require;
+using testing::RequireOk;
+
+int rank = 0;
+int size = 1;
+Device device;
+
+const DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64,
+                            DataType::kFloat16, DataType::kBFloat16,
+                            DataType::kInt32,   DataType::kInt64,
+                            DataType::kInt8,    DataType::kUInt8};
+const ReduceOp kReductions[] = {ReduceOp::kSum, ReduceOp::kProduct,
+                                ReduceOp::kMin, ReduceOp::kMax,
+                                ReduceOp::kMean};
+const int64_t kSizes[] = {1, 37, 1031};
+
+// Rank r's input at index i: small integers, so every sum and product is
+// exact in every dtype at world size <= 4; products keep to 2, 1, -1.
+double Value(DataType dt, ReduceOp op, int r, int64_t i) {
+  if (op == ReduceOp::kProduct) {
+    const int k = (r + i) % 3;
+    if (dt == DataType::kUInt8) return k == 0 ? 2 : 1;
+    return k == 0 ? 2 : (k == 1 ? 1 : -1);
+  }
+  if (dt == DataType::kUInt8) return (r * 3 + i) % 11;
+  return (r * 3 + i) % 11 - 5;
+}
+
+// What `op` over every rank's Value gives, rounded as the dtype stores it.
+double Expected(DataType dt, ReduceOp op, int64_t i, int n) {
+  const double reduced = testing::ReduceOverRanks(
+      dt, op, n, [&](int r) { return Value(dt, op, r, i); });
+  if (op != ReduceOp::kMean) return reduced;
+  const int64_t sum = static_cast<int64_t>(reduced);
+  if (!IsFloatingPoint(dt)) return static_cast<double>(sum / n);
+  return static_cast<double>(sum) / n;
+}
+
+bool Close(double got, double want, DataType dt) {
+  double tol = 0;
+  if (dt == DataType::kFloat16) tol = std::abs(want) * 2e-3 + 1e-3;
+  if (dt == DataType::kBFloat16) tol = std::abs(want) * 1e-2 + 1e-2;
+  if (dt == DataType::kFloat32) tol = std::abs(want) * 1e-6;
+  if (dt == DataType::kFloat64) tol = std::abs(want) * 1e-12;
+  return std::abs(got - want) <= tol;
+}
+
+std::vector<double> Values(DataType dt, ReduceOp op, int r, int64_t n) {
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = Value(dt, op, r, i);
+  return v;
+}
+
+// (operation, dtype) -> the checks run; printed at the end.
+std::map<std::string, int> matrix;
+
+// First wrong element of `got` against want(i), or "" when all are right.
+template <typename Want>
+std::string Compare(const std::vector<double>& got, DataType dt, Want want) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double w = want(static_cast<int64_t>(i));
+    if (!Close(got[i], w, dt)) {
+      return absl::StrCat("[", i, "] = ", got[i], ", want ", w);
+    }
+  }
+  return "";
+}
+
+void Expect(const absl::Status& s, const std::string& what,
+            const std::string& wrong, DataType dt) {
+  ++matrix[absl::StrCat(what.substr(0, what.find(' ')), " ",
+                        DataTypeName(dt))];
+  CheckOk(s, what);
+  if (s.ok()) Check(wrong.empty(), absl::StrCat(what, ": ", wrong));
+}
+
+void Matrix(ProcessGroup& g) {
+  for (DataType dt : kDtypes) {
+    const std::string type(DataTypeName(dt));
+    for (int64_t n : kSizes) {
+      const std::string at = absl::StrCat(type, " x", n);
+      for (ReduceOp op : kReductions) {
+        const std::string name(ReduceOpName(op));
+        GpuTensor t(dt, Values(dt, op, rank, n), device);
+        absl::Status s = g.AllReduce(t.ref(), op);
+        Expect(s, absl::StrCat("all_reduce ", name, " ", at),
+               Compare(t.Read(), dt,
+                       [&](int64_t i) { return Expected(dt, op, i, size); }),
+               dt);
+        const int root = size - 1;
+        GpuTensor r(dt, Values(dt, op, rank, n), device);
+        s = g.Reduce(r.ref(), op, root);
+        Expect(s, absl::StrCat("reduce ", name, " ", at),
+               rank != root ? ""
+                            : Compare(r.Read(), dt,
+                                      [&](int64_t i) {
+                                        return Expected(dt, op, i, size);
+                                      }),
+               dt);
+        // reduce_scatter: rank r's input holds every part k as the values of
+        // "rank r" at index k * n + i; part r of the result is theirs reduced.
+        std::vector<double> whole(n * size);
+        for (int64_t i = 0; i < n * size; ++i) whole[i] = Value(dt, op, rank, i);
+        GpuTensor in(dt, whole, device);
+        GpuTensor out(dt, std::vector<double>(n, 0), device);
+        s = g.ReduceScatter(in.ref(), out.ref(), op);
+        Expect(s, absl::StrCat("reduce_scatter ", name, " ", at),
+               Compare(out.Read(), dt,
+                       [&](int64_t i) {
+                         return Expected(dt, op, rank * n + i, size);
+                       }),
+               dt);
+      }
+      const ReduceOp plain = ReduceOp::kSum;
+      auto of = [&](int r, int64_t i) { return Value(dt, plain, r, i); };
+      const int root = size - 1;
+      GpuTensor b(dt, Values(dt, plain, rank, n), device);
+      absl::Status s = g.Broadcast(b.ref(), root);
+      Expect(s, "broadcast " + at,
+             Compare(b.Read(), dt, [&](int64_t i) { return of(root, i); }),
+             dt);
+      GpuTensor mine(dt, Values(dt, plain, rank, n), device);
+      GpuTensor all(dt, std::vector<double>(n * size, 0), device);
+      s = g.AllGather(mine.ref(), all.ref());
+      Expect(s, "all_gather " + at,
+             Compare(all.Read(), dt,
+                     [&](int64_t i) { return of(i / n, i % n); }),
+             dt);
+      GpuTensor gathered(dt, std::vector<double>(n * size, 0), device);
+      s = g.Gather(mine.ref(), gathered.ref(), 0);
+      Expect(s, "gather " + at,
+             rank != 0 ? ""
+                       : Compare(gathered.Read(), dt,
+                                 [&](int64_t i) { return of(i / n, i % n); }),
+             dt);
+      // scatter: the root's input part k is "rank k"'s values.
+      std::vector<double> parts(n * size);
+      for (int64_t i = 0; i < n * size; ++i) parts[i] = of(i / n, i % n);
+      GpuTensor source(dt, parts, device);
+      GpuTensor part(dt, std::vector<double>(n, 0), device);
+      s = g.Scatter(source.ref(), part.ref(), root);
+      Expect(s, "scatter " + at,
+             Compare(part.Read(), dt, [&](int64_t i) { return of(rank, i); }),
+             dt);
+      // all_to_all: rank r sends part k (r's values at k * n + i) to rank k.
+      std::vector<double> send(n * size);
+      for (int64_t i = 0; i < n * size; ++i) send[i] = of(rank, i);
+      GpuTensor a2a_in(dt, send, device);
+      GpuTensor a2a_out(dt, std::vector<double>(n * size, 0), device);
+      s = g.AllToAll(a2a_in.ref(), a2a_out.ref());
+      Expect(s, "all_to_all " + at,
+             Compare(a2a_out.Read(), dt,
+                     [&](int64_t i) {
+                       return of(static_cast<int>(i / n), rank * n + i % n);
+                     }),
+             dt);
+    }
+  }
+  CheckOk(g.Barrier(), "barrier");
+}
+
+// Sends and receives beside collectives, issued asynchronously in an order
+// that differs between odd and even ranks.
+void PointToPointBesideCollectives(ProcessGroup& g) {
+  if (size == 1) return;
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  const DataType dt = DataType::kFloat32;
+  for (int round = 0; round < 10; ++round) {
+    GpuTensor sum(dt, Values(dt, ReduceOp::kSum, rank + round, 41), device);
+    GpuTensor sent(dt, Values(dt, ReduceOp::kSum, rank * 7 + round, 29),
+                   device);
+    GpuTensor got(dt, std::vector<double>(29, 0), device);
+    std::vector<std::shared_ptr<Work>> works;
+    if (rank % 2 == 0) {
+      works.push_back(g.AllReduceAsync(sum.ref(), ReduceOp::kSum));
+      works.push_back(g.SendAsync(sent.ref(), next, 0));
+      works.push_back(g.RecvAsync(got.ref(), prev, 0));
+    } else {
+      works.push_back(g.RecvAsync(got.ref(), prev, 0));
+      works.push_back(g.SendAsync(sent.ref(), next, 0));
+      works.push_back(g.AllReduceAsync(sum.ref(), ReduceOp::kSum));
+    }
+    for (auto& w : works) CheckOk(w->Wait(absl::Seconds(60)), w->description());
+    ++matrix["send+recv beside all_reduce float32"];
+    Check(Compare(got.Read(), dt,
+                  [&](int64_t i) {
+                    return Value(dt, ReduceOp::kSum, prev * 7 + round, i);
+                  })
+              .empty(),
+          absl::StrCat("round ", round, ": recv from rank ", prev));
+    Check(Compare(sum.Read(), dt,
+                  [&](int64_t i) {
+                    double s = 0;
+                    for (int r = 0; r < size; ++r)
+                      s += Value(dt, ReduceOp::kSum, r + round, i);
+                    return s;
+                  })
+              .empty(),
+          absl::StrCat("round ", round, ": all_reduce beside p2p"));
+  }
+}
+
+// The input is written on the caller's non-blocking stream just before the
+// operation; the group follows that stream, so the op reads the new values.
+void FollowsTheCallersStream(ProcessGroup& g, const CudaLibrary& cuda) {
+  const DataType dt = DataType::kFloat32;
+  const int64_t n = 1 << 16;
+  cudaStream_t stream;
+  RequireOk(CudaStatus(cuda,
+                       cuda.StreamCreateWithFlags(&stream,
+                                                  cudaStreamNonBlocking),
+                       "cudaStreamCreateWithFlags"),
+            "a stream of the caller's");
+  RequireOk(g.SetCudaStream(stream), "SetCudaStream");
+  for (int round = 0; round < 5; ++round) {
+    GpuTensor t(dt, std::vector<double>(n, 0), device);
+    std::vector<float> host(n);
+    for (int64_t i = 0; i < n; ++i) {
+      host[i] = static_cast<float>(Value(dt, ReduceOp::kSum, rank + round, i));
+    }
+    // Pieces, each a queued copy: the last lands well after the first.
+    const int64_t piece = n / 8;
+    for (int64_t at = 0; at < n; at += piece) {
+      CheckOk(CudaStatus(cuda,
+                         cuda.MemcpyAsync(static_cast<float*>(t.ref().data()) +
+                                              at,
+                                          host.data() + at,
+                                          piece * sizeof(float),
+                                          cudaMemcpyHostToDevice, stream),
+                         "cudaMemcpyAsync"),
+              "fill on the caller's stream");
+    }
+    std::shared_ptr<Work> w = g.AllReduceAsync(t.ref(), ReduceOp::kSum);
+    CheckOk(w->Wait(absl::Seconds(60)), "all_reduce after the caller's copy");
+    // At world size 1 nothing moves, so the op has no device work that
+    // would follow the copy; the caller reads after its own stream.
+    if (size == 1) cuda.StreamSynchronize(stream);
+    ++matrix["all_reduce on the caller's stream float32"];
+    const std::string wrong = Compare(t.Read(), dt, [&](int64_t i) {
+      double s = 0;
+      for (int r = 0; r < size; ++r)
+        s += Value(dt, ReduceOp::kSum, r + round, i);
+      return s;
+    });
+    Check(wrong.empty(),
+          absl::StrCat("round ", round,
+                       ": the all_reduce read the caller's stream's data: ",
+                       wrong));
+  }
+  CheckOk(g.SetCudaStream(nullptr), "back to the legacy stream");
+  CheckOk(cuda.StreamSynchronize(stream) == cudaSuccess
+              ? absl::OkStatus()
+              : absl::InternalError("cudaStreamSynchronize"),
+          "stream drained");
+  cuda.StreamDestroy(stream);
+}
+
+void Groups(ProcessGroup& world) {
+  // Every other rank, split from the world's communicator.
+  std::vector<int> evens;
+  for (int r = 0; r < size; r += 2) evens.push_back(r);
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> sub = world.NewGroup(evens);
+  RequireOk(sub.status(), "ncclCommSplit subgroup of the even ranks");
+  if (rank % 2 == 0) {
+    const DataType dt = DataType::kInt64;
+    GpuTensor t(dt, Values(dt, ReduceOp::kMax, rank, 19), device);
+    CheckOk((*sub)->AllReduce(t.ref(), ReduceOp::kMax), "subgroup all_reduce");
+    ++matrix["all_reduce max in a split subgroup int64"];
+    Check(Compare(t.Read(), dt,
+                  [&](int64_t i) {
+                    double m = -1e9;
+                    for (int r : evens)
+                      m = std::max(m, Value(dt, ReduceOp::kMax, r, i));
+                    return m;
+                  })
+              .empty(),
+          "subgroup max over the even ranks");
+  }
+  // cpu:gloo,cuda:nccl: host tensors through Gloo, CUDA ones through NCCL.
+  GroupOptions dispatch;
+  dispatch.backend = "cpu:gloo,cuda:nccl";
+  std::vector<int> everyone;
+  for (int r = 0; r < size; ++r) everyone.push_back(r);
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> both =
+      world.NewGroup(everyone, dispatch);
+  RequireOk(both.status(), "cpu:gloo,cuda:nccl group");
+  std::vector<float> host = {1.f * rank, 2.f, -3.f};
+  CheckOk((*both)->AllReduce(TensorRef(host.data(), 3, DataType::kFloat32),
+                             ReduceOp::kSum),
+          "dispatch: a host tensor");
+  Check(host[0] == size * (size - 1) / 2.f && host[1] == 2.f * size,
+        "dispatch: host values summed");
+  GpuTensor t(DataType::kFloat32, {1.0 * rank, 4.0}, device);
+  CheckOk((*both)->AllReduce(t.ref(), ReduceOp::kSum),
+          "dispatch: a CUDA tensor");
+  Check(t.Read() == std::vector<double>({size * (size - 1) / 2.0, 4.0 * size}),
+        "dispatch: CUDA values summed");
+  ++matrix["all_reduce sum through cpu:gloo,cuda:nccl float32"];
+  // The casting rule: a host tensor through the dist API on an NCCL world.
+  std::vector<double> cast = {0.5 * rank, 1.0};
+  CheckOk(dist::AllReduce(TensorRef(cast.data(), 2, DataType::kFloat64), "sum"),
+          "dist::all_reduce of a host tensor on nccl");
+  Check(cast[0] == 0.5 * size * (size - 1) / 2 && cast[1] == size,
+        "casting: host -> device -> host");
+  ++matrix["dist::all_reduce of host memory float64"];
+}
+
+void Misuse(ProcessGroup& world, const CudaLibrary& cuda) {
+  // Input and output on two devices in one call.
+  const Device other = Device::Cuda((device.index + 1) % CudaDeviceCount());
+  if (other != device) {
+    GpuTensor in(DataType::kFloat32, {1, 2}, device);
+    GpuTensor out(DataType::kFloat32, std::vector<double>(2 * size, 0), other);
+    absl::Status s = world.AllGather(in.ref(), out.ref());
+    Check(s.code() == absl::StatusCode::kInvalidArgument &&
+              absl::StrContains(s.message(), other.ToString()),
+          "tensors on two devices: INVALID_ARGUMENT naming " +
+              other.ToString() + ": " + s.ToString());
+    // A stream of another device: the next CUDA op is refused, here.
+    int previous = 0;
+    cuda.GetDevice(&previous);
+    cuda.SetDevice(other.index);
+    cudaStream_t foreign;
+    RequireOk(CudaStatus(cuda,
+                         cuda.StreamCreateWithFlags(&foreign,
+                                                    cudaStreamNonBlocking),
+                         "cudaStreamCreateWithFlags"),
+              "a stream on " + other.ToString());
+    cuda.SetDevice(previous);
+    RequireOk(world.SetCudaStream(foreign), "SetCudaStream(foreign)");
+    GpuTensor t(DataType::kFloat32, {1, 2}, device);
+    s = world.AllReduce(t.ref(), ReduceOp::kSum);
+    Check(s.code() == absl::StatusCode::kInvalidArgument &&
+              absl::StrContains(s.message(), "stream"),
+          "a stream of another device: INVALID_ARGUMENT naming the stream: " +
+              s.ToString());
+    RequireOk(world.SetCudaStream(nullptr), "SetCudaStream(nullptr)");
+    cuda.StreamDestroy(foreign);
+    // The group is still usable: nothing ran.
+    CheckOk(world.AllReduce(t.ref(), ReduceOp::kSum),
+            "usable after the refused calls");
+  }
+  // An operation after abort: an error, at once.
+  std::vector<int> everyone;
+  for (int r = 0; r < size; ++r) everyone.push_back(r);
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> doomed =
+      world.NewGroup(everyone);
+  RequireOk(doomed.status(), "a group to abort");
+  (*doomed)->Abort();
+  GpuTensor t(DataType::kFloat32, {1, 2}, device);
+  const absl::Time start = absl::Now();
+  absl::Status s = (*doomed)->AllReduce(t.ref(), ReduceOp::kSum);
+  Check(!s.ok() && absl::Now() - start < absl::Seconds(5),
+        "an op after abort fails at once: " + s.ToString());
+}
+
+// A function the simulator exports for tests (dksim*).
+void* SimSymbol(const char* name) {
+  const char* path = std::getenv("DISTKIT_CUDART_LIBRARY");
+  Require(path != nullptr, "DISTKIT_CUDART_LIBRARY names the simulator");
+  void* sim = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  Require(sim != nullptr, "the simulator is loaded");
+  void* f = dlsym(sim, name);
+  Require(f != nullptr, absl::StrCat("the simulator exports ", name));
+  return f;
+}
+
+// After warm-up (the matrix ran every operation), operations allocate no
+// device memory: staging is kept per channel, not cudaMalloc'd per call.
+void NoAllocationPerOp(ProcessGroup& g) {
+  auto mallocs = reinterpret_cast<long (*)(int)>(SimSymbol("dksimMallocCount"));
+  const DataType dt = DataType::kFloat32;
+  GpuTensor a(dt, Values(dt, ReduceOp::kSum, rank, 1031), device);
+  GpuTensor all(dt, std::vector<double>(1031 * size, 0), device);
+  const long before = mallocs(device.index);
+  for (int i = 0; i < 20; ++i) {
+    CheckOk(g.AllReduce(a.ref(), ReduceOp::kMax), "warm all_reduce");
+    CheckOk(g.AllGather(a.ref(), all.ref()), "warm all_gather");
+    CheckOk(g.Barrier(), "warm barrier");
+  }
+  if (size > 1) {
+    const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    for (int i = 0; i < 10; ++i) {
+      auto s = g.SendAsync(a.ref(), next, 0);
+      auto r = g.RecvAsync(all.ref().Slice(0, 1031), prev, 0);
+      CheckOk(s->Wait(absl::Seconds(60)), "warm send");
+      CheckOk(r->Wait(absl::Seconds(60)), "warm recv");
+    }
+  }
+  const long after = mallocs(device.index);
+  Check(after == before,
+        absl::StrCat("after warm-up, 90 operations made ", after - before,
+                     " device allocations (want 0)"));
+  ++matrix["no device allocation per op after warm-up float32"];
+}
+
+// A failed cudaEventRecord of an operation's end is an error, not an
+// operation that "completed" before it ran: the simulator fails the next
+// record but one on every rank (the issue mark is the first).
+void FailedRecordIsAnError(ProcessGroup& world) {
+  auto fail = reinterpret_cast<void (*)(long)>(SimSymbol("dksimFailEventRecord"));
+  std::vector<int> everyone;
+  for (int r = 0; r < size; ++r) everyone.push_back(r);
+  GroupOptions options;
+  options.backend = "nccl";
+  options.timeout = absl::Seconds(10);
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g =
+      world.NewGroup(everyone, options);
+  RequireOk(g.status(), "a group whose operation's event fails");
+  GpuTensor t(DataType::kFloat32, {1.0 * rank, 2}, device);
+  CheckOk((*g)->AllReduce(t.ref(), ReduceOp::kSum), "warm-up all_reduce");
+  CheckOk(world.Barrier(), "every rank warmed up");
+  fail(1);
+  absl::Status s = (*g)->AllReduce(t.ref(), ReduceOp::kSum);
+  fail(-1);
+  ++matrix["a failed cudaEventRecord fails the op float32"];
+  Check(!s.ok() && absl::StrContains(s.message(), "cudaEventRecord"),
+        "a failed record of the op's end is an error naming it: " +
+            s.ToString());
+  CheckOk(world.Barrier(), "every rank saw its error");
+}
+
+// Which devices this process made a CUDA context on, as the simulator
+// recorded them (dksimContextMask).
+void OnlyItsOwnDevice() {
+  auto mask = reinterpret_cast<unsigned (*)()>(SimSymbol("dksimContextMask"));
+  Check(mask() == (1u << device.index),
+        absl::StrCat("contexts only on ", device.ToString(),
+                     ": the simulator's mask is ", mask()));
+}
+
+}  // namespace
+}  // namespace distkit
+
+int main() {
+  using namespace distkit;
+  testing::Require(testing::JoinDistJob("nccl"), "init_dist on nccl");
+  std::shared_ptr<ProcessGroup> world = dist::GetDefaultGroup();
+  rank = world->rank();
+  size = world->size();
+  testing::SetCheckRank(rank);
+  device = world->comm_device();
+  testing::Require(device.is_cuda(), "the comm device is a CUDA device");
+  absl::StatusOr<const CudaLibrary*> cuda = LoadCudaLibrary();
+  testing::RequireOk(cuda.status(), "libcudart (the simulator)");
+
+  Matrix(*world);
+  PointToPointBesideCollectives(*world);
+  NoAllocationPerOp(*world);
+  FollowsTheCallersStream(*world, **cuda);
+  Groups(*world);
+  // Before Misuse, which makes a stream on another device on purpose.
+  OnlyItsOwnDevice();
+  Misuse(*world, **cuda);
+  FailedRecordIsAnError(*world);
+  if (rank == 0) {
+    for (const auto& [what, n] : matrix) {
+      std::printf("matrix: %-48s world size %d: %d checks\n", what.c_str(),
+                  size, n);
+    }
+  }
+  dist::DestroyDist();
+  return testing::FinishChecks(
+      absl::StrCat("the NCCL backend on the simulator, ", device.ToString()));
+}
