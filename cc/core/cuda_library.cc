@@ -38,6 +38,9 @@ absl::StatusOr<CudaLibrary> Load() {
   DK_RESOLVE(EventRecord, cudaEventRecord);
   DK_RESOLVE(EventQuery, cudaEventQuery);
   DK_RESOLVE(PointerGetAttributes, cudaPointerGetAttributes);
+  DK_RESOLVE(GetDeviceProperties, cudaGetDeviceProperties);
+  DK_RESOLVE(DriverGetVersion, cudaDriverGetVersion);
+  DK_RESOLVE(RuntimeGetVersion, cudaRuntimeGetVersion);
 #undef DK_RESOLVE
   return c;
 }

@@ -38,6 +38,11 @@ struct CudaLibrary {
   decltype(&::cudaEventRecord) EventRecord;
   decltype(&::cudaEventQuery) EventQuery;
   decltype(&::cudaPointerGetAttributes) PointerGetAttributes;
+  // What a device and the installed software are, for reports
+  // (tools/gpu_check).
+  decltype(&::cudaGetDeviceProperties) GetDeviceProperties;
+  decltype(&::cudaDriverGetVersion) DriverGetVersion;
+  decltype(&::cudaRuntimeGetVersion) RuntimeGetVersion;
 };
 
 // The process's CUDA runtime, loaded once (thread-safe); the same error on
