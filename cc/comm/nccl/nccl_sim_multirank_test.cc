@@ -13,7 +13,7 @@
 //   groups   subgroups (ncclCommSplit) and cpu:gloo,cuda:nccl dispatch
 //   misuse   tensors on two devices, a stream of another device, an op after
 //            abort: clear errors, no hang; a failed cudaEventRecord of an
-//            op's end is an error
+//            op's end is an error; an op no other rank joins times out
 //   devices  this process made a CUDA context on its own device only
 //
 // Prints the executed matrix (one line per operation and dtype).
@@ -468,6 +468,35 @@ void FailedRecordIsAnError(ProcessGroup& world) {
   CheckOk(world.Barrier(), "every rank saw its error");
 }
 
+// An operation no other rank joins ends at its group's timeout with
+// DEADLINE_EXCEEDED naming it (the communicator is aborted), not a hang.
+void TimeoutEndsTheOperation(ProcessGroup& world) {
+  if (size == 1) return;
+  std::vector<int> everyone;
+  for (int r = 0; r < size; ++r) everyone.push_back(r);
+  GroupOptions options;
+  options.backend = "nccl";
+  options.timeout = absl::Seconds(1);
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g =
+      world.NewGroup(everyone, options);
+  RequireOk(g.status(), "a group with a 1 s timeout");
+  if (rank == 0) {
+    GpuTensor t(DataType::kFloat32, {1, 2}, device);
+    const absl::Time start = absl::Now();
+    absl::Status s = (*g)->AllReduce(t.ref(), ReduceOp::kSum);
+    const absl::Duration took = absl::Now() - start;
+    Check(s.code() == absl::StatusCode::kDeadlineExceeded &&
+              absl::StrContains(s.message(), "all_reduce"),
+          "an all_reduce no other rank joins: DEADLINE_EXCEEDED naming it: " +
+              s.ToString());
+    Check(took < absl::Seconds(10),
+          absl::StrCat("it ended at the timeout, after ",
+                       absl::FormatDuration(took)));
+    ++matrix["all_reduce alone: timeout float32"];
+  }
+  CheckOk(world.Barrier(), "every rank past the timeout");
+}
+
 // Which devices this process made a CUDA context on, as the simulator
 // recorded them (dksimContextMask).
 void OnlyItsOwnDevice() {
@@ -501,6 +530,7 @@ int main() {
   OnlyItsOwnDevice();
   Misuse(*world, **cuda);
   FailedRecordIsAnError(*world);
+  TimeoutEndsTheOperation(*world);
   if (rank == 0) {
     for (const auto& [what, n] : matrix) {
       std::printf("matrix: %-48s world size %d: %d checks\n", what.c_str(),
