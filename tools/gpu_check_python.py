@@ -17,10 +17,21 @@ rank per GPU).
   objects, nccl, world size 1      object collectives, collect_results(gpu),
                                    sync_random_seed, all_reduce_params and
                                    all_reduce_dict on CUDA data over NCCL
+  ranks, nccl, world size 2-4      CUDA tensors over NCCL, a GPU per rank
+                                   (init_dist's set_device): all_reduce sum
+                                   and mean, all_gather, broadcast, objects;
+                                   SKIPPED (needs 2 GPUs) with fewer
 
-One PASS / FAIL line per check; SKIPPED (and exit 77) with the reason when
-torch has no CUDA or libdistkit.so cannot be loaded (set DISTKIT_LIBRARY;
-one built anywhere with CUDA's headers loads here). Exit 1 on any FAIL.
+First, with or without CUDA: the library, gloo, world size 2: distkit
+imports with the libdistkit.so it is given (DISTKIT_LIBRARY, else
+bazel-bin's), and CPU tensors go through it (what tools/gpu_bundle.sh's
+bundle needs to work at all).
+
+One PASS / FAIL line per check and a count; SKIPPED with the reason when
+torch has no CUDA (then exit 77: the GPU part checked nothing) or no
+libdistkit.so was built or named (set DISTKIT_LIBRARY; one built anywhere
+with CUDA's headers loads here). A library that was named but does not load
+is a FAIL. Exit 1 on any FAIL.
 """
 import json
 import os
@@ -33,6 +44,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SCENARIOS = [("casting", "gloo", n) for n in (1, 2, 3, 4)] + [
     ("ddp", "gloo", 2), ("ddp", "nccl", 1), ("fsdp", "nccl", 1), ("objects", "nccl", 1)]
+# Scenarios whose ranks each take a GPU of their own (init_dist's set_device).
+ONE_GPU_EACH = {"ranks"}
 
 
 def setup_path():
@@ -76,6 +89,42 @@ def rank_casting(dist, torch, r, w):
     if r == 0:
         report(sorted(results) == sorted(f"item{i}" for i in range(w)),
                f"collect_results(device='gpu'), world {w}")
+
+
+def rank_library(dist, torch, r, w):
+    from distkit import _lib
+    import distkit
+    report(True, f"distkit {distkit.__version__} imports with {_lib.lib._name}")
+    x = torch.arange(6, dtype=torch.float64) * (r + 1)
+    dist.all_reduce(x)
+    report(torch.equal(x, torch.arange(6, dtype=torch.float64) * w * (w + 1) / 2),
+           f"all_reduce sum of cpu tensors over gloo, world {w}")
+    outs = dist.all_gather(torch.full((2,), r, dtype=torch.int64))
+    report([o.tolist() for o in outs] == [[i, i] for i in range(w)],
+           f"all_gather of cpu tensors over gloo, world {w}")
+
+
+def rank_ranks(dist, torch, r, w):
+    cuda = torch.device("cuda", torch.cuda.current_device())
+    report(cuda.index == r % torch.cuda.device_count(),
+           f"rank {r} of {w} is on cuda:{r} (init_dist's set_device)")
+    x = torch.arange(1000, dtype=torch.float32, device=cuda) % 7 * (r + 1)
+    dist.all_reduce(x)
+    want = torch.arange(1000, dtype=torch.float32, device=cuda) % 7 * w * (w + 1) / 2
+    report(torch.equal(x, want), f"all_reduce sum over nccl, world {w}")
+    y = torch.full((100,), float(r), device=cuda)
+    dist.all_reduce(y, "mean")
+    report(torch.allclose(y, torch.full_like(y, (w - 1) / 2)),
+           f"all_reduce mean over nccl, world {w}")
+    outs = dist.all_gather(torch.full((3,), r, dtype=torch.int64, device=cuda))
+    report(len(outs) == w and all(o.device == cuda and torch.all(o == i).item()
+                                  for i, o in enumerate(outs)),
+           f"all_gather over nccl, world {w}")
+    b = torch.full((4,), float(r), dtype=torch.float64, device=cuda)
+    dist.broadcast(b, src=w - 1)
+    report(torch.all(b == w - 1).item(), f"broadcast over nccl, world {w}")
+    report(dist.all_gather_object({"rank": r}) == [{"rank": i} for i in range(w)],
+           f"all_gather_object over nccl, world {w}")
 
 
 def model_pair(torch):
@@ -163,7 +212,11 @@ def run_rank(scenario, backend):
     dist.init_dist("pytorch", backend=backend, timeout=120)
     r, w = dist.get_rank(), dist.get_world_size()
     try:
-        if scenario == "casting":
+        if scenario == "library":
+            rank_library(dist, torch, r, w)
+        elif scenario == "ranks":
+            rank_ranks(dist, torch, r, w)
+        elif scenario == "casting":
             rank_casting(dist, torch, r, w)
         elif scenario == "ddp":
             rank_ddp(dist, torch, r, w, backend)
@@ -193,8 +246,9 @@ def run_job(scenario, backend, world_size, limit_s=180):
     for rank in range(world_size):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                    LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), CUDA_VISIBLE_DEVICES=os.environ.get(
-                       "CUDA_VISIBLE_DEVICES", "0"))
+                   MASTER_PORT=str(port))
+        if scenario not in ONE_GPU_EACH:  # every rank on the first GPU
+            env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0")
         procs.append(subprocess.Popen([sys.executable, __file__, "--rank", scenario, backend],
                                       env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
@@ -224,31 +278,68 @@ def run_job(scenario, backend, world_size, limit_s=180):
 SKIPPED = 77
 
 
+def run_all(jobs):
+    """Runs each (scenario, backend, world size) job; its lines and counts.
+    A job that reported nothing fails: it must never look green having
+    tested nothing."""
+    passed = failed = 0
+    for scenario, backend, world_size in jobs:
+        lines = run_job(scenario, backend, world_size)
+        if not any(l.startswith("PASS") for l in lines) and not any(
+                l.startswith("FAIL") for l in lines):
+            lines.append(f"FAIL {scenario} over {backend}, world {world_size}: no check "
+                         f"reported")
+        for line in lines:
+            print(line, flush=True)
+            passed += line.startswith("PASS")
+            failed += line.startswith("FAIL")
+    return passed, failed
+
+
 def main():
     setup_path()
     try:
         import torch
     except ImportError as e:
-        print(f"SKIPPED the Python GPU checks: torch cannot be imported ({e})")
+        print(f"SKIPPED the Python checks: torch cannot be imported ({e})")
+        print("gpu_check_python: 0 passed, 0 failed, 1 skipped")
         return SKIPPED
-    if not torch.cuda.is_available():
-        print("SKIPPED the Python GPU checks: torch sees no usable CUDA device")
-        return SKIPPED
+    named = os.environ.get("DISTKIT_LIBRARY")
     probe = subprocess.run([sys.executable, "-c", "import distkit"], capture_output=True,
                            text=True, env=os.environ)
     if probe.returncode != 0:
-        print("SKIPPED the Python GPU checks: distkit cannot be imported here (build "
-              "//capi:libdistkit.so and set DISTKIT_LIBRARY): "
-              + probe.stderr.strip().splitlines()[-1])
+        why = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        if named:
+            print(f"FAIL distkit does not import with DISTKIT_LIBRARY={named}: {why}")
+            print("gpu_check_python: 0 passed, 1 failed, 0 skipped")
+            return 1
+        print("SKIPPED the Python checks: no libdistkit.so to import distkit with (build "
+              "//capi:libdistkit.so or set DISTKIT_LIBRARY): " + why)
+        print("gpu_check_python: 0 passed, 0 failed, 1 skipped")
         return SKIPPED
-    passed = failed = 0
-    for scenario, backend, world_size in SCENARIOS:
-        for line in run_job(scenario, backend, world_size):
-            print(line, flush=True)
-            passed += line.startswith("PASS")
-            failed += line.startswith("FAIL")
-    print(f"gpu_check_python: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    passed, failed = run_all([("library", "gloo", 2)])
+    skipped = 0
+    if not torch.cuda.is_available():
+        if torch.version.cuda is None:
+            why = f"torch {torch.__version__} was built without CUDA"
+        else:
+            why = f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no usable GPU"
+        print(f"SKIPPED the Python CUDA checks: {why}")
+        skipped = 1
+    else:
+        jobs = list(SCENARIOS)
+        count = torch.cuda.device_count()
+        if count >= 2:
+            jobs.append(("ranks", "nccl", min(count, 4)))
+        else:
+            print(f"SKIPPED the Python multi-GPU NCCL checks: needs 2 GPUs, {count} here")
+            skipped = 1
+        p, f = run_all(jobs)
+        passed, failed = passed + p, failed + f
+    print(f"gpu_check_python: {passed} passed, {failed} failed, {skipped} skipped")
+    if failed:
+        return 1
+    return SKIPPED if not torch.cuda.is_available() else 0
 
 
 if __name__ == "__main__":
