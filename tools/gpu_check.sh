@@ -18,8 +18,9 @@
 # Headers: cuda_runtime_api.h from $CUDA_HOME/include (default
 # /usr/local/cuda), else pip's nvidia packages; nccl.h from $NCCL_HOME/include,
 # /usr/include, $CUDA_HOME/include or pip's nvidia-nccl (python3 -c 'import
-# nvidia.nccl'). At run time distkit's search finds libnccl.so.2, or
-# DISTKIT_NCCL_LIBRARY names it; set to pip's when no other is found. Abseil and DLPack: the system's (tools/bootstrap.sh), or an
+# nvidia.nccl'). At run time distkit's search finds libnccl.so.2 and
+# libcudart.so.<major>, or DISTKIT_NCCL_LIBRARY / DISTKIT_CUDART_LIBRARY name them;
+# each is set to pip's copy when no other is found. Abseil and DLPack: the system's (tools/bootstrap.sh), or an
 # include/ and lib/ beside tools/ (the bundle, tools/gpu_bundle.sh).
 #
 # Prints one PASS / FAIL / SKIPPED line per check and, last, their counts.
@@ -88,7 +89,7 @@ build() {
   [[ -n "$nccl_inc" ]] || nccl_inc="$(pip_nvidia_dir nccl.h)"
   [[ -n "$nccl_inc" ]] || { say "nccl.h not found (NCCL_HOME, /usr/include, $cuda/include, pip's nvidia-nccl)" >&2; exit 2; }
   [[ -n "$cuda_inc" ]] || { say "cuda_runtime_api.h not found (CUDA_HOME=$cuda, pip's nvidia packages)" >&2; exit 2; }
-  local includes=(-I. -I"$cuda_inc" -I"$nccl_inc")
+  local includes=(-I. -I"$nccl_inc" -I"$cuda_inc")  # the NCCL found first wins
   [[ -d include ]] && includes+=(-Iinclude)  # the bundle's Abseil and DLPack
   local inc_dirs=(/usr/include)
   [[ -d include ]] && inc_dirs=(include /usr/include)
@@ -129,6 +130,12 @@ build() {
   )
   local obj="$out/obj-O$opt" stale=() src o dep
   mkdir -p "$obj"
+  # Other include directories (another CUDA, NCCL from pip): every object
+  # again.
+  if [[ "$(cat "$obj/includes" 2>/dev/null)" != "${includes[*]}" ]]; then
+    rm -f "$obj"/*.o "$obj"/*.d
+    echo "${includes[*]}" >"$obj/includes"
+  fi
   # An object is rebuilt when it is missing or a file it was built from (its
   # .d list: the source and every header) is newer.
   for src in "${sources[@]}"; do
@@ -205,23 +212,27 @@ if ((build_only)); then
   echo "$bin"
   exit 0
 fi
-# NCCL from pip (torch's, on machines without a system NCCL): distkit's own
-# search (NCCL_HOME, CUDA_HOME, the loader's path, /usr/local/cuda) does not
-# look there.
-if [[ -z "${DISTKIT_NCCL_LIBRARY:-}" ]]; then
-  found=0
-  for d in ${NCCL_HOME:+"$NCCL_HOME/lib"} "$cuda/lib64" "$cuda/lib" /usr/local/cuda/lib64; do
-    [[ -e "$d/libnccl.so.2" ]] && found=1
-  done
-  ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 ' && found=1
-  if ((!found)); then
-    lib="$(pip_nvidia_dir libnccl.so.2)"
-    if [[ -n "$lib" ]]; then
-      export DISTKIT_NCCL_LIBRARY="$lib/libnccl.so.2"
-      say "NCCL from pip: DISTKIT_NCCL_LIBRARY=$DISTKIT_NCCL_LIBRARY"
-    fi
-  fi
-fi
+# NCCL and the CUDA runtime from pip (torch's, on machines without a system
+# copy): distkit's own search (NCCL_HOME, CUDA_HOME, the loader's path,
+# /usr/local/cuda) does not look there.
+from_pip() {  # variable, soname, directories distkit searches...
+  local var="$1" so="$2" d lib
+  shift 2
+  [[ -z "${!var:-}" ]] || return 0
+  for d in "$@"; do [[ -e "$d/$so" ]] && return 0; done
+  ldconfig -p 2>/dev/null | grep -qF "$so " && return 0
+  lib="$(pip_nvidia_dir "$so")"
+  [[ -n "$lib" ]] || return 0
+  export "$var=$lib/$so"
+  say "$so from pip: $var=$lib/$so"
+}
+from_pip DISTKIT_NCCL_LIBRARY libnccl.so.2 ${NCCL_HOME:+"$NCCL_HOME/lib"} "$cuda/lib64" \
+  "$cuda/lib" /usr/local/cuda/lib64
+# The runtime's soname major is the headers' (cuda_library.cc's rule).
+cudart_major=$(awk '/#define CUDART_VERSION/ { print int($3 / 1000); exit }' \
+  "$cuda/include/cuda_runtime_api.h" /usr/local/cuda/include/cuda_runtime_api.h 2>/dev/null || true)
+from_pip DISTKIT_CUDART_LIBRARY "libcudart.so.${cudart_major:-13}" "$cuda/lib64" "$cuda/lib" \
+  /usr/local/cuda/lib64
 if [[ -n "${DISTKIT_CUDART_LIBRARY:-}" ]]; then
   say "DISTKIT_CUDART_LIBRARY=$DISTKIT_CUDART_LIBRARY DISTKIT_NCCL_LIBRARY=${DISTKIT_NCCL_LIBRARY:-} DKSIM_DEVICES=${DKSIM_DEVICES:-}"
 fi
