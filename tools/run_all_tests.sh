@@ -14,9 +14,13 @@
 #             training engines under AddressSanitizer + UndefinedBehaviorSanitizer
 #   tsan      ThreadSanitizer over the concurrent parts (tools/tsan/run_tsan.sh)
 #   fuzz      the libFuzzer targets side by side, 30 s (tools/fuzz/run_fuzzers.sh)
-#   gpu       the GPU paths built without Bazel; run when a GPU is there
-#             (tools/gpu_check.sh; without one it builds and the phase is
-#             SKIPPED: exit 77, neither passed nor failed)
+#   gpu       the GPU checks (tools/gpu_check.sh, built without Bazel) on
+#             the CUDA + NCCL simulator (testing/gpu_sim, 4 devices, a quick
+#             bandwidth table), the GPU machine's bundle on the simulator in
+#             a clean environment (tools/gpu_bundle_test.sh), then on this
+#             machine's GPU: without one that part builds and the phase is
+#             SKIPPED (exit 77, neither passed nor failed) once the
+#             simulator's parts passed; they fail it otherwise
 #
 # The budget (docs/testing.md): 20 minutes from a fresh clone on a 2-core
 # machine. Past DISTKIT_TEST_BUDGET_S (default 1500 s, 25 minutes) the summary
@@ -51,14 +55,14 @@ run_phase() {  # name, command...
   echo "=== run_all_tests: phase '$name' $(phase_result "$name" "$rc") in ${phase_secs[$name]} s"
 }
 
-# The gpu phase's 77: it built what it could and checked nothing here (no
-# GPU): SKIPPED, neither a pass nor a failure. From any other phase 77 is a
-# failure like any other code.
+# The gpu phase's 77: the simulator's checks passed, the real GPU's could
+# not run here (no GPU): SKIPPED, neither a pass nor a failure. From any other
+# phase 77 is a failure like any other code.
 phase_result() {  # name, exit status
   if [ "$2" -eq 0 ]; then
     echo passed
   elif [ "$1" = gpu ] && [ "$2" -eq 77 ]; then
-    echo "SKIPPED (nothing could run here; see its output)"
+    echo "SKIPPED (no GPU here; see its output)"
   else
     echo "FAILED (exit $2)"
   fi
@@ -176,7 +180,38 @@ run_phase asan bazel test --config=asan //capi/... //cc/core/... //cc/comm/... /
   --build_event_json_file="$report_dir/asan.bep.json" "$@"
 run_phase tsan tools/tsan/run_tsan.sh --build_event_json_file="$report_dir/tsan.bep.json" "$@"
 run_phase fuzz tools/fuzz/run_fuzzers.sh 30
-run_phase gpu tools/gpu_check.sh
+# The gpu phase: the simulator's runs must pass with nothing SKIPPED but
+# what needs torch with CUDA; then the real GPU's run decides (0, or 77
+# without one). Without CUDA's and NCCL's headers there is no simulator
+# (@local_cuda's FOUND, the same test): only the real GPU's run.
+gpu_phase() {
+  local rc=0 log sim cuda="${CUDA_HOME:-/usr/local/cuda}"
+  if [ -e "$cuda/include/cuda_runtime.h" ] && [ -e "$cuda/include/nccl.h" ]; then
+    bazel build //testing/gpu_sim:libdkgpusim.so || return 1
+    sim="$PWD/bazel-bin/testing/gpu_sim/libdkgpusim.so"
+    log="$report_dir/gpu_sim.log"
+    echo "--- gpu: tools/gpu_check.sh on the simulator"
+    DISTKIT_CUDART_LIBRARY="$sim" DISTKIT_NCCL_LIBRARY="$sim" DKSIM_DEVICES=4 \
+      GPU_CHECK_QUICK=1 GPU_CHECK_TIMEOUT_S=180 tools/gpu_check.sh 2>&1 | tee "$log"
+    if [ "${PIPESTATUS[0]}" -ne 0 ]; then
+      echo "gpu: FAILED on the simulator"
+      rc=1
+    elif grep '^SKIPPED' "$log" | grep -qv '^SKIPPED the Python CUDA checks: torch'; then
+      echo "gpu: FAILED: on the simulator only what needs torch with CUDA may be SKIPPED"
+      rc=1
+    fi
+    echo "--- gpu: the GPU machine's bundle on the simulator (tools/gpu_bundle_test.sh)"
+    tools/gpu_bundle_test.sh || rc=1
+  else
+    echo "--- gpu: no simulator here (testing/gpu_sim needs $cuda/include's cuda_runtime.h and nccl.h)"
+  fi
+  echo "--- gpu: tools/gpu_check.sh on this machine's GPU"
+  local real=0
+  tools/gpu_check.sh || real=$?
+  if [ "$rc" -ne 0 ]; then return "$rc"; fi
+  return "$real"
+}
+run_phase gpu gpu_phase
 
 total=$(($(date +%s) - total_start))
 echo
