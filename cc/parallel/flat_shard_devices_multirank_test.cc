@@ -6,6 +6,8 @@
 //
 //   flat_shard_devices_multirank_test ext_test   every strategy, offload, mixed
 //                                       precision, state dicts, on ext:0
+//   flat_shard_devices_multirank_test nccl       the same on CUDA over NCCL (a
+//                                       GPU, or the CUDA + NCCL simulator)
 //   flat_shard_devices_multirank_test gloo       parameters on ext:0 over a
 //   host group:
 //                                       refused on every rank, naming both
@@ -32,6 +34,8 @@ namespace {
 using ::distkit::testing::ExtTensor;
 
 int rank_ = 0, size_ = 1;
+// Where the parameters live: ext:0, or an nccl group's CUDA device.
+Device device_ = Device::Ext(0);
 const std::vector<int64_t> kSizes = {10, 33, 7};
 
 double Init(int r, int p, int64_t k) { return 0.5 * p + 0.01 * k + r; }
@@ -43,8 +47,8 @@ double MeanG(int p, int64_t k) {
 }
 
 ExtTensor Upload(const std::vector<float>& v) {
-  auto t =
-      ::distkit::testing::ToExtension(v.data(), v.size(), DataType::kFloat32);
+  auto t = ::distkit::testing::ToDevice(v.data(), v.size(),
+                                        DataType::kFloat32, device_);
   testing::RequireOk(t.status(), "upload");
   return *std::move(t);
 }
@@ -125,7 +129,7 @@ void Unit(std::shared_ptr<ProcessGroup> world, ShardingStrategy strategy,
       FlatShard::LocalPiece piece = (*unit)->Piece(p);
       if (piece.numel == 0) continue;
       testing::Require(
-          piece.grad.device() == (offload ? Device::Cpu() : Device::Ext(0)),
+          piece.grad.device() == (offload ? Device::Cpu() : device_),
           what + ": the shard gradient's device");
       std::vector<double> want(piece.numel);
       for (int64_t k = 0; k < piece.numel; ++k) {
@@ -171,7 +175,7 @@ void Unit(std::shared_ptr<ProcessGroup> world, ShardingStrategy strategy,
 int main(int argc, char** argv) {
   using namespace distkit;
   const std::optional<std::string> backend =
-      testing::BackendArgument(argc, argv, {"gloo", "ext_test"});
+      testing::BackendArgument(argc, argv, {"gloo", "ext_test", "nccl"});
   if (!backend) return 2;
   testing::InstallXorExtensionDevice();
   if (!testing::JoinDistJob(*backend)) return 2;
@@ -179,7 +183,8 @@ int main(int argc, char** argv) {
   testing::SetCheckRank(rank_);
   size_ = dist::GetWorldSize();
   auto world = dist::GetDefaultGroup();
-  if (*backend == "ext_test") {
+  if (*backend == "nccl") device_ = world->comm_device();
+  if (*backend != "gloo") {
     for (ShardingStrategy s :
          {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
           ShardingStrategy::kNoShard}) {

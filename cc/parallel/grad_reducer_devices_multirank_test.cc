@@ -3,15 +3,14 @@
 // testing/cc/extension_device.h stands in for a GPU; its bytes are kept
 // transformed, so a host memcpy of "device" memory gives wrong averages.
 //
-//   grad_reducer_devices_multirank_test gloo      parameters on ext:0, a host
-//   comm
-//                                        device (CUDA parameters over Gloo:
-//                                        buckets staged through the host)
-//   grad_reducer_devices_multirank_test ext_test  a device comm device (NCCL's
-//   case):
-//                                        parameters on ext:0 (buckets and
-//                                        views on the device, mean there)
-//                                        and on the host (staged to it)
+//   ... gloo      parameters on ext:0, a host comm device (CUDA parameters
+//                 over Gloo: buckets staged through the host)
+//   ... ext_test  a device comm device (NCCL's case): parameters on ext:0
+//                 (buckets and views on the device, mean there) and on the
+//                 host (staged to it)
+//   ... nccl      the same on CUDA over NCCL: a GPU, or the CUDA + NCCL
+//                 simulator (testing/gpu_sim), whose device memory the host
+//                 cannot touch and whose streams run late
 //
 // Every average is checked against the mean each rank computes from the
 // formula all ranks use, at world sizes 1-4.
@@ -35,6 +34,9 @@ namespace {
 using ::distkit::testing::ExtTensor;
 
 int rank_ = 0, size_ = 1;
+// The device that is not the host: ext:0, or the comm device of an nccl
+// group (a CUDA device, real or simulated).
+Device device_ = Device::Ext(0);
 
 // Gradient element k of parameter p on rank r in iteration it, and its
 // mean over the ranks (testing/cc/grad_reducer_values.h).
@@ -55,25 +57,25 @@ struct Model {
     for (size_t p = 0; p < sizes.size(); ++p) {
       params.emplace_back(sizes[p], float(rank_ * 100 + p));
       grads.emplace_back(sizes[p], 0.f);
-      if (device.is_ext()) {
-        ext_params.push_back(Upload(params[p]));
-        ext_grads.push_back(Upload(grads[p]));
+      if (!device.is_cpu()) {
+        ext_params.push_back(Upload(params[p], device));
+        ext_grads.push_back(Upload(grads[p], device));
       }
     }
   }
-  static ExtTensor Upload(const std::vector<float>& v) {
-    auto t =
-        ::distkit::testing::ToExtension(v.data(), v.size(), DataType::kFloat32);
-    testing::RequireOk(t.status(), "upload to ext:0");
+  static ExtTensor Upload(const std::vector<float>& v, Device d) {
+    auto t = ::distkit::testing::ToDevice(v.data(), v.size(),
+                                          DataType::kFloat32, d);
+    testing::RequireOk(t.status(), "upload to " + d.ToString());
     return *std::move(t);
   }
   TensorRef Param(int p) {
-    return device.is_ext() ? ext_params[p].ref
+    return !device.is_cpu() ? ext_params[p].ref
                            : TensorRef(params[p].data(), params[p].size(),
                                        DataType::kFloat32);
   }
   TensorRef Grad(int p) {
-    return device.is_ext() ? ext_grads[p].ref
+    return !device.is_cpu() ? ext_grads[p].ref
                            : TensorRef(grads[p].data(), grads[p].size(),
                                        DataType::kFloat32);
   }
@@ -86,7 +88,7 @@ struct Model {
   void Fill(int it, int p) {
     for (size_t k = 0; k < grads[p].size(); ++k)
       grads[p][k] = G(rank_, p, k, it);
-    if (device.is_ext()) {
+    if (!device.is_cpu()) {
       testing::RequireOk(
           CopyBytes(ext_grads[p].ref.data(), device, grads[p].data(),
                     Device::Cpu(), grads[p].size() * sizeof(float)),
@@ -95,7 +97,7 @@ struct Model {
   }
   // Host mirrors from the device.
   void Sync() {
-    if (!device.is_ext()) return;
+    if (!!device.is_cpu()) return;
     for (size_t p = 0; p < params.size(); ++p) {
       testing::RequireOk(::distkit::testing::FromExtension(ext_params[p].ref,
                                                            params[p].data()),
@@ -244,17 +246,17 @@ void Views(std::shared_ptr<ProcessGroup> world, Device device) {
 
 void BadInput(std::shared_ptr<ProcessGroup> world) {
   Model host(Device::Cpu(), {4});
-  Model ext(Device::Ext(0), {4});
+  Model ext(device_, {4});
   auto mixed = GradReducer::Create(
       world, {{host.Param(0), "a"}, {ext.Param(0), "b"}}, {}, {});
   testing::Require(
       absl::IsInvalidArgument(mixed.status()) &&
           absl::StrContains(mixed.status().message(), "several devices") &&
-          absl::StrContains(mixed.status().message(), "ext:0"),
+          absl::StrContains(mixed.status().message(), device_.ToString()),
       absl::StrCat("parameters on two devices refused: ",
                    mixed.status().ToString()));
   // Views off the comm device cannot be: refused, not a silent copy.
-  Model off(world->comm_device().is_cpu() ? Device::Ext(0) : Device::Cpu(),
+  Model off(world->comm_device().is_cpu() ? device_ : Device::Cpu(),
             {4});
   GradReducer::Options o;
   o.gradient_as_bucket_view = true;
@@ -277,7 +279,7 @@ void BadInput(std::shared_ptr<ProcessGroup> world) {
 int main(int argc, char** argv) {
   using namespace distkit;
   const std::optional<std::string> backend =
-      testing::BackendArgument(argc, argv, {"gloo", "ext_test"});
+      testing::BackendArgument(argc, argv, {"gloo", "ext_test", "nccl"});
   if (!backend) return 2;
   testing::InstallXorExtensionDevice();
   if (!testing::JoinDistJob(*backend)) return 2;
@@ -285,15 +287,16 @@ int main(int argc, char** argv) {
   testing::SetCheckRank(rank_);
   size_ = dist::GetWorldSize();
   auto world = dist::GetDefaultGroup();
+  if (*backend == "nccl") device_ = world->comm_device();
   if (*backend == "gloo") {
-    Training(world, Device::Ext(0));
-    UnusedAndHooks(world, Device::Ext(0));
+    Training(world, device_);
+    UnusedAndHooks(world, device_);
   } else {
-    Training(world, Device::Ext(0));
+    Training(world, device_);
     Training(world, Device::Cpu());
-    UnusedAndHooks(world, Device::Ext(0));
+    UnusedAndHooks(world, device_);
     UnusedAndHooks(world, Device::Cpu());
-    Views(world, Device::Ext(0));
+    Views(world, device_);
   }
   BadInput(world);
   testing::RequireOk(dist::Barrier(), "barrier");

@@ -191,12 +191,17 @@ void SetExtensionDeviceLimit(size_t bytes) { allocation_limit = bytes; }
 
 absl::StatusOr<ExtTensor> ToExtension(const void* host, int64_t numel,
                                       DataType dtype) {
+  return ToDevice(host, numel, dtype, Device::Ext(0));
+}
+
+absl::StatusOr<ExtTensor> ToDevice(const void* host, int64_t numel,
+                                   DataType dtype, Device device) {
   ExtTensor t;
   const size_t bytes = numel * ElementSize(dtype);
-  DK_ASSIGN_OR_RETURN(t.buffer, DeviceBuffer::Allocate(Device::Ext(0), bytes));
+  DK_ASSIGN_OR_RETURN(t.buffer, DeviceBuffer::Allocate(device, bytes));
   DK_RETURN_IF_ERROR(
-      CopyBytes(t.buffer.data(), Device::Ext(0), host, Device::Cpu(), bytes));
-  t.ref = TensorRef(t.buffer.data(), numel, dtype, Device::Ext(0));
+      CopyBytes(t.buffer.data(), device, host, Device::Cpu(), bytes));
+  t.ref = TensorRef(t.buffer.data(), numel, dtype, device);
   return t;
 }
 

@@ -42,6 +42,10 @@ struct ExtTensor {
 };
 absl::StatusOr<ExtTensor> ToExtension(const void* host, int64_t numel,
                                       DataType dtype);
+// The same on any device (a CUDA device where the test runs on one, or the
+// CUDA simulator); FromExtension reads any device back.
+absl::StatusOr<ExtTensor> ToDevice(const void* host, int64_t numel,
+                                   DataType dtype, Device device);
 absl::Status FromExtension(const TensorRef& ext, void* host);
 
 }  // namespace testing
