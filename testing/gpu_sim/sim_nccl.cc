@@ -1665,9 +1665,11 @@ ncclResult_t ncclGroupEnd() {
     InitDone(c, r);
     if (r != ncclSuccess && result == ncclSuccess) result = r;
   }
-  if (!g.tasks.empty()) Launch(g.tasks);
+  // The communicators first: once launched, a stream's worker may finish
+  // and delete the tasks at any moment.
   std::set<Comm*> in_group;
   for (const auto& ts : g.tasks) in_group.insert(ts.first->c);
+  if (!g.tasks.empty()) Launch(g.tasks);
   for (Comm* c : g.owned) c->owner.store(0);
   if (result == ncclSuccess) {
     for (Comm* c : in_group) {
