@@ -141,6 +141,19 @@ class Backend {
   virtual absl::StatusOr<void*> MarkIssue(Device device) { return nullptr; }
   virtual void ReleaseIssueMark(void* mark) {}
 
+  // Whether the backend checks the signature agreement itself, alongside the
+  // data operation that follows, instead of in a blocking exchange before it
+  // (NCCL: a host round trip before every kernel costs more than most
+  // kernels). The contract then calls AgreeAlongside(mine), on the
+  // operation's thread, right before the data operation (not for a barrier,
+  // a split or an uneven all_to_all, which still exchange first). A mismatch
+  // found that way has let the operation start on every rank, so the
+  // backend aborts its communication and the operation fails on every rank
+  // with CheckAgreement's message as ABORTED: the group is unusable after
+  // it, unlike after the blocking exchange's INVALID_ARGUMENT.
+  virtual bool AgreesAlongside() const { return false; }
+  virtual void AgreeAlongside(const OpSignature& mine) {}
+
   // ---- Data movement (signatures already agree) ---------------------------
 
   virtual absl::Status AllReduce(const OpContext& ctx, TensorRef data,

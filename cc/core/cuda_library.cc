@@ -27,6 +27,8 @@ absl::StatusOr<CudaLibrary> Load() {
   DK_RESOLVE(GetErrorString, cudaGetErrorString);
   DK_RESOLVE(Malloc, cudaMalloc);
   DK_RESOLVE(Free, cudaFree);
+  DK_RESOLVE(MallocHost, cudaMallocHost);
+  DK_RESOLVE(FreeHost, cudaFreeHost);
   DK_RESOLVE(Memcpy, cudaMemcpy);
   DK_RESOLVE(MemcpyAsync, cudaMemcpyAsync);
   DK_RESOLVE(StreamCreateWithFlags, cudaStreamCreateWithFlags);

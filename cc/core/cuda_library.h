@@ -27,6 +27,9 @@ struct CudaLibrary {
   // Spelled out: cuda_runtime.h adds template overloads of cudaMalloc.
   cudaError_t (*Malloc)(void** ptr, size_t size);
   decltype(&::cudaFree) Free;
+  // Spelled out: cuda_runtime.h adds template overloads of cudaMallocHost.
+  cudaError_t (*MallocHost)(void** ptr, size_t size);
+  decltype(&::cudaFreeHost) FreeHost;
   decltype(&::cudaMemcpy) Memcpy;
   decltype(&::cudaMemcpyAsync) MemcpyAsync;
   decltype(&::cudaStreamCreateWithFlags) StreamCreateWithFlags;

@@ -98,9 +98,14 @@ absl::Status CollectiveContract::AsyncError() const {
 
 absl::Status CollectiveContract::Agree(const OpContext& ctx,
                                        const OpSignature& mine,
-                                       InlinePayload payload) {
+                                       InlinePayload payload,
+                                       bool data_follows) {
   if (ctx.recorder != nullptr) {
     ctx.recorder->Describe(ctx.record_id, mine);
+  }
+  if (data_follows && backend_->AgreesAlongside()) {
+    backend_->AgreeAlongside(mine);
+    return absl::OkStatus();
   }
   DK_RETURN_IF_ERROR(backend_->ExchangeSignatures(ctx, mine, payload,
                                                   absl::MakeSpan(signatures_)));
@@ -287,8 +292,12 @@ absl::Status CollectiveContract::AllToAll(
     absl::Span<const int64_t> input_splits, TensorRef output,
     absl::Span<const int64_t> output_splits) {
   const bool uneven = !input_splits.empty() || !output_splits.empty();
-  DK_RETURN_IF_ERROR(Agree(ctx, MakeSignature(ctx, OpCode::kAllToAll, &input,
-                                              uneven ? -1 : input.numel())));
+  // Uneven splits are exchanged before the data moves, so the signatures
+  // must agree before that exchange too.
+  DK_RETURN_IF_ERROR(Agree(ctx,
+                           MakeSignature(ctx, OpCode::kAllToAll, &input,
+                                         uneven ? -1 : input.numel()),
+                           {}, /*data_follows=*/!uneven));
   if (uneven) {
     DK_RETURN_IF_ERROR(CheckSplitMatrix(ctx, input_splits, output_splits));
   }
@@ -298,14 +307,17 @@ absl::Status CollectiveContract::AllToAll(
 absl::Status CollectiveContract::Barrier(const OpContext& ctx) {
   // The signature exchange is an all-gather: nobody leaves before everyone
   // has entered.
-  return Agree(ctx, MakeSignature(ctx, OpCode::kBarrier, nullptr, -1));
+  return Agree(ctx, MakeSignature(ctx, OpCode::kBarrier, nullptr, -1), {},
+               /*data_follows=*/false);
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CollectiveContract::Split(
     const OpContext& ctx, const std::vector<int>& parent_ranks) {
   DK_RETURN_IF_ERROR(
-      Agree(ctx, MakeSignature(ctx, OpCode::kNewGroup, nullptr,
-                               static_cast<int64_t>(parent_ranks.size()))));
+      Agree(ctx,
+            MakeSignature(ctx, OpCode::kNewGroup, nullptr,
+                          static_cast<int64_t>(parent_ranks.size())),
+            {}, /*data_follows=*/false));
   return backend_->Split(ctx, parent_ranks);
 }
 

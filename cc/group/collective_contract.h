@@ -91,9 +91,11 @@ class CollectiveContract {
       const OpContext& ctx, const std::vector<int>& parent_ranks);
 
  private:
-  // Exchanges signatures and checks that they agree.
+  // Exchanges signatures and checks that they agree; or, where the backend
+  // checks alongside the data operation that follows (`data_follows`),
+  // hands it this rank's signature (Backend::AgreesAlongside).
   absl::Status Agree(const OpContext& ctx, const OpSignature& mine,
-                     InlinePayload payload = {});
+                     InlinePayload payload = {}, bool data_follows = true);
   // The reduction the backend runs: kSum for a mean it does not average.
   ReduceOp WireOp(ReduceOp op, const TensorRef& t) const;
   // After the backend ran WireOp(op): the mean's division, on t's device.

@@ -199,6 +199,7 @@ absl::StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
       NcclComm::Init(cuda, nccl, device, config.size, id, config.rank,
                      deadline, b->name_));
   DK_ASSIGN_OR_RETURN(b->collectives_, b->MakeChannel(std::move(comm)));
+  DK_RETURN_IF_ERROR(b->InitAgreement());
   return b;
 }
 
@@ -213,6 +214,9 @@ NcclBackend::~NcclBackend() {
   UseDevice().IgnoreError();
   for (auto& [key, channel] : pairs) DestroyChannel(*channel);
   if (collectives_ != nullptr) DestroyChannel(*collectives_);
+  signatures_device_ = DeviceBuffer();
+  if (signatures_host_ != nullptr) cuda_->FreeHost(signatures_host_);
+  if (signatures_arrived_ != nullptr) cuda_->EventDestroy(signatures_arrived_);
   absl::MutexLock lock(&mu_);
   for (cudaEvent_t e : all_marks_) cuda_->EventDestroy(e);
 }
@@ -334,8 +338,47 @@ absl::StatusOr<void*> NcclBackend::Staging(Channel& channel, size_t bytes) {
   return channel.staging.data();
 }
 
+absl::Status NcclBackend::RunCollective(const OpContext& ctx,
+                                        const Enqueue& enqueue, bool grouped) {
+  return Run(ctx, *collectives_, enqueue, grouped, /*agree=*/true);
+}
+
+void NcclBackend::AgreeAlongside(const OpSignature& mine) { alongside_ = mine; }
+
+absl::Status NcclBackend::InitAgreement() {
+  DK_RETURN_IF_ERROR(UseDevice());
+  DK_ASSIGN_OR_RETURN(signatures_device_,
+                      DeviceBuffer::Allocate(Device::Cuda(device_),
+                                             sizeof(OpSignature) * (size_ + 1)));
+  void* host = nullptr;
+  DK_RETURN_IF_ERROR(CudaStatus(
+      *cuda_, cuda_->MallocHost(&host, sizeof(OpSignature) * size_),
+      "cudaMallocHost"));
+  signatures_host_ = static_cast<OpSignature*>(host);
+  return CudaStatus(*cuda_,
+                    cuda_->EventCreateWithFlags(&signatures_arrived_,
+                                                cudaEventDisableTiming),
+                    "cudaEventCreateWithFlags");
+}
+
+absl::Status NcclBackend::CheckAlongside(const OpContext& ctx) {
+  absl::Status agreed =
+      CheckAgreement(ctx, absl::MakeConstSpan(signatures_host_, size_));
+  if (agreed.ok()) return agreed;
+  const absl::Status aborted = absl::AbortedError(absl::StrCat(
+      agreed.message(),
+      "; the operation had already started on every rank, so the group's "
+      "NCCL communicator was aborted"));
+  collectives_->comm->Abort(aborted);
+  return aborted;
+}
+
 absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
-                              const Enqueue& enqueue, bool grouped) {
+                              const Enqueue& enqueue, bool grouped,
+                              bool agree) {
+  // This rank's signature, handed over by the contract for this operation.
+  std::optional<OpSignature> mine;
+  if (agree) mine.swap(alongside_);
   DK_RETURN_IF_ERROR(AbortedStatus(ctx));
   const absl::Time deadline = absl::Now() + ctx.timeout;
   const std::string what = absl::StrCat(ctx.Describe(), " (rank ", rank_, ")");
@@ -356,8 +399,34 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
   DK_RETURN_IF_ERROR(CudaStatus(
       *cuda_, cuda_->StreamWaitEvent(channel.stream, ready, 0),
       "cudaStreamWaitEvent"));
+  char* signatures = static_cast<char*>(signatures_device_.data());
+  if (mine) {
+    // From pageable memory the copy has read the 40 bytes when it returns.
+    DK_RETURN_IF_ERROR(CudaStatus(
+        *cuda_,
+        cuda_->MemcpyAsync(signatures, &*mine, sizeof(OpSignature),
+                           cudaMemcpyHostToDevice, channel.stream),
+        "cudaMemcpyAsync"));
+  }
   absl::Status s = channel.comm->Enqueue(
       [&](ncclComm_t comm) {
+        if (mine) {
+          // Every rank's signature, then to the host, then the operation:
+          // all in stream order, nothing waited for here.
+          ncclResult_t r = nccl_->AllGather(
+              signatures, signatures + sizeof(OpSignature),
+              sizeof(OpSignature), ncclUint8, comm, channel.stream);
+          if (r != ncclSuccess) return r;
+          if (cuda_->MemcpyAsync(signatures_host_,
+                                 signatures + sizeof(OpSignature),
+                                 sizeof(OpSignature) * size_,
+                                 cudaMemcpyDeviceToHost,
+                                 channel.stream) != cudaSuccess ||
+              cuda_->EventRecord(signatures_arrived_, channel.stream) !=
+                  cudaSuccess) {
+            return ncclUnhandledCudaError;
+          }
+        }
         if (!grouped) return enqueue(comm, channel.stream);
         const ncclResult_t start = nccl_->GroupStart();
         if (start != ncclSuccess) return start;
@@ -375,15 +444,30 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
     channel.comm->Abort(r);
     return failed(r);
   }
+  bool agreed = !mine;
   absl::Time next_health = absl::Now() + kHealthPeriod;
   for (int spins = 0;; ++spins) {
+    // The signatures arrive before the operation's kernels run: a mismatch
+    // ends the operation at once, also one that would hang.
+    if (!agreed) {
+      const cudaError_t e = cuda_->EventQuery(signatures_arrived_);
+      if (e == cudaSuccess) {
+        agreed = true;
+        DK_RETURN_IF_ERROR(CheckAlongside(ctx));
+      } else if (e != cudaErrorNotReady) {
+        const absl::Status r = CudaStatus(*cuda_, e, "cudaEventQuery");
+        channel.comm->Abort(r);
+        return failed(r);
+      }
+    }
     const cudaError_t e = cuda_->EventQuery(channel.done);
-    if (e == cudaSuccess) return absl::OkStatus();
-    if (e != cudaErrorNotReady) {
+    if (e == cudaSuccess && agreed) return absl::OkStatus();
+    if (e != cudaSuccess && e != cudaErrorNotReady) {
       const absl::Status r = CudaStatus(*cuda_, e, "cudaEventQuery");
       channel.comm->Abort(r);
       return failed(r);
     }
+    if (e == cudaSuccess) continue;  // the signatures' event next turn
     const absl::Time now = absl::Now();
     if (now > deadline) {
       channel.comm->Abort(absl::DeadlineExceededError(
@@ -466,6 +550,7 @@ absl::StatusOr<std::unique_ptr<Backend>> NcclBackend::Split(
       std::make_shared<PrefixStore>(absl::StrCat("split", ctx.seq), store_),
       key, size, device_));
   DK_ASSIGN_OR_RETURN(b->collectives_, b->MakeChannel(*std::move(comm)));
+  DK_RETURN_IF_ERROR(b->InitAgreement());
   return std::unique_ptr<Backend>(std::move(b));
 }
 
@@ -497,7 +582,7 @@ absl::Status NcclBackend::AllGatherHost(const OpContext& ctx, const void* in,
 
 absl::Status NcclBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                     ReduceOp op) {
-  return Run(ctx, *collectives_, [&](ncclComm_t comm, cudaStream_t stream) {
+  return RunCollective(ctx, [&](ncclComm_t comm, cudaStream_t stream) {
     return nccl_->AllReduce(data.data(), data.data(), data.numel(),
                             NcclType(data.dtype()), NcclOp(op, data.dtype()),
                             comm, stream);
@@ -506,7 +591,7 @@ absl::Status NcclBackend::AllReduce(const OpContext& ctx, TensorRef data,
 
 absl::Status NcclBackend::Broadcast(const OpContext& ctx, TensorRef data,
                                     int root) {
-  return Run(ctx, *collectives_, [&](ncclComm_t comm, cudaStream_t stream) {
+  return RunCollective(ctx, [&](ncclComm_t comm, cudaStream_t stream) {
     return nccl_->Broadcast(data.data(), data.data(), data.numel(),
                             NcclType(data.dtype()), root, comm, stream);
   });
@@ -514,7 +599,7 @@ absl::Status NcclBackend::Broadcast(const OpContext& ctx, TensorRef data,
 
 absl::Status NcclBackend::Reduce(const OpContext& ctx, TensorRef data,
                                  ReduceOp op, int root) {
-  return Run(ctx, *collectives_, [&](ncclComm_t comm, cudaStream_t stream) {
+  return RunCollective(ctx, [&](ncclComm_t comm, cudaStream_t stream) {
     return nccl_->Reduce(data.data(), data.data(), data.numel(),
                          NcclType(data.dtype()), NcclOp(op, data.dtype()), root,
                          comm, stream);
@@ -523,7 +608,7 @@ absl::Status NcclBackend::Reduce(const OpContext& ctx, TensorRef data,
 
 absl::Status NcclBackend::AllGather(const OpContext& ctx, TensorRef input,
                                     TensorRef output) {
-  return Run(ctx, *collectives_, [&](ncclComm_t comm, cudaStream_t stream) {
+  return RunCollective(ctx, [&](ncclComm_t comm, cudaStream_t stream) {
     return nccl_->AllGather(input.data(), output.data(), input.numel(),
                             NcclType(input.dtype()), comm, stream);
   });
@@ -546,8 +631,8 @@ ncclResult_t CopyInStream(const CudaLibrary& cuda, void* dst, const void* src,
 absl::Status NcclBackend::Gather(const OpContext& ctx, TensorRef input,
                                  TensorRef output, int root) {
   // Grouped sends to the root; the root receives every part.
-  return Run(
-      ctx, *collectives_,
+  return RunCollective(
+      ctx,
       [&](ncclComm_t comm, cudaStream_t stream) -> ncclResult_t {
         const ncclDataType_t t = NcclType(input.dtype());
         if (rank_ != root) {
@@ -570,8 +655,8 @@ absl::Status NcclBackend::Gather(const OpContext& ctx, TensorRef input,
 
 absl::Status NcclBackend::Scatter(const OpContext& ctx, TensorRef input,
                                   TensorRef output, int root) {
-  return Run(
-      ctx, *collectives_,
+  return RunCollective(
+      ctx,
       [&](ncclComm_t comm, cudaStream_t stream) -> ncclResult_t {
         const ncclDataType_t t = NcclType(output.dtype());
         if (rank_ != root) {
@@ -594,7 +679,7 @@ absl::Status NcclBackend::Scatter(const OpContext& ctx, TensorRef input,
 
 absl::Status NcclBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
                                         TensorRef output, ReduceOp op) {
-  return Run(ctx, *collectives_, [&](ncclComm_t comm, cudaStream_t stream) {
+  return RunCollective(ctx, [&](ncclComm_t comm, cudaStream_t stream) {
     return nccl_->ReduceScatter(input.data(), output.data(), output.numel(),
                                 NcclType(output.dtype()),
                                 NcclOp(op, output.dtype()), comm, stream);
@@ -610,8 +695,8 @@ absl::Status NcclBackend::AllToAll(const OpContext& ctx, TensorRef input,
     in[r] = input_splits.empty() ? input.numel() / size_ : input_splits[r];
     out[r] = output_splits.empty() ? output.numel() / size_ : output_splits[r];
   }
-  return Run(
-      ctx, *collectives_,
+  return RunCollective(
+      ctx,
       [&](ncclComm_t comm, cudaStream_t stream) -> ncclResult_t {
         const ncclDataType_t t = NcclType(input.dtype());
         int64_t sat = 0, rat = 0;

@@ -25,9 +25,13 @@
 // thread (a thread starts on device 0, and touching it would put a context
 // there).
 //
-// The contract's signature exchange rides on the communicator itself: 40
-// bytes per rank staged through device memory and one ncclAllGather
-// (AllGatherHost), before the operation's own kernels. What NCCL cannot
+// The contract's agreement rides alongside the operation (AgreesAlongside):
+// 40 bytes per rank all-gathered on the group's stream just before the
+// operation's own kernels and copied to pinned host memory, compared by the
+// waiting worker while the operation runs, with no host round trip before
+// it; a mismatch aborts the communicator and fails the operation on every
+// rank with the mismatch's message (ABORTED). Barriers, splits and uneven
+// all_to_alls exchange first (AllGatherHost, staged and waited for). What NCCL cannot
 // express (bitwise reductions, except band/bor on bool as min/max) is refused
 // by CheckReduce before anything runs; float mean is ncclAvg (NativeMean),
 // integer mean a sum the contract divides.
@@ -48,6 +52,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -61,6 +66,7 @@
 #include "cc/comm/backend_registry.h"
 #include "cc/comm/nccl/nccl_comm.h"
 #include "cc/comm/nccl/nccl_library.h"
+#include "cc/comm/op_signature.h"
 #include "cc/core/cuda_library.h"
 #include "cc/core/device_copy.h"
 #include "cc/store/store.h"
@@ -116,6 +122,8 @@ class NcclBackend : public Backend {
                     int tag) override;
   void Abort() override;
 
+  bool AgreesAlongside() const override { return true; }
+  void AgreeAlongside(const OpSignature& mine) override;
   absl::Status SetCudaStream(void* stream) override;
   absl::StatusOr<void*> MarkIssue(Device device) override;
   void ReleaseIssueMark(void* mark) override;
@@ -146,8 +154,21 @@ class NcclBackend : public Backend {
   absl::StatusOr<void*> Staging(Channel& channel, size_t bytes);
   // Enqueues on the channel (inside ncclGroupStart/End when `grouped`),
   // records the channel's event and waits for it under the op's timeout.
+  // With `agree`, the signature AgreeAlongside handed over goes first.
   absl::Status Run(const OpContext& ctx, Channel& channel,
-                   const Enqueue& enqueue, bool grouped = false);
+                   const Enqueue& enqueue, bool grouped = false,
+                   bool agree = false);
+  // A data operation of the group's collectives: Run on their channel, with
+  // the signature AgreeAlongside handed over all-gathered on the stream just
+  // before it and compared on the host while it runs.
+  absl::Status RunCollective(const OpContext& ctx, const Enqueue& enqueue,
+                             bool grouped = false);
+  // The signature exchange's device and pinned host memory and its event.
+  absl::Status InitAgreement();
+  // Every rank's signature, once its event says they arrived: OK when they
+  // agree, else ABORTED with CheckAgreement's message (the communicator is
+  // aborted: the operation had started on every rank).
+  absl::Status CheckAlongside(const OpContext& ctx);
   // The communicator for sends from `from` to `to` (group ranks): made at
   // first use by both ends through the store; only the one lane that sends
   // (or receives) in that direction uses it.
@@ -163,6 +184,12 @@ class NcclBackend : public Backend {
   const int device_;
   std::string name_;  // "group of <size>", for NCCL's errors
   std::unique_ptr<Channel> collectives_;
+  // The agreement alongside the collectives (their thread only): this
+  // rank's next signature, and where every rank's arrives.
+  std::optional<OpSignature> alongside_;
+  DeviceBuffer signatures_device_;  // mine, then everyone's
+  OpSignature* signatures_host_ = nullptr;  // pinned, size_ entries
+  cudaEvent_t signatures_arrived_ = nullptr;
 
   // The caller's stream (cudaStream_t; null: the legacy default stream).
   std::atomic<void*> caller_stream_{nullptr};

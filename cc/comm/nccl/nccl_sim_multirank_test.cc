@@ -13,7 +13,8 @@
 //   groups   subgroups (ncclCommSplit) and cpu:gloo,cuda:nccl dispatch
 //   misuse   tensors on two devices, a stream of another device, an op after
 //            abort: clear errors, no hang; a failed cudaEventRecord of an
-//            op's end is an error; an op no other rank joins times out
+//            op's end is an error; an op no other rank joins times out;
+//            ranks that disagree on an op fail it on every rank
 //   devices  this process made a CUDA context on its own device only
 //
 // Prints the executed matrix (one line per operation and dtype).
@@ -443,8 +444,9 @@ void NoAllocationPerOp(ProcessGroup& g) {
 }
 
 // A failed cudaEventRecord of an operation's end is an error, not an
-// operation that "completed" before it ran: the simulator fails the next
-// record but one on every rank (the issue mark is the first).
+// operation that "completed" before it ran: the simulator fails the third
+// record from now on every rank (the issue mark is the first, the
+// signatures' arrival the second, the operation's end the third).
 void FailedRecordIsAnError(ProcessGroup& world) {
   auto fail = reinterpret_cast<void (*)(long)>(SimSymbol("dksimFailEventRecord"));
   std::vector<int> everyone;
@@ -458,7 +460,7 @@ void FailedRecordIsAnError(ProcessGroup& world) {
   GpuTensor t(DataType::kFloat32, {1.0 * rank, 2}, device);
   CheckOk((*g)->AllReduce(t.ref(), ReduceOp::kSum), "warm-up all_reduce");
   CheckOk(world.Barrier(), "every rank warmed up");
-  fail(1);
+  fail(2);
   absl::Status s = (*g)->AllReduce(t.ref(), ReduceOp::kSum);
   fail(-1);
   ++matrix["a failed cudaEventRecord fails the op float32"];
@@ -466,6 +468,38 @@ void FailedRecordIsAnError(ProcessGroup& world) {
         "a failed record of the op's end is an error naming it: " +
             s.ToString());
   CheckOk(world.Barrier(), "every rank saw its error");
+}
+
+// Ranks that disagree on an operation (here its element count) all fail it
+// with ABORTED naming each rank's call: NCCL checks the agreement alongside
+// the operation, which had started, so the group is aborted (a mismatch that
+// would hang NCCL ends at once).
+void DisagreementAbortsTheGroup(ProcessGroup& world) {
+  if (size == 1) return;
+  std::vector<int> everyone;
+  for (int r = 0; r < size; ++r) everyone.push_back(r);
+  GroupOptions options;
+  options.backend = "nccl";
+  options.timeout = absl::Seconds(30);
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g =
+      world.NewGroup(everyone, options);
+  RequireOk(g.status(), "a group to disagree on");
+  const int64_t n = rank == 0 ? 4 : 8;
+  GpuTensor t(DataType::kFloat32, std::vector<double>(n, 1), device);
+  const absl::Time start = absl::Now();
+  absl::Status s = (*g)->AllReduce(t.ref(), ReduceOp::kSum);
+  Check(s.code() == absl::StatusCode::kAborted &&
+            absl::StrContains(s.message(), "disagree") &&
+            absl::StrContains(s.message(), "float32 x4") &&
+            absl::StrContains(s.message(), "float32 x8"),
+        "a count mismatch: ABORTED naming both calls, on every rank: " +
+            s.ToString());
+  Check(absl::Now() - start < absl::Seconds(10),
+        "the mismatch ended the operation before its timeout");
+  s = (*g)->AllReduce(t.ref(), ReduceOp::kSum);
+  Check(!s.ok(), "the group is unusable after: " + s.ToString());
+  ++matrix["all_reduce count mismatch float32"];
+  CheckOk(world.Barrier(), "every rank saw the mismatch");
 }
 
 // An operation no other rank joins ends at its group's timeout with
@@ -534,6 +568,7 @@ int main() {
   Misuse(*world, **cuda);
   FailedRecordIsAnError(*world);
   TimeoutEndsTheOperation(*world);
+  DisagreementAbortsTheGroup(*world);
   if (rank == 0) {
     for (const auto& [what, n] : matrix) {
       std::printf("matrix: %-48s world size %d: %d checks\n", what.c_str(),
