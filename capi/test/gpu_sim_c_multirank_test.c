@@ -29,8 +29,8 @@ static void fail(const char* what, dk_error_t* err) {
     dk_error_t* e_ = NULL;                \
     if ((call) != DK_OK) fail(#call, e_); \
   } while (0)
-#define EXPECT(cond, what) \
-  do {                     \
+#define EXPECT(cond, what)         \
+  do {                             \
     if (!(cond)) fail(what, NULL); \
   } while (0)
 

@@ -376,9 +376,9 @@ absl::StatusOr<void*> ProcessGroup::MarkIssue(const Op& op) {
   if (op.device.is_cpu()) return nullptr;
   absl::StatusOr<void*> mark = contract_->backend().MarkIssue(op.device);
   if (!mark.ok()) {
-    return Annotate(mark.status(), absl::StrCat(OpCodeName(op.code),
-                                                " on group '", name_,
-                                                "' (rank ", rank_, ")"));
+    return Annotate(mark.status(),
+                    absl::StrCat(OpCodeName(op.code), " on group '", name_,
+                                 "' (rank ", rank_, ")"));
   }
   return mark;
 }
@@ -549,7 +549,7 @@ ProcessGroup::Op ProcessGroup::AllToAllOp(TensorRef input, TensorRef output,
         return contract_->AllToAll(c, input, input_splits, output,
                                    output_splits);
       },
-          -1, input.device()};
+      -1, input.device()};
 }
 
 absl::Status ProcessGroup::CheckSplits(const std::vector<int64_t>& splits,
@@ -700,19 +700,19 @@ absl::Status ProcessGroup::AllGather(TensorRef input,
   }
   TensorRef flat(staging.data(), input.numel() * size(), input.dtype(),
                  input.device());
-  return RunSync(
-      {OpCode::kAllGather, checked,
-       [&](const OpContext& c) -> absl::Status {
-         DK_RETURN_IF_ERROR(contract_->AllGather(c, input, flat));
-         const char* all = static_cast<const char*>(staging.data());
-         for (size_t r = 0; r < outputs.size(); ++r) {
-           DK_RETURN_IF_ERROR(CopyBytes(outputs[r].data(), outputs[r].device(),
-                                        all + r * input.nbytes(),
-                                        input.device(), input.nbytes()));
-         }
-         return absl::OkStatus();
-       },
-       -1, input.device()});
+  return RunSync({OpCode::kAllGather, checked,
+                  [&](const OpContext& c) -> absl::Status {
+                    DK_RETURN_IF_ERROR(contract_->AllGather(c, input, flat));
+                    const char* all = static_cast<const char*>(staging.data());
+                    for (size_t r = 0; r < outputs.size(); ++r) {
+                      DK_RETURN_IF_ERROR(
+                          CopyBytes(outputs[r].data(), outputs[r].device(),
+                                    all + r * input.nbytes(), input.device(),
+                                    input.nbytes()));
+                    }
+                    return absl::OkStatus();
+                  },
+                  -1, input.device()});
 }
 
 absl::Status ProcessGroup::Barrier() { return RunSync(BarrierOp()); }

@@ -47,8 +47,8 @@ double MeanG(int p, int64_t k) {
 }
 
 ExtTensor Upload(const std::vector<float>& v) {
-  auto t = ::distkit::testing::ToDevice(v.data(), v.size(),
-                                        DataType::kFloat32, device_);
+  auto t = ::distkit::testing::ToDevice(v.data(), v.size(), DataType::kFloat32,
+                                        device_);
   testing::RequireOk(t.status(), "upload");
   return *std::move(t);
 }

@@ -64,20 +64,20 @@ struct Model {
     }
   }
   static ExtTensor Upload(const std::vector<float>& v, Device d) {
-    auto t = ::distkit::testing::ToDevice(v.data(), v.size(),
-                                          DataType::kFloat32, d);
+    auto t =
+        ::distkit::testing::ToDevice(v.data(), v.size(), DataType::kFloat32, d);
     testing::RequireOk(t.status(), "upload to " + d.ToString());
     return *std::move(t);
   }
   TensorRef Param(int p) {
     return !device.is_cpu() ? ext_params[p].ref
-                           : TensorRef(params[p].data(), params[p].size(),
-                                       DataType::kFloat32);
+                            : TensorRef(params[p].data(), params[p].size(),
+                                        DataType::kFloat32);
   }
   TensorRef Grad(int p) {
     return !device.is_cpu() ? ext_grads[p].ref
-                           : TensorRef(grads[p].data(), grads[p].size(),
-                                       DataType::kFloat32);
+                            : TensorRef(grads[p].data(), grads[p].size(),
+                                        DataType::kFloat32);
   }
   std::vector<GradReducer::Parameter> Params() {
     std::vector<GradReducer::Parameter> out;
@@ -256,8 +256,7 @@ void BadInput(std::shared_ptr<ProcessGroup> world) {
       absl::StrCat("parameters on two devices refused: ",
                    mixed.status().ToString()));
   // Views off the comm device cannot be: refused, not a silent copy.
-  Model off(world->comm_device().is_cpu() ? device_ : Device::Cpu(),
-            {4});
+  Model off(world->comm_device().is_cpu() ? device_ : Device::Cpu(), {4});
   GradReducer::Options o;
   o.gradient_as_bucket_view = true;
   auto views = GradReducer::Create(world, off.Params(), {}, o);

@@ -122,11 +122,12 @@ __attribute__((constructor)) void LoadLibrary() {
   g_config = c;
   Rng().seed(c->seed);
   pthread_atfork(nullptr, nullptr, AtForkChild);
-  Print("seed %llu (DKSIM_SEED), delays up to %d us (DKSIM_MAX_DELAY_US), "
-        "%d device(s)%s; a simulator, not CUDA",
-        static_cast<unsigned long long>(c->seed), c->max_delay_us, c->devices,
-        c->sync_memcpy ? ", cudaMemcpy fully synchronous (DKSIM_SYNC_MEMCPY)"
-                       : "");
+  Print(
+      "seed %llu (DKSIM_SEED), delays up to %d us (DKSIM_MAX_DELAY_US), "
+      "%d device(s)%s; a simulator, not CUDA",
+      static_cast<unsigned long long>(c->seed), c->max_delay_us, c->devices,
+      c->sync_memcpy ? ", cudaMemcpy fully synchronous (DKSIM_SYNC_MEMCPY)"
+                     : "");
 }
 
 // ---- Devices and contexts ------------------------------------------------
@@ -162,8 +163,9 @@ cudaError_t Usable() {
   if (g_forked_dirty.load()) {
     static std::atomic<bool> said{false};
     if (!said.exchange(true)) {
-      Print("CUDA called in a process forked after its parent used CUDA; "
-            "the real runtime cannot be used there either");
+      Print(
+          "CUDA called in a process forked after its parent used CUDA; "
+          "the real runtime cannot be used there either");
     }
     return cudaErrorInitializationError;
   }
@@ -405,10 +407,11 @@ cudaError_t Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
   const PtrKind dk = Classify(dst, &ddev);
   const PtrKind sk = Classify(src, &sdev);
   if (dk == PtrKind::kFreedDevice || sk == PtrKind::kFreedDevice) {
-    Fatal("%s: %s %p is device memory already freed by cudaFree "
-          "(use after free)",
-          fn, dk == PtrKind::kFreedDevice ? "dst" : "src",
-          dk == PtrKind::kFreedDevice ? dst : src);
+    Fatal(
+        "%s: %s %p is device memory already freed by cudaFree "
+        "(use after free)",
+        fn, dk == PtrKind::kFreedDevice ? "dst" : "src",
+        dk == PtrKind::kFreedDevice ? dst : src);
   }
   const bool dst_dev = dk == PtrKind::kDevice;
   const bool src_dev = sk == PtrKind::kDevice;
@@ -430,9 +433,10 @@ cudaError_t Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
       break;
   }
   if (!ok) {
-    Print("%s: %s from %s %p to %s %p: the kind does not match the memory "
-          "(cudaErrorInvalidValue)",
-          fn, KindName(kind), PtrName(sk), src, PtrName(dk), dst);
+    Print(
+        "%s: %s from %s %p to %s %p: the kind does not match the memory "
+        "(cudaErrorInvalidValue)",
+        fn, KindName(kind), PtrName(sk), src, PtrName(dk), dst);
     return cudaErrorInvalidValue;
   }
   // Device ranges are checked now (a fault here is the caller's).
@@ -443,7 +447,8 @@ cudaError_t Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
   if (src_dev && dst_dev) {
     // No host synchronization, even for cudaMemcpy.
     const uint64_t seq = Enqueue(
-        s, [=] { std::memmove(Translate(dst, n, fn), Translate(src, n, fn), n); },
+        s,
+        [=] { std::memmove(Translate(dst, n, fn), Translate(src, n, fn), n); },
         {}, true);
     if (wait_anyway) WaitFor(s, seq);
     return cudaSuccess;
@@ -461,8 +466,7 @@ cudaError_t Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
     auto staged = std::make_shared<std::vector<char>>(
         static_cast<const char*>(src), static_cast<const char*>(src) + n);
     const uint64_t seq = Enqueue(
-        s,
-        [=] { std::memcpy(Translate(dst, n, fn), staged->data(), n); }, {},
+        s, [=] { std::memcpy(Translate(dst, n, fn), staged->data(), n); }, {},
         true);
     if (wait_anyway) WaitFor(s, seq);
     return cudaSuccess;
@@ -474,8 +478,8 @@ cudaError_t Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
     if (!async || dk != PtrKind::kPinned) WaitFor(s, seq);
     return cudaSuccess;
   }
-  const uint64_t seq =
-      Enqueue(s, [=] { std::memmove(dst, src, n); }, {}, false);
+  const uint64_t seq = Enqueue(
+      s, [=] { std::memmove(dst, src, n); }, {}, false);
   WaitFor(s, seq);
   return cudaSuccess;
 }
@@ -498,9 +502,10 @@ cudaError_t Memset(void* p, int value, size_t n, cudaStream_t stream,
           fn, p);
   }
   if (k == PtrKind::kHost) {
-    Print("%s: %p is pageable host memory, not device memory "
-          "(cudaErrorInvalidValue)",
-          fn, p);
+    Print(
+        "%s: %p is pageable host memory, not device memory "
+        "(cudaErrorInvalidValue)",
+        fn, p);
     return cudaErrorInvalidValue;
   }
   if (k == PtrKind::kDevice) {
@@ -511,8 +516,8 @@ cudaError_t Memset(void* p, int value, size_t n, cudaStream_t stream,
     if (!async && Cfg().sync_memcpy) WaitFor(s, seq);
     return cudaSuccess;
   }
-  const uint64_t seq =
-      Enqueue(s, [=] { std::memset(p, value, n); }, {}, true);
+  const uint64_t seq = Enqueue(
+      s, [=] { std::memset(p, value, n); }, {}, true);
   if (!async) WaitFor(s, seq);
   return cudaSuccess;
 }
@@ -556,7 +561,8 @@ struct ErrorText {
   const char* text;
 };
 
-#define DK_E(code, text) {code, #code, text}
+#define DK_E(code, text) \
+  { code, #code, text }
 const ErrorText kErrors[] = {
     DK_E(cudaSuccess, "no error"),
     DK_E(cudaErrorInvalidValue, "invalid argument"),
@@ -739,16 +745,18 @@ char* Translate(const void* p, size_t bytes, const char* what) {
     Fatal("%s: device access to %p, which is not device memory", what, p);
   }
   if (a->freed) {
-    Fatal("%s: device access to %p, in a %zu-byte allocation at %p already "
-          "freed by cudaFree (use after free)",
-          what, p, a->size, reinterpret_cast<void*>(a->base));
+    Fatal(
+        "%s: device access to %p, in a %zu-byte allocation at %p already "
+        "freed by cudaFree (use after free)",
+        what, p, a->size, reinterpret_cast<void*>(a->base));
   }
   const size_t off = reinterpret_cast<uintptr_t>(p) - a->base;
   if (off + bytes > a->size || off + bytes < off) {
-    Fatal("%s: out-of-bounds device access: %zu bytes at %p run %zu bytes "
-          "past the end of a %zu-byte allocation at %p (device %d)",
-          what, bytes, p, off + bytes - a->size, a->size,
-          reinterpret_cast<void*>(a->base), a->device);
+    Fatal(
+        "%s: out-of-bounds device access: %zu bytes at %p run %zu bytes "
+        "past the end of a %zu-byte allocation at %p (device %d)",
+        what, bytes, p, off + bytes - a->size, a->size,
+        reinterpret_cast<void*>(a->base), a->device);
   }
   return a->internal + off;
 }
@@ -970,9 +978,10 @@ cudaError_t cudaFree(void* p) {
     std::lock_guard<std::mutex> g(g_mem_mu);
     Allocation* a = FindAllocation(p);
     if (a == nullptr || a->base != reinterpret_cast<uintptr_t>(p)) {
-      Print("cudaFree(%p): not the start of a cudaMalloc allocation "
-            "(cudaErrorInvalidValue)",
-            p);
+      Print(
+          "cudaFree(%p): not the start of a cudaMalloc allocation "
+          "(cudaErrorInvalidValue)",
+          p);
       return Ret(cudaErrorInvalidValue);
     }
     if (a->freed) {
@@ -1033,9 +1042,10 @@ cudaError_t cudaFreeHost(void* p) {
     std::lock_guard<std::mutex> g(g_mem_mu);
     auto it = Pinned().find(reinterpret_cast<uintptr_t>(p));
     if (it == Pinned().end()) {
-      Print("cudaFreeHost(%p): not from cudaMallocHost/cudaHostAlloc "
-            "(cudaErrorInvalidValue)",
-            p);
+      Print(
+          "cudaFreeHost(%p): not from cudaMallocHost/cudaHostAlloc "
+          "(cudaErrorInvalidValue)",
+          p);
       return Ret(cudaErrorInvalidValue);
     }
     size = it->second.size;
@@ -1223,8 +1233,9 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   for (long k = g_fail_event_record.load(); k >= 0;) {
     if (!g_fail_event_record.compare_exchange_weak(k, k - 1)) continue;
     if (k == 0) {
-      Print("cudaEventRecord: failed on purpose (dksimFailEventRecord): "
-            "cudaErrorLaunchFailure");
+      Print(
+          "cudaEventRecord: failed on purpose (dksimFailEventRecord): "
+          "cudaErrorLaunchFailure");
       return Ret(cudaErrorLaunchFailure);
     }
     break;
@@ -1236,15 +1247,16 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     return Ret(e);
   }
   if (s->device != ev->device) {
-    Print("cudaEventRecord: event of device %d recorded on a stream of "
-          "device %d (cudaErrorInvalidResourceHandle)",
-          ev->device, s->device);
+    Print(
+        "cudaEventRecord: event of device %d recorded on a stream of "
+        "device %d (cudaErrorInvalidResourceHandle)",
+        ev->device, s->device);
     return Ret(cudaErrorInvalidResourceHandle);
   }
   auto when = std::make_shared<std::atomic<int64_t>>(0);
   // A marker in the stream: the legacy stream rules apply to it too.
-  const uint64_t seq =
-      Enqueue(s, [when] { when->store(NowNs()); }, {}, false);
+  const uint64_t seq = Enqueue(
+      s, [when] { when->store(NowNs()); }, {}, false);
   std::lock_guard<std::mutex> g(ev->mu);
   ev->stream = s;
   ev->seq = seq;

@@ -283,13 +283,13 @@ int StreamAfterLegacy(unsigned flags) {
 }
 
 TEST(SimCuda, TheLegacyStreamSynchronizesWithBlockingStreamsOnly) {
-  EXPECT_EQ(RightInTenSeeds([] { return LegacyAfterStream(cudaStreamDefault); }),
-            10);
+  EXPECT_EQ(
+      RightInTenSeeds([] { return LegacyAfterStream(cudaStreamDefault); }), 10);
   EXPECT_LE(
       RightInTenSeeds([] { return LegacyAfterStream(cudaStreamNonBlocking); }),
       1);
-  EXPECT_EQ(RightInTenSeeds([] { return StreamAfterLegacy(cudaStreamDefault); }),
-            10);
+  EXPECT_EQ(
+      RightInTenSeeds([] { return StreamAfterLegacy(cudaStreamDefault); }), 10);
   EXPECT_LE(
       RightInTenSeeds([] { return StreamAfterLegacy(cudaStreamNonBlocking); }),
       1);
@@ -368,8 +368,8 @@ TEST(SimCuda, CopiesFromPageableMemoryAreStagedAndToItWait) {
         for (int i = 0; i < 10; ++i) {
           SIM_CUDA(api.cudaMemsetAsync(other, i, 64, s));
         }
-        SIM_CUDA(api.cudaMemcpyAsync(pinned, d, 4 * 64, cudaMemcpyDeviceToHost,
-                                     s));
+        SIM_CUDA(
+            api.cudaMemcpyAsync(pinned, d, 4 * 64, cudaMemcpyDeviceToHost, s));
         const bool early = pinned[63] == 7;
         SIM_CUDA(api.cudaStreamSynchronize(s));
         SIM_CHECK(pinned[63] == 7);
@@ -404,8 +404,7 @@ TEST(SimCuda, EventsAndStreamQueries) {
         SIM_CUDA(api.cudaSetDevice(1));
         cudaStream_t s1;
         SIM_CUDA(api.cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
-        SIM_CHECK(api.cudaEventRecord(e, s1) ==
-                  cudaErrorInvalidResourceHandle);
+        SIM_CHECK(api.cudaEventRecord(e, s1) == cudaErrorInvalidResourceHandle);
         SIM_CHECK(api.cudaEventRecord(e, nullptr) ==
                   cudaErrorInvalidResourceHandle);
         // Waiting on another device's event is allowed.

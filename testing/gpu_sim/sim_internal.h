@@ -22,14 +22,14 @@ constexpr int kMaxDevices = 16;
 
 // The environment, read once when the library loads.
 struct Config {
-  int devices = 2;                // visible to this process
-  std::vector<int> physical;      // process ordinal -> machine-wide device
+  int devices = 2;            // visible to this process
+  std::vector<int> physical;  // process ordinal -> machine-wide device
   uint64_t seed = 0;
   int max_delay_us = 200;
   std::string context_log;        // DKSIM_CONTEXT_LOG
   int die_rank = -1, die_at = 0;  // DKSIM_NCCL_DIE_RANK / _AT
   int hang_rank = -1, hang_at = 0;
-  bool nccl_inprogress = false;   // DKSIM_NCCL_INPROGRESS
+  bool nccl_inprogress = false;  // DKSIM_NCCL_INPROGRESS
   // DKSIM_SYNC_MEMCPY: cudaMemcpy and cudaMemset return only once their
   // device work is done (looser than the real runtime; see README.md).
   bool sync_memcpy = false;

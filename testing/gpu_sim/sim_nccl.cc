@@ -39,7 +39,7 @@ namespace dksim {
 namespace {
 
 constexpr int kMaxRanks = 64;
-constexpr size_t kSlotBytes = size_t{1} << 20;  // collective staging, per rank
+constexpr size_t kSlotBytes = size_t{1} << 20;   // collective staging, per rank
 constexpr size_t kChanBytes = size_t{64} << 10;  // send/recv ring, per pair
 constexpr size_t kPage = 4096;
 constexpr char kIdMagic[8] = {'d', 'k', 'g', 'p', 'u', 's', 'i', 'm'};
@@ -296,14 +296,15 @@ class Owner {
     }
     if (cur == me) return;  // this thread's open group holds it
     const char* other = c->owner_fn.load();
-    Fatal("%s on communicator %s called from thread %d while thread %d is "
-          "inside %s%s; NCCL communicators are not thread-safe",
-          fn, c->tag.c_str(), static_cast<int>(me), static_cast<int>(cur),
-          other != nullptr ? other : "an NCCL call",
-          c->owner_group.load()
-              ? " (its ncclGroupStart is still open: the group holds the "
-                "communicator until ncclGroupEnd)"
-              : "");
+    Fatal(
+        "%s on communicator %s called from thread %d while thread %d is "
+        "inside %s%s; NCCL communicators are not thread-safe",
+        fn, c->tag.c_str(), static_cast<int>(me), static_cast<int>(cur),
+        other != nullptr ? other : "an NCCL call",
+        c->owner_group.load()
+            ? " (its ncclGroupStart is still open: the group holds the "
+              "communicator until ncclGroupEnd)"
+            : "");
   }
   ~Owner() {
     if (!acquired_) return;
@@ -362,9 +363,10 @@ void PeerFailed(Comm* c, int q, uint32_t why, const char* during) {
     c->async.compare_exchange_strong(expected, ncclRemoteError);
   }
   if (!c->said_peer.exchange(true)) {
-    Print("communicator %s: rank %d (pid %d) %s while rank %d waits for it "
-          "in %s; ncclCommGetAsyncError now reports ncclRemoteError",
-          c->tag.c_str(), q, Rec(c, q).pid, ProblemText(why), c->rank, during);
+    Print(
+        "communicator %s: rank %d (pid %d) %s while rank %d waits for it "
+        "in %s; ncclCommGetAsyncError now reports ncclRemoteError",
+        c->tag.c_str(), q, Rec(c, q).pid, ProblemText(why), c->rank, during);
   }
   Wake(c);
 }
@@ -423,8 +425,8 @@ ncclResult_t Join(Comm* c) {
                 c->name.c_str(), std::strerror(errno));
   }
   c->map_bytes = MapBytes(c->nranks);
-  void* p = mmap(nullptr, c->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                 c->fd, 0);
+  void* p =
+      mmap(nullptr, c->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
   if (p == MAP_FAILED) {
     return Fail(ncclSystemError, "ncclCommInitRank: mmap: %s",
                 std::strerror(errno));
@@ -432,8 +434,7 @@ ncclResult_t Join(Comm* c) {
   c->base = static_cast<char*>(p);
   c->hdr = reinterpret_cast<SegHeader*>(p);
   int32_t n = 0;
-  if (!c->hdr->nranks.compare_exchange_strong(n, c->nranks) &&
-      n != c->nranks) {
+  if (!c->hdr->nranks.compare_exchange_strong(n, c->nranks) && n != c->nranks) {
     return Fail(ncclInvalidArgument,
                 "ncclCommInitRank: rank %d says the communicator has %d "
                 "ranks, another rank said %d",
@@ -545,8 +546,8 @@ ncclResult_t InitRank(ncclComm_t* out, int nranks, const ncclUniqueId& id,
   }
   if (nranks < 1 || nranks > kMaxRanks || rank < 0 || rank >= nranks) {
     return Fail(ncclInvalidArgument,
-                "%s: rank %d of %d ranks (dkgpusim supports 1 to %d)", fn,
-                rank, nranks, kMaxRanks);
+                "%s: rank %d of %d ranks (dkgpusim supports 1 to %d)", fn, rank,
+                nranks, kMaxRanks);
   }
   if (std::memcmp(id.internal, kIdMagic, sizeof(kIdMagic)) != 0) {
     return Fail(ncclInvalidArgument,
@@ -613,8 +614,10 @@ ncclResult_t CheckUsable(Comm* c, const char* fn) {
   }
   if (a != ncclSuccess) return static_cast<ncclResult_t>(a);
   if (!c->ready.load()) {
-    return Fail(ncclInvalidUsage, "%s on communicator %s, which is not "
-                "initialized", fn, c->tag.c_str());
+    return Fail(ncclInvalidUsage,
+                "%s on communicator %s, which is not "
+                "initialized",
+                fn, c->tag.c_str());
   }
   return ncclSuccess;
 }
@@ -645,7 +648,7 @@ struct Task {
   RedKind red = RedKind::kSum;
   int root = 0;  // or the peer of a send/recv
   bool premul = false;
-  std::vector<char> scalar;      // host immediate
+  std::vector<char> scalar;  // host immediate
   const void* scalar_dev = nullptr;
   uint64_t launch = 0, seq = 0;
   bool hang = false;
@@ -712,12 +715,11 @@ std::string Describe(const OpDesc& d) {
                       ? (", root " + std::to_string(d.root)).c_str()
                       : "");
   } else {
-    std::snprintf(buf, sizeof(buf), "%s(count %llu, %s, %s%s)",
-                  KindName(d.kind), static_cast<unsigned long long>(d.count),
-                  TypeName(d.dtype), OpName(d.op),
-                  d.kind == kReduce
-                      ? (", root " + std::to_string(d.root)).c_str()
-                      : "");
+    std::snprintf(
+        buf, sizeof(buf), "%s(count %llu, %s, %s%s)", KindName(d.kind),
+        static_cast<unsigned long long>(d.count), TypeName(d.dtype),
+        OpName(d.op),
+        d.kind == kReduce ? (", root " + std::to_string(d.root)).c_str() : "");
   }
   return buf;
 }
@@ -853,11 +855,11 @@ Progress Collective(Task* t) {
             all += (q ? "; rank " : "rank ") + std::to_string(q) + " " +
                    Describe(Rec(c, q).desc[k & 1]);
           }
-          Print("mismatch on communicator %s at collective #%llu: %s. NCCL "
-                "hangs here; so does dkgpusim, until the communicator is "
-                "aborted",
-                c->tag.c_str(), static_cast<unsigned long long>(k),
-                all.c_str());
+          Print(
+              "mismatch on communicator %s at collective #%llu: %s. NCCL "
+              "hangs here; so does dkgpusim, until the communicator is "
+              "aborted",
+              c->tag.c_str(), static_cast<unsigned long long>(k), all.c_str());
         }
         t->phase = kHung;
         return kMoved;
@@ -967,12 +969,13 @@ Progress SendRecv(Task* t) {
       MsgHeader h;
       RingRead(ring, r, reinterpret_cast<char*>(&h), sizeof(h));
       if (h.magic != kMsgMagic || h.bytes != bytes) {
-        Print("mismatch on communicator %s: rank %d sent %llu bytes to rank "
-              "%d, whose ncclRecv expects %zu (count %zu, %s). NCCL hangs "
-              "or corrupts here; dkgpusim hangs until the communicator is "
-              "aborted",
-              c->tag.c_str(), peer, static_cast<unsigned long long>(h.bytes),
-              c->rank, bytes, t->count, TypeName(t->dtype));
+        Print(
+            "mismatch on communicator %s: rank %d sent %llu bytes to rank "
+            "%d, whose ncclRecv expects %zu (count %zu, %s). NCCL hangs "
+            "or corrupts here; dkgpusim hangs until the communicator is "
+            "aborted",
+            c->tag.c_str(), peer, static_cast<unsigned long long>(h.bytes),
+            c->rank, bytes, t->count, TypeName(t->dtype));
         t->phase = 9;
         return kMoved;
       }
@@ -1089,7 +1092,8 @@ void Launch(const std::vector<std::pair<Task*, Stream*>>& tasks) {
   }
   for (Stream* s : order) {
     std::vector<Task*> mine = per_stream[s];
-    Enqueue(s, [mine] { RunTasks(mine); }, {}, true);
+    Enqueue(
+        s, [mine] { RunTasks(mine); }, {}, true);
   }
 }
 
@@ -1105,14 +1109,13 @@ ncclResult_t CheckBuffer(Comm* c, const char* fn, const char* which,
   if (p != nullptr && CheckDeviceRange(p, bytes, c->device, &why)) {
     return ncclSuccess;
   }
-  return Fail(ncclInvalidArgument,
-              "%s on communicator %s: %s (%zu bytes): %s", fn, c->tag.c_str(),
-              which, bytes, why.c_str());
+  return Fail(ncclInvalidArgument, "%s on communicator %s: %s (%zu bytes): %s",
+              fn, c->tag.c_str(), which, bytes, why.c_str());
 }
 
 ncclResult_t Op(Kind kind, const void* sendbuff, void* recvbuff, size_t count,
-                ncclDataType_t dtype, ncclRedOp_t op, int root,
-                ncclComm_t comm, cudaStream_t stream) {
+                ncclDataType_t dtype, ncclRedOp_t op, int root, ncclComm_t comm,
+                cudaStream_t stream) {
   const char* fn = KindName(kind);
   Comm* c = Lookup(comm);
   if (c == nullptr) {
@@ -1125,8 +1128,10 @@ ncclResult_t Op(Kind kind, const void* sendbuff, void* recvbuff, size_t count,
   if (ncclResult_t r = CheckUsable(c, fn); r != ncclSuccess) return r;
   const size_t es = TypeSize(dtype);
   if (es == 0) {
-    return Fail(ncclInvalidArgument, "%s: datatype %d is not an "
-                "ncclDataType_t", fn, static_cast<int>(dtype));
+    return Fail(ncclInvalidArgument,
+                "%s: datatype %d is not an "
+                "ncclDataType_t",
+                fn, static_cast<int>(dtype));
   }
   const int n = c->nranks, me = c->rank;
   if ((kind == kBroadcast || kind == kReduce || kind == kSend ||
@@ -1142,15 +1147,19 @@ ncclResult_t Op(Kind kind, const void* sendbuff, void* recvbuff, size_t count,
       std::lock_guard<std::mutex> g(c->mu);
       auto it = c->premul.find(op);
       if (it == c->premul.end()) {
-        return Fail(ncclInvalidArgument, "%s: reduction %d is neither "
+        return Fail(ncclInvalidArgument,
+                    "%s: reduction %d is neither "
                     "built in nor a live ncclRedOpCreatePreMulSum of this "
-                    "communicator", fn, static_cast<int>(op));
+                    "communicator",
+                    fn, static_cast<int>(op));
       }
       pm = it->second;
       premul = true;
       if (pm.dtype != dtype) {
-        return Fail(ncclInvalidArgument, "%s: a PreMulSum made for %s used "
-                    "with %s", fn, TypeName(pm.dtype), TypeName(dtype));
+        return Fail(ncclInvalidArgument,
+                    "%s: a PreMulSum made for %s used "
+                    "with %s",
+                    fn, TypeName(pm.dtype), TypeName(dtype));
       }
     } else if (op < 0 || op >= ncclNumOps) {
       return Fail(ncclInvalidArgument, "%s: %d is not an ncclRedOp_t", fn,
@@ -1242,16 +1251,18 @@ ncclResult_t Op(Kind kind, const void* sendbuff, void* recvbuff, size_t count,
     std::lock_guard<std::mutex> g(c->mu);
     const uint64_t nth = ++c->op_calls;
     if (me == Cfg().die_rank && nth == static_cast<uint64_t>(Cfg().die_at)) {
-      Print("rank %d of communicator %s exits at its NCCL operation #%llu "
-            "(%s), as DKSIM_NCCL_DIE_RANK/DKSIM_NCCL_DIE_AT ask",
-            me, c->tag.c_str(), static_cast<unsigned long long>(nth), fn);
+      Print(
+          "rank %d of communicator %s exits at its NCCL operation #%llu "
+          "(%s), as DKSIM_NCCL_DIE_RANK/DKSIM_NCCL_DIE_AT ask",
+          me, c->tag.c_str(), static_cast<unsigned long long>(nth), fn);
       _exit(1);
     }
     if (me == Cfg().hang_rank && nth == static_cast<uint64_t>(Cfg().hang_at)) {
-      Print("rank %d of communicator %s hangs at its NCCL operation #%llu "
-            "(%s) until aborted, as DKSIM_NCCL_HANG_RANK/DKSIM_NCCL_HANG_AT "
-            "ask",
-            me, c->tag.c_str(), static_cast<unsigned long long>(nth), fn);
+      Print(
+          "rank %d of communicator %s hangs at its NCCL operation #%llu "
+          "(%s) until aborted, as DKSIM_NCCL_HANG_RANK/DKSIM_NCCL_HANG_AT "
+          "ask",
+          me, c->tag.c_str(), static_cast<unsigned long long>(nth), fn);
       t->hang = true;
     }
     if (kind == kSend) {
@@ -1324,8 +1335,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks,
-                              ncclUniqueId commId, int rank) {
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                              int rank) {
   return InitRank(comm, nranks, commId, rank, nullptr, -1, true,
                   "ncclCommInitRank");
 }
@@ -1395,7 +1406,8 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
           h *= 1099511628211ULL;
         }
       };
-      for (int i = 0; i < 16; ++i) mix(static_cast<uint8_t>(c->id.internal[8 + i]));
+      for (int i = 0; i < 16; ++i)
+        mix(static_cast<uint8_t>(c->id.internal[8 + i]));
       mix(k);
       mix(static_cast<uint64_t>(static_cast<uint32_t>(color)));
       std::memcpy(id.internal + 8 + 8 * half, &h, 8);
@@ -1407,8 +1419,10 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   Comm* c = Lookup(comm);
-  if (c == nullptr) return Fail(ncclInvalidArgument, "ncclCommFinalize: "
-                                "not a communicator");
+  if (c == nullptr)
+    return Fail(ncclInvalidArgument,
+                "ncclCommFinalize: "
+                "not a communicator");
   CommRef ref(c);
   if (!ref.ok()) return CheckUsable(c, "ncclCommFinalize");
   Owner owner(c, "ncclCommFinalize");
@@ -1421,8 +1435,10 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   Comm* c = Lookup(comm);
   if (c == nullptr) {
-    return Fail(ncclInvalidArgument, "ncclCommDestroy: %p is not a "
-                "communicator", static_cast<void*>(comm));
+    return Fail(ncclInvalidArgument,
+                "ncclCommDestroy: %p is not a "
+                "communicator",
+                static_cast<void*>(comm));
   }
   CommRef ref(c);
   if (!ref.ok() || c->aborted.load() || c->destroyed.load()) {
@@ -1462,8 +1478,10 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   Comm* c = Lookup(comm);
   if (c == nullptr) {
-    return Fail(ncclInvalidArgument, "ncclCommAbort: %p is not a "
-                "communicator", static_cast<void*>(comm));
+    return Fail(ncclInvalidArgument,
+                "ncclCommAbort: %p is not a "
+                "communicator",
+                static_cast<void*>(comm));
   }
   CommRef ref(c);
   if (!ref.ok()) return ncclSuccess;  // already gone
@@ -1563,9 +1581,10 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   Owner owner(c, "ncclRedOpDestroy");
   std::lock_guard<std::mutex> g(c->mu);
   if (c->premul.erase(op) == 0) {
-    return Fail(ncclInvalidArgument, "ncclRedOpDestroy: %d is not a live "
-                "PreMulSum of communicator %s", static_cast<int>(op),
-                c->tag.c_str());
+    return Fail(ncclInvalidArgument,
+                "ncclRedOpDestroy: %d is not a live "
+                "PreMulSum of communicator %s",
+                static_cast<int>(op), c->tag.c_str());
   }
   return ncclSuccess;
 }

@@ -63,8 +63,7 @@ TEST(SimNcclFaults, ConcurrentCallsOnOneCommunicatorAbort) {
     // This thread's open group holds the communicator...
     std::thread t([&] {
       api.ncclGroupStart();
-      api.ncclAllReduce(k.buf, k.buf, 4, ncclInt32, ncclSum, k.comm,
-                        k.stream);
+      api.ncclAllReduce(k.buf, k.buf, 4, ncclInt32, ncclSum, k.comm, k.stream);
       holding.store(true);
       std::this_thread::sleep_for(std::chrono::seconds(10));
       api.ncclGroupEnd();
@@ -93,8 +92,7 @@ TEST(SimNcclFaults, AbortAndAsyncErrorAreSafeFromAnotherThread) {
     std::atomic<bool> holding{false}, release{false};
     std::thread t([&] {
       api.ncclGroupStart();
-      api.ncclAllReduce(k.buf, k.buf, 4, ncclInt32, ncclSum, k.comm,
-                        k.stream);
+      api.ncclAllReduce(k.buf, k.buf, 4, ncclInt32, ncclSum, k.comm, k.stream);
       holding.store(true);
       WaitUntil([&] { return release.load(); }, 5000);
       api.ncclGroupEnd();
@@ -212,7 +210,8 @@ TEST(SimNcclFaults, MismatchedCollectivesHangUntilAborted) {
     SIM_CHECK(a == ncclSuccess);  // NCCL says nothing: it hangs
     // Rank 0 aborts; rank 1 then sees its peer gone.
     if (rank == 0) SIM_NCCL(api.ncclCommAbort(k.comm));
-    if (rank == 1) SIM_CHECK(AsyncErrorWithin(api, k.comm, 5000) != ncclSuccess);
+    if (rank == 1)
+      SIM_CHECK(AsyncErrorWithin(api, k.comm, 5000) != ncclSuccess);
     SIM_CUDA(api.cudaStreamSynchronize(k.stream));
     if (rank == 1) SIM_NCCL(api.ncclCommAbort(k.comm));
     return 0;
@@ -264,8 +263,8 @@ TEST(SimNcclFaults, TheHangKnobBlocksUntilAbortAndPeersLearnOfTheAbort) {
         Rank k;
         SIM_CHECK(JoinComm(rank, 2, board, &k));
         const Api& api = *k.api;
-        SIM_NCCL(api.ncclAllReduce(k.buf, k.buf, 4, ncclInt32, ncclSum,
-                                   k.comm, k.stream));
+        SIM_NCCL(api.ncclAllReduce(k.buf, k.buf, 4, ncclInt32, ncclSum, k.comm,
+                                   k.stream));
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         SIM_CHECK(api.cudaStreamQuery(k.stream) == cudaErrorNotReady);
         if (rank == 0) {
@@ -280,8 +279,7 @@ TEST(SimNcclFaults, TheHangKnobBlocksUntilAbortAndPeersLearnOfTheAbort) {
       {{"DKSIM_NCCL_HANG_RANK", "0"}, {"DKSIM_NCCL_HANG_AT", "1"}});
   munmap(board, sizeof(Board));
   for (const auto& r : results) EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
-  EXPECT_NE(results[1].err.find("aborted its communicator"),
-            std::string::npos)
+  EXPECT_NE(results[1].err.find("aborted its communicator"), std::string::npos)
       << results[1].err;
 }
 

@@ -34,8 +34,8 @@ size_t Size(int t) {
 }
 
 bool IsInt(int t) {
-  return t == ncclInt8 || t == ncclUint8 || t == ncclInt32 ||
-         t == ncclUint32 || t == ncclInt64 || t == ncclUint64;
+  return t == ncclInt8 || t == ncclUint8 || t == ncclInt32 || t == ncclUint32 ||
+         t == ncclInt64 || t == ncclUint64;
 }
 
 // value = (-1)^s * 2^(e - bias) * 1.m, or subnormal.
@@ -229,8 +229,8 @@ bool Near(int t, double got, double want) {
 }
 
 enum Kind { kAllReduce, kReduce, kReduceScatter, kBroadcast, kAllGather };
-const char* kKindNames[] = {"AllReduce", "Reduce", "ReduceScatter",
-                            "Broadcast", "AllGather"};
+const char* kKindNames[] = {"AllReduce", "Reduce", "ReduceScatter", "Broadcast",
+                            "AllGather"};
 
 struct Case {
   Kind kind;
@@ -283,7 +283,7 @@ int CollectiveMatrix(int rank, int n, Board* board) {
     Case& k = cases[c];
     const size_t es = Size(k.dtype);
     k.send_elems = k.kind == kReduceScatter ? kCount * n : kCount;
-    k.recv_elems = k.kind == kAllGather ? kCount * n
+    k.recv_elems = k.kind == kAllGather       ? kCount * n
                    : k.kind == kReduceScatter ? kCount
                                               : kCount;
     inputs[c].resize(k.send_elems * es);
@@ -301,10 +301,10 @@ int CollectiveMatrix(int rank, int n, Board* board) {
       if (k.kind == kAllGather) k.send = buf + rank * kCount * es;
       if (k.kind == kReduceScatter) k.recv = buf + rank * kCount * es;
     } else {
-      SIM_CUDA(api.cudaMalloc(reinterpret_cast<void**>(&k.send),
-                              k.send_elems * es));
-      SIM_CUDA(api.cudaMalloc(reinterpret_cast<void**>(&k.recv),
-                              k.recv_elems * es));
+      SIM_CUDA(
+          api.cudaMalloc(reinterpret_cast<void**>(&k.send), k.send_elems * es));
+      SIM_CUDA(
+          api.cudaMalloc(reinterpret_cast<void**>(&k.recv), k.recv_elems * es));
     }
     SIM_CUDA(api.cudaMemcpyAsync(k.send, inputs[c].data(), inputs[c].size(),
                                  cudaMemcpyHostToDevice, s));
@@ -321,8 +321,7 @@ int CollectiveMatrix(int rank, int n, Board* board) {
             api.ncclReduce(k.send, k.recv, kCount, t, op, k.root, comm, s));
         break;
       case kReduceScatter:
-        SIM_NCCL(
-            api.ncclReduceScatter(k.send, k.recv, kCount, t, op, comm, s));
+        SIM_NCCL(api.ncclReduceScatter(k.send, k.recv, kCount, t, op, comm, s));
         break;
       case kBroadcast:
         SIM_NCCL(api.ncclBroadcast(k.send, k.recv, kCount, t, k.root, comm, s));
@@ -343,15 +342,16 @@ int CollectiveMatrix(int rank, int n, Board* board) {
     if (k.kind == kReduce && rank != k.root) continue;
     const size_t es = Size(k.dtype);
     std::vector<char> out(k.recv_elems * es);
-    SIM_CUDA(api.cudaMemcpy(out.data(), k.recv, out.size(),
-                            cudaMemcpyDeviceToHost));
+    SIM_CUDA(
+        api.cudaMemcpy(out.data(), k.recv, out.size(), cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < k.recv_elems; ++i) {
       double want = 0;
       std::vector<double> xs;
       switch (k.kind) {
         case kAllReduce:
         case kReduce:
-          for (int q = 0; q < n; ++q) xs.push_back(Input(k.dtype, q, i, int(c)));
+          for (int q = 0; q < n; ++q)
+            xs.push_back(Input(k.dtype, q, i, int(c)));
           want = Reduce(k.dtype, k.op, xs);
           break;
         case kReduceScatter:
@@ -547,8 +547,8 @@ int GroupsSplitsAndBigOps(int rank, int n, Board* board) {
   for (int q = 0; q < n; ++q) {
     const size_t cnt = (rank + q + 1) * 7;
     std::vector<int64_t> v(cnt);
-    SIM_CUDA(api.cudaMemcpy(v.data(), a2a_out[q], cnt * 8,
-                            cudaMemcpyDeviceToHost));
+    SIM_CUDA(
+        api.cudaMemcpy(v.data(), a2a_out[q], cnt * 8, cudaMemcpyDeviceToHost));
     for (int64_t x : v) SIM_CHECK(x == q * 100 + rank);
   }
   float rf[4];
@@ -633,8 +633,8 @@ TEST(SimNccl, SeveralRanksInOneThreadThroughAGroup) {
     for (int d = 0; d < 2; ++d) {
       SIM_CUDA(api.cudaSetDevice(d));
       SIM_CUDA(api.cudaMalloc(reinterpret_cast<void**>(&bufs[d]), 4 * 3));
-      SIM_CUDA(api.cudaStreamCreateWithFlags(&streams[d],
-                                             cudaStreamNonBlocking));
+      SIM_CUDA(
+          api.cudaStreamCreateWithFlags(&streams[d], cudaStreamNonBlocking));
       const int v[3] = {d + 1, 10 * (d + 1), 100 * (d + 1)};
       SIM_CUDA(api.cudaMemcpyAsync(bufs[d], v, 12, cudaMemcpyHostToDevice,
                                    streams[d]));

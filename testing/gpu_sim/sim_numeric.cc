@@ -45,7 +45,8 @@ uint32_t Encode(float value, const Format& f) {
       q = 0;
       ++biased;
     }
-    bits = (static_cast<uint32_t>(biased) << f.mbits) | static_cast<uint32_t>(q);
+    bits =
+        (static_cast<uint32_t>(biased) << f.mbits) | static_cast<uint32_t>(q);
   } else {
     // Subnormal; rounding up to 1 << mbits lands on the smallest normal.
     bits = static_cast<uint32_t>(
@@ -152,12 +153,12 @@ void ReduceInt(RedKind op, const char* const* in, int n, char* out,
       switch (op) {
         case RedKind::kSum:
         case RedKind::kAvg:
-          acc = static_cast<T>(static_cast<U>(static_cast<U>(acc) +
-                                              static_cast<U>(v)));
+          acc = static_cast<T>(
+              static_cast<U>(static_cast<U>(acc) + static_cast<U>(v)));
           break;
         case RedKind::kProd:
-          acc = static_cast<T>(static_cast<U>(static_cast<U>(acc) *
-                                              static_cast<U>(v)));
+          acc = static_cast<T>(
+              static_cast<U>(static_cast<U>(acc) * static_cast<U>(v)));
           break;
         case RedKind::kMax:
           acc = std::max(acc, v);
@@ -176,7 +177,8 @@ void ReduceInt(RedKind op, const char* const* in, int n, char* out,
 template <typename Codec>
 void ScaleFloat(const char* scalar, const char* in, char* out, size_t count) {
   const auto s = Codec::Load(scalar, 0);
-  for (size_t i = 0; i < count; ++i) Codec::Store(out, i, Codec::Load(in, i) * s);
+  for (size_t i = 0; i < count; ++i)
+    Codec::Store(out, i, Codec::Load(in, i) * s);
 }
 
 template <typename T>
@@ -194,7 +196,9 @@ void ScaleInt(const char* scalar, const char* in, char* out, size_t count) {
 
 }  // namespace
 
-uint16_t FloatToHalf(float f) { return static_cast<uint16_t>(Encode(f, kHalf)); }
+uint16_t FloatToHalf(float f) {
+  return static_cast<uint16_t>(Encode(f, kHalf));
+}
 float HalfToFloat(uint16_t h) { return Decode(h, kHalf); }
 uint8_t FloatToE4M3(float f) { return static_cast<uint8_t>(Encode(f, kE4M3)); }
 float E4M3ToFloat(uint8_t v) { return Decode(v, kE4M3); }

@@ -195,8 +195,8 @@ inline const Api& Load() {
 using Env = std::vector<std::pair<std::string, std::string>>;
 
 struct ChildResult {
-  int status = 0;    // as waitpid reports it
-  std::string err;   // what the child wrote to stderr
+  int status = 0;   // as waitpid reports it
+  std::string err;  // what the child wrote to stderr
   bool timed_out = false;
 
   bool ExitedWith(int code) const {
@@ -265,8 +265,8 @@ inline std::vector<ChildResult> RunChildren(int n,
         which.push_back(i);
       }
     }
-    if (poll(pf.data(), pf.size(), static_cast<int>(std::min<long>(left, 200))) <
-        0) {
+    if (poll(pf.data(), pf.size(),
+             static_cast<int>(std::min<long>(left, 200))) < 0) {
       continue;
     }
     for (size_t k = 0; k < pf.size(); ++k) {
@@ -292,7 +292,8 @@ inline std::vector<ChildResult> RunChildren(int n,
     waitpid(pids[i], &out[i].status, 0);
     // Shown in the test log, so that a failure explains itself.
     std::fprintf(stderr, "--- child %d: %s", i, out[i].Describe().c_str());
-    if (out[i].err.empty() || out[i].err.back() != '\n') std::fprintf(stderr, "\n");
+    if (out[i].err.empty() || out[i].err.back() != '\n')
+      std::fprintf(stderr, "\n");
   }
   return out;
 }
@@ -321,8 +322,8 @@ inline Board* NewBoard() {
 
 // Waits (at most timeout_ms) until pred holds; whether it did.
 inline bool WaitUntil(const std::function<bool()>& pred, int timeout_ms) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(timeout_ms);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (!pred()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::microseconds(200));

@@ -64,7 +64,9 @@ int Run(int calls) {
   ncclUniqueId id;
   if (rank == 0) {
     nccl.GetUniqueId(&id);
-    if (!world->store()->Set("raw_id", std::string(id.internal, sizeof(id))).ok())
+    if (!world->store()
+             ->Set("raw_id", std::string(id.internal, sizeof(id)))
+             .ok())
       return 1;
   } else {
     absl::StatusOr<std::string> got =

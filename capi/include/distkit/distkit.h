@@ -604,8 +604,8 @@ DK_EXPORT dk_status_t dk_group_comm_device(const dk_group_t* group,
  * another device fails the next CUDA operation with DK_INVALID_ARGUMENT.
  * Ignored by groups without a CUDA device; not distributed with NULL, or a
  * rank outside `group`: nothing to set, DK_OK. */
-DK_EXPORT dk_status_t dk_group_set_cuda_stream(dk_group_t* group,
-                                               void* stream, dk_error_t** err);
+DK_EXPORT dk_status_t dk_group_set_cuda_stream(dk_group_t* group, void* stream,
+                                               dk_error_t** err);
 
 /* Local, blocking, any thread. Copies src into dst, which may be on different
  * devices (host <-> CUDA and CUDA <-> CUDA through cudaMemcpy): the same

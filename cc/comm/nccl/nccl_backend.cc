@@ -105,11 +105,10 @@ absl::StatusOr<std::unique_ptr<NcclBackend::Channel>> NcclBackend::MakeChannel(
   auto channel = std::make_unique<Channel>();
   channel->comm = std::move(comm);
   DK_RETURN_IF_ERROR(UseDevice());
-  DK_RETURN_IF_ERROR(
-      CudaStatus(*cuda_,
-                 cuda_->StreamCreateWithFlags(&channel->stream,
-                                              cudaStreamNonBlocking),
-                 "cudaStreamCreateWithFlags"));
+  DK_RETURN_IF_ERROR(CudaStatus(
+      *cuda_,
+      cuda_->StreamCreateWithFlags(&channel->stream, cudaStreamNonBlocking),
+      "cudaStreamCreateWithFlags"));
   for (cudaEvent_t* e : {&channel->ready, &channel->done}) {
     DK_RETURN_IF_ERROR(CudaStatus(
         *cuda_, cuda_->EventCreateWithFlags(e, cudaEventDisableTiming),
@@ -194,10 +193,9 @@ absl::StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
     }
     std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
-  DK_ASSIGN_OR_RETURN(
-      std::unique_ptr<NcclComm> comm,
-      NcclComm::Init(cuda, nccl, device, config.size, id, config.rank,
-                     deadline, b->name_));
+  DK_ASSIGN_OR_RETURN(std::unique_ptr<NcclComm> comm,
+                      NcclComm::Init(cuda, nccl, device, config.size, id,
+                                     config.rank, deadline, b->name_));
   DK_ASSIGN_OR_RETURN(b->collectives_, b->MakeChannel(std::move(comm)));
   DK_RETURN_IF_ERROR(b->InitAgreement());
   return b;
@@ -285,8 +283,8 @@ absl::StatusOr<void*> NcclBackend::MarkIssue(Device /*device*/) {
   }
   void* stream = caller_stream_.load();
   const cudaError_t e = cuda_->EventRecord(
-      mark, stream != nullptr ? static_cast<cudaStream_t>(stream)
-                              : cudaStreamLegacy);
+      mark,
+      stream != nullptr ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy);
   if (e != cudaSuccess) {
     cuda_->GetLastError();  // not sticky: the next call may use a good stream
     ReleaseIssueMark(mark);
@@ -347,18 +345,19 @@ void NcclBackend::AgreeAlongside(const OpSignature& mine) { alongside_ = mine; }
 
 absl::Status NcclBackend::InitAgreement() {
   DK_RETURN_IF_ERROR(UseDevice());
-  DK_ASSIGN_OR_RETURN(signatures_device_,
-                      DeviceBuffer::Allocate(Device::Cuda(device_),
-                                             sizeof(OpSignature) * (size_ + 1)));
+  DK_ASSIGN_OR_RETURN(
+      signatures_device_,
+      DeviceBuffer::Allocate(Device::Cuda(device_),
+                             sizeof(OpSignature) * (size_ + 1)));
   void* host = nullptr;
-  DK_RETURN_IF_ERROR(CudaStatus(
-      *cuda_, cuda_->MallocHost(&host, sizeof(OpSignature) * size_),
-      "cudaMallocHost"));
+  DK_RETURN_IF_ERROR(
+      CudaStatus(*cuda_, cuda_->MallocHost(&host, sizeof(OpSignature) * size_),
+                 "cudaMallocHost"));
   signatures_host_ = static_cast<OpSignature*>(host);
-  return CudaStatus(*cuda_,
-                    cuda_->EventCreateWithFlags(&signatures_arrived_,
-                                                cudaEventDisableTiming),
-                    "cudaEventCreateWithFlags");
+  return CudaStatus(
+      *cuda_,
+      cuda_->EventCreateWithFlags(&signatures_arrived_, cudaEventDisableTiming),
+      "cudaEventCreateWithFlags");
 }
 
 absl::Status NcclBackend::CheckAlongside(const OpContext& ctx) {
@@ -392,21 +391,21 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
   cudaEvent_t ready = static_cast<cudaEvent_t>(ctx.issue_mark);
   if (ready == nullptr) {
     ready = channel.ready;
-    DK_RETURN_IF_ERROR(CudaStatus(
-        *cuda_, cuda_->EventRecord(ready, cudaStreamLegacy),
-        "cudaEventRecord"));
+    DK_RETURN_IF_ERROR(CudaStatus(*cuda_,
+                                  cuda_->EventRecord(ready, cudaStreamLegacy),
+                                  "cudaEventRecord"));
   }
-  DK_RETURN_IF_ERROR(CudaStatus(
-      *cuda_, cuda_->StreamWaitEvent(channel.stream, ready, 0),
-      "cudaStreamWaitEvent"));
+  DK_RETURN_IF_ERROR(
+      CudaStatus(*cuda_, cuda_->StreamWaitEvent(channel.stream, ready, 0),
+                 "cudaStreamWaitEvent"));
   char* signatures = static_cast<char*>(signatures_device_.data());
   if (mine) {
     // From pageable memory the copy has read the 40 bytes when it returns.
-    DK_RETURN_IF_ERROR(CudaStatus(
-        *cuda_,
-        cuda_->MemcpyAsync(signatures, &*mine, sizeof(OpSignature),
-                           cudaMemcpyHostToDevice, channel.stream),
-        "cudaMemcpyAsync"));
+    DK_RETURN_IF_ERROR(
+        CudaStatus(*cuda_,
+                   cuda_->MemcpyAsync(signatures, &*mine, sizeof(OpSignature),
+                                      cudaMemcpyHostToDevice, channel.stream),
+                   "cudaMemcpyAsync"));
   }
   absl::Status s = channel.comm->Enqueue(
       [&](ncclComm_t comm) {
@@ -414,14 +413,13 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
           // Every rank's signature, then to the host, then the operation:
           // all in stream order, nothing waited for here.
           ncclResult_t r = nccl_->AllGather(
-              signatures, signatures + sizeof(OpSignature),
-              sizeof(OpSignature), ncclUint8, comm, channel.stream);
+              signatures, signatures + sizeof(OpSignature), sizeof(OpSignature),
+              ncclUint8, comm, channel.stream);
           if (r != ncclSuccess) return r;
-          if (cuda_->MemcpyAsync(signatures_host_,
-                                 signatures + sizeof(OpSignature),
-                                 sizeof(OpSignature) * size_,
-                                 cudaMemcpyDeviceToHost,
-                                 channel.stream) != cudaSuccess ||
+          if (cuda_->MemcpyAsync(
+                  signatures_host_, signatures + sizeof(OpSignature),
+                  sizeof(OpSignature) * size_, cudaMemcpyDeviceToHost,
+                  channel.stream) != cudaSuccess ||
               cuda_->EventRecord(signatures_arrived_, channel.stream) !=
                   cudaSuccess) {
             return ncclUnhandledCudaError;
@@ -437,9 +435,9 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
       deadline, what);
   if (!s.ok()) return failed(s);
   // A failed record would make the operation look complete before it ran.
-  if (absl::Status r = CudaStatus(
-          *cuda_, cuda_->EventRecord(channel.done, channel.stream),
-          "cudaEventRecord");
+  if (absl::Status r =
+          CudaStatus(*cuda_, cuda_->EventRecord(channel.done, channel.stream),
+                     "cudaEventRecord");
       !r.ok()) {
     channel.comm->Abort(r);
     return failed(r);
@@ -470,9 +468,8 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
     if (e == cudaSuccess) continue;  // the signatures' event next turn
     const absl::Time now = absl::Now();
     if (now > deadline) {
-      channel.comm->Abort(absl::DeadlineExceededError(
-          absl::StrCat(what, ": timed out after ",
-                       absl::FormatDuration(ctx.timeout))));
+      channel.comm->Abort(absl::DeadlineExceededError(absl::StrCat(
+          what, ": timed out after ", absl::FormatDuration(ctx.timeout))));
       return failed(channel.comm->failure());
     }
     if (now > next_health) {
@@ -539,8 +536,9 @@ absl::StatusOr<std::unique_ptr<Backend>> NcclBackend::Split(
       key >= 0, std::max(key, 0), absl::Now() + ctx.timeout,
       absl::StrCat("rank ", key, " of ", size));
   if (!comm.ok()) {
-    return absl::Status(comm.status().code(), absl::StrCat(ctx.Describe(), ": ",
-                                                           comm.status().message()));
+    return absl::Status(
+        comm.status().code(),
+        absl::StrCat(ctx.Describe(), ": ", comm.status().message()));
   }
   if (key < 0) return std::unique_ptr<Backend>();
   // The subgroup's pairs meet under a prefix only its members share: the
@@ -572,10 +570,9 @@ absl::Status NcclBackend::AllGatherHost(const OpContext& ctx, const void* in,
   DK_RETURN_IF_ERROR(Run(ctx, c, [&](ncclComm_t comm, cudaStream_t stream) {
     return nccl_->AllGather(mine, all, bytes, ncclUint8, comm, stream);
   }));
-  return CudaStatus(*cuda_,
-                    cuda_->Memcpy(out, all, bytes * size_,
-                                  cudaMemcpyDeviceToHost),
-                    "cudaMemcpy");
+  return CudaStatus(
+      *cuda_, cuda_->Memcpy(out, all, bytes * size_, cudaMemcpyDeviceToHost),
+      "cudaMemcpy");
 }
 
 // ---- Collectives ---------------------------------------------------------
@@ -642,10 +639,9 @@ absl::Status NcclBackend::Gather(const OpContext& ctx, TensorRef input,
         for (int r = 0; r < size_; ++r) {
           char* dst = At(output, r * input.numel());
           const ncclResult_t res =
-              r == rank_
-                  ? CopyInStream(*cuda_, dst, input.data(), input.nbytes(),
-                                 stream)
-                  : nccl_->Recv(dst, input.numel(), t, r, comm, stream);
+              r == rank_ ? CopyInStream(*cuda_, dst, input.data(),
+                                        input.nbytes(), stream)
+                         : nccl_->Recv(dst, input.numel(), t, r, comm, stream);
           if (res != ncclSuccess) return res;
         }
         return ncclSuccess;
@@ -666,10 +662,9 @@ absl::Status NcclBackend::Scatter(const OpContext& ctx, TensorRef input,
         for (int r = 0; r < size_; ++r) {
           const char* src = At(input, r * output.numel());
           const ncclResult_t res =
-              r == rank_
-                  ? CopyInStream(*cuda_, output.data(), src, output.nbytes(),
-                                 stream)
-                  : nccl_->Send(src, output.numel(), t, r, comm, stream);
+              r == rank_ ? CopyInStream(*cuda_, output.data(), src,
+                                        output.nbytes(), stream)
+                         : nccl_->Send(src, output.numel(), t, r, comm, stream);
           if (res != ncclSuccess) return res;
         }
         return ncclSuccess;
@@ -728,11 +723,11 @@ absl::Status NcclBackend::Send(const OpContext& ctx, TensorRef data, int dst,
   if (data.device().is_cpu() && data.nbytes() > 0) {
     DK_ASSIGN_OR_RETURN(void* staging, Staging(*c, data.nbytes()));
     // From pageable memory the copy has read the bytes when it returns.
-    DK_RETURN_IF_ERROR(CudaStatus(
-        *cuda_,
-        cuda_->MemcpyAsync(staging, data.data(), data.nbytes(),
-                           cudaMemcpyHostToDevice, c->stream),
-        "cudaMemcpyAsync"));
+    DK_RETURN_IF_ERROR(
+        CudaStatus(*cuda_,
+                   cuda_->MemcpyAsync(staging, data.data(), data.nbytes(),
+                                      cudaMemcpyHostToDevice, c->stream),
+                   "cudaMemcpyAsync"));
     bytes = staging;
   }
   return Run(ctx, *c, [&](ncclComm_t comm, cudaStream_t stream) {
@@ -756,10 +751,10 @@ absl::Status NcclBackend::Recv(const OpContext& ctx, TensorRef data, int src,
                        stream);
   }));
   if (!staged) return absl::OkStatus();
-  return CudaStatus(*cuda_,
-                    cuda_->Memcpy(data.data(), bytes, data.nbytes(),
-                                  cudaMemcpyDeviceToHost),
-                    "cudaMemcpy");
+  return CudaStatus(
+      *cuda_,
+      cuda_->Memcpy(data.data(), bytes, data.nbytes(), cudaMemcpyDeviceToHost),
+      "cudaMemcpy");
 }
 
 }  // namespace distkit

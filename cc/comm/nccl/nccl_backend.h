@@ -13,13 +13,13 @@
 // staging memory. An operation waits for the caller's work: on the
 // caller's stream (SetCudaStream; the legacy default stream unless set) up
 // to where it stood when the operation was issued, through an event
-// recorded then on the issuing thread (MarkIssue); it is enqueued on the channel's stream and completes through
-// the event, which the calling worker polls while watching the operation's
-// timeout and NCCL's asynchronous errors: past the timeout, or on an error,
-// the communicator is aborted and the operation fails naming op, group and
-// sequence number (and the contract poisons the group). Communicators are
-// non-blocking (nccl_comm.h), so init, split and destroy are bounded too and
-// Abort() is safe from any thread.
+// recorded then on the issuing thread (MarkIssue); it is enqueued on the
+// channel's stream and completes through the event, which the calling worker
+// polls while watching the operation's timeout and NCCL's asynchronous errors:
+// past the timeout, or on an error, the communicator is aborted and the
+// operation fails naming op, group and sequence number (and the contract
+// poisons the group). Communicators are non-blocking (nccl_comm.h), so init,
+// split and destroy are bounded too and Abort() is safe from any thread.
 //
 // Every entry point first makes the group's device current on the calling
 // thread (a thread starts on device 0, and touching it would put a context
@@ -31,10 +31,10 @@
 // waiting worker while the operation runs, with no host round trip before
 // it; a mismatch aborts the communicator and fails the operation on every
 // rank with the mismatch's message (ABORTED). Barriers, splits and uneven
-// all_to_alls exchange first (AllGatherHost, staged and waited for). What NCCL cannot
-// express (bitwise reductions, except band/bor on bool as min/max) is refused
-// by CheckReduce before anything runs; float mean is ncclAvg (NativeMean),
-// integer mean a sum the contract divides.
+// all_to_alls exchange first (AllGatherHost, staged and waited for). What NCCL
+// cannot express (bitwise reductions, except band/bor on bool as min/max) is
+// refused by CheckReduce before anything runs; float mean is ncclAvg
+// (NativeMean), integer mean a sum the contract divides.
 //
 // CUDA and NCCL are opened with dlopen at first use (cuda_library.h,
 // nccl_library.h): a build with this backend loads on CPU-only machines,
@@ -52,8 +52,8 @@
 
 #include <atomic>
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,8 +139,8 @@ class NcclBackend : public Backend {
     DeviceBuffer staging;         // host bytes on their way through NCCL
     size_t staging_bytes = 0;
   };
-  using Enqueue = std::function<ncclResult_t(ncclComm_t comm,
-                                             cudaStream_t stream)>;
+  using Enqueue =
+      std::function<ncclResult_t(ncclComm_t comm, cudaStream_t stream)>;
 
   NcclBackend(const CudaLibrary* cuda, const NcclLibrary* nccl,
               std::shared_ptr<Store> store, int rank, int size, int device);
@@ -187,7 +187,7 @@ class NcclBackend : public Backend {
   // The agreement alongside the collectives (their thread only): this
   // rank's next signature, and where every rank's arrives.
   std::optional<OpSignature> alongside_;
-  DeviceBuffer signatures_device_;  // mine, then everyone's
+  DeviceBuffer signatures_device_;          // mine, then everyone's
   OpSignature* signatures_host_ = nullptr;  // pinned, size_ entries
   cudaEvent_t signatures_arrived_ = nullptr;
 

@@ -59,9 +59,9 @@ absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Init(
   std::unique_ptr<NcclComm> comm(
       new NcclComm(cuda, nccl, raw, device, std::move(name)));
   absl::MutexLock lock(&comm->mu_);
-  DK_RETURN_IF_ERROR(comm->AwaitReady(
-      deadline, absl::StrCat("ncclCommInitRankConfig (rank ", rank, " of ",
-                             nranks, ")")));
+  DK_RETURN_IF_ERROR(
+      comm->AwaitReady(deadline, absl::StrCat("ncclCommInitRankConfig (rank ",
+                                              rank, " of ", nranks, ")")));
   return comm;
 }
 
@@ -71,10 +71,10 @@ NcclComm::~NcclComm() {
   // No cudaSetDevice: NCCL's own calls switch to the communicator's device
   // and back, and this may run on a user's thread whose device is theirs.
   const ncclResult_t r = nccl_->CommFinalize(comm_);
-  absl::Status finalized = (r == ncclSuccess || r == ncclInProgress)
-                               ? AwaitReady(absl::Now() + kFinalizeBound,
-                                            "ncclCommFinalize")
-                               : NcclStatus(*nccl_, r, "ncclCommFinalize");
+  absl::Status finalized =
+      (r == ncclSuccess || r == ncclInProgress)
+          ? AwaitReady(absl::Now() + kFinalizeBound, "ncclCommFinalize")
+          : NcclStatus(*nccl_, r, "ncclCommFinalize");
   // AwaitReady aborted the communicator if finalizing failed.
   if (finalized.ok() && comm_ != nullptr) {
     nccl_->CommDestroy(comm_);
@@ -91,9 +91,8 @@ absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Split(bool member, int key,
       CudaStatus(*cuda_, cuda_->SetDevice(device_), "cudaSetDevice"));
   ncclConfig_t config = NonBlockingConfig();
   ncclComm_t raw = nullptr;
-  const ncclResult_t r =
-      nccl_->CommSplit(comm_, member ? 0 : NCCL_SPLIT_NOCOLOR, member ? key : 0,
-                       &raw, &config);
+  const ncclResult_t r = nccl_->CommSplit(
+      comm_, member ? 0 : NCCL_SPLIT_NOCOLOR, member ? key : 0, &raw, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
     const absl::Status s = NcclStatus(*nccl_, r, name_ + ": ncclCommSplit");
     AbortLocked(s);
@@ -141,8 +140,9 @@ absl::Status NcclComm::AwaitReady(absl::Time deadline, absl::string_view what) {
     }
     if (absl::Now() > deadline) {
       AbortLocked(absl::DeadlineExceededError(
-          absl::StrCat(what, ": NCCL did not finish in time; the communicator "
-                             "was aborted")));
+          absl::StrCat(what,
+                       ": NCCL did not finish in time; the communicator "
+                       "was aborted")));
       return failure_;
     }
     // Abort() may run meanwhile: it is allowed from another thread on a
@@ -172,9 +172,9 @@ void NcclComm::Abort(const absl::Status& why) {
 
 void NcclComm::AbortLocked(const absl::Status& why) {
   if (!failure_.ok()) return;
-  failure_ = absl::Status(
-      why.code(), absl::StrCat(why.message(), " (", name_,
-                               "'s NCCL communicator was aborted)"));
+  failure_ = absl::Status(why.code(),
+                          absl::StrCat(why.message(), " (", name_,
+                                       "'s NCCL communicator was aborted)"));
   if (comm_ != nullptr) {
     nccl_->CommAbort(comm_);
     comm_ = nullptr;

@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cc/comm/backend_registry.h"
 #include "cc/core/cuda_library.h"
@@ -117,8 +117,7 @@ std::string Compare(const std::vector<double>& got, DataType dt, Want want) {
 
 void Expect(const absl::Status& s, const std::string& what,
             const std::string& wrong, DataType dt) {
-  ++matrix[absl::StrCat(what.substr(0, what.find(' ')), " ",
-                        DataTypeName(dt))];
+  ++matrix[absl::StrCat(what.substr(0, what.find(' ')), " ", DataTypeName(dt))];
   CheckOk(s, what);
   if (s.ok()) Check(wrong.empty(), absl::StrCat(what, ": ", wrong));
 }
@@ -149,7 +148,8 @@ void Matrix(ProcessGroup& g) {
         // reduce_scatter: rank r's input holds every part k as the values of
         // "rank r" at index k * n + i; part r of the result is theirs reduced.
         std::vector<double> whole(n * size);
-        for (int64_t i = 0; i < n * size; ++i) whole[i] = Value(dt, op, rank, i);
+        for (int64_t i = 0; i < n * size; ++i)
+          whole[i] = Value(dt, op, rank, i);
         GpuTensor in(dt, whole, device);
         GpuTensor out(dt, std::vector<double>(n, 0), device);
         s = g.ReduceScatter(in.ref(), out.ref(), op);
@@ -166,15 +166,14 @@ void Matrix(ProcessGroup& g) {
       GpuTensor b(dt, Values(dt, plain, rank, n), device);
       absl::Status s = g.Broadcast(b.ref(), root);
       Expect(s, "broadcast " + at,
-             Compare(b.Read(), dt, [&](int64_t i) { return of(root, i); }),
-             dt);
+             Compare(b.Read(), dt, [&](int64_t i) { return of(root, i); }), dt);
       GpuTensor mine(dt, Values(dt, plain, rank, n), device);
       GpuTensor all(dt, std::vector<double>(n * size, 0), device);
       s = g.AllGather(mine.ref(), all.ref());
-      Expect(s, "all_gather " + at,
-             Compare(all.Read(), dt,
-                     [&](int64_t i) { return of(i / n, i % n); }),
-             dt);
+      Expect(
+          s, "all_gather " + at,
+          Compare(all.Read(), dt, [&](int64_t i) { return of(i / n, i % n); }),
+          dt);
       GpuTensor gathered(dt, std::vector<double>(n * size, 0), device);
       s = g.Gather(mine.ref(), gathered.ref(), 0);
       Expect(s, "gather " + at,
@@ -255,11 +254,11 @@ void FollowsTheCallersStream(ProcessGroup& g, const CudaLibrary& cuda) {
   const DataType dt = DataType::kFloat32;
   const int64_t n = 1 << 16;
   cudaStream_t stream;
-  RequireOk(CudaStatus(cuda,
-                       cuda.StreamCreateWithFlags(&stream,
-                                                  cudaStreamNonBlocking),
-                       "cudaStreamCreateWithFlags"),
-            "a stream of the caller's");
+  RequireOk(
+      CudaStatus(cuda,
+                 cuda.StreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                 "cudaStreamCreateWithFlags"),
+      "a stream of the caller's");
   RequireOk(g.SetCudaStream(stream), "SetCudaStream");
   for (int round = 0; round < 5; ++round) {
     GpuTensor t(dt, std::vector<double>(n, 0), device);
@@ -270,14 +269,13 @@ void FollowsTheCallersStream(ProcessGroup& g, const CudaLibrary& cuda) {
     // Pieces, each a queued copy: the last lands well after the first.
     const int64_t piece = n / 8;
     for (int64_t at = 0; at < n; at += piece) {
-      CheckOk(CudaStatus(cuda,
-                         cuda.MemcpyAsync(static_cast<float*>(t.ref().data()) +
-                                              at,
-                                          host.data() + at,
-                                          piece * sizeof(float),
-                                          cudaMemcpyHostToDevice, stream),
-                         "cudaMemcpyAsync"),
-              "fill on the caller's stream");
+      CheckOk(
+          CudaStatus(cuda,
+                     cuda.MemcpyAsync(static_cast<float*>(t.ref().data()) + at,
+                                      host.data() + at, piece * sizeof(float),
+                                      cudaMemcpyHostToDevice, stream),
+                     "cudaMemcpyAsync"),
+          "fill on the caller's stream");
     }
     std::shared_ptr<Work> w = g.AllReduceAsync(t.ref(), ReduceOp::kSum);
     CheckOk(w->Wait(absl::Seconds(60)), "all_reduce after the caller's copy");
@@ -292,9 +290,9 @@ void FollowsTheCallersStream(ProcessGroup& g, const CudaLibrary& cuda) {
       return s;
     });
     Check(wrong.empty(),
-          absl::StrCat("round ", round,
-                       ": the all_reduce read the caller's stream's data: ",
-                       wrong));
+          absl::StrCat(
+              "round ", round,
+              ": the all_reduce read the caller's stream's data: ", wrong));
   }
   CheckOk(g.SetCudaStream(nullptr), "back to the legacy stream");
   CheckOk(cuda.StreamSynchronize(stream) == cudaSuccess
@@ -370,11 +368,11 @@ void Misuse(ProcessGroup& world, const CudaLibrary& cuda) {
     cuda.GetDevice(&previous);
     cuda.SetDevice(other.index);
     cudaStream_t foreign;
-    RequireOk(CudaStatus(cuda,
-                         cuda.StreamCreateWithFlags(&foreign,
-                                                    cudaStreamNonBlocking),
-                         "cudaStreamCreateWithFlags"),
-              "a stream on " + other.ToString());
+    RequireOk(
+        CudaStatus(cuda,
+                   cuda.StreamCreateWithFlags(&foreign, cudaStreamNonBlocking),
+                   "cudaStreamCreateWithFlags"),
+        "a stream on " + other.ToString());
     cuda.SetDevice(previous);
     RequireOk(world.SetCudaStream(foreign), "SetCudaStream(foreign)");
     GpuTensor t(DataType::kFloat32, {1, 2}, device);
@@ -448,7 +446,8 @@ void NoAllocationPerOp(ProcessGroup& g) {
 // record from now on every rank (the issue mark is the first, the
 // signatures' arrival the second, the operation's end the third).
 void FailedRecordIsAnError(ProcessGroup& world) {
-  auto fail = reinterpret_cast<void (*)(long)>(SimSymbol("dksimFailEventRecord"));
+  auto fail =
+      reinterpret_cast<void (*)(long)>(SimSymbol("dksimFailEventRecord"));
   std::vector<int> everyone;
   for (int r = 0; r < size; ++r) everyone.push_back(r);
   GroupOptions options;
@@ -464,9 +463,9 @@ void FailedRecordIsAnError(ProcessGroup& world) {
   absl::Status s = (*g)->AllReduce(t.ref(), ReduceOp::kSum);
   fail(-1);
   ++matrix["a failed cudaEventRecord fails the op float32"];
-  Check(!s.ok() && absl::StrContains(s.message(), "cudaEventRecord"),
-        "a failed record of the op's end is an error naming it: " +
-            s.ToString());
+  Check(
+      !s.ok() && absl::StrContains(s.message(), "cudaEventRecord"),
+      "a failed record of the op's end is an error naming it: " + s.ToString());
   CheckOk(world.Barrier(), "every rank saw its error");
 }
 
