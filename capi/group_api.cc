@@ -346,6 +346,19 @@ dk_status_t dk_work_wait(dk_work_t* work, int64_t timeout_ms,
 
 void dk_work_destroy(dk_work_t* work) { delete work; }
 
+dk_status_t dk_work_on_complete(dk_work_t* work, dk_work_callback_t callback,
+                                void* arg, dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(work, "work"));
+    DK_RETURN_IF_ERROR(
+        NotNull(reinterpret_cast<void*>(callback), "callback"));
+    work->rep->OnComplete([callback, arg](const absl::Status& status) {
+      callback(arg, static_cast<dk_status_t>(status.code()));
+    });
+    return absl::OkStatus();
+  });
+}
+
 }  // extern "C"
 
 // The C ABI, section "Local group": the group of this node's ranks.

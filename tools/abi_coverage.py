@@ -60,6 +60,10 @@ NOT_WRAPPED = {
     "dk_parallel_state_rank": _PARALLEL_STATE,
     "dk_parallel_state_size": _PARALLEL_STATE,
     "dk_parallel_state_describe": _PARALLEL_STATE,
+    "dk_work_on_complete": (
+        "A completion callback for frameworks that complete futures of their own (the torch c10d "
+        "extension's Work); Rust and Go programs wait on their work handles "
+        "({wait|Wait})."),
     "dk_tensor_copy": (
         "Copies DLPack tensors between devices; the bindings move host slices, which copy with "
         "the language's own slice copy."),

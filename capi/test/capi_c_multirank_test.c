@@ -2,14 +2,25 @@
  * rank of a real job: init, queries, every collective (blocking and async),
  * subgroups, the store, and misuse that must come back as a status with a
  * message naming the argument, never a crash. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "distkit/distkit.h"
 
 static int rank_ = -1;
 static int failures = 0;
+
+/* dk_work_on_complete's callback: counts calls, keeps the last status. */
+static atomic_int completions;
+static atomic_int completed_status;
+static void on_complete(void* arg, dk_status_t status) {
+  (void)arg;
+  atomic_store(&completed_status, status);
+  atomic_fetch_add(&completions, 1);
+}
 
 #define CHECK(cond)                                                            \
   do {                                                                         \
@@ -137,14 +148,30 @@ int main(void) {
       OK(dk_group_all_reduce(world, view(&a, d[k], 1000, kDLFloat, 64),
                              DK_OP_SUM, &works[k], &e_));
     }
+    atomic_store(&completions, 0);
+    for (int k = 0; k < 4; ++k) {
+      OK(dk_work_on_complete(works[k], on_complete, NULL, &e_));
+    }
     for (int k = 0; k < 4; ++k) {
       OK(dk_work_wait(works[k], 60000, &e_));
       dk_work_state_t state = -1;
       OK(dk_work_test(works[k], &state, &e_));
       CHECK(state == DK_WORK_SUCCEEDED);
       CHECK(d[k][999] == n * k + n * (n - 1) / 2.0);
-      dk_work_destroy(works[k]);
     }
+    /* The callbacks run on the group's worker, after waiters see the result:
+     * wait for the last of them (bounded). */
+    time_t until = time(NULL) + 60;
+    while (atomic_load(&completions) < 4 && time(NULL) < until) {
+    }
+    CHECK(atomic_load(&completions) == 4);
+    CHECK(atomic_load(&completed_status) == DK_OK);
+    /* On a finished work: at once, on this thread. */
+    OK(dk_work_on_complete(works[0], on_complete, NULL, &e_));
+    CHECK(atomic_load(&completions) == 5);
+    EXPECT_ERROR(dk_work_on_complete(works[0], NULL, NULL, &e_),
+                 DK_INVALID_ARGUMENT, "callback is NULL");
+    for (int k = 0; k < 4; ++k) dk_work_destroy(works[k]);
   }
   /* broadcast from the last rank, all_gather, reduce_scatter, gather, scatter.
    */

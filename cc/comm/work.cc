@@ -31,10 +31,31 @@ absl::Status Work::status() const {
 }
 
 void Work::Complete(absl::Status status) {
-  absl::MutexLock lock(&mu_);
-  if (done_) return;
-  status_ = std::move(status);
-  done_ = true;
+  std::vector<std::function<void(const absl::Status&)>> callbacks;
+  absl::Status final_status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (done_) return;
+    status_ = std::move(status);
+    done_ = true;
+    callbacks.swap(callbacks_);
+    final_status = status_;
+  }
+  // Outside the lock: a callback may test or wait on this Work.
+  for (auto& fn : callbacks) fn(final_status);
+}
+
+void Work::OnComplete(std::function<void(const absl::Status&)> fn) {
+  absl::Status final_status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!done_) {
+      callbacks_.push_back(std::move(fn));
+      return;
+    }
+    final_status = status_;
+  }
+  fn(final_status);
 }
 
 }  // namespace distkit

@@ -11,7 +11,9 @@
 #ifndef DISTKIT_CC_COMM_WORK_H_
 #define DISTKIT_CC_COMM_WORK_H_
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -49,14 +51,25 @@ class Work {
 
   const std::string& description() const { return description_; }
 
-  // Marks the operation finished with `status`. Later calls are ignored.
+  // Marks the operation finished with `status`, then runs the completion
+  // callbacks on this thread. Later calls are ignored.
   void Complete(absl::Status status);
+
+  // Calls `fn` with the final status once the operation finishes: on the
+  // thread that completes it, after waiters can see the status, or at once
+  // on this thread when it has finished already. Why: a framework's
+  // future (torch's c10d Work) is completed without a thread that waits.
+  // `fn` runs on the group's worker, so it must be quick and must not wait
+  // for the group's later operations (they run after it returns).
+  void OnComplete(std::function<void(const absl::Status&)> fn);
 
  private:
   const std::string description_;
   mutable absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void(const absl::Status&)>> callbacks_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace distkit

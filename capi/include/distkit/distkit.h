@@ -73,7 +73,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------ */
 
 #define DK_ABI_MAJOR 0
-#define DK_ABI_MINOR 5
+#define DK_ABI_MINOR 6
 
 /* Local. Checks that this header (major, minor) can use the loaded library:
  * same major, and a minor no newer than the library's. DK_FAILED_PRECONDITION
@@ -422,6 +422,24 @@ DK_EXPORT dk_status_t dk_work_wait(dk_work_t* work, int64_t timeout_ms,
 
 /* Local. Frees the handle; the operation itself is not cancelled. */
 DK_EXPORT void dk_work_destroy(dk_work_t* work);
+
+/* Called once when a work's operation finishes: `arg` as given, and the
+ * operation's status (DK_OK, or its error: dk_work_wait(work, 0, err) then
+ * returns it with its message). */
+typedef void (*dk_work_callback_t)(void* arg, dk_status_t status);
+
+/* Local, any thread, non-blocking (ABI 0.6). Arranges for `callback(arg,
+ * status)` to run once when `work`'s operation finishes: on the thread that
+ * finishes it (the group's worker), after dk_work_test and dk_work_wait see
+ * the result; or at once on this thread when it has finished already.
+ * Several callbacks on one work run in the order given. A callback must be
+ * quick and must not wait for the group's later operations, which run after
+ * it returns; nor destroy `work` or the group (hand that to another thread).
+ * For frameworks that complete their own futures (torch's c10d Work) without
+ * a thread that waits. */
+DK_EXPORT dk_status_t dk_work_on_complete(dk_work_t* work,
+                                          dk_work_callback_t callback,
+                                          void* arg, dk_error_t** err);
 
 /* ---- Collectives --------------------------------------------------------- */
 /* All collective over `group` (NULL: the default group): every member calls

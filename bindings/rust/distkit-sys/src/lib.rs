@@ -49,7 +49,7 @@ pub struct DLTensor {
 // ---- Versions and errors --------------------------------------------------
 
 pub const DK_ABI_MAJOR: i32 = 0;
-pub const DK_ABI_MINOR: i32 = 5;
+pub const DK_ABI_MINOR: i32 = 6;
 
 pub type dk_status_t = i32;
 
@@ -246,6 +246,8 @@ pub struct dk_shard_config_t {
 
 pub type ErrOut = *mut *mut dk_error_t;
 pub type WorkOut = *mut *mut dk_work_t;
+/// Called once when a work's operation finishes (`dk_work_on_complete`).
+pub type dk_work_callback_t = Option<unsafe extern "C" fn(arg: *mut c_void, status: dk_status_t)>;
 
 extern "C" {
     pub fn dk_init_version(major: i32, minor: i32, err: ErrOut) -> dk_status_t;
@@ -406,6 +408,12 @@ extern "C" {
     ) -> dk_status_t;
     pub fn dk_work_wait(work: *mut dk_work_t, timeout_ms: i64, err: ErrOut) -> dk_status_t;
     pub fn dk_work_destroy(work: *mut dk_work_t);
+    pub fn dk_work_on_complete(
+        work: *mut dk_work_t,
+        callback: dk_work_callback_t,
+        arg: *mut c_void,
+        err: ErrOut,
+    ) -> dk_status_t;
 
     pub fn dk_group_all_reduce(
         group: *mut dk_group_t,
