@@ -115,7 +115,7 @@ build() {
   local sources=(
     cc/core/data_type.cc cc/core/device.cc cc/core/float_cast.cc cc/core/reduce_op.cc
     cc/core/status.cc cc/core/tensor_ref.cc cc/core/device_copy.cc
-    cc/core/cuda_memory_cuda.cc cc/core/cuda_library.cc cc/core/shared_library.cc
+    cc/core/cuda_block_cache.cc cc/core/cuda_memory_cuda.cc cc/core/cuda_library.cc cc/core/shared_library.cc
     cc/comm/backend.cc cc/comm/backend_registry.cc cc/comm/reduce_kernels.cc
     cc/comm/reduce_kernels_avx2.cc cc/comm/reduce_kernels_avx512.cc
     cc/comm/op_context.cc cc/comm/op_signature.cc cc/comm/work.cc

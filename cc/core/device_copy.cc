@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "cc/core/cuda_block_cache.h"
 #include "cc/core/cuda_memory.h"
 #include "cc/core/status.h"
 
@@ -91,12 +92,13 @@ absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(Device device,
   DK_RETURN_IF_ERROR(Usable(device));
   DeviceBuffer b;
   b.device_ = device;
+  b.bytes_ = bytes;
   if (device.is_cpu()) {
     b.data_ = std::malloc(bytes > 0 ? bytes : 1);
   } else if (device.is_ext()) {
     b.data_ = Extension().allocate(bytes > 0 ? bytes : 1);
   } else {
-    DK_ASSIGN_OR_RETURN(b.data_, cuda_memory::Allocate(device, bytes));
+    DK_ASSIGN_OR_RETURN(b.data_, cuda_block_cache::Take(device, bytes));
   }
   if (b.data_ == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -112,13 +114,17 @@ void DeviceBuffer::Release() {
   } else if (device_.is_ext()) {
     Extension().free(data_);
   } else {
-    cuda_memory::Free(device_, data_);
+    cuda_block_cache::Put(device_, data_, bytes_);
   }
   data_ = nullptr;
 }
 
+size_t ReleaseCachedCudaMemory(Device device) {
+  return cuda_block_cache::Release(device);
+}
+
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : data_(other.data_), device_(other.device_) {
+    : data_(other.data_), bytes_(other.bytes_), device_(other.device_) {
   other.data_ = nullptr;
 }
 
@@ -126,6 +132,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
     Release();
     data_ = other.data_;
+    bytes_ = other.bytes_;
     device_ = other.device_;
     other.data_ = nullptr;
   }

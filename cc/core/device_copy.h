@@ -33,7 +33,9 @@ Device DefaultDevice(int local_rank);
 absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
                        Device src_device, size_t n);
 
-// Memory owned on one device.
+// Memory owned on one device. CUDA memory comes from a per-device cache of
+// blocks (cuda_block_cache.h): after warm-up, allocating and freeing call
+// neither cudaMalloc nor cudaFree.
 class DeviceBuffer {
  public:
   static absl::StatusOr<DeviceBuffer> Allocate(Device device, size_t bytes);
@@ -50,8 +52,14 @@ class DeviceBuffer {
  private:
   void Release();
   void* data_ = nullptr;
+  size_t bytes_ = 0;
   Device device_;
 };
+
+// Frees the CUDA memory DeviceBuffer keeps for reuse on `device` (every
+// device for the CPU), as torch.cuda.empty_cache() does for torch's; returns
+// the bytes given back.
+size_t ReleaseCachedCudaMemory(Device device = Device::Cpu());
 
 // What an extension device's memory is, as functions: allocation and the
 // three copy directions (n bytes each). A test installs one whose memory

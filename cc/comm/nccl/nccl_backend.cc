@@ -119,6 +119,10 @@ absl::StatusOr<std::unique_ptr<NcclBackend::Channel>> NcclBackend::MakeChannel(
 
 void NcclBackend::DestroyChannel(Channel& channel) {
   channel.comm.reset();  // finalizes (bounded) or aborts
+  // What a failed or aborted operation left queued (the signatures' copy to
+  // pinned memory, staging copies) must be over before that memory goes:
+  // after the communicator is gone, NCCL's part of it ends at once.
+  if (channel.stream != nullptr) cuda_->StreamSynchronize(channel.stream);
   channel.staging = DeviceBuffer();
   if (channel.done != nullptr) cuda_->EventDestroy(channel.done);
   if (channel.ready != nullptr) cuda_->EventDestroy(channel.ready);
