@@ -35,9 +35,10 @@
 #                            are killed and fail)
 #   GPU_CHECK_OPT=0|2        optimization (default: 2 where a GPU is, else 0:
 #                            without one the build only has to compile)
-#   GPU_CHECK_OUT=DIR        build directory (default /tmp/distkit_gpu_check;
-#                            objects are reused while their sources and
-#                            headers are unchanged)
+#   GPU_CHECK_OUT=DIR        build directory (default /tmp/distkit_gpu_check/
+#                            <a hash of this checkout's path>; objects are
+#                            reused while their sources and headers are
+#                            unchanged)
 #   GPU_CHECK_PREBUILT=FILE  run this gpu_check instead of building one (the
 #                            bundle's; rebuilt from the sources beside it when
 #                            it cannot load here)
@@ -53,7 +54,10 @@ for arg in "$@"; do
   esac
 done
 cuda="${CUDA_HOME:-/usr/local/cuda}"
-out="${GPU_CHECK_OUT:-/tmp/distkit_gpu_check}"
+# One build directory per checkout: objects are reused by comparing times
+# with the sources and headers their .d files name (relative paths), which
+# would match another checkout's files and reuse objects built from them.
+out="${GPU_CHECK_OUT:-/tmp/distkit_gpu_check/$(pwd -P | md5sum | cut -c1-12)}"
 python="${PYTHON:-python3}"
 "$python" -c "import torch" 2>/dev/null || { [[ -x /usr/bin/python3 ]] && python=/usr/bin/python3; }
 
