@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cc/comm/backend.h"
+#include "cc/comm/rank_names.h"
 #include "cc/store/store.h"
 
 namespace distkit {
@@ -24,8 +25,12 @@ struct BackendConfig {
   int rank = 0;
   int size = 1;
   int local_rank = 0;    // picks the CUDA device
-  std::string hostname;  // for TCP transports
+  // For TCP transports: where peers reach this rank; empty: chosen by the
+  // transport (cc/comm/gloo/listen_address.h).
+  std::string hostname;
   absl::Duration timeout = absl::Minutes(30);
+  // How messages name this backend's ranks (rank_names.h).
+  RankNames names;
 };
 
 using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<Backend>>(

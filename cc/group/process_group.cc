@@ -96,6 +96,7 @@ absl::Status ProcessGroup::Connect(std::unique_ptr<Backend> split) {
     config.local_rank = options_.local_rank;
     config.hostname = options_.hostname;
     config.timeout = options_.timeout;
+    config.names = RankNames(global_ranks_);
     absl::StatusOr<std::unique_ptr<Backend>> made = (*factory)(config);
     if (!made.ok()) return Annotate(made.status(), creating);
     backend = *std::move(made);
