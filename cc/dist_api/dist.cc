@@ -6,7 +6,6 @@
 #include <cstdlib>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -51,21 +50,6 @@ constexpr char kNoLocalGroup[] =
     "Local process group is not created, please use `init_local_group` to "
     "setup "
     "local process group.";
-
-// The address peers reach this rank's Gloo device at: loopback when the store
-// is on loopback (a single-host job), else this host's name.
-std::string GlooHostname(const std::string& store_address) {
-  const char* env = std::getenv("DISTKIT_GLOO_HOSTNAME");
-  if (env != nullptr && *env) return env;
-  if (absl::StartsWith(store_address, "127.") ||
-      absl::StartsWith(store_address, "localhost:") ||
-      absl::StartsWith(store_address, "[::1]")) {
-    return "127.0.0.1";
-  }
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  return host;
-}
 
 // Before any rank connects: a backend this process cannot run (nccl without
 // a GPU or libnccl) fails every rank within milliseconds with the same
@@ -231,9 +215,11 @@ absl::Status InitDist(absl::string_view launcher_name,
   }
   std::shared_ptr<Store> job_store(*std::move(store));
   const bool remote = server == nullptr;
+  // Each group's Gloo device listens on the interface that routes to the
+  // store, found without name lookups (cc/comm/gloo/listen_address.h).
   DK_RETURN_IF_ERROR(Join(job_store, std::move(server), info.rank,
-                          info.world_size, options,
-                          GlooHostname(info.store_address), info.local_rank));
+                          info.world_size, options, /*hostname=*/"",
+                          info.local_rank));
   StartJobWatch(remote && info.world_size > 1 ? job_store : nullptr,
                 info.store_address);
   return LocalGroupAfterJoin();

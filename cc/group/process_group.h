@@ -61,9 +61,11 @@ struct GroupOptions {
   int local_rank = 0;
   // Per-operation timeout (c10d's default for process groups is 30 min).
   absl::Duration timeout = absl::Minutes(30);
-  // The address other ranks reach this rank's Gloo device at. Empty: derived
-  // from the store address (loopback stays loopback), else the host name,
-  // overridden by $DISTKIT_GLOO_HOSTNAME.
+  // The address other ranks reach this rank's Gloo device at. Empty:
+  // $DISTKIT_GLOO_HOSTNAME, else the address of the interface
+  // $DISTKIT_SOCKET_IFNAME / $GLOO_SOCKET_IFNAME names, else that of the
+  // interface that routes to the store (loopback stays loopback), found
+  // without name lookups (cc/comm/gloo/listen_address.h).
   std::string hostname;
   // NewGroup: the new group's name below its parent ("world/<name>"); empty
   // numbers it ("world/1"). Groups created with different rank lists on

@@ -32,6 +32,7 @@ class PrefixStore : public Store {
   absl::Status MultiSet(absl::Span<const std::string> keys,
                         absl::Span<const std::string> values) override;
   absl::Status Append(absl::string_view key, absl::string_view value) override;
+  std::string ServerAddress() const override { return base_->ServerAddress(); }
 
   const std::string& prefix() const { return prefix_; }
   const std::shared_ptr<Store>& base() const { return base_; }

@@ -91,6 +91,11 @@ class Store {
   virtual absl::Status Append(absl::string_view key,
                               absl::string_view value) = 0;
 
+  // The "host:port" of the server this store is a client of (TcpStore),
+  // empty for a store in this process. Ranks listen on the interface that
+  // reaches it (cc/comm/gloo/listen_address.h).
+  virtual std::string ServerAddress() const { return ""; }
+
   // The timeout of Get, MultiGet and Wait without an explicit timeout.
   absl::Duration timeout() const { return timeout_; }
   void set_timeout(absl::Duration timeout) { timeout_ = timeout; }

@@ -69,6 +69,7 @@ class TcpStore : public Store {
   absl::Status Append(absl::string_view key, absl::string_view value) override;
 
   const std::string& address() const { return address_; }
+  std::string ServerAddress() const override { return address_; }
 
  private:
   class Connection;

@@ -23,6 +23,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cc/comm/gloo/listen_address.h"
 #include "cc/comm/gloo/pair_mesh.h"
 #include "cc/comm/reduce_kernels.h"
 #include "cc/core/status.h"
@@ -114,27 +115,27 @@ absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
     const absl::Duration connect_timeout =
         std::max(ClampToStoreDeadline(options.timeout), absl::Milliseconds(1));
     auto mesh = std::make_unique<PairMesh>(std::move(store), rank, size, device,
-                                           connect_timeout);
+                                           connect_timeout, options.names);
     if (!options.connect_on_demand) {
       const std::atomic<bool> never_aborted{false};
       mesh->ConnectAll(connect_timeout, never_aborted);
     }
     return std::unique_ptr<GlooBackend>(
-        new GlooBackend(rank, size, std::move(mesh)));
+        new GlooBackend(rank, size, std::move(mesh), options.names));
   } catch (const gloo::IoException& e) {
     const bool timeout =
         absl::StrContains(e.what(), "DEADLINE_EXCEEDED") ||
         absl::StrContains(absl::AsciiStrToLower(e.what()), "timeout") ||
         absl::StrContains(absl::AsciiStrToLower(e.what()), "timed out");
-    const std::string msg =
-        absl::StrCat("gloo: rank ", rank, " of ", size,
-                     " could not connect to its peers: ", e.what());
+    const std::string msg = absl::StrCat(
+        "gloo: ", options.names.Here(rank), ", listening on ",
+        options.hostname, ", could not connect to its peers: ", e.what());
     return timeout ? absl::DeadlineExceededError(msg)
                    : absl::UnavailableError(msg);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("gloo: rank ", rank, " of ", size,
-                     " could not connect to its peers: ", e.what()));
+    return absl::UnavailableError(absl::StrCat(
+        "gloo: ", options.names.Here(rank), ", listening on ",
+        options.hostname, ", could not connect to its peers: ", e.what()));
   }
 }
 
@@ -143,17 +144,26 @@ absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
   Options options;
   options.timeout = config.timeout;
   options.hostname = config.hostname;
+  options.names = config.names;
   options.connect_on_demand = connect_on_demand;
   if (options.hostname.empty()) {
-    const char* env = std::getenv("DISTKIT_GLOO_HOSTNAME");
-    options.hostname = env != nullptr && *env ? env : "127.0.0.1";
+    absl::StatusOr<ListenAddress> chosen = ChooseListenAddress(
+        config.store != nullptr ? config.store->ServerAddress() : "");
+    if (!chosen.ok()) {
+      return Annotate(chosen.status(),
+                      absl::StrCat("gloo: ", config.names.Here(config.rank),
+                                   ": choosing the address to listen on"));
+    }
+    options.hostname = chosen->address;
   }
   return Create(config.store, config.rank, config.size, options);
 }
 
-GlooBackend::GlooBackend(int rank, int size, std::unique_ptr<PairMesh> mesh)
+GlooBackend::GlooBackend(int rank, int size, std::unique_ptr<PairMesh> mesh,
+                         RankNames names)
     : rank_(rank),
       size_(size),
+      names_(std::move(names)),
       mesh_(std::move(mesh)),
       context_(mesh_->context()),
       slot_bytes_(kHeaderBytes + InlineLimit(size)),
@@ -215,22 +225,22 @@ absl::Status GlooBackend::Guarded(const OpContext& ctx,
     if (absl::StrContains(what, "timeout") ||
         absl::StrContains(what, "timed out")) {
       status = absl::DeadlineExceededError(absl::StrCat(
-          ctx.Describe(), " (rank ", rank_, "): timed out after ",
+          ctx.Describe(), " (", names_.Here(rank_), "): timed out after ",
           absl::FormatDuration(ctx.timeout), " waiting for peers: ", e.what()));
     } else {
       status = absl::UnavailableError(absl::StrCat(
-          ctx.Describe(), " (rank ", rank_,
+          ctx.Describe(), " (", names_.Here(rank_),
           "): a peer failed or closed its connection: ", e.what()));
     }
   } catch (const AbortedWait&) {
     status = absl::CancelledError(
         absl::StrCat(ctx.Describe(), ": the group was aborted"));
   } catch (const gloo::EnforceNotMet& e) {
-    status = absl::InternalError(
-        absl::StrCat(ctx.Describe(), " (rank ", rank_, "): gloo: ", e.what()));
+    status = absl::InternalError(absl::StrCat(
+        ctx.Describe(), " (", names_.Here(rank_), "): gloo: ", e.what()));
   } catch (const std::exception& e) {
     status = absl::UnavailableError(
-        absl::StrCat(ctx.Describe(), " (rank ", rank_, "): ", e.what()));
+        absl::StrCat(ctx.Describe(), " (", names_.Here(rank_), "): ", e.what()));
   }
   if (aborted_.load()) {
     status = absl::CancelledError(

@@ -26,6 +26,7 @@
 #include "cc/comm/backend_registry.h"
 #include "cc/comm/gloo/pair_mesh.h"
 #include "cc/comm/op_signature.h"
+#include "cc/comm/rank_names.h"
 #include "cc/comm/reduce_kernels.h"
 #include "cc/store/store.h"
 
@@ -43,6 +44,9 @@ class GlooBackend : public Backend {
   struct Options {
     // The address peers use to reach this rank's Gloo device.
     std::string hostname = "127.0.0.1";
+    // How messages name this backend's ranks (its numbering may be a part's
+    // of another backend, cc/comm/rank_names.h).
+    RankNames names;
     // Timeout of the connection set-up and the default for operations.
     absl::Duration timeout = absl::Minutes(30);
     // Connect no pair at creation: each when an operation first needs it
@@ -57,8 +61,8 @@ class GlooBackend : public Backend {
   // connect_on_demand it returns at once and connects nothing.
   static absl::StatusOr<std::unique_ptr<GlooBackend>> Create(
       std::shared_ptr<Store> store, int rank, int size, const Options& options);
-  // The same from a registry config; an empty hostname becomes
-  // $DISTKIT_GLOO_HOSTNAME, else 127.0.0.1.
+  // The same from a registry config; an empty hostname is chosen from the
+  // environment and the route to the store (listen_address.h).
   static absl::StatusOr<std::unique_ptr<GlooBackend>> Create(
       const BackendConfig& config, bool connect_on_demand = false);
 
@@ -108,7 +112,8 @@ class GlooBackend : public Backend {
   size_t inline_limit() const;
 
  private:
-  GlooBackend(int rank, int size, std::unique_ptr<PairMesh> mesh);
+  GlooBackend(int rank, int size, std::unique_ptr<PairMesh> mesh,
+              RankNames names);
 
   // Whether the last signature exchange carried a payload of `bytes` (the
   // data operation then completes from the records); forgets it either way.
@@ -130,6 +135,7 @@ class GlooBackend : public Backend {
 
   const int rank_;
   const int size_;
+  const RankNames names_;
   std::unique_ptr<PairMesh> mesh_;
   std::shared_ptr<gloo::Context> context_;  // mesh_'s
   // Signature exchange buffers, kept between calls (no per-call allocation).

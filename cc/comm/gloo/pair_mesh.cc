@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 
 namespace distkit {
@@ -51,8 +52,10 @@ std::string PairKey(int from, int to) {
 
 // Reads `keys`, waiting for them within `timeout` in short slices so an
 // abort is noticed promptly.
+// `peers` names them for messages.
 std::vector<std::string> WaitForAddresses(Store& store,
                                           const std::vector<std::string>& keys,
+                                          absl::string_view peers,
                                           absl::Duration timeout,
                                           const std::atomic<bool>& aborted) {
   const absl::Time deadline = absl::Now() + timeout;
@@ -63,13 +66,16 @@ std::vector<std::string> WaitForAddresses(Store& store,
         keys, std::max(absl::Milliseconds(1),
                        std::min(left, absl::Milliseconds(200))));
     if (values.ok()) return *std::move(values);
-    if (!absl::IsDeadlineExceeded(values.status()) || absl::Now() >= deadline) {
-      throw gloo::IoException(absl::StrCat(
-          absl::IsDeadlineExceeded(values.status())
-              ? absl::StrCat("timed out after ", absl::FormatDuration(timeout),
-                             " waiting for a peer's address")
-              : "reading peers' addresses failed",
-          ": ", values.status().ToString()));
+    if (absl::IsDeadlineExceeded(values.status()) && absl::Now() >= deadline) {
+      // The store's message would name keys in this backend's numbering.
+      throw gloo::IoException(
+          absl::StrCat("timed out after ", absl::FormatDuration(timeout),
+                       " waiting for the address of ", peers));
+    }
+    if (!absl::IsDeadlineExceeded(values.status())) {
+      throw gloo::IoException(absl::StrCat("reading the address of ", peers,
+                                           " failed: ",
+                                           values.status().ToString()));
     }
   }
 }
@@ -119,10 +125,11 @@ void ConnectWithin(std::function<void()> connect, absl::Duration timeout,
 
 PairMesh::PairMesh(std::shared_ptr<Store> store, int rank, int size,
                    std::shared_ptr<gloo::transport::Device> device,
-                   absl::Duration timeout)
+                   absl::Duration timeout, RankNames names)
     : store_(std::move(store)),
       rank_(rank),
       size_(size),
+      names_(std::move(names)),
       context_(std::make_shared<MeshContext>(rank, size, std::move(device),
                                              Millis(timeout))) {
   for (int r = 0; r < size; ++r) peers_.push_back(std::make_unique<Peer>());
@@ -176,8 +183,10 @@ void PairMesh::Connect(const std::vector<int>& peers, absl::Duration timeout,
     throw gloo::IoException(absl::StrCat(
         "publishing this rank's addresses failed: ", published.ToString()));
   }
-  std::vector<std::string> peer_addresses =
-      WaitForAddresses(*store_, theirs, timeout, aborted);
+  std::vector<std::string> named;
+  for (int p : peers) named.push_back(names_.Rank(p));
+  std::vector<std::string> peer_addresses = WaitForAddresses(
+      *store_, theirs, absl::StrJoin(named, ", "), timeout, aborted);
   // In rank order on every rank, as Gloo's own full mesh does.
   std::shared_ptr<gloo::Context> context = context_;
   ConnectWithin(

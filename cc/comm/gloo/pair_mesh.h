@@ -29,6 +29,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "cc/comm/rank_names.h"
 #include "cc/store/store.h"
 
 namespace gloo {
@@ -42,10 +43,11 @@ namespace distkit {
 
 class PairMesh {
  public:
-  // `store` should be private to the group (a PrefixStore).
+  // `store` should be private to the group (a PrefixStore); `names` says
+  // how messages name the ranks.
   PairMesh(std::shared_ptr<Store> store, int rank, int size,
            std::shared_ptr<gloo::transport::Device> device,
-           absl::Duration timeout);
+           absl::Duration timeout, RankNames names = RankNames());
   ~PairMesh();
 
   // The Gloo context Gloo's algorithms and unbound buffers run on; a pair is
@@ -78,6 +80,7 @@ class PairMesh {
   const std::shared_ptr<Store> store_;
   const int rank_;
   const int size_;
+  const RankNames names_;
   std::shared_ptr<gloo::Context> context_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::atomic<int> connected_{0};
