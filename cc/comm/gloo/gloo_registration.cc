@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cc/comm/backend_registry.h"
@@ -46,7 +47,8 @@ absl::StatusOr<std::unique_ptr<Backend>> SameHost(const BackendConfig& config) {
   // no TCP connection first.
   return ShmBackend::MaybeWrap(
       Prefixed("shm", config.store), config.rank, config.size,
-      [&tcp](bool wrapped) { return Tcp(tcp, wrapped); }, config.timeout);
+      [&tcp](bool wrapped) { return Tcp(tcp, wrapped); }, config.timeout,
+      config.names);
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> Hierarchical(
@@ -59,6 +61,8 @@ absl::StatusOr<std::unique_ptr<Backend>> Hierarchical(
     c.store = Prefixed(absl::StrCat("host", host), config.store);
     c.rank = local_rank;
     c.size = static_cast<int>(hosts.ranks[host].size());
+    // The parts number their ranks from 0; messages name the group's.
+    c.names = config.names.Subset(hosts.ranks[host]);
     DK_ASSIGN_OR_RETURN(local, SameHost(c));
   }
   std::unique_ptr<Backend> leaders;
@@ -67,6 +71,11 @@ absl::StatusOr<std::unique_ptr<Backend>> Hierarchical(
     c.store = Prefixed("leaders", config.store);
     c.rank = host;
     c.size = hosts.hosts();
+    std::vector<int> leader_ranks;
+    for (const std::vector<int>& ranks : hosts.ranks) {
+      leader_ranks.push_back(ranks[0]);
+    }
+    c.names = config.names.Subset(leader_ranks);
     DK_ASSIGN_OR_RETURN(leaders, Tcp(c, /*connect_on_demand=*/false));
   }
   BackendConfig c = config;

@@ -20,7 +20,8 @@ namespace distkit {
 
 absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
     std::shared_ptr<Store> store, int rank, int size,
-    const WrappedFactory& make_gloo, absl::Duration timeout) {
+    const WrappedFactory& make_gloo, absl::Duration timeout,
+    RankNames names) {
   const char* env = std::getenv("DISTKIT_SHM");
   if (size < 2 || size > kMaxRanks ||
       (env != nullptr && std::string(env) == "0")) {
@@ -37,7 +38,8 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
   if (mapping == nullptr) return make_gloo(false);
   DK_ASSIGN_OR_RETURN(std::unique_ptr<Backend> gloo, make_gloo(true));
   std::unique_ptr<ShmBackend> b(
-      new ShmBackend(rank, size, std::move(gloo), std::move(mapping)));
+      new ShmBackend(rank, size, std::move(gloo), std::move(mapping),
+                     std::move(names)));
   ShmRankHeader* mine = b->layout().header(rank);
   StartHeartbeat(&mine->liveness);
   std::random_device rd;
@@ -47,13 +49,13 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
 }
 
 ShmBackend::ShmBackend(int rank, int size, std::unique_ptr<Backend> gloo,
-                       std::unique_ptr<ShmMapping> mapping)
+                       std::unique_ptr<ShmMapping> mapping, RankNames names)
     : rank_(rank),
       size_(size),
       gloo_(std::move(gloo)),
       mapping_(std::move(mapping)),
       oversubscribed_(mapping_->layout().group()->oversubscribed != 0),
-      steps_(mapping_->layout(), rank),
+      steps_(mapping_->layout(), rank, std::move(names)),
       single_copy_(&steps_,
                    mapping_->layout().group()->single_copy_everywhere != 0,
                    oversubscribed_) {}

@@ -66,9 +66,11 @@ class ShmBackend : public Backend {
   // segment (and DISTKIT_SHM is not 0). If they can, returns a backend that
   // wraps make_gloo(true); otherwise make_gloo(false) itself. Every rank
   // reaches the same decision.
+  // `names` says how messages name the ranks (cc/comm/rank_names.h).
   static absl::StatusOr<std::unique_ptr<Backend>> MaybeWrap(
       std::shared_ptr<Store> store, int rank, int size,
-      const WrappedFactory& make_gloo, absl::Duration timeout);
+      const WrappedFactory& make_gloo, absl::Duration timeout,
+      RankNames names = RankNames());
   ~ShmBackend() override;
 
   // Larger groups stay on TCP: every rank's region of a slot (Exchange)
@@ -119,7 +121,7 @@ class ShmBackend : public Backend {
 
  private:
   ShmBackend(int rank, int size, std::unique_ptr<Backend> gloo,
-             std::unique_ptr<ShmMapping> mapping);
+             std::unique_ptr<ShmMapping> mapping, RankNames names);
 
   const ShmLayout& layout() const { return steps_.layout(); }
   // Whether the signature exchange of `op` carries its payload of `bytes`

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -40,8 +41,11 @@ absl::Duration ScaledBySize(absl::Duration base, int size, absl::Duration cap) {
 
 }  // namespace
 
-ShmSteps::ShmSteps(const ShmLayout& layout, int rank)
-    : layout_(layout), rank_(rank), watches_(layout.size()) {
+ShmSteps::ShmSteps(const ShmLayout& layout, int rank, RankNames names)
+    : layout_(layout),
+      rank_(rank),
+      names_(std::move(names)),
+      watches_(layout.size()) {
   // Fault injection for tests: a pause between seeing that a peer has not
   // published a step and asking whether it is alive, which opens the window
   // in which a peer can publish and exit.
@@ -136,12 +140,13 @@ absl::Status ShmSteps::Step(const OpContext& ctx) {
     }
     if (const int failed = g->failed_by.load(std::memory_order_relaxed)) {
       return absl::UnavailableError(
-          absl::StrCat(ctx.Describe(), " (rank ", rank_, "): rank ", failed - 1,
+          absl::StrCat(ctx.Describe(), " (", names_.Here(rank_), "): ",
+                       names_.Rank(failed - 1),
                        " failed inside the operation and left the group"));
     }
     if (now > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
-          ctx.Describe(), " (rank ", rank_, "): timed out after ",
+          ctx.Describe(), " (", names_.Here(rank_), "): timed out after ",
           absl::FormatDuration(ctx.timeout), " waiting for peers"));
     }
     if (now > next_liveness) {
@@ -200,8 +205,9 @@ absl::Status ShmSteps::CheckLateRanks(const OpContext& ctx, uint64_t step) {
     // one that published the step and then exited did its part.
     if (gone && h->step.load(std::memory_order_acquire) < step) {
       return absl::UnavailableError(absl::StrCat(
-          ctx.Describe(), " (rank ", rank_, "): rank ", r, " ", *gone,
-          " before it reached this operation's step; a peer failed"));
+          ctx.Describe(), " (", names_.Here(rank_), "): ", names_.Rank(r),
+          " ", *gone, " before it reached this operation's step; a peer "
+          "failed"));
     }
   }
   return absl::OkStatus();

@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "cc/comm/op_context.h"
+#include "cc/comm/rank_names.h"
 #include "cc/comm/shm/peer_liveness.h"
 #include "cc/comm/shm/shm_segment.h"
 
@@ -34,10 +35,12 @@ namespace distkit {
 
 class ShmSteps {
  public:
-  ShmSteps(const ShmLayout& layout, int rank);
+  // `names`: how messages name the ranks (cc/comm/rank_names.h).
+  ShmSteps(const ShmLayout& layout, int rank, RankNames names = RankNames());
 
   const ShmLayout& layout() const { return layout_; }
   int rank() const { return rank_; }
+  const RankNames& names() const { return names_; }
   int size() const { return layout_.size(); }
 
   // Which of its two slots (and header turns) a chunk uses now.
@@ -76,6 +79,7 @@ class ShmSteps {
 
   const ShmLayout layout_;
   const int rank_;
+  const RankNames names_;
   uint64_t step_ = 0;  // this rank's last published step
   int turn_ = 0;
   std::vector<PeerWatch> watches_;  // one per rank, kept across waits

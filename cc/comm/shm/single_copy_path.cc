@@ -105,7 +105,7 @@ absl::Status SingleCopyPath::PublishForSingleCopy(const OpContext& ctx,
   if (early != buffer) {
     // The peers copy to or from the published buffer: never a wrong one.
     return steps_->FailGroup(absl::InternalError(
-        absl::StrCat(ctx.Describe(), " (rank ", steps_->rank(),
+        absl::StrCat(ctx.Describe(), " (", steps_->names().Here(steps_->rank()),
                      "): the buffer published with the signature is not the "
                      "operation's")));
   }
@@ -125,9 +125,9 @@ absl::Status SingleCopyPath::CopyWithPeer(const OpContext& ctx, int r,
                               : ReadPeerMemory(pid, remote, local, bytes);
   if (!copied.ok()) {
     return absl::UnavailableError(absl::StrCat(
-        ctx.Describe(), " (rank ", steps_->rank(),
-        "): ", write ? "writing" : "reading", " rank ", r, "'s buffer failed (",
-        copied.message(), "); a peer failed"));
+        ctx.Describe(), " (", steps_->names().Here(steps_->rank()), "): ",
+        write ? "writing" : "reading", " ", steps_->names().Rank(r),
+        "'s buffer failed (", copied.message(), "); a peer failed"));
   }
   return absl::OkStatus();
 }
