@@ -1,0 +1,99 @@
+"""Tests whose ranks run on real "hosts": network and UTS namespaces with their
+own addresses and hostnames, joined by a bridge (testing/netns/netns_hosts.sh).
+
+    load("//testing/netns:netns.bzl", "dk_netns_job_test", "dk_netns_test")
+
+    # One distrun per host (--nnodes H --node-rank I), no address variable:
+    dk_netns_job_test(
+        name = "collectives_netns_test",      # -> _h2, _h3
+        binary = "//cc/group:collectives_tests_program",
+        hosts = [2, 3],
+        ranks_per_host = 2,
+        rate = "1gbit",                       # optional: tbf on every link
+    )
+
+    # A script that sources netns_hosts.sh itself ($1 is its path):
+    dk_netns_test(name = "my_test", srcs = ["my_test.sh"])
+
+Where the machine cannot make namespaces (@local_netns, probed at fetch), the
+tests are incompatible with it, so `bazel test //...` reports them SKIPPED
+and the fetch prints why; a test that asks for rates is skipped likewise where
+tc cannot add a tbf qdisc. Every test is tagged "netns" (`bazel test
+--test_tag_filters=-netns` leaves them out).
+"""
+
+load("@local_netns//:defs.bzl", "CAN_CREATE_HOSTS", "CAN_LIMIT_RATES")
+
+# A constraint no platform has: targets that require it are skipped.
+_INCOMPATIBLE = ["//testing/netns:can_create_hosts"]
+
+_LIB = "//testing/netns:netns_hosts.sh"
+_JOB = "//testing/netns:netns_job.sh"
+_DISTRUN = "//tools/distrun"
+
+def _compatible(needs_rates):
+    if not CAN_CREATE_HOSTS or (needs_rates and not CAN_LIMIT_RATES):
+        return _INCOMPATIBLE
+    return []
+
+def _size_for(timeout_s):
+    if timeout_s <= 55:
+        return "small"
+    if timeout_s <= 290:
+        return "medium"
+    return "large"
+
+def dk_netns_test(name, srcs, args = [], data = [], needs_rates = False,
+                  size = "small", tags = [], **kwargs):
+    """An sh_test given the harness library's path as its first argument."""
+    native.sh_test(
+        name = name,
+        srcs = srcs,
+        args = ["$(rootpath %s)" % _LIB] + args,
+        data = [_LIB] + data,
+        size = size,
+        tags = ["netns"] + tags,
+        target_compatible_with = _compatible(needs_rates),
+        **kwargs
+    )
+
+def dk_netns_job_test(name, binary, hosts = [2, 3], ranks_per_host = 2,
+                      args = [], rank_env = {}, rate = None, timeout_s = 60,
+                      data = [], env = {}, tags = [], **kwargs):
+    """One test per host count (`<name>_h<H>`, and a test_suite `name`): the
+    job `binary args` over H namespace-hosts x ranks_per_host, through
+    testing/netns/netns_job.sh. `rank_env` is set in the ranks' environment
+    (after the address variables are cleared); `env` in the runner's, which
+    distrun passes on."""
+    tests = []
+    extra = []
+    if rate:
+        extra += ["--rate", rate]
+    for k, v in rank_env.items():
+        extra += ["--rank-env", "%s=%s" % (k, v)]
+    for h in hosts:
+        test_name = "%s_h%d" % (name, h)
+        native.sh_test(
+            name = test_name,
+            srcs = [_JOB],
+            args = [
+                "--hosts-lib",
+                "$(rootpath %s)" % _LIB,
+                "--distrun",
+                "$(rootpath %s)" % _DISTRUN,
+                "--hosts",
+                str(h),
+                "--ranks-per-host",
+                str(ranks_per_host),
+                "--timeout",
+                str(timeout_s),
+            ] + extra + ["--", "$(rootpath %s)" % binary] + args,
+            data = [_LIB, _DISTRUN, binary] + data,
+            env = env,
+            size = _size_for(timeout_s),
+            tags = ["netns"] + tags,
+            target_compatible_with = _compatible(rate != None),
+            **kwargs
+        )
+        tests.append(test_name)
+    native.test_suite(name = name, tests = tests, tags = ["netns"] + tags)
