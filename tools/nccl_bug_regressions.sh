@@ -4,7 +4,7 @@
 # it: each must go red. Then runs the same tests on the unchanged copy: they
 # must pass. Shows that the simulator tests can fail, and for which bug.
 #
-#   tools/nccl_bug_regressions.sh [SCRATCH_DIR]
+#   tools/nccl_bug_regressions.sh [SCRATCH_DIR]     (DK_BUGS="2 4": only those)
 #
 #   1 one NCCL communicator for every thread: sends and receives on the
 #     collectives' communicator and channel, from their own lanes
@@ -66,8 +66,8 @@ bug1() {
 }
 bug2() {
   # Allocation sets the device and puts the thread's previous one back, which
-  # is 0 on a thread that never chose one; the queue's worker stages the
-  # signature exchange before anything selects the group's device.
+  # is 0 on a thread that never chose one; the queue's worker runs and stages
+  # without selecting the group's device.
   mutate cc/core/cuda_memory_cuda.cc \
     '    if (current == device) return;' \
     '    if (current < 0) return;'
@@ -78,6 +78,10 @@ bug2() {
     '  DK_RETURN_IF_ERROR(UseDevice());
   Channel& c = *collectives_;' \
     '  Channel& c = *collectives_;'
+  mutate cc/comm/nccl/nccl_backend.cc \
+    '  DK_RETURN_IF_ERROR(UseDevice());
+  // The caller'"'"'s work comes first' \
+    '  // The caller'"'"'s work comes first'
 }
 bug3() {
   mutate bindings/python/distkit/torch_backend.py \
@@ -90,9 +94,9 @@ bug4() {
 }
 bug5() {
   mutate cc/comm/nccl/nccl_backend.cc \
-    '  if (absl::Status r = CudaStatus(
-          *cuda_, cuda_->EventRecord(channel.done, channel.stream),
-          "cudaEventRecord");
+    '  if (absl::Status r =
+          CudaStatus(*cuda_, cuda_->EventRecord(channel.done, channel.stream),
+                     "cudaEventRecord");
       !r.ok()) {' \
     '  cuda_->EventRecord(channel.done, channel.stream);
   if (absl::Status r; false) {'
@@ -114,7 +118,7 @@ if ! run_tests clean ${tests[1]} ${tests[3]}; then
   echo "nccl_bug_regressions: FAIL: the clean tree does not pass"
   status=1
 fi
-for n in 1 2 3 4 5; do
+for n in ${DK_BUGS:-1 2 3 4 5}; do
   git checkout -q -- .
   echo "== bug $n"
   "bug$n"
