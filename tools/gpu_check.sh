@@ -122,7 +122,7 @@ build() {
     cc/core/cuda_block_cache.cc cc/core/cuda_memory_cuda.cc cc/core/cuda_library.cc cc/core/shared_library.cc
     cc/comm/backend.cc cc/comm/backend_registry.cc cc/comm/reduce_kernels.cc
     cc/comm/reduce_kernels_avx2.cc cc/comm/reduce_kernels_avx512.cc
-    cc/comm/op_context.cc cc/comm/op_signature.cc cc/comm/work.cc
+    cc/comm/op_context.cc cc/comm/op_signature.cc cc/comm/rank_names.cc cc/comm/work.cc
     cc/comm/nccl/nccl_backend.cc cc/comm/nccl/nccl_comm.cc cc/comm/nccl/nccl_library.cc
     cc/group/agreement_roll_call.cc cc/group/collective_contract.cc cc/group/flight_recorder.cc
     cc/group/op_queue.cc cc/group/process_group.cc
