@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cc/store/hash_store.h"
+#include "cc/store/internal/handshake.h"
 #include "cc/store/internal/socket.h"
 #include "cc/store/internal/wire.h"
 #include "cc/store/request_limits.h"
@@ -46,13 +47,6 @@ constexpr absl::Duration kBusyPollTime = absl::Microseconds(50);
 // The loop serving on this thread, if any: tells its own changes of the
 // state from those of the host process's other threads.
 thread_local const void* current_loop = nullptr;
-
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
-  return diff == 0;
-}
 
 void PutEmptyAnswer(std::string* out) {
   wire::EndFrame(out, wire::BeginFrame(out, 0));
@@ -113,6 +107,10 @@ class StoreServer::Loop {
     size_t in_end = 0;
     std::string out;
     size_t out_pos = 0;
+    // The handshake (internal/handshake.h): the nonces once the hello has
+    // come, then authenticated once the client's proof has.
+    std::string client_nonce;
+    std::string server_nonce;
     bool authenticated = false;
     bool refused = false;  // answered, then drained until drain_until
     absl::Time drain_until;
@@ -360,23 +358,46 @@ class StoreServer::Loop {
     }
   }
 
-  void Authenticate(Conn& c, const wire::Request& hello) {
-    if (hello.op != wire::Op::kHello) {
-      return Refuse(
-          c, absl::UnauthenticatedError("store: request carries no job token"));
+  // The hello (answered with this server's nonce and proof), then the
+  // client's proof; nothing else is read before it.
+  void Authenticate(Conn& c, const wire::Request& request) {
+    const absl::Status no_token =
+        absl::UnauthenticatedError("store: request carries no job token");
+    if (c.server_nonce.empty()) {
+      if (request.op != wire::Op::kHello) return Refuse(c, no_token);
+      if (request.magic != wire::kMagic) {
+        return Refuse(c, absl::InvalidArgumentError(
+                             "store: the client speaks another protocol "
+                             "version (expected DKS2)"));
+      }
+      if (request.values[0].size() != store_auth::kNonceBytes) {
+        return Refuse(c, absl::InvalidArgumentError(
+                             "store: a hello without a proper nonce"));
+      }
+      c.client_nonce = request.values[0];
+      c.server_nonce = store_auth::NewNonce();
+      const size_t begin = wire::BeginFrame(&c.out, 0);
+      wire::PutU32(&c.out, wire::kMagic);
+      wire::PutString(&c.out, c.server_nonce);
+      wire::PutString(&c.out, store_auth::ServerProof(token_, c.server_nonce,
+                                                      c.client_nonce));
+      return wire::EndFrame(&c.out, begin);
     }
-    if (hello.magic != wire::kMagic) {
-      return Refuse(c, absl::InvalidArgumentError(
-                           "store: the client speaks another protocol "
-                           "version (expected DKS1)"));
-    }
-    const std::string& given = hello.values[0];
-    if (!ConstantTimeEquals(given, token_)) {
-      return Refuse(c, absl::UnauthenticatedError(
-                           given.empty() ? "store: request carries no job token"
-                                         : "store: wrong job token"));
+    if (request.op != wire::Op::kProof) return Refuse(c, no_token);
+    const std::string& given = request.values[0];
+    if (!store_auth::ConstantTimeEquals(
+            given, store_auth::ClientProof(token_, c.server_nonce,
+                                           c.client_nonce))) {
+      // A client without a token proves the empty one.
+      const bool none = store_auth::ConstantTimeEquals(
+          given, store_auth::ClientProof("", c.server_nonce, c.client_nonce));
+      return Refuse(c, none ? no_token
+                            : absl::UnauthenticatedError(
+                                  "store: wrong job token"));
     }
     c.authenticated = true;
+    std::string().swap(c.client_nonce);
+    std::string().swap(c.server_nonce);
     PutEmptyAnswer(&c.out);
   }
 
@@ -387,9 +408,10 @@ class StoreServer::Loop {
     for (const std::string& v : request.values) value_bytes += v.size();
     if (absl::Status bad =
             CheckStoreRequest(wire::OpName(op), request.keys, value_bytes);
-        !bad.ok() || op == wire::Op::kHello) {
-      if (op == wire::Op::kHello) {
-        bad = absl::InvalidArgumentError("store: a second hello");
+        !bad.ok() || op == wire::Op::kHello || op == wire::Op::kProof) {
+      if (op == wire::Op::kHello || op == wire::Op::kProof) {
+        bad = absl::InvalidArgumentError(
+            absl::StrCat("store: a second ", wire::OpName(op)));
       }
       // A refused set has no answer of its own: the client hears of it at
       // its next call, and the connection closes.
@@ -444,6 +466,7 @@ class StoreServer::Loop {
       case wire::Op::kMultiGet:
         return StartWait(c, std::move(request));
       case wire::Op::kHello:
+      case wire::Op::kProof:
         return;
     }
   }

@@ -1,10 +1,12 @@
 // StoreServer hosts the job's Store over TCP (the wire format in
 // internal/wire.h). It binds only the address it is given (never 0.0.0.0
-// unless asked), checks the job token of every connection before it reads
-// any request, and keeps its state in a HashStore. One thread serves every
-// connection from an epoll loop: a small request costs no thread wake-up of
-// its own, and a blocked Get or Wait holds no thread (it is parked until its
-// keys arrive, its timeout passes or its client goes away).
+// unless asked), has every connection prove it knows the job token before it
+// reads any request (a handshake over fresh nonces that never sends the
+// token: internal/handshake.h), and keeps its state in a HashStore. One
+// thread serves every connection from an epoll loop: a small request costs
+// no thread wake-up of its own, and a blocked Get or Wait holds no thread (it
+// is parked until its keys arrive, its timeout passes or its client goes
+// away).
 //
 //   DK_ASSIGN_OR_RETURN(auto server, StoreServer::Start({"127.0.0.1:0",
 //   token})); std::string where = server->address();  // "127.0.0.1:41233"
@@ -26,8 +28,8 @@ class StoreServer {
   struct Options {
     // "host:port"; port 0 picks a free port (see address()).
     std::string address = "127.0.0.1:0";
-    // The job token every request must carry. Empty accepts only requests
-    // whose token is empty as well.
+    // The job token every connection must prove it knows. Empty accepts
+    // only clients whose token is empty as well.
     std::string token;
   };
 

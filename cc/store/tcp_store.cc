@@ -6,6 +6,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "cc/store/call_deadline.h"
+#include "cc/store/internal/handshake.h"
 #include "cc/store/internal/socket.h"
 #include "cc/store/internal/wire.h"
 #include "cc/store/request_limits.h"
@@ -51,23 +52,26 @@ struct Answer {
 
 class TcpStore::Connection {
  public:
-  // Connects and sends the hello; its answer is read with the first call.
+  // Connects and sends the hello (the handshake's first message,
+  // internal/handshake.h); the rest of the handshake happens with the first
+  // call, so a connection costs no wait until it is used.
   static absl::StatusOr<std::unique_ptr<Connection>> Open(
       const std::string& address, const std::string& token,
       absl::Time deadline) {
     absl::StatusOr<Fd> fd = store_socket::ConnectBefore(address, deadline);
     if (!fd.ok()) return fd.status();
+    std::unique_ptr<Connection> c(new Connection(*std::move(fd), token));
     wire::Request hello;
     hello.op = wire::Op::kHello;
     hello.magic = wire::kMagic;
-    hello.values.push_back(token);
+    hello.values.push_back(c->client_nonce_);
     std::string frame;
     wire::EncodeRequest(hello, &frame);
-    if (absl::Status s = store_socket::WriteAll(fd->get(), frame, deadline);
+    if (absl::Status s = store_socket::WriteAll(c->fd_.get(), frame, deadline);
         !s.ok()) {
       return s;
     }
-    return std::unique_ptr<Connection>(new Connection(*std::move(fd)));
+    return c;
   }
 
   bool broken() const { return broken_; }
@@ -90,6 +94,21 @@ class TcpStore::Connection {
       }
       return a;
     }
+    std::string proof_and_frame;
+    if (hello_pending_) {
+      // The server's challenge: its proof first; ours only if it holds.
+      if (!AcceptChallenge(&a, deadline)) {
+        broken_ = true;
+        return a;
+      }
+      wire::Request proof;
+      proof.op = wire::Op::kProof;
+      proof.values.push_back(
+          store_auth::ClientProof(token_, server_nonce_, client_nonce_));
+      wire::EncodeRequest(proof, &proof_and_frame);
+      proof_and_frame.append(frame.data(), frame.size());
+      frame = proof_and_frame;
+    }
     a.transport = store_socket::WriteAll(fd_.get(), frame, deadline);
     a.sent = true;
     if (!a.transport.ok()) {
@@ -99,10 +118,11 @@ class TcpStore::Connection {
     if (hello_pending_) {
       ReadAnswer(&a, deadline);
       if (!a.transport.ok() || a.code != 0) {
-        broken_ = true;  // a refused hello: the server closes
+        broken_ = true;  // a refused proof: the server closes
         return a;
       }
       hello_pending_ = false;
+      a.payload.clear();
     }
     if (answered) ReadAnswer(&a, deadline);
     // No answer in time leaves the stream out of step: start afresh.
@@ -111,7 +131,45 @@ class TcpStore::Connection {
   }
 
  private:
-  explicit Connection(Fd fd) : fd_(std::move(fd)) {}
+  Connection(Fd fd, const std::string& token)
+      : fd_(std::move(fd)),
+        token_(token),
+        client_nonce_(store_auth::NewNonce()) {}
+
+  // Reads the answer to the hello and checks the server's proof. false
+  // with `a` saying why when the connection cannot go on (nothing was sent
+  // for the call: a transport error lets the caller retry).
+  bool AcceptChallenge(Answer* a, absl::Time deadline) {
+    ReadAnswer(a, deadline);
+    if (!a->transport.ok() || a->code != 0) return false;
+    wire::Reader r(a->payload);
+    const uint32_t magic = r.U32();
+    server_nonce_ = r.String();
+    const std::string server_proof = r.String();
+    a->payload.clear();
+    if (!r.done() || magic != wire::kMagic ||
+        server_nonce_.size() != store_auth::kNonceBytes) {
+      a->code = static_cast<uint8_t>(absl::StatusCode::kUnauthenticated);
+      a->payload =
+          "store: the server's challenge is malformed (another protocol "
+          "version, or not a distkit store)";
+      return false;
+    }
+    if (!store_auth::ConstantTimeEquals(
+            server_proof,
+            store_auth::ServerProof(token_, server_nonce_, client_nonce_))) {
+      a->code = static_cast<uint8_t>(absl::StatusCode::kUnauthenticated);
+      a->payload =
+          token_.empty()
+              ? "store: request carries no job token (the store server "
+                "requires one: set DISTKIT_TOKEN)"
+              : "store: wrong job token (the store server proved another "
+                "one: its DISTKIT_TOKEN and this process's differ, or "
+                "another job's store answers at this address)";
+      return false;
+    }
+    return true;
+  }
 
   void ReadAnswer(Answer* a, absl::Time deadline) {
     absl::StatusOr<std::string> body =
@@ -135,7 +193,10 @@ class TcpStore::Connection {
   }
 
   Fd fd_;
-  bool hello_pending_ = true;
+  const std::string token_;
+  const std::string client_nonce_;
+  std::string server_nonce_;
+  bool hello_pending_ = true;  // the handshake is not finished
   bool broken_ = false;
 };
 

@@ -1,10 +1,13 @@
 // TcpStore is a Store client of a StoreServer, used by every rank of a job.
 // Connect waits for the server to come up (ranks often start before the rank
-// that hosts the store), up to connect_timeout. Every connection shows the job
-// token first. Every call is bounded: by the store timeout (blocking calls: a
-// little past it, so the server's answer naming the keys arrives first) and
-// by the thread's ScopedStoreDeadline, so a server that vanishes or freezes
-// cannot hang a rank.
+// that hosts the store), up to connect_timeout. Every connection opens with
+// the handshake of internal/handshake.h, finished with its first call (one
+// round trip more, then none): the server proves it knows the job token,
+// then the client does, and the token itself never crosses the network; a
+// wrong token is UNAUTHENTICATED at that call. Every call is bounded: by the
+// store timeout (blocking calls: a little past it, so the server's answer
+// naming the keys arrives first) and by the thread's ScopedStoreDeadline, so
+// a server that vanishes or freezes cannot hang a rank.
 //
 // Calls go, in order, over one connection, so a client sees its own writes.
 // Set does not wait for an answer (as c10d's TCPStore's does not): it returns

@@ -1,14 +1,22 @@
 #include "cc/store/tcp_store.h"
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <thread>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "cc/store/call_deadline.h"
 #include "cc/store/hash_store.h"
+#include "cc/store/internal/handshake.h"
 #include "cc/store/internal/socket.h"
 #include "cc/store/internal/wire.h"
 #include "cc/store/request_limits.h"
@@ -49,12 +57,27 @@ class RawClient {
   explicit RawClient(const std::string& address)
       : fd_(*store_socket::ConnectBefore(address,
                                          absl::Now() + absl::Seconds(10))) {}
+  // The handshake (internal/handshake.h) with `token`, up to the proof,
+  // whose answer is the next Answer(). The server's proof is not checked.
   void SendHello(const std::string& token) {
     store_wire::Request hello;
     hello.op = store_wire::Op::kHello;
     hello.magic = store_wire::kMagic;
-    hello.values.push_back(token);
+    const std::string client_nonce = store_auth::NewNonce();
+    hello.values.push_back(client_nonce);
     Send(hello);
+    absl::StatusOr<std::string> challenge =
+        store_socket::ReadFrame(fd_.get(), absl::Now() + absl::Seconds(10));
+    ASSERT_TRUE(challenge.ok()) << challenge.status();
+    ASSERT_EQ((*challenge)[0], 0) << "the hello is answered";
+    store_wire::Reader r(absl::string_view(*challenge).substr(1));
+    EXPECT_EQ(r.U32(), store_wire::kMagic);
+    const std::string server_nonce = r.String();
+    store_wire::Request proof;
+    proof.op = store_wire::Op::kProof;
+    proof.values.push_back(
+        store_auth::ClientProof(token, server_nonce, client_nonce));
+    Send(proof);
   }
   void Send(const store_wire::Request& request) {
     std::string frame;
@@ -86,6 +109,100 @@ class RawClient {
 
  private:
   store_socket::Fd fd_;
+};
+
+// A TCP relay between clients and `target` that records what every
+// connection's client sent: what anyone on the path between a rank and the
+// store host can capture.
+class RecordingProxy {
+ public:
+  explicit RecordingProxy(const std::string& target) : target_(target) {
+    absl::StatusOr<std::pair<store_socket::Fd, int>> listening =
+        store_socket::Listen("127.0.0.1", 0);
+    EXPECT_TRUE(listening.ok()) << listening.status();
+    listener_ = std::move(listening->first);
+    port_ = listening->second;
+    acceptor_ = std::thread([this] { AcceptLoop(); });
+  }
+  ~RecordingProxy() {
+    stop_ = true;
+    acceptor_.join();
+    for (std::thread& t : relays_) t.join();
+  }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  // What each connection's client sent, in the order they were accepted.
+  std::vector<std::string> FromClients() {
+    absl::MutexLock lock(&mu_);
+    return from_clients_;
+  }
+  // Everything the server sent, over every connection.
+  std::string FromServer() {
+    absl::MutexLock lock(&mu_);
+    return from_server_;
+  }
+
+ private:
+  void AcceptLoop() {
+    while (!stop_) {
+      pollfd p{listener_.get(), POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      const int fd = accept4(listener_.get(), nullptr, nullptr,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      absl::StatusOr<store_socket::Fd> upstream = store_socket::ConnectBefore(
+          target_, absl::Now() + absl::Seconds(10));
+      if (!upstream.ok()) {
+        close(fd);
+        continue;
+      }
+      size_t index;
+      {
+        absl::MutexLock lock(&mu_);
+        index = from_clients_.size();
+        from_clients_.emplace_back();
+      }
+      relays_.emplace_back([this, client = store_socket::Fd(fd),
+                            server = *std::move(upstream), index]() mutable {
+        Relay(std::move(client), std::move(server), index);
+      });
+    }
+  }
+
+  void Relay(store_socket::Fd client, store_socket::Fd server, size_t index) {
+    char buffer[1 << 16];
+    while (!stop_) {
+      pollfd p[2] = {{client.get(), POLLIN, 0}, {server.get(), POLLIN, 0}};
+      if (poll(p, 2, 20) <= 0) continue;
+      for (int side = 0; side < 2; ++side) {
+        if (p[side].revents == 0) continue;
+        const int from = side == 0 ? client.get() : server.get();
+        const int to = side == 0 ? server.get() : client.get();
+        const ssize_t n = read(from, buffer, sizeof(buffer));
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        if (n <= 0) return;  // either side closed: close both
+        {
+          absl::MutexLock lock(&mu_);
+          (side == 0 ? from_clients_[index] : from_server_)
+              .append(buffer, static_cast<size_t>(n));
+        }
+        if (!store_socket::WriteAll(to, absl::string_view(buffer, n),
+                                    absl::Now() + absl::Seconds(10))
+                 .ok()) {
+          return;
+        }
+      }
+    }
+  }
+
+  const std::string target_;
+  store_socket::Fd listener_;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+  std::vector<std::thread> relays_;  // the acceptor's alone
+  absl::Mutex mu_;
+  std::vector<std::string> from_clients_ ABSL_GUARDED_BY(mu_);
+  std::string from_server_ ABSL_GUARDED_BY(mu_);
 };
 
 // A frame header claiming a body of `length` bytes for a set.
@@ -146,6 +263,145 @@ TEST_F(TcpStoreTest, MissingTokenIsRefused) {
   absl::Status s = none->Set("k", "v");
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
   EXPECT_NE(s.message().find("no job token"), absl::string_view::npos) << s;
+}
+
+// The token itself never crosses the network: what a client and the server
+// send (captured on the path between them, every connection of a client
+// that also parks a blocking get on a second one) holds neither the token
+// nor its hex form, while the requests themselves pass in clear (so the
+// capture is real).
+TEST_F(TcpStoreTest, ACapturedHandshakeHoldsNoToken) {
+  RecordingProxy proxy(server->address());
+  absl::StatusOr<std::unique_ptr<TcpStore>> c = TcpStore::Connect(
+      {proxy.address(), kToken, absl::Seconds(10), absl::Seconds(10)});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE((*c)->Set("captured-key", "captured-value").ok());
+  EXPECT_EQ(*(*c)->Add("n", 5), 5);
+  std::thread late([] {
+    absl::SleepFor(absl::Milliseconds(100));
+    (void)Client()->Set("late", "1");
+  });
+  EXPECT_EQ(*(*c)->Get("late"), "1");  // parked on a connection of its own
+  late.join();
+  c->reset();
+  const std::vector<std::string> sent = proxy.FromClients();
+  ASSERT_GE(sent.size(), 2u) << "the blocking get opened a second connection";
+  std::string everything = proxy.FromServer();
+  for (const std::string& bytes : sent) {
+    // Each connection opened with the handshake's hello.
+    ASSERT_GE(bytes.size(), store_wire::kHeaderBytes + 1);
+    EXPECT_EQ(bytes[store_wire::kHeaderBytes],
+              static_cast<char>(store_wire::Op::kHello));
+    everything += bytes;
+  }
+  EXPECT_NE(everything.find("captured-value"), std::string::npos)
+      << "the capture holds the traffic";
+  EXPECT_EQ(everything.find(kToken), std::string::npos)
+      << "the token crossed the network";
+  EXPECT_EQ(everything.find(absl::BytesToHexString(kToken)), std::string::npos);
+}
+
+// A recorded handshake (and the requests after it) sent again on a new
+// connection meets a new server nonce: the proof is refused and nothing it
+// carried is applied.
+TEST_F(TcpStoreTest, ARecordedHandshakeCannotBeReplayed) {
+  RecordingProxy proxy(server->address());
+  {
+    absl::StatusOr<std::unique_ptr<TcpStore>> c = TcpStore::Connect(
+        {proxy.address(), kToken, absl::Seconds(10), absl::Seconds(10)});
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE((*c)->Set("replayed", "1").ok());
+    ASSERT_TRUE(*(*c)->Check({"replayed"}));
+  }
+  const std::vector<std::string> sent = proxy.FromClients();
+  ASSERT_EQ(sent.size(), 1u);
+  std::shared_ptr<Store> good = Client();
+  ASSERT_TRUE(*good->DeleteKey("replayed"));
+  // The recording, byte for byte, on a connection of its own.
+  RawClient replay(server->address());
+  ASSERT_TRUE(replay.SendBytes(sent[0]).ok());
+  EXPECT_EQ(replay.Answer().first, absl::StatusCode::kOk)
+      << "a hello is answered with a new challenge";
+  auto [code, message] = replay.Answer();
+  EXPECT_EQ(code, absl::StatusCode::kUnauthenticated) << message;
+  EXPECT_NE(message.find("wrong job token"), std::string::npos) << message;
+  EXPECT_TRUE(replay.Closed());
+  EXPECT_FALSE(*good->Check({"replayed"})) << "the replayed set was applied";
+}
+
+// The client checks the server's proof before it sends its own: a server
+// that does not know the token (another job's, or one listening in its
+// place) is refused, and gets no proof to try elsewhere.
+TEST(TcpStoreHandshakeTest, AServerWithoutTheTokenGetsNoProof) {
+  absl::StatusOr<std::pair<store_socket::Fd, int>> listening =
+      store_socket::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listening.ok()) << listening.status();
+  std::string after_challenge;
+  bool saw_hello = false;
+  std::thread impostor([&] {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    int fd = -1;
+    while (fd < 0 && absl::Now() < deadline) {
+      pollfd p{listening->first.get(), POLLIN, 0};
+      if (poll(&p, 1, 20) > 0) {
+        fd = accept4(listening->first.get(), nullptr, nullptr, SOCK_CLOEXEC);
+      }
+    }
+    if (fd < 0) return;
+    store_socket::Fd conn(fd);
+    absl::StatusOr<std::string> hello = store_socket::ReadFrame(fd, deadline);
+    if (!hello.ok()) return;
+    absl::StatusOr<store_wire::Request> decoded =
+        store_wire::DecodeRequest(*hello);
+    saw_hello = decoded.ok() && decoded->op == store_wire::Op::kHello;
+    std::string challenge;
+    const size_t begin = store_wire::BeginFrame(&challenge, 0);
+    store_wire::PutU32(&challenge, store_wire::kMagic);
+    store_wire::PutString(&challenge, store_auth::NewNonce());
+    store_wire::PutString(&challenge,
+                          store_auth::ServerProof("guess", "", ""));
+    store_wire::EndFrame(&challenge, begin);
+    (void)store_socket::WriteAll(fd, challenge, deadline);
+    // Whatever the client sends until it closes.
+    char buffer[4096];
+    while (absl::Now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      const ssize_t n = read(fd, buffer, sizeof(buffer));
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (n <= 0) break;
+      after_challenge.append(buffer, static_cast<size_t>(n));
+    }
+  });
+  {
+    absl::StatusOr<std::unique_ptr<TcpStore>> c = TcpStore::Connect(
+        {absl::StrCat("127.0.0.1:", listening->second), kToken,
+         absl::Seconds(5), absl::Seconds(5)});
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::Status s = (*c)->Set("k", "v");
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+    EXPECT_NE(s.message().find("wrong job token"), absl::string_view::npos)
+        << s;
+  }
+  impostor.join();
+  EXPECT_TRUE(saw_hello);
+  EXPECT_EQ(after_challenge, "") << "the client sent a proof, or a request";
+}
+
+// A client of the protocol before the handshake (DKS1: the token in the
+// hello) is told so.
+TEST_F(TcpStoreTest, AnOldProtocolsHelloIsRefused) {
+  RawClient raw(server->address());
+  store_wire::Request hello;
+  hello.op = store_wire::Op::kHello;
+  hello.magic = 0x31534b44;  // "DKS1"
+  hello.values.push_back(kToken);
+  raw.Send(hello);
+  auto [code, message] = raw.Answer();
+  EXPECT_EQ(code, absl::StatusCode::kInvalidArgument) << message;
+  EXPECT_NE(message.find("another protocol version (expected DKS2)"),
+            std::string::npos)
+      << message;
 }
 
 TEST_F(TcpStoreTest, SixtyFourClientsLoseNoAdd) {

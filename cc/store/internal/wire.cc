@@ -34,6 +34,8 @@ absl::string_view OpName(Op op) {
   switch (op) {
     case Op::kHello:
       return "hello";
+    case Op::kProof:
+      return "proof";
     case Op::kSet:
       return "set";
     case Op::kAdd:
@@ -122,6 +124,9 @@ void EncodeRequest(const Request& request, std::string* out) {
       PutU32(out, request.magic);
       PutString(out, value(0));
       break;
+    case Op::kProof:
+      PutString(out, value(0));
+      break;
     case Op::kSet:
     case Op::kAppend:
       PutString(out, key());
@@ -173,7 +178,7 @@ absl::StatusOr<Request> DecodeRequest(absl::string_view body) {
   Request req;
   const uint8_t op = r.U8();
   if (!r.ok() || op < static_cast<uint8_t>(Op::kHello) ||
-      op > static_cast<uint8_t>(Op::kAppend)) {
+      op > static_cast<uint8_t>(Op::kProof)) {
     return absl::InvalidArgumentError(
         absl::StrCat("store: unknown request op ", static_cast<int>(op)));
   }
@@ -181,6 +186,9 @@ absl::StatusOr<Request> DecodeRequest(absl::string_view body) {
   switch (req.op) {
     case Op::kHello:
       req.magic = r.U32();
+      req.values.push_back(r.String());
+      break;
+    case Op::kProof:
       req.values.push_back(r.String());
       break;
     case Op::kSet:

@@ -8,7 +8,10 @@
 //   string   = u32 length | bytes          keys = u32 count | count × string
 //
 //   op          fields                                 payload of the answer
-//   kHello      u32 kMagic, string token               (none)
+//   kHello      u32 kMagic, string client_nonce        u32 kMagic,
+//                                                      string server_nonce,
+//                                                      string server_proof
+//   kProof      string client_proof                    (none)
 //   kSet        string key, string value               no answer at all
 //   kAdd        string key, i64 delta                  i64 new value
 //   kCompareSet string key, expected, desired          string value
@@ -20,9 +23,13 @@
 //   kMultiSet   keys, keys (the values)                (none)
 //   kAppend     string key, string value               (none)
 //
-// The first frame of a connection is kHello; the server checks the token
-// before it reads anything else, and caps that frame at kMaxHelloBytes, so a
-// client without the token costs the store host almost nothing. Requests of
+// A connection opens with kHello and kProof, the handshake of handshake.h:
+// each side proves it knows the job token with an HMAC over both sides'
+// fresh nonces, and the token itself never crosses the network. The server
+// reads nothing else before the proof, and caps those frames at
+// kMaxHelloBytes, so a client without the token costs the store host almost
+// nothing; a client sends its proof (and its requests after it) only once
+// the server has proved itself. Requests of
 // one connection are applied in order. A set gets no answer (as c10d's
 // TCPStore's does not): the server answers only when it refuses one, and then
 // closes the connection. A blocking request with try_only set answers
@@ -56,10 +63,12 @@ enum class Op : uint8_t {
   kMultiGet = 9,
   kMultiSet = 10,
   kAppend = 11,
+  kProof = 12,
 };
 
-// "DKS1": the protocol and its version, first in every hello.
-constexpr uint32_t kMagic = 0x31534b44;
+// "DKS2": the protocol and its version, first in every hello and challenge
+// (DKS1 sent the token itself).
+constexpr uint32_t kMagic = 0x32534b44;
 // The most a frame may hold before the connection has shown the token.
 constexpr size_t kMaxHelloBytes = 4096;
 // Framing headroom over MaxStoreRequestBytes() (op, lengths, counts).
@@ -77,7 +86,8 @@ struct Request {
   std::vector<std::string> keys;    // one key for single-key ops
   std::vector<std::string> values;  // value / expected+desired / multi_set
   int64_t number = 0;               // add's delta, a wait's timeout_ms
-  uint32_t magic = 0;               // hello
+  uint32_t magic = 0;               // hello (values: the client's nonce;
+                                    // proof's: the client's proof)
   bool try_only = false;
 };
 

@@ -38,9 +38,10 @@ TEST(WireTest, EveryOpRoundTrips) {
       Make(Op::kAppend, {"k"}, {"tail"}),
   };
   requests[3].try_only = true;
-  Request hello = Make(Op::kHello, {}, {"token"});
+  Request hello = Make(Op::kHello, {}, {std::string(32, '\x07')});
   hello.magic = kMagic;
   requests.push_back(hello);
+  requests.push_back(Make(Op::kProof, {}, {std::string(32, '\xfe')}));
   for (const Request& r : requests) {
     absl::StatusOr<Request> d = DecodeRequest(Body(r));
     ASSERT_TRUE(d.ok()) << OpName(r.op) << ": " << d.status();
@@ -65,6 +66,7 @@ TEST(WireTest, TruncatedTrailingAndUnknownAreRefused) {
       << trailing.status();
   EXPECT_FALSE(DecodeRequest(std::string(1, '\x00')).ok());
   EXPECT_FALSE(DecodeRequest(std::string(1, '\x63')).ok());
+  EXPECT_FALSE(DecodeRequest(std::string(1, '\x0d')).ok());  // past kProof
 }
 
 TEST(WireTest, AHostileCountReservesNothing) {
