@@ -49,6 +49,11 @@ _NETNS_CHILDREN=()  # every process this library started, killed at teardown
 # Whether hosts can be made here; prints why not. Builds two hosts in a
 # subshell (whose namespaces go with it), so it leaves nothing behind.
 netns_can_create_hosts() {
+  # netns_job.sh waits for the first node to end (wait -n -p).
+  if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 501)); then
+    echo "bash $BASH_VERSION is older than 5.1"
+    return 1
+  fi
   local tool
   for tool in ip nsenter unshare setpriv; do
     if ! command -v "$tool" >/dev/null 2>&1; then
