@@ -109,7 +109,14 @@ absl::Status CollectiveContract::Agree(const OpContext& ctx,
   }
   DK_RETURN_IF_ERROR(backend_->ExchangeSignatures(ctx, mine, payload,
                                                   absl::MakeSpan(signatures_)));
-  return CheckAgreement(ctx, signatures_);
+  absl::Status agreed = CheckAgreement(ctx, signatures_);
+  if (agreed.ok() || !backend_->AgreesAlongside()) return agreed;
+  // A backend that agrees alongside its operations: a peer that called a
+  // data operation met this exchange with its alongside signature and has
+  // aborted; so do we, so that every rank ends the same way.
+  backend_->Abort();
+  return absl::AbortedError(absl::StrCat(
+      agreed.message(), "; the group's communication was aborted"));
 }
 
 ReduceOp CollectiveContract::WireOp(ReduceOp op, const TensorRef& t) const {

@@ -411,24 +411,37 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
                                       cudaMemcpyHostToDevice, channel.stream),
                    "cudaMemcpyAsync"));
   }
+  if (mine) {
+    // Every rank's signature, then to the host, then the operation: all in
+    // stream order, nothing waited for on the device. Two enqueues: a
+    // non-blocking communicator may answer the all-gather with
+    // ncclInProgress, and takes no further call until that is over.
+    absl::Status gathered = channel.comm->Enqueue(
+        [&](ncclComm_t comm) {
+          return nccl_->AllGather(signatures, signatures + sizeof(OpSignature),
+                                  sizeof(OpSignature), ncclUint8, comm,
+                                  channel.stream);
+        },
+        deadline, what);
+    if (!gathered.ok()) return failed(gathered);
+    absl::Status copied = CudaStatus(
+        *cuda_,
+        cuda_->MemcpyAsync(signatures_host_, signatures + sizeof(OpSignature),
+                           sizeof(OpSignature) * size_, cudaMemcpyDeviceToHost,
+                           channel.stream),
+        "cudaMemcpyAsync");
+    if (copied.ok()) {
+      copied = CudaStatus(
+          *cuda_, cuda_->EventRecord(signatures_arrived_, channel.stream),
+          "cudaEventRecord");
+    }
+    if (!copied.ok()) {
+      channel.comm->Abort(copied);
+      return failed(copied);
+    }
+  }
   absl::Status s = channel.comm->Enqueue(
       [&](ncclComm_t comm) {
-        if (mine) {
-          // Every rank's signature, then to the host, then the operation:
-          // all in stream order, nothing waited for here.
-          ncclResult_t r = nccl_->AllGather(
-              signatures, signatures + sizeof(OpSignature), sizeof(OpSignature),
-              ncclUint8, comm, channel.stream);
-          if (r != ncclSuccess) return r;
-          if (cuda_->MemcpyAsync(
-                  signatures_host_, signatures + sizeof(OpSignature),
-                  sizeof(OpSignature) * size_, cudaMemcpyDeviceToHost,
-                  channel.stream) != cudaSuccess ||
-              cuda_->EventRecord(signatures_arrived_, channel.stream) !=
-                  cudaSuccess) {
-            return ncclUnhandledCudaError;
-          }
-        }
         if (!grouped) return enqueue(comm, channel.stream);
         const ncclResult_t start = nccl_->GroupStart();
         if (start != ncclSuccess) return start;
@@ -463,7 +476,15 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
       }
     }
     const cudaError_t e = cuda_->EventQuery(channel.done);
-    if (e == cudaSuccess && agreed) return absl::OkStatus();
+    if (e == cudaSuccess && agreed) {
+      // Done may also mean ended by an abort (NCCL's kernels exit): only an
+      // operation of a communicator still healthy succeeded.
+      DK_RETURN_IF_ERROR(AbortedStatus(ctx));
+      if (absl::Status h = channel.comm->Health(what); !h.ok()) {
+        return failed(h);
+      }
+      return absl::OkStatus();
+    }
     if (e != cudaSuccess && e != cudaErrorNotReady) {
       const absl::Status r = CudaStatus(*cuda_, e, "cudaEventQuery");
       channel.comm->Abort(r);

@@ -14,7 +14,8 @@
 //   misuse   tensors on two devices, a stream of another device, an op after
 //            abort: clear errors, no hang; a failed cudaEventRecord of an
 //            op's end is an error; an op no other rank joins times out;
-//            ranks that disagree on an op fail it on every rank
+//            ranks that disagree on an op fail it on every rank (a barrier
+//            against an all_reduce too); an op in flight at abort fails
 //   devices  this process made a CUDA context on its own device only
 //
 // Prints the executed matrix (one line per operation and dtype).
@@ -517,6 +518,64 @@ void DisagreementAbortsTheGroup(ProcessGroup& world) {
   CheckOk(world.Barrier(), "every rank saw the mismatch");
 }
 
+// A barrier on one rank against an all_reduce on the others: the barrier's
+// exchange meets the all_reduce's alongside signatures, and every rank ends
+// with ABORTED (none keeps a group its peers have aborted).
+void BarrierAgainstAllReduce(ProcessGroup& world) {
+  if (size == 1) return;
+  std::vector<int> everyone;
+  for (int r = 0; r < size; ++r) everyone.push_back(r);
+  GroupOptions options;
+  options.backend = "nccl";
+  options.timeout = absl::Seconds(30);
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g =
+      world.NewGroup(everyone, options);
+  RequireOk(g.status(), "a group to disagree on");
+  GpuTensor t(DataType::kFloat32, {1, 2, 3, 4}, device);
+  absl::Status s =
+      rank == 0 ? (*g)->Barrier() : (*g)->AllReduce(t.ref(), ReduceOp::kSum);
+  Check(s.code() == absl::StatusCode::kAborted &&
+            absl::StrContains(s.message(), "barrier") &&
+            absl::StrContains(s.message(), "all_reduce"),
+        "a barrier against an all_reduce: ABORTED naming both, on every "
+        "rank: " +
+            s.ToString());
+  ++matrix["barrier against all_reduce"];
+  CheckOk(world.Barrier(), "every rank saw the mismatch");
+}
+
+// An operation in flight when its group is aborted ends with an error, not
+// OK: its kernels exit early, and the end event then completes too.
+void AbortEndsAnOperationInFlight(ProcessGroup& world) {
+  if (size == 1) return;
+  std::vector<int> everyone;
+  for (int r = 0; r < size; ++r) everyone.push_back(r);
+  GroupOptions options;
+  options.backend = "nccl";
+  options.timeout = absl::Seconds(30);
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g =
+      world.NewGroup(everyone, options);
+  RequireOk(g.status(), "a group to abort");
+  if (rank == 0) {
+    // The others never join: the all_reduce waits until aborted.
+    GpuTensor t(DataType::kFloat32, {1, 2}, device);
+    std::shared_ptr<Work> w = (*g)->AllReduceAsync(t.ref(), ReduceOp::kSum);
+    absl::SleepFor(absl::Milliseconds(200));
+    Check(!w->Test(), "the all_reduce waits for peers that never come");
+    const absl::Time start = absl::Now();
+    (*g)->Abort();
+    absl::Status s = w->Wait(absl::Seconds(20));
+    Check(!s.ok() && s.code() != absl::StatusCode::kDeadlineExceeded,
+          "an all_reduce in flight at abort fails: " + s.ToString());
+    Check(absl::Now() - start < absl::Seconds(10), "soon after the abort");
+    ++matrix["all_reduce in flight at abort"];
+  }
+  CheckOk(world.Barrier(), "every rank past the abort");
+  // The others abort their side only now: an abort reaches the peers (their
+  // operations end), which would end rank 0's before its own abort.
+  if (rank != 0) (*g)->Abort();
+}
+
 // An operation no other rank joins ends at its group's timeout with
 // DEADLINE_EXCEEDED naming it (the communicator is aborted), not a hang.
 void TimeoutEndsTheOperation(ProcessGroup& world) {
@@ -584,6 +643,8 @@ int main() {
   FailedRecordIsAnError(*world);
   TimeoutEndsTheOperation(*world);
   DisagreementAbortsTheGroup(*world);
+  BarrierAgainstAllReduce(*world);
+  AbortEndsAnOperationInFlight(*world);
   if (rank == 0) {
     for (const auto& [what, n] : matrix) {
       std::printf("matrix: %-48s world size %d: %d checks\n", what.c_str(),
