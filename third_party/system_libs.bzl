@@ -144,6 +144,36 @@ system_torch = repository_rule(
     doc = "LibTorch (CPU) from Debian's libtorch-dev.",
 )
 
+# --- torch's Python extension API (pybind11) ----------------------------------
+
+def _system_torch_python_impl(rctx):
+    python = "/usr/bin/python3"  # Debian's, the interpreter with torch
+    res = rctx.execute([python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"])
+    include = res.stdout.strip()
+    if res.return_code != 0 or not rctx.path(include + "/Python.h").exists:
+        _fail_missing("Python.h for %s" % python, "python3-dev")
+    if not rctx.path("/usr/include/pybind11/pybind11.h").exists:
+        _fail_missing("pybind11 headers", "pybind11-dev")
+    rctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+# A torch extension module (e.g. a c10d backend): LibTorch, libtorch_python
+# and pybind11 (its headers are in /usr/include); Python's headers through
+# PYTHON_COPTS (defs.bzl). Python symbols resolve in the interpreter.
+cc_library(
+    name = "torch_python",
+    linkopts = ["-ltorch_python"],
+    deps = ["@system_torch//:torch"],
+)
+""")
+    rctx.file("defs.bzl", 'PYTHON_COPTS = ["-isystem", "%s"]\n' % include)
+
+system_torch_python = repository_rule(
+    implementation = _system_torch_python_impl,
+    local = True,
+    doc = "Python's headers, pybind11 and libtorch_python (Debian's python3-dev, pybind11-dev, libtorch-dev).",
+)
+
 # --- GoogleTest, Google Benchmark, DLPack -----------------------------------
 
 def _check_and_write(rctx, headers, build):
@@ -281,6 +311,7 @@ def distkit_system_dependencies():
     system_gloo(name = "system_gloo")
     system_mpi(name = "system_mpi")
     system_torch(name = "system_torch")
+    system_torch_python(name = "system_torch_python")
     system_gtest(name = "system_gtest")
     system_benchmark(name = "system_benchmark")
     system_dlpack(name = "system_dlpack")

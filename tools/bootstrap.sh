@@ -10,6 +10,7 @@ PACKAGES=(
   libgloo-dev
   libopenmpi-dev openmpi-bin
   libtorch-dev python3-torch
+  pybind11-dev python3-dev     # the torch c10d extension (bindings/python/c10d)
   libdlpack-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   golang-go

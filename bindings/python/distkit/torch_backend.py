@@ -3,7 +3,7 @@ collectives run on distkit's groups (shared memory on one host, Gloo across
 hosts), so torch's own DistributedDataParallel, DistributedSampler and any
 code written against torch.distributed run on distkit.
 
-    import distkit.torch_backend                    # registers "distkit"
+    import distkit                                  # registers "distkit"
     torch.distributed.init_process_group("distkit", init_method=..., rank=r, world_size=n)
 
 ``distkit.dist.init_dist(...)`` initializes torch.distributed's default
@@ -14,44 +14,32 @@ joins distkit through the store torch gives it. ``new_group(ranks)`` makes a
 distkit subgroup of its members (``dk_group_new_named``). Ranks torch passes
 to a process group are the group's own ranks, as the C ABI takes them.
 
-torch 1.13's c10d accepts Python subclasses of ``ProcessGroup`` and
-``Store`` (its own tests use them), so this is Python over the C ABI: no
-extension module to build against torch's C++ ABI. Operations complete
-before they return (``async_op=True`` gives a finished Work): see _done.
+The process groups are C++ (the extension ``distkit._c10d``, a c10d
+ProcessGroup over the C ABI, bindings/python/c10d): every operation returns
+at once with a Work that distkit's completion callback completes, so
+``async_op=True`` overlaps and torch's DDP overlaps its bucket all_reduces
+with backward. Where the extension cannot load (not built, another torch
+or Python than it was built for) or ``DISTKIT_TORCH_BACKEND=python`` asks
+for it, a Python process group over the C ABI stands in
+(torch_backend_fallback.py), whose operations complete before they
+return; it warns once, saying why, and ``implementation()`` tells.
 """
+import atexit
 import ctypes
 import datetime
+import importlib.util
+import os
 import uuid
-from typing import List, Optional
+import warnings
+from typing import Optional, Tuple
 
-import torch
 import torch.distributed as tdist
-from torch._C._distributed_c10d import _create_work_from_future
 
-from . import _lib
-from ._cuda_stream import follow_current_stream
-from ._dlpack import Borrowed
 from ._lib import lib, raise_for_status
 from .dist import groups as _groups
 from .dist import torch_groups, torch_join
 
 BACKEND = "distkit"
-
-_OPS = {
-    tdist.ReduceOp.SUM: _lib.OP_SUM, tdist.ReduceOp.PRODUCT: _lib.OP_PRODUCT,
-    tdist.ReduceOp.MIN: _lib.OP_MIN, tdist.ReduceOp.MAX: _lib.OP_MAX,
-    tdist.ReduceOp.BAND: _lib.OP_BAND, tdist.ReduceOp.BOR: _lib.OP_BOR,
-    tdist.ReduceOp.BXOR: _lib.OP_BXOR,
-}
-if hasattr(tdist.ReduceOp, "AVG"):
-    _OPS[tdist.ReduceOp.AVG] = _lib.OP_MEAN
-
-
-def _op(reduce_op) -> int:
-    for torch_op, code in _OPS.items():
-        if reduce_op == torch_op:
-            return code
-    raise ValueError(f"distkit backend: unsupported reduce op {reduce_op}")
 
 
 # ---- the store -----------------------------------------------------------------
@@ -145,213 +133,83 @@ def job_store(prefix: str = "torch/") -> DistkitStore:
     return DistkitStore(handle, prefix)
 
 
-# ---- work ------------------------------------------------------------------------
+# ---- the process groups -------------------------------------------------------
 
 
-def _done(result: List[torch.Tensor]):
-    """A finished c10d Work whose future holds ``result`` (the op's output
-    tensors, as c10d's futures do; DDP's communication hooks read them).
-
-    The operations complete before they return: c10d's C++ callers (DDP's
-    reducer, parameter verification) hold a Work past the Python object
-    that would answer its wait(), so a Python Work subclass would block
-    them forever; a Work made from a completed future answers in C++."""
-    future = torch.futures.Future()
-    future.set_result(result)
-    return _create_work_from_future(future)
-
-
-# ---- the process group -------------------------------------------------------------
+def _extension_candidates():
+    given = os.environ.get("DISTKIT_C10D_EXTENSION")
+    if given:
+        yield given
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, "_c10d.so")  # the packaged form
+    # Bazel: <runfiles>/distkit/bindings/python/distkit -> .../bindings/python/c10d
+    yield os.path.join(here, "..", "c10d", "_c10d.so")
+    runfiles = os.environ.get("RUNFILES_DIR")
+    if runfiles:
+        yield os.path.join(runfiles, "distkit", "bindings", "python", "c10d", "_c10d.so")
 
 
-class ProcessGroupDistkit(tdist.ProcessGroup):
-    """A c10d ProcessGroup over one distkit group (``group`` None: distkit's
-    default group)."""
-
-    def __init__(self, rank: int, size: int, group: Optional[_groups.ProcessGroup]):
-        super().__init__(rank, size)
-        self._dk_group = group  # keeps the handle alive
-        self._handle = group._handle if group is not None else None
-
-    def getBackendName(self):
-        return BACKEND
-
-    def _run(self, fn, args, keep, result, then=None):
-        """Runs ABI collective ``fn`` on this group (``keep``: what it
-        borrows), then ``then`` (results into torch's tensors)."""
-        follow_current_stream(self._handle, result)
-        raise_for_status(fn, self._handle, *args, None)
-        if then is not None:
-            then()
-        del keep
-        return _done(result)
-
-    # -- reductions --
-
-    def allreduce(self, tensors, opts=None):
-        t = _single(tensors, "allreduce")
-        op = _op(opts.reduceOp) if opts is not None else _lib.OP_SUM
-        view, back = _lend(t)
-        return self._run(lib.dk_group_all_reduce, (view.pointer, op), [view], [t], back)
-
-    def allreduce_coalesced(self, tensors, opts=None):
-        op = _op(opts.reduceOp) if opts is not None else _lib.OP_SUM
-        views = [Borrowed(t) for t in tensors]
-        raise_for_status(lib.dk_group_all_reduce_coalesced, self._handle, _lib.tensor_array(views),
-                         len(views), op, 1, -1)
-        return _done(list(tensors))
-
-    def reduce(self, tensors, opts):
-        t = _single(tensors, "reduce")
-        view, back = _lend(t)
-        return self._run(lib.dk_group_reduce, (view.pointer, _op(opts.reduceOp), opts.rootRank),
-                         [view], [t], back)
-
-    def reduce_scatter(self, output_tensors, input_tensors, opts):
-        out = _single(output_tensors, "reduce_scatter")
-        flat = torch.cat([t.reshape(-1) for t in input_tensors[0]])
-        return self._reduce_scatter(out, flat, opts)
-
-    def _reduce_scatter_base(self, output, input, opts):
-        return self._reduce_scatter(output, input.reshape(-1), opts)
-
-    def _reduce_scatter(self, out, flat, opts):
-        a = Borrowed(flat.contiguous())
-        b, back = _lend(out)
-        return self._run(lib.dk_group_reduce_scatter, (a.pointer, b.pointer, _op(opts.reduceOp)),
-                         [a, b, flat], [out], back)
-
-    # -- data movement --
-
-    def broadcast(self, tensors, opts):
-        t = _single(tensors, "broadcast")
-        view, back = _lend(t)
-        return self._run(lib.dk_group_broadcast, (view.pointer, opts.rootRank), [view], [t], back)
-
-    def allgather(self, output_tensors, input_tensors, opts=None):
-        t = _single(input_tensors, "allgather")
-        outs = output_tensors[0]
-        flat = torch.empty((len(outs),) + tuple(t.shape), dtype=t.dtype, device=t.device)
-        a, b = Borrowed(t.contiguous()), Borrowed(flat)
-
-        def fill():
-            for slot, value in zip(outs, flat.unbind(0)):
-                slot.copy_(value)
-        return self._run(lib.dk_group_all_gather, (a.pointer, b.pointer), [a, b, flat],
-                         list(outs), fill)
-
-    def _allgather_base(self, output, input, opts=None):
-        a = Borrowed(input.contiguous())
-        b, back = _lend(output)
-        return self._run(lib.dk_group_all_gather, (a.pointer, b.pointer), [a, b], [output], back)
-
-    def gather(self, output_tensors, input_tensors, opts):
-        t = _single(input_tensors, "gather")
-        is_root = self.rank() == opts.rootRank
-        outs = output_tensors[0] if is_root else []
-        flat = (torch.empty((self.size(),) + tuple(t.shape), dtype=t.dtype, device=t.device)
-                if is_root else None)
-        a = Borrowed(t.contiguous())
-        b = Borrowed(flat) if is_root else None
-
-        def fill():
-            for slot, value in zip(outs, flat.unbind(0) if is_root else []):
-                slot.copy_(value)
-        return self._run(lib.dk_group_gather, (a.pointer, b.pointer if b else None, opts.rootRank),
-                         [a, b, flat], list(outs), fill)
-
-    def scatter(self, output_tensors, input_tensors, opts):
-        out = _single(output_tensors, "scatter")
-        is_root = self.rank() == opts.rootRank
-        flat = torch.stack([x.contiguous() for x in input_tensors[0]]) if is_root else None
-        a = Borrowed(flat) if is_root else None
-        b, back = _lend(out)
-        return self._run(lib.dk_group_scatter, (a.pointer if a else None, b.pointer, opts.rootRank),
-                         [a, b, flat], [out], back)
-
-    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        def elements(t, splits):
-            if not splits:
-                return None
-            row = t[0].numel() if t.dim() > 0 and t.shape[0] > 0 else 0
-            return [s * row for s in splits]
-        ins, outs = elements(input, input_split_sizes), elements(output, output_split_sizes)
-        if (ins is None) != (outs is None):  # one side even: its equal parts
-            n = self.size()
-            ins = ins or [input.numel() // n] * n
-            outs = outs or [output.numel() // n] * n
-        a = Borrowed(input.contiguous())
-        b, back = _lend(output)
-        if ins is None:
-            return self._run(lib.dk_group_all_to_all, (a.pointer, None, b.pointer, None, 0),
-                             [a, b], [output], back)
-        in_arr = (ctypes.c_int64 * len(ins))(*ins)
-        out_arr = (ctypes.c_int64 * len(outs))(*outs)
-        return self._run(lib.dk_group_all_to_all, (a.pointer, in_arr, b.pointer, out_arr, len(ins)),
-                         [a, b, in_arr, out_arr], [output], back)
-
-    def alltoall(self, output_tensors, input_tensors, opts=None):
-        flat_in = torch.cat([t.reshape(-1) for t in input_tensors])
-        flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat_in.dtype,
-                               device=flat_in.device)
-        ins = [t.numel() for t in input_tensors]
-        outs = [t.numel() for t in output_tensors]
-        a, b = Borrowed(flat_in), Borrowed(flat_out)
-        in_arr = (ctypes.c_int64 * len(ins))(*ins)
-        out_arr = (ctypes.c_int64 * len(outs))(*outs)
-
-        def fill():
-            at = 0
-            for t in output_tensors:
-                t.copy_(flat_out[at:at + t.numel()].view_as(t))
-                at += t.numel()
-        return self._run(lib.dk_group_all_to_all,
-                         (a.pointer, in_arr, b.pointer, out_arr, len(ins)),
-                         [a, b, flat_in, flat_out, in_arr, out_arr], list(output_tensors), fill)
-
-    def barrier(self, opts=None):
-        return self._run(lib.dk_group_barrier, (), [], [])
-
-    def monitored_barrier(self, opts=None, wait_all_ranks=False):
-        return self.barrier(opts)
-
-    # -- point to point --
-
-    def send(self, tensors, dst, tag):
-        t = _single(tensors, "send")
-        view = Borrowed(t.contiguous())
-        return self._run(lib.dk_group_send, (view.pointer, dst, tag), [view], [t])
-
-    def recv(self, tensors, src, tag):
-        t = _single(tensors, "recv")
-        view, back = _lend(t)
-        return self._run(lib.dk_group_recv, (view.pointer, src, tag), [view], [t], back)
-
-    def recv_anysource(self, tensors, tag):
-        raise RuntimeError("distkit backend: recv from any source is not supported; "
-                           "name the source rank")
+_extension = None  # distkit._c10d once loaded
+_fallback_reason: Optional[str] = None  # why not, when it could not be
+_warned = False
 
 
-def _single(tensors, what) -> torch.Tensor:
-    if len(tensors) != 1:
-        raise ValueError(f"distkit backend: {what} takes one tensor per rank (one device), "
-                         f"got {len(tensors)}")
-    return tensors[0]
+def _load_extension() -> None:
+    global _extension, _fallback_reason
+    if os.environ.get("DISTKIT_TORCH_BACKEND", "") == "python":
+        _fallback_reason = "DISTKIT_TORCH_BACKEND=python asks for it"
+        return
+    tried = []
+    for path in _extension_candidates():
+        if not os.path.exists(path):
+            tried.append(path)
+            continue
+        try:
+            spec = importlib.util.spec_from_file_location("distkit._c10d", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            module.init(lib._handle)  # the C ABI of the library ctypes loaded
+        except Exception as e:  # noqa: BLE001 - any failure means the fallback, said why
+            _fallback_reason = f"the C++ extension {path} cannot load: {e}"
+            return
+        _extension = module
+        # Completions still queued run before the interpreter finalizes
+        # (their tensors and callbacks need it; completion_pool.h).
+        atexit.register(module._drain, 10.0)
+        return
+    _fallback_reason = "the C++ extension _c10d.so is not installed (tried " + ", ".join(
+        tried) + ")"
 
 
-def _lend(t: torch.Tensor):
-    """(a view the library writes, what copies it back): the tensor itself
-    when contiguous, else a contiguous copy written back after."""
-    if t.is_contiguous():
-        return Borrowed(t), None
-    tmp = t.contiguous()
-    return Borrowed(tmp), lambda: t.copy_(tmp)
+def implementation() -> Tuple[str, Optional[str]]:
+    """("c++", None) when the "distkit" backend's groups are the C++
+    extension's; ("python", why) when they are the Python fallback's."""
+    return ("c++", None) if _extension is not None else ("python", _fallback_reason)
+
+
+def _process_group(rank: int, size: int, group: Optional[_groups.ProcessGroup]):
+    """torch's process group over distkit group ``group`` (None: distkit's
+    default group); it keeps ``group`` as ``_dk_group`` (torch_groups.twin
+    reads it, and it keeps the handle alive)."""
+    global _warned
+    if _extension is not None:
+        handle = group._handle.value if group is not None else None
+        pg = _extension.ProcessGroupDistkit(rank, size, handle or 0)
+        pg._dk_group = group
+        return pg
+    if not _warned:
+        _warned = True
+        warnings.warn(f"distkit: torch.distributed's \"distkit\" backend runs on its Python "
+                      f"fallback, whose operations complete before they return (no overlap in "
+                      f"DDP): {_fallback_reason}", RuntimeWarning, stacklevel=3)
+    from .torch_backend_fallback import ProcessGroupDistkitPython
+    return ProcessGroupDistkitPython(rank, size, group)
 
 
 # ---- creating groups -------------------------------------------------------------
 
 
-def _create(store, rank: int, size: int, timeout: datetime.timedelta) -> ProcessGroupDistkit:
+def _create(store, rank: int, size: int, timeout: datetime.timedelta):
     """c10d's creator: the default group (torch.distributed not initialized
     yet) or a subgroup of its members."""
     if not tdist.is_initialized():
@@ -360,17 +218,18 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta) -> Process
                 raise RuntimeError(
                     f"distkit backend: torch's default group is rank {rank} of {size}, distkit's "
                     f"job rank {_groups.get_rank()} of {_groups.get_world_size()}")
-            return ProcessGroupDistkit(rank, size, None)
-        world = torch_join.join(store=store, rank=rank, size=size,
-                                timeout_ms=int(timeout.total_seconds() * 1000))
+            return _process_group(rank, size, None)
+        timeout_ms = int(timeout.total_seconds() * 1000)
+        world = torch_join.join(store=store, rank=rank, size=size, timeout_ms=timeout_ms,
+                                op_timeout_ms=timeout_ms)
         _groups._adopt_world(world)
-        return ProcessGroupDistkit(rank, size, None)
+        return _process_group(rank, size, None)
     adopted = torch_groups.adopted()
     if adopted is not None:  # distkit.dist.new_group: the twin it made (dist/torch_groups.py)
         if (adopted.rank(), adopted.size()) != (rank, size):
             raise RuntimeError(f"distkit backend: the group to adopt is rank {adopted.rank()} of "
                                f"{adopted.size()}, torch's rank {rank} of {size}")
-        return ProcessGroupDistkit(rank, size, adopted)
+        return _process_group(rank, size, adopted)
     # A subgroup: its members learn each other's default-group ranks and a
     # name for the group's rendezvous through torch's per-group store.
     store.set(f"distkit/member/{rank}", str(tdist.get_rank()))
@@ -382,7 +241,7 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta) -> Process
     handle = ctypes.c_void_p()
     raise_for_status(lib.dk_group_new_named, _groups.handle_of(None), ranks, size, name.encode(),
                      ctypes.byref(handle))
-    return ProcessGroupDistkit(rank, size, _groups.ProcessGroup(handle))
+    return _process_group(rank, size, _groups.ProcessGroup(handle))
 
 
 _registered = False
@@ -392,6 +251,7 @@ def register() -> None:
     """Registers the "distkit" backend with torch.distributed (once)."""
     global _registered
     if not _registered:
+        _load_extension()
         if not hasattr(tdist.Backend, BACKEND.upper()):
             tdist.Backend.register_backend(BACKEND, _create)
         _registered = True

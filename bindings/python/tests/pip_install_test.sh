@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # pip install of distkit's source tree into a fresh venv, offline (the
-# build step takes the library from DISTKIT_LIBRARY, as a prebuilt one), then
-# a 2-rank torchrun job (python -m torch.distributed.run, Debian's torch
-# 1.13 flags) imports it from the venv, without PYTHONPATH, and runs the
-# seed's first example: init_dist, get_local_rank, all_reduce.
+# build step takes the library and the torch c10d extension from
+# DISTKIT_LIBRARY and DISTKIT_C10D_EXTENSION, as prebuilt ones), then a
+# 2-rank torchrun job (python -m torch.distributed.run, Debian's torch 1.13
+# flags) imports it from the venv, without PYTHONPATH, and runs the seed's
+# first example: init_dist, get_local_rank, all_reduce; and
+# torch.distributed.all_reduce on the "distkit" backend, the C++ one.
 set -euo pipefail
 lib="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 pkgdir="$(dirname "$2")"  # bindings/python in the runfiles
+ext="$(cd "$(dirname "$3")" && pwd)/$(basename "$3")"
 tmp="$(mktemp -d "${TEST_TMPDIR:-/tmp}/pip.XXXXXX")"
 mkdir -p "$tmp/src"
 cp -rL "$pkgdir/pyproject.toml" "$pkgdir/setup.py" "$pkgdir/README.md" "$pkgdir/distkit" \
@@ -14,7 +17,7 @@ cp -rL "$pkgdir/pyproject.toml" "$pkgdir/setup.py" "$pkgdir/README.md" "$pkgdir/
 chmod -R u+w "$tmp/src"
 /usr/bin/python3 -m venv --system-site-packages "$tmp/venv"
 env HOME="$tmp" PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DISTKIT_LIBRARY="$lib" \
-  "$tmp/venv/bin/python" -m pip install --no-build-isolation --no-index --no-deps -q "$tmp/src"
+  DISTKIT_C10D_EXTENSION="$ext" "$tmp/venv/bin/python" -m pip install --no-build-isolation --no-index --no-deps -q "$tmp/src"
 rm -rf "$tmp/src"  # only the installed copy is left to import
 cat > "$tmp/job.py" <<'PY'
 import os
@@ -30,6 +33,13 @@ assert local_rank == int(os.environ["LOCAL_RANK"]), local_rank
 t = torch.tensor([float(rank + 1)])
 dist.all_reduce(t)
 assert t.item() == world_size * (world_size + 1) / 2, t
+import torch.distributed as tdist
+from distkit import torch_backend
+assert torch_backend.implementation() == ("c++", None), torch_backend.implementation()
+assert tdist.get_backend() == "distkit", tdist.get_backend()
+t = torch.ones(3)
+tdist.all_reduce(t)
+assert t.tolist() == [world_size] * 3, t
 print(f"pip-installed distkit under torchrun: rank {rank} of {world_size} ok", flush=True)
 dist.destroy()
 PY

@@ -1,15 +1,18 @@
-"""The "distkit" torch backend puts every buffer it makes on its input's
-device. Debian's torch cannot make CUDA tensors, so meta tensors stand in
-for "not the CPU": the library call is intercepted, and every tensor the
-backend lends it must be on the input's device (a CPU buffer beside CUDA
-inputs is what broke torch's DDP construction on CUDA)."""
+"""The "distkit" torch backend's Python fallback (torch_backend_fallback.py)
+puts every buffer it makes on its input's device. Debian's torch cannot make
+CUDA tensors, so meta tensors stand in for "not the CPU": the library call
+is intercepted, and every tensor the backend lends it must be on the input's
+device (a CPU buffer beside CUDA inputs is what broke torch's DDP
+construction on CUDA). The C++ backend's twin of this test is
+//bindings/python/c10d:process_group_devices_test (torch's dispatcher takes
+no meta tensors, so it calls the process group from C++)."""
 import unittest
 from unittest import mock
 
 import torch
 from torch._C import _distributed_c10d as tdist
 
-from distkit import torch_backend
+from distkit import torch_backend_fallback as torch_backend
 
 
 class Recorded:
@@ -32,7 +35,7 @@ class OutputDeviceTest(unittest.TestCase):
         patcher = mock.patch.object(torch_backend, "Borrowed", borrow)
         patcher.start()
         self.addCleanup(patcher.stop)
-        self.pg = torch_backend.ProcessGroupDistkit(0, 3, None)
+        self.pg = torch_backend.ProcessGroupDistkitPython(0, 3, None)
         # The library is never called: the op's own buffers are what is checked.
         self.pg._run = lambda fn, args, keep, result, then=None: None
 

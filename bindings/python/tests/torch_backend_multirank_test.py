@@ -3,11 +3,22 @@ same job: every collective torch exposes gives Gloo's values (or, where
 torch 1.13's Gloo lacks the op, values every rank computes itself), also
 asynchronously and on a subgroup with global ranks; torch's own
 DistributedDataParallel trains to Gloo DDP's parameters; DistributedSampler
-gives the same shards. Default: distkit.dist.init_dist initializes torch's
-default group on "distkit". --standalone: torch.distributed.init_process_group
-("distkit") alone (distkit joins through torch's store)."""
+gives the same shards. The backend is the C++ one (distkit._c10d): every
+operation asynchronous (a 16 MiB all_reduce not done when the call returns,
+done later with the right values, get_future().then chains, a collective
+issued and waited for inside a then-callback), every ReduceOp (AVG,
+PREMUL_SUM), dtypes distkit moves as bytes, errors that name op, group and
+rank, torch's DDP with communication hooks, and a DDP bucket's all_reduce
+returning before the peers joined and completing during backward. Default:
+distkit.dist.init_dist initializes torch's default group on "distkit".
+--standalone: torch.distributed.init_process_group("distkit") alone (distkit
+joins through torch's store). --timeout: init_process_group(timeout=2 s),
+and an all_reduce one rank never joins fails within the bound on the
+others."""
+import datetime
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as tdist
@@ -15,7 +26,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
-from distkit import dist
+from distkit import dist, torch_backend
 from testing.python.rank_check import check, finish
 
 
@@ -178,10 +189,261 @@ def sampler(gloo, rank, n):
     check(a == b, "DistributedSampler shards")
 
 
+def backend_in_cpp():
+    impl = torch_backend.implementation()
+    check(impl == ("c++", None), f"the C++ backend is in use: {impl}")
+    pg = tdist.distributed_c10d._get_default_group()
+    check(type(pg).__name__ == "ProcessGroupDistkit" and type(pg).__module__ == "distkit._c10d",
+          f"torch's default group is the extension's: {type(pg)}")
+
+
+def async_ops(gloo, rank, n):
+    # 16 MiB, rank 0 first: the others issue theirs only after rank 0 has
+    # looked, so its Work cannot have completed yet (nothing races the look).
+    big = torch.full((4 << 20,), float(rank + 1))
+    if rank == 0:
+        work = tdist.all_reduce(big, async_op=True)
+        pending = not work.is_completed()
+        tdist.barrier(group=gloo)
+        check(pending or n == 1, "a 16 MiB async all_reduce is not completed right after the call")
+    else:
+        tdist.barrier(group=gloo)
+        work = tdist.all_reduce(big, async_op=True)
+    # then-chains run when it completes; their values come from the result.
+    doubled = work.get_future().then(lambda f: f.value()[0][:4] * 2)
+    summed = doubled.then(lambda f: f.value().sum().item())
+    check(work.wait() and work.is_completed(), "wait()")
+    want = float(n * (n + 1) // 2)
+    check(torch.equal(big[:1000], torch.full((1000,), want)) and big[-1].item() == want,
+          "the 16 MiB all_reduce's values")
+    check(torch.equal(doubled.wait(), torch.full((4,), 2 * want)), "get_future().then")
+    check(summed.wait() == 8 * want, "a then-chain of two")
+    # A then-callback that issues a collective and waits for it (PowerSGD's
+    # pattern): it runs off the group's worker, so nothing deadlocks.
+    x = torch.ones(3)
+    nested = tdist.all_reduce(x, async_op=True).get_future().then(
+        lambda f: (tdist.all_reduce(f.value()[0]), f.value()[0])[1])
+    check(torch.equal(nested.wait(), torch.full((3,), float(n * n))), "a collective inside then")
+    # Several in flight, completed in order; Work.wait with a timeout.
+    works = [tdist.all_reduce(torch.full((1000,), float(k)), async_op=True) for k in range(4)]
+    check(all(w.wait(datetime.timedelta(seconds=60)) for w in works), "four in flight")
+    check(all(torch.equal(w.result()[0], torch.full((1000,), float(k * n)))
+              for k, w in enumerate(works)), "Work.result() of each")
+    # Every collective, asynchronously: each Work's future holds its outputs.
+    outs = [torch.zeros(2) for _ in range(n)]
+    w = tdist.all_gather(outs, torch.full((2,), float(rank)), async_op=True)
+    got = w.get_future().wait()
+    check(all(torch.equal(o, torch.full((2,), float(r))) for r, o in enumerate(outs)) and
+          len(got) == n and all(g is o or torch.equal(g, o) for g, o in zip(got, outs)),
+          "async all_gather's future holds the outputs")
+    b = torch.full((2,), float(rank))
+    tdist.broadcast(b, n - 1, async_op=True).wait()
+    check(torch.equal(b, torch.full((2,), float(n - 1))), "async broadcast")
+    w = tdist.barrier(async_op=True)
+    w.wait()
+    check(w.is_completed(), "async barrier")
+
+
+def reductions(rank, n):
+    a = data(rank, 20)
+    tdist.all_reduce(a, op=tdist.ReduceOp.AVG)
+    want = sum(data(r, 20) for r in range(n)) / n
+    check(torch.allclose(a, want, rtol=1e-6), "all_reduce AVG")
+    a = data(rank, 21)
+    tdist.all_reduce(a, op=tdist._make_nccl_premul_sum(2.5))
+    want = sum(data(r, 21) for r in range(n)) * 2.5
+    check(torch.allclose(a, want, rtol=1e-5), "all_reduce PREMUL_SUM (a float factor)")
+    a = data(rank, 22)
+    tdist.all_reduce(a, op=tdist._make_nccl_premul_sum([torch.tensor([0.5])]))
+    want = sum(data(r, 22) for r in range(n)) * 0.5
+    check(torch.allclose(a, want, rtol=1e-5), "all_reduce PREMUL_SUM (a tensor factor)")
+    mine = data(rank, 23)
+    tdist.reduce(mine, 0, op=tdist._make_nccl_premul_sum(3.0))
+    check(torch.allclose(mine, sum(data(r, 23) for r in range(n)) * 3.0, rtol=1e-5)
+          if rank == 0 else torch.equal(mine, data(rank, 23) if n > 1 else mine),
+          "reduce PREMUL_SUM: the root's sum, the others' inputs untouched")
+    ins = [data(rank, 24 + r) for r in range(n)]
+    out = torch.zeros(6)
+    tdist.reduce_scatter(out, ins, op=tdist.ReduceOp.AVG)
+    check(torch.allclose(out, sum(data(q, 24 + rank) for q in range(n)) / n, rtol=1e-6),
+          "reduce_scatter AVG")
+    c = torch.full((3,), complex(rank, 1), dtype=torch.complex64)
+    tdist.all_reduce(c)
+    check(torch.equal(c, torch.full((3,), complex(n * (n - 1) / 2, n), dtype=torch.complex64)),
+          "all_reduce of complex64 (as its real pairs)")
+    # Several tensors in one operation.
+    ts = [data(rank, 30, n=3), data(rank, 31, n=5)]
+    tdist.all_reduce_coalesced(ts)
+    check(torch.allclose(ts[0], sum(data(r, 30, n=3) for r in range(n)), rtol=1e-6) and
+          torch.allclose(ts[1], sum(data(r, 31, n=5) for r in range(n)), rtol=1e-6),
+          "all_reduce_coalesced")
+
+
+def byte_dtypes(rank, n):
+    # dtypes distkit has no code for travel as their bytes.
+    mine = torch.arange(4, dtype=torch.int16) + 100 * rank
+    outs = [torch.zeros(4, dtype=torch.int16) for _ in range(n)]
+    tdist.all_gather(outs, mine)
+    check(all(torch.equal(o, torch.arange(4, dtype=torch.int16) + 100 * r)
+              for r, o in enumerate(outs)), "all_gather of int16")
+    c = torch.full((2,), complex(rank, -rank), dtype=torch.complex128)
+    tdist.broadcast(c, n - 1)
+    check(torch.equal(c, torch.full((2,), complex(n - 1, 1 - n), dtype=torch.complex128)),
+          "broadcast of complex128")
+    src = (torch.arange(2 * n, dtype=torch.int16) + 10 * rank)
+    dst = torch.zeros(2 * n, dtype=torch.int16)
+    tdist.all_to_all_single(dst, src, [2] * n, [2] * n)
+    want = torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.int16) + 10 * q
+                      for q in range(n)])
+    check(torch.equal(dst, want), "all_to_all_single of int16 with splits")
+    # all_gather_coalesced (torch takes one dtype; they travel as bytes).
+    ins = [torch.full((2,), rank, dtype=torch.int16), torch.full((3,), -rank, dtype=torch.int16)]
+    lists = [[torch.zeros(2, dtype=torch.int16), torch.zeros(3, dtype=torch.int16)]
+             for _ in range(n)]
+    tdist.all_gather_coalesced(lists, ins)
+    check(all(torch.equal(lst[0], torch.full((2,), r, dtype=torch.int16)) and
+              torch.equal(lst[1], torch.full((3,), -r, dtype=torch.int16))
+              for r, lst in enumerate(lists)), "all_gather_coalesced")
+
+
+def errors(rank, n):
+    group_name = tdist.distributed_c10d._get_default_group().group_name
+    try:
+        tdist.all_reduce(torch.zeros(3, dtype=torch.int16))
+        check(False, "all_reduce of int16 refused")
+    except RuntimeError as e:
+        check(f"allreduce on group '{group_name}' (rank {rank} of {n})" in str(e) and
+              "cannot reduce Short" in str(e), f"the refusal names op, group and rank: {e}")
+    if n > 1:
+        # Different sizes on different ranks: every rank fails, naming the op
+        # (at the call when the ranks have disagreed already, else at wait).
+        try:
+            tdist.all_reduce(torch.zeros(2 + rank), async_op=True).wait()
+            check(False, "mismatched all_reduce failed")
+        except RuntimeError as e:
+            check("all_reduce" in str(e) and "rank" in str(e) and group_name in str(e),
+                  f"the failure names op, group and rank: {e}")
+        t = torch.ones(1)
+        tdist.all_reduce(t)  # the group goes on
+        check(t.item() == n, "the group works after a refused operation")
+    try:
+        tdist.recv(torch.zeros(1))  # any source
+        check(False, "recv from any source refused")
+    except RuntimeError as e:
+        check("any source" in str(e) and group_name in str(e), f"recv from any source: {e}")
+
+
+def ddp_hooks(gloo, rank, n):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    for name, hook, tol in (("allreduce_hook", default_hooks.allreduce_hook, 1e-6),
+                            ("fp16_compress_hook", default_hooks.fp16_compress_hook, 2e-3)):
+        torch.manual_seed(1)
+        net = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+        mine, theirs = DDP(net), DDP(nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3)),
+                                     process_group=gloo)
+        theirs.module.load_state_dict(net.state_dict())
+        mine.register_comm_hook(None, hook)
+        theirs.register_comm_hook(gloo, hook)
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (mine, theirs)]
+        for step in range(3):
+            x = torch.randn(4, 5, generator=torch.Generator().manual_seed(10 * step + rank))
+            for model, opt in zip((mine, theirs), opts):
+                opt.zero_grad()
+                model(x).pow(2).mean().backward()
+                opt.step()
+        worst = max((p - q).abs().max().item() for p, q in zip(mine.parameters(),
+                                                                 theirs.parameters()))
+        check(worst <= tol, f"DDP with {name} on distkit vs on Gloo: {worst:.2e}")
+
+
+def ddp_overlap(rank, n):
+    """A DDP bucket's all_reduce returns before the other ranks joined it and
+    completes while backward still runs. torch 1.13's DDP takes one bucket
+    in its first step and rebuilds them by bucket_cap_mb in the second's
+    forward; in that second step rank 0's hook publishes that its first
+    all_reduce call returned, and every other rank starts its backward only
+    then (a backend whose all_reduce waited for the peers would hang here,
+    within the harness's bound); rank 0's hook on the first layer's weight
+    (computed last) waits for that bucket's future, so it must complete
+    during backward."""
+    if n == 1:
+        return
+    store = tdist.distributed_c10d._get_default_store()
+    torch.manual_seed(2)
+    # Rebuilt buckets: the last layer's (ready first) and the first layer's.
+    net = nn.Sequential(nn.Linear(512, 1024), nn.Tanh(), nn.Linear(1024, 512))
+    model = DDP(net, bucket_cap_mb=1)
+    first, done_during_backward, step = [], [], [0]
+
+    def hook(state, bucket):
+        fut = tdist.all_reduce(bucket.buffer(), async_op=True).get_future()
+        if not first:
+            first.append(fut)
+            if rank == 0 and step[0] == 1:
+                store.set("overlap/returned", "1")
+        return fut.then(lambda f: f.value()[0].div_(n))
+
+    model.register_comm_hook(None, hook)
+
+    def first_layer_grad(grad):
+        if step[0] == 1:
+            deadline = time.monotonic() + 60
+            while first and not first[0].done() and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            done_during_backward.append(bool(first) and first[0].done())
+        return grad
+
+    net[0].weight.register_hook(first_layer_grad)
+    x = torch.randn(8, 512, generator=torch.Generator().manual_seed(rank))
+    for step[0] in range(2):
+        first.clear()
+        out = model(x).pow(2).mean()  # the second step's rebuilds the buckets (collective)
+        if step[0] == 1 and rank != 0:
+            store.wait(["overlap/returned"], datetime.timedelta(seconds=60))
+        out.backward()
+    check(done_during_backward == [True],
+          f"bucket 0's all_reduce returned before the peers joined and completed during "
+          f"backward ({done_during_backward})")
+    if rank == 0:
+        print("DDP overlap: the first bucket's all_reduce completed during backward", flush=True)
+
+
+def timeout_check(rank, n):
+    """init_process_group(timeout=2 s): an all_reduce that rank n - 1 never
+    joins fails on the others within the bound (plus the late-rank
+    diagnosis), naming the op; rank n - 1 leaves once they report."""
+    store = tdist.distributed_c10d._get_default_store()
+    t = torch.ones(1)
+    tdist.all_reduce(t)
+    check(t.item() == n, "an all_reduce before the timeout")
+    if rank != n - 1:
+        start = time.monotonic()
+        try:
+            tdist.all_reduce(torch.ones(1))
+            check(False, "the all_reduce no rank joined timed out")
+        except RuntimeError as e:
+            took = time.monotonic() - start
+            check("all_reduce" in str(e) and ("DEADLINE" in str(e) or "did not" in str(e) or
+                                              "timed out" in str(e) or "timeout" in str(e)),
+                  f"the timeout names the op: {e}")
+            check(1.5 <= took <= 20, f"within the group's 2 s bound (plus diagnosis): {took:.1f} s")
+        store.add("timeout/reported", 1)
+    else:
+        store.wait(["timeout/reported"], datetime.timedelta(seconds=60))
+        while int(store.add("timeout/reported", 0)) < n - 1:
+            time.sleep(0.01)
+
+
 def main():
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if "--timeout" in sys.argv:
+        init = os.path.join(os.environ["TEST_TMPDIR"], "torch_init")
+        tdist.init_process_group("distkit", init_method=f"file://{init}", rank=rank, world_size=n,
+                                 timeout=datetime.timedelta(seconds=2))
+        backend_in_cpp()
+        timeout_check(rank, n)
+        return finish("torch backend timeout")
     if "--standalone" in sys.argv:
-        import distkit.torch_backend  # noqa: F401 - registers "distkit"
         init = os.path.join(os.environ["TEST_TMPDIR"], "torch_init")
         tdist.init_process_group("distkit", init_method=f"file://{init}", rank=rank, world_size=n)
         check(dist.is_distributed() and dist.get_dist_info() == (rank, n),
@@ -190,10 +452,17 @@ def main():
         dist.init_dist("pytorch", backend="gloo")
     check(tdist.is_initialized() and tdist.get_backend() == "distkit", "torch's default backend")
     check((tdist.get_rank(), tdist.get_world_size()) == (rank, n), "torch's rank and size")
+    backend_in_cpp()
     gloo = tdist.new_group(backend="gloo")
     collectives(gloo, rank, n)
+    async_ops(gloo, rank, n)
+    reductions(rank, n)
+    byte_dtypes(rank, n)
+    errors(rank, n)
     subgroups(rank, n)
     ddp(gloo, rank, n)
+    ddp_hooks(gloo, rank, n)
+    ddp_overlap(rank, n)
     sampler(gloo, rank, n)
     t = torch.ones(1)
     dist.all_reduce(t)  # distkit.dist beside it

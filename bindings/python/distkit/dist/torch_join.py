@@ -41,12 +41,15 @@ def torch_backend() -> str:
 
 
 def join(store=None, rank: Optional[int] = None, size: Optional[int] = None,
-         timeout_ms: int = 300_000) -> Optional[ctypes.c_void_p]:
+         timeout_ms: int = 300_000,
+         op_timeout_ms: Optional[int] = None) -> Optional[ctypes.c_void_p]:
     """Collective over torch's default group: distkit's world handle (a
     dk_group_t*), built over the same ranks, through torch's default store.
     None when torch.distributed is not initialized either. With ``store``,
     ``rank`` and ``size`` (a torch Store: distkit's backend creating torch's
-    default group), through that store instead."""
+    default group), through that store instead. ``op_timeout_ms``: each
+    collective's bound (torch's init_process_group timeout), else distkit's
+    default."""
     global _store
     with _lock:
         if store is None:
@@ -87,6 +90,8 @@ def join(store=None, rank: Optional[int] = None, size: Optional[int] = None,
         init = _lib.InitConfig()
         lib.dk_init_config_init(ctypes.byref(init))
         init.backend = (backend if backend in ("gloo", "nccl", "mpi") else "gloo").encode()
+        if op_timeout_ms is not None:
+            init.timeout_ms = op_timeout_ms
         world = ctypes.c_void_p()
         try:
             raise_for_status(lib.dk_init_with_store, store, rank, size, ctypes.byref(init),

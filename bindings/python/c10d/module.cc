@@ -1,0 +1,68 @@
+// distkit._c10d: the "distkit" c10d backend for torch.distributed (torch
+// 1.13's ProcessGroup extension point). distkit/torch_backend.py loads it,
+// hands it the libdistkit.so that ctypes loaded (init), and registers a
+// creator that makes ProcessGroupDistkit over distkit's groups.
+
+#include <torch/csrc/utils/pybind.h>
+
+#include <cstdint>
+
+#include "bindings/python/c10d/completion_pool.h"
+#include "bindings/python/c10d/dk_api.h"
+#include "bindings/python/c10d/process_group_distkit.h"
+
+namespace py = pybind11;
+
+namespace distkit {
+namespace c10d_ext {
+namespace {
+
+c10::intrusive_ptr<ProcessGroupDistkit> Make(int rank, int size,
+                                             uintptr_t group) {
+  Dk();  // initialized, or a clear error
+  return c10::make_intrusive<ProcessGroupDistkit>(
+      rank, size, reinterpret_cast<dk_group_t*>(group));
+}
+
+}  // namespace
+}  // namespace c10d_ext
+}  // namespace distkit
+
+PYBIND11_MODULE(_c10d, m) {
+  using distkit::c10d_ext::ProcessGroupDistkit;
+  m.doc() = "torch.distributed's \"distkit\" backend (c10d ProcessGroup)";
+  m.def(
+      "init",
+      [](uintptr_t library) {
+        distkit::c10d_ext::LoadDkApi(reinterpret_cast<void*>(library));
+      },
+      py::arg("library"),
+      "Resolves the C ABI from libdistkit.so's dlopen handle (ctypes' "
+      "CDLL._handle) and checks its version.");
+  m.def(
+      "_drain",
+      [](double timeout_s) {
+        return distkit::c10d_ext::CompletionPool::Get().WaitIdle(timeout_s);
+      },
+      py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>(),
+      "Waits for every completion posted so far to have run (at exit, "
+      "before the interpreter finalizes); true when they have.");
+  m.def(
+      "_completion_threads",
+      [] { return distkit::c10d_ext::CompletionPool::Get().threads(); },
+      "Threads the completion pool has started (tests).");
+  // A subclass of torch's ProcessGroup: torch's own calls (DDP's reducer
+  // included) reach the overrides in C++. dynamic_attr: the Python side
+  // keeps the distkit group it runs on as `_dk_group`.
+  py::class_<ProcessGroupDistkit, c10::intrusive_ptr<ProcessGroupDistkit>>(
+      m, "ProcessGroupDistkit",
+      py::module::import("torch._C._distributed_c10d").attr("ProcessGroup"),
+      py::dynamic_attr())
+      .def(py::init(&distkit::c10d_ext::Make), py::arg("rank"),
+           py::arg("size"), py::arg("group"),
+           "Over the dk_group_t* `group` (an address; 0: distkit's default "
+           "group), which must outlive it.")
+      .def_property_readonly("group_name", &ProcessGroupDistkit::group_name)
+      .def("_set_record_lends", &ProcessGroupDistkit::set_record_lends)
+      .def("_take_recorded_lends", &ProcessGroupDistkit::TakeRecordedLends);
+}

@@ -1,0 +1,632 @@
+#include "bindings/python/c10d/process_group_distkit.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+#include <utility>
+
+#include "bindings/python/c10d/cuda_stream.h"
+#include "bindings/python/c10d/distkit_work.h"
+#include "bindings/python/c10d/dk_api.h"
+#include "bindings/python/c10d/dl_view.h"
+
+namespace distkit {
+namespace c10d_ext {
+namespace {
+
+using c10d::OpType;
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+
+std::string GroupName(dk_group_t* group) {
+  const char* name = Dk().dk_group_name(group);
+  return name != nullptr ? name : "world";
+}
+
+// `t` itself when contiguous, else a contiguous copy (same device).
+at::Tensor Contiguous(const at::Tensor& t) {
+  return t.is_contiguous() ? t : t.contiguous();
+}
+
+// A copy of `from` into `to` when they are not the same tensor (a staged
+// output written back).
+std::function<void()> CopyBackIfStaged(const at::Tensor& to,
+                                       const at::Tensor& from) {
+  if (to.is_same(from)) return nullptr;
+  return [to, from]() mutable { to.copy_(from.view(to.sizes())); };
+}
+
+// Every tensor of `ts` flattened into one new tensor (on their device).
+at::Tensor Flatten(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(ts.size());
+  for (const at::Tensor& t : ts) flat.push_back(t.reshape({-1}));
+  return at::cat(flat);
+}
+
+// Copies consecutive pieces of `flat` into `outs` (each its own shape).
+void Unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& outs) {
+  int64_t at = 0;
+  for (at::Tensor out : outs) {
+    const int64_t n = out.numel();
+    out.copy_(flat.narrow(0, at, n).view(out.sizes()));
+    at += n;
+  }
+}
+
+// `t` as bytes, flat (contiguous: a view; else a contiguous copy's).
+at::Tensor Bytes(const at::Tensor& t) {
+  return Contiguous(t).reshape({-1}).view(at::kByte);
+}
+
+}  // namespace
+
+ProcessGroupDistkit::ProcessGroupDistkit(int rank, int size,
+                                         dk_group_t* group)
+    : c10d::ProcessGroup(rank, size),
+      group_(group),
+      group_name_(GroupName(group)) {}
+
+std::string ProcessGroupDistkit::Describe(const char* op) const {
+  return "distkit: " + std::string(op) + " on group '" + group_name_ +
+         "' (rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+         ")";
+}
+
+void ProcessGroupDistkit::Fail(const char* op, const std::string& why) const {
+  throw std::runtime_error(Describe(op) + ": " + why);
+}
+
+const at::Tensor& ProcessGroupDistkit::Single(
+    const std::vector<at::Tensor>& tensors, const char* op) const {
+  if (tensors.size() != 1) {
+    Fail(op, "takes one tensor per rank (one device), got " +
+                 std::to_string(tensors.size()));
+  }
+  return tensors[0];
+}
+
+dk_reduce_op_t ProcessGroupDistkit::Reduction(const c10d::ReduceOp& reduce,
+                                              at::Tensor& t,
+                                              const char* op) const {
+  switch (reduce.op_) {
+    case c10d::ReduceOp::SUM:
+      return DK_OP_SUM;
+    case c10d::ReduceOp::AVG:
+      return DK_OP_MEAN;
+    case c10d::ReduceOp::PRODUCT:
+      return DK_OP_PRODUCT;
+    case c10d::ReduceOp::MIN:
+      return DK_OP_MIN;
+    case c10d::ReduceOp::MAX:
+      return DK_OP_MAX;
+    case c10d::ReduceOp::BAND:
+      return DK_OP_BAND;
+    case c10d::ReduceOp::BOR:
+      return DK_OP_BOR;
+    case c10d::ReduceOp::BXOR:
+      return DK_OP_BXOR;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      // Each rank's input times the factor, then summed (NCCL's premul sum,
+      // on every distkit backend).
+      auto* factor = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(
+          reduce.supplement_.get());
+      if (factor == nullptr) Fail(op, "PREMUL_SUM without its factor");
+      if (!factor->tensor_factors.empty()) {
+        t.mul_(factor->tensor_factors[0].to(t.device()));
+      } else {
+        t.mul_(factor->double_factor);
+      }
+      return DK_OP_SUM;
+    }
+    default:
+      Fail(op, "unsupported reduction " +
+                   std::to_string(static_cast<int>(reduce.op_)));
+  }
+}
+
+void ProcessGroupDistkit::FollowCurrentStream(const at::Tensor& t,
+                                              const char* op) {
+  if (!t.is_cuda()) return;
+  dk_error_t* err = nullptr;
+  if (Dk().dk_group_set_cuda_stream(group_, CurrentCudaStream(t.device()),
+                                    &err) != DK_OK) {
+    Fail(op, TakeErrorMessage(err, "dk_group_set_cuda_stream failed"));
+  }
+}
+
+void ProcessGroupDistkit::set_record_lends(bool on) {
+  std::lock_guard<std::mutex> lock(record_mu_);
+  record_lends_ = on;
+}
+
+std::vector<std::string> ProcessGroupDistkit::TakeRecordedLends() {
+  std::lock_guard<std::mutex> lock(record_mu_);
+  return std::exchange(recorded_, {});
+}
+
+template <typename Call>
+WorkPtr ProcessGroupDistkit::Issue(OpType type, const char* op,
+                                   std::vector<at::Tensor> outputs,
+                                   std::vector<at::Tensor> lent,
+                                   std::function<void()> then, Call&& call) {
+  const std::string title = std::string("distkit:") + op;
+  auto work = c10::make_intrusive<DistkitWork>(
+      rank_, type, title.c_str(), Describe(op), std::move(outputs), lent,
+      std::move(then));
+  {
+    std::lock_guard<std::mutex> lock(record_mu_);
+    if (record_lends_) {
+      for (const at::Tensor& t : lent) {
+        if (t.defined()) recorded_.push_back(t.device().str());
+      }
+      work->CompleteNow();
+      return work;
+    }
+  }
+  for (const at::Tensor& t : lent) {
+    if (t.defined() && t.is_cuda()) {
+      FollowCurrentStream(t, op);
+      break;
+    }
+  }
+  dk_work_t* dk = nullptr;
+  dk_error_t* err = nullptr;
+  if (call(&dk, &err) != DK_OK) {
+    // The library's message names the operation, group and rank.
+    throw std::runtime_error("distkit: " +
+                             TakeErrorMessage(err, Describe(op) + " failed"));
+  }
+  work->Start(dk);
+  return work;
+}
+
+// ---- reductions --------------------------------------------------------------
+
+WorkPtr ProcessGroupDistkit::allreduce(std::vector<at::Tensor>& tensors,
+                                       const c10d::AllreduceOptions& opts) {
+  const char* op = "allreduce";
+  const at::Tensor& t = Single(tensors, op);
+  at::Tensor buf = Contiguous(t);
+  const dk_reduce_op_t reduce = Reduction(opts.reduceOp, buf, op);
+  at::Tensor lent = buf.is_complex() ? at::view_as_real(buf) : buf;
+  return Issue(OpType::ALLREDUCE, op, {t}, {lent}, CopyBackIfStaged(t, buf),
+               [&](dk_work_t** w, dk_error_t** e) {
+                 DlView v(lent, DlUse::kReduce, Describe(op));
+                 return Dk().dk_group_all_reduce(group_, v.get(), reduce, w, e);
+               });
+}
+
+WorkPtr ProcessGroupDistkit::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceCoalescedOptions& opts) {
+  const char* op = "allreduce_coalesced";
+  if (tensors.empty()) Fail(op, "no tensors");
+  for (const at::Tensor& t : tensors) {
+    if (t.scalar_type() != tensors[0].scalar_type() ||
+        t.device() != tensors[0].device()) {
+      Fail(op, "the tensors must share one dtype and device (got " +
+                   std::string(c10::toString(t.scalar_type())) + " on " +
+                   t.device().str() + " beside " +
+                   c10::toString(tensors[0].scalar_type()) + " on " +
+                   tensors[0].device().str() + ")");
+    }
+  }
+  at::Tensor flat = Flatten(tensors);
+  const dk_reduce_op_t reduce = Reduction(opts.reduceOp, flat, op);
+  at::Tensor lent = flat.is_complex() ? at::view_as_real(flat) : flat;
+  std::vector<at::Tensor> outs = tensors;
+  return Issue(OpType::ALLREDUCE_COALESCED, op, tensors, {lent},
+               [flat, outs] { Unflatten(flat, outs); },
+               [&](dk_work_t** w, dk_error_t** e) {
+                 DlView v(lent, DlUse::kReduce, Describe(op));
+                 return Dk().dk_group_all_reduce(group_, v.get(), reduce, w, e);
+               });
+}
+
+WorkPtr ProcessGroupDistkit::reduce(std::vector<at::Tensor>& tensors,
+                                    const c10d::ReduceOptions& opts) {
+  const char* op = "reduce";
+  const at::Tensor& t = Single(tensors, op);
+  const bool premul = opts.reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM;
+  // PREMUL_SUM scales a copy: a rank that is not the root keeps its input.
+  at::Tensor buf = premul ? t.clone(at::MemoryFormat::Contiguous)
+                          : Contiguous(t);
+  const dk_reduce_op_t reduce = Reduction(opts.reduceOp, buf, op);
+  at::Tensor lent = buf.is_complex() ? at::view_as_real(buf) : buf;
+  const int root = static_cast<int>(opts.rootRank);
+  std::function<void()> then;
+  if (rank_ == root) then = CopyBackIfStaged(t, buf);
+  return Issue(OpType::REDUCE, op, {t}, {lent}, std::move(then),
+               [&](dk_work_t** w, dk_error_t** e) {
+                 DlView v(lent, DlUse::kReduce, Describe(op));
+                 return Dk().dk_group_reduce(group_, v.get(), reduce, root, w,
+                                             e);
+               });
+}
+
+WorkPtr ProcessGroupDistkit::reduce_scatter(
+    std::vector<at::Tensor>& outputs,
+    std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const char* op = "reduce_scatter";
+  const at::Tensor& out = Single(outputs, op);
+  if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_) {
+    Fail(op, "takes one list of " + std::to_string(size_) + " inputs");
+  }
+  for (const at::Tensor& in : inputs[0]) {
+    if (in.numel() != out.numel()) {
+      Fail(op, "every input must have the output's " +
+                   std::to_string(out.numel()) + " elements, one has " +
+                   std::to_string(in.numel()));
+    }
+  }
+  return ReduceScatter(op, OpType::REDUCE_SCATTER,
+                       const_cast<at::Tensor&>(out), Flatten(inputs[0]),
+                       /*input_is_copy=*/true, opts);
+}
+
+WorkPtr ProcessGroupDistkit::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input,
+    const c10d::ReduceScatterOptions& opts) {
+  return ReduceScatter("_reduce_scatter_base", OpType::_REDUCE_SCATTER_BASE,
+                       output, input, /*input_is_copy=*/false, opts);
+}
+
+WorkPtr ProcessGroupDistkit::ReduceScatter(
+    const char* op, OpType type, at::Tensor& output, at::Tensor input,
+    bool input_is_copy, const c10d::ReduceScatterOptions& opts) {
+  at::Tensor in = Contiguous(input);
+  if (opts.reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM && !input_is_copy &&
+      in.is_same(input)) {
+    in = input.clone(at::MemoryFormat::Contiguous);  // the caller's input
+  }
+  const dk_reduce_op_t reduce = Reduction(opts.reduceOp, in, op);
+  at::Tensor out = Contiguous(output);
+  at::Tensor in_lent = in.is_complex() ? at::view_as_real(in) : in;
+  at::Tensor out_lent = out.is_complex() ? at::view_as_real(out) : out;
+  return Issue(type, op, {output}, {in_lent, out_lent},
+               CopyBackIfStaged(output, out),
+               [&](dk_work_t** w, dk_error_t** e) {
+                 DlView a(in_lent, DlUse::kReduce, Describe(op));
+                 DlView b(out_lent, DlUse::kReduce, Describe(op));
+                 return Dk().dk_group_reduce_scatter(group_, a.get(), b.get(),
+                                                     reduce, w, e);
+               });
+}
+
+// ---- data movement -------------------------------------------------------------
+
+WorkPtr ProcessGroupDistkit::broadcast(std::vector<at::Tensor>& tensors,
+                                       const c10d::BroadcastOptions& opts) {
+  const char* op = "broadcast";
+  const at::Tensor& t = Single(tensors, op);
+  at::Tensor buf = Contiguous(t);
+  const int root = static_cast<int>(opts.rootRank);
+  return Issue(OpType::BROADCAST, op, {t}, {buf}, CopyBackIfStaged(t, buf),
+               [&](dk_work_t** w, dk_error_t** e) {
+                 DlView v(buf, DlUse::kMove, Describe(op));
+                 return Dk().dk_group_broadcast(group_, v.get(), root, w, e);
+               });
+}
+
+WorkPtr ProcessGroupDistkit::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs,
+    std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  const char* op = "allgather";
+  const at::Tensor& t = Single(inputs, op);
+  if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_) {
+    Fail(op, "takes one list of " + std::to_string(size_) + " outputs");
+  }
+  std::vector<at::Tensor> outs = outputs[0];
+  for (const at::Tensor& o : outs) {
+    if (o.numel() != t.numel() || o.scalar_type() != t.scalar_type()) {
+      Fail(op, "every output must match the input (" +
+                   std::to_string(t.numel()) + " elements of " +
+                   c10::toString(t.scalar_type()) + ")");
+    }
+  }
+  at::Tensor in = Contiguous(t);
+  at::Tensor flat = at::empty({size_ * t.numel()}, t.options());
+  return Issue(OpType::ALLGATHER, op, outs, {in, flat},
+               [flat, outs] { Unflatten(flat, outs); },
+               [&](dk_work_t** w, dk_error_t** e) {
+                 DlView a(in, DlUse::kMove, Describe(op));
+                 DlView b(flat, DlUse::kMove, Describe(op));
+                 return Dk().dk_group_all_gather(group_, a.get(), b.get(), w,
+                                                 e);
+               });
+}
+
+WorkPtr ProcessGroupDistkit::_allgather_base(
+    at::Tensor& output, at::Tensor& input,
+    const c10d::AllgatherOptions& opts) {
+  const char* op = "_allgather_base";
+  at::Tensor in = Contiguous(input);
+  at::Tensor out = Contiguous(output);
+  return Issue(OpType::_ALLGATHER_BASE, op, {output}, {in, out},
+               CopyBackIfStaged(output, out),
+               [&](dk_work_t** w, dk_error_t** e) {
+                 DlView a(in, DlUse::kMove, Describe(op));
+                 DlView b(out, DlUse::kMove, Describe(op));
+                 return Dk().dk_group_all_gather(group_, a.get(), b.get(), w,
+                                                 e);
+               });
+}
+
+WorkPtr ProcessGroupDistkit::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& output_lists,
+    std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  const char* op = "allgather_coalesced";
+  if (inputs.empty()) Fail(op, "no tensors");
+  if (static_cast<int>(output_lists.size()) != size_) {
+    Fail(op, "takes " + std::to_string(size_) + " output lists, got " +
+                 std::to_string(output_lists.size()));
+  }
+  // Every rank's tensors travel as one buffer of bytes, so they may mix
+  // dtypes.
+  std::vector<at::Tensor> bytes;
+  int64_t total = 0;
+  for (const at::Tensor& t : inputs) {
+    if (t.device() != inputs[0].device()) {
+      Fail(op, "the inputs must share one device");
+    }
+    bytes.push_back(Bytes(t));
+    total += bytes.back().numel();
+  }
+  for (const auto& list : output_lists) {
+    if (list.size() != inputs.size()) {
+      Fail(op, "every output list must hold one tensor per input");
+    }
+    for (size_t j = 0; j < list.size(); ++j) {
+      if (list[j].numel() != inputs[j].numel() ||
+          list[j].scalar_type() != inputs[j].scalar_type()) {
+        Fail(op, "output " + std::to_string(j) + " must match input " +
+                     std::to_string(j));
+      }
+    }
+  }
+  at::Tensor in = at::cat(bytes);
+  at::Tensor flat = at::empty({size_ * total}, in.options());
+  std::vector<at::Tensor> results;
+  for (const auto& list : output_lists) {
+    results.insert(results.end(), list.begin(), list.end());
+  }
+  std::vector<std::vector<at::Tensor>> lists = output_lists;
+  auto then = [flat, lists, total] {
+    for (size_t r = 0; r < lists.size(); ++r) {
+      int64_t at = r * total;
+      for (at::Tensor o : lists[r]) {
+        const int64_t n = static_cast<int64_t>(o.numel() * o.element_size());
+        at::Tensor piece = flat.narrow(0, at, n);
+        if (o.is_contiguous()) {
+          o.reshape({-1}).view(at::kByte).copy_(piece);
+        } else {
+          at::Tensor tmp = at::empty_like(o, at::MemoryFormat::Contiguous);
+          tmp.reshape({-1}).view(at::kByte).copy_(piece);
+          o.copy_(tmp);
+        }
+        at += n;
+      }
+    }
+  };
+  return Issue(OpType::ALLGATHER_COALESCED, op, results, {in, flat}, then,
+               [&](dk_work_t** w, dk_error_t** e) {
+                 DlView a(in, DlUse::kMove, Describe(op));
+                 DlView b(flat, DlUse::kMove, Describe(op));
+                 return Dk().dk_group_all_gather(group_, a.get(), b.get(), w,
+                                                 e);
+               });
+}
+
+WorkPtr ProcessGroupDistkit::gather(
+    std::vector<std::vector<at::Tensor>>& outputs,
+    std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
+  const char* op = "gather";
+  const at::Tensor& t = Single(inputs, op);
+  const int root = static_cast<int>(opts.rootRank);
+  const bool is_root = rank_ == root;
+  std::vector<at::Tensor> outs;
+  if (is_root) {
+    if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_) {
+      Fail(op, "the root takes one list of " + std::to_string(size_) +
+                   " outputs");
+    }
+    outs = outputs[0];
+    for (const at::Tensor& o : outs) {
+      if (o.numel() != t.numel() || o.scalar_type() != t.scalar_type()) {
+        Fail(op, "every output must match the input");
+      }
+    }
+  } else if (!outputs.empty() && !outputs[0].empty()) {
+    Fail(op, "only the root takes outputs");
+  }
+  at::Tensor in = Contiguous(t);
+  at::Tensor flat =
+      is_root ? at::empty({size_ * t.numel()}, t.options()) : at::Tensor();
+  std::function<void()> then;
+  if (is_root) then = [flat, outs] { Unflatten(flat, outs); };
+  return Issue(OpType::GATHER, op, outs, {in, flat}, std::move(then),
+               [&](dk_work_t** w, dk_error_t** e) {
+                 DlView a(in, DlUse::kMove, Describe(op));
+                 if (!is_root) {
+                   return Dk().dk_group_gather(group_, a.get(), nullptr, root,
+                                               w, e);
+                 }
+                 DlView b(flat, DlUse::kMove, Describe(op));
+                 return Dk().dk_group_gather(group_, a.get(), b.get(), root, w,
+                                             e);
+               });
+}
+
+WorkPtr ProcessGroupDistkit::scatter(
+    std::vector<at::Tensor>& outputs,
+    std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  const char* op = "scatter";
+  const at::Tensor& t = Single(outputs, op);
+  const int root = static_cast<int>(opts.rootRank);
+  const bool is_root = rank_ == root;
+  at::Tensor flat;
+  if (is_root) {
+    if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_) {
+      Fail(op, "the root takes one list of " + std::to_string(size_) +
+                   " inputs");
+    }
+    for (const at::Tensor& in : inputs[0]) {
+      if (in.numel() != t.numel() || in.scalar_type() != t.scalar_type()) {
+        Fail(op, "every input must match the output");
+      }
+    }
+    flat = Flatten(inputs[0]);
+  } else if (!inputs.empty() && !inputs[0].empty()) {
+    Fail(op, "only the root takes inputs");
+  }
+  at::Tensor out = Contiguous(t);
+  return Issue(OpType::SCATTER, op, {t}, {flat, out}, CopyBackIfStaged(t, out),
+               [&](dk_work_t** w, dk_error_t** e) {
+                 DlView b(out, DlUse::kMove, Describe(op));
+                 if (!is_root) {
+                   return Dk().dk_group_scatter(group_, nullptr, b.get(), root,
+                                                w, e);
+                 }
+                 DlView a(flat, DlUse::kMove, Describe(op));
+                 return Dk().dk_group_scatter(group_, a.get(), b.get(), root, w,
+                                              e);
+               });
+}
+
+WorkPtr ProcessGroupDistkit::alltoall_base(
+    at::Tensor& output, at::Tensor& input,
+    std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes,
+    const c10d::AllToAllOptions& opts) {
+  const char* op = "alltoall_base";
+  at::Tensor in = Contiguous(input);
+  at::Tensor out = Contiguous(output);
+  // torch's splits count rows (dimension 0); the library's count elements.
+  // One side given, the other even: that side's equal parts.
+  auto elements = [&](const at::Tensor& t, const std::vector<int64_t>& rows) {
+    std::vector<int64_t> out_splits;
+    if (rows.empty()) {
+      if (t.numel() % size_ != 0) {
+        Fail(op, "an even split needs a multiple of " +
+                     std::to_string(size_) + " elements, got " +
+                     std::to_string(t.numel()));
+      }
+      out_splits.assign(size_, t.numel() / size_);
+      return out_splits;
+    }
+    if (static_cast<int>(rows.size()) != size_) {
+      Fail(op, "takes " + std::to_string(size_) + " split sizes, got " +
+                   std::to_string(rows.size()));
+    }
+    const int64_t row = t.dim() > 0 && t.size(0) > 0 ? t.numel() / t.size(0)
+                                                     : 0;
+    for (int64_t r : rows) out_splits.push_back(r * row);
+    return out_splits;
+  };
+  const bool even = output_split_sizes.empty() && input_split_sizes.empty();
+  std::vector<int64_t> in_splits, out_splits;
+  if (!even) {
+    in_splits = elements(in, input_split_sizes);
+    out_splits = elements(out, output_split_sizes);
+  }
+  return Issue(OpType::ALLTOALL_BASE, op, {output}, {in, out},
+               CopyBackIfStaged(output, out),
+               [&](dk_work_t** w, dk_error_t** e) {
+                 DlView a(in, DlUse::kMove, Describe(op));
+                 DlView b(out, DlUse::kMove, Describe(op));
+                 if (even) {
+                   return Dk().dk_group_all_to_all(group_, a.get(), nullptr,
+                                                   b.get(), nullptr, 0, w, e);
+                 }
+                 for (int64_t& s : in_splits) s *= a.scale();
+                 for (int64_t& s : out_splits) s *= b.scale();
+                 return Dk().dk_group_all_to_all(
+                     group_, a.get(), in_splits.data(), b.get(),
+                     out_splits.data(), in_splits.size(), w, e);
+               });
+}
+
+WorkPtr ProcessGroupDistkit::alltoall(std::vector<at::Tensor>& outputs,
+                                      std::vector<at::Tensor>& inputs,
+                                      const c10d::AllToAllOptions& opts) {
+  const char* op = "alltoall";
+  if (static_cast<int>(inputs.size()) != size_ ||
+      static_cast<int>(outputs.size()) != size_) {
+    Fail(op, "takes " + std::to_string(size_) + " inputs and outputs, got " +
+                 std::to_string(inputs.size()) + " and " +
+                 std::to_string(outputs.size()));
+  }
+  at::Tensor in = Flatten(inputs);
+  int64_t total = 0;
+  std::vector<int64_t> in_splits, out_splits;
+  for (const at::Tensor& t : inputs) in_splits.push_back(t.numel());
+  for (const at::Tensor& t : outputs) {
+    out_splits.push_back(t.numel());
+    total += t.numel();
+  }
+  at::Tensor flat = at::empty({total}, in.options());
+  std::vector<at::Tensor> outs = outputs;
+  return Issue(OpType::ALLTOALL, op, outs, {in, flat},
+               [flat, outs] { Unflatten(flat, outs); },
+               [&](dk_work_t** w, dk_error_t** e) {
+                 DlView a(in, DlUse::kMove, Describe(op));
+                 DlView b(flat, DlUse::kMove, Describe(op));
+                 for (int64_t& s : in_splits) s *= a.scale();
+                 for (int64_t& s : out_splits) s *= b.scale();
+                 return Dk().dk_group_all_to_all(
+                     group_, a.get(), in_splits.data(), b.get(),
+                     out_splits.data(), in_splits.size(), w, e);
+               });
+}
+
+WorkPtr ProcessGroupDistkit::barrier(const c10d::BarrierOptions& opts) {
+  return Issue(OpType::BARRIER, "barrier", {}, {}, nullptr,
+               [&](dk_work_t** w, dk_error_t** e) {
+                 return Dk().dk_group_barrier(group_, w, e);
+               });
+}
+
+void ProcessGroupDistkit::monitoredBarrier(const c10d::BarrierOptions& opts,
+                                           bool wait_all_ranks) {
+  // The library's own timeout names the ranks that never arrived; a shorter
+  // one given here bounds the wait.
+  WorkPtr work = barrier(opts);
+  work->wait(opts.timeout.count() > 0 ? opts.timeout : kNoTimeout);
+}
+
+// ---- point to point ----------------------------------------------------------------
+
+WorkPtr ProcessGroupDistkit::send(std::vector<at::Tensor>& tensors, int dst,
+                                  int tag) {
+  const char* op = "send";
+  const at::Tensor& t = Single(tensors, op);
+  at::Tensor buf = Contiguous(t);
+  return Issue(OpType::SEND, op, {t}, {buf}, nullptr,
+               [&](dk_work_t** w, dk_error_t** e) {
+                 DlView v(buf, DlUse::kMove, Describe(op));
+                 return Dk().dk_group_send(group_, v.get(), dst, tag, w, e);
+               });
+}
+
+WorkPtr ProcessGroupDistkit::recv(std::vector<at::Tensor>& tensors, int src,
+                                  int tag) {
+  const char* op = "recv";
+  const at::Tensor& t = Single(tensors, op);
+  at::Tensor buf = Contiguous(t);
+  return Issue(OpType::RECV, op, {t}, {buf}, CopyBackIfStaged(t, buf),
+               [&](dk_work_t** w, dk_error_t** e) {
+                 DlView v(buf, DlUse::kMove, Describe(op));
+                 return Dk().dk_group_recv(group_, v.get(), src, tag, w, e);
+               });
+}
+
+WorkPtr ProcessGroupDistkit::recvAnysource(std::vector<at::Tensor>& tensors,
+                                           int tag) {
+  Fail("recv", "receiving from any source is not supported (distkit matches "
+               "a receive by its source and tag); name the source rank");
+}
+
+}  // namespace c10d_ext
+}  // namespace distkit
