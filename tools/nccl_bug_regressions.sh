@@ -68,12 +68,12 @@ bug2() {
   # Allocation sets the device and puts the thread's previous one back, which
   # is 0 on a thread that never chose one; the queue's worker runs and stages
   # without selecting the group's device.
-  mutate cc/core/cuda_memory_cuda.cc \
-    '    if (current == device) return;' \
-    '    if (current < 0) return;'
-  mutate cc/core/cuda_memory_cuda.cc \
-    '    if (status_.ok()) previous_ = current;' \
-    '    previous_ = current;'
+  mutate cc/core/cuda_library.cc \
+    'if (cuda_.GetDevice(&current) != cudaSuccess || current == device) return;' \
+    'if (cuda_.GetDevice(&current) != cudaSuccess) return;'
+  mutate cc/core/cuda_library.cc \
+    '  if (active) previous_ = current;' \
+    '  previous_ = current;'
   mutate cc/comm/nccl/nccl_backend.cc \
     '  DK_RETURN_IF_ERROR(UseDevice());
   Channel& c = *collectives_;' \

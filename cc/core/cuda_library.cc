@@ -1,5 +1,7 @@
 #include "cc/core/cuda_library.h"
 
+#include <dlfcn.h>
+
 #include "absl/strings/str_cat.h"
 #include "cc/core/shared_library.h"
 #include "cc/core/status.h"
@@ -44,10 +46,38 @@ absl::StatusOr<CudaLibrary> Load() {
   DK_RESOLVE(DriverGetVersion, cudaDriverGetVersion);
   DK_RESOLVE(RuntimeGetVersion, cudaRuntimeGetVersion);
 #undef DK_RESOLVE
+  // Optional, from the runtime library (the simulator) or the driver.
+  void* state = dlsym(lib.handle, "cuDevicePrimaryCtxGetState");
+  if (state == nullptr) {
+    if (void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+      state = dlsym(driver, "cuDevicePrimaryCtxGetState");
+    }
+  }
+  c.DevicePrimaryCtxGetState =
+      reinterpret_cast<int (*)(int, unsigned int*, int*)>(state);
   return c;
 }
 
 }  // namespace
+
+CudaDeviceGuard::CudaDeviceGuard(const CudaLibrary& cuda, int device)
+    : cuda_(cuda) {
+  int current = -1;
+  if (cuda_.GetDevice(&current) != cudaSuccess || current == device) return;
+  status_ = CudaStatus(cuda_, cuda_.SetDevice(device), "cudaSetDevice");
+  if (!status_.ok()) return;
+  unsigned int flags = 0;
+  int active = 1;
+  if (cuda_.DevicePrimaryCtxGetState != nullptr &&
+      cuda_.DevicePrimaryCtxGetState(current, &flags, &active) != 0) {
+    active = 1;  // unknown: restore, as before the question was asked
+  }
+  if (active) previous_ = current;
+}
+
+CudaDeviceGuard::~CudaDeviceGuard() {
+  if (previous_ >= 0) cuda_.SetDevice(previous_);
+}
 
 absl::StatusOr<const CudaLibrary*> LoadCudaLibrary() {
   // Loaded once: dlopen is costly and its answer does not change.

@@ -41,6 +41,11 @@ struct CudaLibrary {
   decltype(&::cudaEventRecord) EventRecord;
   decltype(&::cudaEventQuery) EventQuery;
   decltype(&::cudaPointerGetAttributes) PointerGetAttributes;
+  // The driver's cuDevicePrimaryCtxGetState (libcuda.so.1, or the runtime
+  // library when it exports it, as the simulator does); CUresult and
+  // CUdevice are ints. Null when neither has it.
+  int (*DevicePrimaryCtxGetState)(int device, unsigned int* flags,
+                                  int* active) = nullptr;
   // What a device and the installed software are, for reports
   // (tools/gpu_check).
   decltype(&::cudaGetDeviceProperties) GetDeviceProperties;
@@ -51,6 +56,27 @@ struct CudaLibrary {
 // The process's CUDA runtime, loaded once (thread-safe); the same error on
 // every call when it cannot be loaded.
 absl::StatusOr<const CudaLibrary*> LoadCudaLibrary();
+
+// Makes `device` current on the calling thread for a scope, and on leaving
+// switches back only where that creates no CUDA context: a thread that has
+// not chosen a device is on 0, and switching to 0 would create a context on
+// GPU 0 (hundreds of MB) from a rank that owns another, unless the process
+// has one there already (asked through DevicePrimaryCtxGetState; without
+// it the previous device is restored).
+class CudaDeviceGuard {
+ public:
+  CudaDeviceGuard(const CudaLibrary& cuda, int device);
+  ~CudaDeviceGuard();
+  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
+  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
+  // Whether switching worked.
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const CudaLibrary& cuda_;
+  absl::Status status_;
+  int previous_ = -1;  // restored on leaving; -1: nothing to restore
+};
 
 // "<what>: cudaErrorX (text)" as an INTERNAL status; OK for cudaSuccess.
 absl::Status CudaStatus(const CudaLibrary& cuda, cudaError_t e,

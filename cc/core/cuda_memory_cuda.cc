@@ -27,30 +27,6 @@ absl::StatusOr<int> Probe() {
 // Only called once DeviceCount() succeeded, so the library loaded.
 const CudaLibrary& Cuda() { return **LoadCudaLibrary(); }
 
-// Makes `device` current on this thread for the scope, and puts back the
-// previous one only if it had to switch: restoring device 0 on a thread that
-// never chose one (every new thread is on 0) would put a context on GPU 0
-// from a rank that owns another GPU.
-class ScopedDevice {
- public:
-  explicit ScopedDevice(int device) : cuda_(Cuda()) {
-    int current = -1;
-    if (cuda_.GetDevice(&current) != cudaSuccess) current = -1;
-    if (current == device) return;
-    status_ = CudaStatus(cuda_, cuda_.SetDevice(device), "cudaSetDevice");
-    if (status_.ok()) previous_ = current;
-  }
-  ~ScopedDevice() {
-    if (previous_ >= 0) cuda_.SetDevice(previous_);
-  }
-  const absl::Status& status() const { return status_; }
-
- private:
-  const CudaLibrary& cuda_;
-  absl::Status status_;
-  int previous_ = -1;
-};
-
 }  // namespace
 
 const absl::StatusOr<int>& DeviceCount() {
@@ -66,7 +42,8 @@ absl::Status Copy(void* dst, Device dst_device, const void* src,
                               : dst_device.is_cpu() ? cudaMemcpyDeviceToHost
                                                     : cudaMemcpyDeviceToDevice;
   // On the device that holds the data (the destination's for host -> device).
-  ScopedDevice on(src_device.is_cpu() ? dst_device.index : src_device.index);
+  CudaDeviceGuard on(Cuda(),
+                     src_device.is_cpu() ? dst_device.index : src_device.index);
   DK_RETURN_IF_ERROR(on.status());
   const CudaLibrary& cuda = Cuda();
   DK_RETURN_IF_ERROR(
@@ -81,7 +58,7 @@ absl::Status Copy(void* dst, Device dst_device, const void* src,
 }
 
 absl::StatusOr<void*> Allocate(Device device, size_t bytes) {
-  ScopedDevice on(device.index);
+  CudaDeviceGuard on(Cuda(), device.index);
   DK_RETURN_IF_ERROR(on.status());
   const CudaLibrary& cuda = Cuda();
   void* p = nullptr;
@@ -91,7 +68,7 @@ absl::StatusOr<void*> Allocate(Device device, size_t bytes) {
 }
 
 void Free(Device device, void* p) {
-  ScopedDevice on(device.index);
+  CudaDeviceGuard on(Cuda(), device.index);
   Cuda().Free(p);
 }
 

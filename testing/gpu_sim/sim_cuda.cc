@@ -1327,6 +1327,18 @@ cudaError_t cudaDeviceSynchronize(void) {
 // Bit d: this process created a context on device d.
 unsigned dksimContextMask(void) { return g_context_mask.load(); }
 
+// The driver API's question whether a device's primary context exists in
+// this process (libcuda's; CUresult and CUdevice are ints): what a caller
+// asks before it switches back to a device, so as not to create one there.
+int cuDevicePrimaryCtxGetState(int dev, unsigned int* flags, int* active) {
+  if (flags == nullptr || active == nullptr)
+    return 1;                            // CUDA_ERROR_INVALID_VALUE
+  if (dev < 0 || dev >= 32) return 101;  // CUDA_ERROR_INVALID_DEVICE
+  *flags = 0;
+  *active = (g_context_mask.load() >> dev) & 1u;
+  return 0;
+}
+
 // cudaMalloc calls on `device` so far (successful or not); -1 for no such
 // device.
 long dksimMallocCount(int device) {

@@ -242,33 +242,8 @@ absl::Status NcclBackend::SetCudaStream(void* stream) {
   return absl::OkStatus();
 }
 
-namespace {
-
-// Makes `device` current for the scope when it is not, and puts the
-// previous one back then (the issuing thread is the caller's).
-class DeviceScope {
- public:
-  DeviceScope(const CudaLibrary& cuda, int device) : cuda_(cuda) {
-    int current = -1;
-    if (cuda_.GetDevice(&current) != cudaSuccess || current == device) return;
-    status_ = CudaStatus(cuda_, cuda_.SetDevice(device), "cudaSetDevice");
-    if (status_.ok()) previous_ = current;
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) cuda_.SetDevice(previous_);
-  }
-  const absl::Status& status() const { return status_; }
-
- private:
-  const CudaLibrary& cuda_;
-  absl::Status status_;
-  int previous_ = -1;
-};
-
-}  // namespace
-
 absl::StatusOr<void*> NcclBackend::MarkIssue(Device /*device*/) {
-  DeviceScope on(*cuda_, device_);
+  CudaDeviceGuard on(*cuda_, device_);
   DK_RETURN_IF_ERROR(on.status());
   cudaEvent_t mark = nullptr;
   {

@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -610,8 +611,20 @@ void TimeoutEndsTheOperation(ProcessGroup& world) {
 
 // Which devices this process made a CUDA context on, as the simulator
 // recorded them (dksimContextMask).
-void OnlyItsOwnDevice() {
+void OnlyItsOwnDevice(ProcessGroup& world) {
   auto mask = reinterpret_cast<unsigned (*)()>(SimSymbol("dksimContextMask"));
+  // A thread of the caller's that never chose a device (it is on 0) copies,
+  // allocates and issues an operation: distkit switches it to the group's
+  // device and must not switch it back to 0, which would make a context
+  // there.
+  std::thread fresh([&] {
+    GpuTensor t(DataType::kFloat32, {1.0 * rank, 2}, device);
+    Check(t.ok(), "a fresh thread uploads to " + device.ToString());
+    std::shared_ptr<Work> w = world.AllReduceAsync(t.ref(), ReduceOp::kSum);
+    CheckOk(w->Wait(absl::Seconds(60)), "an all_reduce from a fresh thread");
+    Check(t.Read()[1] == 2.0 * size, "its result");
+  });
+  fresh.join();
   Check(mask() == (1u << device.index),
         absl::StrCat("contexts only on ", device.ToString(),
                      ": the simulator's mask is ", mask()));
@@ -638,7 +651,7 @@ int main() {
   FollowsTheCallersStream(*world, **cuda);
   Groups(*world);
   // Before Misuse, which makes a stream on another device on purpose.
-  OnlyItsOwnDevice();
+  OnlyItsOwnDevice(*world);
   Misuse(*world, **cuda);
   FailedRecordIsAnError(*world);
   TimeoutEndsTheOperation(*world);
