@@ -1,5 +1,6 @@
 #include "bindings/python/c10d/distkit_work.h"
 
+#include <mutex>
 #include <stdexcept>
 #include <utility>
 
@@ -24,54 +25,94 @@ std::vector<c10::Device> FutureDevices(const std::vector<at::Tensor>& ts) {
   return devices;
 }
 
+// The references completed works left for a thread other than distkit's
+// worker to drop: dropping the last one releases tensors (Python's need
+// the GIL) and the work handle (which may hold the last reference to its
+// group, whose destruction joins that worker).
+struct Finished {
+  std::mutex mu;
+  std::vector<c10::intrusive_ptr<DistkitWork>> works;
+};
+Finished& finished = *new Finished();  // never destroyed: see CompletionPool
+// Past this many, the pool drops them (nothing may issue for a while).
+constexpr size_t kFinishedBatch = 16;
+
+const c10::TypePtr& TensorListType() {
+  static const c10::TypePtr type =
+      c10::ListType::create(c10::TensorType::get());
+  return type;
+}
+
 }  // namespace
 
 DistkitWork::DistkitWork(int rank, c10d::OpType type,
-                         const char* profiling_title, std::string what,
+                         const char* profiling_title, const char* op,
+                         std::shared_ptr<const std::string> where,
                          std::vector<at::Tensor> outputs,
                          std::vector<at::Tensor> lent,
                          std::function<void()> then)
     : c10d::Work(rank, type, profiling_title,
                  c10::optional<std::vector<at::Tensor>>(outputs)),
-      what_(std::move(what)),
+      op_(op),
+      where_(std::move(where)),
       outputs_(std::move(outputs)),
       lent_(std::move(lent)),
-      then_(std::move(then)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()),
-          FutureDevices(outputs_))) {}
+      then_(std::move(then)) {}
 
 DistkitWork::~DistkitWork() {
   if (work_ != nullptr) Dk().dk_work_destroy(work_);
 }
 
+std::string DistkitWork::what() const {
+  return std::string("distkit: ") + op_ + " " + *where_;
+}
+
 void DistkitWork::Start(dk_work_t* work) {
   work_ = work;
-  // The callback's reference: released by the pool once the future is
-  // complete (never on distkit's worker; see CompletionPool).
+  // The callback's reference, dropped off distkit's worker (OnDone).
   c10::raw::intrusive_ptr::incref(this);
   dk_error_t* err = nullptr;
   if (Dk().dk_work_on_complete(work, &DistkitWork::OnDone, this, &err) !=
       DK_OK) {
     c10::raw::intrusive_ptr::decref(this);
-    throw std::runtime_error(what_ + ": " +
+    throw std::runtime_error(what() + ": " +
                              TakeErrorMessage(err, "dk_work_on_complete"));
   }
 }
 
 void DistkitWork::CompleteNow() {
   Finish(DK_OK);
-  CompleteFuture();
+  if (FinishedWithFuture()) CompleteFuture();
 }
 
 void DistkitWork::OnDone(void* self, dk_status_t status) {
   auto ref = c10::intrusive_ptr<DistkitWork>::reclaim(
       static_cast<DistkitWork*>(self));
   ref->Finish(status);
-  CompletionPool::Get().Post([ref = std::move(ref)]() mutable {
-    ref->CompleteFuture();
-    ref.reset();
-  });
+  if (ref->FinishedWithFuture()) {
+    // Its then-callbacks run on the pool, which drops the reference too.
+    CompletionPool::Get().Post([ref = std::move(ref)]() mutable {
+      ref->CompleteFuture();
+      ref.reset();
+    });
+    return;
+  }
+  bool batch;
+  {
+    std::lock_guard<std::mutex> lock(finished.mu);
+    finished.works.push_back(std::move(ref));
+    batch = finished.works.size() == kFinishedBatch;
+  }
+  if (batch) CompletionPool::Get().Post(&DistkitWork::ReleaseFinished);
+}
+
+void DistkitWork::ReleaseFinished() {
+  std::vector<c10::intrusive_ptr<DistkitWork>> done;
+  {
+    std::lock_guard<std::mutex> lock(finished.mu);
+    if (finished.works.empty()) return;
+    done.swap(finished.works);
+  }
 }
 
 void DistkitWork::Finish(dk_status_t status) {
@@ -81,17 +122,23 @@ void DistkitWork::Finish(dk_status_t status) {
     dk_error_t* err = nullptr;
     Dk().dk_work_wait(work_, 0, &err);
     error = std::make_exception_ptr(std::runtime_error(
-        "distkit: " + TakeErrorMessage(err, what_ + " failed")));
+        "distkit: " + TakeErrorMessage(err, what() + " failed")));
   } else if (then_) {
     try {
       then_();
     } catch (const std::exception& e) {
       error = std::make_exception_ptr(
-          std::runtime_error(what_ + ": after the operation: " + e.what()));
+          std::runtime_error(what() + ": after the operation: " + e.what()));
     }
   }
   then_ = nullptr;
   finish(error);
+}
+
+bool DistkitWork::FinishedWithFuture() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  finished_ = true;
+  return future_ != nullptr;
 }
 
 void DistkitWork::CompleteFuture() {
@@ -108,7 +155,7 @@ bool DistkitWork::wait(std::chrono::milliseconds timeout) {
   if (timeout == kNoTimeout) {
     cv_.wait(lock, [this] { return completed_; });
   } else if (!cv_.wait_for(lock, timeout, [this] { return completed_; })) {
-    throw std::runtime_error(what_ + ": not finished within " +
+    throw std::runtime_error(what() + ": not finished within " +
                              std::to_string(timeout.count()) +
                              " ms (Work.wait's timeout; it goes on)");
   }
@@ -119,7 +166,20 @@ bool DistkitWork::wait(std::chrono::milliseconds timeout) {
 std::vector<at::Tensor> DistkitWork::result() { return outputs_; }
 
 c10::intrusive_ptr<c10::ivalue::Future> DistkitWork::getFuture() {
-  return future_;
+  bool complete_here = false;
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!future_) {
+      future_ = c10::make_intrusive<c10::ivalue::Future>(
+          TensorListType(), FutureDevices(outputs_));
+      // Finished already: nobody else will complete it.
+      complete_here = finished_;
+    }
+    future = future_;
+  }
+  if (complete_here) CompleteFuture();
+  return future;
 }
 
 }  // namespace c10d_ext

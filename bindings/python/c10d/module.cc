@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "bindings/python/c10d/completion_pool.h"
+#include "bindings/python/c10d/distkit_work.h"
 #include "bindings/python/c10d/dk_api.h"
 #include "bindings/python/c10d/process_group_distkit.h"
 
@@ -42,7 +43,10 @@ PYBIND11_MODULE(_c10d, m) {
   m.def(
       "_drain",
       [](double timeout_s) {
-        return distkit::c10d_ext::CompletionPool::Get().WaitIdle(timeout_s);
+        const bool idle =
+            distkit::c10d_ext::CompletionPool::Get().WaitIdle(timeout_s);
+        distkit::c10d_ext::DistkitWork::ReleaseFinished();
+        return idle;
       },
       py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>(),
       "Waits for every completion posted so far to have run (at exit, "

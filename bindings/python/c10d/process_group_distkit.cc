@@ -58,18 +58,59 @@ at::Tensor Bytes(const at::Tensor& t) {
   return Contiguous(t).reshape({-1}).view(at::kByte);
 }
 
+// The profiler's name of an operation, as ProcessGroupGloo's "gloo:...".
+const char* ProfilingTitle(OpType type) {
+  switch (type) {
+    case OpType::BROADCAST:
+      return "distkit:broadcast";
+    case OpType::ALLREDUCE:
+      return "distkit:all_reduce";
+    case OpType::ALLREDUCE_COALESCED:
+      return "distkit:all_reduce_coalesced";
+    case OpType::REDUCE:
+      return "distkit:reduce";
+    case OpType::ALLGATHER:
+      return "distkit:all_gather";
+    case OpType::_ALLGATHER_BASE:
+      return "distkit:_all_gather_base";
+    case OpType::ALLGATHER_COALESCED:
+      return "distkit:all_gather_coalesced";
+    case OpType::GATHER:
+      return "distkit:gather";
+    case OpType::SCATTER:
+      return "distkit:scatter";
+    case OpType::REDUCE_SCATTER:
+      return "distkit:reduce_scatter";
+    case OpType::_REDUCE_SCATTER_BASE:
+      return "distkit:_reduce_scatter_base";
+    case OpType::ALLTOALL_BASE:
+      return "distkit:all_to_all_base";
+    case OpType::ALLTOALL:
+      return "distkit:all_to_all";
+    case OpType::BARRIER:
+      return "distkit:barrier";
+    case OpType::SEND:
+      return "distkit:send";
+    case OpType::RECV:
+      return "distkit:recv";
+    default:
+      return "distkit:op";
+  }
+}
+
 }  // namespace
 
 ProcessGroupDistkit::ProcessGroupDistkit(int rank, int size,
                                          dk_group_t* group)
     : c10d::ProcessGroup(rank, size),
       group_(group),
-      group_name_(GroupName(group)) {}
+      group_name_(GroupName(group)),
+      where_(std::make_shared<const std::string>(
+          "on group '" + group_name_ + "' (rank " + std::to_string(rank) +
+          " of " + std::to_string(size) + ")")) {}
 
 std::string ProcessGroupDistkit::Describe(const char* op) const {
-  return "distkit: " + std::string(op) + " on group '" + group_name_ +
-         "' (rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-         ")";
+  return "distkit: " + std::string(op) + " " + *where_;
 }
 
 void ProcessGroupDistkit::Fail(const char* op, const std::string& why) const {
@@ -149,9 +190,11 @@ WorkPtr ProcessGroupDistkit::Issue(OpType type, const char* op,
                                    std::vector<at::Tensor> outputs,
                                    std::vector<at::Tensor> lent,
                                    std::function<void()> then, Call&& call) {
-  const std::string title = std::string("distkit:") + op;
+  // What earlier operations left to release, here rather than on
+  // distkit's worker (DistkitWork::OnDone).
+  DistkitWork::ReleaseFinished();
   auto work = c10::make_intrusive<DistkitWork>(
-      rank_, type, title.c_str(), Describe(op), std::move(outputs), lent,
+      rank_, type, ProfilingTitle(type), op, where_, std::move(outputs), lent,
       std::move(then));
   {
     std::lock_guard<std::mutex> lock(record_mu_);

@@ -19,6 +19,7 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -130,6 +131,8 @@ class ProcessGroupDistkit : public c10d::ProcessGroup {
 
   dk_group_t* const group_;
   const std::string group_name_;
+  // "on group '<name>' (rank r of n)", which every Work names itself with.
+  const std::shared_ptr<const std::string> where_;
 
   std::mutex record_mu_;
   bool record_lends_ = false;
