@@ -2,8 +2,9 @@
 //! where a group's collectives compute (`Group::comm_device`).
 use distkit_sys as sys;
 
+use crate::element::{Element, View};
 use crate::error::{call, Result};
-use crate::Group;
+use crate::{Group, ReduceOp};
 
 /// A DLPack device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +23,47 @@ impl Device {
             sys::kDLCUDA => Device::Cuda(d.device_id),
             other => Device::Other(other, d.device_id),
         }
+    }
+    pub(crate) fn raw(self) -> sys::DLDevice {
+        match self {
+            Device::Cpu => sys::DLDevice { device_type: sys::kDLCPU, device_id: 0 },
+            Device::Cuda(i) => sys::DLDevice { device_type: sys::kDLCUDA, device_id: i },
+            Device::Other(t, i) => sys::DLDevice { device_type: t, device_id: i },
+        }
+    }
+}
+
+/// `len` elements of `T` in a device's memory (a CUDA device's, from the
+/// caller's own allocator), which collectives read and write in place; the
+/// host never touches it. Made from a raw pointer, as GPU crates hand them
+/// out.
+pub struct DeviceSlice<T: Element> {
+    ptr: *mut T,
+    len: usize,
+    device: Device,
+}
+
+impl<T: Element> DeviceSlice<T> {
+    /// # Safety
+    /// `ptr` must point at `len` elements of `T` on `device`, valid for as
+    /// long as the slice is used, and used by nothing else meanwhile.
+    pub unsafe fn from_raw(ptr: *mut T, len: usize, device: Device) -> Self {
+        DeviceSlice { ptr, len, device }
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn device(&self) -> Device {
+        self.device
+    }
+    pub fn as_ptr(&self) -> *mut T {
+        self.ptr
+    }
+    pub(crate) fn view(&self) -> Box<View> {
+        View::on(self.ptr, self.len, self.device.raw())
     }
 }
 
@@ -51,5 +93,29 @@ impl Group {
     /// `stream` must be a live CUDA stream (or null) until it is replaced.
     pub unsafe fn set_cuda_stream(&self, stream: *mut std::ffi::c_void) -> Result<()> {
         call(|err| unsafe { sys::dk_group_set_cuda_stream(self.raw(), stream, err) })
+    }
+
+    /// `all_reduce` of device memory (an "nccl" or "cpu:gloo,cuda:nccl"
+    /// group's CUDA device), in place.
+    pub fn all_reduce_device<T: Element>(&self, data: &mut DeviceSlice<T>, op: ReduceOp) -> Result<()> {
+        let mut v = data.view();
+        call(|err| unsafe {
+            sys::dk_group_all_reduce(self.raw(), v.tensor(), op.raw(), std::ptr::null_mut(), err)
+        })
+    }
+
+    /// `broadcast` of device memory from `root`, in place.
+    pub fn broadcast_device<T: Element>(&self, data: &mut DeviceSlice<T>, root: i32) -> Result<()> {
+        let mut v = data.view();
+        call(|err| unsafe { sys::dk_group_broadcast(self.raw(), v.tensor(), root, std::ptr::null_mut(), err) })
+    }
+
+    /// `all_gather` of device memory: `output` holds size * input.len()
+    /// elements, in rank order.
+    pub fn all_gather_device<T: Element>(&self, input: &DeviceSlice<T>, output: &mut DeviceSlice<T>) -> Result<()> {
+        let (mut i, mut o) = (input.view(), output.view());
+        call(|err| unsafe {
+            sys::dk_group_all_gather(self.raw(), i.tensor(), o.tensor(), std::ptr::null_mut(), err)
+        })
     }
 }

@@ -79,10 +79,14 @@ pub(crate) struct View {
 
 impl View {
     pub(crate) fn new<T: Element>(data: *const T, len: usize) -> Box<View> {
+        View::on(data, len, sys::DLDevice { device_type: sys::kDLCPU, device_id: 0 })
+    }
+    /// The same on any device (device memory the host does not touch).
+    pub(crate) fn on<T: Element>(data: *const T, len: usize, device: sys::DLDevice) -> Box<View> {
         let mut v = Box::new(View {
             tensor: sys::DLTensor {
                 data: data as *mut c_void,
-                device: sys::DLDevice { device_type: sys::kDLCPU, device_id: 0 },
+                device,
                 ndim: 1,
                 dtype: T::DTYPE.dlpack(),
                 shape: std::ptr::null_mut(),

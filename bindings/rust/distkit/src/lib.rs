@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use distkit_sys as sys;
 
-pub use device::{device, Device};
+pub use device::{device, Device, DeviceSlice};
 pub use element::{DataType, Element};
 pub use error::{Code, Error, Result};
 pub use group::{AbortHandle, Group, ReduceOp, Scope, Work};
