@@ -128,6 +128,7 @@ build() {
     cc/group/op_queue.cc cc/group/process_group.cc
     cc/store/store.cc cc/store/hash_store.cc cc/store/call_deadline.cc cc/store/prefix_store.cc
     cc/store/request_limits.cc cc/store/tcp_store.cc cc/store/store_server.cc
+    cc/store/internal/handshake.cc cc/store/internal/hmac_sha256.cc
     cc/store/internal/socket.cc cc/store/internal/wire.cc
     cc/parallel/bucket_assignment.cc cc/parallel/grad_reducer.cc
     tools/gpu_check.cc
