@@ -350,8 +350,7 @@ dk_status_t dk_work_on_complete(dk_work_t* work, dk_work_callback_t callback,
                                 void* arg, dk_error_t** err) {
   return Guard(err, [&]() -> absl::Status {
     DK_RETURN_IF_ERROR(NotNull(work, "work"));
-    DK_RETURN_IF_ERROR(
-        NotNull(reinterpret_cast<void*>(callback), "callback"));
+    DK_RETURN_IF_ERROR(NotNull(reinterpret_cast<void*>(callback), "callback"));
     work->rep->OnComplete([callback, arg](const absl::Status& status) {
       callback(arg, static_cast<dk_status_t>(status.code()));
     });

@@ -24,7 +24,7 @@ struct BackendConfig {
   std::shared_ptr<Store> store;  // private to the group
   int rank = 0;
   int size = 1;
-  int local_rank = 0;    // picks the CUDA device
+  int local_rank = 0;  // picks the CUDA device
   // For TCP transports: where peers reach this rank; empty: chosen by the
   // transport (cc/comm/gloo/listen_address.h).
   std::string hostname;

@@ -386,14 +386,14 @@ class StoreServer::Loop {
     if (request.op != wire::Op::kProof) return Refuse(c, no_token);
     const std::string& given = request.values[0];
     if (!store_auth::ConstantTimeEquals(
-            given, store_auth::ClientProof(token_, c.server_nonce,
-                                           c.client_nonce))) {
+            given,
+            store_auth::ClientProof(token_, c.server_nonce, c.client_nonce))) {
       // A client without a token proves the empty one.
       const bool none = store_auth::ConstantTimeEquals(
           given, store_auth::ClientProof("", c.server_nonce, c.client_nonce));
-      return Refuse(c, none ? no_token
-                            : absl::UnauthenticatedError(
-                                  "store: wrong job token"));
+      return Refuse(
+          c, none ? no_token
+                  : absl::UnauthenticatedError("store: wrong job token"));
     }
     c.authenticated = true;
     std::string().swap(c.client_nonce);

@@ -149,8 +149,8 @@ class RecordingProxy {
       const int fd = accept4(listener_.get(), nullptr, nullptr,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) continue;
-      absl::StatusOr<store_socket::Fd> upstream = store_socket::ConnectBefore(
-          target_, absl::Now() + absl::Seconds(10));
+      absl::StatusOr<store_socket::Fd> upstream =
+          store_socket::ConnectBefore(target_, absl::Now() + absl::Seconds(10));
       if (!upstream.ok()) {
         close(fd);
         continue;
@@ -358,8 +358,7 @@ TEST(TcpStoreHandshakeTest, AServerWithoutTheTokenGetsNoProof) {
     const size_t begin = store_wire::BeginFrame(&challenge, 0);
     store_wire::PutU32(&challenge, store_wire::kMagic);
     store_wire::PutString(&challenge, store_auth::NewNonce());
-    store_wire::PutString(&challenge,
-                          store_auth::ServerProof("guess", "", ""));
+    store_wire::PutString(&challenge, store_auth::ServerProof("guess", "", ""));
     store_wire::EndFrame(&challenge, begin);
     (void)store_socket::WriteAll(fd, challenge, deadline);
     // Whatever the client sends until it closes.
@@ -374,9 +373,9 @@ TEST(TcpStoreHandshakeTest, AServerWithoutTheTokenGetsNoProof) {
     }
   });
   {
-    absl::StatusOr<std::unique_ptr<TcpStore>> c = TcpStore::Connect(
-        {absl::StrCat("127.0.0.1:", listening->second), kToken,
-         absl::Seconds(5), absl::Seconds(5)});
+    absl::StatusOr<std::unique_ptr<TcpStore>> c =
+        TcpStore::Connect({absl::StrCat("127.0.0.1:", listening->second),
+                           kToken, absl::Seconds(5), absl::Seconds(5)});
     ASSERT_TRUE(c.ok()) << c.status();
     absl::Status s = (*c)->Set("k", "v");
     EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;

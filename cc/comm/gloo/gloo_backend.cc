@@ -128,14 +128,14 @@ absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
         absl::StrContains(absl::AsciiStrToLower(e.what()), "timeout") ||
         absl::StrContains(absl::AsciiStrToLower(e.what()), "timed out");
     const std::string msg = absl::StrCat(
-        "gloo: ", options.names.Here(rank), ", listening on ",
-        options.hostname, ", could not connect to its peers: ", e.what());
+        "gloo: ", options.names.Here(rank), ", listening on ", options.hostname,
+        ", could not connect to its peers: ", e.what());
     return timeout ? absl::DeadlineExceededError(msg)
                    : absl::UnavailableError(msg);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
-        "gloo: ", options.names.Here(rank), ", listening on ",
-        options.hostname, ", could not connect to its peers: ", e.what()));
+        "gloo: ", options.names.Here(rank), ", listening on ", options.hostname,
+        ", could not connect to its peers: ", e.what()));
   }
 }
 
@@ -239,8 +239,8 @@ absl::Status GlooBackend::Guarded(const OpContext& ctx,
     status = absl::InternalError(absl::StrCat(
         ctx.Describe(), " (", names_.Here(rank_), "): gloo: ", e.what()));
   } catch (const std::exception& e) {
-    status = absl::UnavailableError(
-        absl::StrCat(ctx.Describe(), " (", names_.Here(rank_), "): ", e.what()));
+    status = absl::UnavailableError(absl::StrCat(
+        ctx.Describe(), " (", names_.Here(rank_), "): ", e.what()));
   }
   if (aborted_.load()) {
     status = absl::CancelledError(

@@ -36,8 +36,7 @@ std::string HostOf(absl::string_view address) {
   }
   const size_t colon = address.rfind(':');
   // More than one colon without brackets: an IPv6 address without a port.
-  if (colon == absl::string_view::npos ||
-      address.find(':') != colon) {
+  if (colon == absl::string_view::npos || address.find(':') != colon) {
     return std::string(address);
   }
   return std::string(address.substr(0, colon));
@@ -93,10 +92,10 @@ absl::StatusOr<std::string> InterfaceAddress(absl::string_view name) {
   freeifaddrs(list);
   if (!v4.empty()) return v4;
   if (!v6.empty()) return v6;
-  return absl::NotFoundError(absl::StrCat(
-      exists ? "interface " : "no interface named ", name,
-      exists ? " has no IPv4 or IPv6 address" : "",
-      " (this host has: ", absl::StrJoin(names, ", "), ")"));
+  return absl::NotFoundError(
+      absl::StrCat(exists ? "interface " : "no interface named ", name,
+                   exists ? " has no IPv4 or IPv6 address" : "",
+                   " (this host has: ", absl::StrJoin(names, ", "), ")"));
 }
 
 absl::StatusOr<std::string> RouteSourceAddress(absl::string_view host) {
@@ -167,7 +166,8 @@ absl::StatusOr<ListenAddress> ChooseListenAddress(
   std::vector<std::pair<std::string, std::string>> targets;
   const std::string store_host = HostOf(store_address);
   if (!IsWildcard(store_host)) {
-    targets.push_back({store_host, absl::StrCat("the store at ", store_address)});
+    targets.push_back(
+        {store_host, absl::StrCat("the store at ", store_address)});
   }
   if (const char* master = Env("MASTER_ADDR"); master != nullptr) {
     const std::string host = HostOf(master);

@@ -73,9 +73,9 @@ std::vector<std::string> WaitForAddresses(Store& store,
                        " waiting for the address of ", peers));
     }
     if (!absl::IsDeadlineExceeded(values.status())) {
-      throw gloo::IoException(absl::StrCat("reading the address of ", peers,
-                                           " failed: ",
-                                           values.status().ToString()));
+      throw gloo::IoException(
+          absl::StrCat("reading the address of ", peers,
+                       " failed: ", values.status().ToString()));
     }
   }
 }

@@ -67,16 +67,16 @@ int DeadLeader(int rank, int size) {
   if (rank == 0) _exit(0);  // gone, without a word
   // 4 MiB: the data crosses every stage (host, leaders, host).
   std::vector<float> data(1 << 20, 1.0f);
-  absl::Status st =
-      world.AllReduce(TensorRef(data.data(), data.size(), DataType::kFloat32),
-                      ReduceOp::kSum);
+  absl::Status st = world.AllReduce(
+      TensorRef(data.data(), data.size(), DataType::kFloat32), ReduceOp::kSum);
   printf("rank %d: %s\n", rank, st.ToString().c_str());
   const std::string msg(st.message());
   Check(st.code() == absl::StatusCode::kUnavailable, "UNAVAILABLE: " + msg);
   Check(absl::StrContains(msg, Self(rank, size)),
         absl::StrCat("the error names '", Self(rank, size), "': ", msg));
   if (rank == 1) {
-    Check(absl::StrContains(msg, "rank 0 (pid "), "names the dead rank: " + msg);
+    Check(absl::StrContains(msg, "rank 0 (pid "),
+          "names the dead rank: " + msg);
   }
   if (rank == 3) {
     // Host 1's leader (world rank 2, rank 0 of the host's group) failed.
@@ -87,7 +87,8 @@ int DeadLeader(int rank, int size) {
   // early would be what the others report).
   (void)env->store->Set(absl::StrCat("checked/", rank), "1");
   std::vector<std::string> survivors;
-  for (int r = 1; r < size; ++r) survivors.push_back(absl::StrCat("checked/", r));
+  for (int r = 1; r < size; ++r)
+    survivors.push_back(absl::StrCat("checked/", r));
   Check(env->store->Wait(survivors, absl::Seconds(30)).ok(),
         "every survivor reports");
   _exit(testing::FinishChecks("errors in an operation name world ranks"));

@@ -20,8 +20,7 @@ namespace distkit {
 
 absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
     std::shared_ptr<Store> store, int rank, int size,
-    const WrappedFactory& make_gloo, absl::Duration timeout,
-    RankNames names) {
+    const WrappedFactory& make_gloo, absl::Duration timeout, RankNames names) {
   const char* env = std::getenv("DISTKIT_SHM");
   if (size < 2 || size > kMaxRanks ||
       (env != nullptr && std::string(env) == "0")) {
@@ -37,9 +36,8 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
                       ShmMapping::Map(*store, rank, size, choices, timeout));
   if (mapping == nullptr) return make_gloo(false);
   DK_ASSIGN_OR_RETURN(std::unique_ptr<Backend> gloo, make_gloo(true));
-  std::unique_ptr<ShmBackend> b(
-      new ShmBackend(rank, size, std::move(gloo), std::move(mapping),
-                     std::move(names)));
+  std::unique_ptr<ShmBackend> b(new ShmBackend(
+      rank, size, std::move(gloo), std::move(mapping), std::move(names)));
   ShmRankHeader* mine = b->layout().header(rank);
   StartHeartbeat(&mine->liveness);
   std::random_device rd;

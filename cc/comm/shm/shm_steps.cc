@@ -140,8 +140,8 @@ absl::Status ShmSteps::Step(const OpContext& ctx) {
     }
     if (const int failed = g->failed_by.load(std::memory_order_relaxed)) {
       return absl::UnavailableError(
-          absl::StrCat(ctx.Describe(), " (", names_.Here(rank_), "): ",
-                       names_.Rank(failed - 1),
+          absl::StrCat(ctx.Describe(), " (", names_.Here(rank_),
+                       "): ", names_.Rank(failed - 1),
                        " failed inside the operation and left the group"));
     }
     if (now > deadline) {
@@ -204,10 +204,11 @@ absl::Status ShmSteps::CheckLateRanks(const OpContext& ctx, uint64_t step) {
     // A peer that has left is a failure only if this step still needs it:
     // one that published the step and then exited did its part.
     if (gone && h->step.load(std::memory_order_acquire) < step) {
-      return absl::UnavailableError(absl::StrCat(
-          ctx.Describe(), " (", names_.Here(rank_), "): ", names_.Rank(r),
-          " ", *gone, " before it reached this operation's step; a peer "
-          "failed"));
+      return absl::UnavailableError(
+          absl::StrCat(ctx.Describe(), " (", names_.Here(rank_),
+                       "): ", names_.Rank(r), " ", *gone,
+                       " before it reached this operation's step; a peer "
+                       "failed"));
     }
   }
   return absl::OkStatus();

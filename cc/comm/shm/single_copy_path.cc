@@ -125,8 +125,8 @@ absl::Status SingleCopyPath::CopyWithPeer(const OpContext& ctx, int r,
                               : ReadPeerMemory(pid, remote, local, bytes);
   if (!copied.ok()) {
     return absl::UnavailableError(absl::StrCat(
-        ctx.Describe(), " (", steps_->names().Here(steps_->rank()), "): ",
-        write ? "writing" : "reading", " ", steps_->names().Rank(r),
+        ctx.Describe(), " (", steps_->names().Here(steps_->rank()),
+        "): ", write ? "writing" : "reading", " ", steps_->names().Rank(r),
         "'s buffer failed (", copied.message(), "); a peer failed"));
   }
   return absl::OkStatus();

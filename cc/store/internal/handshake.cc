@@ -34,9 +34,9 @@ bool FillFromUrandom(char* out, size_t n) {
 std::string Proof(absl::string_view role, absl::string_view token,
                   absl::string_view server_nonce,
                   absl::string_view client_nonce) {
-  return HmacSha256(token, absl::StrCat("distkit store ", role,
-                                        absl::string_view("\0", 1),
-                                        server_nonce, client_nonce));
+  return HmacSha256(
+      token, absl::StrCat("distkit store ", role, absl::string_view("\0", 1),
+                          server_nonce, client_nonce));
 }
 
 }  // namespace

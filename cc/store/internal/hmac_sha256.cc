@@ -29,8 +29,8 @@ inline uint32_t Rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 }  // namespace
 
 Sha256::Sha256()
-    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f,
-             0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+             0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
 
 void Sha256::Block(const uint8_t* block) {
   uint32_t w[64];
@@ -96,8 +96,7 @@ std::array<uint8_t, kSha256Bytes> Sha256::Finish() {
   // Padding: a 1 bit, zeros to 56 bytes mod 64, the length in bits.
   const uint64_t bits = total_bytes_ * 8;
   uint8_t pad[kBlockBytes + 8] = {0x80};
-  const size_t zeros =
-      (buffered_ < 56 ? 56 - buffered_ : 120 - buffered_) - 1;
+  const size_t zeros = (buffered_ < 56 ? 56 - buffered_ : 120 - buffered_) - 1;
   for (int i = 0; i < 8; ++i) {
     pad[1 + zeros + i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
   }

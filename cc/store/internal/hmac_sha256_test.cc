@@ -10,7 +10,9 @@ namespace distkit {
 namespace store_auth {
 namespace {
 
-std::string Hex(const std::string& bytes) { return absl::BytesToHexString(bytes); }
+std::string Hex(const std::string& bytes) {
+  return absl::BytesToHexString(bytes);
+}
 
 // FIPS 180-4's examples (NIST's SHA-256 example values).
 TEST(Sha256Test, StandardVectors) {
@@ -41,7 +43,8 @@ TEST(Sha256Test, PaddingBoundaries) {
   };
   for (const auto& [n, want] : cases) {
     std::string data;
-    for (int i = 0; i < n; ++i) data.push_back(static_cast<char>((i * 7 + 3) % 256));
+    for (int i = 0; i < n; ++i)
+      data.push_back(static_cast<char>((i * 7 + 3) % 256));
     EXPECT_EQ(Hex(Sha256Digest(data)), want) << n << " bytes";
     // Fed in two pieces at every split: the same digest.
     for (int split = 0; split <= n; ++split) {
