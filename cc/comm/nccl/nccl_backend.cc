@@ -199,7 +199,7 @@ absl::StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
   }
   DK_ASSIGN_OR_RETURN(std::unique_ptr<NcclComm> comm,
                       NcclComm::Init(cuda, nccl, device, config.size, id,
-                                     config.rank, deadline, b->name_));
+                                     config.rank, deadline, nullptr, b->name_));
   DK_ASSIGN_OR_RETURN(b->collectives_, b->MakeChannel(std::move(comm)));
   DK_RETURN_IF_ERROR(b->InitAgreement());
   return b;
@@ -503,17 +503,31 @@ absl::StatusOr<NcclBackend::Channel*> NcclBackend::PairChannel(
     DK_RETURN_IF_ERROR(store_->Set(
         id_key, absl::string_view(id.internal, sizeof(id.internal))));
   } else {
-    DK_ASSIGN_OR_RETURN(std::string bytes, store_->Get(id_key, ctx.timeout));
+    // In slices, so that an Abort() meanwhile ends the wait (the peer may
+    // never come).
+    const absl::Time deadline = absl::Now() + ctx.timeout;
+    absl::StatusOr<std::string> got;
+    do {
+      DK_RETURN_IF_ERROR(AbortedStatus(ctx));
+      got = store_->Get(
+          id_key, std::min(absl::Milliseconds(200), deadline - absl::Now()));
+    } while (absl::IsDeadlineExceeded(got.status()) && absl::Now() < deadline);
+    DK_RETURN_IF_ERROR(got.status());
+    const std::string& bytes = *got;
     if (bytes.size() != sizeof(id.internal)) {
       return absl::DataLossError("nccl: malformed ncclUniqueId in the store");
     }
     std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
-  DK_ASSIGN_OR_RETURN(
-      std::unique_ptr<NcclComm> comm,
-      NcclComm::Init(cuda_, nccl_, device_, 2, id, rank_ == from ? 0 : 1,
-                     absl::Now() + ctx.timeout,
-                     absl::StrCat(name_, ", sends ", from, " -> ", to)));
+  DK_ASSIGN_OR_RETURN(std::unique_ptr<NcclComm> comm,
+                      NcclComm::Init(
+                          cuda_, nccl_, device_, 2, id, rank_ == from ? 0 : 1,
+                          absl::Now() + ctx.timeout,
+                          [this] {
+                            absl::MutexLock lock(&mu_);
+                            return !aborted_.ok();
+                          },
+                          absl::StrCat(name_, ", sends ", from, " -> ", to)));
   DK_ASSIGN_OR_RETURN(std::unique_ptr<Channel> channel,
                       MakeChannel(std::move(comm)));
   absl::MutexLock lock(&mu_);

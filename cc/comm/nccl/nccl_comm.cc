@@ -43,7 +43,8 @@ NcclComm::NcclComm(const CudaLibrary* cuda, const NcclLibrary* nccl,
 
 absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Init(
     const CudaLibrary* cuda, const NcclLibrary* nccl, int device, int nranks,
-    const ncclUniqueId& id, int rank, absl::Time deadline, std::string name) {
+    const ncclUniqueId& id, int rank, absl::Time deadline,
+    std::function<bool()> cancelled, std::string name) {
   DK_RETURN_IF_ERROR(
       CudaStatus(*cuda, cuda->SetDevice(device), "cudaSetDevice"));
   ncclConfig_t config = NonBlockingConfig();
@@ -59,9 +60,10 @@ absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Init(
   std::unique_ptr<NcclComm> comm(
       new NcclComm(cuda, nccl, raw, device, std::move(name)));
   absl::MutexLock lock(&comm->mu_);
-  DK_RETURN_IF_ERROR(
-      comm->AwaitReady(deadline, absl::StrCat("ncclCommInitRankConfig (rank ",
-                                              rank, " of ", nranks, ")")));
+  DK_RETURN_IF_ERROR(comm->AwaitReady(
+      deadline,
+      absl::StrCat("ncclCommInitRankConfig (rank ", rank, " of ", nranks, ")"),
+      cancelled));
   return comm;
 }
 
@@ -127,9 +129,15 @@ absl::Status NcclComm::Enqueue(
   return AwaitReady(deadline, what);
 }
 
-absl::Status NcclComm::AwaitReady(absl::Time deadline, absl::string_view what) {
+absl::Status NcclComm::AwaitReady(absl::Time deadline, absl::string_view what,
+                                  const std::function<bool()>& cancelled) {
   while (true) {
     DK_RETURN_IF_ERROR(failure_);
+    if (cancelled != nullptr && cancelled()) {
+      AbortLocked(absl::CancelledError(
+          absl::StrCat(what, ": cancelled (the group was aborted)")));
+      return failure_;
+    }
     ncclResult_t state = ncclSuccess;
     const ncclResult_t r = nccl_->CommGetAsyncError(comm_, &state);
     if (r != ncclSuccess) state = r;

@@ -36,10 +36,12 @@ absl::Status NcclStatus(const NcclLibrary& nccl, ncclResult_t r,
 class NcclComm {
  public:
   // ncclCommInitRankConfig on `device`, waiting for every rank until
-  // `deadline`; `name` appears in every error ("group 'world'").
+  // `deadline`, or until `cancelled` says so (then aborted: CANCELLED);
+  // `name` appears in every error ("group 'world'").
   static absl::StatusOr<std::unique_ptr<NcclComm>> Init(
       const CudaLibrary* cuda, const NcclLibrary* nccl, int device, int nranks,
-      const ncclUniqueId& id, int rank, absl::Time deadline, std::string name);
+      const ncclUniqueId& id, int rank, absl::Time deadline,
+      std::function<bool()> cancelled, std::string name);
 
   // Frees the communicator: ncclCommFinalize bounded by a few seconds (a
   // dead peer must not hang the destructor), then ncclCommDestroy, or
@@ -80,7 +82,8 @@ class NcclComm {
   NcclComm(const CudaLibrary* cuda, const NcclLibrary* nccl, ncclComm_t comm,
            int device, std::string name);
   // Polls ncclCommGetAsyncError until it is no longer ncclInProgress.
-  absl::Status AwaitReady(absl::Time deadline, absl::string_view what)
+  absl::Status AwaitReady(absl::Time deadline, absl::string_view what,
+                          const std::function<bool()>& cancelled = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbortLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

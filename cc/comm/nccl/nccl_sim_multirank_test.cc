@@ -561,13 +561,22 @@ void AbortEndsAnOperationInFlight(ProcessGroup& world) {
     // The others never join: the all_reduce waits until aborted.
     GpuTensor t(DataType::kFloat32, {1, 2}, device);
     std::shared_ptr<Work> w = (*g)->AllReduceAsync(t.ref(), ReduceOp::kSum);
+    // And a send whose receiver never comes: its pair communicator is still
+    // being made (rank 1 never reads the id) when the abort comes.
+    GpuTensor u(DataType::kFloat32, {3, 4}, device);
+    std::shared_ptr<Work> sent = (*g)->SendAsync(u.ref(), 1, 0);
     absl::SleepFor(absl::Milliseconds(200));
     Check(!w->Test(), "the all_reduce waits for peers that never come");
+    Check(!sent->Test(), "the send waits for a receiver that never comes");
     const absl::Time start = absl::Now();
     (*g)->Abort();
     absl::Status s = w->Wait(absl::Seconds(20));
     Check(!s.ok() && s.code() != absl::StatusCode::kDeadlineExceeded,
           "an all_reduce in flight at abort fails: " + s.ToString());
+    s = sent->Wait(absl::Seconds(20));
+    Check(
+        !s.ok() && s.code() != absl::StatusCode::kDeadlineExceeded,
+        "a send still making its communicator at abort fails: " + s.ToString());
     Check(absl::Now() - start < absl::Seconds(10), "soon after the abort");
     ++matrix["all_reduce in flight at abort"];
   }
