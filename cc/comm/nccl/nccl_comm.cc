@@ -102,7 +102,10 @@ absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Split(bool member, int key,
   }
   // The parent's state says when the split is done; the child then exists
   // (or not, for a rank outside it).
-  DK_RETURN_IF_ERROR(AwaitReady(deadline, "ncclCommSplit"));
+  if (absl::Status split = AwaitReady(deadline, "ncclCommSplit"); !split.ok()) {
+    if (raw != nullptr) nccl_->CommAbort(raw);  // half made: not leaked
+    return split;
+  }
   if (!member) return std::unique_ptr<NcclComm>();
   std::unique_ptr<NcclComm> child(
       new NcclComm(cuda_, nccl_, raw, device_, std::move(name)));
