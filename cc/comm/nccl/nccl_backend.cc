@@ -434,53 +434,65 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
     channel.comm->Abort(r);
     return failed(r);
   }
-  bool agreed = !mine;
-  absl::Time next_health = absl::Now() + kHealthPeriod;
-  for (int spins = 0;; ++spins) {
-    // The signatures arrive before the operation's kernels run: a mismatch
-    // ends the operation at once, also one that would hang.
-    if (!agreed) {
-      const cudaError_t e = cuda_->EventQuery(signatures_arrived_);
-      if (e == cudaSuccess) {
-        agreed = true;
-        DK_RETURN_IF_ERROR(CheckAlongside(ctx));
-      } else if (e != cudaErrorNotReady) {
+  // Waits for the end; a failure there has aborted the communicator, whose
+  // kernels then exit, and the stream is drained before returning, so that
+  // nothing queued still touches the buffers when the caller reuses or frees
+  // them (DeviceBuffer's cache hands memory out again at once).
+  auto wait_for_end = [&]() -> absl::Status {
+    bool agreed = !mine;
+    absl::Time next_health = absl::Now() + kHealthPeriod;
+    for (int spins = 0;; ++spins) {
+      // The signatures arrive before the operation's kernels run: a mismatch
+      // ends the operation at once, also one that would hang.
+      if (!agreed) {
+        const cudaError_t e = cuda_->EventQuery(signatures_arrived_);
+        if (e == cudaSuccess) {
+          agreed = true;
+          DK_RETURN_IF_ERROR(CheckAlongside(ctx));
+        } else if (e != cudaErrorNotReady) {
+          const absl::Status r = CudaStatus(*cuda_, e, "cudaEventQuery");
+          channel.comm->Abort(r);
+          return failed(r);
+        }
+      }
+      const cudaError_t e = cuda_->EventQuery(channel.done);
+      if (e == cudaSuccess && agreed) {
+        // Done may also mean ended by an abort (NCCL's kernels exit): only an
+        // operation of a communicator still healthy succeeded.
+        DK_RETURN_IF_ERROR(AbortedStatus(ctx));
+        if (absl::Status h = channel.comm->Health(what); !h.ok()) {
+          return failed(h);
+        }
+        return absl::OkStatus();
+      }
+      if (e != cudaSuccess && e != cudaErrorNotReady) {
         const absl::Status r = CudaStatus(*cuda_, e, "cudaEventQuery");
         channel.comm->Abort(r);
         return failed(r);
       }
-    }
-    const cudaError_t e = cuda_->EventQuery(channel.done);
-    if (e == cudaSuccess && agreed) {
-      // Done may also mean ended by an abort (NCCL's kernels exit): only an
-      // operation of a communicator still healthy succeeded.
-      DK_RETURN_IF_ERROR(AbortedStatus(ctx));
-      if (absl::Status h = channel.comm->Health(what); !h.ok()) {
-        return failed(h);
+      if (e == cudaSuccess) continue;  // the signatures' event next turn
+      const absl::Time now = absl::Now();
+      if (now > deadline) {
+        channel.comm->Abort(absl::DeadlineExceededError(absl::StrCat(
+            what, ": timed out after ", absl::FormatDuration(ctx.timeout))));
+        return failed(channel.comm->failure());
       }
-      return absl::OkStatus();
-    }
-    if (e != cudaSuccess && e != cudaErrorNotReady) {
-      const absl::Status r = CudaStatus(*cuda_, e, "cudaEventQuery");
-      channel.comm->Abort(r);
-      return failed(r);
-    }
-    if (e == cudaSuccess) continue;  // the signatures' event next turn
-    const absl::Time now = absl::Now();
-    if (now > deadline) {
-      channel.comm->Abort(absl::DeadlineExceededError(absl::StrCat(
-          what, ": timed out after ", absl::FormatDuration(ctx.timeout))));
-      return failed(channel.comm->failure());
-    }
-    if (now > next_health) {
-      next_health = now + kHealthPeriod;
-      if (absl::Status h = channel.comm->Health(what); !h.ok()) {
-        return failed(h);
+      if (now > next_health) {
+        next_health = now + kHealthPeriod;
+        if (absl::Status h = channel.comm->Health(what); !h.ok()) {
+          return failed(h);
+        }
       }
+      // Short operations finish within microseconds: spin first, then sleep.
+      if (spins > 64) absl::SleepFor(absl::Microseconds(20));
     }
-    // Short operations finish within microseconds: spin first, then sleep.
-    if (spins > 64) absl::SleepFor(absl::Microseconds(20));
+  };
+  absl::Status ended = wait_for_end();
+  if (!ended.ok()) {
+    channel.comm->Abort(ended);  // already, unless the group was aborted
+    cuda_->StreamSynchronize(channel.stream);
   }
+  return ended;
 }
 
 absl::StatusOr<NcclBackend::Channel*> NcclBackend::PairChannel(
