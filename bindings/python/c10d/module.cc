@@ -1,7 +1,8 @@
 // distkit._c10d: the "distkit" c10d backend for torch.distributed (torch
-// 1.13's ProcessGroup extension point). distkit/torch_backend.py loads it,
-// hands it the libdistkit.so that ctypes loaded (init), and registers a
-// creator that makes ProcessGroupDistkit over distkit's groups.
+// 1.13's ProcessGroup extension point; torch 2.x's Backend, torch_base.h).
+// distkit/torch_backend.py loads it, hands it the libdistkit.so that ctypes
+// loaded (init), and registers a creator that makes ProcessGroupDistkit over
+// distkit's groups.
 
 #include <torch/csrc/utils/pybind.h>
 
@@ -55,12 +56,15 @@ PYBIND11_MODULE(_c10d, m) {
       "_completion_threads",
       [] { return distkit::c10d_ext::CompletionPool::Get().threads(); },
       "Threads the completion pool has started (tests).");
-  // A subclass of torch's ProcessGroup: torch's own calls (DDP's reducer
-  // included) reach the overrides in C++. dynamic_attr: the Python side
-  // keeps the distkit group it runs on as `_dk_group`.
+  // A subclass of torch's ProcessGroup (Backend under torch 2.x): torch's
+  // own calls (DDP's reducer included) reach the overrides in C++.
+  // dynamic_attr: the Python side keeps the distkit group it runs on as
+  // `_dk_group`.
+  m.attr("TORCH_BASE_CLASS") = distkit::c10d_ext::kTorchBaseClass;
   py::class_<ProcessGroupDistkit, c10::intrusive_ptr<ProcessGroupDistkit>>(
       m, "ProcessGroupDistkit",
-      py::module::import("torch._C._distributed_c10d").attr("ProcessGroup"),
+      py::module::import("torch._C._distributed_c10d")
+          .attr(distkit::c10d_ext::kTorchBaseClass),
       py::dynamic_attr())
       .def(py::init(&distkit::c10d_ext::Make), py::arg("rank"),
            py::arg("size"), py::arg("group"),

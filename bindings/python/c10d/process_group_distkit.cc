@@ -102,7 +102,7 @@ const char* ProfilingTitle(OpType type) {
 
 ProcessGroupDistkit::ProcessGroupDistkit(int rank, int size,
                                          dk_group_t* group)
-    : c10d::ProcessGroup(rank, size),
+    : TorchBackendBase(rank, size),
       group_(group),
       group_name_(GroupName(group)),
       where_(std::make_shared<const std::string>(

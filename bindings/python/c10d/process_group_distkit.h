@@ -1,6 +1,7 @@
 // ProcessGroupDistkit is torch.distributed's "distkit" backend in C++: a
-// c10d::ProcessGroup (torch 1.13's extension point) over one distkit group,
-// reached through the C ABI. Every operation is issued asynchronously and
+// c10d::ProcessGroup (torch 1.13's extension point; a c10d::Backend under
+// torch 2.x, torch_base.h) over one distkit group, reached through the C
+// ABI. Every operation is issued asynchronously and
 // returns at once; its DistkitWork completes from distkit's completion
 // callback. So torch's DistributedDataParallel overlaps its bucket
 // all_reduces with backward, and `async_op=True` returns before the data
@@ -17,19 +18,18 @@
 #ifndef DISTKIT_BINDINGS_PYTHON_C10D_PROCESS_GROUP_DISTKIT_H_
 #define DISTKIT_BINDINGS_PYTHON_C10D_PROCESS_GROUP_DISTKIT_H_
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "bindings/python/c10d/torch_base.h"
 #include "distkit/distkit.h"
 
 namespace distkit {
 namespace c10d_ext {
 
-class ProcessGroupDistkit : public c10d::ProcessGroup {
+class ProcessGroupDistkit : public TorchBackendBase {
  public:
   // Over `group` (borrowed: the Python side keeps it alive; nullptr:
   // distkit's default group), this process being `rank` of `size`.

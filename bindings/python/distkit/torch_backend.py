@@ -23,11 +23,16 @@ or Python than it was built for) or ``DISTKIT_TORCH_BACKEND=python`` asks
 for it, a Python process group over the C ABI stands in
 (torch_backend_fallback.py), whose operations complete before they
 return; it warns once, saying why, and ``implementation()`` tells.
+
+torch 2.x registers backends per device and wraps them in its own
+ProcessGroup; the extension then extends c10d's Backend (built against
+torch 2.x; only torch 1.13 runs here). The Python fallback is 1.13's only.
 """
 import atexit
 import ctypes
 import datetime
 import importlib.util
+import inspect
 import os
 import uuid
 import warnings
@@ -253,7 +258,12 @@ def register() -> None:
     if not _registered:
         _load_extension()
         if not hasattr(tdist.Backend, BACKEND.upper()):
-            tdist.Backend.register_backend(BACKEND, _create)
+            if "devices" in inspect.signature(tdist.Backend.register_backend).parameters:
+                # torch 2.x: a Backend per device, which torch wraps in its
+                # own ProcessGroup (bindings/python/c10d/torch_base.h).
+                tdist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
+            else:
+                tdist.Backend.register_backend(BACKEND, _create)
         _registered = True
 
 

@@ -72,7 +72,15 @@ def twin(group) -> Any:
         return found
     if active() and group is default_group():
         return None
-    return getattr(group, "_dk_group", NOT_FOUND)  # made on the "distkit" backend
+    found = getattr(group, "_dk_group", NOT_FOUND)  # made on the "distkit" backend
+    if found is NOT_FOUND and hasattr(group, "_get_backend"):
+        # torch 2.x: torch's group wraps the backend that keeps the twin.
+        import torch
+        try:
+            found = getattr(group._get_backend(torch.device("cpu")), "_dk_group", NOT_FOUND)
+        except RuntimeError:  # no CPU backend in that group
+            pass
+    return found
 
 
 
