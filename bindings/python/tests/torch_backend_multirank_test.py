@@ -14,7 +14,8 @@ distkit.dist.init_dist initializes torch's default group on "distkit".
 --standalone: torch.distributed.init_process_group("distkit") alone (distkit
 joins through torch's store). --timeout: init_process_group(timeout=2 s),
 and an all_reduce one rank never joins fails within the bound on the
-others. With DISTKIT_TORCH_BACKEND=python, the Python fallback runs the
+others. --dead-peer: a rank exits between DDP steps, and backward on the
+others raises within seconds. With DISTKIT_TORCH_BACKEND=python, the Python fallback runs the
 checks that do not need asynchronous operations."""
 import datetime
 import os
@@ -435,6 +436,32 @@ def timeout_check(rank, n):
             time.sleep(0.01)
 
 
+def dead_peer(rank, n):
+    """Rank n - 1 exits after two DDP steps; in the next step every other
+    rank's bucket all_reduce fails inside torch's reducer (its peer is
+    gone), and backward raises a RuntimeError naming it within seconds:
+    never a hang."""
+    torch.manual_seed(3)
+    model = DDP(nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Linear(256, 8)))
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(rank))
+    for _ in range(2):
+        model(x).pow(2).mean().backward()
+    tdist.barrier()
+    if rank == n - 1:
+        os._exit(0)  # noqa: SLF001 - dies without leaving the group
+    start = time.monotonic()
+    try:
+        model(x).pow(2).mean().backward()
+        check(False, "backward with a dead peer raised")
+    except RuntimeError as e:
+        took = time.monotonic() - start
+        check("all_reduce" in str(e) and f"rank {n - 1}" in str(e),
+              f"the error names the op and the dead rank: {e}")
+        check(took < 20, f"within seconds: {took:.1f} s")
+        if rank == 0:
+            print(f"backward with a dead peer, after {took:.2f} s: {e}", flush=True)
+
+
 def main():
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if "--timeout" in sys.argv:
@@ -444,6 +471,12 @@ def main():
         backend_in_cpp()
         timeout_check(rank, n)
         return finish("torch backend timeout")
+    if "--dead-peer" in sys.argv:
+        init = os.path.join(os.environ["TEST_TMPDIR"], "torch_init")
+        tdist.init_process_group("distkit", init_method=f"file://{init}", rank=rank, world_size=n)
+        backend_in_cpp()
+        dead_peer(rank, n)
+        return finish("torch backend dead peer")
     if "--standalone" in sys.argv:
         init = os.path.join(os.environ["TEST_TMPDIR"], "torch_init")
         tdist.init_process_group("distkit", init_method=f"file://{init}", rank=rank, world_size=n)
