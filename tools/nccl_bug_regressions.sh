@@ -10,7 +10,8 @@
 #     collectives' communicator and channel, from their own lanes
 #   2 worker threads never select the GPU; allocation "restores" the
 #     thread's device 0 (a context on GPU 0 from every rank)
-#   3 the torch backend allocates its outputs on the CPU
+#   3 the torch backend (its Python fallback; the C++ one has its own test)
+#     allocates its outputs on the CPU
 #   4 the caller's stream is ignored (only the legacy default stream)
 #   5 a failed cudaEventRecord of the op's end is not checked, so the op
 #     "completes" before it ran
@@ -84,7 +85,7 @@ bug2() {
     '  // The caller'"'"'s work comes first'
 }
 bug3() {
-  mutate bindings/python/distkit/torch_backend.py \
+  mutate bindings/python/distkit/torch_backend_fallback.py \
     'dtype=t.dtype, device=t.device)' 'dtype=t.dtype)'
 }
 bug4() {
