@@ -123,6 +123,10 @@ const at::Tensor& ProcessGroupDistkit::Single(
     Fail(op, "takes one tensor per rank (one device), got " +
                  std::to_string(tensors.size()));
   }
+  if (tensors[0].layout() != at::kStrided) {
+    Fail(op, "takes dense tensors (got a " +
+                 c10::str(tensors[0].layout()) + " one)");
+  }
   return tensors[0];
 }
 
