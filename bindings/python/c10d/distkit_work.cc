@@ -86,8 +86,8 @@ void DistkitWork::CompleteNow() {
 }
 
 void DistkitWork::OnDone(void* self, dk_status_t status) {
-  auto ref = c10::intrusive_ptr<DistkitWork>::reclaim(
-      static_cast<DistkitWork*>(self));
+  auto ref =
+      c10::intrusive_ptr<DistkitWork>::reclaim(static_cast<DistkitWork*>(self));
   ref->Finish(status);
   if (ref->FinishedWithFuture()) {
     // Its then-callbacks run on the pool, which drops the reference too.

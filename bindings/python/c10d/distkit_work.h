@@ -15,13 +15,12 @@
 #ifndef DISTKIT_BINDINGS_PYTHON_C10D_DISTKIT_WORK_H_
 #define DISTKIT_BINDINGS_PYTHON_C10D_DISTKIT_WORK_H_
 
-#include <torch/csrc/distributed/c10d/Work.hpp>
-
 #include <chrono>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <string>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "distkit/distkit.h"

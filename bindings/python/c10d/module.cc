@@ -66,8 +66,8 @@ PYBIND11_MODULE(_c10d, m) {
       py::module::import("torch._C._distributed_c10d")
           .attr(distkit::c10d_ext::kTorchBaseClass),
       py::dynamic_attr())
-      .def(py::init(&distkit::c10d_ext::Make), py::arg("rank"),
-           py::arg("size"), py::arg("group"),
+      .def(py::init(&distkit::c10d_ext::Make), py::arg("rank"), py::arg("size"),
+           py::arg("group"),
            "Over the dk_group_t* `group` (an address; 0: distkit's default "
            "group), which must outlive it.")
       .def_property_readonly("group_name", &ProcessGroupDistkit::group_name)

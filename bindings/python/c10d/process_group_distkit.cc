@@ -100,8 +100,7 @@ const char* ProfilingTitle(OpType type) {
 
 }  // namespace
 
-ProcessGroupDistkit::ProcessGroupDistkit(int rank, int size,
-                                         dk_group_t* group)
+ProcessGroupDistkit::ProcessGroupDistkit(int rank, int size, dk_group_t* group)
     : TorchBackendBase(rank, size),
       group_(group),
       group_name_(GroupName(group)),
@@ -124,8 +123,8 @@ const at::Tensor& ProcessGroupDistkit::Single(
                  std::to_string(tensors.size()));
   }
   if (tensors[0].layout() != at::kStrided) {
-    Fail(op, "takes dense tensors (got a " +
-                 c10::str(tensors[0].layout()) + " one)");
+    Fail(op, "takes dense tensors (got a " + c10::str(tensors[0].layout()) +
+                 " one)");
   }
   return tensors[0];
 }
@@ -227,7 +226,8 @@ WorkPtr ProcessGroupDistkit::Issue(OpType type, const char* op,
   return work;
 }
 
-// ---- reductions --------------------------------------------------------------
+// ---- reductions
+// --------------------------------------------------------------
 
 WorkPtr ProcessGroupDistkit::allreduce(std::vector<at::Tensor>& tensors,
                                        const c10d::AllreduceOptions& opts) {
@@ -262,12 +262,13 @@ WorkPtr ProcessGroupDistkit::allreduce_coalesced(
   const dk_reduce_op_t reduce = Reduction(opts.reduceOp, flat, op);
   at::Tensor lent = flat.is_complex() ? at::view_as_real(flat) : flat;
   std::vector<at::Tensor> outs = tensors;
-  return Issue(OpType::ALLREDUCE_COALESCED, op, tensors, {lent},
-               [flat, outs] { Unflatten(flat, outs); },
-               [&](dk_work_t** w, dk_error_t** e) {
-                 DlView v(lent, DlUse::kReduce, Describe(op));
-                 return Dk().dk_group_all_reduce(group_, v.get(), reduce, w, e);
-               });
+  return Issue(
+      OpType::ALLREDUCE_COALESCED, op, tensors, {lent},
+      [flat, outs] { Unflatten(flat, outs); },
+      [&](dk_work_t** w, dk_error_t** e) {
+        DlView v(lent, DlUse::kReduce, Describe(op));
+        return Dk().dk_group_all_reduce(group_, v.get(), reduce, w, e);
+      });
 }
 
 WorkPtr ProcessGroupDistkit::reduce(std::vector<at::Tensor>& tensors,
@@ -276,8 +277,8 @@ WorkPtr ProcessGroupDistkit::reduce(std::vector<at::Tensor>& tensors,
   const at::Tensor& t = Single(tensors, op);
   const bool premul = opts.reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM;
   // PREMUL_SUM scales a copy: a rank that is not the root keeps its input.
-  at::Tensor buf = premul ? t.clone(at::MemoryFormat::Contiguous)
-                          : Contiguous(t);
+  at::Tensor buf =
+      premul ? t.clone(at::MemoryFormat::Contiguous) : Contiguous(t);
   const dk_reduce_op_t reduce = Reduction(opts.reduceOp, buf, op);
   at::Tensor lent = buf.is_complex() ? at::view_as_real(buf) : buf;
   const int root = static_cast<int>(opts.rootRank);
@@ -307,8 +308,8 @@ WorkPtr ProcessGroupDistkit::reduce_scatter(
                    std::to_string(in.numel()));
     }
   }
-  return ReduceScatter(op, OpType::REDUCE_SCATTER,
-                       const_cast<at::Tensor&>(out), Flatten(inputs[0]),
+  return ReduceScatter(op, OpType::REDUCE_SCATTER, const_cast<at::Tensor&>(out),
+                       Flatten(inputs[0]),
                        /*input_is_copy=*/true, opts);
 }
 
@@ -341,7 +342,8 @@ WorkPtr ProcessGroupDistkit::ReduceScatter(
                });
 }
 
-// ---- data movement -------------------------------------------------------------
+// ---- data movement
+// -------------------------------------------------------------
 
 WorkPtr ProcessGroupDistkit::broadcast(std::vector<at::Tensor>& tensors,
                                        const c10d::BroadcastOptions& opts) {
@@ -374,30 +376,28 @@ WorkPtr ProcessGroupDistkit::allgather(
   }
   at::Tensor in = Contiguous(t);
   at::Tensor flat = at::empty({size_ * t.numel()}, t.options());
-  return Issue(OpType::ALLGATHER, op, outs, {in, flat},
-               [flat, outs] { Unflatten(flat, outs); },
-               [&](dk_work_t** w, dk_error_t** e) {
-                 DlView a(in, DlUse::kMove, Describe(op));
-                 DlView b(flat, DlUse::kMove, Describe(op));
-                 return Dk().dk_group_all_gather(group_, a.get(), b.get(), w,
-                                                 e);
-               });
+  return Issue(
+      OpType::ALLGATHER, op, outs, {in, flat},
+      [flat, outs] { Unflatten(flat, outs); },
+      [&](dk_work_t** w, dk_error_t** e) {
+        DlView a(in, DlUse::kMove, Describe(op));
+        DlView b(flat, DlUse::kMove, Describe(op));
+        return Dk().dk_group_all_gather(group_, a.get(), b.get(), w, e);
+      });
 }
 
 WorkPtr ProcessGroupDistkit::_allgather_base(
-    at::Tensor& output, at::Tensor& input,
-    const c10d::AllgatherOptions& opts) {
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   const char* op = "_allgather_base";
   at::Tensor in = Contiguous(input);
   at::Tensor out = Contiguous(output);
-  return Issue(OpType::_ALLGATHER_BASE, op, {output}, {in, out},
-               CopyBackIfStaged(output, out),
-               [&](dk_work_t** w, dk_error_t** e) {
-                 DlView a(in, DlUse::kMove, Describe(op));
-                 DlView b(out, DlUse::kMove, Describe(op));
-                 return Dk().dk_group_all_gather(group_, a.get(), b.get(), w,
-                                                 e);
-               });
+  return Issue(
+      OpType::_ALLGATHER_BASE, op, {output}, {in, out},
+      CopyBackIfStaged(output, out), [&](dk_work_t** w, dk_error_t** e) {
+        DlView a(in, DlUse::kMove, Describe(op));
+        DlView b(out, DlUse::kMove, Describe(op));
+        return Dk().dk_group_all_gather(group_, a.get(), b.get(), w, e);
+      });
 }
 
 WorkPtr ProcessGroupDistkit::allgather_coalesced(
@@ -475,8 +475,8 @@ WorkPtr ProcessGroupDistkit::gather(
   std::vector<at::Tensor> outs;
   if (is_root) {
     if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_) {
-      Fail(op, "the root takes one list of " + std::to_string(size_) +
-                   " outputs");
+      Fail(op,
+           "the root takes one list of " + std::to_string(size_) + " outputs");
     }
     outs = outputs[0];
     for (const at::Tensor& o : outs) {
@@ -492,17 +492,16 @@ WorkPtr ProcessGroupDistkit::gather(
       is_root ? at::empty({size_ * t.numel()}, t.options()) : at::Tensor();
   std::function<void()> then;
   if (is_root) then = [flat, outs] { Unflatten(flat, outs); };
-  return Issue(OpType::GATHER, op, outs, {in, flat}, std::move(then),
-               [&](dk_work_t** w, dk_error_t** e) {
-                 DlView a(in, DlUse::kMove, Describe(op));
-                 if (!is_root) {
-                   return Dk().dk_group_gather(group_, a.get(), nullptr, root,
-                                               w, e);
-                 }
-                 DlView b(flat, DlUse::kMove, Describe(op));
-                 return Dk().dk_group_gather(group_, a.get(), b.get(), root, w,
-                                             e);
-               });
+  return Issue(
+      OpType::GATHER, op, outs, {in, flat}, std::move(then),
+      [&](dk_work_t** w, dk_error_t** e) {
+        DlView a(in, DlUse::kMove, Describe(op));
+        if (!is_root) {
+          return Dk().dk_group_gather(group_, a.get(), nullptr, root, w, e);
+        }
+        DlView b(flat, DlUse::kMove, Describe(op));
+        return Dk().dk_group_gather(group_, a.get(), b.get(), root, w, e);
+      });
 }
 
 WorkPtr ProcessGroupDistkit::scatter(
@@ -516,8 +515,8 @@ WorkPtr ProcessGroupDistkit::scatter(
   at::Tensor flat;
   if (is_root) {
     if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_) {
-      Fail(op, "the root takes one list of " + std::to_string(size_) +
-                   " inputs");
+      Fail(op,
+           "the root takes one list of " + std::to_string(size_) + " inputs");
     }
     for (const at::Tensor& in : inputs[0]) {
       if (in.numel() != t.numel() || in.scalar_type() != t.scalar_type()) {
@@ -529,17 +528,16 @@ WorkPtr ProcessGroupDistkit::scatter(
     Fail(op, "only the root takes inputs");
   }
   at::Tensor out = Contiguous(t);
-  return Issue(OpType::SCATTER, op, {t}, {flat, out}, CopyBackIfStaged(t, out),
-               [&](dk_work_t** w, dk_error_t** e) {
-                 DlView b(out, DlUse::kMove, Describe(op));
-                 if (!is_root) {
-                   return Dk().dk_group_scatter(group_, nullptr, b.get(), root,
-                                                w, e);
-                 }
-                 DlView a(flat, DlUse::kMove, Describe(op));
-                 return Dk().dk_group_scatter(group_, a.get(), b.get(), root, w,
-                                              e);
-               });
+  return Issue(
+      OpType::SCATTER, op, {t}, {flat, out}, CopyBackIfStaged(t, out),
+      [&](dk_work_t** w, dk_error_t** e) {
+        DlView b(out, DlUse::kMove, Describe(op));
+        if (!is_root) {
+          return Dk().dk_group_scatter(group_, nullptr, b.get(), root, w, e);
+        }
+        DlView a(flat, DlUse::kMove, Describe(op));
+        return Dk().dk_group_scatter(group_, a.get(), b.get(), root, w, e);
+      });
 }
 
 WorkPtr ProcessGroupDistkit::alltoall_base(
@@ -556,9 +554,8 @@ WorkPtr ProcessGroupDistkit::alltoall_base(
     std::vector<int64_t> out_splits;
     if (rows.empty()) {
       if (t.numel() % size_ != 0) {
-        Fail(op, "an even split needs a multiple of " +
-                     std::to_string(size_) + " elements, got " +
-                     std::to_string(t.numel()));
+        Fail(op, "an even split needs a multiple of " + std::to_string(size_) +
+                     " elements, got " + std::to_string(t.numel()));
       }
       out_splits.assign(size_, t.numel() / size_);
       return out_splits;
@@ -567,8 +564,8 @@ WorkPtr ProcessGroupDistkit::alltoall_base(
       Fail(op, "takes " + std::to_string(size_) + " split sizes, got " +
                    std::to_string(rows.size()));
     }
-    const int64_t row = t.dim() > 0 && t.size(0) > 0 ? t.numel() / t.size(0)
-                                                     : 0;
+    const int64_t row =
+        t.dim() > 0 && t.size(0) > 0 ? t.numel() / t.size(0) : 0;
     for (int64_t r : rows) out_splits.push_back(r * row);
     return out_splits;
   };
@@ -615,17 +612,18 @@ WorkPtr ProcessGroupDistkit::alltoall(std::vector<at::Tensor>& outputs,
   }
   at::Tensor flat = at::empty({total}, in.options());
   std::vector<at::Tensor> outs = outputs;
-  return Issue(OpType::ALLTOALL, op, outs, {in, flat},
-               [flat, outs] { Unflatten(flat, outs); },
-               [&](dk_work_t** w, dk_error_t** e) {
-                 DlView a(in, DlUse::kMove, Describe(op));
-                 DlView b(flat, DlUse::kMove, Describe(op));
-                 for (int64_t& s : in_splits) s *= a.scale();
-                 for (int64_t& s : out_splits) s *= b.scale();
-                 return Dk().dk_group_all_to_all(
-                     group_, a.get(), in_splits.data(), b.get(),
-                     out_splits.data(), in_splits.size(), w, e);
-               });
+  return Issue(
+      OpType::ALLTOALL, op, outs, {in, flat},
+      [flat, outs] { Unflatten(flat, outs); },
+      [&](dk_work_t** w, dk_error_t** e) {
+        DlView a(in, DlUse::kMove, Describe(op));
+        DlView b(flat, DlUse::kMove, Describe(op));
+        for (int64_t& s : in_splits) s *= a.scale();
+        for (int64_t& s : out_splits) s *= b.scale();
+        return Dk().dk_group_all_to_all(group_, a.get(), in_splits.data(),
+                                        b.get(), out_splits.data(),
+                                        in_splits.size(), w, e);
+      });
 }
 
 WorkPtr ProcessGroupDistkit::barrier(const c10d::BarrierOptions& opts) {
@@ -643,7 +641,8 @@ void ProcessGroupDistkit::monitoredBarrier(const c10d::BarrierOptions& opts,
   work->wait(opts.timeout.count() > 0 ? opts.timeout : kNoTimeout);
 }
 
-// ---- point to point ----------------------------------------------------------------
+// ---- point to point
+// ----------------------------------------------------------------
 
 WorkPtr ProcessGroupDistkit::send(std::vector<at::Tensor>& tensors, int dst,
                                   int tag) {
@@ -671,8 +670,9 @@ WorkPtr ProcessGroupDistkit::recv(std::vector<at::Tensor>& tensors, int src,
 
 WorkPtr ProcessGroupDistkit::recvAnysource(std::vector<at::Tensor>& tensors,
                                            int tag) {
-  Fail("recv", "receiving from any source is not supported (distkit matches "
-               "a receive by its source and tag); name the source rank");
+  Fail("recv",
+       "receiving from any source is not supported (distkit matches "
+       "a receive by its source and tag); name the source rank");
 }
 
 }  // namespace c10d_ext

@@ -87,12 +87,12 @@ class ProcessGroupDistkit : public TorchBackendBase {
       const c10d::BarrierOptions& opts) override;
   void monitoredBarrier(const c10d::BarrierOptions& opts,
                         bool wait_all_ranks) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
-                                      int dst, int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
-                                      int src, int tag) override;
-  c10::intrusive_ptr<c10d::Work> recvAnysource(
-      std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
 
   // The group's name in distkit ("world", "world/torch-1").
   const std::string& group_name() const { return group_name_; }
@@ -110,8 +110,7 @@ class ProcessGroupDistkit : public TorchBackendBase {
   c10::intrusive_ptr<c10d::Work> Issue(c10d::OpType type, const char* op,
                                        std::vector<at::Tensor> outputs,
                                        std::vector<at::Tensor> lent,
-                                       std::function<void()> then,
-                                       Call&& call);
+                                       std::function<void()> then, Call&& call);
   // reduce_scatter of `input` (flat; `input_is_copy`: the operation's own,
   // which PREMUL_SUM may scale in place) into `output`.
   c10::intrusive_ptr<c10d::Work> ReduceScatter(
