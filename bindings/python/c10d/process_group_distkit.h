@@ -13,7 +13,9 @@
 // operations follow the caller's current stream (the C ABI's
 // dk_group_set_cuda_stream; cuda_stream.h); a completed CUDA operation's
 // device work is done, so wait() leaves nothing for the caller's stream to
-// wait for.
+// wait for, and the Work holds every tensor it lent until then, so the
+// caching allocator cannot hand their memory out early (what
+// ProcessGroupNCCL's recordStream is for).
 
 #ifndef DISTKIT_BINDINGS_PYTHON_C10D_PROCESS_GROUP_DISTKIT_H_
 #define DISTKIT_BINDINGS_PYTHON_C10D_PROCESS_GROUP_DISTKIT_H_
