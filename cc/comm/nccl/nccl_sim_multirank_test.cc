@@ -459,6 +459,21 @@ void NoAllocationPerOp(ProcessGroup& g) {
   ++matrix["no device allocation per op after warm-up float32"];
 }
 
+// A new nccl group of every rank with its own timeout (each misuse case
+// spoils a group of its own); stops the rank when it cannot be made.
+absl::StatusOr<std::shared_ptr<ProcessGroup>> NcclGroupOfEveryone(
+    ProcessGroup& world, absl::Duration timeout, const std::string& what) {
+  std::vector<int> everyone;
+  for (int r = 0; r < size; ++r) everyone.push_back(r);
+  GroupOptions options;
+  options.backend = "nccl";
+  options.timeout = timeout;
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g =
+      world.NewGroup(everyone, options);
+  RequireOk(g.status(), what);
+  return g;
+}
+
 // A failed cudaEventRecord of an operation's end is an error, not an
 // operation that "completed" before it ran: the simulator fails the third
 // record from now on every rank (the issue mark is the first, the
@@ -466,14 +481,8 @@ void NoAllocationPerOp(ProcessGroup& g) {
 void FailedRecordIsAnError(ProcessGroup& world) {
   auto fail =
       reinterpret_cast<void (*)(long)>(SimSymbol("dksimFailEventRecord"));
-  std::vector<int> everyone;
-  for (int r = 0; r < size; ++r) everyone.push_back(r);
-  GroupOptions options;
-  options.backend = "nccl";
-  options.timeout = absl::Seconds(10);
-  absl::StatusOr<std::shared_ptr<ProcessGroup>> g =
-      world.NewGroup(everyone, options);
-  RequireOk(g.status(), "a group whose operation's event fails");
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g = NcclGroupOfEveryone(
+      world, absl::Seconds(10), "a group whose operation's event fails");
   GpuTensor t(DataType::kFloat32, {1.0 * rank, 2}, device);
   CheckOk((*g)->AllReduce(t.ref(), ReduceOp::kSum), "warm-up all_reduce");
   CheckOk(world.Barrier(), "every rank warmed up");
@@ -493,14 +502,8 @@ void FailedRecordIsAnError(ProcessGroup& world) {
 // would hang NCCL ends at once).
 void DisagreementAbortsTheGroup(ProcessGroup& world) {
   if (size == 1) return;
-  std::vector<int> everyone;
-  for (int r = 0; r < size; ++r) everyone.push_back(r);
-  GroupOptions options;
-  options.backend = "nccl";
-  options.timeout = absl::Seconds(30);
   absl::StatusOr<std::shared_ptr<ProcessGroup>> g =
-      world.NewGroup(everyone, options);
-  RequireOk(g.status(), "a group to disagree on");
+      NcclGroupOfEveryone(world, absl::Seconds(30), "a group to disagree on");
   const int64_t n = rank == 0 ? 4 : 8;
   GpuTensor t(DataType::kFloat32, std::vector<double>(n, 1), device);
   const absl::Time start = absl::Now();
@@ -524,14 +527,8 @@ void DisagreementAbortsTheGroup(ProcessGroup& world) {
 // with ABORTED (none keeps a group its peers have aborted).
 void BarrierAgainstAllReduce(ProcessGroup& world) {
   if (size == 1) return;
-  std::vector<int> everyone;
-  for (int r = 0; r < size; ++r) everyone.push_back(r);
-  GroupOptions options;
-  options.backend = "nccl";
-  options.timeout = absl::Seconds(30);
   absl::StatusOr<std::shared_ptr<ProcessGroup>> g =
-      world.NewGroup(everyone, options);
-  RequireOk(g.status(), "a group to disagree on");
+      NcclGroupOfEveryone(world, absl::Seconds(30), "a group to disagree on");
   GpuTensor t(DataType::kFloat32, {1, 2, 3, 4}, device);
   absl::Status s =
       rank == 0 ? (*g)->Barrier() : (*g)->AllReduce(t.ref(), ReduceOp::kSum);
@@ -549,14 +546,8 @@ void BarrierAgainstAllReduce(ProcessGroup& world) {
 // OK: its kernels exit early, and the end event then completes too.
 void AbortEndsAnOperationInFlight(ProcessGroup& world) {
   if (size == 1) return;
-  std::vector<int> everyone;
-  for (int r = 0; r < size; ++r) everyone.push_back(r);
-  GroupOptions options;
-  options.backend = "nccl";
-  options.timeout = absl::Seconds(30);
   absl::StatusOr<std::shared_ptr<ProcessGroup>> g =
-      world.NewGroup(everyone, options);
-  RequireOk(g.status(), "a group to abort");
+      NcclGroupOfEveryone(world, absl::Seconds(30), "a group to abort");
   if (rank == 0) {
     // The others never join: the all_reduce waits until aborted.
     GpuTensor t(DataType::kFloat32, {1, 2}, device);
@@ -590,14 +581,8 @@ void AbortEndsAnOperationInFlight(ProcessGroup& world) {
 // DEADLINE_EXCEEDED naming it (the communicator is aborted), not a hang.
 void TimeoutEndsTheOperation(ProcessGroup& world) {
   if (size == 1) return;
-  std::vector<int> everyone;
-  for (int r = 0; r < size; ++r) everyone.push_back(r);
-  GroupOptions options;
-  options.backend = "nccl";
-  options.timeout = absl::Seconds(1);
-  absl::StatusOr<std::shared_ptr<ProcessGroup>> g =
-      world.NewGroup(everyone, options);
-  RequireOk(g.status(), "a group with a 1 s timeout");
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g = NcclGroupOfEveryone(
+      world, absl::Seconds(1), "a group with a 1 s timeout");
   if (rank == 0) {
     GpuTensor t(DataType::kFloat32, {1, 2}, device);
     const absl::Time start = absl::Now();
