@@ -18,6 +18,7 @@
 #include "cc/launch/environment.h"
 #include "cc/store/store_server.h"
 #include "tools/distrun/distrun_options.h"
+#include "tools/distrun/exit_barrier.h"
 #include "tools/distrun/rank_supervisor.h"
 #include "tools/distrun/trace_summary.h"
 
@@ -159,6 +160,22 @@ int Main(int argc, char** argv) {
   so.grace_period = o.grace_period;
   so.log_dir = o.log_dir;
   const int code = SuperviseRanks(ranks, so);
+  if (o.nnodes > 1) {
+    const ExitBarrierOptions barrier{absl::StrCat(o.master_addr, ":", port),
+                                     token, o.nnodes, o.node_rank,
+                                     o.exit_barrier_timeout};
+    if (o.node_rank != 0) {
+      if (absl::Status s = ReportNodeDone(barrier, code); !s.ok()) {
+        std::cerr << "distrun: node " << o.node_rank
+                  << " could not report its ranks done to node 0's store: "
+                  << s.message() << "\n";
+      }
+    } else if (code == 0) {
+      if (absl::Status s = WaitForNodes(barrier); !s.ok()) {
+        std::cerr << "distrun: closing the store: " << s.message() << "\n";
+      }
+    }
+  }
   if (server != nullptr) server->Shutdown();
   if (code != 0) std::cerr << SummarizeTraces(trace_dir);
   if (own_trace_dir) RemoveTree(trace_dir);

@@ -39,13 +39,16 @@ const char* DistrunUsage() {
   return "usage: distrun --nproc-per-node N [--nnodes M --node-rank I]\n"
          "               [--master-addr A] [--master-port P] [--log-dir D]\n"
          "               [--timeout SECONDS] [--grace-period SECONDS]\n"
+         "               [--exit-barrier-timeout SECONDS]\n"
          "               [--cpu-bind none|core]\n"
          "               -- program args... [: program2 args... ...]\n"
          "Starts N ranks of `program` on this node with torchrun's variables\n"
          "(RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR\n"
          "MASTER_PORT) plus DISTKIT_STORE and DISTKIT_TOKEN; node 0 hosts the\n"
          "job's store at MASTER_ADDR:MASTER_PORT (port 0: a free port). With\n"
-         "several nodes, export the same DISTKIT_TOKEN on every node.\n"
+         "several nodes, export the same DISTKIT_TOKEN on every node; node 0\n"
+         "keeps the store until every node's ranks are done (at most\n"
+         "--exit-barrier-timeout, 300 s by default).\n"
          "Programs separated by ':' run one per local rank.\n";
 }
 
@@ -103,6 +106,10 @@ absl::StatusOr<DistrunOptions> ParseDistrunArgs(
       absl::StatusOr<absl::Duration> d = ParseSeconds(name, value);
       if (!d.ok()) return d.status();
       o.grace_period = *d;
+    } else if (name == "--exit-barrier-timeout") {
+      absl::StatusOr<absl::Duration> d = ParseSeconds(name, value);
+      if (!d.ok()) return d.status();
+      o.exit_barrier_timeout = *d;
     } else if (name == "--cpu-bind") {
       if (value != "none" && value != "core") {
         return Bad(name, absl::StrCat("'", value, "' is not none or core"));

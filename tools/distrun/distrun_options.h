@@ -3,6 +3,7 @@
 //   distrun --nproc-per-node N [--nnodes M --node-rank I]
 //           [--master-addr A] [--master-port P] [--log-dir D]
 //           [--timeout SECONDS] [--grace-period SECONDS]
+//           [--exit-barrier-timeout SECONDS]
 //           [--cpu-bind none|core]
 //           -- program args... [: program2 args... ...]
 //
@@ -31,6 +32,10 @@ struct DistrunOptions {
   std::string log_dir;
   absl::Duration timeout = absl::ZeroDuration();
   absl::Duration grace_period = absl::Seconds(5);
+  // With several nodes, how long node 0 keeps the store for the others'
+  // ranks after its own succeeded (tools/distrun/exit_barrier.h); torchrun's
+  // default.
+  absl::Duration exit_barrier_timeout = absl::Seconds(300);
   // --cpu-bind core: local rank i runs on the i-th CPU distrun may use, as
   // mpirun's default binding does for up to 2 ranks (and, like it, no
   // binding when there are more local ranks than such CPUs). Off by default:

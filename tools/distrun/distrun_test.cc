@@ -258,33 +258,64 @@ TEST(DistrunTest, MissingProgramAndBadFlags) {
 }
 
 TEST(DistrunTest, MultiNodeShareOneStore) {
-  // Two "nodes" on this host: node 0 hosts the store on a fixed port.
+  // Two "nodes" on this host: node 0 hosts the store on a fixed port. Node
+  // 1's ranks use the store again a second after the rendezvous, when node
+  // 0's ranks have exited: node 0 keeps the store for them (the exit
+  // barrier), else their last call finds it gone.
   int port = 20000 + (getpid() % 20000);
   setenv("DISTKIT_TOKEN", "shared-secret", 1);
-  Result node1;
+  int node1_out[2];
+  ASSERT_EQ(pipe(node1_out), 0);
   pid_t helper = fork();
   if (helper == 0) {
-    Result r = RunDistrun({"--nproc-per-node", "2", "--nnodes", "2",
-                           "--node-rank", "1", "--master-port",
-                           absl::StrCat(port), "--", kProbe, "rendezvous"});
-    _exit(r.exit_code == 0 && absl::StrContains(r.output,
-                                                "[rank3]: rendezvous rank=3 "
-                                                "world=4 sum=6")
-              ? 0
-              : 1);
+    close(node1_out[0]);
+    Result r = RunDistrun(
+        {"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1",
+         "--master-port", absl::StrCat(port), "--", kProbe, "rendezvous", "1"});
+    const std::string report =
+        absl::StrCat("exit=", r.exit_code, "\n", r.output);
+    (void)!write(node1_out[1], report.data(), report.size());
+    _exit(0);
   }
+  close(node1_out[1]);
   Result node0 =
       RunDistrun({"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "0",
                   "--master-port", absl::StrCat(port), "--timeout", "60", "--",
-                  kProbe, "rendezvous"});
-  int status = 0;
-  waitpid(helper, &status, 0);
+                  kProbe, "rendezvous", "1"});
+  std::string node1;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(node1_out[0], buf, sizeof(buf))) > 0) node1.append(buf, n);
+  close(node1_out[0]);
+  waitpid(helper, nullptr, 0);
   unsetenv("DISTKIT_TOKEN");
   EXPECT_EQ(node0.exit_code, 0) << node0.output;
   EXPECT_TRUE(absl::StrContains(node0.output,
                                 "[rank1]: rendezvous rank=1 world=4 sum=6"))
       << node0.output;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(absl::StartsWith(node1, "exit=0\n")) << node1;
+  EXPECT_TRUE(absl::StrContains(node1,
+                                "[rank3]: rendezvous rank=3 world=4 sum=6 "
+                                "expected=6 intruder_refused=1 "
+                                "late_store_ok=1"))
+      << node1;
+}
+
+TEST(DistrunTest, ExitBarrierIsBounded) {
+  // Node 0 of two whose other node never comes: its ranks succeed, it waits
+  // --exit-barrier-timeout for node 1's report, says so and exits 0.
+  setenv("DISTKIT_TOKEN", "shared-secret", 1);
+  Result r =
+      RunDistrun({"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "0",
+                  "--master-port", absl::StrCat(20000 + (getpid() + 7) % 20000),
+                  "--exit-barrier-timeout", "1", "--", kProbe, "env"});
+  unsetenv("DISTKIT_TOKEN");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output,
+                                "node(s) 1 did not report their ranks done "
+                                "within 1s"))
+      << r.output;
+  EXPECT_LT(r.elapsed, absl::Seconds(20)) << r.output;
 }
 
 }  // namespace

@@ -29,8 +29,10 @@ void OnTerm(int) {
   _exit(0);
 }
 
-// Every rank meets every other through the job's store.
-int Rendezvous() {
+// Every rank meets every other through the job's store. With `late_node`
+// >= 0, that node's ranks use the store once more a second after the
+// rendezvous, when the other nodes' ranks have long exited.
+int Rendezvous(int late_node = -1) {
   using namespace distkit;
   Environment env = Environment::FromProcess();
   absl::StatusOr<RendezvousInfo> info =
@@ -67,10 +69,17 @@ int Rendezvous() {
       {info->store_address, "wrong", absl::Seconds(5), absl::Seconds(5)});
   const bool refused = intruder.ok() && (*intruder)->Set("x", "y").code() ==
                                             absl::StatusCode::kUnauthenticated;
+  bool late_ok = true;
+  if (late_node >= 0 && Var("GROUP_RANK") == std::to_string(late_node)) {
+    usleep(1000 * 1000);
+    late_ok = (*store)->Set(absl::StrCat("late/", info->rank), "1").ok();
+  }
   printf(
-      "rendezvous rank=%d world=%d sum=%ld expected=%ld intruder_refused=%d\n",
-      info->rank, info->world_size, sum, expected, refused ? 1 : 0);
-  return sum == expected && refused ? 0 : 1;
+      "rendezvous rank=%d world=%d sum=%ld expected=%ld intruder_refused=%d "
+      "late_store_ok=%d\n",
+      info->rank, info->world_size, sum, expected, refused ? 1 : 0,
+      late_ok ? 1 : 0);
+  return sum == expected && refused && late_ok ? 0 : 1;
 }
 
 }  // namespace
@@ -89,7 +98,9 @@ int main(int argc, char** argv) {
         Var("DISTKIT_TOKEN").size());
     return 0;
   }
-  if (mode == "rendezvous") return Rendezvous();
+  if (mode == "rendezvous") {
+    return Rendezvous(argc > 2 ? atoi(argv[2]) : -1);
+  }
   if (mode == "cpus") {  // the CPUs this rank may run on
     cpu_set_t allowed;
     CPU_ZERO(&allowed);

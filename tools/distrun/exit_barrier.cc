@@ -1,0 +1,56 @@
+#include "tools/distrun/exit_barrier.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cc/store/tcp_store.h"
+
+namespace distkit {
+namespace {
+
+absl::StatusOr<std::unique_ptr<TcpStore>> ConnectWithin(
+    const ExitBarrierOptions& options, absl::Duration timeout) {
+  return TcpStore::Connect(
+      {options.store_address, options.token, timeout, timeout});
+}
+
+}  // namespace
+
+std::string ExitBarrierKey(int node_rank) {
+  return absl::StrCat("distrun/exit/node", node_rank);
+}
+
+absl::Status ReportNodeDone(const ExitBarrierOptions& options, int exit_code) {
+  // Node 0 waits for this report while its store runs, so a few seconds of
+  // connecting are enough; longer means it is gone.
+  absl::StatusOr<std::unique_ptr<TcpStore>> store =
+      ConnectWithin(options, absl::Seconds(5));
+  if (!store.ok()) return store.status();
+  return (*store)->Set(ExitBarrierKey(options.node_rank),
+                       absl::StrCat(exit_code));
+}
+
+absl::Status WaitForNodes(const ExitBarrierOptions& options) {
+  absl::StatusOr<std::unique_ptr<TcpStore>> store =
+      ConnectWithin(options, options.timeout);
+  if (!store.ok()) return store.status();
+  std::vector<std::string> keys;
+  for (int n = 1; n < options.nnodes; ++n) keys.push_back(ExitBarrierKey(n));
+  absl::Status waited = (*store)->WaitWithTimeout(keys, options.timeout);
+  if (waited.ok() || !absl::IsDeadlineExceeded(waited)) return waited;
+  std::vector<int> missing;
+  for (int n = 1; n < options.nnodes; ++n) {
+    absl::StatusOr<bool> there = (*store)->Check({ExitBarrierKey(n)});
+    if (!there.ok() || !*there) missing.push_back(n);
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("node(s) ", absl::StrJoin(missing, ", "),
+                   " did not report their ranks "
+                   "done within ",
+                   absl::FormatDuration(options.timeout)));
+}
+
+}  // namespace distkit
