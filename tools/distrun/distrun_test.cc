@@ -257,12 +257,16 @@ TEST(DistrunTest, MissingProgramAndBadFlags) {
   EXPECT_TRUE(absl::StrContains(r.output, "usage: distrun")) << r.output;
 }
 
+// A port for a job of several nodes (which cannot ask for a free one), below
+// the ephemeral range (32768-) so no outgoing connection holds it.
+int FixedPort(int which) { return 20000 + (getpid() * 2 + which) % 12000; }
+
 TEST(DistrunTest, MultiNodeShareOneStore) {
   // Two "nodes" on this host: node 0 hosts the store on a fixed port. Node
   // 1's ranks use the store again a second after the rendezvous, when node
   // 0's ranks have exited: node 0 keeps the store for them (the exit
   // barrier), else their last call finds it gone.
-  int port = 20000 + (getpid() % 20000);
+  const int port = FixedPort(0);
   setenv("DISTKIT_TOKEN", "shared-secret", 1);
   int node1_out[2];
   ASSERT_EQ(pipe(node1_out), 0);
@@ -307,7 +311,7 @@ TEST(DistrunTest, ExitBarrierIsBounded) {
   setenv("DISTKIT_TOKEN", "shared-secret", 1);
   Result r =
       RunDistrun({"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "0",
-                  "--master-port", absl::StrCat(20000 + (getpid() + 7) % 20000),
+                  "--master-port", absl::StrCat(FixedPort(1)),
                   "--exit-barrier-timeout", "1", "--", kProbe, "env"});
   unsetenv("DISTKIT_TOKEN");
   EXPECT_EQ(r.exit_code, 0) << r.output;
