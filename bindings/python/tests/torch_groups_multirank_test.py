@@ -61,8 +61,13 @@ def check_group(group, members, what: str) -> None:
           dist.get_global_rank(group, 0) == members[0], f"{what}: global and group ranks")
     seeds = dist.all_gather_object(dist.sync_random_seed(group), group)
     check(len(set(seeds)) == 1, f"{what}: sync_random_seed(group) agrees: {seeds}")
-    check(dist.get_backend(group) in ("gloo", "distkit") and
-          dist.get_comm_device(group) == torch.device("cpu"), f"{what}: backend and device")
+    # mmengine's get_backend is torch's answer ("distkit" on distkit's
+    # backend); the transport stays distkit's (Gloo on both paths here).
+    check(dist.get_backend(group) == str(tdist.get_backend(group)) and
+          dist.get_backend() == str(tdist.get_backend()) and dist.transport(group) == "gloo" and
+          dist.get_comm_device(group) == torch.device("cpu"),
+          f"{what}: backend {dist.get_backend(group)} (torch: {tdist.get_backend(group)}), "
+          f"transport {dist.transport(group)}, device {dist.get_comm_device(group)}")
 
 
 def check_groups(backend: str) -> None:

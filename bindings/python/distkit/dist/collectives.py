@@ -11,8 +11,8 @@ from .._dlpack import Borrowed
 from .._lib import lib, raise_for_status
 from .devices import back_to_input, on_comm_device
 from .call_forms import Form, choose
-from .groups import (ProcessGroup, get_backend, get_global_rank, get_group_rank, get_rank,
-                     get_world_size, handle_of)
+from .groups import (ProcessGroup, get_global_rank, get_group_rank, get_rank,
+                     get_world_size, handle_of, transport)
 from .work import Work, start
 
 
@@ -32,7 +32,7 @@ def _on_cpu_comm_device(data, group) -> bool:
     works on the caller's tensor itself and nothing is cast back (mmengine's
     final copy would copy the tensor onto itself)."""
     return (isinstance(data, torch.Tensor) and data.device.type == "cpu"
-            and get_backend(group) != "nccl")
+            and transport(group) != "nccl")
 
 
 def _run(fn, args: tuple, async_op: bool, keep=(), then=None):

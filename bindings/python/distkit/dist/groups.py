@@ -164,8 +164,26 @@ def get_default_group():
 
 
 def get_backend(group=None) -> Optional[str]:
-    """The communication backend ("gloo", "nccl", ...; for a group on
-    torch's "distkit" backend, the one distkit's group runs on)."""
+    """The backend of ``group`` (None: the default group), as mmengine's
+    ``get_backend`` answers: once torch.distributed is initialized, torch's
+    answer for the groups it knows (the default group, and every group
+    distkit.dist hands out then), so ``"distkit"`` on torch's "distkit"
+    backend; otherwise, and for distkit's own groups (a subgroup of a
+    subgroup, a shrunk world), the transport the library runs the group on
+    ("gloo", "nccl", ...). ``transport(group)`` always gives the latter."""
+    if not is_distributed():
+        return None
+    if torch_groups.active() and (
+            (group is None and not _DEFAULT_SHRUNK) or torch_groups.is_torch_group(group)):
+        import torch.distributed as tdist
+        return str(tdist.get_backend(group))
+    return transport(group)
+
+
+def transport(group=None) -> Optional[str]:
+    """The library's backend for ``group`` ("gloo", "nccl", "shm", ...; for a
+    group on torch's "distkit" backend, the one its distkit twin runs on):
+    what decides where data travels (get_comm_device's rule)."""
     if not is_distributed():
         return None
     if group is None and _torch_only():
