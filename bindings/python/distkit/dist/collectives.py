@@ -13,6 +13,7 @@ from .devices import back_to_input, on_comm_device
 from .call_forms import Form, choose
 from .groups import (ProcessGroup, get_global_rank, get_group_rank, get_rank,
                      get_world_size, handle_of, transport)
+from .refusals import fail_together, group_at
 from .work import Work, start
 
 
@@ -47,6 +48,7 @@ def _run(fn, args: tuple, async_op: bool, keep=(), then=None):
     return None
 
 
+@fail_together(group_at(2))
 def all_reduce(data, op: str = "sum", group: Optional[ProcessGroup] = None,
                async_op: bool = False):
     """In place. ``async_op=True``: returns a Work (the tensor is lent until
@@ -65,6 +67,7 @@ def all_reduce(data, op: str = "sum", group: Optional[ProcessGroup] = None,
                 lambda: back_to_input(data_on_device, data, input_device))
 
 
+@fail_together(group_at(3))
 def reduce(data, dst: int = 0, op: str = "sum", group: Optional[ProcessGroup] = None,
            async_op: bool = False):
     """Reduces ``data`` from every rank into ``dst``'s (a global rank, as in
@@ -90,6 +93,7 @@ _ALL_GATHER_FORMS = (
     Form("all_gather(data, group=None)", lambda data, group=None: None))
 
 
+@fail_together(group_at(1, seed_position=2))
 def all_gather(*args, **kwargs):
     """mmengine's ``all_gather(data, group=None)`` returns every rank's data
     in a list; the seed's (torch's) ``all_gather(tensor_list, tensor,
@@ -143,6 +147,7 @@ _GATHER_FORMS = (
     Form("gather(data, dst=0, group=None)", lambda data, dst=0, group=None: None))
 
 
+@fail_together(group_at(2, seed_position=3))
 def gather(*args, **kwargs):
     """mmengine's ``gather(data, dst=0, group=None)`` returns the list on
     ``dst`` ([] elsewhere); the seed's (torch's) ``gather(tensor,
@@ -200,6 +205,7 @@ def _gather(data, dst: int, group) -> list:
     return [t.to(input_device) if input_device is not None else t for t in out.unbind(0)]
 
 
+@fail_together(group_at(2))
 def broadcast(data, src: int = 0, group: Optional[ProcessGroup] = None, async_op: bool = False):
     """In place, from ``src`` (a global rank, as in torch)."""
     if get_world_size(group) == 1:
@@ -278,6 +284,7 @@ def all_reduce_dict(data: dict, op: str = "mean", group: Optional[ProcessGroup] 
     return data
 
 
+@fail_together(group_at(4))
 def all_reduce_params(params, coalesce: bool = True, bucket_size_mb: int = -1, op: str = "sum",
                       group: Optional[ProcessGroup] = None) -> None:
     if get_world_size(group) == 1:

@@ -8,6 +8,7 @@ from .. import _lib
 from .._lib import lib, raise_for_status, take_items
 from .call_forms import Form, choose
 from .groups import ProcessGroup, get_group_rank, get_rank, get_world_size, handle_of, is_group
+from .refusals import fail_together, group_at
 
 
 def bytes_array(payloads: List[bytes]):
@@ -21,6 +22,7 @@ def bytes_array(payloads: List[bytes]):
     return array, buffers
 
 
+@fail_together(group_at(1))
 def all_gather_bytes(payload: bytes, group: Optional[ProcessGroup] = None) -> List[bytes]:
     """Every rank's raw bytes, in rank order (no pickling)."""
     items = ctypes.POINTER(_lib.Bytes)()
@@ -30,6 +32,7 @@ def all_gather_bytes(payload: bytes, group: Optional[ProcessGroup] = None) -> Li
     return take_items(items, count)
 
 
+@fail_together(group_at(2))
 def broadcast_object_list(data: List[Any], src: int = 0, group: Optional[ProcessGroup] = None) -> None:
     """In place, from ``src`` (a global rank, as in torch)."""
     assert isinstance(data, list)
@@ -75,6 +78,7 @@ def all_gather_object(*args, **kwargs):
     return None
 
 
+@fail_together(group_at(1))
 def _all_gather_object(data: Any, group: Optional[ProcessGroup]) -> List[Any]:
     if get_world_size(group) == 1:
         return [data]
@@ -109,6 +113,7 @@ def gather_object(*args, **kwargs):
     return None
 
 
+@fail_together(group_at(2))
 def _gather_object(data: Any, dst: int, group: Optional[ProcessGroup]) -> Optional[List[Any]]:
     if get_world_size(group) == 1:
         return [data]
