@@ -10,6 +10,7 @@ from torch import nn
 
 from . import fsdp
 from ._model_steps import parse_losses, run_forward
+from .fsdp.grad_scaler import agreeing
 from .fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel, MixedPrecision,
                    ShardingStrategy)
 from .registry import FUNCTIONS
@@ -79,6 +80,19 @@ def _clip_globally(optim_wrapper, model: FullyShardedDataParallel) -> None:
     for wrapper in getattr(optim_wrapper, "optim_wrappers", {"": optim_wrapper}).values():
         if getattr(wrapper, "clip_func", None) is torch.nn.utils.clip_grad_norm_:
             wrapper.clip_func = model._clip
+
+
+def _agree_on_skipped_steps(optim_wrapper) -> None:
+    """mmengine's AmpOptimWrapper skips a step when its ``loss_scaler``
+    finds an inf or a NaN in the gradients the optimizer holds, which here
+    are this rank's shards: a torch GradScaler becomes a ShardedGradScaler
+    (the found-inf all-reduced over the world, as torch's sharded scaler
+    does, with the scaler's settings and state), so every rank skips the
+    same steps and keeps the same scale."""
+    for wrapper in getattr(optim_wrapper, "optim_wrappers", {"": optim_wrapper}).values():
+        scaler = getattr(wrapper, "loss_scaler", None)
+        if scaler is not None:
+            wrapper.loss_scaler = agreeing(scaler)
 
 
 class MMFullyShardedDataParallel(FullyShardedDataParallel):
@@ -159,8 +173,11 @@ class MMFullyShardedDataParallel(FullyShardedDataParallel):
         ``clip_grad=dict(max_norm=...)`` (type 'norm') clips with
         torch.nn.utils.clip_grad_norm_ over the optimizer's parameters,
         which here are shards: its ``clip_func`` becomes this model's
-        clip over all shards (the global norm, the same on every rank)."""
+        clip over all shards (the global norm, the same on every rank). An
+        AmpOptimWrapper's GradScaler becomes a ShardedGradScaler, so a step
+        one rank's overflow skips is skipped on every rank."""
         _clip_globally(optim_wrapper, self)
+        _agree_on_skipped_steps(optim_wrapper)
         with optim_wrapper.optim_context(self):
             data = self.module.data_preprocessor(data, training=True)
             losses = run_forward(self, data, "loss", expected="list tuple or dict")

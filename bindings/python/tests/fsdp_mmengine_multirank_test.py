@@ -32,7 +32,8 @@ import torch
 from torch import nn
 
 from distkit import dist
-from distkit.fsdp import FullyShardedDataParallel, ShardingStrategy
+from distkit.fsdp import FullyShardedDataParallel, ShardedGradScaler, ShardingStrategy
+from distkit.fsdp.grad_scaler import agreeing
 from distkit.model import MMFullyShardedDataParallel
 from testing.python.rank_check import check, finish
 
@@ -299,6 +300,75 @@ def nonfinite():
     dist.barrier()
 
 
+class AmpOptimWrapper(OptimWrapper):
+    """What mmengine's AmpOptimWrapper does: backward on the scaled loss;
+    step = unscale_ and clip (with clip_grad), loss_scaler.step (skipped on
+    an inf), loss_scaler.update. ``inject`` runs between backward and step
+    (an overflow put into one rank's gradients)."""
+
+    def __init__(self, optimizer, clip_grad, loss_scaler, inject=None):
+        super().__init__(optimizer, clip_grad)
+        self.loss_scaler = loss_scaler
+        self.inject = inject or (lambda: None)
+
+    def update_params(self, loss):
+        self.loss_scaler.scale(loss).backward()
+        self.inject()
+        self.loss_scaler.unscale_(self.optimizer)
+        params = [p for g in self.optimizer.param_groups for p in g["params"]
+                  if p.requires_grad and p.grad is not None]
+        self.clip_func(params, **self.clip_grad_kwargs)
+        self.loss_scaler.step(self.optimizer)
+        self.loss_scaler.update()
+        self.optimizer.zero_grad()
+
+
+def amp_skips_together():
+    """An inf in rank 0's shard alone at step 1: every rank skips that step
+    and backs the scale off (found-inf agreed over the ranks, as torch's
+    sharded scaler does); steps 0, 2, 3 equal one process that skipped step
+    1, and two finite steps after it grow the scale back."""
+    what = "AMP found-inf"
+    model = wrap(False)
+    opt = torch.optim.SGD(model.module.parameters(), lr=LR, momentum=0.9)
+    scaler = ShardedGradScaler(init_scale=2.0**10, growth_interval=2)
+    check(agreeing(scaler) is scaler, f"{what}: a ShardedGradScaler is kept")
+    step_now = [0]
+
+    def inject():
+        if step_now[0] == 1 and dist.get_rank() == 0:
+            next(p for p in model.module.parameters() if p.grad is not None).grad[0] = \
+                float("inf")
+    wrapper = AmpOptimWrapper(opt, dict(max_norm=MAX_NORM), scaler, inject)
+    scales = []
+    for step in range(4):
+        step_now[0] = step
+        model.train_step(mine(step), wrapper)
+        scales.append(wrapper.loss_scaler.get_scale())
+        if step == 0:
+            after_first = model.state_dict()
+        if step == 1:
+            check(worst(model.state_dict(), after_first) == 0,
+                  f"{what}: rank {dist.get_rank()} stepped where rank 0 overflowed")
+    everyone = dist.all_gather_object(scales)
+    check(all(s == scales for s in everyone) and scales == [2.0**10, 2.0**9, 2.0**9, 2.0**10],
+          f"{what}: scales {everyone}")
+    torch.manual_seed(0)
+    net = Net()
+    ref = torch.optim.SGD(net.parameters(), lr=LR, momentum=0.9)
+    for step in (0, 2, 3):
+        x, y = batch(step)
+        net(x, y, mode="loss")["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), MAX_NORM)
+        ref.step()
+        ref.zero_grad()
+    full = model.state_dict()
+    difference = worst(full, net.state_dict())
+    check(difference <= 1e-5, f"{what}: differs from one process skipping step 1 by "
+          f"{difference:.2e}")
+    same_on_every_rank(full, what)
+
+
 def bad_arguments():
     """A clear error naming the argument, on every rank, before any
     collective (the barrier after them would see a rank stuck in one)."""
@@ -333,6 +403,7 @@ def main():
     clipping(ShardingStrategy.FULL_SHARD, False, float("inf"))
     clipping(ShardingStrategy.SHARD_GRAD_OP, True, 3.0)
     nonfinite()
+    amp_skips_together()
     bad_arguments()
     status = finish("FSDP under mmengine's Runner calls")
     dist.destroy()

@@ -39,6 +39,7 @@ The modules:
 """
 from .composable import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from .fully_sharded import FullyShardedDataParallel
+from .grad_scaler import ShardedGradScaler
 from .memory import memory_stats, reset_peak_memory_stats
 from .options import BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStrategy, StateDictType
 from .timeline import TimelineEvent, prefetch_overlap
@@ -47,7 +48,7 @@ from .wrap import ModuleWrapPolicy, size_based_auto_wrap_policy, transformer_aut
 __all__ = [
     "BackwardPrefetch", "CPUOffload", "CPUOffloadPolicy", "FSDPModule", "FullyShardedDataParallel",
     "MixedPrecision", "MixedPrecisionPolicy", "fully_shard", "TimelineEvent",
-    "ModuleWrapPolicy", "ShardingStrategy", "StateDictType", "memory_stats", "prefetch_overlap",
+    "ModuleWrapPolicy", "ShardedGradScaler", "ShardingStrategy", "StateDictType", "memory_stats", "prefetch_overlap",
     "reset_peak_memory_stats", "size_based_auto_wrap_policy",
     "transformer_auto_wrap_policy",
 ]
