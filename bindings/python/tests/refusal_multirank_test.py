@@ -7,7 +7,7 @@ library refuses locally (not contiguous), an object that cannot be pickled,
 a refusal on a subgroup (torch's group on the "distkit" backend, under
 init_dist), and every rank refusing (each its own error, no wait).
 
-Operations time out after 60 s here; each case must end within 5 s."""
+Operations time out after 30 s here; each case must end within 5 s."""
 import sys
 import time
 
@@ -17,7 +17,7 @@ from distkit import dist
 from distkit.errors import InvalidArgumentError
 from testing.python.rank_check import check, finish
 
-TIMEOUT_S, PROMPT_S = 60, 5.0
+TIMEOUT_S, PROMPT_S = 30, 5.0
 
 
 def usable(group, members, what):
