@@ -12,6 +12,7 @@
 #include "cc/core/status.h"
 #include "cc/group/agreement_roll_call.h"
 #include "cc/store/call_deadline.h"
+#include "cc/store/job_failure.h"
 #include "cc/store/prefix_store.h"
 
 namespace distkit {
@@ -22,6 +23,9 @@ namespace {
 constexpr absl::Duration kDiagnosisWindow = absl::Seconds(2);
 // What the store calls of that diagnosis may take beyond the window.
 constexpr absl::Duration kDiagnosisMargin = absl::Seconds(1);
+// How long a group creation that failed for a peer's sake waits for the
+// job's record of what killed that peer (job_failure.h).
+constexpr absl::Duration kWhyWait = absl::Milliseconds(300);
 
 // Position of `value` in `v`, or -1.
 int IndexOf(const std::vector<int>& v, int value) {
@@ -98,7 +102,10 @@ absl::Status ProcessGroup::Connect(std::unique_ptr<Backend> split) {
     config.timeout = options_.timeout;
     config.names = RankNames(global_ranks_);
     absl::StatusOr<std::unique_ptr<Backend>> made = (*factory)(config);
-    if (!made.ok()) return Annotate(made.status(), creating);
+    if (!made.ok()) {
+      return Annotate(WithJobFailure(*store_, made.status(), kWhyWait),
+                      creating);
+    }
     backend = *std::move(made);
   }
   contract_ = std::make_unique<CollectiveContract>(std::move(backend));
@@ -111,7 +118,9 @@ absl::Status ProcessGroup::Connect(std::unique_ptr<Backend> split) {
   // Under init's deadline (ScopedStoreDeadline), the handshake gets only
   // what is left of it: init as a whole stays within its timeout.
   ctx.timeout = ClampToStoreDeadline(options_.timeout);
-  return Annotate(contract_->Record(contract_->Barrier(ctx)), creating);
+  absl::Status joined = contract_->Record(contract_->Barrier(ctx));
+  if (!joined.ok()) joined = WithJobFailure(*store_, joined, kWhyWait);
+  return Annotate(joined, creating);
 }
 
 absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(

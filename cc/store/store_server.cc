@@ -22,6 +22,7 @@
 #include "cc/store/internal/handshake.h"
 #include "cc/store/internal/socket.h"
 #include "cc/store/internal/wire.h"
+#include "cc/store/job_failure.h"
 #include "cc/store/request_limits.h"
 
 namespace distkit {
@@ -474,6 +475,7 @@ class StoreServer::Loop {
   // Answers a wait / multi_get whose keys are all present; otherwise answers
   // "not ready" (try_only), times it out (no time left) or parks it.
   void StartWait(Conn& c, wire::Request request) {
+    LookForJobFailure();
     Parked p;
     p.want_values = request.op == wire::Op::kMultiGet;
     p.timeout = absl::Milliseconds(std::max<int64_t>(request.number, 0));
@@ -498,11 +500,17 @@ class StoreServer::Loop {
 
   // Answers `p` when every key is present. Looks only from the first key
   // that was missing before, so N waits on N keys cost O(N) per change.
+  // After the job failed (job_failure.h), a request with keys missing is
+  // answered with the failure: they may never come.
   bool TryFinish(Conn& c, Parked& p) {
     std::vector<std::string> values;
     p.next_missing = state_.FirstMissing(p.keys, p.next_missing,
                                          p.want_values ? &values : nullptr);
-    if (p.next_missing < p.keys.size()) return false;
+    if (p.next_missing < p.keys.size()) {
+      if (!job_failure_.has_value()) return false;
+      wire::EncodeError(JobFailedError(*job_failure_, p.keys), &c.out);
+      return true;
+    }
     const size_t begin = wire::BeginFrame(&c.out, 0);
     if (p.want_values) {
       wire::PutU32(&c.out, static_cast<uint32_t>(values.size()));
@@ -514,7 +522,16 @@ class StoreServer::Loop {
 
   // After a change: answer every parked request whose keys are now present,
   // and serve what its connection sent after it.
+  // Once per round of changes, not per parked request.
+  void LookForJobFailure() {
+    if (job_failure_.has_value()) return;
+    std::vector<std::string> what;
+    const std::string key = kJobFailedKey;
+    if (state_.FirstMissing({&key, 1}, 0, &what) == 1) job_failure_ = what[0];
+  }
+
   void RecheckParked() {
+    LookForJobFailure();
     std::vector<int> closed;
     const std::vector<int> fds(waiting_.begin(), waiting_.end());
     for (int fd : fds) {
@@ -570,6 +587,8 @@ class StoreServer::Loop {
   std::atomic<bool> external_change_{false};
   std::atomic<int> open_{0};
   bool changed_ = false;  // loop thread only
+  // kJobFailedKey's value once it is set; loop thread only.
+  std::optional<std::string> job_failure_;
   absl::flat_hash_map<int, std::unique_ptr<Conn>> conns_;
   // Connections with a deadline: a parked request, or a refusal draining.
   absl::flat_hash_set<int> waiting_;

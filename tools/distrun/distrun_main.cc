@@ -19,6 +19,7 @@
 #include "cc/store/store_server.h"
 #include "tools/distrun/distrun_options.h"
 #include "tools/distrun/exit_barrier.h"
+#include "tools/distrun/job_failure_notice.h"
 #include "tools/distrun/rank_supervisor.h"
 #include "tools/distrun/trace_summary.h"
 
@@ -159,6 +160,9 @@ int Main(int argc, char** argv) {
   so.timeout = o.timeout;
   so.grace_period = o.grace_period;
   so.log_dir = o.log_dir;
+  so.on_rank_failed = JobFailureNotice(
+      server.get(), absl::StrCat(o.master_addr, ":", port), token, o.node_rank);
+  so.notice_period = kJobFailureNoticePeriod;
   const int code = SuperviseRanks(ranks, so);
   if (o.nnodes > 1) {
     const ExitBarrierOptions barrier{absl::StrCat(o.master_addr, ":", port),

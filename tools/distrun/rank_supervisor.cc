@@ -280,8 +280,14 @@ class Supervisor {
       const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
       if (failed && !result_.has_value()) {
         result_ = ExitCodeOf(status);
-        StopAll(absl::StrCat("rank ", r.spec.rank, " (pid ", r.pid, ") ",
-                             DescribeExit(status)));
+        const std::string what = absl::StrCat(
+            "rank ", r.spec.rank, " (pid ", r.pid, ") ", DescribeExit(status));
+        absl::Duration notice = absl::ZeroDuration();
+        if (options_.on_rank_failed) {
+          options_.on_rank_failed(what);
+          notice = options_.notice_period;
+        }
+        StopAll(what, notice);
       }
     }
     if (!AnyRunning() && !drain_deadline_.has_value()) {
@@ -289,7 +295,9 @@ class Supervisor {
     }
   }
 
-  void StopAll(absl::string_view why) {
+  // SIGTERM now, or after `notice` to the ranks that have not ended by then.
+  void StopAll(absl::string_view why,
+               absl::Duration notice = absl::ZeroDuration()) {
     std::vector<int> still;
     for (const Rank& r : ranks_) {
       if (r.running) still.push_back(r.spec.rank);
@@ -297,10 +305,23 @@ class Supervisor {
     if (still.empty()) {
       Say(absl::StrCat(why, "."));
     } else {
-      Say(absl::StrCat(why, "; stopping rank(s) ", absl::StrJoin(still, ", "),
-                       " (SIGTERM, then SIGKILL after ",
-                       absl::FormatDuration(options_.grace_period), ")"));
+      Say(absl::StrCat(
+          why, "; stopping rank(s) ", absl::StrJoin(still, ", "), " (",
+          notice > absl::ZeroDuration()
+              ? absl::StrCat("told through the job's store; SIGTERM after ",
+                             absl::FormatDuration(notice), " if still running")
+              : "SIGTERM",
+          ", then SIGKILL after ", absl::FormatDuration(options_.grace_period),
+          ")"));
     }
+    if (notice > absl::ZeroDuration()) {
+      term_deadline_ = absl::Now() + notice;
+      return;
+    }
+    Terminate();
+  }
+
+  void Terminate() {
     for (Rank& r : ranks_) {
       if (r.running) kill(-r.pid, SIGTERM);
     }
@@ -315,6 +336,10 @@ class Supervisor {
       result_ = kTimeoutExitCode;
       StopAll(absl::StrCat("timed out after ",
                            absl::FormatDuration(options_.timeout)));
+    }
+    if (term_deadline_.has_value() && now > *term_deadline_) {
+      term_deadline_.reset();
+      if (AnyRunning()) Terminate();
     }
     if (kill_deadline_.has_value() && now > *kill_deadline_) {
       for (Rank& r : ranks_) {
@@ -343,6 +368,7 @@ class Supervisor {
   SupervisorOptions options_;
   std::vector<Rank> ranks_;
   std::optional<int> result_;
+  std::optional<absl::Time> term_deadline_;
   std::optional<absl::Time> kill_deadline_;
   std::optional<absl::Time> drain_deadline_;
   absl::Time start_;

@@ -4,7 +4,10 @@
 //   "[rank<N>]: " prefix (and kept raw in <log_dir>/rank_<N>.log if asked);
 // - when a rank fails (non-zero exit or a signal), the others are stopped:
 //   SIGTERM to each rank's process group, then SIGKILL after a grace period;
-//   the result is that rank's exit code, and the message names it;
+//   the result is that rank's exit code, and the message names it. With
+//   on_rank_failed (distrun: the job's store is told, job_failure_notice.h),
+//   the SIGTERM waits notice_period, so that ranks blocked on the dead one
+//   end by themselves with an error naming it;
 // - SIGINT / SIGTERM sent to the supervisor are forwarded to every rank;
 // - an overall timeout stops every rank and returns 124, naming the ranks
 //   that were still running.
@@ -12,6 +15,7 @@
 #ifndef DISTKIT_TOOLS_DISTRUN_RANK_SUPERVISOR_H_
 #define DISTKIT_TOOLS_DISTRUN_RANK_SUPERVISOR_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +39,12 @@ struct SupervisorOptions {
   std::string log_dir;
   // Where the supervisor's own messages go ("distrun: ...").
   std::string program_name = "distrun";
+  // Called once, with what happened ("rank 2 (pid 41) was killed by signal
+  // 9 (Killed)"), when the first rank fails, before the others are stopped.
+  std::function<void(const std::string&)> on_rank_failed;
+  // After on_rank_failed, how long the others have to end by themselves
+  // before their SIGTERM.
+  absl::Duration notice_period = absl::ZeroDuration();
 };
 
 // The exit code of the supervised job.

@@ -10,12 +10,14 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "cc/store/job_failure.h"
 
 namespace distkit {
 namespace {
@@ -85,8 +87,11 @@ std::vector<std::string> WaitForAddresses(Store& store,
 // runs on a thread of its own, owning what it touches; if it has not
 // finished in time (or the group is aborted), this rank gives up and the
 // thread ends with the process, or when the peer answers or dies.
+// While it waits, it looks every 50 ms at whether the job failed (a peer it
+// waits for died: job_failure.h): Gloo would wait for that peer's connection
+// until the timeout.
 void ConnectWithin(std::function<void()> connect, absl::Duration timeout,
-                   const std::atomic<bool>& aborted) {
+                   const std::atomic<bool>& aborted, Store& store) {
   struct Outcome {
     absl::Mutex mu;
     bool done ABSL_GUARDED_BY(mu) = false;
@@ -108,8 +113,16 @@ void ConnectWithin(std::function<void()> connect, absl::Duration timeout,
   const absl::Time give_up = absl::Now() + timeout + absl::Seconds(1);
   absl::MutexLock lock(&outcome->mu);
   while (!outcome->done && absl::Now() < give_up && !aborted.load()) {
-    outcome->mu.AwaitWithTimeout(absl::Condition(&outcome->done),
-                                 absl::Milliseconds(50));
+    if (outcome->mu.AwaitWithTimeout(absl::Condition(&outcome->done),
+                                     absl::Milliseconds(50))) {
+      break;
+    }
+    outcome->mu.Unlock();
+    std::optional<std::string> failed = JobFailureNow(store);
+    outcome->mu.Lock();
+    if (failed.has_value() && !outcome->done) {
+      throw gloo::IoException(absl::StrCat("the job failed: ", *failed));
+    }
   }
   if (!outcome->done) {
     if (aborted.load()) ThrowAborted();
@@ -197,7 +210,8 @@ void PairMesh::Connect(const std::vector<int>& peers, absl::Duration timeout,
               peer_addresses[i].begin(), peer_addresses[i].end()));
         }
       },
-      std::max(absl::Milliseconds(1), deadline - absl::Now()), aborted);
+      std::max(absl::Milliseconds(1), deadline - absl::Now()), aborted,
+      *store_);
   connected_ += static_cast<int>(peers.size());
 }
 

@@ -89,9 +89,19 @@ char ProcessState(int pid) {
 
 }  // namespace
 
-void StartHeartbeat(LivenessRecord* mine) {
+uint64_t ThisPidNamespace() {
+  static const uint64_t mine = PidNamespace();
+  return mine;
+}
+
+void ClaimLivenessRecord(LivenessRecord* mine) {
+  // The namespace first: a watcher that sees the pid trusts it.
+  mine->pid_namespace.store(ThisPidNamespace());
   mine->pid.store(getpid());
-  mine->pid_namespace.store(PidNamespace());
+}
+
+void StartHeartbeat(LivenessRecord* mine) {
+  ClaimLivenessRecord(mine);
   mine->heartbeat.store(1);
   Heart::Get().Add(mine);
 }

@@ -31,6 +31,14 @@ struct LivenessRecord {
   std::atomic<int64_t> heartbeat;       // advances while the owner lives
 };
 
+// Fills `mine`'s pid and pid namespace, so that a peer waiting on this rank
+// sees it exit from the moment it mapped the segment, before its heartbeat
+// starts (group creation connects TCP in between).
+void ClaimLivenessRecord(LivenessRecord* mine);
+
+// The inode of /proc/self/ns/pid: pids mean something only within one.
+uint64_t ThisPidNamespace();
+
 // Fills `mine` for this process and has the heartbeat thread advance it
 // until StopHeartbeat. `mine` must stay mapped until then.
 void StartHeartbeat(LivenessRecord* mine);

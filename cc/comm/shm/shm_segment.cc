@@ -4,11 +4,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <random>
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "cc/comm/shm/segment_names.h"
 #include "cc/core/status.h"
 
 namespace distkit {
@@ -32,18 +33,26 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Map(
   const size_t bytes = ShmLayout::SegmentBytesFor(size);
   std::string name;
   int fd = -1;
+  // Whatever ends this call, the name goes (the memory lives on with the
+  // mappings): a creator that fails here leaves nothing in /dev/shm, and a
+  // peer that fails removes what a dead creator left (segment_names.h).
+  bool created = false;
+  absl::Cleanup unlink_name = [&] {
+    if (created) shm_unlink(name.c_str());
+  };
+  absl::Cleanup sweep_on_error = [&] {
+    if (!created && rank != 0) RemoveOrphanSegments();
+  };
   if (rank == 0) {
-    std::random_device rd;
-    name = absl::StrCat("/distkit-", getpid(), "-", rd(), rd());
+    RemoveOrphanSegments();  // an earlier job's, on this host
+    name = NewSegmentName();
     fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    created = fd >= 0;
     // Reserve the pages now: a sparse segment on a small /dev/shm (64 MiB in
     // many containers) would fail later with SIGBUS instead of an error.
     if (fd < 0 || ftruncate(fd, bytes) != 0 ||
         posix_fallocate(fd, 0, bytes) != 0) {
-      if (fd >= 0) {
-        close(fd);
-        shm_unlink(name.c_str());
-      }
+      if (fd >= 0) close(fd);
       // No room in shared memory: every rank stays on TCP.
       DK_RETURN_IF_ERROR(store.Set("name", ""));
       return std::unique_ptr<ShmMapping>();
@@ -58,6 +67,9 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Map(
       fd < 0 ? MAP_FAILED
              : mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (fd >= 0) close(fd);
+  if (base != MAP_FAILED) {
+    ClaimLivenessRecord(&ShmLayout(base, size).header(rank)->liveness);
+  }
   if (rank == 0 && base != MAP_FAILED) {
     auto* g = static_cast<ShmGroupHeader*>(base);
     g->single_copy_everywhere = rank0_choices.single_copy_everywhere;
@@ -74,7 +86,11 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Map(
                       store.MultiGetWithTimeout(attached_keys, timeout));
   // Everyone has mapped it (or given up): the name goes, so nothing is left
   // in /dev/shm even if a rank crashes; the memory lives with the mappings.
-  if (rank == 0) shm_unlink(name.c_str());
+  // Every rank unlinks (the first wins): a creator killed just before its
+  // unlink leaves nothing behind either.
+  if (!name.empty()) shm_unlink(name.c_str());
+  std::move(unlink_name).Cancel();
+  std::move(sweep_on_error).Cancel();
   bool everyone = true;
   for (const std::string& a : attached) everyone &= a == "1";
   if (!everyone) {

@@ -1,0 +1,39 @@
+#include "tools/distrun/job_failure_notice.h"
+
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cc/store/call_deadline.h"
+#include "cc/store/hash_store.h"
+#include "cc/store/job_failure.h"
+#include "cc/store/tcp_store.h"
+
+namespace distkit {
+
+std::function<void(const std::string&)> JobFailureNotice(
+    StoreServer* server, std::string store_address, std::string token,
+    int node_rank) {
+  return [=](const std::string& what) {
+    const std::string report =
+        absl::StrCat(what, ", as distrun on node ", node_rank, " saw");
+    if (server != nullptr) {
+      (void)ReportJobFailure(server->state(), report);
+      return;
+    }
+    // Bounded: the store's node may be gone too; the SIGTERM follows anyway.
+    ScopedStoreDeadline bounded(absl::Now() + absl::Milliseconds(500));
+    absl::StatusOr<std::unique_ptr<TcpStore>> store =
+        TcpStore::Connect({store_address, token, absl::Milliseconds(500),
+                           absl::Milliseconds(500)});
+    absl::Status s =
+        store.ok() ? ReportJobFailure(**store, report) : store.status();
+    if (!s.ok()) {
+      std::cerr << "distrun: could not tell the job's store at "
+                << store_address << " that " << what << ": " << s.message()
+                << "\n";
+    }
+  };
+}
+
+}  // namespace distkit

@@ -1,0 +1,32 @@
+// How distrun tells a job that one of its ranks died: the failure goes into
+// the job's store (cc/store/job_failure.h), where every rank's blocked store
+// call (rendezvous, address exchange, the shared-memory attach, a barrier
+// through the store) ends at once with it. Node 0 writes into the store it
+// hosts; another node connects to node 0's store for the one write. Given to
+// the rank supervisor as on_rank_failed, with kJobFailureNoticePeriod before
+// the SIGTERM, so that ranks report the failure themselves.
+
+#ifndef DISTKIT_TOOLS_DISTRUN_JOB_FAILURE_NOTICE_H_
+#define DISTKIT_TOOLS_DISTRUN_JOB_FAILURE_NOTICE_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/time/time.h"
+#include "cc/store/store_server.h"
+
+namespace distkit {
+
+// Long enough for a rank woken by the notice to print its error and exit,
+// short enough that a rank blocked elsewhere is stopped soon.
+inline constexpr absl::Duration kJobFailureNoticePeriod = absl::Seconds(1);
+
+// The on_rank_failed of node `node_rank`: `server` on node 0 (the store it
+// hosts), else null and the store at `store_address` with `token`.
+std::function<void(const std::string&)> JobFailureNotice(
+    StoreServer* server, std::string store_address, std::string token,
+    int node_rank);
+
+}  // namespace distkit
+
+#endif  // DISTKIT_TOOLS_DISTRUN_JOB_FAILURE_NOTICE_H_
