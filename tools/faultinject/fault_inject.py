@@ -22,7 +22,18 @@ counts); with kill_launcher every rank is gone within 5 s.
 Reports, per fault kind: runs, hangs, worst time from fault to the last
 survivor's exit.
 
+Start-up kills (--startup-runs N, run after the others): one rank of a
+job of 3-4 is SIGKILLed at a random moment of its start-up (0 to
+--startup-window s after launch), under distrun and with the ranks started
+directly (plain torchrun-style variables, rank 0 hosting the store; the
+victim is then not rank 0), over shared memory and TCP. Every survivor must
+end by itself with an error (its message printed, naming the dead rank)
+within --startup-bound s (1) of the kill, although init's timeout is 10 s;
+and /dev/shm must hold no distkit segment of the job afterwards. Reports the
+kill-to-last-error latencies.
+
   fault_inject.py --rank BIN --distrun BIN [--runs 40] [--seed N]
+      [--startup-runs N] [--startup-window S] [--startup-bound S]
 """
 
 import argparse
@@ -318,6 +329,260 @@ def one_run(args, rng, kind, path):
         job.kill_all()
 
 
+def shm_segments_of(pids):
+    """The distkit segments in /dev/shm created by one of `pids` (their
+    names start with distkit-<creator pid>-); None: all of them."""
+    try:
+        names = os.listdir("/dev/shm")
+    except FileNotFoundError:
+        return []
+    pids = None if pids is None else set(pids)
+    return sorted(n for n in names
+                  for m in [re.match(r"distkit-(\d+)-", n)]
+                  if m and (pids is None or int(m.group(1)) in pids))
+
+
+class StartupJob:
+    """A job for a start-up kill: under distrun (its ranks are not our
+    children: an exit is seen as the pid stopping running) or started
+    directly. Records each rank's pid, output and end."""
+
+    def __init__(self, args, world, path, launcher):
+        self.world = world
+        self.pids = {}
+        self.output = collections.defaultdict(list)
+        self.ends = {}
+        self.lock = threading.Lock()
+        self.procs = []
+        self.launcher = None
+        env = dict(os.environ)
+        env["FAULT_TIMEOUT_MS"] = "10000"  # waiting it out fails the bound
+        env["FAULT_STEPS"] = "30"
+        env.pop("DISTKIT_SHM", None)
+        if path == "tcp":
+            env["DISTKIT_SHM"] = "0"
+        if launcher == "distrun":
+            self.launcher = subprocess.Popen(
+                [args.distrun, "--nproc-per-node", str(world), "--master-port",
+                 "0", "--", args.rank],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True)
+            self.reader = threading.Thread(target=self._read_distrun,
+                                           daemon=True)
+            self.reader.start()
+        else:
+            port = free_port()
+            for r in range(world):
+                e = dict(env, RANK=str(r), WORLD_SIZE=str(world),
+                         LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world),
+                         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                p = subprocess.Popen([args.rank], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, env=e,
+                                     start_new_session=True)
+                self.procs.append(p)
+                threading.Thread(target=self._read, args=(r, p),
+                                 daemon=True).start()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _note(self, r, text):
+        with self.lock:
+            self.output[r].append(text)
+            m = re.match(r"pid=(\d+)", text)
+            if m:
+                self.pids[r] = int(m.group(1))
+
+    def _read(self, r, p):
+        for raw in p.stdout:
+            self._note(r, raw.decode(errors="replace").rstrip())
+
+    def _read_distrun(self):
+        for raw in self.launcher.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            m = re.match(r"\[rank(\d+)\]: (.*)", line)
+            if m:
+                self._note(int(m.group(1)), m.group(2))
+            else:
+                with self.lock:
+                    self.output["distrun"].append(line)
+
+    def _watch(self):
+        """Each rank's end, to within 2 ms, by its pid."""
+        while True:
+            with self.lock:
+                running = {r: p for r, p in self.pids.items()
+                           if r not in self.ends}
+                if len(self.ends) == self.world:
+                    return
+            now = time.monotonic()
+            for r, p in running.items():
+                if not alive(p):
+                    with self.lock:
+                        self.ends[r] = now
+            time.sleep(0.002)
+
+    def exit_code(self, r):
+        return self.procs[r].poll() if self.procs else None
+
+    def kill_all(self):
+        for pid in list(self.pids.values()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for p in self.procs + ([self.launcher] if self.launcher else []):
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            p.wait()
+
+
+def startup_run(args, rng, path, launcher, window):
+    """One start-up kill, `window` s at most after the victim printed its
+    pid; the result's "bad" lists what went wrong. A kill that would land
+    after some rank's init ended is not made ("after_init", with "init":
+    how long start-up took)."""
+    world = rng.choice([3, 4])
+    victim = rng.randrange(world) if launcher == "distrun" else \
+        rng.randrange(1, world)
+    delay = rng.uniform(0.0, window)
+    result = {"path": path, "launcher": launcher, "world": world,
+              "victim": victim, "delay": round(delay, 3), "bad": []}
+    # Only a segment that appears during the job counts (in a PID
+    # namespace, an older job's creator may have had one of these pids).
+    before = set(shm_segments_of(None))
+    job = StartupJob(args, world, path, launcher)
+    try:
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            with job.lock:
+                pid = job.pids.get(victim)
+            if pid is not None:
+                break
+            time.sleep(0.001)
+        if pid is None:
+            result["bad"].append(f"rank {victim} never printed its pid")
+            return result
+        start = time.monotonic()
+        time.sleep(delay)
+        with job.lock:
+            # Killing a rank after start-up is not this test's case.
+            ahead = any(l.startswith("joined") for r in range(world)
+                        for l in job.output[r])
+        if ahead:
+            result["after_init"] = True
+            while time.monotonic() < start + 10:
+                with job.lock:
+                    if all(any(l.startswith("joined") for l in job.output[r])
+                           for r in range(world)):
+                        break
+                time.sleep(0.001)
+            result["init"] = time.monotonic() - start
+            return result
+        kill = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        result["at"] = round(kill - start, 3)  # after the victim's pid
+        survivors = [r for r in range(world) if r != victim]
+        limit = kill + args.startup_bound + 3  # the bound, and time to see why
+        while time.monotonic() < limit:
+            with job.lock:
+                if all(r in job.ends for r in survivors) and \
+                        len(job.pids) == world:
+                    break
+            time.sleep(0.005)
+        if job.launcher is not None:  # its forwarded lines, all of them
+            try:
+                job.launcher.wait(timeout=args.startup_bound + 5)
+                job.reader.join(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        with job.lock:
+            ends = {r: job.ends.get(r) for r in survivors}
+            said = {r: list(job.output[r]) for r in survivors}
+        if any(l.startswith("joined") for r in survivors for l in said[r]):
+            # A survivor had finished start-up (the victim's pid line came
+            # late): a kill after init, the other runs' case.
+            result["after_init"] = True
+            result["init"] = kill - start
+            return result
+        late = [r for r, t in ends.items() if t is None]
+        if late:
+            result["bad"].append(f"rank(s) {late} still running "
+                                 f"{limit - kill:.1f}s after the kill")
+        took = max((t - kill for t in ends.values() if t is not None),
+                   default=0.0)
+        result["took"] = round(took, 3)
+        if took > args.startup_bound:
+            result["bad"].append(f"last survivor ended {took:.3f}s after the "
+                                 f"kill (bound {args.startup_bound}s)")
+        for r in survivors:
+            errors = [l for l in said[r] if "failed" in l]
+            code = job.exit_code(r)
+            if not errors:
+                result["bad"].append(
+                    f"rank {r} ended without an error of its own (exit "
+                    f"{code}): " + " | ".join(said[r][-3:]))
+            elif not any(re.search(rf"\brank {victim}\b", l) for l in errors):
+                result["bad"].append(f"rank {r}'s error does not name rank "
+                                     f"{victim}: {errors[-1]}")
+            if code not in (None, 3):
+                result["bad"].append(f"rank {r} exit {code}")
+        if result["bad"]:
+            with job.lock:
+                result["distrun"] = job.output.get("distrun", [])[-3:]
+            return result
+        # Every rank is gone; whoever survived must have removed the job's
+        # segment.
+        with job.lock:
+            pids = list(job.pids.values())
+        left = [n for n in shm_segments_of(pids) if n not in before]
+        if left:
+            result["bad"].append(f"left in /dev/shm: {left}")
+        return result
+    finally:
+        job.kill_all()
+
+
+def run_startup_kills(args, rng):
+    """--startup-runs start-up kills over every (path, launcher) in turn;
+    the number that failed."""
+    combos = [(p, l) for l in args.startup_launchers for p in ("shm", "tcp")]
+    took = collections.defaultdict(list)
+    # Per combination, the window kills are drawn from: start-up's length
+    # as last seen here (it varies with the machine and its load), so that
+    # kills spread over every phase of it.
+    window = {c: args.startup_window for c in combos}
+    after = failures = 0
+    for i in range(args.startup_runs):
+        path, launcher = combos[i % len(combos)]
+        for _ in range(4):  # until a kill lands in start-up
+            res = startup_run(args, rng, path, launcher,
+                              window[(path, launcher)])
+            if not res.get("after_init"):
+                break
+            after += 1
+            window[(path, launcher)] = min(window[(path, launcher)],
+                                           res["init"])
+        if res.get("after_init"):
+            continue
+        if not res["bad"]:
+            took[(path, launcher)].append(res["took"])
+        if res["bad"]:
+            failures += 1
+            print(f"start-up kill {i}: FAILED {res}", flush=True)
+        elif args.startup_runs <= 60 or i % 20 == 0:
+            print(f"start-up kill {i}: ok {res}", flush=True)
+    print("\nstart-up kills: path launcher  kills  kill -> last survivor's "
+          "error (s): median  max")
+    for (path, launcher), ts in sorted(took.items()):
+        ts.sort()
+        print(f"  {path:<4} {launcher:<8} {len(ts):>5}  "
+              f"{ts[len(ts) // 2]:>37.3f}  {ts[-1]:.3f}")
+    print(f"{failures} of {args.startup_runs} start-up kills failed; {after} "
+          f"drawn after init were redrawn", flush=True)
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rank", required=True, help="fault_rank binary")
@@ -335,7 +600,17 @@ def main():
                     help="comma-separated paths (shm, tcp, mpi)")
     ap.add_argument("--stacks", action="store_true",
                     help="print a hung rank's stacks (gdb)")
+    ap.add_argument("--startup-runs", type=int, default=0,
+                    help="start-up kills, after the other runs")
+    ap.add_argument("--startup-window", type=float, default=0.25,
+                    help="latest start-up kill after the victim starts, "
+                         "seconds (narrowed to start-up's length as seen)")
+    ap.add_argument("--startup-bound", type=float, default=1.0,
+                    help="kill to every survivor's error, seconds")
+    ap.add_argument("--startup-launchers", default="distrun",
+                    help="comma-separated: distrun, plain")
     args = ap.parse_args()
+    args.startup_launchers = args.startup_launchers.split(",")
     kinds = args.kinds.split(",") if args.kinds else KINDS
     args.paths = args.paths.split(",")
     if "mpi" in args.paths and shutil.which("mpirun") is None:
@@ -378,6 +653,8 @@ def main():
             print(f"{kind:<15} {s['runs']:>4}  {s['hangs']:>5}  {s['bad']:>3}  "
                   f"{s['worst']:>26.2f}  {paths}")
     print(f"\n{failures} of {args.runs} runs failed (seed {seed})")
+    if args.startup_runs:
+        failures += run_startup_kills(args, rng)
     return 1 if failures else 0
 
 
