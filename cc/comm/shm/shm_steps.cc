@@ -11,23 +11,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cc/comm/shm/futex.h"
+#include "cc/comm/shm/wait_policy.h"
 #include "cc/core/fast_clock.h"
 
 namespace distkit {
 namespace {
 
 // A wait first spins (a peer on another core answers within a microsecond),
-// then yields (ranks may share cores) for kYieldPhase, then sleeps on the
-// group's futex word in slices of kSleepSlice, between which it checks the
-// deadline, an abort and the liveness of the ranks that have not arrived.
-// The yield phase outlasts the waits of a large operation's steps (a 16 MiB
-// single-copy broadcast's readers copy for ~2.5 ms): waking a sleeping rank
-// costs the waker a futex call and the sleeper its virtual CPU's wake-up,
-// which took that broadcast from 2.1-2.4 ms to 3.3-8 ms with 2 ms here, and a
-// 4 MiB one from 0.5 to 1.35 ms with 200 us. A rank waiting 2 s yields for
-// 1% of it.
+// then yields for the yield phase (wait_policy.h: 20 ms, none under
+// DISTKIT_SHM_WAIT=sleep), then sleeps on the group's futex word in slices
+// of kSleepSlice, between which it checks the deadline, an abort and the
+// liveness of the ranks that have not arrived.
 constexpr int kPureSpins = 256;
-constexpr absl::Duration kYieldPhase = absl::Milliseconds(20);
 constexpr absl::Duration kSleepSlice = absl::Milliseconds(10);
 // Liveness looks (which read /proc) every kLivenessInterval. Both grow with
 // the group past 32 ranks (to at most 100 ms and 500 ms): hundreds of
@@ -45,7 +40,8 @@ ShmSteps::ShmSteps(const ShmLayout& layout, int rank, RankNames names)
     : layout_(layout),
       rank_(rank),
       names_(std::move(names)),
-      watches_(layout.size()) {
+      watches_(layout.size()),
+      yield_phase_(ShmYieldPhase()) {
   // Fault injection for tests: a pause between seeing that a peer has not
   // published a step and asking whether it is alive, which opens the window
   // in which a peer can publish and exit.
@@ -117,14 +113,14 @@ absl::Status ShmSteps::Step(const OpContext& ctx) {
           ScaledBySize(kLivenessInterval, size(), absl::Milliseconds(500));
       deadline = now + ctx.timeout;
       next_liveness = now + liveness_interval;
-      sleep_from = now + kYieldPhase;
+      sleep_from = now + yield_phase_;
     }
     if (now < sleep_from) {
       sched_yield();
       if ((spins & 63) != 0) continue;
     } else {
       // One word for the whole group: a sleeper wakes at each arrival and
-      // looks again (sleeping starts only after kYieldPhase of waiting).
+      // looks again (sleeping starts only after the yield phase).
       g->sleepers.fetch_add(1);
       std::atomic_thread_fence(std::memory_order_seq_cst);
       const uint32_t seen = g->wake_word.load();

@@ -8,8 +8,8 @@
 // slot is written again only after every rank has published a later step,
 // i.e. finished reading it).
 //
-// Waiting spins briefly, then yields (ranks may share cores) for up to 20 ms,
-// then sleeps on a futex the last arrival wakes, and checks the op's deadline
+// Waiting spins briefly, then yields for up to 20 ms (wait_policy.h), then
+// sleeps on a futex the last arrival wakes, and checks the op's deadline
 // (DEADLINE_EXCEEDED), Abort() (CANCELLED), whether a rank failed inside the
 // operation (FailGroup: UNAVAILABLE naming it) and whether the ranks it
 // waits for are still alive (UNAVAILABLE, peer_liveness.h: exited, a
@@ -85,6 +85,7 @@ class ShmSteps {
   std::vector<PeerWatch> watches_;  // one per rank, kept across waits
   int liveness_cursor_ = 0;         // the last missing rank looked at in turn
   absl::Duration liveness_pause_;   // test-only fault injection
+  absl::Duration yield_phase_;      // wait_policy.h
   std::atomic<bool> aborted_{false};
 };
 
