@@ -174,30 +174,46 @@ absl::Status HierarchicalBackend::ReduceScatter(const OpContext& ctx,
   const size_t part = output.nbytes();
   if (part == 0) return absl::OkStatus();
   const size_t total = input.nbytes();
+  const int hosts = hosts_.hosts();
   const std::vector<int>& local_ranks = hosts_.ranks[host_];
   const size_t local_size = local_ranks.size();
+  size_t most = 0;  // parts per host block: the largest host's rank count
+  for (const std::vector<int>& r : hosts_.ranks)
+    most = std::max(most, r.size());
+  const size_t block = most * part;
   // The host's sum of the whole input (reduced into a copy: the input stays
-  // as it was), then the parts of this host's ranks in local order.
-  if (scratch_.size() < total + local_size * part) {
-    scratch_.resize(total + local_size * part);
+  // as it was); on leaders then every host's block (its ranks' parts in
+  // local order, zero-padded to `most` parts), of which the leaders'
+  // reduce_scatter leaves each leader its own host's: each link carries
+  // (hosts - 1) blocks, half of what an all_reduce of the whole sum did.
+  if (scratch_.size() < total + (hosts + 1) * block) {
+    scratch_.resize(total + (hosts + 1) * block);
   }
   char* sum = scratch_.data();
-  char* parts = sum + total;
+  char* blocks = sum + total;
+  char* parts = blocks + hosts * block;
   std::memcpy(sum, input.data(), total);
   const TensorRef whole(sum, input.numel(), input.dtype());
   if (local_) DK_RETURN_IF_ERROR(Stage(local_->Reduce(ctx, whole, op, 0)));
   if (leader()) {
-    DK_RETURN_IF_ERROR(Stage(leaders_->AllReduce(ctx, whole, op)));
-    for (size_t i = 0; i < local_size; ++i) {
-      std::memcpy(parts + i * part, sum + local_ranks[i] * part, part);
+    std::memset(blocks, 0, hosts * block);
+    for (int h = 0; h < hosts; ++h) {
+      const std::vector<int>& ranks = hosts_.ranks[h];
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        std::memcpy(blocks + h * block + i * part, sum + ranks[i] * part, part);
+      }
     }
+    const int64_t block_numel = static_cast<int64_t>(most) * output.numel();
+    DK_RETURN_IF_ERROR(Stage(leaders_->ReduceScatter(
+        ctx, TensorRef(blocks, hosts * block_numel, output.dtype()),
+        TensorRef(parts, block_numel, output.dtype()), op)));
   }
   if (local_) {
     return Stage(local_->Scatter(
         ctx, TensorRef(parts, local_size * output.numel(), output.dtype()),
         output, 0));
   }
-  std::memcpy(output.data(), sum + rank_ * part, part);
+  std::memcpy(output.data(), parts, part);
   return absl::OkStatus();
 }
 

@@ -4,11 +4,12 @@
 // leader per host (its lowest rank) talks, over a Gloo TCP group of the
 // leaders. all_reduce is a reduce to the leader inside each host, an all_reduce
 // among the leaders and a broadcast back inside each host; broadcast,
-// all_gather, reduce_scatter, reduce and the contract's signature exchange
-// (hence barrier) take the same three stages. Gather, scatter, all_to_all and
-// send/recv go over a Gloo group of every rank whose pairs connect on first
-// use, so a job that never calls them opens TCP connections between leaders
-// only.
+// all_gather, reduce and the contract's signature exchange (hence barrier)
+// take the same three stages; reduce_scatter is a reduce to the leader, the
+// leaders' reduce_scatter over host blocks and a scatter inside the host.
+// Gather, scatter, all_to_all and send/recv go over a Gloo group of every rank
+// whose pairs connect on first use, so a job that never calls them opens TCP
+// connections between leaders only.
 //
 // A stage that fails on one rank (a dead peer, not a timeout: every rank
 // has the same deadline) would leave the others of its host waiting for
@@ -96,7 +97,7 @@ class HierarchicalBackend : public Backend {
   ShmBackend* local_shm_;  // local_ when it is shared memory
   std::unique_ptr<Backend> leaders_;
   std::unique_ptr<Backend> everyone_;
-  std::vector<char> scratch_;  // reduce_scatter's sum, all_gather's blocks
+  std::vector<char> scratch_;  // reduce_scatter's sum and blocks, all_gather's
 };
 
 }  // namespace distkit
