@@ -24,10 +24,11 @@ std::string ExitBarrierKey(int node_rank) {
 }
 
 absl::Status ReportNodeDone(const ExitBarrierOptions& options, int exit_code) {
-  // Node 0 waits for this report while its store runs, so a few seconds of
-  // connecting are enough; longer means it is gone.
+  // Node 0 waits for this report while its store runs, so a moment of
+  // connecting is enough; longer means it is gone or unreachable (a cut
+  // link), and this node's exit should not wait for it.
   absl::StatusOr<std::unique_ptr<TcpStore>> store =
-      ConnectWithin(options, absl::Seconds(5));
+      ConnectWithin(options, absl::Seconds(1));
   if (!store.ok()) return store.status();
   return (*store)->Set(ExitBarrierKey(options.node_rank),
                        absl::StrCat(exit_code));
