@@ -155,6 +155,14 @@ class Backend {
   virtual void AgreeAlongside(const OpSignature& mine) {}
 
   // ---- Data movement (signatures already agree) ---------------------------
+  // Whether the blocking exchange before an `op` with `payload_bytes` of
+  // payload is a step of its own that the operation does not use (nothing
+  // rides along with it or is published by it), so that a benchmark may
+  // leave it out to measure it (DISTKIT_BENCH_WITHOUT=agreement,
+  // cc/core/bench_without.h). Must answer alike on every rank.
+  virtual bool AgreementSkippable(OpCode op, size_t payload_bytes) const {
+    return false;
+  }
 
   virtual absl::Status AllReduce(const OpContext& ctx, TensorRef data,
                                  ReduceOp op) = 0;

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "cc/comm/backend_registry.h"
+#include "cc/core/bench_without.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
 #include "cc/dist_api/job_watch.h"
@@ -131,7 +132,12 @@ void StartJobWatch(std::shared_ptr<Store> remote_store,
   JobWatch::Options options =
       JobWatch::FromEnvironment(remote_store, store_address);
   options.on_lost = AbortForLostJob;
-  std::unique_ptr<JobWatch> watch = JobWatch::Start(std::move(options));
+  // Group creation already refused a malformed value (ProcessGroup).
+  absl::StatusOr<BenchWithout> without = BenchWithoutFromEnvironment();
+  std::unique_ptr<JobWatch> watch;
+  if (!without.ok() || !without->watch_threads) {
+    watch = JobWatch::Start(std::move(options));
+  }
   State& s = GetState();
   absl::MutexLock lock(&s.mu);
   s.remote_store = remote_store != nullptr;

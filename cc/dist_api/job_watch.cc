@@ -1,5 +1,6 @@
 #include "cc/dist_api/job_watch.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -59,7 +60,10 @@ JobWatch::Options JobWatch::FromEnvironment(std::shared_ptr<Store> remote_store,
 std::unique_ptr<JobWatch> JobWatch::Start(Options options) {
   if (options.store == nullptr && options.launcher_pid == 0) return nullptr;
   std::unique_ptr<JobWatch> watch(new JobWatch(std::move(options)));
-  watch->thread_ = std::thread([w = watch.get()] { w->Run(); });
+  watch->thread_ = std::thread([w = watch.get()] {
+    pthread_setname_np(pthread_self(), "dk-job-watch");  // ps and tests
+    w->Run();
+  });
   return watch;
 }
 

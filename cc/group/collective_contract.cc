@@ -40,8 +40,11 @@ InlinePayload Payload(const TensorRef& t, size_t op_bytes, bool contributes,
 
 }  // namespace
 
-CollectiveContract::CollectiveContract(std::unique_ptr<Backend> backend)
-    : backend_(std::move(backend)), signatures_(backend_->size()) {}
+CollectiveContract::CollectiveContract(std::unique_ptr<Backend> backend,
+                                       bool skip_agreement)
+    : backend_(std::move(backend)),
+      signatures_(backend_->size()),
+      skip_agreement_(skip_agreement) {}
 
 absl::Status CollectiveContract::CheckDevice(Device device) const {
   return backend_->CheckDevice(device);
@@ -102,6 +105,12 @@ absl::Status CollectiveContract::Agree(const OpContext& ctx,
                                        bool data_follows) {
   if (ctx.recorder != nullptr) {
     ctx.recorder->Describe(ctx.record_id, mine);
+  }
+  // Measurement only: the exchange that carries nothing the operation uses.
+  if (skip_agreement_ && data_follows &&
+      backend_->AgreementSkippable(static_cast<OpCode>(mine.op),
+                                   payload.bytes)) {
+    return absl::OkStatus();
   }
   if (data_follows && backend_->AgreesAlongside()) {
     backend_->AgreeAlongside(mine);

@@ -42,7 +42,11 @@ namespace distkit {
 
 class CollectiveContract {
  public:
-  explicit CollectiveContract(std::unique_ptr<Backend> backend);
+  // `skip_agreement`: for benchmarks only (DISTKIT_BENCH_WITHOUT=agreement),
+  // leave out the signature exchange where the backend says it is a step of
+  // its own (Backend::AgreementSkippable).
+  explicit CollectiveContract(std::unique_ptr<Backend> backend,
+                              bool skip_agreement = false);
 
   const Backend& backend() const { return *backend_; }
   Backend& backend() { return *backend_; }
@@ -106,6 +110,7 @@ class CollectiveContract {
 
   std::unique_ptr<Backend> backend_;
   std::vector<OpSignature> signatures_;  // one per rank, reused
+  const bool skip_agreement_;
 
   mutable LightMutex mu_;
   absl::Status poison_ ABSL_GUARDED_BY(mu_);

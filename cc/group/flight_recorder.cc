@@ -45,22 +45,20 @@ FlightRecorder::FlightRecorder(std::string group, int global_rank)
     : group_(std::move(group)), rank_(global_rank), ring_(Capacity()) {}
 
 uint64_t FlightRecorder::Begin(const OpContext& ctx, bool point_to_point) {
-  const absl::Time start = FastNow();
-  LightMutexLock lock(&mu_);
-  const uint64_t id = ++next_id_;
-  // The slot's fields are reset one by one: its strings keep their buffers
-  // (this runs on every operation).
+  // No lock, no clock_gettime: this runs on every operation. Operations on
+  // other threads (sends and receives) take other ids, so other entries.
+  const int64_t start = FastTicks();
+  const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
   Entry& e = ring_[id % ring_.size()];
   e.id.store(id, std::memory_order_relaxed);
-  e.seq = ctx.seq;
-  e.p2p = point_to_point;
-  e.op = OpCodeName(ctx.op);
-  e.call.clear();
+  e.seq.store(ctx.seq, std::memory_order_relaxed);
+  e.op.store(static_cast<int>(ctx.op), std::memory_order_relaxed);
+  e.p2p.store(point_to_point, std::memory_order_relaxed);
+  e.has_call.store(false, std::memory_order_relaxed);
   e.has_signature.store(false, std::memory_order_relaxed);
-  e.start = start;
-  e.end_ns.store(0, std::memory_order_relaxed);
-  e.state.store(Entry::kRunning, std::memory_order_relaxed);
-  e.error.clear();
+  e.start_ticks.store(start, std::memory_order_relaxed);
+  e.end_ticks.store(0, std::memory_order_relaxed);
+  e.state.store(Entry::kRunning, std::memory_order_release);
   return id;
 }
 
@@ -81,28 +79,32 @@ void FlightRecorder::Describe(uint64_t id, const OpSignature& signature) {
 void FlightRecorder::Describe(uint64_t id, std::string call) {
   LightMutexLock lock(&mu_);
   Entry& e = ring_[id % ring_.size()];
-  if (e.id.load(std::memory_order_relaxed) == id) e.call = std::move(call);
+  if (e.id.load(std::memory_order_relaxed) != id) return;
+  e.call = std::move(call);
+  e.has_call.store(true, std::memory_order_release);
 }
 
 void FlightRecorder::End(uint64_t id, const absl::Status& status) {
-  const absl::Time end = FastNow();
+  const int64_t end = FastTicks();
   Entry& e = ring_[id % ring_.size()];
   if (status.ok()) {
     // No lock, as in Describe.
     if (e.id.load(std::memory_order_relaxed) != id) return;
-    e.end_ns.store(absl::ToUnixNanos(end), std::memory_order_relaxed);
+    e.end_ticks.store(end, std::memory_order_relaxed);
     e.state.store(Entry::kDone, std::memory_order_release);
     return;
   }
   LightMutexLock lock(&mu_);
   if (e.id.load(std::memory_order_relaxed) != id) return;
   e.error = std::string(status.message());
-  e.end_ns.store(absl::ToUnixNanos(end), std::memory_order_relaxed);
+  e.end_ticks.store(end, std::memory_order_relaxed);
   e.state.store(Entry::kFailed, std::memory_order_release);
 }
 
 std::string FlightRecorder::CallOf(const Entry& e) {
-  if (!e.has_signature.load(std::memory_order_acquire)) return e.call;
+  if (!e.has_signature.load(std::memory_order_acquire)) {
+    return e.has_call.load(std::memory_order_acquire) ? e.call : "";
+  }
   uint64_t words[Entry::kSignatureWords];
   for (size_t i = 0; i < Entry::kSignatureWords; ++i) {
     words[i] = e.signature_words[i].load(std::memory_order_relaxed);
@@ -112,28 +114,36 @@ std::string FlightRecorder::CallOf(const Entry& e) {
   return signature.Describe();
 }
 
-absl::Time FlightRecorder::EndOf(const Entry& e) {
-  return absl::FromUnixNanos(e.end_ns.load(std::memory_order_relaxed));
+absl::Time FlightRecorder::TimeOf(int64_t ticks, const TickAnchor& now) const {
+  return now.TimeOf(ticks, created_);
 }
 
 std::string FlightRecorder::Text() const {
   LightMutexLock lock(&mu_);
+  const TickAnchor now = TickAnchor::Now();
   std::string out;
-  const uint64_t first =
-      next_id_ >= ring_.size() ? next_id_ - ring_.size() + 1 : 1;
-  for (uint64_t id = first; id <= next_id_; ++id) {
+  const uint64_t last = next_id_.load(std::memory_order_acquire);
+  const uint64_t first = last >= ring_.size() ? last - ring_.size() + 1 : 1;
+  for (uint64_t id = first; id <= last; ++id) {
     const Entry& e = ring_[id % ring_.size()];
     if (e.id.load(std::memory_order_relaxed) != id) continue;
     static constexpr const char* kState[] = {"running", "done", "failed"};
     const int state = e.state.load(std::memory_order_acquire);
     absl::StrAppend(
-        &out, "group=", group_, " rank=", rank_, " seq=", e.seq,
-        " kind=", e.p2p ? "p2p" : "collective", " op=", e.op,
-        " state=", kState[state], " start_us=", absl::ToUnixMicros(e.start),
+        &out, "group=", group_, " rank=", rank_,
+        " seq=", e.seq.load(std::memory_order_relaxed),
+        " kind=", e.p2p.load(std::memory_order_relaxed) ? "p2p" : "collective",
+        " op=", OpCodeName(static_cast<OpCode>(e.op.load())),
+        " state=", kState[state],
+        " start_us=", absl::ToUnixMicros(TimeOf(e.start_ticks.load(), now)),
         " end_us=",
-        state == Entry::kRunning ? int64_t{0} : absl::ToUnixMicros(EndOf(e)),
+        state == Entry::kRunning
+            ? int64_t{0}
+            : absl::ToUnixMicros(TimeOf(e.end_ticks.load(), now)),
         " call=\"", CallOf(e), "\"");
-    if (!e.error.empty()) absl::StrAppend(&out, " error=\"", e.error, "\"");
+    if (state == Entry::kFailed && !e.error.empty()) {
+      absl::StrAppend(&out, " error=\"", e.error, "\"");
+    }
     out += "\n";
   }
   return out;
@@ -143,19 +153,22 @@ std::string FlightRecorder::ChromeTrace() const {
   LightMutexLock lock(&mu_);
   std::string out = "{\"traceEvents\":[";
   bool first_event = true;
-  const absl::Time now = absl::Now();
+  const TickAnchor now = TickAnchor::Now();
   for (const Entry& e : ring_) {
     if (e.id.load(std::memory_order_relaxed) == 0) continue;
     const int state = e.state.load(std::memory_order_acquire);
-    const absl::Time end = state == Entry::kRunning ? now : EndOf(e);
+    const absl::Time start = TimeOf(e.start_ticks.load(), now);
+    const absl::Time end =
+        state == Entry::kRunning ? now.time : TimeOf(e.end_ticks.load(), now);
     const std::string call = CallOf(e);
+    const std::string op = OpCodeName(static_cast<OpCode>(e.op.load()));
     absl::StrAppend(&out, first_event ? "" : ",", "{\"name\":\"",
-                    JsonEscape(call.empty() ? e.op : call), "\",\"cat\":\"",
-                    e.p2p ? "p2p" : "collective",
-                    "\",\"ph\":\"X\",\"ts\":", absl::ToUnixMicros(e.start),
-                    ",\"dur\":", absl::ToInt64Microseconds(end - e.start),
+                    JsonEscape(call.empty() ? op : call), "\",\"cat\":\"",
+                    e.p2p.load() ? "p2p" : "collective",
+                    "\",\"ph\":\"X\",\"ts\":", absl::ToUnixMicros(start),
+                    ",\"dur\":", absl::ToInt64Microseconds(end - start),
                     ",\"pid\":", rank_, ",\"tid\":\"", JsonEscape(group_),
-                    "\",\"args\":{\"seq\":", e.seq, ",\"state\":\"",
+                    "\",\"args\":{\"seq\":", e.seq.load(), ",\"state\":\"",
                     state == Entry::kRunning
                         ? "running"
                         : (state == Entry::kDone ? "done" : "failed"),

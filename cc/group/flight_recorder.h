@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "cc/comm/op_context.h"
 #include "cc/comm/op_signature.h"
+#include "cc/core/fast_clock.h"
 #include "cc/core/light_mutex.h"
 
 namespace distkit {
@@ -55,35 +56,39 @@ class FlightRecorder {
   void WriteTimeline() const;
 
  private:
-  // One operation. What every collective writes after Begin (its signature,
-  // its end and state when it succeeds) is written without the lock, by the
-  // operation's own thread, as atomic words; readers hold the lock. The rest
-  // changes under the lock: at Begin, for a description, for an error.
+  // One operation. What every operation writes (Begin; its signature; its
+  // end and state when it succeeds) is written without the lock, by the
+  // operation's own thread, as atomic words, with raw ticks for times
+  // (FastTicks: this runs on every operation); readers hold the lock. The
+  // strings change under the lock: a description, an error.
   struct Entry {
     std::atomic<uint64_t> id{0};
-    uint64_t seq = 0;
-    bool p2p = false;
-    std::string op;
-    std::string call;
+    std::atomic<uint64_t> seq{0};
+    std::atomic<int> op{0};  // OpCode
+    std::atomic<bool> p2p{false};
+    std::string call;  // valid while has_call
+    std::atomic<bool> has_call{false};
     static constexpr size_t kSignatureWords = (sizeof(OpSignature) + 7) / 8;
     std::atomic<uint64_t> signature_words[kSignatureWords] = {};
     std::atomic<bool> has_signature{false};
-    absl::Time start;
-    std::atomic<int64_t> end_ns{0};  // Unix time
+    std::atomic<int64_t> start_ticks{0};
+    std::atomic<int64_t> end_ticks{0};
     enum State { kRunning, kDone, kFailed };
     std::atomic<int> state{kRunning};
-    std::string error;
+    std::string error;  // valid while state is kFailed
   };
   // What the entry says this rank called (the signature, formatted, or the
-  // description), and its end; under the lock.
+  // description); under the lock.
   static std::string CallOf(const Entry& e);
-  static absl::Time EndOf(const Entry& e);
+  // A tick count as a time (FastTicks), given an anchor taken now.
+  absl::Time TimeOf(int64_t ticks, const TickAnchor& now) const;
 
   const std::string group_;
   const int rank_;
+  const TickAnchor created_ = TickAnchor::Now();
   mutable LightMutex mu_;
-  std::vector<Entry> ring_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Entry> ring_;  // fixed size; entries as said above
+  std::atomic<uint64_t> next_id_{0};
   bool dumped_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -84,6 +84,9 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::CreateWorld(
 absl::Status ProcessGroup::Connect(std::unique_ptr<Backend> split) {
   if (!is_member()) return absl::OkStatus();
   const std::string creating = absl::StrCat("creating group '", name_, "'");
+  absl::StatusOr<BenchWithout> without = BenchWithoutFromEnvironment();
+  if (!without.ok()) return Annotate(without.status(), creating);
+  without_ = *without;
   std::unique_ptr<Backend> backend = std::move(split);
   if (backend == nullptr) {
     const BackendFactory* factory = FindBackend(options_.backend);
@@ -108,7 +111,8 @@ absl::Status ProcessGroup::Connect(std::unique_ptr<Backend> split) {
     }
     backend = *std::move(made);
   }
-  contract_ = std::make_unique<CollectiveContract>(std::move(backend));
+  contract_ = std::make_unique<CollectiveContract>(std::move(backend),
+                                                   without_.agreement);
   // No member returns before every member is connected: otherwise a rank that
   // destroys the group at once could cut a peer's handshake short.
   OpContext ctx;
@@ -258,14 +262,17 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
 absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body) {
   DK_RETURN_IF_ERROR(contract_->Usable(ctx));
   OpContext recorded = ctx;
-  recorded.recorder = recorder_.get();
-  recorded.record_id = recorder_->Begin(ctx, IsPointToPoint(ctx.op));
+  const bool record = !without_.flight_recorder;
+  if (record) {
+    recorded.recorder = recorder_.get();
+    recorded.record_id = recorder_->Begin(ctx, IsPointToPoint(ctx.op));
+  }
   absl::Status status = body(recorded);
   if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     status = absl::DeadlineExceededError(
         absl::StrCat(status.message(), DiagnoseLateRanks(ctx)));
   }
-  recorder_->End(recorded.record_id, status);
+  if (record) recorder_->End(recorded.record_id, status);
   status = contract_->Record(std::move(status));
   // A failure that poisons the group: every rank writes what it was doing,
   // so the launcher can say who never reached this operation.
@@ -380,6 +387,10 @@ std::shared_ptr<Work> ProcessGroup::Submit(Op op) {
 absl::Status ProcessGroup::SetCudaStream(void* stream) {
   if (contract_ == nullptr) return absl::OkStatus();  // not a member
   return contract_->backend().SetCudaStream(stream);
+}
+
+void* ProcessGroup::cuda_stream() const {
+  return contract_ != nullptr ? contract_->backend().cuda_stream() : nullptr;
 }
 
 absl::StatusOr<void*> ProcessGroup::MarkIssue(const Op& op) {

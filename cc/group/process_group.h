@@ -41,6 +41,7 @@
 #include "cc/comm/backend.h"
 #include "cc/comm/op_code.h"
 #include "cc/comm/work.h"
+#include "cc/core/bench_without.h"
 #include "cc/core/device.h"
 #include "cc/core/light_mutex.h"
 #include "cc/core/reduce_op.h"
@@ -118,6 +119,9 @@ class ProcessGroup {
   // stream; Wait() returns once the operation's device work is done. Ignored
   // by groups without a CUDA device. Set it from the thread that issues.
   absl::Status SetCudaStream(void* stream);
+  // What SetCudaStream set: the stream the GradReducer's and FlatShard's
+  // copies run on (copy_stream.h).
+  void* cuda_stream() const;
 
   // Synchronous operations (see Backend for buffer conventions).
   absl::Status AllReduce(TensorRef data, ReduceOp op);
@@ -230,6 +234,9 @@ class ProcessGroup {
   GroupOptions options_;
   // The last operations of this group on this rank (flight_recorder.h).
   std::unique_ptr<FlightRecorder> recorder_;
+  // Safety features a benchmark turned off (DISTKIT_BENCH_WITHOUT), read
+  // once, at Connect.
+  BenchWithout without_;
   // The backend under the contract every backend keeps; null off-member.
   std::unique_ptr<CollectiveContract> contract_;
   std::atomic<uint64_t> next_seq_{0};      // collectives

@@ -10,6 +10,15 @@
 // buffers hold finite values of each).
 // --touch 1: each call also writes its input before and reads its output
 // after (touch.h), as in a training step.
+// --without flight_recorder,agreement: the cost of safety features
+// (safety_bench.py). Besides a baseline group, one group per feature is
+// created with that feature off (DISTKIT_BENCH_WITHOUT, read at group
+// creation, on top of what the process's own value turns off), and each
+// round times one batch on every group, in an order that rotates; rank 0
+// prints distkit,... for the baseline and distkit_without_<feature>,... per
+// group, then per group the median over rounds of baseline / that group's
+// time: ratio,<feature>,<op>,<world_size>,<bytes>,<ratio>. The feature
+// "none" turns nothing off: its ratio is the noise of the measurement.
 
 #include <algorithm>
 #include <chrono>
@@ -45,6 +54,7 @@ int main(int argc, char** argv) {
   std::string backend = "gloo";
   DataType dtype = DataType::kFloat32;
   bool touch = false;
+  std::vector<std::string> without;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--ops") ops = absl::StrSplit(value, ',');
@@ -53,6 +63,7 @@ int main(int argc, char** argv) {
     if (flag == "--batches") (void)absl::SimpleAtoi(value, &batches);
     if (flag == "--backend") backend = value;
     if (flag == "--touch") touch = value == "1";
+    if (flag == "--without") without = absl::StrSplit(value, ',');
     if (flag == "--dtype") {
       absl::StatusOr<DataType> parsed = ParseDataType(value);
       if (!parsed.ok() ||
@@ -73,8 +84,41 @@ int main(int argc, char** argv) {
     fprintf(stderr, "%s\n", init.ToString().c_str());
     return 1;
   }
-  ProcessGroup& g = *dist::GetDefaultGroup();
-  const int n = g.size();
+  ProcessGroup& world = *dist::GetDefaultGroup();
+  const int n = world.size();
+  // The groups timed side by side: the world alone, or a baseline and one
+  // per feature turned off, all over the same ranks.
+  std::vector<std::shared_ptr<ProcessGroup>> groups;
+  std::vector<std::string> labels = {"distkit"};
+  if (!without.empty()) {
+    const char* env = std::getenv("DISTKIT_BENCH_WITHOUT");
+    const std::string base = env != nullptr ? env : "";
+    std::vector<int> all(n);
+    for (int r = 0; r < n; ++r) all[r] = r;
+    std::vector<std::string> specs = {base};
+    for (const std::string& f : without) {
+      // "none": a group like the baseline, the measurement's own noise.
+      specs.push_back(f == "none" ? base : base.empty() ? f : base + "," + f);
+      labels.push_back("distkit_without_" + f);
+    }
+    for (const std::string& spec : specs) {
+      setenv("DISTKIT_BENCH_WITHOUT", spec.c_str(), 1);
+      absl::StatusOr<std::shared_ptr<ProcessGroup>> made = world.NewGroup(all);
+      if (!made.ok()) {
+        fprintf(stderr, "%s\n", made.status().ToString().c_str());
+        return 1;
+      }
+      groups.push_back(*made);
+    }
+    if (env != nullptr) {
+      setenv("DISTKIT_BENCH_WITHOUT", base.c_str(), 1);
+    } else {
+      unsetenv("DISTKIT_BENCH_WITHOUT");
+    }
+  } else {
+    groups.push_back(dist::GetDefaultGroup());
+  }
+  ProcessGroup& g = world;
   for (const std::string& op : ops) {
     for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
       const int64_t elem = static_cast<int64_t>(ElementSize(dtype));
@@ -104,13 +148,15 @@ int main(int argc, char** argv) {
       const uint32_t ones = elem == 4 ? one : one | one << 16;
       std::vector<unsigned char>& result = b_count > 0 ? b : a;
       volatile uint32_t sink = 0;
+      ProcessGroup* on = groups[0].get();
       auto call = [&]() -> absl::Status {
-        if (op == "all_reduce") return g.AllReduce(ta, ReduceOp::kSum);
-        if (op == "broadcast") return g.Broadcast(ta, 0);
-        if (op == "all_gather") return g.AllGather(ta, tb);
-        if (op == "gather") return g.Gather(ta, tb, 0);
-        if (op == "scatter") return g.Scatter(ta, tb, 0);
-        return g.ReduceScatter(ta, tb, ReduceOp::kSum);
+        ProcessGroup& pg = *on;
+        if (op == "all_reduce") return pg.AllReduce(ta, ReduceOp::kSum);
+        if (op == "broadcast") return pg.Broadcast(ta, 0);
+        if (op == "all_gather") return pg.AllGather(ta, tb);
+        if (op == "gather") return pg.Gather(ta, tb, 0);
+        if (op == "scatter") return pg.Scatter(ta, tb, 0);
+        return pg.ReduceScatter(ta, tb, ReduceOp::kSum);
       };
       auto run = [&]() -> absl::Status {
         if (!touch) return call();
@@ -120,42 +166,82 @@ int main(int argc, char** argv) {
         return s;
       };
       const int iters = ItersFor(bytes);
-      for (int w = 0; w < 3; ++w) {
-        if (!run().ok()) return 1;
-      }
-      std::vector<double> per_call;
-      for (int batch = 0; batch < batches; ++batch) {
-        if (!g.Barrier().ok()) return 1;
-        const auto t0 = Clock::now();
-        for (int i = 0; i < iters; ++i) {
-          absl::Status s = run();
-          if (!s.ok()) {
-            fprintf(stderr, "%s\n", s.ToString().c_str());
-            return 1;
-          }
+      const size_t k = groups.size();
+      for (size_t j = 0; j < k; ++j) {
+        on = groups[j].get();
+        for (int w = 0; w < 3; ++w) {
+          if (!run().ok()) return 1;
         }
-        per_call.push_back(
-            std::chrono::duration<double, std::micro>(Clock::now() - t0)
-                .count() /
-            iters);
+      }
+      // per_call[j][batch]: group j's time per call in round `batch`.
+      std::vector<std::vector<double>> per_call(k);
+      for (int batch = 0; batch < batches; ++batch) {
+        for (size_t step = 0; step < k; ++step) {
+          const size_t j = (batch + step) % k;  // no group always first
+          on = groups[j].get();
+          if (!on->Barrier().ok()) return 1;
+          const auto t0 = Clock::now();
+          for (int i = 0; i < iters; ++i) {
+            absl::Status s = run();
+            if (!s.ok()) {
+              fprintf(stderr, "%s\n", s.ToString().c_str());
+              return 1;
+            }
+          }
+          per_call[j].push_back(
+              std::chrono::duration<double, std::micro>(Clock::now() - t0)
+                  .count() /
+              iters);
+        }
       }
       // Rank 0's clock alone can flatter a broadcast root: take the slowest
-      // rank's median, as nccl-tests reports the max across ranks.
-      std::sort(per_call.begin(), per_call.end());
-      double median = per_call[per_call.size() / 2];
-      if (!g.AllReduce(TensorRef(&median, 1, DataType::kFloat64),
+      // rank's median, as nccl-tests reports the max across ranks. With
+      // groups side by side, also each round's baseline / group time (both
+      // the slowest rank's), and their median.
+      std::vector<double> medians(2 * k - 1);
+      for (size_t j = 0; j < k; ++j) {
+        std::vector<double> sorted = per_call[j];
+        std::sort(sorted.begin(), sorted.end());
+        medians[j] = sorted[sorted.size() / 2];
+      }
+      std::vector<double> slowest(k * batches);
+      for (size_t j = 0; j < k; ++j) {
+        for (int b = 0; b < batches; ++b)
+          slowest[j * batches + b] = per_call[j][b];
+      }
+      if (!g.AllReduce(TensorRef(medians.data(), k, DataType::kFloat64),
                        ReduceOp::kMax)
+               .ok() ||
+          !g.AllReduce(
+                TensorRef(slowest.data(), slowest.size(), DataType::kFloat64),
+                ReduceOp::kMax)
                .ok())
         return 1;
+      for (size_t j = 1; j < k; ++j) {
+        std::vector<double> ratios(batches);
+        for (int b = 0; b < batches; ++b) {
+          ratios[b] = slowest[b] / slowest[j * batches + b];
+        }
+        std::sort(ratios.begin(), ratios.end());
+        medians[k + j - 1] = ratios[batches / 2];
+      }
       if (g.rank() == 0) {
-        printf("%s,%s,%d,%lld,%.3f\n",
-               backend == "mpi" ? "distkit_mpi" : "distkit", op.c_str(), n,
-               static_cast<long long>(bytes), median);
+        for (size_t j = 0; j < k; ++j) {
+          printf("%s,%s,%d,%lld,%.3f\n",
+                 backend == "mpi" && j == 0 ? "distkit_mpi" : labels[j].c_str(),
+                 op.c_str(), n, static_cast<long long>(bytes), medians[j]);
+        }
+        for (size_t j = 1; j < k; ++j) {
+          printf("ratio,%s,%s,%d,%lld,%.4f\n", without[j - 1].c_str(),
+                 op.c_str(), n, static_cast<long long>(bytes),
+                 medians[k + j - 1]);
+        }
         fflush(stdout);
       }
     }
   }
   (void)g.Barrier();
+  groups.clear();
   dist::DestroyDist();
   return 0;
 }

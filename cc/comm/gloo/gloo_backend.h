@@ -75,6 +75,10 @@ class GlooBackend : public Backend {
   absl::Status ExchangeSignatures(const OpContext& ctx, const OpSignature& mine,
                                   InlinePayload payload,
                                   absl::Span<OpSignature> all) override;
+  // Above inline_limit() the exchange carries only the signatures.
+  bool AgreementSkippable(OpCode op, size_t payload_bytes) const override {
+    return payload_bytes > inline_limit();
+  }
 
   absl::Status AllReduce(const OpContext& ctx, TensorRef data,
                          ReduceOp op) override;

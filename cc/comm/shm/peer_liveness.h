@@ -31,6 +31,11 @@ struct LivenessRecord {
   std::atomic<int64_t> heartbeat;       // advances while the owner lives
 };
 
+// A heartbeat that never advances because its owner runs without one
+// (DISTKIT_BENCH_WITHOUT=watch_threads, for benchmarks): watchers skip the
+// heartbeat check for that peer and keep the others.
+inline constexpr int64_t kNoHeartbeat = -1;
+
 // Fills `mine`'s pid and pid namespace, so that a peer waiting on this rank
 // sees it exit from the moment it mapped the segment, before its heartbeat
 // starts (group creation connects TCP in between).
@@ -42,6 +47,8 @@ uint64_t ThisPidNamespace();
 // Fills `mine` for this process and has the heartbeat thread advance it
 // until StopHeartbeat. `mine` must stay mapped until then.
 void StartHeartbeat(LivenessRecord* mine);
+// Fills `mine` for this process with kNoHeartbeat: no thread advances it.
+void ClaimWithoutHeartbeat(LivenessRecord* mine);
 void StopHeartbeat(LivenessRecord* mine);
 
 // One watcher's view of one peer, kept across waits.

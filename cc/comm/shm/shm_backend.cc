@@ -13,6 +13,7 @@
 #include "cc/comm/shm/slot_copy.h"
 #include "cc/comm/shm/slot_exchange.h"
 #include "cc/comm/shm/slot_reduce.h"
+#include "cc/core/bench_without.h"
 #include "cc/core/data_type.h"
 #include "cc/core/status.h"
 
@@ -39,7 +40,13 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
   std::unique_ptr<ShmBackend> b(new ShmBackend(
       rank, size, std::move(gloo), std::move(mapping), std::move(names)));
   ShmRankHeader* mine = b->layout().header(rank);
-  StartHeartbeat(&mine->liveness);
+  // Group creation already refused a malformed value (ProcessGroup).
+  absl::StatusOr<BenchWithout> without = BenchWithoutFromEnvironment();
+  if (without.ok() && without->watch_threads) {
+    ClaimWithoutHeartbeat(&mine->liveness);
+  } else {
+    StartHeartbeat(&mine->liveness);
+  }
   std::random_device rd;
   mine->probe_token = (uint64_t{rd()} << 32 | rd()) | 1;
   mine->probe_addr = reinterpret_cast<uintptr_t>(&mine->probe_token);
