@@ -25,10 +25,12 @@ from ._memory import tensor_at
 from ._model_steps import parse_losses, run_forward
 from .dist.devices import move_to
 from .fsdp import FullyShardedDataParallel
+from .hooks import FSDPCheckpointHook  # registered in mmengine's HOOKS (scope "distkit")
 from .model_fsdp import MMFullyShardedDataParallel
 from .registry import DISTKIT_MODEL_WRAPPERS, MODEL_WRAPPERS
 
 __all__ = [
+    "FSDPCheckpointHook",
     "MMDistributedDataParallel",
     "MMFullyShardedDataParallel",
     "MMSeparateDistributedDataParallel",

@@ -2,13 +2,14 @@
 (strings, dicts, names) turned into FSDP objects with mmengine's rules and
 messages, and mmengine's train_step / val_step / test_step (val and test run
 the sharded forward in 'predict' mode, so they are collective)."""
+import warnings
 from functools import partial
 from typing import Callable, Dict, Iterable, Optional, Union
 
 import torch
 from torch import nn
 
-from . import fsdp
+from . import dist, fsdp
 from ._model_steps import parse_losses, run_forward
 from .fsdp.grad_scaler import agreeing
 from .fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel, MixedPrecision,
@@ -178,6 +179,7 @@ class MMFullyShardedDataParallel(FullyShardedDataParallel):
         one rank's overflow skips is skipped on every rank."""
         _clip_globally(optim_wrapper, self)
         _agree_on_skipped_steps(optim_wrapper)
+        self._warn_about_checkpoints()
         with optim_wrapper.optim_context(self):
             data = self.module.data_preprocessor(data, training=True)
             losses = run_forward(self, data, "loss", expected="list tuple or dict")
@@ -195,6 +197,19 @@ class MMFullyShardedDataParallel(FullyShardedDataParallel):
         elif preds is not None:
             log_vars["vis_preds"] = preds
         return log_vars
+
+    def _warn_about_checkpoints(self) -> None:
+        """Once, on rank 0: the Runner's own checkpoints of a model split
+        over ranks hold rank 0's shards alone unless distkit's
+        FSDPCheckpointHook (which marks the model in before_run) runs."""
+        if getattr(self, "_full_checkpoints", False) or getattr(self, "_warned", False):
+            return
+        self._warned = True
+        if dist.get_rank() == 0 and any(unit.shard_count > 1 for unit in self._units):
+            warnings.warn(
+                "MMFullyShardedDataParallel: mmengine's Runner saves checkpoints on rank 0 "
+                "alone, which holds only its own shards; add custom_hooks=[dict(type="
+                "'distkit.FSDPCheckpointHook')] for full checkpoints that resume exactly")
 
     def val_step(self, data) -> list:
         data = self.module.data_preprocessor(data, False)

@@ -12,7 +12,9 @@ otherwise it is a registry of distkit's own holding, as mmengine's does,
 torch's DistributedDataParallel and DataParallel. distkit's wrappers are
 registered in its child ``DISTKIT_MODEL_WRAPPERS`` (scope "distkit"), so
 their names, which are mmengine's, do not replace mmengine's classes; a
-config reaches them as ``type='distkit.MMDistributedDataParallel'``."""
+config reaches them as ``type='distkit.MMDistributedDataParallel'``.
+``HOOKS`` is mmengine's hook registry (or distkit's own), and distkit's
+hooks are in its child ``DISTKIT_HOOKS`` (scope "distkit")."""
 from typing import Callable, Dict, Optional
 
 import torch
@@ -94,11 +96,24 @@ def _model_wrappers():
     return registry, kind
 
 
-def _child(parent, kind, scope: str):
+def _hooks():
+    """mmengine's HOOKS where mmengine can be imported, else distkit's own."""
+    try:
+        from mmengine.registry import HOOKS as registry
+    except ImportError:
+        registry = Registry("hook")
+    return registry
+
+
+def _child(parent, kind, scope: str, name: str):
     """``parent``'s child registry of ``scope`` (made when missing)."""
     existing = parent.children.get(scope)
-    return existing if existing is not None else kind("model_wrapper", parent=parent, scope=scope)
+    return existing if existing is not None else kind(name, parent=parent, scope=scope)
 
 
 MODEL_WRAPPERS, _REGISTRY_KIND = _model_wrappers()
-DISTKIT_MODEL_WRAPPERS = _child(MODEL_WRAPPERS, _REGISTRY_KIND, "distkit")
+DISTKIT_MODEL_WRAPPERS = _child(MODEL_WRAPPERS, _REGISTRY_KIND, "distkit", "model_wrapper")
+# distkit's mmengine hooks (distkit.hooks), reached from a config as
+# ``dict(type='distkit.FSDPCheckpointHook')``.
+HOOKS = _hooks()
+DISTKIT_HOOKS = _child(HOOKS, _REGISTRY_KIND, "distkit", "hook")

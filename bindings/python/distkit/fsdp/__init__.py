@@ -41,13 +41,14 @@ from .composable import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, full
 from .fully_sharded import FullyShardedDataParallel
 from .grad_scaler import ShardedGradScaler
 from .memory import memory_stats, reset_peak_memory_stats
-from .options import BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStrategy, StateDictType
+from .options import (BackwardPrefetch, CPUOffload, FullStateDictConfig, MixedPrecision,
+                      ShardingStrategy, StateDictType)
 from .timeline import TimelineEvent, prefetch_overlap
 from .wrap import ModuleWrapPolicy, size_based_auto_wrap_policy, transformer_auto_wrap_policy
 
 __all__ = [
     "BackwardPrefetch", "CPUOffload", "CPUOffloadPolicy", "FSDPModule", "FullyShardedDataParallel",
-    "MixedPrecision", "MixedPrecisionPolicy", "fully_shard", "TimelineEvent",
+    "FullStateDictConfig", "MixedPrecision", "MixedPrecisionPolicy", "fully_shard", "TimelineEvent",
     "ModuleWrapPolicy", "ShardedGradScaler", "ShardingStrategy", "StateDictType", "memory_stats", "prefetch_overlap",
     "reset_peak_memory_stats", "size_based_auto_wrap_policy",
     "transformer_auto_wrap_policy",

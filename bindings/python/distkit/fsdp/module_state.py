@@ -13,8 +13,10 @@ broadcasts every entry of it from rank 0 in place, and ``load_from`` /
 - load_state_dict() takes full parameters under their own keys (a
   full-parameter checkpoint, e.g. the wrapper's state_dict()): each rank
   keeps its part, no collective. A flat shard saved by a job whose units
-  were split over ranks is one rank's part: refused (an error message, as
-  torch reports a size mismatch), never loaded into another rank's shard.
+  were split over ranks is one rank's part: refused with a RuntimeError
+  before anything is loaded (raised, not an error message: mmengine's
+  load_state_dict, strict=False, would only print one), never loaded into
+  another rank's shard.
 """
 from typing import List
 
@@ -52,8 +54,30 @@ def install(module: torch.nn.Module, units: List[Unit], orig_params: bool) -> No
                     state[prefix + _flat_key(unit, k)] = flat.detach().clone()
         return state
 
+    def refuse_shards(state, prefix) -> None:
+        """One rank's shards raise before anything is loaded (mmengine's
+        load_state_dict, strict=False in the Runner's resume, would only
+        print an error message, and training would go on from the wrong
+        state)."""
+        for unit in units:
+            flats = [prefix + _flat_key(unit, k) for k in range(len(unit.flat_params))]
+            saved_flats = [key for key in flats if key in state]
+            if not saved_flats or any(prefix + key in state for key in unit.keys):
+                continue
+            if unit.shard_count == 1 and all(
+                    state[key].numel() == f.numel() for key, f in zip(flats, unit.flat_params)):
+                continue
+            raise RuntimeError(
+                f"{saved_flats[0]} is one rank's shard (model.module.state_dict() of a "
+                f"job whose FSDP units were split over ranks); it cannot be loaded into "
+                f"this model's {unit.shard_count} shards. Load full parameters (the "
+                "wrapper's state_dict(); under mmengine's Runner, checkpoints saved with "
+                "custom_hooks=[dict(type='distkit.FSDPCheckpointHook')]) or resume "
+                "through the wrapper's load_state_dict / load_sharded_checkpoint")
+
     def before_load(state, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                     error_msgs):
+        refuse_shards(state, prefix)
         for unit in units:
             flats = [prefix + _flat_key(unit, k) for k in range(len(unit.flat_params))]
             originals = [prefix + key for key in unit.keys]
@@ -80,13 +104,6 @@ def install(module: torch.nn.Module, units: List[Unit], orig_params: bool) -> No
                 unit.reshard()
                 if unit.aliased:
                     unit.gathered = True
-            elif saved_flats:
-                error_msgs.append(
-                    f"{saved_flats[0]} is one rank's shard (model.module.state_dict() of a "
-                    f"job whose FSDP units were split over ranks); it cannot be loaded into "
-                    f"this model's {unit.shard_count} shards. Load full parameters (the "
-                    "wrapper's state_dict()) or resume through the wrapper's "
-                    "load_state_dict / load_sharded_checkpoint")
             else:
                 missing_keys.extend(originals)
             # What nn.Module's own load then finds for the tensors it holds:

@@ -72,12 +72,17 @@ class OptimStateDictMixin:
         return result
 
     @staticmethod
-    def optim_state_dict(model: "FullyShardedDataParallel", optim: torch.optim.Optimizer) -> dict:
+    def optim_state_dict(model: "FullyShardedDataParallel", optim: torch.optim.Optimizer,
+                         rank0_only: bool = False) -> dict:
         """torch's FSDP.optim_state_dict: the optimizer's state with every
         per-element state (momentum, Adam's moments) gathered to the full
         shape, keyed by the original parameter names, so a job of any size
-        loads it (optim_state_dict_to_load). Collective."""
+        loads it (optim_state_dict_to_load). Collective. ``rank0_only``
+        (torch's full_optim_state_dict's): rank 0 keeps the gathered states,
+        in CPU memory; the other ranks drop each as it is gathered and get
+        {}."""
         places = model._places()
+        keep = not rank0_only or not dist.is_distributed() or dist.get_rank() == 0
         state, groups = {}, []
         for group in optim.param_groups:
             names = []
@@ -88,10 +93,14 @@ class OptimStateDictMixin:
                 unit, index = places[id(p)]
                 for key, full in model._full_states(unit, index, optim.state.get(p, {})):
                     names.append(key)
-                    if full:
-                        state[key] = full
+                    if full and keep:
+                        state[key] = {name: value.cpu() if rank0_only and
+                                      isinstance(value, torch.Tensor) else value
+                                      for name, value in full.items()}
             groups.append({**{k: v for k, v in group.items() if k != "params"},
                            "params": names})
+        if not keep:
+            return {}
         return {"state": state, "param_groups": groups}
 
     full_optim_state_dict = optim_state_dict

@@ -32,6 +32,16 @@ class StateDictType(enum.Enum):
 
 
 @dataclass
+class FullStateDictConfig:
+    """torch's: under StateDictType.FULL_STATE_DICT, ``rank0_only`` keeps the
+    full values on rank 0 alone (every rank still takes part in the gathers,
+    one unit at a time; the others get an empty dict), ``offload_to_cpu``
+    gives them in CPU memory."""
+    offload_to_cpu: bool = False
+    rank0_only: bool = False
+
+
+@dataclass
 class CPUOffload:
     offload_params: bool = False
 

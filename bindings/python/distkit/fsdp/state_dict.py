@@ -4,7 +4,7 @@ checkpoint_format's layout, shared with C++) that a job of another size can
 load."""
 import contextlib
 from collections import OrderedDict
-from typing import List
+from typing import List, Optional
 
 import torch
 
@@ -12,7 +12,7 @@ from .. import _lib, dist
 from .._dlpack import Borrowed
 from .._lib import lib, raise_for_status
 from . import checkpoint_format as fmt
-from .options import StateDictType
+from .options import FullStateDictConfig, StateDictType
 
 
 class ModelStateDictMixin:
@@ -25,15 +25,20 @@ class ModelStateDictMixin:
 
     @staticmethod
     @contextlib.contextmanager
-    def state_dict_type(module: "FullyShardedDataParallel", state_dict_type: StateDictType):
+    def state_dict_type(module: "FullyShardedDataParallel", state_dict_type: StateDictType,
+                        state_dict_config: Optional[FullStateDictConfig] = None):
         """torch's context: state_dict() / load_state_dict() inside it use
-        ``state_dict_type`` (FULL_STATE_DICT outside)."""
-        previous = getattr(module, "_state_dict_type", StateDictType.FULL_STATE_DICT)
+        ``state_dict_type`` (FULL_STATE_DICT outside), and a full state dict
+        follows ``state_dict_config`` (FullStateDictConfig: rank0_only,
+        offload_to_cpu)."""
+        previous = (getattr(module, "_state_dict_type", StateDictType.FULL_STATE_DICT),
+                    getattr(module, "_state_dict_config", None))
         module._state_dict_type = state_dict_type
+        module._state_dict_config = state_dict_config
         try:
             yield
         finally:
-            module._state_dict_type = previous
+            module._state_dict_type, module._state_dict_config = previous
 
     def _sharded(self) -> bool:
         return getattr(self, "_state_dict_type", StateDictType.FULL_STATE_DICT) in (
@@ -41,7 +46,8 @@ class ModelStateDictMixin:
 
     def state_dict(self, *args, **kwargs) -> "OrderedDict[str, torch.Tensor]":
         """FULL_STATE_DICT (default): every parameter's full value under the
-        original module's keys (collective). SHARDED_STATE_DICT /
+        original module's keys (collective; under
+        FullStateDictConfig(rank0_only=True) the other ranks get {}). SHARDED_STATE_DICT /
         LOCAL_STATE_DICT: this rank's shards with the metadata that lets a
         job of another size, in Python or C++, load them (local): the
         contents of its file in checkpoint_format's layout."""
@@ -64,15 +70,23 @@ class ModelStateDictMixin:
                 elif key in buffers:
                     out[fmt.buffer_key(key)] = buffers[key].clone()
             return out
+        config = getattr(self, "_state_dict_config", None) or FullStateDictConfig()
+        # rank0_only: the other ranks take part in each unit's gather and drop
+        # its result at once, so no rank but 0 ever holds more than one unit.
+        keep = not config.rank0_only or not dist.is_distributed() or dist.get_rank() == 0
+        place = (lambda t: t.cpu()) if config.offload_to_cpu else (lambda t: t)
         params = {}
         for unit in self._units:
             for key, value in zip(unit.keys, unit.gather_full()):
-                params[key] = value
+                if keep:
+                    params[key] = place(value)
+        if not keep:
+            return out
         for key in self._keys:
             if key in params:
                 out[key] = params[key]
             else:
-                out[key] = (buffers[key] if key in buffers else unsharded[key]).clone()
+                out[key] = place((buffers[key] if key in buffers else unsharded[key]).clone())
         return out
 
     @staticmethod
