@@ -254,9 +254,33 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
     return "; every rank reached this operation (a peer may be slow or stuck "
            "inside it)";
   }
+  const std::string hosts = HostsOf(missing);
   return absl::StrCat("; rank(s) ", absl::StrJoin(missing, ", "),
-                      " never joined it (rank(s) ", absl::StrJoin(joined, ", "),
-                      " did)");
+                      " never joined it (", hosts, hosts.empty() ? "" : "; ",
+                      "rank(s) ", absl::StrJoin(joined, ", "), " did)");
+}
+
+std::string ProcessGroup::HostsOf(const std::vector<int>& ranks) {
+  // A backend that sorts ranks by host (Gloo's: hierarchical across hosts)
+  // keeps every rank's host identity, "<hostname>/<boot id>", under
+  // <backend>/hosts/host/<rank> (cc/comm/shm/host_map.h); others keep none,
+  // and the names are left out. Only looked at, never waited for.
+  PrefixStore hosts(absl::StrCat(options_.backend, "/hosts"), store_);
+  std::vector<std::string> names;
+  constexpr size_t kMostRanks = 8;
+  for (size_t i = 0; i < ranks.size() && i < kMostRanks; ++i) {
+    const std::string key = absl::StrCat("host/", ranks[i]);
+    absl::StatusOr<bool> there = hosts.Check({key});
+    if (!there.ok() || !*there) return "";
+    absl::StatusOr<std::string> identity = hosts.Get(key);
+    if (!identity.ok()) return "";
+    std::string name = identity->substr(0, identity->find('/'));
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      names.push_back(std::move(name));
+    }
+  }
+  return absl::StrCat("on host(s) ", absl::StrJoin(names, ", "),
+                      ranks.size() > kMostRanks ? ", ..." : "");
 }
 
 absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body) {
@@ -271,6 +295,11 @@ absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body) {
   if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     status = absl::DeadlineExceededError(
         absl::StrCat(status.message(), DiagnoseLateRanks(ctx)));
+  } else if (status.code() == absl::StatusCode::kUnavailable) {
+    // A peer failed or left: the launcher may have recorded which and how
+    // (a rank killed, on which host: job_failure.h), a moment after the
+    // dead rank's sockets closed.
+    status = WithJobFailure(*store_, status, kWhyWait);
   }
   if (record) recorder_->End(recorded.record_id, status);
   status = contract_->Record(std::move(status));

@@ -221,6 +221,9 @@ class ProcessGroup {
   void ReleaseIssue();
   // After a timeout: which members joined operation `ctx.seq`.
   std::string DiagnoseLateRanks(const OpContext& ctx);
+  // "on host(s) a, b" for these group ranks where the store knows their
+  // hosts, else "".
+  std::string HostsOf(const std::vector<int>& ranks);
 
   absl::Status CheckTensor(const TensorRef& t, absl::string_view what) const;
   absl::Status CheckRank(int r, absl::string_view what) const;

@@ -1,5 +1,7 @@
 #include "tools/distrun/job_failure_notice.h"
 
+#include <unistd.h>
+
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -14,9 +16,14 @@ namespace distkit {
 std::function<void(const std::string&)> JobFailureNotice(
     StoreServer* server, std::string store_address, std::string token,
     int node_rank) {
+  // The host's name, so that a rank on another host reads where it happened.
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const std::string where =
+      absl::StrCat("node ", node_rank, " (host ", host, ")");
   return [=](const std::string& what) {
     const std::string report =
-        absl::StrCat(what, ", as distrun on node ", node_rank, " saw");
+        absl::StrCat(what, ", as distrun on ", where, " saw");
     if (server != nullptr) {
       (void)ReportJobFailure(server->state(), report);
       return;

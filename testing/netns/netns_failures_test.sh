@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Failures across hosts (issue 37, item 5): 2 namespace-hosts x 2 ranks run
+# checked all_reduces (tools/faultinject/fault_rank.c, op timeout 3 s), one
+# distrun per host as on a cluster, and then host 1's link is cut, host 1
+# freezes (every process on it stopped), or host 1's leader (rank 2) is
+# killed. Every rank that can still run must end with a clear error (exit 3)
+# within the op timeout + 5 s of the fault, and the errors must name the
+# host that cannot be reached: its name where the store could say it, or
+# the store's address where the store itself is what cannot be reached.
+#   netns_failures_test.sh LIB DISTRUN FAULT_RANK
+set -uo pipefail
+lib=$1 distrun=$(realpath "$2") rank=$(realpath "$3")
+# shellcheck source=netns_hosts.sh
+source "$lib"
+timeout_ms=3000
+bound_s=8  # the op timeout + 5 s
+failures=0
+dir=$(mktemp -d)
+trap 'netns_teardown; rm -rf "$dir"' EXIT
+
+fail() {
+  echo "FAILED: $*"
+  failures=$((failures + 1))
+}
+
+# Each line with the time it arrived: when a rank reported, not when its
+# launcher finished winding up (telling the store, stopping the others).
+stamp() {
+  local line
+  while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done
+}
+
+# Starts the job; fills node_pid[i]. Returns once every rank has joined.
+start_job() {
+  local token i
+  token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+  for i in 0 1; do
+    netns_spawn "$i" env DISTKIT_TOKEN="$token" FAULT_STEPS=100000000 \
+      FAULT_TIMEOUT_MS="$timeout_ms" setsid "$distrun" --nnodes 2 \
+      --node-rank "$i" --nproc-per-node 2 --master-addr "${NETNS_ADDRS[0]}" \
+      --master-port 29500 --timeout 60 -- "$rank" \
+      > >(stamp >"$dir/host$i.log") 2>&1
+    node_pid[i]=$NETNS_SPAWNED
+  done
+  local waited=0
+  until [ "$(cat "$dir"/host*.log | grep -c 'joined rank=')" -eq 4 ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+    if [ "$waited" -gt 200 ]; then
+      fail "the job did not start within 20 s"
+      cat "$dir"/host*.log
+      return 1
+    fi
+  done
+  sleep 0.5  # well inside the loop of all_reduces
+}
+
+# Waits for host i's distrun to end (at most `bound_s` + 5 s after `since`:
+# its own wind-up beside its ranks'); checks that each of `ranks` reported
+# an error (fault_rank's "failed" line; it exits 3) within `bound_s` of the
+# fault, and that the errors contain `names`.
+expect_errors() {
+  local scenario=$1 i=$2 since=$3 names=$4 ranks=$5
+  while kill -0 "${node_pid[i]}" 2>/dev/null; do
+    if [ "$(echo "$(date +%s.%N) > $since + $bound_s + 5" | bc)" -eq 1 ]; then
+      fail "$scenario: host $i's job still ran $((bound_s + 5)) s after the fault"
+      sed 's/^/    /' "$dir/host$i.log"
+      return
+    fi
+    sleep 0.05
+  done
+  sleep 0.1  # the last lines through stamp()
+  local r line at latest=0
+  for r in $ranks; do
+    line=$(grep -E "^[0-9.]+ \[rank$r\]: rank $r step [0-9]+ failed" "$dir/host$i.log" | head -1)
+    if [ -z "$line" ]; then
+      fail "$scenario: rank $r (host $i) reported no error"
+      sed 's/^/    /' "$dir/host$i.log"
+      return
+    fi
+    at=$(echo "${line%% *} - $since" | bc)
+    if [ "$(echo "$at > $bound_s" | bc)" -eq 1 ]; then
+      fail "$scenario: rank $r (host $i) reported its error $at s after the fault"
+      sed 's/^/    /' "$dir/host$i.log"
+      return
+    fi
+    if ! echo "$line" | grep -q -- "$names"; then
+      fail "$scenario: rank $r's error does not name '$names'"
+      sed 's/^/    /' "$dir/host$i.log"
+      return
+    fi
+    [ "$(echo "$at > $latest" | bc)" -eq 1 ] && latest=$at
+  done
+  if grep -qE 'wrong sum|Segmentation|Aborted|core dumped' "$dir/host$i.log"; then
+    fail "$scenario: host $i saw a wrong result or a crash"
+    sed 's/^/    /' "$dir/host$i.log"
+    return
+  fi
+  echo "ok: $scenario: rank(s) $ranks (host $i) reported errors naming" \
+    "'$names' within $(printf '%.1f' "$latest") s of the fault"
+}
+
+stop_everything() {
+  local i pid
+  for i in 0 1; do
+    for pid in $(sed -n 's/^[0-9.]* \[rank[0-9]*\]: pid=\([0-9]*\)$/\1/p' "$dir/host$i.log"); do
+      kill -KILL "$pid" 2>/dev/null
+    done
+    kill -KILL "${node_pid[i]}" 2>/dev/null
+    wait "${node_pid[i]}" 2>/dev/null
+  done
+  netns_teardown
+}
+
+# A cut link: host 1 keeps running, cut off from host 0 and the store.
+netns_setup 2 || exit 1
+if start_job; then
+  netns_link 1 down
+  cut=$(date +%s.%N)
+  expect_errors "cut link" 0 "$cut" "${NETNS_NAMES[1]}" "0 1"
+  expect_errors "cut link" 1 "$cut" "${NETNS_ADDRS[0]}" "2 3"
+fi
+stop_everything
+
+# A frozen host: every process of host 1 stopped (as a machine that hangs).
+netns_setup 2 || exit 1
+if start_job; then
+  # distrun and its ranks (each rank leads a process group of its own).
+  host1=("${node_pid[1]}" $(sed -n 's/^[0-9.]* \[rank[0-9]*\]: pid=\([0-9]*\)$/\1/p' "$dir/host1.log"))
+  kill -STOP "${host1[@]}"
+  frozen=$(date +%s.%N)
+  expect_errors "frozen host" 0 "$frozen" "${NETNS_NAMES[1]}" "0 1"
+  kill -CONT "${host1[@]}" 2>/dev/null
+fi
+stop_everything
+
+# A killed leader: rank 2, host 1's link to the other host's leader.
+netns_setup 2 || exit 1
+if start_job; then
+  leader=$(sed -n 's/^[0-9.]* \[rank2\]: pid=\([0-9]*\)$/\1/p' "$dir/host1.log")
+  kill -KILL "$leader"
+  killed=$(date +%s.%N)
+  expect_errors "killed leader" 0 "$killed" "rank 2 .*${NETNS_NAMES[1]}" "0 1"
+  expect_errors "killed leader" 1 "$killed" "rank 2" "3"
+fi
+stop_everything
+
+[ "$failures" -eq 0 ] && echo "PASSED" || echo "$failures failure(s)"
+[ "$failures" -eq 0 ]
