@@ -118,7 +118,7 @@ build() {
   # NCCL backend is registered by gpu_check.cc itself) and the TCP store.
   local sources=(
     cc/core/data_type.cc cc/core/device.cc cc/core/float_cast.cc cc/core/reduce_op.cc
-    cc/core/status.cc cc/core/tensor_ref.cc cc/core/device_copy.cc cc/core/bench_without.cc
+    cc/core/status.cc cc/core/tensor_ref.cc cc/core/device_copy.cc cc/core/copy_stream.cc cc/core/bench_without.cc
     cc/core/cuda_block_cache.cc cc/core/cuda_memory_cuda.cc cc/core/cuda_library.cc cc/core/shared_library.cc
     cc/comm/backend.cc cc/comm/backend_registry.cc cc/comm/reduce_kernels.cc
     cc/comm/reduce_kernels_avx2.cc cc/comm/reduce_kernels_avx512.cc

@@ -132,6 +132,8 @@ class Backend {
   // cudaStream_t; nullptr: the legacy default stream), read when an
   // operation is issued. Backends without such a device ignore it.
   virtual absl::Status SetCudaStream(void* stream) { return absl::OkStatus(); }
+  // What SetCudaStream set (nullptr: the legacy default stream, or none).
+  virtual void* cuda_stream() const { return nullptr; }
   // On the issuing thread, before an operation on `device` tensors is queued
   // for a worker: marks how far the caller's stream has come, so that the
   // operation follows exactly the work issued before it (not work issued
@@ -153,8 +155,6 @@ class Backend {
   // it, unlike after the blocking exchange's INVALID_ARGUMENT.
   virtual bool AgreesAlongside() const { return false; }
   virtual void AgreeAlongside(const OpSignature& mine) {}
-
-  // ---- Data movement (signatures already agree) ---------------------------
   // Whether the blocking exchange before an `op` with `payload_bytes` of
   // payload is a step of its own that the operation does not use (nothing
   // rides along with it or is published by it), so that a benchmark may
@@ -163,6 +163,8 @@ class Backend {
   virtual bool AgreementSkippable(OpCode op, size_t payload_bytes) const {
     return false;
   }
+
+  // ---- Data movement (signatures already agree) ---------------------------
 
   virtual absl::Status AllReduce(const OpContext& ctx, TensorRef data,
                                  ReduceOp op) = 0;

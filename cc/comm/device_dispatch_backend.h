@@ -40,6 +40,7 @@ class DeviceDispatchBackend : public Backend {
   absl::Status SetCudaStream(void* stream) override {
     return cuda_->SetCudaStream(stream);
   }
+  void* cuda_stream() const override { return cuda_->cuda_stream(); }
   absl::StatusOr<void*> MarkIssue(Device d) override {
     return For(d)->MarkIssue(d);
   }

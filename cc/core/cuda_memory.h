@@ -9,6 +9,7 @@
 #include <cstddef>
 
 #include "absl/status/statusor.h"
+#include "cc/core/copy_stream.h"
 #include "cc/core/device.h"
 
 namespace distkit {
@@ -21,6 +22,15 @@ const absl::StatusOr<int>& DeviceCount();
 // at least one side is a CUDA device, both are usable (checked by caller).
 absl::Status Copy(void* dst, Device dst_device, const void* src,
                   Device src_device, size_t n);
+
+// The same, queued on `on` (whose device is one of the two sides):
+// device to device not waited for; with host memory on a side, waited for.
+absl::Status CopyOnStream(void* dst, Device dst_device, const void* src,
+                          Device src_device, size_t n, const CopyStream& on);
+
+// Waits for the work queued on `stream` (nullptr: the legacy one) of
+// `device`.
+absl::Status SynchronizeStream(Device device, void* stream);
 
 absl::StatusOr<void*> Allocate(Device device, size_t bytes);
 // Frees on the allocation's own device, so a thread on another device does

@@ -57,6 +57,40 @@ absl::Status Copy(void* dst, Device dst_device, const void* src,
                     "cudaStreamSynchronize");
 }
 
+absl::Status CopyOnStream(void* dst, Device dst_device, const void* src,
+                          Device src_device, size_t n, const CopyStream& on) {
+  const cudaMemcpyKind kind = src_device.is_cpu()   ? cudaMemcpyHostToDevice
+                              : dst_device.is_cpu() ? cudaMemcpyDeviceToHost
+                                                    : cudaMemcpyDeviceToDevice;
+  // On the stream's device: the legacy handle means the current device's.
+  CudaDeviceGuard guard(Cuda(), on.device.index);
+  DK_RETURN_IF_ERROR(guard.status());
+  const CudaLibrary& cuda = Cuda();
+  const cudaStream_t stream = on.stream != nullptr
+                                  ? static_cast<cudaStream_t>(on.stream)
+                                  : cudaStreamLegacy;
+  DK_RETURN_IF_ERROR(CudaStatus(cuda,
+                                cuda.MemcpyAsync(dst, src, n, kind, stream),
+                                "cudaMemcpyAsync on the caller's stream"));
+  // Device to device the stream orders it for everything that follows the
+  // stream (the next collective waits on it): nothing for the host to wait
+  // for. Host memory is read or reused by the caller on return.
+  if (kind == cudaMemcpyDeviceToDevice) return absl::OkStatus();
+  return CudaStatus(cuda, cuda.StreamSynchronize(stream),
+                    "cudaStreamSynchronize of the caller's stream");
+}
+
+absl::Status SynchronizeStream(Device device, void* stream) {
+  CudaDeviceGuard guard(Cuda(), device.index);
+  DK_RETURN_IF_ERROR(guard.status());
+  const CudaLibrary& cuda = Cuda();
+  return CudaStatus(cuda,
+                    cuda.StreamSynchronize(
+                        stream != nullptr ? static_cast<cudaStream_t>(stream)
+                                          : cudaStreamLegacy),
+                    "cudaStreamSynchronize of the caller's stream");
+}
+
 absl::StatusOr<void*> Allocate(Device device, size_t bytes) {
   CudaDeviceGuard on(Cuda(), device.index);
   DK_RETURN_IF_ERROR(on.status());

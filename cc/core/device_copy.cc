@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "cc/core/copy_stream.h"
 #include "cc/core/cuda_block_cache.h"
 #include "cc/core/cuda_memory.h"
 #include "cc/core/status.h"
@@ -84,6 +85,12 @@ absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
   if (dst_device.is_ext() || src_device.is_ext()) {
     return ExtensionCopy(dst, dst_device, src, src_device, n);
   }
+  // On the caller's stream when a scope names it for one of the sides.
+  std::optional<CopyStream> on = CopyStreamFor(dst_device);
+  if (!on.has_value()) on = CopyStreamFor(src_device);
+  if (on.has_value()) {
+    return cuda_memory::CopyOnStream(dst, dst_device, src, src_device, n, *on);
+  }
   return cuda_memory::Copy(dst, dst_device, src, src_device, n);
 }
 
@@ -114,6 +121,11 @@ void DeviceBuffer::Release() {
   } else if (device_.is_ext()) {
     Extension().free(data_);
   } else {
+    // Work queued on the caller's stream may still use the block, which the
+    // cache hands out again at once (copy_stream.h).
+    if (CopyStreamFor(device_).has_value()) {
+      SynchronizeCopyStream().IgnoreError();
+    }
     cuda_block_cache::Put(device_, data_, bytes_);
   }
   data_ = nullptr;

@@ -187,6 +187,9 @@ FlatShard::~FlatShard() {
     Wait(f->gather).IgnoreError();
     Wait(f->reduce).IgnoreError();
   }
+  // So do copies queued on the caller's stream.
+  const CopyStreamScope on_stream = OnCallerStream();
+  SynchronizeCopyStream().IgnoreError();
 }
 
 absl::StatusOr<std::unique_ptr<FlatShard>> FlatShard::Create(
@@ -203,6 +206,7 @@ absl::StatusOr<std::unique_ptr<FlatShard>> FlatShard::Create(
                             : " takes no replicate group"));
   }
   std::unique_ptr<FlatShard> unit(new FlatShard(group, std::move(options)));
+  const CopyStreamScope on_stream = unit->OnCallerStream();
   const Options& o = unit->options_;
   std::string problem;
   std::vector<int64_t> signature;
@@ -396,6 +400,7 @@ DataType FlatShard::ReduceDtype(const Flat& f) const {
 }
 
 absl::Status FlatShard::StartUnshard() {
+  const CopyStreamScope on_stream = OnCallerStream();
   absl::MutexLock lock(&mu_);
   if (unsharded_ || gathering_) return absl::OkStatus();
   Record(Event::kUnshardStart);
@@ -434,6 +439,7 @@ absl::Status FlatShard::StartUnshard() {
 }
 
 absl::Status FlatShard::WaitUnshard() {
+  const CopyStreamScope on_stream = OnCallerStream();
   absl::MutexLock lock(&mu_);
   if (!gathering_) {
     return unsharded_ ? absl::OkStatus()
@@ -467,6 +473,7 @@ absl::Status FlatShard::Unshard() {
 }
 
 absl::Status FlatShard::Reshard() {
+  const CopyStreamScope on_stream = OnCallerStream();
   bool in_flight = false;
   {
     absl::MutexLock lock(&mu_);
@@ -534,6 +541,7 @@ absl::Status FlatShard::EnsureFullGrads() {
 }
 
 absl::StatusOr<TensorRef> FlatShard::FullGrad(int index) {
+  const CopyStreamScope on_stream = OnCallerStream();
   if (index < 0 || index >= num_params()) {
     return absl::OutOfRangeError(
         absl::StrCat("FlatShard: no parameter ", index));
@@ -545,6 +553,7 @@ absl::StatusOr<TensorRef> FlatShard::FullGrad(int index) {
 }
 
 absl::Status FlatShard::AccumulateGrad(int index, TensorRef grad) {
+  const CopyStreamScope on_stream = OnCallerStream();
   DK_ASSIGN_OR_RETURN(TensorRef dst, FullGrad(index));
   if (grad.numel() != dst.numel()) {
     return absl::InvalidArgumentError(
@@ -565,6 +574,7 @@ bool FlatShard::require_sync() const {
 }
 
 absl::Status FlatShard::StartReduceScatterGrads() {
+  const CopyStreamScope on_stream = OnCallerStream();
   absl::MutexLock lock(&mu_);
   if (!require_sync_) return absl::OkStatus();  // no_sync: keep accumulating
   if (reducing_) {
@@ -613,6 +623,7 @@ absl::Status FlatShard::StartReduceScatterGrads() {
 }
 
 absl::Status FlatShard::WaitReduceScatterGrads() {
+  const CopyStreamScope on_stream = OnCallerStream();
   absl::MutexLock lock(&mu_);
   if (!reducing_) return absl::OkStatus();
   absl::Status status;
@@ -657,6 +668,7 @@ TensorRef FlatShard::ShardGrad(int flat) const {
 }
 
 void FlatShard::ZeroShardGrads() {
+  const CopyStreamScope on_stream = OnCallerStream();
   for (auto& f : flats_) ZeroFill(f->shard_grad.view).IgnoreError();
 }
 
@@ -680,6 +692,7 @@ FlatShard::LocalPiece FlatShard::Piece(int index) const {
 
 absl::Status FlatShard::GatherFullParams(const std::vector<TensorRef>& outs,
                                          bool rank0_only) {
+  const CopyStreamScope on_stream = OnCallerStream();
   const bool writes = !rank0_only || group_->rank() == 0;
   absl::Status first_error;
   for (size_t k = 0; k < flats_.size(); ++k) {
@@ -722,6 +735,7 @@ absl::Status FlatShard::GatherFullParams(const std::vector<TensorRef>& outs,
 
 absl::Status FlatShard::LoadFullParams(const std::vector<TensorRef>& values,
                                        bool rank0_only) {
+  const CopyStreamScope on_stream = OnCallerStream();
   {
     absl::MutexLock lock(&mu_);
     if (unsharded_ || gathering_) {
@@ -746,6 +760,7 @@ FlatShard::ShardMetadata FlatShard::Metadata() const {
 absl::Status FlatShard::LoadShardedParams(
     const ShardMetadata& saved,
     const std::function<absl::StatusOr<TensorRef>(int flat, int rank)>& read) {
+  const CopyStreamScope on_stream = OnCallerStream();
   const ShardMetadata mine = Metadata();
   if (saved.param_numel != mine.param_numel ||
       saved.flat_dtypes != mine.flat_dtypes ||

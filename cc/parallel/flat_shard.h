@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "cc/core/copy_stream.h"
 #include "cc/core/data_type.h"
 #include "cc/core/device.h"
 #include "cc/core/device_copy.h"
@@ -236,6 +237,12 @@ class FlatShard {
   absl::Time created_at() const { return created_at_; }
 
  private:
+  // Copies on the group's caller stream for a call (copy_stream.h): ordered
+  // with the caller's work and the group's collectives, not the legacy
+  // stream's.
+  CopyStreamScope OnCallerStream() const {
+    return CopyStreamScope(group_->comm_device(), group_->cuda_stream());
+  }
   struct Flat;
   FlatShard(std::shared_ptr<ProcessGroup> group, Options options);
 

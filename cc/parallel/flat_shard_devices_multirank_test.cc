@@ -7,7 +7,9 @@
 //   flat_shard_devices_multirank_test ext_test   every strategy, offload, mixed
 //                                       precision, state dicts, on ext:0
 //   flat_shard_devices_multirank_test nccl       the same on CUDA over NCCL (a
-//                                       GPU, or the CUDA + NCCL simulator)
+//                                       GPU, or the CUDA + NCCL simulator),
+//                                       and gradients made on the caller's
+//                                       own stream (SetCudaStream)
 //   flat_shard_devices_multirank_test gloo       parameters on ext:0 over a
 //   host group:
 //                                       refused on every rank, naming both
@@ -24,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "cc/dist_api/dist.h"
 #include "cc/parallel/flat_shard.h"
+#include "testing/cc/caller_stream.h"
 #include "testing/cc/dist_job.h"
 #include "testing/cc/extension_device.h"
 #include "testing/cc/rank_check.h"
@@ -169,6 +172,76 @@ void Unit(std::shared_ptr<ProcessGroup> world, ShardingStrategy strategy,
   }
 }
 
+// The caller's stream (issue 35): each gradient is written on the caller's
+// non-blocking stream after a long stretch of device work there (the
+// simulator's dksimStreamSleep) and handed over at once, one through
+// AccumulateGrad (staged to the host for the add) and one straight into the
+// FullGrad view (divided on the host before the reduce-scatter). Every copy
+// must follow that stream (one on the legacy stream or a private one reads
+// the old gradient, every time); the shard gradients are read there after.
+void CallerStreamOrder(std::shared_ptr<ProcessGroup> world) {
+  auto stream = testing::CallerStream::Create(world);
+  testing::RequireOk(stream.status(), "a caller's stream");
+  std::vector<ExtTensor> init, grads;
+  std::vector<FlatShard::Parameter> params;
+  for (size_t p = 0; p < kSizes.size(); ++p) {
+    std::vector<float> v(kSizes[p]);
+    for (int64_t k = 0; k < kSizes[p]; ++k) v[k] = Init(rank_, p, k);
+    init.push_back(Upload(v));
+    grads.push_back(Upload(std::vector<float>(kSizes[p], 0.f)));
+    params.push_back({init.back().ref, absl::StrCat("w", p)});
+  }
+  FlatShard::Options o;
+  o.strategy = ShardingStrategy::kFullShard;
+  o.sync_module_states = true;
+  auto unit = FlatShard::Create(world, params, o);
+  testing::RequireOk(unit.status(), "create on the caller's stream");
+  constexpr long kWorkUs = 100000;
+  bool slept = true;
+  for (int it = 0; it < 2; ++it) {
+    testing::RequireOk((*unit)->Unshard(), "unshard on the caller's stream");
+    for (size_t p = 0; p < kSizes.size(); ++p) {
+      std::vector<float> g(kSizes[p]);
+      for (int64_t k = 0; k < kSizes[p]; ++k) g[k] = G(rank_, p, k);
+      slept = (*stream)->Sleep(kWorkUs) && slept;
+      if (p == 1) {
+        auto view = (*unit)->FullGrad(p);
+        testing::RequireOk(view.status(), "full grad view");
+        testing::RequireOk(
+            (*stream)->Write(view->data(), g.data(), view->nbytes()),
+            "backward into the view on the caller's stream");
+        continue;
+      }
+      testing::RequireOk((*stream)->Write(grads[p].ref.data(), g.data(),
+                                          g.size() * sizeof(float)),
+                         "backward on the caller's stream");
+      testing::RequireOk((*unit)->AccumulateGrad(p, grads[p].ref),
+                         "accumulate on the caller's stream");
+    }
+    testing::RequireOk((*unit)->ReduceScatterGrads(),
+                       "reduce on the caller's stream");
+    testing::RequireOk((*unit)->Reshard(), "reshard on the caller's stream");
+    for (size_t p = 0; p < kSizes.size(); ++p) {
+      FlatShard::LocalPiece piece = (*unit)->Piece(p);
+      if (piece.numel == 0) continue;
+      std::vector<float> got(piece.numel);
+      testing::RequireOk((*stream)->Read(got.data(), piece.grad.data(),
+                                         got.size() * sizeof(float)),
+                         "read on the caller's stream");
+      std::vector<double> want(piece.numel);
+      for (int64_t k = 0; k < piece.numel; ++k) {
+        want[k] = (it + 1) * MeanG(p, piece.param_offset + k);
+      }
+      Close(got, want, 1e-5,
+            absl::StrCat("iteration ", it, ", param ", p,
+                         ": shard grad (a copy off the caller's stream)"));
+    }
+  }
+  std::printf("FlatShard on the caller's stream: 2 iterations, %s\n",
+              slept ? "gradients written after 100 ms of device work each"
+                    : "no device sleep available");
+}
+
 }  // namespace
 }  // namespace distkit
 
@@ -192,6 +265,7 @@ int main(int argc, char** argv) {
     }
     Unit(world, ShardingStrategy::kFullShard, /*offload=*/true, false);
     Unit(world, ShardingStrategy::kFullShard, false, /*bf16=*/true);
+    if (*backend == "nccl") CallerStreamOrder(world);
   } else {
     auto p = ::distkit::testing::ToExtension(std::vector<float>(4).data(), 4,
                                              DataType::kFloat32);

@@ -81,6 +81,9 @@ GradReducer::~GradReducer() {
   for (auto& b : bucket_state_) {
     if (b->work != nullptr) b->work->Wait().IgnoreError();
   }
+  // Copies queued on the caller's stream may still use the buckets.
+  const CopyStreamScope on_stream = OnCallerStream();
+  SynchronizeCopyStream().IgnoreError();
 }
 
 absl::StatusOr<std::unique_ptr<GradReducer>> GradReducer::Create(
@@ -128,6 +131,7 @@ absl::StatusOr<std::unique_ptr<GradReducer>> GradReducer::Create(
   }
   std::unique_ptr<GradReducer> r(new GradReducer(
       std::move(group), std::move(params), std::move(buffers), options));
+  const CopyStreamScope on_stream = r->OnCallerStream();
   std::vector<TensorRef> states;
   for (const Parameter& p : r->params_) states.push_back(p.data);
   for (const TensorRef& b : r->buffers_) states.push_back(b);
@@ -176,7 +180,10 @@ absl::Status GradReducer::Broadcast(absl::Span<const TensorRef> tensors) {
   return absl::OkStatus();
 }
 
-absl::Status GradReducer::BroadcastBuffers() { return Broadcast(buffers_); }
+absl::Status GradReducer::BroadcastBuffers() {
+  const CopyStreamScope on_stream = OnCallerStream();
+  return Broadcast(buffers_);
+}
 
 absl::Status GradReducer::BuildBuckets(absl::Span<const int> order) {
   const Device comm = group_->comm_device();
@@ -287,6 +294,7 @@ void GradReducer::ResetIteration() {
 
 absl::Status GradReducer::PrepareForBackward(absl::Span<const int> unused) {
   absl::MutexLock lock(&mu_);
+  const CopyStreamScope on_stream = OnCallerStream();
   if (!require_sync_) return absl::OkStatus();
   return PrepareLocked(unused);
 }
@@ -321,6 +329,7 @@ absl::Status GradReducer::PrepareLocked(absl::Span<const int> unused) {
 
 absl::Status GradReducer::MarkReady(int index, TensorRef grad) {
   absl::MutexLock lock(&mu_);
+  const CopyStreamScope on_stream = OnCallerStream();
   if (!require_sync_) return absl::OkStatus();
   if (index < 0 || index >= static_cast<int>(params_.size())) {
     return absl::OutOfRangeError(absl::StrCat("GradReducer: parameter index ",
@@ -442,6 +451,7 @@ void GradReducer::Fail(Bucket& b, const absl::Status& status) {
 
 absl::Status GradReducer::Finalize() {
   absl::MutexLock lock(&mu_);
+  const CopyStreamScope on_stream = OnCallerStream();
   if (!require_sync_) return absl::OkStatus();
   if (!in_iteration_) {
     return absl::FailedPreconditionError(

@@ -37,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "cc/core/copy_stream.h"
 #include "cc/core/tensor_ref.h"
 #include "cc/group/process_group.h"
 #include "cc/parallel/bucket_assignment.h"
@@ -140,6 +141,12 @@ class GradReducer {
   IterationTrace last_trace() const;
 
  private:
+  // Copies on the group's caller stream for a call (copy_stream.h): ordered
+  // with the caller's work and the group's collectives, not the legacy
+  // stream's.
+  CopyStreamScope OnCallerStream() const {
+    return CopyStreamScope(group_->comm_device(), group_->cuda_stream());
+  }
   struct Bucket;
   GradReducer(std::shared_ptr<ProcessGroup> group,
               std::vector<Parameter> params, std::vector<TensorRef> buffers,

@@ -1220,6 +1220,22 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return cudaSuccess;
 }
 
+// A long kernel, as torch.cuda._sleep is on a GPU: `us` microseconds of
+// work on `stream` (its usual rules: the legacy stream's too). Work that
+// should follow the stream but runs on another one then runs first every
+// time, not only when the random delays happen to say so.
+extern "C" cudaError_t dksimStreamSleep(cudaStream_t stream, long us) {
+  if (us < 0) return Ret(cudaErrorInvalidValue);
+  Stream* s = nullptr;
+  if (cudaError_t e = ResolveStream(stream, &s); e != cudaSuccess) {
+    return Ret(e);
+  }
+  Enqueue(
+      s, [us] { std::this_thread::sleep_for(std::chrono::microseconds(us)); },
+      {}, false);
+  return cudaSuccess;
+}
+
 namespace {
 // dksimFailEventRecord's countdown: -1 when disarmed.
 std::atomic<long> g_fail_event_record{-1};

@@ -125,6 +125,7 @@ class NcclBackend : public Backend {
   bool AgreesAlongside() const override { return true; }
   void AgreeAlongside(const OpSignature& mine) override;
   absl::Status SetCudaStream(void* stream) override;
+  void* cuda_stream() const override { return caller_stream_.load(); }
   absl::StatusOr<void*> MarkIssue(Device device) override;
   void ReleaseIssueMark(void* mark) override;
 
