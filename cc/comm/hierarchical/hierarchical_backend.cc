@@ -196,11 +196,18 @@ absl::Status HierarchicalBackend::ReduceScatter(const OpContext& ctx,
   const TensorRef whole(sum, input.numel(), input.dtype());
   if (local_) DK_RETURN_IF_ERROR(Stage(local_->Reduce(ctx, whole, op, 0)));
   if (leader()) {
-    std::memset(blocks, 0, hosts * block);
-    for (int h = 0; h < hosts; ++h) {
-      const std::vector<int>& ranks = hosts_.ranks[h];
-      for (size_t i = 0; i < ranks.size(); ++i) {
-        std::memcpy(blocks + h * block + i * part, sum + ranks[i] * part, part);
+    // Hosts of equal size holding consecutive ranks (0-1 on the first, 2-3
+    // on the next: what launchers do) have their blocks in order already.
+    if (hosts_.ranks_in_host_order()) {
+      blocks = sum;
+    } else {
+      std::memset(blocks, 0, hosts * block);
+      for (int h = 0; h < hosts; ++h) {
+        const std::vector<int>& ranks = hosts_.ranks[h];
+        for (size_t i = 0; i < ranks.size(); ++i) {
+          std::memcpy(blocks + h * block + i * part, sum + ranks[i] * part,
+                      part);
+        }
       }
     }
     const int64_t block_numel = static_cast<int64_t>(most) * output.numel();

@@ -41,6 +41,17 @@ HostMap HostMap::FromIdentities(const std::vector<std::string>& identities) {
   return map;
 }
 
+bool HostMap::ranks_in_host_order() const {
+  const size_t n = ranks.empty() ? 0 : ranks[0].size();
+  for (size_t h = 0; h < ranks.size(); ++h) {
+    if (ranks[h].size() != n) return false;
+    for (size_t i = 0; i < n; ++i) {
+      if (ranks[h][i] != static_cast<int>(h * n + i)) return false;
+    }
+  }
+  return true;
+}
+
 absl::StatusOr<HostMap> HostMap::Exchange(Store& store, int rank, int size,
                                           absl::Duration timeout) {
   DK_RETURN_IF_ERROR(store.Set(absl::StrCat("host/", rank), HostIdentity()));

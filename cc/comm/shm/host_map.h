@@ -31,6 +31,9 @@ struct HostMap {
   int hosts() const { return static_cast<int>(ranks.size()); }
   // The position of `rank` among its host's ranks.
   int LocalIndex(int rank) const;
+  // Whether every host holds the same number of consecutive ranks (host h
+  // ranks [h * n, (h + 1) * n)): rank order is host order.
+  bool ranks_in_host_order() const;
 
   // Collective: one set and one multi_get per rank on `store`.
   static absl::StatusOr<HostMap> Exchange(Store& store, int rank, int size,
