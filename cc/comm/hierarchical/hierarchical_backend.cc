@@ -130,10 +130,15 @@ absl::Status HierarchicalBackend::AllGather(const OpContext& ctx,
   const int local_size = static_cast<int>(hosts_.ranks[host_].size());
   char* out = static_cast<char*>(output.data());
   // On leaders: every host's block (rank parts in local order), then this
-  // host's block as the leaders' all_gather input.
+  // host's block as the leaders' all_gather input. Where hosts hold
+  // consecutive ranks alike, the blocks are the output itself, in order.
+  const bool in_order = hosts_.ranks_in_host_order();
   char* blocks = nullptr;
   char* mine = nullptr;
-  if (leader()) {
+  if (leader() && in_order) {
+    blocks = out;
+    mine = out + host_ * block;
+  } else if (leader()) {
     if (scratch_.size() < (hosts + 1) * block) {
       scratch_.resize((hosts + 1) * block);
     }
@@ -147,14 +152,14 @@ absl::Status HierarchicalBackend::AllGather(const OpContext& ctx,
         ctx, in_bytes,
         TensorRef(leader() ? mine : out, local_size * part, DataType::kUInt8),
         0)));
-  } else {
+  } else if (mine != input.data()) {
     std::memcpy(mine, input.data(), part);
   }
   if (leader()) {
     DK_RETURN_IF_ERROR(Stage(leaders_->AllGather(
         ctx, TensorRef(mine, block, DataType::kUInt8),
         TensorRef(blocks, hosts * block, DataType::kUInt8))));
-    for (int h = 0; h < hosts; ++h) {
+    for (int h = 0; h < hosts && !in_order; ++h) {
       const std::vector<int>& ranks = hosts_.ranks[h];
       for (size_t i = 0; i < ranks.size(); ++i) {
         std::memcpy(out + ranks[i] * part, blocks + h * block + i * part, part);
