@@ -2,7 +2,13 @@
 torch.distributed (Gloo, Debian's python3-torch) on the same inputs in the same
 processes. torch's rendezvous goes through a FileStore in the test's temporary
 directory (distrun's store holds MASTER_PORT, and no other port is sure to be free
-while other tests run)."""
+while other tests run).
+
+--without-torch-gloo (ranks on real hosts, testing/netns): torch's Gloo finds its
+address by the hostname, which no host there resolves, and GLOO_SOCKET_IFNAME would
+choose distkit's address too; the reference is then computed on each rank from
+every rank's input, gathered as pickled objects (the object path, not the tensor
+collectives under test)."""
 import os
 import pickle
 import sys
@@ -22,17 +28,64 @@ def torch_init_method():
     return f"file://{tmp}/torch_store_{os.environ['MASTER_PORT']}"
 
 
+class GatheredReference:
+    """torch.distributed's calls used below as the reference, computed here
+    from every rank's input (gathered with dist.all_gather_object) in rank
+    order: sums of the same integers and floats torch's Gloo adds."""
+    ReduceOp = tdist.ReduceOp
+    _fold = {tdist.ReduceOp.SUM: torch.add, tdist.ReduceOp.PRODUCT: torch.mul,
+             tdist.ReduceOp.MIN: torch.minimum, tdist.ReduceOp.MAX: torch.maximum,
+             tdist.ReduceOp.BAND: torch.bitwise_and, tdist.ReduceOp.BOR: torch.bitwise_or,
+             tdist.ReduceOp.BXOR: torch.bitwise_xor}
+
+    @staticmethod
+    def _inputs(t):
+        return dist.all_gather_object(t.clone())
+
+    def all_reduce(self, t, op=tdist.ReduceOp.SUM):
+        parts = self._inputs(t)
+        acc = parts[0].clone()
+        for p in parts[1:]:
+            acc = self._fold[op](acc, p)
+        t.copy_(acc)
+
+    def reduce(self, t, dst, op=tdist.ReduceOp.SUM):
+        acc = t.clone()
+        self.all_reduce(acc, op)
+        if dist.get_rank() == dst:
+            t.copy_(acc)
+
+    def all_gather(self, out, t):
+        for o, p in zip(out, self._inputs(t)):
+            o.copy_(p)
+
+    def broadcast(self, t, src):
+        t.copy_(self._inputs(t)[src])
+
+    def destroy_process_group(self):
+        pass
+
+
 def main():
-    # torch.distributed on its own Gloo first (the reference the calls below
-    # are compared with), so init_dist leaves torch's default group alone.
-    tdist.init_process_group(
-        "gloo", init_method=torch_init_method(),
-        rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    global tdist
+    with_torch = "--without-torch-gloo" not in sys.argv
+    if with_torch:
+        # torch.distributed on its own Gloo first (the reference the calls
+        # below are compared with), so init_dist leaves torch's default
+        # group alone.
+        tdist.init_process_group(
+            "gloo", init_method=torch_init_method(),
+            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     dist.init_dist("pytorch", backend="gloo", timeout=60)
     rank, n = dist.get_dist_info()
     check((rank, n) == (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])), "dist info")
-    check(dist.get_backend() == "gloo" and dist.is_distributed(), "backend")
-    check(tdist.get_backend() == "gloo", "torch's own default group is kept")
+    if with_torch:
+        check(dist.get_backend() == "gloo" and dist.is_distributed(), "backend")
+        check(tdist.get_backend() == "gloo", "torch's own default group is kept")
+    else:  # init_dist put torch.distributed on distkit's backend
+        check(dist.get_backend() == "distkit" and dist.transport() == "gloo"
+              and dist.is_distributed(), f"backend {dist.get_backend()} {dist.transport()}")
+        tdist = GatheredReference()
     check(dist.get_comm_device() == torch.device("cpu"), "comm device")
 
     # all_reduce: every op on int64 and float32, beside torch.distributed.

@@ -6,6 +6,7 @@ global batch (relative difference per tensor <= 1e-5); the full state dict
 has the original keys and loads back."""
 import copy
 import os
+import socket
 import sys
 
 import torch
@@ -257,6 +258,31 @@ def hybrid_groups():
     return tuple(mine)
 
 
+def hybrid_placement(sharded):
+    """HYBRID_SHARD over distrun nodes: each unit is sharded among the ranks of
+    this rank's node (GROUP_RANK, and its hostname: one per node where the
+    nodes are real hosts, testing/netns) and replicated across the nodes,
+    one rank of each; each rank keeps its part of every unit."""
+    node, host = int(os.environ["GROUP_RANK"]), socket.gethostname()
+    local, nodes = dist.get_local_size(), dist.get_world_size() // dist.get_local_size()
+    shard = dist.all_gather_object((node, host), group=sharded._group)
+    check(len(shard) == local and all(s == (node, host) for s in shard),
+          f"HYBRID_SHARD: the shard group is this node's ranks: {shard}")
+    replicas = dist.all_gather_object((node, host), group=sharded._replicate_group)
+    check([r[0] for r in replicas] == list(range(nodes)),
+          f"HYBRID_SHARD: the replicate group holds one rank of each node: {replicas}")
+    hostnames = os.environ.get("DISTKIT_NETNS_HOSTNAMES")
+    if hostnames:
+        check([r[1] for r in replicas] == hostnames.split(","),
+              f"HYBRID_SHARD: the replicas run on every host: {replicas}, {hostnames}")
+    for u in sharded._units:
+        want = [-(-n // local) for n in u.flat_numel]
+        mine = [p.numel() for p in u.flat_params]
+        check(u.shard_count == local and mine == want,
+              f"HYBRID_SHARD: a rank keeps 1/{local} of unit {u.path!r}: {mine} of "
+              f"{u.flat_numel} in {u.shard_count} shards")
+
+
 def train(strategy, accumulate, policy, auto_groups=False,
           backward_prefetch=BackwardPrefetch.BACKWARD_PRE, offload=False):
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -315,6 +341,7 @@ def train(strategy, accumulate, policy, auto_groups=False,
     check(all(torch.equal(back[k], changed[k]) for k in changed), "load_state_dict round trip")
     if strategy == ShardingStrategy.FULL_SHARD and accumulate == 1 and policy is not None:
         sharded_dicts(sharded, changed)
+    return sharded
 
 
 def timeline():
@@ -556,7 +583,7 @@ def main():
         check((dist.get_local_rank(), dist.get_local_size()) ==
               (int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])),
               "the node-local group after init_dist")
-        train(ShardingStrategy.HYBRID_SHARD, 1, policy, auto_groups=True)
+        hybrid_placement(train(ShardingStrategy.HYBRID_SHARD, 1, policy, auto_groups=True))
         train(ShardingStrategy.HYBRID_SHARD, 2, policy, auto_groups=True)
         dist.barrier()
         status = finish("hybrid checks")
