@@ -12,6 +12,13 @@ own addresses and hostnames, joined by a bridge (testing/netns/netns_hosts.sh).
         rate = "1gbit",                       # optional: tbf on every link
     )
 
+    # A job whose ranks run different programs (rank r: binaries[r]):
+    dk_netns_job_test(
+        name = "mixed_job_netns_test",        # -> _h2
+        binaries = [":rank_c", ":rank_py", ":rank_rs", ":rank_go"],
+        hosts = [2],
+    )
+
     # A script that sources netns_hosts.sh itself ($1 is its path):
     dk_netns_test(name = "my_test", srcs = ["my_test.sh"])
 
@@ -57,14 +64,30 @@ def dk_netns_test(name, srcs, args = [], data = [], needs_rates = False,
         **kwargs
     )
 
-def dk_netns_job_test(name, binary, hosts = [2, 3], ranks_per_host = 2,
+def dk_netns_job_test(name, binary = None, hosts = [2, 3], ranks_per_host = 2,
                       args = [], rank_env = {}, rate = None, timeout_s = 60,
-                      data = [], env = {}, tags = [], **kwargs):
+                      data = [], env = {}, tags = [], binaries = None, **kwargs):
     """One test per host count (`<name>_h<H>`, and a test_suite `name`): the
     job `binary args` over H namespace-hosts x ranks_per_host, through
     testing/netns/netns_job.sh. `rank_env` is set in the ranks' environment
     (after the address variables are cleared); `env` in the runner's, which
-    distrun passes on."""
+    distrun passes on. `binaries = [a, b, c, d]` instead of `binary`: rank r
+    runs binaries[r] (with `args`), hosts x ranks_per_host of them, so host
+    I runs binaries[I * ranks_per_host:(I + 1) * ranks_per_host]."""
+    if (binary == None) == (binaries == None):
+        fail("dk_netns_job_test %s: give binary or binaries" % name)
+    if binaries != None:
+        for h in hosts:
+            if h * ranks_per_host != len(binaries):
+                fail("dk_netns_job_test %s: %d binaries for %d hosts x %d ranks" %
+                     (name, len(binaries), h, ranks_per_host))
+        programs = []
+        for i, b in enumerate(binaries):
+            programs += ([":"] if i > 0 else []) + ["$(rootpath %s)" % b] + args
+        programs_data = depset(binaries).to_list()
+    else:
+        programs = ["$(rootpath %s)" % binary] + args
+        programs_data = [binary]
     tests = []
     extra = []
     if rate:
@@ -87,8 +110,8 @@ def dk_netns_job_test(name, binary, hosts = [2, 3], ranks_per_host = 2,
                 str(ranks_per_host),
                 "--timeout",
                 str(timeout_s),
-            ] + extra + ["--", "$(rootpath %s)" % binary] + args,
-            data = [_LIB, _DISTRUN, binary] + data,
+            ] + extra + ["--"] + programs,
+            data = [_LIB, _DISTRUN] + programs_data + data,
             env = env,
             size = _size_for(timeout_s),
             tags = ["netns"] + tags,

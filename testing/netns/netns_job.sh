@@ -4,8 +4,12 @@
 #
 #   netns_job.sh --distrun PATH [--hosts H] [--ranks-per-host N] [--rate R]
 #                [--timeout S] [--log-dir D] [--rank-env NAME=VALUE]...
-#                [--hosts-lib PATH] -- program args...
+#                [--hosts-lib PATH] -- program args... [: program2 args... ...]
 #
+# One program runs on every rank; or, with one program per rank separated by
+# ':' (hosts x ranks-per-host of them, as distrun's own ':'), rank r runs the
+# r-th: each host's distrun gets its ranks' programs (a job whose ranks are
+# different programs, e.g. in different languages, spread over the hosts).
 # Host 0 hosts the store at its own address; every node shares one
 # DISTKIT_TOKEN, the only thing distrun needs beside the master address. No
 # address variable reaches the ranks (DISTKIT_GLOO_HOSTNAME,
@@ -55,6 +59,32 @@ if [ -z "$distrun" ] || [ $# -eq 0 ]; then
   exit 2
 fi
 distrun=$(realpath "$distrun")
+# Each host's part of the command: all of it, or its ranks' programs.
+programs=1
+for a in "$@"; do [ "$a" = ":" ] && programs=$((programs + 1)); done
+if [ "$programs" -ne 1 ] && [ "$programs" -ne $((hosts * per_host)) ]; then
+  echo "netns_job: $programs programs separated by ':' for $hosts hosts x" \
+    "$per_host ranks; give one, or one per rank" >&2
+  exit 2
+fi
+# host_command I: sets cmd to host I's part of "$@" (given as arguments).
+host_command() {
+  local host=$1 k=0 a
+  shift
+  cmd=()
+  if [ "$programs" -eq 1 ]; then cmd=("$@"); return; fi
+  for a in "$@"; do
+    if [ "$a" = ":" ]; then
+      k=$((k + 1))
+      # A ':' between two of this host's ranks stays (distrun's own MPMD).
+      if [ $((k / per_host)) -eq "$host" ] && [ $((k % per_host)) -ne 0 ]; then
+        cmd+=(":")
+      fi
+    elif [ $((k / per_host)) -eq "$host" ]; then
+      cmd+=("$a")
+    fi
+  done
+}
 
 # shellcheck source=netns_hosts.sh
 source "$lib"
@@ -81,6 +111,7 @@ declare -A node_of=()
 for ((i = 0; i < hosts; i++)); do
   node_log=()
   if [ -n "$log_dir" ]; then node_log=(--log-dir "$log_dir/host$i"); fi
+  host_command "$i" "$@"
   # The store's port is free on host 0: a fresh network namespace has no
   # listener at all.
   netns_spawn "$i" env -u DISTKIT_GLOO_HOSTNAME -u DISTKIT_SOCKET_IFNAME \
@@ -91,7 +122,7 @@ for ((i = 0; i < hosts; i++)); do
     "$distrun" --nnodes "$hosts" --node-rank "$i" \
     --nproc-per-node "$per_host" --master-addr "${NETNS_ADDRS[0]}" \
     --master-port 29500 --timeout "$timeout_s" --grace-period 5 \
-    "${node_log[@]}" -- "$@" \
+    "${node_log[@]}" -- "${cmd[@]}" \
     > >(sed -u "s/^/[host$i] /") 2> >(sed -u "s/^/[host$i] /" >&2)
   node_of[$NETNS_SPAWNED]=$i
 done
