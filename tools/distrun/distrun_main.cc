@@ -21,6 +21,7 @@
 #include "tools/distrun/exit_barrier.h"
 #include "tools/distrun/job_failure_notice.h"
 #include "tools/distrun/rank_supervisor.h"
+#include "tools/distrun/replacement_budget.h"
 #include "tools/distrun/trace_summary.h"
 
 namespace distkit {
@@ -151,8 +152,12 @@ int Main(int argc, char** argv) {
     p.rank = rank;
     if (!bind_to.empty()) p.cpu = bind_to[local];
     p.argv = o.programs.size() == 1 ? o.programs[0] : o.programs[local];
-    for (const auto& [k, v] : rank_env.vars())
+    for (const auto& [k, v] : rank_env.vars()) {
+      // Only a replacement started below is one (not the ranks of a distrun
+      // that runs inside a replaced rank).
+      if (k == "DISTKIT_REPLACEMENT") continue;
       p.env.push_back(absl::StrCat(k, "=", v));
+    }
     ranks.push_back(std::move(p));
   }
 
@@ -163,6 +168,11 @@ int Main(int argc, char** argv) {
   so.on_rank_failed = JobFailureNotice(
       server.get(), absl::StrCat(o.master_addr, ":", port), token, o.node_rank);
   so.notice_period = kJobFailureNoticePeriod;
+  if (o.max_replacements > 0) {
+    so.replace =
+        ReplacementBudget(server.get(), absl::StrCat(o.master_addr, ":", port),
+                          token, o.node_rank, o.max_replacements);
+  }
   const int code = SuperviseRanks(ranks, so);
   if (o.nnodes > 1) {
     const ExitBarrierOptions barrier{absl::StrCat(o.master_addr, ":", port),

@@ -40,7 +40,7 @@ const char* DistrunUsage() {
          "               [--master-addr A] [--master-port P] [--log-dir D]\n"
          "               [--timeout SECONDS] [--grace-period SECONDS]\n"
          "               [--exit-barrier-timeout SECONDS]\n"
-         "               [--cpu-bind none|core]\n"
+         "               [--cpu-bind none|core] [--max-replacements K]\n"
          "               -- program args... [: program2 args... ...]\n"
          "Starts N ranks of `program` on this node with torchrun's variables\n"
          "(RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR\n"
@@ -49,7 +49,11 @@ const char* DistrunUsage() {
          "several nodes, export the same DISTKIT_TOKEN on every node; node 0\n"
          "keeps the store until every node's ranks are done (at most\n"
          "--exit-barrier-timeout, 300 s by default).\n"
-         "Programs separated by ':' run one per local rank.\n";
+         "Programs separated by ':' run one per local rank.\n"
+         "A failing rank stops the job, unless --max-replacements K (default\n"
+         "0) allows a replacement: that rank alone is started again, with\n"
+         "DISTKIT_REPLACEMENT=<n> (n-th replacement of the job), at most K\n"
+         "times per job.\n";
 }
 
 absl::StatusOr<DistrunOptions> ParseDistrunArgs(
@@ -115,6 +119,10 @@ absl::StatusOr<DistrunOptions> ParseDistrunArgs(
         return Bad(name, absl::StrCat("'", value, "' is not none or core"));
       }
       o.bind_cores = value == "core";
+    } else if (name == "--max-replacements") {
+      absl::StatusOr<int> n = ParseInt(name, value, 0, 1000000);
+      if (!n.ok()) return n.status();
+      o.max_replacements = *n;
     } else {
       return Bad(name, "unknown flag");
     }

@@ -4,7 +4,7 @@
 //           [--master-addr A] [--master-port P] [--log-dir D]
 //           [--timeout SECONDS] [--grace-period SECONDS]
 //           [--exit-barrier-timeout SECONDS]
-//           [--cpu-bind none|core]
+//           [--cpu-bind none|core] [--max-replacements K]
 //           -- program args... [: program2 args... ...]
 //
 // Flags accept "--flag value" and "--flag=value", with '-' or '_' in names
@@ -41,6 +41,11 @@ struct DistrunOptions {
   // binding when there are more local ranks than such CPUs). Off by default:
   // a rank with several threads (data loaders, intra-op) would share one.
   bool bind_cores = false;
+  // --max-replacements K: a failed rank is started again alone (the same RANK
+  // and LOCAL_RANK, DISTKIT_REPLACEMENT=<n> in its environment, the others
+  // untouched), at most K times in the whole job; the K+1-th failure stops
+  // the job as without the flag (tools/distrun/replacement_budget.h).
+  int max_replacements = 0;
   // programs.size() is 1 (every rank) or nproc_per_node (one per local rank).
   std::vector<std::vector<std::string>> programs;
 };

@@ -28,6 +28,16 @@ TEST(DistrunOptionsTest, Defaults) {
   EXPECT_EQ(o.master_addr, "127.0.0.1");
   EXPECT_EQ(o.master_port, 29500);
   EXPECT_EQ(o.timeout, absl::ZeroDuration());
+  EXPECT_EQ(o.max_replacements, 0);
+}
+
+TEST(DistrunOptionsTest, MaxReplacements) {
+  EXPECT_EQ(
+      ParseDistrunArgs({"--max-replacements", "3", "prog"})->max_replacements,
+      3);
+  EXPECT_EQ(
+      ParseDistrunArgs({"--max_replacements=0", "prog"})->max_replacements, 0);
+  EXPECT_FALSE(ParseDistrunArgs({"--max-replacements", "-1", "prog"}).ok());
 }
 
 TEST(DistrunOptionsTest, OneProgramPerRank) {

@@ -152,6 +152,47 @@ TEST(DistrunTest, FailingRankStopsTheOthersAndGivesItsCode) {
             absl::Seconds(20));  // the others sleep 120 s if not stopped
 }
 
+// --max-replacements: the failed rank alone starts again with
+// DISTKIT_REPLACEMENT; the others run on untouched (one start each).
+TEST(DistrunTest, ReplacesAFailedRankAlone) {
+  Result r = RunDistrun({"--nproc-per-node", "3", "--master-port", "0",
+                         "--max-replacements", "1", "--", kProbe, "replaced",
+                         "1", "1"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(
+      r.output, "[rank1]: start RANK=1 LOCAL_RANK=1 REPLACEMENT=none"))
+      << r.output;
+  EXPECT_TRUE(absl::StrContains(
+      r.output, "[rank1]: start RANK=1 LOCAL_RANK=1 REPLACEMENT=1 "))
+      << r.output;
+  EXPECT_TRUE(absl::StrContains(
+      r.output, "exited with code 5; starting it again (replacement 1"))
+      << r.output;
+  for (int rank : {0, 2}) {
+    const std::string start = absl::StrCat("[rank", rank, "]: start ");
+    const size_t first = r.output.find(start);
+    ASSERT_NE(first, std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find(start, first + 1), std::string::npos) << r.output;
+    EXPECT_TRUE(
+        absl::StrContains(r.output, absl::StrCat("[rank", rank, "]: done")))
+        << r.output;
+  }
+}
+
+// The budget is per job: the failure after the last replacement stops the
+// job as without the flag, with that failure's code.
+TEST(DistrunTest, StopsTheJobOnceReplacementsAreSpent) {
+  Result r = RunDistrun({"--nproc-per-node", "3", "--master-port", "0",
+                         "--max-replacements", "2", "--", kProbe, "replaced",
+                         "1", "9"});
+  EXPECT_EQ(r.exit_code, 5) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "REPLACEMENT=2 ")) << r.output;
+  EXPECT_FALSE(absl::StrContains(r.output, "REPLACEMENT=3 ")) << r.output;
+  EXPECT_TRUE(
+      absl::StrContains(r.output, "exited with code 5; stopping rank(s) 0, 2"))
+      << r.output;
+}
+
 TEST(DistrunTest, RankIgnoringSigtermIsKilledAfterGrace) {
   Result r =
       RunDistrun({"--nproc-per-node", "2", "--master-port", "0", "--timeout",

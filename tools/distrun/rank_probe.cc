@@ -122,6 +122,26 @@ int main(int argc, char** argv) {
     sleep(120);
     return 0;
   }
+  // Rank argv[2] fails (code 5) as long as it is not yet the argv[3]-th
+  // replacement; the others run 2 s, so a replacement finds them running.
+  if (mode == "replaced" && argc == 4) {
+    const char* set = getenv("DISTKIT_REPLACEMENT");
+    const std::string n = set != nullptr ? set : "";
+    printf("start RANK=%s LOCAL_RANK=%s REPLACEMENT=%s pid=%d\n",
+           Var("RANK").c_str(), Var("LOCAL_RANK").c_str(),
+           n.empty() ? "none" : n.c_str(), static_cast<int>(getpid()));
+    if (Rank() != atoi(argv[2])) {
+      sleep(2);
+      printf("done pid=%d\n", static_cast<int>(getpid()));
+      return 0;
+    }
+    if (atoi(n.c_str()) < atoi(argv[3])) {
+      usleep(200 * 1000);
+      fprintf(stderr, "rank %d failing on purpose\n", Rank());
+      return 5;
+    }
+    return 0;
+  }
   if (mode == "hang") {
     printf("hanging\n");
     sleep(600);

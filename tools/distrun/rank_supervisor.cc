@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
@@ -179,7 +180,7 @@ class Supervisor {
     r.running = true;
     r.out = Stream{out[0], 1, ""};
     r.err = Stream{err[0], 2, ""};
-    if (!options_.log_dir.empty()) {
+    if (!options_.log_dir.empty() && r.log_fd < 0) {
       const std::string path =
           absl::StrCat(options_.log_dir, "/rank_", r.spec.rank, ".log");
       r.log_fd =
@@ -279,9 +280,10 @@ class Supervisor {
       kill(-r.pid, SIGKILL);
       const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
       if (failed && !result_.has_value()) {
-        result_ = ExitCodeOf(status);
         const std::string what = absl::StrCat(
             "rank ", r.spec.rank, " (pid ", r.pid, ") ", DescribeExit(status));
+        if (Replace(r, what)) continue;
+        result_ = ExitCodeOf(status);
         absl::Duration notice = absl::ZeroDuration();
         if (options_.on_rank_failed) {
           options_.on_rank_failed(what);
@@ -293,6 +295,38 @@ class Supervisor {
     if (!AnyRunning() && !drain_deadline_.has_value()) {
       drain_deadline_ = absl::Now() + absl::Seconds(2);
     }
+  }
+
+  // Starts `r` again if options_.replace allows it; false when the job is to
+  // stop instead. The dead process's output is flushed first: its pipes'
+  // remaining lines still carry its prefix, and the new one gets new pipes.
+  bool Replace(Rank& r, const std::string& what) {
+    if (!options_.replace) return false;
+    const int n = options_.replace(what);
+    if (n <= 0) return false;
+    for (Stream* s : {&r.out, &r.err}) {
+      if (s->fd >= 0) {
+        Forward(r, *s, true);
+        close(s->fd);
+        s->fd = -1;
+      }
+    }
+    const std::string var = "DISTKIT_REPLACEMENT=";
+    auto& env = r.spec.env;
+    env.erase(std::remove_if(
+                  env.begin(), env.end(),
+                  [&](const std::string& e) { return e.rfind(var, 0) == 0; }),
+              env.end());
+    env.push_back(absl::StrCat(var, n));
+    Say(absl::StrCat(what, "; starting it again (replacement ", n,
+                     " of the job, DISTKIT_REPLACEMENT=", n,
+                     "); the other ranks go on"));
+    if (!Spawn(r)) {
+      result_ = 127;
+      StopAll(absl::StrCat("replacement ", n, " of rank ", r.spec.rank,
+                           " could not be started"));
+    }
+    return true;
   }
 
   // SIGTERM now, or after `notice` to the ranks that have not ended by then.

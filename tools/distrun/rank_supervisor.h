@@ -8,6 +8,9 @@
 //   on_rank_failed (distrun: the job's store is told, job_failure_notice.h),
 //   the SIGTERM waits notice_period, so that ranks blocked on the dead one
 //   end by themselves with an error naming it;
+// - with `replace` (distrun --max-replacements), a failed rank may instead
+//   be started again alone: same rank, same environment plus
+//   DISTKIT_REPLACEMENT=<n>, the others untouched;
 // - SIGINT / SIGTERM sent to the supervisor are forwarded to every rank;
 // - an overall timeout stops every rank and returns 124, naming the ranks
 //   that were still running.
@@ -45,6 +48,11 @@ struct SupervisorOptions {
   // After on_rank_failed, how long the others have to end by themselves
   // before their SIGTERM.
   absl::Duration notice_period = absl::ZeroDuration();
+  // Asked first when a rank fails while the job runs (not once it is being
+  // stopped): a number n > 0 starts that rank again at once, with
+  // DISTKIT_REPLACEMENT=<n> in its environment (its log file is appended
+  // to); 0 stops the job as above. Unset: never replaced.
+  std::function<int(const std::string&)> replace;
 };
 
 // The exit code of the supervised job.
