@@ -26,6 +26,7 @@
 #include "cc/core/tensor_ref.h"
 #include "cc/dist_api/dist.h"
 #include "cc/dist_api/parallel_state.h"
+#include "cc/group/grow.h"
 #include "cc/group/process_group.h"
 #include "cc/group/shrink.h"
 #include "cc/launch/launcher.h"
@@ -307,6 +308,39 @@ dk_status_t dk_group_shrink(dk_group_t* group, int64_t settle_ms,
       DK_ASSIGN_OR_RETURN(shrunk, distkit::ShrinkGroup(*g, settle));
     }
     *out = new dk_group{std::move(shrunk)};
+    return absl::OkStatus();
+  });
+}
+
+dk_status_t dk_group_grow(dk_group_t* group, int32_t world_size,
+                          int64_t timeout_ms, dk_group_t** out,
+                          dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    if (world_size < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "grow: world_size ", world_size, " is negative (0: the job's)"));
+    }
+    std::shared_ptr<ProcessGroup> grown;
+    if (group == nullptr) {
+      const absl::Duration timeout =
+          timeout_ms < 0 ? distkit::dist::GetDefaultGroup() != nullptr
+                               ? distkit::dist::GetDefaultGroup()->timeout()
+                               : absl::Minutes(30)
+                         : absl::Milliseconds(timeout_ms);
+      DK_ASSIGN_OR_RETURN(grown,
+                          distkit::dist::GrowDefaultGroup(world_size, timeout));
+    } else {
+      DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+      const absl::Duration timeout =
+          timeout_ms < 0 ? g->timeout() : absl::Milliseconds(timeout_ms);
+      DK_ASSIGN_OR_RETURN(
+          grown,
+          distkit::GrowGroup(
+              *g, world_size > 0 ? world_size : distkit::dist::JobWorldSize(),
+              timeout));
+    }
+    *out = new dk_group{std::move(grown)};
     return absl::OkStatus();
   });
 }

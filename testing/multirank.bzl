@@ -71,14 +71,14 @@ def _program(name, srcs, deps, copts, linkopts):
         )
     return ":" + program
 
-def _per_size_tests(name, binary, args, world_sizes, timeout_s, data, tags, env, kwargs):
+def _per_size_tests(name, binary, args, world_sizes, timeout_s, data, tags, env, kwargs, distrun_args = []):
     tests = []
     for n in world_sizes:
         test_name = "%s_ws%d" % (name, n)
         native.sh_test(
             name = test_name,
             srcs = [_RUNNER],
-            args = ["$(rootpath %s)" % _DISTRUN, str(n), str(timeout_s), "--",
+            args = ["$(rootpath %s)" % _DISTRUN, str(n), str(timeout_s)] + distrun_args + ["--",
                     "$(rootpath %s)" % binary] + args,
             data = [_DISTRUN, binary] + data,
             size = _size_for(timeout_s),
@@ -105,6 +105,7 @@ def dk_multirank_test(
         tags = [],
         env = {},
         variants = None,
+        distrun_args = [],
         **kwargs):
     """Declares multi-rank tests of the program built from `srcs` (or of
     `binary`, or of the MPMD job `binaries`).
@@ -120,6 +121,9 @@ def dk_multirank_test(
 
     declares collectives_test_ws1, collectives_tcp_test_ws1 ... and a
     test_suite `name` holding every variant.
+
+    `distrun_args` are flags for distrun itself, e.g. ["--max-replacements",
+    "1"] for a test in which a rank dies and a replacement joins.
     """
     if srcs != None:
         if binary != None or binaries != None:
@@ -134,7 +138,7 @@ def dk_multirank_test(
             fail("dk_multirank_test %s: variants need one program (srcs or binary)" % name)
         for test_name, v in variants.items():
             for key in v:
-                if key not in ["args", "env", "world_sizes", "timeout_s"]:
+                if key not in ["args", "env", "world_sizes", "timeout_s", "distrun_args"]:
                     fail("dk_multirank_test %s: variant %s: unknown key %s" % (name, test_name, key))
             _per_size_tests(
                 test_name,
@@ -146,12 +150,15 @@ def dk_multirank_test(
                 tags,
                 v.get("env", env),
                 kwargs,
+                v.get("distrun_args", distrun_args),
             )
         native.test_suite(name = name, tests = [":" + t for t in variants], tags = tags)
         return
     if binary != None:
-        _per_size_tests(name, binary, args, world_sizes, timeout_s, data, tags, env, kwargs)
+        _per_size_tests(name, binary, args, world_sizes, timeout_s, data, tags, env, kwargs, distrun_args)
         return
+    if distrun_args:
+        fail("dk_multirank_test %s: distrun_args with binaries is not supported" % name)
     if rank_args == None:
         rank_args = [args for _ in binaries]
     if len(rank_args) != len(binaries):

@@ -17,6 +17,7 @@
 #include "cc/core/status.h"
 #include "cc/dist_api/job_watch.h"
 #include "cc/dist_api/object_collectives.h"
+#include "cc/group/grow.h"
 #include "cc/group/shrink.h"
 #include "cc/store/call_deadline.h"
 #include "cc/store/hash_store.h"
@@ -79,6 +80,22 @@ void ExportTorchrunVariables(const RendezvousInfo& info) {
   }
 }
 
+}  // namespace
+
+absl::StatusOr<int> ReplacementNumber() {
+  const char* value = std::getenv("DISTKIT_REPLACEMENT");
+  if (value == nullptr || *value == '\0') return 0;
+  int n = 0;
+  if (!absl::SimpleAtoi(value, &n) || n < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("init_dist: DISTKIT_REPLACEMENT='", value,
+                     "' is not a replacement number (0, 1, 2, ...)"));
+  }
+  return n;
+}
+
+namespace {
+
 absl::Status Join(std::shared_ptr<Store> store,
                   std::unique_ptr<StoreServer> server, int rank, int size,
                   const InitOptions& options, const std::string& hostname,
@@ -99,11 +116,20 @@ absl::Status Join(std::shared_ptr<Store> store,
   // outlives every world) must never read the previous world's keys. Every
   // rank makes the same sequence of init calls, so they agree on n.
   const int generation = ++s.worlds_joined;
-  DK_ASSIGN_OR_RETURN(
-      s.world,
-      ProcessGroup::CreateWorld(std::make_shared<PrefixStore>(
-                                    absl::StrCat("world", generation), store),
-                                rank, size, group_options));
+  auto world_store =
+      std::make_shared<PrefixStore>(absl::StrCat("world", generation), store);
+  DK_ASSIGN_OR_RETURN(int replacement, ReplacementNumber());
+  if (replacement > 0) {
+    // A new process in place of a lost rank: the world's rendezvous is long
+    // over, so it joins the survivors' grow instead (cc/group/grow.h).
+    DK_ASSIGN_OR_RETURN(s.world,
+                        JoinGrownWorld(std::move(world_store), rank, size,
+                                       group_options, options.timeout));
+  } else {
+    DK_ASSIGN_OR_RETURN(
+        s.world, ProcessGroup::CreateWorld(std::move(world_store), rank, size,
+                                           group_options));
+  }
   s.store = std::move(store);
   s.server = std::move(server);
   s.local_rank = local_rank;
@@ -204,6 +230,14 @@ absl::Status InitDist(absl::string_view launcher_name,
   if (launcher == Launcher::kSlurm || launcher == Launcher::kMpi) {
     ExportTorchrunVariables(info);
   }
+  DK_ASSIGN_OR_RETURN(int replacement, ReplacementNumber());
+  if (replacement > 0 && info.host_store) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "init_dist: rank ", info.rank, " is replacement ", replacement,
+        " (DISTKIT_REPLACEMENT) but would host the job's store, which died "
+        "with the rank it replaces; replacements need a store that outlives "
+        "ranks (distrun's)"));
+  }
   std::unique_ptr<StoreServer> server;
   if (info.host_store) {
     // Without distrun, rank 0 serves the store; it binds the master address.
@@ -228,6 +262,9 @@ absl::Status InitDist(absl::string_view launcher_name,
                           info.local_rank));
   StartJobWatch(remote && info.world_size > 1 ? job_store : nullptr,
                 info.store_address);
+  // The survivors dropped their node-local group when they shrank or grew:
+  // a replacement makes none either (init_local_group makes it on all).
+  if (replacement > 0) return absl::OkStatus();
   return LocalGroupAfterJoin();
 }
 
@@ -301,6 +338,34 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ShrinkDefaultGroup(
   s.local.reset();
   s.local_from_launcher = false;
   return shrunk;
+}
+
+absl::StatusOr<std::shared_ptr<ProcessGroup>> GrowDefaultGroup(
+    int world_size, absl::Duration timeout) {
+  State& s = GetState();
+  std::shared_ptr<ProcessGroup> world;
+  {
+    absl::MutexLock lock(&s.mu);
+    world = s.world;
+    if (world_size <= 0) world_size = s.world_size;
+  }
+  if (world == nullptr) {
+    return absl::FailedPreconditionError(
+        "grow: not initialized; call init_dist first");
+  }
+  DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> grown,
+                      GrowGroup(*world, world_size, timeout));
+  absl::MutexLock lock(&s.mu);
+  s.world = grown;
+  s.local.reset();
+  s.local_from_launcher = false;
+  return grown;
+}
+
+int JobWorldSize() {
+  State& s = GetState();
+  absl::MutexLock lock(&s.mu);
+  return s.world != nullptr ? s.world_size : 1;
 }
 
 bool IsDistributed() { return GetDefaultGroup() != nullptr; }

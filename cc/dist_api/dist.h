@@ -64,6 +64,25 @@ void DestroyDist();
 absl::StatusOr<std::shared_ptr<ProcessGroup>> ShrinkDefaultGroup(
     absl::Duration settle);
 
+// The way back to the job's size: every survivor calls it once a
+// replacement process is on its way (distrun --max-replacements); the
+// default group (shrunk or poisoned) is replaced by a group of `world_size`
+// ranks (<= 0: the size this process joined with) in the original order
+// (cc/group/grow.h), which it also returns. The node-local group is dropped.
+absl::StatusOr<std::shared_ptr<ProcessGroup>> GrowDefaultGroup(
+    int world_size, absl::Duration timeout);
+
+// DISTKIT_REPLACEMENT: n > 0 when this process was started in place of a
+// lost rank (the job's n-th replacement), 0 otherwise. InitDist then joins
+// the survivors' grow (JoinGrownWorld) instead of the world's rendezvous,
+// and makes no node-local group; a rank that would host the store itself
+// (rank 0 without distrun) cannot be a replacement.
+absl::StatusOr<int> ReplacementNumber();
+
+// The world size this process joined with (InitDist's), whatever shrinks
+// and grows did since; 1 when not distributed.
+int JobWorldSize();
+
 bool IsDistributed();
 
 // cuda:<local rank> when this build has CUDA and the machine a usable GPU,

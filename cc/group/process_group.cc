@@ -42,10 +42,12 @@ std::shared_ptr<Work> FailedWork(std::string description, absl::Status status) {
 }  // namespace
 
 ProcessGroup::ProcessGroup(std::string name, std::shared_ptr<Store> store,
+                           std::shared_ptr<Store> world_store,
                            std::vector<int> global_ranks, int global_rank,
                            GroupOptions options)
     : name_(std::move(name)),
       store_(std::move(store)),
+      world_store_(std::move(world_store)),
       global_ranks_(std::move(global_ranks)),
       global_rank_(global_rank),
       rank_(IndexOf(global_ranks_, global_rank)),
@@ -74,9 +76,10 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::CreateWorld(
   }
   std::vector<int> ranks(size);
   for (int r = 0; r < size; ++r) ranks[r] = r;
+  const std::string name = options.name.empty() ? "world" : options.name;
   std::shared_ptr<ProcessGroup> group(new ProcessGroup(
-      "world", std::make_shared<PrefixStore>("pg/world", store),
-      std::move(ranks), rank, std::move(options)));
+      name, std::make_shared<PrefixStore>(absl::StrCat("pg/", name), store),
+      store, std::move(ranks), rank, std::move(options)));
   DK_RETURN_IF_ERROR(group->Connect(nullptr));
   return group;
 }
@@ -180,7 +183,7 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
   }
   std::shared_ptr<ProcessGroup> group(new ProcessGroup(
       child, std::make_shared<PrefixStore>(absl::StrCat("pg/", child), store_),
-      std::move(global), global_rank_, std::move(options)));
+      world_store_, std::move(global), global_rank_, std::move(options)));
   DK_RETURN_IF_ERROR(group->Connect(std::move(split)));
   return group;
 }

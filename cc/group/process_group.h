@@ -78,6 +78,8 @@ class ProcessGroup {
  public:
   // The world group of a job: every rank of `store`'s job calls it with its
   // rank and the job's size. Blocks until all ranks have connected.
+  // options.name names it ("world" when empty): a grown world is
+  // "world@g<generation>" (grow.h), its keys apart from every other's.
   static absl::StatusOr<std::shared_ptr<ProcessGroup>> CreateWorld(
       std::shared_ptr<Store> store, int rank, int size, GroupOptions options);
 
@@ -111,6 +113,11 @@ class ProcessGroup {
   }
   // The group's private namespace in the job store.
   const std::shared_ptr<Store>& store() const { return store_; }
+  // The store its world was created on (CreateWorld's), shared by the whole
+  // family of groups; membership changes (grow.h) meet there.
+  const std::shared_ptr<Store>& world_store() const { return world_store_; }
+  // What it was created with (backend, timeout, this host's address).
+  const GroupOptions& options() const { return options_; }
 
   // The CUDA stream the caller's work on this group's device runs on (a
   // cudaStream_t; nullptr, the default: the legacy default stream). Every
@@ -170,6 +177,7 @@ class ProcessGroup {
   using Body = std::function<absl::Status(const OpContext&)>;
 
   ProcessGroup(std::string name, std::shared_ptr<Store> store,
+               std::shared_ptr<Store> world_store,
                std::vector<int> global_ranks, int global_rank,
                GroupOptions options);
 
@@ -231,6 +239,7 @@ class ProcessGroup {
 
   const std::string name_;
   std::shared_ptr<Store> store_;
+  const std::shared_ptr<Store> world_store_;
   const std::vector<int> global_ranks_;
   const int global_rank_;
   const int rank_;

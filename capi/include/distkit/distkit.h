@@ -73,7 +73,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------ */
 
 #define DK_ABI_MAJOR 0
-#define DK_ABI_MINOR 6
+#define DK_ABI_MINOR 7
 
 /* Local. Checks that this header (major, minor) can use the loaded library:
  * same major, and a minor no newer than the library's. DK_FAILED_PRECONDITION
@@ -316,7 +316,11 @@ DK_EXPORT void dk_init_config_init(dk_init_config_t* config);
  * this rank (torchrun, srun, mpirun) dies, or the store another process
  * hosts stops answering for DISTKIT_STORE_HEARTBEAT_TIMEOUT seconds (default
  * 60) without having announced that it closes, the default groups are
- * aborted and the process gets SIGTERM (the README's "Failures"). */
+ * aborted and the process gets SIGTERM (the README's "Failures").
+ * With DISTKIT_REPLACEMENT=<n> (n > 0; distrun --max-replacements sets it
+ * in a process started in place of a lost rank), dk_init joins the
+ * survivors' dk_group_grow instead of the world's rendezvous and returns the
+ * grown group as the world (ABI 0.7); it waits up to timeout_ms for them. */
 DK_EXPORT dk_status_t dk_init(const char* launcher,
                               const dk_init_config_t* config,
                               dk_group_t** world_out, dk_error_t** err);
@@ -396,6 +400,27 @@ DK_EXPORT void dk_group_abort(dk_group_t* group);
  * (DK_UNIMPLEMENTED otherwise). */
 DK_EXPORT dk_status_t dk_group_shrink(dk_group_t* group, int64_t settle_ms,
                                       dk_group_t** out, dk_error_t** err);
+
+/* Collective over the survivors and the replacements (ABI 0.7): the way
+ * back to the job's size once a new process takes a lost rank's place
+ * (distrun --max-replacements starts it with DISTKIT_REPLACEMENT=<n>).
+ * Every survivor calls it on the group it holds (`group`: the shrunk group,
+ * or the poisoned one itself; NULL: the default group, which the result then
+ * replaces); it is aborted first. A replacement does not call it: its
+ * dk_init, seeing DISTKIT_REPLACEMENT, joins this grow instead of the
+ * world's rendezvous, and returns the same new group as its world (no
+ * node-local group is made on either side). They agree through the store on
+ * the members and a generation g: *out (owned) is a group of `world_size`
+ * ranks (0: the size dk_init joined with), ranks in the original world
+ * order, named "world@g<g>"; its keys and connections are its own, so no
+ * message of the old group can reach it. Blocking, at most `timeout_ms`
+ * (< 0: `group`'s operation timeout) for the agreement and the new group's
+ * connections: DK_DEADLINE_EXCEEDED naming the ranks that never came, on
+ * every participant alike. Gloo groups only (DK_UNIMPLEMENTED otherwise). A
+ * replacement of rank 0 needs a store that outlived rank 0 (distrun's). */
+DK_EXPORT dk_status_t dk_group_grow(dk_group_t* group, int32_t world_size,
+                                    int64_t timeout_ms, dk_group_t** out,
+                                    dk_error_t** err);
 
 /* Local, non-blocking. DK_OK, or the error that poisoned the group. */
 DK_EXPORT dk_status_t dk_group_async_error(const dk_group_t* group,

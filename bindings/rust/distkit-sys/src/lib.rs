@@ -49,7 +49,7 @@ pub struct DLTensor {
 // ---- Versions and errors --------------------------------------------------
 
 pub const DK_ABI_MAJOR: i32 = 0;
-pub const DK_ABI_MINOR: i32 = 6;
+pub const DK_ABI_MINOR: i32 = 7;
 
 pub type dk_status_t = i32;
 
@@ -396,6 +396,13 @@ extern "C" {
     pub fn dk_group_shrink(
         group: *mut dk_group_t,
         settle_ms: i64,
+        out: *mut *mut dk_group_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_grow(
+        group: *mut dk_group_t,
+        world_size: i32,
+        timeout_ms: i64,
         out: *mut *mut dk_group_t,
         err: ErrOut,
     ) -> dk_status_t;

@@ -1,0 +1,188 @@
+/* Elastic recovery through the C ABI, under distrun --max-replacements 1:
+ * N ranks run checked all_reduces; before step DIE_AT rank 1 SIGKILLs
+ * itself. The survivors' step fails; they shrink the default group and run
+ * checked steps at N - 1; then they grow (dk_group_grow) while distrun's new
+ * process for rank 1 (DISTKIT_REPLACEMENT=1) enters through dk_init, which
+ * joins the same grow. Everyone then holds a world of N again, in the
+ * original rank order (an all_gather of world ranks says so), the newcomer
+ * gets the step counter by broadcast, and the steps at N are checked again.
+ * Every expected sum is computed here from the formula, for the members each
+ * phase must have; a failed check exits 1, which the spent replacement
+ * budget turns into the job's failure. */
+#define _POSIX_C_SOURCE 200809L /* SIGKILL */
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "distkit/distkit.h"
+#include "testing/c/host_tensor.h"
+
+#define DIM 5
+#define VICTIM 1
+#define DIE_AT 3
+#define SHRUNK_STEPS 3
+#define GROWN_STEPS 3
+#define TIMEOUT_MS 20000
+
+static int world_rank_ = -1, failures_;
+
+static void check(int ok, const char* what) {
+  if (!ok) {
+    fprintf(stderr, "rank %d: CHECK FAILED: %s\n", world_rank_, what);
+    ++failures_;
+  }
+}
+
+static void die(const char* what, dk_error_t* err) {
+  fprintf(stderr, "rank %d: %s: %s\n", world_rank_, what,
+          err != NULL ? dk_error_message(err) : "");
+  exit(1);
+}
+
+/* World rank r's contribution at `step`. */
+static double value(int step, int r, int i) {
+  return (step + 1) * 100.0 + (r + 1) * (i + 1);
+}
+
+/* One all_reduce (SUM) at `step` on `group`; checks the sum over the world
+ * ranks `members`. Returns the status (the data is checked only on OK). */
+static dk_status_t step_on(dk_group_t* group, int step, const int* members,
+                           int n, dk_error_t** err) {
+  double v[DIM];
+  for (int i = 0; i < DIM; ++i) v[i] = value(step, world_rank_, i);
+  int64_t len = DIM;
+  DLTensor t = dk_test_host_tensor(v, &len, 1, kDLFloat, 64);
+  dk_status_t s = dk_group_all_reduce(group, &t, DK_OP_SUM, NULL, err);
+  if (s != DK_OK) return s;
+  for (int i = 0; i < DIM; ++i) {
+    double want = 0;
+    for (int k = 0; k < n; ++k) want += value(step, members[k], i);
+    if (v[i] != want) {
+      fprintf(stderr, "rank %d: step %d [%d] = %g, want %g\n", world_rank_,
+              step, i, v[i], want);
+      check(0, "all_reduce sums the members' values");
+    }
+  }
+  return DK_OK;
+}
+
+/* The world ranks of `group`'s members, in group order, by all_gather. */
+static void check_order(dk_group_t* group, const int* members, int n) {
+  int64_t in = world_rank_, out[8] = {0};
+  int64_t one = 1, all = n;
+  DLTensor ti = dk_test_host_tensor(&in, &one, 1, kDLInt, 64);
+  DLTensor to = dk_test_host_tensor(out, &all, 1, kDLInt, 64);
+  dk_error_t* err = NULL;
+  if (dk_group_all_gather(group, &ti, &to, NULL, &err) != DK_OK)
+    die("all_gather", err);
+  for (int k = 0; k < n; ++k)
+    check(out[k] == members[k], "group ranks in the original world order");
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const char* replacement = getenv("DISTKIT_REPLACEMENT");
+  const int newcomer = replacement != NULL && *replacement != '\0';
+  dk_init_config_t cfg;
+  dk_init_config_init(&cfg);
+  cfg.timeout_ms = TIMEOUT_MS;
+  dk_group_t* world = NULL;
+  dk_error_t* err = NULL;
+  if (dk_init("pytorch", &cfg, &world, &err) != DK_OK) die("dk_init", err);
+  world_rank_ = dk_group_rank(world);
+  const int size = dk_group_size(world);
+  if (size < 3) {
+    printf("rank %d: needs 3 ranks or more\n", world_rank_);
+    return 1;
+  }
+  int all[8], survivors[8], n_survivors = 0;
+  for (int r = 0; r < size; ++r) {
+    all[r] = r;
+    if (r != VICTIM) survivors[n_survivors++] = r;
+  }
+  int step = 0;
+  dk_group_t* grown = NULL;
+  if (newcomer) {
+    /* dk_init joined the survivors' grow: its world is the grown group. */
+    check(strcmp(replacement, "1") == 0, "the job's first replacement");
+    check(world_rank_ == VICTIM, "the replacement takes the lost rank");
+    check(strncmp(dk_group_name(world), "world@g1", 8) == 0,
+          "the replacement's world is generation 1");
+    printf("rank %d: replacement %s joined '%s'\n", world_rank_, replacement,
+           dk_group_name(world));
+    grown = world;
+    world = NULL;
+  } else {
+    for (; step < DIE_AT; ++step) {
+      if (step_on(NULL, step, all, size, &err) != DK_OK)
+        die("a step before the failure", err);
+    }
+    if (world_rank_ == VICTIM) {
+      printf("rank %d: SIGKILL before step %d\n", world_rank_, step);
+      raise(SIGKILL);
+    }
+    dk_status_t s = step_on(NULL, step, all, size, &err);
+    check(s == DK_UNAVAILABLE || s == DK_DEADLINE_EXCEEDED,
+          "the step the rank died in fails: a lost peer or a timeout");
+    printf("rank %d: step %d failed (%s); shrinking\n", world_rank_, step,
+           err != NULL ? dk_error_message(err) : "no error");
+    dk_error_free(err);
+    err = NULL;
+    dk_group_t* shrunk = NULL;
+    if (dk_group_shrink(NULL, 2000, &shrunk, &err) != DK_OK)
+      die("dk_group_shrink", err);
+    check(dk_group_size(shrunk) == size - 1, "the survivors' group");
+    check_order(shrunk, survivors, n_survivors);
+    for (int k = 0; k < SHRUNK_STEPS; ++k, ++step) {
+      if (step_on(NULL, step, survivors, n_survivors, &err) != DK_OK)
+        die("a step at world size - 1", err);
+    }
+    printf("rank %d: %d steps at %d ranks; growing\n", world_rank_,
+           SHRUNK_STEPS, n_survivors);
+    if (dk_group_grow(NULL, 0, TIMEOUT_MS, &grown, &err) != DK_OK)
+      die("dk_group_grow", err);
+    /* The groups it replaced are aborted: nothing runs on them again. */
+    double x = 1;
+    int64_t one = 1;
+    DLTensor t = dk_test_host_tensor(&x, &one, 1, kDLFloat, 64);
+    check(dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err) != DK_OK,
+          "the old world is aborted");
+    dk_error_free(err);
+    err = NULL;
+    check(dk_group_all_reduce(shrunk, &t, DK_OP_SUM, NULL, &err) != DK_OK,
+          "the shrunk group is aborted");
+    dk_error_free(err);
+    err = NULL;
+    dk_group_destroy(shrunk);
+  }
+  /* Both sides: the grown group is the default one, of the original size. */
+  check(dk_group_size(grown) == size, "grown back to the job's size");
+  check(dk_group_size(NULL) == size, "the grown group is the default one");
+  check(dk_group_rank(grown) == world_rank_, "world ranks kept");
+  check(strncmp(dk_group_name(grown), "world@g1", 8) == 0,
+        "the grown group carries generation 1");
+  check_order(grown, all, size);
+  int64_t counter = step, one = 1;
+  DLTensor tc = dk_test_host_tensor(&counter, &one, 1, kDLInt, 64);
+  if (dk_group_broadcast(grown, &tc, 0, NULL, &err) != DK_OK)
+    die("broadcast of the step", err);
+  check(counter == DIE_AT + SHRUNK_STEPS, "the step counter from rank 0");
+  step = (int)counter;
+  for (int k = 0; k < GROWN_STEPS; ++k, ++step) {
+    if (step_on(NULL, step, all, size, &err) != DK_OK)
+      die("a step after the grow", err);
+  }
+  if (dk_group_barrier(NULL, NULL, &err) != DK_OK) die("barrier", err);
+  dk_group_destroy(grown);
+  if (world != NULL) dk_group_destroy(world);
+  dk_shutdown();
+  if (failures_ == 0) {
+    printf("rank %d: %s, back at %d ranks, %d steps checked\n", world_rank_,
+           newcomer ? "joined as a replacement" : "shrank and grew", size,
+           step);
+  }
+  return failures_ == 0 ? 0 : 1;
+}
