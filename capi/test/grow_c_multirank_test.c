@@ -6,9 +6,10 @@
  * joins the same grow. Everyone then holds a world of N again, in the
  * original rank order (an all_gather of world ranks says so), the newcomer
  * gets the step counter by broadcast, and the steps at N are checked again.
- * Every expected sum is computed here from the formula, for the members each
- * phase must have; a failed check exits 1, which the spent replacement
- * budget turns into the job's failure. */
+ * With the argument "direct" the survivors grow straight from the poisoned
+ * world, without shrinking. Every expected sum is computed here from the
+ * formula, for the members each phase must have; a failed check exits 1,
+ * which the spent replacement budget turns into the job's failure. */
 #define _POSIX_C_SOURCE 200809L /* SIGKILL */
 
 #include <signal.h>
@@ -82,8 +83,10 @@ static void check_order(dk_group_t* group, const int* members, int n) {
     check(out[k] == members[k], "group ranks in the original world order");
 }
 
-int main(void) {
+int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  const int direct = argc > 1 && strcmp(argv[1], "direct") == 0;
+  const int shrunk_steps = direct ? 0 : SHRUNK_STEPS;
   const char* replacement = getenv("DISTKIT_REPLACEMENT");
   const int newcomer = replacement != NULL && *replacement != '\0';
   dk_init_config_t cfg;
@@ -127,21 +130,24 @@ int main(void) {
     dk_status_t s = step_on(NULL, step, all, size, &err);
     check(s == DK_UNAVAILABLE || s == DK_DEADLINE_EXCEEDED,
           "the step the rank died in fails: a lost peer or a timeout");
-    printf("rank %d: step %d failed (%s); shrinking\n", world_rank_, step,
-           err != NULL ? dk_error_message(err) : "no error");
+    printf("rank %d: step %d failed (%s); %s\n", world_rank_, step,
+           err != NULL ? dk_error_message(err) : "no error",
+           direct ? "growing from the poisoned world" : "shrinking");
     dk_error_free(err);
     err = NULL;
     dk_group_t* shrunk = NULL;
-    if (dk_group_shrink(NULL, 2000, &shrunk, &err) != DK_OK)
-      die("dk_group_shrink", err);
-    check(dk_group_size(shrunk) == size - 1, "the survivors' group");
-    check_order(shrunk, survivors, n_survivors);
-    for (int k = 0; k < SHRUNK_STEPS; ++k, ++step) {
-      if (step_on(NULL, step, survivors, n_survivors, &err) != DK_OK)
-        die("a step at world size - 1", err);
+    if (!direct) {
+      if (dk_group_shrink(NULL, 2000, &shrunk, &err) != DK_OK)
+        die("dk_group_shrink", err);
+      check(dk_group_size(shrunk) == size - 1, "the survivors' group");
+      check_order(shrunk, survivors, n_survivors);
+      for (int k = 0; k < SHRUNK_STEPS; ++k, ++step) {
+        if (step_on(NULL, step, survivors, n_survivors, &err) != DK_OK)
+          die("a step at world size - 1", err);
+      }
+      printf("rank %d: %d steps at %d ranks; growing\n", world_rank_,
+             SHRUNK_STEPS, n_survivors);
     }
-    printf("rank %d: %d steps at %d ranks; growing\n", world_rank_,
-           SHRUNK_STEPS, n_survivors);
     if (dk_group_grow(NULL, 0, TIMEOUT_MS, &grown, &err) != DK_OK)
       die("dk_group_grow", err);
     /* The groups it replaced are aborted: nothing runs on them again. */
@@ -152,11 +158,13 @@ int main(void) {
           "the old world is aborted");
     dk_error_free(err);
     err = NULL;
-    check(dk_group_all_reduce(shrunk, &t, DK_OP_SUM, NULL, &err) != DK_OK,
-          "the shrunk group is aborted");
-    dk_error_free(err);
-    err = NULL;
-    dk_group_destroy(shrunk);
+    if (shrunk != NULL) {
+      check(dk_group_all_reduce(shrunk, &t, DK_OP_SUM, NULL, &err) != DK_OK,
+            "the shrunk group is aborted");
+      dk_error_free(err);
+      err = NULL;
+      dk_group_destroy(shrunk);
+    }
   }
   /* Both sides: the grown group is the default one, of the original size. */
   check(dk_group_size(grown) == size, "grown back to the job's size");
@@ -169,7 +177,7 @@ int main(void) {
   DLTensor tc = dk_test_host_tensor(&counter, &one, 1, kDLInt, 64);
   if (dk_group_broadcast(grown, &tc, 0, NULL, &err) != DK_OK)
     die("broadcast of the step", err);
-  check(counter == DIE_AT + SHRUNK_STEPS, "the step counter from rank 0");
+  check(counter == DIE_AT + shrunk_steps, "the step counter from rank 0");
   step = (int)counter;
   for (int k = 0; k < GROWN_STEPS; ++k, ++step) {
     if (step_on(NULL, step, all, size, &err) != DK_OK)
@@ -181,8 +189,10 @@ int main(void) {
   dk_shutdown();
   if (failures_ == 0) {
     printf("rank %d: %s, back at %d ranks, %d steps checked\n", world_rank_,
-           newcomer ? "joined as a replacement" : "shrank and grew", size,
-           step);
+           newcomer ? "joined as a replacement"
+           : direct ? "grew from the poisoned world"
+                    : "shrank and grew",
+           size, step);
   }
   return failures_ == 0 ? 0 : 1;
 }
