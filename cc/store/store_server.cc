@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -89,6 +91,9 @@ class StoreServer::Loop {
 
   HashStore& state() { return state_; }
   int connections() const { return open_.load(); }
+  StoreServer::Served served() const {
+    return {accepted_.load(), requests_.load()};
+  }
 
  private:
   struct Parked {
@@ -197,6 +202,7 @@ class StoreServer::Loop {
       if (fd < 0) return;  // EAGAIN, or out of descriptors for now
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      accepted_.fetch_add(1, std::memory_order_relaxed);
       auto conn = std::make_unique<Conn>();
       conn->fd = Fd(fd);
       Watch(fd, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD);
@@ -419,6 +425,7 @@ class StoreServer::Loop {
       if (op == wire::Op::kSet) return Refuse(c, bad);
       return wire::EncodeError(bad, &c.out);
     }
+    requests_.fetch_add(1, std::memory_order_relaxed);
     std::string& out = c.out;
     switch (op) {
       case wire::Op::kSet:
@@ -586,6 +593,10 @@ class StoreServer::Loop {
   std::atomic<bool> stop_{false};
   std::atomic<bool> external_change_{false};
   std::atomic<int> open_{0};
+  // What was served (StoreServer::served): connections accepted, requests
+  // answered after authentication. Written by the loop thread only.
+  std::atomic<int64_t> accepted_{0};
+  std::atomic<int64_t> requests_{0};
   bool changed_ = false;  // loop thread only
   // kJobFailedKey's value once it is set; loop thread only.
   std::optional<std::string> job_failure_;
@@ -619,7 +630,21 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(
 }
 
 void StoreServer::Shutdown() {
-  if (loop_ != nullptr) loop_->Stop();
+  if (loop_ == nullptr) return;
+  loop_->Stop();
+  // DISTKIT_STORE_STATS=<file>: one line of what this server served, for
+  // start-up scaling checks (what grows with the number of ranks).
+  const char* stats = std::getenv("DISTKIT_STORE_STATS");
+  if (stats != nullptr && *stats != '\0' && !stats_written_) {
+    stats_written_ = true;
+    const Served s = served();
+    if (FILE* f = std::fopen(stats, "a")) {
+      std::fprintf(f, "store %s: connections=%lld requests=%lld\n",
+                   address_.c_str(), static_cast<long long>(s.connections),
+                   static_cast<long long>(s.requests));
+      std::fclose(f);
+    }
+  }
 }
 
 StoreServer::~StoreServer() { Shutdown(); }
@@ -627,5 +652,7 @@ StoreServer::~StoreServer() { Shutdown(); }
 HashStore& StoreServer::state() { return loop_->state(); }
 
 int StoreServer::connections() const { return loop_->connections(); }
+
+StoreServer::Served StoreServer::served() const { return loop_->served(); }
 
 }  // namespace distkit

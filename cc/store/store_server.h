@@ -14,6 +14,7 @@
 #ifndef DISTKIT_CC_STORE_STORE_SERVER_H_
 #define DISTKIT_CC_STORE_STORE_SERVER_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -52,12 +53,22 @@ class StoreServer {
   // How many client connections are open now (for tests and benchmarks).
   int connections() const;
 
+  // What the server has served so far: the counts that grow with a job's
+  // size at start-up (tests check they grow linearly). With
+  // DISTKIT_STORE_STATS=<file> set, Shutdown appends them to that file.
+  struct Served {
+    int64_t connections = 0;  // accepted
+    int64_t requests = 0;     // answered after the handshake
+  };
+  Served served() const;
+
   class Loop;
 
  private:
   StoreServer() = default;
 
   std::unique_ptr<Loop> loop_;
+  bool stats_written_ = false;
   std::string address_;
   int port_ = 0;
 };

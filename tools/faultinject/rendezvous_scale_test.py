@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Rendezvous at scale, bounded: N ranks (default 64) on this host, started
 directly (rank 0 hosts the store), each dk_init + one all_reduce (checked),
-must all finish; then the same job with one rank that dies before it joins
-must end every other rank with a clear init error within the init timeout
-+ 5 s, not a hang.
+must all finish; what the store served per rank (connections, requests:
+DISTKIT_STORE_STATS) must be what a 4-rank job's ranks need, so a start-up
+step that grows with N per rank (an O(N^2) job) fails here, not only in a
+benchmark; then the same job with one rank that dies before it joins must
+end every other rank with a clear init error within the init timeout + 5 s,
+not a hang.
 
   rendezvous_scale_test.py --rank FAULT_RANK_BINARY [--ranks 64]
 """
@@ -22,9 +25,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_job(rank_bin, n, timeout_ms, dead=None, limit=120.0):
+def run_job(rank_bin, n, timeout_ms, dead=None, limit=120.0, stats=None):
     """Starts the job; returns (seconds until the last rank ended, {rank:
-    (exit code, output)}); ranks still running at `limit` are killed."""
+    (exit code, output)}); ranks still running at `limit` are killed.
+    `stats`: a file where the store's host writes what it served."""
     port = free_port()
     procs = []
     start = time.monotonic()
@@ -35,6 +39,8 @@ def run_job(rank_bin, n, timeout_ms, dead=None, limit=120.0):
                    FAULT_STEPS="1", FAULT_TIMEOUT_MS=str(timeout_ms))
         if dead is not None:
             env["FAULT_EXIT_RANK"] = str(dead)
+        if stats is not None:
+            env["DISTKIT_STORE_STATS"] = stats
         procs.append(subprocess.Popen([rank_bin], stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, env=env))
     results = {}
@@ -57,13 +63,45 @@ def main():
     args = ap.parse_args()
     n, failures = args.ranks, 0
 
-    took, results = run_job(args.rank, n, timeout_ms=60000)
-    bad = {r: res for r, res in results.items() if res[0] != 0}
-    print(f"{n} ranks: init + all_reduce in {took:.2f} s, "
-          f"{n - len(bad)} of {n} done", flush=True)
-    for r, (code, out) in sorted(bad.items())[:5]:
-        print(f"FAIL: rank {r} exit {code}: {out.strip()[-300:]}")
-        failures += 1
+    served = {}
+    for size in (4, n):
+        stats = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"),
+                             f"store_stats.{os.getpid()}.{size}")
+        if os.path.exists(stats):
+            os.remove(stats)
+        took, results = run_job(args.rank, size, timeout_ms=60000, stats=stats)
+        bad = {r: res for r, res in results.items() if res[0] != 0}
+        print(f"{size} ranks: init + all_reduce in {took:.2f} s, "
+              f"{size - len(bad)} of {size} done", flush=True)
+        for r, (code, out) in sorted(bad.items())[:5]:
+            print(f"FAIL: rank {r} exit {code}: {out.strip()[-300:]}")
+            failures += 1
+        line = open(stats).read().strip() if os.path.exists(stats) else ""
+        counts = dict(f.split("=") for f in line.split()[2:]) if line else {}
+        if set(counts) != {"connections", "requests"}:
+            print(f"FAIL: the store's host wrote no stats for {size} ranks: "
+                  f"'{line}'")
+            failures += 1
+            continue
+        served[size] = {k: int(v) / size for k, v in counts.items()}
+        print(f"{size} ranks: the store served {served[size]['connections']:.2f} "
+              f"connections and {served[size]['requests']:.2f} requests per rank",
+              flush=True)
+    if len(served) == 2:
+        # Per rank, start-up needs what a small job's ranks need: a step
+        # whose per-rank cost grows with N (every rank reading every other
+        # rank's key, say) would multiply these by N / 4.
+        few, many = served[4], served[n]
+        if many["connections"] > few["connections"] + 0.5:
+            print(f"FAIL: store connections per rank grew with the job: "
+                  f"{few['connections']:.2f} at 4 ranks, "
+                  f"{many['connections']:.2f} at {n}")
+            failures += 1
+        if many["requests"] > 1.5 * few["requests"] + 2:
+            print(f"FAIL: store requests per rank grew with the job: "
+                  f"{few['requests']:.2f} at 4 ranks, {many['requests']:.2f} "
+                  f"at {n}")
+            failures += 1
 
     timeout_s = 5.0
     dead = n // 2 + 1
