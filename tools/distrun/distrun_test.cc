@@ -1,8 +1,11 @@
 // End-to-end tests of the distrun binary with rank_probe as the program.
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +13,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -300,14 +304,31 @@ TEST(DistrunTest, MissingProgramAndBadFlags) {
 
 // A port for a job of several nodes (which cannot ask for a free one), below
 // the ephemeral range (32768-) so no outgoing connection holds it.
-int FixedPort(int which) { return 20000 + (getpid() * 2 + which) % 12000; }
+// A random one that is free now: a pid is no help (in Bazel's sandbox every
+// test's pid is alike), and another test may hold any fixed one.
+int FixedPort() {
+  std::mt19937 random(std::random_device{}());
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = 20000 + static_cast<int>(random() % 12000);
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address = {};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool free =
+        bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+    close(fd);
+    if (free) return port;
+  }
+  return 20000;
+}
 
 TEST(DistrunTest, MultiNodeShareOneStore) {
   // Two "nodes" on this host: node 0 hosts the store on a fixed port. Node
   // 1's ranks use the store again a second after the rendezvous, when node
   // 0's ranks have exited: node 0 keeps the store for them (the exit
   // barrier), else their last call finds it gone.
-  const int port = FixedPort(0);
+  const int port = FixedPort();
   setenv("DISTKIT_TOKEN", "shared-secret", 1);
   int node1_out[2];
   ASSERT_EQ(pipe(node1_out), 0);
@@ -352,7 +373,7 @@ TEST(DistrunTest, ExitBarrierIsBounded) {
   setenv("DISTKIT_TOKEN", "shared-secret", 1);
   Result r =
       RunDistrun({"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "0",
-                  "--master-port", absl::StrCat(FixedPort(1)),
+                  "--master-port", absl::StrCat(FixedPort()),
                   "--exit-barrier-timeout", "1", "--", kProbe, "env"});
   unsetenv("DISTKIT_TOKEN");
   EXPECT_EQ(r.exit_code, 0) << r.output;
