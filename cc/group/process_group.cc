@@ -26,6 +26,10 @@ constexpr absl::Duration kDiagnosisMargin = absl::Seconds(1);
 // How long a group creation that failed for a peer's sake waits for the
 // job's record of what killed that peer (job_failure.h).
 constexpr absl::Duration kWhyWait = absl::Milliseconds(300);
+// How long a failed operation waits for that record: a launcher on another
+// host sees the death, reconnects to the store and writes it (0.1 s alone,
+// more on loaded cores).
+constexpr absl::Duration kRecordWait = absl::Seconds(1);
 
 // Position of `value` in `v`, or -1.
 int IndexOf(const std::vector<int>& v, int value) {
@@ -299,10 +303,13 @@ absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body) {
     status = absl::DeadlineExceededError(
         absl::StrCat(status.message(), DiagnoseLateRanks(ctx)));
   } else if (status.code() == absl::StatusCode::kUnavailable) {
-    // A peer failed or left: the launcher may have recorded which and how
-    // (a rank killed, on which host: job_failure.h), a moment after the
-    // dead rank's sockets closed.
-    status = WithJobFailure(*store_, status, kWhyWait);
+    // A peer failed or left: a launcher that records failures (distrun:
+    // job_failure.h) says which rank, how and on which host, a moment after
+    // the dead rank's sockets closed; it is waited for (up to kRecordWait,
+    // on this failure path only) only where such a launcher said it will.
+    status = WithJobFailure(
+        *store_, status,
+        FailuresAreRecorded(*store_) ? kRecordWait : absl::ZeroDuration());
   }
   if (record) recorder_->End(recorded.record_id, status);
   status = contract_->Record(std::move(status));

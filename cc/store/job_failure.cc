@@ -46,6 +46,13 @@ std::optional<std::string> JobFailureNow(Store& store) {
   return *what;
 }
 
+bool FailuresAreRecorded(Store& store) {
+  ScopedStoreDeadline bounded(absl::Now() + absl::Milliseconds(200));
+  absl::StatusOr<bool> there =
+      RootOf(store).Check({std::string(kFailureRecorderKey)});
+  return there.ok() && *there;
+}
+
 absl::Status WithJobFailure(Store& store, absl::Status status,
                             absl::Duration wait) {
   switch (status.code()) {
@@ -60,9 +67,15 @@ absl::Status WithJobFailure(Store& store, absl::Status status,
       return status;  // kAborted: the store's own JobFailedError already
   }
   if (absl::StrContains(status.message(), "the job failed: ")) return status;
-  ScopedStoreDeadline bounded(absl::Now() + wait);
-  absl::StatusOr<std::string> what = RootOf(store).Get(kJobFailedKey, wait);
-  if (!what.ok()) return status;
+  std::optional<std::string> what;
+  if (wait <= absl::ZeroDuration()) {
+    what = JobFailureNow(store);  // only what is there already
+  } else {
+    ScopedStoreDeadline bounded(absl::Now() + wait);
+    absl::StatusOr<std::string> got = RootOf(store).Get(kJobFailedKey, wait);
+    if (got.ok()) what = *std::move(got);
+  }
+  if (!what.has_value()) return status;
   return absl::Status(status.code(), absl::StrCat(status.message(),
                                                   "; the job failed: ", *what));
 }

@@ -488,7 +488,9 @@ class StoreServer::Loop {
     p.timeout = absl::Milliseconds(std::max<int64_t>(request.number, 0));
     p.deadline = absl::Now() + p.timeout;
     p.keys = std::move(request.keys);
-    if (TryFinish(c, p)) return;
+    // A poll (try_only) hears "not ready", never the job's failure: it asks
+    // whether the keys are there, not to wait for them.
+    if (TryFinish(c, p, /*fail_missing=*/!request.try_only)) return;
     if (request.try_only) {
       wire::EndFrame(&c.out, wire::BeginFrame(&c.out, wire::kNotReadyCode));
       return;
@@ -509,12 +511,12 @@ class StoreServer::Loop {
   // that was missing before, so N waits on N keys cost O(N) per change.
   // After the job failed (job_failure.h), a request with keys missing is
   // answered with the failure: they may never come.
-  bool TryFinish(Conn& c, Parked& p) {
+  bool TryFinish(Conn& c, Parked& p, bool fail_missing = true) {
     std::vector<std::string> values;
     p.next_missing = state_.FirstMissing(p.keys, p.next_missing,
                                          p.want_values ? &values : nullptr);
     if (p.next_missing < p.keys.size()) {
-      if (!job_failure_.has_value()) return false;
+      if (!fail_missing || !job_failure_.has_value()) return false;
       wire::EncodeError(JobFailedError(*job_failure_, p.keys), &c.out);
       return true;
     }
@@ -530,11 +532,16 @@ class StoreServer::Loop {
   // After a change: answer every parked request whose keys are now present,
   // and serve what its connection sent after it.
   // Once per round of changes, not per parked request.
+  // Looked up again each time (one hash lookup), not latched: a deleted
+  // record (a server kept for the next attempt) fails nothing more.
   void LookForJobFailure() {
-    if (job_failure_.has_value()) return;
     std::vector<std::string> what;
     const std::string key = kJobFailedKey;
-    if (state_.FirstMissing({&key, 1}, 0, &what) == 1) job_failure_ = what[0];
+    if (state_.FirstMissing({&key, 1}, 0, &what) == 1) {
+      job_failure_ = what[0];
+    } else {
+      job_failure_.reset();
+    }
   }
 
   void RecheckParked() {
@@ -598,7 +605,7 @@ class StoreServer::Loop {
   std::atomic<int64_t> accepted_{0};
   std::atomic<int64_t> requests_{0};
   bool changed_ = false;  // loop thread only
-  // kJobFailedKey's value once it is set; loop thread only.
+  // kJobFailedKey's value while it is set; loop thread only.
   std::optional<std::string> job_failure_;
   absl::flat_hash_map<int, std::unique_ptr<Conn>> conns_;
   // Connections with a deadline: a parked request, or a refusal draining.

@@ -16,6 +16,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "cc/launch/environment.h"
+#include "cc/store/hash_store.h"
+#include "cc/store/job_failure.h"
 #include "cc/store/store_server.h"
 #include "tools/distrun/distrun_options.h"
 #include "tools/distrun/exit_barrier.h"
@@ -92,6 +94,11 @@ int Main(int argc, char** argv) {
     }
     server = *std::move(started);
     port = server->port();
+    // Ranks whose peer failed wait a moment for distrun's record of it
+    // (cc/store/job_failure.h), which comes unless a replacement is allowed.
+    if (o.max_replacements == 0) {
+      (void)server->state().Set(kFailureRecorderKey, "distrun");
+    }
   }
 
   // Where the ranks' flight records go on a failure (DISTKIT_TRACE_DIR):
