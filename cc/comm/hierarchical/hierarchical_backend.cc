@@ -191,19 +191,23 @@ absl::Status HierarchicalBackend::ReduceScatter(const OpContext& ctx,
   // local order, zero-padded to `most` parts), of which the leaders'
   // reduce_scatter leaves each leader its own host's: each link carries
   // (hosts - 1) blocks, half of what an all_reduce of the whole sum did.
-  if (scratch_.size() < total + (hosts + 1) * block) {
-    scratch_.resize(total + (hosts + 1) * block);
-  }
+  // Scratch: the sum, then on leaders the reordered blocks (unless hosts
+  // hold consecutive ranks alike: the sum is in order already) and this
+  // host's reduced block. A non-leader's `parts` is never read.
+  const bool in_order = hosts_.ranks_in_host_order();
+  const size_t reordered = leader() && !in_order ? hosts * block : 0;
+  const size_t need = total + reordered + (leader() ? block : 0);
+  if (scratch_.size() < need) scratch_.resize(need);
   char* sum = scratch_.data();
   char* blocks = sum + total;
-  char* parts = blocks + hosts * block;
+  char* parts = leader() ? blocks + reordered : sum;
   std::memcpy(sum, input.data(), total);
   const TensorRef whole(sum, input.numel(), input.dtype());
   if (local_) DK_RETURN_IF_ERROR(Stage(local_->Reduce(ctx, whole, op, 0)));
   if (leader()) {
     // Hosts of equal size holding consecutive ranks (0-1 on the first, 2-3
     // on the next: what launchers do) have their blocks in order already.
-    if (hosts_.ranks_in_host_order()) {
+    if (in_order) {
       blocks = sum;
     } else {
       std::memset(blocks, 0, hosts * block);
