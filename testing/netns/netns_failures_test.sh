@@ -145,5 +145,6 @@ if start_job; then
 fi
 stop_everything
 
+rm -rf "$dir"  # netns_setup's own EXIT trap replaced the one above
 [ "$failures" -eq 0 ] && echo "PASSED" || echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

@@ -580,6 +580,13 @@ def run_startup_kills(args, rng):
               f"{ts[len(ts) // 2]:>37.3f}  {ts[-1]:.3f}")
     print(f"{failures} of {args.startup_runs} start-up kills failed; {after} "
           f"drawn after init were redrawn", flush=True)
+    # A combination whose every kill landed after init tested nothing: that
+    # must not pass as a test of start-up.
+    for combo in combos[:args.startup_runs]:
+        if not took[combo] and failures == 0:
+            print(f"start-up kills: FAILED: no kill of {combo[0]} / {combo[1]} "
+                  f"landed in start-up", flush=True)
+            failures += 1
     return failures
 
 
