@@ -4,6 +4,9 @@
 // store that its ranks are done; node 0 waits for every report (bounded)
 // before it shuts the store down. As torchrun's agents do, only after a
 // successful run: after a failure the job is ending with an error anyway.
+// Once a failure is recorded in the store (cc/store/job_failure.h: a rank
+// died on another node), node 0's wait ends at once with that failure and
+// it closes the store: the other nodes' ranks are being stopped too.
 
 #ifndef DISTKIT_TOOLS_DISTRUN_EXIT_BARRIER_H_
 #define DISTKIT_TOOLS_DISTRUN_EXIT_BARRIER_H_
