@@ -358,6 +358,36 @@ def shrink_group(group: Optional[ProcessGroup] = None, settle: float = 5.0) -> P
     return shrunk
 
 
+def grow_group(group: Optional[ProcessGroup] = None, world_size: Optional[int] = None,
+               timeout: Optional[float] = None) -> ProcessGroup:
+    """Back to the job's size once a new process takes a lost rank's place
+    (``distrun --max-replacements K`` starts it with DISTKIT_REPLACEMENT=<n>):
+    every survivor calls it on the group it holds (``group``: the one
+    shrink_group returned, or the failed group itself; default: the default
+    group, which the result then replaces). That group is aborted first. The
+    replacement does not call it: its init_dist joins this grow and its
+    world is the grown group. Returns a group of ``world_size`` ranks
+    (default: the size the job started with), ranks in the original order,
+    named "world@g<generation>"; nothing sent on the old group can reach it.
+    ``timeout``: seconds for every member to arrive and connect (default:
+    ``group``'s operation timeout); past it, a DeadlineExceededError naming
+    the ranks that never came, on every participant. No node-local group
+    afterwards, on either side. Gloo groups only."""
+    global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER, _LOCAL_TORCH_GROUP
+    global _DEFAULT_SHRUNK
+    out = ctypes.c_void_p()
+    timeout_ms = -1 if timeout is None else int(timeout * 1000)
+    raise_for_status(lib.dk_group_grow, handle_of(group), int(world_size or 0), timeout_ms,
+                     ctypes.byref(out))
+    grown = ProcessGroup(out)
+    if group is None:
+        _default_group = grown  # the library's default group is this one now
+        _LOCAL_PROCESS_GROUP = _LOCAL_TORCH_GROUP = None
+        _LOCAL_FROM_LAUNCHER = False
+        _DEFAULT_SHRUNK = True  # torch's default group is the old, aborted world
+    return grown
+
+
 # ---- the node-local group --------------------------------------------------------
 
 
