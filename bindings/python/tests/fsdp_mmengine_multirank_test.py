@@ -35,39 +35,10 @@ from distkit import dist
 from distkit.fsdp import FullyShardedDataParallel, ShardedGradScaler, ShardingStrategy
 from distkit.fsdp.grad_scaler import agreeing
 from distkit.model import MMFullyShardedDataParallel
+from testing.python.mm_fsdp_model import Block, Net
 from testing.python.rank_check import check, finish
 
 LOCAL, LR, MAX_NORM = 2, 0.2, 0.05
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(6, 6)
-
-    def forward(self, x):
-        return torch.tanh(self.linear(x)) + x
-
-
-class Net(nn.Module):
-    """mmengine's model interface: data_preprocessor, forward(mode=...)."""
-
-    def __init__(self):
-        super().__init__()
-        self.embed = nn.Linear(4, 6)
-        self.blocks = nn.Sequential(Block(), Block())
-        self.head = nn.Linear(6, 2)
-
-    def data_preprocessor(self, data, training=False):
-        return data
-
-    def forward(self, inputs, targets=None, mode="tensor"):
-        out = self.head(self.blocks(self.embed(inputs)))
-        if mode == "loss":
-            return {"loss": ((out - targets) ** 2).mean()}
-        if mode == "predict":
-            return list(out)
-        return out
 
 
 class OptimWrapper:

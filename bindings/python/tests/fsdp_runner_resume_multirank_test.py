@@ -34,44 +34,16 @@ import tempfile
 import time
 
 import torch
-from torch import nn
 
 from distkit import dist
 from distkit.fsdp import FullyShardedDataParallel
 from distkit.hooks import FSDPCheckpointHook
 from distkit.model import MMFullyShardedDataParallel
+from testing.python.mm_fsdp_model import Block, Net
 from testing.python.rank_check import check, finish
 
 GLOBAL_BATCH, ITERS_PER_EPOCH, EPOCHS = 6, 2, 2
 PRIORITY = {"VERY_HIGH": 10, "HIGH": 30, "NORMAL": 50, "LOW": 70, "VERY_LOW": 90}
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(6, 6)
-
-    def forward(self, x):
-        return torch.tanh(self.linear(x)) + x
-
-
-class Net(nn.Module):
-    """mmengine's model interface: data_preprocessor, forward(mode=...)."""
-
-    def __init__(self):
-        super().__init__()
-        self.embed = nn.Linear(4, 6)
-        self.blocks = nn.Sequential(Block(), Block())
-        self.head = nn.Linear(6, 2)
-
-    def data_preprocessor(self, data, training=False):
-        return data
-
-    def forward(self, inputs, targets=None, mode="tensor"):
-        out = self.head(self.blocks(self.embed(inputs)))
-        if mode == "loss":
-            return {"loss": ((out - targets) ** 2).mean()}
-        return out
 
 
 class OptimWrapper:
