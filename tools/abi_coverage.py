@@ -77,9 +77,6 @@ NOT_WRAPPED = {
     "dk_shard_piece": (
         "The part of one parameter this rank's shard holds, for frameworks' sharded state dicts; "
         "not wrapped yet ({local|Local} gives the whole flat shard the optimizer steps)."),
-    "dk_group_grow": (
-        "Growing back after a replacement (ABI 0.7) is C++, C and Python (`grow_group`) for "
-        "now; this binding gets it with the elastic loop (issue 39), beside {shrink|Shrink}."),
     "dk_shard_load_full": _CHECKPOINT,
     "dk_shard_load_sharded": _CHECKPOINT,
 }

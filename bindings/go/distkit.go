@@ -165,7 +165,10 @@ func initConfig(o InitOptions) (C.dk_init_config_t, func()) {
 
 // Init joins the job the launcher's environment describes ("pytorch" for
 // torchrun and distrun, "slurm", "mpi", "distrun"). Collective: every rank
-// calls it. The world group is also the default group until Shutdown.
+// calls it. The world group is also the default group until Shutdown. In a
+// process started in place of a lost rank (DISTKIT_REPLACEMENT=<n>, set by
+// distrun --max-replacements) it joins the survivors' Group.Grow instead of
+// the world's rendezvous, and the world it returns is the grown group.
 func Init(launcher string, o InitOptions) (*Group, error) {
 	if err := CheckVersion(); err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"time"
@@ -146,6 +147,33 @@ func (g *Group) Shrink(settle time.Duration) (*Group, error) {
 	var out *C.dk_group_t
 	var cerr *C.dk_error_t
 	if err := check(C.dk_group_shrink(g.ptr, C.int64_t(settle.Milliseconds()), &out, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	return g.child(out), nil
+}
+
+// Grow is the way back to the job's size once a replacement process took a
+// lost rank's place (distrun --max-replacements, ABI 0.7): every survivor
+// calls it on the group it holds (the one Shrink returned, or the failed
+// group itself), which is aborted first; close that group afterwards. The
+// replacement does not call it: its Init sees DISTKIT_REPLACEMENT and joins
+// this grow, and the world Init returns is the grown group. All get a group
+// of worldSize ranks (0: the size Init joined with), world ranks in the
+// original order, named "world@g<generation>", with connections of its own.
+// Grow blocks up to timeout (0 or less: g's operation timeout); when a rank
+// never comes every participant gets DeadlineExceeded naming it. Gloo groups
+// only.
+func (g *Group) Grow(worldSize int, timeout time.Duration) (*Group, error) {
+	if worldSize < 0 || worldSize > math.MaxInt32 {
+		return nil, &Error{InvalidArgument, fmt.Sprintf("grow: world size %d is not a size (0: the job's)", worldSize)}
+	}
+	timeoutMs := int64(-1)
+	if timeout > 0 {
+		timeoutMs = timeout.Milliseconds()
+	}
+	var out *C.dk_group_t
+	var cerr *C.dk_error_t
+	if err := check(C.dk_group_grow(g.ptr, C.int32_t(worldSize), C.int64_t(timeoutMs), &out, &cerr), cerr); err != nil {
 		return nil, err
 	}
 	return g.child(out), nil

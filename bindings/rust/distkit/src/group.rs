@@ -147,6 +147,36 @@ impl Group {
         Ok(Group::from_raw(out, self._store.clone()))
     }
 
+    /// Growing back to the job's size once a replacement process took a lost
+    /// rank's place (`distrun --max-replacements`, ABI 0.7): every survivor
+    /// calls it on the group it holds (the one `shrink` returned, or the
+    /// failed group itself), which is aborted first. The replacement does not
+    /// call it: its `init` sees `DISTKIT_REPLACEMENT` and joins this grow,
+    /// and the world it returns is the grown group. All get a group of
+    /// `world_size` ranks (None: the size `init` joined with), world ranks in
+    /// the original order, named "world@g<generation>", with connections of
+    /// its own. Blocks up to `timeout` (None: this group's operation
+    /// timeout); when a rank never comes every participant gets
+    /// `Code::DeadlineExceeded` naming it. Gloo groups only.
+    pub fn grow(&self, world_size: Option<usize>, timeout: Option<std::time::Duration>) -> Result<Group> {
+        let world_size = match world_size {
+            None => 0,
+            Some(n) => match i32::try_from(n) {
+                Ok(n) if n > 0 => n,
+                _ => {
+                    return Err(Error::new(
+                        Code::InvalidArgument,
+                        format!("grow: world_size {n} is not a size (1..{}; None: the job's)", i32::MAX),
+                    ))
+                }
+            },
+        };
+        let timeout_ms = timeout.map_or(-1, |t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
+        let mut out = std::ptr::null_mut();
+        call(|err| unsafe { sys::dk_group_grow(self.ptr, world_size, timeout_ms, &mut out, err) })?;
+        Ok(Group::from_raw(out, self._store.clone()))
+    }
+
     fn sync(&self, f: impl FnOnce(*mut sys::dk_group_t, sys::ErrOut) -> sys::dk_status_t) -> Result<()> {
         call(|err| f(self.ptr, err))
     }

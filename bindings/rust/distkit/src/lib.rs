@@ -82,7 +82,10 @@ fn with_config<R>(options: &InitOptions, f: impl FnOnce(&sys::dk_init_config_t) 
 
 /// Collective over the job: joins it as the launcher's environment describes
 /// ("pytorch" for torchrun and distrun, "slurm", "mpi", "distrun"). The world
-/// group is also the process's default group until `shutdown`.
+/// group is also the process's default group until `shutdown`. In a process
+/// started in place of a lost rank (`DISTKIT_REPLACEMENT=<n>`, set by
+/// `distrun --max-replacements`) it joins the survivors' `Group::grow` instead
+/// of the world's rendezvous, and the world it returns is the grown group.
 pub fn init(launcher: &str, options: &InitOptions) -> Result<Group> {
     check_version()?;
     let launcher = store::cstring(launcher, "launcher")?;
