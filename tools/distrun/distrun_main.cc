@@ -22,6 +22,7 @@
 #include "tools/distrun/distrun_options.h"
 #include "tools/distrun/exit_barrier.h"
 #include "tools/distrun/job_failure_notice.h"
+#include "tools/distrun/lost_rank_budget.h"
 #include "tools/distrun/rank_supervisor.h"
 #include "tools/distrun/replacement_budget.h"
 #include "tools/distrun/trace_summary.h"
@@ -96,7 +97,7 @@ int Main(int argc, char** argv) {
     port = server->port();
     // Ranks whose peer failed wait a moment for distrun's record of it
     // (cc/store/job_failure.h), which comes unless a replacement is allowed.
-    if (o.max_replacements == 0) {
+    if (o.max_replacements == 0 && o.min_ranks == 0) {
       (void)server->state().Set(kFailureRecorderKey, "distrun");
     }
   }
@@ -155,6 +156,14 @@ int Main(int argc, char** argv) {
       rank_env.Set("OMP_NUM_THREADS", "1");
     }
     if (!env.Has("PYTHONUNBUFFERED")) rank_env.Set("PYTHONUNBUFFERED", "1");
+    // What the job may do when a rank fails (distkit.elastic reads them).
+    if (o.max_replacements > 0) {
+      rank_env.Set("DISTKIT_MAX_REPLACEMENTS",
+                   absl::StrCat(o.max_replacements));
+    }
+    if (o.min_ranks > 0) {
+      rank_env.Set("DISTKIT_MIN_RANKS", absl::StrCat(o.min_ranks));
+    }
     RankProcess p;
     p.rank = rank;
     if (!bind_to.empty()) p.cpu = bind_to[local];
@@ -179,6 +188,11 @@ int Main(int argc, char** argv) {
     so.replace =
         ReplacementBudget(server.get(), absl::StrCat(o.master_addr, ":", port),
                           token, o.node_rank, o.max_replacements);
+  }
+  if (o.min_ranks > 0) {
+    so.release =
+        LostRankBudget(server.get(), absl::StrCat(o.master_addr, ":", port),
+                       token, o.node_rank, world_size, o.min_ranks);
   }
   const int code = SuperviseRanks(ranks, so);
   if (o.nnodes > 1) {

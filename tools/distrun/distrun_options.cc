@@ -41,6 +41,7 @@ const char* DistrunUsage() {
          "               [--timeout SECONDS] [--grace-period SECONDS]\n"
          "               [--exit-barrier-timeout SECONDS]\n"
          "               [--cpu-bind none|core] [--max-replacements K]\n"
+         "               [--min-ranks M]\n"
          "               -- program args... [: program2 args... ...]\n"
          "Starts N ranks of `program` on this node with torchrun's variables\n"
          "(RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR\n"
@@ -53,7 +54,10 @@ const char* DistrunUsage() {
          "A failing rank stops the job, unless --max-replacements K (default\n"
          "0) allows a replacement: that rank alone is started again, with\n"
          "DISTKIT_REPLACEMENT=<n> (n-th replacement of the job), at most K\n"
-         "times per job.\n";
+         "times per job; with --min-ranks M, a failed rank that is not\n"
+         "replaced leaves the job to go on without it while at least M ranks\n"
+         "remain (the survivors may shrink). Ranks see the two numbers as\n"
+         "DISTKIT_MAX_REPLACEMENTS and DISTKIT_MIN_RANKS.\n";
 }
 
 absl::StatusOr<DistrunOptions> ParseDistrunArgs(
@@ -123,6 +127,10 @@ absl::StatusOr<DistrunOptions> ParseDistrunArgs(
       absl::StatusOr<int> n = ParseInt(name, value, 0, 1000000);
       if (!n.ok()) return n.status();
       o.max_replacements = *n;
+    } else if (name == "--min-ranks") {
+      absl::StatusOr<int> n = ParseInt(name, value, 0, 1000000);
+      if (!n.ok()) return n.status();
+      o.min_ranks = *n;
     } else {
       return Bad(name, "unknown flag");
     }

@@ -40,6 +40,13 @@ TEST(DistrunOptionsTest, MaxReplacements) {
   EXPECT_FALSE(ParseDistrunArgs({"--max-replacements", "-1", "prog"}).ok());
 }
 
+TEST(DistrunOptionsTest, MinRanks) {
+  EXPECT_EQ(ParseDistrunArgs({"prog"})->min_ranks, 0);
+  EXPECT_EQ(ParseDistrunArgs({"--min-ranks", "2", "prog"})->min_ranks, 2);
+  EXPECT_EQ(ParseDistrunArgs({"--min_ranks=1", "prog"})->min_ranks, 1);
+  EXPECT_FALSE(ParseDistrunArgs({"--min-ranks", "x", "prog"}).ok());
+}
+
 TEST(DistrunOptionsTest, OneProgramPerRank) {
   DistrunOptions o = *ParseDistrunArgs(
       {"--nproc-per-node", "3", "--", "a", "1", ":", "b", ":", "c", "x"});

@@ -197,6 +197,45 @@ TEST(DistrunTest, StopsTheJobOnceReplacementsAreSpent) {
       << r.output;
 }
 
+// --min-ranks: a failed rank that is not replaced leaves the others running
+// while enough remain; its failure is not the job's.
+TEST(DistrunTest, GoesOnWithoutALostRankWhileEnoughRemain) {
+  Result r =
+      RunDistrun({"--nproc-per-node", "3", "--master-port", "0", "--min-ranks",
+                  "2", "--", kProbe, "replaced", "1", "1"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(
+      r.output, "exited with code 5; the job goes on without it"))
+      << r.output;
+  EXPECT_FALSE(absl::StrContains(r.output, "REPLACEMENT=1 ")) << r.output;
+  for (int rank : {0, 2}) {
+    EXPECT_TRUE(
+        absl::StrContains(r.output, absl::StrCat("[rank", rank, "]: done")))
+        << r.output;
+  }
+}
+
+// Below --min-ranks the job stops as without the flag; a replacement, while
+// the budget lasts, comes first.
+TEST(DistrunTest, StopsBelowMinRanksAndReplacesFirst) {
+  Result stop =
+      RunDistrun({"--nproc-per-node", "3", "--master-port", "0", "--min-ranks",
+                  "3", "--", kProbe, "replaced", "1", "1"});
+  EXPECT_EQ(stop.exit_code, 5) << stop.output;
+  EXPECT_TRUE(absl::StrContains(stop.output,
+                                "exited with code 5; stopping rank(s) 0, 2"))
+      << stop.output;
+  Result replaced = RunDistrun({"--nproc-per-node", "3", "--master-port", "0",
+                                "--max-replacements", "1", "--min-ranks", "2",
+                                "--", kProbe, "replaced", "1", "2"});
+  EXPECT_EQ(replaced.exit_code, 0) << replaced.output;
+  EXPECT_TRUE(absl::StrContains(replaced.output, "REPLACEMENT=1 "))
+      << replaced.output;
+  EXPECT_TRUE(absl::StrContains(
+      replaced.output, "exited with code 5; the job goes on without it"))
+      << replaced.output;
+}
+
 TEST(DistrunTest, RankIgnoringSigtermIsKilledAfterGrace) {
   Result r =
       RunDistrun({"--nproc-per-node", "2", "--master-port", "0", "--timeout",

@@ -283,6 +283,10 @@ class Supervisor {
         const std::string what = absl::StrCat(
             "rank ", r.spec.rank, " (pid ", r.pid, ") ", DescribeExit(status));
         if (Replace(r, what)) continue;
+        if (options_.release && options_.release(what)) {
+          Say(absl::StrCat(what, "; the job goes on without it"));
+          continue;
+        }
         result_ = ExitCodeOf(status);
         absl::Duration notice = absl::ZeroDuration();
         if (options_.on_rank_failed) {

@@ -1,13 +1,9 @@
 #include "tools/distrun/replacement_budget.h"
 
 #include <iostream>
-#include <memory>
 
 #include "absl/status/statusor.h"
-#include "absl/time/clock.h"
-#include "cc/store/call_deadline.h"
-#include "cc/store/hash_store.h"
-#include "cc/store/tcp_store.h"
+#include "tools/distrun/store_counter.h"
 
 namespace distkit {
 
@@ -16,16 +12,8 @@ std::function<int(const std::string&)> ReplacementBudget(
     int node_rank, int max) {
   return [=](const std::string& what) -> int {
     if (max <= 0) return 0;
-    absl::StatusOr<int64_t> n;
-    if (server != nullptr) {
-      n = server->state().Add(kReplacementsKey, 1);
-    } else {
-      // Bounded: a store that is gone means the job is, too.
-      ScopedStoreDeadline bounded(absl::Now() + absl::Seconds(2));
-      absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Connect(
-          {store_address, token, absl::Seconds(2), absl::Seconds(2)});
-      n = store.ok() ? (*store)->Add(kReplacementsKey, 1) : store.status();
-    }
+    const absl::StatusOr<int64_t> n =
+        AddToJobCounter(server, store_address, token, kReplacementsKey);
     if (!n.ok()) {
       std::cerr << "distrun: node " << node_rank
                 << " could not count a replacement in the job's store at "

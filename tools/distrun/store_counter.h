@@ -1,0 +1,26 @@
+// A counter at the root of the job's store that every node's distrun adds
+// to (the replacement budget, the lost ranks): node 0 counts in the store
+// it hosts; another node connects to it, bounded by 2 s (a store that is
+// gone means the job is, too).
+
+#ifndef DISTKIT_TOOLS_DISTRUN_STORE_COUNTER_H_
+#define DISTKIT_TOOLS_DISTRUN_STORE_COUNTER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "cc/store/store_server.h"
+
+namespace distkit {
+
+// Adds 1 to `key` and returns the new value. `server` on node 0, else null
+// and the store at `store_address` with `token`.
+absl::StatusOr<int64_t> AddToJobCounter(StoreServer* server,
+                                        const std::string& store_address,
+                                        const std::string& token,
+                                        const std::string& key);
+
+}  // namespace distkit
+
+#endif  // DISTKIT_TOOLS_DISTRUN_STORE_COUNTER_H_
