@@ -208,14 +208,8 @@ class MMDistributedDataParallel(torch.nn.Module):
         config.gradient_as_bucket_view = int(gradient_as_bucket_view)
         config.broadcast_buffers = int(broadcast_buffers)
         config.comm_hook = _HOOKS[comm_hook]
-        self._reducer = _Reducer(self._dk_params, self._dk_buffers, process_group, config)
-        # Where the reducer's buckets live: the group's comm device (CUDA
-        # gradients over Gloo are staged through host buckets).
-        self._bucket_device = dist.get_comm_device(process_group)
-        self._grad_views: List[Optional[Borrowed]] = [None] * len(self._dk_params)
-        self._view_generation = -1
-        self._finalize_queued = False
-        self._used = None
+        self._config = config
+        self._attach(process_group)
         # Hooks on the gradient accumulators run once .grad holds the final
         # (accumulated) gradient; keep the accumulators alive.
         self._accumulators = []
@@ -225,6 +219,35 @@ class MMDistributedDataParallel(torch.nn.Module):
             self._accumulators.append(acc)
 
     # -- the reducer ---------------------------------------------------------------
+
+    def _attach(self, process_group) -> None:
+        # Collective over `process_group`: a reducer there (rank 0's
+        # parameters and buffers broadcast), nothing borrowed yet.
+        self._reducer = _Reducer(self._dk_params, self._dk_buffers, process_group, self._config)
+        # Where the reducer's buckets live: the group's comm device (CUDA
+        # gradients over Gloo are staged through host buckets).
+        self._bucket_device = dist.get_comm_device(process_group)
+        self._grad_views: List[Optional[Borrowed]] = [None] * len(self._dk_params)
+        self._view_generation = -1
+        self._finalize_queued = False
+        self._used = None
+
+    def regroup(self, process_group=None) -> None:
+        """Collective over the new group: after a shrink or a grow
+        (distkit.elastic does it), the wrapper reduces over
+        ``process_group`` (default: the default group, as at construction)
+        with a new reducer, as if it had been made there: rank 0's
+        parameters and buffers are broadcast. The old reducer, and any
+        gradient it held from a failed step, is dropped; the module, its
+        parameters and the hooks stay the same objects."""
+        if self.gradient_as_bucket_view:
+            with torch.no_grad():  # the old buckets go: gradients own their memory again
+                for p in self._dk_params:
+                    if p.grad is not None:
+                        p.grad = p.grad.clone()
+        self._reducer = None  # destroyed before the new one borrows the parameters
+        self.process_group = process_group
+        self._attach(process_group)
 
     def _make_hook(self, index: int):
         def hook(*unused):

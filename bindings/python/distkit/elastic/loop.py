@@ -1,0 +1,88 @@
+"""elastic.run: the loop that keeps training through lost ranks.
+
+    elastic.run(train, state)        # or: @elastic.run, then train(state)
+
+The first call on a rank of the original job commits the starting state
+(collective). When ``train`` raises an error that means a peer or a link was
+lost (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, ABORTED), each survivor:
+1. gets a new default group (membership.py: grown with a replacement, or
+   shrunk to the survivors);
+2. re-wraps the model on it (``state.model.regroup()`` for distkit's
+   wrappers: collective, and the replacement's own construction of its
+   wrapper is the matching call);
+3. loads the newest committed snapshot held by any member (peer_sync.py),
+   so every rank, the replacement included, is at the same commit;
+4. calls the state's reset callbacks, then ``train`` again.
+A replacement (DISTKIT_REPLACEMENT set) does 3 and 4 before its first call
+to ``train``. Any other error, or a failure during a recovery after
+``max_recoveries`` attempts in a row, is raised to the caller.
+"""
+import functools
+import sys
+from typing import Callable, Optional
+
+from .. import dist, errors
+from . import membership, peer_sync
+from .state import State
+
+_LOST_PEER = (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED, errors.CANCELLED, errors.ABORTED)
+_joined = False  # this process (a replacement) has taken its snapshot from a peer
+
+
+def _say(message: str) -> None:
+    print(f"distkit.elastic: rank {dist.get_rank()}: {message}", file=sys.stderr, flush=True)
+
+
+def _regroup(state: State) -> None:
+    regroup = getattr(state.model, "regroup", None)
+    if regroup is not None:
+        regroup()
+
+
+def _after_new_world(state: State, how: str) -> None:
+    commit = peer_sync.sync(state)
+    state.recoveries += 1
+    _say(f"{how}: world of {dist.get_world_size()}, training from commit {commit}")
+    state._reset()
+
+
+def run(func: Optional[Callable] = None, state: Optional[State] = None, *,
+        replacement_timeout: Optional[float] = None, settle: float = 2.0,
+        max_recoveries: int = 3):
+    """Runs ``func(state)`` until it returns, recovering from lost ranks (see
+    the module's text). ``replacement_timeout``: seconds the survivors wait
+    for a replacement (default: the group's timeout); ``settle``: seconds a
+    shrink waits for every survivor to report alive. Without ``state``,
+    a decorator: ``run(train)(state)``."""
+    if state is None:
+        if func is None:
+            return functools.partial(run, replacement_timeout=replacement_timeout,
+                                     settle=settle, max_recoveries=max_recoveries)
+
+        @functools.wraps(func)
+        def wrapped(state: State, *args, **kwargs):
+            return run(lambda s: func(s, *args, **kwargs), state,
+                       replacement_timeout=replacement_timeout, settle=settle,
+                       max_recoveries=max_recoveries)
+        return wrapped
+
+    global _joined
+    if membership.is_replacement() and not _joined:
+        _after_new_world(state, "joined as a replacement")
+        _joined = True
+    elif state._snapshot is None:
+        state.commit()  # the starting point every rank holds
+    failures_in_a_row = 0
+    while True:
+        try:
+            if failures_in_a_row:
+                how, _ = membership.new_world(replacement_timeout, settle)
+                _regroup(state)
+                _after_new_world(state, how)
+                failures_in_a_row = 0
+            return func(state)
+        except errors.DistkitError as e:
+            if e.code not in _LOST_PEER or failures_in_a_row >= max_recoveries:
+                raise
+            failures_in_a_row += 1
+            _say(f"lost a peer ({e}); recovering")

@@ -1,0 +1,47 @@
+"""The survivors' new world after a lost rank: grown back to the job's size
+when the launcher starts a replacement (``distrun --max-replacements K``
+exports DISTKIT_MAX_REPLACEMENTS=K), else shrunk to the survivors.
+
+Under ``--max-replacements`` the survivors wait for the replacement at most
+``replacement_timeout``; when none came, they shrink instead, but only where
+the launcher lets the job go on without the lost rank (``distrun --min-ranks
+M`` exports DISTKIT_MIN_RANKS=M): otherwise the launcher is stopping the job
+and the grow's error is the answer."""
+import os
+from typing import Optional, Tuple
+
+from .. import dist, errors
+
+
+def _launcher_number(name: str) -> int:
+    try:
+        return int(os.environ.get(name, "0"))
+    except ValueError:
+        return 0
+
+
+def replacements_expected() -> bool:
+    return _launcher_number("DISTKIT_MAX_REPLACEMENTS") > 0
+
+
+def shrink_allowed() -> bool:
+    """False only where a replacement is expected and the launcher has not
+    said that the job may go on smaller."""
+    return not replacements_expected() or _launcher_number("DISTKIT_MIN_RANKS") > 0
+
+
+def is_replacement() -> bool:
+    """True in a process the launcher started in place of a lost rank."""
+    return _launcher_number("DISTKIT_REPLACEMENT") > 0
+
+
+def new_world(replacement_timeout: Optional[float], settle: float) -> Tuple[str, "dist.ProcessGroup"]:
+    """Collective among the survivors of the default group's failure: makes
+    the new default group and says how ("grown" or "shrunk")."""
+    if replacements_expected():
+        try:
+            return "grown", dist.grow_group(timeout=replacement_timeout)
+        except errors.DeadlineExceededError:
+            if not shrink_allowed():
+                raise
+    return "shrunk", dist.shrink_group(settle=settle)

@@ -1,0 +1,80 @@
+"""ElasticSampler: the data a job has not seen yet, shared out again at every
+change of membership, with the global batch kept.
+
+Each epoch is a sequence of global batches of ``global_batch_size`` indices
+(a seeded permutation, the same on every rank). At every step each rank takes
+its share of that step's global batch, by its rank and the world size at
+that moment: after a shrink the survivors' shares grow, after a grow they
+shrink again, and every step still trains on the same samples as an
+uninterrupted run, so its result does not depend on the membership. The
+position (epoch, batch) is saved and restored with elastic.State.
+"""
+from typing import Any, Dict, Iterator, List
+
+import torch
+
+from .. import dist
+
+
+class ElasticSampler:
+    """``for indices in sampler:`` yields this rank's share of each
+    remaining global batch of the epoch (a list of dataset indices);
+    ``sampler.batch`` is the global batch the next one comes from."""
+
+    def __init__(self, dataset_size: int, global_batch_size: int, shuffle: bool = True,
+                 seed: int = 0, drop_last: bool = True):
+        if global_batch_size <= 0 or dataset_size <= 0:
+            raise ValueError(f"ElasticSampler: dataset_size {dataset_size} and global_batch_size "
+                             f"{global_batch_size} must be positive")
+        self.dataset_size = dataset_size
+        self.global_batch_size = global_batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.epoch = 0
+        self.batch = 0
+        self._order = None  # (epoch, seed, permutation) of the last epoch asked
+
+    def __len__(self) -> int:
+        """Global batches per epoch."""
+        full, rest = divmod(self.dataset_size, self.global_batch_size)
+        return full if self.drop_last or rest == 0 else full + 1
+
+    def set_epoch(self, epoch: int) -> None:
+        """Starts ``epoch`` from its first batch."""
+        self.epoch = epoch
+        self.batch = 0
+
+    def global_batch(self, batch: int) -> List[int]:
+        """The indices of the epoch's ``batch``-th global batch."""
+        if self._order is None or self._order[:2] != (self.epoch, self.seed):
+            if self.shuffle:
+                generator = torch.Generator()
+                generator.manual_seed(self.seed + self.epoch)
+                order = torch.randperm(self.dataset_size, generator=generator).tolist()
+            else:
+                order = list(range(self.dataset_size))
+            self._order = (self.epoch, self.seed, order)
+        order = self._order[2]
+        start = batch * self.global_batch_size
+        return order[start:start + self.global_batch_size]
+
+    def share(self, indices: List[int], rank: int, world_size: int) -> List[int]:
+        """Rank `rank`'s contiguous part of `indices`; the first
+        len % world_size ranks take one more."""
+        base, extra = divmod(len(indices), world_size)
+        start = rank * base + min(rank, extra)
+        return indices[start:start + base + (1 if rank < extra else 0)]
+
+    def __iter__(self) -> Iterator[List[int]]:
+        while self.batch < len(self):
+            indices = self.share(self.global_batch(self.batch), dist.get_rank(),
+                                 dist.get_world_size())
+            self.batch += 1
+            yield indices
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"epoch": self.epoch, "batch": self.batch, "seed": self.seed}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.epoch, self.batch, self.seed = state["epoch"], state["batch"], state["seed"]

@@ -1,0 +1,146 @@
+"""State: what a job needs to go on after a lost rank, kept in memory.
+
+``commit()`` takes a snapshot at a point where every rank is at the same step
+(the caller's choice, e.g. every k steps): the model's and the optimizer's
+state, the sampler's position, the caller's counters and every rank's RNG
+states. Nothing is written to a file. For data-parallel training each rank's
+snapshot is a full copy, so after a failure any survivor can hand it to a
+replacement (peer_sync.py); ``restore()`` puts a rank back to its snapshot.
+"""
+import copy
+import os
+import random
+import sys
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+from .. import dist
+
+
+def _rng_states() -> Dict[str, Any]:
+    states = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    numpy = sys.modules.get("numpy")  # only when the trainer uses it
+    if numpy is not None:
+        states["numpy"] = numpy.random.get_state()
+    return states
+
+
+def _set_rng_states(states: Dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    random.setstate(states["python"])
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and "numpy" in states:
+        numpy.random.set_state(states["numpy"])
+
+
+def job_rank() -> int:
+    """This process's place in the job as the launcher numbered it: kept
+    through a shrink (which renumbers the group) and given to a
+    replacement."""
+    return int(os.environ.get("RANK", dist.get_rank()))
+
+
+def _tensor_bytes(obj) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
+class State:
+    """The training state ``elastic.run`` keeps alive.
+
+    ``model``: a module (a distkit wrapper is re-wrapped on the new group
+    after a failure); ``optimizer``: a torch optimizer; ``sampler``: an
+    ElasticSampler (or anything with ``state_dict`` / ``load_state_dict``);
+    keyword ``counters`` (epoch, step, ...) become attributes, saved and
+    restored with the rest."""
+
+    def __init__(self, model: Optional[torch.nn.Module] = None,
+                 optimizer: Optional[torch.optim.Optimizer] = None, sampler=None, **counters):
+        self.model = model
+        self.optimizer = optimizer
+        self.sampler = sampler
+        self._counter_names = list(counters)
+        for name, value in counters.items():
+            setattr(self, name, value)
+        self._snapshot: Optional[Dict[str, Any]] = None
+        self._commits = 0
+        self._reset_callbacks: List[Callable[["State"], None]] = []
+        # Filled by elastic.run: how many recoveries this process took part in.
+        self.recoveries = 0
+
+    def register_reset_callbacks(self, callbacks: List[Callable[["State"], None]]) -> None:
+        """Each is called with the state after every change of membership
+        (a shrink or a grow), once the state is restored on the new world."""
+        self._reset_callbacks.extend(callbacks)
+
+    @property
+    def commits(self) -> int:
+        """How many snapshots the job has committed (the same on every rank)."""
+        return self._commits
+
+    def commit(self) -> None:
+        """Collective over the default group (every rank's RNG states are
+        gathered, so a replacement gets its lost rank's): takes an in-memory
+        snapshot. The previous snapshot stays in force until this one is
+        complete, so a failure during a commit restores the previous one."""
+        rng = dist.all_gather_object((job_rank(), _rng_states()))
+        snapshot = self._capture(self._commits + 1)
+        snapshot["rng"] = dict(rng)
+        self._snapshot = snapshot
+        self._commits += 1
+
+    def restore(self) -> None:
+        """Puts this rank back to the last committed snapshot."""
+        if self._snapshot is None:
+            raise RuntimeError("elastic.State.restore: nothing committed yet")
+        self._apply(self._snapshot)
+
+    def snapshot_bytes(self) -> int:
+        """The memory the snapshot's tensors hold on this rank."""
+        return _tensor_bytes(self._snapshot) if self._snapshot is not None else 0
+
+    # -- for peer_sync and loop -------------------------------------------------------
+
+    def _capture(self, commit: int) -> Dict[str, Any]:
+        snapshot: Dict[str, Any] = {"commit": commit,
+                                    "counters": {n: copy.deepcopy(getattr(self, n))
+                                                 for n in self._counter_names}}
+        if self.model is not None:
+            snapshot["model"] = {k: v.detach().clone()
+                                 for k, v in self.model.state_dict().items()}
+        if self.optimizer is not None:
+            snapshot["optimizer"] = copy.deepcopy(self.optimizer.state_dict())
+        if self.sampler is not None:
+            snapshot["sampler"] = copy.deepcopy(self.sampler.state_dict())
+        return snapshot
+
+    def _apply(self, snapshot: Dict[str, Any]) -> None:
+        """Loads `snapshot` (committed by this rank or received from a peer),
+        with this process's RNG states from it."""
+        with torch.no_grad():
+            if self.model is not None:
+                self.model.load_state_dict(snapshot["model"])
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(snapshot["optimizer"])  # copies
+            self.optimizer.zero_grad(set_to_none=True)
+        if self.model is not None:
+            self.model.zero_grad(set_to_none=True)  # nothing from a failed step
+        if self.sampler is not None:
+            self.sampler.load_state_dict(copy.deepcopy(snapshot["sampler"]))
+        for name, value in snapshot["counters"].items():
+            setattr(self, name, copy.deepcopy(value))
+        rng = snapshot.get("rng", {}).get(job_rank())
+        if rng is not None:
+            _set_rng_states(rng)
+        self._snapshot = snapshot
+        self._commits = snapshot["commit"]
+
+    def _reset(self) -> None:
+        for callback in self._reset_callbacks:
+            callback(self)

@@ -1,0 +1,162 @@
+"""distkit.elastic with DDP (MMDistributedDataParallel): a rank is SIGKILLed
+at a random step and point, and the job still ends with the parameters of an
+uninterrupted run.
+
+Under ``distrun --max-replacements 1`` the lost rank's replacement joins
+(grown back to N ranks); with the argument "shrink", under ``distrun
+--min-ranks 1`` and no replacement, the survivors shrink to N - 1 and finish.
+Either way every step trains on the same global batch (ElasticSampler keeps
+it; each rank's share changes with the world size), so the reference is one
+schedule: plain torch in one process, full-batch mean loss, SGD with
+momentum, computed here without any of distkit's code. Float64 everywhere;
+the comparison allows 1e-9 relative because the all_reduce sums the ranks'
+gradients in another order than the reference's one-batch mean.
+
+Rank 0 draws (victim, step, point) from a random seed (printed; set
+ELASTIC_SEED to replay one): before the forward, mid-backward (a gradient
+hook, while DDP's buckets are in flight), after the optimizer step, or at a
+commit (the others are in the commit's all_gather). Checked as well: exactly
+one recovery on every rank; the parameters moved after the kill (a run that
+skipped the remaining steps cannot pass); no file written (torch.save to a
+path is refused, the working directory stays empty)."""
+import os
+import random
+import signal
+import sys
+import tempfile
+
+import torch
+
+from distkit import dist, elastic
+from distkit.model import MMDistributedDataParallel
+from testing.python.rank_check import check, finish
+
+SAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS, COMMIT_EVERY = 240, 6, 12, 2, 4
+LR, MOMENTUM, SEED, TIMEOUT = 0.05, 0.9, 7, 20
+POINTS = ("before_forward", "mid_backward", "after_step", "at_commit")
+
+
+def data():
+    g = torch.Generator().manual_seed(1234)
+    x = torch.randn(SAMPLES, FEATURES, generator=g, dtype=torch.float64)
+    y = torch.sin(x @ torch.linspace(-1, 1, FEATURES, dtype=torch.float64)).unsqueeze(1)
+    return x, y
+
+
+def make_net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(FEATURES, 16), torch.nn.Tanh(),
+                               torch.nn.Linear(16, 1)).double()
+
+
+def reference(x, y, steps):
+    """Plain torch, one process: the first `steps` steps of the schedule."""
+    net = make_net()
+    opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM)
+    per_epoch = SAMPLES // GLOBAL_BATCH
+    done = 0
+    for epoch in range(EPOCHS):
+        order = torch.randperm(SAMPLES, generator=torch.Generator().manual_seed(SEED + epoch))
+        for b in range(per_epoch):
+            if done == steps:
+                return [p.detach().clone() for p in net.parameters()]
+            idx = order[b * GLOBAL_BATCH:(b + 1) * GLOBAL_BATCH]
+            opt.zero_grad()
+            ((net(x[idx]) - y[idx]) ** 2).mean().backward()
+            opt.step()
+            done += 1
+    return [p.detach().clone() for p in net.parameters()]
+
+
+def refuse_files(path_like, *args, **kwargs):
+    raise AssertionError(f"a file was written during elastic training: {path_like}")
+
+
+def main():
+    shrink = sys.argv[1:] == ["shrink"]
+    replacement = elastic.membership.is_replacement()
+    workdir = tempfile.mkdtemp(prefix="elastic_ddp_")
+    os.chdir(workdir)
+    real_save = torch.save
+    torch.save = lambda obj, f, *a, **k: (real_save(obj, f, *a, **k) if hasattr(f, "write")
+                                          else refuse_files(f))
+
+    dist.init_dist("pytorch", backend="gloo", timeout=TIMEOUT)
+    rank, size = dist.get_rank(), dist.get_world_size()
+    per_epoch = SAMPLES // GLOBAL_BATCH
+    total = EPOCHS * per_epoch
+    # The kill: drawn on rank 0, known to every original rank.
+    plan = [None]
+    if not replacement:
+        if rank == 0:
+            seed = int(os.environ.get("ELASTIC_SEED", random.SystemRandom().randrange(1 << 30)))
+            draw = random.Random(seed)
+            point = draw.choice(POINTS)
+            steps = [s for s in range(1, total - 1)
+                     if point != "at_commit" or (s % per_epoch + 1) % COMMIT_EVERY == 0]
+            plan = [(seed, draw.randrange(size), draw.choice(steps), point)]
+        dist.broadcast_object_list(plan, 0)
+        seed, victim, die_at, point = plan[0]
+        if rank == 0:
+            print(f"ELASTIC_SEED={seed}: rank {victim} dies at step {die_at}, {point}", flush=True)
+    else:
+        victim, die_at, point = -1, -1, None  # the replacement lives
+
+    x, y = data()
+    model = MMDistributedDataParallel(make_net())  # a replacement's matches the survivors' regroup
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    sampler = elastic.ElasticSampler(SAMPLES, GLOBAL_BATCH, shuffle=True, seed=SEED)
+    state = elastic.State(model=model, optimizer=opt, sampler=sampler, epoch=0)
+
+    def die_here(step, where):
+        if rank == victim and step == die_at and where == point:
+            print(f"rank {rank}: SIGKILL at step {step} ({where})", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    first_weight = model.module[0].weight
+    current = {"step": -1}
+    first_weight.register_hook(lambda g: die_here(current["step"], "mid_backward"))
+
+    def train(state):
+        while state.epoch < EPOCHS:
+            for indices in state.sampler:
+                step = state.epoch * per_epoch + state.sampler.batch - 1
+                current["step"] = step
+                die_here(step, "before_forward")
+                idx = torch.tensor(indices)
+                opt.zero_grad()
+                ((model(x[idx]) - y[idx]) ** 2).mean().backward()
+                opt.step()
+                die_here(step, "after_step")
+                if state.sampler.batch % COMMIT_EVERY == 0:
+                    die_here(step, "at_commit")
+                    state.commit()
+            state.epoch += 1
+            state.sampler.set_epoch(state.epoch)
+            state.commit()
+
+    elastic.run(train, state, replacement_timeout=TIMEOUT)
+
+    want = reference(x, y, total)
+    got = [p.detach() for p in model.module.parameters()]
+    for i, (g, w) in enumerate(zip(got, want)):
+        check(torch.allclose(g, w, rtol=1e-9, atol=1e-12),
+              f"parameter {i} equals the uninterrupted run's: max diff {(g - w).abs().max().item()}")
+    if not replacement:
+        at_kill = reference(x, y, die_at)
+        moved = max((g - k).abs().max().item() for g, k in zip(got, at_kill))
+        check(moved > 1e-6, f"the parameters moved after the kill at step {die_at}: {moved}")
+    check(state.recoveries == 1, f"one recovery on every rank: {state.recoveries}")
+    expect = size if not shrink or replacement else size - 1
+    if replacement:
+        expect = dist.get_world_size()  # the grown world, checked by the survivors
+    check(dist.get_world_size() == expect, f"world size after recovery: {dist.get_world_size()}")
+    check(state.snapshot_bytes() > 0, "a snapshot in memory")
+    check(os.listdir(workdir) == [], f"nothing written to the working directory: {os.listdir(workdir)}")
+    dist.barrier()
+    return finish("shrank and finished" if shrink
+                  else "joined as a replacement" if replacement else "recovered with a replacement")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
