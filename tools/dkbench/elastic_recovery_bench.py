@@ -1,0 +1,128 @@
+"""How long distkit.elastic takes to recover from a lost rank, and what its
+snapshots cost (issue 39's done-when figures).
+
+    /usr/bin/python3 tools/dkbench/elastic_recovery_bench.py [--ranks 4]
+        [--state-mb 100] [--commit-every 10] [--steps 24] [--die-at 12]
+
+Runs a DDP job (MMDistributedDataParallel, SGD with momentum: the state is
+the parameters plus as many momentum values, --state-mb in all) under
+``distrun --max-replacements 1``; rank 1 SIGKILLs itself before step
+--die-at. Reported, from timestamps the ranks print (one host, one clock):
+- kill -> first step: from the SIGKILL to the end of the first step the
+  replacement completes;
+- replacement's entry -> first step: from the replacement's call into
+  distkit (init_dist, after its interpreter started and imported torch and
+  distkit) to the same moment;
+- the snapshot's cost: the mean commit time over the mean step time times
+  --commit-every (its share of each step, amortised), and its memory.
+Needs libdistkit.so and distrun built (bazel build //capi:libdistkit.so
+//tools/distrun:distrun)."""
+import argparse
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def rank_main(args):
+    t_enter = time.time()  # the interpreter is up, torch and distkit imported
+    import torch
+    from distkit import dist, elastic
+    from distkit.model import MMDistributedDataParallel
+    replacement = elastic.membership.is_replacement()
+    t_enter = time.time()
+    dist.init_dist("pytorch", backend="gloo", timeout=60)
+    rank = dist.get_rank()
+    # Parameters: half the state (momentum is the other half), float32.
+    width = 1024
+    layers = max(1, int(args.state_mb * 1e6 / 2 / 4 / (width * width)))
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(layers)])
+    model = MMDistributedDataParallel(net)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+    batch = 8
+    sampler = elastic.ElasticSampler(args.steps * batch * dist.get_world_size(),
+                                     batch * dist.get_world_size(), shuffle=False)
+    state = elastic.State(model=model, optimizer=opt, sampler=sampler)
+    steps, commits = [], []
+    first_after = [None]
+
+    def train(state):
+        for indices in state.sampler:
+            step = state.sampler.batch - 1
+            if rank == 1 and step == args.die_at and not replacement:
+                print(f"T_KILL {time.time():.6f}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            t0 = time.perf_counter()
+            x = torch.randn(len(indices), width)
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+            steps.append(time.perf_counter() - t0)
+            if first_after[0] is None and (replacement or state.recoveries):
+                first_after[0] = time.time()
+                print(f"T_FIRST_STEP rank {rank} {'replacement' if replacement else 'survivor'} "
+                      f"{first_after[0]:.6f}", flush=True)
+            if state.sampler.batch % args.commit_every == 0:
+                t0 = time.perf_counter()
+                state.commit()
+                commits.append(time.perf_counter() - t0)
+
+    elastic.run(train, state)
+    if replacement:
+        print(f"T_ENTER {t_enter:.6f}", flush=True)
+    step_s = statistics.median(steps)
+    if commits:
+        print(f"COST rank {rank} step {step_s:.4f} commit {statistics.mean(commits):.4f} "
+              f"snapshot_bytes {state.snapshot_bytes()}", flush=True)
+    dist.barrier()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--state-mb", type=float, default=100)
+    parser.add_argument("--commit-every", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--die-at", type=int, default=12)
+    parser.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rank_main:
+        return rank_main(args)
+    env = dict(os.environ)
+    env.setdefault("DISTKIT_LIBRARY", os.path.join(ROOT, "bazel-bin/capi/libdistkit.so"))
+    env["PYTHONPATH"] = os.path.join(ROOT, "bindings/python") + os.pathsep + env.get("PYTHONPATH", "")
+    distrun = os.path.join(ROOT, "bazel-bin/tools/distrun/distrun")
+    cmd = [distrun, "--nproc-per-node", str(args.ranks), "--master-port", "0",
+           "--max-replacements", "1", "--", sys.executable, os.path.abspath(__file__),
+           "--rank-main"] + [a for a in sys.argv[1:]]
+    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=600).stdout
+    if "T_FIRST_STEP" not in out:
+        print(out)
+        return 1
+    t_kill = float(re.search(r"T_KILL (\S+)", out).group(1))
+    t_enter = float(re.search(r"T_ENTER (\S+)", out).group(1))
+    t_first = float(re.search(r"T_FIRST_STEP rank \d+ replacement (\S+)", out).group(1))
+    costs = [(float(s), float(c), int(b)) for s, c, b in
+             re.findall(r"COST rank \d+ step (\S+) commit (\S+) snapshot_bytes (\d+)", out)]
+    step = statistics.median(c[0] for c in costs)
+    commit = statistics.median(c[1] for c in costs)
+    print(f"ranks {args.ranks}, state {args.state_mb:.0f} MB (parameters + momentum), "
+          f"commit every {args.commit_every} steps")
+    print(f"kill -> replacement's first completed step: {t_first - t_kill:.2f} s")
+    print(f"replacement's entry into distkit -> its first completed step: {t_first - t_enter:.2f} s")
+    print(f"step {step * 1e3:.0f} ms, commit {commit * 1e3:.0f} ms: "
+          f"{100 * commit / (args.commit_every * step):.1f}% of each step amortised; "
+          f"snapshot memory {max(c[2] for c in costs) / 1e6:.0f} MB per rank")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
