@@ -114,8 +114,9 @@ build() {
     if have_gpu; then opt=2; else opt=0; fi
   fi
   ((opt == 0)) && say "no GPU here (no /dev/nvidiactl): building at -O0, which only has to compile"
-  # The library's CUDA-relevant layers (no Gloo, MPI or shared memory: the
-  # NCCL backend is registered by gpu_check.cc itself) and the TCP store.
+  # The library's CUDA-relevant layers (no Gloo, MPI or shared memory, but
+  # the host identity the NCCL backend records: the NCCL backend is
+  # registered by gpu_check.cc itself) and the TCP store.
   local sources=(
     cc/core/data_type.cc cc/core/device.cc cc/core/float_cast.cc cc/core/reduce_op.cc
     cc/core/status.cc cc/core/tensor_ref.cc cc/core/device_copy.cc cc/core/copy_stream.cc cc/core/bench_without.cc
@@ -123,6 +124,7 @@ build() {
     cc/comm/backend.cc cc/comm/backend_registry.cc cc/comm/reduce_kernels.cc
     cc/comm/reduce_kernels_avx2.cc cc/comm/reduce_kernels_avx512.cc
     cc/comm/op_context.cc cc/comm/op_signature.cc cc/comm/rank_names.cc cc/comm/work.cc
+    cc/comm/shm/host_map.cc
     cc/comm/nccl/nccl_backend.cc cc/comm/nccl/nccl_comm.cc cc/comm/nccl/nccl_library.cc
     cc/group/agreement_roll_call.cc cc/group/collective_contract.cc cc/group/flight_recorder.cc
     cc/group/op_queue.cc cc/group/process_group.cc

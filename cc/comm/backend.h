@@ -197,6 +197,11 @@ class Backend {
   // Callable from any thread; the contract refuses every later call.
   virtual void Abort() = 0;
 
+  // Whether an UNAVAILABLE from a lost peer (dead, or gone) says which peer.
+  // NCCL's cannot (ncclRemoteError names none): for such a backend the
+  // group asks the survivors who reached the operation, as after a timeout.
+  virtual bool NamesLostPeers() const { return true; }
+
   // Backends whose subgroups derive from the parent's connection (MPI's
   // MPI_Comm_split, NCCL's ncclCommSplit) override both: Split is collective
   // over this backend's ranks; members (`parent_ranks`, in the new group's

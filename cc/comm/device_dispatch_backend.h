@@ -41,6 +41,9 @@ class DeviceDispatchBackend : public Backend {
     return cuda_->SetCudaStream(stream);
   }
   void* cuda_stream() const override { return cuda_->cuda_stream(); }
+  bool NamesLostPeers() const override {
+    return cpu_->NamesLostPeers() && cuda_->NamesLostPeers();
+  }
   absl::StatusOr<void*> MarkIssue(Device d) override {
     return For(d)->MarkIssue(d);
   }

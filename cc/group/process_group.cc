@@ -307,9 +307,18 @@ absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body) {
     // job_failure.h) says which rank, how and on which host, a moment after
     // the dead rank's sockets closed; it is waited for (up to kRecordWait,
     // on this failure path only) only where such a launcher said it will.
+    const absl::Status lost = status;
     status = WithJobFailure(
         *store_, status,
         FailuresAreRecorded(*store_) ? kRecordWait : absl::ZeroDuration());
+    // Unrecorded, and the backend cannot name the peer (NCCL): the roll call
+    // a timeout takes, under the same keys, so ranks whose operation timed
+    // out and ranks that saw a peer's abort first answer one roll call.
+    if (status == lost && !IsPointToPoint(ctx.op) &&
+        !contract_->backend().NamesLostPeers()) {
+      status = absl::UnavailableError(
+          absl::StrCat(status.message(), DiagnoseLateRanks(ctx)));
+    }
   }
   if (record) recorder_->End(recorded.record_id, status);
   status = contract_->Record(std::move(status));

@@ -8,10 +8,16 @@
 //   ... reducer  DDP's loop: gradients marked ready, bucket all_reduces,
 //                Finalize
 //   ... group    asynchronous all_reduces on the world group, waited for
+//   ... late     the group's loop, but the last rank lives and stops
+//                issuing after 3 iterations: the survivors' operation times
+//                out (kLateTimeout), or ends at a peer's abort first; both
+//                must name the late rank
 //
-// Every survivor must get an error naming the operation and the group
-// within the op timeout (no hang, no crash), then destroy its group without
-// hanging. Naming the dead rank is not required yet (see below).
+// Every survivor must get an error naming the dead rank (and no survivor
+// as missing), its host, the operation and the group within the op timeout
+// (no hang, no crash), then destroy its group without hanging. NCCL says
+// only ncclRemoteError; the group's roll call of the survivors names the
+// rank (ProcessGroup, Backend::NamesLostPeers).
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +30,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
@@ -36,6 +43,10 @@ namespace {
 
 // The op timeout: the survivors must fail within it.
 constexpr absl::Duration kTimeout = absl::Seconds(20);
+// The op timeout of the late mode, whose survivors wait it out; they must
+// fail within it and the roll call's budget (3 s, ProcessGroup).
+constexpr absl::Duration kLateTimeout = absl::Seconds(5);
+constexpr int kLateStopsAt = 3;
 // The dying rank's NCCL call on the world's communicator, counted from 1
 // (an operation is two: the signatures' all-gather and its own): past
 // start-up and the reducer's first iteration.
@@ -109,13 +120,15 @@ absl::Status ReducerLoop(std::shared_ptr<ProcessGroup> world, int* iteration) {
   return absl::OkStatus();
 }
 
-// Asynchronous all_reduces on the group until one fails; that failure.
-absl::Status GroupLoop(std::shared_ptr<ProcessGroup> world, int* iteration) {
+// Asynchronous all_reduces on the group until one fails (or `stop`
+// iterations passed); that failure.
+absl::Status GroupLoop(std::shared_ptr<ProcessGroup> world, int* iteration,
+                       int stop = 50) {
   const Device d = world->comm_device();
   auto buf = DeviceBuffer::Allocate(d, 4096 * sizeof(float));
   testing::RequireOk(buf.status(), "allocate");
   const TensorRef t(buf->data(), 4096, DataType::kFloat32, d);
-  for (*iteration = 0; *iteration < 50; ++*iteration) {
+  for (*iteration = 0; *iteration < stop; ++*iteration) {
     std::shared_ptr<Work> a = world->AllReduceAsync(t, ReduceOp::kSum);
     std::shared_ptr<Work> b = world->BroadcastAsync(t, 0);
     DK_RETURN_IF_ERROR(a->Wait());
@@ -131,16 +144,17 @@ int main(int argc, char** argv) {
   using namespace distkit;
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "reducer" && mode != "group") {
-    std::fprintf(stderr, "usage: %s reducer|group\n", argv[0]);
+  if (mode != "reducer" && mode != "group" && mode != "late") {
+    std::fprintf(stderr, "usage: %s reducer|group|late\n", argv[0]);
     return 2;
   }
+  const bool late = mode == "late";
   const int rank = std::atoi(std::getenv("RANK"));
   const int size = std::atoi(std::getenv("WORLD_SIZE"));
   const int last = size - 1;
   if (size < 2) return 0;  // nobody to survive
   mkdir(MarkDir().c_str(), 0700);
-  if (rank == last) {
+  if (rank == last && !late) {
     const pid_t child = fork();
     if (child > 0) {
       AwaitSurvivors(last);
@@ -157,10 +171,22 @@ int main(int argc, char** argv) {
   testing::SetCheckRank(rank);
   dist::InitOptions options;
   options.backend = "nccl";
-  options.timeout = kTimeout;
+  options.timeout = late ? kLateTimeout : kTimeout;
   testing::RequireOk(dist::InitDist("pytorch", options), "init_dist");
   std::shared_ptr<ProcessGroup> world = dist::GetDefaultGroup();
   int iteration = -1;
+  if (late && rank == last) {
+    // Alive, but never issues the next operation: stays away until the
+    // survivors have their result, then leaves.
+    testing::RequireOk(GroupLoop(world, &iteration, kLateStopsAt),
+                       "the late rank's iterations");
+    AwaitSurvivors(last);
+    world->Abort();
+    dist::DestroyDist();
+    std::printf("rank %d stayed away after %d iterations, as planned\n", last,
+                iteration);
+    _exit(0);
+  }
   const absl::Time start = absl::Now();
   absl::Status s = mode == "reducer" ? ReducerLoop(world, &iteration)
                                      : GroupLoop(world, &iteration);
@@ -173,16 +199,33 @@ int main(int argc, char** argv) {
   testing::Require(
       iteration >= 1 && iteration < 50,
       absl::StrCat("the death came mid-training (iteration ", iteration, ")"));
-  testing::Require(took < kTimeout,
-                   absl::StrCat("the failure came within the op timeout: ",
-                                absl::FormatDuration(took)));
+  if (late) {
+    testing::Require(iteration == kLateStopsAt,
+                     absl::StrCat("the late rank's missing operation failed "
+                                  "(iteration ",
+                                  iteration, ")"));
+    testing::Require(took < kLateTimeout + absl::Seconds(3) + absl::Seconds(5),
+                     absl::StrCat("the failure came within the op timeout and "
+                                  "the roll call: ",
+                                  absl::FormatDuration(took)));
+  } else {
+    testing::Require(took < kTimeout,
+                     absl::StrCat("the failure came within the op timeout: ",
+                                  absl::FormatDuration(took)));
+  }
   const std::string m(s.message());
-  // Not yet required: NCCL reports only ncclRemoteError, and the backend
-  // does not yet find out which peer died (issue 35, open), so the message
-  // names this rank's communicator, not the dead one. Printed for the log.
-  std::printf(
-      "names the dead rank %d: %s\n", last,
-      absl::StrContains(m, absl::StrCat("rank ", last, " ")) ? "yes" : "no");
+  testing::Require(
+      absl::StrContains(m, absl::StrCat("rank(s) ", last, " never joined it")),
+      absl::StrCat("the error names the dead rank ", last,
+                   " and only it: ", m));
+  std::vector<int> survivors;
+  for (int r = 0; r < last; ++r) survivors.push_back(r);
+  testing::Require(
+      absl::StrContains(
+          m, absl::StrCat("rank(s) ", absl::StrJoin(survivors, ", "), " did)")),
+      "the error says which ranks are there: " + m);
+  testing::Require(absl::StrContains(m, "on host(s) "),
+                   "the error names the dead rank's host: " + m);
   testing::Require(
       absl::StrContains(m, "all_reduce") || absl::StrContains(m, "broadcast"),
       "the error names the operation: " + m);
@@ -194,5 +237,6 @@ int main(int argc, char** argv) {
   testing::Require(absl::Now() - destroy < absl::Seconds(10),
                    "the group is destroyed without hanging");
   return testing::FinishChecks(
-      absl::StrCat("a dead peer under the ", mode, " on NCCL"));
+      late ? std::string("a late peer on NCCL")
+           : absl::StrCat("a dead peer under the ", mode, " on NCCL"));
 }

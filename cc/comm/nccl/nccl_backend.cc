@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "cc/comm/nccl/nccl_library.h"
 #include "cc/comm/reduce_kernels.h"
+#include "cc/comm/shm/host_map.h"
 #include "cc/core/cuda_library.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
@@ -175,6 +176,10 @@ absl::Status AgreeToStart(const BackendConfig& config,
 absl::StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
     const BackendConfig& config) {
   DK_RETURN_IF_ERROR(AgreeToStart(config, CanRun()));
+  // Where this rank runs, so that the group's roll call after a lost or late
+  // rank can name its host (ProcessGroup::HostsOf), as Gloo's names it.
+  DK_RETURN_IF_ERROR(config.store->Set(absl::StrCat("hosts/host/", config.rank),
+                                       HostIdentity()));
   const CudaLibrary* cuda = *LoadCudaLibrary();
   const NcclLibrary* nccl = *LoadNcclLibrary();
   const int device = config.local_rank % CudaDeviceCount();

@@ -121,6 +121,9 @@ class NcclBackend : public Backend {
   absl::Status Recv(const OpContext& ctx, TensorRef data, int src,
                     int tag) override;
   void Abort() override;
+  // ncclRemoteError names no peer; the group's roll call does
+  // (Create records this rank's host for it).
+  bool NamesLostPeers() const override { return false; }
 
   bool AgreesAlongside() const override { return true; }
   void AgreeAlongside(const OpSignature& mine) override;
