@@ -30,6 +30,11 @@ def check(ok, what: str) -> None:
         print(f"rank {_rank()}: CHECK FAILED: {what}", file=sys.stderr, flush=True)
 
 
+def failures() -> int:
+    """How many checks have failed in this process so far."""
+    return _failures
+
+
 def finish(summary: str) -> int:
     """Prints "rank R: <summary> passed", or "rank R: <summary>: N checks
     FAILED"; returns the exit status (0 when no check failed)."""

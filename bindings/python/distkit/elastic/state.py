@@ -5,7 +5,9 @@
 state, the sampler's position, the caller's counters and every rank's RNG
 states. Nothing is written to a file. For data-parallel training each rank's
 snapshot is a full copy, so after a failure any survivor can hand it to a
-replacement (peer_sync.py); ``restore()`` puts a rank back to its snapshot.
+replacement (peer_sync.py); a FullyShardedDataParallel model's shards are
+kept twice, each also by its neighbour (sharded_snapshot.py). ``restore()``
+puts a rank back to its snapshot.
 """
 import copy
 import os
@@ -16,6 +18,8 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 from .. import dist
+from ..fsdp import FullyShardedDataParallel, StateDictType
+from . import sharded_snapshot
 
 
 def _rng_states() -> Dict[str, Any]:
@@ -92,6 +96,11 @@ class State:
         rng = dist.all_gather_object((job_rank(), _rng_states()))
         snapshot = self._capture(self._commits + 1)
         snapshot["rng"] = dict(rng)
+        if sharded_snapshot.is_sharded(self.model):
+            # This rank's shard and a copy of its neighbour's (collective).
+            snapshot["shards"] = sharded_snapshot.capture(self.model, self.optimizer)
+            snapshot["world"] = dist.get_world_size()
+            snapshot["own"] = dist.get_rank()
         self._snapshot = snapshot
         self._commits += 1
 
@@ -101,9 +110,16 @@ class State:
             raise RuntimeError("elastic.State.restore: nothing committed yet")
         self._apply(self._snapshot)
 
-    def snapshot_bytes(self) -> int:
-        """The memory the snapshot's tensors hold on this rank."""
-        return _tensor_bytes(self._snapshot) if self._snapshot is not None else 0
+    def snapshot_bytes(self, model_only: bool = False) -> int:
+        """The memory the snapshot's tensors hold on this rank; with
+        ``model_only``, those of the model's and the optimizer's state alone
+        (a sharded model: this rank's shard and its neighbour's), without
+        the RNG states."""
+        if self._snapshot is None:
+            return 0
+        if model_only:
+            return sum(_tensor_bytes(self._snapshot.get(k)) for k in ("model", "optimizer", "shards"))
+        return _tensor_bytes(self._snapshot)
 
     # -- for peer_sync and loop -------------------------------------------------------
 
@@ -111,23 +127,38 @@ class State:
         snapshot: Dict[str, Any] = {"commit": commit,
                                     "counters": {n: copy.deepcopy(getattr(self, n))
                                                  for n in self._counter_names}}
-        if self.model is not None:
+        if self.model is not None and not sharded_snapshot.is_sharded(self.model):
             snapshot["model"] = {k: v.detach().clone()
                                  for k, v in self.model.state_dict().items()}
-        if self.optimizer is not None:
-            snapshot["optimizer"] = copy.deepcopy(self.optimizer.state_dict())
+            if self.optimizer is not None:
+                snapshot["optimizer"] = copy.deepcopy(self.optimizer.state_dict())
         if self.sampler is not None:
             snapshot["sampler"] = copy.deepcopy(self.sampler.state_dict())
         return snapshot
 
     def _apply(self, snapshot: Dict[str, Any]) -> None:
-        """Loads `snapshot` (committed by this rank or received from a peer),
-        with this process's RNG states from it."""
-        with torch.no_grad():
-            if self.model is not None:
-                self.model.load_state_dict(snapshot["model"])
+        """Loads `snapshot` (committed by this rank or received from a peer
+        in the same layout), with this process's RNG states from it."""
+        if sharded_snapshot.is_sharded(self.model):
+            own = snapshot["shards"][snapshot["own"]]
+            with FullyShardedDataParallel.state_dict_type(self.model,
+                                                          StateDictType.SHARDED_STATE_DICT):
+                self.model.load_state_dict(own["model"])
+            if self.optimizer is not None:
+                self.optimizer.load_state_dict(own["optimizer"])  # copies
+        else:
+            with torch.no_grad():
+                if self.model is not None:
+                    self.model.load_state_dict(snapshot["model"])
+            if self.optimizer is not None:
+                self.optimizer.load_state_dict(snapshot["optimizer"])  # copies
+        self._apply_common(snapshot)
+        self._snapshot = snapshot
+
+    def _apply_common(self, snapshot: Dict[str, Any]) -> None:
+        """What every rank's snapshot holds alike: no stale gradients, the
+        sampler's position, the counters, the RNG states, the commit."""
         if self.optimizer is not None:
-            self.optimizer.load_state_dict(snapshot["optimizer"])  # copies
             self.optimizer.zero_grad(set_to_none=True)
         if self.model is not None:
             self.model.zero_grad(set_to_none=True)  # nothing from a failed step
@@ -138,7 +169,6 @@ class State:
         rng = snapshot.get("rng", {}).get(job_rank())
         if rng is not None:
             _set_rng_states(rng)
-        self._snapshot = snapshot
         self._commits = snapshot["commit"]
 
     def _reset(self) -> None:

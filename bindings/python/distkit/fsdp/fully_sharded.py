@@ -112,6 +112,21 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         # The module's own state dict: local, safe for mmengine's Runner.
         module_state.install(module, self._units, use_orig_params)
 
+    def regroup(self, process_group=None) -> None:
+        """Collective over the new group: after a shrink or a grow
+        (distkit.elastic does it), every unit shards over ``process_group``
+        (default: the default group) instead, with the same parameter
+        objects; their values must then be loaded (load_sharded_state_dicts
+        re-shards from the old layout). FULL_SHARD and SHARD_GRAD_OP only:
+        a hybrid layout's two groups would both have to change."""
+        if self._replicate_group is not None:
+            raise ValueError("FullyShardedDataParallel.regroup: hybrid sharding "
+                             f"({self.sharding_strategy.name}) cannot change groups")
+        self._coordinator.forget_backward()  # a failed step's queued work never ran
+        for unit in self._units:
+            unit.regroup(process_group)
+        self._group = process_group
+
     def forward(self, *args, **kwargs):
         if self._units and self._units[0].device.type == "cuda":
             # torch's FSDP: inputs follow the parameters to their device.

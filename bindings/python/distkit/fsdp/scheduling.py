@@ -48,6 +48,14 @@ class Coordinator:
             lambda m, inputs, output, unit=unit: self._post_forward(unit, output))
         return unit
 
+    def forget_backward(self) -> None:
+        """After a failed backward (its queued _finish_backward never ran):
+        no reduction in flight, none queued, no recorded order, so the next
+        forward and backward start afresh (FullyShardedDataParallel.regroup)."""
+        self.in_flight = None
+        self.backward_queued = False
+        self.order, self.recording = [], []
+
     def _mark(self, unit: "Unit", kind: str) -> None:
         self.compute.append((unit.index, kind, time.time_ns()))
 

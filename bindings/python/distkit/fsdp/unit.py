@@ -48,6 +48,7 @@ class Unit:
 
     def __init__(self, module: nn.Module, owned: List[tuple], group, config, compute_dtype,
                  reshard_after_forward: bool, is_root: bool, orig_params: bool = False):
+        self._made_with = (config, compute_dtype, reshard_after_forward, is_root)
         self.module = module
         self.orig_params = orig_params
         # The group the unit shards over and this rank's place in it.
@@ -146,6 +147,37 @@ class Unit:
             # steps) and module.state_dict() hold the shards.
             for k, flat in enumerate(self.flat_params):
                 module.register_parameter(flat_param_name(k), flat)
+
+    def regroup(self, group) -> None:
+        """Collective over `group`: the unit shards over it instead (after a
+        shrink or a grow; distkit.elastic). A new dk_shard there; the flat
+        shard Parameters stay the same objects (the optimizer keeps them),
+        now over this rank's piece of the new layout. Their values are
+        undefined until loaded (load_sharded_state_dicts)."""
+        if self.orig_params:
+            raise ValueError("FullyShardedDataParallel.regroup: use_orig_params=True units "
+                             "cannot change groups (their parameters are the optimizer's "
+                             "views of one layout); wrap with use_orig_params=False")
+        self.reshard()
+        self.__del__()  # the old dk_shard (its group is gone)
+        flats = self.flat_params
+        # As before wrapping: the original parameters registered again, the
+        # flat shards not; __init__ then wraps the module anew.
+        for owner, name, original in self.owned:
+            owner.__dict__.pop(name, None)
+            owner._parameters[name] = original
+        for k in range(len(flats)):
+            self.module._parameters.pop(flat_param_name(k), None)
+        config, compute_dtype, reshard_after_forward, is_root = self._made_with
+        Unit.__init__(self, self.module, self.owned, group, config, compute_dtype,
+                      reshard_after_forward, is_root, self.orig_params)
+        if len(self.flat_params) != len(flats):
+            raise AssertionError("regroup: the unit's flat shards changed in number")
+        for k, (old, new) in enumerate(zip(flats, self.flat_params)):
+            old.data = new.data
+            old.grad = self.grad_views[k]
+            self.flat_params[k] = old
+            self.module._parameters[flat_param_name(k)] = old
 
     def __del__(self):
         if getattr(self, "handle", None):

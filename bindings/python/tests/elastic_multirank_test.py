@@ -1,6 +1,9 @@
-"""distkit.elastic with DDP (MMDistributedDataParallel): a rank is SIGKILLed
-at a random step and point, and the job still ends with the parameters of an
-uninterrupted run.
+"""distkit.elastic with DDP (MMDistributedDataParallel) or, with the argument
+"fsdp", FullyShardedDataParallel (FULL_SHARD, one unit per Linear): a rank
+is SIGKILLed at a random step and point, and the job still ends with the
+parameters of an uninterrupted run. Under FSDP each rank's shard exists
+once: the lost one comes back from the neighbour's copy, and each rank's
+snapshot holds at most 2/N of the model's state plus one unit (checked).
 
 Under ``distrun --max-replacements 1`` the lost rank's replacement joins
 (grown back to N ranks); with the argument "shrink", under ``distrun
@@ -18,7 +21,8 @@ hook, while DDP's buckets are in flight), after the optimizer step, or at a
 commit (the others are in the commit's all_gather). Checked as well: exactly
 one recovery on every rank; the parameters moved after the kill (a run that
 skipped the remaining steps cannot pass); no file written (torch.save to a
-path is refused, the working directory stays empty)."""
+path is refused, the working directory stays empty). Launched by distrun
+with --max-replacements 1, or --min-ranks 1 for "shrink"."""
 import os
 import random
 import signal
@@ -28,9 +32,12 @@ import tempfile
 import torch
 
 from distkit import dist, elastic
+from distkit.fsdp import FullyShardedDataParallel, ModuleWrapPolicy, ShardingStrategy
 from distkit.model import MMDistributedDataParallel
+from testing.python import rank_check
 from testing.python.rank_check import check, finish
 
+HIDDEN = 64
 SAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS, COMMIT_EVERY = 240, 6, 12, 2, 4
 LR, MOMENTUM, SEED, TIMEOUT = 0.05, 0.9, 7, 20
 POINTS = ("before_forward", "mid_backward", "after_step", "at_commit")
@@ -45,8 +52,8 @@ def data():
 
 def make_net():
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(FEATURES, 16), torch.nn.Tanh(),
-                               torch.nn.Linear(16, 1)).double()
+    return torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.Tanh(),
+                               torch.nn.Linear(HIDDEN, 1)).double()
 
 
 def reference(x, y, steps):
@@ -73,7 +80,8 @@ def refuse_files(path_like, *args, **kwargs):
 
 
 def main():
-    shrink = sys.argv[1:] == ["shrink"]
+    shrink = "shrink" in sys.argv[1:]
+    fsdp = "fsdp" in sys.argv[1:]
     replacement = elastic.membership.is_replacement()
     workdir = tempfile.mkdtemp(prefix="elastic_ddp_")
     os.chdir(workdir)
@@ -103,7 +111,12 @@ def main():
         victim, die_at, point = -1, -1, None  # the replacement lives
 
     x, y = data()
-    model = MMDistributedDataParallel(make_net())  # a replacement's matches the survivors' regroup
+    # A replacement's construction matches the survivors' regroup.
+    if fsdp:
+        model = FullyShardedDataParallel(make_net(), sharding_strategy=ShardingStrategy.FULL_SHARD,
+                                         auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}))
+    else:
+        model = MMDistributedDataParallel(make_net())
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     sampler = elastic.ElasticSampler(SAMPLES, GLOBAL_BATCH, shuffle=True, seed=SEED)
     state = elastic.State(model=model, optimizer=opt, sampler=sampler, epoch=0)
@@ -113,9 +126,13 @@ def main():
             print(f"rank {rank}: SIGKILL at step {step} ({where})", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
-    first_weight = model.module[0].weight
     current = {"step": -1}
-    first_weight.register_hook(lambda g: die_here(current["step"], "mid_backward"))
+
+    def mid_backward(module, grad_input, grad_output):
+        die_here(current["step"], "mid_backward")
+    # The last layer's backward is done, the first one's not yet: the
+    # gradients of one unit (FSDP) or bucket (DDP) are in flight.
+    model.module[2].register_full_backward_hook(mid_backward)
 
     def train(state):
         while state.epoch < EPOCHS:
@@ -138,7 +155,11 @@ def main():
     elastic.run(train, state, replacement_timeout=TIMEOUT)
 
     want = reference(x, y, total)
-    got = [p.detach() for p in model.module.parameters()]
+    if fsdp:
+        full = model.state_dict()  # FULL_STATE_DICT: collective
+        got = [full[k] for k, _ in make_net().named_parameters()]
+    else:
+        got = [p.detach() for p in model.module.parameters()]
     for i, (g, w) in enumerate(zip(got, want)):
         check(torch.allclose(g, w, rtol=1e-9, atol=1e-12),
               f"parameter {i} equals the uninterrupted run's: max diff {(g - w).abs().max().item()}")
@@ -152,10 +173,27 @@ def main():
         expect = dist.get_world_size()  # the grown world, checked by the survivors
     check(dist.get_world_size() == expect, f"world size after recovery: {dist.get_world_size()}")
     check(state.snapshot_bytes() > 0, "a snapshot in memory")
+    if fsdp:
+        # Parameters and momentum, float64; a unit: the largest Linear's.
+        net = make_net()
+        whole = 2 * 8 * sum(p.numel() for p in net.parameters())
+        unit = 2 * 8 * max(sum(p.numel() for p in m.parameters())
+                           for m in net if isinstance(m, torch.nn.Linear))
+        n = dist.get_world_size()
+        bound = (2 * whole // n if n > 1 else whole) + unit
+        held = state.snapshot_bytes(model_only=True)
+        check(0 < held <= bound,
+              f"FSDP snapshot {held} B within 2/N of {whole} B plus one unit ({bound} B)")
     check(os.listdir(workdir) == [], f"nothing written to the working directory: {os.listdir(workdir)}")
-    dist.barrier()
-    return finish("shrank and finished" if shrink
-                  else "joined as a replacement" if replacement else "recovered with a replacement")
+    # Under --min-ranks the launcher lets a failing rank go while enough
+    # remain: every rank fails when any check failed anywhere, so the last
+    # one's failure is the job's.
+    failed = torch.tensor([float(rank_check.failures())])
+    dist.all_reduce(failed)
+    check(failed.item() == 0, f"{int(failed.item())} checks failed across the ranks")
+    return finish(("FSDP: " if fsdp else "DDP: ") + (
+        "shrank and finished" if shrink
+        else "joined as a replacement" if replacement else "recovered with a replacement"))
 
 
 if __name__ == "__main__":

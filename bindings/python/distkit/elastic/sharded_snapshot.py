@@ -1,0 +1,131 @@
+"""Snapshots of a FullyShardedDataParallel model, where each rank's shard
+exists once: at every commit each rank keeps its own shard (parameters and
+optimizer state) and a copy of its right-hand neighbour's (rank r holds
+r and r + 1 mod N), so any one lost shard survives in a peer's memory at
+2/N of the model's state per rank. After a change of membership:
+- the same number of ranks (a replacement): each rank loads its own shard;
+  the one a newcomer takes comes from the neighbour that copied it;
+- another number (the survivors shrank): every rank gets every shard for a
+  moment (held by a survivor, or by the lost rank's neighbour) and loads
+  its part of the new layout, parameters and per-element optimizer state
+  alike (load_sharded_state_dicts re-shards them).
+Shards travel by exchange.py (only to the ranks that need them)."""
+import copy
+import io
+from typing import Any, Dict, List
+
+import torch
+
+from .. import dist
+from ..fsdp import FullyShardedDataParallel, StateDictType
+from ..fsdp import checkpoint_format as fmt
+from .exchange import exchange
+
+
+def is_sharded(model) -> bool:
+    return isinstance(model, FullyShardedDataParallel)
+
+
+def _to_bytes(obj) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)  # to memory: no file is written
+    return buffer.getvalue()
+
+
+def _from_bytes(data: bytes):
+    return torch.load(io.BytesIO(data))
+
+
+def capture(model: FullyShardedDataParallel, optimizer) -> Dict[int, Any]:
+    """Collective over the default group (the model's): this rank's shard
+    and its neighbour's, by shard index (the rank in the model's group)."""
+    with FullyShardedDataParallel.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+        own = {"model": model.state_dict()}
+    own["optimizer"] = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
+    n, me = dist.get_world_size(), dist.get_rank()
+    shards = {me: own}
+    if n > 1:
+        received = exchange({(me - 1) % n: _to_bytes(own)})
+        shards[(me + 1) % n] = _from_bytes(received[(me + 1) % n])
+    return shards
+
+
+def _flat_of_optimizer_index(model: FullyShardedDataParallel, optimizer) -> Dict[int, tuple]:
+    """Index in the optimizer's state dict -> (unit path, flat index)."""
+    places = model._places()
+    out, index = {}, 0
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if id(p) in places:
+                unit, k = places[id(p)]
+                out[index] = (unit.path, k)
+            index += 1
+    return out
+
+
+def _reshard_optimizer(model, optimizer, shards: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The optimizer state dict of this rank's part of the new layout, from
+    every old shard's: per-element states (1-D, a flat shard's length)
+    re-sharded through the model's own loader, the rest (step counts,
+    hyper-parameters) from shard 0."""
+    first = shards[0]["optimizer"]
+    flats = _flat_of_optimizer_index(model, optimizer)
+    state: Dict[int, Dict[str, Any]] = {}
+    for index, entry in first["state"].items():
+        state[index] = {}
+        for name, value in entry.items():
+            path, k = flats.get(index, (None, None))
+            local = shards[0]["model"].get(fmt.flat_key(path, k)) if path is not None else None
+            per_element = (isinstance(value, torch.Tensor) and local is not None
+                           and value.dim() == 1 and value.numel() == local.numel())
+            if not per_element:
+                state[index][name] = value
+                continue
+            # Each old shard's values of `name` in place of its parameters:
+            # loading them re-shards them as parameters would be.
+            as_params = []
+            for shard in shards:
+                pseudo = dict(shard["model"])
+                pseudo[fmt.flat_key(path, k)] = shard["optimizer"]["state"][index][name]
+                as_params.append(pseudo)
+            model.load_sharded_state_dicts(as_params)
+            unit = next(u for u in model._units if u.path == path)
+            state[index][name] = unit.flat_params[k].detach().clone()
+    return {"state": state, "param_groups": first["param_groups"]}
+
+
+def load(model: FullyShardedDataParallel, optimizer, held: Dict[int, Any], old_world: int,
+         holders: Dict[int, int], held_by: Dict[int, set]) -> None:
+    """Collective over the (new) default group, after model.regroup():
+    every rank ends with its part of the new layout. `held`: the shards of
+    the newest commit this rank holds (none if its snapshot is older);
+    `holders`: shard index -> the rank that sends it; `held_by`: rank ->
+    the shard indices it holds, so nothing is sent to a rank that has it."""
+    n, me = dist.get_world_size(), dist.get_rank()
+    same_layout = n == old_world
+
+    def needs(rank: int) -> List[int]:
+        return [rank] if same_layout else list(range(old_world))
+
+    outgoing = {}
+    for rank in range(n):
+        wanted = [j for j in needs(rank) if holders[j] == me and j not in held_by[rank]]
+        if wanted:
+            outgoing[rank] = _to_bytes({j: held[j] for j in wanted})
+    received = exchange(outgoing)
+    have = dict(held)
+    for payload in received.values():
+        have.update(_from_bytes(payload))
+    if same_layout:
+        own = have[me]
+        with FullyShardedDataParallel.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+            model.load_state_dict(own["model"])
+        if optimizer is not None:
+            optimizer.load_state_dict(own["optimizer"])
+        return
+    shards = [have[j] for j in range(old_world)]
+    if optimizer is not None:
+        optimizer_state = _reshard_optimizer(model, optimizer, shards)
+    model.load_sharded_state_dicts([s["model"] for s in shards])  # the parameters, last
+    if optimizer is not None:
+        optimizer.load_state_dict(optimizer_state)
