@@ -138,6 +138,12 @@ thread_local cudaError_t t_last_error = cudaSuccess;
 std::atomic<unsigned> g_context_mask{0};
 std::mutex g_context_mu;
 
+// Copies and memsets made (device memory on a side), by direction, for tests
+// that a path does its work on the device (dksimCopyCount, dksimMemsetCount).
+enum CopyDirection { kToDevice = 1, kToHost = 2, kDeviceToDevice = 3 };
+std::atomic<long> g_copies[4];
+std::atomic<long> g_memsets{0};
+
 struct DeviceState {
   std::mutex enqueue_mu;         // every Enqueue on this device's streams
   Stream* legacy = nullptr;      // created with the context
@@ -444,6 +450,12 @@ cudaError_t Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
   if (src_dev) Translate(src, n, fn);
   // Whether cudaMemcpy waits where the real one need not.
   const bool wait_anyway = !async && Cfg().sync_memcpy;
+  if (src_dev || dst_dev) {
+    g_copies[src_dev && dst_dev ? kDeviceToDevice
+             : dst_dev          ? kToDevice
+                                : kToHost]
+        .fetch_add(1);
+  }
   if (src_dev && dst_dev) {
     // No host synchronization, even for cudaMemcpy.
     const uint64_t seq = Enqueue(
@@ -509,6 +521,7 @@ cudaError_t Memset(void* p, int value, size_t n, cudaStream_t stream,
     return cudaErrorInvalidValue;
   }
   if (k == PtrKind::kDevice) {
+    g_memsets.fetch_add(1);
     // cudaMemset of device memory does not wait either.
     Translate(p, n, fn);
     const uint64_t seq = Enqueue(
@@ -1370,5 +1383,17 @@ long dksimLiveAllocations(int device) {
 
 // The seed delays are drawn from (DKSIM_SEED or the one printed at load).
 unsigned long long dksimSeed(void) { return Cfg().seed; }
+
+// Copies (cudaMemcpy, cudaMemcpyAsync) with device memory on a side, made by
+// this process so far: `direction` 1 host to device, 2 device to host, 3
+// device to device; -1 for another direction.
+long dksimCopyCount(int direction) {
+  if (direction < kToDevice || direction > kDeviceToDevice) return -1;
+  return g_copies[direction].load();
+}
+
+// Memsets (cudaMemset, cudaMemsetAsync) of device memory made by this
+// process so far.
+long dksimMemsetCount(void) { return g_memsets.load(); }
 
 }  // extern "C"

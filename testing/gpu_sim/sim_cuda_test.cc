@@ -112,6 +112,36 @@ TEST(SimCuda, PointerAttributesAndAllocationCounts) {
   EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
 }
 
+// What tests ask to tell device work from host round trips: copies by
+// direction and memsets of device memory (host-only copies not counted).
+TEST(SimCuda, CopiesAndMemsetsAreCounted) {
+  auto r = RunChild([] {
+    const Api& api = Load();
+    SIM_CUDA(api.cudaSetDevice(1));
+    char* d = nullptr;
+    SIM_CUDA(api.cudaMalloc(reinterpret_cast<void**>(&d), 64));
+    char host[64] = {};
+    char other[64] = {};
+    SIM_CHECK(api.dksimCopyCount(1) == 0 && api.dksimCopyCount(2) == 0 &&
+              api.dksimCopyCount(3) == 0 && api.dksimMemsetCount() == 0);
+    SIM_CUDA(api.cudaMemcpy(d, host, 64, cudaMemcpyHostToDevice));
+    SIM_CUDA(api.cudaMemcpyAsync(d + 32, d, 32, cudaMemcpyDeviceToDevice,
+                                 cudaStreamLegacy));
+    SIM_CUDA(api.cudaMemsetAsync(d, 0, 16, cudaStreamLegacy));
+    SIM_CUDA(api.cudaMemset(d, 7, 16));
+    SIM_CUDA(api.cudaMemcpy(host, d, 64, cudaMemcpyDefault));
+    SIM_CUDA(api.cudaMemcpy(other, host, 64, cudaMemcpyHostToHost));
+    SIM_CHECK(api.dksimCopyCount(1) == 1 && api.dksimCopyCount(2) == 1 &&
+              api.dksimCopyCount(3) == 1);
+    SIM_CHECK(api.dksimMemsetCount() == 2);
+    SIM_CHECK(api.dksimCopyCount(0) == -1 && api.dksimCopyCount(4) == -1);
+    SIM_CHECK(host[0] == 7 && host[16] == host[40]);
+    SIM_CUDA(api.cudaFree(d));
+    return 0;
+  });
+  EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+}
+
 TEST(SimCuda, WrongCopyKindsAreRefused) {
   auto r = RunChild([] {
     const Api& api = Load();

@@ -91,6 +91,8 @@ struct Api {
   unsigned (*dksimContextMask)(void) = nullptr;
   long (*dksimMallocCount)(int) = nullptr;
   long (*dksimLiveAllocations)(int) = nullptr;
+  long (*dksimCopyCount)(int) = nullptr;
+  long (*dksimMemsetCount)(void) = nullptr;
 };
 
 inline const char* LibraryPath() {
@@ -173,6 +175,8 @@ inline const Api& Load() {
     DK_GET(dksimContextMask);
     DK_GET(dksimMallocCount);
     DK_GET(dksimLiveAllocations);
+    DK_GET(dksimCopyCount);
+    DK_GET(dksimMemsetCount);
 #undef DK_GET
     return a;
   }();
