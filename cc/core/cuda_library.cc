@@ -33,6 +33,7 @@ absl::StatusOr<CudaLibrary> Load() {
   DK_RESOLVE(FreeHost, cudaFreeHost);
   DK_RESOLVE(Memcpy, cudaMemcpy);
   DK_RESOLVE(MemcpyAsync, cudaMemcpyAsync);
+  DK_RESOLVE(MemsetAsync, cudaMemsetAsync);
   DK_RESOLVE(StreamCreateWithFlags, cudaStreamCreateWithFlags);
   DK_RESOLVE(StreamDestroy, cudaStreamDestroy);
   DK_RESOLVE(StreamSynchronize, cudaStreamSynchronize);

@@ -32,6 +32,7 @@ struct CudaLibrary {
   decltype(&::cudaFreeHost) FreeHost;
   decltype(&::cudaMemcpy) Memcpy;
   decltype(&::cudaMemcpyAsync) MemcpyAsync;
+  decltype(&::cudaMemsetAsync) MemsetAsync;
   decltype(&::cudaStreamCreateWithFlags) StreamCreateWithFlags;
   decltype(&::cudaStreamDestroy) StreamDestroy;
   decltype(&::cudaStreamSynchronize) StreamSynchronize;

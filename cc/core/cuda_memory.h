@@ -28,6 +28,13 @@ absl::Status Copy(void* dst, Device dst_device, const void* src,
 absl::Status CopyOnStream(void* dst, Device dst_device, const void* src,
                           Device src_device, size_t n, const CopyStream& on);
 
+// `n` zero bytes at `dst` on CUDA `device`, on the device (cudaMemsetAsync):
+// on the legacy stream and waited for, or queued on `on` (its device is
+// `device`) and not waited for, as a device to device copy.
+absl::Status Zero(void* dst, Device device, size_t n);
+absl::Status ZeroOnStream(void* dst, Device device, size_t n,
+                          const CopyStream& on);
+
 // Waits for the work queued on `stream` (nullptr: the legacy one) of
 // `device`.
 absl::Status SynchronizeStream(Device device, void* stream);

@@ -80,6 +80,33 @@ absl::Status CopyOnStream(void* dst, Device dst_device, const void* src,
                     "cudaStreamSynchronize of the caller's stream");
 }
 
+absl::Status Zero(void* dst, Device device, size_t n) {
+  CudaDeviceGuard on(Cuda(), device.index);
+  DK_RETURN_IF_ERROR(on.status());
+  const CudaLibrary& cuda = Cuda();
+  DK_RETURN_IF_ERROR(CudaStatus(
+      cuda, cuda.MemsetAsync(dst, 0, n, cudaStreamLegacy), "cudaMemsetAsync"));
+  // Blocking, as Copy: work on a non-blocking stream is not ordered after
+  // the legacy stream's.
+  return CudaStatus(cuda, cuda.StreamSynchronize(cudaStreamLegacy),
+                    "cudaStreamSynchronize");
+}
+
+absl::Status ZeroOnStream(void* dst, Device device, size_t n,
+                          const CopyStream& on) {
+  CudaDeviceGuard guard(Cuda(), device.index);
+  DK_RETURN_IF_ERROR(guard.status());
+  const CudaLibrary& cuda = Cuda();
+  // The stream orders it for everything that follows it: nothing to wait
+  // for on the host.
+  return CudaStatus(cuda,
+                    cuda.MemsetAsync(dst, 0, n,
+                                     on.stream != nullptr
+                                         ? static_cast<cudaStream_t>(on.stream)
+                                         : cudaStreamLegacy),
+                    "cudaMemsetAsync on the caller's stream");
+}
+
 absl::Status SynchronizeStream(Device device, void* stream) {
   CudaDeviceGuard guard(Cuda(), device.index);
   DK_RETURN_IF_ERROR(guard.status());

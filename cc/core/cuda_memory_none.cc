@@ -20,6 +20,12 @@ absl::Status CopyOnStream(void*, Device, const void*, Device, size_t,
   return DeviceCount().status();
 }
 
+absl::Status Zero(void*, Device, size_t) { return DeviceCount().status(); }
+
+absl::Status ZeroOnStream(void*, Device, size_t, const CopyStream&) {
+  return DeviceCount().status();
+}
+
 absl::Status SynchronizeStream(Device, void*) { return DeviceCount().status(); }
 
 absl::StatusOr<void*> Allocate(Device, size_t) {

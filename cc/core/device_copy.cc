@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cc/core/copy_stream.h"
@@ -92,6 +94,24 @@ absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
     return cuda_memory::CopyOnStream(dst, dst_device, src, src_device, n, *on);
   }
   return cuda_memory::Copy(dst, dst_device, src, src_device, n);
+}
+
+absl::Status ZeroBytes(void* dst, Device device, size_t n) {
+  if (n == 0) return absl::OkStatus();
+  if (device.is_cpu()) {
+    std::memset(dst, 0, n);
+    return absl::OkStatus();
+  }
+  DK_RETURN_IF_ERROR(Usable(device));
+  if (device.is_ext()) {
+    // An extension device has copies only.
+    const std::vector<char> zeros(n, 0);
+    return ExtensionCopy(dst, device, zeros.data(), Device::Cpu(), n);
+  }
+  if (std::optional<CopyStream> on = CopyStreamFor(device); on.has_value()) {
+    return cuda_memory::ZeroOnStream(dst, device, n, *on);
+  }
+  return cuda_memory::Zero(dst, device, n);
 }
 
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(Device device,

@@ -33,6 +33,11 @@ Device DefaultDevice(int local_rank);
 absl::Status CopyBytes(void* dst, Device dst_device, const void* src,
                        Device src_device, size_t n);
 
+// Writes n zero bytes at dst on `device`; like CopyBytes, blocking, or on
+// the caller's stream inside a CopyStreamScope (not waited for). CUDA memory
+// is zeroed by the device (cudaMemsetAsync), never copied from the host.
+absl::Status ZeroBytes(void* dst, Device device, size_t n);
+
 // Memory owned on one device. CUDA memory comes from a per-device cache of
 // blocks (cuda_block_cache.h): after warm-up, allocating and freeing call
 // neither cudaMalloc nor cudaFree.

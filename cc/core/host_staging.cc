@@ -51,9 +51,7 @@ absl::Status AddInto(TensorRef dst, TensorRef src) {
 }
 
 absl::Status ZeroFill(TensorRef t) {
-  DK_ASSIGN_OR_RETURN(HostCopy h, HostCopy::Of(t, /*read=*/false));
-  std::memset(h.host().data(), 0, h.host().nbytes());
-  return h.WriteBack();
+  return ZeroBytes(t.data(), t.device(), t.nbytes());
 }
 
 }  // namespace distkit

@@ -52,20 +52,6 @@ struct GradReducer::Bucket {
   }
 };
 
-namespace {
-
-// `bytes` zero bytes at `dst` on `device`.
-absl::Status Zero(void* dst, Device device, size_t bytes) {
-  if (device.is_cpu()) {
-    std::memset(dst, 0, bytes);
-    return absl::OkStatus();
-  }
-  const std::vector<char> zeros(bytes, 0);
-  return CopyBytes(dst, device, zeros.data(), Device::Cpu(), bytes);
-}
-
-}  // namespace
-
 GradReducer::GradReducer(std::shared_ptr<ProcessGroup> group,
                          std::vector<Parameter> params,
                          std::vector<TensorRef> buffers, Options options)
@@ -210,7 +196,7 @@ absl::Status GradReducer::BuildBuckets(absl::Span<const int> order) {
       bucket->numel += params_[i].data.numel();
     }
     DK_ASSIGN_OR_RETURN(bucket->storage, DeviceBuffer::Allocate(comm, bytes));
-    DK_RETURN_IF_ERROR(Zero(bucket->data(), comm, bytes));
+    DK_RETURN_IF_ERROR(ZeroBytes(bucket->data(), comm, bytes));
     bucket->bytes = bytes;
     bucket->trace.bucket = b;
     bucket->trace.bytes = bytes;
@@ -319,7 +305,7 @@ absl::Status GradReducer::PrepareLocked(absl::Span<const int> unused) {
     // A zero contribution from this rank.
     Bucket& b = *bucket_state_[bucket_of_[i]];
     DK_RETURN_IF_ERROR(
-        Zero(b.data() + offset_of_[i], b.device, Bytes(params_[i].data)));
+        ZeroBytes(b.data() + offset_of_[i], b.device, Bytes(params_[i].data)));
     grads_[i] = TensorRef();
     MarkReadyLocked(i);
   }

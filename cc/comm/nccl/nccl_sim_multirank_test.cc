@@ -16,6 +16,8 @@
 //            op's end is an error; an op no other rank joins times out;
 //            ranks that disagree on an op fail it on every rank (a barrier
 //            against an all_reduce too); an op in flight at abort fails
+//   device   a float mean is ncclAvg (no host round trip), an integer mean
+//            divided on the host; zeroing is a memset on the caller's stream
 //   devices  this process made a CUDA context on its own device only
 //
 // Prints the executed matrix (one line per operation and dtype).
@@ -34,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cc/comm/backend_registry.h"
+#include "cc/core/copy_stream.h"
 #include "cc/core/cuda_library.h"
 #include "cc/core/device_copy.h"
 #include "cc/dist_api/collectives.h"
@@ -459,6 +462,104 @@ void NoAllocationPerOp(ProcessGroup& g) {
   ++matrix["no device allocation per op after warm-up float32"];
 }
 
+// Work that stays on the device (issue 35, item 6), told by the simulator's
+// counts of copies and memsets:
+// - a float mean is folded into the reduction (ncclAvg): it copies nothing
+//   more than a sum (the op's own signature, a small copy each way); an
+//   integer mean keeps the contract's division through host memory, one copy
+//   each way more (NCCL's integer average is not documented to truncate the
+//   wrapped sum toward zero as every other backend does);
+// - zeroing device memory (ZeroBytes: the reducer's buckets, FlatShard's
+//   gradients) is a memset, never a copy from the host, and inside a
+//   CopyStreamScope it runs on the caller's stream, after its earlier work.
+void MeanAndZeroOnTheDevice(ProcessGroup& g, const CudaLibrary& cuda) {
+  auto copies = reinterpret_cast<long (*)(int)>(SimSymbol("dksimCopyCount"));
+  auto memsets = reinterpret_cast<long (*)()>(SimSymbol("dksimMemsetCount"));
+  auto sleep_on = reinterpret_cast<cudaError_t (*)(cudaStream_t, long)>(
+      SimSymbol("dksimStreamSleep"));
+  // The copies (to the device, to the host) one all_reduce made.
+  auto cost = [&](DataType dt, ReduceOp op) {
+    GpuTensor t(dt, Values(dt, op, rank, 1031), device);
+    const long to_device = copies(1), to_host = copies(2);
+    CheckOk(g.AllReduce(t.ref(), op), "all_reduce");
+    const std::pair<long, long> made(copies(1) - to_device,
+                                     copies(2) - to_host);
+    const std::string wrong = Compare(
+        t.Read(), dt, [&](int64_t i) { return Expected(dt, op, i, size); });
+    Check(wrong.empty(), absl::StrCat("all_reduce ", ReduceOpName(op), " ",
+                                      DataTypeName(dt), ": ", wrong));
+    return made;
+  };
+  if (size > 1) {
+    for (DataType dt : {DataType::kFloat32, DataType::kFloat16,
+                        DataType::kBFloat16, DataType::kFloat64}) {
+      const auto sum = cost(dt, ReduceOp::kSum);
+      const auto mean = cost(dt, ReduceOp::kMean);
+      Check(mean == sum,
+            absl::StrCat(DataTypeName(dt), " mean folded into the reduction: ",
+                         mean.first, " copies to the device and ", mean.second,
+                         " to the host, a sum's ", sum.first, " and ",
+                         sum.second));
+      ++matrix[absl::StrCat("mean as ncclAvg ", DataTypeName(dt))];
+    }
+    for (DataType dt : {DataType::kInt32, DataType::kInt64}) {
+      const auto sum = cost(dt, ReduceOp::kSum);
+      const auto mean = cost(dt, ReduceOp::kMean);
+      Check(mean.first == sum.first + 1 && mean.second == sum.second + 1,
+            absl::StrCat(DataTypeName(dt),
+                         " mean: the sum, divided through the host (one copy "
+                         "each way more than a sum): ",
+                         mean.first, "/", mean.second, " against ", sum.first,
+                         "/", sum.second));
+      ++matrix[absl::StrCat("mean as sum, divided on the host ",
+                            DataTypeName(dt))];
+    }
+  }
+  // Zeroing, blocking: a memset, no copy.
+  const DataType dt = DataType::kFloat32;
+  GpuTensor z(dt, Values(dt, ReduceOp::kSum, rank + 1, 1031), device);
+  long to_device = copies(1), set = memsets();
+  CheckOk(ZeroBytes(z.ref().data(), device, z.ref().nbytes()), "ZeroBytes");
+  Check(copies(1) == to_device && memsets() == set + 1,
+        absl::StrCat("ZeroBytes is one memset (", memsets() - set,
+                     ") and no copy to the device (", copies(1) - to_device,
+                     ")"));
+  Check(Compare(z.Read(), dt, [](int64_t) { return 0.0; }).empty(),
+        "ZeroBytes zeroed");
+  // On the caller's stream: values written there after 50 ms of device work,
+  // then zeroed in a scope on it. Zeroing anywhere else runs before the
+  // values land, which then remain.
+  cudaStream_t stream;
+  RequireOk(
+      CudaStatus(cuda,
+                 cuda.StreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                 "cudaStreamCreateWithFlags"),
+      "a stream of the caller's");
+  const std::vector<float> values(1031, 7.f);
+  RequireOk(CudaStatus(cuda, sleep_on(stream, 50000), "dksimStreamSleep"),
+            "device work on the caller's stream");
+  RequireOk(CudaStatus(cuda,
+                       cuda.MemcpyAsync(z.ref().data(), values.data(),
+                                        z.ref().nbytes(),
+                                        cudaMemcpyHostToDevice, stream),
+                       "cudaMemcpyAsync"),
+            "values on the caller's stream");
+  to_device = copies(1);
+  {
+    CopyStreamScope on(device, stream);
+    CheckOk(ZeroBytes(z.ref().data(), device, z.ref().nbytes()),
+            "ZeroBytes on the caller's stream");
+  }
+  Check(copies(1) == to_device, "no copy to the device on the stream either");
+  CheckOk(
+      CudaStatus(cuda, cuda.StreamSynchronize(stream), "cudaStreamSynchronize"),
+      "the caller's stream");
+  Check(Compare(z.Read(), dt, [](int64_t) { return 0.0; }).empty(),
+        "ZeroBytes in a scope runs after the stream's earlier work");
+  ++matrix["zeroing by memset, on the caller's stream float32"];
+  cuda.StreamDestroy(stream);
+}
+
 // A new nccl group of every rank with its own timeout (each misuse case
 // spoils a group of its own); stops the rank when it cannot be made.
 absl::StatusOr<std::shared_ptr<ProcessGroup>> NcclGroupOfEveryone(
@@ -642,6 +743,7 @@ int main() {
   Matrix(*world);
   PointToPointBesideCollectives(*world);
   NoAllocationPerOp(*world);
+  MeanAndZeroOnTheDevice(*world, **cuda);
   FollowsTheCallersStream(*world, **cuda);
   Groups(*world);
   // Before Misuse, which makes a stream on another device on purpose.
