@@ -15,7 +15,8 @@
 //            abort: clear errors, no hang; a failed cudaEventRecord of an
 //            op's end is an error; an op no other rank joins times out;
 //            ranks that disagree on an op fail it on every rank (a barrier
-//            against an all_reduce too); an op in flight at abort fails
+//            against an all_reduce too); an op in flight at abort fails;
+//            one rank's op after its abort fails every rank's, naming it
 //   device   a float mean is ncclAvg (no host round trip), an integer mean
 //            divided on the host; zeroing is a memset on the caller's stream
 //   devices  this process made a CUDA context on its own device only
@@ -678,6 +679,40 @@ void AbortEndsAnOperationInFlight(ProcessGroup& world) {
   if (rank != 0) (*g)->Abort();
 }
 
+// Bad input on one rank only: the last rank aborts its group and issues an
+// all_reduce on it, the others issue theirs as usual. The last rank's fails
+// at once; the others' end at its abort (a departed peer), well before the
+// 30 s timeout, naming the rank that never joined, not a hang.
+void AbortOnOneRank(ProcessGroup& world) {
+  if (size == 1) return;
+  const int last = size - 1;
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g =
+      NcclGroupOfEveryone(world, absl::Seconds(30), "a group one rank aborts");
+  GpuTensor t(DataType::kFloat32, {1, 2}, device);
+  if (rank == last) (*g)->Abort();
+  const absl::Time start = absl::Now();
+  absl::Status s = (*g)->AllReduce(t.ref(), ReduceOp::kSum);
+  const absl::Duration took = absl::Now() - start;
+  if (rank == last) {
+    Check(!s.ok() && took < absl::Seconds(5),
+          "an op after abort on this rank fails at once: " + s.ToString());
+  } else {
+    Check(s.code() == absl::StatusCode::kUnavailable &&
+              absl::StrContains(s.message(), "all_reduce") &&
+              absl::StrContains(s.message(), (*g)->name()) &&
+              absl::StrContains(s.message(), absl::StrCat("rank(s) ", last,
+                                                          " never joined it")),
+          absl::StrCat("the others' all_reduce with a rank that aborted "
+                       "fails naming op, group and rank ",
+                       last, ": ", s.ToString()));
+    Check(took < absl::Seconds(10),
+          absl::StrCat("soon after the peer's abort, not at the timeout: ",
+                       absl::FormatDuration(took)));
+  }
+  ++matrix["op after abort on one rank"];
+  CheckOk(world.Barrier(), "every rank past the one-sided abort");
+}
+
 // An operation no other rank joins ends at its group's timeout with
 // DEADLINE_EXCEEDED naming it (the communicator is aborted), not a hang.
 void TimeoutEndsTheOperation(ProcessGroup& world) {
@@ -751,6 +786,7 @@ int main() {
   Misuse(*world, **cuda);
   FailedRecordIsAnError(*world);
   TimeoutEndsTheOperation(*world);
+  AbortOnOneRank(*world);
   DisagreementAbortsTheGroup(*world);
   BarrierAgainstAllReduce(*world);
   AbortEndsAnOperationInFlight(*world);
