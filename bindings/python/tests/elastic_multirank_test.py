@@ -5,7 +5,7 @@ parameters of an uninterrupted run. Under FSDP each rank's shard exists
 once: the lost one comes back from the neighbour's copy, and each rank's
 snapshot holds at most 2/N of the model's state plus one unit (checked).
 
-Under ``distrun --max-replacements 1`` the lost rank's replacement joins
+Under ``distrun --max-replacements 2`` the lost rank's replacement joins
 (grown back to N ranks); with the argument "shrink", under ``distrun
 --min-ranks 1`` and no replacement, the survivors shrink to N - 1 and finish.
 Either way every step trains on the same global batch (ElasticSampler keeps
@@ -17,12 +17,16 @@ gradients in another order than the reference's one-batch mean.
 
 Rank 0 draws (victim, step, point) from a random seed (printed; set
 ELASTIC_SEED to replay one): before the forward, mid-backward (a gradient
-hook, while DDP's buckets are in flight), after the optimizer step, or at a
-commit (the others are in the commit's all_gather). Checked as well: exactly
+hook, while DDP's buckets are in flight), after the optimizer step, at a
+commit (the others are in the commit's all_gather), or before the forward
+with a second rank dying in the survivors' recovery (at ws >= 3: a second
+replacement, or a second shrink; under FSDP, when the two are neighbours,
+the shard they both held is lost and every rank must end with that clear
+error). Checked as well: exactly
 one recovery on every rank; the parameters moved after the kill (a run that
 skipped the remaining steps cannot pass); no file written (torch.save to a
 path is refused, the working directory stays empty). Launched by distrun
-with --max-replacements 1, or --min-ranks 1 for "shrink"."""
+with --max-replacements 2, or --min-ranks 1 for "shrink"."""
 import os
 import random
 import signal
@@ -40,7 +44,7 @@ from testing.python.rank_check import check, finish
 HIDDEN = 64
 SAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS, COMMIT_EVERY = 240, 6, 12, 2, 4
 LR, MOMENTUM, SEED, TIMEOUT = 0.05, 0.9, 7, 20
-POINTS = ("before_forward", "mid_backward", "after_step", "at_commit")
+POINTS = ("before_forward", "mid_backward", "after_step", "at_commit", "in_recovery")
 
 
 def data():
@@ -99,16 +103,30 @@ def main():
         if rank == 0:
             seed = int(os.environ.get("ELASTIC_SEED", random.SystemRandom().randrange(1 << 30)))
             draw = random.Random(seed)
-            point = draw.choice(POINTS)
+            # in_recovery: a second rank dies while the survivors recover.
+            point = draw.choice(POINTS if size >= 3 else POINTS[:-1])
             steps = [s for s in range(1, total - 1)
                      if point != "at_commit" or (s % per_epoch + 1) % COMMIT_EVERY == 0]
-            plan = [(seed, draw.randrange(size), draw.choice(steps), point)]
+            victim = draw.randrange(size)
+            second = draw.choice([r for r in range(size) if r != victim])
+            plan = [(seed, victim, draw.choice(steps), point, second)]
         dist.broadcast_object_list(plan, 0)
-        seed, victim, die_at, point = plan[0]
+        seed, victim, die_at, point, second = plan[0]
         if rank == 0:
-            print(f"ELASTIC_SEED={seed}: rank {victim} dies at step {die_at}, {point}", flush=True)
+            print(f"ELASTIC_SEED={seed}: rank {victim} dies at step {die_at}, {point}"
+                  + (f", rank {second} in the recovery" if point == "in_recovery" else ""),
+                  flush=True)
     else:
-        victim, die_at, point = -1, -1, None  # the replacement lives
+        victim, die_at, point, second = -1, -1, None, -1  # a replacement lives
+
+    real_sync = elastic.peer_sync.sync
+
+    def sync_or_die(state):
+        if point == "in_recovery" and rank == second:
+            print(f"rank {rank}: SIGKILL in the recovery", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_sync(state)
+    elastic.peer_sync.sync = sync_or_die
 
     x, y = data()
     # A replacement's construction matches the survivors' regroup.
@@ -122,7 +140,8 @@ def main():
     state = elastic.State(model=model, optimizer=opt, sampler=sampler, epoch=0)
 
     def die_here(step, where):
-        if rank == victim and step == die_at and where == point:
+        first = "before_forward" if point == "in_recovery" else point
+        if rank == victim and step == die_at and where == first:
             print(f"rank {rank}: SIGKILL at step {step} ({where})", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -152,7 +171,19 @@ def main():
             state.sampler.set_epoch(state.epoch)
             state.commit()
 
-    elastic.run(train, state, replacement_timeout=TIMEOUT)
+    # FSDP keeps each shard on its rank and its left neighbour: two
+    # neighbours lost at once lose a shard, and every rank must say so.
+    adjacent = point == "in_recovery" and (second - victim) % size in (1, size - 1)
+    expect_lost = fsdp and adjacent
+    try:
+        elastic.run(train, state, replacement_timeout=TIMEOUT)
+    except RuntimeError as e:
+        if "are lost" not in str(e) or not (expect_lost or replacement):
+            raise
+        # A replacement does not know the plan; the survivors check it.
+        print(f"rank {rank}: the clear error expected: {e}", flush=True)
+        return finish("FSDP: two neighbours lost, a clear error on every rank")
+    check(not expect_lost, "two neighbours lost under FSDP end in an error")
 
     want = reference(x, y, total)
     if fsdp:
@@ -168,7 +199,8 @@ def main():
         moved = max((g - k).abs().max().item() for g, k in zip(got, at_kill))
         check(moved > 1e-6, f"the parameters moved after the kill at step {die_at}: {moved}")
     check(state.recoveries == 1, f"one recovery on every rank: {state.recoveries}")
-    expect = size if not shrink or replacement else size - 1
+    lost = 2 if point == "in_recovery" else 1
+    expect = size - lost if shrink else size
     if replacement:
         expect = dist.get_world_size()  # the grown world, checked by the survivors
     check(dist.get_world_size() == expect, f"world size after recovery: {dist.get_world_size()}")

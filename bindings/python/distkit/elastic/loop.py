@@ -67,15 +67,19 @@ def run(func: Optional[Callable] = None, state: Optional[State] = None, *,
         return wrapped
 
     global _joined
-    if membership.is_replacement() and not _joined:
-        _after_new_world(state, "joined as a replacement")
-        _joined = True
-    elif state._snapshot is None:
+    joining = membership.is_replacement() and not _joined
+    if not joining and state._snapshot is None:
         state.commit()  # the starting point every rank holds
     failures_in_a_row = 0
     while True:
         try:
-            if failures_in_a_row:
+            if joining:
+                # The replacement's first step: the state from its peers. A
+                # failure here (a second rank lost) is recovered from as a
+                # member of the grown world, like any survivor's.
+                _after_new_world(state, "joined as a replacement")
+                joining, _joined = False, True
+            elif failures_in_a_row:
                 how, _ = membership.new_world(replacement_timeout, settle)
                 _regroup(state)
                 _after_new_world(state, how)
@@ -84,5 +88,7 @@ def run(func: Optional[Callable] = None, state: Optional[State] = None, *,
         except errors.DistkitError as e:
             if e.code not in _LOST_PEER or failures_in_a_row >= max_recoveries:
                 raise
+            if joining:
+                joining, _joined = False, True
             failures_in_a_row += 1
             _say(f"lost a peer ({e}); recovering")

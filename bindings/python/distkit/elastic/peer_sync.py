@@ -27,40 +27,65 @@ def _serialize(snapshot) -> bytes:
     return buffer.getvalue()
 
 
-def _holders(info, newest: int, old_world: int):
-    """Shard index -> the rank that sends it (its owner if it survived, else
-    the lowest rank with a copy), and rank -> the shards it holds."""
-    held_by = {r: set(held) if commit == newest else set()
-               for r, (commit, _, _, held) in enumerate(info)}
+def _holders(cards, commit: int, world: int):
+    """For the members' snapshots of `commit` (`cards`: per rank, a list of
+    (commit, world, own shard, held shards)): shard index -> the rank that
+    sends it (its owner if it survived, else the lowest rank with a copy),
+    and rank -> the shards it holds; None when a shard has no holder."""
+    held_by = {r: set().union(*[set(c[3]) for c in mine if c[0] == commit])
+               for r, mine in enumerate(cards)}
     holders = {}
-    for j in range(old_world):
-        owners = [r for r, (commit, _, own, _) in enumerate(info) if commit == newest and own == j]
-        copies = [r for r in range(len(info)) if j in held_by[r]]
+    for j in range(world):
+        owners = [r for r, mine in enumerate(cards)
+                  if any(c[0] == commit and c[2] == j for c in mine)]
+        copies = [r for r in range(len(cards)) if j in held_by[r]]
         if not owners and not copies:
-            raise RuntimeError(
-                f"distkit.elastic: shard {j} of commit {newest} is lost: the rank that held it "
-                f"and the neighbour that copied it (rank {(j - 1) % old_world} of the "
-                f"{old_world}) both failed")
+            return None
         holders[j] = owners[0] if owners else copies[0]
     return holders, held_by
+
+
+def _choose_sharded(cards):
+    """The newest commit whose shards the members still hold, all of them
+    (a commit interrupted by a failure may be held by some ranks only; the
+    one before it then still is, as committed or pending)."""
+    every = [c for mine in cards for c in mine]
+    for commit in sorted({c[0] for c in every}, reverse=True):
+        world = next(c[1] for c in every if c[0] == commit)
+        found = _holders(cards, commit, world)
+        if found is not None:
+            return commit, world, found
+    newest = max(c[0] for c in every)
+    world = next(c[1] for c in every if c[0] == newest)
+    lost = [j for j in range(world) if not any(c[0] == newest and j in c[3] for c in every)]
+    raise RuntimeError(
+        f"distkit.elastic: shard(s) {lost} of commit {newest} are lost: the ranks that held "
+        f"them and the neighbours that copied them (ranks "
+        f"{[(j - 1) % world for j in lost]} of the {world}) all failed; no older commit is "
+        "held whole either")
 
 
 def sync(state: State) -> int:
     """Collective over the default group; returns the commit loaded."""
     sharded = sharded_snapshot.is_sharded(state.model)
-    snapshot = state._snapshot
-    mine = snapshot["commit"] if snapshot is not None else -1
-    if sharded and snapshot is not None:
-        card = (mine, snapshot["world"], snapshot["own"], sorted(snapshot["shards"]))
+    slots = [s for s in (state._snapshot, state._pending) if s is not None]
+    if sharded:
+        cards = dist.all_gather_object(
+            [(s["commit"], s["world"], s["own"], sorted(s["shards"])) for s in slots])
+        if not any(cards):
+            raise RuntimeError("distkit.elastic: no rank holds a committed snapshot "
+                               "(call elastic.run before training, or State.commit)")
+        chosen, old_world, (holders, held_by) = _choose_sharded(cards)
+        source = next(r for r, mine in enumerate(cards) if any(c[0] == chosen for c in mine))
     else:
-        card = (mine, 0, -1, [])
-    info = dist.all_gather_object(card)
-    newest = max(c[0] for c in info)
-    if newest < 0:
-        raise RuntimeError("distkit.elastic: no rank holds a committed snapshot "
-                           "(call elastic.run before training, or State.commit)")
-    source = [c[0] for c in info].index(newest)
+        commits = dist.all_gather_object(slots[0]["commit"] if slots else -1)
+        chosen = max(commits)
+        if chosen < 0:
+            raise RuntimeError("distkit.elastic: no rank holds a committed snapshot "
+                               "(call elastic.run before training, or State.commit)")
+        source = commits.index(chosen)
     me = dist.get_rank()
+    snapshot = next((s for s in slots if s["commit"] == chosen), None)
     if sharded and me == source:
         common = {k: v for k, v in snapshot.items() if k != "shards"}
     else:
@@ -70,13 +95,14 @@ def sync(state: State) -> int:
     received = common if me == source else torch.load(io.BytesIO(payload[0]))
     if not sharded:
         state._apply(received)
-        return newest
-    old_world = info[source][1]
-    holders, held_by = _holders(info, newest, old_world)
-    held = snapshot["shards"] if info[me][0] == newest else {}
+        return chosen
+    held = snapshot["shards"] if snapshot is not None else {}
     sharded_snapshot.load(state.model, state.optimizer, held, old_world, holders, held_by)
     state._apply_common(received)
-    state._snapshot = None
-    state._commits = newest - 1
-    state.commit()  # the new layout's own shards and neighbour copies
-    return newest
+    # What was loaded is this rank's snapshot until the next commit holds.
+    state._snapshot, state._pending = snapshot, None
+    # The new layout's own shards and neighbour copies, as a newer commit;
+    # until it completes everywhere the one loaded stays whole in the
+    # members' memory (a failure here recovers from it).
+    state.commit()
+    return chosen

@@ -73,6 +73,7 @@ class State:
         for name, value in counters.items():
             setattr(self, name, value)
         self._snapshot: Optional[Dict[str, Any]] = None
+        self._pending: Optional[Dict[str, Any]] = None  # a sharded commit not confirmed
         self._commits = 0
         self._reset_callbacks: List[Callable[["State"], None]] = []
         # Filled by elastic.run: how many recoveries this process took part in.
@@ -101,6 +102,12 @@ class State:
             snapshot["shards"] = sharded_snapshot.capture(self.model, self.optimizer)
             snapshot["world"] = dist.get_world_size()
             snapshot["own"] = dist.get_rank()
+            # In force only once every rank holds its part: a failure before
+            # that leaves both this and the last snapshot to recover from
+            # (some ranks may have replaced theirs already).
+            self._pending = snapshot
+            dist.barrier()
+        self._pending = None
         self._snapshot = snapshot
         self._commits += 1
 
