@@ -263,6 +263,18 @@ void TrainAndCompare(const Mode& mode) {
   auto fsdp = Wrap(net, mode);
   auto opt = MakeOptimizer(mode.optim, net->parameters());
   TrainSteps(*fsdp, net, *opt, 0, 5, mode.micros, mode.name);
+  // The reduction reads the gradients where backward wrote them (.grad is
+  // the engine's buffer) for routed blocks and the root; blocks gathered
+  // by BeforeForward alone are copied in, one copy per parameter and step.
+  if (mode.routed) {
+    Check(fsdp->grad_copies() == 0,
+          absl::StrCat(mode.name, ": ", fsdp->grad_copies(),
+                       " gradients copied into the engine's buffer, not "
+                       "written there"));
+  } else {
+    Check(fsdp->grad_copies() > 0,
+          mode.name + ": unrouted blocks' gradients are copied (counted)");
+  }
   auto state = fsdp->FullStateDict();
   RequireOk(state.status(), mode.name + ": full state dict");
   CheckClose(*state, Reference(mode.optim, mode.micros), mode.tolerance,

@@ -71,6 +71,7 @@ absl::Status FullyShardedDataParallel::UseFullViews(Unit& unit) {
     unit.params[i].set_data(view);
   }
   unit.full_views = true;
+  unit.grads_attached = false;
   return absl::OkStatus();
 }
 
@@ -91,6 +92,27 @@ void FullyShardedDataParallel::UsePieceViews(Unit& unit, bool with_grads) {
     storage->set_nbytes(0);
   }
   unit.full_views = false;
+  unit.grads_attached = false;
+  unit.grad_in_place.clear();
+}
+
+absl::Status FullyShardedDataParallel::AttachFullGrads(Unit& unit) {
+  if (unit.grads_attached || !unit.full_views) return absl::OkStatus();
+  torch::NoGradGuard no_grad;
+  unit.grad_in_place.assign(unit.params.size(), nullptr);
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    torch::Tensor& param = unit.params[i];
+    if (!param.requires_grad()) continue;
+    DK_ASSIGN_OR_RETURN(TensorRef full, unit.shard->FullGrad(i));
+    if (ScalarTypeOf(full.dtype()) != param.scalar_type()) continue;  // copied
+    param.mutable_grad() = torch::from_blob(
+        full.data(), unit.shapes[i],
+        torch::TensorOptions().dtype(param.scalar_type()).device(unit.device));
+    unit.grad_in_place[i] = full.data();
+  }
+  unit.grads_attached = true;
+  Account();
+  return absl::OkStatus();
 }
 
 absl::Status FullyShardedDataParallel::Gather(Unit& unit) {
@@ -211,6 +233,7 @@ torch::Tensor FullyShardedDataParallel::RunUnitForward(
 void FullyShardedDataParallel::OnPreBackward(Unit* unit) {
   if (unit->finished) return;
   absl::Status s = Gather(*unit);
+  if (s.ok()) s = AttachFullGrads(*unit);
   if (!s.ok()) {
     RecordError(s);
     TORCH_CHECK(false, kOwner, ": gathering unit '", unit->name,
@@ -233,11 +256,23 @@ void FullyShardedDataParallel::OnGradReady(Unit* unit, int index) {
     // were computed; finish it before this unit's full gradients are
     // allocated, so the library never holds two units' full gradients.
     if (reducing_ != nullptr && reducing_ != unit) s = CompleteReduction();
-    torch::Tensor g = grad.contiguous();
-    absl::StatusOr<TensorRef> ref =
-        AsTensorRef(g, kOwner, unit->names[index] + ".grad");
-    if (s.ok()) {
-      s = ref.ok() ? unit->shard->AccumulateGrad(index, *ref) : ref.status();
+    const bool in_place =
+        static_cast<size_t>(index) < unit->grad_in_place.size() &&
+        unit->grad_in_place[index] != nullptr &&
+        grad.data_ptr() == unit->grad_in_place[index];
+    if (!in_place) {
+      torch::Tensor g = grad.contiguous();
+      absl::StatusOr<TensorRef> ref =
+          AsTensorRef(g, kOwner, unit->names[index] + ".grad");
+      if (s.ok()) {
+        s = ref.ok() ? unit->shard->AccumulateGrad(index, *ref) : ref.status();
+      }
+      ++grad_copies_;
+    }
+    // A second AccumulateGrad of this parameter (used under two dtypes)
+    // makes a new .grad, which is copied.
+    if (static_cast<size_t>(index) < unit->grad_in_place.size()) {
+      unit->grad_in_place[index] = nullptr;
     }
     grad.reset();
   }
@@ -327,6 +362,13 @@ absl::Status FullyShardedDataParallel::Backward(const torch::Tensor& loss) {
         absl::StrCat(kOwner, ": Backward without BeforeForward"));
   }
   DK_RETURN_IF_ERROR(PrepareBackward(loss));
+  // The root unit stays gathered through backward and gets no pre-backward
+  // hook: its gradients go in place from the start. (Blocks gathered by
+  // BeforeForward alone are copied, so that their full gradients are not
+  // all allocated at once.)
+  for (auto& unit : units_) {
+    if (unit->name.empty()) DK_RETURN_IF_ERROR(AttachFullGrads(*unit));
+  }
   absl::Status status;
   try {
     loss.backward();

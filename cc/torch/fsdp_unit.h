@@ -35,6 +35,12 @@ struct FullyShardedDataParallel::Unit {
   std::vector<c10::intrusive_ptr<c10::StorageImpl>> storages;
   torch::Device device{torch::kCPU};
   bool full_views = false;
+  // While gathered for backward: each parameter's .grad is a view of the
+  // engine's full gradient (FlatShard::FullGrad), so torch accumulates into
+  // it in place and the reduction reads it there; grad_in_place[i] is that
+  // view's address (nullptr: parameter i's gradient is copied in).
+  bool grads_attached = false;
+  std::vector<const void*> grad_in_place;
   bool routed = false;   // its forward runs through UnitForward
   bool finished = true;  // gradients reduced in this backward
   int expected = 0;      // AccumulateGrad calls expected in this backward

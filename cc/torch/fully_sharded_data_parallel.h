@@ -201,6 +201,12 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   // Bytes the units hold now, and the most they held at once.
   size_t held_bytes() const;
   size_t peak_held_bytes() const { return peak_bytes_; }
+  // Gradients backward wrote outside the engine's buffer and that were
+  // copied into it, since Create. Zero for units whose forward runs through
+  // UnitForward and for the root unit: their .grad is the engine's buffer
+  // while backward runs (blocks gathered by BeforeForward alone are copied,
+  // so that their full gradients are not all allocated at once).
+  int64_t grad_copies() const { return grad_copies_; }
   void ResetPeakHeldBytes() { peak_bytes_ = held_bytes(); }
   // The engine's per-unit timeline since the last call, oldest first.
   struct TimelineEvent {
@@ -236,6 +242,7 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   absl::Status PrepareBackward(const torch::Tensor& loss);
   void OnGradReady(Unit* unit, int index);
   void OnPreBackward(Unit* unit);
+  absl::Status AttachFullGrads(Unit& unit);
   absl::Status FinishUnit(Unit& unit);
   absl::Status CompleteReduction();  // waits for reducing_, if any
   // +1: the unit after `unit` in the last forward; -1: the one before it in
@@ -270,6 +277,7 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   // AccumulateGrad nodes hooked for this backward (kept alive meanwhile).
   std::vector<std::shared_ptr<torch::autograd::Node>> hooked_;
   size_t peak_bytes_ = 0;
+  int64_t grad_copies_ = 0;
   Unit* reducing_ = nullptr;  // the unit whose reduction is in flight
   absl::Mutex mu_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
