@@ -498,6 +498,56 @@ void OptimState() {
 // Full and sharded state dicts round-trip exactly; optimizer state is
 // sharded; memory stays near total / N; prefetches overlap; bad input fails
 // on every rank and changes nothing.
+// A module with a floating-point buffer (MixedPrecision.buffer_dtype).
+struct ShiftNetImpl : torch::nn::Module {
+  ShiftNetImpl()
+      : fc(register_module("fc", torch::nn::Linear(4, 3))),
+        shift(register_buffer("shift", ShiftValues())) {}
+  static torch::Tensor ShiftValues() {
+    return torch::arange(3, torch::kFloat) * 0.1 + 0.05;
+  }
+  torch::nn::Linear fc;
+  torch::Tensor shift;
+};
+TORCH_MODULE(ShiftNet);
+
+// buffer_dtype: the buffer lives in it; state dicts and sharded checkpoints
+// give it in its own dtype, and loads convert back.
+void BufferDtype() {
+  torch::manual_seed(0);
+  ShiftNet net;
+  FsdpOptions options;
+  options.buffer_dtype = distkit::DataType::kFloat64;
+  auto fsdp = FullyShardedDataParallel::Create(net.ptr(), options);
+  RequireOk(fsdp.status(), "buffer_dtype: create");
+  const torch::Tensor want = ShiftNetImpl::ShiftValues();
+  Check(net->shift.scalar_type() == torch::kDouble &&
+            torch::equal(net->shift, want.to(torch::kDouble)),
+        "buffer_dtype: the buffer lives in float64");
+  auto state = (*fsdp)->FullStateDict();
+  RequireOk(state.status(), "buffer_dtype: state");
+  const torch::Tensor* saved = state->find("shift");
+  Check(saved != nullptr && saved->scalar_type() == torch::kFloat &&
+            torch::equal(*saved, want),
+        "buffer_dtype: the state dict gives the buffer in float32");
+  auto changed = *state;
+  changed["shift"] = want * 2;
+  RequireOk((*fsdp)->LoadFullStateDict(changed), "buffer_dtype: load");
+  Check(net->shift.scalar_type() == torch::kDouble &&
+            torch::equal(net->shift, (want * 2).to(torch::kDouble)),
+        "buffer_dtype: a float32 state dict loads into the float64 buffer");
+  const std::string dir = Dir("buffer_dtype");
+  RequireOk((*fsdp)->SaveShardedCheckpoint(dir), "buffer_dtype: save");
+  {
+    torch::NoGradGuard no_grad;
+    net->shift.zero_();
+  }
+  RequireOk((*fsdp)->LoadShardedCheckpoint(dir), "buffer_dtype: load sharded");
+  Check(net->shift.scalar_type() == torch::kDouble &&
+            torch::equal(net->shift, (want * 2).to(torch::kDouble)),
+        "buffer_dtype: the sharded checkpoint round trip");
+}
+
 void StateAndErrors() {
   Mode mode{"state"};
   mode.options.auto_wrap_policy = distkit::ModuleTypePolicy({"BlockImpl"});
@@ -919,6 +969,7 @@ int main(int argc, char** argv) {
   });
   for (const Mode& mode : modes) TrainAndCompare(mode);
   StateAndErrors();
+  BufferDtype();
   OptimState();
   Clipping();
   if (world_ == 4) Hybrid();

@@ -97,9 +97,16 @@ FullyShardedDataParallel::FullStateDict(bool rank0_only) {
                               : p.value().detach().to(torch::kCPU).clone());
   }
   for (const auto& b : module_->named_buffers()) {
-    state.insert(b.key(), b.value().detach().to(torch::kCPU).clone());
+    state.insert(b.key(), SavedBuffer(b.key(), b.value()));
   }
   return state;
+}
+
+torch::Tensor FullyShardedDataParallel::SavedBuffer(
+    const std::string& name, const torch::Tensor& value) const {
+  auto own = buffer_dtypes_.find(name);
+  torch::Tensor cpu = value.detach().to(torch::kCPU);
+  return own == buffer_dtypes_.end() ? cpu.clone() : cpu.to(own->second);
 }
 
 // What `state` must hold: every parameter and buffer, in its shape.
@@ -229,7 +236,7 @@ absl::Status FullyShardedDataParallel::SaveShardedCheckpoint(
     out.insert(ParamKey(key), p.detach().to(torch::kCPU).clone());
   }
   for (const auto& b : module_->named_buffers()) {
-    out.insert(BufferKey(b.key()), b.value().detach().to(torch::kCPU).clone());
+    out.insert(BufferKey(b.key()), SavedBuffer(b.key(), b.value()));
   }
   // Replicas of a shard (hybrid) write the same bytes; the first node's do.
   absl::Status written;

@@ -294,6 +294,17 @@ absl::Status FullyShardedDataParallel::Build() {
       DK_RETURN_IF_ERROR(BroadcastFromRank0(t, key));
     }
   }
+  if (options_.buffer_dtype.has_value()) {
+    // After sync_module_states: rank 0's values travel in their own dtype.
+    torch::NoGradGuard no_grad;
+    const torch::ScalarType to = ScalarTypeOf(*options_.buffer_dtype);
+    for (const auto& b : module_->named_buffers()) {
+      torch::Tensor buffer = b.value();
+      if (!buffer.is_floating_point() || buffer.scalar_type() == to) continue;
+      buffer_dtypes_[b.key()] = buffer.scalar_type();
+      buffer.set_data(buffer.to(to));
+    }
+  }
   // Nothing fails from here on. Units run backward-finishing in this order:
   // adopted ones, then the new ones, descendants first, the root last.
   for (auto& [name, unit] : adopt) {

@@ -53,6 +53,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -86,6 +87,10 @@ struct FsdpOptions {
   // parameters' dtype.
   std::optional<DataType> param_dtype;
   std::optional<DataType> reduce_dtype;
+  // MixedPrecision's buffer_dtype: floating-point buffers live (and forward
+  // uses them) in it from Create on; state dicts and checkpoints give them
+  // in their own dtype, as torch's full state dict does, and loads convert.
+  std::optional<DataType> buffer_dtype;
   bool offload_params = false;  // CPUOffload(offload_params=True)
   bool sync_module_states = false;
   AutoWrapPolicy auto_wrap_policy;  // empty: one unit, the root
@@ -268,6 +273,12 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   std::vector<std::unique_ptr<Unit>> units_;
   // Parameters left as they are (ignored modules, frozen parameters).
   std::vector<std::pair<std::string, torch::Tensor>> unsharded_params_;
+  // Buffers cast to options_.buffer_dtype: their own dtypes, by name.
+  absl::flat_hash_map<std::string, torch::ScalarType> buffer_dtypes_;
+  // Buffer `name`'s value for a state dict or checkpoint: on the CPU, in
+  // its own dtype.
+  torch::Tensor SavedBuffer(const std::string& name,
+                            const torch::Tensor& value) const;
   bool absorbed_ = false;  // an enclosing FullyShard took the units
   // The order units ran through UnitForward in this / the last forward.
   std::vector<Unit*> forward_order_;
