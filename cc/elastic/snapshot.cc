@@ -1,0 +1,189 @@
+#include "cc/elastic/snapshot.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "cc/core/data_type.h"
+#include "cc/core/device_staging.h"
+#include "cc/core/status.h"
+#include "cc/core/tensor_ref.h"
+
+namespace distkit {
+namespace elastic {
+namespace {
+
+// A buffer of `bytes` whose contents are left uninitialised (a commit writes
+// every byte), or the error a failed allocation is.
+absl::StatusOr<std::unique_ptr<char[]>> Allocate(int64_t bytes) {
+  std::unique_ptr<char[]> p(new (
+      std::nothrow) char[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("snapshot: cannot allocate ", bytes, " bytes"));
+  }
+  return p;
+}
+
+// The group's collectives on host buffers, staged through its comm device
+// where that is not the host (NCCL's).
+absl::Status AllGatherHost(ProcessGroup& group, void* in, void* out,
+                           int64_t count, DataType dtype) {
+  return InOutOnCommDevice(
+      TensorRef(in, count, dtype), TensorRef(out, count * group.size(), dtype),
+      group.comm_device(), [&](const TensorRef& i, const TensorRef& o) {
+        return group.AllGather(i, o);
+      });
+}
+
+absl::Status BroadcastHost(ProcessGroup& group, void* data, int64_t bytes,
+                           int root) {
+  return OnCommDevice(
+      TensorRef(data, bytes, DataType::kUInt8), group.comm_device(),
+      Access::kReadWrite,
+      [&](const TensorRef& t) { return group.Broadcast(t, root); });
+}
+
+}  // namespace
+
+absl::Status Snapshot::Register(absl::string_view name, void* data,
+                                int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (frozen_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "snapshot: buffer '", name,
+        "' registered after the first Commit or Sync: register every buffer "
+        "before"));
+  }
+  if (data == nullptr && bytes > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("snapshot: buffer '", name, "' of ", bytes,
+                     " bytes has no memory (a NULL pointer)"));
+  }
+  DK_RETURN_IF_ERROR(layout_.Add(name, bytes));
+  data_.push_back(data);
+  return absl::OkStatus();
+}
+
+absl::Status Snapshot::Commit() {
+  absl::MutexLock lock(&mu_);
+  DK_ASSIGN_OR_RETURN(std::unique_ptr<char[]> copy,
+                      Allocate(layout_.total_bytes()));
+  for (size_t i = 0; i < data_.size(); ++i) {
+    const BufferLayout::Buffer& b = layout_.buffers()[i];
+    if (b.bytes > 0) std::memcpy(copy.get() + b.offset, data_[i], b.bytes);
+  }
+  // Only now, with the copy complete, does it replace the one held.
+  held_ = std::move(copy);
+  held_bytes_ = layout_.total_bytes();
+  ++commit_;
+  frozen_ = true;
+  return absl::OkStatus();
+}
+
+void Snapshot::LoadLocked() {
+  for (size_t i = 0; i < data_.size(); ++i) {
+    const BufferLayout::Buffer& b = layout_.buffers()[i];
+    if (b.bytes > 0) std::memcpy(data_[i], held_.get() + b.offset, b.bytes);
+  }
+}
+
+absl::Status Snapshot::Restore() {
+  absl::MutexLock lock(&mu_);
+  if (held_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "snapshot: nothing to restore (no Commit or Sync yet)");
+  }
+  LoadLocked();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Snapshot::Sync(ProcessGroup& group) {
+  absl::MutexLock lock(&mu_);
+  if (!group.is_member()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("snapshot sync: this rank is not a member of group '",
+                     group.name(), "'"));
+  }
+  frozen_ = true;
+  const int n = group.size();
+  const int me = group.rank();
+  // 1. Every member's commit number and the length of its layout.
+  const std::string layout = layout_.Encode();
+  int64_t mine[2] = {commit_, static_cast<int64_t>(layout.size())};
+  std::vector<int64_t> cards(2 * static_cast<size_t>(n));
+  DK_RETURN_IF_ERROR(
+      AllGatherHost(group, mine, cards.data(), 2, DataType::kInt64));
+  int64_t longest = 0;
+  for (int r = 0; r < n; ++r) longest = std::max(longest, cards[2 * r + 1]);
+  // 2. The layouts themselves, each padded to the longest, so that a
+  // difference is named the same way on every member.
+  std::string padded = layout;
+  padded.resize(static_cast<size_t>(longest), '\0');
+  std::string layouts(static_cast<size_t>(longest) * n, '\0');
+  DK_RETURN_IF_ERROR(AllGatherHost(group, padded.data(), layouts.data(),
+                                   longest, DataType::kUInt8));
+  std::vector<BufferLayout> all;
+  for (int r = 0; r < n; ++r) {
+    DK_ASSIGN_OR_RETURN(BufferLayout l,
+                        BufferLayout::Decode(absl::string_view(layouts).substr(
+                            static_cast<size_t>(longest) * r,
+                            static_cast<size_t>(cards[2 * r + 1]))));
+    all.push_back(std::move(l));
+  }
+  for (int r = 1; r < n; ++r) {
+    DK_RETURN_IF_ERROR(BufferLayout::CheckSame(all[0], 0, all[r], r));
+  }
+  // 3. The newest commit, from the first member holding it.
+  int64_t chosen = 0;
+  int source = -1;
+  for (int r = 0; r < n; ++r) {
+    if (cards[2 * r] > chosen) {
+      chosen = cards[2 * r];
+      source = r;
+    }
+  }
+  if (source < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("snapshot sync: no member of group '", group.name(),
+                     "' holds a snapshot (Commit before the first step)"));
+  }
+  const int64_t total = layout_.total_bytes();
+  if (me == source) {
+    if (total > 0) {
+      DK_RETURN_IF_ERROR(BroadcastHost(group, held_.get(), total, source));
+    }
+  } else {
+    DK_ASSIGN_OR_RETURN(std::unique_ptr<char[]> received, Allocate(total));
+    if (total > 0) {
+      DK_RETURN_IF_ERROR(BroadcastHost(group, received.get(), total, source));
+    }
+    // Received whole: it is this rank's snapshot now.
+    held_ = std::move(received);
+    held_bytes_ = total;
+    commit_ = chosen;
+  }
+  LoadLocked();
+  return chosen;
+}
+
+int64_t Snapshot::commit_number() const {
+  absl::MutexLock lock(&mu_);
+  return commit_;
+}
+
+int64_t Snapshot::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return held_ == nullptr ? 0 : held_bytes_;
+}
+
+int64_t Snapshot::registered_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return layout_.total_bytes();
+}
+
+}  // namespace elastic
+}  // namespace distkit
