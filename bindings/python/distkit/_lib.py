@@ -108,7 +108,7 @@ class LauncherInfo(ctypes.Structure):
 
 # ---- Constants (the header's DK_* values; status codes live in errors.py) ----
 
-ABI_MAJOR, ABI_MINOR = 0, 7
+ABI_MAJOR, ABI_MINOR = 0, 8
 
 OP_SUM, OP_PRODUCT, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, OP_MEAN = range(8)
 # mmengine's op names (mean is all_reduce's own, not a reduce op there).
@@ -270,6 +270,16 @@ _PROTOTYPES = {
     "dk_shard_load_full": (c_status, [P, ctypes.POINTER(T), ctypes.c_size_t, ctypes.c_int32,
                                       PP]),
     "dk_tensor_copy": (c_status, [T, T, PP]),
+    # Elastic snapshots (ABI 0.8): declared for the table; distkit.elastic
+    # keeps torch objects itself.
+    "dk_snapshot_create": (c_status, [PP, PP]),
+    "dk_snapshot_destroy": (None, [P]),
+    "dk_snapshot_register": (c_status, [P, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, PP]),
+    "dk_snapshot_commit": (c_status, [P, PP]),
+    "dk_snapshot_sync": (c_status, [P, P, ctypes.POINTER(ctypes.c_int64), PP]),
+    "dk_snapshot_restore": (c_status, [P, PP]),
+    "dk_snapshot_commit_number": (ctypes.c_int64, [P]),
+    "dk_snapshot_bytes": (ctypes.c_int64, [P]),
 }
 
 

@@ -73,7 +73,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------ */
 
 #define DK_ABI_MAJOR 0
-#define DK_ABI_MINOR 7
+#define DK_ABI_MINOR 8
 
 /* Local. Checks that this header (major, minor) can use the loaded library:
  * same major, and a minor no newer than the library's. DK_FAILED_PRECONDITION
@@ -913,6 +913,77 @@ DK_EXPORT dk_status_t dk_shard_take_events(dk_shard_t* shard,
                                            dk_shard_event_t* out,
                                            size_t capacity, size_t* count,
                                            dk_error_t** err);
+
+/* ---- Elastic snapshots (ABI 0.8) ----------------------------------------- */
+
+/* A trainer's state kept in memory, for recovery without a checkpoint file
+ * (the pieces of an elastic loop: dk_group_shrink or dk_group_grow, then
+ * dk_snapshot_sync). The trainer registers named host buffers (parameters,
+ * optimizer state, a step counter, the data position), then commits at
+ * points where every rank is at the same step: each commit copies every
+ * buffer (data-parallel state: every rank holds a full copy), numbered 1,
+ * 2, ..., and replaces the snapshot held only once the copy is complete.
+ * After a failure the survivors shrink or grow and every member of the new
+ * group, a replacement included (after its dk_init joined the grow), calls
+ * dk_snapshot_sync: the newest commit any member holds is loaded into every
+ * rank's buffers, so survivors that stepped further roll back and all redo
+ * the steps since that commit. One thread at a time per snapshot. */
+typedef struct dk_snapshot dk_snapshot_t;
+
+/* Local. An empty snapshot: no buffers, none committed. *out is owned
+ * (dk_snapshot_destroy). */
+DK_EXPORT dk_status_t dk_snapshot_create(dk_snapshot_t** out,
+                                         dk_error_t** err);
+
+/* Local. Frees the snapshot's copies; the registered buffers are the
+ * caller's and stay untouched. NULL allowed. */
+DK_EXPORT void dk_snapshot_destroy(dk_snapshot_t* snapshot);
+
+/* Local. Adds `bytes` of host memory at `data` (borrowed until
+ * dk_snapshot_destroy; NULL only when bytes is 0) under `name` (copied;
+ * 1-1024 bytes, unique). Every rank registers the same names and sizes in
+ * the same order. DK_INVALID_ARGUMENT for a missing, repeated or too long
+ * name, NULL memory, or a snapshot past 2^47 bytes; DK_FAILED_PRECONDITION
+ * after the first commit or sync (register every buffer before). */
+DK_EXPORT dk_status_t dk_snapshot_register(dk_snapshot_t* snapshot,
+                                           const char* name, void* data,
+                                           size_t bytes, dk_error_t** err);
+
+/* Local, blocking (a memory copy). Copies every registered buffer into a new
+ * snapshot, which then replaces the one held (a failed allocation,
+ * DK_RESOURCE_EXHAUSTED, keeps it); its number is the held one's + 1. */
+DK_EXPORT dk_status_t dk_snapshot_commit(dk_snapshot_t* snapshot,
+                                         dk_error_t** err);
+
+/* Collective over `group` (NULL: the default group), blocking: every member
+ * calls it on a group made after the failure (the shrunk or grown group; a
+ * replacement on the world its dk_init returned). The members agree on the
+ * newest commit any of them holds (an all_gather of commit numbers and
+ * registrations), it is broadcast from the first member holding it, and
+ * every member, the sender included, copies it into its registered buffers
+ * and holds it from then on; *commit_out (NULL allowed) is its number.
+ * DK_INVALID_ARGUMENT on every member, naming the buffer and the ranks, when
+ * the registrations differ; DK_FAILED_PRECONDITION when no member holds a
+ * snapshot. A failure of the group during the broadcast (another lost rank)
+ * leaves this rank's snapshot and buffers as they were: recover again and
+ * sync on the next group. */
+DK_EXPORT dk_status_t dk_snapshot_sync(dk_snapshot_t* snapshot,
+                                       dk_group_t* group, int64_t* commit_out,
+                                       dk_error_t** err);
+
+/* Local. Copies the snapshot held back into the registered buffers
+ * (DK_FAILED_PRECONDITION when none is held). */
+DK_EXPORT dk_status_t dk_snapshot_restore(dk_snapshot_t* snapshot,
+                                          dk_error_t** err);
+
+/* Local, any thread. The number of the snapshot held (1 for the first
+ * commit; after a sync, the commit loaded), 0 when none is held; -1 for a
+ * NULL snapshot. */
+DK_EXPORT int64_t dk_snapshot_commit_number(const dk_snapshot_t* snapshot);
+
+/* Local, any thread. The bytes of host memory the snapshot held takes (0
+ * when none; the registered buffers' total once one is); -1 for NULL. */
+DK_EXPORT int64_t dk_snapshot_bytes(const dk_snapshot_t* snapshot);
 
 #ifdef __cplusplus
 } /* extern "C" */

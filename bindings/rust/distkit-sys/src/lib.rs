@@ -49,7 +49,7 @@ pub struct DLTensor {
 // ---- Versions and errors --------------------------------------------------
 
 pub const DK_ABI_MAJOR: i32 = 0;
-pub const DK_ABI_MINOR: i32 = 7;
+pub const DK_ABI_MINOR: i32 = 8;
 
 pub type dk_status_t = i32;
 
@@ -248,6 +248,13 @@ pub type ErrOut = *mut *mut dk_error_t;
 pub type WorkOut = *mut *mut dk_work_t;
 /// Called once when a work's operation finishes (`dk_work_on_complete`).
 pub type dk_work_callback_t = Option<unsafe extern "C" fn(arg: *mut c_void, status: dk_status_t)>;
+
+// ---- Elastic snapshots (ABI 0.8) ---------------------------------------------
+
+#[repr(C)]
+pub struct dk_snapshot_t {
+    _private: [u8; 0],
+}
 
 extern "C" {
     pub fn dk_init_version(major: i32, minor: i32, err: ErrOut) -> dk_status_t;
@@ -667,4 +674,24 @@ extern "C" {
         count: *mut usize,
         err: ErrOut,
     ) -> dk_status_t;
+
+    pub fn dk_snapshot_create(out: *mut *mut dk_snapshot_t, err: ErrOut) -> dk_status_t;
+    pub fn dk_snapshot_destroy(snapshot: *mut dk_snapshot_t);
+    pub fn dk_snapshot_register(
+        snapshot: *mut dk_snapshot_t,
+        name: *const c_char,
+        data: *mut c_void,
+        bytes: usize,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_snapshot_commit(snapshot: *mut dk_snapshot_t, err: ErrOut) -> dk_status_t;
+    pub fn dk_snapshot_sync(
+        snapshot: *mut dk_snapshot_t,
+        group: *mut dk_group_t,
+        commit_out: *mut i64,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_snapshot_restore(snapshot: *mut dk_snapshot_t, err: ErrOut) -> dk_status_t;
+    pub fn dk_snapshot_commit_number(snapshot: *const dk_snapshot_t) -> i64;
+    pub fn dk_snapshot_bytes(snapshot: *const dk_snapshot_t) -> i64;
 }
