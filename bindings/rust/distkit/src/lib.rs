@@ -19,6 +19,7 @@ mod half;
 mod launcher;
 mod reducer;
 mod shard;
+mod snapshot;
 mod store;
 
 use std::sync::OnceLock;
@@ -34,6 +35,7 @@ pub use half::{BF16, F16};
 pub use launcher::{infer_launcher, launcher_info, LauncherInfo};
 pub use reducer::{CommHook, Reducer, ReducerOptions};
 pub use shard::{Shard, ShardEvent, ShardEventKind, ShardOptions, ShardingStrategy};
+pub use snapshot::{PlainNumber, Snapshot, SnapshotBuffer};
 pub use store::{Store, StoreOptions};
 
 /// Checks once that the loaded library can serve this binding's header.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use distkit::{
-    Code, Device, Group, InitOptions, LauncherInfo, ReduceOp, Shard, ShardEventKind, ShardOptions, Store,
+    Code, Device, Group, InitOptions, LauncherInfo, ReduceOp, Shard, ShardEventKind, ShardOptions, Snapshot, Store,
     StoreOptions, BF16, F16,
 };
 
@@ -75,7 +75,38 @@ fn launcher_view() {
     assert!(e.message().contains("Invalid launcher type: torchrun"), "{e}");
 }
 
+/// A snapshot in a world of one: commit, restore, sync from its own commit,
+/// and the buffers checked against the registration.
+fn snapshot_alone(world: &Group) {
+    let (mut w, mut step) = (vec![1.0f64, 2.0], 3i64);
+    let mut s = Snapshot::new().unwrap();
+    s.register("w", &w).unwrap();
+    s.register("step", &step).unwrap();
+    assert_eq!((s.commit_number(), s.bytes()), (0, 0));
+    let e = s.restore(&mut [&mut w, &mut step]).expect_err("nothing committed");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    s.commit(&[&w, &step]).unwrap();
+    assert_eq!((s.commit_number(), s.bytes()), (1, 24));
+    let e = s.register("late", &step).expect_err("after the first commit");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    (w, step) = (vec![0.0, 0.0], 0);
+    s.restore(&mut [&mut w, &mut step]).unwrap();
+    assert_eq!((w.as_slice(), step), ([1.0, 2.0].as_slice(), 3));
+    (w[0], step) = (5.0, 4);
+    assert_eq!(s.sync(world, &mut [&mut w, &mut step]).unwrap(), 1);
+    assert_eq!((w[0], step), (1.0, 3));
+    let mut short = vec![0.0f64];
+    let e = s.commit(&[&short, &step]).expect_err("a buffer of another size");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(e.message().contains("'w' is 8 bytes, registered as 16"), "{e}");
+    let e = s.restore(&mut [&mut short]).expect_err("too few buffers");
+    assert!(e.message().contains("1 buffers given, 2 registered"), "{e}");
+    let e = Snapshot::new().unwrap().register("", &step).expect_err("an empty name");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+}
+
 fn world_of_one(world: &Group) {
+    snapshot_alone(world);
     assert_eq!((world.rank(), world.size()), (0, 1));
     assert_eq!(world.comm_device().unwrap(), Device::Cpu);
     assert_eq!(world.name().as_deref(), Some("world"));
