@@ -95,6 +95,39 @@ func checkLauncherInfo(t *testing.T) {
 	wantCode(t, err, InvalidArgument, "Invalid launcher type: torchrun")
 }
 
+// checkSnapshotAlone: a snapshot in a world of one (commit, restore, sync
+// from its own commit, misuse).
+func checkSnapshotAlone(t *testing.T, world *Group) {
+	w, step := []float64{1, 2}, []int64{3}
+	s, err := NewSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := RegisterBuffer(s, "w", w); err != nil {
+		t.Fatal(err)
+	}
+	if err := RegisterBuffer(s, "step", step); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, RegisterBuffer(s, "w", w), InvalidArgument, "already registered")
+	wantCode(t, s.Restore(), FailedPrecondition, "nothing to restore")
+	if err := s.Commit(); err != nil || s.CommitNumber() != 1 || s.Bytes() != 24 {
+		t.Fatal("commit", err, s.CommitNumber(), s.Bytes())
+	}
+	wantCode(t, RegisterBuffer(s, "late", step), FailedPrecondition, "'late'")
+	w[0], w[1], step[0] = 0, 0, 0
+	if err := s.Restore(); err != nil || w[0] != 1 || w[1] != 2 || step[0] != 3 {
+		t.Fatal("restore", err, w, step)
+	}
+	w[0], step[0] = 5, 4
+	if c, err := s.Sync(world); err != nil || c != 1 || w[0] != 1 || step[0] != 3 {
+		t.Fatal("sync", c, err, w, step)
+	}
+	s.Close()
+	wantCode(t, s.Commit(), FailedPrecondition, "closed")
+}
+
 func TestLocal(t *testing.T) {
 	if _, err := Connect("127.0.0.1:1", StoreOptions{ConnectTimeout: 200 * time.Millisecond}); CodeOf(err) != DeadlineExceeded && CodeOf(err) != Unavailable {
 		t.Fatalf("connect to nothing: %v", err)
@@ -272,6 +305,7 @@ func TestLocal(t *testing.T) {
 	if err := world.Barrier(); err != nil {
 		t.Fatal(err)
 	}
+	checkSnapshotAlone(t, world)
 	world.Close()
 	Shutdown()
 	if IsDistributed() {
