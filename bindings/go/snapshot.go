@@ -82,15 +82,21 @@ func (s *Snapshot) live() error {
 	return nil
 }
 
+// stage gives the library's copy the slices' present values, so that after a
+// Sync or Restore they hold exactly what the library loaded.
+func (s *Snapshot) stage() {
+	for _, b := range s.buffers {
+		b.save()
+	}
+}
+
 // Commit copies the registered slices into a new snapshot, which replaces
 // the one held once complete; its number is the held one's + 1.
 func (s *Snapshot) Commit() error {
 	if err := s.live(); err != nil {
 		return err
 	}
-	for _, b := range s.buffers {
-		b.save()
-	}
+	s.stage()
 	var cerr *C.dk_error_t
 	return check(C.dk_snapshot_commit(s.ptr, &cerr), cerr)
 }
@@ -104,6 +110,7 @@ func (s *Snapshot) Sync(g *Group) (int64, error) {
 	if err := s.live(); err != nil {
 		return 0, err
 	}
+	s.stage()
 	var commit C.int64_t
 	var cerr *C.dk_error_t
 	if err := check(C.dk_snapshot_sync(s.ptr, g.ptr, &commit, &cerr), cerr); err != nil {
@@ -121,6 +128,7 @@ func (s *Snapshot) Restore() error {
 	if err := s.live(); err != nil {
 		return err
 	}
+	s.stage()
 	var cerr *C.dk_error_t
 	if err := check(C.dk_snapshot_restore(s.ptr, &cerr), cerr); err != nil {
 		return err

@@ -134,6 +134,14 @@ impl Snapshot {
         Ok(())
     }
 
+    /// The library's view takes the buffers' present values, so that after
+    /// a sync or restore they hold exactly what the library loaded.
+    fn stage(&mut self, buffers: &[&mut dyn SnapshotBuffer]) {
+        for ((_, staged), b) in self.staging.iter_mut().zip(buffers) {
+            staged.copy_from_slice(b.bytes());
+        }
+    }
+
     fn load_into(&self, buffers: &mut [&mut dyn SnapshotBuffer]) {
         for ((_, staged), b) in self.staging.iter().zip(buffers.iter_mut()) {
             b.bytes_mut().copy_from_slice(staged);
@@ -159,6 +167,7 @@ impl Snapshot {
     /// were.
     pub fn sync(&mut self, group: &Group, buffers: &mut [&mut dyn SnapshotBuffer]) -> Result<i64> {
         self.check_buffers("sync", buffers.iter().map(|b| b.bytes().len()))?;
+        self.stage(buffers);
         let mut commit = 0i64;
         call(|err| unsafe { sys::dk_snapshot_sync(self.ptr, group.raw(), &mut commit, err) })?;
         self.load_into(buffers);
@@ -169,6 +178,7 @@ impl Snapshot {
     /// (`Code::FailedPrecondition` when none is held).
     pub fn restore(&mut self, buffers: &mut [&mut dyn SnapshotBuffer]) -> Result<()> {
         self.check_buffers("restore", buffers.iter().map(|b| b.bytes().len()))?;
+        self.stage(buffers);
         call(|err| unsafe { sys::dk_snapshot_restore(self.ptr, err) })?;
         self.load_into(buffers);
         Ok(())
