@@ -932,8 +932,7 @@ typedef struct dk_snapshot dk_snapshot_t;
 
 /* Local. An empty snapshot: no buffers, none committed. *out is owned
  * (dk_snapshot_destroy). */
-DK_EXPORT dk_status_t dk_snapshot_create(dk_snapshot_t** out,
-                                         dk_error_t** err);
+DK_EXPORT dk_status_t dk_snapshot_create(dk_snapshot_t** out, dk_error_t** err);
 
 /* Local. Frees the snapshot's copies; the registered buffers are the
  * caller's and stay untouched. NULL allowed. */
