@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cc/core/status.h"
+#include "cc/group/recovery_backends.h"
 #include "cc/store/call_deadline.h"
 #include "cc/store/prefix_store.h"
 
@@ -123,11 +124,7 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> Grow(
     return absl::InvalidArgumentError(
         absl::StrCat("world rank ", rank, " is outside [0, ", world_size, ")"));
   }
-  if (options.backend != "gloo") {
-    return absl::UnimplementedError(
-        absl::StrCat("groups on ", options.backend,
-                     " cannot be grown; only gloo groups can"));
-  }
+  DK_RETURN_IF_ERROR(CheckRecoverableBackend(options.backend, "the world"));
   if (world_store == nullptr) {
     return absl::FailedPreconditionError("the group has no world store");
   }
@@ -139,7 +136,10 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> Grow(
     DK_ASSIGN_OR_RETURN(g, Agree(elastic, rank, world_size, deadline));
   }
   // The new world's connections get what is left of the timeout, and at
-  // least its margin.
+  // least its margin. On NCCL it is a new communicator among the members,
+  // on each one's cuda:<local rank> (options.local_rank: the survivor's
+  // group's, the replacement's from LOCAL_RANK); recovery_backends.h says
+  // why not ncclCommShrink.
   ScopedStoreDeadline bound(std::max(deadline, absl::Now() + kSealMargin));
   options.name = absl::StrCat("world@g", g);
   return ProcessGroup::CreateWorld(std::move(world_store), rank, world_size,
@@ -155,11 +155,9 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> GrowGroup(
         absl::StrCat("grow: rank ", group.global_rank(),
                      " is not a member of group '", group.name(), "'"));
   }
-  if (group.backend_name() != "gloo") {
-    return absl::UnimplementedError(
-        absl::StrCat("grow: group '", group.name(), "' runs on ",
-                     group.backend_name(), "; only gloo groups can be grown"));
-  }
+  DK_RETURN_IF_ERROR(CheckRecoverableBackend(
+      group.backend_name(), absl::StrCat("grow: group '", group.name(), "'")));
+  // Nothing may still run on the group it replaces (on NCCL: ncclCommAbort).
   group.Abort();
   absl::StatusOr<std::shared_ptr<ProcessGroup>> grown =
       Grow(group.world_store(), group.global_rank(), world_size,

@@ -20,8 +20,9 @@
 // The generation is part of the new group's name and so of every key and
 // connection it makes ("pg/world@g<g>/..."): new sockets, new shared-memory
 // segments, nothing shared with the old group, whose late messages can never
-// reach it. Gloo groups only (shared memory, TCP and hierarchical, as
-// ShrinkGroup); NCCL would need a new communicator (DK_UNIMPLEMENTED).
+// reach it. Gloo (shared memory, TCP and hierarchical), NCCL and
+// cpu:gloo,cuda:nccl groups, as ShrinkGroup: on NCCL the grown world is a
+// new communicator (recovery_backends.h); MPI is DK_UNIMPLEMENTED.
 
 #ifndef DISTKIT_CC_GROUP_GROW_H_
 #define DISTKIT_CC_GROUP_GROW_H_

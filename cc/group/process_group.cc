@@ -174,8 +174,11 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
       name_, "/",
       options.name.empty() ? absl::StrCat(next_child_) : options.name);
   std::unique_ptr<Backend> split;
+  // A parent that failed or was aborted has no connection left to split
+  // (ShrinkGroup's: its NCCL communicator was aborted): the subgroup then
+  // connects afresh through its store, as backends that never split do.
   if (options.backend == options_.backend &&
-      contract_->backend().splits_from_parent()) {
+      contract_->backend().splits_from_parent() && AsyncError().ok()) {
     // The subgroup derives from this group's connection (MPI_Comm_split,
     // ncclCommSplit): a collective over this group, run in its order.
     DK_RETURN_IF_ERROR(RunSync({OpCode::kNewGroup, absl::OkStatus(),

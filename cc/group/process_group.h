@@ -90,6 +90,8 @@ class ProcessGroup {
   // group, any order; the new group numbers them in the order given). Members
   // of `ranks` get a working group; the others get a handle with
   // is_member() == false whose operations fail with FAILED_PRECONDITION.
+  // On a group that failed or was aborted the new group connects afresh
+  // through the store, also where it would split the parent's connection.
   absl::StatusOr<std::shared_ptr<ProcessGroup>> NewGroup(
       std::vector<int> ranks);
   absl::StatusOr<std::shared_ptr<ProcessGroup>> NewGroup(std::vector<int> ranks,

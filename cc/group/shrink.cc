@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "cc/core/status.h"
+#include "cc/group/recovery_backends.h"
 #include "cc/store/call_deadline.h"
 
 namespace distkit {
@@ -35,12 +36,10 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ShrinkGroup(
         absl::StrCat("shrink: rank ", group.global_rank(),
                      " is not a member of group '", group.name(), "'"));
   }
-  if (group.backend_name() != "gloo") {
-    return absl::UnimplementedError(
-        absl::StrCat("shrink: group '", group.name(), "' runs on ",
-                     group.backend_name(), "; only gloo groups can be shrunk"));
-  }
-  // Nothing may still run on the failed group.
+  DK_RETURN_IF_ERROR(CheckRecoverableBackend(
+      group.backend_name(),
+      absl::StrCat("shrink: group '", group.name(), "'")));
+  // Nothing may still run on the failed group (on NCCL: ncclCommAbort).
   group.Abort();
   const int n = NextShrink(group.name());
   const std::string prefix = absl::StrCat("shrink/", n, "/");
@@ -84,8 +83,12 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ShrinkGroup(
                      absl::StrJoin(members, ", "), " (settle window ",
                      absl::FormatDuration(settle), ")"));
   }
-  // The parent's options (backend, timeout, this host's address) carry over;
-  // its subgroup counter is the same on every survivor, so the name is too.
+  // The parent's options (backend, timeout, this host's address, the local
+  // rank that picks the CUDA device) carry over; its subgroup counter is the
+  // same on every survivor, so the name is too. The parent is aborted, so
+  // the new group connects afresh through the store: new Gloo connections,
+  // and on NCCL a new communicator rather than ncclCommShrink of the aborted
+  // one (recovery_backends.h says why).
   absl::StatusOr<std::shared_ptr<ProcessGroup>> shrunk =
       group.NewGroup(members);
   if (!shrunk.ok()) return Annotate(shrunk.status(), "shrink");

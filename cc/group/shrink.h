@@ -8,8 +8,10 @@
 // among themselves (ranks renumbered 0..n-1 in the old order) on the same
 // backend, which a training loop uses to go on at the smaller world size.
 //
-// Gloo groups (shared memory or TCP) only: MPI ends the job when a rank dies,
-// and NCCL would need ncclCommShrink (DK_UNIMPLEMENTED for both).
+// Gloo (shared memory, TCP), NCCL and cpu:gloo,cuda:nccl groups: the new
+// group connects afresh through the store, on NCCL with a new communicator
+// on each member's own device (recovery_backends.h). MPI ends the job when
+// a rank dies (DK_UNIMPLEMENTED).
 
 #ifndef DISTKIT_CC_GROUP_SHRINK_H_
 #define DISTKIT_CC_GROUP_SHRINK_H_
