@@ -54,9 +54,10 @@ const char* DistrunUsage() {
          "A failing rank stops the job, unless --max-replacements K (default\n"
          "0) allows a replacement: that rank alone is started again, with\n"
          "DISTKIT_REPLACEMENT=<n> (n-th replacement of the job), at most K\n"
-         "times per job; with --min-ranks M, a failed rank that is not\n"
-         "replaced leaves the job to go on without it while at least M ranks\n"
-         "remain (the survivors may shrink). Ranks see the two numbers as\n"
+         "times per job; with --min-ranks M, a rank killed by a signal that\n"
+         "is not replaced leaves the job to go on without it while at least\n"
+         "M ranks remain (the survivors may shrink); an error exit still\n"
+         "stops the job. Ranks see the two numbers as\n"
          "DISTKIT_MAX_REPLACEMENTS and DISTKIT_MIN_RANKS.\n";
 }
 

@@ -46,10 +46,11 @@ struct DistrunOptions {
   // untouched), at most K times in the whole job; the K+1-th failure stops
   // the job as without the flag (tools/distrun/replacement_budget.h).
   int max_replacements = 0;
-  // --min-ranks M: a failed rank that is not replaced does not stop the job
-  // while at least M ranks remain (tools/distrun/lost_rank_budget.h); its
-  // failure does not count in the job's exit code. 0: every such failure
-  // stops the job.
+  // --min-ranks M: a rank killed by a signal that is not replaced does not
+  // stop the job while at least M ranks remain
+  // (tools/distrun/lost_rank_budget.h); its death does not count in the
+  // job's exit code. A rank that exits with an error code still stops the
+  // job. 0: every failure stops the job.
   int min_ranks = 0;
   // programs.size() is 1 (every rank) or nproc_per_node (one per local rank).
   std::vector<std::vector<std::string>> programs;

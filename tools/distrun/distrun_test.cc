@@ -197,17 +197,15 @@ TEST(DistrunTest, StopsTheJobOnceReplacementsAreSpent) {
       << r.output;
 }
 
-// --min-ranks: a failed rank that is not replaced leaves the others running
-// while enough remain; its failure is not the job's.
+// --min-ranks: a rank killed by a signal and not replaced leaves the others
+// running while enough remain; its death is not the job's failure.
 TEST(DistrunTest, GoesOnWithoutALostRankWhileEnoughRemain) {
-  Result r =
-      RunDistrun({"--nproc-per-node", "3", "--master-port", "0", "--min-ranks",
-                  "2", "--", kProbe, "replaced", "1", "1"});
+  Result r = RunDistrun({"--nproc-per-node", "3", "--master-port", "0",
+                         "--min-ranks", "2", "--", kProbe, "lost", "1", "-1"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(
-      r.output, "exited with code 5; the job goes on without it"))
+      r.output, "killed by signal 9 (Killed); the job goes on without it"))
       << r.output;
-  EXPECT_FALSE(absl::StrContains(r.output, "REPLACEMENT=1 ")) << r.output;
   for (int rank : {0, 2}) {
     EXPECT_TRUE(
         absl::StrContains(r.output, absl::StrCat("[rank", rank, "]: done")))
@@ -215,24 +213,30 @@ TEST(DistrunTest, GoesOnWithoutALostRankWhileEnoughRemain) {
   }
 }
 
-// Below --min-ranks the job stops as without the flag; a replacement, while
-// the budget lasts, comes first.
-TEST(DistrunTest, StopsBelowMinRanksAndReplacesFirst) {
-  Result stop =
+// Under --min-ranks a rank that exits with an error code still stops the job
+// (its program failed: never masked), and so does a death below M; a
+// replacement, while the budget lasts, comes first.
+TEST(DistrunTest, MinRanksStopsOnErrorsAndBelowItReplacesFirst) {
+  Result error =
       RunDistrun({"--nproc-per-node", "3", "--master-port", "0", "--min-ranks",
-                  "3", "--", kProbe, "replaced", "1", "1"});
-  EXPECT_EQ(stop.exit_code, 5) << stop.output;
-  EXPECT_TRUE(absl::StrContains(stop.output,
-                                "exited with code 5; stopping rank(s) 0, 2"))
-      << stop.output;
+                  "1", "--", kProbe, "lost", "1", "2"});
+  EXPECT_EQ(error.exit_code, 5) << error.output;
+  EXPECT_TRUE(absl::StrContains(error.output, "the job goes on without it"))
+      << error.output;
+  EXPECT_TRUE(
+      absl::StrContains(error.output, "exited with code 5; stopping rank(s) 0"))
+      << error.output;
+  Result below =
+      RunDistrun({"--nproc-per-node", "3", "--master-port", "0", "--min-ranks",
+                  "3", "--", kProbe, "lost", "1", "-1"});
+  EXPECT_EQ(below.exit_code, 128 + 9) << below.output;
+  EXPECT_TRUE(absl::StrContains(below.output, "stopping rank(s) 0, 2"))
+      << below.output;
   Result replaced = RunDistrun({"--nproc-per-node", "3", "--master-port", "0",
                                 "--max-replacements", "1", "--min-ranks", "2",
                                 "--", kProbe, "replaced", "1", "2"});
-  EXPECT_EQ(replaced.exit_code, 0) << replaced.output;
+  EXPECT_EQ(replaced.exit_code, 5) << replaced.output;
   EXPECT_TRUE(absl::StrContains(replaced.output, "REPLACEMENT=1 "))
-      << replaced.output;
-  EXPECT_TRUE(absl::StrContains(
-      replaced.output, "exited with code 5; the job goes on without it"))
       << replaced.output;
 }
 

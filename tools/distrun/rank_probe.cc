@@ -142,6 +142,23 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  // Rank argv[2] is killed by SIGKILL (a lost rank, as a crashed host's);
+  // rank argv[3] (-1: none) exits with code 5 (a program's own failure);
+  // the others run 2 s.
+  if (mode == "lost" && argc == 4) {
+    if (Rank() == atoi(argv[2])) {
+      usleep(200 * 1000);
+      kill(getpid(), SIGKILL);
+    }
+    if (Rank() == atoi(argv[3])) {
+      usleep(400 * 1000);
+      fprintf(stderr, "rank %d failing on purpose\n", Rank());
+      return 5;
+    }
+    sleep(2);
+    printf("done pid=%d\n", static_cast<int>(getpid()));
+    return 0;
+  }
   if (mode == "hang") {
     printf("hanging\n");
     sleep(600);

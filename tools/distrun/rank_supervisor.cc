@@ -283,7 +283,9 @@ class Supervisor {
         const std::string what = absl::StrCat(
             "rank ", r.spec.rank, " (pid ", r.pid, ") ", DescribeExit(status));
         if (Replace(r, what)) continue;
-        if (options_.release && options_.release(what)) {
+        // Only a rank that was killed is lost: one that exits with an error
+        // code failed in its own program, which must stop the job.
+        if (WIFSIGNALED(status) && options_.release && options_.release(what)) {
           Say(absl::StrCat(what, "; the job goes on without it"));
           continue;
         }

@@ -11,7 +11,7 @@
 // - with `replace` (distrun --max-replacements), a failed rank may instead
 //   be started again alone: same rank, same environment plus
 //   DISTKIT_REPLACEMENT=<n>, the others untouched; with `release` (distrun
-//   --min-ranks), the job may instead go on without it;
+//   --min-ranks), the job may instead go on without a rank that was killed;
 // - SIGINT / SIGTERM sent to the supervisor are forwarded to every rank;
 // - an overall timeout stops every rank and returns 124, naming the ranks
 //   that were still running.
@@ -54,9 +54,10 @@ struct SupervisorOptions {
   // DISTKIT_REPLACEMENT=<n> in its environment (its log file is appended
   // to); 0 stops the job as above. Unset: never replaced.
   std::function<int(const std::string&)> replace;
-  // Asked when a failed rank is not replaced: true lets the job go on
-  // without it (its failure neither stops the others nor counts in the
-  // result); false stops the job. Unset: stop.
+  // Asked when a rank killed by a signal is not replaced: true lets the job
+  // go on without it (its death neither stops the others nor counts in the
+  // result); false stops the job. Unset: stop. A rank that exits with an
+  // error code is never released: its own program failed.
   std::function<bool(const std::string&)> release;
 };
 
