@@ -546,6 +546,23 @@ void BufferDtype() {
   Check(net->shift.scalar_type() == torch::kDouble &&
             torch::equal(net->shift, (want * 2).to(torch::kDouble)),
         "buffer_dtype: the sharded checkpoint round trip");
+
+  // Composable: the inner FullyShard casts its buffer; the outer one, which
+  // adopts its units, still gives it in its own dtype.
+  auto outer = std::make_shared<torch::nn::Module>();
+  ShiftNet inner;
+  outer->register_module("inner", inner.ptr());
+  outer->register_module("head", torch::nn::Linear(3, 2));
+  RequireOk(distkit::FullyShard(inner.ptr(), options).status(),
+            "buffer_dtype: FullyShard(inner)");
+  auto root = distkit::FullyShard(outer, options);
+  RequireOk(root.status(), "buffer_dtype: FullyShard(root)");
+  auto nested = (*root)->FullStateDict();
+  RequireOk(nested.status(), "buffer_dtype: nested state");
+  const torch::Tensor* inner_shift = nested->find("inner.shift");
+  Check(inner_shift != nullptr && inner_shift->scalar_type() == torch::kFloat &&
+            torch::equal(*inner_shift, want),
+        "buffer_dtype: the adopted unit's buffer in its own dtype");
 }
 
 void StateAndErrors() {

@@ -14,6 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "cc/core/host_staging.h"
 #include "cc/core/status.h"
 #include "cc/torch/fsdp_unit.h"
 #include "cc/torch/fully_sharded_data_parallel.h"
@@ -253,19 +254,28 @@ void FullyShardedDataParallel::OnGradReady(Unit* unit, int index) {
         absl::StrCat(kOwner, ": ", unit->names[index], " has no gradient"));
   } else {
     // The previous unit's reduction ran while this unit's first gradients
-    // were computed; finish it before this unit's full gradients are
-    // allocated, so the library never holds two units' full gradients.
+    // were computed; finish it now (this unit's full gradients were
+    // allocated at its pre-backward hook, so at most two units' full
+    // gradients are held: one being written, one being reduced).
     if (reducing_ != nullptr && reducing_ != unit) s = CompleteReduction();
-    const bool in_place =
+    const bool attached =
         static_cast<size_t>(index) < unit->grad_in_place.size() &&
-        unit->grad_in_place[index] != nullptr &&
-        grad.data_ptr() == unit->grad_in_place[index];
+        unit->grad_in_place[index] != nullptr;
+    const bool in_place =
+        attached && grad.data_ptr() == unit->grad_in_place[index];
     if (!in_place) {
       torch::Tensor g = grad.contiguous();
       absl::StatusOr<TensorRef> ref =
           AsTensorRef(g, kOwner, unit->names[index] + ".grad");
-      if (s.ok()) {
-        s = ref.ok() ? unit->shard->AccumulateGrad(index, *ref) : ref.status();
+      if (s.ok() && !ref.ok()) s = ref.status();
+      if (s.ok() && attached) {
+        // torch replaced the attached .grad by its sum with the new
+        // gradient, out of place (autograd was recording): that sum is the
+        // whole gradient, so it replaces the buffer's contents.
+        absl::StatusOr<TensorRef> full = unit->shard->FullGrad(index);
+        s = full.ok() ? CastInto(*full, *ref) : full.status();
+      } else if (s.ok()) {
+        s = unit->shard->AccumulateGrad(index, *ref);
       }
       ++grad_copies_;
     }

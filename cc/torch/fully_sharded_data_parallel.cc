@@ -314,6 +314,13 @@ absl::Status FullyShardedDataParallel::Build() {
     std::unique_ptr<Unit> moved = std::move(*it);
     old->units_.erase(it);
     old->absorbed_ = true;
+    if (moved->name.empty()) {
+      // The earlier wrapper's root: its buffers' own dtypes (buffer_dtype
+      // cast them already), under this module's names.
+      for (const auto& [key, dtype] : old->buffer_dtypes_) {
+        buffer_dtypes_[Join(name, key)] = dtype;
+      }
+    }
     for (auto& n : moved->names) n = Join(name, n);
     moved->name = name;
     moved->owner = this;
