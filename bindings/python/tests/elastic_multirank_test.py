@@ -42,9 +42,15 @@ from testing.python import rank_check
 from testing.python.rank_check import check, finish
 
 HIDDEN = 64
-SAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS, COMMIT_EVERY = 240, 6, 12, 2, 4
+# 10 divides unevenly over 3 and 4 ranks: the shares differ, and the loss
+# weight (ElasticSampler.loss_weight) keeps the result the global batch's.
+SAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS, COMMIT_EVERY = 240, 6, 10, 2, 4
 LR, MOMENTUM, SEED, TIMEOUT = 0.05, 0.9, 7, 20
-POINTS = ("before_forward", "mid_backward", "after_step", "at_commit", "in_recovery")
+# Where the first victim dies; the "in_recovery" ones kill a second rank in
+# the survivors' recovery (at its start, or at the snapshot's broadcast).
+POINTS = ("before_forward", "mid_backward", "after_step", "at_commit", "after_gather",
+          "before_confirm", "in_recovery", "in_recovery_late")
+AT_COMMITS = ("at_commit", "after_gather", "before_confirm")
 
 
 def data():
@@ -103,10 +109,11 @@ def main():
         if rank == 0:
             seed = int(os.environ.get("ELASTIC_SEED", random.SystemRandom().randrange(1 << 30)))
             draw = random.Random(seed)
-            # in_recovery: a second rank dies while the survivors recover.
-            point = draw.choice(POINTS if size >= 3 else POINTS[:-1])
+            points = [p for p in POINTS if (size >= 3 or not p.startswith("in_recovery"))
+                      and (fsdp or p != "before_confirm")]  # DDP's commit has no barrier
+            point = draw.choice(points)
             steps = [s for s in range(1, total - 1)
-                     if point != "at_commit" or (s % per_epoch + 1) % COMMIT_EVERY == 0]
+                     if point not in AT_COMMITS or (s % per_epoch + 1) % COMMIT_EVERY == 0]
             victim = draw.randrange(size)
             second = draw.choice([r for r in range(size) if r != victim])
             plan = [(seed, victim, draw.choice(steps), point, second)]
@@ -114,19 +121,33 @@ def main():
         seed, victim, die_at, point, second = plan[0]
         if rank == 0:
             print(f"ELASTIC_SEED={seed}: rank {victim} dies at step {die_at}, {point}"
-                  + (f", rank {second} in the recovery" if point == "in_recovery" else ""),
-                  flush=True)
+                  + (f", rank {second} in the recovery" if point.startswith("in_recovery")
+                     else ""), flush=True)
     else:
-        victim, die_at, point, second = -1, -1, None, -1  # a replacement lives
+        victim, die_at, point, second = -1, -1, "", -1  # a replacement lives
 
-    real_sync = elastic.peer_sync.sync
+    # The second victim: at the start of its recovery's sync, or at the
+    # snapshot's broadcast in it (after the members agreed on the commit).
+    real_sync, real_broadcast = elastic.peer_sync.sync, dist.broadcast_object_list
+    syncing = [False]
 
     def sync_or_die(state):
         if point == "in_recovery" and rank == second:
             print(f"rank {rank}: SIGKILL in the recovery", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
-        return real_sync(state)
+        syncing[0] = True
+        try:
+            return real_sync(state)
+        finally:
+            syncing[0] = False
+
+    def broadcast_or_die(*args, **kwargs):
+        if point == "in_recovery_late" and rank == second and syncing[0]:
+            print(f"rank {rank}: SIGKILL at the recovery's broadcast", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_broadcast(*args, **kwargs)
     elastic.peer_sync.sync = sync_or_die
+    dist.broadcast_object_list = broadcast_or_die
 
     x, y = data()
     # A replacement's construction matches the survivors' regroup.
@@ -140,12 +161,26 @@ def main():
     state = elastic.State(model=model, optimizer=opt, sampler=sampler, epoch=0)
 
     def die_here(step, where):
-        first = "before_forward" if point == "in_recovery" else point
+        first = "before_forward" if point.startswith("in_recovery") else point
         if rank == victim and step == die_at and where == first:
             print(f"rank {rank}: SIGKILL at step {step} ({where})", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
     current = {"step": -1}
+
+    # In a commit: after its all_gather (the snapshot being copied), and
+    # (FSDP) after the shards' exchange, at the barrier that confirms it.
+    real_capture, real_barrier = elastic.State._capture, dist.barrier
+
+    def capture_or_die(self, commit):
+        die_here(current["step"], "after_gather")
+        return real_capture(self, commit)
+
+    def barrier_or_die(*args, **kwargs):
+        die_here(current["step"], "before_confirm")
+        return real_barrier(*args, **kwargs)
+    elastic.State._capture = capture_or_die
+    dist.barrier = barrier_or_die
 
     def mid_backward(module, grad_input, grad_output):
         die_here(current["step"], "mid_backward")
@@ -161,7 +196,8 @@ def main():
                 die_here(step, "before_forward")
                 idx = torch.tensor(indices)
                 opt.zero_grad()
-                ((model(x[idx]) - y[idx]) ** 2).mean().backward()
+                loss = ((model(x[idx]) - y[idx]) ** 2).mean() * state.sampler.loss_weight()
+                loss.backward()
                 opt.step()
                 die_here(step, "after_step")
                 if state.sampler.batch % COMMIT_EVERY == 0:
@@ -173,10 +209,10 @@ def main():
 
     # FSDP keeps each shard on its rank and its left neighbour: two
     # neighbours lost at once lose a shard, and every rank must say so.
-    adjacent = point == "in_recovery" and (second - victim) % size in (1, size - 1)
+    adjacent = point.startswith("in_recovery") and (second - victim) % size in (1, size - 1)
     expect_lost = fsdp and adjacent
     try:
-        elastic.run(train, state, replacement_timeout=TIMEOUT)
+        elastic.run(train, state, replacement_timeout=TIMEOUT, settle=2.0)
     except RuntimeError as e:
         if "are lost" not in str(e) or not (expect_lost or replacement):
             raise
@@ -199,7 +235,7 @@ def main():
         moved = max((g - k).abs().max().item() for g, k in zip(got, at_kill))
         check(moved > 1e-6, f"the parameters moved after the kill at step {die_at}: {moved}")
     check(state.recoveries == 1, f"one recovery on every rank: {state.recoveries}")
-    lost = 2 if point == "in_recovery" else 1
+    lost = 2 if point.startswith("in_recovery") else 1
     expect = size - lost if shrink else size
     if replacement:
         expect = dist.get_world_size()  # the grown world, checked by the survivors

@@ -9,12 +9,14 @@ in the manner of Horovod's ``hvd.elastic``::
     state = elastic.State(model=model, optimizer=opt, sampler=sampler, epoch=0)
 
     def train(state):
-        for state.epoch in range(state.epoch, EPOCHS):
-            for indices in state.sampler:
-                ...one step on dataset[indices]...
+        while state.epoch < EPOCHS:
+            for indices in state.sampler:  # this rank's share of a global batch
+                loss = ...mean loss on dataset[indices]... * state.sampler.loss_weight()
+                ...backward, optimizer step...
                 if state.sampler.batch % 10 == 0:
                     state.commit()          # an in-memory snapshot
-            state.sampler.set_epoch(state.epoch + 1)
+            state.epoch += 1
+            state.sampler.set_epoch(state.epoch)
             state.commit()
 
     elastic.run(train, state)

@@ -47,13 +47,15 @@ def _after_new_world(state: State, how: str) -> None:
 
 
 def run(func: Optional[Callable] = None, state: Optional[State] = None, *,
-        replacement_timeout: Optional[float] = None, settle: float = 2.0,
+        replacement_timeout: Optional[float] = None, settle: float = 5.0,
         max_recoveries: int = 3):
     """Runs ``func(state)`` until it returns, recovering from lost ranks (see
     the module's text). ``replacement_timeout``: seconds the survivors wait
     for a replacement (default: the group's timeout); ``settle``: seconds a
-    shrink waits for every survivor to report alive. Without ``state``,
-    a decorator: ``run(train)(state)``."""
+    shrink waits for every survivor to report alive: longer than any rank
+    may take to notice the loss (its longest step between two collectives),
+    else a survivor that notices late is left out and fails. Without
+    ``state``, a decorator: ``run(train)(state)``."""
     if state is None:
         if func is None:
             return functools.partial(run, replacement_timeout=replacement_timeout,

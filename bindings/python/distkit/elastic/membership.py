@@ -41,7 +41,13 @@ def new_world(replacement_timeout: Optional[float], settle: float) -> Tuple[str,
     if replacements_expected():
         try:
             return "grown", dist.grow_group(timeout=replacement_timeout)
-        except errors.DeadlineExceededError:
+        except errors.DeadlineExceededError as e:
             if not shrink_allowed():
-                raise
+                # Not a lost peer to recover from again: no replacement came
+                # and the job may not go on smaller (waiting again would
+                # only multiply the timeout).
+                raise RuntimeError(
+                    "distkit.elastic: no replacement joined within the grow's timeout, and "
+                    "the launcher does not let the job go on smaller (distrun --min-ranks): "
+                    f"{e}") from e
     return "shrunk", dist.shrink_group(settle=settle)

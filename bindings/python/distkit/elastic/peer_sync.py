@@ -51,7 +51,11 @@ def _choose_sharded(cards):
     one before it then still is, as committed or pending)."""
     every = [c for mine in cards for c in mine]
     for commit in sorted({c[0] for c in every}, reverse=True):
-        world = next(c[1] for c in every if c[0] == commit)
+        worlds = {c[1] for c in every if c[0] == commit}
+        if len(worlds) != 1:  # one commit is one layout; never mix two
+            raise RuntimeError(f"distkit.elastic: commit {commit} is held in layouts of "
+                               f"{sorted(worlds)} ranks")
+        world = worlds.pop()
         found = _holders(cards, commit, world)
         if found is not None:
             return commit, world, found

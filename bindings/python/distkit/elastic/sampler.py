@@ -6,8 +6,12 @@ Each epoch is a sequence of global batches of ``global_batch_size`` indices
 its share of that step's global batch, by its rank and the world size at
 that moment: after a shrink the survivors' shares grow, after a grow they
 shrink again, and every step still trains on the same samples as an
-uninterrupted run, so its result does not depend on the membership. The
-position (epoch, batch) is saved and restored with elastic.State.
+uninterrupted run. Its result does not depend on the membership when each
+rank's mean loss is multiplied by ``loss_weight()`` (its share's size times
+the world size over the global batch): data-parallel training averages the
+ranks' gradients, and an average of means equals the global batch's mean
+only when the shares are equal (1.0 then). The position (epoch, batch) is
+saved and restored with elastic.State.
 """
 from typing import Any, Dict, Iterator, List
 
@@ -34,6 +38,7 @@ class ElasticSampler:
         self.epoch = 0
         self.batch = 0
         self._order = None  # (epoch, seed, permutation) of the last epoch asked
+        self._weight = 1.0
 
     def __len__(self) -> int:
         """Global batches per epoch."""
@@ -68,10 +73,18 @@ class ElasticSampler:
 
     def __iter__(self) -> Iterator[List[int]]:
         while self.batch < len(self):
-            indices = self.share(self.global_batch(self.batch), dist.get_rank(),
-                                 dist.get_world_size())
+            batch = self.global_batch(self.batch)
+            indices = self.share(batch, dist.get_rank(), dist.get_world_size())
+            self._weight = len(indices) * dist.get_world_size() / len(batch)
             self.batch += 1
             yield indices
+
+    def loss_weight(self) -> float:
+        """For the share last yielded: multiply this rank's mean loss by it,
+        so that the ranks' averaged gradients are those of the global
+        batch's mean loss whatever the world size (1.0 when the global
+        batch divides evenly)."""
+        return self._weight
 
     def state_dict(self) -> Dict[str, Any]:
         return {"epoch": self.epoch, "batch": self.batch, "seed": self.seed}

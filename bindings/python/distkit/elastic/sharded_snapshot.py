@@ -121,7 +121,8 @@ def load(model: FullyShardedDataParallel, optimizer, held: Dict[int, Any], old_w
         with FullyShardedDataParallel.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
             model.load_state_dict(own["model"])
         if optimizer is not None:
-            optimizer.load_state_dict(own["optimizer"])
+            # A copy: the shard stays this rank's snapshot as committed.
+            optimizer.load_state_dict(copy.deepcopy(own["optimizer"]))
         return
     shards = [have[j] for j in range(old_world)]
     if optimizer is not None:

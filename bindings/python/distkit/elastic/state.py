@@ -24,6 +24,8 @@ from . import sharded_snapshot
 
 def _rng_states() -> Dict[str, Any]:
     states = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = [s.cpu() for s in torch.cuda.get_rng_state_all()]
     numpy = sys.modules.get("numpy")  # only when the trainer uses it
     if numpy is not None:
         states["numpy"] = numpy.random.get_state()
@@ -33,9 +35,28 @@ def _rng_states() -> Dict[str, Any]:
 def _set_rng_states(states: Dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
     random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
     numpy = sys.modules.get("numpy")
     if numpy is not None and "numpy" in states:
         numpy.random.set_state(states["numpy"])
+
+
+def _check_model(model) -> None:
+    """The models whose state elastic.State knows how to keep: plain or
+    data-parallel ones (each rank holds all of it), and a
+    FullyShardedDataParallel at the top (each rank holds its shards). A
+    model sharded some other way would be snapshotted as if whole."""
+    if model is None or sharded_snapshot.is_sharded(model):
+        return
+    from ..fsdp import FSDPModule
+    for name, m in model.named_modules():
+        if isinstance(m, (FullyShardedDataParallel, FSDPModule)):
+            raise ValueError(
+                f"elastic.State: '{name or type(model).__name__}' is sharded "
+                f"({type(m).__name__}) inside a model that is not a FullyShardedDataParallel: "
+                "wrap the whole model in FullyShardedDataParallel (its units by "
+                "auto_wrap_policy) so its shards can be snapshotted and rebuilt")
 
 
 def job_rank() -> int:
@@ -66,6 +87,7 @@ class State:
 
     def __init__(self, model: Optional[torch.nn.Module] = None,
                  optimizer: Optional[torch.optim.Optimizer] = None, sampler=None, **counters):
+        _check_model(model)
         self.model = model
         self.optimizer = optimizer
         self.sampler = sampler
@@ -112,7 +134,9 @@ class State:
         self._commits += 1
 
     def restore(self) -> None:
-        """Puts this rank back to the last committed snapshot."""
+        """Puts this rank back to the last committed snapshot, in the world
+        it was taken in (after a change of membership elastic.run loads the
+        members' newest commit instead)."""
         if self._snapshot is None:
             raise RuntimeError("elastic.State.restore: nothing committed yet")
         self._apply(self._snapshot)
@@ -152,13 +176,15 @@ class State:
                                                           StateDictType.SHARDED_STATE_DICT):
                 self.model.load_state_dict(own["model"])
             if self.optimizer is not None:
-                self.optimizer.load_state_dict(own["optimizer"])  # copies
+                # A copy: torch 2.x loads tensors without copying them, and
+                # the snapshot must stay as committed.
+                self.optimizer.load_state_dict(copy.deepcopy(own["optimizer"]))
         else:
             with torch.no_grad():
                 if self.model is not None:
                     self.model.load_state_dict(snapshot["model"])
             if self.optimizer is not None:
-                self.optimizer.load_state_dict(snapshot["optimizer"])  # copies
+                self.optimizer.load_state_dict(copy.deepcopy(snapshot["optimizer"]))
         self._apply_common(snapshot)
         self._snapshot = snapshot
 

@@ -65,9 +65,8 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
             # torch's FSDP: the module moves to device_id before sharding.
             module.to(torch.device("cuda", device_id) if isinstance(device_id, int)
                       else torch.device(device_id))
-        if sync_module_states and dist.get_world_size(process_group) > 1:
-            for b in module.buffers():
-                dist.broadcast(b, dist.get_global_rank(process_group, 0), process_group)
+        self._sync_module_states = sync_module_states
+        self._sync_buffers(module, process_group)
         param_dtype = mixed_precision.param_dtype if mixed_precision else None
         config = shard_config(strategy, param_dtype,
                               mixed_precision.reduce_dtype if mixed_precision else None,
@@ -112,6 +111,12 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         # The module's own state dict: local, safe for mmengine's Runner.
         module_state.install(module, self._units, use_orig_params)
 
+    def _sync_buffers(self, module: nn.Module, process_group) -> None:
+        """sync_module_states: rank 0's buffers on every rank (collective)."""
+        if self._sync_module_states and dist.get_world_size(process_group) > 1:
+            for b in module.buffers():
+                dist.broadcast(b, dist.get_global_rank(process_group, 0), process_group)
+
     def regroup(self, process_group=None) -> None:
         """Collective over the new group: after a shrink or a grow
         (distkit.elastic does it), every unit shards over ``process_group``
@@ -123,6 +128,10 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
             raise ValueError("FullyShardedDataParallel.regroup: hybrid sharding "
                              f"({self.sharding_strategy.name}) cannot change groups")
         self._coordinator.forget_backward()  # a failed step's queued work never ran
+        # The collectives a construction on the new group makes, in its
+        # order, so a replacement's constructor and the survivors' regroup
+        # pair up.
+        self._sync_buffers(self.module, process_group)
         for unit in self._units:
             unit.regroup(process_group)
         self._group = process_group
