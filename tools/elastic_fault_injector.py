@@ -9,8 +9,10 @@ ELASTIC_SEED = seed + i, cycling through DDP and FSDP, each with a
 replacement (distrun --max-replacements 2) or without (--min-ranks 1, the
 survivors shrink). The seed picks the rank, the step and the point of the
 kill: before the forward, mid-backward (FSDP: while the units' reduce-scatters
-are in flight), after the optimizer step, during a snapshot (the commit's
-collectives), or a second rank killed during the recovery. Each job must
+are in flight), after the optimizer step, at a commit (before it, after its
+all_gather, or, FSDP, after the shards' exchange before the barrier that
+confirms it), or a second rank killed during the recovery (at its start, or
+at the snapshot's broadcast). Each job must
 end within --bound seconds, either recovered with the parameters of an
 uninterrupted run (the test checks them against plain torch) or with the
 clear error the test expects (two FSDP neighbours lost: the shard they both
