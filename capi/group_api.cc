@@ -312,6 +312,27 @@ dk_status_t dk_group_shrink(dk_group_t* group, int64_t settle_ms,
   });
 }
 
+dk_status_t dk_group_grow_pending(dk_group_t* group, int32_t* pending,
+                                  dk_error_t** err) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(pending, "pending"));
+    std::shared_ptr<ProcessGroup> g;
+    if (group == nullptr) {
+      g = distkit::dist::GetDefaultGroup();
+      if (g == nullptr) {
+        return absl::FailedPreconditionError(
+            "grow_pending: no default group (call dk_init first)");
+      }
+    } else {
+      DK_ASSIGN_OR_RETURN(g, GroupOf(group));
+    }
+    DK_ASSIGN_OR_RETURN(
+        bool waiting, distkit::GrowPending(*g, distkit::dist::JobWorldSize()));
+    *pending = waiting ? 1 : 0;
+    return absl::OkStatus();
+  });
+}
+
 dk_status_t dk_group_grow(dk_group_t* group, int32_t world_size,
                           int64_t timeout_ms, dk_group_t** out,
                           dk_error_t** err) {

@@ -161,8 +161,8 @@ func (g *Group) Shrink(settle time.Duration) (*Group, error) {
 // of worldSize ranks (0: the size Init joined with), world ranks in the
 // original order, named "world@g<generation>", with connections of its own.
 // Grow blocks up to timeout (0 or less: g's operation timeout); when a rank
-// never comes every participant gets DeadlineExceeded naming it. Gloo groups
-// only.
+// never comes every participant gets DeadlineExceeded naming it. Gloo and
+// NCCL groups.
 func (g *Group) Grow(worldSize int, timeout time.Duration) (*Group, error) {
 	if worldSize < 0 || worldSize > math.MaxInt32 {
 		return nil, &Error{InvalidArgument, fmt.Sprintf("grow: world size %d is not a size (0: the job's)", worldSize)}
@@ -177,6 +177,19 @@ func (g *Group) Grow(worldSize int, timeout time.Duration) (*Group, error) {
 		return nil, err
 	}
 	return g.child(out), nil
+}
+
+// GrowPending is local (ABI 0.8): whether a replacement that came after the
+// survivors stopped waiting (and shrank) waits to join the next Grow of g's
+// world. Ranks may see it at different moments: agree (e.g. an AllReduce of
+// the maximum) before all call Grow.
+func (g *Group) GrowPending() (bool, error) {
+	var pending C.int32_t
+	var cerr *C.dk_error_t
+	if err := check(C.dk_group_grow_pending(g.ptr, &pending, &cerr), cerr); err != nil {
+		return false, err
+	}
+	return pending != 0, nil
 }
 
 // run calls one collective: synchronously when work is nil, else it starts

@@ -182,6 +182,26 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> JoinGrownWorld(
   return grown;
 }
 
+absl::StatusOr<bool> GrowPending(ProcessGroup& group, int world_size) {
+  if (group.world_store() == nullptr) {
+    return absl::FailedPreconditionError("the group has no world store");
+  }
+  PrefixStore elastic("elastic", group.world_store());
+  ScopedStoreDeadline bound(absl::Now() + group.timeout());
+  int g = 1;  // the first unsealed generation, where a newcomer registers
+  while (true) {
+    DK_ASSIGN_OR_RETURN(bool sealed, elastic.Check({Key(g, "members")}));
+    if (!sealed) break;
+    ++g;
+  }
+  for (int r = 0; r < world_size; ++r) {
+    DK_ASSIGN_OR_RETURN(bool here,
+                        elastic.Check({Key(g, absl::StrCat("alive/", r))}));
+    if (here) return true;
+  }
+  return false;
+}
+
 int WorldGeneration(const ProcessGroup& group) {
   const std::string world = group.name().substr(0, group.name().find('/'));
   int g = 0;

@@ -50,6 +50,13 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> JoinGrownWorld(
     std::shared_ptr<Store> world_store, int rank, int world_size,
     GroupOptions options, absl::Duration timeout);
 
+// Local (one look at the world's store): whether a process has registered
+// for the next grow of the world `group` belongs to and waits for the
+// survivors (a replacement that came after they stopped waiting and
+// shrank). `world_size`: the grow's size. Ranks may see it at different
+// moments: they must agree before all call GrowGroup.
+absl::StatusOr<bool> GrowPending(ProcessGroup& group, int world_size);
+
 // The generation of the world `group` belongs to: g for "world@g<g>" and its
 // subgroups, 0 for the first world.
 int WorldGeneration(const ProcessGroup& group);

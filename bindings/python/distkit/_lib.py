@@ -179,6 +179,7 @@ _PROTOTYPES = {
     "dk_group_abort": (None, [P]),
     "dk_group_shrink": (c_status, [P, ctypes.c_int64, PP, PP]),
     "dk_group_grow": (c_status, [P, ctypes.c_int32, ctypes.c_int64, PP, PP]),
+    "dk_group_grow_pending": (c_status, [P, ctypes.POINTER(ctypes.c_int32), PP]),
     "dk_group_async_error": (c_status, [P, PP]),
     "dk_work_test": (c_status, [P, ctypes.POINTER(ctypes.c_int32), PP]),
     "dk_work_wait": (c_status, [P, ctypes.c_int64, PP]),

@@ -32,6 +32,7 @@ import random
 import signal
 import sys
 import tempfile
+import time
 
 import torch
 
@@ -46,6 +47,7 @@ HIDDEN = 64
 # weight (ElasticSampler.loss_weight) keeps the result the global batch's.
 SAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS, COMMIT_EVERY = 240, 6, 10, 2, 4
 LR, MOMENTUM, SEED, TIMEOUT = 0.05, 0.9, 7, 20
+LATE_S = 3.0  # the late replacement's delay; the survivors wait 1 s
 # Where the first victim dies; the "in_recovery" ones kill a second rank in
 # the survivors' recovery (at its start, or at the snapshot's broadcast).
 POINTS = ("before_forward", "mid_backward", "after_step", "at_commit", "after_gather",
@@ -91,6 +93,9 @@ def refuse_files(path_like, *args, **kwargs):
 
 def main():
     shrink = "shrink" in sys.argv[1:]
+    # late: the replacement comes after the survivors stopped waiting (1 s)
+    # and shrank; it is grown back in at a later commit.
+    late = "late" in sys.argv[1:]
     fsdp = "fsdp" in sys.argv[1:]
     replacement = elastic.membership.is_replacement()
     workdir = tempfile.mkdtemp(prefix="elastic_ddp_")
@@ -99,6 +104,8 @@ def main():
     torch.save = lambda obj, f, *a, **k: (real_save(obj, f, *a, **k) if hasattr(f, "write")
                                           else refuse_files(f))
 
+    if late and replacement:
+        time.sleep(LATE_S)
     dist.init_dist("pytorch", backend="gloo", timeout=TIMEOUT)
     rank, size = dist.get_rank(), dist.get_world_size()
     per_epoch = SAMPLES // GLOBAL_BATCH
@@ -109,7 +116,8 @@ def main():
         if rank == 0:
             seed = int(os.environ.get("ELASTIC_SEED", random.SystemRandom().randrange(1 << 30)))
             draw = random.Random(seed)
-            points = [p for p in POINTS if (size >= 3 or not p.startswith("in_recovery"))
+            points = [p for p in POINTS if (size >= 3 and not late
+                                            or not p.startswith("in_recovery"))
                       and (fsdp or p != "before_confirm")]  # DDP's commit has no barrier
             point = draw.choice(points)
             steps = [s for s in range(1, total - 1)
@@ -202,17 +210,28 @@ def main():
                 die_here(step, "after_step")
                 if state.sampler.batch % COMMIT_EVERY == 0:
                     die_here(step, "at_commit")
+                    wait_for_late_replacement()
                     state.commit()
             state.epoch += 1
             state.sampler.set_epoch(state.epoch)
+            wait_for_late_replacement()
             state.commit()
+
+    def wait_for_late_replacement():
+        """late: in the shrunk job, wait until the replacement registered
+        (so the job cannot end before it arrives); the commit then grows it
+        in."""
+        if late and dist.get_world_size() < size:
+            give_up = time.monotonic() + TIMEOUT
+            while not dist.grow_pending() and time.monotonic() < give_up:
+                time.sleep(0.05)
 
     # FSDP keeps each shard on its rank and its left neighbour: two
     # neighbours lost at once lose a shard, and every rank must say so.
     adjacent = point.startswith("in_recovery") and (second - victim) % size in (1, size - 1)
     expect_lost = fsdp and adjacent
     try:
-        elastic.run(train, state, replacement_timeout=TIMEOUT, settle=2.0)
+        elastic.run(train, state, replacement_timeout=1.0 if late else TIMEOUT, settle=2.0)
     except RuntimeError as e:
         if "are lost" not in str(e) or not (expect_lost or replacement):
             raise
@@ -234,9 +253,11 @@ def main():
         at_kill = reference(x, y, die_at)
         moved = max((g - k).abs().max().item() for g, k in zip(got, at_kill))
         check(moved > 1e-6, f"the parameters moved after the kill at step {die_at}: {moved}")
-    check(state.recoveries == 1, f"one recovery on every rank: {state.recoveries}")
+    want_recoveries = 2 if late and not replacement else 1  # late: shrunk, then grown back
+    check(state.recoveries == want_recoveries,
+          f"{want_recoveries} recoveries on this rank: {state.recoveries}")
     lost = 2 if point.startswith("in_recovery") else 1
-    expect = size - lost if shrink else size
+    expect = size - lost if shrink and not late else size
     if replacement:
         expect = dist.get_world_size()  # the grown world, checked by the survivors
     check(dist.get_world_size() == expect, f"world size after recovery: {dist.get_world_size()}")

@@ -396,8 +396,8 @@ DK_EXPORT void dk_group_abort(dk_group_t* group);
  * them a new group of their own (*out, owned; ranks renumbered 0..n-1 in the
  * old order) to go on training at the smaller size. With NULL the result
  * also becomes the default group. A rank that reports after the others
- * agreed gets DK_FAILED_PRECONDITION naming them. Gloo groups only
- * (DK_UNIMPLEMENTED otherwise). */
+ * agreed gets DK_FAILED_PRECONDITION naming them. Gloo and NCCL groups
+ * ("gloo", "nccl", "cpu:gloo,cuda:nccl"); DK_UNIMPLEMENTED otherwise. */
 DK_EXPORT dk_status_t dk_group_shrink(dk_group_t* group, int64_t settle_ms,
                                       dk_group_t** out, dk_error_t** err);
 
@@ -416,11 +416,21 @@ DK_EXPORT dk_status_t dk_group_shrink(dk_group_t* group, int64_t settle_ms,
  * message of the old group can reach it. Blocking, at most `timeout_ms`
  * (< 0: `group`'s operation timeout) for the agreement and the new group's
  * connections: DK_DEADLINE_EXCEEDED naming the ranks that never came, on
- * every participant alike. Gloo groups only (DK_UNIMPLEMENTED otherwise). A
+ * every participant alike. Gloo and NCCL groups ("gloo", "nccl",
+ * "cpu:gloo,cuda:nccl": a new communicator); DK_UNIMPLEMENTED otherwise. A
  * replacement of rank 0 needs a store that outlived rank 0 (distrun's). */
 DK_EXPORT dk_status_t dk_group_grow(dk_group_t* group, int32_t world_size,
                                     int64_t timeout_ms, dk_group_t** out,
                                     dk_error_t** err);
+
+/* Local (one look at the store), for survivors that shrank: *pending = 1 when
+ * a process (a replacement that came after the survivors stopped waiting)
+ * waits to join the next dk_group_grow of the world `group` (NULL: the
+ * default group) belongs to, else 0. Ranks may see it at different moments:
+ * agree (e.g. an all_reduce of max) before all call dk_group_grow (ABI 0.8).
+ */
+DK_EXPORT dk_status_t dk_group_grow_pending(dk_group_t* group, int32_t* pending,
+                                            dk_error_t** err);
 
 /* Local, non-blocking. DK_OK, or the error that poisoned the group. */
 DK_EXPORT dk_status_t dk_group_async_error(const dk_group_t* group,

@@ -25,7 +25,8 @@ from .collectives import (_get_reduce_op, all_gather, all_reduce, all_reduce_dic
 from .devices import cast_data_device, get_comm_device, get_data_device
 from .groups import (ProcessGroup, barrier, get_backend, get_default_group, get_dist_info,
                      get_global_rank, get_group_rank, get_local_group, get_local_rank,
-                     get_local_size, get_rank, get_world_size, grow_group, init_local_group,
+                     get_local_size, get_rank, get_world_size, grow_group, grow_pending,
+                     init_local_group,
                      is_distributed, is_main_process, master_only, new_group, shrink_group,
                      transport)
 from .launch import LauncherInfo, destroy, infer_launcher, init_dist, launcher_info
@@ -41,7 +42,7 @@ __all__ = [
     "get_comm_device", "get_data_device", "get_default_group", "get_dist_info",
     "get_global_rank", "get_group_rank",
     "get_local_group", "get_local_rank", "get_local_size", "get_rank", "get_world_size",
-    "grow_group", "infer_launcher", "init_dist", "init_local_group", "is_distributed", "is_main_process",
+    "grow_group", "grow_pending", "infer_launcher", "init_dist", "init_local_group", "is_distributed", "is_main_process",
     "launcher_info",
     "master_only", "new_group", "reduce", "shrink_group", "sync_random_seed", "transport",
 ]

@@ -388,6 +388,17 @@ def grow_group(group: Optional[ProcessGroup] = None, world_size: Optional[int] =
     return grown
 
 
+def grow_pending(group: Optional[ProcessGroup] = None) -> bool:
+    """Local: whether a replacement that came after the survivors stopped
+    waiting for it (and shrank) waits to join the next grow_group of the
+    world ``group`` (default: the default group) belongs to. Ranks may see
+    it at different moments: agree (e.g. an all_reduce of max) before all
+    call grow_group."""
+    pending = ctypes.c_int32()
+    raise_for_status(lib.dk_group_grow_pending, handle_of(group), ctypes.byref(pending))
+    return bool(pending.value)
+
+
 # ---- the node-local group --------------------------------------------------------
 
 

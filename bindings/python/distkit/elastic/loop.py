@@ -14,7 +14,9 @@ lost (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, ABORTED), each survivor:
    so every rank, the replacement included, is at the same commit;
 4. calls the state's reset callbacks, then ``train`` again.
 A replacement (DISTKIT_REPLACEMENT set) does 3 and 4 before its first call
-to ``train``. Any other error, or a failure during a recovery after
+to ``train``. In a job that shrank, a replacement that came late is grown
+back in at the next commit (State.commit raises ReplacementWaiting on every
+rank alike; the loop grows, re-wraps and syncs from that commit). Any other error, or a failure during a recovery after
 ``max_recoveries`` attempts in a row, is raised to the caller.
 """
 import functools
@@ -73,8 +75,15 @@ def run(func: Optional[Callable] = None, state: Optional[State] = None, *,
     if not joining and state._snapshot is None:
         state.commit()  # the starting point every rank holds
     failures_in_a_row = 0
+    grow_back = False
     while True:
         try:
+            if grow_back:
+                # From the commit just taken: nothing is trained twice.
+                grow_back = False
+                dist.grow_group(timeout=replacement_timeout)
+                _regroup(state)
+                _after_new_world(state, "grown back")
             if joining:
                 # The replacement's first step: the state from its peers. A
                 # failure here (a second rank lost) is recovered from as a
@@ -87,6 +96,9 @@ def run(func: Optional[Callable] = None, state: Optional[State] = None, *,
                 _after_new_world(state, how)
                 failures_in_a_row = 0
             return func(state)
+        except membership.ReplacementWaiting:
+            grow_back = True
+            _say("a replacement waits to join; growing back")
         except errors.DistkitError as e:
             if e.code not in _LOST_PEER or failures_in_a_row >= max_recoveries:
                 raise

@@ -6,11 +6,19 @@ Under ``--max-replacements`` the survivors wait for the replacement at most
 ``replacement_timeout``; when none came, they shrink instead, but only where
 the launcher lets the job go on without the lost rank (``distrun --min-ranks
 M`` exports DISTKIT_MIN_RANKS=M): otherwise the launcher is stopping the job
-and the grow's error is the answer."""
+and the grow's error is the answer. A replacement that comes after they
+shrank is grown back in at the next commit (replacement_waiting)."""
 import os
 from typing import Optional, Tuple
 
+import torch
+
 from .. import dist, errors
+
+
+class ReplacementWaiting(Exception):
+    """Raised by State.commit in a shrunk job when a replacement that came
+    late waits to join: elastic.run grows it back in from that commit."""
 
 
 def _launcher_number(name: str) -> int:
@@ -28,6 +36,22 @@ def shrink_allowed() -> bool:
     """False only where a replacement is expected and the launcher has not
     said that the job may go on smaller."""
     return not replacements_expected() or _launcher_number("DISTKIT_MIN_RANKS") > 0
+
+
+def job_world_size() -> int:
+    """The size the job started with (the launcher's WORLD_SIZE)."""
+    return _launcher_number("WORLD_SIZE") or dist.get_world_size()
+
+
+def replacement_waiting() -> bool:
+    """Collective over the default group, where the job shrank and
+    replacements may come: whether one waits to join now (any rank saw it:
+    every rank gets the same answer). Else False, without communication."""
+    if not replacements_expected() or dist.get_world_size() >= job_world_size():
+        return False
+    seen = torch.tensor([1.0 if dist.grow_pending() else 0.0])
+    dist.all_reduce(seen, op="max")
+    return bool(seen.item())
 
 
 def is_replacement() -> bool:

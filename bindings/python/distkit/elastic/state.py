@@ -19,7 +19,7 @@ import torch
 
 from .. import dist
 from ..fsdp import FullyShardedDataParallel, StateDictType
-from . import sharded_snapshot
+from . import membership, sharded_snapshot
 
 
 def _rng_states() -> Dict[str, Any]:
@@ -115,7 +115,9 @@ class State:
         """Collective over the default group (every rank's RNG states are
         gathered, so a replacement gets its lost rank's): takes an in-memory
         snapshot. The previous snapshot stays in force until this one is
-        complete, so a failure during a commit restores the previous one."""
+        complete, so a failure during a commit restores the previous one.
+        In a job that shrank, a replacement that came late and waits is
+        grown back in from here (elastic.run)."""
         rng = dist.all_gather_object((job_rank(), _rng_states()))
         snapshot = self._capture(self._commits + 1)
         snapshot["rng"] = dict(rng)
@@ -132,6 +134,8 @@ class State:
         self._pending = None
         self._snapshot = snapshot
         self._commits += 1
+        if membership.replacement_waiting():
+            raise membership.ReplacementWaiting()  # elastic.run grows it in
 
     def restore(self) -> None:
         """Puts this rank back to the last committed snapshot, in the world

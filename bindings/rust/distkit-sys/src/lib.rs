@@ -413,6 +413,11 @@ extern "C" {
         out: *mut *mut dk_group_t,
         err: ErrOut,
     ) -> dk_status_t;
+    pub fn dk_group_grow_pending(
+        group: *mut dk_group_t,
+        pending: *mut i32,
+        err: ErrOut,
+    ) -> dk_status_t;
     pub fn dk_group_async_error(group: *const dk_group_t, err: ErrOut) -> dk_status_t;
 
     pub fn dk_work_test(

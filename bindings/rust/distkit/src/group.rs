@@ -157,7 +157,7 @@ impl Group {
     /// the original order, named "world@g<generation>", with connections of
     /// its own. Blocks up to `timeout` (None: this group's operation
     /// timeout); when a rank never comes every participant gets
-    /// `Code::DeadlineExceeded` naming it. Gloo groups only.
+    /// `Code::DeadlineExceeded` naming it. Gloo and NCCL groups.
     pub fn grow(&self, world_size: Option<usize>, timeout: Option<std::time::Duration>) -> Result<Group> {
         let world_size = match world_size {
             None => 0,
@@ -175,6 +175,16 @@ impl Group {
         let mut out = std::ptr::null_mut();
         call(|err| unsafe { sys::dk_group_grow(self.ptr, world_size, timeout_ms, &mut out, err) })?;
         Ok(Group::from_raw(out, self._store.clone()))
+    }
+
+    /// Local (ABI 0.8): whether a replacement that came after the survivors
+    /// stopped waiting (and shrank) waits to join the next `grow` of this
+    /// group's world. Ranks may see it at different moments: agree (e.g. an
+    /// all_reduce of max) before all call `grow`.
+    pub fn grow_pending(&self) -> Result<bool> {
+        let mut pending = 0i32;
+        call(|err| unsafe { sys::dk_group_grow_pending(self.ptr, &mut pending, err) })?;
+        Ok(pending != 0)
     }
 
     fn sync(&self, f: impl FnOnce(*mut sys::dk_group_t, sys::ErrOut) -> sys::dk_status_t) -> Result<()> {
