@@ -294,4 +294,23 @@ def init_default_group(timeout_ms: int) -> bool:
     return True
 
 
+def rebase_default_group(timeout_ms: int) -> None:
+    """After shrink_group / grow_group replaced distkit's default group:
+    torch.distributed's default group (init_dist made it on this backend)
+    is made again over the new world, so torch's calls, and torch modules
+    built afterwards, run on it. Its keys are new (under the new group's
+    name), so nothing of the old one is read. Collective over the new
+    world, as the shrink or grow was."""
+    if tdist.is_initialized():
+        tdist.destroy_process_group()
+    store = job_store(prefix=f"torch/{_groups.get_default_group().name()}/")
+    store._init_barrier_size = _groups.get_world_size()
+    try:
+        tdist.init_process_group(BACKEND, store=store, rank=_groups.get_rank(),
+                                 world_size=_groups.get_world_size(),
+                                 timeout=datetime.timedelta(milliseconds=timeout_ms))
+    finally:
+        store._init_barrier_size = None
+
+
 register()

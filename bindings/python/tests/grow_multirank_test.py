@@ -6,7 +6,9 @@ run checked steps at N - 1, then dist.grow_group() while distrun's new
 process for rank 1 (DISTKIT_REPLACEMENT=1) enters through init_dist, which
 joins the same grow. Everyone then holds a world of N again, in the original
 rank order (an all_gather of world ranks says so); the newcomer gets the step
-counter by broadcast and the steps at N are checked again. With the argument
+counter by broadcast and the steps at N are checked again; torch's default
+group follows distkit's after the shrink and the grow (rank, size, an
+all_reduce through torch.distributed). With the argument
 "direct" the survivors grow straight from the failed world, without a
 shrink. Every expected sum is computed here from the formula for the members
 each phase must have; a failed check exits 1, which the spent replacement
@@ -44,6 +46,18 @@ def check_order(group, rank, members):
     got = dist.all_gather(torch.tensor([rank], dtype=torch.int64), group)
     check([int(x) for x in got] == members,
           f"group ranks in the original world order: {[int(x) for x in got]}, want {members}")
+
+
+def check_torch(rank, size, when):
+    """torch.distributed's default group follows distkit's (init_dist made
+    it): its rank, size and an all_reduce (sum of ranks + 1)."""
+    import torch.distributed as tdist
+    check((tdist.get_rank(), tdist.get_world_size()) == (rank, size),
+          f"{when}: torch's default group is rank {tdist.get_rank()} of "
+          f"{tdist.get_world_size()}, want {rank} of {size}")
+    t = torch.tensor([float(rank + 1)])
+    tdist.all_reduce(t)
+    check(t.item() == size * (size + 1) / 2, f"{when}: torch's all_reduce gives {t.item()}")
 
 
 def main():
@@ -85,6 +99,7 @@ def main():
             shrunk = dist.shrink_group(settle=2.0)
             check(shrunk.size() == size - 1, "the survivors' group")
             check(dist.get_rank() == survivors.index(rank), "renumbered in the old order")
+            check_torch(survivors.index(rank), size - 1, "after the shrink")
             check_order(shrunk, rank, survivors)
             for _ in range(SHRUNK_STEPS):
                 step_on(step, rank, survivors)
@@ -104,6 +119,7 @@ def main():
     check(dist.groups._default_group.name().startswith("world@g1"),
           f"the grown group carries generation 1: {dist.groups._default_group.name()}")
     check_order(None, rank, everyone)
+    check_torch(rank, size, "after the grow")
     counter = torch.tensor([step], dtype=torch.int64)
     dist.broadcast(counter, 0)
     check(int(counter) == DIE_AT + shrunk_steps, f"the step counter from rank 0: {int(counter)}")

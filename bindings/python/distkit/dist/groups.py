@@ -47,9 +47,11 @@ class ProcessGroup:
     def __repr__(self) -> str:
         return f"ProcessGroup(name={self.name()!r}, rank={self.rank()}, size={self.size()})"
 
-    def __del__(self):
+    # The function is bound here: a group that lives until the interpreter
+    # shuts down is destroyed after this module's globals are cleared.
+    def __del__(self, _destroy=lib.dk_group_destroy):
         if getattr(self, "_handle", None):
-            lib.dk_group_destroy(self._handle)
+            _destroy(self._handle)
             self._handle = None
 
 
@@ -58,6 +60,9 @@ _LOCAL_PROCESS_GROUP: Optional[ProcessGroup] = None
 _LOCAL_FROM_LAUNCHER = False  # init_dist made _LOCAL_PROCESS_GROUP
 _LOCAL_TORCH_GROUP = None  # torch's group over _LOCAL_PROCESS_GROUP's ranks
 _DEFAULT_SHRUNK = False  # shrink_group replaced the default group torch knows
+# Set by init_dist where it made torch's default group: makes it again over
+# the default group after a shrink or grow (torch_backend.rebase_default_group).
+_torch_rebase = None
 
 
 def is_group(obj) -> bool:
@@ -344,7 +349,8 @@ def shrink_group(group: Optional[ProcessGroup] = None, settle: float = 5.0) -> P
     replaces). Returns a group of the survivors, ranks renumbered in the old
     order, to go on at the smaller size. ``settle``: seconds to wait for
     every member to report alive. Raises when this rank reported after the
-    others agreed."""
+    others agreed. Where init_dist made torch.distributed's default group,
+    it is made again over the survivors (so is it after grow_group)."""
     global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER, _LOCAL_TORCH_GROUP
     global _DEFAULT_SHRUNK
     out = ctypes.c_void_p()
@@ -354,7 +360,7 @@ def shrink_group(group: Optional[ProcessGroup] = None, settle: float = 5.0) -> P
         _default_group = shrunk  # the library's default group is this one now
         _LOCAL_PROCESS_GROUP = _LOCAL_TORCH_GROUP = None
         _LOCAL_FROM_LAUNCHER = False
-        _DEFAULT_SHRUNK = True  # torch's default group keeps the old ranks
+        _follow_with_torch()
     return shrunk
 
 
@@ -384,8 +390,20 @@ def grow_group(group: Optional[ProcessGroup] = None, world_size: Optional[int] =
         _default_group = grown  # the library's default group is this one now
         _LOCAL_PROCESS_GROUP = _LOCAL_TORCH_GROUP = None
         _LOCAL_FROM_LAUNCHER = False
-        _DEFAULT_SHRUNK = True  # torch's default group is the old, aborted world
+        _follow_with_torch()
     return grown
+
+
+def _follow_with_torch() -> None:
+    """The default group was replaced (shrink or grow). Where init_dist made
+    torch's default group, it is made again over the new one (collective),
+    and torch's answers hold again; otherwise torch's default group keeps
+    the old ranks and distkit.dist answers for its own default group."""
+    global _DEFAULT_SHRUNK
+    _DEFAULT_SHRUNK = True  # distkit's own answers while torch's is remade
+    if _torch_rebase is not None:
+        _torch_rebase()
+        _DEFAULT_SHRUNK = False
 
 
 def grow_pending(group: Optional[ProcessGroup] = None) -> bool:

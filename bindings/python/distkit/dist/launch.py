@@ -104,6 +104,10 @@ def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
     except ImportError:  # a torch built without torch.distributed
         return
     _TORCH_GROUP_OURS = torch_backend.init_default_group(config.timeout_ms)
+    if _TORCH_GROUP_OURS:
+        # After a shrink or grow of the default group, torch's follows.
+        timeout_ms = config.timeout_ms
+        groups._torch_rebase = lambda: torch_backend.rebase_default_group(timeout_ms)
 
 
 def _select_cuda_device(launcher: str) -> None:
@@ -165,4 +169,5 @@ def destroy() -> None:
         if tdist.is_initialized():
             tdist.destroy_process_group()
         _TORCH_GROUP_OURS = False
+    groups._torch_rebase = None
     groups._leave_job()
