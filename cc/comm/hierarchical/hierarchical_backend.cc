@@ -27,6 +27,13 @@ void HierarchicalBackend::Abort() {
   everyone_->Abort();
 }
 
+size_t HierarchicalBackend::MostLocalRanks() const {
+  size_t most = 0;
+  for (const std::vector<int>& r : hosts_.ranks)
+    most = std::max(most, r.size());
+  return most;
+}
+
 absl::Status HierarchicalBackend::Stage(absl::Status status) {
   // A timeout or an abort is this rank's own: the host's other ranks reach
   // their deadline (the same timeout) or are aborted by their own caller,
@@ -84,6 +91,8 @@ absl::Status HierarchicalBackend::ExchangeSignatures(
 absl::Status HierarchicalBackend::AllReduce(const OpContext& ctx,
                                             TensorRef data, ReduceOp op) {
   if (data.nbytes() == 0) return absl::OkStatus();
+  const ChunkPlan plan(data.numel(), data.nbytes());
+  if (plan.chunks() > 1) return PipelinedAllReduce(ctx, data, op, plan);
   if (local_) DK_RETURN_IF_ERROR(Stage(local_->Reduce(ctx, data, op, 0)));
   if (leader()) DK_RETURN_IF_ERROR(Stage(leaders_->AllReduce(ctx, data, op)));
   if (local_) DK_RETURN_IF_ERROR(Stage(local_->Broadcast(ctx, data, 0)));
@@ -122,10 +131,10 @@ absl::Status HierarchicalBackend::AllGather(const OpContext& ctx,
                                             TensorRef input, TensorRef output) {
   const size_t part = input.nbytes();
   if (part == 0) return absl::OkStatus();
+  const ChunkPlan plan(static_cast<int64_t>(part), output.nbytes());
+  if (plan.chunks() > 1) return PipelinedAllGather(ctx, input, output, plan);
   const int hosts = hosts_.hosts();
-  size_t most = 0;  // parts per host block: the largest host's rank count
-  for (const std::vector<int>& r : hosts_.ranks)
-    most = std::max(most, r.size());
+  const size_t most = MostLocalRanks();  // parts per host block
   const size_t block = most * part;
   const int local_size = static_cast<int>(hosts_.ranks[host_].size());
   char* out = static_cast<char*>(output.data());
@@ -179,12 +188,14 @@ absl::Status HierarchicalBackend::ReduceScatter(const OpContext& ctx,
   const size_t part = output.nbytes();
   if (part == 0) return absl::OkStatus();
   const size_t total = input.nbytes();
+  const ChunkPlan plan(output.numel(), total);
+  if (plan.chunks() > 1) {
+    return PipelinedReduceScatter(ctx, input, output, op, plan);
+  }
   const int hosts = hosts_.hosts();
   const std::vector<int>& local_ranks = hosts_.ranks[host_];
   const size_t local_size = local_ranks.size();
-  size_t most = 0;  // parts per host block: the largest host's rank count
-  for (const std::vector<int>& r : hosts_.ranks)
-    most = std::max(most, r.size());
+  const size_t most = MostLocalRanks();  // parts per host block
   const size_t block = most * part;
   // The host's sum of the whole input (reduced into a copy: the input stays
   // as it was); on leaders then every host's block (its ranks' parts in

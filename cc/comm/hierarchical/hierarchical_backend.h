@@ -7,6 +7,10 @@
 // all_gather, reduce and the contract's signature exchange (hence barrier)
 // take the same three stages; reduce_scatter is a reduce to the leader, the
 // leaders' reduce_scatter over host blocks and a scatter inside the host.
+// From twice ChunkPlan's chunk size, all_reduce, all_gather and
+// reduce_scatter are cut into chunks whose three stages overlap: the
+// leader's link carries one chunk while the host reduces or gathers the next
+// and receives the one before (pipelined_collectives.cc).
 // Gather, scatter, all_to_all and send/recv go over a Gloo group of every rank
 // whose pairs connect on first use, so a job that never calls them opens TCP
 // connections between leaders only.
@@ -23,6 +27,8 @@
 #include <vector>
 
 #include "cc/comm/backend.h"
+#include "cc/comm/hierarchical/chunk_plan.h"
+#include "cc/comm/hierarchical/link_pipeline.h"
 #include "cc/comm/shm/host_map.h"
 #include "cc/comm/shm/shm_backend.h"
 
@@ -87,7 +93,21 @@ class HierarchicalBackend : public Backend {
   // Runs one stage; on failure fails the rest of the operation everywhere
   // this rank can reach (see the file comment).
   absl::Status Stage(absl::Status status);
+  // Stage() for a stage inside the host while the link's pipeline runs; a
+  // failure also ends the link's stage.
+  absl::Status LocalStage(LinkPipeline& link, absl::Status status);
   bool leader() const { return leaders_ != nullptr; }
+  // The largest host's rank count: the parts in each host's block.
+  size_t MostLocalRanks() const;
+
+  // The three stages overlapped chunk by chunk (pipelined_collectives.cc).
+  absl::Status PipelinedAllReduce(const OpContext& ctx, TensorRef data,
+                                  ReduceOp op, const ChunkPlan& plan);
+  absl::Status PipelinedAllGather(const OpContext& ctx, TensorRef input,
+                                  TensorRef output, const ChunkPlan& plan);
+  absl::Status PipelinedReduceScatter(const OpContext& ctx, TensorRef input,
+                                      TensorRef output, ReduceOp op,
+                                      const ChunkPlan& plan);
 
   const int rank_;
   const HostMap hosts_;
@@ -97,7 +117,8 @@ class HierarchicalBackend : public Backend {
   ShmBackend* local_shm_;  // local_ when it is shared memory
   std::unique_ptr<Backend> leaders_;
   std::unique_ptr<Backend> everyone_;
-  std::vector<char> scratch_;  // reduce_scatter's sum and blocks, all_gather's
+  // reduce_scatter's sum and blocks, all_gather's; the pipelines' chunks.
+  std::vector<char> scratch_;
 };
 
 }  // namespace distkit
