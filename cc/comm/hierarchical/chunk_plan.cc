@@ -19,10 +19,31 @@ size_t ChunkPlan::ChunkBytes() {
   return bytes;
 }
 
-ChunkPlan::ChunkPlan(int64_t count, size_t op_bytes) : count_(count) {
-  const int64_t wanted = static_cast<int64_t>(op_bytes / ChunkBytes());
-  chunks_ = static_cast<int>(
-      std::clamp<int64_t>(std::min<int64_t>(wanted, count), 1, kMaxChunks));
+ChunkPlan::ChunkPlan(int64_t count, size_t op_bytes) {
+  // Weights in eighths of a full chunk: 1, 2, 4, 8 ... 8, 4, 2, 1 for an
+  // operation of `full` chunk sizes (the middle ones fill the rest).
+  const int64_t full = std::min<int64_t>(
+      static_cast<int64_t>(op_bytes / ChunkBytes()), kMaxChunks - 4);
+  std::vector<int64_t> weights;
+  if (full >= 2) {
+    weights = {1, 2, 4};
+    for (int64_t i = 0; i < full - 2; ++i) weights.push_back(8);
+    weights.insert(weights.end(), {4, 2, 1});
+  } else {
+    weights = {1};
+  }
+  int64_t total = 0;
+  for (int64_t w : weights) total += w;
+  begins_ = {0};
+  int64_t sum = 0;
+  for (int64_t w : weights) {
+    sum += w;
+    // Rounded down, so small counts leave some chunks empty: dropped.
+    const int64_t end = count * sum / total;
+    if (end > begins_.back()) begins_.push_back(end);
+  }
+  if (begins_.size() == 1) begins_.push_back(count);  // count 0: one chunk
+  for (int k = 0; k < chunks(); ++k) most_ = std::max(most_, size(k));
 }
 
 }  // namespace distkit

@@ -4,17 +4,23 @@
 // that every chunk is a whole operation of its own over host blocks.
 //
 // Chunks of about kChunkBytes of the operation (its largest buffer): small
-// enough that the stages inside a host before the first chunk and after the
-// last one are short, large enough that the link's gap between two chunks
-// (one round trip, a call's set-up) stays small beside a chunk's transfer.
-// DISTKIT_HIERARCHICAL_CHUNK_BYTES replaces it, the same on every rank (the
-// ranks must cut alike): for tests, which cut small buffers into many chunks.
+// enough that the link's stage of a chunk outlasts the host's stages of the
+// next, large enough that the link's gap between two chunks (a round trip,
+// a call's set-up) stays small beside a chunk's transfer. The first three
+// and the last three chunks ramp from an eighth of that size up and back
+// down: before the first chunk and after the last the link waits for the
+// host's stages (a reduce_scatter's whole first chunk is packed and reduced
+// before the link starts), so those are kept short.
+// DISTKIT_HIERARCHICAL_CHUNK_BYTES replaces kChunkBytes, the same on every
+// rank (the ranks must cut alike): for tests, which cut small buffers into
+// many chunks.
 
 #ifndef DISTKIT_CC_COMM_HIERARCHICAL_CHUNK_PLAN_H_
 #define DISTKIT_CC_COMM_HIERARCHICAL_CHUNK_PLAN_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace distkit {
 
@@ -24,22 +30,22 @@ class ChunkPlan {
   static constexpr int kMaxChunks = 64;
 
   // `count` elements cut for an operation whose largest buffer holds
-  // `op_bytes`: one chunk below twice the chunk size, never more chunks
-  // than elements.
+  // `op_bytes`: one chunk below twice the chunk size, at most kMaxChunks,
+  // none empty.
   ChunkPlan(int64_t count, size_t op_bytes);
 
-  int chunks() const { return chunks_; }
-  int64_t begin(int k) const { return count_ * k / chunks_; }
-  int64_t size(int k) const { return begin(k + 1) - begin(k); }
+  int chunks() const { return static_cast<int>(begins_.size()) - 1; }
+  int64_t begin(int k) const { return begins_[k]; }
+  int64_t size(int k) const { return begins_[k + 1] - begins_[k]; }
   // The largest chunk's element count.
-  int64_t most() const { return size(0) + (count_ % chunks_ != 0); }
+  int64_t most() const { return most_; }
 
   // kChunkBytes, or DISTKIT_HIERARCHICAL_CHUNK_BYTES when set.
   static size_t ChunkBytes();
 
  private:
-  int64_t count_;
-  int chunks_;
+  std::vector<int64_t> begins_;  // chunk k: [begins_[k], begins_[k + 1])
+  int64_t most_ = 0;
 };
 
 }  // namespace distkit
