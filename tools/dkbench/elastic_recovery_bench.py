@@ -18,6 +18,7 @@ the parameters plus as many momentum values, --state-mb in all) under
 Needs libdistkit.so and distrun built (bazel build //capi:libdistkit.so
 //tools/distrun:distrun)."""
 import argparse
+import math
 import os
 import re
 import signal
@@ -41,7 +42,7 @@ def rank_main(args):
     rank = dist.get_rank()
     # Parameters: half the state (momentum is the other half), float32.
     width = 1024
-    layers = max(1, int(args.state_mb * 1e6 / 2 / 4 / (width * width)))
+    layers = max(1, math.ceil(args.state_mb * 1e6 / 2 / 4 / (width * width)))
     torch.manual_seed(0)
     net = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(layers)])
     model = MMDistributedDataParallel(net)
