@@ -20,8 +20,9 @@ absl::Status HierarchicalBackend::LocalStage(LinkPipeline& link,
                                              absl::Status status) {
   status = Stage(std::move(status));
   if (!status.ok() && leader()) {
-    // The link's thread may be inside a leaders' call that would wait for
-    // this host's next chunk: end it too (the group is poisoned anyway).
+    // The link's thread may be inside a leaders' call that waits for the
+    // other hosts until its deadline: end it now (the group is poisoned
+    // anyway), so that this operation returns without that wait.
     link.Stop();
     leaders_->Abort();
   }
