@@ -10,6 +10,9 @@
 #   bin/        gpu_check, prebuilt (GPU_BUNDLE_OPT, default -O2)
 #   tools/      gpu_check.sh, gpu_check_python.py
 #   bindings/python/distkit   the Python package
+#   bindings/python/c10d, capi/include   the torch backend's C++ extension's
+#               sources and build script (gpu_check_python.py builds it
+#               against that machine's torch) and the C ABI's header
 #   cc/ testing/cc/ tools/gpu_check.cc, include/ (Abseil, DLPack)
 #               the sources and headers gpu_check is built from: gpu_check.sh
 #               rebuilds it there when the prebuilt one cannot load
@@ -88,6 +91,13 @@ for d in cc/core cc/comm cc/group cc/store cc/parallel; do
     xargs -0 cp --parents -t "$dest"
 done
 cp testing/cc/*.h "$dest/testing/cc/"
+# The "distkit" torch backend's C++ extension, built there against that
+# machine's torch (gpu_check_python.py does it; torch 2.x is not here).
+mkdir -p "$dest/bindings/python/c10d" "$dest/capi/include/distkit"
+cp bindings/python/c10d/*.cc bindings/python/c10d/*.h bindings/python/c10d/build_without_bazel.sh \
+  "$dest/bindings/python/c10d/"
+rm -f "$dest"/bindings/python/c10d/*_test.cc
+cp capi/include/distkit/*.h "$dest/capi/include/distkit/"
 cp tools/gpu_check.cc tools/gpu_check.sh tools/gpu_check_python.py "$dest/tools/"
 cp -r /usr/include/absl /usr/include/dlpack "$dest/include/"
 (cd bindings/python && find distkit -name __pycache__ -prune -o -type f -name '*.py' -print0 |

@@ -17,10 +17,22 @@ rank per GPU).
   objects, nccl, world size 1      object collectives, collect_results(gpu),
                                    sync_random_seed, all_reduce_params and
                                    all_reduce_dict on CUDA data over NCCL
+  torch, gloo, world size 2;       torch.distributed on the "distkit" backend
+  torch, nccl, world size 1        (distkit's C++ c10d extension) with CUDA
+                                   tensors: all_reduce sum and AVG,
+                                   all_gather(_into_tensor),
+                                   reduce_scatter_tensor, broadcast, an
+                                   async all_reduce under a side stream, and
+                                   torch's own DDP against training alone
   ranks, nccl, world size 2-4      CUDA tensors over NCCL, a GPU per rank
                                    (init_dist's set_device): all_reduce sum
                                    and mean, all_gather, broadcast, objects;
                                    SKIPPED (needs 2 GPUs) with fewer
+
+With CUDA, before the scenarios: the "distkit" torch backend's C++
+extension loads with this torch, or is built against it
+(bindings/python/c10d/build_without_bazel.sh; a pip torch 2.x has no
+extension built for it) and then loads.
 
 First, with or without CUDA: the library, gloo, world size 2: distkit
 imports with the libdistkit.so it is given (DISTKIT_LIBRARY, else
@@ -43,7 +55,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SCENARIOS = [("casting", "gloo", n) for n in (1, 2, 3, 4)] + [
-    ("ddp", "gloo", 2), ("ddp", "nccl", 1), ("fsdp", "nccl", 1), ("objects", "nccl", 1)]
+    ("ddp", "gloo", 2), ("ddp", "nccl", 1), ("fsdp", "nccl", 1), ("objects", "nccl", 1),
+    ("torch", "gloo", 2), ("torch", "nccl", 1)]
 # Scenarios whose ranks each take a GPU of their own (init_dist's set_device).
 ONE_GPU_EACH = {"ranks"}
 
@@ -147,6 +160,76 @@ def train(torch, model, wrapped, r, steps=3, device="cpu"):
         sgd.step()
 
 
+def train_alone(torch, model, w, steps=3):
+    """What data-parallel training over w ranks computes (each step the
+    mean of the ranks' gradients), in one process with no communication."""
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(steps):
+        sgd.zero_grad()
+        for r in range(w):
+            g = torch.Generator().manual_seed(100 * step + r)
+            x, t = torch.randn(5, 8, generator=g), torch.randn(5, 4, generator=g)
+            (torch.nn.functional.mse_loss(model(x), t) / w).backward()
+        sgd.step()
+
+
+def rank_torch(dist, torch, r, w, backend):
+    """torch.distributed's own calls and DDP on the "distkit" backend."""
+    import torch.distributed as tdist
+    from distkit import torch_backend
+    impl, why = torch_backend.implementation()
+    report(impl == "c++", f"torch {torch.__version__}: the \"distkit\" backend runs on the C++ "
+                          f"extension ({why or 'loaded'}), {backend}, world {w}")
+    report(tdist.is_initialized() and tdist.get_backend() == "distkit",
+           f"init_dist made torch's default group on \"distkit\" ({backend}, world {w})")
+    cuda = torch.device("cuda", torch.cuda.current_device())
+    tri = w * (w + 1) / 2
+    base = (torch.arange(1000, device=cuda) % 7 + 1).float()
+    x = base * (r + 1)
+    tdist.all_reduce(x)
+    report(x.device == cuda and torch.equal(x, base * tri),
+           f"torch all_reduce sum of a cuda tensor ({backend}, world {w})")
+    y = torch.full((64,), float(r), device=cuda)
+    tdist.all_reduce(y, op=tdist.ReduceOp.AVG)
+    report(torch.allclose(y, torch.full_like(y, (w - 1) / 2)),
+           f"torch all_reduce AVG ({backend}, world {w})")
+    out = torch.empty(4 * w, dtype=torch.int64, device=cuda)
+    tdist.all_gather_into_tensor(out, torch.arange(4, dtype=torch.int64, device=cuda) + 10 * r)
+    report(out.tolist() == [10 * i + j for i in range(w) for j in range(4)],
+           f"torch all_gather_into_tensor ({backend}, world {w})")
+    outs = [torch.empty(2, device=cuda) for _ in range(w)]
+    tdist.all_gather(outs, torch.full((2,), float(r), device=cuda))
+    report([o.tolist() for o in outs] == [[float(i)] * 2 for i in range(w)],
+           f"torch all_gather into a list ({backend}, world {w})")
+    rs_out = torch.empty(3, device=cuda)
+    tdist.reduce_scatter_tensor(rs_out, torch.arange(3 * w, dtype=torch.float32, device=cuda)
+                                * (r + 1))
+    want = torch.arange(3 * r, 3 * r + 3, dtype=torch.float32, device=cuda) * tri
+    report(torch.equal(rs_out, want), f"torch reduce_scatter_tensor ({backend}, world {w})")
+    b = torch.full((5,), float(r), dtype=torch.float64, device=cuda)
+    tdist.broadcast(b, src=w - 1)
+    report(torch.all(b == w - 1).item(), f"torch broadcast ({backend}, world {w})")
+    # Made on a side stream, reduced asynchronously, read on that stream
+    # after wait(): the op must follow the caller's stream both ways.
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        z = torch.full((1 << 20,), float(r + 1), device=cuda) * 2
+        work = tdist.all_reduce(z, async_op=True)
+        work.wait()
+        total = z.sum()
+    torch.cuda.current_stream().wait_stream(side)
+    report(total.item() == (1 << 20) * 2 * tri,
+           f"torch async all_reduce under a side stream ({backend}, world {w})")
+    cpu, gpu = model_pair(torch)
+    ddp = torch.nn.parallel.DistributedDataParallel(gpu, device_ids=[cuda.index])
+    train(torch, gpu, ddp, r, device="cuda")
+    train_alone(torch, cpu, w)
+    worst = max((a.detach().cpu() - b.detach()).abs().max().item()
+                for a, b in zip(gpu.parameters(), cpu.parameters()))
+    report(worst <= 1e-5, f"torch's DDP on cuda:{cuda.index} over \"distkit\" ({backend}) "
+                          f"equals training alone, world {w} (worst difference {worst:.2g})")
+
+
 def rank_ddp(dist, torch, r, w, backend):
     from distkit.model import MMDistributedDataParallel
     cpu, gpu = model_pair(torch)
@@ -222,6 +305,8 @@ def run_rank(scenario, backend):
             rank_ddp(dist, torch, r, w, backend)
         elif scenario == "fsdp":
             rank_fsdp(dist, torch, r, w)
+        elif scenario == "torch":
+            rank_torch(dist, torch, r, w, backend)
         else:
             rank_objects(dist, torch, r, w)
     except Exception as e:  # a check that raised is a FAIL, not a crash
@@ -272,6 +357,54 @@ def run_job(scenario, backend, world_size, limit_s=180):
             lines += [l for l in checks if l.startswith("FAIL")]
         failed |= p.returncode != 0
     return lines
+
+
+def torch_backend_implementation():
+    """distkit's torch backend in a fresh process: ("c++" | "python", why)."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "from distkit import torch_backend as t; "
+         "i, why = t.implementation(); print(i); print(why or '')"],
+        capture_output=True, text=True, env=os.environ)
+    if probe.returncode != 0:
+        return "none", (probe.stderr.strip().splitlines() or ["?"])[-1]
+    impl, why = (probe.stdout.splitlines() + ["", ""])[:2]
+    return impl, why
+
+
+def ensure_torch_extension(torch):
+    """The "distkit" torch backend's C++ extension for this torch: loaded as
+    found, else built (build_without_bazel.sh) and named by
+    DISTKIT_C10D_EXTENSION for every rank. Returns (passed, failed)."""
+    impl, why = torch_backend_implementation()
+    if impl == "c++":
+        print(f"PASS the \"distkit\" torch backend's C++ extension loads with torch "
+              f"{torch.__version__}", flush=True)
+        return 1, 0
+    script = os.path.join(ROOT, "bindings", "python", "c10d", "build_without_bazel.sh")
+    out_dir = os.environ.get("GPU_CHECK_OUT") or os.path.join(
+        os.environ.get("TMPDIR", "/tmp"), "distkit_gpu_check_python")
+    os.makedirs(out_dir, exist_ok=True)
+    built = os.path.join(out_dir, f"_c10d-torch{torch.__version__.replace('+', '_')}.so")
+    started = time.monotonic()
+    try:
+        build = subprocess.run(["bash", script, built, sys.executable], capture_output=True,
+                               text=True, timeout=600)
+        ok, log = build.returncode == 0, build.stdout + build.stderr
+    except subprocess.TimeoutExpired as e:
+        ok, log = False, f"still compiling after {e.timeout} s"
+    if not ok:
+        print(f"FAIL the \"distkit\" torch backend's C++ extension does not build against torch "
+              f"{torch.__version__} (it was not loaded: {why}):\n{log[-4000:]}", flush=True)
+        return 0, 1
+    os.environ["DISTKIT_C10D_EXTENSION"] = built
+    impl, why = torch_backend_implementation()
+    if impl != "c++":
+        print(f"FAIL the C++ extension built against torch {torch.__version__} does not load: "
+              f"{why}", flush=True)
+        return 0, 1
+    print(f"PASS the \"distkit\" torch backend's C++ extension builds against torch "
+          f"{torch.__version__} ({time.monotonic() - started:.0f} s) and loads", flush=True)
+    return 1, 0
 
 
 # The exit status of a run that checked nothing (automake's "skipped").
@@ -327,6 +460,8 @@ def main():
         print(f"SKIPPED the Python CUDA checks: {why}")
         skipped = 1
     else:
+        p, f = ensure_torch_extension(torch)
+        passed, failed = passed + p, failed + f
         jobs = list(SCENARIOS)
         count = torch.cuda.device_count()
         if count >= 2:

@@ -8,8 +8,8 @@
 #   DISTKIT_C10D_EXTENSION=OUT.so python -c 'import distkit'   # or copy it
 #                                              # beside the package as _c10d.so
 #
-# Needs g++ (C++17), Python's headers and DLPack's (distkit.h includes
-# <dlpack/dlpack.h>: DLPACK_INCLUDE, else the system's; torch ships one as
+# Needs g++ (C++17; C++20 for torch 2.x), Python's headers and DLPack's (distkit.h includes
+# <dlpack/dlpack.h>: DLPACK_INCLUDE, a bundle's include/, else the system's; torch ships one as
 # ATen/dlpack.h, copied aside when no other is found).
 set -euo pipefail
 out="${1:?usage: build_without_bazel.sh OUT.so [PYTHON]}"
@@ -27,12 +27,16 @@ print("torch_libs='%s'" % " ".join(ext.library_paths()))
 print("python_include='%s'" % sysconfig.get_paths()["include"])
 print("cxx11_abi=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI))
 print("cuda=%d" % int(torch.version.cuda is not None))
+# torch 2.x's newer headers want C++20 (C++17 is enough for 1.13's).
+print("std=%s" % ("c++20" if int(torch.__version__.split(".")[0]) >= 2 else "c++17"))
 PY
 )"
-flags=(-std=c++17 -O2 -fPIC -shared -fvisibility=hidden "-D_GLIBCXX_USE_CXX11_ABI=$cxx11_abi"
+flags=("-std=$std" -O2 -fPIC -shared -fvisibility=hidden "-D_GLIBCXX_USE_CXX11_ABI=$cxx11_abi"
   -I "$root" -I "$root/capi/include" -isystem "$python_include")
 for d in $torch_includes; do flags+=(-isystem "$d"); done
 dlpack="${DLPACK_INCLUDE:-}"
+# tools/gpu_bundle.sh's bundle carries DLPack's headers in include/.
+[ -z "$dlpack" ] && [ -f "$root/include/dlpack/dlpack.h" ] && dlpack="$root/include"
 if [ -z "$dlpack" ] && [ ! -f /usr/include/dlpack/dlpack.h ]; then
   for d in $torch_includes; do
     if [ -f "$d/ATen/dlpack.h" ]; then
@@ -50,7 +54,15 @@ if [ "$cuda" = 1 ]; then
   libs+=(-lc10_cuda)
 fi
 for d in $torch_libs; do libs=(-L "$d" "-Wl,-rpath,$d" "${libs[@]}"); done
-g++ "${flags[@]}" -o "$out" \
-  "$here"/completion_pool.cc "$here"/cuda_stream.cc "$here"/distkit_work.cc \
-  "$here"/dk_api.cc "$here"/process_group_distkit.cc "$here"/module.cc "${libs[@]}"
+# One compiler per unit, in parallel: the units that parse LibTorch's
+# headers take most of a minute each.
+pids=()
+for unit in completion_pool cuda_stream distkit_work dk_api process_group_distkit module; do
+  g++ "${flags[@]}" -c -o "$work/$unit.o" "$here/$unit.cc" &
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+[ "$status" = 0 ] || { echo "build_without_bazel.sh: a unit did not compile" >&2; exit 1; }
+g++ "${flags[@]}" -o "$out" "$work"/*.o "${libs[@]}"
 echo "$out"

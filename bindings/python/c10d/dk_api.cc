@@ -37,6 +37,7 @@ void LoadDkApi(void* library) {
   DK_RESOLVE(dk_group_rank);
   DK_RESOLVE(dk_group_size);
   DK_RESOLVE(dk_group_name);
+  DK_RESOLVE(dk_group_comm_device);
   DK_RESOLVE(dk_group_set_cuda_stream);
   DK_RESOLVE(dk_work_test);
   DK_RESOLVE(dk_work_wait);

@@ -22,6 +22,7 @@ struct DkApi {
   DK_API_FN(dk_group_rank);
   DK_API_FN(dk_group_size);
   DK_API_FN(dk_group_name);
+  DK_API_FN(dk_group_comm_device);
   DK_API_FN(dk_group_set_cuda_stream);
   DK_API_FN(dk_work_test);
   DK_API_FN(dk_work_wait);

@@ -27,6 +27,32 @@ at::Tensor Contiguous(const at::Tensor& t) {
   return t.is_contiguous() ? t : t.contiguous();
 }
 
+// PREMUL_SUM's tensor factor (undefined when the factor is a double): torch
+// 1.13 keeps a list of them (`tensor_factors`), torch 2.x one
+// (`tensor_factor`); the overload that compiles is the one used.
+template <typename Supplement>
+auto TensorFactor(const Supplement& s, int)
+    -> decltype(s.tensor_factor, at::Tensor()) {
+  return s.tensor_factor;
+}
+template <typename Supplement>
+auto TensorFactor(const Supplement& s, long)
+    -> decltype(s.tensor_factors, at::Tensor()) {
+  return s.tensor_factors.empty() ? at::Tensor() : s.tensor_factors[0];
+}
+
+// Whether `group`'s collectives compute on the host (gloo, mpi, shared
+// memory), so CUDA tensors must travel through host copies.
+bool ComputesOnHost(dk_group_t* group) {
+  DLDevice device{kDLCPU, 0};
+  dk_error_t* err = nullptr;
+  if (Dk().dk_group_comm_device(group, &device, &err) != DK_OK) {
+    Dk().dk_error_free(err);
+    return false;  // the library's own error comes with the first operation
+  }
+  return device.device_type == kDLCPU;
+}
+
 // A copy of `from` into `to` when they are not the same tensor (a staged
 // output written back).
 std::function<void()> CopyBackIfStaged(const at::Tensor& to,
@@ -104,9 +130,23 @@ ProcessGroupDistkit::ProcessGroupDistkit(int rank, int size, dk_group_t* group)
     : TorchBackendBase(rank, size),
       group_(group),
       group_name_(GroupName(group)),
+      host_only_(ComputesOnHost(group)),
       where_(std::make_shared<const std::string>(
           "on group '" + group_name_ + "' (rank " + std::to_string(rank) +
           " of " + std::to_string(size) + ")")) {}
+
+at::Tensor ProcessGroupDistkit::Lendable(const at::Tensor& t) const {
+  if (host_only_ && t.is_cuda()) {
+    // Synchronous: ordered after the caller's stream's work on `t`.
+    return t.to(t.options().device(at::kCPU), /*non_blocking=*/false,
+                /*copy=*/false, at::MemoryFormat::Contiguous);
+  }
+  return Contiguous(t);
+}
+
+at::TensorOptions ProcessGroupDistkit::LendOptions(const at::Tensor& t) const {
+  return host_only_ && t.is_cuda() ? t.options().device(at::kCPU) : t.options();
+}
 
 std::string ProcessGroupDistkit::Describe(const char* op) const {
   return "distkit: " + std::string(op) + " " + *where_;
@@ -155,8 +195,9 @@ dk_reduce_op_t ProcessGroupDistkit::Reduction(const c10d::ReduceOp& reduce,
       auto* factor = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(
           reduce.supplement_.get());
       if (factor == nullptr) Fail(op, "PREMUL_SUM without its factor");
-      if (!factor->tensor_factors.empty()) {
-        t.mul_(factor->tensor_factors[0].to(t.device()));
+      const at::Tensor tensor_factor = TensorFactor(*factor, 0);
+      if (tensor_factor.defined()) {
+        t.mul_(tensor_factor.to(t.device()));
       } else {
         t.mul_(factor->double_factor);
       }
@@ -233,7 +274,7 @@ WorkPtr ProcessGroupDistkit::allreduce(std::vector<at::Tensor>& tensors,
                                        const c10d::AllreduceOptions& opts) {
   const char* op = "allreduce";
   const at::Tensor& t = Single(tensors, op);
-  at::Tensor buf = Contiguous(t);
+  at::Tensor buf = Lendable(t);
   const dk_reduce_op_t reduce = Reduction(opts.reduceOp, buf, op);
   at::Tensor lent = buf.is_complex() ? at::view_as_real(buf) : buf;
   return Issue(OpType::ALLREDUCE, op, {t}, {lent}, CopyBackIfStaged(t, buf),
@@ -258,7 +299,7 @@ WorkPtr ProcessGroupDistkit::allreduce_coalesced(
                    tensors[0].device().str() + ")");
     }
   }
-  at::Tensor flat = Flatten(tensors);
+  at::Tensor flat = Lendable(Flatten(tensors));
   const dk_reduce_op_t reduce = Reduction(opts.reduceOp, flat, op);
   at::Tensor lent = flat.is_complex() ? at::view_as_real(flat) : flat;
   std::vector<at::Tensor> outs = tensors;
@@ -277,8 +318,8 @@ WorkPtr ProcessGroupDistkit::reduce(std::vector<at::Tensor>& tensors,
   const at::Tensor& t = Single(tensors, op);
   const bool premul = opts.reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM;
   // PREMUL_SUM scales a copy: a rank that is not the root keeps its input.
-  at::Tensor buf =
-      premul ? t.clone(at::MemoryFormat::Contiguous) : Contiguous(t);
+  at::Tensor buf = Lendable(t);
+  if (premul && buf.is_same(t)) buf = t.clone(at::MemoryFormat::Contiguous);
   const dk_reduce_op_t reduce = Reduction(opts.reduceOp, buf, op);
   at::Tensor lent = buf.is_complex() ? at::view_as_real(buf) : buf;
   const int root = static_cast<int>(opts.rootRank);
@@ -323,13 +364,13 @@ WorkPtr ProcessGroupDistkit::_reduce_scatter_base(
 WorkPtr ProcessGroupDistkit::ReduceScatter(
     const char* op, OpType type, at::Tensor& output, at::Tensor input,
     bool input_is_copy, const c10d::ReduceScatterOptions& opts) {
-  at::Tensor in = Contiguous(input);
+  at::Tensor in = Lendable(input);
   if (opts.reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM && !input_is_copy &&
       in.is_same(input)) {
     in = input.clone(at::MemoryFormat::Contiguous);  // the caller's input
   }
   const dk_reduce_op_t reduce = Reduction(opts.reduceOp, in, op);
-  at::Tensor out = Contiguous(output);
+  at::Tensor out = Lendable(output);
   at::Tensor in_lent = in.is_complex() ? at::view_as_real(in) : in;
   at::Tensor out_lent = out.is_complex() ? at::view_as_real(out) : out;
   return Issue(type, op, {output}, {in_lent, out_lent},
@@ -349,7 +390,7 @@ WorkPtr ProcessGroupDistkit::broadcast(std::vector<at::Tensor>& tensors,
                                        const c10d::BroadcastOptions& opts) {
   const char* op = "broadcast";
   const at::Tensor& t = Single(tensors, op);
-  at::Tensor buf = Contiguous(t);
+  at::Tensor buf = Lendable(t);
   const int root = static_cast<int>(opts.rootRank);
   return Issue(OpType::BROADCAST, op, {t}, {buf}, CopyBackIfStaged(t, buf),
                [&](dk_work_t** w, dk_error_t** e) {
@@ -374,8 +415,8 @@ WorkPtr ProcessGroupDistkit::allgather(
                    c10::toString(t.scalar_type()) + ")");
     }
   }
-  at::Tensor in = Contiguous(t);
-  at::Tensor flat = at::empty({size_ * t.numel()}, t.options());
+  at::Tensor in = Lendable(t);
+  at::Tensor flat = at::empty({size_ * t.numel()}, LendOptions(t));
   return Issue(
       OpType::ALLGATHER, op, outs, {in, flat},
       [flat, outs] { Unflatten(flat, outs); },
@@ -389,8 +430,8 @@ WorkPtr ProcessGroupDistkit::allgather(
 WorkPtr ProcessGroupDistkit::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   const char* op = "_allgather_base";
-  at::Tensor in = Contiguous(input);
-  at::Tensor out = Contiguous(output);
+  at::Tensor in = Lendable(input);
+  at::Tensor out = Lendable(output);
   return Issue(
       OpType::_ALLGATHER_BASE, op, {output}, {in, out},
       CopyBackIfStaged(output, out), [&](dk_work_t** w, dk_error_t** e) {
@@ -417,7 +458,7 @@ WorkPtr ProcessGroupDistkit::allgather_coalesced(
     if (t.device() != inputs[0].device()) {
       Fail(op, "the inputs must share one device");
     }
-    bytes.push_back(Bytes(t));
+    bytes.push_back(Bytes(Lendable(t)));
     total += bytes.back().numel();
   }
   for (const auto& list : output_lists) {
@@ -487,9 +528,9 @@ WorkPtr ProcessGroupDistkit::gather(
   } else if (!outputs.empty() && !outputs[0].empty()) {
     Fail(op, "only the root takes outputs");
   }
-  at::Tensor in = Contiguous(t);
+  at::Tensor in = Lendable(t);
   at::Tensor flat =
-      is_root ? at::empty({size_ * t.numel()}, t.options()) : at::Tensor();
+      is_root ? at::empty({size_ * t.numel()}, LendOptions(t)) : at::Tensor();
   std::function<void()> then;
   if (is_root) then = [flat, outs] { Unflatten(flat, outs); };
   return Issue(
@@ -523,11 +564,11 @@ WorkPtr ProcessGroupDistkit::scatter(
         Fail(op, "every input must match the output");
       }
     }
-    flat = Flatten(inputs[0]);
+    flat = Lendable(Flatten(inputs[0]));
   } else if (!inputs.empty() && !inputs[0].empty()) {
     Fail(op, "only the root takes inputs");
   }
-  at::Tensor out = Contiguous(t);
+  at::Tensor out = Lendable(t);
   return Issue(
       OpType::SCATTER, op, {t}, {flat, out}, CopyBackIfStaged(t, out),
       [&](dk_work_t** w, dk_error_t** e) {
@@ -546,8 +587,8 @@ WorkPtr ProcessGroupDistkit::alltoall_base(
     std::vector<int64_t>& input_split_sizes,
     const c10d::AllToAllOptions& opts) {
   const char* op = "alltoall_base";
-  at::Tensor in = Contiguous(input);
-  at::Tensor out = Contiguous(output);
+  at::Tensor in = Lendable(input);
+  at::Tensor out = Lendable(output);
   // torch's splits count rows (dimension 0); the library's count elements.
   // One side given, the other even: that side's equal parts.
   auto elements = [&](const at::Tensor& t, const std::vector<int64_t>& rows) {
@@ -602,7 +643,7 @@ WorkPtr ProcessGroupDistkit::alltoall(std::vector<at::Tensor>& outputs,
                  std::to_string(inputs.size()) + " and " +
                  std::to_string(outputs.size()));
   }
-  at::Tensor in = Flatten(inputs);
+  at::Tensor in = Lendable(Flatten(inputs));
   int64_t total = 0;
   std::vector<int64_t> in_splits, out_splits;
   for (const at::Tensor& t : inputs) in_splits.push_back(t.numel());
@@ -648,7 +689,7 @@ WorkPtr ProcessGroupDistkit::send(std::vector<at::Tensor>& tensors, int dst,
                                   int tag) {
   const char* op = "send";
   const at::Tensor& t = Single(tensors, op);
-  at::Tensor buf = Contiguous(t);
+  at::Tensor buf = Lendable(t);
   return Issue(OpType::SEND, op, {t}, {buf}, nullptr,
                [&](dk_work_t** w, dk_error_t** e) {
                  DlView v(buf, DlUse::kMove, Describe(op));
@@ -660,7 +701,7 @@ WorkPtr ProcessGroupDistkit::recv(std::vector<at::Tensor>& tensors, int src,
                                   int tag) {
   const char* op = "recv";
   const at::Tensor& t = Single(tensors, op);
-  at::Tensor buf = Contiguous(t);
+  at::Tensor buf = Lendable(t);
   return Issue(OpType::RECV, op, {t}, {buf}, CopyBackIfStaged(t, buf),
                [&](dk_work_t** w, dk_error_t** e) {
                  DlView v(buf, DlUse::kMove, Describe(op));

@@ -9,7 +9,9 @@
 //
 // Ranks torch passes (root, src, dst) are the group's own, as the C ABI
 // takes them. Buffers the backend makes (flat all_gather outputs, staged
-// copies of non-contiguous tensors) are on the input's device. CUDA
+// copies of non-contiguous tensors) are on the input's device, except on a
+// group whose collectives compute on the host (gloo, mpi, shared memory):
+// there CUDA tensors travel through host copies, as with torch's Gloo. CUDA
 // operations follow the caller's current stream (the C ABI's
 // dk_group_set_cuda_stream; cuda_stream.h); a completed CUDA operation's
 // device work is done, so wait() leaves nothing for the caller's stream to
@@ -118,6 +120,13 @@ class ProcessGroupDistkit : public TorchBackendBase {
   c10::intrusive_ptr<c10d::Work> ReduceScatter(
       const char* op, c10d::OpType type, at::Tensor& output, at::Tensor input,
       bool input_is_copy, const c10d::ReduceScatterOptions& opts);
+  // `t` as the library takes it: contiguous, and on the host when the
+  // group computes there and `t` is a CUDA tensor (a copy; the result is
+  // copied back on completion).
+  at::Tensor Lendable(const at::Tensor& t) const;
+  // Options for a buffer the backend makes for `t` (its device, or the
+  // host as Lendable's).
+  at::TensorOptions LendOptions(const at::Tensor& t) const;
   // "distkit: <op> on group '<name>' (rank r of n)".
   std::string Describe(const char* op) const;
   [[noreturn]] void Fail(const char* op, const std::string& why) const;
@@ -132,6 +141,8 @@ class ProcessGroupDistkit : public TorchBackendBase {
 
   dk_group_t* const group_;
   const std::string group_name_;
+  // The group computes on the host: CUDA tensors are staged (Lendable).
+  const bool host_only_;
   // "on group '<name>' (rank r of n)", which every Work names itself with.
   const std::shared_ptr<const std::string> where_;
 

@@ -2,9 +2,9 @@
 // ProcessGroup subclass; torch 2.x to a Backend subclass, registered per
 // device (Backend.register_backend(..., devices=[...])) and wrapped in
 // torch's own ProcessGroup. The operations the backend overrides have the
-// same signatures in both, so one class serves either. Only 1.13 runs here
-// (Debian's); the 2.x side compiles against torch 2.x's headers and is
-// untested until a machine with torch 2.x runs it.
+// same signatures in both, so one class serves either. Bazel builds it
+// against Debian's 1.13; build_without_bazel.sh against a pip torch 2.x
+// (tools/gpu_check_python.py builds and runs it on torch 2.11 with CUDA).
 
 #ifndef DISTKIT_BINDINGS_PYTHON_C10D_TORCH_BASE_H_
 #define DISTKIT_BINDINGS_PYTHON_C10D_TORCH_BASE_H_

@@ -25,8 +25,10 @@ for it, a Python process group over the C ABI stands in
 return; it warns once, saying why, and ``implementation()`` tells.
 
 torch 2.x registers backends per device and wraps them in its own
-ProcessGroup; the extension then extends c10d's Backend (built against
-torch 2.x; only torch 1.13 runs here). The Python fallback is 1.13's only.
+ProcessGroup; the extension then extends c10d's Backend
+(bindings/python/c10d/build_without_bazel.sh builds it against the torch at
+hand; tools/gpu_check_python.py runs it on torch 2.11 with CUDA). The Python
+fallback is 1.13's only.
 """
 import atexit
 import ctypes

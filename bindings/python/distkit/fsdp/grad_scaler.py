@@ -14,7 +14,10 @@ import warnings
 from collections import defaultdict
 
 import torch
-from torch.cuda.amp.grad_scaler import GradScaler, _refresh_per_optimizer_state
+try:  # torch 2.x: the device-generic scaler, torch.cuda.amp's GradScaler's base
+    from torch.amp.grad_scaler import GradScaler, _refresh_per_optimizer_state
+except ImportError:  # torch 1.13
+    from torch.cuda.amp.grad_scaler import GradScaler, _refresh_per_optimizer_state
 
 from .. import dist
 
@@ -27,8 +30,10 @@ class ShardedGradScaler(GradScaler):
                  enabled: bool = True, process_group=None):
         with warnings.catch_warnings():  # "CUDA is not available. Disabling.": not here
             warnings.simplefilter("ignore")
-            super().__init__(init_scale, growth_factor, backoff_factor, growth_interval,
-                             enabled)
+            # Keywords: torch 2.x's base takes `device` first.
+            super().__init__(init_scale=init_scale, growth_factor=growth_factor,
+                             backoff_factor=backoff_factor, growth_interval=growth_interval,
+                             enabled=enabled)
         self.process_group = process_group
         if enabled and not self._enabled:  # no CUDA: scale on CPU
             if not growth_factor > 1.0 or not backoff_factor < 1.0:
