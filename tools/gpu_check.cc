@@ -319,7 +319,8 @@ class RawNccl {
     if (ended != ncclSuccess) return Error("ncclGroupEnd", ended);
     DK_RETURN_IF_ERROR(CudaStatus(cuda_, cuda_.EventRecord(done_, stream_),
                                   "cudaEventRecord"));
-    const absl::Time deadline = absl::Now() + kOpTimeout;
+    const absl::Time start = absl::Now();
+    const absl::Time deadline = start + kOpTimeout;
     while (true) {
       const cudaError_t q = cuda_.EventQuery(done_);
       if (q == cudaSuccess) return absl::OkStatus();
@@ -336,7 +337,11 @@ class RawNccl {
             absl::StrCat("raw NCCL call still running after ",
                          absl::FormatDuration(kOpTimeout)));
       }
-      absl::SleepFor(absl::Microseconds(20));
+      // Spins for the first 200 us, so that short calls are timed by the
+      // device, not by a sleep's granularity.
+      if (absl::Now() - start > absl::Microseconds(200)) {
+        absl::SleepFor(absl::Microseconds(20));
+      }
     }
   }
 
@@ -856,7 +861,68 @@ void OwnDeviceOnly(const CudaLibrary& cuda) {
 }
 
 // Section 6: latency and bandwidth, distkit beside raw NCCL (rank 0 prints).
-void Bandwidth(ProcessGroup& g, const NcclLibrary& nccl, RawNccl& raw) {
+// Where a small operation's time goes: the calling thread's share (the
+// asynchronous issue), and the device work distkit queues per operation
+// (its signature up, every rank's signatures gathered and brought down, then
+// the operation) replayed as raw calls; what is left of distkit's time is
+// its threads and its waiting.
+void LatencyParts(ProcessGroup& g, const CudaLibrary& cuda,
+                  const NcclLibrary& nccl, RawNccl& raw, Gpu& word, int iters) {
+  double issue_us = 0;
+  for (int i = 0; i < iters; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    std::shared_ptr<Work> w = g.AllReduceAsync(word.ref(), ReduceOp::kSum);
+    issue_us += std::chrono::duration<double, std::micro>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+    w->Wait().IgnoreError();
+  }
+  issue_us /= iters;
+  constexpr size_t kSignature = 40;  // sizeof(OpSignature), near enough
+  auto sig = DeviceBuffer::Allocate(device, kSignature * (size + 1));
+  void* pinned = nullptr;
+  const bool have =
+      sig.ok() && cuda.MallocHost(&pinned, kSignature * size) == cudaSuccess;
+  char pageable[kSignature] = {};
+  double sequence_us = 0;
+  if (have) {
+    char* d = static_cast<char*>(sig->data());
+    auto sequence = [&] {
+      raw.Run([&](ncclComm_t comm, cudaStream_t st) {
+           cuda.MemcpyAsync(d, pageable, kSignature, cudaMemcpyHostToDevice,
+                            st);
+           const ncclResult_t r = nccl.AllGather(d, d + kSignature, kSignature,
+                                                 ncclUint8, comm, st);
+           if (r != ncclSuccess) return r;
+           cuda.MemcpyAsync(pinned, d + kSignature, kSignature * size,
+                            cudaMemcpyDeviceToHost, st);
+           return nccl.AllReduce(word.ref().data(), word.ref().data(), 1,
+                                 ncclFloat, ncclSum, comm, st);
+         })
+          .IgnoreError();
+    };
+    for (int i = 0; i < iters / 10; ++i) sequence();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) sequence();
+    sequence_us = std::chrono::duration<double, std::micro>(
+                      std::chrono::steady_clock::now() - start)
+                      .count() /
+                  iters;
+    cuda.FreeHost(pinned);
+  }
+  if (rank == 0) {
+    std::printf(
+        "  its parts: the calling thread's AllReduceAsync %.1f us; distkit's "
+        "per-op device work replayed raw (signature up, ncclAllGather of the "
+        "signatures, down, the ncclAllReduce) %.1f us\n",
+        issue_us, sequence_us);
+  }
+  Check(have && issue_us > 0 && sequence_us > 0,
+        "the 4-byte all_reduce's parts measured");
+}
+
+void Bandwidth(ProcessGroup& g, const CudaLibrary& cuda,
+               const NcclLibrary& nccl, RawNccl& raw) {
   const bool quick = std::getenv("GPU_CHECK_QUICK") != nullptr &&
                      std::string(std::getenv("GPU_CHECK_QUICK")) != "0";
   int64_t max_bytes = quick ? (int64_t{1} << 20) : (int64_t{1} << 30);
@@ -892,6 +958,7 @@ void Bandwidth(ProcessGroup& g, const NcclLibrary& nccl, RawNccl& raw) {
           size, us, raw_us);
     }
     Check(us > 0 && raw_us > 0, "4-byte all_reduce latency measured");
+    LatencyParts(g, cuda, nccl, raw, word, iters);
   }
   if (rank == 0) {
     std::printf("  all_reduce float32, world size %d:\n", size);
@@ -1034,7 +1101,7 @@ int RankMain(const std::string& address, const std::string& token) {
   std::printf("5. the devices this rank touched\n");
   OwnDeviceOnly(**cuda);
   std::printf("6. latency and bandwidth beside raw NCCL\n");
-  Bandwidth(*world, **nccl, raw);
+  Bandwidth(*world, **cuda, **nccl, raw);
   Check(world->Barrier().ok(), "the final barrier");
   std::printf("gpu_check rank %d of %d: %d passed, %d failed\n", rank, size,
               passes, failures);
