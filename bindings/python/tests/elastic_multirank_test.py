@@ -1,5 +1,6 @@
 """distkit.elastic with DDP (MMDistributedDataParallel) or, with the argument
-"fsdp", FullyShardedDataParallel (FULL_SHARD, one unit per Linear): a rank
+"fsdp", FullyShardedDataParallel (FULL_SHARD, one unit per Linear; with
+"orig" too, use_orig_params=True): a rank
 is SIGKILLed at a random step and point, and the job still ends with the
 parameters of an uninterrupted run. Under FSDP each rank's shard exists
 once: the lost one comes back from the neighbour's copy, and each rank's
@@ -97,6 +98,9 @@ def main():
     # and shrank; it is grown back in at a later commit.
     late = "late" in sys.argv[1:]
     fsdp = "fsdp" in sys.argv[1:]
+    # orig: FSDP with use_orig_params=True (the optimizer steps the original
+    # parameters, each a view of its piece of the shard).
+    orig = "orig" in sys.argv[1:]
     replacement = elastic.membership.is_replacement()
     workdir = tempfile.mkdtemp(prefix="elastic_ddp_")
     os.chdir(workdir)
@@ -161,7 +165,8 @@ def main():
     # A replacement's construction matches the survivors' regroup.
     if fsdp:
         model = FullyShardedDataParallel(make_net(), sharding_strategy=ShardingStrategy.FULL_SHARD,
-                                         auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}))
+                                         auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}),
+                                         use_orig_params=orig)
     else:
         model = MMDistributedDataParallel(make_net())
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)

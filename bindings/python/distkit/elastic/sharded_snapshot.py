@@ -51,7 +51,8 @@ def capture(model: FullyShardedDataParallel, optimizer) -> Dict[int, Any]:
 
 
 def _flat_of_optimizer_index(model: FullyShardedDataParallel, optimizer) -> Dict[int, tuple]:
-    """Index in the optimizer's state dict -> (unit path, flat index)."""
+    """Index in the optimizer's state dict -> (unit path, flat index; under
+    use_orig_params the original parameter's index in the unit)."""
     places = model._places()
     out, index = {}, 0
     for group in optimizer.param_groups:
@@ -63,11 +64,50 @@ def _flat_of_optimizer_index(model: FullyShardedDataParallel, optimizer) -> Dict
     return out
 
 
+def _old_pieces(unit, i: int, shards: List[Dict[str, Any]]) -> List[tuple]:
+    """use_orig_params: (offset in its old shard, length) of original
+    parameter `i`'s piece in each old shard. The library's layout: a flat
+    buffer padded to a multiple of the shard count, shard j holding
+    [j * S, (j + 1) * S) of it."""
+    k, offset, numel, _ = unit.place[i]
+    length = shards[0]["model"][fmt.flat_key(unit.path, k)].numel()  # S
+    pieces = []
+    for j in range(len(shards)):
+        lo, hi = max(offset, j * length), min(offset + numel, (j + 1) * length)
+        pieces.append((lo - j * length, max(0, hi - lo)))
+    return pieces
+
+
+def _reshard_orig_state(model, unit, i: int, index: int, name: str,
+                        shards: List[Dict[str, Any]]):
+    """use_orig_params: per-element state `name` of original parameter `i`
+    (each old shard holds its piece) as this rank's piece of the new layout,
+    or None when it is not per-element. Each old shard's piece is placed in
+    a flat shard of zeros and loaded as parameters would be; this rank's new
+    piece is then read back."""
+    pieces = _old_pieces(unit, i, shards)
+    values = [shard["optimizer"]["state"].get(index, {}).get(name) for shard in shards]
+    if not all(isinstance(v, torch.Tensor) and v.dim() == 1 and v.numel() == n
+               for v, (_, n) in zip(values, pieces)):
+        return None
+    k = unit.place[i][0]
+    as_params = []
+    for shard, value, (at, n) in zip(shards, values, pieces):
+        pseudo = dict(shard["model"])
+        flat = torch.zeros_like(shard["model"][fmt.flat_key(unit.path, k)])
+        flat[at:at + n] = value.to(flat.dtype)
+        pseudo[fmt.flat_key(unit.path, k)] = flat
+        as_params.append(pseudo)
+    model.load_sharded_state_dicts(as_params)
+    return unit.piece_data[i].detach().clone().to(values[0].dtype)
+
+
 def _reshard_optimizer(model, optimizer, shards: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The optimizer state dict of this rank's part of the new layout, from
-    every old shard's: per-element states (1-D, a flat shard's length)
-    re-sharded through the model's own loader, the rest (step counts,
-    hyper-parameters) from shard 0."""
+    every old shard's: per-element states (1-D, a flat shard's length, or
+    under use_orig_params a parameter's piece) re-sharded through the
+    model's own loader, the rest (step counts, hyper-parameters) from
+    shard 0."""
     first = shards[0]["optimizer"]
     flats = _flat_of_optimizer_index(model, optimizer)
     state: Dict[int, Dict[str, Any]] = {}
@@ -75,6 +115,11 @@ def _reshard_optimizer(model, optimizer, shards: List[Dict[str, Any]]) -> Dict[s
         state[index] = {}
         for name, value in entry.items():
             path, k = flats.get(index, (None, None))
+            if model.use_orig_params and path is not None:
+                unit = next(u for u in model._units if u.path == path)
+                resharded = _reshard_orig_state(model, unit, k, index, name, shards)
+                state[index][name] = value if resharded is None else resharded
+                continue
             local = shards[0]["model"].get(fmt.flat_key(path, k)) if path is not None else None
             per_element = (isinstance(value, torch.Tensor) and local is not None
                            and value.dim() == 1 and value.numel() == local.numel())

@@ -93,7 +93,9 @@ class ModelStateDictMixin:
     def _meta(unit) -> torch.Tensor:
         return fmt.encode_meta(unit.shard_count,
                                [(f.dtype, n) for f, n in zip(unit.flat_params, unit.flat_numel)],
-                               [p.numel() for _, _, p in unit.owned])
+                               # The parameters' whole sizes (under
+                               # use_orig_params each is its piece's).
+                               [numel for _, _, numel, _ in unit.place])
 
     def load_state_dict(self, state_dict, strict: bool = True):
         """Loads what state_dict() gave under the same state-dict type; a

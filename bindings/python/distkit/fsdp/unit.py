@@ -153,24 +153,30 @@ class Unit:
         shrink or a grow; distkit.elastic). A new dk_shard there; the flat
         shard Parameters stay the same objects (the optimizer keeps them),
         now over this rank's piece of the new layout. Their values are
-        undefined until loaded (load_sharded_state_dicts)."""
-        if self.orig_params:
-            raise ValueError("FullyShardedDataParallel.regroup: use_orig_params=True units "
-                             "cannot change groups (their parameters are the optimizer's "
-                             "views of one layout); wrap with use_orig_params=False")
+        undefined until loaded (load_sharded_state_dicts). Under
+        use_orig_params the original Parameters stay the optimizer's too:
+        each becomes a view of its piece of the new layout (another length;
+        distkit.elastic loads the optimizer's state re-sharded to it)."""
         self.reshard()
         self.__del__()  # the old dk_shard (its group is gone)
         flats = self.flat_params
         # As before wrapping: the original parameters registered again, the
         # flat shards not; __init__ then wraps the module anew.
-        for owner, name, original in self.owned:
+        for (owner, name, original), (_, _, _, shape) in zip(self.owned, self.place):
             owner.__dict__.pop(name, None)
             owner._parameters[name] = original
+            if self.orig_params:
+                # A view of the old piece until now: its whole shape again
+                # (values undefined) for the library to shard.
+                original.data = torch.empty(shape, dtype=original.dtype, device=self.device)
+                original.grad = None
         for k in range(len(flats)):
             self.module._parameters.pop(flat_param_name(k), None)
         config, compute_dtype, reshard_after_forward, is_root = self._made_with
         Unit.__init__(self, self.module, self.owned, group, config, compute_dtype,
                       reshard_after_forward, is_root, self.orig_params)
+        if self.orig_params:
+            return  # the optimizer steps the original Parameters, now new pieces
         if len(self.flat_params) != len(flats):
             raise AssertionError("regroup: the unit's flat shards changed in number")
         for k, (old, new) in enumerate(zip(flats, self.flat_params)):
