@@ -13,8 +13,11 @@ the parameters plus as many momentum values, --state-mb in all) under
 - replacement's entry -> first step: from the replacement's call into
   distkit (init_dist, after its interpreter started and imported torch and
   distkit) to the same moment;
-- the snapshot's cost: the mean commit time over the mean step time times
-  --commit-every (its share of each step, amortised), and its memory.
+- the snapshot's cost: what a commit adds to the critical path (the mean
+  commit() time plus how much longer the step after a commit takes than
+  the other steps: the copy overlaps that step, whose optimizer step waits
+  for it) over the median step time times --commit-every (its share of each
+  step, amortised), and its memory. --no-overlap copies inside commit().
 Needs libdistkit.so and distrun built (bazel build //capi:libdistkit.so
 //tools/distrun:distrun)."""
 import argparse
@@ -50,8 +53,10 @@ def rank_main(args):
     batch = 8
     sampler = elastic.ElasticSampler(args.steps * batch * dist.get_world_size(),
                                      batch * dist.get_world_size(), shuffle=False)
-    state = elastic.State(model=model, optimizer=opt, sampler=sampler)
-    steps, commits = [], []
+    state = elastic.State(model=model, optimizer=opt, sampler=sampler,
+                          overlap_commit=not args.no_overlap)
+    steps, after, commits = [], [], []
+    follows_commit = [False]
     first_after = [None]
 
     def train(state):
@@ -65,7 +70,8 @@ def rank_main(args):
             opt.zero_grad()
             model(x).square().mean().backward()
             opt.step()
-            steps.append(time.perf_counter() - t0)
+            (after if follows_commit[0] else steps).append(time.perf_counter() - t0)
+            follows_commit[0] = False
             if first_after[0] is None and (replacement or state.recoveries):
                 first_after[0] = time.time()
                 print(f"T_FIRST_STEP rank {rank} {'replacement' if replacement else 'survivor'} "
@@ -74,14 +80,16 @@ def rank_main(args):
                 t0 = time.perf_counter()
                 state.commit()
                 commits.append(time.perf_counter() - t0)
+                follows_commit[0] = True
 
     elastic.run(train, state)
     if replacement:
         print(f"T_ENTER {t_enter:.6f}", flush=True)
     step_s = statistics.median(steps)
-    if commits:
+    if commits and after:
+        extra = statistics.mean(after) - step_s
         print(f"COST rank {rank} step {step_s:.4f} commit {statistics.mean(commits):.4f} "
-              f"snapshot_bytes {state.snapshot_bytes()}", flush=True)
+              f"next_step_extra {extra:.4f} snapshot_bytes {state.snapshot_bytes()}", flush=True)
     dist.barrier()
 
 
@@ -92,6 +100,8 @@ def main():
     parser.add_argument("--commit-every", type=int, default=10)
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--die-at", type=int, default=12)
+    parser.add_argument("--no-overlap", action="store_true",
+                        help="copy the snapshot inside commit() (overlap_commit=False)")
     parser.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_main:
@@ -111,17 +121,21 @@ def main():
     t_kill = float(re.search(r"T_KILL (\S+)", out).group(1))
     t_enter = float(re.search(r"T_ENTER (\S+)", out).group(1))
     t_first = float(re.search(r"T_FIRST_STEP rank \d+ replacement (\S+)", out).group(1))
-    costs = [(float(s), float(c), int(b)) for s, c, b in
-             re.findall(r"COST rank \d+ step (\S+) commit (\S+) snapshot_bytes (\d+)", out)]
+    costs = [(float(s), float(c), float(x), int(b)) for s, c, x, b in
+             re.findall(r"COST rank \d+ step (\S+) commit (\S+) next_step_extra (\S+) "
+                        r"snapshot_bytes (\d+)", out)]
     step = statistics.median(c[0] for c in costs)
     commit = statistics.median(c[1] for c in costs)
+    extra = statistics.median(c[2] for c in costs)
     print(f"ranks {args.ranks}, state {args.state_mb:.0f} MB (parameters + momentum), "
           f"commit every {args.commit_every} steps")
     print(f"kill -> replacement's first completed step: {t_first - t_kill:.2f} s")
     print(f"replacement's entry into distkit -> its first completed step: {t_first - t_enter:.2f} s")
-    print(f"step {step * 1e3:.0f} ms, commit {commit * 1e3:.0f} ms: "
-          f"{100 * commit / (args.commit_every * step):.1f}% of each step amortised; "
-          f"snapshot memory {max(c[2] for c in costs) / 1e6:.0f} MB per rank")
+    cost = commit + max(0.0, extra)
+    print(f"step {step * 1e3:.0f} ms, commit() {commit * 1e3:.1f} ms, the next step "
+          f"{extra * 1e3:+.1f} ms ({'copied inside commit' if args.no_overlap else 'overlapped'}): "
+          f"{100 * cost / (args.commit_every * step):.1f}% of each step amortised; "
+          f"snapshot memory {max(c[3] for c in costs) / 1e6:.0f} MB per rank")
     return 0
 
 

@@ -13,7 +13,10 @@ import copy
 import os
 import random
 import sys
-from typing import Any, Callable, Dict, List, Optional
+import threading
+import types
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -76,6 +79,57 @@ def _tensor_bytes(obj) -> int:
     return 0
 
 
+def _containers(obj):
+    """`obj` with every dict and list copied and every tensor in them kept
+    by reference (cloned later, _BackgroundCopy); anything else (a tuple
+    too: it cannot be filled in later) deep-copied now."""
+    if isinstance(obj, dict):
+        return {k: _containers(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_containers(v) for v in obj]
+    return obj if isinstance(obj, torch.Tensor) else copy.deepcopy(obj)
+
+
+def _tensor_slots(obj, out: List[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
+    """(container, key) of every tensor in dicts and lists of `obj`."""
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) \
+        if isinstance(obj, list) else ()
+    for key, value in items:
+        if isinstance(value, torch.Tensor):
+            out.append((obj, key))
+        else:
+            _tensor_slots(value, out)
+    return out
+
+
+class _BackgroundCopy:
+    """Clones the tensors at `slots` in place, on a thread of its own, while
+    the caller goes on (torch's copies release the GIL). Nothing may change
+    those tensors until wait() returns: State waits before the optimizer's
+    next step, which is what changes parameters and optimizer state."""
+
+    def __init__(self, slots: List[Tuple[Any, Any]]):
+        self._slots = slots
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, name="distkit-elastic-commit",
+                                         daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            with torch.no_grad():
+                for container, key in self._slots:
+                    container[key] = container[key].detach().clone()
+        except BaseException as e:  # noqa: BLE001 - raised again by wait()
+            self._error = e
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise RuntimeError(f"distkit.elastic: the commit's copy failed: {self._error}") \
+                from self._error
+
+
 class State:
     """The training state ``elastic.run`` keeps alive.
 
@@ -83,10 +137,20 @@ class State:
     after a failure); ``optimizer``: a torch optimizer; ``sampler``: an
     ElasticSampler (or anything with ``state_dict`` / ``load_state_dict``);
     keyword ``counters`` (epoch, step, ...) become attributes, saved and
-    restored with the rest."""
+    restored with the rest.
+
+    ``overlap_commit`` (default True): a data-parallel model's parameters
+    and the optimizer's state are copied by a background thread while the
+    next step's forward and backward run, and the optimizer's next
+    ``step()`` waits for the copy (the buffers, the counters, the sampler
+    and the RNG states are copied at once). Code that changes parameters
+    in place outside ``optimizer.step()`` between a commit and the next
+    step needs ``overlap_commit=False``. A sharded model's commit exchanges
+    shards with its neighbours and is always synchronous."""
 
     def __init__(self, model: Optional[torch.nn.Module] = None,
-                 optimizer: Optional[torch.optim.Optimizer] = None, sampler=None, **counters):
+                 optimizer: Optional[torch.optim.Optimizer] = None, sampler=None,
+                 overlap_commit: bool = True, **counters):
         _check_model(model)
         self.model = model
         self.optimizer = optimizer
@@ -94,7 +158,12 @@ class State:
         self._counter_names = list(counters)
         for name, value in counters.items():
             setattr(self, name, value)
-        self._snapshot: Optional[Dict[str, Any]] = None
+        self._overlap = overlap_commit and not sharded_snapshot.is_sharded(model)
+        self._held: Optional[Dict[str, Any]] = None
+        self._copying: Optional[_BackgroundCopy] = None  # the held snapshot's tensors
+        self._deferred: List[Tuple[Any, Any]] = []  # _capture's tensors still referenced
+        if optimizer is not None and self._overlap:
+            self._guard_step(optimizer)
         self._pending: Optional[Dict[str, Any]] = None  # a sharded commit not confirmed
         self._commits = 0
         self._reset_callbacks: List[Callable[["State"], None]] = []
@@ -105,6 +174,41 @@ class State:
         """Each is called with the state after every change of membership
         (a shrink or a grow), once the state is restored on the new world."""
         self._reset_callbacks.extend(callbacks)
+
+    def _guard_step(self, optimizer) -> None:
+        """The optimizer's step waits for a commit's copy first (it changes
+        what is being copied). A bound method, as torch's LR schedulers
+        expect when they wrap ``step`` in turn."""
+        original = optimizer.step  # bound, or a scheduler's wrapper
+        state = weakref.ref(self)
+
+        def step_after_copy(_optimizer, *args, **kwargs):
+            held = state()
+            if held is not None:
+                held._settle()
+            return original(*args, **kwargs)
+        # A scheduler that wrapped step already must not wrap it twice.
+        for marker in ("_with_counter", "_wrapped_by_lr_sched"):
+            if hasattr(original, marker):
+                setattr(step_after_copy, marker, getattr(original, marker))
+        optimizer.step = types.MethodType(step_after_copy, optimizer)
+
+    def _settle(self) -> None:
+        """Waits until the held snapshot's tensors are copies."""
+        copying, self._copying = self._copying, None
+        if copying is not None:
+            copying.wait()
+
+    @property
+    def _snapshot(self) -> Optional[Dict[str, Any]]:
+        """The snapshot in force (whole: its copy finished)."""
+        self._settle()
+        return self._held
+
+    @_snapshot.setter
+    def _snapshot(self, snapshot: Optional[Dict[str, Any]]) -> None:
+        self._settle()
+        self._held = snapshot
 
     @property
     def commits(self) -> int:
@@ -132,7 +236,10 @@ class State:
             self._pending = snapshot
             dist.barrier()
         self._pending = None
-        self._snapshot = snapshot
+        self._snapshot = snapshot  # the previous one's copy finished first
+        deferred, self._deferred = self._deferred, []
+        if deferred:
+            self._copying = _BackgroundCopy(deferred)
         self._commits += 1
         if membership.replacement_waiting():
             raise membership.ReplacementWaiting()  # elastic.run grows it in
@@ -162,11 +269,21 @@ class State:
         snapshot: Dict[str, Any] = {"commit": commit,
                                     "counters": {n: copy.deepcopy(getattr(self, n))
                                                  for n in self._counter_names}}
+        self._deferred = []
         if self.model is not None and not sharded_snapshot.is_sharded(self.model):
-            snapshot["model"] = {k: v.detach().clone()
+            # Parameters (changed only by the optimizer's step) by reference
+            # when the copy overlaps; buffers (a forward may change them) now.
+            params = {p.data_ptr() for p in self.model.parameters()} if self._overlap else ()
+            snapshot["model"] = {k: v.detach() if v.data_ptr() in params else v.detach().clone()
                                  for k, v in self.model.state_dict().items()}
+            self._deferred = [(snapshot["model"], k) for k, v in snapshot["model"].items()
+                              if v.data_ptr() in params]
             if self.optimizer is not None:
-                snapshot["optimizer"] = copy.deepcopy(self.optimizer.state_dict())
+                if self._overlap:
+                    snapshot["optimizer"] = _containers(self.optimizer.state_dict())
+                    _tensor_slots(snapshot["optimizer"], self._deferred)
+                else:
+                    snapshot["optimizer"] = copy.deepcopy(self.optimizer.state_dict())
         if self.sampler is not None:
             snapshot["sampler"] = copy.deepcopy(self.sampler.state_dict())
         return snapshot
