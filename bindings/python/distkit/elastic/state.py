@@ -79,24 +79,34 @@ def _tensor_bytes(obj) -> int:
     return 0
 
 
+def _deferrable(t: torch.Tensor) -> bool:
+    """Whether `t` may be copied later by the background thread: host
+    memory. A device tensor's clone is queued on the caller's stream now
+    (asynchronous already, and ordered before the next step's work there)."""
+    return t.device.type == "cpu"
+
+
 def _containers(obj):
-    """`obj` with every dict and list copied and every tensor in them kept
-    by reference (cloned later, _BackgroundCopy); anything else (a tuple
-    too: it cannot be filled in later) deep-copied now."""
+    """`obj` with every dict and list copied and every host tensor in them
+    kept by reference (cloned later, _BackgroundCopy); anything else (a
+    tuple too: it cannot be filled in later) copied now."""
     if isinstance(obj, dict):
         return {k: _containers(v) for k, v in obj.items()}
     if isinstance(obj, list):
         return [_containers(v) for v in obj]
-    return obj if isinstance(obj, torch.Tensor) else copy.deepcopy(obj)
+    if isinstance(obj, torch.Tensor):
+        return obj.detach() if _deferrable(obj) else obj.detach().clone()
+    return copy.deepcopy(obj)
 
 
 def _tensor_slots(obj, out: List[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
-    """(container, key) of every tensor in dicts and lists of `obj`."""
+    """(container, key) of every host tensor in dicts and lists of `obj`."""
     items = obj.items() if isinstance(obj, dict) else enumerate(obj) \
         if isinstance(obj, list) else ()
     for key, value in items:
         if isinstance(value, torch.Tensor):
-            out.append((obj, key))
+            if _deferrable(value):
+                out.append((obj, key))
         else:
             _tensor_slots(value, out)
     return out
@@ -273,7 +283,8 @@ class State:
         if self.model is not None and not sharded_snapshot.is_sharded(self.model):
             # Parameters (changed only by the optimizer's step) by reference
             # when the copy overlaps; buffers (a forward may change them) now.
-            params = {p.data_ptr() for p in self.model.parameters()} if self._overlap else ()
+            params = {p.data_ptr() for p in self.model.parameters()
+                      if _deferrable(p)} if self._overlap else ()
             snapshot["model"] = {k: v.detach() if v.data_ptr() in params else v.detach().clone()
                                  for k, v in self.model.state_dict().items()}
             self._deferred = [(snapshot["model"], k) for k, v in snapshot["model"].items()
