@@ -6,7 +6,8 @@ waits 0.1 s), so a step that did not wait would change what is being copied
 and restore() would give the stepped values: deterministic, not a race the
 test may or may not see. Also: buffers (a forward may change them) are
 copied at once; torch's LR schedulers wrap the guarded step before or after
-State; overlap_commit=False copies inside commit()."""
+State; overlap_commit=False, or no optimizer, copies inside commit(); a copy
+that fails leaves no snapshot in force."""
 import time
 import warnings
 
@@ -113,12 +114,52 @@ def synchronous():
     check(same(values(model, opt), at_commit), "overlap_commit=False restores the commit")
 
 
+def without_optimizer():
+    """Nothing would wait for a copy: State copies inside commit()."""
+    model, _ = model_and_optimizer()
+    state = elastic.State(model=model)
+    at_commit = {k: v.clone() for k, v in model.state_dict().items()}
+    state.commit()
+    with torch.no_grad():
+        model[0].weight.add_(1.0)  # in place, no optimizer step to wait
+    state.restore()
+    check(all(torch.equal(v, at_commit[k]) for k, v in model.state_dict().items()),
+          "without an optimizer, restore() gives the commit's values")
+
+
+def failed_copy():
+    """A copy that fails leaves no half-copied snapshot in force."""
+    model, opt = model_and_optimizer()
+    state = elastic.State(model=model, optimizer=opt)
+    train_step(model, opt, 1)
+
+    def failing_run(self):
+        self._error = MemoryError("no memory for the copy (simulated)")
+    state_module._BackgroundCopy._run = failing_run
+    try:
+        state.commit()
+    finally:
+        state_module._BackgroundCopy._run = slow_run
+    try:
+        train_step(model, opt, 2)
+        check(False, "the optimizer's step raises the failed copy")
+    except RuntimeError as e:
+        check("copy failed" in str(e), f"the step names the failed copy: {e}")
+    try:
+        state.restore()
+        check(False, "restore() after a failed copy raises")
+    except RuntimeError as e:
+        check("nothing committed" in str(e), f"restore() holds no half-copied snapshot: {e}")
+
+
 def main():
     state_module._BackgroundCopy._run = slow_run
     try:
         overlapped(scheduler_first=False)
         overlapped(scheduler_first=True)
         synchronous()
+        without_optimizer()
+        failed_copy()
     finally:
         state_module._BackgroundCopy._run = real_run
     return finish("elastic commit overlap")

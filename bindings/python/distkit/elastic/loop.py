@@ -97,11 +97,13 @@ def run(func: Optional[Callable] = None, state: Optional[State] = None, *,
                 failures_in_a_row = 0
             return func(state)
         except membership.ReplacementWaiting:
+            state._settle()
             grow_back = True
             _say("a replacement waits to join; growing back")
         except errors.DistkitError as e:
             if e.code not in _LOST_PEER or failures_in_a_row >= max_recoveries:
                 raise
+            state._settle()  # the last commit's copy, before the re-wrap writes parameters
             if joining:
                 joining, _joined = False, True
             failures_in_a_row += 1

@@ -78,28 +78,23 @@ def _old_pieces(unit, i: int, shards: List[Dict[str, Any]]) -> List[tuple]:
     return pieces
 
 
-def _reshard_orig_state(model, unit, i: int, index: int, name: str,
-                        shards: List[Dict[str, Any]]):
+def _reshard_orig_state(unit, i: int, index: int, name: str, shards: List[Dict[str, Any]]):
     """use_orig_params: per-element state `name` of original parameter `i`
-    (each old shard holds its piece) as this rank's piece of the new layout,
-    or None when it is not per-element. Each old shard's piece is placed in
-    a flat shard of zeros and loaded as parameters would be; this rank's new
-    piece is then read back."""
+    as this rank's piece of the new layout, or None when it is not
+    per-element. The old shards' pieces, in shard order, tile the parameter
+    (the library's layout: each flat buffer padded to a multiple of the
+    shard count, shard j holding [j * S, (j + 1) * S) of it), so the new
+    piece is a slice of their concatenation, in the state's own dtype."""
     pieces = _old_pieces(unit, i, shards)
     values = [shard["optimizer"]["state"].get(index, {}).get(name) for shard in shards]
     if not all(isinstance(v, torch.Tensor) and v.dim() == 1 and v.numel() == n
                for v, (_, n) in zip(values, pieces)):
         return None
-    k = unit.place[i][0]
-    as_params = []
-    for shard, value, (at, n) in zip(shards, values, pieces):
-        pseudo = dict(shard["model"])
-        flat = torch.zeros_like(shard["model"][fmt.flat_key(unit.path, k)])
-        flat[at:at + n] = value.to(flat.dtype)
-        pseudo[fmt.flat_key(unit.path, k)] = flat
-        as_params.append(pseudo)
-    model.load_sharded_state_dicts(as_params)
-    return unit.piece_data[i].detach().clone().to(values[0].dtype)
+    whole = torch.cat([v.reshape(-1) for v in values])
+    if whole.numel() != unit.place[i][2]:
+        return None
+    offset, numel = unit.piece_offset[i], unit.piece_data[i].numel()
+    return whole[offset:offset + numel].clone()
 
 
 def _reshard_optimizer(model, optimizer, shards: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -117,7 +112,7 @@ def _reshard_optimizer(model, optimizer, shards: List[Dict[str, Any]]) -> Dict[s
             path, k = flats.get(index, (None, None))
             if model.use_orig_params and path is not None:
                 unit = next(u for u in model._units if u.path == path)
-                resharded = _reshard_orig_state(model, unit, k, index, name, shards)
+                resharded = _reshard_orig_state(unit, k, index, name, shards)
                 state[index][name] = value if resharded is None else resharded
                 continue
             local = shards[0]["model"].get(fmt.flat_key(path, k)) if path is not None else None

@@ -150,7 +150,7 @@ class State:
     restored with the rest.
 
     ``overlap_commit`` (default True): a data-parallel model's parameters
-    and the optimizer's state are copied by a background thread while the
+    that ``optimizer`` steps and its state are copied by a background thread while the
     next step's forward and backward run, and the optimizer's next
     ``step()`` waits for the copy (the buffers, the counters, the sampler
     and the RNG states are copied at once). Code that changes parameters
@@ -168,7 +168,9 @@ class State:
         self._counter_names = list(counters)
         for name, value in counters.items():
             setattr(self, name, value)
-        self._overlap = overlap_commit and not sharded_snapshot.is_sharded(model)
+        # Only with an optimizer, whose step is what waits for the copy.
+        self._overlap = (overlap_commit and optimizer is not None
+                         and not sharded_snapshot.is_sharded(model))
         self._held: Optional[Dict[str, Any]] = None
         self._copying: Optional[_BackgroundCopy] = None  # the held snapshot's tensors
         self._deferred: List[Tuple[Any, Any]] = []  # _capture's tensors still referenced
@@ -204,10 +206,17 @@ class State:
         optimizer.step = types.MethodType(step_after_copy, optimizer)
 
     def _settle(self) -> None:
-        """Waits until the held snapshot's tensors are copies."""
+        """Waits until the held snapshot's tensors are copies. A copy that
+        failed leaves no snapshot in force on this rank (its tensors would
+        be the live ones): the error is raised here once, and recovery then
+        takes the snapshot from a peer."""
         copying, self._copying = self._copying, None
         if copying is not None:
-            copying.wait()
+            try:
+                copying.wait()
+            except RuntimeError:
+                self._held = None
+                raise
 
     @property
     def _snapshot(self) -> Optional[Dict[str, Any]]:
@@ -281,10 +290,11 @@ class State:
                                                  for n in self._counter_names}}
         self._deferred = []
         if self.model is not None and not sharded_snapshot.is_sharded(self.model):
-            # Parameters (changed only by the optimizer's step) by reference
-            # when the copy overlaps; buffers (a forward may change them) now.
-            params = {p.data_ptr() for p in self.model.parameters()
-                      if _deferrable(p)} if self._overlap else ()
+            # The parameters the optimizer steps (its step waits for the
+            # copy) by reference when the copy overlaps; everything else,
+            # buffers included (a forward may change them), now.
+            params = {p.data_ptr() for group in self.optimizer.param_groups
+                      for p in group["params"] if _deferrable(p)} if self._overlap else ()
             snapshot["model"] = {k: v.detach() if v.data_ptr() in params else v.detach().clone()
                                  for k, v in self.model.state_dict().items()}
             self._deferred = [(snapshot["model"], k) for k, v in snapshot["model"].items()
