@@ -29,6 +29,8 @@ rank per GPU).
                                    and mean, all_gather, broadcast, objects;
                                    SKIPPED (needs 2 GPUs) with fewer
 
+GPU_CHECK_SCENARIOS=torch,ddp,... runs only the CUDA scenarios named.
+
 With CUDA, before the scenarios: the "distkit" torch backend's C++
 extension loads with this torch, or is built against it
 (bindings/python/c10d/build_without_bazel.sh; a pip torch 2.x has no
@@ -45,8 +47,8 @@ libdistkit.so was built or named (set DISTKIT_LIBRARY; one built anywhere
 with CUDA's headers loads here). A library that was named but does not load
 is a FAIL. Exit 1 on any FAIL.
 """
-import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -220,6 +222,22 @@ def rank_torch(dist, torch, r, w, backend):
     torch.cuda.current_stream().wait_stream(side)
     report(total.item() == (1 << 20) * 2 * tri,
            f"torch async all_reduce under a side stream ({backend}, world {w})")
+    # A strided output (a column), read on the side stream after wait():
+    # the result written back into it must be there, not still queued.
+    with torch.cuda.stream(side):
+        grid = torch.zeros(1 << 16, 2, device=cuda)
+        column = grid[:, 1]
+        column.fill_(float(r + 1))
+        tdist.all_reduce(column, async_op=True).wait()
+        column_total = column.sum()
+        outs = [torch.zeros(1 << 12, 2, device=cuda)[:, 0] for _ in range(w)]
+        tdist.all_gather(outs, torch.full((1 << 12,), float(r), device=cuda), async_op=True).wait()
+        gathered = [o.sum() for o in outs]
+    torch.cuda.current_stream().wait_stream(side)
+    report(column_total.item() == (1 << 16) * tri and
+           [g.item() for g in gathered] == [float(i * (1 << 12)) for i in range(w)],
+           f"torch all_reduce and all_gather into strided outputs, read on a side stream "
+           f"({backend}, world {w})")
     cpu, gpu = model_pair(torch)
     ddp = torch.nn.parallel.DistributedDataParallel(gpu, device_ids=[cuda.index])
     train(torch, gpu, ddp, r, device="cuda")
@@ -386,12 +404,16 @@ def ensure_torch_extension(torch):
     os.makedirs(out_dir, exist_ok=True)
     built = os.path.join(out_dir, f"_c10d-torch{torch.__version__.replace('+', '_')}.so")
     started = time.monotonic()
+    # A session of its own: on a timeout its compilers go with it.
+    build = subprocess.Popen(["bash", script, built, sys.executable], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        build = subprocess.run(["bash", script, built, sys.executable], capture_output=True,
-                               text=True, timeout=600)
-        ok, log = build.returncode == 0, build.stdout + build.stderr
-    except subprocess.TimeoutExpired as e:
-        ok, log = False, f"still compiling after {e.timeout} s"
+        log, _ = build.communicate(timeout=600)
+        ok = build.returncode == 0
+    except subprocess.TimeoutExpired:
+        os.killpg(build.pid, signal.SIGKILL)
+        build.communicate()
+        ok, log = False, "still compiling after 600 s"
     if not ok:
         print(f"FAIL the \"distkit\" torch backend's C++ extension does not build against torch "
               f"{torch.__version__} (it was not loaded: {why}):\n{log[-4000:]}", flush=True)
@@ -462,7 +484,9 @@ def main():
     else:
         p, f = ensure_torch_extension(torch)
         passed, failed = passed + p, failed + f
-        jobs = list(SCENARIOS)
+        # GPU_CHECK_SCENARIOS=torch,ddp: only those (a short run).
+        only = [n for n in os.environ.get("GPU_CHECK_SCENARIOS", "").split(",") if n]
+        jobs = [j for j in SCENARIOS if not only or j[0] in only]
         count = torch.cuda.device_count()
         if count >= 2:
             jobs.append(("ranks", "nccl", min(count, 4)))

@@ -56,12 +56,18 @@ fi
 for d in $torch_libs; do libs=(-L "$d" "-Wl,-rpath,$d" "${libs[@]}"); done
 # One compiler per unit, in parallel: the units that parse LibTorch's
 # headers take most of a minute each.
+# At most one per core.
+jobs_max=$(nproc 2>/dev/null || echo 2)
 pids=()
+status=0
 for unit in completion_pool cuda_stream distkit_work dk_api process_group_distkit module; do
+  if [ "${#pids[@]}" -ge "$jobs_max" ]; then
+    wait "${pids[0]}" || status=1
+    pids=("${pids[@]:1}")
+  fi
   g++ "${flags[@]}" -c -o "$work/$unit.o" "$here/$unit.cc" &
   pids+=($!)
 done
-status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
 [ "$status" = 0 ] || { echo "build_without_bazel.sh: a unit did not compile" >&2; exit 1; }
 g++ "${flags[@]}" -o "$out" "$work"/*.o "${libs[@]}"

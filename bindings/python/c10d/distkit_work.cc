@@ -1,5 +1,8 @@
 #include "bindings/python/c10d/distkit_work.h"
 
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <algorithm>
 #include <mutex>
 #include <stdexcept>
 #include <utility>
@@ -115,6 +118,24 @@ void DistkitWork::ReleaseFinished() {
   }
 }
 
+void DistkitWork::SettleOutputs() const {
+  // What `then_` wrote into CUDA outputs (a staged result copied back, a
+  // flat one unflattened) may still be queued on this thread's current
+  // stream, which the caller's stream does not follow: done before the
+  // Work completes.
+  std::vector<c10::Device> settled;
+  for (const at::Tensor& t : outputs_) {
+    if (!t.defined() || !t.is_cuda()) continue;
+    if (std::find(settled.begin(), settled.end(), t.device()) !=
+        settled.end()) {
+      continue;
+    }
+    settled.push_back(t.device());
+    c10::impl::VirtualGuardImpl impl(t.device().type());
+    impl.getStream(t.device()).synchronize();
+  }
+}
+
 void DistkitWork::Finish(dk_status_t status) {
   std::exception_ptr error;
   if (status != DK_OK) {
@@ -126,6 +147,7 @@ void DistkitWork::Finish(dk_status_t status) {
   } else if (then_) {
     try {
       then_();
+      SettleOutputs();
     } catch (const std::exception& e) {
       error = std::make_exception_ptr(
           std::runtime_error(what() + ": after the operation: " + e.what()));

@@ -64,6 +64,9 @@ class DistkitWork : public c10d::Work {
   static void OnDone(void* self, dk_status_t status);
   // Runs `then` on success, then marks this Work finished.
   void Finish(dk_status_t status);
+  // Waits for what `then` queued on this thread's streams of the CUDA
+  // outputs' devices.
+  void SettleOutputs() const;
   // After Finish: whether a future was asked for (it must be completed),
   // deciding who completes one asked for later (getFuture itself).
   bool FinishedWithFuture();

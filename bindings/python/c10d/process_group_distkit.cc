@@ -144,6 +144,12 @@ at::Tensor ProcessGroupDistkit::Lendable(const at::Tensor& t) const {
   return Contiguous(t);
 }
 
+at::Tensor ProcessGroupDistkit::LendableOutput(const at::Tensor& t) const {
+  // Overwritten whole by the operation: nothing to copy to the host.
+  if (host_only_ && t.is_cuda()) return at::empty(t.sizes(), LendOptions(t));
+  return Contiguous(t);
+}
+
 at::TensorOptions ProcessGroupDistkit::LendOptions(const at::Tensor& t) const {
   return host_only_ && t.is_cuda() ? t.options().device(at::kCPU) : t.options();
 }
@@ -370,7 +376,7 @@ WorkPtr ProcessGroupDistkit::ReduceScatter(
     in = input.clone(at::MemoryFormat::Contiguous);  // the caller's input
   }
   const dk_reduce_op_t reduce = Reduction(opts.reduceOp, in, op);
-  at::Tensor out = Lendable(output);
+  at::Tensor out = LendableOutput(output);
   at::Tensor in_lent = in.is_complex() ? at::view_as_real(in) : in;
   at::Tensor out_lent = out.is_complex() ? at::view_as_real(out) : out;
   return Issue(type, op, {output}, {in_lent, out_lent},
@@ -431,7 +437,7 @@ WorkPtr ProcessGroupDistkit::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   const char* op = "_allgather_base";
   at::Tensor in = Lendable(input);
-  at::Tensor out = Lendable(output);
+  at::Tensor out = LendableOutput(output);
   return Issue(
       OpType::_ALLGATHER_BASE, op, {output}, {in, out},
       CopyBackIfStaged(output, out), [&](dk_work_t** w, dk_error_t** e) {
@@ -568,7 +574,7 @@ WorkPtr ProcessGroupDistkit::scatter(
   } else if (!inputs.empty() && !inputs[0].empty()) {
     Fail(op, "only the root takes inputs");
   }
-  at::Tensor out = Lendable(t);
+  at::Tensor out = LendableOutput(t);
   return Issue(
       OpType::SCATTER, op, {t}, {flat, out}, CopyBackIfStaged(t, out),
       [&](dk_work_t** w, dk_error_t** e) {
@@ -588,7 +594,7 @@ WorkPtr ProcessGroupDistkit::alltoall_base(
     const c10d::AllToAllOptions& opts) {
   const char* op = "alltoall_base";
   at::Tensor in = Lendable(input);
-  at::Tensor out = Lendable(output);
+  at::Tensor out = LendableOutput(output);
   // torch's splits count rows (dimension 0); the library's count elements.
   // One side given, the other even: that side's equal parts.
   auto elements = [&](const at::Tensor& t, const std::vector<int64_t>& rows) {
@@ -701,7 +707,7 @@ WorkPtr ProcessGroupDistkit::recv(std::vector<at::Tensor>& tensors, int src,
                                   int tag) {
   const char* op = "recv";
   const at::Tensor& t = Single(tensors, op);
-  at::Tensor buf = Lendable(t);
+  at::Tensor buf = LendableOutput(t);
   return Issue(OpType::RECV, op, {t}, {buf}, CopyBackIfStaged(t, buf),
                [&](dk_work_t** w, dk_error_t** e) {
                  DlView v(buf, DlUse::kMove, Describe(op));

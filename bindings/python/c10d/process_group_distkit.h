@@ -124,6 +124,9 @@ class ProcessGroupDistkit : public TorchBackendBase {
   // group computes there and `t` is a CUDA tensor (a copy; the result is
   // copied back on completion).
   at::Tensor Lendable(const at::Tensor& t) const;
+  // The same for an output the operation overwrites whole: on the host, a
+  // new buffer (nothing copied there).
+  at::Tensor LendableOutput(const at::Tensor& t) const;
   // Options for a buffer the backend makes for `t` (its device, or the
   // host as Lendable's).
   at::TensorOptions LendOptions(const at::Tensor& t) const;
