@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # dkbench netns: collectives across real network hosts (network namespaces,
-# testing/netns), beside torch.distributed's Gloo over the same namespaces and
-# the link's bound, in one run.
+# testing/netns), beside torch.distributed's Gloo and OpenMPI over the same
+# namespaces and the link's bound, in one run.
 #
 #   tools/dkbench/netns_bench.sh [--hosts "2 3 4"] [--ranks-per-host 2]
 #       [--rates "1gbit none"] [--sizes "16777216 67108864"]
 #       [--ops all_reduce,all_gather,reduce_scatter] [--batches 3] [--no-torch]
+#       [--no-mpi]
 #
 # For each rate and host count: one TCP flow's throughput through two hosts
 # with that rate on their links (tools/dkbench/link_throughput.py: what one
 # flow gets, headers and acknowledgements included), then distkit's
 # collective_bench and torch's Gloo (torch_bench.py; GLOO_SOCKET_IFNAME=eth0,
 # which torch needs there and distkit does not) as distrun jobs over H
-# namespace-hosts x N ranks (testing/netns/netns_job.sh). The bound of an
+# namespace-hosts x N ranks (testing/netns/netns_job.sh), and OpenMPI's
+# (mpi_bench) under mpirun started on host 0 with the other hosts in its
+# hostfile by address, its daemons started in their namespaces by an rsh
+# agent (netns_mpi_agent.sh; TCP between hosts on eth0, shared memory
+# within one, as on a cluster; its default collectives, coll/tuned: its
+# hierarchical ones, coll/han, end in a segmentation fault in Debian's
+# 4.1.4 over these hosts). The bound of an
 # operation of S bytes (collective_bench's sizes: all_reduce's buffer,
 # all_gather's output, reduce_scatter's input) is the bytes each host's link
 # must carry one way at that flow's throughput: all_reduce 2(H-1)/H S,
@@ -28,6 +35,7 @@ sizes="16777216 67108864"
 ops="all_reduce,all_gather,reduce_scatter"
 batches=3
 torch=1
+mpi=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --hosts) hosts_list=$2; shift 2 ;;
@@ -37,11 +45,13 @@ while [ $# -gt 0 ]; do
     --ops) ops=$2; shift 2 ;;
     --batches) batches=$2; shift 2 ;;
     --no-torch) torch=0; shift ;;
+    --no-mpi) mpi=0; shift ;;
     *) echo "netns_bench: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 cd "$(dirname "$0")/../.." || exit 1
-bazel build //tools/distrun //tools/dkbench:collective_bench >/dev/null 2>&1 ||
+bazel build //tools/distrun //tools/dkbench:collective_bench //tools/dkbench:mpi_bench \
+  >/dev/null 2>&1 ||
   { echo "netns_bench: build failed" >&2; exit 1; }
 distrun=bazel-bin/tools/distrun/distrun
 py=/usr/bin/python3
@@ -78,8 +88,29 @@ job() {
     sed -n 's/^\[host0\] \[rank0\]: //p' | grep -E '^(distkit|torch_gloo),'
 }
 
-printf '%-6s %-5s %-15s %6s %9s %11s %9s %9s %8s %10s\n' rate hosts op MiB \
-  "bound ms" "distkit ms" "of bound" "torch ms" "of bound" "torch/dk"
+# Rank 0's CSV rows of OpenMPI's mpi_bench over `hosts` hosts x per_host
+# ranks, `rate` on every link.
+mpi_job() {
+  local hosts=$1 rate=$2; shift 2
+  netns_setup "$hosts" || return 1
+  local i map=""
+  for ((i = 0; i < hosts; i++)); do
+    if [ "$rate" != none ]; then netns_rate "$i" "$rate" || return 1; fi
+    map+="${NETNS_ADDRS[i]}=${NETNS_PIDS[i]} "
+    echo "${NETNS_ADDRS[i]} slots=$per_host"
+  done >"$out/hostfile"
+  export DKBENCH_NETNS_MAP="$map"
+  netns_exec 0 timeout 600 mpirun --allow-run-as-root \
+    --hostfile "$out/hostfile" --map-by "ppr:$per_host:node" -np $((hosts * per_host)) \
+    --mca plm_rsh_agent "$PWD/tools/dkbench/netns_mpi_agent.sh" \
+    --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
+    "$PWD/bazel-bin/tools/dkbench/mpi_bench" "$@" 2>/dev/null | grep -E '^openmpi,'
+  netns_teardown
+}
+
+printf '%-6s %-5s %-15s %6s %9s %11s %9s %9s %8s %10s %9s %8s %8s\n' rate hosts op MiB \
+  "bound ms" "distkit ms" "of bound" "torch ms" "of bound" "torch/dk" "mpi ms" "of bound" \
+  "mpi/dk"
 for rate in $rates; do
   if [ "$rate" != none ] && ! why=$(netns_can_limit_rates); then
     echo "SKIPPED rate $rate: $why"
@@ -96,6 +127,10 @@ for rate in $rates; do
         job "$hosts" "$rate" --rank-env GLOO_SOCKET_IFNAME=eth0 -- "$py" \
           "$PWD/tools/dkbench/torch_bench.py" --ops "${ops//,reduce_scatter/}" \
           --min-bytes "$min_size" --max-bytes "$max_size" --batches "$batches"
+      fi
+      if [ "$mpi" = 1 ]; then
+        mpi_job "$hosts" "$rate" --ops "$ops" --min-bytes "$min_size" --max-bytes "$max_size" \
+          --batches "$batches"
       fi
     } >"$out/rows"
     "$py" - "$out/rows" "$rate" "$hosts" "$mbps" "$sizes" <<'PY'
@@ -116,8 +151,11 @@ for op in ("all_reduce", "all_gather", "reduce_scatter"):
         tg = times.get(("torch_gloo", op, nbytes))
         tcols = (f"{tg:9.1f} {bound / tg:8.2f} {tg / dk:10.2f}" if tg
                  else f"{'-':>9} {'-':>8} {'-':>10}")
+        mp = times.get(("openmpi", op, nbytes))
+        mcols = (f"{mp:9.1f} {bound / mp:8.2f} {mp / dk:8.2f}" if mp
+                 else f"{'-':>9} {'-':>8} {'-':>8}")
         print(f"{rate:<6} {hosts:<5} {op:<15} {nbytes >> 20:6d} {bound:9.1f} {dk:11.1f} "
-              f"{bound / dk:9.2f} {tcols}")
+              f"{bound / dk:9.2f} {tcols} {mcols}")
 PY
   done
 done
