@@ -17,6 +17,11 @@ from testing.python.rank_check import check, finish
 
 def main():
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if "--no-master-addr" in sys.argv[1:]:
+        # torch's file:// rendezvous needs no address, so distkit's join
+        # finds rank 0 by its interfaces' addresses (across namespace-hosts,
+        # whose hostnames resolve nowhere).
+        os.environ.pop("MASTER_ADDR", None)
     init_file = os.path.join(os.environ["TEST_TMPDIR"], "torch_init")
     tdist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=n)
     # Topology: torch's answers, without joining (these are local calls).

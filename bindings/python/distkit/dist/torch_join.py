@@ -8,14 +8,17 @@ read torch's answers, and the first call that needs distkit's own group (a
 collective, an object collective, new_group, init_local_group, ...) joins
 the job: collective over torch's ranks, through torch's default store. Rank
 0 serves a distkit store (on loopback when every rank is on its host) and
-publishes its address and a fresh token in torch's store; every rank then
-joins with torch's rank and world size."""
+publishes its addresses (MASTER_ADDR when set, its interfaces' addresses,
+its hostname last) and a fresh token in torch's store; the others connect
+to the first that answers, and every rank joins with torch's rank and world
+size."""
 import ctypes
+import os
 import secrets
 import socket
 import sys
 import threading
-from typing import Optional
+from typing import List, Optional
 
 from .. import _lib
 from .._lib import lib, raise_for_status
@@ -79,14 +82,13 @@ def join(store=None, rank: Optional[int] = None, size: Optional[int] = None,
             config.token = token.encode()
             raise_for_status(lib.dk_store_serve, ctypes.byref(config), ctypes.byref(store))
             port = lib.dk_store_address(store).decode().rsplit(":", 1)[1]
-            host = "127.0.0.1" if one_host else _reachable_host()
+            hosts = ["127.0.0.1"] if one_host else _reachable_hosts()
             torch_store.set(f"{prefix}/token", token)
-            torch_store.set(f"{prefix}/address", f"{host}:{port}")
+            torch_store.set(f"{prefix}/address", ",".join(f"{h}:{port}" for h in hosts))
         else:
-            address = torch_store.get(f"{prefix}/address")
-            config.address = address
+            candidates = torch_store.get(f"{prefix}/address").decode().split(",")
             config.token = torch_store.get(f"{prefix}/token")
-            raise_for_status(lib.dk_store_connect, ctypes.byref(config), ctypes.byref(store))
+            store = _connect_first(config, candidates, timeout_ms)
         init = _lib.InitConfig()
         lib.dk_init_config_init(ctypes.byref(init))
         init.backend = (backend if backend in ("gloo", "nccl", "mpi") else "gloo").encode()
@@ -103,10 +105,52 @@ def join(store=None, rank: Optional[int] = None, size: Optional[int] = None,
         return world
 
 
-def _reachable_host() -> str:
-    """Where other hosts reach rank 0: torch's MASTER_ADDR when set."""
-    import os
-    return os.environ.get("MASTER_ADDR") or socket.gethostname()
+def _reachable_hosts() -> List[str]:
+    """Where other hosts may reach rank 0, in the order they try them:
+    torch's MASTER_ADDR when set, this host's IPv4 addresses (no DNS or
+    /etc/hosts needed: a hostname often does not resolve to the interface
+    the job uses), the hostname last."""
+    hosts = [os.environ["MASTER_ADDR"]] if os.environ.get("MASTER_ADDR") else []
+    hosts += [a for a in _ipv4_addresses() if a not in hosts]
+    return hosts + [socket.gethostname()]
+
+
+def _ipv4_addresses() -> List[str]:
+    """This host's IPv4 interface addresses, loopback left out (Linux)."""
+    import fcntl
+    import struct
+    siocgifaddr = 0x8915
+    found = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                reply = fcntl.ioctl(s.fileno(), siocgifaddr,
+                                    struct.pack("256s", name[:15].encode()))
+            except OSError:  # no IPv4 address, or down
+                continue
+            address = socket.inet_ntoa(reply[20:24])
+            if not address.startswith("127."):
+                found.append(address)
+    return found
+
+
+def _connect_first(config, candidates: List[str], timeout_ms: int) -> ctypes.c_void_p:
+    """distkit's store at the first of rank 0's `candidates` that answers
+    (and knows the token): each but the last gets a few seconds, so an
+    address of an interface this host cannot reach costs little."""
+    errors = []
+    for i, address in enumerate(candidates):
+        last = i == len(candidates) - 1
+        config.address = address.encode()
+        config.connect_timeout_ms = timeout_ms if last else min(timeout_ms, 3000)
+        store = ctypes.c_void_p()
+        try:
+            raise_for_status(lib.dk_store_connect, ctypes.byref(config), ctypes.byref(store))
+            return store
+        except Exception as e:  # noqa: BLE001 - the next candidate; all named if none
+            errors.append(f"{address}: {e}")
+    raise RuntimeError("distkit: could not reach rank 0's store at any of its addresses: " +
+                       "; ".join(errors))
 
 
 def release() -> None:
