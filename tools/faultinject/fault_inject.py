@@ -515,6 +515,10 @@ def startup_run(args, rng, path, launcher, window):
         if took > args.startup_bound:
             result["bad"].append(f"last survivor ended {took:.3f}s after the "
                                  f"kill (bound {args.startup_bound}s)")
+            # What each survivor said and when it ended: where it waited.
+            result["survivors"] = {
+                r: {"ended": round(ends[r] - kill, 3) if ends[r] is not None else None,
+                    "said": said[r][-2:]} for r in survivors}
         for r in survivors:
             errors = [l for l in said[r] if "failed" in l]
             code = job.exit_code(r)
