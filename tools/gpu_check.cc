@@ -63,6 +63,7 @@
 #include "cc/comm/backend_registry.h"
 #include "cc/comm/nccl/nccl_backend.h"
 #include "cc/comm/nccl/nccl_library.h"
+#include "cc/comm/op_signature.h"
 #include "cc/core/cuda_library.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
@@ -878,7 +879,7 @@ void LatencyParts(ProcessGroup& g, const CudaLibrary& cuda,
     w->Wait().IgnoreError();
   }
   issue_us /= iters;
-  constexpr size_t kSignature = 40;  // sizeof(OpSignature), near enough
+  constexpr size_t kSignature = sizeof(OpSignature);
   auto sig = DeviceBuffer::Allocate(device, kSignature * (size + 1));
   void* pinned = nullptr;
   const bool have =

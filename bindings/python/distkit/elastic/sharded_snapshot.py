@@ -64,45 +64,35 @@ def _flat_of_optimizer_index(model: FullyShardedDataParallel, optimizer) -> Dict
     return out
 
 
-def _old_pieces(unit, i: int, shards: List[Dict[str, Any]]) -> List[tuple]:
-    """use_orig_params: (offset in its old shard, length) of original
-    parameter `i`'s piece in each old shard. The library's layout: a flat
-    buffer padded to a multiple of the shard count, shard j holding
-    [j * S, (j + 1) * S) of it."""
-    k, offset, numel, _ = unit.place[i]
-    length = shards[0]["model"][fmt.flat_key(unit.path, k)].numel()  # S
-    pieces = []
-    for j in range(len(shards)):
-        lo, hi = max(offset, j * length), min(offset + numel, (j + 1) * length)
-        pieces.append((lo - j * length, max(0, hi - lo)))
-    return pieces
-
-
 def _reshard_orig_state(unit, i: int, index: int, name: str, shards: List[Dict[str, Any]]):
     """use_orig_params: per-element state `name` of original parameter `i`
     as this rank's piece of the new layout, or None when it is not
-    per-element. The old shards' pieces, in shard order, tile the parameter
-    (the library's layout: each flat buffer padded to a multiple of the
-    shard count, shard j holding [j * S, (j + 1) * S) of it), so the new
-    piece is a slice of their concatenation, in the state's own dtype."""
-    pieces = _old_pieces(unit, i, shards)
+    per-element. In the library's layout (each flat buffer padded to a
+    multiple of the shard count, shard j holding [j * S, (j + 1) * S) of
+    it) the old shards' pieces, in shard order, tile the parameter, so the
+    new piece is a slice of their concatenation, in the state's own dtype."""
+    k, offset, numel, _ = unit.place[i]
+    length = shards[0]["model"][fmt.flat_key(unit.path, k)].numel()  # S
+    pieces = [max(0, min(offset + numel, (j + 1) * length) - max(offset, j * length))
+              for j in range(len(shards))]
     values = [shard["optimizer"]["state"].get(index, {}).get(name) for shard in shards]
     if not all(isinstance(v, torch.Tensor) and v.dim() == 1 and v.numel() == n
-               for v, (_, n) in zip(values, pieces)):
+               for v, n in zip(values, pieces)):
         return None
-    whole = torch.cat([v.reshape(-1) for v in values])
-    if whole.numel() != unit.place[i][2]:
-        return None
-    offset, numel = unit.piece_offset[i], unit.piece_data[i].numel()
-    return whole[offset:offset + numel].clone()
+    if sum(pieces) != numel:
+        raise ValueError(f"distkit.elastic: unit '{unit.path}' parameter {i}: the old shards "
+                         f"hold {sum(pieces)} of its {numel} elements")
+    whole = torch.cat(values)
+    start, count = unit.piece_offset[i], unit.piece_data[i].numel()
+    return whole[start:start + count].clone()
 
 
 def _reshard_optimizer(model, optimizer, shards: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The optimizer state dict of this rank's part of the new layout, from
-    every old shard's: per-element states (1-D, a flat shard's length, or
-    under use_orig_params a parameter's piece) re-sharded through the
-    model's own loader, the rest (step counts, hyper-parameters) from
-    shard 0."""
+    every old shard's: per-element states (1-D, a flat shard's length)
+    re-sharded through the model's own loader, or under use_orig_params (a
+    parameter's piece) by slicing; the rest (step counts, hyper-parameters)
+    from shard 0."""
     first = shards[0]["optimizer"]
     flats = _flat_of_optimizer_index(model, optimizer)
     state: Dict[int, Dict[str, Any]] = {}

@@ -86,30 +86,26 @@ def _deferrable(t: torch.Tensor) -> bool:
     return t.device.type == "cpu"
 
 
-def _containers(obj):
+def _containers(obj, slots: List[Tuple[Any, Any]]):
     """`obj` with every dict and list copied and every host tensor in them
-    kept by reference (cloned later, _BackgroundCopy); anything else (a
-    tuple too: it cannot be filled in later) copied now."""
+    kept by reference, its (container, key) added to `slots` (cloned later,
+    _BackgroundCopy); anything else (a tuple too: it cannot be filled in
+    later) copied now."""
     if isinstance(obj, dict):
-        return {k: _containers(v) for k, v in obj.items()}
+        out = {}
+        for key, value in obj.items():
+            out[key] = _containers(value, slots)
+            if isinstance(value, torch.Tensor) and _deferrable(value):
+                slots.append((out, key))
+        return out
     if isinstance(obj, list):
-        return [_containers(v) for v in obj]
+        out = [_containers(v, slots) for v in obj]
+        slots.extend((out, i) for i, v in enumerate(obj)
+                     if isinstance(v, torch.Tensor) and _deferrable(v))
+        return out
     if isinstance(obj, torch.Tensor):
         return obj.detach() if _deferrable(obj) else obj.detach().clone()
     return copy.deepcopy(obj)
-
-
-def _tensor_slots(obj, out: List[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
-    """(container, key) of every host tensor in dicts and lists of `obj`."""
-    items = obj.items() if isinstance(obj, dict) else enumerate(obj) \
-        if isinstance(obj, list) else ()
-    for key, value in items:
-        if isinstance(value, torch.Tensor):
-            if _deferrable(value):
-                out.append((obj, key))
-        else:
-            _tensor_slots(value, out)
-    return out
 
 
 class _BackgroundCopy:
@@ -301,8 +297,8 @@ class State:
                               if v.data_ptr() in params]
             if self.optimizer is not None:
                 if self._overlap:
-                    snapshot["optimizer"] = _containers(self.optimizer.state_dict())
-                    _tensor_slots(snapshot["optimizer"], self._deferred)
+                    snapshot["optimizer"] = _containers(self.optimizer.state_dict(),
+                                                        self._deferred)
                 else:
                     snapshot["optimizer"] = copy.deepcopy(self.optimizer.state_dict())
         if self.sampler is not None:
