@@ -3,6 +3,11 @@
 // error in bounded time and that the group is then poisoned.
 //   timeout    the last rank never joins an all_reduce -> DEADLINE_EXCEEDED
 //              naming op, group, sequence number and the missing rank
+//   timeout_recorded  as timeout, but the last rank first records a job
+//              failure, as distrun does for a killed rank -> the others'
+//              DEADLINE_EXCEEDED also names the recorded death (a peer that
+//              died can look late: Gloo's send to a killed rank may wait for
+//              its receive until the timeout)
 //   dead_peer  the last rank exits -> UNAVAILABLE, long before the timeout
 //   abort      Abort() from another thread ends a stuck operation at once
 //   finished_peer  the last rank joins the all_reduce late and exits right
@@ -48,6 +53,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cc/store/job_failure.h"
 #include "testing/cc/rank_check.h"
 #include "testing/cc/rank_env.h"
 #include "testing/cc/time_scale.h"
@@ -105,7 +111,8 @@ int main(int argc, char** argv) {
   using namespace distkit;
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = argc > 1 ? argv[1] : "";
-  const bool short_timeout = mode == "timeout" || mode == "frozen_store";
+  const bool short_timeout =
+      mode == "timeout" || mode == "timeout_recorded" || mode == "frozen_store";
   // The timeout itself is what two modes test: short, so the test is too,
   // but not shorter than joining the job takes on 2 busy cores (the group's
   // timeout also bounds connecting and the first barrier).
@@ -215,7 +222,16 @@ int main(int argc, char** argv) {
   if (rank == last) {
     // Alive but absent until the others have timed out or aborted: it must
     // not be seen gone first.
-    if (mode == "timeout" || mode == "abort") marks.AwaitAll(last, kHoldLimit);
+    if (mode == "timeout_recorded") {
+      Check(ReportJobFailure(
+                *env->store,
+                absl::StrCat("rank ", rank, " was killed by signal 9 (test)"))
+                .ok(),
+            "the failure is recorded");
+    }
+    if (mode == "timeout" || mode == "timeout_recorded" || mode == "abort") {
+      marks.AwaitAll(last, kHoldLimit);
+    }
     printf("rank %d leaves without joining\n", rank);
     _exit(0);  // no clean-up: a peer that vanishes
   }
@@ -283,6 +299,16 @@ int main(int argc, char** argv) {
                                   "call=\"all_reduce #2 float32 x4 op=sum\""),
             "the flight record holds the timed-out all_reduce: " + text.str());
     }
+  } else if (mode == "timeout_recorded") {
+    Check(st.code() == absl::StatusCode::kDeadlineExceeded,
+          "DEADLINE_EXCEEDED");
+    Check(absl::StrContains(msg, "all_reduce #2 on group 'world'"),
+          "names op, seq, group");
+    Check(absl::StrContains(msg, absl::StrCat("the job failed: rank ", last,
+                                              " was killed by signal 9")),
+          "names the recorded death");
+    Check(took >= timeout * 0.9 && took < timeout + Scaled(absl::Seconds(6)),
+          "bounded by timeout");
   } else if (mode == "dead_peer") {
     Check(st.code() == absl::StatusCode::kUnavailable, "UNAVAILABLE");
     Check(absl::StrContains(msg, "all_reduce #2 on group 'world'"),

@@ -305,6 +305,11 @@ absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body) {
   if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     status = absl::DeadlineExceededError(
         absl::StrCat(status.message(), DiagnoseLateRanks(ctx)));
+    // A peer that died can look like a late one: Gloo's send to a killed rank
+    // may wait for its receive until the timeout instead of failing on the
+    // closed socket. By now a launcher that records failures has written
+    // which rank died and where, so what is there is added, without waiting.
+    status = WithJobFailure(*store_, status, absl::ZeroDuration());
   } else if (status.code() == absl::StatusCode::kUnavailable) {
     // A peer failed or left: a launcher that records failures (distrun:
     // job_failure.h) says which rank, how and on which host, a moment after
