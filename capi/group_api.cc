@@ -262,17 +262,11 @@ dk_status_t dk_group_new_named(dk_group_t* parent, const int32_t* ranks,
     }
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> p, GroupOf(parent));
     DK_RETURN_IF_ERROR(CheckNumRanks(num_ranks, *p));
-    if (p->backend_name() != "gloo") {
-      // MPI and NCCL split a subgroup from the parent: every rank of it
-      // must take part (dk_group_new).
-      return absl::UnimplementedError(absl::StrCat(
-          "new_group_named: the ", p->backend_name(), " backend of group '",
-          p->name(), "' needs every rank of it; use dk_group_new"));
-    }
     distkit::GroupOptions options;
     options.backend = p->backend_name();
     options.timeout = p->timeout();
     options.name = absl::StrCat("named-", name);
+    options.members_only = true;
     DK_ASSIGN_OR_RETURN(
         std::shared_ptr<ProcessGroup> g,
         p->NewGroup(std::vector<int>(ranks, ranks + num_ranks), options));

@@ -50,4 +50,9 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Split(
       ctx.Describe(), ": the ", name(), " backend does not split groups"));
 }
 
+absl::StatusOr<std::unique_ptr<Backend>> Backend::CreateAmongMembers(
+    const OpContext&, const std::vector<int>&, absl::string_view) {
+  return std::unique_ptr<Backend>();  // connect afresh through the store
+}
+
 }  // namespace distkit

@@ -209,6 +209,17 @@ class Backend {
   virtual bool splits_from_parent() const { return false; }
   virtual absl::StatusOr<std::unique_ptr<Backend>> Split(
       const OpContext& ctx, const std::vector<int>& parent_ranks);
+
+  // A subgroup only its members create (torch.distributed calls a backend's
+  // creator on the members alone): the members (`parent_ranks`, in the new
+  // group's order) call it, the other ranks of this backend do not. A
+  // backend that splits from the parent and can do this from its connection
+  // overrides it (MPI: MPI_Comm_create_group, tagged from `name`, which the
+  // members share); nullptr (the default) has the subgroup connect afresh
+  // through the store (NCCL: a new communicator among the members).
+  virtual absl::StatusOr<std::unique_ptr<Backend>> CreateAmongMembers(
+      const OpContext& ctx, const std::vector<int>& parent_ranks,
+      absl::string_view name);
 };
 
 }  // namespace distkit

@@ -337,6 +337,13 @@ absl::StatusOr<std::unique_ptr<Backend>> CollectiveContract::Split(
   return backend_->Split(ctx, parent_ranks);
 }
 
+absl::StatusOr<std::unique_ptr<Backend>> CollectiveContract::CreateAmongMembers(
+    const OpContext& ctx, const std::vector<int>& parent_ranks,
+    absl::string_view name) {
+  DK_RETURN_IF_ERROR(Usable(ctx));
+  return backend_->CreateAmongMembers(ctx, parent_ranks, name);
+}
+
 absl::Status CollectiveContract::Send(const OpContext& ctx, TensorRef data,
                                       int dst, int tag) {
   P2PHeader header{static_cast<int32_t>(data.dtype()), tag, data.numel()};

@@ -93,6 +93,12 @@ class CollectiveContract {
   // the ranks agree on its size.
   absl::StatusOr<std::unique_ptr<Backend>> Split(
       const OpContext& ctx, const std::vector<int>& parent_ranks);
+  // A subgroup the members alone create (Backend::CreateAmongMembers); no
+  // agreement over this group, whose other ranks do not take part (the new
+  // group's members agree as they connect).
+  absl::StatusOr<std::unique_ptr<Backend>> CreateAmongMembers(
+      const OpContext& ctx, const std::vector<int>& parent_ranks,
+      absl::string_view name);
 
  private:
   // Exchanges signatures and checks that they agree; or, where the backend

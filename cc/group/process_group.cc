@@ -167,18 +167,41 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
           absl::StrCat("new_group: rank ", sorted[i], " is listed twice"));
     }
   }
+  if (options.members_only) {
+    if (options.name.empty()) {
+      return absl::InvalidArgumentError(
+          "new_group: a group only its members create needs a name");
+    }
+    if (std::find(ranks.begin(), ranks.end(), rank_) == ranks.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "new_group: rank ", rank_, " of group '", name_,
+          "' is not in the ranks of a group only its members create (",
+          absl::StrJoin(ranks, ", "), ")"));
+    }
+  }
   std::vector<int> global;
   for (int r : ranks) global.push_back(global_ranks_[r]);
-  ++next_child_;
+  // Only unnamed groups take a number: named ones may be made by their
+  // members alone, and the numbers must stay the same on every rank.
   const std::string child = absl::StrCat(
       name_, "/",
-      options.name.empty() ? absl::StrCat(next_child_) : options.name);
+      options.name.empty() ? absl::StrCat(++next_child_) : options.name);
   std::unique_ptr<Backend> split;
   // A parent that failed or was aborted has no connection left to split
   // (ShrinkGroup's: its NCCL communicator was aborted): the subgroup then
   // connects afresh through its store, as backends that never split do.
-  if (options.backend == options_.backend &&
+  if (options.members_only && options.backend == options_.backend &&
       contract_->backend().splits_from_parent() && AsyncError().ok()) {
+    // Not on this group's queue, whose sequence the other ranks do not
+    // share; the backend makes it safe beside the queue (MPI: thread-safe).
+    OpContext ctx;
+    ctx.op = OpCode::kNewGroup;
+    ctx.group_name = name_;
+    ctx.timeout = options_.timeout;
+    DK_ASSIGN_OR_RETURN(split,
+                        contract_->CreateAmongMembers(ctx, ranks, child));
+  } else if (options.backend == options_.backend &&
+             contract_->backend().splits_from_parent() && AsyncError().ok()) {
     // The subgroup derives from this group's connection (MPI_Comm_split,
     // ncclCommSplit): a collective over this group, run in its order.
     DK_RETURN_IF_ERROR(RunSync({OpCode::kNewGroup, absl::OkStatus(),

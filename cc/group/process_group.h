@@ -72,6 +72,12 @@ struct GroupOptions {
   // numbers it ("world/1"). Groups created with different rank lists on
   // different ranks (one per node) must be named apart.
   std::string name;
+  // NewGroup: only the members of the new group call it (torch.distributed
+  // creates a backend's groups on their members alone), each with the same
+  // ranks and `name` (required). Where the parent's backend splits its
+  // connection (MPI, NCCL) the members make the subgroup among themselves
+  // (Backend::CreateAmongMembers).
+  bool members_only = false;
 };
 
 class ProcessGroup {
@@ -92,6 +98,7 @@ class ProcessGroup {
   // is_member() == false whose operations fail with FAILED_PRECONDITION.
   // On a group that failed or was aborted the new group connects afresh
   // through the store, also where it would split the parent's connection.
+  // With options.members_only, only the members call it (see GroupOptions).
   absl::StatusOr<std::shared_ptr<ProcessGroup>> NewGroup(
       std::vector<int> ranks);
   absl::StatusOr<std::shared_ptr<ProcessGroup>> NewGroup(std::vector<int> ranks,

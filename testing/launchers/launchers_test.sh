@@ -4,6 +4,8 @@
 #   torchrun: python3 -m torch.distributed.run --nproc_per_node 2 (C++ and
 #             Python ranks; torchrun's agent store holds MASTER_PORT)
 #   mpirun:   mpirun -np 3, init_dist('mpi') with the Gloo backend
+#   mpirun_torch: mpirun -np 3 and 4, init_dist('mpi') on the MPI backend,
+#             torch.distributed.new_group (a Python program)
 #   slurm:    3 processes started here with the variables srun sets
 #             (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODELIST in
 #             hostlist form; no MASTER_ADDR, no scontrol)
@@ -32,6 +34,18 @@ case "$mode" in
       --oversubscribe --mca btl self,vader,tcp --mca btl_tcp_if_include lo \
       --mca btl_vader_backing_directory "$session" \
       -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$port" -np 3 "$check" mpi gloo
+    ;;
+  mpirun_torch)
+    # torch.distributed.new_group on distkit over MPI, at 3 and 4 ranks (the
+    # program is a py_binary: Bazel's launcher finds its runfiles).
+    session="$(mktemp -d /tmp/dkmpi.XXXXXX)"
+    trap 'rm -rf "$session"' EXIT
+    for np in 3 4; do
+      TMPDIR="$session" timeout --signal=KILL 120 mpirun --allow-run-as-root \
+        --oversubscribe --mca btl self,vader,tcp --mca btl_tcp_if_include lo \
+        --mca btl_vader_backing_directory "$session" \
+        -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$(free_port)" -np "$np" "$check"
+    done
     ;;
   slurm)
     pids=()

@@ -367,10 +367,11 @@ DK_EXPORT dk_status_t dk_group_new(dk_group_t* parent, const int32_t* ranks,
 /* Collective over the members only: every rank of `ranks` (ranks of
  * `parent`) calls it with the same ranks and `name`; the other ranks of
  * `parent` need not (torch.distributed's backends are created on members
- * only). `name` (no '/') keys the group's rendezvous: unique among
- * `parent`'s named subgroups. The gloo backend only (MPI and NCCL split a
- * subgroup from the parent with every rank: DK_UNIMPLEMENTED, use
- * dk_group_new). *out is owned (dk_group_destroy). */
+ * only), and a rank not in `ranks` gets DK_INVALID_ARGUMENT. `name` (no '/')
+ * keys the group's rendezvous: unique among `parent`'s named subgroups.
+ * Every backend: MPI makes it with MPI_Comm_create_group, NCCL with a new
+ * communicator among the members (earlier libraries of ABI 0.8 refused MPI
+ * and NCCL with DK_UNIMPLEMENTED). *out is owned (dk_group_destroy). */
 DK_EXPORT dk_status_t dk_group_new_named(dk_group_t* parent,
                                          const int32_t* ranks, size_t num_ranks,
                                          const char* name, dk_group_t** out,

@@ -2,9 +2,13 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <limits>
+#include <memory>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "cc/comm/mpi/mpi_runtime.h"
 #include "cc/comm/mpi/mpi_types.h"
@@ -23,6 +27,14 @@ absl::StatusOr<int> Count(int64_t n, const OpContext& ctx) {
 
 // MPI guarantees tags up to 32767.
 constexpr int kMaxTag = 32767;
+
+// A tag in MPI's guaranteed range, the same in every process for `name`
+// (FNV-1a: absl::Hash is seeded per process).
+int TagOf(absl::string_view name) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : name) h = (h ^ c) * 16777619u;
+  return static_cast<int>(h % (kMaxTag + 1));
+}
 
 }  // namespace
 
@@ -70,6 +82,74 @@ absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::Split(
   int size = 0;
   MPI_Comm_size(comm, &size);
   return std::unique_ptr<Backend>(new MpiBackend(comm, key, size));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::CreateAmongMembers(
+    const OpContext& ctx, const std::vector<int>& parent_ranks,
+    absl::string_view name) {
+  int key = -1;
+  for (size_t i = 0; i < parent_ranks.size(); ++i)
+    if (parent_ranks[i] == rank_) key = static_cast<int>(i);
+  if (key < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ctx.Describe(), ": rank ", rank_, " is not a member of the new group"));
+  }
+  MPI_Group parent_group = MPI_GROUP_NULL, members = MPI_GROUP_NULL;
+  DK_RETURN_IF_ERROR(Check(ctx, DK_MPI(MPI_Comm_group(comm_, &parent_group)),
+                           "MPI_Comm_group"));
+  const int rc =
+      DK_MPI(MPI_Group_incl(parent_group, static_cast<int>(parent_ranks.size()),
+                            parent_ranks.data(), &members));
+  DK_MPI(MPI_Group_free(&parent_group));
+  DK_RETURN_IF_ERROR(Check(ctx, rc, "MPI_Group_incl"));
+  // MPI_Comm_create_group blocks until every member has called it, so it is
+  // made outside MPI's lock (MPI_THREAD_MULTIPLE allows it): this group's
+  // queue and lanes keep progressing meanwhile, and a member still in an
+  // earlier operation with this one can finish it. On a thread of its own,
+  // owning what it touches, so that a member that never comes is a timeout
+  // (the thread then ends with the process; MPI_Finalize is skipped).
+  struct Outcome {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    int rc ABSL_GUARDED_BY(mu) = MPI_SUCCESS;
+    MPI_Comm comm ABSL_GUARDED_BY(mu) = MPI_COMM_NULL;
+  };
+  auto outcome = std::make_shared<Outcome>();
+  std::thread([outcome, parent = comm_, members, tag = TagOf(name)]() mutable {
+    MPI_Comm comm = MPI_COMM_NULL;
+    const int rc = MPI_Comm_create_group(parent, members, tag, &comm);
+    DK_MPI(MPI_Group_free(&members));
+    absl::MutexLock lock(&outcome->mu);
+    outcome->rc = rc;
+    outcome->comm = comm;
+    outcome->done = true;
+  }).detach();
+  const absl::Time deadline = absl::Now() + ctx.timeout;
+  absl::MutexLock lock(&outcome->mu);
+  while (!outcome->mu.AwaitWithDeadline(
+      absl::Condition(&outcome->done),
+      std::min(deadline, absl::Now() + absl::Milliseconds(50)))) {
+    if (aborted_ || absl::Now() >= deadline) {
+      abandoned_ = true;  // the thread may still use this communicator
+      MarkMpiRequestAbandoned();
+      if (aborted_) {
+        return absl::CancelledError(
+            absl::StrCat(ctx.Describe(), ": the group was aborted"));
+      }
+      return absl::DeadlineExceededError(
+          absl::StrCat(ctx.Describe(), " (rank ", rank_, "): timed out after ",
+                       absl::FormatDuration(ctx.timeout),
+                       " in MPI_Comm_create_group "
+                       "waiting for the members (",
+                       parent_ranks.size(), " ranks) of group '", name,
+                       "': each must create it, with the same ranks"));
+    }
+  }
+  DK_RETURN_IF_ERROR(Check(ctx, outcome->rc, "MPI_Comm_create_group"));
+  MPI_Comm comm = outcome->comm;
+  DK_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  return std::unique_ptr<Backend>(
+      new MpiBackend(comm, key, static_cast<int>(parent_ranks.size())));
 }
 
 // ---- Completion ----------------------------------------------------------

@@ -1,9 +1,11 @@
 // MpiBackend moves CPU buffers through OpenMPI: the world is MPI_COMM_WORLD,
-// subgroups come from MPI_Comm_split. Operations are nonblocking MPI calls
-// completed by a polling loop, which gives them the op's timeout
-// (DEADLINE_EXCEEDED) and makes Abort() effective (CANCELLED). A timed-out or
-// aborted request cannot be withdrawn: the contract then poisons the group,
-// and the process skips MPI_Finalize at exit (mpi_runtime.h).
+// subgroups come from MPI_Comm_split (every rank of the parent) or
+// MPI_Comm_create_group (the members alone, as torch.distributed creates).
+// Operations are nonblocking MPI calls completed by a polling loop, which gives
+// them the op's timeout (DEADLINE_EXCEEDED) and makes Abort() effective
+// (CANCELLED). A timed-out or aborted request cannot be withdrawn: the contract
+// then poisons the group, and the process skips MPI_Finalize at exit
+// (mpi_runtime.h).
 
 #ifndef DISTKIT_CC_COMM_MPI_MPI_BACKEND_H_
 #define DISTKIT_CC_COMM_MPI_MPI_BACKEND_H_
@@ -38,6 +40,12 @@ class MpiBackend : public Backend {
   bool splits_from_parent() const override { return true; }
   absl::StatusOr<std::unique_ptr<Backend>> Split(
       const OpContext& ctx, const std::vector<int>& parent_ranks) override;
+  // The members alone: MPI_Comm_create_group, tagged from `name`. It has no
+  // timeout of its own, so it runs on a thread of its own and a member that
+  // never calls is DEADLINE_EXCEEDED after ctx.timeout.
+  absl::StatusOr<std::unique_ptr<Backend>> CreateAmongMembers(
+      const OpContext& ctx, const std::vector<int>& parent_ranks,
+      absl::string_view name) override;
 
   absl::Status AllGatherHost(const OpContext& ctx, const void* in, size_t bytes,
                              void* out) override;

@@ -1,6 +1,7 @@
 // Every operation of the mpi backend, for every dtype it takes, in every rank
 // of a job started by mpirun (init_dist('mpi', backend='mpi'): no store).
 // Each rank checks each result against values it computes itself.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -261,8 +262,53 @@ int main() {
     testing::Require(s.code() == absl::StatusCode::kFailedPrecondition,
                      "non-member: " + s.ToString());
   }
+  // Groups only their members create (as torch.distributed's new_group
+  // calls a backend's creator): the even ranks, in reverse order, through
+  // MPI_Comm_create_group; the odd ranks meanwhile make one of their own
+  // and run on the world. The numbering of unnamed groups stays the same on
+  // every rank afterwards.
+  std::vector<int> mine;
+  for (int r = size_ - 1; r >= 0; --r) {
+    if (r % 2 == rank_ % 2) mine.push_back(r);
+  }
+  GroupOptions only;
+  only.backend = "mpi";
+  only.members_only = true;
+  only.name = rank_ % 2 == 0 ? "evens" : "odds";
+  auto own = world->NewGroup(mine, only);
+  testing::RequireOk(own.status(), "members-only new_group");
+  const int n = static_cast<int>(mine.size());
+  testing::Require((*own)->size() == n, "members-only group size");
+  testing::Require(
+      (*own)->rank() ==
+          static_cast<int>(std::find(mine.begin(), mine.end(), rank_) -
+                           mine.begin()),
+      "members-only group rank follows the order given");
+  std::vector<int64_t> w = {rank_ + 1};
+  testing::RequireOk((*own)->AllReduce(TensorRef(w.data(), 1, DataType::kInt64),
+                                       ReduceOp::kSum),
+                     "members-only all_reduce");
+  int64_t want = 0;
+  for (int r : mine) want += r + 1;
+  testing::Require(w[0] == want, "members-only group sum");
+  AllOps(**own, DataType::kFloat64);
+  std::vector<int> outsider = {(rank_ + 1) % size_};
+  if (size_ > 1) {
+    auto refused = world->NewGroup(outsider, only);
+    testing::Require(
+        refused.status().code() == absl::StatusCode::kInvalidArgument,
+        "a rank creating a members-only group it is not in: " +
+            refused.status().ToString());
+  }
+  auto numbered = world->NewGroup({0});
+  testing::RequireOk(numbered.status(), "new_group after named groups");
+  testing::Require((*numbered)->name() == "world/2",
+                   "unnamed groups are numbered alike on every rank: " +
+                       (*numbered)->name());
   testing::RequireOk(world->Barrier(), "barrier");
   std::printf("rank %d/%d: mpi backend checks passed\n", rank_, size_);
+  own->reset();
+  numbered->reset();
   sub->reset();
   dist::DestroyDist();
   return 0;

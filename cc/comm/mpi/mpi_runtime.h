@@ -4,7 +4,12 @@
 // and every MPI call goes through one lock, so OpenMPI's progress engine is
 // never driven from two threads at once (its shared-memory transport is the
 // least tested part under MPI_THREAD_MULTIPLE). Calls are nonblocking, so the
-// lock is held briefly.
+// lock is held briefly, except by MPI_Comm_split, which every rank makes in
+// its group's order. MPI_Comm_create_group (a subgroup its members alone
+// create, at any point of the parent's order) is made outside it: holding the
+// lock while it waits for the other members would stop this process's
+// operations those members may be waiting on
+// (MpiBackend::CreateAmongMembers).
 
 #ifndef DISTKIT_CC_COMM_MPI_MPI_RUNTIME_H_
 #define DISTKIT_CC_COMM_MPI_MPI_RUNTIME_H_

@@ -329,6 +329,38 @@ void Groups(ProcessGroup& world) {
               .empty(),
           "subgroup max over the even ranks");
   }
+  // Made by its members alone (as torch.distributed creates a backend's
+  // groups): the odd ranks, last first, with a new communicator through the
+  // store; the even ranks make one of their own at the same time.
+  std::vector<int> mine;
+  for (int r = size - 1; r >= 0; --r)
+    if (r % 2 == rank % 2) mine.push_back(r);
+  GroupOptions only;
+  only.backend = "nccl";
+  only.members_only = true;
+  only.name = rank % 2 == 0 ? "evens" : "odds";
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> own =
+      world.NewGroup(mine, only);
+  RequireOk(own.status(), "a subgroup its members alone create");
+  {
+    const DataType dt = DataType::kFloat32;
+    GpuTensor t(dt, Values(dt, ReduceOp::kSum, rank, 23), device);
+    CheckOk((*own)->AllReduce(t.ref(), ReduceOp::kSum),
+            "members-only subgroup all_reduce");
+    ++matrix["all_reduce sum in a members-only subgroup float32"];
+    Check((*own)->rank() ==
+              static_cast<int>(std::find(mine.begin(), mine.end(), rank) -
+                               mine.begin()),
+          "members-only subgroup: ranks in the order given");
+    Check(Compare(t.Read(), dt,
+                  [&](int64_t i) {
+                    double sum = 0;
+                    for (int r : mine) sum += Value(dt, ReduceOp::kSum, r, i);
+                    return sum;
+                  })
+              .empty(),
+          "members-only subgroup sum over its ranks");
+  }
   // cpu:gloo,cuda:nccl: host tensors through Gloo, CUDA ones through NCCL.
   GroupOptions dispatch;
   dispatch.backend = "cpu:gloo,cuda:nccl";
