@@ -134,6 +134,14 @@ bool ShmBackend::CarriesPayload(OpCode op, size_t bytes) const {
     case OpCode::kAllGather:
       return bytes <= layout().slot_bytes() &&
              !single_copy_.Prefers(op, bytes * static_cast<size_t>(size_));
+    case OpCode::kGather:
+      bytes *= static_cast<size_t>(size_);  // then as scatter's
+      [[fallthrough]];
+    case OpCode::kScatter:  // `bytes`: the root's whole input
+      return bytes <= layout().slot_bytes() &&
+             bytes < kSingleCopyRootedFromBytes;
+    case OpCode::kReduceScatter:  // every rank's whole input
+      return bytes <= layout().slot_bytes() && !single_copy_.Prefers(op, bytes);
     default:
       return false;
   }
@@ -224,6 +232,16 @@ absl::Status ShmBackend::AllGather(const OpContext& ctx, TensorRef input,
 
 absl::Status ShmBackend::Gather(const OpContext& ctx, TensorRef input,
                                 TensorRef output, int root) {
+  const size_t part = input.nbytes();
+  if (TakeInline(part)) {
+    if (rank_ == root) {
+      char* out = static_cast<char*>(output.data());
+      for (int r = 0; r < size_; ++r) {
+        std::memcpy(out + r * part, layout().slot(r, part, inline_turn_), part);
+      }
+    }
+    return absl::OkStatus();
+  }
   DK_ASSIGN_OR_RETURN(
       bool single_copy,
       single_copy_.Use(ctx, OpCode::kGather, input.nbytes() * size_));
@@ -235,6 +253,13 @@ absl::Status ShmBackend::Gather(const OpContext& ctx, TensorRef input,
 
 absl::Status ShmBackend::Scatter(const OpContext& ctx, TensorRef input,
                                  TensorRef output, int root) {
+  // The root's whole input rode along in its slot.
+  const size_t part = output.nbytes(), whole = part * size_;
+  if (TakeInline(whole)) {
+    std::memcpy(output.data(),
+                layout().slot(root, whole, inline_turn_) + rank_ * part, part);
+    return absl::OkStatus();
+  }
   DK_ASSIGN_OR_RETURN(
       bool single_copy,
       single_copy_.Use(ctx, OpCode::kScatter, output.nbytes() * size_));
@@ -247,6 +272,13 @@ absl::Status ShmBackend::Scatter(const OpContext& ctx, TensorRef input,
 absl::Status ShmBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
                                        TensorRef output, ReduceOp op) {
   DK_ASSIGN_OR_RETURN(ReduceFn fn, GetReduceFn(output.dtype(), op));
+  // Every rank's whole input rode along: this rank folds its own part.
+  if (TakeInline(input.nbytes())) {
+    FoldSlots(layout(), fn, rank_ * output.nbytes(), output.nbytes(),
+              input.nbytes(), ElementSize(output.dtype()),
+              static_cast<char*>(output.data()), inline_turn_);
+    return absl::OkStatus();
+  }
   DK_ASSIGN_OR_RETURN(
       bool single_copy,
       single_copy_.Use(ctx, OpCode::kReduceScatter, input.nbytes()));
