@@ -96,8 +96,9 @@ func (g *Group) NewGroup(ranks []int) (*Group, error) {
 
 // NewNamedGroup is collective over the members only: every rank in ranks
 // (ranks of g) calls it with the same ranks and name (no '/', unique among
-// g's named subgroups); the other ranks need not. Every backend (MPI:
-// MPI_Comm_create_group; NCCL: a new communicator among the members).
+// g's named subgroups); the other ranks need not, and a rank not in ranks
+// gets InvalidArgument. Every backend (MPI: MPI_Comm_create_group; NCCL: a
+// new communicator among the members).
 func (g *Group) NewNamedGroup(ranks []int, name string) (*Group, error) {
 	rs := cRanks(ranks)
 	n := C.CString(name)

@@ -198,8 +198,13 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
     ctx.op = OpCode::kNewGroup;
     ctx.group_name = name_;
     ctx.timeout = options_.timeout;
-    DK_ASSIGN_OR_RETURN(split,
-                        contract_->CreateAmongMembers(ctx, ranks, child));
+    absl::StatusOr<std::unique_ptr<Backend>> made =
+        contract_->CreateAmongMembers(ctx, ranks, child);
+    // A member that never came may have died: say so where it is recorded.
+    if (!made.ok()) {
+      return WithJobFailure(*store_, made.status(), absl::ZeroDuration());
+    }
+    split = *std::move(made);
   } else if (options.backend == options_.backend &&
              contract_->backend().splits_from_parent() && AsyncError().ok()) {
     // The subgroup derives from this group's connection (MPI_Comm_split,

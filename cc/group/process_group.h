@@ -262,7 +262,9 @@ class ProcessGroup {
   std::unique_ptr<CollectiveContract> contract_;
   std::atomic<uint64_t> next_seq_{0};      // collectives
   std::atomic<uint64_t> next_p2p_seq_{0};  // sends and receives
-  int next_child_ = 0;  // NewGroup counter; NewGroup is collective
+  // Numbers unnamed NewGroup calls (collective, so alike on every rank);
+  // named groups, which their members alone may make, take none.
+  int next_child_ = 0;
 
   // The thread that issued the collectives in flight (a ThreadToken, high
   // half) and how many there are (low half).

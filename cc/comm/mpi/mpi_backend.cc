@@ -94,6 +94,15 @@ absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::CreateAmongMembers(
     return absl::InvalidArgumentError(absl::StrCat(
         ctx.Describe(), ": rank ", rank_, " is not a member of the new group"));
   }
+  if (abandoned_) {
+    // An earlier creation timed out and its thread may still be inside
+    // MPI_Comm_create_group on this communicator, where a retry with the
+    // same tag could meet it.
+    return absl::FailedPreconditionError(absl::StrCat(
+        ctx.Describe(), " (rank ", rank_,
+        "): an earlier operation on this MPI group timed out or was aborted; "
+        "make new groups from a healthy one"));
+  }
   MPI_Group parent_group = MPI_GROUP_NULL, members = MPI_GROUP_NULL;
   DK_RETURN_IF_ERROR(Check(ctx, DK_MPI(MPI_Comm_group(comm_, &parent_group)),
                            "MPI_Comm_group"));

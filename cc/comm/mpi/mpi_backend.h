@@ -42,7 +42,9 @@ class MpiBackend : public Backend {
       const OpContext& ctx, const std::vector<int>& parent_ranks) override;
   // The members alone: MPI_Comm_create_group, tagged from `name`. It has no
   // timeout of its own, so it runs on a thread of its own and a member that
-  // never calls is DEADLINE_EXCEEDED after ctx.timeout.
+  // never calls is DEADLINE_EXCEEDED after ctx.timeout (a member that comes
+  // later may still succeed alone, with a group whose peers gave up). One
+  // creation at a time per group: two at once could share a tag.
   absl::StatusOr<std::unique_ptr<Backend>> CreateAmongMembers(
       const OpContext& ctx, const std::vector<int>& parent_ranks,
       absl::string_view name) override;

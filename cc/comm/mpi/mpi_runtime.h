@@ -9,7 +9,8 @@
 // create, at any point of the parent's order) is made outside it: holding the
 // lock while it waits for the other members would stop this process's
 // operations those members may be waiting on
-// (MpiBackend::CreateAmongMembers).
+// (MpiBackend::CreateAmongMembers); one that timed out stays inside MPI,
+// outside the lock, until the process exits (its group then makes no more).
 
 #ifndef DISTKIT_CC_COMM_MPI_MPI_RUNTIME_H_
 #define DISTKIT_CC_COMM_MPI_MPI_RUNTIME_H_

@@ -138,8 +138,11 @@ bool ShmBackend::CarriesPayload(OpCode op, size_t bytes) const {
       bytes *= static_cast<size_t>(size_);  // then as scatter's
       [[fallthrough]];
     case OpCode::kScatter:  // `bytes`: the root's whole input
+      // One step through the slots beats single copy's two below the rooted
+      // threshold, unless single copy is asked for everywhere.
       return bytes <= layout().slot_bytes() &&
-             bytes < kSingleCopyRootedFromBytes;
+             bytes < kSingleCopyRootedFromBytes &&
+             !(single_copy_.everywhere() && single_copy_.Prefers(op, bytes));
     case OpCode::kReduceScatter:  // every rank's whole input
       return bytes <= layout().slot_bytes() && !single_copy_.Prefers(op, bytes);
     default:

@@ -27,7 +27,9 @@ bool SingleCopyPath::Prefers(OpCode op, size_t bytes) const {
   // from 256 KiB, where the reader alone moving all of it lost to the slots
   // from 4 MiB), and for gather and scatter, which also win oversubscribed
   // from 256 KiB (16 MiB gather at world size 4: 1.39 against 1.70 ms by
-  // the slots; at 64 KiB, 15.3 against 12.7 us).
+  // the slots; at 64 KiB, 15.3 against 12.7 us). Below 256 KiB a gather or
+  // scatter that fits a slot rides with the signature instead, one step
+  // (ShmBackend::CarriesPayload), unless DISTKIT_SHM_SINGLE_COPY=1.
   if (op == OpCode::kAllReduce && !oversubscribed_) {
     return bytes > kSliceReduceFromBytes;
   }

@@ -48,6 +48,8 @@ class SingleCopyPath {
   // Whether single copy beats the slots for `op` over `bytes` in this group
   // (the same answer on every rank).
   bool Prefers(OpCode op, size_t bytes) const;
+  // DISTKIT_SHM_SINGLE_COPY=1: every op and size that can takes it.
+  bool everywhere() const { return single_copy_everywhere_; }
   // Whether `op` over `bytes` reads peers' buffers directly (Prefers, and
   // the kernel allows it: the first operation that would probes, one step,
   // every rank).

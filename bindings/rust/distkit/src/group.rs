@@ -125,9 +125,9 @@ impl Group {
 
     /// Collective over the members only: every rank in `ranks` (ranks of
     /// this group) calls it with the same ranks and `name` (no '/', unique
-    /// among this group's named subgroups); the other ranks need not. Every
-    /// backend (MPI: `MPI_Comm_create_group`; NCCL: a new communicator among
-    /// the members).
+    /// among this group's named subgroups); the other ranks need not, and a
+    /// rank not in `ranks` gets `InvalidArgument`. Every backend (MPI:
+    /// `MPI_Comm_create_group`; NCCL: a new communicator among the members).
     pub fn new_named_group(&self, ranks: &[i32], name: &str) -> Result<Group> {
         let name = crate::store::cstring(name, "name")?;
         let mut out = std::ptr::null_mut();
