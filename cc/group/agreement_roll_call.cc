@@ -1,5 +1,6 @@
 #include "cc/group/agreement_roll_call.h"
 
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -14,15 +15,24 @@ absl::StatusOr<RollCall> TakeRollCall(Store& store, absl::string_view prefix,
                                       absl::Time stop_polling,
                                       absl::Duration poll_interval) {
   DK_RETURN_IF_ERROR(store.Set(absl::StrCat(prefix, rank), value));
-  RollCall call;
+  std::optional<RollCall> last;  // the last complete poll
   while (true) {
-    call.present.clear();
-    call.absent.clear();
+    RollCall call;
     for (int r = 0; r < size; ++r) {
-      DK_ASSIGN_OR_RETURN(bool here, store.Check({absl::StrCat(prefix, r)}));
-      (here ? call.present : call.absent).push_back(r);
+      absl::StatusOr<bool> here = store.Check({absl::StrCat(prefix, r)});
+      if (!here.ok()) {
+        // A store that answers too slowly late in the window (its host
+        // starved of CPU): the last complete poll still says who was there.
+        if (last.has_value() &&
+            here.status().code() == absl::StatusCode::kDeadlineExceeded) {
+          return *std::move(last);
+        }
+        return here.status();
+      }
+      (*here ? call.present : call.absent).push_back(r);
     }
     if (call.absent.empty() || absl::Now() >= stop_polling) return call;
+    last = call;
     absl::SleepFor(poll_interval);
   }
 }

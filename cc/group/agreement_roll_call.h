@@ -25,7 +25,8 @@ struct RollCall {
 // Sets <prefix><rank> to `value`, then checks the keys of ranks 0..size-1
 // every `poll_interval` until all are there or `stop_polling` passes. An
 // error means the store did not answer, so who is missing is unknown (bound
-// the calls with a ScopedStoreDeadline, call_deadline.h).
+// the calls with a ScopedStoreDeadline, call_deadline.h); a deadline that
+// cuts a later poll short gives the last complete poll instead.
 absl::StatusOr<RollCall> TakeRollCall(
     Store& store, absl::string_view prefix, int rank, int size,
     absl::string_view value, absl::Time stop_polling,

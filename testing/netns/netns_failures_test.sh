@@ -30,8 +30,9 @@ stamp() {
   while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done
 }
 
-# Starts the job; fills node_pid[i]. Returns once every rank has joined.
-start_job() {
+# Starts the job once; fills node_pid[i]. Returns 0 once every rank has
+# joined, 1 if that did not happen within 20 s or a host's job ended.
+start_job_once() {
   local token i
   token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
   for i in 0 1; do
@@ -46,13 +47,28 @@ start_job() {
   until [ "$(cat "$dir"/host*.log | grep -c 'joined rank=')" -eq 4 ]; do
     sleep 0.1
     waited=$((waited + 1))
-    if [ "$waited" -gt 200 ]; then
-      fail "the job did not start within 20 s"
-      cat "$dir"/host*.log
+    if [ "$waited" -gt 200 ] || ! kill -0 "${node_pid[0]}" 2>/dev/null ||
+      ! kill -0 "${node_pid[1]}" 2>/dev/null; then
       return 1
     fi
   done
   sleep 0.5  # well inside the loop of all_reduces
+}
+
+# Starts the job (start_job_once), a second time if the first did not
+# start: the op timeout (3 s) also bounds init, and on a loaded machine one
+# host's ranks can start 2 s after the other's (CI run 31), which fails init
+# as it should, but start-up is not what these scenarios test.
+start_job() {
+  start_job_once && return 0
+  echo "note: the job did not start; its logs, then a second start:"
+  cat "$dir"/host*.log | sed 's/^/    /'
+  stop_everything
+  netns_setup 2 || return 1
+  start_job_once && return 0
+  fail "the job did not start, twice"
+  cat "$dir"/host*.log
+  return 1
 }
 
 # Waits for host i's distrun to end (at most `bound_s` + 5 s after `since`:
