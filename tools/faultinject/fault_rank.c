@@ -12,12 +12,16 @@
  * would). FAULT_FREEZE_RANK=r: the rank whose launcher variable (RANK or
  * OMPI_COMM_WORLD_RANK) is r stops itself (SIGSTOP) before dk_init;
  * FAULT_EXIT_RANK=r: that rank exits (0, silently) before dk_init, a rank
- * that dies during rendezvous. */
+ * that dies during rendezvous. FAULT_GO_FILE=path: wait (up to 120 s) until
+ * that file exists before dk_init, so that ranks a test spawned at different
+ * moments start init together and init's bound (FAULT_TIMEOUT_MS, the op
+ * timeout too) measures init, not the spawning. */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "distkit/distkit.h"
@@ -41,6 +45,19 @@ int main(void) {
   }
   if (my_rank != NULL && env_int("FAULT_EXIT_RANK", -1) == atoi(my_rank)) {
     _exit(0); /* gone before it joins */
+  }
+  const char* go = getenv("FAULT_GO_FILE");
+  if (go != NULL && *go) {
+    int waited_ms = 0;
+    while (access(go, F_OK) != 0) {
+      if (waited_ms >= 120000) {
+        fprintf(stderr, "init failed: %s never appeared\n", go);
+        return 3;
+      }
+      const struct timespec tick = {0, 10 * 1000 * 1000};
+      nanosleep(&tick, NULL);
+      waited_ms += 10;
+    }
   }
   dk_init_config_t cfg;
   dk_init_config_init(&cfg);

@@ -370,8 +370,7 @@ DK_EXPORT dk_status_t dk_group_new(dk_group_t* parent, const int32_t* ranks,
  * only), and a rank not in `ranks` gets DK_INVALID_ARGUMENT. `name` (no '/')
  * keys the group's rendezvous: unique among `parent`'s named subgroups.
  * Every backend: MPI makes it with MPI_Comm_create_group, NCCL with a new
- * communicator among the members (earlier libraries of ABI 0.8 refused MPI
- * and NCCL with DK_UNIMPLEMENTED). *out is owned (dk_group_destroy). */
+ * communicator among the members. *out is owned (dk_group_destroy). */
 DK_EXPORT dk_status_t dk_group_new_named(dk_group_t* parent,
                                          const int32_t* ranks, size_t num_ranks,
                                          const char* name, dk_group_t** out,

@@ -161,6 +161,12 @@ void ShmBackend::FoldInline(ReduceFn fn, size_t bytes, size_t elem,
   FoldSlots(layout(), fn, 0, bytes, bytes, elem, out, inline_turn_);
 }
 
+void ShmBackend::CopyInlineParts(size_t part, char* out) const {
+  for (int r = 0; r < size_; ++r) {
+    std::memcpy(out + r * part, layout().slot(r, part, inline_turn_), part);
+  }
+}
+
 // ---- Collectives: which path -----------------------------------------------
 //
 // Each operation first takes what the signature exchange carried, then
@@ -218,10 +224,7 @@ absl::Status ShmBackend::AllGather(const OpContext& ctx, TensorRef input,
                                    TensorRef output) {
   const size_t part = input.nbytes();
   if (TakeInline(part)) {
-    char* out = static_cast<char*>(output.data());
-    for (int r = 0; r < size_; ++r) {
-      std::memcpy(out + r * part, layout().slot(r, part, inline_turn_), part);
-    }
+    CopyInlineParts(part, static_cast<char*>(output.data()));
     return absl::OkStatus();
   }
   DK_ASSIGN_OR_RETURN(
@@ -237,12 +240,7 @@ absl::Status ShmBackend::Gather(const OpContext& ctx, TensorRef input,
                                 TensorRef output, int root) {
   const size_t part = input.nbytes();
   if (TakeInline(part)) {
-    if (rank_ == root) {
-      char* out = static_cast<char*>(output.data());
-      for (int r = 0; r < size_; ++r) {
-        std::memcpy(out + r * part, layout().slot(r, part, inline_turn_), part);
-      }
-    }
+    if (rank_ == root) CopyInlineParts(part, static_cast<char*>(output.data()));
     return absl::OkStatus();
   }
   DK_ASSIGN_OR_RETURN(

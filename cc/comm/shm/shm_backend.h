@@ -140,6 +140,9 @@ class ShmBackend : public Backend {
   bool TakeInline(size_t bytes);
   // out = the rank-order fold of the payloads the last exchange carried.
   void FoldInline(ReduceFn fn, size_t bytes, size_t elem, char* out) const;
+  // out = the payloads the last exchange carried, `part` bytes each, in
+  // rank order (all_gather, gather's root).
+  void CopyInlineParts(size_t part, char* out) const;
 
   const int rank_;
   const int size_;
