@@ -914,9 +914,9 @@ void LatencyParts(ProcessGroup& g, const CudaLibrary& cuda,
   if (rank == 0) {
     std::printf(
         "  its parts: the calling thread's AllReduceAsync %.1f us; distkit's "
-        "per-op device work replayed raw (signature up, ncclAllGather of the "
+        "per-op device work%s replayed raw (signature up, ncclAllGather of the "
         "signatures, down, the ncclAllReduce) %.1f us\n",
-        issue_us, sequence_us);
+        issue_us, size > 1 ? "" : " with more ranks", sequence_us);
   }
   Check(have && issue_us > 0 && sequence_us > 0,
         "the 4-byte all_reduce's parts measured");
@@ -954,9 +954,12 @@ void Bandwidth(ProcessGroup& g, const CudaLibrary& cuda,
     const double us = micros(ours, iters), raw_us = micros(theirs, iters);
     if (rank == 0) {
       std::printf(
-          "  4-byte all_reduce, world size %d: distkit %.1f us (its signature "
-          "agreement included), raw NCCL %.1f us\n",
-          size, us, raw_us);
+          "  4-byte all_reduce, world size %d: distkit %.1f us (%s), raw NCCL "
+          "%.1f us\n",
+          size, us,
+          size > 1 ? "its signature agreement included"
+                   : "a lone rank sends no signature",
+          raw_us);
     }
     Check(us > 0 && raw_us > 0, "4-byte all_reduce latency measured");
     LatencyParts(g, cuda, nccl, raw, word, iters);

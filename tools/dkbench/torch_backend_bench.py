@@ -12,11 +12,20 @@ issued and completed against backward's last gradient. CPU time per step
 varies less than wall time on a shared machine.
 
     bazel run //tools/dkbench:torch_backend_bench -- --world-sizes 2,4
+
+Where distkit's launcher is not built (a machine without Bazel, such as the
+GPU machine tools/gpu_bundle.sh prepares a bundle for), `--launcher torchrun`
+starts the ranks with torch's launcher instead (unbound to cores), with the
+library, package and extension named by DISTKIT_LIBRARY, PYTHONPATH and
+DISTKIT_C10D_EXTENSION:
+
+    python3 tools/dkbench/torch_backend_bench.py --launcher torchrun
 """
 import argparse
 import os
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -96,13 +105,23 @@ def main():
     parser.add_argument("--bucket-view", action="store_true",
                         help="DDP with gradient_as_bucket_view=True on both backends (no copy "
                              "of the gradients into the buckets)")
+    parser.add_argument("--launcher", choices=("distrun", "torchrun"), default="distrun",
+                        help="distkit's distrun (built by Bazel; ranks bound to cores) or "
+                             "torch's torchrun (python -m torch.distributed.run --standalone)")
     args = parser.parse_args()
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     for n in [int(x) for x in args.world_sizes.split(",")]:
-        cmd = [tool("..", "distrun", "distrun"), "--nproc-per-node", str(n), "--master-port", "0",
-               "--cpu-bind", "core", "--", "/usr/bin/python3",
-               tool("torch_backend_bench_worker.py"), "--rounds", str(args.rounds),
-               "--ddp-rounds", str(args.ddp_rounds), "--batch", str(args.batch)]
+        if args.launcher == "distrun":
+            launch = [tool("..", "distrun", "distrun"), "--nproc-per-node", str(n),
+                      "--master-port", "0", "--cpu-bind", "core", "--", "/usr/bin/python3"]
+        else:
+            launch = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                      # torch 1.13 knows only the underscored spellings, and on
+                      # Python 3.11 crashes without redirected output.
+                      "--nproc_per_node", str(n), "--redirects", "1", "--tee", "1",
+                      "--log_dir", tempfile.mkdtemp(prefix="torch_backend_bench.")]
+        cmd = launch + [tool("torch_backend_bench_worker.py"), "--rounds", str(args.rounds),
+                        "--ddp-rounds", str(args.ddp_rounds), "--batch", str(args.batch)]
         if args.bucket_view:
             cmd.append("--bucket-view")
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)

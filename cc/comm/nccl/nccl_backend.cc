@@ -362,6 +362,9 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
   // This rank's signature, handed over by the contract for this operation.
   std::optional<OpSignature> mine;
   if (agree) mine.swap(alongside_);
+  // A lone rank has no peer to disagree with: its signature is not sent
+  // (on a GPU the exchange was 15 of a 4-byte all_reduce's 24 us).
+  if (size_ == 1) mine.reset();
   DK_RETURN_IF_ERROR(AbortedStatus(ctx));
   const absl::Time deadline = absl::Now() + ctx.timeout;
   const std::string what = absl::StrCat(ctx.Describe(), " (rank ", rank_, ")");

@@ -611,7 +611,8 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> NcclGroupOfEveryone(
 // A failed cudaEventRecord of an operation's end is an error, not an
 // operation that "completed" before it ran: the simulator fails the third
 // record from now on every rank (the issue mark is the first, the
-// signatures' arrival the second, the operation's end the third).
+// signatures' arrival the second, the operation's end the third; a lone
+// rank sends no signature, so there the end is the second).
 void FailedRecordIsAnError(ProcessGroup& world) {
   auto fail =
       reinterpret_cast<void (*)(long)>(SimSymbol("dksimFailEventRecord"));
@@ -620,7 +621,7 @@ void FailedRecordIsAnError(ProcessGroup& world) {
   GpuTensor t(DataType::kFloat32, {1.0 * rank, 2}, device);
   CheckOk((*g)->AllReduce(t.ref(), ReduceOp::kSum), "warm-up all_reduce");
   CheckOk(world.Barrier(), "every rank warmed up");
-  fail(2);
+  fail(size > 1 ? 2 : 1);
   absl::Status s = (*g)->AllReduce(t.ref(), ReduceOp::kSum);
   fail(-1);
   ++matrix["a failed cudaEventRecord fails the op float32"];
