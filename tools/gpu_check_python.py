@@ -238,6 +238,14 @@ def rank_torch(dist, torch, r, w, backend):
            [g.item() for g in gathered] == [float(i * (1 << 12)) for i in range(w)],
            f"torch all_reduce and all_gather into strided outputs, read on a side stream "
            f"({backend}, world {w})")
+    # A torch Gloo group beside the default one, made over distkit's store
+    # (torch 2.x keeps only its C++ wrapper of that store: distkit holds it).
+    gloo = tdist.new_group(backend="gloo")
+    c = torch.full((3,), float(r + 1))
+    tdist.all_reduce(c, group=gloo)
+    report(torch.equal(c, torch.full((3,), tri)),
+           f"torch new_group(backend=\"gloo\") beside \"distkit\", all_reduce on it "
+           f"({backend}, world {w})")
     cpu, gpu = model_pair(torch)
     ddp = torch.nn.parallel.DistributedDataParallel(gpu, device_ids=[cuda.index])
     train(torch, gpu, ddp, r, device="cuda")

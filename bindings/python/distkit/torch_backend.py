@@ -133,11 +133,28 @@ class DistkitStore(tdist.Store):
             self._handle = None
 
 
+# The stores torch's groups were made over. torch 2.x keeps only the C++
+# PrefixStore around them (pg_map), which does not keep the Python object
+# alive: once collected, every call through it into Python fails ("fn
+# INTERNAL ASSERT FAILED ... Not implemented", as torch.distributed.new_group
+# did on torch 2.11) and __del__ would have freed its handle. torch 1.13
+# kept the Python object itself.
+_stores_in_use = []
+
+
 def job_store(prefix: str = "torch/") -> DistkitStore:
     """distkit's job store (after init_dist) as a torch Store."""
     handle = ctypes.c_void_p()
     raise_for_status(lib.dk_default_store, ctypes.byref(handle))
     return DistkitStore(handle, prefix)
+
+
+def _store_for_torch(prefix: str = "torch/") -> DistkitStore:
+    """job_store(prefix), kept alive for as long as the process: torch's
+    groups may use it until the end (see _stores_in_use)."""
+    store = job_store(prefix)
+    _stores_in_use.append(store)
+    return store
 
 
 # ---- the process groups -------------------------------------------------------
@@ -280,7 +297,7 @@ def init_default_group(timeout_ms: int) -> bool:
         _groups.local_group_to_torch()
         return False
     register()
-    store = job_store()
+    store = _store_for_torch()
     # torch's init ends with a barrier in the store that counts every rank
     # in. distkit's world has every rank joined already (dk_init), and in a
     # job whose other ranks are C, C++, Rust or Go they would never count
@@ -305,7 +322,7 @@ def rebase_default_group(timeout_ms: int) -> None:
     world, as the shrink or grow was."""
     if tdist.is_initialized():
         tdist.destroy_process_group()
-    store = job_store(prefix=f"torch/{_groups.get_default_group().name()}/")
+    store = _store_for_torch(prefix=f"torch/{_groups.get_default_group().name()}/")
     store._init_barrier_size = _groups.get_world_size()
     try:
         tdist.init_process_group(BACKEND, store=store, rank=_groups.get_rank(),

@@ -18,6 +18,7 @@ others. --dead-peer: a rank exits between DDP steps, and backward on the
 others raises within seconds. With DISTKIT_TORCH_BACKEND=python, the Python fallback runs the
 checks that do not need asynchronous operations."""
 import datetime
+import gc
 import os
 import sys
 import time
@@ -197,6 +198,17 @@ def backend_in_cpp():
     pg = tdist.distributed_c10d._get_default_group()
     check(type(pg).__name__ == "ProcessGroupDistkit" and type(pg).__module__ == "distkit._c10d",
           f"torch's default group is the extension's: {type(pg)}")
+
+
+def store_held():
+    # torch 2.x holds only its C++ PrefixStore around the store the default
+    # group was made over, not the Python object: distkit must, or torch's
+    # later calls through it fail once it is collected (new_group did on
+    # torch 2.11: "fn INTERNAL ASSERT FAILED ... Not implemented").
+    gc.collect()
+    held = list(getattr(torch_backend, "_stores_in_use", []))
+    check(any(isinstance(s, torch_backend.DistkitStore) and s._handle for s in held),
+          "distkit holds the store torch's default group was made over")
 
 
 def async_ops(gloo, rank, n):
@@ -493,6 +505,8 @@ def main():
         impl, why = torch_backend.implementation()
         check(impl == "python" and "DISTKIT_TORCH_BACKEND=python" in why,
               f"the Python fallback, saying why: {impl}, {why}")
+    if "--standalone" not in sys.argv:
+        store_held()
     gloo = tdist.new_group(backend="gloo")
     collectives(gloo, rank, n)
     if cpp:  # the fallback completes every operation before it returns
