@@ -202,6 +202,13 @@ class Backend {
   // group asks the survivors who reached the operation, as after a timeout.
   virtual bool NamesLostPeers() const { return true; }
 
+  // Where this rank's part of an operation that failed (timed out, or ended
+  // by a peer's abort) was, for the group's late-rank diagnosis to tell the
+  // other ranks when every rank reached the operation (NCCL: whether this
+  // rank's device had started it); empty when the backend cannot tell, or
+  // `ctx` is not the last operation that failed here.
+  virtual std::string WhereOpFailed(const OpContext& ctx) { return ""; }
+
   // Backends whose subgroups derive from the parent's connection (MPI's
   // MPI_Comm_split, NCCL's ncclCommSplit) override both: Split is collective
   // over this backend's ranks; members (`parent_ranks`, in the new group's

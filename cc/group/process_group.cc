@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -276,10 +277,15 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
   const absl::Time stop_polling = absl::Now() + kDiagnosisWindow;
   ScopedStoreDeadline budget(stop_polling + kDiagnosisMargin);
   // Who reached this operation, asked of the job's store: the group itself
-  // can no longer be used (agreement_roll_call.h).
-  absl::StatusOr<RollCall> call =
-      TakeRollCall(*store_, absl::StrCat("diag/", ctx.seq, "/"), rank_, size(),
-                   ctx.op_name(), stop_polling);
+  // can no longer be used (agreement_roll_call.h). Each rank's answer also
+  // says where its part was, where the backend can tell (NCCL: whether its
+  // device had started it).
+  const std::string prefix = absl::StrCat("diag/", ctx.seq, "/");
+  const std::string where = contract_->backend().WhereOpFailed(ctx);
+  absl::StatusOr<RollCall> call = TakeRollCall(
+      *store_, prefix, rank_, size(),
+      where.empty() ? ctx.op_name() : absl::StrCat(ctx.op_name(), "\n", where),
+      stop_polling);
   if (!call.ok()) {
     return absl::StrCat(
         "; which ranks are late is unknown: the store did not answer within ",
@@ -289,6 +295,11 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
   const std::vector<int>& missing = call->absent;
   const std::vector<int>& joined = call->present;
   if (missing.empty()) {
+    const std::string places =
+        where.empty() ? "" : WhereRanksWere(prefix, joined);
+    if (!places.empty()) {
+      return absl::StrCat("; every rank reached this operation; ", places);
+    }
     return "; every rank reached this operation (a peer may be slow or stuck "
            "inside it)";
   }
@@ -296,6 +307,37 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
   return absl::StrCat("; rank(s) ", absl::StrJoin(missing, ", "),
                       " never joined it (", hosts, hosts.empty() ? "" : "; ",
                       "rank(s) ", absl::StrJoin(joined, ", "), " did)");
+}
+
+std::string ProcessGroup::WhereRanksWere(const std::string& prefix,
+                                         const std::vector<int>& ranks) {
+  // Ranks grouped by what they answered after the operation's name; read
+  // under the diagnosis's store budget, and left out where unanswered.
+  std::vector<std::pair<std::string, std::vector<int>>> places;
+  for (int r : ranks) {
+    absl::StatusOr<std::string> answer = store_->Get(absl::StrCat(prefix, r));
+    if (!answer.ok()) return "";
+    const size_t cut = answer->find('\n');
+    if (cut == std::string::npos) continue;
+    const std::string where = answer->substr(cut + 1);
+    auto it = std::find_if(places.begin(), places.end(),
+                           [&](const auto& p) { return p.first == where; });
+    if (it == places.end()) {
+      places.push_back({where, {r}});
+    } else {
+      it->second.push_back(r);
+    }
+  }
+  // The late first: a rank whose device had not started it.
+  std::stable_partition(places.begin(), places.end(), [](const auto& p) {
+    return absl::StartsWith(p.first, "had not");
+  });
+  std::vector<std::string> parts;
+  for (const auto& [where, who] : places) {
+    parts.push_back(
+        absl::StrCat("rank(s) ", absl::StrJoin(who, ", "), " ", where));
+  }
+  return absl::StrJoin(parts, "; ");
 }
 
 std::string ProcessGroup::HostsOf(const std::vector<int>& ranks) {

@@ -241,6 +241,12 @@ class ProcessGroup {
   // "on host(s) a, b" for these group ranks where the store knows their
   // hosts, else "".
   std::string HostsOf(const std::vector<int>& ranks);
+  // "rank(s) 1 had not started it on its device (...); rank(s) 0 was inside
+  // it on its device": what
+  // these ranks' roll-call answers under `prefix` said of where they were
+  // (Backend::WhereOpFailed), else "".
+  std::string WhereRanksWere(const std::string& prefix,
+                             const std::vector<int>& ranks);
 
   absl::Status CheckTensor(const TensorRef& t, absl::string_view what) const;
   absl::Status CheckRank(int r, absl::string_view what) const;

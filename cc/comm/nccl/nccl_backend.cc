@@ -327,6 +327,11 @@ absl::Status NcclBackend::RunCollective(const OpContext& ctx,
 
 void NcclBackend::AgreeAlongside(const OpSignature& mine) { alongside_ = mine; }
 
+std::string NcclBackend::WhereOpFailed(const OpContext& ctx) {
+  absl::MutexLock lock(&mu_);
+  return failed_op_ == ctx.Describe() ? failed_where_ : "";
+}
+
 absl::Status NcclBackend::InitAgreement() {
   DK_RETURN_IF_ERROR(UseDevice());
   DK_ASSIGN_OR_RETURN(
@@ -481,8 +486,10 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
       if (e == cudaSuccess) continue;  // the signatures' event next turn
       const absl::Time now = absl::Now();
       if (now > deadline) {
+        const std::string where = WhereOnDevice(ctx, ready);
         channel.comm->Abort(absl::DeadlineExceededError(absl::StrCat(
-            what, ": timed out after ", absl::FormatDuration(ctx.timeout))));
+            what, ": timed out after ", absl::FormatDuration(ctx.timeout),
+            where.empty() ? "" : "; this rank ", where)));
         return failed(channel.comm->failure());
       }
       if (now > next_health) {
@@ -497,10 +504,38 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
   };
   absl::Status ended = wait_for_end();
   if (!ended.ok()) {
+    // Also when a peer's abort ended it first: the roll call then still
+    // hears where this rank was (a timeout has looked already).
+    if (ended.code() != absl::StatusCode::kDeadlineExceeded) {
+      WhereOnDevice(ctx, ready);
+    }
     channel.comm->Abort(ended);  // already, unless the group was aborted
+    // Nothing queued may touch the buffers once this returns. A rank whose
+    // device is later than the group's diagnosis window answers the roll
+    // call only after this, so the others name it as never having joined.
     cuda_->StreamSynchronize(channel.stream);
   }
   return ended;
+}
+
+std::string NcclBackend::WhereOnDevice(const OpContext& ctx,
+                                       cudaEvent_t ready) {
+  // Whether the caller's work before the operation had finished on the
+  // device (the event its stream waited for): if not, this rank is the late
+  // one, though its host reached the operation in time.
+  const cudaError_t started = cuda_->EventQuery(ready);
+  std::string where;
+  if (started == cudaSuccess) {
+    where = "was inside it on its device";
+  } else if (started == cudaErrorNotReady) {
+    where =
+        "had not started it on its device (work queued before it on the "
+        "stream it was issued on was still running)";
+  }
+  absl::MutexLock lock(&mu_);
+  failed_op_ = ctx.Describe();
+  failed_where_ = where;
+  return where;
 }
 
 absl::StatusOr<NcclBackend::Channel*> NcclBackend::PairChannel(

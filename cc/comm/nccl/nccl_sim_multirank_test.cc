@@ -772,6 +772,61 @@ void TimeoutEndsTheOperation(ProcessGroup& world) {
   (*g)->Abort();
 }
 
+// Every rank reaches an all_reduce on the host in time, but the last rank's
+// device is still busy with work queued before it on its stream (1.5 s of
+// simulated device work, a 1 s timeout): the ranks end at the timeout, and
+// the diagnosis names the last rank as the one whose device had not started
+// the operation, the others as inside it, instead of "a peer may be slow".
+// (The device work ends within the diagnosis window, so the last rank's
+// answer, given once its stream has drained, is heard.)
+void LateDeviceIsNamed(ProcessGroup& world, const CudaLibrary& cuda) {
+  if (size == 1) return;
+  const int last = size - 1;
+  auto sleep_on = reinterpret_cast<cudaError_t (*)(cudaStream_t, long)>(
+      SimSymbol("dksimStreamSleep"));
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g = NcclGroupOfEveryone(
+      world, absl::Seconds(1), "a group whose last rank's device is late");
+  cudaStream_t stream;
+  RequireOk(
+      CudaStatus(cuda,
+                 cuda.StreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                 "cudaStreamCreateWithFlags"),
+      "a stream of the caller's");
+  RequireOk((*g)->SetCudaStream(stream), "SetCudaStream");
+  GpuTensor t(DataType::kFloat32, {1.0 * rank, 2}, device);
+  CheckOk(world.Barrier(), "every rank ready");
+  if (rank == last) {
+    RequireOk(CudaStatus(cuda, sleep_on(stream, 1500000), "dksimStreamSleep"),
+              "device work queued before the all_reduce");
+  }
+  absl::Status s = (*g)->AllReduce(t.ref(), ReduceOp::kSum);
+  const std::string late =
+      absl::StrCat("rank(s) ", last, " had not started it on its device");
+  if (rank == last) {
+    Check(s.code() == absl::StatusCode::kDeadlineExceeded &&
+              absl::StrContains(s.message(),
+                                "this rank had not started it on its device") &&
+              absl::StrContains(s.message(), late),
+          "the late device's own rank says its device had not started the "
+          "operation: " +
+              s.ToString());
+  } else {
+    Check(!s.ok() && absl::StrContains(s.message(), "all_reduce") &&
+              absl::StrContains(s.message(), late) &&
+              absl::StrContains(s.message(), "was inside it on its device"),
+          absl::StrCat(
+              "the others name rank ", last,
+              " as the one whose device had not started it: ", s.ToString()));
+  }
+  if (rank == 0)
+    std::printf("a late device, rank 0's error: %s\n", s.ToString().c_str());
+  ++matrix["a rank whose device is late: named float32"];
+  (*g)->Abort();
+  cuda.StreamSynchronize(stream);
+  cuda.StreamDestroy(stream);
+  CheckOk(world.Barrier(), "every rank past the late device");
+}
+
 // Which devices this process made a CUDA context on, as the simulator
 // recorded them (dksimContextMask).
 void OnlyItsOwnDevice(ProcessGroup& world) {
@@ -819,6 +874,7 @@ int main() {
   Misuse(*world, **cuda);
   FailedRecordIsAnError(*world);
   TimeoutEndsTheOperation(*world);
+  LateDeviceIsNamed(*world, **cuda);
   AbortOnOneRank(*world);
   DisagreementAbortsTheGroup(*world);
   BarrierAgainstAllReduce(*world);
