@@ -309,11 +309,14 @@ absl::Status CollectiveContract::AllToAll(
     absl::Span<const int64_t> output_splits) {
   const bool uneven = !input_splits.empty() || !output_splits.empty();
   // Uneven splits are exchanged before the data moves, so the signatures
-  // must agree before that exchange too.
-  DK_RETURN_IF_ERROR(Agree(ctx,
-                           MakeSignature(ctx, OpCode::kAllToAll, &input,
-                                         uneven ? -1 : input.numel()),
-                           {}, /*data_follows=*/!uneven));
+  // must agree before that exchange too. Even ones may carry every rank's
+  // whole input along (each rank then takes its part from each).
+  DK_RETURN_IF_ERROR(Agree(
+      ctx,
+      MakeSignature(ctx, OpCode::kAllToAll, &input,
+                    uneven ? -1 : input.numel()),
+      uneven ? InlinePayload{} : Payload(input, input.nbytes(), true, &output),
+      /*data_follows=*/!uneven));
   if (uneven) {
     DK_RETURN_IF_ERROR(CheckSplitMatrix(ctx, input_splits, output_splits));
   }

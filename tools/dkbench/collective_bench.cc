@@ -4,7 +4,9 @@
 //   distkit,<op>,<world_size>,<bytes>,<microseconds per call>
 // (distkit_mpi,... with --backend mpi under mpirun). --ops: all_reduce,
 // all_gather, reduce_scatter, broadcast (the default), gather, scatter
-// (root 0; `bytes` is the gathered output, the scattered input).
+// (root 0; `bytes` is the gathered output, the scattered input), reduce
+// (root 0), all_to_all (`bytes` each rank sends and receives, in equal
+// parts) and barrier (no data: timed once, printed with `bytes` 0).
 // Time per call is the median over batches of the mean of a batch.
 // --dtype float32 (default), float16 or bfloat16: the element type (the
 // buffers hold finite values of each).
@@ -75,6 +77,19 @@ int main(int argc, char** argv) {
       dtype = *parsed;
     }
   }
+  const std::vector<std::string> known = {
+      "all_reduce", "all_gather", "reduce_scatter", "broadcast", "gather",
+      "scatter",    "reduce",     "all_to_all",     "barrier"};
+  for (const std::string& op : ops) {
+    if (std::find(known.begin(), known.end(), op) == known.end()) {
+      fprintf(stderr,
+              "--ops: unknown op '%s' (all_reduce, all_gather, "
+              "reduce_scatter, broadcast, gather, scatter, reduce, "
+              "all_to_all, barrier)\n",
+              op.c_str());
+      return 2;
+    }
+  }
   // --backend mpi: started by mpirun, no store (init_dist('mpi', 'mpi')).
   dist::InitOptions options;
   options.backend = backend;
@@ -120,7 +135,11 @@ int main(int argc, char** argv) {
   }
   ProcessGroup& g = world;
   for (const std::string& op : ops) {
-    for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+    // A barrier moves no data: one size, printed as 0 bytes.
+    const bool barrier = op == "barrier";
+    for (int64_t bytes = barrier ? 0 : min_bytes;
+         barrier ? bytes == 0 : bytes <= max_bytes;
+         bytes = barrier ? 1 : bytes * 4) {
       const int64_t elem = static_cast<int64_t>(ElementSize(dtype));
       const int64_t count = std::max<int64_t>(1, bytes / elem);
       const int64_t part = std::max<int64_t>(1, count / n);
@@ -133,6 +152,9 @@ int main(int argc, char** argv) {
         b_count = part;
       } else if (op == "gather") {
         a_count = part;
+        b_count = part * n;
+      } else if (op == "all_to_all") {
+        a_count = part * n;
         b_count = part * n;
       }
       // Every element 1.0 in the input, 0 in the output.
@@ -156,6 +178,9 @@ int main(int argc, char** argv) {
         if (op == "all_gather") return pg.AllGather(ta, tb);
         if (op == "gather") return pg.Gather(ta, tb, 0);
         if (op == "scatter") return pg.Scatter(ta, tb, 0);
+        if (op == "reduce") return pg.Reduce(ta, ReduceOp::kSum, 0);
+        if (op == "all_to_all") return pg.AllToAll(ta, tb);
+        if (op == "barrier") return pg.Barrier();
         return pg.ReduceScatter(ta, tb, ReduceOp::kSum);
       };
       auto run = [&]() -> absl::Status {

@@ -31,6 +31,9 @@ FACTORS = {
     "broadcast": lambda n: 1.0,
     "gather": lambda n: (n - 1) / n,
     "scatter": lambda n: (n - 1) / n,
+    "reduce": lambda n: 1.0,
+    "all_to_all": lambda n: (n - 1) / n,
+    "barrier": lambda n: 0.0,  # no data (its size is printed as 0)
 }
 
 
@@ -95,7 +98,9 @@ def print_memcpy_bound(table, memcpy_us, busbw):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--world-sizes", default="2,4")
-    p.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,broadcast")
+    p.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,broadcast",
+                   help="any of all_reduce, all_gather, reduce_scatter, broadcast, gather, "
+                        "scatter, reduce, all_to_all, barrier; 'all' for the nine")
     p.add_argument("--min-bytes", type=int, default=4)
     p.add_argument("--max-bytes", type=int, default=64 << 20)
     p.add_argument("--batches", type=int, default=5)
@@ -110,6 +115,9 @@ def main():
                    help="each call also writes its input before and reads its output after, "
                         "as a training step does (touch.h); memcpy is timed without")
     args = p.parse_args()
+    if args.ops == "all":
+        args.ops = ("all_reduce,all_gather,reduce_scatter,broadcast,gather,scatter,reduce,"
+                    "all_to_all,barrier")
     common = ["--min-bytes", str(args.min_bytes), "--max-bytes", str(args.max_bytes),
               "--batches", str(args.batches)]
     sizes = list(common)
@@ -124,8 +132,7 @@ def main():
                          "--cpu-bind", "core", "--", tool("collective_bench"), "--ops", args.ops] + common, args.timeout)
             if "torch_gloo" in args.peers:
                 print(f"world size {n}, run {repeat + 1}: torch.distributed (gloo) ...", file=sys.stderr, flush=True)
-                torch_ops = ",".join(o for o in args.ops.split(",")
-                                     if o not in ("reduce_scatter", "gather", "scatter"))
+                torch_ops = args.ops  # torch_bench skips what its Gloo lacks
                 rows += run([distrun, "--nproc-per-node", str(n), "--master-port", "0",
                              "--cpu-bind", "core", "--", "/usr/bin/python3", tool("torch_bench.py"), "--ops", torch_ops] + common,
                             args.timeout)

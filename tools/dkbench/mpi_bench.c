@@ -2,7 +2,8 @@
  * Run with mpirun. Rank 0 prints
  *   openmpi,<op>,<world_size>,<bytes>,<microseconds per call>
  * --touch 1: each call also writes its input before and reads its output
- * after (touch.h). */
+ * after (touch.h). --ops as collective_bench.cc's (all nine; barrier is
+ * printed with 0 bytes). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,23 +45,44 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[i], "--ops")) ops = argv[i + 1];
     if (!strcmp(argv[i], "--touch")) touch = !strcmp(argv[i + 1], "1");
   }
-  const char* names[] = {"all_reduce", "all_gather", "reduce_scatter",
-                         "broadcast",  "gather",     "scatter"};
-  for (int o = 0; o < 6; ++o) {
+  enum { kOps = 9 };
+  const char* names[kOps] = {"all_reduce", "all_gather", "reduce_scatter",
+                             "broadcast",  "gather",     "scatter",
+                             "reduce",     "all_to_all", "barrier"};
+  /* Every name in --ops must be one of these. */
+  for (const char* p = ops; *p != '\0';) {
+    size_t len = strcspn(p, ",");
+    int known = 0;
+    for (int o = 0; o < kOps; ++o) {
+      known |= strlen(names[o]) == len && !strncmp(p, names[o], len);
+    }
+    if (!known) {
+      if (rank == 0) fprintf(stderr, "--ops: unknown op '%.*s'\n", (int)len, p);
+      MPI_Finalize();
+      return 2;
+    }
+    p += len + (p[len] == ',');
+  }
+  for (int o = 0; o < kOps; ++o) {
     if (!has_op(ops, names[o])) continue;
-    for (long long bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+    const int barrier = o == 8;
+    for (long long bytes = barrier ? 0 : min_bytes;
+         barrier ? bytes == 0 : bytes <= max_bytes;
+         bytes = barrier ? 1 : bytes * 4) {
       long long count = bytes / 4 > 0 ? bytes / 4 : 1;
       long long part = count / n > 0 ? count / n : 1;
       /* Input a, output b: as in collective_bench.cc. */
       const int gathers = o == 1 || o == 4, scatters = o == 2 || o == 5;
-      long long alen = scatters ? part * n : (gathers ? part : count);
-      long long blen = gathers ? part * n : part;
+      const int all_to_all = o == 7;
+      long long alen =
+          scatters || all_to_all ? part * n : (gathers ? part : count);
+      long long blen = gathers || all_to_all ? part * n : part;
       float* a = malloc(sizeof(float) * alen);
       float* b = malloc(sizeof(float) * blen);
       for (long long i = 0; i < alen; ++i) a[i] = 1.0f;
       /* The buffer the call leaves its result in (touch.h). */
-      float* result = gathers || scatters ? b : a;
-      long long result_len = gathers || scatters ? blen : count;
+      float* result = gathers || scatters || all_to_all ? b : a;
+      long long result_len = gathers || scatters || all_to_all ? blen : count;
       volatile uint32_t sink = 0;
       int iters = iters_for(bytes);
       double* per_call = malloc(sizeof(double) * batches);
@@ -93,6 +115,18 @@ int main(int argc, char** argv) {
           case 5:
             MPI_Scatter(a, (int)part, MPI_FLOAT, b, (int)part, MPI_FLOAT, 0,
                         MPI_COMM_WORLD);
+            break;
+          case 6:
+            /* In place at the root, as distkit's Reduce. */
+            MPI_Reduce(rank == 0 ? MPI_IN_PLACE : a, a, (int)count, MPI_FLOAT,
+                       MPI_SUM, 0, MPI_COMM_WORLD);
+            break;
+          case 7:
+            MPI_Alltoall(a, (int)part, MPI_FLOAT, b, (int)part, MPI_FLOAT,
+                         MPI_COMM_WORLD);
+            break;
+          case 8:
+            MPI_Barrier(MPI_COMM_WORLD);
             break;
         }
         if (touch) sink += TouchRead(result, sizeof(float) * result_len);

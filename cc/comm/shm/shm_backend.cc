@@ -145,6 +145,8 @@ bool ShmBackend::CarriesPayload(OpCode op, size_t bytes) const {
              !(single_copy_.everywhere() && single_copy_.Prefers(op, bytes));
     case OpCode::kReduceScatter:  // every rank's whole input
       return bytes <= layout().slot_bytes() && !single_copy_.Prefers(op, bytes);
+    case OpCode::kAllToAll:  // every rank's whole input; slots only otherwise
+      return bytes <= layout().slot_bytes();
     default:
       return false;
   }
@@ -293,6 +295,18 @@ absl::Status ShmBackend::AllToAll(const OpContext& ctx, TensorRef input,
                                   absl::Span<const int64_t> input_splits,
                                   TensorRef output,
                                   absl::Span<const int64_t> output_splits) {
+  // Even splits: every rank's whole input rode along; take this rank's part
+  // of each.
+  if (input_splits.empty() && output_splits.empty() &&
+      TakeInline(input.nbytes())) {
+    const size_t part = output.nbytes() / size_;
+    for (int r = 0; r < size_; ++r) {
+      std::memcpy(static_cast<char*>(output.data()) + r * part,
+                  layout().slot(r, input.nbytes(), inline_turn_) + rank_ * part,
+                  part);
+    }
+    return absl::OkStatus();
+  }
   return AllToAllBySlots(steps_, ctx, input, input_splits, output,
                          output_splits);
 }
