@@ -203,11 +203,13 @@ class Backend {
   virtual bool NamesLostPeers() const { return true; }
 
   // Where this rank's part of an operation that failed (timed out, or ended
-  // by a peer's abort) was, for the group's late-rank diagnosis to tell the
-  // other ranks when every rank reached the operation (NCCL: whether this
-  // rank's device had started it); empty when the backend cannot tell, or
-  // `ctx` is not the last operation that failed here.
-  virtual std::string WhereOpFailed(const OpContext& ctx) { return ""; }
+  // by a peer's abort) was on its device, for the group's late-rank
+  // diagnosis when every rank reached the operation on the host (NCCL:
+  // whether the work queued before it had finished); kUnknown where the
+  // backend cannot tell. Answered once per failed operation.
+  virtual DevicePlace WhereOpFailed(const OpContext& ctx) {
+    return DevicePlace::kUnknown;
+  }
 
   // Backends whose subgroups derive from the parent's connection (MPI's
   // MPI_Comm_split, NCCL's ncclCommSplit) override both: Split is collective

@@ -44,7 +44,7 @@ class DeviceDispatchBackend : public Backend {
   bool NamesLostPeers() const override {
     return cpu_->NamesLostPeers() && cuda_->NamesLostPeers();
   }
-  std::string WhereOpFailed(const OpContext& c) override {
+  DevicePlace WhereOpFailed(const OpContext& c) override {
     return cuda_->WhereOpFailed(c);  // the host half cannot tell
   }
   absl::StatusOr<void*> MarkIssue(Device d) override {

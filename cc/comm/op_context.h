@@ -16,6 +16,14 @@ namespace distkit {
 
 class FlightRecorder;  // cc/group/flight_recorder.h
 
+// Where this rank's part of a failed operation was on its device, where the
+// backend can tell (NCCL): the late-rank diagnosis tells the other ranks.
+enum class DevicePlace {
+  kUnknown,
+  kNotStarted,  // work queued before it on the stream was still running
+  kInside,      // its kernels had started (waiting for peers, or slow)
+};
+
 struct OpContext {
   uint64_t seq = 0;  // per-group sequence number, same on every rank
   OpCode op = OpCode::kBarrier;
@@ -30,6 +38,13 @@ struct OpContext {
   // Where the caller's asynchronous device work stood when the operation was
   // issued (Backend::MarkIssue); null when there is none to follow.
   void* issue_mark = nullptr;
+  // Set by the group while the operation runs: a backend that learns where
+  // this rank's part of a failed operation was before it can return (NCCL,
+  // whose stream must drain first, which may take long) tells the group's
+  // roll call at once through it, so the other ranks hear it in time.
+  void (*answer_roll_call)(void* group, const OpContext& ctx,
+                           DevicePlace place) = nullptr;
+  void* roll_call_group = nullptr;
 
   // "all_reduce".
   absl::string_view op_name() const { return OpCodeName(op); }

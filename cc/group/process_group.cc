@@ -267,6 +267,47 @@ void ProcessGroup::Abort() {
   recorder_->Dump(absl::StrCat("group '", name_, "' was aborted"));
 }
 
+namespace {
+
+// The roll call's keys for operation `ctx`: collectives and point-to-point
+// operations are numbered apart, so they are kept apart.
+std::string RollCallPrefix(const OpContext& ctx) {
+  return absl::StrCat(IsPointToPoint(ctx.op) ? "diag/p2p/" : "diag/", ctx.seq,
+                      "/");
+}
+
+// A rank's answer: the operation's name, then where its part was on its
+// device, where known.
+std::string RollCallAnswer(const OpContext& ctx, DevicePlace place) {
+  switch (place) {
+    case DevicePlace::kNotStarted:
+      return absl::StrCat(ctx.op_name(), "\nnot_started");
+    case DevicePlace::kInside:
+      return absl::StrCat(ctx.op_name(), "\ninside");
+    case DevicePlace::kUnknown:
+      break;
+  }
+  return std::string(ctx.op_name());
+}
+
+// "rank 3" or "ranks 0, 1, 2".
+std::string Ranks(const std::vector<int>& ranks) {
+  return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
+                      absl::StrJoin(ranks, ", "));
+}
+
+}  // namespace
+
+void ProcessGroup::AnswerRollCall(void* group, const OpContext& ctx,
+                                  DevicePlace place) {
+  // Before the backend returns (it may wait long for a late device): one
+  // store call, bounded, so that the others' polls hear this rank in time.
+  auto* self = static_cast<ProcessGroup*>(group);
+  ScopedStoreDeadline budget(absl::Now() + kDiagnosisMargin);
+  (void)self->store_->Set(absl::StrCat(RollCallPrefix(ctx), self->rank_),
+                          RollCallAnswer(ctx, place));
+}
+
 std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
   // Every store call below shares one short budget: a store host that is
   // frozen or gone must not stretch a timed-out collective by the store's
@@ -278,14 +319,11 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
   ScopedStoreDeadline budget(stop_polling + kDiagnosisMargin);
   // Who reached this operation, asked of the job's store: the group itself
   // can no longer be used (agreement_roll_call.h). Each rank's answer also
-  // says where its part was, where the backend can tell (NCCL: whether its
-  // device had started it).
-  const std::string prefix = absl::StrCat("diag/", ctx.seq, "/");
-  const std::string where = contract_->backend().WhereOpFailed(ctx);
+  // says where its part was on its device, where the backend can tell.
+  const std::string prefix = RollCallPrefix(ctx);
+  const DevicePlace place = contract_->backend().WhereOpFailed(ctx);
   absl::StatusOr<RollCall> call = TakeRollCall(
-      *store_, prefix, rank_, size(),
-      where.empty() ? ctx.op_name() : absl::StrCat(ctx.op_name(), "\n", where),
-      stop_polling);
+      *store_, prefix, rank_, size(), RollCallAnswer(ctx, place), stop_polling);
   if (!call.ok()) {
     return absl::StrCat(
         "; which ranks are late is unknown: the store did not answer within ",
@@ -295,10 +333,9 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
   const std::vector<int>& missing = call->absent;
   const std::vector<int>& joined = call->present;
   if (missing.empty()) {
-    const std::string places =
-        where.empty() ? "" : WhereRanksWere(prefix, joined);
-    if (!places.empty()) {
-      return absl::StrCat("; every rank reached this operation; ", places);
+    if (place != DevicePlace::kUnknown) {
+      const std::string places = WhereRanksWere(ctx, prefix);
+      if (!places.empty()) return places;
     }
     return "; every rank reached this operation (a peer may be slow or stuck "
            "inside it)";
@@ -309,35 +346,36 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
                       "rank(s) ", absl::StrJoin(joined, ", "), " did)");
 }
 
-std::string ProcessGroup::WhereRanksWere(const std::string& prefix,
-                                         const std::vector<int>& ranks) {
-  // Ranks grouped by what they answered after the operation's name; read
-  // under the diagnosis's store budget, and left out where unanswered.
-  std::vector<std::pair<std::string, std::vector<int>>> places;
-  for (int r : ranks) {
-    absl::StatusOr<std::string> answer = store_->Get(absl::StrCat(prefix, r));
-    if (!answer.ok()) return "";
-    const size_t cut = answer->find('\n');
-    if (cut == std::string::npos) continue;
-    const std::string where = answer->substr(cut + 1);
-    auto it = std::find_if(places.begin(), places.end(),
-                           [&](const auto& p) { return p.first == where; });
-    if (it == places.end()) {
-      places.push_back({where, {r}});
-    } else {
-      it->second.push_back(r);
-    }
+std::string ProcessGroup::WhereRanksWere(const OpContext& ctx,
+                                         const std::string& prefix) {
+  // Every rank's answer in one request, under the diagnosis's budget.
+  std::vector<std::string> keys;
+  for (int r = 0; r < size(); ++r) keys.push_back(absl::StrCat(prefix, r));
+  absl::StatusOr<std::vector<std::string>> answers =
+      store_->MultiGetWithTimeout(keys, kDiagnosisMargin);
+  if (!answers.ok()) return "";
+  std::vector<int> late, inside;
+  for (int r = 0; r < size(); ++r) {
+    const std::string& a = (*answers)[r];
+    if (a == RollCallAnswer(ctx, DevicePlace::kNotStarted)) late.push_back(r);
+    if (a == RollCallAnswer(ctx, DevicePlace::kInside)) inside.push_back(r);
   }
-  // The late first: a rank whose device had not started it.
-  std::stable_partition(places.begin(), places.end(), [](const auto& p) {
-    return absl::StartsWith(p.first, "had not");
-  });
-  std::vector<std::string> parts;
-  for (const auto& [where, who] : places) {
-    parts.push_back(
-        absl::StrCat("rank(s) ", absl::StrJoin(who, ", "), " ", where));
+  if (late.empty() && inside.empty()) return "";
+  std::string out = "; every rank reached this operation";
+  if (!late.empty()) {
+    absl::StrAppend(&out, ", but ", Ranks(late),
+                    late.size() == 1 ? "'s device" : "' devices",
+                    " had not started it (work queued before it on the "
+                    "stream it was issued on was still running)");
   }
-  return absl::StrJoin(parts, "; ");
+  if (!inside.empty()) {
+    absl::StrAppend(
+        &out, "; ", Ranks(inside),
+        inside.size() == 1 ? " was inside it on its device"
+                           : " were inside it on their devices",
+        late.empty() ? " (a peer may be slow or stuck inside it)" : "");
+  }
+  return out;
 }
 
 std::string ProcessGroup::HostsOf(const std::vector<int>& ranks) {
@@ -366,6 +404,8 @@ std::string ProcessGroup::HostsOf(const std::vector<int>& ranks) {
 absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body) {
   DK_RETURN_IF_ERROR(contract_->Usable(ctx));
   OpContext recorded = ctx;
+  recorded.answer_roll_call = &ProcessGroup::AnswerRollCall;
+  recorded.roll_call_group = this;
   const bool record = !without_.flight_recorder;
   if (record) {
     recorded.recorder = recorder_.get();

@@ -241,12 +241,15 @@ class ProcessGroup {
   // "on host(s) a, b" for these group ranks where the store knows their
   // hosts, else "".
   std::string HostsOf(const std::vector<int>& ranks);
-  // "rank(s) 1 had not started it on its device (...); rank(s) 0 was inside
-  // it on its device": what
-  // these ranks' roll-call answers under `prefix` said of where they were
-  // (Backend::WhereOpFailed), else "".
-  std::string WhereRanksWere(const std::string& prefix,
-                             const std::vector<int>& ranks);
+  // "; every rank reached this operation, but rank 3's device had not
+  // started it (...); ranks 0, 1, 2 were inside it on their devices": what
+  // the roll call's answers under `prefix` said of where each rank's part
+  // was (Backend::WhereOpFailed); "" where none said.
+  std::string WhereRanksWere(const OpContext& ctx, const std::string& prefix);
+  // OpContext::answer_roll_call for this group (`group`): posts this rank's
+  // answer for `ctx` before its backend returns.
+  static void AnswerRollCall(void* group, const OpContext& ctx,
+                             DevicePlace place);
 
   absl::Status CheckTensor(const TensorRef& t, absl::string_view what) const;
   absl::Status CheckRank(int r, absl::string_view what) const;

@@ -23,6 +23,7 @@ DISTKIT_C10D_EXTENSION:
 """
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -110,6 +111,7 @@ def main():
                              "torch's torchrun (python -m torch.distributed.run --standalone)")
     args = parser.parse_args()
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    logs = tempfile.mkdtemp(prefix="torch_backend_bench.")  # torchrun's copies of the output
     for n in [int(x) for x in args.world_sizes.split(",")]:
         if args.launcher == "distrun":
             launch = [tool("..", "distrun", "distrun"), "--nproc-per-node", str(n),
@@ -119,7 +121,7 @@ def main():
                       # torch 1.13 knows only the underscored spellings, and on
                       # Python 3.11 crashes without redirected output.
                       "--nproc_per_node", str(n), "--redirects", "1", "--tee", "1",
-                      "--log_dir", tempfile.mkdtemp(prefix="torch_backend_bench.")]
+                      "--log_dir", logs]
         cmd = launch + [tool("torch_backend_bench_worker.py"), "--rounds", str(args.rounds),
                         "--ddp-rounds", str(args.ddp_rounds), "--batch", str(args.batch)]
         if args.bucket_view:
@@ -128,6 +130,7 @@ def main():
         if out.returncode != 0:
             sys.exit(f"world size {n} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
         report(n, parse(out.stdout))
+    shutil.rmtree(logs, ignore_errors=True)
 
 
 if __name__ == "__main__":

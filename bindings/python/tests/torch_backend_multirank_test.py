@@ -209,6 +209,11 @@ def store_held():
     held = list(getattr(torch_backend, "_stores_in_use", []))
     check(any(isinstance(s, torch_backend.DistkitStore) and s._handle for s in held),
           "distkit holds the store torch's default group was made over")
+    # And torch's calls through its wrapper still reach it.
+    store = tdist.distributed_c10d._get_default_store()
+    store.set(f"store_held/{tdist.get_rank()}", b"1")
+    check(store.get(f"store_held/{tdist.get_rank()}") == b"1",
+          "torch's default store answers after a collection")
 
 
 def async_ops(gloo, rank, n):

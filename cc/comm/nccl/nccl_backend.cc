@@ -327,9 +327,13 @@ absl::Status NcclBackend::RunCollective(const OpContext& ctx,
 
 void NcclBackend::AgreeAlongside(const OpSignature& mine) { alongside_ = mine; }
 
-std::string NcclBackend::WhereOpFailed(const OpContext& ctx) {
+DevicePlace NcclBackend::WhereOpFailed(const OpContext& ctx) {
   absl::MutexLock lock(&mu_);
-  return failed_op_ == ctx.Describe() ? failed_where_ : "";
+  auto it = failed_places_.find(ctx.Describe());
+  if (it == failed_places_.end()) return DevicePlace::kUnknown;
+  const DevicePlace place = it->second;
+  failed_places_.erase(it);
+  return place;
 }
 
 absl::Status NcclBackend::InitAgreement() {
@@ -451,6 +455,7 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
   // kernels then exit, and the stream is drained before returning, so that
   // nothing queued still touches the buffers when the caller reuses or frees
   // them (DeviceBuffer's cache hands memory out again at once).
+  bool looked = false;  // WhereOnDevice at the deadline
   auto wait_for_end = [&]() -> absl::Status {
     bool agreed = !mine;
     absl::Time next_health = absl::Now() + kHealthPeriod;
@@ -486,10 +491,15 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
       if (e == cudaSuccess) continue;  // the signatures' event next turn
       const absl::Time now = absl::Now();
       if (now > deadline) {
-        const std::string where = WhereOnDevice(ctx, ready);
+        looked = true;
+        const DevicePlace place = WhereOnDevice(ctx, ready);
         channel.comm->Abort(absl::DeadlineExceededError(absl::StrCat(
             what, ": timed out after ", absl::FormatDuration(ctx.timeout),
-            where.empty() ? "" : "; this rank ", where)));
+            place == DevicePlace::kNotStarted ? "; this rank's device had not "
+                                                "started it"
+            : place == DevicePlace::kInside
+                ? "; this rank's device was inside it"
+                : "")));
         return failed(channel.comm->failure());
       }
       if (now > next_health) {
@@ -504,38 +514,37 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
   };
   absl::Status ended = wait_for_end();
   if (!ended.ok()) {
-    // Also when a peer's abort ended it first: the roll call then still
-    // hears where this rank was (a timeout has looked already).
-    if (ended.code() != absl::StatusCode::kDeadlineExceeded) {
-      WhereOnDevice(ctx, ready);
-    }
+    // Also when a peer's abort ended it first.
+    if (!looked) WhereOnDevice(ctx, ready);
     channel.comm->Abort(ended);  // already, unless the group was aborted
-    // Nothing queued may touch the buffers once this returns. A rank whose
-    // device is later than the group's diagnosis window answers the roll
-    // call only after this, so the others name it as never having joined.
+    // Nothing queued may touch the buffers once this returns (the roll call
+    // heard where this rank was already: a late device may take long).
     cuda_->StreamSynchronize(channel.stream);
   }
   return ended;
 }
 
-std::string NcclBackend::WhereOnDevice(const OpContext& ctx,
+DevicePlace NcclBackend::WhereOnDevice(const OpContext& ctx,
                                        cudaEvent_t ready) {
   // Whether the caller's work before the operation had finished on the
   // device (the event its stream waited for): if not, this rank is the late
   // one, though its host reached the operation in time.
   const cudaError_t started = cuda_->EventQuery(ready);
-  std::string where;
-  if (started == cudaSuccess) {
-    where = "was inside it on its device";
-  } else if (started == cudaErrorNotReady) {
-    where =
-        "had not started it on its device (work queued before it on the "
-        "stream it was issued on was still running)";
+  const DevicePlace place = started == cudaSuccess ? DevicePlace::kInside
+                            : started == cudaErrorNotReady
+                                ? DevicePlace::kNotStarted
+                                : DevicePlace::kUnknown;
+  {
+    absl::MutexLock lock(&mu_);
+    // Kept until asked; a group whose failures are never asked about (no
+    // diagnosis) keeps a few at most.
+    if (failed_places_.size() >= 64) failed_places_.clear();
+    failed_places_[ctx.Describe()] = place;
   }
-  absl::MutexLock lock(&mu_);
-  failed_op_ = ctx.Describe();
-  failed_where_ = where;
-  return where;
+  if (ctx.answer_roll_call != nullptr && place != DevicePlace::kUnknown) {
+    ctx.answer_roll_call(ctx.roll_call_group, ctx, place);
+  }
+  return place;
 }
 
 absl::StatusOr<NcclBackend::Channel*> NcclBackend::PairChannel(

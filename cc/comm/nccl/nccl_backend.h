@@ -128,7 +128,7 @@ class NcclBackend : public Backend {
   // the work queued before it on the stream it was issued on may still have
   // been running (then this rank is the late one), or its kernels had
   // started and were waiting for peers.
-  std::string WhereOpFailed(const OpContext& ctx) override;
+  DevicePlace WhereOpFailed(const OpContext& ctx) override;
 
   bool AgreesAlongside() const override { return true; }
   void AgreeAlongside(const OpSignature& mine) override;
@@ -182,9 +182,10 @@ class NcclBackend : public Backend {
   // first use by both ends through the store; only the one lane that sends
   // (or receives) in that direction uses it.
   absl::StatusOr<Channel*> PairChannel(const OpContext& ctx, int from, int to);
-  // Where a failed operation was on this rank's device (WhereOpFailed),
-  // from the event its stream waited for; recorded for WhereOpFailed.
-  std::string WhereOnDevice(const OpContext& ctx, cudaEvent_t ready);
+  // Where a failed operation was on this rank's device, from the event its
+  // stream waited for: recorded for WhereOpFailed and told to the group's
+  // roll call at once (ctx.answer_roll_call).
+  DevicePlace WhereOnDevice(const OpContext& ctx, cudaEvent_t ready);
   // Once aborted: why, naming `ctx`; else OK.
   absl::Status AbortedStatus(const OpContext& ctx);
 
@@ -211,9 +212,11 @@ class NcclBackend : public Backend {
   std::vector<cudaEvent_t> free_marks_ ABSL_GUARDED_BY(mu_);
   std::vector<cudaEvent_t> all_marks_ ABSL_GUARDED_BY(mu_);
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);  // why Abort() was called
-  // The last operation that failed here, and WhereOpFailed's answer.
-  std::string failed_op_ ABSL_GUARDED_BY(mu_);  // its ctx.Describe()
-  std::string failed_where_ ABSL_GUARDED_BY(mu_);
+  // Failed operations (ctx.Describe()) not yet asked about by
+  // WhereOpFailed: the collectives and each point-to-point lane may fail
+  // together when a peer dies.
+  absl::flat_hash_map<std::string, DevicePlace> failed_places_
+      ABSL_GUARDED_BY(mu_);
   // Keyed by (from, to); a channel is created outside mu_ by its one lane.
   absl::flat_hash_map<std::pair<int, int>, std::unique_ptr<Channel>> pairs_
       ABSL_GUARDED_BY(mu_);
