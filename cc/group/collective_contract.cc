@@ -308,6 +308,15 @@ absl::Status CollectiveContract::AllToAll(
     absl::Span<const int64_t> input_splits, TensorRef output,
     absl::Span<const int64_t> output_splits) {
   const bool uneven = !input_splits.empty() || !output_splits.empty();
+  // An output that overlaps the input would be written while the peers
+  // still read the input: exchange into a separate buffer, then copy it
+  // over (decided by each rank alone, so every rank takes the same path).
+  std::vector<char> staged;
+  TensorRef result = output;
+  if (output.device().is_cpu() && output.Overlaps(input)) {
+    staged.resize(output.nbytes());
+    result = output.At(staged.data(), Device::Cpu());
+  }
   // Uneven splits are exchanged before the data moves, so the signatures
   // must agree before that exchange too. Even ones may carry every rank's
   // whole input along (each rank then takes its part from each).
@@ -315,12 +324,15 @@ absl::Status CollectiveContract::AllToAll(
       ctx,
       MakeSignature(ctx, OpCode::kAllToAll, &input,
                     uneven ? -1 : input.numel()),
-      uneven ? InlinePayload{} : Payload(input, input.nbytes(), true, &output),
+      uneven ? InlinePayload{} : Payload(input, input.nbytes(), true, &result),
       /*data_follows=*/!uneven));
   if (uneven) {
     DK_RETURN_IF_ERROR(CheckSplitMatrix(ctx, input_splits, output_splits));
   }
-  return backend_->AllToAll(ctx, input, input_splits, output, output_splits);
+  DK_RETURN_IF_ERROR(
+      backend_->AllToAll(ctx, input, input_splits, result, output_splits));
+  if (!staged.empty()) std::memcpy(output.data(), staged.data(), staged.size());
+  return absl::OkStatus();
 }
 
 absl::Status CollectiveContract::Barrier(const OpContext& ctx) {

@@ -549,6 +549,24 @@ TEST(Collectives, AllToAllEqualAndUneven) {
       }
     }
   }
+  // Equal, in place (the output is the input, which the peers read): a
+  // small chunk, one between a slot's and single copy's threshold, and a
+  // large one.
+  for (const int64_t chunk : {int64_t{3}, int64_t{2053}, int64_t{300007}}) {
+    std::vector<int64_t> buf(chunk * n);
+    for (int d = 0; d < n; ++d) {
+      for (int64_t j = 0; j < chunk; ++j)
+        buf[d * chunk + j] = 1000000 * Rank() + 1000 * d + j;
+    }
+    const TensorRef t(buf.data(), buf.size(), DataType::kInt64);
+    ASSERT_TRUE(World().AllToAll(t, t).ok());
+    for (int s = 0; s < n; ++s) {
+      for (int64_t j = 0; j < chunk; ++j) {
+        ASSERT_EQ(buf[s * chunk + j], 1000000 * s + 1000 * Rank() + j)
+            << "in place, chunk " << chunk << " from rank " << s << " j=" << j;
+      }
+    }
+  }
   // Uneven: rank r sends r + d + 1 elements to rank d.
   std::vector<int64_t> in_splits(n), out_splits(n);
   for (int d = 0; d < n; ++d) in_splits[d] = Rank() + d + 1;

@@ -14,6 +14,7 @@
 #include <gloo/types.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -257,7 +258,12 @@ absl::Status GlooBackend::ExchangeSignatures(const OpContext& ctx,
   // Payloads up to inline_limit() ride along; every rank decides alike, from
   // the operation's size.
   inline_bytes_ = -1;
-  const bool carried = payload.bytes <= inline_limit();
+  // An all_to_all's every peer would get the whole input, of which it needs
+  // 1/size: carried only while latency, not bytes, decides.
+  const size_t limit = static_cast<OpCode>(mine.op) == OpCode::kAllToAll
+                           ? std::min(inline_limit(), kRingInlineBytes)
+                           : inline_limit();
+  const bool carried = payload.bytes <= limit;
   const size_t inline_bytes =
       carried && payload.data != nullptr ? payload.bytes : 0;
   std::memcpy(send_slot_.data(), &mine, sizeof(mine));

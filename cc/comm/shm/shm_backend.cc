@@ -145,8 +145,8 @@ bool ShmBackend::CarriesPayload(OpCode op, size_t bytes) const {
              !(single_copy_.everywhere() && single_copy_.Prefers(op, bytes));
     case OpCode::kReduceScatter:  // every rank's whole input
       return bytes <= layout().slot_bytes() && !single_copy_.Prefers(op, bytes);
-    case OpCode::kAllToAll:  // every rank's whole input; slots only otherwise
-      return bytes <= layout().slot_bytes();
+    case OpCode::kAllToAll:  // every rank's whole input
+      return bytes <= layout().slot_bytes() && !single_copy_.Prefers(op, bytes);
     default:
       return false;
   }
@@ -201,6 +201,9 @@ absl::Status ShmBackend::Reduce(const OpContext& ctx, TensorRef data,
     }
     return absl::OkStatus();
   }
+  DK_ASSIGN_OR_RETURN(bool single_copy,
+                      single_copy_.Use(ctx, OpCode::kReduce, data.nbytes()));
+  if (single_copy) return ReduceBySingleCopy(single_copy_, ctx, data, fn, root);
   if (data.nbytes() > kSliceReduceFromBytes) {
     return ReduceBySlices(steps_, ctx, data, fn, root, &scratch_);
   }
@@ -306,6 +309,14 @@ absl::Status ShmBackend::AllToAll(const OpContext& ctx, TensorRef input,
                   part);
     }
     return absl::OkStatus();
+  }
+  if (input_splits.empty() && output_splits.empty()) {
+    DK_ASSIGN_OR_RETURN(
+        bool single_copy,
+        single_copy_.Use(ctx, OpCode::kAllToAll, input.nbytes()));
+    if (single_copy) {
+      return AllToAllBySingleCopy(single_copy_, ctx, input, output);
+    }
   }
   return AllToAllBySlots(steps_, ctx, input, input_splits, output,
                          output_splits);

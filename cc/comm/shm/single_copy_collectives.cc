@@ -33,6 +33,21 @@ absl::Status AllReduceBySingleCopy(SingleCopyPath& path, const OpContext& ctx,
   return steps.Step(ctx);
 }
 
+absl::Status ReduceBySingleCopy(SingleCopyPath& path, const OpContext& ctx,
+                                TensorRef data, ReduceFn fn, int root) {
+  ShmSteps& steps = path.steps();
+  char* mine = static_cast<char*>(data.data());
+  DK_RETURN_IF_ERROR(path.PublishForSingleCopy(ctx, OpCode::kReduce, mine));
+  if (steps.rank() == root) {
+    absl::Status folded =
+        path.FoldPeers(ctx, fn, 0, data.nbytes(), ElementSize(data.dtype()),
+                       mine, mine, /*write_back=*/false);
+    if (!folded.ok()) return steps.FailGroup(folded);
+  }
+  // Every buffer stays in place until the root has read it.
+  return steps.Step(ctx);
+}
+
 absl::Status BroadcastBySingleCopy(SingleCopyPath& path, const OpContext& ctx,
                                    TensorRef data, int root) {
   ShmSteps& steps = path.steps();
@@ -126,6 +141,29 @@ absl::Status ScatterBySingleCopy(SingleCopyPath& path, const OpContext& ctx,
   DK_RETURN_IF_ERROR(steps.Step(ctx));
   if (inside) std::memmove(out, in + root * part, part);
   return absl::OkStatus();
+}
+
+absl::Status AllToAllBySingleCopy(SingleCopyPath& path, const OpContext& ctx,
+                                  TensorRef input, TensorRef output) {
+  ShmSteps& steps = path.steps();
+  const int rank = steps.rank();
+  const size_t part = output.nbytes() / steps.size();
+  const char* in = static_cast<const char*>(input.data());
+  char* out = static_cast<char*>(output.data());
+  // The peers read the input while this rank writes its output:
+  // CollectiveContract::AllToAll stages an output that overlaps it, on
+  // every rank alike.
+  ABSL_ASSERT(!output.Overlaps(input));
+  DK_RETURN_IF_ERROR(path.PublishForSingleCopy(ctx, OpCode::kAllToAll, in));
+  std::memcpy(out + rank * part, in + rank * part, part);
+  for (int i = 1; i < steps.size(); ++i) {
+    const int r = (rank + i) % steps.size();  // spread the readers
+    absl::Status read =
+        path.ReadPeer(ctx, r, rank * part, out + r * part, part);
+    if (!read.ok()) return steps.FailGroup(read);
+  }
+  // Every input stays in place until every rank has read its part.
+  return steps.Step(ctx);
 }
 
 absl::Status ReduceScatterBySingleCopy(SingleCopyPath& path,

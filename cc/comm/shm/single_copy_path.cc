@@ -33,6 +33,15 @@ bool SingleCopyPath::Prefers(OpCode op, size_t bytes) const {
   if (op == OpCode::kAllReduce && !oversubscribed_) {
     return bytes > kSliceReduceFromBytes;
   }
+  if (op == OpCode::kReduce) {
+    // The root folds every peer's buffer alone (ReduceBySingleCopy): fewer
+    // copies than the slices at two ranks, a serial fold of size - 1 peers
+    // beyond, so by slices there (DISTKIT_SHM_SINGLE_COPY=1 still takes it,
+    // which is how the tests reach it at 3 and 4 ranks).
+    if (single_copy_everywhere_) return bytes >= kSingleCopyFromBytes;
+    return !oversubscribed_ && steps_->size() == 2 &&
+           bytes > kSliceReduceFromBytes;
+  }
   if (bytes < kSingleCopyFromBytes) return false;
   if (single_copy_everywhere_ || !oversubscribed_) return true;
   switch (op) {
@@ -77,11 +86,13 @@ const void* SingleCopyPath::EarlyBuffer(OpCode op,
   switch (op) {
     case OpCode::kAllReduce:
     case OpCode::kBroadcast:
+    case OpCode::kReduce:
       return Prefers(op, payload.bytes) ? payload.output : nullptr;
     case OpCode::kAllGather:  // payload: the input; the output is published
       return Prefers(op, payload.bytes * steps_->size()) ? payload.output
                                                          : nullptr;
     case OpCode::kReduceScatter:  // the peers read the input
+    case OpCode::kAllToAll:       // (even parts: uneven ones carry nothing)
       return Prefers(op, payload.bytes) ? payload.data : nullptr;
     default:
       return nullptr;
