@@ -81,6 +81,10 @@ struct InlinePayload {
   // the data; all_gather, reduce_scatter: the output), when in host memory:
   // a backend may publish its address with the signature.
   void* output = nullptr;
+  // Each peer needs only 1/size of `data` (an all_to_all): a backend that
+  // would send all of it to every peer may carry less. Set with `bytes`,
+  // from the call, never from what the ranks agreed on.
+  bool spread = false;
 };
 
 // Whether `status`, returned by an operation of a group, leaves the group

@@ -38,6 +38,14 @@ InlinePayload Payload(const TensorRef& t, size_t op_bytes, bool contributes,
   return p;
 }
 
+// An even all_to_all's payload: the whole input, of which each peer needs
+// its part.
+InlinePayload SpreadPayload(const TensorRef& input, const TensorRef& output) {
+  InlinePayload p = Payload(input, input.nbytes(), true, &output);
+  p.spread = true;
+  return p;
+}
+
 }  // namespace
 
 CollectiveContract::CollectiveContract(std::unique_ptr<Backend> backend,
@@ -310,7 +318,8 @@ absl::Status CollectiveContract::AllToAll(
   const bool uneven = !input_splits.empty() || !output_splits.empty();
   // An output that overlaps the input would be written while the peers
   // still read the input: exchange into a separate buffer, then copy it
-  // over (decided by each rank alone, so every rank takes the same path).
+  // over. Decided by each rank alone: it changes only where this rank's
+  // result lands, nothing the ranks must agree on.
   std::vector<char> staged;
   TensorRef result = output;
   if (output.device().is_cpu() && output.Overlaps(input)) {
@@ -320,12 +329,12 @@ absl::Status CollectiveContract::AllToAll(
   // Uneven splits are exchanged before the data moves, so the signatures
   // must agree before that exchange too. Even ones may carry every rank's
   // whole input along (each rank then takes its part from each).
-  DK_RETURN_IF_ERROR(Agree(
-      ctx,
-      MakeSignature(ctx, OpCode::kAllToAll, &input,
-                    uneven ? -1 : input.numel()),
-      uneven ? InlinePayload{} : Payload(input, input.nbytes(), true, &result),
-      /*data_follows=*/!uneven));
+  DK_RETURN_IF_ERROR(
+      Agree(ctx,
+            MakeSignature(ctx, OpCode::kAllToAll, &input,
+                          uneven ? -1 : input.numel()),
+            uneven ? InlinePayload{} : SpreadPayload(input, result),
+            /*data_follows=*/!uneven));
   if (uneven) {
     DK_RETURN_IF_ERROR(CheckSplitMatrix(ctx, input_splits, output_splits));
   }

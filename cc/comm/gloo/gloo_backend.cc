@@ -258,12 +258,7 @@ absl::Status GlooBackend::ExchangeSignatures(const OpContext& ctx,
   // Payloads up to inline_limit() ride along; every rank decides alike, from
   // the operation's size.
   inline_bytes_ = -1;
-  // An all_to_all's every peer would get the whole input, of which it needs
-  // 1/size: carried only while latency, not bytes, decides.
-  const size_t limit = static_cast<OpCode>(mine.op) == OpCode::kAllToAll
-                           ? std::min(inline_limit(), kRingInlineBytes)
-                           : inline_limit();
-  const bool carried = payload.bytes <= limit;
+  const bool carried = payload.bytes <= CarryLimit(payload.spread);
   const size_t inline_bytes =
       carried && payload.data != nullptr ? payload.bytes : 0;
   std::memcpy(send_slot_.data(), &mine, sizeof(mine));
@@ -318,6 +313,12 @@ void GlooBackend::FoldInline(ReduceFn fn, TensorRef out, size_t offset) const {
 }
 
 size_t GlooBackend::inline_limit() const { return InlineLimit(size_); }
+
+size_t GlooBackend::CarryLimit(bool spread) const {
+  // Every peer gets the whole payload; where it needs 1/size of it (an
+  // all_to_all), carried only while latency, not bytes, decides.
+  return spread ? std::min(inline_limit(), kRingInlineBytes) : inline_limit();
+}
 
 const char* GlooBackend::InlineData(int rank) const {
   return recv_slots_.data() + rank * slot_bytes_ + kHeaderBytes;

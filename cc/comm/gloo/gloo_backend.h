@@ -77,7 +77,7 @@ class GlooBackend : public Backend {
                                   absl::Span<OpSignature> all) override;
   // Above inline_limit() the exchange carries only the signatures.
   bool AgreementSkippable(OpCode op, size_t payload_bytes) const override {
-    return payload_bytes > inline_limit();
+    return payload_bytes > CarryLimit(op == OpCode::kAllToAll);
   }
 
   absl::Status AllReduce(const OpContext& ctx, TensorRef data,
@@ -114,6 +114,9 @@ class GlooBackend : public Backend {
   static constexpr size_t kInlineBudget = 1 << 20;
   static constexpr size_t kRingInlineBytes = 2048;
   size_t inline_limit() const;
+  // The largest payload carried: inline_limit(), or for a `spread` one
+  // (InlinePayload::spread) at most kRingInlineBytes.
+  size_t CarryLimit(bool spread) const;
 
  private:
   GlooBackend(int rank, int size, std::unique_ptr<PairMesh> mesh,
