@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
