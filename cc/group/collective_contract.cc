@@ -38,6 +38,32 @@ InlinePayload Payload(const TensorRef& t, size_t op_bytes, bool contributes,
   return p;
 }
 
+// An output the operation writes into a separate host buffer when `stage`
+// (it overlaps an input the peers still read), copied over by Finish. Each
+// rank decides alone: it changes only where this rank's result lands.
+class StagedOutput {
+ public:
+  StagedOutput(const TensorRef& output, bool stage)
+      : output_(output), result_(output) {
+    if (stage && output.device().is_cpu()) {
+      buffer_.resize(output.nbytes());
+      result_ = output.At(buffer_.data(), Device::Cpu());
+    }
+  }
+  // Where the operation writes.
+  const TensorRef& result() const { return result_; }
+  void Finish() {
+    if (!buffer_.empty()) {
+      std::memcpy(output_.data(), buffer_.data(), buffer_.size());
+    }
+  }
+
+ private:
+  TensorRef output_;
+  TensorRef result_;
+  std::vector<char> buffer_;
+};
+
 // An even all_to_all's payload: the whole input, of which each peer needs
 // its part.
 InlinePayload SpreadPayload(const TensorRef& input, const TensorRef& output) {
@@ -269,22 +295,18 @@ absl::Status CollectiveContract::Scatter(const OpContext& ctx, TensorRef input,
   // At the root, an output inside the input anywhere but at the root's own
   // part (the in-place form) would be written while the peers still read the
   // input: scatter into a separate buffer, then copy it over.
-  std::vector<char> staged;
-  TensorRef result = output;
-  if (backend_->rank() == root && output.device().is_cpu() &&
-      output.Overlaps(input) &&
-      output.data() !=
-          static_cast<const char*>(input.data()) + root * output.nbytes()) {
-    staged.resize(output.nbytes());
-    result = output.At(staged.data(), Device::Cpu());
-  }
+  StagedOutput staged(
+      output, backend_->rank() == root && output.Overlaps(input) &&
+                  output.data() != static_cast<const char*>(input.data()) +
+                                       root * output.nbytes());
+  const TensorRef& result = staged.result();
   // The root's whole input is the payload.
   DK_RETURN_IF_ERROR(Agree(
       ctx, MakeSignature(ctx, OpCode::kScatter, &result, result.numel(), root),
       Payload(input, result.nbytes() * backend_->size(),
               backend_->rank() == root, &result)));
   DK_RETURN_IF_ERROR(backend_->Scatter(ctx, input, result, root));
-  if (!staged.empty()) std::memcpy(output.data(), staged.data(), staged.size());
+  staged.Finish();
   return absl::OkStatus();
 }
 
@@ -293,12 +315,8 @@ absl::Status CollectiveContract::ReduceScatter(const OpContext& ctx,
                                                TensorRef output, ReduceOp op) {
   // An output inside the input would be written while the peers still read
   // the input: reduce into a separate buffer, then copy it over.
-  std::vector<char> staged;
-  TensorRef result = output;
-  if (output.device().is_cpu() && output.Overlaps(input)) {
-    staged.resize(output.nbytes());
-    result = output.At(staged.data(), Device::Cpu());
-  }
+  StagedOutput staged(output, output.Overlaps(input));
+  const TensorRef& result = staged.result();
   DK_RETURN_IF_ERROR(
       Agree(ctx,
             MakeSignature(ctx, OpCode::kReduceScatter, &result, result.numel(),
@@ -307,7 +325,7 @@ absl::Status CollectiveContract::ReduceScatter(const OpContext& ctx,
   DK_RETURN_IF_ERROR(
       backend_->ReduceScatter(ctx, input, result, WireOp(op, result)));
   DK_RETURN_IF_ERROR(FinishMean(op, result));
-  if (!staged.empty()) std::memcpy(output.data(), staged.data(), staged.size());
+  staged.Finish();
   return absl::OkStatus();
 }
 
@@ -318,14 +336,9 @@ absl::Status CollectiveContract::AllToAll(
   const bool uneven = !input_splits.empty() || !output_splits.empty();
   // An output that overlaps the input would be written while the peers
   // still read the input: exchange into a separate buffer, then copy it
-  // over. Decided by each rank alone: it changes only where this rank's
-  // result lands, nothing the ranks must agree on.
-  std::vector<char> staged;
-  TensorRef result = output;
-  if (output.device().is_cpu() && output.Overlaps(input)) {
-    staged.resize(output.nbytes());
-    result = output.At(staged.data(), Device::Cpu());
-  }
+  // over.
+  StagedOutput staged(output, output.Overlaps(input));
+  const TensorRef& result = staged.result();
   // Uneven splits are exchanged before the data moves, so the signatures
   // must agree before that exchange too. Even ones may carry every rank's
   // whole input along (each rank then takes its part from each).
@@ -340,7 +353,7 @@ absl::Status CollectiveContract::AllToAll(
   }
   DK_RETURN_IF_ERROR(
       backend_->AllToAll(ctx, input, input_splits, result, output_splits));
-  if (!staged.empty()) std::memcpy(output.data(), staged.data(), staged.size());
+  staged.Finish();
   return absl::OkStatus();
 }
 

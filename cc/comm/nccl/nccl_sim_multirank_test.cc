@@ -254,17 +254,24 @@ void PointToPointBesideCollectives(ProcessGroup& g) {
   }
 }
 
-// The input is written on the caller's non-blocking stream just before the
-// operation; the group follows that stream, so the op reads the new values.
-void FollowsTheCallersStream(ProcessGroup& g, const CudaLibrary& cuda) {
-  const DataType dt = DataType::kFloat32;
-  const int64_t n = 1 << 16;
+// A non-blocking stream of the caller's (stops the rank when it cannot be
+// made).
+cudaStream_t CallersStream(const CudaLibrary& cuda) {
   cudaStream_t stream;
   RequireOk(
       CudaStatus(cuda,
                  cuda.StreamCreateWithFlags(&stream, cudaStreamNonBlocking),
                  "cudaStreamCreateWithFlags"),
       "a stream of the caller's");
+  return stream;
+}
+
+// The input is written on the caller's non-blocking stream just before the
+// operation; the group follows that stream, so the op reads the new values.
+void FollowsTheCallersStream(ProcessGroup& g, const CudaLibrary& cuda) {
+  const DataType dt = DataType::kFloat32;
+  const int64_t n = 1 << 16;
+  cudaStream_t stream = CallersStream(cuda);
   RequireOk(g.SetCudaStream(stream), "SetCudaStream");
   for (int round = 0; round < 5; ++round) {
     GpuTensor t(dt, std::vector<double>(n, 0), device);
@@ -562,12 +569,7 @@ void MeanAndZeroOnTheDevice(ProcessGroup& g, const CudaLibrary& cuda) {
   // On the caller's stream: values written there after 50 ms of device work,
   // then zeroed in a scope on it. Zeroing anywhere else runs before the
   // values land, which then remain.
-  cudaStream_t stream;
-  RequireOk(
-      CudaStatus(cuda,
-                 cuda.StreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                 "cudaStreamCreateWithFlags"),
-      "a stream of the caller's");
+  cudaStream_t stream = CallersStream(cuda);
   const std::vector<float> values(1031, 7.f);
   RequireOk(CudaStatus(cuda, sleep_on(stream, 50000), "dksimStreamSleep"),
             "device work on the caller's stream");
@@ -786,12 +788,7 @@ void LateDeviceIsNamed(ProcessGroup& world, const CudaLibrary& cuda) {
       SimSymbol("dksimStreamSleep"));
   absl::StatusOr<std::shared_ptr<ProcessGroup>> g = NcclGroupOfEveryone(
       world, absl::Seconds(1), "a group whose last rank's device is late");
-  cudaStream_t stream;
-  RequireOk(
-      CudaStatus(cuda,
-                 cuda.StreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                 "cudaStreamCreateWithFlags"),
-      "a stream of the caller's");
+  cudaStream_t stream = CallersStream(cuda);
   RequireOk((*g)->SetCudaStream(stream), "SetCudaStream");
   GpuTensor t(DataType::kFloat32, {1.0 * rank, 2}, device);
   CheckOk(world.Barrier(), "every rank ready");
