@@ -27,12 +27,16 @@ if [ "$fix" = "--fix" ]; then
   "$clang_format" -i --style=file "${files[@]}"
   exit 0
 fi
-bad=()
-for f in "${files[@]}"; do
-  if ! "$clang_format" --style=file --dry-run --Werror "$f" >/dev/null 2>&1; then
-    bad+=("$f")
-  fi
-done
+# One process for every file (one per file took 38 s of a loaded CI machine):
+# --dry-run names each file that needs formatting in a warning; any other
+# failure (a file it cannot read or parse) is its exit status.
+report=$("$clang_format" --style=file --dry-run "${files[@]}" 2>&1) || {
+  echo "$report" | head -20
+  echo "clang-format failed" >&2
+  exit 1
+}
+mapfile -t bad < <(echo "$report" |
+  sed -n 's/^\(.*\):[0-9]*:[0-9]*: warning: code should be clang-formatted.*/\1/p' | sort -u)
 if ((${#bad[@]})); then
   echo "These files are not clang-format clean (fix: tools/lint/clang_format_check.sh --fix):"
   printf '  %s\n' "${bad[@]}"
