@@ -19,7 +19,9 @@ gradients in another order than the reference's one-batch mean.
 Rank 0 draws (victim, step, point) from a random seed (printed; set
 ELASTIC_SEED to replay one): before the forward, mid-backward (a gradient
 hook, while DDP's buckets are in flight), after the optimizer step, at a
-commit (the others are in the commit's all_gather), or before the forward
+commit (the others are in the commit's all_gather), in elastic.run's first
+commit before any step (DDP: each survivor's starting state is commit 0), or
+before the forward
 with a second rank dying in the survivors' recovery (at ws >= 3: a second
 replacement, or a second shrink; under FSDP, when the two are neighbours,
 the shard they both held is lost and every rank must end with that clear
@@ -52,7 +54,7 @@ LATE_S = 3.0  # the late replacement's delay; the survivors wait 1 s
 # Where the first victim dies; the "in_recovery" ones kill a second rank in
 # the survivors' recovery (at its start, or at the snapshot's broadcast).
 POINTS = ("before_forward", "mid_backward", "after_step", "at_commit", "after_gather",
-          "before_confirm", "in_recovery", "in_recovery_late")
+          "before_confirm", "in_recovery", "in_recovery_late", "first_commit")
 AT_COMMITS = ("at_commit", "after_gather", "before_confirm")
 
 
@@ -101,6 +103,9 @@ def main():
     # orig: FSDP with use_orig_params=True (the optimizer steps the original
     # parameters, each a view of its piece of the shard).
     orig = "orig" in sys.argv[1:]
+    # first_commit: the victim always dies in elastic.run's first commit
+    # (FSDP: every survivor must end with the clear error).
+    first_commit = "first_commit" in sys.argv[1:]
     replacement = elastic.membership.is_replacement()
     workdir = tempfile.mkdtemp(prefix="elastic_ddp_")
     os.chdir(workdir)
@@ -122,10 +127,14 @@ def main():
             draw = random.Random(seed)
             points = [p for p in POINTS if (size >= 3 and not late
                                             or not p.startswith("in_recovery"))
-                      and (fsdp or p != "before_confirm")]  # DDP's commit has no barrier
-            point = draw.choice(points)
+                      and (fsdp or p != "before_confirm")  # DDP's commit has no barrier
+                      # FSDP: the lost shard of the start is nowhere (its own test)
+                      and not (fsdp and p == "first_commit")]
+            point = "first_commit" if first_commit else draw.choice(points)
             steps = [s for s in range(1, total - 1)
                      if point not in AT_COMMITS or (s % per_epoch + 1) % COMMIT_EVERY == 0]
+            if point == "first_commit":
+                steps = [-1]  # elastic.run's own commit, before the first step
             victim = draw.randrange(size)
             second = draw.choice([r for r in range(size) if r != victim])
             plan = [(seed, victim, draw.choice(steps), point, second)]
@@ -184,6 +193,13 @@ def main():
     # In a commit: after its all_gather (the snapshot being copied), and
     # (FSDP) after the shards' exchange, at the barrier that confirms it.
     real_capture, real_barrier = elastic.State._capture, dist.barrier
+    real_commit = elastic.State.commit
+
+    def commit_or_die(self):
+        # Before the commit's all_gather: the others wait in it.
+        die_here(current["step"], "first_commit")
+        return real_commit(self)
+    elastic.State.commit = commit_or_die
 
     def capture_or_die(self, commit):
         die_here(current["step"], "after_gather")
@@ -235,15 +251,20 @@ def main():
     # neighbours lost at once lose a shard, and every rank must say so.
     adjacent = point.startswith("in_recovery") and (second - victim) % size in (1, size - 1)
     expect_lost = fsdp and adjacent
+    start_lost = fsdp and point == "first_commit"
     try:
         elastic.run(train, state, replacement_timeout=1.0 if late else TIMEOUT, settle=2.0)
     except RuntimeError as e:
+        if start_lost and "before the first commit of a sharded model" in str(e):
+            print(f"rank {rank}: the clear error expected: {e}", flush=True)
+            return finish("FSDP: a rank lost in the first commit, a clear error on every rank")
         if "are lost" not in str(e) or not (expect_lost or replacement):
             raise
         # A replacement does not know the plan; the survivors check it.
         print(f"rank {rank}: the clear error expected: {e}", flush=True)
         return finish("FSDP: two neighbours lost, a clear error on every rank")
     check(not expect_lost, "two neighbours lost under FSDP end in an error")
+    check(not start_lost, "a rank lost in FSDP's first commit ends in an error")
 
     want = reference(x, y, total)
     if fsdp:
@@ -255,7 +276,7 @@ def main():
         check(torch.allclose(g, w, rtol=1e-9, atol=1e-12),
               f"parameter {i} equals the uninterrupted run's: max diff {(g - w).abs().max().item()}")
     if not replacement:
-        at_kill = reference(x, y, die_at)
+        at_kill = reference(x, y, max(die_at, 0))
         moved = max((g - k).abs().max().item() for g, k in zip(got, at_kill))
         check(moved > 1e-6, f"the parameters moved after the kill at step {die_at}: {moved}")
     want_recoveries = 2 if late and not replacement else 1  # late: shrunk, then grown back

@@ -3,7 +3,9 @@
     elastic.run(train, state)        # or: @elastic.run, then train(state)
 
 The first call on a rank of the original job commits the starting state
-(collective). When ``train`` raises an error that means a peer or a link was
+(collective). A rank lost in that first commit is recovered from like any
+other (data-parallel: each survivor holds the starting state as commit 0; a
+sharded model's lost shard of it is held by no one: a clear error). When ``train`` raises an error that means a peer or a link was
 lost (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, ABORTED), each survivor:
 1. gets a new default group (membership.py: grown with a replacement, or
    shrunk to the survivors);
@@ -72,9 +74,20 @@ def run(func: Optional[Callable] = None, state: Optional[State] = None, *,
 
     global _joined
     joining = membership.is_replacement() and not _joined
-    if not joining and state._snapshot is None:
-        state.commit()  # the starting point every rank holds
     failures_in_a_row = 0
+    if not joining and state._snapshot is None:
+        try:
+            state.commit()  # the starting point every rank holds
+        except errors.DistkitError as e:
+            if e.code not in _LOST_PEER:
+                raise
+            # A rank lost before anything was committed: this survivor's
+            # starting state is the commit to recover from (DDP: every
+            # rank's is the same; FSDP: the lost shard exists nowhere, a
+            # clear error).
+            state._hold_start(e)
+            failures_in_a_row = 1
+            _say(f"lost a peer before the first commit ({e}); recovering from the start")
     grow_back = False
     while True:
         try:

@@ -280,6 +280,24 @@ class State:
 
     # -- for peer_sync and loop -------------------------------------------------------
 
+    def _hold_start(self, lost: Exception) -> None:
+        """After the first commit failed with a lost peer: the state as it
+        is (nothing trained yet) becomes commit 0, held by this rank alone;
+        the recovery's sync hands the first survivor's to every member. A
+        sharded model cannot: the lost rank's shard of the starting model
+        was never copied to a neighbour."""
+        if sharded_snapshot.is_sharded(self.model):
+            raise RuntimeError(
+                "distkit.elastic: a rank was lost before the first commit of a sharded "
+                "model: its shard of the starting state is held by no other rank, so "
+                f"training cannot go on from memory; restart the job ({lost})") from lost
+        overlap, self._overlap = self._overlap, False  # copies now: nothing will wait
+        try:
+            snapshot = self._capture(0)
+        finally:
+            self._overlap = overlap
+        self._snapshot = snapshot
+
     def _capture(self, commit: int) -> Dict[str, Any]:
         snapshot: Dict[str, Any] = {"commit": commit,
                                     "counters": {n: copy.deepcopy(getattr(self, n))
