@@ -38,31 +38,46 @@ InlinePayload Payload(const TensorRef& t, size_t op_bytes, bool contributes,
   return p;
 }
 
-// An output the operation writes into a separate host buffer when `stage`
-// (it overlaps an input the peers still read), copied over by Finish. Each
-// rank decides alone: it changes only where this rank's result lands.
+// An output the operation writes into a separate buffer on its device when
+// `stage` (it overlaps an input the peers still read, in a form the
+// backends do not take), copied over by Finish. Each rank decides alone: it
+// changes only where this rank's result lands. On a CUDA device the buffer
+// comes from the block cache and the copy is the device's own (the backend
+// has waited for the operation's end, so the buffer is whole).
 class StagedOutput {
  public:
-  StagedOutput(const TensorRef& output, bool stage)
-      : output_(output), result_(output) {
-    if (stage && output.device().is_cpu()) {
-      buffer_.resize(output.nbytes());
-      result_ = output.At(buffer_.data(), Device::Cpu());
+  static absl::StatusOr<StagedOutput> For(const TensorRef& output, bool stage) {
+    StagedOutput staged(output);
+    if (stage && output.nbytes() > 0) {
+      DK_ASSIGN_OR_RETURN(
+          staged.buffer_,
+          DeviceBuffer::Allocate(output.device(), output.nbytes()));
+      staged.result_ = output.At(staged.buffer_.data(), output.device());
     }
+    return staged;
   }
   // Where the operation writes.
   const TensorRef& result() const { return result_; }
-  void Finish() {
-    if (!buffer_.empty()) {
-      std::memcpy(output_.data(), buffer_.data(), buffer_.size());
-    }
+  absl::Status Finish() {
+    if (buffer_.data() == nullptr) return absl::OkStatus();
+    return CopyBytes(output_.data(), output_.device(), buffer_.data(),
+                     output_.device(), output_.nbytes());
   }
 
  private:
+  explicit StagedOutput(const TensorRef& output)
+      : output_(output), result_(output) {}
   TensorRef output_;
   TensorRef result_;
-  std::vector<char> buffer_;
+  DeviceBuffer buffer_;
 };
+
+// Whether `part` is `whole`'s part `index` (parts of part's size): the
+// in-place form of the operations that take one.
+bool IsPart(const TensorRef& part, const TensorRef& whole, int index) {
+  return part.data() ==
+         static_cast<const char*>(whole.data()) + index * part.nbytes();
+}
 
 // An even all_to_all's payload: the whole input, of which each peer needs
 // its part.
@@ -254,40 +269,36 @@ absl::Status CollectiveContract::AllGather(const OpContext& ctx,
                                            TensorRef input, TensorRef output) {
   // An input inside the output anywhere but at this rank's own part (the
   // in-place form) would be overwritten by the peers' parts while it is
-  // still being sent: send a copy (every backend then sees the same forms).
-  std::vector<char> staged;
-  const char* own = static_cast<const char*>(output.data()) +
-                    backend_->rank() * input.nbytes();
-  if (input.device().is_cpu() && input.Overlaps(output) &&
-      input.data() != own) {
-    staged.assign(static_cast<const char*>(input.data()),
-                  static_cast<const char*>(input.data()) + input.nbytes());
-    input = input.At(staged.data(), Device::Cpu());
-  }
+  // still being sent: gather into a separate output (every backend then
+  // sees the same forms).
+  DK_ASSIGN_OR_RETURN(
+      StagedOutput staged,
+      StagedOutput::For(output, input.Overlaps(output) &&
+                                    !IsPart(input, output, backend_->rank())));
+  const TensorRef& result = staged.result();
   DK_RETURN_IF_ERROR(
       Agree(ctx, MakeSignature(ctx, OpCode::kAllGather, &input, input.numel()),
-            Payload(input, input.nbytes(), true, &output)));
-  return backend_->AllGather(ctx, input, output);
+            Payload(input, input.nbytes(), true, &result)));
+  DK_RETURN_IF_ERROR(backend_->AllGather(ctx, input, result));
+  return staged.Finish();
 }
 
 absl::Status CollectiveContract::Gather(const OpContext& ctx, TensorRef input,
                                         TensorRef output, int root) {
   // At the root, an input inside the output anywhere but at the root's own
   // part (the in-place form) could be overwritten by a peer's part before it
-  // is copied to its own: gather a copy, as AllGather does.
-  std::vector<char> staged;
-  if (backend_->rank() == root && input.device().is_cpu() &&
-      input.Overlaps(output) &&
-      input.data() !=
-          static_cast<const char*>(output.data()) + root * input.nbytes()) {
-    staged.assign(static_cast<const char*>(input.data()),
-                  static_cast<const char*>(input.data()) + input.nbytes());
-    input = input.At(staged.data(), Device::Cpu());
-  }
+  // is copied to its own: gather into a separate output, as AllGather does.
+  DK_ASSIGN_OR_RETURN(
+      StagedOutput staged,
+      StagedOutput::For(output, backend_->rank() == root &&
+                                    input.Overlaps(output) &&
+                                    !IsPart(input, output, root)));
+  const TensorRef& result = staged.result();
   DK_RETURN_IF_ERROR(Agree(
       ctx, MakeSignature(ctx, OpCode::kGather, &input, input.numel(), root),
-      Payload(input, input.nbytes(), true, &output)));
-  return backend_->Gather(ctx, input, output, root);
+      Payload(input, input.nbytes(), true, &result)));
+  DK_RETURN_IF_ERROR(backend_->Gather(ctx, input, result, root));
+  return staged.Finish();
 }
 
 absl::Status CollectiveContract::Scatter(const OpContext& ctx, TensorRef input,
@@ -295,10 +306,11 @@ absl::Status CollectiveContract::Scatter(const OpContext& ctx, TensorRef input,
   // At the root, an output inside the input anywhere but at the root's own
   // part (the in-place form) would be written while the peers still read the
   // input: scatter into a separate buffer, then copy it over.
-  StagedOutput staged(
-      output, backend_->rank() == root && output.Overlaps(input) &&
-                  output.data() != static_cast<const char*>(input.data()) +
-                                       root * output.nbytes());
+  DK_ASSIGN_OR_RETURN(
+      StagedOutput staged,
+      StagedOutput::For(output, backend_->rank() == root &&
+                                    output.Overlaps(input) &&
+                                    !IsPart(output, input, root)));
   const TensorRef& result = staged.result();
   // The root's whole input is the payload.
   DK_RETURN_IF_ERROR(Agree(
@@ -306,16 +318,21 @@ absl::Status CollectiveContract::Scatter(const OpContext& ctx, TensorRef input,
       Payload(input, result.nbytes() * backend_->size(),
               backend_->rank() == root, &result)));
   DK_RETURN_IF_ERROR(backend_->Scatter(ctx, input, result, root));
-  staged.Finish();
-  return absl::OkStatus();
+  return staged.Finish();
 }
 
 absl::Status CollectiveContract::ReduceScatter(const OpContext& ctx,
                                                TensorRef input,
                                                TensorRef output, ReduceOp op) {
   // An output inside the input would be written while the peers still read
-  // the input: reduce into a separate buffer, then copy it over.
-  StagedOutput staged(output, output.Overlaps(input));
+  // the input: reduce into a separate buffer, then copy it over. On a CUDA
+  // device NCCL's in-place form (this rank's part) is its own.
+  DK_ASSIGN_OR_RETURN(
+      StagedOutput staged,
+      StagedOutput::For(output,
+                        output.Overlaps(input) &&
+                            (output.device().is_cpu() ||
+                             !IsPart(output, input, backend_->rank()))));
   const TensorRef& result = staged.result();
   DK_RETURN_IF_ERROR(
       Agree(ctx,
@@ -325,8 +342,7 @@ absl::Status CollectiveContract::ReduceScatter(const OpContext& ctx,
   DK_RETURN_IF_ERROR(
       backend_->ReduceScatter(ctx, input, result, WireOp(op, result)));
   DK_RETURN_IF_ERROR(FinishMean(op, result));
-  staged.Finish();
-  return absl::OkStatus();
+  return staged.Finish();
 }
 
 absl::Status CollectiveContract::AllToAll(
@@ -336,8 +352,9 @@ absl::Status CollectiveContract::AllToAll(
   const bool uneven = !input_splits.empty() || !output_splits.empty();
   // An output that overlaps the input would be written while the peers
   // still read the input: exchange into a separate buffer, then copy it
-  // over.
-  StagedOutput staged(output, output.Overlaps(input));
+  // over (on any device: NCCL has no in-place all_to_all either).
+  DK_ASSIGN_OR_RETURN(StagedOutput staged,
+                      StagedOutput::For(output, output.Overlaps(input)));
   const TensorRef& result = staged.result();
   // Uneven splits are exchanged before the data moves, so the signatures
   // must agree before that exchange too. Even ones may carry every rank's
@@ -353,8 +370,7 @@ absl::Status CollectiveContract::AllToAll(
   }
   DK_RETURN_IF_ERROR(
       backend_->AllToAll(ctx, input, input_splits, result, output_splits));
-  staged.Finish();
-  return absl::OkStatus();
+  return staged.Finish();
 }
 
 absl::Status CollectiveContract::Barrier(const OpContext& ctx) {

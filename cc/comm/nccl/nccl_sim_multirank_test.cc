@@ -20,6 +20,11 @@
 //   device   a float mean is ncclAvg (no host round trip), an integer mean
 //            divided on the host; zeroing is a memset on the caller's stream
 //   devices  this process made a CUDA context on its own device only
+//   overlap  outputs that overlap their inputs on the device: all_to_all in
+//            place, reduce_scatter, all_gather, gather and scatter with
+//            the two in forms NCCL does not define (the group writes into a
+//            device buffer of its own and copies it over) and in NCCL's own
+//            in-place forms
 //
 // Prints the executed matrix (one line per operation and dtype).
 
@@ -824,6 +829,89 @@ void LateDeviceIsNamed(ProcessGroup& world, const CudaLibrary& cuda) {
   CheckOk(world.Barrier(), "every rank past the late device");
 }
 
+// A tensor of `n` elements at element `at` of `t` (same device and dtype).
+TensorRef Part(const GpuTensor& t, int64_t at, int64_t n) {
+  const TensorRef whole = t.ref();
+  return TensorRef(
+      static_cast<char*>(whole.data()) + at * ElementSize(whole.dtype()), n,
+      whole.dtype(), whole.device());
+}
+
+// Outputs inside their inputs (and inputs inside their outputs) on the
+// device. Two sizes: one within the simulator's 64 KiB per-pair channel and
+// one past it, where a peer's part lands while this rank's is still being
+// sent.
+void OverlappingOutputs(ProcessGroup& g) {
+  const DataType dt = DataType::kInt32;
+  auto of = [&](int r, int64_t i) { return Value(dt, ReduceOp::kSum, r, i); };
+  for (int64_t n : {int64_t{37}, int64_t{1} << 15}) {
+    const std::string at = absl::StrCat("int32 x", n);
+    // all_to_all in place: rank r's part k (r's values at k * n + i) goes to
+    // rank k, and part k of the same tensor receives rank k's part r.
+    std::vector<double> send(n * size);
+    for (int64_t i = 0; i < n * size; ++i) send[i] = of(rank, i);
+    GpuTensor a2a(dt, send, device);
+    absl::Status s = g.AllToAll(a2a.ref(), a2a.ref());
+    Expect(s, "all_to_all_in_place " + at,
+           Compare(a2a.Read(), dt,
+                   [&](int64_t i) {
+                     return of(static_cast<int>(i / n), rank * n + i % n);
+                   }),
+           dt);
+    // reduce_scatter into part 0 of the input (every rank but rank 0: not
+    // NCCL's form) and into this rank's own part (NCCL's form).
+    for (bool own : {false, true}) {
+      std::vector<double> whole(n * size);
+      for (int64_t i = 0; i < n * size; ++i) whole[i] = of(rank, i);
+      GpuTensor in(dt, whole, device);
+      const TensorRef out = Part(in, own ? rank * n : 0, n);
+      s = g.ReduceScatter(in.ref(), out, ReduceOp::kSum);
+      std::vector<double> got = in.Read();
+      got.erase(got.begin(), got.begin() + (own ? rank * n : 0));
+      got.resize(n);
+      Expect(s,
+             absl::StrCat("reduce_scatter_overlapping ", own ? "own " : "", at),
+             Compare(got, dt,
+                     [&](int64_t i) {
+                       double sum = 0;
+                       for (int r = 0; r < size; ++r)
+                         sum += of(r, rank * n + i);
+                       return sum;
+                     }),
+             dt);
+    }
+    // all_gather and gather with the input at part 0 of the output (not the
+    // in-place form but for rank 0), and scatter with the root's output at
+    // part 0 of its input (not its own part: the root is the last rank).
+    for (bool gather : {false, true}) {
+      std::vector<double> all(n * size, 0);
+      for (int64_t i = 0; i < n; ++i) all[i] = of(rank, i);
+      GpuTensor out(dt, all, device);
+      const TensorRef mine = Part(out, 0, n);
+      s = gather ? g.Gather(mine, out.ref(), 0) : g.AllGather(mine, out.ref());
+      Expect(
+          s,
+          absl::StrCat(gather ? "gather" : "all_gather", "_overlapping ", at),
+          gather && rank != 0
+              ? ""
+              : Compare(out.Read(), dt,
+                        [&](int64_t i) { return of(i / n, i % n); }),
+          dt);
+    }
+    const int root = size - 1;
+    std::vector<double> parts(n * size);
+    for (int64_t i = 0; i < n * size; ++i) parts[i] = of(i / n, i % n);
+    GpuTensor source(dt, parts, device);
+    GpuTensor part(dt, std::vector<double>(n, 0), device);
+    const TensorRef into = rank == root ? Part(source, 0, n) : part.ref();
+    s = g.Scatter(source.ref(), into, root);
+    std::vector<double> got = rank == root ? source.Read() : part.Read();
+    got.resize(n);
+    Expect(s, "scatter_overlapping " + at,
+           Compare(got, dt, [&](int64_t i) { return of(rank, i); }), dt);
+  }
+}
+
 // Which devices this process made a CUDA context on, as the simulator
 // recorded them (dksimContextMask).
 void OnlyItsOwnDevice(ProcessGroup& world) {
@@ -862,6 +950,7 @@ int main() {
 
   Matrix(*world);
   PointToPointBesideCollectives(*world);
+  OverlappingOutputs(*world);
   NoAllocationPerOp(*world);
   MeanAndZeroOnTheDevice(*world, **cuda);
   FollowsTheCallersStream(*world, **cuda);
