@@ -58,8 +58,7 @@ bool NcclCanReduce(ReduceOp op, DataType d) {
   return op != ReduceOp::kBand && op != ReduceOp::kBor && op != ReduceOp::kBxor;
 }
 
-// The NCCL reduction for (op, dtype), which CheckReduce accepted; mean
-// arrives only for floats (NativeMean).
+// The NCCL reduction for (op, dtype), which CheckReduce accepted.
 ncclRedOp_t NcclOp(ReduceOp op, DataType d) {
   switch (op) {
     case ReduceOp::kSum:
@@ -300,7 +299,9 @@ absl::Status NcclBackend::CheckDevice(Device device) const {
 }
 
 bool NcclBackend::NativeMean(DataType dtype, Device /*device*/) const {
-  return IsFloat(dtype);
+  // Integers too (NCCL 2.10's SumPostDiv: the wrapped sum, divided toward
+  // zero on the device), so no integer mean goes through host memory.
+  return dtype != DataType::kBool;
 }
 
 absl::Status NcclBackend::CheckReduce(ReduceOp op, DataType dtype,

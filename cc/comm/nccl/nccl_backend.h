@@ -33,8 +33,9 @@
 // rank with the mismatch's message (ABORTED). Barriers, splits and uneven
 // all_to_alls exchange first (AllGatherHost, staged and waited for). What NCCL
 // cannot express (bitwise reductions, except band/bor on bool as min/max) is
-// refused by CheckReduce before anything runs; float mean is ncclAvg
-// (NativeMean), integer mean a sum the contract divides.
+// refused by CheckReduce before anything runs; mean is ncclAvg for every
+// dtype (NativeMean): on integers NCCL divides the wrapped sum truncating
+// toward zero, as the contract's host division did and mmengine does.
 //
 // CUDA and NCCL are opened with dlopen at first use (cuda_library.h,
 // nccl_library.h): a build with this backend loads on CPU-only machines,
