@@ -308,21 +308,24 @@ void ProcessGroup::AnswerRollCall(void* group, const OpContext& ctx,
 }
 
 std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
-  // Every store call below shares one short budget: a store host that is
-  // frozen or gone must not stretch a timed-out collective by the store's
-  // own timeout per call, and an answer we do not get is "unknown", never
-  // "missing".
-  // Polling for late ranks stops at the window; the calls get a margin past
-  // it so that the last poll's answer still arrives under load.
+  // The store calls below have short budgets: a store host that is frozen
+  // or gone must not stretch a timed-out collective by the store's own
+  // timeout per call, and an answer we do not get is "unknown", never
+  // "missing". Polling for late ranks stops at the window; its calls get a
+  // margin past it so that the last poll's answer still arrives under load,
+  // and what is looked up after the roll call gets a margin of its own.
   const absl::Time stop_polling = absl::Now() + kDiagnosisWindow;
-  ScopedStoreDeadline budget(stop_polling + kDiagnosisMargin);
   // Who reached this operation, asked of the job's store: the group itself
   // can no longer be used (agreement_roll_call.h). Each rank's answer also
   // says where its part was on its device, where the backend can tell.
   const std::string prefix = RollCallPrefix(ctx);
   const DevicePlace place = contract_->backend().WhereOpFailed(ctx);
-  absl::StatusOr<RollCall> call = TakeRollCall(
-      *store_, prefix, rank_, size(), RollCallAnswer(ctx, place), stop_polling);
+  absl::StatusOr<RollCall> call;
+  {
+    ScopedStoreDeadline budget(stop_polling + kDiagnosisMargin);
+    call = TakeRollCall(*store_, prefix, rank_, size(),
+                        RollCallAnswer(ctx, place), stop_polling);
+  }
   if (!call.ok()) {
     return absl::StrCat(
         "; which ranks are late is unknown: the store did not answer within ",
@@ -331,6 +334,11 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
   }
   const std::vector<int>& missing = call->absent;
   const std::vector<int>& joined = call->present;
+  // What follows gets a margin of its own: a roll call with a rank absent
+  // polls to the end of the window, and the host names looked up after it
+  // (two store calls) were often left too little of a shared budget on a
+  // loaded machine, which dropped them from the message.
+  ScopedStoreDeadline budget(absl::Now() + kDiagnosisMargin);
   if (missing.empty()) {
     if (place != DevicePlace::kUnknown) {
       const std::string places = WhereRanksWere(ctx, prefix);
@@ -382,16 +390,21 @@ std::string ProcessGroup::HostsOf(const std::vector<int>& ranks) {
   // keeps every rank's host identity, "<hostname>/<boot id>", under
   // <backend>/hosts/host/<rank> (cc/comm/shm/host_map.h); others keep none,
   // and the names are left out. Only looked at, never waited for.
+  // Two store calls whatever the count: whether all are there, then all.
   PrefixStore hosts(absl::StrCat(options_.backend, "/hosts"), store_);
-  std::vector<std::string> names;
   constexpr size_t kMostRanks = 8;
+  std::vector<std::string> keys;
   for (size_t i = 0; i < ranks.size() && i < kMostRanks; ++i) {
-    const std::string key = absl::StrCat("host/", ranks[i]);
-    absl::StatusOr<bool> there = hosts.Check({key});
-    if (!there.ok() || !*there) return "";
-    absl::StatusOr<std::string> identity = hosts.Get(key);
-    if (!identity.ok()) return "";
-    std::string name = identity->substr(0, identity->find('/'));
+    keys.push_back(absl::StrCat("host/", ranks[i]));
+  }
+  absl::StatusOr<bool> there = hosts.Check(keys);
+  if (!there.ok() || !*there) return "";
+  absl::StatusOr<std::vector<std::string>> identities =
+      hosts.MultiGetWithTimeout(keys, ClampToStoreDeadline(kDiagnosisMargin));
+  if (!identities.ok()) return "";
+  std::vector<std::string> names;
+  for (const std::string& identity : *identities) {
+    std::string name = identity.substr(0, identity.find('/'));
     if (std::find(names.begin(), names.end(), name) == names.end()) {
       names.push_back(std::move(name));
     }
