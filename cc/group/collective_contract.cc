@@ -194,8 +194,9 @@ absl::Status CollectiveContract::FinishMean(ReduceOp op, TensorRef t) const {
     DivideBySize(t.data(), t.dtype(), t.numel(), n);
     return absl::OkStatus();
   }
-  // A device tensor (an integer mean on NCCL): divide through host memory,
-  // truncating toward zero like every other backend.
+  // A device tensor on a backend without a native mean for its dtype (NCCL
+  // has one for every dtype): divide through host memory, truncating toward
+  // zero like every other backend.
   std::vector<char> host(t.nbytes());
   DK_RETURN_IF_ERROR(
       CopyBytes(host.data(), Device::Cpu(), t.data(), t.device(), t.nbytes()));
@@ -331,7 +332,7 @@ absl::Status CollectiveContract::ReduceScatter(const OpContext& ctx,
       StagedOutput staged,
       StagedOutput::For(output,
                         output.Overlaps(input) &&
-                            (output.device().is_cpu() ||
+                            (!output.device().is_cuda() ||
                              !IsPart(output, input, backend_->rank()))));
   const TensorRef& result = staged.result();
   DK_RETURN_IF_ERROR(

@@ -206,12 +206,12 @@ const std::vector<int64_t>& Counts() {
 }
 
 // The roots a rooted test takes at count `n`: every rank, but in the branch
-// sweep at its largest count only the first two and the last two ranks (with
-// the hosts' ranks in a row: the first and the last host's leader and one
-// other rank each). Every root takes every smaller count, from 3000 up the
-// pipelined tests' chunked path too, so the branches stay reached; the rest
-// repeated the largest transfer once per root (at 8 ranks, half of a
-// pipelined test's time).
+// sweep at its largest count only the two lowest and the two highest ranks
+// (with the hosts' ranks in a row: the first host's leader and another rank,
+// the last host's leader among the last two). Every root takes every smaller
+// count, from 3000 up the pipelined tests' chunked path too, so the branches
+// stay reached; the rest repeated the largest transfer once per root (at 8
+// ranks, half of a pipelined test's time).
 std::vector<int> RootsFor(int64_t n) {
   std::vector<int> roots;
   for (int root = 0; root < Size(); ++root) {

@@ -871,24 +871,26 @@ void OverlappingOutputs(ProcessGroup& g) {
              dt);
     }
     // all_gather and gather with the input at part 0 of the output (not the
-    // in-place form but for rank 0), and scatter with the root's output at
-    // part 0 of its input (not its own part: the root is the last rank).
+    // in-place form but for rank 0; gather's root is the last rank), and
+    // scatter with the root's output at part 0 of its input (not its own
+    // part: the root is the last rank).
+    const int root = size - 1;
     for (bool gather : {false, true}) {
       std::vector<double> all(n * size, 0);
       for (int64_t i = 0; i < n; ++i) all[i] = of(rank, i);
       GpuTensor out(dt, all, device);
       const TensorRef mine = Part(out, 0, n);
-      s = gather ? g.Gather(mine, out.ref(), 0) : g.AllGather(mine, out.ref());
+      s = gather ? g.Gather(mine, out.ref(), root)
+                 : g.AllGather(mine, out.ref());
       Expect(
           s,
           absl::StrCat(gather ? "gather" : "all_gather", "_overlapping ", at),
-          gather && rank != 0
+          gather && rank != root
               ? ""
               : Compare(out.Read(), dt,
                         [&](int64_t i) { return of(i / n, i % n); }),
           dt);
     }
-    const int root = size - 1;
     std::vector<double> parts(n * size);
     for (int64_t i = 0; i < n * size; ++i) parts[i] = of(i / n, i % n);
     GpuTensor source(dt, parts, device);
