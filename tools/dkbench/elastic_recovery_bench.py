@@ -3,6 +3,7 @@ snapshots cost (issue 39's done-when figures).
 
     /usr/bin/python3 tools/dkbench/elastic_recovery_bench.py [--ranks 4]
         [--state-mb 100] [--commit-every 10] [--steps 24] [--die-at 12]
+        [--fsdp] [--no-overlap] [--die-at -1]
 
 Runs a DDP job (MMDistributedDataParallel, SGD with momentum: the state is
 the parameters plus as many momentum values, --state-mb in all) under
@@ -18,6 +19,13 @@ the parameters plus as many momentum values, --state-mb in all) under
   the other steps: the copy overlaps that step, whose optimizer step waits
   for it) over the median step time times --commit-every (its share of each
   step, amortised), and its memory. --no-overlap copies inside commit().
+  Also the mean time per step with the commits in it (every step and
+  commit timed, divided by the steps): beside a run with --commit-every
+  past --steps (no commit but elastic.run's first), what the snapshots
+  cost however long their background work lasts.
+--fsdp: FullyShardedDataParallel (FULL_SHARD, a unit per Linear) instead,
+  whose commit exchanges shards with the neighbours (in the background
+  unless --no-overlap). --die-at -1: nobody dies (the cost figures only).
 Needs libdistkit.so and distrun built (bazel build //capi:libdistkit.so
 //tools/distrun:distrun)."""
 import argparse
@@ -48,7 +56,12 @@ def rank_main(args):
     layers = max(1, math.ceil(args.state_mb * 1e6 / 2 / 4 / (width * width)))
     torch.manual_seed(0)
     net = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(layers)])
-    model = MMDistributedDataParallel(net)
+    if args.fsdp:
+        from distkit.fsdp import FullyShardedDataParallel, ModuleWrapPolicy, ShardingStrategy
+        model = FullyShardedDataParallel(net, sharding_strategy=ShardingStrategy.FULL_SHARD,
+                                         auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}))
+    else:
+        model = MMDistributedDataParallel(net)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
     batch = 8
     sampler = elastic.ElasticSampler(args.steps * batch * dist.get_world_size(),
@@ -83,6 +96,8 @@ def rank_main(args):
                 follows_commit[0] = True
 
     elastic.run(train, state)
+    print(f"PER_STEP rank {rank} {(sum(steps) + sum(after) + sum(commits)) / max(1, len(steps) + len(after)):.5f}",
+          flush=True)
     if replacement:
         print(f"T_ENTER {t_enter:.6f}", flush=True)
     step_s = statistics.median(steps)
@@ -102,6 +117,8 @@ def main():
     parser.add_argument("--die-at", type=int, default=12)
     parser.add_argument("--no-overlap", action="store_true",
                         help="copy the snapshot inside commit() (overlap_commit=False)")
+    parser.add_argument("--fsdp", action="store_true",
+                        help="FullyShardedDataParallel (FULL_SHARD) instead of DDP")
     parser.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_main:
@@ -115,22 +132,29 @@ def main():
            "--rank-main"] + [a for a in sys.argv[1:]]
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, timeout=600).stdout
-    if "T_FIRST_STEP" not in out:
+    killed = args.die_at >= 0
+    if ("T_FIRST_STEP" if killed else "PER_STEP") not in out:
         print(out)
         return 1
-    t_kill = float(re.search(r"T_KILL (\S+)", out).group(1))
-    t_enter = float(re.search(r"T_ENTER (\S+)", out).group(1))
-    t_first = float(re.search(r"T_FIRST_STEP rank \d+ replacement (\S+)", out).group(1))
     costs = [(float(s), float(c), float(x), int(b)) for s, c, x, b in
              re.findall(r"COST rank \d+ step (\S+) commit (\S+) next_step_extra (\S+) "
                         r"snapshot_bytes (\d+)", out)]
+    print(f"ranks {args.ranks}, {'FSDP' if args.fsdp else 'DDP'}, state {args.state_mb:.0f} MB "
+          f"(parameters + momentum), commit every {args.commit_every} steps")
+    if killed:
+        t_kill = float(re.search(r"T_KILL (\S+)", out).group(1))
+        t_enter = float(re.search(r"T_ENTER (\S+)", out).group(1))
+        t_first = float(re.search(r"T_FIRST_STEP rank \d+ replacement (\S+)", out).group(1))
+        print(f"kill -> replacement's first completed step: {t_first - t_kill:.2f} s")
+        print(f"replacement's entry into distkit -> its first completed step: "
+              f"{t_first - t_enter:.2f} s")
+    per_step = statistics.median(float(t) for t in re.findall(r"PER_STEP rank \d+ (\S+)", out))
+    print(f"per step with the commits in it: {per_step * 1e3:.1f} ms")
+    if not costs:
+        return 0
     step = statistics.median(c[0] for c in costs)
     commit = statistics.median(c[1] for c in costs)
     extra = statistics.median(c[2] for c in costs)
-    print(f"ranks {args.ranks}, state {args.state_mb:.0f} MB (parameters + momentum), "
-          f"commit every {args.commit_every} steps")
-    print(f"kill -> replacement's first completed step: {t_first - t_kill:.2f} s")
-    print(f"replacement's entry into distkit -> its first completed step: {t_first - t_enter:.2f} s")
     cost = commit + max(0.0, extra)
     print(f"step {step * 1e3:.0f} ms, commit() {commit * 1e3:.1f} ms, the next step "
           f"{extra * 1e3:+.1f} ms ({'copied inside commit' if args.no_overlap else 'overlapped'}): "

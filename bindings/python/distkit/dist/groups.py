@@ -125,6 +125,14 @@ def handle_of(group):
     return None
 
 
+def library_default_group() -> Optional[ProcessGroup]:
+    """distkit's own default group, never torch's (joined first where user
+    code initialized torch.distributed): groups made over it stay
+    distkit's, unseen by torch."""
+    _join_torch_job()
+    return _default_group
+
+
 def _join_torch_job() -> None:
     global _default_group
     if _default_group is not None or lib.dk_is_distributed() == 1:

@@ -5,8 +5,10 @@
 The first call on a rank of the original job commits the starting state
 (collective). A rank lost in that first commit is recovered from like any
 other (data-parallel: each survivor holds the starting state as commit 0; a
-sharded model's lost shard of it is held by no one: a clear error). When ``train`` raises an error that means a peer or a link was
-lost (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, ABORTED), each survivor:
+sharded model only where that commit's exchange ended on some rank, else
+every rank ends with the same clear error). When ``train`` raises an error
+that means a peer or a link was lost (UNAVAILABLE, DEADLINE_EXCEEDED,
+CANCELLED, ABORTED), each survivor:
 1. gets a new default group (membership.py: grown with a replacement, or
    shrunk to the survivors);
 2. re-wraps the model on it (``state.model.regroup()`` for distkit's
@@ -18,8 +20,9 @@ lost (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, ABORTED), each survivor:
 A replacement (DISTKIT_REPLACEMENT set) does 3 and 4 before its first call
 to ``train``. In a job that shrank, a replacement that came late is grown
 back in at the next commit (State.commit raises ReplacementWaiting on every
-rank alike; the loop grows, re-wraps and syncs from that commit). Any other error, or a failure during a recovery after
-``max_recoveries`` attempts in a row, is raised to the caller.
+rank alike; the loop grows, re-wraps and syncs from that commit). Any
+other error, or a failure during a recovery after ``max_recoveries``
+attempts in a row, is raised to the caller.
 """
 import functools
 import sys
@@ -27,9 +30,8 @@ from typing import Callable, Optional
 
 from .. import dist, errors
 from . import membership, peer_sync
-from .state import State
+from .state import _LOST_PEER, State
 
-_LOST_PEER = (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED, errors.CANCELLED, errors.ABORTED)
 _joined = False  # this process (a replacement) has taken its snapshot from a peer
 
 
@@ -75,20 +77,23 @@ def run(func: Optional[Callable] = None, state: Optional[State] = None, *,
     global _joined
     joining = membership.is_replacement() and not _joined
     failures_in_a_row = 0
+    grow_back = False
     if not joining and state._snapshot is None:
         try:
             state.commit()  # the starting point every rank holds
+        except membership.ReplacementWaiting:
+            state._settle()  # a shrunk world: the commit holds, the replacement joins
+            grow_back = True
         except errors.DistkitError as e:
             if e.code not in _LOST_PEER:
                 raise
             # A rank lost before anything was committed: this survivor's
             # starting state is the commit to recover from (DDP: every
-            # rank's is the same; FSDP: the lost shard exists nowhere, a
-            # clear error).
-            state._hold_start(e)
+            # rank's is the same; FSDP: only where that commit's exchange
+            # ended, which the members' sync finds out alike).
+            state._hold_start()
             failures_in_a_row = 1
             _say(f"lost a peer before the first commit ({e}); recovering from the start")
-    grow_back = False
     while True:
         try:
             if grow_back:
@@ -116,7 +121,9 @@ def run(func: Optional[Callable] = None, state: Optional[State] = None, *,
         except errors.DistkitError as e:
             if e.code not in _LOST_PEER or failures_in_a_row >= max_recoveries:
                 raise
-            state._settle()  # the last commit's copy, before the re-wrap writes parameters
+            # The last commit's copy or exchange, before the re-wrap writes
+            # parameters (an exchange this loss broke is not raised again).
+            state._settle(recovering=True)
             if joining:
                 joining, _joined = False, True
             failures_in_a_row += 1

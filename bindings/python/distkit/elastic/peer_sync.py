@@ -77,8 +77,12 @@ def sync(state: State) -> int:
         cards = dist.all_gather_object(
             [(s["commit"], s["world"], s["own"], sorted(s["shards"])) for s in slots])
         if not any(cards):
-            raise RuntimeError("distkit.elastic: no rank holds a committed snapshot "
-                               "(call elastic.run before training, or State.commit)")
+            raise RuntimeError(
+                "distkit.elastic: no rank holds a committed snapshot of the sharded model: "
+                "a rank lost before the first commit's exchange ended took its shard of the "
+                "starting state with it (no other rank held a copy), so training cannot go "
+                "on from memory; restart the job, nothing was trained yet (or, outside "
+                "elastic.run, call State.commit before training)")
         chosen, old_world, (holders, held_by) = _choose_sharded(cards)
         source = next(r for r, mine in enumerate(cards) if any(c[0] == chosen for c in mine))
     else:

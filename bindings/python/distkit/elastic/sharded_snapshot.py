@@ -11,7 +11,6 @@ r and r + 1 mod N), so any one lost shard survives in a peer's memory at
   alike (load_sharded_state_dicts re-shards them).
 Shards travel by exchange.py (only to the ranks that need them)."""
 import copy
-import io
 from typing import Any, Dict, List
 
 import torch
@@ -19,6 +18,7 @@ import torch
 from .. import dist
 from ..fsdp import FullyShardedDataParallel, StateDictType
 from ..fsdp import checkpoint_format as fmt
+from . import packed
 from .exchange import exchange
 
 
@@ -26,28 +26,30 @@ def is_sharded(model) -> bool:
     return isinstance(model, FullyShardedDataParallel)
 
 
-def _to_bytes(obj) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)  # to memory: no file is written
-    return buffer.getvalue()
+def capture_own(model: FullyShardedDataParallel, optimizer) -> Dict[str, Any]:
+    """Local: a copy of this rank's shard (parameters and optimizer state)."""
+    with FullyShardedDataParallel.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+        own = {"model": model.state_dict()}  # copies (the shards cloned)
+    own["optimizer"] = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
+    return own
 
 
-def _from_bytes(data: bytes):
-    return torch.load(io.BytesIO(data))
+def with_neighbour(own: Dict[str, Any], n: int, me: int, group=None) -> Dict[int, Any]:
+    """Collective over ``group`` (default: the default group; its ranks are
+    the shard indices): this rank's shard ``own`` and a copy of its
+    neighbour's, by shard index."""
+    shards = {me: own}
+    if n > 1:
+        received = exchange({(me - 1) % n: packed.pack(own)}, group)
+        shards[(me + 1) % n] = packed.unpack(received[(me + 1) % n])
+    return shards
 
 
 def capture(model: FullyShardedDataParallel, optimizer) -> Dict[int, Any]:
     """Collective over the default group (the model's): this rank's shard
     and its neighbour's, by shard index (the rank in the model's group)."""
-    with FullyShardedDataParallel.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
-        own = {"model": model.state_dict()}
-    own["optimizer"] = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
-    n, me = dist.get_world_size(), dist.get_rank()
-    shards = {me: own}
-    if n > 1:
-        received = exchange({(me - 1) % n: _to_bytes(own)})
-        shards[(me + 1) % n] = _from_bytes(received[(me + 1) % n])
-    return shards
+    return with_neighbour(capture_own(model, optimizer), dist.get_world_size(),
+                          dist.get_rank())
 
 
 def _flat_of_optimizer_index(model: FullyShardedDataParallel, optimizer) -> Dict[int, tuple]:
@@ -141,11 +143,11 @@ def load(model: FullyShardedDataParallel, optimizer, held: Dict[int, Any], old_w
     for rank in range(n):
         wanted = [j for j in needs(rank) if holders[j] == me and j not in held_by[rank]]
         if wanted:
-            outgoing[rank] = _to_bytes({j: held[j] for j in wanted})
+            outgoing[rank] = packed.pack({j: held[j] for j in wanted})
     received = exchange(outgoing)
     have = dict(held)
     for payload in received.values():
-        have.update(_from_bytes(payload))
+        have.update(packed.unpack(payload))
     if same_layout:
         own = have[me]
         with FullyShardedDataParallel.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):

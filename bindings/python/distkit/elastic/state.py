@@ -20,9 +20,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .. import dist
+from .. import dist, errors
 from ..fsdp import FullyShardedDataParallel, StateDictType
 from . import membership, sharded_snapshot
+
+# The errors of a lost peer or link, from which elastic.run recovers.
+_LOST_PEER = (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED, errors.CANCELLED, errors.ABORTED)
 
 
 def _rng_states() -> Dict[str, Any]:
@@ -67,6 +70,11 @@ def job_rank() -> int:
     through a shrink (which renumbers the group) and given to a
     replacement."""
     return int(os.environ.get("RANK", dist.get_rank()))
+
+
+def _on_gpu(model: torch.nn.Module) -> bool:
+    """Whether the model's parameters live on a GPU."""
+    return any(p.is_cuda for p in model.parameters())
 
 
 def _tensor_bytes(obj) -> int:
@@ -136,6 +144,42 @@ class _BackgroundCopy:
                 from self._error
 
 
+class _BackgroundExchange:
+    """A sharded commit's exchange, on a thread of its own while training
+    goes on: this rank's shard (already copied) to its neighbour and the
+    neighbour's here, over `group` (the state's own group over the same
+    ranks as the default group, so that its collectives never interleave
+    with the training's), then the barrier that confirms the commit on every
+    rank. The snapshot is pending from the exchange's end and in force from
+    the barrier's, as in the synchronous commit."""
+
+    def __init__(self, state: "State", snapshot: Dict[str, Any], own: Dict[str, Any], group):
+        self._state, self._snapshot, self._own, self._group = state, snapshot, own, group
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, name="distkit-elastic-exchange",
+                                         daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            snapshot = self._snapshot
+            snapshot["shards"] = sharded_snapshot.with_neighbour(
+                self._own, snapshot["world"], snapshot["own"], self._group)
+            self._state._pending = snapshot
+            dist.barrier(group=self._group)
+            self._state._pending = None
+            self._state._held = snapshot
+        except BaseException as e:  # noqa: BLE001 - raised again by wait()
+            self._error = e
+
+    def wait(self) -> None:
+        """Raises the exchange's error as it was (a lost peer keeps its
+        code: the caller may be recovering from that loss already)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
 class State:
     """The training state ``elastic.run`` keeps alive.
 
@@ -145,18 +189,26 @@ class State:
     keyword ``counters`` (epoch, step, ...) become attributes, saved and
     restored with the rest.
 
-    ``overlap_commit`` (default True): a data-parallel model's parameters
-    that ``optimizer`` steps and its state are copied by a background thread while the
-    next step's forward and backward run, and the optimizer's next
-    ``step()`` waits for the copy (the buffers, the counters, the sampler
-    and the RNG states are copied at once). Code that changes parameters
-    in place outside ``optimizer.step()`` between a commit and the next
-    step needs ``overlap_commit=False``. A sharded model's commit exchanges
-    shards with its neighbours and is always synchronous."""
+    ``overlap_commit`` (default None: decided per model, below; True or
+    False decides for every model). A data-parallel model's parameters
+    that ``optimizer`` steps and its state are copied by a background
+    thread while the next step's forward and backward run, and the
+    optimizer's next ``step()`` waits for the copy (the buffers, the
+    counters, the sampler and the RNG states are copied at once); by
+    default always. Code that changes parameters in place outside
+    ``optimizer.step()`` between a commit and the next step needs
+    ``overlap_commit=False``. A sharded model's commit copies this rank's
+    shard at once and exchanges it with the neighbours on a thread of its
+    own (over a group of the state's, beside the training's collectives),
+    confirmed there by a barrier; the next commit, or a recovery, waits for
+    it first. By default only when the shards are on a GPU, whose steps
+    leave the CPU free for it: with the steps on busy CPU cores the thread
+    takes their time instead (tools/dkbench/RESULTS.md, "FSDP's commit in
+    the background"), so there the exchange runs inside ``commit()``."""
 
     def __init__(self, model: Optional[torch.nn.Module] = None,
                  optimizer: Optional[torch.optim.Optimizer] = None, sampler=None,
-                 overlap_commit: bool = True, **counters):
+                 overlap_commit: Optional[bool] = None, **counters):
         _check_model(model)
         self.model = model
         self.optimizer = optimizer
@@ -164,9 +216,15 @@ class State:
         self._counter_names = list(counters)
         for name, value in counters.items():
             setattr(self, name, value)
+        sharded = sharded_snapshot.is_sharded(model)
         # Only with an optimizer, whose step is what waits for the copy.
-        self._overlap = (overlap_commit and optimizer is not None
-                         and not sharded_snapshot.is_sharded(model))
+        self._overlap = overlap_commit is not False and optimizer is not None and not sharded
+        self._overlap_exchange = sharded and (
+            overlap_commit if overlap_commit is not None else _on_gpu(model))
+        # The group the exchange runs over, made over the default group
+        # (held weakly: a new world after a recovery gets a new one).
+        self._exchange_group = None
+        self._exchange_world: Optional[weakref.ref] = None
         self._held: Optional[Dict[str, Any]] = None
         self._copying: Optional[_BackgroundCopy] = None  # the held snapshot's tensors
         self._deferred: List[Tuple[Any, Any]] = []  # _capture's tensors still referenced
@@ -201,18 +259,27 @@ class State:
                 setattr(step_after_copy, marker, getattr(original, marker))
         optimizer.step = types.MethodType(step_after_copy, optimizer)
 
-    def _settle(self) -> None:
-        """Waits until the held snapshot's tensors are copies. A copy that
-        failed leaves no snapshot in force on this rank (its tensors would
-        be the live ones): the error is raised here once, and recovery then
-        takes the snapshot from a peer."""
+    def _settle(self, recovering: bool = False) -> None:
+        """Waits until the held snapshot's tensors are copies (DDP) or its
+        shards exchanged and confirmed (FSDP). A copy that failed leaves no
+        snapshot in force on this rank (its tensors would be the live
+        ones): the error is raised here once, and recovery then takes the
+        snapshot from a peer. An exchange that failed leaves the last
+        snapshot in force and this one pending or not taken; its error is
+        raised too, but not to a recovery from a lost peer (``recovering``),
+        which that loss is (the members then agree on what they hold)."""
         copying, self._copying = self._copying, None
-        if copying is not None:
-            try:
-                copying.wait()
-            except RuntimeError:
-                self._held = None
+        if copying is None:
+            return
+        try:
+            copying.wait()
+        except errors.DistkitError as e:
+            if not (recovering and e.code in _LOST_PEER):
                 raise
+        except RuntimeError:
+            if isinstance(copying, _BackgroundCopy):
+                self._held = None
+            raise
 
     @property
     def _snapshot(self) -> Optional[Dict[str, Any]]:
@@ -237,10 +304,18 @@ class State:
         complete, so a failure during a commit restores the previous one.
         In a job that shrank, a replacement that came late and waits is
         grown back in from here (elastic.run)."""
+        self._settle()  # the previous commit's copy or exchange first
         rng = dist.all_gather_object((job_rank(), _rng_states()))
         snapshot = self._capture(self._commits + 1)
         snapshot["rng"] = dict(rng)
-        if sharded_snapshot.is_sharded(self.model):
+        if self._overlap_exchange and dist.get_world_size() > 1:
+            # This rank's shard copied now; the exchange and its
+            # confirmation beside the next steps.
+            own = sharded_snapshot.capture_own(self.model, self.optimizer)
+            snapshot["world"] = dist.get_world_size()
+            snapshot["own"] = dist.get_rank()
+            self._copying = _BackgroundExchange(self, snapshot, own, self._group_for_exchange())
+        elif sharded_snapshot.is_sharded(self.model):
             # This rank's shard and a copy of its neighbour's (collective).
             snapshot["shards"] = sharded_snapshot.capture(self.model, self.optimizer)
             snapshot["world"] = dist.get_world_size()
@@ -250,14 +325,25 @@ class State:
             # (some ranks may have replaced theirs already).
             self._pending = snapshot
             dist.barrier()
-        self._pending = None
-        self._snapshot = snapshot  # the previous one's copy finished first
+        if self._copying is None:  # else the exchange puts it in force
+            self._pending = None
+            self._snapshot = snapshot
         deferred, self._deferred = self._deferred, []
         if deferred:
             self._copying = _BackgroundCopy(deferred)
         self._commits += 1
         if membership.replacement_waiting():
             raise membership.ReplacementWaiting()  # elastic.run grows it in
+
+    def _group_for_exchange(self):
+        """The state's own group over the default group's ranks (collective
+        when the default group changed, at a commit: every rank alike)."""
+        world = dist.groups.library_default_group()
+        if self._exchange_world is None or self._exchange_world() is not world:
+            self._exchange_group = None  # the old world's, if any
+            self._exchange_group = dist.new_group(range(world.size()), group=world)
+            self._exchange_world = weakref.ref(world)
+        return self._exchange_group
 
     def restore(self) -> None:
         """Puts this rank back to the last committed snapshot, in the world
@@ -280,22 +366,22 @@ class State:
 
     # -- for peer_sync and loop -------------------------------------------------------
 
-    def _hold_start(self, lost: Exception) -> None:
+    def _hold_start(self) -> None:
         """After the first commit failed with a lost peer: the state as it
         is (nothing trained yet) becomes commit 0, held by this rank alone;
         the recovery's sync hands the first survivor's to every member. A
-        sharded model cannot: the lost rank's shard of the starting model
-        was never copied to a neighbour."""
+        sharded model holds nothing here: its lost rank's shard of the start
+        was copied to a neighbour only if that commit's exchange ended
+        somewhere, and the members' sync decides alike on every rank (it
+        recovers from such a pending commit, or says that none is held)."""
         if sharded_snapshot.is_sharded(self.model):
-            raise RuntimeError(
-                "distkit.elastic: a rank was lost before the first commit of a sharded "
-                "model: its shard of the starting state is held by no other rank, so "
-                f"training cannot go on from memory; restart the job ({lost})") from lost
+            return
         overlap, self._overlap = self._overlap, False  # copies now: nothing will wait
         try:
             snapshot = self._capture(0)
         finally:
             self._overlap = overlap
+        snapshot["rng"] = {job_rank(): _rng_states()}
         self._snapshot = snapshot
 
     def _capture(self, commit: int) -> Dict[str, Any]:
