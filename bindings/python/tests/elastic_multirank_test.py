@@ -180,8 +180,8 @@ def main():
         model = MMDistributedDataParallel(make_net())
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     sampler = elastic.ElasticSampler(SAMPLES, GLOBAL_BATCH, shuffle=True, seed=SEED)
-    # FSDP's exchange on a thread of its own (its default only on a GPU),
-    # except under "orig", which keeps the CPU default: inside commit().
+    # FSDP's exchange on a thread of its own (asked for), except under
+    # "orig", which keeps the default: inside commit().
     state = elastic.State(model=model, optimizer=opt, sampler=sampler, epoch=0,
                           overlap_commit=True if fsdp and not orig else None)
 
@@ -205,6 +205,7 @@ def main():
     def commit_or_die(self):
         # Before the commit's all_gather: the others wait in it.
         die_here(current["step"], "first_commit")
+        self._settle()  # the previous exchange's barrier, at its own step
         committing["step"] = current["step"]
         return real_commit(self)
     elastic.State.commit = commit_or_die

@@ -28,9 +28,11 @@ def exchange(outgoing: Dict[int, torch.Tensor], group=None) -> Dict[int, torch.T
     if not any(int(r.sum()) for r in rows):
         return {}
     incoming = [int(rows[src][me]) for src in range(n)]
-    empty = torch.empty(0, dtype=torch.uint8)
-    # One copy, by torch (outside Python's lock).
-    send = torch.cat([outgoing.get(dst, empty) for dst in range(n)])
+    parts = [outgoing[dst] for dst in range(n) if dst in outgoing and outgoing[dst].numel()]
+    # One payload (a shard to its neighbour) goes as it is; several are
+    # joined in destination order by one copy (torch's, outside Python's lock).
+    send = (parts[0].contiguous() if len(parts) == 1 else
+            torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8))
     received = torch.empty(sum(incoming), dtype=torch.uint8)
     a, b = Borrowed(send), Borrowed(received)
     send_splits = (ctypes.c_int64 * n)(*[int(row[dst]) for dst in range(n)])

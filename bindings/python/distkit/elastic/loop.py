@@ -82,11 +82,11 @@ def run(func: Optional[Callable] = None, state: Optional[State] = None, *,
         try:
             state.commit()  # the starting point every rank holds
         except membership.ReplacementWaiting:
-            state._settle()  # a shrunk world: the commit holds, the replacement joins
-            grow_back = True
+            grow_back = True  # a shrunk world: the commit holds, the replacement joins
         except errors.DistkitError as e:
             if e.code not in _LOST_PEER:
                 raise
+            state._settle(recovering=True)  # an exchange this loss broke
             # A rank lost before anything was committed: this survivor's
             # starting state is the commit to recover from (DDP: every
             # rank's is the same; FSDP: only where that commit's exchange
@@ -113,10 +113,13 @@ def run(func: Optional[Callable] = None, state: Optional[State] = None, *,
                 _regroup(state)
                 _after_new_world(state, how)
                 failures_in_a_row = 0
-            return func(state)
-        except membership.ReplacementWaiting:
+            result = func(state)
+            # The last commit whole before returning: its exchange may still
+            # run on its thread (a loss there is recovered from like any).
             state._settle()
-            grow_back = True
+            return result
+        except membership.ReplacementWaiting:
+            grow_back = True  # the commit that raised it is whole
             _say("a replacement waits to join; growing back")
         except errors.DistkitError as e:
             if e.code not in _LOST_PEER or failures_in_a_row >= max_recoveries:

@@ -9,7 +9,7 @@ replaced by its place. torch.save into memory held that lock for every
 copy, which the training thread then waited for."""
 import pickle
 from collections import OrderedDict
-from typing import Any, List
+from typing import Any, List, Optional
 
 import torch
 
@@ -18,10 +18,11 @@ _LENGTH = 8  # the header's length, little-endian, first
 
 
 class _Place:
-    """Where a tensor's bytes are in the buffer (past the header)."""
+    """Where a tensor's bytes are in the buffer (past the header), and
+    whether it was on a GPU (unpacked onto the receiver's own)."""
 
-    def __init__(self, offset: int, dtype: torch.dtype, shape: tuple):
-        self.offset, self.dtype, self.shape = offset, dtype, shape
+    def __init__(self, offset: int, dtype: torch.dtype, shape: tuple, cuda: bool):
+        self.offset, self.dtype, self.shape, self.cuda = offset, dtype, shape, cuda
 
 
 def _aligned(n: int) -> int:
@@ -31,7 +32,7 @@ def _aligned(n: int) -> int:
 def _skeleton(obj, tensors: List[torch.Tensor], at: List[int]):
     if isinstance(obj, torch.Tensor):
         t = obj.detach().contiguous()
-        place = _Place(at[0], t.dtype, tuple(t.shape))
+        place = _Place(at[0], t.dtype, tuple(t.shape), t.is_cuda)
         tensors.append(t)
         at[0] = _aligned(at[0] + t.numel() * t.element_size())
         return place
@@ -61,24 +62,28 @@ def pack(obj) -> torch.Tensor:
     return out
 
 
-def _rebuilt(obj, data: torch.Tensor):
+def _rebuilt(obj, data: torch.Tensor, device: Optional[torch.device]):
     if isinstance(obj, _Place):
         n = 1
         for d in obj.shape:
             n *= d
         size = torch.empty((), dtype=obj.dtype).element_size()
-        piece = data[obj.offset:obj.offset + n * size]
+        piece = data[obj.offset:obj.offset + n * size].view(obj.dtype).reshape(obj.shape)
+        if obj.cuda and device is not None:
+            return piece.to(device)
         # A copy of its own: the tensor outlives the received buffer's use.
-        return piece.view(obj.dtype).reshape(obj.shape).clone()
+        return piece.clone()
     if type(obj) in (dict, OrderedDict):
-        return type(obj)((k, _rebuilt(v, data)) for k, v in obj.items())
+        return type(obj)((k, _rebuilt(v, data, device)) for k, v in obj.items())
     if type(obj) in (list, tuple):
-        return type(obj)(_rebuilt(v, data) for v in obj)
+        return type(obj)(_rebuilt(v, data, device) for v in obj)
     return obj
 
 
-def unpack(buffer: torch.Tensor) -> Any:
-    """What ``pack`` made ``buffer`` from."""
+def unpack(buffer: torch.Tensor, device: Optional[torch.device] = None) -> Any:
+    """What ``pack`` made ``buffer`` from; tensors that were on a GPU go to
+    ``device`` (this rank's: the sender's index means nothing here), the
+    others stay in host memory."""
     length = int.from_bytes(bytes(buffer[:_LENGTH].tolist()), "little")
     header = bytes(buffer[_LENGTH:_LENGTH + length].numpy())
-    return _rebuilt(pickle.loads(header), buffer[_aligned(_LENGTH + length):])
+    return _rebuilt(pickle.loads(header), buffer[_aligned(_LENGTH + length):], device)

@@ -11,7 +11,7 @@ r and r + 1 mod N), so any one lost shard survives in a peer's memory at
   alike (load_sharded_state_dicts re-shards them).
 Shards travel by exchange.py (only to the ranks that need them)."""
 import copy
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -34,14 +34,24 @@ def capture_own(model: FullyShardedDataParallel, optimizer) -> Dict[str, Any]:
     return own
 
 
-def with_neighbour(own: Dict[str, Any], n: int, me: int, group=None) -> Dict[int, Any]:
+def device_of(model: FullyShardedDataParallel) -> Optional[torch.device]:
+    """The GPU the model's shards are on, if any (where a peer's shard that
+    was on its GPU goes when it arrives here)."""
+    for p in model.parameters():
+        if p.is_cuda:
+            return p.device
+    return None
+
+
+def with_neighbour(own: Dict[str, Any], n: int, me: int, group=None,
+                   device: Optional[torch.device] = None) -> Dict[int, Any]:
     """Collective over ``group`` (default: the default group; its ranks are
     the shard indices): this rank's shard ``own`` and a copy of its
-    neighbour's, by shard index."""
+    neighbour's (its GPU tensors onto ``device``), by shard index."""
     shards = {me: own}
     if n > 1:
         received = exchange({(me - 1) % n: packed.pack(own)}, group)
-        shards[(me + 1) % n] = packed.unpack(received[(me + 1) % n])
+        shards[(me + 1) % n] = packed.unpack(received[(me + 1) % n], device)
     return shards
 
 
@@ -49,7 +59,7 @@ def capture(model: FullyShardedDataParallel, optimizer) -> Dict[int, Any]:
     """Collective over the default group (the model's): this rank's shard
     and its neighbour's, by shard index (the rank in the model's group)."""
     return with_neighbour(capture_own(model, optimizer), dist.get_world_size(),
-                          dist.get_rank())
+                          dist.get_rank(), device=device_of(model))
 
 
 def _flat_of_optimizer_index(model: FullyShardedDataParallel, optimizer) -> Dict[int, tuple]:
@@ -147,7 +157,8 @@ def load(model: FullyShardedDataParallel, optimizer, held: Dict[int, Any], old_w
     received = exchange(outgoing)
     have = dict(held)
     for payload in received.values():
-        have.update(packed.unpack(payload))
+        have.update(packed.unpack(payload, device_of(model)))
+    received = payload = None  # the receive buffer: every shard is a copy now
     if same_layout:
         own = have[me]
         with FullyShardedDataParallel.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):

@@ -72,11 +72,6 @@ def job_rank() -> int:
     return int(os.environ.get("RANK", dist.get_rank()))
 
 
-def _on_gpu(model: torch.nn.Module) -> bool:
-    """Whether the model's parameters live on a GPU."""
-    return any(p.is_cuda for p in model.parameters())
-
-
 def _tensor_bytes(obj) -> int:
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
@@ -153,8 +148,16 @@ class _BackgroundExchange:
     rank. The snapshot is pending from the exchange's end and in force from
     the barrier's, as in the synchronous commit."""
 
-    def __init__(self, state: "State", snapshot: Dict[str, Any], own: Dict[str, Any], group):
+    def __init__(self, state: "State", snapshot: Dict[str, Any], own: Dict[str, Any], group,
+                 device: Optional[torch.device]):
         self._state, self._snapshot, self._own, self._group = state, snapshot, own, group
+        self._device = device
+        # The shard's copy was queued on the caller's stream: the thread's
+        # own copies of it wait for that point.
+        self._ready = None
+        if device is not None:
+            self._ready = torch.cuda.Event()
+            self._ready.record(torch.cuda.current_stream(device))
         self._error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, name="distkit-elastic-exchange",
                                          daemon=True)
@@ -162,15 +165,23 @@ class _BackgroundExchange:
 
     def _run(self) -> None:
         try:
+            if self._ready is not None:
+                self._ready.synchronize()
             snapshot = self._snapshot
             snapshot["shards"] = sharded_snapshot.with_neighbour(
-                self._own, snapshot["world"], snapshot["own"], self._group)
+                self._own, snapshot["world"], snapshot["own"], self._group, self._device)
             self._state._pending = snapshot
             dist.barrier(group=self._group)
             self._state._pending = None
             self._state._held = snapshot
         except BaseException as e:  # noqa: BLE001 - raised again by wait()
             self._error = e
+
+    def abort(self) -> None:
+        """A member was lost: the exchange cannot complete (its group holds
+        every member) and must not wait out the group's timeout. Local."""
+        if self._thread.is_alive():
+            self._group.abort()
 
     def wait(self) -> None:
         """Raises the exchange's error as it was (a lost peer keeps its
@@ -189,22 +200,23 @@ class State:
     keyword ``counters`` (epoch, step, ...) become attributes, saved and
     restored with the rest.
 
-    ``overlap_commit`` (default None: decided per model, below; True or
-    False decides for every model). A data-parallel model's parameters
+    ``overlap_commit`` (default None). A data-parallel model's parameters
     that ``optimizer`` steps and its state are copied by a background
     thread while the next step's forward and backward run, and the
     optimizer's next ``step()`` waits for the copy (the buffers, the
-    counters, the sampler and the RNG states are copied at once); by
-    default always. Code that changes parameters in place outside
-    ``optimizer.step()`` between a commit and the next step needs
-    ``overlap_commit=False``. A sharded model's commit copies this rank's
-    shard at once and exchanges it with the neighbours on a thread of its
-    own (over a group of the state's, beside the training's collectives),
-    confirmed there by a barrier; the next commit, or a recovery, waits for
-    it first. By default only when the shards are on a GPU, whose steps
-    leave the CPU free for it: with the steps on busy CPU cores the thread
-    takes their time instead (tools/dkbench/RESULTS.md, "FSDP's commit in
-    the background"), so there the exchange runs inside ``commit()``."""
+    counters, the sampler and the RNG states are copied at once); unless
+    ``overlap_commit=False``, which code that changes parameters in place
+    outside ``optimizer.step()`` between a commit and the next step needs.
+    A sharded model's commit exchanges shards with the neighbours inside
+    ``commit()``; with ``overlap_commit=True`` it copies this rank's shard
+    at once and runs the exchange on a thread of its own (over a group of
+    the state's, beside the training's collectives), confirmed there by a
+    barrier, and the next commit, a recovery or the end of ``elastic.run``
+    waits for it. Not on a pure NCCL world (its group would be a second
+    NCCL communicator beside the training's, which NCCL does not order),
+    and not by default: with the steps on busy CPU cores the thread takes
+    their time instead (tools/dkbench/RESULTS.md, "FSDP's commit in the
+    background"), and the GPU case is not measured yet."""
 
     def __init__(self, model: Optional[torch.nn.Module] = None,
                  optimizer: Optional[torch.optim.Optimizer] = None, sampler=None,
@@ -219,8 +231,8 @@ class State:
         sharded = sharded_snapshot.is_sharded(model)
         # Only with an optimizer, whose step is what waits for the copy.
         self._overlap = overlap_commit is not False and optimizer is not None and not sharded
-        self._overlap_exchange = sharded and (
-            overlap_commit if overlap_commit is not None else _on_gpu(model))
+        # Asked for; each commit decides with the others (_exchange_beside).
+        self._overlap_exchange = sharded and overlap_commit is True
         # The group the exchange runs over, made over the default group
         # (held weakly: a new world after a recovery gets a new one).
         self._exchange_group = None
@@ -271,6 +283,8 @@ class State:
         copying, self._copying = self._copying, None
         if copying is None:
             return
+        if recovering and isinstance(copying, _BackgroundExchange):
+            copying.abort()  # what it had (pending) stays; the barrier cannot pass
         try:
             copying.wait()
         except errors.DistkitError as e:
@@ -294,7 +308,8 @@ class State:
 
     @property
     def commits(self) -> int:
-        """How many snapshots the job has committed (the same on every rank)."""
+        """How many snapshots the job has taken (the same on every rank; the
+        last may still be confirming on its thread)."""
         return self._commits
 
     def commit(self) -> None:
@@ -305,16 +320,19 @@ class State:
         In a job that shrank, a replacement that came late and waits is
         grown back in from here (elastic.run)."""
         self._settle()  # the previous commit's copy or exchange first
-        rng = dist.all_gather_object((job_rank(), _rng_states()))
+        # Every rank's RNG states, and whether it may exchange its shard on
+        # a thread: all must, or none does.
+        gathered = dist.all_gather_object((job_rank(), _rng_states(), self._exchange_beside()))
         snapshot = self._capture(self._commits + 1)
-        snapshot["rng"] = dict(rng)
-        if self._overlap_exchange and dist.get_world_size() > 1:
+        snapshot["rng"] = {r: states for r, states, _ in gathered}
+        if all(beside for _, _, beside in gathered) and dist.get_world_size() > 1:
             # This rank's shard copied now; the exchange and its
             # confirmation beside the next steps.
             own = sharded_snapshot.capture_own(self.model, self.optimizer)
             snapshot["world"] = dist.get_world_size()
             snapshot["own"] = dist.get_rank()
-            self._copying = _BackgroundExchange(self, snapshot, own, self._group_for_exchange())
+            self._copying = _BackgroundExchange(self, snapshot, own, self._group_for_exchange(),
+                                                sharded_snapshot.device_of(self.model))
         elif sharded_snapshot.is_sharded(self.model):
             # This rank's shard and a copy of its neighbour's (collective).
             snapshot["shards"] = sharded_snapshot.capture(self.model, self.optimizer)
@@ -333,7 +351,19 @@ class State:
             self._copying = _BackgroundCopy(deferred)
         self._commits += 1
         if membership.replacement_waiting():
-            raise membership.ReplacementWaiting()  # elastic.run grows it in
+            # elastic.run grows it in from this commit: whole first (a loss
+            # in the exchange comes out of commit() like any lost peer).
+            self._settle()
+            raise membership.ReplacementWaiting()
+
+    def _exchange_beside(self) -> bool:
+        """Whether this rank may exchange its shard on a thread: asked for,
+        and the world carries host memory on a host transport. A pure NCCL
+        world would make the exchange's group a second NCCL communicator
+        used beside the training's, which NCCL does not order: the exchange
+        stays inside commit() there."""
+        return self._overlap_exchange and dist.groups.transport(
+            dist.groups.library_default_group()) != "nccl"
 
     def _group_for_exchange(self):
         """The state's own group over the default group's ranks (collective
