@@ -193,10 +193,16 @@ TEST(SimCuda, OutOfBoundsAndUseAfterFreeAbort) {
   EXPECT_NE(r.err.find("use after free"), std::string::npos) << r.err;
 }
 
-// The producer's chain: 20 steps of up to 1 ms each (DKSIM_MAX_DELAY_US)
-// take about 10 ms, against at most 1 ms for the one step that reads: a
-// reader that does not wait is early even when the machine is loaded.
+// The producer's chain: 20 steps of up to 1 ms each (DKSIM_MAX_DELAY_US),
+// after kHoldUs of device work (dksimStreamSleep) at its head, against at
+// most 1 ms for the one step that reads. Without the hold the chain took
+// about 10 ms, and on a loaded CI machine the child issuing the read was
+// now and then descheduled longer than that, so a reader that did not wait
+// came late and read the right data (2 runs in 10, once): with the hold, a
+// reader that does not wait is early unless its own next call comes 200 ms
+// late.
 constexpr int kSteps = 20;
+constexpr long kHoldUs = 200000;
 
 // Producer writes 42 into `buf` after a chain of delayed steps on stream p;
 // the consumer copies it on stream c, waiting for an event or not. Returns
@@ -218,6 +224,7 @@ int ProducerConsumer(bool wait, unsigned consumer_flags) {
       api.cudaEventCreateWithFlags(&done, cudaEventDisableTiming)) {
     return 2;
   }
+  if (api.dksimStreamSleep(p, kHoldUs)) return 2;
   for (int step = 1; step <= kSteps; ++step) {
     if (api.cudaMemsetAsync(buf, step == kSteps ? 42 : step, 64, p)) return 2;
   }
@@ -267,6 +274,7 @@ int LegacyAfterStream(unsigned flags) {
   }
   cudaStream_t s;
   if (api.cudaStreamCreateWithFlags(&s, flags)) return 2;
+  if (api.dksimStreamSleep(s, kHoldUs)) return 2;
   for (int step = 1; step <= kSteps; ++step) {
     if (api.cudaMemsetAsync(buf, step == kSteps ? 42 : step, 64, s)) return 2;
   }
@@ -296,6 +304,7 @@ int StreamAfterLegacy(unsigned flags) {
   }
   cudaStream_t s;
   if (api.cudaStreamCreateWithFlags(&s, flags)) return 2;
+  if (api.dksimStreamSleep(cudaStreamLegacy, kHoldUs)) return 2;
   for (int step = 1; step <= kSteps; ++step) {
     if (api.cudaMemsetAsync(buf, step == kSteps ? 42 : step, 64,
                             cudaStreamLegacy)) {
@@ -341,6 +350,7 @@ int NonBlockingReadAfterCudaMemcpy() {
   cudaStream_t s;
   if (api.cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) return 2;
   // Earlier work on the legacy stream, which the copy queues behind.
+  if (api.dksimStreamSleep(cudaStreamLegacy, kHoldUs)) return 2;
   for (int step = 1; step < kSteps; ++step) {
     if (api.cudaMemsetAsync(buf, step, 64, cudaStreamLegacy)) return 2;
   }

@@ -93,6 +93,7 @@ struct Api {
   long (*dksimLiveAllocations)(int) = nullptr;
   long (*dksimCopyCount)(int) = nullptr;
   long (*dksimMemsetCount)(void) = nullptr;
+  cudaError_t (*dksimStreamSleep)(cudaStream_t, long) = nullptr;
 };
 
 inline const char* LibraryPath() {
@@ -177,6 +178,7 @@ inline const Api& Load() {
     DK_GET(dksimLiveAllocations);
     DK_GET(dksimCopyCount);
     DK_GET(dksimMemsetCount);
+    DK_GET(dksimStreamSleep);
 #undef DK_GET
     return a;
   }();
