@@ -111,6 +111,16 @@ std::vector<double> Values(DataType dt, ReduceOp op, int r, int64_t n) {
   return v;
 }
 
+// A scatter root's input of n elements per part: part k holds "rank k"'s
+// sum values.
+std::vector<double> PartsOfEveryRank(DataType dt, int64_t n) {
+  std::vector<double> parts(n * size);
+  for (int64_t i = 0; i < n * size; ++i) {
+    parts[i] = Value(dt, ReduceOp::kSum, static_cast<int>(i / n), i % n);
+  }
+  return parts;
+}
+
 // (operation, dtype) -> the checks run; printed at the end.
 std::map<std::string, int> matrix;
 
@@ -193,9 +203,7 @@ void Matrix(ProcessGroup& g) {
                                  [&](int64_t i) { return of(i / n, i % n); }),
              dt);
       // scatter: the root's input part k is "rank k"'s values.
-      std::vector<double> parts(n * size);
-      for (int64_t i = 0; i < n * size; ++i) parts[i] = of(i / n, i % n);
-      GpuTensor source(dt, parts, device);
+      GpuTensor source(dt, PartsOfEveryRank(dt, n), device);
       GpuTensor part(dt, std::vector<double>(n, 0), device);
       s = g.Scatter(source.ref(), part.ref(), root);
       Expect(s, "scatter " + at,
@@ -891,9 +899,7 @@ void OverlappingOutputs(ProcessGroup& g) {
                         [&](int64_t i) { return of(i / n, i % n); }),
           dt);
     }
-    std::vector<double> parts(n * size);
-    for (int64_t i = 0; i < n * size; ++i) parts[i] = of(i / n, i % n);
-    GpuTensor source(dt, parts, device);
+    GpuTensor source(dt, PartsOfEveryRank(dt, n), device);
     GpuTensor part(dt, std::vector<double>(n, 0), device);
     const TensorRef into = rank == root ? Part(source, 0, n) : part.ref();
     s = g.Scatter(source.ref(), into, root);

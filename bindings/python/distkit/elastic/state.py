@@ -111,7 +111,27 @@ def _containers(obj, slots: List[Tuple[Any, Any]]):
     return copy.deepcopy(obj)
 
 
-class _BackgroundCopy:
+class _OnItsThread:
+    """A commit's work (``_work``) on a thread of its own while the caller
+    goes on; ``_join`` waits and gives what it raised, if anything."""
+
+    def _start(self, name: str) -> None:
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException as e:  # noqa: BLE001 - given to the waiter by _join
+            self._error = e
+
+    def _join(self) -> Optional[BaseException]:
+        self._thread.join()
+        return self._error
+
+
+class _BackgroundCopy(_OnItsThread):
     """Clones the tensors at `slots` in place, on a thread of its own, while
     the caller goes on (torch's copies release the GIL). Nothing may change
     those tensors until wait() returns: State waits before the optimizer's
@@ -119,27 +139,20 @@ class _BackgroundCopy:
 
     def __init__(self, slots: List[Tuple[Any, Any]]):
         self._slots = slots
-        self._error: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._run, name="distkit-elastic-commit",
-                                         daemon=True)
-        self._thread.start()
+        self._start("distkit-elastic-commit")
 
-    def _run(self) -> None:
-        try:
-            with torch.no_grad():
-                for container, key in self._slots:
-                    container[key] = container[key].detach().clone()
-        except BaseException as e:  # noqa: BLE001 - raised again by wait()
-            self._error = e
+    def _work(self) -> None:
+        with torch.no_grad():
+            for container, key in self._slots:
+                container[key] = container[key].detach().clone()
 
     def wait(self) -> None:
-        self._thread.join()
-        if self._error is not None:
-            raise RuntimeError(f"distkit.elastic: the commit's copy failed: {self._error}") \
-                from self._error
+        error = self._join()
+        if error is not None:
+            raise RuntimeError(f"distkit.elastic: the commit's copy failed: {error}") from error
 
 
-class _BackgroundExchange:
+class _BackgroundExchange(_OnItsThread):
     """A sharded commit's exchange, on a thread of its own while training
     goes on: this rank's shard (already copied) to its neighbour and the
     neighbour's here, over `group` (the state's own group over the same
@@ -158,24 +171,18 @@ class _BackgroundExchange:
         if device is not None:
             self._ready = torch.cuda.Event()
             self._ready.record(torch.cuda.current_stream(device))
-        self._error: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._run, name="distkit-elastic-exchange",
-                                         daemon=True)
-        self._thread.start()
+        self._start("distkit-elastic-exchange")
 
-    def _run(self) -> None:
-        try:
-            if self._ready is not None:
-                self._ready.synchronize()
-            snapshot = self._snapshot
-            snapshot["shards"] = sharded_snapshot.with_neighbour(
-                self._own, snapshot["world"], snapshot["own"], self._group, self._device)
-            self._state._pending = snapshot
-            dist.barrier(group=self._group)
-            self._state._pending = None
-            self._state._held = snapshot
-        except BaseException as e:  # noqa: BLE001 - raised again by wait()
-            self._error = e
+    def _work(self) -> None:
+        if self._ready is not None:
+            self._ready.synchronize()
+        snapshot = self._snapshot
+        snapshot["shards"] = sharded_snapshot.with_neighbour(
+            self._own, snapshot["world"], snapshot["own"], self._group, self._device)
+        self._state._pending = snapshot
+        dist.barrier(group=self._group)
+        self._state._pending = None
+        self._state._held = snapshot
 
     def abort(self) -> None:
         """A member was lost: the exchange cannot complete (its group holds
@@ -186,9 +193,9 @@ class _BackgroundExchange:
     def wait(self) -> None:
         """Raises the exchange's error as it was (a lost peer keeps its
         code: the caller may be recovering from that loss already)."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
+        error = self._join()
+        if error is not None:
+            raise error
 
 
 class State:
