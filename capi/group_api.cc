@@ -40,14 +40,19 @@ absl::StatusOr<dist::InitOptions> ReadInitConfig(
     const dk_init_config_t* config) {
   DK_ASSIGN_OR_RETURN(
       dk_init_config_t c,
-      ReadVersionedStruct(config, &dk_init_config_init, "dk_init_config",
-                          {DK_FIELD_SPAN(dk_init_config_t, backend),
-                           DK_FIELD_SPAN(dk_init_config_t, timeout_ms)}));
+      ReadVersionedStruct(
+          config, &dk_init_config_init, "dk_init_config",
+          {DK_FIELD_SPAN(dk_init_config_t, backend),
+           DK_FIELD_SPAN(dk_init_config_t, timeout_ms),
+           DK_FIELD_SPAN(dk_init_config_t, connect_timeout_ms)}));
   dist::InitOptions options;
   options.backend = c.backend != nullptr ? c.backend : "gloo";
   if (c.timeout_ms <= 0)
     return absl::InvalidArgumentError("config: timeout_ms must be > 0");
   options.timeout = absl::Milliseconds(c.timeout_ms);
+  if (c.connect_timeout_ms > 0) {
+    options.connect_timeout = absl::Milliseconds(c.connect_timeout_ms);
+  }
   return options;
 }
 

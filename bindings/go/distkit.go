@@ -146,6 +146,10 @@ func LibraryVersion() (major, minor int) {
 type InitOptions struct {
 	Backend string
 	Timeout time.Duration
+	// ConnectTimeout bounds how long init waits for the job's ranks to join
+	// and connect; zero means Timeout. A job may start slowly and still fail
+	// its collectives fast.
+	ConnectTimeout time.Duration
 }
 
 func initConfig(o InitOptions) (C.dk_init_config_t, func()) {
@@ -159,6 +163,13 @@ func initConfig(o InitOptions) (C.dk_init_config_t, func()) {
 	}
 	if o.Timeout > 0 {
 		config.timeout_ms = C.int64_t(o.Timeout.Milliseconds())
+	}
+	if o.ConnectTimeout > 0 {
+		ms := o.ConnectTimeout.Milliseconds()
+		if ms < 1 {
+			ms = 1
+		}
+		config.connect_timeout_ms = C.int64_t(ms)
 	}
 	return config, free
 }

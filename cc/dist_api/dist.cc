@@ -96,6 +96,12 @@ absl::StatusOr<int> ReplacementNumber() {
 
 namespace {
 
+absl::Duration ConnectTimeout(const InitOptions& options) {
+  return options.connect_timeout > absl::ZeroDuration()
+             ? options.connect_timeout
+             : options.timeout;
+}
+
 absl::Status Join(std::shared_ptr<Store> store,
                   std::unique_ptr<StoreServer> server, int rank, int size,
                   const InitOptions& options, const std::string& hostname,
@@ -109,6 +115,7 @@ absl::Status Join(std::shared_ptr<Store> store,
   GroupOptions group_options;
   group_options.backend = options.backend;
   group_options.timeout = options.timeout;
+  group_options.connect_timeout = ConnectTimeout(options);
   group_options.hostname = hostname;
   group_options.local_rank = local_rank;
   // The n-th world this process joins rendezvouses under "world<n>/": a job
@@ -124,7 +131,7 @@ absl::Status Join(std::shared_ptr<Store> store,
     // over, so it joins the survivors' grow instead (cc/group/grow.h).
     DK_ASSIGN_OR_RETURN(s.world,
                         JoinGrownWorld(std::move(world_store), rank, size,
-                                       group_options, options.timeout));
+                                       group_options, ConnectTimeout(options)));
   } else {
     DK_ASSIGN_OR_RETURN(
         s.world, ProcessGroup::CreateWorld(std::move(world_store), rank, size,
@@ -199,7 +206,7 @@ absl::Status InitDist(absl::string_view launcher_name,
   // Init as a whole is bounded by the timeout: every store call under it
   // (rendezvous, Gloo's address exchange, the shared-memory decision) ends by
   // then, even when the store host dies or freezes during init.
-  ScopedStoreDeadline init_deadline(absl::Now() + options.timeout);
+  ScopedStoreDeadline init_deadline(absl::Now() + ConnectTimeout(options));
   DK_ASSIGN_OR_RETURN(Launcher launcher, ParseLauncher(launcher_name));
   if (launcher == Launcher::kNone) {
     return absl::InvalidArgumentError("Invalid launcher type: none");
@@ -284,7 +291,7 @@ absl::StatusOr<RendezvousInfo> LauncherInfo(absl::string_view launcher_name) {
 
 absl::Status InitDistWithStore(std::shared_ptr<Store> store, int rank, int size,
                                const InitOptions& options) {
-  ScopedStoreDeadline init_deadline(absl::Now() + options.timeout);
+  ScopedStoreDeadline init_deadline(absl::Now() + ConnectTimeout(options));
   DK_RETURN_IF_ERROR(CheckBackend(options.backend));
   return Join(std::move(store), nullptr, rank, size, options, "");
 }
@@ -460,6 +467,7 @@ absl::Status InitLocalGroup(int node_rank, int num_gpus_per_node) {
   GroupOptions options;
   options.backend = world->backend_name();
   options.timeout = world->timeout();
+  options.connect_timeout = world->options().connect_timeout;
   // One group per node and layout (a replaced group's name is not reused).
   options.name = absl::StrCat("local", node_rank, "x", num_gpus_per_node);
   DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> local,

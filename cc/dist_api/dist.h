@@ -31,6 +31,10 @@ struct InitOptions {
   std::string backend = "gloo";
   // Per-operation timeout of the default group (mmengine passes seconds).
   absl::Duration timeout = absl::Minutes(30);
+  // How long init waits for the job's ranks to join and connect; zero:
+  // `timeout`. Bounds init as a whole, so a job can allow a slow start and
+  // still fail its collectives fast.
+  absl::Duration connect_timeout = absl::ZeroDuration();
   // Slurm: the port argument of mmengine's _init_dist_slurm.
   std::optional<int> port;
 };

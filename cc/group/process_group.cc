@@ -109,7 +109,7 @@ absl::Status ProcessGroup::Connect(std::unique_ptr<Backend> split) {
     config.size = size();
     config.local_rank = options_.local_rank;
     config.hostname = options_.hostname;
-    config.timeout = options_.timeout;
+    config.timeout = ConnectTimeout();
     config.names = RankNames(global_ranks_);
     absl::StatusOr<std::unique_ptr<Backend>> made = (*factory)(config);
     if (!made.ok()) {
@@ -128,10 +128,16 @@ absl::Status ProcessGroup::Connect(std::unique_ptr<Backend> split) {
   ctx.group_name = name_;
   // Under init's deadline (ScopedStoreDeadline), the handshake gets only
   // what is left of it: init as a whole stays within its timeout.
-  ctx.timeout = ClampToStoreDeadline(options_.timeout);
+  ctx.timeout = ClampToStoreDeadline(ConnectTimeout());
   absl::Status joined = contract_->Record(contract_->Barrier(ctx));
   if (!joined.ok()) joined = WithJobFailure(*store_, joined, kWhyWait);
   return Annotate(joined, creating);
+}
+
+absl::Duration ProcessGroup::ConnectTimeout() const {
+  return options_.connect_timeout > absl::ZeroDuration()
+             ? options_.connect_timeout
+             : options_.timeout;
 }
 
 absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(

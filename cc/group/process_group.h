@@ -62,6 +62,11 @@ struct GroupOptions {
   int local_rank = 0;
   // Per-operation timeout (c10d's default for process groups is 30 min).
   absl::Duration timeout = absl::Minutes(30);
+  // How long creating the group waits for its members to connect; zero:
+  // `timeout`. A job whose ranks start far apart (a loaded machine, a
+  // scheduler that starts nodes late) may join slowly and still want its
+  // collectives to fail fast. NewGroup takes the caller's.
+  absl::Duration connect_timeout = absl::ZeroDuration();
   // The address other ranks reach this rank's Gloo device at. Empty:
   // $DISTKIT_GLOO_HOSTNAME, else the address of the interface
   // $DISTKIT_SOCKET_IFNAME / $GLOO_SOCKET_IFNAME names, else that of the
@@ -193,6 +198,8 @@ class ProcessGroup {
   // Builds this member's backend (from the registry, unless `split` derived
   // it from the parent) and waits for every member.
   absl::Status Connect(std::unique_ptr<Backend> split);
+  // Creating the group waits this long for its members (GroupOptions).
+  absl::Duration ConnectTimeout() const;
   // Checks membership and the poisoned state, then numbers and queues `body`.
   // One operation, checked and ready to run: inline (RunSync) or queued
   // (Submit). `peer` >= 0 marks a send or receive with that peer.

@@ -14,8 +14,9 @@
  * FAULT_EXIT_RANK=r: that rank exits (0, silently) before dk_init, a rank
  * that dies during rendezvous. FAULT_GO_FILE=path: wait (up to 120 s) until
  * that file exists before dk_init, so that ranks a test spawned at different
- * moments start init together and init's bound (FAULT_TIMEOUT_MS, the op
- * timeout too) measures init, not the spawning. */
+ * moments start init together and init's bound (FAULT_CONNECT_TIMEOUT_MS,
+ * by default FAULT_TIMEOUT_MS, the op timeout) measures init, not the
+ * spawning. */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>
@@ -62,6 +63,7 @@ int main(void) {
   dk_init_config_t cfg;
   dk_init_config_init(&cfg);
   cfg.timeout_ms = env_int("FAULT_TIMEOUT_MS", 3000);
+  cfg.connect_timeout_ms = env_int("FAULT_CONNECT_TIMEOUT_MS", 0);
   const char* launcher = getenv("FAULT_LAUNCHER");
   const char* backend = getenv("FAULT_BACKEND");
   if (backend != NULL && *backend) cfg.backend = backend;

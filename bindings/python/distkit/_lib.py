@@ -86,6 +86,7 @@ class InitConfig(ctypes.Structure):
         ("struct_size", ctypes.c_size_t),
         ("backend", ctypes.c_char_p),
         ("timeout_ms", ctypes.c_int64),
+        ("connect_timeout_ms", ctypes.c_int64),
     ]
 
 
@@ -108,7 +109,7 @@ class LauncherInfo(ctypes.Structure):
 
 # ---- Constants (the header's DK_* values; status codes live in errors.py) ----
 
-ABI_MAJOR, ABI_MINOR = 0, 8
+ABI_MAJOR, ABI_MINOR = 0, 9
 
 OP_SUM, OP_PRODUCT, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, OP_MEAN = range(8)
 # mmengine's op names (mean is all_reduce's own, not a reduce op there).

@@ -76,7 +76,7 @@ def main():
         tdist.init_process_group(
             "gloo", init_method=torch_init_method(),
             rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
-    dist.init_dist("pytorch", backend="gloo", timeout=60)
+    dist.init_dist("pytorch", backend="gloo", timeout=60, connect_timeout=60)
     rank, n = dist.get_dist_info()
     check((rank, n) == (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])), "dist info")
     if with_torch:

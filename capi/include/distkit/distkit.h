@@ -73,7 +73,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------ */
 
 #define DK_ABI_MAJOR 0
-#define DK_ABI_MINOR 8
+#define DK_ABI_MINOR 9
 
 /* Local. Checks that this header (major, minor) can use the loaded library:
  * same major, and a minor no newer than the library's. DK_FAILED_PRECONDITION
@@ -300,6 +300,10 @@ typedef struct dk_init_config {
   size_t struct_size;  /* sizeof(dk_init_config_t) */
   const char* backend; /* "gloo" (default); copied */
   int64_t timeout_ms;  /* per collective; default 1800000 (30 min) */
+  /* ABI 0.9: how long init waits for the job's ranks to join and connect
+   * (init as a whole, and each group init makes); <= 0, the default:
+   * timeout_ms. A job may start slowly and still fail its collectives fast. */
+  int64_t connect_timeout_ms;
 } dk_init_config_t;
 
 /* Local. Fills the defaults. */
@@ -320,7 +324,8 @@ DK_EXPORT void dk_init_config_init(dk_init_config_t* config);
  * With DISTKIT_REPLACEMENT=<n> (n > 0; distrun --max-replacements sets it
  * in a process started in place of a lost rank), dk_init joins the
  * survivors' dk_group_grow instead of the world's rendezvous and returns the
- * grown group as the world (ABI 0.7); it waits up to timeout_ms for them. */
+ * grown group as the world (ABI 0.7); it waits up to connect_timeout_ms
+ * for them. */
 DK_EXPORT dk_status_t dk_init(const char* launcher,
                               const dk_init_config_t* config,
                               dk_group_t** world_out, dk_error_t** err);

@@ -58,7 +58,10 @@ def launcher_info(launcher: Optional[str] = None) -> LauncherInfo:
 
 
 def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
-    """Joins the job. ``timeout`` (seconds) becomes the per-collective timeout."""
+    """Joins the job. ``timeout`` (seconds) becomes the per-collective timeout;
+    ``connect_timeout`` (seconds, distkit's own) bounds how long joining waits
+    for the job's ranks, ``timeout`` when not given."""
+    connect_timeout = kwargs.pop("connect_timeout", None)
     timeout = kwargs.get("timeout", None)
     if timeout is not None:
         try:
@@ -87,6 +90,8 @@ def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
     config.backend = backend.encode()
     if kwargs.get("timeout") is not None:
         config.timeout_ms = int(kwargs["timeout"].total_seconds() * 1000)
+    if connect_timeout is not None:
+        config.connect_timeout_ms = max(1, int(float(connect_timeout) * 1000))
     if launcher == "slurm" and kwargs.get("port") is not None:
         os.environ["MASTER_PORT"] = str(kwargs["port"])
     _select_cuda_device(launcher)

@@ -49,7 +49,7 @@ pub struct DLTensor {
 // ---- Versions and errors --------------------------------------------------
 
 pub const DK_ABI_MAJOR: i32 = 0;
-pub const DK_ABI_MINOR: i32 = 8;
+pub const DK_ABI_MINOR: i32 = 9;
 
 pub type dk_status_t = i32;
 
@@ -158,6 +158,8 @@ pub struct dk_init_config_t {
     pub struct_size: usize,
     pub backend: *const c_char,
     pub timeout_ms: i64,
+    /// ABI 0.9; <= 0: `timeout_ms`.
+    pub connect_timeout_ms: i64,
 }
 
 #[repr(C)]

@@ -62,11 +62,14 @@ pub struct InitOptions {
     pub backend: String,
     /// Per collective.
     pub timeout: Duration,
+    /// How long init waits for the job's ranks to join and connect; `None`:
+    /// `timeout`. A job may start slowly and still fail its collectives fast.
+    pub connect_timeout: Option<Duration>,
 }
 
 impl Default for InitOptions {
     fn default() -> Self {
-        InitOptions { backend: "gloo".to_string(), timeout: Duration::from_secs(1800) }
+        InitOptions { backend: "gloo".to_string(), timeout: Duration::from_secs(1800), connect_timeout: None }
     }
 }
 
@@ -79,6 +82,9 @@ fn with_config<R>(options: &InitOptions, f: impl FnOnce(&sys::dk_init_config_t) 
     };
     config.backend = backend.as_ptr();
     config.timeout_ms = options.timeout.as_millis().min(i64::MAX as u128) as i64;
+    if let Some(connect) = options.connect_timeout {
+        config.connect_timeout_ms = connect.as_millis().clamp(1, i64::MAX as u128) as i64;
+    }
     f(&config)
 }
 

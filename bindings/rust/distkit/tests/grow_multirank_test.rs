@@ -75,7 +75,7 @@ fn main() {
     let direct = std::env::args().nth(1).as_deref() == Some("direct");
     let shrunk_steps = if direct { 0 } else { SHRUNK_STEPS };
     let replacement = std::env::var("DISTKIT_REPLACEMENT").unwrap_or_default();
-    let options = InitOptions { timeout: TIMEOUT, ..InitOptions::default() };
+    let options = InitOptions { timeout: TIMEOUT, connect_timeout: Some(TIMEOUT), ..InitOptions::default() };
     let world = distkit::init("pytorch", &options).unwrap_or_else(|e| fail(-1, format!("init: {e}")));
     let (rank, size) = (world.rank(), world.size());
     if size < 2 {

@@ -98,7 +98,7 @@ func main() {
 		wantCounter = dieAt
 	}
 	replacement := os.Getenv("DISTKIT_REPLACEMENT")
-	world, err := dk.Init("pytorch", dk.InitOptions{Timeout: timeout})
+	world, err := dk.Init("pytorch", dk.InitOptions{Timeout: timeout, ConnectTimeout: timeout})
 	if err != nil {
 		fail("init: %v", err)
 	}
