@@ -40,6 +40,7 @@ TEST(HeaderTest, ConfigDefaults) {
   dk_init_config_init(&c);
   EXPECT_STREQ(c.backend, "gloo");
   EXPECT_EQ(c.timeout_ms, 1800000);
+  EXPECT_EQ(c.connect_timeout_ms, 0);  // the op timeout
 }
 
 TEST(HeaderTest, ErrorsWithoutInit) {

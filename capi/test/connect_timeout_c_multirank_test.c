@@ -1,10 +1,11 @@
 /* Joining and collectives have their own bounds (connect_timeout_ms, ABI
- * 0.9): every rank's op timeout is 1 s and its connect timeout 30 s. The
- * last rank starts init 2.5 s after the others, so init must wait past the
+ * 0.9): every rank's op timeout is 3 s and its connect timeout 30 s. The
+ * last rank starts init 6 s after the others, so init must wait past the
  * op timeout and still join; an all_reduce then checks the connections.
- * Before the next all_reduce the last rank sleeps 3 s: the others must end
- * it with DK_DEADLINE_EXCEEDED, which they can only get from the 1 s op
- * timeout (the 30 s one would have seen the late rank arrive). */
+ * Before the next all_reduce the last rank sleeps 8 s: the others must end
+ * it with DK_DEADLINE_EXCEEDED, which they can only get from the 3 s op
+ * timeout (the 30 s one would have seen the late rank arrive). The margins
+ * are seconds, so a loaded machine's stalls cannot decide the outcome. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,13 +45,13 @@ int main(void) {
   }
   const int late = atoi(size_env) - 1;
   rank_ = atoi(rank_env);
-  if (rank_ == late) sleep_ms(2500);
+  if (rank_ == late) sleep_ms(6000);
 
   dk_init_config_t cfg;
   dk_init_config_init(&cfg);
   check(cfg.connect_timeout_ms <= 0,
         "connect_timeout_ms defaults to timeout_ms");
-  cfg.timeout_ms = 1000;
+  cfg.timeout_ms = 3000;
   cfg.connect_timeout_ms = 30000;
   dk_group_t* world = NULL;
   dk_error_t* err = NULL;
@@ -63,7 +64,7 @@ int main(void) {
   const int size = dk_group_size(world);
   check(dk_group_rank(world) == rank_, "the world rank is RANK");
   if (rank_ != late) {
-    printf("rank %d joined after %.1f s (op timeout 1 s)\n", rank_,
+    printf("rank %d joined after %.1f s (op timeout 3 s)\n", rank_,
            now_s() - init_start);
   }
 
@@ -76,7 +77,7 @@ int main(void) {
   }
   check(x == (float)(size * (size + 1) / 2), "the sum of rank + 1");
 
-  if (rank_ == late) sleep_ms(3000);
+  if (rank_ == late) sleep_ms(8000);
   x = 1.0f;
   const double op_start = now_s();
   const dk_status_t s = dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err);

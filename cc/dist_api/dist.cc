@@ -96,6 +96,12 @@ absl::StatusOr<int> ReplacementNumber() {
 
 namespace {
 
+// The node-local group, made within `connect_timeout` (zero: the op
+// timeout); defined below, beside the public functions they serve.
+absl::Status MakeLocalGroup(int node_rank, int num_gpus_per_node,
+                            absl::Duration connect_timeout);
+absl::Status LocalGroupFromLauncher(absl::Duration connect_timeout);
+
 absl::Duration ConnectTimeout(const InitOptions& options) {
   return options.connect_timeout > absl::ZeroDuration()
              ? options.connect_timeout
@@ -194,8 +200,8 @@ ParseOptions ParseOptionsFor(Launcher launcher, const Environment& env,
 // gives one, on every rank whatever its language (so a job whose ranks are
 // written in different languages makes the same calls). Not determinable:
 // no group, and get_local_rank() raises until init_local_group.
-absl::Status LocalGroupAfterJoin() {
-  absl::Status s = InitLocalGroupFromLauncher();
+absl::Status LocalGroupAfterJoin(const InitOptions& options) {
+  absl::Status s = LocalGroupFromLauncher(ConnectTimeout(options));
   return absl::IsFailedPrecondition(s) ? absl::OkStatus() : s;
 }
 
@@ -203,9 +209,10 @@ absl::Status LocalGroupAfterJoin() {
 
 absl::Status InitDist(absl::string_view launcher_name,
                       const InitOptions& options) {
-  // Init as a whole is bounded by the timeout: every store call under it
-  // (rendezvous, Gloo's address exchange, the shared-memory decision) ends by
-  // then, even when the store host dies or freezes during init.
+  // Init as a whole is bounded by its connect timeout (by default the op
+  // timeout): every store call under it (rendezvous, Gloo's address
+  // exchange, the shared-memory decision) ends by then, even when the store
+  // host dies or freezes during init.
   ScopedStoreDeadline init_deadline(absl::Now() + ConnectTimeout(options));
   DK_ASSIGN_OR_RETURN(Launcher launcher, ParseLauncher(launcher_name));
   if (launcher == Launcher::kNone) {
@@ -226,7 +233,7 @@ absl::Status InitDist(absl::string_view launcher_name,
                               placement.rank, placement.world_size, options, "",
                               placement.local_rank));
       StartJobWatch(nullptr, "");
-      return LocalGroupAfterJoin();
+      return LocalGroupAfterJoin(options);
     }
   }
   Environment env = Environment::FromProcess();
@@ -272,7 +279,7 @@ absl::Status InitDist(absl::string_view launcher_name,
   // The survivors dropped their node-local group when they shrank or grew:
   // a replacement makes none either (init_local_group makes it on all).
   if (replacement > 0) return absl::OkStatus();
-  return LocalGroupAfterJoin();
+  return LocalGroupAfterJoin(options);
 }
 
 absl::StatusOr<RendezvousInfo> LauncherInfo(absl::string_view launcher_name) {
@@ -438,6 +445,13 @@ Device GetCommDevice(const ProcessGroup* group) {
 }
 
 absl::Status InitLocalGroup(int node_rank, int num_gpus_per_node) {
+  return MakeLocalGroup(node_rank, num_gpus_per_node, absl::ZeroDuration());
+}
+
+namespace {
+
+absl::Status MakeLocalGroup(int node_rank, int num_gpus_per_node,
+                            absl::Duration connect_timeout) {
   std::shared_ptr<ProcessGroup> world = GetDefaultGroup();
   if (world == nullptr) {
     return absl::FailedPreconditionError("init_local_group: not distributed");
@@ -467,7 +481,7 @@ absl::Status InitLocalGroup(int node_rank, int num_gpus_per_node) {
   GroupOptions options;
   options.backend = world->backend_name();
   options.timeout = world->timeout();
-  options.connect_timeout = world->options().connect_timeout;
+  options.connect_timeout = connect_timeout;
   // One group per node and layout (a replaced group's name is not reused).
   options.name = absl::StrCat("local", node_rank, "x", num_gpus_per_node);
   DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> local,
@@ -477,8 +491,6 @@ absl::Status InitLocalGroup(int node_rank, int num_gpus_per_node) {
   s.local_from_launcher = false;
   return absl::OkStatus();
 }
-
-namespace {
 
 // The node this rank runs on, as the launcher names it (SLURM_NODEID), else
 // the host name.
@@ -510,9 +522,7 @@ int LayoutFromEnvironment(int rank, int size, int* node) {
   return n;
 }
 
-}  // namespace
-
-absl::Status InitLocalGroupFromLauncher() {
+absl::Status LocalGroupFromLauncher(absl::Duration connect_timeout) {
   std::shared_ptr<ProcessGroup> world = GetDefaultGroup();
   if (world == nullptr) {
     return absl::FailedPreconditionError("init_local_group: not distributed");
@@ -554,10 +564,16 @@ absl::Status InitLocalGroupFromLauncher() {
     s.local_from_launcher = true;
     return absl::OkStatus();
   }
-  DK_RETURN_IF_ERROR(InitLocalGroup(node, per_node));
+  DK_RETURN_IF_ERROR(MakeLocalGroup(node, per_node, connect_timeout));
   absl::MutexLock lock(&s.mu);
   s.local_from_launcher = true;
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status InitLocalGroupFromLauncher() {
+  return LocalGroupFromLauncher(absl::ZeroDuration());
 }
 
 absl::StatusOr<std::shared_ptr<ProcessGroup>> GetLocalGroup() {

@@ -200,8 +200,17 @@ class AgreementJob {
                        call.ok() ? absl::StrJoin(call->present, ",")
                                  : call.status().ToString()));
     // The last rank never comes: the others find it absent once polling
-    // stops.
+    // stops. They start it together (the first roll call lets them go up
+    // to a poll apart, and a descheduled rank later still), so that the
+    // short window decides about the last rank only.
     if (rank_ != last_) {
+      std::vector<std::string> ready;
+      for (int r = 0; r < last_; ++r) {
+        ready.push_back(absl::StrCat("agreement_multirank_test/ready/", r));
+      }
+      CheckOk(env_.store->Set(ready[rank_], "1"), "ready for the late call");
+      CheckOk(env_.store->WaitWithTimeout(ready, absl::Seconds(30)),
+              "every rank but the last ready for the late call");
       call = TakeRollCall(*env_.store, "agreement_multirank_test/late/", rank_,
                           world_.size(), "here",
                           absl::Now() + absl::Milliseconds(300),

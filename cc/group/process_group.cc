@@ -127,7 +127,7 @@ absl::Status ProcessGroup::Connect(std::unique_ptr<Backend> split) {
   ctx.op = OpCode::kNewGroup;
   ctx.group_name = name_;
   // Under init's deadline (ScopedStoreDeadline), the handshake gets only
-  // what is left of it: init as a whole stays within its timeout.
+  // what is left of it: init as a whole stays within its connect timeout.
   ctx.timeout = ClampToStoreDeadline(ConnectTimeout());
   absl::Status joined = contract_->Record(contract_->Barrier(ctx));
   if (!joined.ok()) joined = WithJobFailure(*store_, joined, kWhyWait);
@@ -142,7 +142,9 @@ absl::Duration ProcessGroup::ConnectTimeout() const {
 
 absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
     std::vector<int> ranks) {
-  return NewGroup(std::move(ranks), options_);
+  GroupOptions options = options_;
+  options.connect_timeout = absl::ZeroDuration();  // init's, not a subgroup's
+  return NewGroup(std::move(ranks), std::move(options));
 }
 
 absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(

@@ -65,7 +65,7 @@ struct GroupOptions {
   // How long creating the group waits for its members to connect; zero:
   // `timeout`. A job whose ranks start far apart (a loaded machine, a
   // scheduler that starts nodes late) may join slowly and still want its
-  // collectives to fail fast. NewGroup takes the caller's.
+  // collectives to fail fast. NewGroup(ranks) does not pass it on.
   absl::Duration connect_timeout = absl::ZeroDuration();
   // The address other ranks reach this rank's Gloo device at. Empty:
   // $DISTKIT_GLOO_HOSTNAME, else the address of the interface

@@ -172,6 +172,7 @@ int main(int argc, char** argv) {
   dist::InitOptions options;
   options.backend = "nccl";
   options.timeout = late ? kLateTimeout : kTimeout;
+  options.connect_timeout = kTimeout;  // joining is not what `late` times
   testing::RequireOk(dist::InitDist("pytorch", options), "init_dist");
   std::shared_ptr<ProcessGroup> world = dist::GetDefaultGroup();
   int iteration = -1;

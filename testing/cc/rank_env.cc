@@ -12,7 +12,8 @@ namespace distkit {
 namespace testing {
 
 absl::StatusOr<RankEnv> JoinJob(absl::Duration timeout,
-                                const std::string& backend) {
+                                const std::string& backend,
+                                absl::Duration connect_timeout) {
   RankEnv env;
   Environment vars = Environment::FromProcess();
   DK_ASSIGN_OR_RETURN(env.info, ParseRendezvous(InferLauncher(vars), vars));
@@ -37,6 +38,7 @@ absl::StatusOr<RankEnv> JoinJob(absl::Duration timeout,
   }
   GroupOptions options;
   options.timeout = timeout;
+  options.connect_timeout = connect_timeout;
   options.backend = backend;
   options.local_rank = env.info.local_rank;
   DK_ASSIGN_OR_RETURN(env.world,

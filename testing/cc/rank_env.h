@@ -23,9 +23,14 @@ struct RankEnv {
 };
 
 // `timeout` is the world group's per-operation timeout; `backend` its
-// backend's registry name.
-absl::StatusOr<RankEnv> JoinJob(absl::Duration timeout = absl::Seconds(60),
-                                const std::string& backend = "gloo");
+// backend's registry name; `connect_timeout` how long creating the world
+// waits for the ranks (zero: `timeout`). A test of short op timeouts gives
+// joining its own long bound: a loaded machine's start-up is not what it
+// checks.
+absl::StatusOr<RankEnv> JoinJob(
+    absl::Duration timeout = absl::Seconds(60),
+    const std::string& backend = "gloo",
+    absl::Duration connect_timeout = absl::ZeroDuration());
 
 }  // namespace testing
 }  // namespace distkit

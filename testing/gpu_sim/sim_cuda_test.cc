@@ -402,9 +402,11 @@ TEST(SimCuda, CopiesFromPageableMemoryAreStagedAndToItWait) {
         int* pinned = nullptr;
         SIM_CUDA(api.cudaMallocHost(reinterpret_cast<void**>(&pinned), 4 * 64));
         std::fill(pinned, pinned + 64, 0);
-        // Queued behind a chain of delayed work, so surely not done at once.
+        // Queued behind kHoldUs of device work, so surely not done when the
+        // call returns, however late this process runs next.
         int* other = nullptr;
         SIM_CUDA(api.cudaMalloc(reinterpret_cast<void**>(&other), 64));
+        SIM_CHECK(api.dksimStreamSleep(s, kHoldUs) == 0);
         for (int i = 0; i < 10; ++i) {
           SIM_CUDA(api.cudaMemsetAsync(other, i, 64, s));
         }
@@ -431,6 +433,9 @@ TEST(SimCuda, EventsAndStreamQueries) {
         cudaEvent_t e;
         SIM_CUDA(api.cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
         SIM_CUDA(api.cudaEventQuery(e));  // never recorded: complete
+        // Held kHoldUs first: not ready at the queries below whatever the
+        // host's scheduling.
+        SIM_CHECK(api.dksimStreamSleep(s, kHoldUs) == 0);
         for (int i = 0; i < 10; ++i) SIM_CUDA(api.cudaMemsetAsync(d, i, 64, s));
         SIM_CUDA(api.cudaEventRecord(e, s));
         SIM_CHECK(api.cudaEventQuery(e) == cudaErrorNotReady);

@@ -208,8 +208,13 @@ TEST(SimNcclFaults, MismatchedCollectivesHangUntilAborted) {
     ncclResult_t a = ncclInternalError;
     SIM_NCCL(api.ncclCommGetAsyncError(k.comm, &a));
     SIM_CHECK(a == ncclSuccess);  // NCCL says nothing: it hangs
-    // Rank 0 aborts; rank 1 then sees its peer gone.
-    if (rank == 0) SIM_NCCL(api.ncclCommAbort(k.comm));
+    // Rank 0 aborts once both have checked (a rank descheduled past the
+    // abort would see it early); rank 1 then sees its peer gone.
+    board->flags[0].fetch_add(1);
+    if (rank == 0) {
+      SIM_CHECK(WaitUntil([&] { return board->flags[0].load() == 2; }, 10000));
+      SIM_NCCL(api.ncclCommAbort(k.comm));
+    }
     if (rank == 1)
       SIM_CHECK(AsyncErrorWithin(api, k.comm, 5000) != ncclSuccess);
     SIM_CUDA(api.cudaStreamSynchronize(k.stream));
@@ -267,7 +272,11 @@ TEST(SimNcclFaults, TheHangKnobBlocksUntilAbortAndPeersLearnOfTheAbort) {
                                    k.stream));
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         SIM_CHECK(api.cudaStreamQuery(k.stream) == cudaErrorNotReady);
+        // The abort waits for both checks, as above.
+        board->flags[0].fetch_add(1);
         if (rank == 0) {
+          SIM_CHECK(
+              WaitUntil([&] { return board->flags[0].load() == 2; }, 10000));
           SIM_NCCL(api.ncclCommAbort(k.comm));
         } else {
           SIM_CHECK(AsyncErrorWithin(api, k.comm, 5000) == ncclRemoteError);

@@ -38,9 +38,20 @@ struct Result {
 };
 
 // Runs distrun with `args`; `during` (if set) runs once output contains `when`.
+// `during` runs once the output holds `when` `times` times (a line from
+// each rank: waiting a fixed time instead loses to a loaded machine).
+int Occurrences(absl::string_view text, absl::string_view what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != absl::string_view::npos;
+       at = text.find(what, at + what.size())) {
+    ++n;
+  }
+  return n;
+}
+
 Result RunDistrun(std::vector<std::string> args,
                   std::function<void(pid_t)> during = nullptr,
-                  const std::string& when = "") {
+                  const std::string& when = "", int times = 1) {
   args.insert(args.begin(), kDistrun);
   int out[2];
   EXPECT_EQ(pipe(out), 0);
@@ -63,7 +74,7 @@ Result RunDistrun(std::vector<std::string> args,
   ssize_t n;
   while ((n = read(out[0], buf, sizeof(buf))) > 0) {
     r.output.append(buf, n);
-    if (during && !fired && absl::StrContains(r.output, when)) {
+    if (during && !fired && Occurrences(r.output, when) >= times) {
       fired = true;
       during(pid);
     }
@@ -264,11 +275,7 @@ TEST(DistrunTest, ForwardsSigtermToRanks) {
   Result r = RunDistrun(
       {"--nproc-per-node", "2", "--master-port", "0", "--", kProbe,
        "trap-term"},
-      [](pid_t pid) {
-        absl::SleepFor(absl::Milliseconds(300));  // both ranks print "ready"
-        kill(pid, SIGTERM);
-      },
-      "ready");
+      [](pid_t pid) { kill(pid, SIGTERM); }, "ready", /*times=*/2);
   EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "[rank0]: got SIGTERM")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "[rank1]: got SIGTERM")) << r.output;
@@ -282,11 +289,7 @@ TEST(DistrunTest, RanksDieWithAKilledLauncher) {
   std::vector<pid_t> ranks;
   Result r = RunDistrun(
       {"--nproc-per-node", "2", "--master-port", "0", "--", kProbe, "pid"},
-      [](pid_t pid) {
-        absl::SleepFor(absl::Milliseconds(300));  // both ranks print
-        kill(pid, SIGKILL);
-      },
-      "pid=");
+      [](pid_t pid) { kill(pid, SIGKILL); }, "pid=", /*times=*/2);
   EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.output;
   for (absl::string_view line : absl::StrSplit(r.output, '\n')) {
     const size_t at = line.find("pid=");

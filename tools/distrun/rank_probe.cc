@@ -143,15 +143,26 @@ int main(int argc, char** argv) {
     return 0;
   }
   // Rank argv[2] is killed by SIGKILL (a lost rank, as a crashed host's);
-  // rank argv[3] (-1: none) exits with code 5 (a program's own failure);
-  // the others run 2 s.
+  // rank argv[3] (-1: none) exits with code 5 (a program's own failure)
+  // 0.5 s after that kill, marked by a file (this job's MASTER_PORT names
+  // it), so the order holds however late either rank starts; the others
+  // run 2 s.
   if (mode == "lost" && argc == 4) {
+    const char* tmp = getenv("TEST_TMPDIR");
+    const std::string mark = absl::StrCat(
+        tmp != nullptr ? tmp : "/tmp", "/rank_probe_lost_", Var("MASTER_PORT"));
     if (Rank() == atoi(argv[2])) {
       usleep(200 * 1000);
+      if (FILE* f = fopen(mark.c_str(), "w")) fclose(f);
       kill(getpid(), SIGKILL);
     }
     if (Rank() == atoi(argv[3])) {
-      usleep(400 * 1000);
+      for (int waited_ms = 0;
+           access(mark.c_str(), F_OK) != 0 && waited_ms < 30000;
+           waited_ms += 10) {
+        usleep(10 * 1000);
+      }
+      usleep(500 * 1000);
       fprintf(stderr, "rank %d failing on purpose\n", Rank());
       return 5;
     }

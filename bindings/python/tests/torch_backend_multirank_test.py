@@ -427,6 +427,20 @@ def ddp_overlap(rank, n):
         print("DDP overlap: the first bucket's all_reduce completed during backward", flush=True)
 
 
+def start_together(rank, n):
+    """Waits until every rank is here (files in TEST_TMPDIR): a 2 s timeout
+    also bounds torch's joining, and on a loaded machine the ranks' imports of
+    torch end seconds apart, which is not what the timeout test checks."""
+    here = os.path.join(os.environ["TEST_TMPDIR"], "started")
+    os.makedirs(here, exist_ok=True)
+    open(os.path.join(here, str(rank)), "w").close()
+    deadline = time.monotonic() + 120
+    while len(os.listdir(here)) < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"rank {rank}: only {os.listdir(here)} of {n} ranks started")
+        time.sleep(0.01)
+
+
 def timeout_check(rank, n):
     """init_process_group(timeout=2 s): an all_reduce that rank n - 1 never
     joins fails on the others within the bound (plus the late-rank
@@ -482,6 +496,7 @@ def dead_peer(rank, n):
 def main():
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if "--timeout" in sys.argv:
+        start_together(rank, n)
         init = os.path.join(os.environ["TEST_TMPDIR"], "torch_init")
         tdist.init_process_group("distkit", init_method=f"file://{init}", rank=rank, world_size=n,
                                  timeout=datetime.timedelta(seconds=2))

@@ -11,6 +11,7 @@
 #include "cc/core/cuda_library.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
+#include "cc/store/call_deadline.h"
 #include "cc/store/prefix_store.h"
 
 namespace distkit {
@@ -182,7 +183,10 @@ absl::StatusOr<std::unique_ptr<NcclBackend>> NcclBackend::Create(
   const CudaLibrary* cuda = *LoadCudaLibrary();
   const NcclLibrary* nccl = *LoadNcclLibrary();
   const int device = config.local_rank % CudaDeviceCount();
-  const absl::Time deadline = absl::Now() + config.timeout;
+  // Within init's, a shrink's or a grow's deadline where one holds: the
+  // communicator's own wait is no store call, so nothing else clamps it.
+  const absl::Time deadline =
+      absl::Now() + ClampToStoreDeadline(config.timeout);
   std::unique_ptr<NcclBackend> b(new NcclBackend(
       cuda, nccl, config.store, config.rank, config.size, device));
   DK_RETURN_IF_ERROR(b->UseDevice());

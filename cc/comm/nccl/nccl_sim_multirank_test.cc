@@ -607,6 +607,8 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> NcclGroupOfEveryone(
   GroupOptions options;
   options.backend = "nccl";
   options.timeout = timeout;
+  // Making the communicator is not what a short timeout here tests.
+  options.connect_timeout = absl::Seconds(30);
   absl::StatusOr<std::shared_ptr<ProcessGroup>> g =
       world.NewGroup(everyone, options);
   RequireOk(g.status(), what);

@@ -90,7 +90,7 @@ def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
     config.backend = backend.encode()
     if kwargs.get("timeout") is not None:
         config.timeout_ms = int(kwargs["timeout"].total_seconds() * 1000)
-    if connect_timeout is not None:
+    if connect_timeout is not None and float(connect_timeout) > 0:  # else: timeout's
         config.connect_timeout_ms = max(1, int(float(connect_timeout) * 1000))
     if launcher == "slurm" and kwargs.get("port") is not None:
         os.environ["MASTER_PORT"] = str(kwargs["port"])

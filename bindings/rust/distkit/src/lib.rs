@@ -62,8 +62,8 @@ pub struct InitOptions {
     pub backend: String,
     /// Per collective.
     pub timeout: Duration,
-    /// How long init waits for the job's ranks to join and connect; `None`:
-    /// `timeout`. A job may start slowly and still fail its collectives fast.
+    /// How long init waits for the job's ranks to join and connect; `None`
+    /// (or zero): `timeout`. A job may start slowly and still fail its collectives fast.
     pub connect_timeout: Option<Duration>,
 }
 
@@ -82,7 +82,8 @@ fn with_config<R>(options: &InitOptions, f: impl FnOnce(&sys::dk_init_config_t) 
     };
     config.backend = backend.as_ptr();
     config.timeout_ms = options.timeout.as_millis().min(i64::MAX as u128) as i64;
-    if let Some(connect) = options.connect_timeout {
+    // Zero, as in C, means the op timeout.
+    if let Some(connect) = options.connect_timeout.filter(|d| !d.is_zero()) {
         config.connect_timeout_ms = connect.as_millis().clamp(1, i64::MAX as u128) as i64;
     }
     f(&config)
