@@ -11,7 +11,11 @@
  * group of one (its steps there sum its own values alone) and grows from it,
  * or, "direct", from the poisoned world. Every expected sum is computed here
  * from the formula, for the members each phase must have; a failed check
- * exits 1, which the spent replacement budget turns into the job's failure. */
+ * exits 1, which the spent replacement budget turns into the job's failure.
+ * DISTKIT_TEST_HOSTS=H: the ranks declare H "hosts" of consecutive ranks
+ * (hierarchical groups), as testing/cc/rank_env.cc does for the C++ checks:
+ * rank 1 then dies on host 0 and the other host must learn of it from its
+ * leader's closed links, in time for the shrink. */
 #define _POSIX_C_SOURCE 200809L /* SIGKILL */
 
 #include <signal.h>
@@ -91,6 +95,14 @@ int main(int argc, char** argv) {
   const int shrunk_steps = direct ? 0 : SHRUNK_STEPS;
   const char* replacement = getenv("DISTKIT_REPLACEMENT");
   const int newcomer = replacement != NULL && *replacement != '\0';
+  const char* declared = getenv("DISTKIT_TEST_HOSTS");
+  if (declared != NULL && atoi(declared) > 0) {
+    char id[32];
+    snprintf(
+        id, sizeof(id), "test-host-%d",
+        atoi(getenv("RANK")) * atoi(declared) / atoi(getenv("WORLD_SIZE")));
+    setenv("DISTKIT_HOST_ID", id, 1);
+  }
   dk_init_config_t cfg;
   dk_init_config_init(&cfg);
   cfg.timeout_ms = TIMEOUT_MS;

@@ -201,6 +201,12 @@ class Backend {
   // Callable from any thread; the contract refuses every later call.
   virtual void Abort() = 0;
 
+  // Abort, and where the transport can, close this rank's connections, so
+  // that peers waiting on them fail at once ("closed by peer") instead of at
+  // their timeout: a part of a composite backend that failed tells the
+  // others (HierarchicalBackend: a host's failure reaches the other hosts).
+  virtual void Disconnect() { Abort(); }
+
   // Whether an UNAVAILABLE from a lost peer (dead, or gone) says which peer.
   // NCCL's cannot (ncclRemoteError names none): for such a backend the
   // group asks the survivors who reached the operation, as after a timeout.

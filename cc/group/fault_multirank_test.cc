@@ -326,5 +326,10 @@ int main(int argc, char** argv) {
   Check(again.code() == absl::StatusCode::kFailedPrecondition,
         "later calls fail: " + again.ToString());
   Check(!world.AsyncError().ok(), "AsyncError reports the failure");
+  // A survivor keeps its process, and with it its connections, until every
+  // survivor has its error: across hosts the others must learn of the death
+  // from the failure itself (the host leader closes its links), not from a
+  // survivor's exit, as they must when survivors stay to shrink.
+  if (mode == "dead_peer") marks.AwaitAll(last, kHoldLimit);
   _exit(testing::FinishChecks("fault '" + mode + "' handled as expected"));
 }

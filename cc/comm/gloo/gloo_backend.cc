@@ -189,6 +189,11 @@ void GlooBackend::Abort() {
   }
 }
 
+void GlooBackend::Disconnect() {
+  Abort();
+  mesh_->CloseAll();
+}
+
 void GlooBackend::Wait(gloo::transport::UnboundBuffer& buffer, bool recv,
                        const OpContext& ctx) {
   {

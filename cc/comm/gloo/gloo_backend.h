@@ -103,6 +103,8 @@ class GlooBackend : public Backend {
   absl::Status Recv(const OpContext& ctx, TensorRef data, int src,
                     int tag) override;
   void Abort() override;
+  // Abort, then close every connection (PairMesh::CloseAll).
+  void Disconnect() override;
 
   // Payloads up to inline_limit() bytes travel inside the signature exchange.
   // With the direct exchange (groups of up to 32 ranks) a rank may send up to

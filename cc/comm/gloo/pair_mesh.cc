@@ -152,6 +152,22 @@ PairMesh::~PairMesh() = default;
 
 int PairMesh::connected_pairs() const { return connected_.load(); }
 
+void PairMesh::CloseAll() {
+  auto& transport = static_cast<MeshContext&>(*context_).transport();
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    // The order Connect takes them in: the peer's, then the pair table's.
+    absl::MutexLock lock(&peers_[p]->mu);
+    if (!peers_[p]->connected) continue;
+    absl::MutexLock table(&create_mu_);
+    try {
+      transport.getPair(p)->close();
+    } catch (const std::exception&) {
+      // Already failed: the peer has learned of it, or will at once.
+    }
+  }
+}
+
 void PairMesh::ConnectAll(absl::Duration timeout,
                           const std::atomic<bool>& aborted) {
   if (connected_.load() == size_ - 1) return;

@@ -66,6 +66,11 @@ class PairMesh {
   // How many of this rank's size - 1 pairs are connected.
   int connected_pairs() const;
 
+  // Closes every connected pair: each peer's pending and later operations
+  // on it fail at once, as when this rank dies. Any thread; nothing of
+  // this rank may use the mesh afterwards.
+  void CloseAll();
+
  private:
   struct Peer {
     absl::Mutex mu;

@@ -23,7 +23,7 @@ HierarchicalBackend::HierarchicalBackend(int rank, HostMap hosts,
 
 void HierarchicalBackend::Abort() {
   if (local_) local_->Abort();
-  if (leaders_) leaders_->Abort();
+  if (leaders_) leaders_->Disconnect();
   everyone_->Abort();
 }
 
@@ -43,9 +43,11 @@ absl::Status HierarchicalBackend::Stage(absl::Status status) {
     return status;
   }
   // A failure: the host's other ranks would wait for this one at the next
-  // stage until their deadline.
+  // stage until their deadline, and the other hosts' leaders on this
+  // leader's connections until theirs. Closing those connections fails
+  // their stage at once, and each fails its own host's group in turn.
   if (local_shm_ != nullptr) (void)local_shm_->FailGroup(status);
-  if (leaders_) leaders_->Abort();
+  if (leaders_) leaders_->Disconnect();
   return status;
 }
 
