@@ -23,7 +23,7 @@ HierarchicalBackend::HierarchicalBackend(int rank, HostMap hosts,
 
 void HierarchicalBackend::Abort() {
   if (local_) local_->Abort();
-  if (leaders_) leaders_->Disconnect();
+  if (leaders_) leaders_->Abort();
   everyone_->Abort();
 }
 
