@@ -169,12 +169,16 @@ GlooBackend::GlooBackend(int rank, int size, std::unique_ptr<PairMesh> mesh,
       mesh_(std::move(mesh)),
       context_(mesh_->context()),
       slot_bytes_(kHeaderBytes + InlineLimit(size)),
-      send_slot_(slot_bytes_),
-      recv_slots_(slot_bytes_ * size) {
-  agree_send_ =
-      context_->createUnboundBuffer(send_slot_.data(), send_slot_.size());
+      send_slot_(new char[slot_bytes_]),
+      recv_slots_(new char[slot_bytes_ * size]) {
+  // What is sent beyond the signature and payload (the header's padding;
+  // with Gloo's ring, which sends whole slots, the rest of the slot) goes out
+  // as zeros, never as uninitialized memory.
+  std::memset(send_slot_.get(), 0,
+              size_ > kDirectExchangeMaxRanks ? slot_bytes_ : kHeaderBytes);
+  agree_send_ = context_->createUnboundBuffer(send_slot_.get(), slot_bytes_);
   agree_recv_ =
-      context_->createUnboundBuffer(recv_slots_.data(), recv_slots_.size());
+      context_->createUnboundBuffer(recv_slots_.get(), slot_bytes_ * size_);
 }
 
 GlooBackend::~GlooBackend() = default;
@@ -266,22 +270,22 @@ absl::Status GlooBackend::ExchangeSignatures(const OpContext& ctx,
   const bool carried = payload.bytes <= CarryLimit(payload.spread);
   const size_t inline_bytes =
       carried && payload.data != nullptr ? payload.bytes : 0;
-  std::memcpy(send_slot_.data(), &mine, sizeof(mine));
+  std::memcpy(send_slot_.get(), &mine, sizeof(mine));
   if (inline_bytes > 0) {
-    std::memcpy(send_slot_.data() + kHeaderBytes, payload.data, inline_bytes);
+    std::memcpy(send_slot_.get() + kHeaderBytes, payload.data, inline_bytes);
   }
   DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
     if (size_ > kDirectExchangeMaxRanks) {
       gloo::AllgatherOptions opts(context_);
-      opts.setInput(send_slot_.data(), slot_bytes_);
-      opts.setOutput(recv_slots_.data(), recv_slots_.size());
+      opts.setInput(send_slot_.get(), slot_bytes_);
+      opts.setOutput(recv_slots_.get(), slot_bytes_ * size_);
       opts.setTag(Tag(ctx));
       opts.setTimeout(Millis(ctx.timeout));
       gloo::allgather(opts);
       return;
     }
     const size_t message = kHeaderBytes + inline_bytes;
-    std::memcpy(recv_slots_.data() + rank_ * slot_bytes_, send_slot_.data(),
+    std::memcpy(recv_slots_.get() + rank_ * slot_bytes_, send_slot_.get(),
                 message);
     const uint64_t slot = gloo::Slot::build(kAgreeSlot, Tag(ctx));
     for (int peer = 0; peer < size_; ++peer) {
@@ -295,7 +299,7 @@ absl::Status GlooBackend::ExchangeSignatures(const OpContext& ctx,
     for (int i = 0; i < size_ - 1; ++i) Wait(*agree_send_, /*recv=*/false, ctx);
   }));
   for (int r = 0; r < size_; ++r) {
-    std::memcpy(&all[r], recv_slots_.data() + r * slot_bytes_,
+    std::memcpy(&all[r], recv_slots_.get() + r * slot_bytes_,
                 sizeof(OpSignature));
   }
   if (carried) inline_bytes_ = static_cast<int64_t>(payload.bytes);
@@ -326,7 +330,7 @@ size_t GlooBackend::CarryLimit(bool spread) const {
 }
 
 const char* GlooBackend::InlineData(int rank) const {
-  return recv_slots_.data() + rank * slot_bytes_ + kHeaderBytes;
+  return recv_slots_.get() + rank * slot_bytes_ + kHeaderBytes;
 }
 
 absl::Status GlooBackend::AllReduce(const OpContext& ctx, TensorRef data,

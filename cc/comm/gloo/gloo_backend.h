@@ -148,9 +148,12 @@ class GlooBackend : public Backend {
   std::unique_ptr<PairMesh> mesh_;
   std::shared_ptr<gloo::Context> context_;  // mesh_'s
   // Signature exchange buffers, kept between calls (no per-call allocation).
-  const size_t slot_bytes_;  // signature + the largest inline payload
-  std::vector<char> send_slot_;
-  std::vector<char> recv_slots_;
+  // Left uninitialized: a page is touched only once a payload reaches it.
+  // Zeroed, the receive slots cost every rank of a 512-rank job 1 MiB of
+  // page faults at start-up (O(N^2) over the job), mostly never used.
+  const size_t slot_bytes_;            // signature + the largest inline payload
+  std::unique_ptr<char[]> send_slot_;  // slot_bytes_
+  std::unique_ptr<char[]> recv_slots_;  // slot_bytes_ * size_
   std::vector<char> scratch_;
   std::unique_ptr<gloo::transport::UnboundBuffer> agree_send_;
   std::unique_ptr<gloo::transport::UnboundBuffer> agree_recv_;
