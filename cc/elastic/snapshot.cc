@@ -2,52 +2,17 @@
 
 #include <algorithm>
 #include <cstring>
-#include <new>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "cc/core/data_type.h"
-#include "cc/core/device_staging.h"
 #include "cc/core/status.h"
 #include "cc/core/tensor_ref.h"
+#include "cc/elastic/host_collectives.h"
 
 namespace distkit {
 namespace elastic {
-namespace {
-
-// A buffer of `bytes` whose contents are left uninitialised (a commit writes
-// every byte), or the error a failed allocation is.
-absl::StatusOr<std::unique_ptr<char[]>> Allocate(int64_t bytes) {
-  std::unique_ptr<char[]> p(new (
-      std::nothrow) char[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
-  if (p == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("snapshot: cannot allocate ", bytes, " bytes"));
-  }
-  return p;
-}
-
-// The group's collectives on host buffers, staged through its comm device
-// where that is not the host (NCCL's).
-absl::Status AllGatherHost(ProcessGroup& group, void* in, void* out,
-                           int64_t count, DataType dtype) {
-  return InOutOnCommDevice(
-      TensorRef(in, count, dtype), TensorRef(out, count * group.size(), dtype),
-      group.comm_device(), [&](const TensorRef& i, const TensorRef& o) {
-        return group.AllGather(i, o);
-      });
-}
-
-absl::Status BroadcastHost(ProcessGroup& group, void* data, int64_t bytes,
-                           int root) {
-  return OnCommDevice(
-      TensorRef(data, bytes, DataType::kUInt8), group.comm_device(),
-      Access::kReadWrite,
-      [&](const TensorRef& t) { return group.Broadcast(t, root); });
-}
-
-}  // namespace
 
 absl::Status Snapshot::Register(absl::string_view name, void* data,
                                 int64_t bytes) {
@@ -71,7 +36,7 @@ absl::Status Snapshot::Register(absl::string_view name, void* data,
 absl::Status Snapshot::Commit() {
   absl::MutexLock lock(&mu_);
   DK_ASSIGN_OR_RETURN(std::unique_ptr<char[]> copy,
-                      Allocate(layout_.total_bytes()));
+                      AllocateHost(layout_.total_bytes(), "snapshot"));
   for (size_t i = 0; i < data_.size(); ++i) {
     const BufferLayout::Buffer& b = layout_.buffers()[i];
     if (b.bytes > 0) std::memcpy(copy.get() + b.offset, data_[i], b.bytes);
@@ -157,7 +122,8 @@ absl::StatusOr<int64_t> Snapshot::Sync(ProcessGroup& group) {
       DK_RETURN_IF_ERROR(BroadcastHost(group, held_.get(), total, source));
     }
   } else {
-    DK_ASSIGN_OR_RETURN(std::unique_ptr<char[]> received, Allocate(total));
+    DK_ASSIGN_OR_RETURN(std::unique_ptr<char[]> received,
+                        AllocateHost(total, "snapshot"));
     if (total > 0) {
       DK_RETURN_IF_ERROR(BroadcastHost(group, received.get(), total, source));
     }

@@ -1,0 +1,207 @@
+// ShardedSnapshot in a real job. Each rank commits its own shard (sizes
+// differ by rank) twice; then, on groups that leave ranks out as a loss
+// would: every shard of the newest commit comes back, equal to what its
+// rank committed, from the rank's own copy or its left neighbour's; a rank
+// asking for its own shard gets it without traffic; two neighbours lost
+// together end in the same DATA_LOSS on every member, naming the shards; a
+// commit nobody holds, registrations that differ and a shard index outside
+// the commit's group are errors alike on every member; and the group works
+// after every case.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cc/elastic/sharded_snapshot.h"
+#include "testing/cc/rank_check.h"
+#include "testing/cc/rank_env.h"
+
+namespace distkit {
+namespace {
+
+using elastic::ShardedSnapshot;
+using testing::Check;
+using testing::CheckOk;
+using testing::RequireOk;
+
+// Rank r's shard in its c-th commit: r + 2 values (shards differ in size),
+// and a step counter.
+std::vector<double> Values(int r, int c) {
+  std::vector<double> v(static_cast<size_t>(r) + 2);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 1000.0 * c + 10.0 * r + i;
+  return v;
+}
+
+// A snapshot of this rank's shard, committed twice on `world`.
+struct Trainer {
+  std::vector<double> w;
+  int64_t step = 0;
+  ShardedSnapshot snapshot;
+
+  explicit Trainer(int rank) : w(Values(rank, 0)) {
+    RequireOk(snapshot.Register("w", w.data(), w.size() * sizeof(double)),
+              "register w");
+    RequireOk(snapshot.Register("step", &step, sizeof(step)), "register step");
+  }
+  void CommitTwice(ProcessGroup& world) {
+    for (int c = 1; c <= 2; ++c) {
+      const std::vector<double> v = Values(world.rank(), c);
+      std::copy(v.begin(), v.end(), w.begin());
+      step = 100 * c + world.rank();
+      RequireOk(snapshot.Commit(world), absl::StrCat("commit ", c));
+    }
+    // Moved on since: what comes back must be the commit.
+    std::fill(w.begin(), w.end(), -1.0);
+    step = -1;
+  }
+};
+
+// Shard j as fetched equals rank j's second commit.
+void CheckShard(const ShardedSnapshot& s, int j, const std::string& where) {
+  absl::StatusOr<absl::Span<const char>> w = s.Shard(j, 0);
+  absl::StatusOr<absl::Span<const char>> step = s.Shard(j, 1);
+  if (!w.ok() || !step.ok()) {
+    Check(false, absl::StrCat(where, ": shard ", j,
+                              " not readable: ", w.status().ToString(), " ",
+                              step.status().ToString()));
+    return;
+  }
+  const std::vector<double> want = Values(j, 2);
+  std::vector<double> got(w->size() / sizeof(double));
+  if (!w->empty()) std::memcpy(got.data(), w->data(), w->size());
+  int64_t got_step = 0;
+  if (step->size() == sizeof(got_step)) {
+    std::memcpy(&got_step, step->data(), sizeof(got_step));
+  }
+  Check(got == want && got_step == 200 + j,
+        absl::StrCat(where, ": shard ", j, " equals rank ", j,
+                     "'s second commit (step ", got_step, ")"));
+}
+
+// Every member of a group without `lost` fetches every shard.
+void Recover(ProcessGroup& world, const std::vector<int>& lost) {
+  Trainer t(world.rank());
+  t.CommitTwice(world);
+  Check(t.snapshot.commit_number() == 2, "two commits in force");
+  const int n = world.size(), me = world.rank();
+  std::vector<int> members;
+  for (int r = 0; r < n; ++r) {
+    if (std::find(lost.begin(), lost.end(), r) == lost.end()) {
+      members.push_back(r);
+    }
+  }
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g = world.NewGroup(members);
+  RequireOk(g.status(), "the survivors' group");
+  const std::string where =
+      absl::StrCat("lost {", absl::StrJoin(lost, ","), "} of ", n);
+  if ((*g)->is_member()) {
+    absl::StatusOr<ShardedSnapshot::Fetched> got =
+        t.snapshot.Fetch(**g, std::nullopt);
+    const bool neighbours_lost =
+        lost.size() == 2 &&
+        (lost[1] - lost[0] == 1 || (lost[0] == 0 && lost[1] == n - 1));
+    if (neighbours_lost && n > 2) {
+      const int first = lost[0] == 0 && lost[1] == n - 1 ? 0 : lost[1];
+      Check(got.status().code() == absl::StatusCode::kDataLoss &&
+                absl::StrContains(
+                    got.status().message(),
+                    absl::StrCat("shard(s) ", first, " of commit 2 are lost")),
+            absl::StrCat(where, ": DATA_LOSS naming shard ", first, ": ",
+                         got.status().ToString()));
+    } else {
+      RequireOk(got.status(), absl::StrCat(where, ": fetch"));
+      Check(got->commit == 2 && got->world == n,
+            absl::StrCat(where, ": commit ", got->commit, " of ", got->world,
+                         " ranks"));
+      for (int j = 0; j < n; ++j) CheckShard(t.snapshot, j, where);
+    }
+  }
+  CheckOk(world.Barrier(), "the world after the case");
+}
+
+// Asking for its own shard alone: served from this rank's memory.
+void OwnShardIsLocal(ProcessGroup& world) {
+  Trainer t(world.rank());
+  t.CommitTwice(world);
+  const int64_t held = t.snapshot.bytes();
+  absl::StatusOr<ShardedSnapshot::Fetched> got =
+      t.snapshot.Fetch(world, std::vector<int>{world.rank()});
+  RequireOk(got.status(), "fetch own shard");
+  CheckShard(t.snapshot, world.rank(), "own shard");
+  Check(t.snapshot.bytes() == held,
+        absl::StrCat("nothing received: ", t.snapshot.bytes(), " bytes held, ",
+                     held, " before"));
+  Check(t.snapshot.Shard((world.rank() + 2) % (world.size() + 1), 0)
+                    .status()
+                    .code() == absl::StatusCode::kNotFound ||
+            world.size() == 1,
+        "a shard not asked for is NOT_FOUND");
+  Check(t.snapshot.Register("late", &t.step, 8).code() ==
+            absl::StatusCode::kFailedPrecondition,
+        "registering after a commit is refused");
+}
+
+// Errors every member gets alike.
+void Errors(ProcessGroup& world) {
+  const int me = world.rank(), n = world.size();
+  {
+    double x = me;
+    ShardedSnapshot s;
+    RequireOk(s.Register("x", &x, sizeof(x)), "register");
+    absl::StatusOr<ShardedSnapshot::Fetched> got = s.Fetch(world, std::nullopt);
+    Check(got.status().code() == absl::StatusCode::kFailedPrecondition &&
+              absl::StrContains(got.status().message(),
+                                "holds a committed snapshot"),
+          absl::StrCat("nothing committed: ", got.status().ToString()));
+  }
+  {
+    Trainer t(me);
+    t.CommitTwice(world);
+    absl::StatusOr<ShardedSnapshot::Fetched> got =
+        t.snapshot.Fetch(world, std::vector<int>{me == 0 ? n : 0});
+    Check(got.status().code() == absl::StatusCode::kInvalidArgument &&
+              absl::StrContains(got.status().message(),
+                                absl::StrCat("rank 0 asked for shard ", n)),
+          absl::StrCat("a shard outside the group: ", got.status().ToString()));
+  }
+  if (n > 1) {
+    double x = me;
+    ShardedSnapshot s;
+    RequireOk(s.Register(me == n - 1 ? "y" : "x", &x, sizeof(x)), "register");
+    absl::Status got = s.Commit(world);
+    Check(got.code() == absl::StatusCode::kInvalidArgument &&
+              absl::StrContains(got.message(),
+                                absl::StrCat("rank(s) ", n - 1, " registered")),
+          absl::StrCat("registrations differ: ", got.ToString()));
+  }
+  CheckOk(world.Barrier(), "the world after the errors");
+}
+
+int Main() {
+  absl::StatusOr<testing::RankEnv> env = testing::JoinJob(absl::Seconds(30));
+  RequireOk(env.status(), "join the job");
+  ProcessGroup& world = *env->world;
+  testing::SetCheckRank(world.rank());
+  const int n = world.size();
+  Recover(world, {});  // nothing lost: every shard comes back
+  for (int k = 0; k < n && n > 1; ++k) Recover(world, {k});
+  if (n > 2) {
+    Recover(world, {0, 1});      // neighbours: shard 1 is lost
+    Recover(world, {0, n - 1});  // neighbours around the ring: shard 0
+  }
+  if (n > 3) Recover(world, {0, 2});  // not neighbours: recoverable
+  OwnShardIsLocal(world);
+  Errors(world);
+  return testing::FinishChecks("sharded snapshot");
+}
+
+}  // namespace
+}  // namespace distkit
+
+int main() { return distkit::Main(); }
