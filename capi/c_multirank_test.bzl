@@ -33,6 +33,7 @@ def dk_c_multirank_test(name, linkopts = [], **kwargs):
         linkopts = linkopts,
         deps = [
             ":capi",
+            "//testing/c:elastic_model",
             "//testing/c:host_tensor",
         ],
         **kwargs

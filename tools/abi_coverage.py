@@ -41,9 +41,9 @@ _BUCKET_VIEW = (
     "reducers stage gradients in buffers they own ({mark_ready|MarkReady} copies, "
     "{finalize|Finalize} returns the averages), so they need no borrowed views whose validity changes with the view generation.")
 _CHECKPOINT = (
-    "Loading checkpoints into a unit is not wrapped yet ({gather_full|GatherFull} saves a full "
-    "state dict); "
-    "it takes plain lists of host tensors, so it is simple to add when a trainer needs it.")
+    "Loading a full state dict into a unit is not wrapped yet ({gather_full|GatherFull} saves "
+    "one; sharded state loads through {load_sharded|LoadSharded}); it takes plain lists of host "
+    "tensors, so it is simple to add when a trainer needs it.")
 
 # Why the bindings do not wrap a function. {rust_name|GoName} names an API
 # item, written per binding.
@@ -78,7 +78,6 @@ NOT_WRAPPED = {
         "The part of one parameter this rank's shard holds, for frameworks' sharded state dicts; "
         "not wrapped yet ({local|Local} gives the whole flat shard the optimizer steps)."),
     "dk_shard_load_full": _CHECKPOINT,
-    "dk_shard_load_sharded": _CHECKPOINT,
 }
 
 

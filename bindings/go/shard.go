@@ -279,6 +279,28 @@ func (s *Shard[T]) ZeroGrads() {
 	}
 }
 
+// LoadSharded is local: it loads a sharded checkpoint, or the shards a
+// ShardedSnapshot fetched, saved by a group of savedWorldSize ranks:
+// saved[flat*savedWorldSize+rank] is that rank's Local values of flat buffer
+// flat (nil where this rank does not need it, as every shard but its own
+// when the size is the same). It re-shards from any number of ranks; another
+// unit's checkpoint is InvalidArgument.
+func (s *Shard[T]) LoadSharded(savedWorldSize int, saved [][]T) error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	var ts tensors
+	defer ts.free()
+	ptrs := make([]*C.DLTensor, len(saved)+1)
+	for i, v := range saved {
+		ptrs[i] = view(&ts, v)
+	}
+	cptrs := cTensorArray(ptrs)
+	defer C.free(unsafe.Pointer(cptrs))
+	var cerr *C.dk_error_t
+	return check(C.dk_shard_load_sharded(s.ptr, C.int32_t(savedWorldSize), cptrs, C.size_t(len(saved)), &cerr), cerr)
+}
+
 // GatherFull is collective: every parameter's full values into outs.
 func (s *Shard[T]) GatherFull(outs [][]T) error {
 	if err := s.live(); err != nil {

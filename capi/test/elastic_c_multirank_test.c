@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "distkit/distkit.h"
+#include "testing/c/elastic_model.h"
 #include "testing/c/host_tensor.h"
 
 #define DIM 4
@@ -60,30 +61,6 @@ static void die(const char* what, dk_error_t* err) {
   exit(1);
 }
 
-static long env_number(const char* name) {
-  const char* v = getenv(name);
-  return v != NULL ? strtol(v, NULL, 10) : 0;
-}
-
-/* Sample i of step t's batch, and its weight. */
-static double sample(int64_t t, int i, int j) {
-  return sin(0.37 * (double)t + 1.3 * i + 0.7 * j);
-}
-static double weight(int64_t t, int i) {
-  return 1.0 + 0.5 * cos((double)t + i);
-}
-
-/* The summed gradient of samples [lo, hi) of step t at w. */
-static void gradient(int64_t t, int lo, int hi, const double* w, double* g) {
-  for (int j = 0; j < DIM; ++j) {
-    g[j] = 0;
-    for (int i = lo; i < hi; ++i) {
-      g[j] +=
-          weight(t, i) * (w[j] - sample(t, i, j)) + 0.01 * w[j] * w[j] * w[j];
-    }
-  }
-}
-
 static void initial_state(double* w, double* m) {
   for (int j = 0; j < DIM; ++j) {
     w[j] = 0.5 - 0.25 * j;
@@ -96,7 +73,7 @@ static void reference(double* w) {
   double m[DIM], g[DIM];
   initial_state(w, m);
   for (int64_t t = 0; t < STEPS; ++t) {
-    gradient(t, 0, GLOBAL_BATCH, w, g);
+    dk_test_gradient(t, 0, GLOBAL_BATCH, w, g, DIM);
     for (int j = 0; j < DIM; ++j) {
       m[j] = BETA * m[j] + g[j] / GLOBAL_BATCH;
       w[j] -= LR * m[j];
@@ -104,36 +81,10 @@ static void reference(double* w) {
   }
 }
 
-/* The survivors' new group after `group` failed: grown back where the
- * launcher replaces a lost rank, else shrunk (as distkit.elastic's
- * membership.py decides). */
-static dk_group_t* recover(dk_group_t* group, int* grown) {
-  const long replacements = env_number("DISTKIT_MAX_REPLACEMENTS");
-  const long min_ranks = env_number("DISTKIT_MIN_RANKS");
-  dk_group_t* next = NULL;
-  dk_error_t* err = NULL;
-  if (replacements > 0) {
-    dk_status_t s = dk_group_grow(group, 0, TIMEOUT_MS, &next, &err);
-    if (s == DK_OK) {
-      *grown = 1;
-      return next;
-    }
-    /* No replacement came in time: shrink only where the launcher lets the
-     * job go on smaller. */
-    if (s != DK_DEADLINE_EXCEEDED || min_ranks <= 0) die("dk_group_grow", err);
-    dk_error_free(err);
-    err = NULL;
-  }
-  if (dk_group_shrink(group, SETTLE_MS, &next, &err) != DK_OK)
-    die("dk_group_shrink", err);
-  *grown = 0;
-  return next;
-}
-
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const int want_grow = argc > 1 && strcmp(argv[1], "grow") == 0;
-  const int newcomer = env_number("DISTKIT_REPLACEMENT") > 0;
+  const int newcomer = dk_test_env_number("DISTKIT_REPLACEMENT") > 0;
   dk_init_config_t cfg;
   dk_init_config_init(&cfg);
   cfg.timeout_ms = TIMEOUT_MS;
@@ -148,9 +99,9 @@ int main(int argc, char** argv) {
     printf("rank %d: needs 2 ranks or more\n", world_rank_);
     return 1;
   }
-  check(want_grow == (env_number("DISTKIT_MAX_REPLACEMENTS") > 0),
+  check(want_grow == (dk_test_env_number("DISTKIT_MAX_REPLACEMENTS") > 0),
         "the launcher replaces lost ranks in the grow variant only");
-  check(want_grow || env_number("DISTKIT_MIN_RANKS") > 0,
+  check(want_grow || dk_test_env_number("DISTKIT_MIN_RANKS") > 0,
         "the shrink variant runs under distrun --min-ranks");
   const int64_t die_at = 7 + size;
   const int64_t want_commit = 1 + die_at / COMMIT_EVERY;
@@ -190,7 +141,8 @@ int main(int argc, char** argv) {
   while (step < STEPS) {
     const int n = dk_group_size(group), r = dk_group_rank(group);
     double g[DIM];
-    gradient(step, r * GLOBAL_BATCH / n, (r + 1) * GLOBAL_BATCH / n, w, g);
+    dk_test_gradient(step, r * GLOBAL_BATCH / n, (r + 1) * GLOBAL_BATCH / n, w,
+                     g, DIM);
     for (int j = 0; j < DIM; ++j) m[j] *= BETA;
     if (!newcomer && recoveries == 0 && world_rank_ == VICTIM &&
         step == die_at) {
@@ -209,7 +161,10 @@ int main(int argc, char** argv) {
       dk_error_free(err);
       err = NULL;
       int grown = 0;
-      dk_group_t* next = recover(group, &grown);
+      const char* what = "";
+      dk_group_t* next =
+          dk_test_recover(group, TIMEOUT_MS, SETTLE_MS, &grown, &err, &what);
+      if (next == NULL) die(what, err);
       dk_group_destroy(group);
       group = next;
       ++recoveries;

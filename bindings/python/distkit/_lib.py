@@ -109,7 +109,7 @@ class LauncherInfo(ctypes.Structure):
 
 # ---- Constants (the header's DK_* values; status codes live in errors.py) ----
 
-ABI_MAJOR, ABI_MINOR = 0, 9
+ABI_MAJOR, ABI_MINOR = 0, 10
 
 OP_SUM, OP_PRODUCT, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, OP_MEAN = range(8)
 # mmengine's op names (mean is all_reduce's own, not a reduce op there).
@@ -282,6 +282,18 @@ _PROTOTYPES = {
     "dk_snapshot_restore": (c_status, [P, PP]),
     "dk_snapshot_commit_number": (ctypes.c_int64, [P]),
     "dk_snapshot_bytes": (ctypes.c_int64, [P]),
+    "dk_sharded_snapshot_create": (c_status, [PP, PP]),
+    "dk_sharded_snapshot_destroy": (None, [P]),
+    "dk_sharded_snapshot_register": (c_status, [P, ctypes.c_char_p, ctypes.c_void_p,
+                                                ctypes.c_size_t, PP]),
+    "dk_sharded_snapshot_commit": (c_status, [P, P, PP]),
+    "dk_sharded_snapshot_fetch": (c_status, [P, P, ctypes.POINTER(ctypes.c_int32),
+                                             ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64),
+                                             ctypes.POINTER(ctypes.c_int32), PP]),
+    "dk_sharded_snapshot_shard": (c_status, [P, ctypes.c_int32, ctypes.c_int32, PP,
+                                             ctypes.POINTER(ctypes.c_size_t), PP]),
+    "dk_sharded_snapshot_commit_number": (ctypes.c_int64, [P]),
+    "dk_sharded_snapshot_bytes": (ctypes.c_int64, [P]),
 }
 
 

@@ -73,7 +73,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------ */
 
 #define DK_ABI_MAJOR 0
-#define DK_ABI_MINOR 9
+#define DK_ABI_MINOR 10
 
 /* Local. Checks that this header (major, minor) can use the loaded library:
  * same major, and a minor no newer than the library's. DK_FAILED_PRECONDITION
@@ -998,6 +998,93 @@ DK_EXPORT int64_t dk_snapshot_commit_number(const dk_snapshot_t* snapshot);
 /* Local, any thread. The bytes of host memory the snapshot held takes (0
  * when none; the registered buffers' total once one is); -1 for NULL. */
 DK_EXPORT int64_t dk_snapshot_bytes(const dk_snapshot_t* snapshot);
+
+/* ---- Sharded elastic snapshots (ABI 0.10) -------------------------------- */
+
+/* Sharded state kept in peers' memory, where each rank's shard exists once
+ * (FSDP: dk_shard_local's values and the optimizer's per-element state of
+ * each flat buffer). The trainer registers this rank's buffers, then commits
+ * at points where every rank is at the same step: each commit, collective
+ * over the group the shards are laid out on (its rank r holds shard r),
+ * copies them and hands the copy to the left-hand neighbour, so rank r
+ * holds shards r and r + 1 mod N (2/N of the state) and any one lost shard
+ * survives. After a failure the survivors shrink or grow, and every member
+ * of the new group (a replacement with a snapshot that holds nothing)
+ * calls dk_sharded_snapshot_fetch: the newest commit whose every shard a
+ * member still holds is chosen, and each member receives the shards it asks
+ * for, to load (dk_shard_load_sharded for parameters) before committing a
+ * new snapshot of the new layout. Plain state every rank holds in full (a
+ * step counter, the data position) goes in a dk_snapshot_t, or in every
+ * shard. One thread at a time per snapshot. */
+typedef struct dk_sharded_snapshot dk_sharded_snapshot_t;
+
+/* Local. An empty snapshot: no buffers, none committed. *out is owned
+ * (dk_sharded_snapshot_destroy). */
+DK_EXPORT dk_status_t dk_sharded_snapshot_create(dk_sharded_snapshot_t** out,
+                                                 dk_error_t** err);
+
+/* Local. Frees the snapshot's copies (the registered buffers stay the
+ * caller's). NULL allowed. */
+DK_EXPORT void dk_sharded_snapshot_destroy(dk_sharded_snapshot_t* snapshot);
+
+/* Local. Adds `bytes` of host memory at `data` (borrowed until
+ * dk_sharded_snapshot_destroy; NULL only when bytes is 0) under `name`
+ * (copied; 1-1024 bytes, unique): this rank's part of a sharded state.
+ * Every rank registers the same names in the same order; sizes may differ.
+ * DK_INVALID_ARGUMENT for a missing, repeated or too long name or NULL
+ * memory; DK_FAILED_PRECONDITION after the first commit or fetch (a new
+ * layout takes a new snapshot). */
+DK_EXPORT dk_status_t
+dk_sharded_snapshot_register(dk_sharded_snapshot_t* snapshot, const char* name,
+                             void* data, size_t bytes, dk_error_t** err);
+
+/* Collective over `group` (NULL: the default group), blocking. Copies this
+ * rank's buffers and exchanges the copies with the neighbours; the commit is
+ * numbered one past the newest any member holds and comes into force once
+ * every member holds its part (the one before stays until then: a failure
+ * of the group during the commit leaves both to fetch from, and returns the
+ * error). DK_INVALID_ARGUMENT on every member, naming the ranks, when the
+ * registered names differ. */
+DK_EXPORT dk_status_t dk_sharded_snapshot_commit(
+    dk_sharded_snapshot_t* snapshot, dk_group_t* group, dk_error_t** err);
+
+/* Collective over `group` (NULL: the default group), blocking: every member
+ * of a group made after a change of membership. The members agree on the
+ * newest commit whose every shard some member holds, and each receives the
+ * shards it names in `wanted` (shard indices, i.e. ranks of the group that
+ * committed; NULL: every shard, with num_wanted ignored) from the first
+ * member holding each; its own held shards cost nothing. *commit_out and
+ * *world_out (NULL allowed) receive the commit's number and its group's
+ * size. The shards are then readable with dk_sharded_snapshot_shard until
+ * the next commit or fetch. On every member alike: DK_FAILED_PRECONDITION
+ * when no member holds a commit; DK_DATA_LOSS naming the shards and the
+ * ranks that held them when neighbours were lost together with no older
+ * commit whole; DK_INVALID_ARGUMENT for an index outside the commit's
+ * group. */
+DK_EXPORT dk_status_t dk_sharded_snapshot_fetch(
+    dk_sharded_snapshot_t* snapshot, dk_group_t* group, const int32_t* wanted,
+    size_t num_wanted, int64_t* commit_out, int32_t* world_out,
+    dk_error_t** err);
+
+/* Local, after dk_sharded_snapshot_fetch: buffer `buffer` (in registration
+ * order) of shard `index`, as its rank committed it: *data_out (borrowed
+ * until the next commit, fetch or destroy; 64-byte aligned) and *bytes_out.
+ * DK_NOT_FOUND for a shard not fetched, DK_OUT_OF_RANGE for a buffer past
+ * the shard's. */
+DK_EXPORT dk_status_t dk_sharded_snapshot_shard(
+    const dk_sharded_snapshot_t* snapshot, int32_t index, int32_t buffer,
+    const void** data_out, size_t* bytes_out, dk_error_t** err);
+
+/* Local, any thread. The number of the commit in force (0 when none); -1 for
+ * a NULL snapshot. */
+DK_EXPORT int64_t
+dk_sharded_snapshot_commit_number(const dk_sharded_snapshot_t* snapshot);
+
+/* Local, any thread. The bytes of host memory the snapshot holds: the
+ * commit in force (this rank's shard and its neighbour's), a pending one,
+ * and what the last fetch received; -1 for NULL. */
+DK_EXPORT int64_t
+dk_sharded_snapshot_bytes(const dk_sharded_snapshot_t* snapshot);
 
 #ifdef __cplusplus
 } /* extern "C" */

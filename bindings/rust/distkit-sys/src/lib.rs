@@ -49,7 +49,7 @@ pub struct DLTensor {
 // ---- Versions and errors --------------------------------------------------
 
 pub const DK_ABI_MAJOR: i32 = 0;
-pub const DK_ABI_MINOR: i32 = 9;
+pub const DK_ABI_MINOR: i32 = 10;
 
 pub type dk_status_t = i32;
 
@@ -255,6 +255,13 @@ pub type dk_work_callback_t = Option<unsafe extern "C" fn(arg: *mut c_void, stat
 
 #[repr(C)]
 pub struct dk_snapshot_t {
+    _private: [u8; 0],
+}
+
+// ---- Sharded elastic snapshots (ABI 0.10) ------------------------------------
+
+#[repr(C)]
+pub struct dk_sharded_snapshot_t {
     _private: [u8; 0],
 }
 
@@ -701,4 +708,38 @@ extern "C" {
     pub fn dk_snapshot_restore(snapshot: *mut dk_snapshot_t, err: ErrOut) -> dk_status_t;
     pub fn dk_snapshot_commit_number(snapshot: *const dk_snapshot_t) -> i64;
     pub fn dk_snapshot_bytes(snapshot: *const dk_snapshot_t) -> i64;
+
+    pub fn dk_sharded_snapshot_create(out: *mut *mut dk_sharded_snapshot_t, err: ErrOut) -> dk_status_t;
+    pub fn dk_sharded_snapshot_destroy(snapshot: *mut dk_sharded_snapshot_t);
+    pub fn dk_sharded_snapshot_register(
+        snapshot: *mut dk_sharded_snapshot_t,
+        name: *const c_char,
+        data: *mut c_void,
+        bytes: usize,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_sharded_snapshot_commit(
+        snapshot: *mut dk_sharded_snapshot_t,
+        group: *mut dk_group_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_sharded_snapshot_fetch(
+        snapshot: *mut dk_sharded_snapshot_t,
+        group: *mut dk_group_t,
+        wanted: *const i32,
+        num_wanted: usize,
+        commit_out: *mut i64,
+        world_out: *mut i32,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_sharded_snapshot_shard(
+        snapshot: *const dk_sharded_snapshot_t,
+        index: i32,
+        buffer: i32,
+        data_out: *mut *const c_void,
+        bytes_out: *mut usize,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_sharded_snapshot_commit_number(snapshot: *const dk_sharded_snapshot_t) -> i64;
+    pub fn dk_sharded_snapshot_bytes(snapshot: *const dk_sharded_snapshot_t) -> i64;
 }

@@ -19,6 +19,7 @@ mod half;
 mod launcher;
 mod reducer;
 mod shard;
+mod sharded_snapshot;
 mod snapshot;
 mod store;
 
@@ -35,6 +36,7 @@ pub use half::{BF16, F16};
 pub use launcher::{infer_launcher, launcher_info, LauncherInfo};
 pub use reducer::{CommHook, Reducer, ReducerOptions};
 pub use shard::{Shard, ShardEvent, ShardEventKind, ShardOptions, ShardingStrategy};
+pub use sharded_snapshot::{Fetched, ShardedSnapshot};
 pub use snapshot::{PlainNumber, Snapshot, SnapshotBuffer};
 pub use store::{Store, StoreOptions};
 

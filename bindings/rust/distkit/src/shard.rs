@@ -212,6 +212,22 @@ impl<'g> Shard<'g> {
         call(|err| unsafe { sys::dk_shard_gather_full(self.ptr, ptrs.as_ptr(), ptrs.len(), 0, err) })
     }
 
+    /// Local: loads a sharded checkpoint, or the shards a `ShardedSnapshot`
+    /// fetched, saved by a group of `saved_world_size` ranks:
+    /// `saved[flat * saved_world_size + rank]` is that rank's `local` values
+    /// of flat buffer `flat` (`None` where this rank does not need it, as
+    /// every shard but its own when the size is the same). It re-shards from
+    /// any number of ranks; another unit's checkpoint is
+    /// `Code::InvalidArgument`.
+    pub fn load_sharded<T: Element>(&mut self, saved_world_size: i32, saved: &[Option<&[T]>]) -> Result<()> {
+        let mut views: Vec<Option<Box<View>>> = saved.iter().map(|s| s.map(View::of)).collect();
+        let ptrs: Vec<*const sys::DLTensor> = views
+            .iter_mut()
+            .map(|v| v.as_mut().map_or(std::ptr::null(), |v| v.tensor() as *const sys::DLTensor))
+            .collect();
+        call(|err| unsafe { sys::dk_shard_load_sharded(self.ptr, saved_world_size, ptrs.as_ptr(), ptrs.len(), err) })
+    }
+
     /// The events recorded since the last call, oldest first (a unit keeps
     /// its newest 4096), so a trainer can see its gathers overlap compute.
     pub fn take_events(&mut self) -> Result<Vec<ShardEvent>> {

@@ -1,0 +1,364 @@
+/* The elastic loop of a sharded (FSDP) trainer through the C ABI: each
+ * rank's shard exists once, and a lost rank's survives only in its
+ * neighbour's memory. The model (DIM float64 weights, one flat buffer of a
+ * dk_shard_t under FULL_SHARD, padded to the group's size) and its
+ * momentum take 16 steps of the loss of elastic_c_multirank_test.c: the
+ * gradient is the sum over a global batch of 12 samples shared among the
+ * ranks of the current group, divided by 12 (each rank scales its part by
+ * n / 12, and dk_shard_reduce_grads averages over the n ranks). The
+ * weights' shard (dk_shard_local), the momentum's shard and the step are
+ * registered in a dk_sharded_snapshot_t, committed before the first step and
+ * after every 4th. Before the reduction of step DIE_AT (7 + the world size)
+ * rank 1 SIGKILLs itself. The survivors grow back with distrun's new
+ * process for rank 1 (DISTKIT_MAX_REPLACEMENTS) or shrink (DISTKIT_MIN_RANKS),
+ * then every member of the new group fetches from the snapshot: the shard
+ * it held when the group kept its size (the replacement's from its
+ * neighbour), every shard when it shrank. Each loads its part of the new
+ * layout into a new dk_shard_t (dk_shard_load_sharded for the weights, the
+ * same arithmetic for the momentum), commits a new snapshot on the new group
+ * and redoes the steps since the commit. The final weights are compared with
+ * an uninterrupted run computed here in one process (relative 1e-12), the
+ * snapshot's memory with 2/N of the state, and a failed check on any rank
+ * fails every rank. */
+#define _POSIX_C_SOURCE 200809L /* SIGKILL */
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "distkit/distkit.h"
+#include "testing/c/elastic_model.h"
+#include "testing/c/host_tensor.h"
+
+#define DIM 10
+#define GLOBAL_BATCH 12
+#define STEPS 16
+#define COMMIT_EVERY 4
+#define LR 0.1
+#define BETA 0.9
+#define VICTIM 1
+#define TIMEOUT_MS 20000
+#define SETTLE_MS 2000
+
+static int world_rank_ = -1, failures_;
+
+static void check(int ok, const char* what) {
+  if (!ok) {
+    fprintf(stderr, "rank %d: CHECK FAILED: %s\n", world_rank_, what);
+    ++failures_;
+  }
+}
+
+static void die(const char* what, dk_error_t* err) {
+  fprintf(stderr, "rank %d: %s: %s\n", world_rank_, what,
+          err != NULL ? dk_error_message(err) : "");
+  exit(1);
+}
+
+static void initial_weights(double* w) {
+  for (int j = 0; j < DIM; ++j) w[j] = 0.5 - 0.1 * j;
+}
+
+/* The uninterrupted run, in one process. */
+static void reference(double* w) {
+  double m[DIM] = {0}, g[DIM];
+  initial_weights(w);
+  for (int64_t t = 0; t < STEPS; ++t) {
+    dk_test_gradient(t, 0, GLOBAL_BATCH, w, g, DIM);
+    for (int j = 0; j < DIM; ++j) {
+      m[j] = BETA * m[j] + g[j] / GLOBAL_BATCH;
+      w[j] -= LR * m[j];
+    }
+  }
+}
+
+/* What a rank trains with on one group: the unit, its momentum, the
+ * snapshot of both, and the step (in every shard). */
+typedef struct {
+  dk_group_t* group;
+  dk_shard_t* unit;
+  double* w; /* the unit's shard of the weights (dk_shard_local) */
+  double* m; /* the momentum's shard: the same elements */
+  int64_t local;
+  int64_t step;
+  dk_sharded_snapshot_t* snapshot;
+} trainer_t;
+
+/* A unit over `group` with the initial weights (replaced by a load when
+ * recovering), zero momentum, and an empty snapshot of the three. */
+static void start(trainer_t* t, dk_group_t* group) {
+  dk_error_t* err = NULL;
+  double w[DIM];
+  initial_weights(w);
+  int64_t n = DIM;
+  DLTensor tw = dk_test_host_tensor(w, &n, 1, kDLFloat, 64);
+  DLTensor* params[1] = {&tw};
+  const char* names[1] = {"w"};
+  t->group = group;
+  if (dk_shard_create(group, params, 1, names, NULL, &t->unit, &err) != DK_OK)
+    die("dk_shard_create", err);
+  void* grad = NULL;
+  dk_dtype_t dtype;
+  if (dk_shard_local(t->unit, 0, (void**)&t->w, &grad, &t->local, &dtype,
+                     &err) != DK_OK)
+    die("dk_shard_local", err);
+  check(dtype == DK_FLOAT64, "a float64 flat buffer");
+  t->m = calloc((size_t)t->local, sizeof(double));
+  if (dk_sharded_snapshot_create(&t->snapshot, &err) != DK_OK ||
+      dk_sharded_snapshot_register(t->snapshot, "w", t->w,
+                                   (size_t)t->local * sizeof(double),
+                                   &err) != DK_OK ||
+      dk_sharded_snapshot_register(t->snapshot, "momentum", t->m,
+                                   (size_t)t->local * sizeof(double),
+                                   &err) != DK_OK ||
+      dk_sharded_snapshot_register(t->snapshot, "step", &t->step,
+                                   sizeof(t->step), &err) != DK_OK) {
+    die("register", err);
+  }
+}
+
+static void stop(trainer_t* t) {
+  dk_sharded_snapshot_destroy(t->snapshot);
+  dk_shard_destroy(t->unit);
+  free(t->m);
+  memset(t, 0, sizeof(*t));
+}
+
+static const void* shard_buffer(dk_sharded_snapshot_t* s, int index, int buffer,
+                                size_t* bytes) {
+  dk_error_t* err = NULL;
+  const void* data = NULL;
+  if (dk_sharded_snapshot_shard(s, index, buffer, &data, bytes, &err) != DK_OK)
+    die("dk_sharded_snapshot_shard", err);
+  return data;
+}
+
+/* The survivors' (or the replacement's) new trainer on `group`, from what
+ * `old` fetched there (NULL for a replacement, which holds nothing): the
+ * weights through dk_shard_load_sharded, the momentum by the same layout
+ * (shard j of W holds elements [j*S, (j+1)*S) of the padded flat buffer),
+ * the step from any shard; then a first commit of the new layout. Returns
+ * the commit loaded. */
+static int64_t rebuild(trainer_t* t, dk_sharded_snapshot_t* old,
+                       dk_group_t* group, int same_layout) {
+  dk_error_t* err = NULL;
+  dk_sharded_snapshot_t* empty = NULL;
+  if (old == NULL) {
+    if (dk_sharded_snapshot_create(&empty, &err) != DK_OK) die("create", err);
+    old = empty;
+  }
+  const int32_t me = dk_group_rank(group);
+  int64_t commit = 0;
+  int32_t world = 0;
+  if (dk_sharded_snapshot_fetch(old, group, same_layout ? &me : NULL,
+                                same_layout ? 1 : 0, &commit, &world,
+                                &err) != DK_OK) {
+    die("dk_sharded_snapshot_fetch", err);
+  }
+  check(!same_layout || world == dk_group_size(group),
+        "the same layout when the group kept its size");
+  start(t, group);
+  DLTensor* saved = calloc((size_t)world, sizeof(DLTensor));
+  const DLTensor** ptrs = calloc((size_t)world, sizeof(DLTensor*));
+  int64_t* shapes = calloc((size_t)world, sizeof(int64_t));
+  const double** old_m = calloc((size_t)world, sizeof(double*));
+  int64_t old_local = 0;
+  for (int j = 0; j < world; ++j) {
+    if (same_layout && j != me) continue;
+    size_t bytes = 0, mbytes = 0, sbytes = 0;
+    double* w = (double*)shard_buffer(old, j, 0, &bytes);
+    old_m[j] = (const double*)shard_buffer(old, j, 1, &mbytes);
+    const int64_t* step = (const int64_t*)shard_buffer(old, j, 2, &sbytes);
+    check(mbytes == bytes && sbytes == sizeof(int64_t), "a shard's buffers");
+    old_local = (int64_t)(bytes / sizeof(double));
+    t->step = *step;
+    shapes[j] = old_local;
+    saved[j] = dk_test_host_tensor(w, &shapes[j], 1, kDLFloat, 64);
+    ptrs[j] = &saved[j];
+  }
+  if (dk_shard_load_sharded(t->unit, world, ptrs, (size_t)world, &err) != DK_OK)
+    die("dk_shard_load_sharded", err);
+  const int64_t first = (int64_t)dk_group_rank(group) * t->local;
+  for (int64_t i = 0; i < t->local; ++i) {
+    const int64_t at = first + i, j = at / old_local;
+    t->m[i] = at < DIM ? old_m[j][at % old_local] : 0.0;
+  }
+  free(saved);
+  free(ptrs);
+  free(shapes);
+  free(old_m);
+  dk_sharded_snapshot_destroy(empty);
+  if (dk_sharded_snapshot_commit(t->snapshot, group, &err) != DK_OK)
+    die("the new layout's first commit", err);
+  return commit;
+}
+
+/* One step: the full weights, this rank's part of the batch (scaled so that
+ * the average over ranks is the batch's mean), the reduction, then SGD with
+ * momentum on the shard. Returns the reduction's status. */
+static dk_status_t train_step(trainer_t* t, int victim_dies, dk_error_t** err) {
+  const int n = dk_group_size(t->group), r = dk_group_rank(t->group);
+  if (dk_shard_unshard(t->unit, err) != DK_OK) return dk_error_code(*err);
+  double* full = NULL;
+  if (dk_shard_full_param(t->unit, 0, (void**)&full, err) != DK_OK)
+    die("dk_shard_full_param", *err);
+  double g[DIM];
+  dk_test_gradient(t->step, r * GLOBAL_BATCH / n, (r + 1) * GLOBAL_BATCH / n,
+                   full, g, DIM);
+  for (int j = 0; j < DIM; ++j) g[j] *= (double)n / GLOBAL_BATCH;
+  if (dk_shard_reshard(t->unit, err) != DK_OK) die("dk_shard_reshard", *err);
+  int64_t len = DIM;
+  DLTensor tg = dk_test_host_tensor(g, &len, 1, kDLFloat, 64);
+  if (dk_shard_accumulate_grad(t->unit, 0, &tg, err) != DK_OK)
+    die("dk_shard_accumulate_grad", *err);
+  if (victim_dies) {
+    printf("rank %d: SIGKILL in step %lld\n", world_rank_, (long long)t->step);
+    raise(SIGKILL);
+  }
+  if (dk_shard_reduce_grads(t->unit, err) != DK_OK) return dk_error_code(*err);
+  void *data = NULL, *grad = NULL;
+  int64_t local = 0;
+  dk_dtype_t dtype;
+  if (dk_shard_local(t->unit, 0, &data, &grad, &local, &dtype, err) != DK_OK)
+    die("dk_shard_local", *err);
+  for (int64_t i = 0; i < local; ++i) {
+    t->m[i] = BETA * t->m[i] + ((double*)grad)[i];
+    t->w[i] -= LR * t->m[i];
+  }
+  dk_shard_zero_grads(t->unit);
+  return DK_OK;
+}
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const int want_grow = argc > 1 && strcmp(argv[1], "grow") == 0;
+  const int newcomer = dk_test_env_number("DISTKIT_REPLACEMENT") > 0;
+  dk_init_config_t cfg;
+  dk_init_config_init(&cfg);
+  cfg.timeout_ms = TIMEOUT_MS;
+  dk_group_t* group = NULL;
+  dk_error_t* err = NULL;
+  if (dk_init_version(DK_ABI_MAJOR, DK_ABI_MINOR, &err) != DK_OK)
+    die("dk_init_version", err);
+  if (dk_init("pytorch", &cfg, &group, &err) != DK_OK) die("dk_init", err);
+  world_rank_ = dk_group_rank(group);
+  const int size = dk_group_size(group);
+  if (size < 2) {
+    printf("rank %d: needs 2 ranks or more\n", world_rank_);
+    return 1;
+  }
+  check(want_grow == (dk_test_env_number("DISTKIT_MAX_REPLACEMENTS") > 0),
+        "the launcher replaces lost ranks in the grow variant only");
+  const int64_t die_at = 7 + size;
+  const int64_t want_commit = 1 + die_at / COMMIT_EVERY;
+  const int64_t commit_step = (die_at / COMMIT_EVERY) * COMMIT_EVERY;
+
+  trainer_t t;
+  memset(&t, 0, sizeof(t));
+  int recoveries = 0, steps_run = 0;
+  if (newcomer) {
+    /* dk_init joined the survivors' grow; it holds nothing to fetch from. */
+    const int64_t commit = rebuild(&t, NULL, group, 1);
+    printf("rank %d: replacement fetched commit %lld (step %lld)\n",
+           world_rank_, (long long)commit, (long long)t.step);
+    check(commit == want_commit, "the replacement loads the newest commit");
+    check(t.step == commit_step, "the replacement's step is the commit's");
+  } else {
+    start(&t, group);
+    if (dk_sharded_snapshot_commit(t.snapshot, group, &err) != DK_OK)
+      die("the first commit", err);
+  }
+  while (t.step < STEPS) {
+    const int victim = !newcomer && recoveries == 0 && world_rank_ == VICTIM &&
+                       t.step == die_at;
+    dk_status_t s = train_step(&t, victim, &err);
+    if (s != DK_OK) {
+      printf("rank %d: step %lld failed (%s); recovering\n", world_rank_,
+             (long long)t.step, dk_error_message(err));
+      check(t.step == die_at, "the step the victim died in fails");
+      check(s == DK_UNAVAILABLE || s == DK_DEADLINE_EXCEEDED,
+            "a lost peer or a timeout");
+      dk_error_free(err);
+      err = NULL;
+      int grown = 0;
+      const char* what = "";
+      dk_group_t* next =
+          dk_test_recover(group, TIMEOUT_MS, SETTLE_MS, &grown, &err, &what);
+      if (next == NULL) die(what, err);
+      check(grown == want_grow, "grown under --max-replacements, else shrunk");
+      check(dk_group_size(next) == (grown ? size : size - 1),
+            "the new group's size");
+      trainer_t fresh;
+      memset(&fresh, 0, sizeof(fresh));
+      const int64_t commit = rebuild(&fresh, t.snapshot, next, grown);
+      stop(&t);
+      dk_group_destroy(group);
+      group = next;
+      t = fresh;
+      ++recoveries;
+      printf("rank %d: %s to %d ranks, fetched commit %lld (step %lld)\n",
+             world_rank_, grown ? "grew" : "shrank", dk_group_size(group),
+             (long long)commit, (long long)t.step);
+      check(commit == want_commit, "the survivors load the newest commit");
+      check(t.step == commit_step,
+            "the step is the commit's: the steps since are redone");
+      continue;
+    }
+    ++t.step;
+    ++steps_run;
+    if (t.step % COMMIT_EVERY == 0 &&
+        dk_sharded_snapshot_commit(t.snapshot, group, &err) != DK_OK) {
+      die("commit", err);
+    }
+  }
+  /* The snapshot holds this rank's shard and its neighbour's: 2/N of the
+   * state (each shard's buffers from 64-byte boundaries after a header). */
+  const int64_t blob = 64 + 2 * ((t.local * 8 + 63) / 64 * 64) + 64;
+  const int n = dk_group_size(group);
+  check(dk_sharded_snapshot_bytes(t.snapshot) == (n > 1 ? 2 : 1) * blob,
+        "the snapshot holds two shards");
+  if (newcomer) {
+    check(steps_run == STEPS - commit_step,
+          "the replacement trains from the commit");
+  } else {
+    check(recoveries == 1, "one recovery");
+    check(steps_run == STEPS + die_at % COMMIT_EVERY,
+          "the steps since the commit are trained twice");
+  }
+  double w[DIM], want[DIM];
+  int64_t dim = DIM;
+  DLTensor tw = dk_test_host_tensor(w, &dim, 1, kDLFloat, 64);
+  DLTensor* outs[1] = {&tw};
+  if (dk_shard_gather_full(t.unit, outs, 1, 0, &err) != DK_OK)
+    die("dk_shard_gather_full", err);
+  reference(want);
+  for (int j = 0; j < DIM; ++j) {
+    if (!(fabs(w[j] - want[j]) <= 1e-12 * fabs(want[j]) + 1e-14)) {
+      fprintf(stderr, "rank %d: w[%d] = %.17g, the uninterrupted run's %.17g\n",
+              world_rank_, j, w[j], want[j]);
+      check(0, "final weights equal the uninterrupted run's");
+    }
+  }
+  double bad = failures_;
+  int64_t one = 1;
+  DLTensor tb = dk_test_host_tensor(&bad, &one, 1, kDLFloat, 64);
+  if (dk_group_all_reduce(group, &tb, DK_OP_SUM, NULL, &err) != DK_OK)
+    die("the final all_reduce", err);
+  stop(&t);
+  dk_group_destroy(group);
+  dk_shutdown();
+  if (bad > 0) {
+    fprintf(stderr, "rank %d: %g check(s) failed in the job\n", world_rank_,
+            bad);
+    return 1;
+  }
+  printf("rank %d: %s; w equals the uninterrupted run's after %d steps\n",
+         world_rank_,
+         newcomer ? "joined as a replacement"
+                  : (want_grow ? "grew back" : "shrank"),
+         steps_run);
+  return 0;
+}
