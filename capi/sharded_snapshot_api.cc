@@ -77,7 +77,11 @@ dk_status_t dk_sharded_snapshot_fetch(dk_sharded_snapshot_t* snapshot,
     DK_RETURN_IF_ERROR(NotNull(snapshot, "snapshot"));
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
     std::optional<std::vector<int>> asked;
-    if (wanted != nullptr) asked.emplace(wanted, wanted + num_wanted);
+    if (wanted != nullptr) {
+      DK_RETURN_IF_ERROR(::distkit::capi::CheckCount(
+          num_wanted, sizeof(int32_t), "num_wanted"));
+      asked.emplace(wanted, wanted + num_wanted);
+    }
     DK_ASSIGN_OR_RETURN(ShardedSnapshot::Fetched fetched,
                         snapshot->rep.Fetch(*g, std::move(asked)));
     if (commit_out != nullptr) *commit_out = fetched.commit;

@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"unsafe"
 )
@@ -55,23 +56,13 @@ func RegisterShardBuffer[T Element](s *ShardedSnapshot, name string, data []T) e
 	if err := s.live(); err != nil {
 		return err
 	}
-	var z T
-	bytes := len(data) * int(unsafe.Sizeof(z))
-	staging := C.malloc(C.size_t(bytes) + 1)
-	view := unsafe.Slice((*T)(staging), len(data))
-	copy(view, data)
-	cname := C.CString(name)
-	defer C.free(unsafe.Pointer(cname))
-	var cerr *C.dk_error_t
-	if err := check(C.dk_sharded_snapshot_register(s.ptr, cname, staging, C.size_t(bytes), &cerr), cerr); err != nil {
-		C.free(staging)
+	b, err := stageBuffer(name, data, func(cname *C.char, staging unsafe.Pointer, bytes C.size_t, cerr **C.dk_error_t) C.dk_status_t {
+		return C.dk_sharded_snapshot_register(s.ptr, cname, staging, bytes, cerr)
+	})
+	if err != nil {
 		return err
 	}
-	s.buffers = append(s.buffers, snapshotBuffer{
-		staging: staging,
-		save:    func() { copy(view, data) },
-		load:    func() { copy(data, view) },
-	})
+	s.buffers = append(s.buffers, b)
 	return nil
 }
 
@@ -96,7 +87,10 @@ func (s *ShardedSnapshot) Commit(g *Group) error {
 		b.save()
 	}
 	var cerr *C.dk_error_t
-	return check(C.dk_sharded_snapshot_commit(s.ptr, g.ptr, &cerr), cerr)
+	err := check(C.dk_sharded_snapshot_commit(s.ptr, g.ptr, &cerr), cerr)
+	runtime.KeepAlive(s) // its finalizer must not free the snapshot mid-call
+	runtime.KeepAlive(g)
+	return err
 }
 
 // Fetch is collective over g, made after a change of membership: the members
@@ -117,6 +111,9 @@ func (s *ShardedSnapshot) Fetch(g *Group, wanted []int) (commit int64, world int
 		defer C.free(unsafe.Pointer(list))
 		view := unsafe.Slice(list, n)
 		for i, w := range wanted {
+			if w < 0 || w > math.MaxInt32 {
+				return 0, 0, &Error{InvalidArgument, fmt.Sprintf("sharded snapshot fetch: shard index %d is not a rank", w)}
+			}
 			view[i] = C.int32_t(w)
 		}
 		ptr = list
@@ -124,7 +121,10 @@ func (s *ShardedSnapshot) Fetch(g *Group, wanted []int) (commit int64, world int
 	var c C.int64_t
 	var w C.int32_t
 	var cerr *C.dk_error_t
-	if err := check(C.dk_sharded_snapshot_fetch(s.ptr, g.ptr, ptr, C.size_t(n), &c, &w, &cerr), cerr); err != nil {
+	err = check(C.dk_sharded_snapshot_fetch(s.ptr, g.ptr, ptr, C.size_t(n), &c, &w, &cerr), cerr)
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(g)
+	if err != nil {
 		return 0, 0, err
 	}
 	return int64(c), int(w), nil
@@ -137,13 +137,23 @@ func (s *ShardedSnapshot) ShardBytes(index, buffer int) ([]byte, error) {
 	if err := s.live(); err != nil {
 		return nil, err
 	}
+	if index < 0 || index > math.MaxInt32 || buffer < 0 || buffer > math.MaxInt32 {
+		return nil, &Error{OutOfRange, fmt.Sprintf("sharded snapshot: shard %d, buffer %d", index, buffer)}
+	}
 	var data unsafe.Pointer
 	var bytes C.size_t
 	var cerr *C.dk_error_t
 	if err := check(C.dk_sharded_snapshot_shard(s.ptr, C.int32_t(index), C.int32_t(buffer), &data, &bytes, &cerr), cerr); err != nil {
 		return nil, err
 	}
-	return C.GoBytes(data, C.int(bytes)), nil
+	// A copy (shards may pass 2 GiB, past C.GoBytes), made before the
+	// snapshot may be finalized: the bytes are the library's until then.
+	out := make([]byte, int(bytes))
+	if bytes > 0 {
+		copy(out, unsafe.Slice((*byte)(data), int(bytes)))
+	}
+	runtime.KeepAlive(s)
+	return out, nil
 }
 
 // ShardValues is ShardBytes as elements of T (a copy; InvalidArgument when

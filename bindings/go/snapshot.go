@@ -55,6 +55,20 @@ func RegisterBuffer[T Element](s *Snapshot, name string, data []T) error {
 	if err := s.live(); err != nil {
 		return err
 	}
+	b, err := stageBuffer(name, data, func(cname *C.char, staging unsafe.Pointer, bytes C.size_t, cerr **C.dk_error_t) C.dk_status_t {
+		return C.dk_snapshot_register(s.ptr, cname, staging, bytes, cerr)
+	})
+	if err != nil {
+		return err
+	}
+	s.buffers = append(s.buffers, b)
+	return nil
+}
+
+// stageBuffer copies data into C memory and registers that copy with the
+// library through register (a snapshot's register call); the buffer it
+// returns copies between the two.
+func stageBuffer[T Element](name string, data []T, register func(*C.char, unsafe.Pointer, C.size_t, **C.dk_error_t) C.dk_status_t) (snapshotBuffer, error) {
 	var z T
 	bytes := len(data) * int(unsafe.Sizeof(z))
 	staging := C.malloc(C.size_t(bytes) + 1)
@@ -63,16 +77,15 @@ func RegisterBuffer[T Element](s *Snapshot, name string, data []T) error {
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
 	var cerr *C.dk_error_t
-	if err := check(C.dk_snapshot_register(s.ptr, cname, staging, C.size_t(bytes), &cerr), cerr); err != nil {
+	if err := check(register(cname, staging, C.size_t(bytes), &cerr), cerr); err != nil {
 		C.free(staging)
-		return err
+		return snapshotBuffer{}, err
 	}
-	s.buffers = append(s.buffers, snapshotBuffer{
+	return snapshotBuffer{
 		staging: staging,
 		save:    func() { copy(view, data) },
 		load:    func() { copy(data, view) },
-	})
-	return nil
+	}, nil
 }
 
 func (s *Snapshot) live() error {

@@ -68,19 +68,6 @@ static void initial_state(double* w, double* m) {
   }
 }
 
-/* The uninterrupted run, in one process. */
-static void reference(double* w) {
-  double m[DIM], g[DIM];
-  initial_state(w, m);
-  for (int64_t t = 0; t < STEPS; ++t) {
-    dk_test_gradient(t, 0, GLOBAL_BATCH, w, g, DIM);
-    for (int j = 0; j < DIM; ++j) {
-      m[j] = BETA * m[j] + g[j] / GLOBAL_BATCH;
-      w[j] -= LR * m[j];
-    }
-  }
-}
-
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const int want_grow = argc > 1 && strcmp(argv[1], "grow") == 0;
@@ -206,7 +193,9 @@ int main(int argc, char** argv) {
           "the steps since the commit are trained twice");
   }
   double want[DIM];
-  reference(want);
+  double m0[DIM];
+  initial_state(want, m0);
+  dk_test_reference(want, DIM, STEPS, GLOBAL_BATCH, LR, BETA);
   for (int j = 0; j < DIM; ++j) {
     if (!(fabs(w[j] - want[j]) <= 1e-12 * fabs(want[j]) + 1e-14)) {
       fprintf(stderr, "rank %d: w[%d] = %.17g, the uninterrupted run's %.17g\n",

@@ -62,19 +62,6 @@ static void initial_weights(double* w) {
   for (int j = 0; j < DIM; ++j) w[j] = 0.5 - 0.1 * j;
 }
 
-/* The uninterrupted run, in one process. */
-static void reference(double* w) {
-  double m[DIM] = {0}, g[DIM];
-  initial_weights(w);
-  for (int64_t t = 0; t < STEPS; ++t) {
-    dk_test_gradient(t, 0, GLOBAL_BATCH, w, g, DIM);
-    for (int j = 0; j < DIM; ++j) {
-      m[j] = BETA * m[j] + g[j] / GLOBAL_BATCH;
-      w[j] -= LR * m[j];
-    }
-  }
-}
-
 /* What a rank trains with on one group: the unit, its momentum, the
  * snapshot of both, and the step (in every shard). */
 typedef struct {
@@ -252,33 +239,36 @@ int main(int argc, char** argv) {
   }
   check(want_grow == (dk_test_env_number("DISTKIT_MAX_REPLACEMENTS") > 0),
         "the launcher replaces lost ranks in the grow variant only");
+  check(want_grow || dk_test_env_number("DISTKIT_MIN_RANKS") > 0,
+        "the shrink variant runs under distrun --min-ranks");
   const int64_t die_at = 7 + size;
   const int64_t want_commit = 1 + die_at / COMMIT_EVERY;
   const int64_t commit_step = (die_at / COMMIT_EVERY) * COMMIT_EVERY;
 
-  trainer_t t;
-  memset(&t, 0, sizeof(t));
+  /* On the heap: the snapshot holds the trainer's step by address, so a
+   * trainer never moves. */
+  trainer_t* t = calloc(1, sizeof(trainer_t));
   int recoveries = 0, steps_run = 0;
   if (newcomer) {
     /* dk_init joined the survivors' grow; it holds nothing to fetch from. */
-    const int64_t commit = rebuild(&t, NULL, group, 1);
+    const int64_t commit = rebuild(t, NULL, group, 1);
     printf("rank %d: replacement fetched commit %lld (step %lld)\n",
-           world_rank_, (long long)commit, (long long)t.step);
+           world_rank_, (long long)commit, (long long)t->step);
     check(commit == want_commit, "the replacement loads the newest commit");
-    check(t.step == commit_step, "the replacement's step is the commit's");
+    check(t->step == commit_step, "the replacement's step is the commit's");
   } else {
-    start(&t, group);
-    if (dk_sharded_snapshot_commit(t.snapshot, group, &err) != DK_OK)
+    start(t, group);
+    if (dk_sharded_snapshot_commit(t->snapshot, group, &err) != DK_OK)
       die("the first commit", err);
   }
-  while (t.step < STEPS) {
+  while (t->step < STEPS) {
     const int victim = !newcomer && recoveries == 0 && world_rank_ == VICTIM &&
-                       t.step == die_at;
-    dk_status_t s = train_step(&t, victim, &err);
+                       t->step == die_at;
+    dk_status_t s = train_step(t, victim, &err);
     if (s != DK_OK) {
       printf("rank %d: step %lld failed (%s); recovering\n", world_rank_,
-             (long long)t.step, dk_error_message(err));
-      check(t.step == die_at, "the step the victim died in fails");
+             (long long)t->step, dk_error_message(err));
+      check(t->step == die_at, "the step the victim died in fails");
       check(s == DK_UNAVAILABLE || s == DK_DEADLINE_EXCEEDED,
             "a lost peer or a timeout");
       dk_error_free(err);
@@ -291,34 +281,35 @@ int main(int argc, char** argv) {
       check(grown == want_grow, "grown under --max-replacements, else shrunk");
       check(dk_group_size(next) == (grown ? size : size - 1),
             "the new group's size");
-      trainer_t fresh;
-      memset(&fresh, 0, sizeof(fresh));
-      const int64_t commit = rebuild(&fresh, t.snapshot, next, grown);
-      stop(&t);
+      trainer_t* fresh = calloc(1, sizeof(trainer_t));
+      /* The old snapshot stays until the new layout's first commit. */
+      const int64_t commit = rebuild(fresh, t->snapshot, next, grown);
+      stop(t);
+      free(t);
       dk_group_destroy(group);
       group = next;
       t = fresh;
       ++recoveries;
       printf("rank %d: %s to %d ranks, fetched commit %lld (step %lld)\n",
              world_rank_, grown ? "grew" : "shrank", dk_group_size(group),
-             (long long)commit, (long long)t.step);
+             (long long)commit, (long long)t->step);
       check(commit == want_commit, "the survivors load the newest commit");
-      check(t.step == commit_step,
+      check(t->step == commit_step,
             "the step is the commit's: the steps since are redone");
       continue;
     }
-    ++t.step;
+    ++t->step;
     ++steps_run;
-    if (t.step % COMMIT_EVERY == 0 &&
-        dk_sharded_snapshot_commit(t.snapshot, group, &err) != DK_OK) {
+    if (t->step % COMMIT_EVERY == 0 &&
+        dk_sharded_snapshot_commit(t->snapshot, group, &err) != DK_OK) {
       die("commit", err);
     }
   }
   /* The snapshot holds this rank's shard and its neighbour's: 2/N of the
    * state (each shard's buffers from 64-byte boundaries after a header). */
-  const int64_t blob = 64 + 2 * ((t.local * 8 + 63) / 64 * 64) + 64;
+  const int64_t blob = 64 + 2 * ((t->local * 8 + 63) / 64 * 64) + 64;
   const int n = dk_group_size(group);
-  check(dk_sharded_snapshot_bytes(t.snapshot) == (n > 1 ? 2 : 1) * blob,
+  check(dk_sharded_snapshot_bytes(t->snapshot) == (n > 1 ? 2 : 1) * blob,
         "the snapshot holds two shards");
   if (newcomer) {
     check(steps_run == STEPS - commit_step,
@@ -332,9 +323,10 @@ int main(int argc, char** argv) {
   int64_t dim = DIM;
   DLTensor tw = dk_test_host_tensor(w, &dim, 1, kDLFloat, 64);
   DLTensor* outs[1] = {&tw};
-  if (dk_shard_gather_full(t.unit, outs, 1, 0, &err) != DK_OK)
+  if (dk_shard_gather_full(t->unit, outs, 1, 0, &err) != DK_OK)
     die("dk_shard_gather_full", err);
-  reference(want);
+  initial_weights(want);
+  dk_test_reference(want, DIM, STEPS, GLOBAL_BATCH, LR, BETA);
   for (int j = 0; j < DIM; ++j) {
     if (!(fabs(w[j] - want[j]) <= 1e-12 * fabs(want[j]) + 1e-14)) {
       fprintf(stderr, "rank %d: w[%d] = %.17g, the uninterrupted run's %.17g\n",
@@ -347,7 +339,8 @@ int main(int argc, char** argv) {
   DLTensor tb = dk_test_host_tensor(&bad, &one, 1, kDLFloat, 64);
   if (dk_group_all_reduce(group, &tb, DK_OP_SUM, NULL, &err) != DK_OK)
     die("the final all_reduce", err);
-  stop(&t);
+  stop(t);
+  free(t);
   dk_group_destroy(group);
   dk_shutdown();
   if (bad > 0) {

@@ -1,7 +1,6 @@
 #include "cc/elastic/host_collectives.h"
 
 #include <algorithm>
-#include <new>
 #include <numeric>
 #include <utility>
 
@@ -12,15 +11,14 @@
 namespace distkit {
 namespace elastic {
 
-absl::StatusOr<std::unique_ptr<char[]>> AllocateHost(int64_t bytes,
-                                                     const char* what) {
-  std::unique_ptr<char[]> p(new (
-      std::nothrow) char[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
-  if (p == nullptr) {
+absl::StatusOr<HostBuffer> AllocateHost(int64_t bytes, const char* what) {
+  void* p = nullptr;
+  if (posix_memalign(&p, kHostAlign,
+                     static_cast<size_t>(std::max<int64_t>(bytes, 1))) != 0) {
     return absl::ResourceExhaustedError(
         absl::StrCat(what, ": cannot allocate ", bytes, " bytes"));
   }
-  return p;
+  return HostBuffer(static_cast<char*>(p));
 }
 
 absl::Status AllGatherHost(ProcessGroup& group, void* in, void* out,

@@ -7,6 +7,7 @@
 #define DISTKIT_CC_ELASTIC_HOST_COLLECTIVES_H_
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -18,10 +19,20 @@
 namespace distkit {
 namespace elastic {
 
-// `bytes` (at least one) of host memory left uninitialised (the caller
-// writes every byte it reads), or RESOURCE_EXHAUSTED naming `what`.
-absl::StatusOr<std::unique_ptr<char[]>> AllocateHost(int64_t bytes,
-                                                     const char* what);
+// Host memory from AllocateHost, released with free().
+struct FreeHost {
+  void operator()(char* p) const { std::free(p); }
+};
+using HostBuffer = std::unique_ptr<char[], FreeHost>;
+
+// Every snapshot buffer starts on this boundary, so any element type (and a
+// caller's aligned vector loads) may view it.
+inline constexpr size_t kHostAlign = 64;
+
+// `bytes` (at least one) of host memory at a kHostAlign boundary, left
+// uninitialised (the caller writes every byte it reads), or
+// RESOURCE_EXHAUSTED naming `what`.
+absl::StatusOr<HostBuffer> AllocateHost(int64_t bytes, const char* what);
 
 // `count` elements of `dtype` at `in` from every member into `out` (count
 // times the group's size), in rank order.

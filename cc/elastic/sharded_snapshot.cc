@@ -40,7 +40,9 @@ int64_t NamesFingerprint(const BufferLayout& layout) {
 // their sizes; then whether it wants every shard and how many it names.
 constexpr int kSlots = 2;
 constexpr int kSlotFields = 8;  // number, world, own, held, (index, bytes) x2
-constexpr int kCardFields = 1 + kSlots * kSlotFields + 2;
+// ... then the registration's fingerprint (0 for a snapshot holding none).
+constexpr int kCardFields = 1 + kSlots * kSlotFields + 3;
+constexpr int kFingerprintField = kCardFields - 3;
 
 // One shard of one commit as some member holds it.
 struct Holding {
@@ -53,6 +55,11 @@ struct Holding {
 
 std::string RankList(const std::vector<int>& ranks) {
   return absl::StrJoin(ranks, ", ");
+}
+
+absl::Status StoppedForTesting() {
+  return absl::UnavailableError(
+      "sharded snapshot commit: stopped here for a test (as a lost rank)");
 }
 
 }  // namespace
@@ -81,8 +88,7 @@ absl::StatusOr<ShardedSnapshot::Blob> ShardedSnapshot::PackLocked() const {
   const int64_t count = static_cast<int64_t>(buffers.size());
   int64_t total = HeaderBytes(count);
   for (const BufferLayout::Buffer& b : buffers) total += Aligned(b.bytes);
-  DK_ASSIGN_OR_RETURN(std::unique_ptr<char[]> data,
-                      AllocateHost(total, "sharded snapshot"));
+  DK_ASSIGN_OR_RETURN(HostBuffer data, AllocateHost(total, "sharded snapshot"));
   std::memset(data.get(), 0, static_cast<size_t>(HeaderBytes(count)));
   std::memcpy(data.get(), &count, 8);
   int64_t at = HeaderBytes(count);
@@ -91,6 +97,11 @@ absl::StatusOr<ShardedSnapshot::Blob> ShardedSnapshot::PackLocked() const {
     if (buffers[i].bytes > 0) {
       std::memcpy(data.get() + at, data_[i], buffers[i].bytes);
     }
+    // The padding to the next boundary travels too: zeros, never
+    // uninitialised memory.
+    std::memset(
+        data.get() + at + buffers[i].bytes, 0,
+        static_cast<size_t>(Aligned(buffers[i].bytes) - buffers[i].bytes));
     at += Aligned(buffers[i].bytes);
   }
   Blob blob;
@@ -150,12 +161,13 @@ absl::Status ShardedSnapshot::Commit(ProcessGroup& group) {
   if (n > 1) {
     const int left = (me + n - 1) % n, right = (me + 1) % n;
     const int64_t incoming = cards[3 * right + 1];
-    DK_ASSIGN_OR_RETURN(std::unique_ptr<char[]> received,
+    DK_ASSIGN_OR_RETURN(HostBuffer received,
                         AllocateHost(incoming, "sharded snapshot"));
     std::vector<int64_t> send(n, 0), receive(n, 0);
     send[left] = own.bytes;
     receive[right] = incoming;
     pending_ = next;  // a failure in the exchange keeps this rank's shard
+    if (stop_ == StopForTesting::kBeforeExchange) return StoppedForTesting();
     DK_RETURN_IF_ERROR(AllToAllHost(group, own.data.get(), received.get(),
                                     std::move(send), std::move(receive)));
     Blob neighbour;
@@ -163,6 +175,7 @@ absl::Status ShardedSnapshot::Commit(ProcessGroup& group) {
     neighbour.bytes = incoming;
     pending_->shards[right] = std::move(neighbour);
     // 3. In force once every member holds its part.
+    if (stop_ == StopForTesting::kBeforeBarrier) return StoppedForTesting();
     DK_RETURN_IF_ERROR(group.Barrier());
     in_force_ = std::move(pending_);
   } else {
@@ -205,6 +218,7 @@ absl::StatusOr<ShardedSnapshot::Fetched> ShardedSnapshot::Fetch(
     ++slots;
   }
   card[0] = slots;
+  card[kFingerprintField] = slots > 0 ? NamesFingerprint(layout_) : 0;
   std::vector<int64_t> asked;
   if (wanted) asked.assign(wanted->begin(), wanted->end());
   card[kCardFields - 2] = wanted ? 0 : 1;
@@ -213,8 +227,25 @@ absl::StatusOr<ShardedSnapshot::Fetched> ShardedSnapshot::Fetch(
   DK_RETURN_IF_ERROR(AllGatherHost(group, card.data(), cards.data(),
                                    kCardFields, DataType::kInt64));
   int64_t longest = 0;
+  int first_holder = -1;
+  std::vector<int> differ;
   for (int r = 0; r < n; ++r) {
-    longest = std::max(longest, cards[kCardFields * r + kCardFields - 1]);
+    const int64_t* c = &cards[static_cast<size_t>(kCardFields) * r];
+    longest = std::max(longest, c[kCardFields - 1]);
+    if (c[0] == 0) continue;  // holds nothing (a replacement)
+    if (first_holder < 0) {
+      first_holder = r;
+    } else if (c[kFingerprintField] !=
+               cards[static_cast<size_t>(kCardFields) * first_holder +
+                     kFingerprintField]) {
+      differ.push_back(r);
+    }
+  }
+  if (!differ.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sharded snapshot fetch on group '", group.name(), "': rank(s) ",
+        RankList(differ),
+        " registered other buffers (names or order) than rank ", first_holder));
   }
   std::vector<int64_t> lists(static_cast<size_t>(longest) * n, -1);
   if (longest > 0) {
@@ -349,14 +380,13 @@ absl::StatusOr<ShardedSnapshot::Fetched> ShardedSnapshot::Fetch(
     received_bytes += receive[r];
   }
   if (traffic > 0) {
-    DK_ASSIGN_OR_RETURN(std::unique_ptr<char[]> out,
-                        AllocateHost(sent, "sharded snapshot"));
+    DK_ASSIGN_OR_RETURN(HostBuffer out, AllocateHost(sent, "sharded snapshot"));
     int64_t at = 0;
     for (const Blob* b : outgoing) {
       std::memcpy(out.get() + at, b->data.get(), b->bytes);
       at += b->bytes;
     }
-    DK_ASSIGN_OR_RETURN(std::unique_ptr<char[]> in,
+    DK_ASSIGN_OR_RETURN(HostBuffer in,
                         AllocateHost(received_bytes, "sharded snapshot"));
     DK_RETURN_IF_ERROR(AllToAllHost(group, out.get(), in.get(), send, receive));
     // Each sender's shards arrive in shard order, senders in rank order.
@@ -378,6 +408,15 @@ absl::StatusOr<ShardedSnapshot::Fetched> ShardedSnapshot::Fetch(
   for (int j : wants[me]) {
     if (holds(me, j)) fetched_[j] = mine->shards.at(j);
   }
+  // The chosen commit is whole on the members: it is the one in force from
+  // now on (a newer pending one is not whole, an older one not needed), so
+  // a commit of the same layout after this one keeps it until it completes.
+  if (pending_ && pending_->number == chosen) {
+    in_force_ = std::move(pending_);
+  } else if (!(in_force_ && in_force_->number == chosen)) {
+    in_force_.reset();  // this rank holds none of it
+  }
+  pending_.reset();
   return Fetched{chosen, world};
 }
 

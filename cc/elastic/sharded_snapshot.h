@@ -14,6 +14,9 @@
 // barrier); a failure before that leaves it pending beside the one in force,
 // so that whichever of the two every shard survives in can be recovered.
 //
+// (The commit is pending from the exchange's start, with this rank's own
+// shard, and gets its neighbour's once the exchange ends here.)
+//
 // After a change of membership every member of the new group calls Fetch (a
 // replacement with a snapshot that holds nothing): the members agree on the
 // newest commit all of whose shards they still hold, and each receives the
@@ -79,10 +82,15 @@ class ShardedSnapshot {
   // shard some member holds, and each member receives the shards it asks
   // for (`wanted`: indices in that commit's group; nullopt: every shard)
   // from the first member holding each. Readable through Shard() until the
-  // next Commit or Fetch. On every member alike: FAILED_PRECONDITION when no
-  // member holds a commit, DATA_LOSS naming the shards and the ranks that
-  // held them when the newest commit's shards are lost with no older commit
-  // whole, INVALID_ARGUMENT for a wanted index outside the commit's group.
+  // next Commit or Fetch. The chosen commit is then the one in force on the
+  // members holding it (a Commit of the same layout may follow; after a
+  // change of size, commit a new snapshot, and keep this one until that
+  // snapshot's first commit has succeeded). INVALID_ARGUMENT when members
+  // holding commits registered different names. On every member alike:
+  // FAILED_PRECONDITION when no member holds a commit, DATA_LOSS naming the
+  // shards and the ranks that held them when the newest commit's shards are
+  // lost with no older commit whole, INVALID_ARGUMENT for a wanted index
+  // outside the commit's group.
   absl::StatusOr<Fetched> Fetch(ProcessGroup& group,
                                 std::optional<std::vector<int>> wanted);
 
@@ -91,11 +99,20 @@ class ShardedSnapshot {
   // OUT_OF_RANGE for a buffer past the shard's count.
   absl::StatusOr<absl::Span<const char>> Shard(int index, int buffer) const;
 
-  // The number of the commit in force; 0 when none is.
+  // Where Commit stops on this rank, returning UNAVAILABLE as if the group
+  // had failed there (tests of recovery from an interrupted commit).
+  enum class StopForTesting { kNone, kBeforeExchange, kBeforeBarrier };
+  void SetStopForTesting(StopForTesting where) {
+    absl::MutexLock lock(&mu_);
+    stop_ = where;
+  }
+
+  // The number of the commit in force; 0 when none is. Waits while a
+  // Commit or Fetch runs on another thread.
   int64_t commit_number() const;
   // The bytes of host memory this snapshot holds: the commit in force and a
   // pending one (this rank's shard and its neighbour's each), and what the
-  // last Fetch received.
+  // last Fetch received. Waits while a Commit or Fetch runs.
   int64_t bytes() const;
 
  private:
@@ -126,6 +143,7 @@ class ShardedSnapshot {
   std::optional<CommitCopy> in_force_ ABSL_GUARDED_BY(mu_);
   std::optional<CommitCopy> pending_ ABSL_GUARDED_BY(mu_);
   std::map<int, Blob> fetched_ ABSL_GUARDED_BY(mu_);
+  StopForTesting stop_ ABSL_GUARDED_BY(mu_) = StopForTesting::kNone;
   int64_t fetched_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // received, not held
 };
 

@@ -35,7 +35,7 @@ absl::Status Snapshot::Register(absl::string_view name, void* data,
 
 absl::Status Snapshot::Commit() {
   absl::MutexLock lock(&mu_);
-  DK_ASSIGN_OR_RETURN(std::unique_ptr<char[]> copy,
+  DK_ASSIGN_OR_RETURN(HostBuffer copy,
                       AllocateHost(layout_.total_bytes(), "snapshot"));
   for (size_t i = 0; i < data_.size(); ++i) {
     const BufferLayout::Buffer& b = layout_.buffers()[i];
@@ -122,8 +122,7 @@ absl::StatusOr<int64_t> Snapshot::Sync(ProcessGroup& group) {
       DK_RETURN_IF_ERROR(BroadcastHost(group, held_.get(), total, source));
     }
   } else {
-    DK_ASSIGN_OR_RETURN(std::unique_ptr<char[]> received,
-                        AllocateHost(total, "snapshot"));
+    DK_ASSIGN_OR_RETURN(HostBuffer received, AllocateHost(total, "snapshot"));
     if (total > 0) {
       DK_RETURN_IF_ERROR(BroadcastHost(group, received.get(), total, source));
     }

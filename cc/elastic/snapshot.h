@@ -29,6 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "cc/elastic/buffer_layout.h"
+#include "cc/elastic/host_collectives.h"
 #include "cc/group/process_group.h"
 
 namespace distkit {
@@ -81,7 +82,7 @@ class Snapshot {
   mutable absl::Mutex mu_;
   BufferLayout layout_ ABSL_GUARDED_BY(mu_);
   std::vector<void*> data_ ABSL_GUARDED_BY(mu_);  // one per registered buffer
-  std::unique_ptr<char[]> held_ ABSL_GUARDED_BY(mu_);
+  HostBuffer held_ ABSL_GUARDED_BY(mu_);
   int64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t commit_ ABSL_GUARDED_BY(mu_) = 0;
   bool frozen_ ABSL_GUARDED_BY(mu_) = false;  // after a Commit or Sync

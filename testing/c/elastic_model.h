@@ -40,6 +40,24 @@ static inline void dk_test_gradient(int64_t t, int lo, int hi, const double* w,
   }
 }
 
+/* The uninterrupted run in one process: `steps` steps of SGD with momentum
+ * on the mean gradient of each step's global batch of `batch` samples, from
+ * the `dim` weights in w (replaced by the final ones). */
+static inline void dk_test_reference(double* w, int dim, int64_t steps,
+                                     int batch, double lr, double beta) {
+  double* m = (double*)calloc((size_t)dim, sizeof(double));
+  double* g = (double*)malloc((size_t)dim * sizeof(double));
+  for (int64_t t = 0; t < steps; ++t) {
+    dk_test_gradient(t, 0, batch, w, g, dim);
+    for (int j = 0; j < dim; ++j) {
+      m[j] = beta * m[j] + g[j] / batch;
+      w[j] -= lr * m[j];
+    }
+  }
+  free(m);
+  free(g);
+}
+
 /* The survivors' new group after `group` failed: grown back where the
  * launcher replaces a lost rank (DISTKIT_MAX_REPLACEMENTS), shrunk where it
  * lets the job go on smaller (DISTKIT_MIN_RANKS) or no replacement came in

@@ -66,14 +66,16 @@ def dk_netns_test(name, srcs, args = [], data = [], needs_rates = False,
 
 def dk_netns_job_test(name, binary = None, hosts = [2, 3], ranks_per_host = 2,
                       args = [], rank_env = {}, rate = None, timeout_s = 60,
-                      data = [], env = {}, tags = [], binaries = None, **kwargs):
+                      data = [], env = {}, tags = [], binaries = None,
+                      distrun_args = [], **kwargs):
     """One test per host count (`<name>_h<H>`, and a test_suite `name`): the
     job `binary args` over H namespace-hosts x ranks_per_host, through
     testing/netns/netns_job.sh. `rank_env` is set in the ranks' environment
     (after the address variables are cleared); `env` in the runner's, which
     distrun passes on. `binaries = [a, b, c, d]` instead of `binary`: rank r
     runs binaries[r] (with `args`), hosts x ranks_per_host of them, so host
-    I runs binaries[I * ranks_per_host:(I + 1) * ranks_per_host]."""
+    I runs binaries[I * ranks_per_host:(I + 1) * ranks_per_host].
+    `distrun_args` go to every host's distrun (--max-replacements, --min-ranks)."""
     if (binary == None) == (binaries == None):
         fail("dk_netns_job_test %s: give binary or binaries" % name)
     if binaries != None:
@@ -94,6 +96,8 @@ def dk_netns_job_test(name, binary = None, hosts = [2, 3], ranks_per_host = 2,
         extra += ["--rate", rate]
     for k, v in rank_env.items():
         extra += ["--rank-env", "%s=%s" % (k, v)]
+    for a in distrun_args:
+        extra += ["--distrun-arg", a]
     for h in hosts:
         test_name = "%s_h%d" % (name, h)
         native.sh_test(

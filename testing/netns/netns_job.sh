@@ -4,7 +4,8 @@
 #
 #   netns_job.sh --distrun PATH [--hosts H] [--ranks-per-host N] [--rate R]
 #                [--timeout S] [--log-dir D] [--rank-env NAME=VALUE]...
-#                [--hosts-lib PATH] -- program args... [: program2 args... ...]
+#                [--distrun-arg ARG]... [--hosts-lib PATH]
+#                -- program args... [: program2 args... ...]
 #
 # One program runs on every rank; or, with one program per rank separated by
 # ':' (hosts x ranks-per-host of them, as distrun's own ':'), rank r runs the
@@ -20,13 +21,16 @@
 # 0 when every node succeeds. Ranks see DISTKIT_NETNS_HOST (their host's
 # index) and DISTKIT_NETNS_HOSTNAMES (every host's name, by index), and each
 # --rank-env (set after the address variables are cleared, so a test may set
-# one on purpose). --hosts-lib: netns_hosts.sh where it is not beside this
+# one on purpose). Each --distrun-arg goes to every host's distrun (e.g.
+# --max-replacements 1: a lost rank's host starts its replacement).
+# --hosts-lib: netns_hosts.sh where it is not beside this
 # script (Bazel's runfiles). Where this machine cannot make namespace-hosts
 # it prints SKIPPED and why, and exits 77 (the Bazel tests are skipped before
 # they run there: testing/netns/netns.bzl).
 set -uo pipefail
 lib="$(dirname "${BASH_SOURCE[0]}")/netns_hosts.sh"
 rank_env=()
+distrun_args=()
 distrun=""
 hosts=2
 per_host=2
@@ -48,6 +52,7 @@ while [ $# -gt 0 ]; do
       esac
       shift 2
       ;;
+    --distrun-arg) distrun_args+=("$2"); shift 2 ;;
     --hosts-lib) lib=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "netns_job: unknown argument $1" >&2; exit 2 ;;
@@ -122,7 +127,7 @@ for ((i = 0; i < hosts; i++)); do
     "$distrun" --nnodes "$hosts" --node-rank "$i" \
     --nproc-per-node "$per_host" --master-addr "${NETNS_ADDRS[0]}" \
     --master-port 29500 --timeout "$timeout_s" --grace-period 5 \
-    "${node_log[@]}" -- "${cmd[@]}" \
+    "${node_log[@]}" "${distrun_args[@]}" -- "${cmd[@]}" \
     > >(sed -u "s/^/[host$i] /") 2> >(sed -u "s/^/[host$i] /" >&2)
   node_of[$NETNS_SPAWNED]=$i
 done

@@ -1056,11 +1056,16 @@ DK_EXPORT dk_status_t dk_sharded_snapshot_commit(
  * member holding each; its own held shards cost nothing. *commit_out and
  * *world_out (NULL allowed) receive the commit's number and its group's
  * size. The shards are then readable with dk_sharded_snapshot_shard until
- * the next commit or fetch. On every member alike: DK_FAILED_PRECONDITION
+ * the next commit or fetch, and the chosen commit is the one in force on the
+ * members holding it (a commit of the same layout may follow; after a change
+ * of size, commit a new snapshot on the new group and destroy this one only
+ * once that first commit succeeded). On every member alike:
+ * DK_FAILED_PRECONDITION
  * when no member holds a commit; DK_DATA_LOSS naming the shards and the
  * ranks that held them when neighbours were lost together with no older
  * commit whole; DK_INVALID_ARGUMENT for an index outside the commit's
- * group. */
+ * group, or registered names that differ among the members holding
+ * commits. */
 DK_EXPORT dk_status_t dk_sharded_snapshot_fetch(
     dk_sharded_snapshot_t* snapshot, dk_group_t* group, const int32_t* wanted,
     size_t num_wanted, int64_t* commit_out, int32_t* world_out,
@@ -1075,14 +1080,15 @@ DK_EXPORT dk_status_t dk_sharded_snapshot_shard(
     const dk_sharded_snapshot_t* snapshot, int32_t index, int32_t buffer,
     const void** data_out, size_t* bytes_out, dk_error_t** err);
 
-/* Local, any thread. The number of the commit in force (0 when none); -1 for
- * a NULL snapshot. */
+/* Local, any thread (waits while a commit or fetch runs). The number of the
+ * commit in force (0 when none); -1 for a NULL snapshot. */
 DK_EXPORT int64_t
 dk_sharded_snapshot_commit_number(const dk_sharded_snapshot_t* snapshot);
 
-/* Local, any thread. The bytes of host memory the snapshot holds: the
- * commit in force (this rank's shard and its neighbour's), a pending one,
- * and what the last fetch received; -1 for NULL. */
+/* Local, any thread (waits while a commit or fetch runs). The bytes of host
+ * memory the snapshot holds: the commit in force (this rank's shard and its
+ * neighbour's), a pending one, and what the last fetch received; -1 for
+ * NULL. */
 DK_EXPORT int64_t
 dk_sharded_snapshot_bytes(const dk_sharded_snapshot_t* snapshot);
 

@@ -18,7 +18,10 @@
 //! ("grow" or "shrink") says which recovery the launcher's variables must
 //! lead to. Check failures are summed over the final group, so a wrong rank
 //! fails every rank (and --min-ranks cannot let the job pass).
-use distkit::{Code, Group, InitOptions, ReduceOp, Snapshot};
+mod elastic_model;
+
+use distkit::{Code, InitOptions, ReduceOp, Snapshot};
+use elastic_model::{check_final, gradient, job_failures, launcher_number, recover, reference, Checks};
 use std::time::Duration;
 
 const DIM: usize = 4;
@@ -35,82 +38,8 @@ extern "C" {
     fn raise(sig: i32) -> i32;
 }
 
-fn launcher_number(name: &str) -> i64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(0)
-}
-
-fn sample(t: i64, i: i64, j: usize) -> f64 {
-    (0.37 * t as f64 + 1.3 * i as f64 + 0.7 * j as f64).sin()
-}
-
-fn weight(t: i64, i: i64) -> f64 {
-    1.0 + 0.5 * (t as f64 + i as f64).cos()
-}
-
-/// The summed gradient of samples [lo, hi) of step t at w.
-fn gradient(t: i64, lo: i64, hi: i64, w: &[f64]) -> Vec<f64> {
-    (0..DIM)
-        .map(|j| {
-            let mut g = 0.0;
-            for i in lo..hi {
-                g += weight(t, i) * (w[j] - sample(t, i, j)) + 0.01 * w[j] * w[j] * w[j];
-            }
-            g
-        })
-        .collect()
-}
-
 fn initial_w() -> Vec<f64> {
     (0..DIM).map(|j| 0.5 - 0.25 * j as f64).collect()
-}
-
-/// The uninterrupted run, in one process.
-fn reference() -> Vec<f64> {
-    let (mut w, mut m) = (initial_w(), vec![0.0; DIM]);
-    for t in 0..STEPS {
-        let g = gradient(t, 0, GLOBAL_BATCH, &w);
-        for j in 0..DIM {
-            m[j] = BETA * m[j] + g[j] / GLOBAL_BATCH as f64;
-            w[j] -= LR * m[j];
-        }
-    }
-    w
-}
-
-struct Checks {
-    rank: i32,
-    failures: u32,
-}
-
-impl Checks {
-    fn check(&mut self, ok: bool, what: &str) {
-        if !ok {
-            eprintln!("rank {}: CHECK FAILED: {what}", self.rank);
-            self.failures += 1;
-        }
-    }
-    fn die(&self, what: &str, e: distkit::Error) -> ! {
-        eprintln!("rank {}: {what}: {e}", self.rank);
-        std::process::exit(1)
-    }
-}
-
-/// The survivors' new group after `group` failed: grown back where the
-/// launcher replaces a lost rank, else shrunk (distkit.elastic's rule).
-fn recover(group: &Group, c: &Checks) -> (Group, bool) {
-    if launcher_number("DISTKIT_MAX_REPLACEMENTS") > 0 {
-        match group.grow(None, Some(TIMEOUT)) {
-            Ok(g) => return (g, true),
-            // No replacement in time: shrink only where the job may go on
-            // smaller.
-            Err(e) if e.code() == Code::DeadlineExceeded && launcher_number("DISTKIT_MIN_RANKS") > 0 => {}
-            Err(e) => c.die("grow", e),
-        }
-    }
-    match group.shrink(SETTLE) {
-        Ok(g) => (g, false),
-        Err(e) => c.die("shrink", e),
-    }
 }
 
 fn main() {
@@ -170,7 +99,7 @@ fn main() {
             println!("rank {world_rank}: step {} failed ({e}); recovering", step[0]);
             c.check(step[0] == die_at, "the step the victim died in fails");
             c.check(matches!(e.code(), Code::Unavailable | Code::DeadlineExceeded), "a lost peer or a timeout");
-            let (next, grown) = recover(&group, &c);
+            let (next, grown) = recover(&group, &c, TIMEOUT, SETTLE);
             group = next; // the failed group is dropped (destroyed) here
             recoveries += 1;
             c.check(grown == want_grow, "grown under --max-replacements, else shrunk");
@@ -204,21 +133,14 @@ fn main() {
         c.check(recoveries == 1, "one recovery");
         c.check(steps_run == STEPS + die_at - commit_step, "the steps since the commit are trained twice");
     }
-    let want = reference();
-    for j in 0..DIM {
-        if !((w[j] - want[j]).abs() <= 1e-12 * want[j].abs() + 1e-14) {
-            eprintln!("rank {world_rank}: w[{j}] = {:.17}, the uninterrupted run's {:.17}", w[j], want[j]);
-            c.check(false, "final weights equal the uninterrupted run's");
-        }
-    }
-    // Every rank ends with the job's verdict.
-    let mut bad = [c.failures as f64];
-    group.all_reduce(&mut bad, ReduceOp::Sum).unwrap_or_else(|e| c.die("the final all_reduce", e));
+    let want = reference(initial_w(), STEPS, GLOBAL_BATCH, LR, BETA);
+    check_final(&mut c, &w, &want);
+    let bad = job_failures(&c, &group);
     drop(snapshot);
     drop(group);
     distkit::shutdown();
-    if bad[0] > 0.0 {
-        eprintln!("rank {world_rank}: {} check(s) failed in the job", bad[0]);
+    if bad > 0.0 {
+        eprintln!("rank {world_rank}: {} check(s) failed in the job", bad);
         std::process::exit(1);
     }
     let how = if newcomer {

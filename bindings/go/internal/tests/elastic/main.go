@@ -25,11 +25,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"strconv"
 	"syscall"
 	"time"
 
 	dk "distkit.dev/distkit"
+	em "distkit.dev/distkit/internal/tests/elasticmodel"
 )
 
 const (
@@ -60,28 +60,6 @@ func die(what string, err error) {
 	os.Exit(1)
 }
 
-func launcherNumber(name string) int {
-	n, _ := strconv.Atoi(os.Getenv(name))
-	return n
-}
-
-func sample(t int64, i, j int) float64 {
-	return math.Sin(0.37*float64(t) + 1.3*float64(i) + 0.7*float64(j))
-}
-
-func weight(t int64, i int) float64 { return 1 + 0.5*math.Cos(float64(t)+float64(i)) }
-
-// gradient is the summed gradient of samples [lo, hi) of step t at w.
-func gradient(t int64, lo, hi int, w []float64) []float64 {
-	g := make([]float64, dim)
-	for j := range g {
-		for i := lo; i < hi; i++ {
-			g[j] += weight(t, i)*(w[j]-sample(t, i, j)) + 0.01*w[j]*w[j]*w[j]
-		}
-	}
-	return g
-}
-
 func initialW() []float64 {
 	w := make([]float64, dim)
 	for j := range w {
@@ -90,42 +68,9 @@ func initialW() []float64 {
 	return w
 }
 
-// reference is the uninterrupted run, in one process.
-func reference() []float64 {
-	w, m := initialW(), make([]float64, dim)
-	for t := int64(0); t < steps; t++ {
-		g := gradient(t, 0, globalBatch, w)
-		for j := range w {
-			m[j] = beta*m[j] + g[j]/globalBatch
-			w[j] -= lr * m[j]
-		}
-	}
-	return w
-}
-
-// regroup is the survivors' new group after g failed: grown back where the
-// launcher replaces a lost rank, else shrunk (distkit.elastic's rule).
-func regroup(g *dk.Group) (*dk.Group, bool) {
-	if launcherNumber("DISTKIT_MAX_REPLACEMENTS") > 0 {
-		grown, err := g.Grow(0, timeout)
-		if err == nil {
-			return grown, true
-		}
-		// No replacement in time: shrink only where the job may go on smaller.
-		if dk.CodeOf(err) != dk.DeadlineExceeded || launcherNumber("DISTKIT_MIN_RANKS") <= 0 {
-			die("grow", err)
-		}
-	}
-	shrunk, err := g.Shrink(settle)
-	if err != nil {
-		die("shrink", err)
-	}
-	return shrunk, false
-}
-
 func main() {
 	wantGrow := len(os.Args) > 1 && os.Args[1] == "grow"
-	newcomer := launcherNumber("DISTKIT_REPLACEMENT") > 0
+	newcomer := em.LauncherNumber("DISTKIT_REPLACEMENT") > 0
 	group, err := dk.Init("pytorch", dk.InitOptions{Timeout: timeout})
 	if err != nil {
 		die("init", err)
@@ -135,8 +80,8 @@ func main() {
 	if size < 2 {
 		die("world size", fmt.Errorf("needs 2 ranks or more, has %d", size))
 	}
-	check(wantGrow == (launcherNumber("DISTKIT_MAX_REPLACEMENTS") > 0), "replacements in the grow variant only")
-	check(wantGrow || launcherNumber("DISTKIT_MIN_RANKS") > 0, "the shrink variant runs under --min-ranks")
+	check(wantGrow == (em.LauncherNumber("DISTKIT_MAX_REPLACEMENTS") > 0), "replacements in the grow variant only")
+	check(wantGrow || em.LauncherNumber("DISTKIT_MIN_RANKS") > 0, "the shrink variant runs under --min-ranks")
 	victim := size / 2
 	dieAt := int64(7 + size)
 	wantCommit := 1 + dieAt/commitEvery
@@ -180,7 +125,7 @@ func main() {
 	}
 	for step[0] < steps {
 		n, r := group.Size(), group.Rank()
-		g := gradient(step[0], r*globalBatch/n, (r+1)*globalBatch/n, w)
+		g := em.Gradient(step[0], r*globalBatch/n, (r+1)*globalBatch/n, w)
 		for j := range m {
 			m[j] *= beta
 		}
@@ -194,7 +139,7 @@ func main() {
 			check(step[0] == dieAt, "the step the victim died in fails")
 			c := dk.CodeOf(err)
 			check(c == dk.Unavailable || c == dk.DeadlineExceeded, "a lost peer or a timeout")
-			next, grown := regroup(group)
+			next, grown := em.Regroup(group, timeout, settle, die)
 			group.Close()
 			group = next
 			recoveries++
@@ -237,7 +182,7 @@ func main() {
 		check(recoveries == 1, "one recovery")
 		check(stepsRun == steps+dieAt-commitStep, "the steps since the commit are trained twice")
 	}
-	want := reference()
+	want := em.Reference(initialW(), steps, globalBatch, lr, beta)
 	for j := range w {
 		if !(math.Abs(w[j]-want[j]) <= 1e-12*math.Abs(want[j])+1e-14) {
 			fmt.Fprintf(os.Stderr, "rank %d: w[%d] = %.17g, the uninterrupted run's %.17g\n", rank, j, w[j], want[j])

@@ -1,0 +1,238 @@
+//! The elastic loop of a sharded (FSDP) trainer from Rust, as
+//! capi/test/sharded_elastic_c_multirank_test.c runs it in C: DIM f64 weights
+//! in one `Shard` (FULL_SHARD) and their momentum take 16 steps, each step's
+//! gradient summed over a global batch of 12 samples shared among the ranks
+//! of the current group and scaled by n / 12 (the unit averages over the n
+//! ranks). The weights' shard, the momentum's and the step are held by a
+//! `ShardedSnapshot`, committed before the first step and after every 4th.
+//! Before the reduction of step DIE_AT (7 + the world size) the last rank
+//! SIGKILLs itself. The survivors grow back with distrun's replacement (under
+//! --max-replacements 1) or shrink (under --min-ranks 1); every member of the
+//! new group fetches the shards it needs (its own when the size was kept, the
+//! replacement's from its neighbour's memory; every shard when the group
+//! shrank), loads them into a new unit (`Shard::load_sharded`, the momentum by
+//! the same layout), commits a new snapshot and redoes the steps since the
+//! commit. The final weights are compared with an uninterrupted run computed
+//! here in one process (relative 1e-12); check failures are summed over the
+//! final group.
+mod elastic_model;
+
+use distkit::{Code, Group, InitOptions, Shard, ShardOptions, ShardedSnapshot, ShardingStrategy};
+use elastic_model::{check_final, gradient, job_failures, launcher_number, recover, reference, Checks};
+use std::time::Duration;
+
+const DIM: usize = 10;
+const GLOBAL_BATCH: i64 = 12;
+const STEPS: i64 = 16;
+const COMMIT_EVERY: i64 = 4;
+const LR: f64 = 0.1;
+const BETA: f64 = 0.9;
+const TIMEOUT: Duration = Duration::from_secs(20);
+const SETTLE: Duration = Duration::from_secs(2);
+const SIGKILL: i32 = 9;
+
+extern "C" {
+    fn raise(sig: i32) -> i32;
+}
+
+fn initial_w() -> Vec<f64> {
+    (0..DIM).map(|j| 0.5 - 0.1 * j as f64).collect()
+}
+
+/// What a rank carries from one layout to the next: the old layout's
+/// shards it fetched (weights and momentum by old shard index, None where
+/// not fetched), their group's size, and the step.
+struct Carried {
+    w: Vec<Option<Vec<f64>>>,
+    m: Vec<Option<Vec<f64>>>,
+    world: usize,
+    step: i64,
+    commit: i64,
+}
+
+/// Collective over `group`: the shards this rank needs from `snapshot` (its
+/// own index when `same_layout`, else every shard), copied out.
+fn fetch(snapshot: &mut ShardedSnapshot, group: &Group, same_layout: bool, c: &Checks) -> Carried {
+    let me = [group.rank()];
+    let got = snapshot.fetch(group, if same_layout { Some(&me[..]) } else { None }).unwrap_or_else(|e| c.die("fetch", e));
+    let world = got.world as usize;
+    let mut carried = Carried { w: vec![None; world], m: vec![None; world], world, step: -1, commit: got.commit };
+    for j in 0..world {
+        if same_layout && j as i32 != me[0] {
+            continue;
+        }
+        let shard = |b| snapshot.shard_as::<f64>(j as i32, b).unwrap_or_else(|e| c.die("shard", e)).to_vec();
+        carried.w[j] = Some(shard(0));
+        carried.m[j] = Some(shard(1));
+        carried.step = snapshot.shard_as::<i64>(j as i32, 2).unwrap_or_else(|e| c.die("shard", e))[0];
+    }
+    carried
+}
+
+enum Outcome {
+    /// The step failed: the new group, whether it grew, what was fetched on
+    /// it, and the steps run before.
+    Lost(Group, bool, Carried, i64),
+    /// Training ended: the full weights, steps run, the snapshot's bytes and
+    /// one shard's length.
+    Done(Vec<f64>, i64, i64, usize),
+}
+
+/// Commits this rank's shard of the weights, the momentum's and the step.
+fn commit_state(snapshot: &mut ShardedSnapshot, group: &Group, unit: &mut Shard, m: &Vec<f64>, step: &[i64; 1], c: &Checks) {
+    let w = unit.local::<f64>(0).unwrap_or_else(|e| c.die("local", e)).0.to_vec();
+    snapshot.commit(group, &[&w, m, step]).unwrap_or_else(|e| c.die("commit", e));
+}
+
+/// Trains on `group` from `carried` (None: from the start) until the end or
+/// a lost peer; `die_at`: the step this rank SIGKILLs itself in, if any;
+/// `fails_at`: the step a loss is expected in.
+fn train(group: &Group, carried: Option<&Carried>, c: &mut Checks, die_at: Option<i64>, fails_at: i64) -> Outcome {
+    let options = ShardOptions { strategy: ShardingStrategy::FullShard, sync_module_states: false, param_dtype: None };
+    let mut unit = Shard::new(group, &[&initial_w()[..]], &options).unwrap_or_else(|e| c.die("unit", e));
+    let (n, r) = (group.size() as i64, group.rank() as usize);
+    let local_len = unit.local::<f64>(0).unwrap_or_else(|e| c.die("local", e)).0.len();
+    let mut m = vec![0.0f64; local_len];
+    let mut step = [0i64];
+    if let Some(k) = carried {
+        let saved: Vec<Option<&[f64]>> = k.w.iter().map(|s| s.as_deref()).collect();
+        unit.load_sharded(k.world as i32, &saved).unwrap_or_else(|e| c.die("load_sharded", e));
+        // The momentum by the same layout: shard j of the old group holds
+        // elements [j * S, (j + 1) * S) of the padded flat buffer.
+        let old_len = k.m.iter().flatten().next().map_or(1, |s| s.len());
+        for (i, v) in m.iter_mut().enumerate() {
+            let at = r * local_len + i;
+            *v = if at < DIM { k.m[at / old_len].as_ref().map_or(f64::NAN, |s| s[at % old_len]) } else { 0.0 };
+        }
+        step[0] = k.step;
+    }
+    let mut snapshot = ShardedSnapshot::new().unwrap_or_else(|e| c.die("snapshot", e));
+    let w0 = unit.local::<f64>(0).unwrap_or_else(|e| c.die("local", e)).0.to_vec();
+    for (name, b) in [("w", &w0 as &dyn distkit::SnapshotBuffer), ("momentum", &m), ("step", &step)] {
+        snapshot.register(name, b).unwrap_or_else(|e| c.die("register", e));
+    }
+    commit_state(&mut snapshot, group, &mut unit, &m, &step, c);
+    let mut steps_run = 0;
+    while step[0] < STEPS {
+        unit.unshard().unwrap_or_else(|e| c.die("unshard", e));
+        let full = unit.full_param::<f64>(0).unwrap_or_else(|e| c.die("full_param", e)).to_vec();
+        let mut g = gradient(step[0], r as i64 * GLOBAL_BATCH / n, (r as i64 + 1) * GLOBAL_BATCH / n, &full);
+        g.iter_mut().for_each(|v| *v *= n as f64 / GLOBAL_BATCH as f64);
+        unit.reshard().unwrap_or_else(|e| c.die("reshard", e));
+        unit.accumulate_grad(0, &g).unwrap_or_else(|e| c.die("accumulate_grad", e));
+        if die_at == Some(step[0]) {
+            println!("rank {}: SIGKILL in step {}", c.rank, step[0]);
+            unsafe { raise(SIGKILL) };
+        }
+        if let Err(e) = unit.reduce_grads() {
+            println!("rank {}: step {} failed ({e}); recovering", c.rank, step[0]);
+            c.check(step[0] == fails_at, "the step the victim died in fails");
+            c.check(matches!(e.code(), Code::Unavailable | Code::DeadlineExceeded), "a lost peer or a timeout");
+            let (next, grown) = recover(group, c, TIMEOUT, SETTLE);
+            let carried = fetch(&mut snapshot, &next, grown, c);
+            return Outcome::Lost(next, grown, carried, steps_run);
+        }
+        {
+            let (w, grad) = unit.local::<f64>(0).unwrap_or_else(|e| c.die("local", e));
+            for i in 0..w.len() {
+                m[i] = BETA * m[i] + grad[i];
+                w[i] -= LR * m[i];
+            }
+        }
+        unit.zero_grads();
+        step[0] += 1;
+        steps_run += 1;
+        if step[0] % COMMIT_EVERY == 0 {
+            commit_state(&mut snapshot, group, &mut unit, &m, &step, c);
+        }
+    }
+    let mut outs = vec![vec![0.0f64; DIM]];
+    unit.gather_full(&mut outs).unwrap_or_else(|e| c.die("gather_full", e));
+    Outcome::Done(outs.pop().unwrap(), steps_run, snapshot.bytes(), local_len)
+}
+
+fn main() {
+    let want_grow = std::env::args().nth(1).as_deref() == Some("grow");
+    let newcomer = launcher_number("DISTKIT_REPLACEMENT") > 0;
+    let options = InitOptions { timeout: TIMEOUT, ..InitOptions::default() };
+    let mut c = Checks { rank: -1, failures: 0 };
+    let mut group = distkit::init("pytorch", &options).unwrap_or_else(|e| c.die("init", e));
+    let (world_rank, size) = (group.rank(), group.size());
+    c.rank = world_rank;
+    if size < 2 {
+        eprintln!("rank {world_rank}: needs 2 ranks or more");
+        std::process::exit(1);
+    }
+    c.check(want_grow == (launcher_number("DISTKIT_MAX_REPLACEMENTS") > 0), "replacements in the grow variant only");
+    c.check(want_grow || launcher_number("DISTKIT_MIN_RANKS") > 0, "the shrink variant runs under --min-ranks");
+    let victim = size - 1;
+    let die_at = 7 + size as i64;
+    let want_commit = 1 + die_at / COMMIT_EVERY;
+    let commit_step = die_at / COMMIT_EVERY * COMMIT_EVERY;
+
+    let mut carried = None;
+    if newcomer {
+        // init joined the survivors' grow; its snapshot holds nothing.
+        let mut empty = ShardedSnapshot::new().unwrap_or_else(|e| c.die("snapshot", e));
+        let k = fetch(&mut empty, &group, true, &c);
+        println!("rank {world_rank}: replacement fetched commit {} (step {})", k.commit, k.step);
+        c.check(k.commit == want_commit, "the replacement loads the newest commit");
+        c.check(k.step == commit_step, "the replacement's step is the commit's");
+        carried = Some(k);
+    }
+    let mut recoveries = 0;
+    let mut total_steps = 0;
+    let (w, bytes, local_len) = loop {
+        let mine = if !newcomer && recoveries == 0 && world_rank == victim { Some(die_at) } else { None };
+        match train(&group, carried.as_ref(), &mut c, mine, die_at) {
+            Outcome::Lost(next, grown, k, steps_run) => {
+                recoveries += 1;
+                c.check(grown == want_grow, "grown under --max-replacements, else shrunk");
+                c.check(next.size() == if grown { size } else { size - 1 }, "the new group's size");
+                println!(
+                    "rank {world_rank}: {} to {} ranks, fetched commit {} (step {})",
+                    if grown { "grew" } else { "shrank" },
+                    next.size(),
+                    k.commit,
+                    k.step
+                );
+                c.check(k.commit == want_commit, "the survivors load the newest commit");
+                c.check(k.step == commit_step, "the step is the commit's: the steps since are redone");
+                total_steps += steps_run;
+                group = next; // the failed group is dropped (destroyed) here
+                carried = Some(k);
+            }
+            Outcome::Done(w, steps_run, bytes, local_len) => {
+                total_steps += steps_run;
+                break (w, bytes, local_len);
+            }
+        }
+    };
+    // Two shards held (this rank's and its neighbour's), each a header and
+    // its buffers from 64-byte boundaries.
+    let blob = 64 + 2 * ((local_len as i64 * 8 + 63) / 64 * 64) + 64;
+    c.check(bytes == if group.size() > 1 { 2 * blob } else { blob }, "the snapshot holds two shards");
+    if newcomer {
+        c.check(total_steps == STEPS - commit_step, "the replacement trains from the commit");
+    } else {
+        c.check(recoveries == 1, "one recovery");
+        c.check(total_steps == STEPS + die_at - commit_step, "the steps since the commit are trained twice");
+    }
+    let want = reference(initial_w(), STEPS, GLOBAL_BATCH, LR, BETA);
+    check_final(&mut c, &w, &want);
+    let bad = job_failures(&c, &group);
+    drop(group);
+    distkit::shutdown();
+    if bad > 0.0 {
+        eprintln!("rank {world_rank}: {} check(s) failed in the job", bad);
+        std::process::exit(1);
+    }
+    let how = if newcomer {
+        "joined as a replacement"
+    } else if want_grow {
+        "grew back"
+    } else {
+        "shrank"
+    };
+    println!("rank {world_rank}: {how}; w equals the uninterrupted run's after {total_steps} steps");
+}
