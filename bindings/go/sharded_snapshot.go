@@ -59,6 +59,7 @@ func RegisterShardBuffer[T Element](s *ShardedSnapshot, name string, data []T) e
 	b, err := stageBuffer(name, data, func(cname *C.char, staging unsafe.Pointer, bytes C.size_t, cerr **C.dk_error_t) C.dk_status_t {
 		return C.dk_sharded_snapshot_register(s.ptr, cname, staging, bytes, cerr)
 	})
+	runtime.KeepAlive(s)
 	if err != nil {
 		return err
 	}
@@ -111,8 +112,14 @@ func (s *ShardedSnapshot) Fetch(g *Group, wanted []int) (commit int64, world int
 		defer C.free(unsafe.Pointer(list))
 		view := unsafe.Slice(list, n)
 		for i, w := range wanted {
-			if w < 0 || w > math.MaxInt32 {
-				return 0, 0, &Error{InvalidArgument, fmt.Sprintf("sharded snapshot fetch: shard index %d is not a rank", w)}
+			// An index no int32 holds is outside every group: passed on as
+			// one, so the library refuses it on every member alike (an
+			// early return here would leave the others in the collective).
+			switch {
+			case w < 0:
+				w = -1
+			case w > math.MaxInt32:
+				w = math.MaxInt32
 			}
 			view[i] = C.int32_t(w)
 		}
@@ -137,8 +144,11 @@ func (s *ShardedSnapshot) ShardBytes(index, buffer int) ([]byte, error) {
 	if err := s.live(); err != nil {
 		return nil, err
 	}
-	if index < 0 || index > math.MaxInt32 || buffer < 0 || buffer > math.MaxInt32 {
-		return nil, &Error{OutOfRange, fmt.Sprintf("sharded snapshot: shard %d, buffer %d", index, buffer)}
+	if index < 0 || index > math.MaxInt32 {
+		return nil, &Error{NotFound, fmt.Sprintf("sharded snapshot: shard %d was not fetched", index)}
+	}
+	if buffer < 0 || buffer > math.MaxInt32 {
+		return nil, &Error{OutOfRange, fmt.Sprintf("sharded snapshot: buffer %d of shard %d", buffer, index)}
 	}
 	var data unsafe.Pointer
 	var bytes C.size_t
@@ -180,7 +190,9 @@ func (s *ShardedSnapshot) CommitNumber() int64 {
 	if s.ptr == nil {
 		return -1
 	}
-	return int64(C.dk_sharded_snapshot_commit_number(s.ptr))
+	n := int64(C.dk_sharded_snapshot_commit_number(s.ptr))
+	runtime.KeepAlive(s)
+	return n
 }
 
 // Bytes is the memory the library's snapshot holds: this rank's shard and
@@ -190,7 +202,9 @@ func (s *ShardedSnapshot) Bytes() int64 {
 	if s.ptr == nil {
 		return -1
 	}
-	return int64(C.dk_sharded_snapshot_bytes(s.ptr))
+	n := int64(C.dk_sharded_snapshot_bytes(s.ptr))
+	runtime.KeepAlive(s)
+	return n
 }
 
 // Close frees the snapshot and its copies; the registered slices stay.

@@ -58,6 +58,7 @@ func RegisterBuffer[T Element](s *Snapshot, name string, data []T) error {
 	b, err := stageBuffer(name, data, func(cname *C.char, staging unsafe.Pointer, bytes C.size_t, cerr **C.dk_error_t) C.dk_status_t {
 		return C.dk_snapshot_register(s.ptr, cname, staging, bytes, cerr)
 	})
+	runtime.KeepAlive(s)
 	if err != nil {
 		return err
 	}
@@ -111,7 +112,9 @@ func (s *Snapshot) Commit() error {
 	}
 	s.stage()
 	var cerr *C.dk_error_t
-	return check(C.dk_snapshot_commit(s.ptr, &cerr), cerr)
+	err := check(C.dk_snapshot_commit(s.ptr, &cerr), cerr)
+	runtime.KeepAlive(s) // its finalizer must not free the snapshot mid-call
+	return err
 }
 
 // Sync is collective over g, after it changed: it loads the newest commit any
@@ -126,7 +129,10 @@ func (s *Snapshot) Sync(g *Group) (int64, error) {
 	s.stage()
 	var commit C.int64_t
 	var cerr *C.dk_error_t
-	if err := check(C.dk_snapshot_sync(s.ptr, g.ptr, &commit, &cerr), cerr); err != nil {
+	err := check(C.dk_snapshot_sync(s.ptr, g.ptr, &commit, &cerr), cerr)
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(g)
+	if err != nil {
 		return 0, err
 	}
 	for _, b := range s.buffers {
@@ -143,7 +149,9 @@ func (s *Snapshot) Restore() error {
 	}
 	s.stage()
 	var cerr *C.dk_error_t
-	if err := check(C.dk_snapshot_restore(s.ptr, &cerr), cerr); err != nil {
+	err := check(C.dk_snapshot_restore(s.ptr, &cerr), cerr)
+	runtime.KeepAlive(s)
+	if err != nil {
 		return err
 	}
 	for _, b := range s.buffers {
@@ -158,7 +166,9 @@ func (s *Snapshot) CommitNumber() int64 {
 	if s.ptr == nil {
 		return -1
 	}
-	return int64(C.dk_snapshot_commit_number(s.ptr))
+	n := int64(C.dk_snapshot_commit_number(s.ptr))
+	runtime.KeepAlive(s)
+	return n
 }
 
 // Bytes is the memory the library's snapshot takes (0 when none is held;
@@ -167,7 +177,9 @@ func (s *Snapshot) Bytes() int64 {
 	if s.ptr == nil {
 		return -1
 	}
-	return int64(C.dk_snapshot_bytes(s.ptr))
+	n := int64(C.dk_snapshot_bytes(s.ptr))
+	runtime.KeepAlive(s)
+	return n
 }
 
 // Close frees the snapshot and its copies; the registered slices stay.

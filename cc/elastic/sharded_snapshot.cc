@@ -408,15 +408,12 @@ absl::StatusOr<ShardedSnapshot::Fetched> ShardedSnapshot::Fetch(
   for (int j : wants[me]) {
     if (holds(me, j)) fetched_[j] = mine->shards.at(j);
   }
-  // The chosen commit is whole on the members: it is the one in force from
-  // now on (a newer pending one is not whole, an older one not needed), so
-  // a commit of the same layout after this one keeps it until it completes.
-  if (pending_ && pending_->number == chosen) {
-    in_force_ = std::move(pending_);
-  } else if (!(in_force_ && in_force_->number == chosen)) {
-    in_force_.reset();  // this rank holds none of it
-  }
-  pending_.reset();
+  // The chosen commit is whole on the members: where this rank holds it as
+  // pending, it is the one in force from now on, so a commit of the same
+  // layout after this one keeps it until that commit completes. The one it
+  // replaces stays as pending (another loss may fail this fetch elsewhere,
+  // and a fetch again may need it) until that commit overwrites it.
+  if (pending_ && pending_->number == chosen) std::swap(in_force_, pending_);
   return Fetched{chosen, world};
 }
 

@@ -83,10 +83,14 @@ class ShardedSnapshot {
   // for (`wanted`: indices in that commit's group; nullopt: every shard)
   // from the first member holding each. Readable through Shard() until the
   // next Commit or Fetch. The chosen commit is then the one in force on the
-  // members holding it (a Commit of the same layout may follow; after a
-  // change of size, commit a new snapshot, and keep this one until that
-  // snapshot's first commit has succeeded). INVALID_ARGUMENT when members
-  // holding commits registered different names. On every member alike:
+  // members holding it, so a Commit of the same layout may follow on a
+  // snapshot that registered its buffers before (a replacement's empty one
+  // cannot: Fetch ends registration; it commits a new snapshot instead).
+  // After a change of size, commit a new snapshot, and keep this one until
+  // that snapshot's first commit has succeeded. Until the members' next
+  // commit, a shard a replacement fetched is held only by its neighbour.
+  // INVALID_ARGUMENT when members holding commits registered different
+  // names. On every member alike:
   // FAILED_PRECONDITION when no member holds a commit, DATA_LOSS naming the
   // shards and the ranks that held them when the newest commit's shards are
   // lost with no older commit whole, INVALID_ARGUMENT for a wanted index

@@ -23,6 +23,7 @@
 #include "cc/elastic/sharded_snapshot.h"
 #include "testing/cc/rank_check.h"
 #include "testing/cc/rank_env.h"
+#include "testing/cc/time_scale.h"
 
 namespace distkit {
 namespace {
@@ -129,10 +130,10 @@ void Recover(ProcessGroup& world, const std::vector<int>& lost) {
 
 // A commit interrupted on the last rank (as if it died `where`), after one
 // that completed: the others' second commit fails (on a group whose
-// operations give up after 2 s, made before the first commit, whose barrier
-// then lines the ranks up), and on a group without the last rank they
-// recover the second commit where its exchange ended everywhere (its shards
-// pending on the survivors), else the first.
+// operations give up after 2 s (scaled under sanitizers), made before the first
+// commit, whose barrier then lines the ranks up), and on a group without the
+// last rank they recover the second commit where its exchange ended everywhere
+// (its shards pending on the survivors), else the first.
 void Interrupted(ProcessGroup& world, ShardedSnapshot::StopForTesting where,
                  int64_t want_commit) {
   const int n = world.size(), me = world.rank(), lost = n - 1;
@@ -142,7 +143,7 @@ void Interrupted(ProcessGroup& world, ShardedSnapshot::StopForTesting where,
     if (r != lost) members.push_back(r);
   }
   GroupOptions o;
-  o.timeout = absl::Seconds(2);
+  o.timeout = testing::Scaled(absl::Seconds(2));
   o.connect_timeout = absl::Seconds(60);
   o.name = absl::StrCat("interrupted", static_cast<int>(where));
   absl::StatusOr<std::shared_ptr<ProcessGroup>> sub = world.NewGroup(all);
@@ -245,6 +246,28 @@ void Errors(ProcessGroup& world) {
               absl::StrContains(got.message(),
                                 absl::StrCat("rank(s) ", n - 1, " registered")),
           absl::StrCat("registrations differ: ", got.ToString()));
+  }
+  if (n > 1) {
+    // A member fetching with a snapshot of other buffers: the last rank's
+    // committed on its own, the others' on the rest.
+    std::vector<int> rest;
+    for (int r = 0; r < n - 1; ++r) rest.push_back(r);
+    absl::StatusOr<std::shared_ptr<ProcessGroup>> others = world.NewGroup(rest);
+    absl::StatusOr<std::shared_ptr<ProcessGroup>> alone =
+        world.NewGroup({n - 1});
+    RequireOk(others.status(), "the others' group");
+    RequireOk(alone.status(), "the last rank's group");
+    double x = me;
+    ShardedSnapshot s;
+    RequireOk(s.Register(me == n - 1 ? "y" : "x", &x, sizeof(x)), "register");
+    RequireOk(s.Commit(me == n - 1 ? **alone : **others), "commit");
+    absl::StatusOr<ShardedSnapshot::Fetched> got = s.Fetch(world, std::nullopt);
+    Check(got.status().code() == absl::StatusCode::kInvalidArgument &&
+              absl::StrContains(
+                  got.status().message(),
+                  absl::StrCat("rank(s) ", n - 1, " registered other buffers")),
+          absl::StrCat("fetch with other registrations: ",
+                       got.status().ToString()));
   }
   CheckOk(world.Barrier(), "the world after the errors");
 }

@@ -60,7 +60,8 @@ while [ $# -gt 0 ]; do
 done
 if [ -z "$distrun" ] || [ $# -eq 0 ]; then
   echo "usage: netns_job.sh --distrun PATH [--hosts H] [--ranks-per-host N]" \
-    "[--rate R] [--timeout S] [--log-dir D] -- program args..." >&2
+    "[--rate R] [--timeout S] [--log-dir D] [--rank-env NAME=VALUE]..." \
+    "[--distrun-arg ARG]... -- program args..." >&2
   exit 2
 fi
 distrun=$(realpath "$distrun")

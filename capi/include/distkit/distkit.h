@@ -1057,9 +1057,13 @@ DK_EXPORT dk_status_t dk_sharded_snapshot_commit(
  * *world_out (NULL allowed) receive the commit's number and its group's
  * size. The shards are then readable with dk_sharded_snapshot_shard until
  * the next commit or fetch, and the chosen commit is the one in force on the
- * members holding it (a commit of the same layout may follow; after a change
- * of size, commit a new snapshot on the new group and destroy this one only
- * once that first commit succeeded). On every member alike:
+ * members holding it (a commit of the same layout may follow on a snapshot
+ * that registered its buffers before the fetch; a replacement's empty one
+ * cannot, as a fetch ends registration, so it commits a new snapshot; after
+ * a change of size, commit a new snapshot on the new group and destroy this
+ * one only once that first commit succeeded). Until the members' next
+ * commit, a shard a replacement fetched is held only by its neighbour. On
+ * every member alike:
  * DK_FAILED_PRECONDITION
  * when no member holds a commit; DK_DATA_LOSS naming the shards and the
  * ranks that held them when neighbours were lost together with no older

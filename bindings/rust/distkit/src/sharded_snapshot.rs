@@ -112,8 +112,9 @@ impl ShardedSnapshot {
     /// `Code::InvalidArgument` for an index outside the commit's group.
     pub fn fetch(&mut self, group: &Group, wanted: Option<&[i32]>) -> Result<Fetched> {
         let (ptr, len) = match wanted {
-            // An empty list is not "every shard": a non-null pointer, never read.
-            Some(w) => (if w.is_empty() { std::ptr::NonNull::<i32>::dangling().as_ptr() as *const i32 } else { w.as_ptr() }, w.len()),
+            // An empty list is not "every shard": its pointer is non-null
+            // (dangling, never read).
+            Some(w) => (w.as_ptr(), w.len()),
             None => (std::ptr::null(), 0),
         };
         let mut commit = 0i64;

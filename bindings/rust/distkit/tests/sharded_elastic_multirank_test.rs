@@ -14,8 +14,10 @@
 //! the same layout), commits a new snapshot and redoes the steps since the
 //! commit. The final weights are compared with an uninterrupted run computed
 //! here in one process (relative 1e-12); check failures are summed over the
-//! final group.
+//! final group. With the argument "pieces" it checks the snapshot's
+//! pieces instead (sharded_pieces).
 mod elastic_model;
+mod sharded_pieces;
 
 use distkit::{Code, Group, InitOptions, Shard, ShardOptions, ShardedSnapshot, ShardingStrategy};
 use elastic_model::{check_final, gradient, job_failures, launcher_number, recover, reference, Checks};
@@ -71,8 +73,9 @@ fn fetch(snapshot: &mut ShardedSnapshot, group: &Group, same_layout: bool, c: &C
 
 enum Outcome {
     /// The step failed: the new group, whether it grew, what was fetched on
-    /// it, and the steps run before.
-    Lost(Group, bool, Carried, i64),
+    /// it, the steps run before, and the old snapshot (kept until the new
+    /// layout's first commit).
+    Lost(Group, bool, Carried, i64, ShardedSnapshot),
     /// Training ended: the full weights, steps run, the snapshot's bytes and
     /// one shard's length.
     Done(Vec<f64>, i64, i64, usize),
@@ -85,9 +88,17 @@ fn commit_state(snapshot: &mut ShardedSnapshot, group: &Group, unit: &mut Shard,
 }
 
 /// Trains on `group` from `carried` (None: from the start) until the end or
-/// a lost peer; `die_at`: the step this rank SIGKILLs itself in, if any;
-/// `fails_at`: the step a loss is expected in.
-fn train(group: &Group, carried: Option<&Carried>, c: &mut Checks, die_at: Option<i64>, fails_at: i64) -> Outcome {
+/// a lost peer; `previous` (the old layout's snapshot) is dropped once this
+/// layout's first commit succeeded; `die_at`: the step this rank SIGKILLs
+/// itself in, if any; `fails_at`: the step a loss is expected in.
+fn train(
+    group: &Group,
+    carried: Option<&Carried>,
+    previous: Option<ShardedSnapshot>,
+    c: &mut Checks,
+    die_at: Option<i64>,
+    fails_at: i64,
+) -> Outcome {
     let options = ShardOptions { strategy: ShardingStrategy::FullShard, sync_module_states: false, param_dtype: None };
     let mut unit = Shard::new(group, &[&initial_w()[..]], &options).unwrap_or_else(|e| c.die("unit", e));
     let (n, r) = (group.size() as i64, group.rank() as usize);
@@ -112,6 +123,7 @@ fn train(group: &Group, carried: Option<&Carried>, c: &mut Checks, die_at: Optio
         snapshot.register(name, b).unwrap_or_else(|e| c.die("register", e));
     }
     commit_state(&mut snapshot, group, &mut unit, &m, &step, c);
+    drop(previous);
     let mut steps_run = 0;
     while step[0] < STEPS {
         unit.unshard().unwrap_or_else(|e| c.die("unshard", e));
@@ -130,7 +142,7 @@ fn train(group: &Group, carried: Option<&Carried>, c: &mut Checks, die_at: Optio
             c.check(matches!(e.code(), Code::Unavailable | Code::DeadlineExceeded), "a lost peer or a timeout");
             let (next, grown) = recover(group, c, TIMEOUT, SETTLE);
             let carried = fetch(&mut snapshot, &next, grown, c);
-            return Outcome::Lost(next, grown, carried, steps_run);
+            return Outcome::Lost(next, grown, carried, steps_run, snapshot);
         }
         {
             let (w, grad) = unit.local::<f64>(0).unwrap_or_else(|e| c.die("local", e));
@@ -152,6 +164,9 @@ fn train(group: &Group, carried: Option<&Carried>, c: &mut Checks, die_at: Optio
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("pieces") {
+        return sharded_pieces::run();
+    }
     let want_grow = std::env::args().nth(1).as_deref() == Some("grow");
     let newcomer = launcher_number("DISTKIT_REPLACEMENT") > 0;
     let options = InitOptions { timeout: TIMEOUT, ..InitOptions::default() };
@@ -182,10 +197,11 @@ fn main() {
     }
     let mut recoveries = 0;
     let mut total_steps = 0;
+    let mut previous = None;
     let (w, bytes, local_len) = loop {
         let mine = if !newcomer && recoveries == 0 && world_rank == victim { Some(die_at) } else { None };
-        match train(&group, carried.as_ref(), &mut c, mine, die_at) {
-            Outcome::Lost(next, grown, k, steps_run) => {
+        match train(&group, carried.as_ref(), previous.take(), &mut c, mine, die_at) {
+            Outcome::Lost(next, grown, k, steps_run, old) => {
                 recoveries += 1;
                 c.check(grown == want_grow, "grown under --max-replacements, else shrunk");
                 c.check(next.size() == if grown { size } else { size - 1 }, "the new group's size");
@@ -201,6 +217,7 @@ fn main() {
                 total_steps += steps_run;
                 group = next; // the failed group is dropped (destroyed) here
                 carried = Some(k);
+                previous = Some(old);
             }
             Outcome::Done(w, steps_run, bytes, local_len) => {
                 total_steps += steps_run;

@@ -14,7 +14,8 @@
 // (LoadSharded, the momentum by the same layout), commits a new snapshot and
 // redoes the steps since the commit. The final weights are compared with an
 // uninterrupted run computed here in one process (relative 1e-12); check
-// failures are summed over the final group.
+// failures are summed over the final group. With the argument "pieces" it
+// checks the snapshot's pieces instead (pieces.go).
 package main
 
 import (
@@ -107,6 +108,7 @@ func fetch(s *dk.ShardedSnapshot, g *dk.Group, sameLayout bool) *carried {
 // and one shard's length); steps run either way.
 type outcome struct {
 	next     *dk.Group
+	snapshot *dk.ShardedSnapshot // lost: the old snapshot, kept until the new layout's first commit
 	grown    bool
 	k        *carried
 	w        []float64
@@ -116,9 +118,10 @@ type outcome struct {
 }
 
 // train trains on g from k (nil: from the start) until the end or a lost
-// peer; dieAt >= 0: the step this rank SIGKILLs itself in; failsAt: the
-// step a loss is expected in.
-func train(g *dk.Group, k *carried, dieAt, failsAt int64) outcome {
+// peer; previous (the old layout's snapshot, nil at first) is closed once
+// this layout's first commit succeeded; dieAt >= 0: the step this rank
+// SIGKILLs itself in; failsAt: the step a loss is expected in.
+func train(g *dk.Group, k *carried, previous *dk.ShardedSnapshot, dieAt, failsAt int64) outcome {
 	unit, err := dk.NewShard(g, [][]float64{initialW()}, dk.ShardOptions{Strategy: dk.FullShard})
 	if err != nil {
 		die("unit", err)
@@ -162,7 +165,6 @@ func train(g *dk.Group, k *carried, dieAt, failsAt int64) outcome {
 	if err != nil {
 		die("snapshot", err)
 	}
-	defer snapshot.Close()
 	// The weights' shard is the unit's own memory; the snapshot takes its
 	// values through a slice kept current before each commit.
 	w := append([]float64(nil), values...)
@@ -181,6 +183,9 @@ func train(g *dk.Group, k *carried, dieAt, failsAt int64) outcome {
 		}
 	}
 	commit()
+	if previous != nil {
+		previous.Close()
+	}
 	full := make([]float64, dim)
 	var stepsRun int64
 	for step[0] < steps {
@@ -210,7 +215,7 @@ func train(g *dk.Group, k *carried, dieAt, failsAt int64) outcome {
 			c := dk.CodeOf(err)
 			check(c == dk.Unavailable || c == dk.DeadlineExceeded, "a lost peer or a timeout")
 			next, grown := em.Regroup(g, timeout, settle, die)
-			return outcome{next: next, grown: grown, k: fetch(snapshot, next, grown), stepsRun: stepsRun}
+			return outcome{next: next, snapshot: snapshot, grown: grown, k: fetch(snapshot, next, grown), stepsRun: stepsRun}
 		}
 		values, grads, err := unit.Local(0)
 		if err != nil {
@@ -231,10 +236,16 @@ func train(g *dk.Group, k *carried, dieAt, failsAt int64) outcome {
 	if err := unit.GatherFull(out); err != nil {
 		die("gather full", err)
 	}
-	return outcome{w: out[0], bytes: snapshot.Bytes(), localLen: localLen, stepsRun: stepsRun}
+	bytes := snapshot.Bytes()
+	snapshot.Close()
+	return outcome{w: out[0], bytes: bytes, localLen: localLen, stepsRun: stepsRun}
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "pieces" {
+		runPieces()
+		return
+	}
 	wantGrow := len(os.Args) > 1 && os.Args[1] == "grow"
 	newcomer := em.LauncherNumber("DISTKIT_REPLACEMENT") > 0
 	group, err := dk.Init("pytorch", dk.InitOptions{Timeout: timeout})
@@ -269,12 +280,13 @@ func main() {
 	recoveries := 0
 	var total int64
 	var done outcome
+	var previous *dk.ShardedSnapshot
 	for {
 		mine := int64(-1)
 		if !newcomer && recoveries == 0 && rank == victim {
 			mine = dieAt
 		}
-		o := train(group, k, mine, dieAt)
+		o := train(group, k, previous, mine, dieAt)
 		total += o.stepsRun
 		if o.next == nil {
 			done = o
@@ -296,7 +308,7 @@ func main() {
 		check(o.k.commit == wantCommit, "the survivors load the newest commit")
 		check(o.k.step == commitStep, "the step is the commit's: the steps since are redone")
 		group.Close()
-		group, k = o.next, o.k
+		group, k, previous = o.next, o.k, o.snapshot
 	}
 	// Two shards held (this rank's and its neighbour's), each a header and
 	// its buffers from 64-byte boundaries.

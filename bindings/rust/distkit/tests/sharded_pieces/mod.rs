@@ -1,4 +1,5 @@
-//! `distkit::ShardedSnapshot` from Rust in a real job (as cc/elastic's
+//! The pieces of `distkit::ShardedSnapshot` in a real job (the program's
+//! argument "pieces") (as cc/elastic's
 //! sharded_snapshot_test in C++ and capi's sharded_elastic_c tests in C).
 //! Each rank commits its own shard (r + 2 values, so sizes differ, and a
 //! step) twice on the world; then, on groups that leave ranks out as a loss
@@ -112,7 +113,7 @@ fn reshard_unit(world: &Group, lost: i32) {
     world.barrier().unwrap_or_else(|e| fail(rank, format!("barrier: {e}")));
 }
 
-fn main() {
+pub fn run() {
     let options = InitOptions { timeout: Duration::from_secs(20), ..InitOptions::default() };
     let world = distkit::init("pytorch", &options).unwrap_or_else(|e| fail(-1, format!("init: {e}")));
     let (rank, n) = (world.rank(), world.size());

@@ -1,4 +1,5 @@
-// Command shardedsnapshot is distkit.ShardedSnapshot from Go in a real job
+// The pieces of distkit.ShardedSnapshot in a real job (the program's argument
+// "pieces")
 // (as cc/elastic's sharded_snapshot_test in C++ and capi's sharded_elastic_c
 // tests in C). Each rank commits its own shard (r + 2 values, so sizes
 // differ, and a step) twice on the world; then, on groups that leave ranks
@@ -9,6 +10,7 @@
 // members of a group without rank k load into a unit on that group
 // (Shard.LoadSharded re-shards them) whose full parameter is the one sharded;
 // and a snapshot nobody committed is FailedPrecondition.
+
 package main
 
 import (
@@ -30,7 +32,7 @@ func values(r, c int) []float64 {
 	return v
 }
 
-func fail(rank int, format string, args ...any) {
+func failPieces(rank int, format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "rank %d: CHECK FAILED: %s\n", rank, fmt.Sprintf(format, args...))
 	os.Exit(1)
 }
@@ -42,23 +44,23 @@ func committed(world *dk.Group) *dk.ShardedSnapshot {
 	step := []int64{0}
 	s, err := dk.NewShardedSnapshot()
 	if err != nil {
-		fail(rank, "new: %v", err)
+		failPieces(rank, "new: %v", err)
 	}
 	if err := dk.RegisterShardBuffer(s, "w", w); err != nil {
-		fail(rank, "register: %v", err)
+		failPieces(rank, "register: %v", err)
 	}
 	if err := dk.RegisterShardBuffer(s, "step", step); err != nil {
-		fail(rank, "register: %v", err)
+		failPieces(rank, "register: %v", err)
 	}
 	for c := 1; c <= 2; c++ {
 		copy(w, values(rank, c)) // in place: the slice is registered
 		step[0] = int64(100*c + rank)
 		if err := s.Commit(world); err != nil {
-			fail(rank, "commit %d: %v", c, err)
+			failPieces(rank, "commit %d: %v", c, err)
 		}
 	}
 	if s.CommitNumber() != 2 {
-		fail(rank, "commit number %d", s.CommitNumber())
+		failPieces(rank, "commit number %d", s.CommitNumber())
 	}
 	return s
 }
@@ -66,11 +68,11 @@ func committed(world *dk.Group) *dk.ShardedSnapshot {
 func checkShard(s *dk.ShardedSnapshot, j, rank int, where string) {
 	w, err := s.ShardBytes(j, 0)
 	if err != nil {
-		fail(rank, "%s: shard %d: %v", where, j, err)
+		failPieces(rank, "%s: shard %d: %v", where, j, err)
 	}
 	st, err := s.ShardBytes(j, 1)
 	if err != nil || len(st) != 8 {
-		fail(rank, "%s: shard %d's step: %v", where, j, err)
+		failPieces(rank, "%s: shard %d's step: %v", where, j, err)
 	}
 	want := values(j, 2)
 	ok := len(w) == 8*len(want) && int64(binary.LittleEndian.Uint64(st)) == int64(200+j)
@@ -78,7 +80,7 @@ func checkShard(s *dk.ShardedSnapshot, j, rank int, where string) {
 		ok = math.Float64frombits(binary.LittleEndian.Uint64(w[8*i:])) == want[i]
 	}
 	if !ok {
-		fail(rank, "%s: shard %d is not rank %d's second commit", where, j, j)
+		failPieces(rank, "%s: shard %d is not rank %d's second commit", where, j, j)
 	}
 }
 
@@ -99,7 +101,7 @@ func recoverWithout(world *dk.Group, lost []int) {
 	}
 	g, err := world.NewGroup(members)
 	if err != nil {
-		fail(rank, "new group: %v", err)
+		failPieces(rank, "new group: %v", err)
 	}
 	defer g.Close()
 	where := fmt.Sprintf("lost %v of %d", lost, n)
@@ -112,14 +114,14 @@ func recoverWithout(world *dk.Group, lost []int) {
 				shard = 0
 			}
 			if dk.CodeOf(err) != dk.DataLoss || !strings.Contains(err.Error(), fmt.Sprintf("shard(s) %d of commit 2", shard)) {
-				fail(rank, "%s: want DATA_LOSS naming shard %d, got %v", where, shard, err)
+				failPieces(rank, "%s: want DATA_LOSS naming shard %d, got %v", where, shard, err)
 			}
 		} else {
 			if err != nil {
-				fail(rank, "%s: fetch: %v", where, err)
+				failPieces(rank, "%s: fetch: %v", where, err)
 			}
 			if commit != 2 || size != n {
-				fail(rank, "%s: fetched commit %d of %d ranks", where, commit, size)
+				failPieces(rank, "%s: fetched commit %d of %d ranks", where, commit, size)
 			}
 			for j := 0; j < n; j++ {
 				checkShard(s, j, rank, where)
@@ -127,7 +129,7 @@ func recoverWithout(world *dk.Group, lost []int) {
 		}
 	}
 	if err := world.Barrier(); err != nil {
-		fail(rank, "%s: barrier: %v", where, err)
+		failPieces(rank, "%s: barrier: %v", where, err)
 	}
 }
 
@@ -141,24 +143,24 @@ func reshardUnit(world *dk.Group, lost int) {
 	}
 	unit, err := dk.NewShard(world, [][]float64{full}, dk.ShardOptions{})
 	if err != nil {
-		fail(rank, "unit: %v", err)
+		failPieces(rank, "unit: %v", err)
 	}
 	defer unit.Close()
 	values, _, err := unit.Local(0)
 	if err != nil {
-		fail(rank, "local: %v", err)
+		failPieces(rank, "local: %v", err)
 	}
 	local := append([]float64(nil), values...)
 	s, err := dk.NewShardedSnapshot()
 	if err != nil {
-		fail(rank, "new: %v", err)
+		failPieces(rank, "new: %v", err)
 	}
 	defer s.Close()
 	if err := dk.RegisterShardBuffer(s, "w", local); err != nil {
-		fail(rank, "register: %v", err)
+		failPieces(rank, "register: %v", err)
 	}
 	if err := s.Commit(world); err != nil {
-		fail(rank, "commit: %v", err)
+		failPieces(rank, "commit: %v", err)
 	}
 	var members []int
 	for r := 0; r < n; r++ {
@@ -168,47 +170,47 @@ func reshardUnit(world *dk.Group, lost int) {
 	}
 	g, err := world.NewGroup(members)
 	if err != nil {
-		fail(rank, "new group: %v", err)
+		failPieces(rank, "new group: %v", err)
 	}
 	defer g.Close()
 	if rank != lost {
 		_, size, err := s.Fetch(g, nil)
 		if err != nil {
-			fail(rank, "unit fetch: %v", err)
+			failPieces(rank, "unit fetch: %v", err)
 		}
 		shards := make([][]float64, size)
 		for j := range shards {
 			if shards[j], err = dk.ShardValues[float64](s, j, 0); err != nil {
-				fail(rank, "shard %d: %v", j, err)
+				failPieces(rank, "shard %d: %v", j, err)
 			}
 		}
 		unit2, err := dk.NewShard(g, [][]float64{make([]float64, len(full))}, dk.ShardOptions{})
 		if err != nil {
-			fail(rank, "new unit: %v", err)
+			failPieces(rank, "new unit: %v", err)
 		}
 		defer unit2.Close()
 		if err := unit2.LoadSharded(size, shards); err != nil {
-			fail(rank, "LoadSharded: %v", err)
+			failPieces(rank, "LoadSharded: %v", err)
 		}
 		out := [][]float64{make([]float64, len(full))}
 		if err := unit2.GatherFull(out); err != nil {
-			fail(rank, "GatherFull: %v", err)
+			failPieces(rank, "GatherFull: %v", err)
 		}
 		for i := range full {
 			if out[0][i] != full[i] {
-				fail(rank, "without rank %d: the re-sharded unit holds %v", lost, out[0])
+				failPieces(rank, "without rank %d: the re-sharded unit holds %v", lost, out[0])
 			}
 		}
 	}
 	if err := world.Barrier(); err != nil {
-		fail(rank, "barrier: %v", err)
+		failPieces(rank, "barrier: %v", err)
 	}
 }
 
-func main() {
+func runPieces() {
 	world, err := dk.Init("pytorch", dk.InitOptions{Timeout: 20 * time.Second})
 	if err != nil {
-		fail(-1, "init: %v", err)
+		failPieces(-1, "init: %v", err)
 	}
 	rank, n := world.Rank(), world.Size()
 	recoverWithout(world, nil)
@@ -228,24 +230,24 @@ func main() {
 	s := committed(world)
 	held := s.Bytes()
 	if _, _, err := s.Fetch(world, []int{rank}); err != nil {
-		fail(rank, "own shard: %v", err)
+		failPieces(rank, "own shard: %v", err)
 	}
 	checkShard(s, rank, rank, "own shard")
 	if s.Bytes() != held {
-		fail(rank, "own shard: %d bytes held, %d before", s.Bytes(), held)
+		failPieces(rank, "own shard: %d bytes held, %d before", s.Bytes(), held)
 	}
 	s.Close()
 	// Nothing committed anywhere.
 	empty, err := dk.NewShardedSnapshot()
 	if err != nil {
-		fail(rank, "new: %v", err)
+		failPieces(rank, "new: %v", err)
 	}
 	if _, _, err := empty.Fetch(world, nil); dk.CodeOf(err) != dk.FailedPrecondition {
-		fail(rank, "nothing committed: want FAILED_PRECONDITION, got %v", err)
+		failPieces(rank, "nothing committed: want FAILED_PRECONDITION, got %v", err)
 	}
 	empty.Close()
 	if err := world.Barrier(); err != nil {
-		fail(rank, "barrier: %v", err)
+		failPieces(rank, "barrier: %v", err)
 	}
 	fmt.Printf("rank %d: sharded snapshot: passed\n", rank)
 }
