@@ -327,18 +327,10 @@ int main(int argc, char** argv) {
     die("dk_shard_gather_full", err);
   initial_weights(want);
   dk_test_reference(want, DIM, STEPS, GLOBAL_BATCH, LR, BETA);
-  for (int j = 0; j < DIM; ++j) {
-    if (!(fabs(w[j] - want[j]) <= 1e-12 * fabs(want[j]) + 1e-14)) {
-      fprintf(stderr, "rank %d: w[%d] = %.17g, the uninterrupted run's %.17g\n",
-              world_rank_, j, w[j], want[j]);
-      check(0, "final weights equal the uninterrupted run's");
-    }
-  }
-  double bad = failures_;
-  int64_t one = 1;
-  DLTensor tb = dk_test_host_tensor(&bad, &one, 1, kDLFloat, 64);
-  if (dk_group_all_reduce(group, &tb, DK_OP_SUM, NULL, &err) != DK_OK)
-    die("the final all_reduce", err);
+  check(dk_test_final_mismatches(world_rank_, w, want, DIM) == 0,
+        "final weights equal the uninterrupted run's");
+  const double bad = dk_test_job_failures(group, failures_, &err);
+  if (bad < 0) die("the final all_reduce", err);
   stop(t);
   free(t);
   dk_group_destroy(group);

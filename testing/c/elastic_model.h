@@ -8,9 +8,11 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "distkit/distkit.h"
+#include "testing/c/host_tensor.h"
 
 /* A launcher's variable as a number (0 when unset). */
 static inline long dk_test_env_number(const char* name) {
@@ -83,6 +85,34 @@ static inline dk_group_t* dk_test_recover(dk_group_t* group, int timeout_ms,
   *what = "dk_group_shrink";
   if (dk_group_shrink(group, settle_ms, &next, err) != DK_OK) return NULL;
   return next;
+}
+
+/* How many of the `dim` final weights w differ from the uninterrupted run's
+ * (relative 1e-12: only the order of the partial sums differs), each
+ * printed naming `rank`. */
+static inline int dk_test_final_mismatches(int rank, const double* w,
+                                           const double* want, int dim) {
+  int bad = 0;
+  for (int j = 0; j < dim; ++j) {
+    if (!(fabs(w[j] - want[j]) <= 1e-12 * fabs(want[j]) + 1e-14)) {
+      fprintf(stderr, "rank %d: w[%d] = %.17g, the uninterrupted run's %.17g\n",
+              rank, j, w[j], want[j]);
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+/* The job's verdict: every rank's `failures` summed over `group`, so a wrong
+ * rank fails every rank (and --min-ranks cannot let the job pass); -1 with
+ * *err set when the all_reduce fails. */
+static inline double dk_test_job_failures(dk_group_t* group, int failures,
+                                          dk_error_t** err) {
+  double bad = failures;
+  int64_t one = 1;
+  DLTensor t = dk_test_host_tensor(&bad, &one, 1, kDLFloat, 64);
+  if (dk_group_all_reduce(group, &t, DK_OP_SUM, NULL, err) != DK_OK) return -1;
+  return bad;
 }
 
 #endif /* DISTKIT_TESTING_C_ELASTIC_MODEL_H_ */
