@@ -127,7 +127,7 @@ build() {
     cc/comm/shm/host_map.cc
     cc/comm/nccl/nccl_backend.cc cc/comm/nccl/nccl_comm.cc cc/comm/nccl/nccl_library.cc
     cc/group/agreement_roll_call.cc cc/group/collective_contract.cc cc/group/flight_recorder.cc
-    cc/group/op_queue.cc cc/group/process_group.cc
+    cc/group/op_queue.cc cc/group/process_group.cc cc/group/process_group_ops.cc
     cc/store/store.cc cc/store/hash_store.cc cc/store/call_deadline.cc cc/store/prefix_store.cc
     cc/store/request_limits.cc cc/store/tcp_store.cc cc/store/store_server.cc cc/store/job_failure.cc
     cc/store/internal/handshake.cc cc/store/internal/hmac_sha256.cc

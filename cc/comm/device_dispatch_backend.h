@@ -11,10 +11,11 @@
 #include <string>
 
 #include "cc/comm/backend.h"
+#include "cc/comm/forwarding_backend.h"
 
 namespace distkit {
 
-class DeviceDispatchBackend : public Backend {
+class DeviceDispatchBackend : public ForwardingBackend {
  public:
   // `name` is the registry's ("cpu:gloo,cuda:nccl"); both halves span the
   // same ranks.
@@ -63,54 +64,19 @@ class DeviceDispatchBackend : public Backend {
     return cpu_->AllGatherHost(c, in, bytes, out);
   }
 
-  absl::Status AllReduce(const OpContext& c, TensorRef t,
-                         ReduceOp op) override {
-    return For(t)->AllReduce(c, t, op);
-  }
-  absl::Status Broadcast(const OpContext& c, TensorRef t, int root) override {
-    return For(t)->Broadcast(c, t, root);
-  }
-  absl::Status Reduce(const OpContext& c, TensorRef t, ReduceOp op,
-                      int root) override {
-    return For(t)->Reduce(c, t, op, root);
-  }
-  absl::Status AllGather(const OpContext& c, TensorRef in,
-                         TensorRef out) override {
-    return For(in)->AllGather(c, in, out);
-  }
-  absl::Status Gather(const OpContext& c, TensorRef in, TensorRef out,
-                      int root) override {
-    return For(in)->Gather(c, in, out, root);
-  }
-  absl::Status Scatter(const OpContext& c, TensorRef in, TensorRef out,
-                       int root) override {
-    return For(out)->Scatter(c, in, out, root);
-  }
-  absl::Status ReduceScatter(const OpContext& c, TensorRef in, TensorRef out,
-                             ReduceOp op) override {
-    return For(in)->ReduceScatter(c, in, out, op);
-  }
-  absl::Status AllToAll(const OpContext& c, TensorRef in,
-                        absl::Span<const int64_t> in_splits, TensorRef out,
-                        absl::Span<const int64_t> out_splits) override {
-    return For(in)->AllToAll(c, in, in_splits, out, out_splits);
-  }
-  absl::Status Send(const OpContext& c, TensorRef t, int dst,
-                    int tag) override {
-    return For(t)->Send(c, t, dst, tag);
-  }
-  absl::Status Recv(const OpContext& c, TensorRef t, int src,
-                    int tag) override {
-    return For(t)->Recv(c, t, src, tag);
-  }
   void Abort() override {
     cpu_->Abort();
     cuda_->Abort();
   }
 
+ protected:
+  // Data movement goes to the half of the tensors' device.
+  Backend* ForwardTo(const TensorRef& t) const override {
+    return For(t.device());
+  }
+
  private:
   Backend* For(Device d) const { return d.is_cpu() ? cpu_.get() : cuda_.get(); }
-  Backend* For(const TensorRef& t) const { return For(t.device()); }
 
   const std::string name_;
   std::unique_ptr<Backend> cpu_;

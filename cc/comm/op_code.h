@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "cc/core/enum_names.h"
+
 namespace distkit {
 
 // The values travel in signatures between ranks of one build; new ones go at
@@ -26,36 +28,24 @@ enum class OpCode : uint32_t {
   kRecv = 12,
 };
 
+inline constexpr EnumName<OpCode> kOpCodeNames[] = {
+    {OpCode::kAllReduce, "all_reduce"},
+    {OpCode::kBroadcast, "broadcast"},
+    {OpCode::kReduce, "reduce"},
+    {OpCode::kAllGather, "all_gather"},
+    {OpCode::kGather, "gather"},
+    {OpCode::kScatter, "scatter"},
+    {OpCode::kReduceScatter, "reduce_scatter"},
+    {OpCode::kAllToAll, "all_to_all"},
+    {OpCode::kBarrier, "barrier"},
+    {OpCode::kNewGroup, "new_group"},
+    {OpCode::kSend, "send"},
+    {OpCode::kRecv, "recv"}};
+
 // "all_reduce", "broadcast", ...: the names mmengine's and torch's calls
 // have, used in every error.
 constexpr const char* OpCodeName(OpCode op) {
-  switch (op) {
-    case OpCode::kAllReduce:
-      return "all_reduce";
-    case OpCode::kBroadcast:
-      return "broadcast";
-    case OpCode::kReduce:
-      return "reduce";
-    case OpCode::kAllGather:
-      return "all_gather";
-    case OpCode::kGather:
-      return "gather";
-    case OpCode::kScatter:
-      return "scatter";
-    case OpCode::kReduceScatter:
-      return "reduce_scatter";
-    case OpCode::kAllToAll:
-      return "all_to_all";
-    case OpCode::kBarrier:
-      return "barrier";
-    case OpCode::kNewGroup:
-      return "new_group";
-    case OpCode::kSend:
-      return "send";
-    case OpCode::kRecv:
-      return "recv";
-  }
-  return "unknown_op";
+  return NameIn(kOpCodeNames, op, "unknown_op");
 }
 
 // Sends and receives: numbered apart from the collectives, one lane each.

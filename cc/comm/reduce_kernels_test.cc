@@ -13,11 +13,6 @@
 namespace distkit {
 namespace {
 
-using comm_internal::BFloat16ToFloat;
-using comm_internal::Float16ToFloat;
-using comm_internal::FloatToBFloat16;
-using comm_internal::FloatToFloat16;
-
 TEST(HalfTest, Float16KnownValues) {
   EXPECT_EQ(FloatToFloat16(1.0f), 0x3c00);
   EXPECT_EQ(FloatToFloat16(-2.0f), 0xc000);

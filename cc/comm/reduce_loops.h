@@ -35,11 +35,6 @@
 namespace distkit {
 namespace {  // NOLINT(build/namespaces_headers): one copy per instruction set
 
-using comm_internal::BFloat16ToFloat;
-using comm_internal::Float16ToFloat;
-using comm_internal::FloatToBFloat16;
-using comm_internal::FloatToFloat16;
-
 struct Sum {
   template <typename T>
   static T Apply(T a, T b) {

@@ -10,13 +10,11 @@ namespace distkit {
 namespace {
 
 absl::StatusOr<CudaLibrary> Load() {
-  LibrarySearch search;
-  search.what = "the CUDA runtime";
-  search.soname = absl::StrCat("libcudart.so.", CUDART_VERSION / 1000);
-  search.override_env = "DISTKIT_CUDART_LIBRARY";
-  search.dirs = LibDirsFromEnv("CUDA_HOME");
-  search.fallback_dirs = {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"};
-  DK_ASSIGN_OR_RETURN(SharedLibrary lib, OpenSharedLibrary(search));
+  DK_ASSIGN_OR_RETURN(SharedLibrary lib,
+                      OpenSharedLibrary(CudaToolkitSearch(
+                          "the CUDA runtime",
+                          absl::StrCat("libcudart.so.", CUDART_VERSION / 1000),
+                          "DISTKIT_CUDART_LIBRARY", {"CUDA_HOME"})));
   CudaLibrary c;
   c.path = lib.path;
 #define DK_RESOLVE(field, symbol) \

@@ -1,10 +1,12 @@
 #include "cc/core/data_type.h"
 
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "cc/core/enum_names.h"
 
 namespace distkit {
 
@@ -27,41 +29,34 @@ size_t ElementSize(DataType dtype) {
   return 0;
 }
 
+namespace {
+
+constexpr EnumName<DataType> kDataTypeNames[] = {
+    {DataType::kFloat16, "float16"}, {DataType::kBFloat16, "bfloat16"},
+    {DataType::kFloat32, "float32"}, {DataType::kFloat64, "float64"},
+    {DataType::kInt8, "int8"},       {DataType::kUInt8, "uint8"},
+    {DataType::kInt32, "int32"},     {DataType::kInt64, "int64"},
+    {DataType::kBool, "bool"}};
+
+// torch's other spellings, accepted by ParseDataType.
+constexpr EnumName<DataType> kDataTypeAliases[] = {
+    {DataType::kFloat16, "half"},
+    {DataType::kFloat32, "float"},
+    {DataType::kFloat64, "double"},
+    {DataType::kInt32, "int"},
+    {DataType::kInt64, "long"}};
+
+}  // namespace
+
 absl::string_view DataTypeName(DataType dtype) {
-  switch (dtype) {
-    case DataType::kFloat16:
-      return "float16";
-    case DataType::kBFloat16:
-      return "bfloat16";
-    case DataType::kFloat32:
-      return "float32";
-    case DataType::kFloat64:
-      return "float64";
-    case DataType::kInt8:
-      return "int8";
-    case DataType::kUInt8:
-      return "uint8";
-    case DataType::kInt32:
-      return "int32";
-    case DataType::kInt64:
-      return "int64";
-    case DataType::kBool:
-      return "bool";
-  }
-  return "invalid";
+  return NameIn(kDataTypeNames, dtype, "invalid");
 }
 
 absl::StatusOr<DataType> ParseDataType(absl::string_view name) {
-  std::string n = absl::AsciiStrToLower(name);
-  if (n == "float16" || n == "half") return DataType::kFloat16;
-  if (n == "bfloat16") return DataType::kBFloat16;
-  if (n == "float32" || n == "float") return DataType::kFloat32;
-  if (n == "float64" || n == "double") return DataType::kFloat64;
-  if (n == "int8") return DataType::kInt8;
-  if (n == "uint8") return DataType::kUInt8;
-  if (n == "int32" || n == "int") return DataType::kInt32;
-  if (n == "int64" || n == "long") return DataType::kInt64;
-  if (n == "bool") return DataType::kBool;
+  const std::string lower = absl::AsciiStrToLower(name);
+  std::optional<DataType> dtype = ValueIn(kDataTypeNames, lower);
+  if (!dtype.has_value()) dtype = ValueIn(kDataTypeAliases, lower);
+  if (dtype.has_value()) return *dtype;
   return absl::InvalidArgumentError(absl::StrCat("unknown dtype '", name, "'"));
 }
 

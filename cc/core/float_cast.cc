@@ -10,11 +10,6 @@
 namespace distkit {
 namespace {
 
-using comm_internal::BFloat16ToFloat;
-using comm_internal::Float16ToFloat;
-using comm_internal::FloatToBFloat16;
-using comm_internal::FloatToFloat16;
-
 double Load(const void* p, DataType dtype, size_t i) {
   switch (dtype) {
     case DataType::kFloat16:

@@ -22,10 +22,8 @@ TEST(FloatCastTest, RoundTripsThroughEveryFloatType) {
                     .ok());
     for (size_t i = 0; i < values.size(); ++i) {
       const float want = narrow == DataType::kFloat16
-                             ? comm_internal::Float16ToFloat(
-                                   comm_internal::FloatToFloat16(values[i]))
-                             : comm_internal::BFloat16ToFloat(
-                                   comm_internal::FloatToBFloat16(values[i]));
+                             ? Float16ToFloat(FloatToFloat16(values[i]))
+                             : BFloat16ToFloat(FloatToBFloat16(values[i]));
       EXPECT_EQ(wide[i], want) << i;
     }
   }
@@ -34,13 +32,12 @@ TEST(FloatCastTest, RoundTripsThroughEveryFloatType) {
   const double third = 1.0 / 3;
   ASSERT_TRUE(
       CastFloats(&third, DataType::kFloat64, &h, DataType::kFloat16, 1).ok());
-  EXPECT_EQ(comm_internal::Float16ToFloat(h), 0.333251953125f);
+  EXPECT_EQ(Float16ToFloat(h), 0.333251953125f);
 }
 
 TEST(FloatCastTest, AddsInTheDestinationType) {
   std::vector<float> acc = {1.f, 2.f};
-  std::vector<uint16_t> g = {comm_internal::FloatToBFloat16(0.5f),
-                             comm_internal::FloatToBFloat16(-4.f)};
+  std::vector<uint16_t> g = {FloatToBFloat16(0.5f), FloatToBFloat16(-4.f)};
   ASSERT_TRUE(AddFloats(g.data(), DataType::kBFloat16, acc.data(),
                         DataType::kFloat32, 2)
                   .ok());

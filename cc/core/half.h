@@ -6,21 +6,17 @@
 #define DISTKIT_CC_CORE_HALF_H_
 
 #include <cstdint>
-#include <cstring>
+
+#include "absl/base/casts.h"
 
 namespace distkit {
-namespace comm_internal {
 
 inline float BFloat16ToFloat(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
+  return absl::bit_cast<float>(static_cast<uint32_t>(h) << 16);
 }
 
 inline uint16_t FloatToBFloat16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
+  const uint32_t bits = absl::bit_cast<uint32_t>(f);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN stays NaN
   const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>((bits + rounding) >> 16);
@@ -48,14 +44,11 @@ inline float Float16ToFloat(uint16_t h) {
   } else {
     bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
   }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
+  return absl::bit_cast<float>(bits);
 }
 
 inline uint16_t FloatToFloat16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
+  const uint32_t bits = absl::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs = bits & 0x7fffffffu;
   if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
@@ -79,7 +72,6 @@ inline uint16_t FloatToFloat16(float f) {
   return sign | static_cast<uint16_t>(value);
 }
 
-}  // namespace comm_internal
 }  // namespace distkit
 
 #endif  // DISTKIT_CC_CORE_HALF_H_

@@ -1,39 +1,33 @@
 #include "cc/core/reduce_op.h"
 
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "cc/core/enum_names.h"
 
 namespace distkit {
 
+namespace {
+
+constexpr EnumName<ReduceOp> kReduceOpNames[] = {
+    {ReduceOp::kSum, "sum"},   {ReduceOp::kProduct, "product"},
+    {ReduceOp::kMin, "min"},   {ReduceOp::kMax, "max"},
+    {ReduceOp::kBand, "band"}, {ReduceOp::kBor, "bor"},
+    {ReduceOp::kBxor, "bxor"}, {ReduceOp::kMean, "mean"}};
+
+}  // namespace
+
 absl::string_view ReduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kProduct:
-      return "product";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kBand:
-      return "band";
-    case ReduceOp::kBor:
-      return "bor";
-    case ReduceOp::kBxor:
-      return "bxor";
-    case ReduceOp::kMean:
-      return "mean";
-  }
-  return "invalid";
+  return NameIn(kReduceOpNames, op, "invalid");
 }
 
 absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
-  const std::string lower = absl::AsciiStrToLower(name);
-  for (ReduceOp op : kAllReduceOps) {
-    if (lower == ReduceOpName(op)) return op;
+  if (std::optional<ReduceOp> op =
+          ValueIn(kReduceOpNames, absl::AsciiStrToLower(name))) {
+    return *op;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("reduce op should be one of dict_keys(['sum', 'product', "

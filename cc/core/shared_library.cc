@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -21,6 +22,22 @@ std::vector<std::string> LibDirsFromEnv(const char* env) {
   const char* v = std::getenv(env);
   if (v == nullptr || *v == '\0') return {};
   return {absl::StrCat(v, "/lib64"), absl::StrCat(v, "/lib")};
+}
+
+LibrarySearch CudaToolkitSearch(std::string what, std::string soname,
+                                std::string override_env,
+                                std::initializer_list<const char*> home_envs) {
+  LibrarySearch search;
+  search.what = std::move(what);
+  search.soname = std::move(soname);
+  search.override_env = std::move(override_env);
+  for (const char* env : home_envs) {
+    for (std::string& dir : LibDirsFromEnv(env)) {
+      search.dirs.push_back(std::move(dir));
+    }
+  }
+  search.fallback_dirs = {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"};
+  return search;
 }
 
 absl::StatusOr<SharedLibrary> OpenSharedLibrary(const LibrarySearch& search) {

@@ -12,6 +12,7 @@
 #ifndef DISTKIT_CC_CORE_SHARED_LIBRARY_H_
 #define DISTKIT_CC_CORE_SHARED_LIBRARY_H_
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,14 @@ absl::Status ResolveSymbol(const SharedLibrary& library, const char* symbol,
 
 // `${env}/lib64` and `${env}/lib` when the variable is set and non-empty.
 std::vector<std::string> LibDirsFromEnv(const char* env);
+
+// Where a library of CUDA's toolkit or one installed beside it (NCCL) is
+// looked for: `override_env` names it outright; else the lib directories of
+// each of `home_envs` in order (LibDirsFromEnv), the loader's own path, and
+// /usr/local/cuda's last.
+LibrarySearch CudaToolkitSearch(std::string what, std::string soname,
+                                std::string override_env,
+                                std::initializer_list<const char*> home_envs);
 
 }  // namespace distkit
 

@@ -155,11 +155,9 @@ double Expected(DataType dtype, ReduceOp op, int i) {
   const float quotient = static_cast<float>(static_cast<double>(acc) / W());
   switch (dtype) {
     case DataType::kFloat16:
-      return comm_internal::Float16ToFloat(
-          comm_internal::FloatToFloat16(quotient));
+      return Float16ToFloat(FloatToFloat16(quotient));
     case DataType::kBFloat16:
-      return comm_internal::BFloat16ToFloat(
-          comm_internal::FloatToBFloat16(quotient));
+      return BFloat16ToFloat(FloatToBFloat16(quotient));
     case DataType::kFloat32:
       return quotient;
     default:

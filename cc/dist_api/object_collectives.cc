@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cc/core/device_copy.h"
@@ -112,47 +113,54 @@ class PayloadStaging {
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> AllGatherObject(
-    const std::string& data, ProcessGroup* group) {
-  if (Trivial(group)) return std::vector<std::string>{data};
-  ProcessGroup* g = Resolve(group);
+namespace {
+
+// all_gather_object and gather_object alike: every rank's bytes, padded to
+// the longest, collected by `collect` (an all_gather, or a gather to one
+// rank); the objects are split back out where this rank `receives`.
+absl::StatusOr<std::vector<std::string>> CollectPadded(
+    const std::string& data, ProcessGroup* g, const char* op, bool receives,
+    absl::FunctionRef<absl::Status(TensorRef in, TensorRef out)> collect) {
   DK_ASSIGN_OR_RETURN(std::vector<int64_t> sizes,
                       ExchangeSizes(data.size(), g));
   const int64_t max = *std::max_element(sizes.begin(), sizes.end());
   std::string padded = data;
   padded.resize(max);
-  std::vector<char> all(max * g->size());
+  std::vector<char> all(receives ? max * g->size() : 0);
   DK_ASSIGN_OR_RETURN(
       PayloadStaging staged,
-      PayloadStaging::Make(g, "all_gather_object", padded.data(), max,
-                           all.data(), all.size()));
-  DK_RETURN_IF_ERROR(g->AllGather(staged.in(), staged.out()));
+      PayloadStaging::Make(g, op, padded.data(), max, all.data(), all.size()));
+  DK_RETURN_IF_ERROR(collect(staged.in(), staged.out()));
   DK_RETURN_IF_ERROR(staged.Finish());
   std::vector<std::string> out;
-  for (int r = 0; r < g->size(); ++r)
+  if (!receives) return out;
+  for (int r = 0; r < g->size(); ++r) {
     out.emplace_back(all.data() + r * max, sizes[r]);
+  }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> AllGatherObject(
+    const std::string& data, ProcessGroup* group) {
+  if (Trivial(group)) return std::vector<std::string>{data};
+  ProcessGroup* g = Resolve(group);
+  return CollectPadded(
+      data, g, "all_gather_object", /*receives=*/true,
+      [g](TensorRef in, TensorRef out) { return g->AllGather(in, out); });
 }
 
 absl::StatusOr<std::optional<std::vector<std::string>>> GatherObject(
     const std::string& data, int dst, ProcessGroup* group) {
   if (Trivial(group)) return std::optional<std::vector<std::string>>({data});
   ProcessGroup* g = Resolve(group);
-  DK_ASSIGN_OR_RETURN(std::vector<int64_t> sizes,
-                      ExchangeSizes(data.size(), g));
-  const int64_t max = *std::max_element(sizes.begin(), sizes.end());
-  std::string padded = data;
-  padded.resize(max);
-  std::vector<char> all(g->rank() == dst ? max * g->size() : 0);
-  DK_ASSIGN_OR_RETURN(PayloadStaging staged,
-                      PayloadStaging::Make(g, "gather_object", padded.data(),
-                                           max, all.data(), all.size()));
-  DK_RETURN_IF_ERROR(g->Gather(staged.in(), staged.out(), dst));
-  DK_RETURN_IF_ERROR(staged.Finish());
+  DK_ASSIGN_OR_RETURN(std::vector<std::string> out,
+                      CollectPadded(data, g, "gather_object", g->rank() == dst,
+                                    [g, dst](TensorRef in, TensorRef out) {
+                                      return g->Gather(in, out, dst);
+                                    }));
   if (g->rank() != dst) return std::optional<std::vector<std::string>>();
-  std::vector<std::string> out;
-  for (int r = 0; r < g->size(); ++r)
-    out.emplace_back(all.data() + r * max, sizes[r]);
   return std::optional<std::vector<std::string>>(std::move(out));
 }
 

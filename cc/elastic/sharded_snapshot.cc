@@ -67,24 +67,12 @@ absl::Status StoppedForTesting() {
 absl::Status ShardedSnapshot::Register(absl::string_view name, void* data,
                                        int64_t bytes) {
   absl::MutexLock lock(&mu_);
-  if (frozen_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "sharded snapshot: buffer '", name,
-        "' registered after the first Commit or Fetch: register every buffer "
-        "before (a new layout takes a new snapshot)"));
-  }
-  if (data == nullptr && bytes > 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sharded snapshot: buffer '", name, "' of ", bytes,
-                     " bytes has no memory (a NULL pointer)"));
-  }
-  DK_RETURN_IF_ERROR(layout_.Add(name, bytes));
-  data_.push_back(data);
-  return absl::OkStatus();
+  return buffers_.Register(name, data, bytes);
 }
 
 absl::StatusOr<ShardedSnapshot::Blob> ShardedSnapshot::PackLocked() const {
-  const std::vector<BufferLayout::Buffer>& buffers = layout_.buffers();
+  const std::vector<BufferLayout::Buffer>& buffers =
+      buffers_.layout().buffers();
   const int64_t count = static_cast<int64_t>(buffers.size());
   int64_t total = HeaderBytes(count);
   for (const BufferLayout::Buffer& b : buffers) total += Aligned(b.bytes);
@@ -95,7 +83,7 @@ absl::StatusOr<ShardedSnapshot::Blob> ShardedSnapshot::PackLocked() const {
   for (size_t i = 0; i < buffers.size(); ++i) {
     std::memcpy(data.get() + 8 * (1 + i), &buffers[i].bytes, 8);
     if (buffers[i].bytes > 0) {
-      std::memcpy(data.get() + at, data_[i], buffers[i].bytes);
+      std::memcpy(data.get() + at, buffers_.data()[i], buffers[i].bytes);
     }
     // The padding to the next boundary travels too: zeros, never
     // uninitialised memory.
@@ -125,7 +113,7 @@ absl::Status ShardedSnapshot::Commit(ProcessGroup& group) {
                      "group '",
                      group.name(), "'"));
   }
-  frozen_ = true;
+  buffers_.Freeze();
   const int n = group.size();
   const int me = group.rank();
   DK_ASSIGN_OR_RETURN(Blob own, PackLocked());
@@ -133,7 +121,7 @@ absl::Status ShardedSnapshot::Commit(ProcessGroup& group) {
   int64_t newest = 0;
   if (in_force_) newest = std::max(newest, in_force_->number);
   if (pending_) newest = std::max(newest, pending_->number);
-  int64_t mine[3] = {newest, own.bytes, NamesFingerprint(layout_)};
+  int64_t mine[3] = {newest, own.bytes, NamesFingerprint(buffers_.layout())};
   std::vector<int64_t> cards(3 * static_cast<size_t>(n));
   DK_RETURN_IF_ERROR(
       AllGatherHost(group, mine, cards.data(), 3, DataType::kInt64));
@@ -194,7 +182,7 @@ absl::StatusOr<ShardedSnapshot::Fetched> ShardedSnapshot::Fetch(
                      "group '",
                      group.name(), "'"));
   }
-  frozen_ = true;
+  buffers_.Freeze();
   fetched_.clear();
   fetched_bytes_ = 0;
   const int n = group.size();
@@ -218,7 +206,7 @@ absl::StatusOr<ShardedSnapshot::Fetched> ShardedSnapshot::Fetch(
     ++slots;
   }
   card[0] = slots;
-  card[kFingerprintField] = slots > 0 ? NamesFingerprint(layout_) : 0;
+  card[kFingerprintField] = slots > 0 ? NamesFingerprint(buffers_.layout()) : 0;
   std::vector<int64_t> asked;
   if (wanted) asked.assign(wanted->begin(), wanted->end());
   card[kCardFields - 2] = wanted ? 0 : 1;

@@ -43,6 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "cc/elastic/buffer_layout.h"
+#include "cc/elastic/registered_buffers.h"
 #include "cc/group/process_group.h"
 
 namespace distkit {
@@ -141,9 +142,9 @@ class ShardedSnapshot {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
-  BufferLayout layout_ ABSL_GUARDED_BY(mu_);
-  std::vector<void*> data_ ABSL_GUARDED_BY(mu_);
-  bool frozen_ ABSL_GUARDED_BY(mu_) = false;  // after a Commit or Fetch
+  RegisteredBuffers buffers_ ABSL_GUARDED_BY(mu_){
+      "sharded snapshot", "Commit or Fetch",
+      " (a new layout takes a new snapshot)"};
   std::optional<CommitCopy> in_force_ ABSL_GUARDED_BY(mu_);
   std::optional<CommitCopy> pending_ ABSL_GUARDED_BY(mu_);
   std::map<int, Blob> fetched_ ABSL_GUARDED_BY(mu_);

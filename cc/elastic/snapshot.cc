@@ -17,42 +17,34 @@ namespace elastic {
 absl::Status Snapshot::Register(absl::string_view name, void* data,
                                 int64_t bytes) {
   absl::MutexLock lock(&mu_);
-  if (frozen_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "snapshot: buffer '", name,
-        "' registered after the first Commit or Sync: register every buffer "
-        "before"));
-  }
-  if (data == nullptr && bytes > 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("snapshot: buffer '", name, "' of ", bytes,
-                     " bytes has no memory (a NULL pointer)"));
-  }
-  DK_RETURN_IF_ERROR(layout_.Add(name, bytes));
-  data_.push_back(data);
-  return absl::OkStatus();
+  return buffers_.Register(name, data, bytes);
 }
 
 absl::Status Snapshot::Commit() {
   absl::MutexLock lock(&mu_);
-  DK_ASSIGN_OR_RETURN(HostBuffer copy,
-                      AllocateHost(layout_.total_bytes(), "snapshot"));
-  for (size_t i = 0; i < data_.size(); ++i) {
-    const BufferLayout::Buffer& b = layout_.buffers()[i];
-    if (b.bytes > 0) std::memcpy(copy.get() + b.offset, data_[i], b.bytes);
+  DK_ASSIGN_OR_RETURN(
+      HostBuffer copy,
+      AllocateHost(buffers_.layout().total_bytes(), "snapshot"));
+  for (size_t i = 0; i < buffers_.data().size(); ++i) {
+    const BufferLayout::Buffer& b = buffers_.layout().buffers()[i];
+    if (b.bytes > 0) {
+      std::memcpy(copy.get() + b.offset, buffers_.data()[i], b.bytes);
+    }
   }
   // Only now, with the copy complete, does it replace the one held.
   held_ = std::move(copy);
-  held_bytes_ = layout_.total_bytes();
+  held_bytes_ = buffers_.layout().total_bytes();
   ++commit_;
-  frozen_ = true;
+  buffers_.Freeze();
   return absl::OkStatus();
 }
 
 void Snapshot::LoadLocked() {
-  for (size_t i = 0; i < data_.size(); ++i) {
-    const BufferLayout::Buffer& b = layout_.buffers()[i];
-    if (b.bytes > 0) std::memcpy(data_[i], held_.get() + b.offset, b.bytes);
+  for (size_t i = 0; i < buffers_.data().size(); ++i) {
+    const BufferLayout::Buffer& b = buffers_.layout().buffers()[i];
+    if (b.bytes > 0) {
+      std::memcpy(buffers_.data()[i], held_.get() + b.offset, b.bytes);
+    }
   }
 }
 
@@ -73,11 +65,11 @@ absl::StatusOr<int64_t> Snapshot::Sync(ProcessGroup& group) {
         absl::StrCat("snapshot sync: this rank is not a member of group '",
                      group.name(), "'"));
   }
-  frozen_ = true;
+  buffers_.Freeze();
   const int n = group.size();
   const int me = group.rank();
   // 1. Every member's commit number and the length of its layout.
-  const std::string layout = layout_.Encode();
+  const std::string layout = buffers_.layout().Encode();
   int64_t mine[2] = {commit_, static_cast<int64_t>(layout.size())};
   std::vector<int64_t> cards(2 * static_cast<size_t>(n));
   DK_RETURN_IF_ERROR(
@@ -116,7 +108,7 @@ absl::StatusOr<int64_t> Snapshot::Sync(ProcessGroup& group) {
         absl::StrCat("snapshot sync: no member of group '", group.name(),
                      "' holds a snapshot (Commit before the first step)"));
   }
-  const int64_t total = layout_.total_bytes();
+  const int64_t total = buffers_.layout().total_bytes();
   if (me == source) {
     if (total > 0) {
       DK_RETURN_IF_ERROR(BroadcastHost(group, held_.get(), total, source));
@@ -147,7 +139,7 @@ int64_t Snapshot::bytes() const {
 
 int64_t Snapshot::registered_bytes() const {
   absl::MutexLock lock(&mu_);
-  return layout_.total_bytes();
+  return buffers_.layout().total_bytes();
 }
 
 }  // namespace elastic

@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cc/elastic/buffer_layout.h"
 #include "cc/elastic/host_collectives.h"
+#include "cc/elastic/registered_buffers.h"
 #include "cc/group/process_group.h"
 
 namespace distkit {
@@ -80,12 +81,11 @@ class Snapshot {
   void LoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
-  BufferLayout layout_ ABSL_GUARDED_BY(mu_);
-  std::vector<void*> data_ ABSL_GUARDED_BY(mu_);  // one per registered buffer
+  RegisteredBuffers buffers_ ABSL_GUARDED_BY(mu_){"snapshot", "Commit or Sync",
+                                                  ""};
   HostBuffer held_ ABSL_GUARDED_BY(mu_);
   int64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t commit_ ABSL_GUARDED_BY(mu_) = 0;
-  bool frozen_ ABSL_GUARDED_BY(mu_) = false;  // after a Commit or Sync
 };
 
 }  // namespace elastic

@@ -438,6 +438,35 @@ TEST(Collectives, ReduceScatterOutputInsideInput) {
   }
 }
 
+// Gathers every rank's values to `root`, the root's input being `n`
+// elements of `all` from element `at`, and checks them there; then scatters
+// them back out, the root's output at the same place, and checks this rank's
+// part. Every rank's `in` and the root's `all` from `at` hold its values.
+void GatherThenScatterAtTheRoot(Buffer& in, Buffer& all, int64_t n, int root,
+                                int64_t at) {
+  const DataType dt = DataType::kFloat32;
+  char* inside = static_cast<char*>(all.ref().data()) + at * 4;
+  TensorRef input = Rank() == root ? TensorRef(inside, n, dt) : in.ref();
+  ASSERT_TRUE(World().Gather(input, all.ref(), root).ok());
+  if (Rank() == root) {
+    for (int r = 0; r < Size(); ++r) {
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_SAME(all.Get(r * n + i),
+                    static_cast<float>(Value(dt, ReduceOp::kSum, r, i)))
+            << "gather n=" << n << " root " << root << " part " << r;
+    }
+  }
+  Buffer mine(dt, n);
+  TensorRef output = Rank() == root ? TensorRef(inside, n, dt) : mine.ref();
+  ASSERT_TRUE(World().Scatter(all.ref(), output, root).ok());
+  Buffer& got = Rank() == root ? all : mine;
+  const int64_t from = Rank() == root ? at : 0;
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_SAME(got.Get(from + i),
+                static_cast<float>(Value(dt, ReduceOp::kSum, Rank(), i)))
+        << "scatter n=" << n << " root " << root;
+}
+
 // The root's own part in place: its gather input inside the output, its
 // scatter output inside the input.
 TEST(Collectives, GatherScatterInPlaceAtTheRoot) {
@@ -445,31 +474,12 @@ TEST(Collectives, GatherScatterInPlaceAtTheRoot) {
   for (int64_t n : Counts()) {
     for (int root = 0; root < Size(); ++root) {
       Buffer in(dt, n), all(dt, n * Size());
-      for (int64_t i = 0; i < n; ++i)
+      for (int64_t i = 0; i < n; ++i) {
         in.Set(i, Value(dt, ReduceOp::kSum, Rank(), i));
-      for (int64_t i = 0; i < n; ++i)
         all.Set(root * n + i, Value(dt, ReduceOp::kSum, root, i));
-      char* own = static_cast<char*>(all.ref().data()) + root * n * 4;
-      TensorRef input = Rank() == root ? TensorRef(own, n, dt) : in.ref();
-      ASSERT_TRUE(World().Gather(input, all.ref(), root).ok());
-      if (Rank() == root) {
-        for (int r = 0; r < Size(); ++r) {
-          for (int64_t i = 0; i < n; ++i)
-            ASSERT_SAME(all.Get(r * n + i),
-                        static_cast<float>(Value(dt, ReduceOp::kSum, r, i)))
-                << "gather n=" << n << " part " << r;
-        }
       }
-      // Back out again, the root's part staying where it is.
-      Buffer mine(dt, n);
-      TensorRef output = Rank() == root ? TensorRef(own, n, dt) : mine.ref();
-      ASSERT_TRUE(World().Scatter(all.ref(), output, root).ok());
-      Buffer& got = Rank() == root ? all : mine;
-      const int64_t at = Rank() == root ? root * n : 0;
-      for (int64_t i = 0; i < n; ++i)
-        ASSERT_SAME(got.Get(at + i),
-                    static_cast<float>(Value(dt, ReduceOp::kSum, Rank(), i)))
-            << "scatter n=" << n << " root " << root;
+      ASSERT_NO_FATAL_FAILURE(
+          GatherThenScatterAtTheRoot(in, all, n, root, /*at=*/root * n));
     }
   }
 }
@@ -489,26 +499,7 @@ TEST(Collectives, GatherScatterAcrossPartsAtTheRoot) {
         in.Set(i, Value(dt, ReduceOp::kSum, Rank(), i));
         all.Set(at + i, Value(dt, ReduceOp::kSum, Rank(), i));
       }
-      char* inside = static_cast<char*>(all.ref().data()) + at * 4;
-      TensorRef input = Rank() == root ? TensorRef(inside, n, dt) : in.ref();
-      ASSERT_TRUE(World().Gather(input, all.ref(), root).ok());
-      if (Rank() == root) {
-        for (int r = 0; r < Size(); ++r) {
-          for (int64_t i = 0; i < n; ++i)
-            ASSERT_SAME(all.Get(r * n + i),
-                        static_cast<float>(Value(dt, ReduceOp::kSum, r, i)))
-                << "gather n=" << n << " root " << root << " part " << r;
-        }
-      }
-      Buffer mine(dt, n);
-      TensorRef output = Rank() == root ? TensorRef(inside, n, dt) : mine.ref();
-      ASSERT_TRUE(World().Scatter(all.ref(), output, root).ok());
-      Buffer& got = Rank() == root ? all : mine;
-      const int64_t from = Rank() == root ? at : 0;
-      for (int64_t i = 0; i < n; ++i)
-        ASSERT_SAME(got.Get(from + i),
-                    static_cast<float>(Value(dt, ReduceOp::kSum, Rank(), i)))
-            << "scatter n=" << n << " root " << root;
+      ASSERT_NO_FATAL_FAILURE(GatherThenScatterAtTheRoot(in, all, n, root, at));
     }
   }
 }

@@ -17,7 +17,6 @@
 // process creates CUDA contexts only on its own device: its own
 // dksimContextMask at the end, and for every process of the job (the one
 // killed included) the simulator's DKSIM_CONTEXT_LOG, checked by rank 0.
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -40,6 +39,7 @@
 #include "cc/group/grow.h"
 #include "cc/group/process_group.h"
 #include "testing/cc/rank_check.h"
+#include "testing/cc/sim_symbol.h"
 
 namespace distkit {
 namespace {
@@ -48,6 +48,7 @@ using testing::Check;
 using testing::CheckOk;
 using testing::Require;
 using testing::RequireOk;
+using testing::SimSymbol;
 
 constexpr int kVictim = 1;
 constexpr int kDieAt = 3;
@@ -91,17 +92,6 @@ void AppendLine(const std::string& path, const std::string& line) {
       write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()),
       "write " + path);
   close(fd);
-}
-
-// A function the simulator exports for tests (dksim*).
-void* SimSymbol(const char* name) {
-  const char* path = std::getenv("DISTKIT_CUDART_LIBRARY");
-  Require(path != nullptr, "DISTKIT_CUDART_LIBRARY names the simulator");
-  void* sim = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-  Require(sim != nullptr, "the simulator is loaded");
-  void* f = dlsym(sim, name);
-  Require(f != nullptr, absl::StrCat("the simulator exports ", name));
-  return f;
 }
 
 // A buffer on `d` holding `values`; Read() copies it back.

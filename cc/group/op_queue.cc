@@ -57,6 +57,10 @@ void OpQueue::Run(absl::FunctionRef<void()> op) {
     return;
   }
   op();
+  EndRun();
+}
+
+void OpQueue::EndRun() {
   bool queued;
   {
     LightMutexLock lock(&mu_);
@@ -81,13 +85,7 @@ void OpQueue::WorkerLoop() {
       busy_ = true;
     }
     op();
-    bool queued;
-    {
-      LightMutexLock lock(&mu_);
-      busy_ = false;
-      queued = !queue_.empty();
-    }
-    if (queued) changed_.notify_one();
+    EndRun();
   }
 }
 

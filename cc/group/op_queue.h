@@ -36,6 +36,9 @@ class OpQueue {
 
  private:
   void WorkerLoop();
+  // After an op ran on any thread: the next may start; the worker wakes for
+  // work posted meanwhile.
+  void EndRun() ABSL_LOCKS_EXCLUDED(mu_);
   // Starts the worker if it is not running.
   void StartWorkerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -1,8 +1,11 @@
 #include "cc/launch/launcher.h"
 
+#include <optional>
+
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "cc/core/enum_names.h"
 #include "cc/core/status.h"
 #include "cc/launch/hostlist.h"
 
@@ -217,26 +220,24 @@ absl::StatusOr<RendezvousInfo> ParseMpiPlacement(const Environment& env) {
   return info;
 }
 
+namespace {
+
+constexpr EnumName<Launcher> kLauncherNames[] = {
+    {Launcher::kNone, "none"},
+    {Launcher::kPytorch, "pytorch"},
+    {Launcher::kSlurm, "slurm"},
+    {Launcher::kMpi, "mpi"},
+    {Launcher::kDistrun, "distrun"}};
+
+}  // namespace
+
 absl::string_view LauncherName(Launcher launcher) {
-  switch (launcher) {
-    case Launcher::kNone:
-      return "none";
-    case Launcher::kPytorch:
-      return "pytorch";
-    case Launcher::kSlurm:
-      return "slurm";
-    case Launcher::kMpi:
-      return "mpi";
-    case Launcher::kDistrun:
-      return "distrun";
-  }
-  return "invalid";
+  return NameIn(kLauncherNames, launcher, "invalid");
 }
 
 absl::StatusOr<Launcher> ParseLauncher(absl::string_view name) {
-  for (Launcher l : {Launcher::kNone, Launcher::kPytorch, Launcher::kSlurm,
-                     Launcher::kMpi, Launcher::kDistrun}) {
-    if (name == LauncherName(l)) return l;
+  if (std::optional<Launcher> launcher = ValueIn(kLauncherNames, name)) {
+    return *launcher;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("Invalid launcher type: ", name));

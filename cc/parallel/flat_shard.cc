@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "cc/comm/reduce_kernels.h"
 #include "cc/core/device_staging.h"
+#include "cc/core/enum_names.h"
 #include "cc/core/host_staging.h"
 #include "cc/core/status.h"
 #include "cc/group/agreement.h"
@@ -140,28 +142,25 @@ absl::Status AgreeOnParameters(ProcessGroup& group,
 
 // ---- Strategies -------------------------------------------------------------
 
+namespace {
+
+constexpr EnumName<ShardingStrategy> kShardingStrategyNames[] = {
+    {ShardingStrategy::kFullShard, "FULL_SHARD"},
+    {ShardingStrategy::kShardGradOp, "SHARD_GRAD_OP"},
+    {ShardingStrategy::kNoShard, "NO_SHARD"},
+    {ShardingStrategy::kHybridShard, "HYBRID_SHARD"},
+    {ShardingStrategy::kHybridShardZero2, "_HYBRID_SHARD_ZERO2"}};
+
+}  // namespace
+
 absl::string_view ShardingStrategyName(ShardingStrategy strategy) {
-  switch (strategy) {
-    case ShardingStrategy::kFullShard:
-      return "FULL_SHARD";
-    case ShardingStrategy::kShardGradOp:
-      return "SHARD_GRAD_OP";
-    case ShardingStrategy::kNoShard:
-      return "NO_SHARD";
-    case ShardingStrategy::kHybridShard:
-      return "HYBRID_SHARD";
-    case ShardingStrategy::kHybridShardZero2:
-      return "_HYBRID_SHARD_ZERO2";
-  }
-  return "?";
+  return NameIn(kShardingStrategyNames, strategy, "?");
 }
 
 absl::StatusOr<ShardingStrategy> ParseShardingStrategy(absl::string_view name) {
-  for (ShardingStrategy s :
-       {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
-        ShardingStrategy::kNoShard, ShardingStrategy::kHybridShard,
-        ShardingStrategy::kHybridShardZero2}) {
-    if (name == ShardingStrategyName(s)) return s;
+  if (std::optional<ShardingStrategy> strategy =
+          ValueIn(kShardingStrategyNames, name)) {
+    return *strategy;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown sharding strategy '", name,

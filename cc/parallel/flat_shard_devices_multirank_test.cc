@@ -27,7 +27,7 @@
 #include "cc/dist_api/dist.h"
 #include "cc/parallel/flat_shard.h"
 #include "testing/cc/caller_stream.h"
-#include "testing/cc/dist_job.h"
+#include "testing/cc/devices_job.h"
 #include "testing/cc/extension_device.h"
 #include "testing/cc/rank_check.h"
 
@@ -247,17 +247,14 @@ void CallerStreamOrder(std::shared_ptr<ProcessGroup> world) {
 
 int main(int argc, char** argv) {
   using namespace distkit;
-  const std::optional<std::string> backend =
-      testing::BackendArgument(argc, argv, {"gloo", "ext_test", "nccl"});
-  if (!backend) return 2;
-  testing::InstallXorExtensionDevice();
-  if (!testing::JoinDistJob(*backend)) return 2;
-  rank_ = dist::GetRank();
-  testing::SetCheckRank(rank_);
-  size_ = dist::GetWorldSize();
-  auto world = dist::GetDefaultGroup();
-  if (*backend == "nccl") device_ = world->comm_device();
-  if (*backend != "gloo") {
+  std::optional<testing::DevicesJob> job = testing::JoinDevicesJob(argc, argv);
+  if (!job) return 2;
+  rank_ = job->rank;
+  size_ = job->size;
+  device_ = job->device;
+  const std::string& backend = job->backend;
+  std::shared_ptr<ProcessGroup> world = job->world;
+  if (backend != "gloo") {
     for (ShardingStrategy s :
          {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
           ShardingStrategy::kNoShard}) {
@@ -265,7 +262,7 @@ int main(int argc, char** argv) {
     }
     Unit(world, ShardingStrategy::kFullShard, /*offload=*/true, false);
     Unit(world, ShardingStrategy::kFullShard, false, /*bf16=*/true);
-    if (*backend == "nccl") CallerStreamOrder(world);
+    if (backend == "nccl") CallerStreamOrder(world);
   } else {
     auto p = ::distkit::testing::ToExtension(std::vector<float>(4).data(), 4,
                                              DataType::kFloat32);
@@ -280,5 +277,5 @@ int main(int argc, char** argv) {
   testing::RequireOk(dist::Barrier(), "barrier");
   dist::DestroyDist();
   return testing::FinishChecks(
-      absl::StrCat("FlatShard on devices (", *backend, ")"));
+      absl::StrCat("FlatShard on devices (", backend, ")"));
 }

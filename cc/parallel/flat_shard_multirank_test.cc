@@ -152,25 +152,25 @@ class Job {
     // "Nodes" of two ranks when the world divides, else one node.
     node_size_ = size_ % 2 == 0 ? 2 : size_;
     const int nodes = size_ / node_size_;
+    // Every rank creates every group; each keeps the one it is in.
+    auto join = [&](std::vector<int> ranks, const std::string& name,
+                    std::shared_ptr<ProcessGroup>& mine) {
+      GroupOptions o;
+      o.timeout = absl::Seconds(60);
+      o.name = name;
+      auto g = world->NewGroup(ranks, o);
+      RequireOk(g.status(), name);
+      if ((*g)->is_member()) mine = *g;
+    };
     for (int n = 0; n < nodes; ++n) {
       std::vector<int> ranks;
       for (int i = 0; i < node_size_; ++i) ranks.push_back(n * node_size_ + i);
-      GroupOptions o;
-      o.timeout = absl::Seconds(60);
-      o.name = absl::StrCat("node", n);
-      auto g = world->NewGroup(ranks, o);
-      RequireOk(g.status(), "node group");
-      if ((*g)->is_member()) node_ = *g;
+      join(ranks, absl::StrCat("node", n), node_);
     }
     for (int i = 0; i < node_size_; ++i) {
       std::vector<int> ranks;
       for (int n = 0; n < nodes; ++n) ranks.push_back(n * node_size_ + i);
-      GroupOptions o;
-      o.timeout = absl::Seconds(60);
-      o.name = absl::StrCat("replica", i);
-      auto g = world->NewGroup(ranks, o);
-      RequireOk(g.status(), "replicate group");
-      if ((*g)->is_member()) replicate_ = *g;
+      join(ranks, absl::StrCat("replica", i), replicate_);
     }
   }
 

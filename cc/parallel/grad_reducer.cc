@@ -390,13 +390,11 @@ void GradReducer::Launch(Bucket& b) {
     const bool fp16 = options_.comm_hook == CommHook::kFp16Compress;
     for (int64_t k = 0; k < b.numel; ++k) {
       if (fp16) {
-        const uint16_t h = comm_internal::FloatToFloat16(src[k]);
-        b.compressed[k] =
-            comm_internal::FloatToFloat16(comm_internal::Float16ToFloat(h) / n);
+        const uint16_t h = FloatToFloat16(src[k]);
+        b.compressed[k] = FloatToFloat16(Float16ToFloat(h) / n);
       } else {
-        const uint16_t h = comm_internal::FloatToBFloat16(src[k]);
-        b.compressed[k] = comm_internal::FloatToBFloat16(
-            comm_internal::BFloat16ToFloat(h) / n);
+        const uint16_t h = FloatToBFloat16(src[k]);
+        b.compressed[k] = FloatToBFloat16(BFloat16ToFloat(h) / n);
       }
     }
     const DataType half = fp16 ? DataType::kFloat16 : DataType::kBFloat16;
@@ -533,8 +531,8 @@ absl::Status GradReducer::Decompress(Bucket& b) {
   }
   const bool fp16 = options_.comm_hook == CommHook::kFp16Compress;
   for (int64_t k = 0; k < b.numel; ++k) {
-    dst[k] = fp16 ? comm_internal::Float16ToFloat(b.compressed[k])
-                  : comm_internal::BFloat16ToFloat(b.compressed[k]);
+    dst[k] = fp16 ? Float16ToFloat(b.compressed[k])
+                  : BFloat16ToFloat(b.compressed[k]);
   }
   if (b.device.is_cpu()) return absl::OkStatus();
   return CopyBytes(b.data(), b.device, host.data(), Device::Cpu(), b.bytes);

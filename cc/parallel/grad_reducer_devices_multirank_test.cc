@@ -25,7 +25,7 @@
 #include "cc/dist_api/dist.h"
 #include "cc/parallel/grad_reducer.h"
 #include "testing/cc/caller_stream.h"
-#include "testing/cc/dist_job.h"
+#include "testing/cc/devices_job.h"
 #include "testing/cc/extension_device.h"
 #include "testing/cc/grad_reducer_values.h"
 #include "testing/cc/rank_check.h"
@@ -348,17 +348,14 @@ void BadInput(std::shared_ptr<ProcessGroup> world) {
 
 int main(int argc, char** argv) {
   using namespace distkit;
-  const std::optional<std::string> backend =
-      testing::BackendArgument(argc, argv, {"gloo", "ext_test", "nccl"});
-  if (!backend) return 2;
-  testing::InstallXorExtensionDevice();
-  if (!testing::JoinDistJob(*backend)) return 2;
-  rank_ = dist::GetRank();
-  testing::SetCheckRank(rank_);
-  size_ = dist::GetWorldSize();
-  auto world = dist::GetDefaultGroup();
-  if (*backend == "nccl") device_ = world->comm_device();
-  if (*backend == "gloo") {
+  std::optional<testing::DevicesJob> job = testing::JoinDevicesJob(argc, argv);
+  if (!job) return 2;
+  rank_ = job->rank;
+  size_ = job->size;
+  device_ = job->device;
+  const std::string& backend = job->backend;
+  std::shared_ptr<ProcessGroup> world = job->world;
+  if (backend == "gloo") {
     Training(world, device_);
     UnusedAndHooks(world, device_);
   } else {
@@ -368,10 +365,10 @@ int main(int argc, char** argv) {
     UnusedAndHooks(world, Device::Cpu());
     Views(world, device_);
   }
-  if (*backend == "nccl") CallerStreamOrder(world);
+  if (backend == "nccl") CallerStreamOrder(world);
   BadInput(world);
   testing::RequireOk(dist::Barrier(), "barrier");
   dist::DestroyDist();
   return testing::FinishChecks(
-      absl::StrCat("GradReducer on devices (", *backend, ")"));
+      absl::StrCat("GradReducer on devices (", backend, ")"));
 }

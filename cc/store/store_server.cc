@@ -544,6 +544,16 @@ class StoreServer::Loop {
     }
   }
 
+  // A parked connection's request was answered: serves the frames behind
+  // it. False when the connection must close.
+  bool Resume(Conn& c) {
+    Unpark(c);
+    Process(c);
+    if (!Flush(c)) return false;
+    UpdateInterest(c);
+    return true;
+  }
+
   void RecheckParked() {
     LookForJobFailure();
     std::vector<int> closed;
@@ -551,13 +561,7 @@ class StoreServer::Loop {
     for (int fd : fds) {
       Conn& c = *conns_.at(fd);
       if (!c.parked || !TryFinish(c, *c.parked)) continue;
-      Unpark(c);
-      Process(c);
-      if (!Flush(c)) {
-        closed.push_back(fd);
-        continue;
-      }
-      UpdateInterest(c);
+      if (!Resume(c)) closed.push_back(fd);
     }
     for (int fd : closed) Close(fd);
     // Serving the frames behind a parked request may have changed state.
@@ -580,13 +584,7 @@ class StoreServer::Loop {
       if (!c.parked || now < c.parked->deadline) continue;
       wire::EncodeError(state_.TimedOut(c.parked->keys, c.parked->timeout),
                         &c.out);
-      Unpark(c);
-      Process(c);
-      if (!Flush(c)) {
-        closed.push_back(fd);
-        continue;
-      }
-      UpdateInterest(c);
+      if (!Resume(c)) closed.push_back(fd);
     }
     for (int fd : closed) Close(fd);
   }

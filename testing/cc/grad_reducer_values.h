@@ -34,13 +34,11 @@ inline double MeanGradValue(int p, int64_t k, int it, int world_size) {
 // share.
 inline double CompressedShare(CommHook hook, float x, int world_size) {
   if (hook == CommHook::kFp16Compress) {
-    return comm_internal::Float16ToFloat(comm_internal::FloatToFloat16(
-        comm_internal::Float16ToFloat(comm_internal::FloatToFloat16(x)) /
-        world_size));
+    return Float16ToFloat(
+        FloatToFloat16(Float16ToFloat(FloatToFloat16(x)) / world_size));
   }
-  return comm_internal::BFloat16ToFloat(comm_internal::FloatToBFloat16(
-      comm_internal::BFloat16ToFloat(comm_internal::FloatToBFloat16(x)) /
-      world_size));
+  return BFloat16ToFloat(
+      FloatToBFloat16(BFloat16ToFloat(FloatToBFloat16(x)) / world_size));
 }
 
 }  // namespace testing

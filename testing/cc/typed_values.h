@@ -36,10 +36,9 @@ inline void SetElement(void* base, DataType dtype, int64_t i, double v) {
   using typed_values_internal::Put;
   switch (dtype) {
     case DataType::kFloat16:
-      return Put(base, i, comm_internal::FloatToFloat16(static_cast<float>(v)));
+      return Put(base, i, FloatToFloat16(static_cast<float>(v)));
     case DataType::kBFloat16:
-      return Put(base, i,
-                 comm_internal::FloatToBFloat16(static_cast<float>(v)));
+      return Put(base, i, FloatToBFloat16(static_cast<float>(v)));
     case DataType::kFloat32:
       return Put(base, i, static_cast<float>(v));
     case DataType::kFloat64:
@@ -62,9 +61,9 @@ inline double GetElement(const void* base, DataType dtype, int64_t i) {
   using typed_values_internal::Take;
   switch (dtype) {
     case DataType::kFloat16:
-      return comm_internal::Float16ToFloat(Take<uint16_t>(base, i));
+      return Float16ToFloat(Take<uint16_t>(base, i));
     case DataType::kBFloat16:
-      return comm_internal::BFloat16ToFloat(Take<uint16_t>(base, i));
+      return BFloat16ToFloat(Take<uint16_t>(base, i));
     case DataType::kFloat32:
       return Take<float>(base, i);
     case DataType::kFloat64:

@@ -71,6 +71,17 @@ std::chrono::milliseconds Millis(absl::Duration d) {
 
 uint32_t Tag(const OpContext& ctx) { return static_cast<uint32_t>(ctx.seq); }
 
+// One op's Gloo options: on the group's context, with the op's tag (its
+// sequence number) and deadline.
+template <typename Options>
+Options OptionsFor(const std::shared_ptr<gloo::Context>& context,
+                   const OpContext& ctx) {
+  Options opts(context);
+  opts.setTag(Tag(ctx));
+  opts.setTimeout(Millis(ctx.timeout));
+  return opts;
+}
+
 // Calls f(T*) with a pointer type whose size is the element size of `dtype`
 // (Gloo segments buffers at element boundaries using sizeof(T)).
 template <typename F>
@@ -276,11 +287,9 @@ absl::Status GlooBackend::ExchangeSignatures(const OpContext& ctx,
   }
   DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
     if (size_ > kDirectExchangeMaxRanks) {
-      gloo::AllgatherOptions opts(context_);
+      auto opts = OptionsFor<gloo::AllgatherOptions>(context_, ctx);
       opts.setInput(send_slot_.get(), slot_bytes_);
       opts.setOutput(recv_slots_.get(), slot_bytes_ * size_);
-      opts.setTag(Tag(ctx));
-      opts.setTimeout(Millis(ctx.timeout));
       gloo::allgather(opts);
       return;
     }
@@ -342,12 +351,10 @@ absl::Status GlooBackend::AllReduce(const OpContext& ctx, TensorRef data,
   }
   if (size_ == 1) return absl::OkStatus();
   return Guarded(ctx, [&] {
-    gloo::AllreduceOptions opts(context_);
+    auto opts = OptionsFor<gloo::AllreduceOptions>(context_, ctx);
     WithElementType(data.dtype(), data.data(),
                     [&](auto* p) { opts.setOutput(p, data.numel()); });
     opts.setReduceFunction(fn);
-    opts.setTag(Tag(ctx));
-    opts.setTimeout(Millis(ctx.timeout));
     gloo::allreduce(opts);
   });
 }
@@ -360,11 +367,9 @@ absl::Status GlooBackend::Broadcast(const OpContext& ctx, TensorRef data,
     return absl::OkStatus();
   }
   return Guarded(ctx, [&] {
-    gloo::BroadcastOptions opts(context_);
+    auto opts = OptionsFor<gloo::BroadcastOptions>(context_, ctx);
     opts.setOutput(static_cast<uint8_t*>(data.data()), data.nbytes());
     opts.setRoot(root);
-    opts.setTag(Tag(ctx));
-    opts.setTimeout(Millis(ctx.timeout));
     gloo::broadcast(opts);
   });
 }
@@ -386,13 +391,11 @@ absl::Status GlooBackend::Reduce(const OpContext& ctx, TensorRef data,
     buffer = scratch_.data();
   }
   return Guarded(ctx, [&] {
-    gloo::ReduceOptions opts(context_);
+    auto opts = OptionsFor<gloo::ReduceOptions>(context_, ctx);
     WithElementType(data.dtype(), buffer,
                     [&](auto* p) { opts.setOutput(p, data.numel()); });
     opts.setReduceFunction(fn);
     opts.setRoot(root);
-    opts.setTag(Tag(ctx));
-    opts.setTimeout(Millis(ctx.timeout));
     gloo::reduce(opts);
   });
 }
@@ -446,15 +449,13 @@ absl::Status GlooBackend::Gather(const OpContext& ctx, TensorRef input,
     return absl::OkStatus();
   }
   return Guarded(ctx, [&] {
-    gloo::GatherOptions opts(context_);
+    auto opts = OptionsFor<gloo::GatherOptions>(context_, ctx);
     opts.setInput(static_cast<uint8_t*>(input.data()), input.nbytes());
     if (rank_ == root) {
       opts.setOutput(static_cast<uint8_t*>(output.data()),
                      input.nbytes() * size_);
     }
     opts.setRoot(root);
-    opts.setTag(Tag(ctx));
-    opts.setTimeout(Millis(ctx.timeout));
     gloo::gather(opts);
   });
 }
@@ -468,7 +469,7 @@ absl::Status GlooBackend::Scatter(const OpContext& ctx, TensorRef input,
     return absl::OkStatus();
   }
   return Guarded(ctx, [&] {
-    gloo::ScatterOptions opts(context_);
+    auto opts = OptionsFor<gloo::ScatterOptions>(context_, ctx);
     std::vector<uint8_t*> parts;
     if (rank_ == root) {
       for (int r = 0; r < size_; ++r) {
@@ -479,8 +480,6 @@ absl::Status GlooBackend::Scatter(const OpContext& ctx, TensorRef input,
     }
     opts.setOutput(static_cast<uint8_t*>(output.data()), output.nbytes());
     opts.setRoot(root);
-    opts.setTag(Tag(ctx));
-    opts.setTimeout(Millis(ctx.timeout));
     gloo::scatter(opts);
   });
 }
@@ -540,17 +539,15 @@ absl::Status GlooBackend::AllToAll(const OpContext& ctx, TensorRef input,
       return absl::OkStatus();
     }
     return Guarded(ctx, [&] {
-      gloo::AlltoallOptions opts(context_);
+      auto opts = OptionsFor<gloo::AlltoallOptions>(context_, ctx);
       opts.setInput(static_cast<uint8_t*>(input.data()), input.nbytes());
       opts.setOutput(static_cast<uint8_t*>(output.data()), output.nbytes());
-      opts.setTag(Tag(ctx));
-      opts.setTimeout(Millis(ctx.timeout));
       gloo::alltoall(opts);
     });
   }
   const size_t elem = ElementSize(input.dtype());
   return Guarded(ctx, [&] {
-    gloo::AlltoallvOptions opts(context_);
+    auto opts = OptionsFor<gloo::AlltoallvOptions>(context_, ctx);
     std::vector<int64_t> in_bytes(size_), out_bytes(size_);
     for (int r = 0; r < size_; ++r) {
       in_bytes[r] = input_splits[r] * elem;
@@ -558,8 +555,6 @@ absl::Status GlooBackend::AllToAll(const OpContext& ctx, TensorRef input,
     }
     opts.setInput(static_cast<uint8_t*>(input.data()), in_bytes);
     opts.setOutput(static_cast<uint8_t*>(output.data()), out_bytes);
-    opts.setTag(Tag(ctx));
-    opts.setTimeout(Millis(ctx.timeout));
     gloo::alltoallv(opts);
   });
 }

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cc/comm/backend.h"
+#include "cc/comm/forwarding_backend.h"
 #include "cc/comm/hierarchical/chunk_plan.h"
 #include "cc/comm/hierarchical/link_pipeline.h"
 #include "cc/comm/shm/host_map.h"
@@ -34,7 +35,7 @@
 
 namespace distkit {
 
-class HierarchicalBackend : public Backend {
+class HierarchicalBackend : public ForwardingBackend {
  public:
   // The parts, made by the caller: `local` over this host's ranks (nullptr
   // when the host has only this rank), `leaders` over one rank per host
@@ -65,29 +66,13 @@ class HierarchicalBackend : public Backend {
                          TensorRef output) override;
   absl::Status ReduceScatter(const OpContext& ctx, TensorRef input,
                              TensorRef output, ReduceOp op) override;
-  absl::Status Gather(const OpContext& ctx, TensorRef input, TensorRef output,
-                      int root) override {
-    return everyone_->Gather(ctx, input, output, root);
-  }
-  absl::Status Scatter(const OpContext& ctx, TensorRef input, TensorRef output,
-                       int root) override {
-    return everyone_->Scatter(ctx, input, output, root);
-  }
-  absl::Status AllToAll(const OpContext& ctx, TensorRef input,
-                        absl::Span<const int64_t> input_splits,
-                        TensorRef output,
-                        absl::Span<const int64_t> output_splits) override {
-    return everyone_->AllToAll(ctx, input, input_splits, output, output_splits);
-  }
-  absl::Status Send(const OpContext& ctx, TensorRef data, int dst,
-                    int tag) override {
-    return everyone_->Send(ctx, data, dst, tag);
-  }
-  absl::Status Recv(const OpContext& ctx, TensorRef data, int src,
-                    int tag) override {
-    return everyone_->Recv(ctx, data, src, tag);
-  }
   void Abort() override;
+
+ protected:
+  // Gather, scatter, all_to_all and send/recv: over every rank's Gloo group.
+  Backend* ForwardTo(const TensorRef&) const override {
+    return everyone_.get();
+  }
 
  private:
   // Runs one stage; on failure fails the rest of the operation everywhere

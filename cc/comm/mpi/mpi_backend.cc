@@ -172,16 +172,13 @@ absl::Status MpiBackend::Check(const OpContext& ctx, int rc,
 
 void MpiBackend::Abort() { aborted_ = true; }
 
-absl::Status MpiBackend::Complete(const OpContext& ctx,
-                                  std::vector<MPI_Request>& requests) {
+absl::Status MpiBackend::Complete(const OpContext& ctx, MPI_Request request) {
   const absl::Time deadline = absl::Now() + ctx.timeout;
   int spins = 0;
   while (true) {
     int done = 0;
-    const int rc =
-        DK_MPI(MPI_Testall(static_cast<int>(requests.size()), requests.data(),
-                           &done, MPI_STATUSES_IGNORE));
-    if (rc != MPI_SUCCESS) return Check(ctx, rc, "MPI_Testall");
+    const int rc = DK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (rc != MPI_SUCCESS) return Check(ctx, rc, "MPI_Test");
     if (done) return absl::OkStatus();
     absl::Status stuck;
     if (aborted_) {
@@ -201,113 +198,86 @@ absl::Status MpiBackend::Complete(const OpContext& ctx,
   }
 }
 
-absl::Status MpiBackend::Complete(const OpContext& ctx, MPI_Request request) {
-  std::vector<MPI_Request> requests = {request};
-  return Complete(ctx, requests);
-}
-
 // ---- Collectives ---------------------------------------------------------
 
 absl::Status MpiBackend::AllGatherHost(const OpContext& ctx, const void* in,
                                        size_t bytes, void* out) {
   DK_ASSIGN_OR_RETURN(int n, Count(static_cast<int64_t>(bytes), ctx));
-  MPI_Request req;
-  DK_RETURN_IF_ERROR(Check(
-      ctx,
-      DK_MPI(MPI_Iallgather(in, n, MPI_BYTE, out, n, MPI_BYTE, comm_, &req)),
-      "MPI_Iallgather"));
-  return Complete(ctx, req);
+  return Nonblocking(ctx, "MPI_Iallgather", [&](MPI_Request* req) {
+    return MPI_Iallgather(in, n, MPI_BYTE, out, n, MPI_BYTE, comm_, req);
+  });
 }
 
 absl::Status MpiBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                    ReduceOp op) {
   DK_ASSIGN_OR_RETURN(MpiTypeAndOp t, MpiReduction(data.dtype(), op));
   DK_ASSIGN_OR_RETURN(int n, Count(data.numel(), ctx));
-  MPI_Request req;
-  DK_RETURN_IF_ERROR(Check(ctx,
-                           DK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data.data(), n,
-                                                 t.type, t.op, comm_, &req)),
-                           "MPI_Iallreduce"));
-  return Complete(ctx, req);
+  return Nonblocking(ctx, "MPI_Iallreduce", [&](MPI_Request* req) {
+    return MPI_Iallreduce(MPI_IN_PLACE, data.data(), n, t.type, t.op, comm_,
+                          req);
+  });
 }
 
 absl::Status MpiBackend::Broadcast(const OpContext& ctx, TensorRef data,
                                    int root) {
   DK_ASSIGN_OR_RETURN(int n, Count(data.numel(), ctx));
-  MPI_Request req;
-  DK_RETURN_IF_ERROR(
-      Check(ctx,
-            DK_MPI(MPI_Ibcast(data.data(), n, MpiElementType(data.dtype()),
-                              root, comm_, &req)),
-            "MPI_Ibcast"));
-  return Complete(ctx, req);
+  return Nonblocking(ctx, "MPI_Ibcast", [&](MPI_Request* req) {
+    return MPI_Ibcast(data.data(), n, MpiElementType(data.dtype()), root, comm_,
+                      req);
+  });
 }
 
 absl::Status MpiBackend::Reduce(const OpContext& ctx, TensorRef data,
                                 ReduceOp op, int root) {
   DK_ASSIGN_OR_RETURN(MpiTypeAndOp t, MpiReduction(data.dtype(), op));
   DK_ASSIGN_OR_RETURN(int n, Count(data.numel(), ctx));
-  MPI_Request req;
   // The root reduces in place; the others' data stays unchanged.
   const void* send = rank_ == root ? MPI_IN_PLACE : data.data();
   void* recv = rank_ == root ? data.data() : nullptr;
-  DK_RETURN_IF_ERROR(Check(
-      ctx, DK_MPI(MPI_Ireduce(send, recv, n, t.type, t.op, root, comm_, &req)),
-      "MPI_Ireduce"));
-  return Complete(ctx, req);
+  return Nonblocking(ctx, "MPI_Ireduce", [&](MPI_Request* req) {
+    return MPI_Ireduce(send, recv, n, t.type, t.op, root, comm_, req);
+  });
 }
 
 absl::Status MpiBackend::AllGather(const OpContext& ctx, TensorRef input,
                                    TensorRef output) {
   DK_ASSIGN_OR_RETURN(int n, Count(input.numel(), ctx));
   const MPI_Datatype type = MpiElementType(input.dtype());
-  MPI_Request req;
-  DK_RETURN_IF_ERROR(
-      Check(ctx,
-            DK_MPI(MPI_Iallgather(input.data(), n, type, output.data(), n, type,
-                                  comm_, &req)),
-            "MPI_Iallgather"));
-  return Complete(ctx, req);
+  return Nonblocking(ctx, "MPI_Iallgather", [&](MPI_Request* req) {
+    return MPI_Iallgather(input.data(), n, type, output.data(), n, type, comm_,
+                          req);
+  });
 }
 
 absl::Status MpiBackend::Gather(const OpContext& ctx, TensorRef input,
                                 TensorRef output, int root) {
   DK_ASSIGN_OR_RETURN(int n, Count(input.numel(), ctx));
   const MPI_Datatype type = MpiElementType(input.dtype());
-  MPI_Request req;
-  DK_RETURN_IF_ERROR(
-      Check(ctx,
-            DK_MPI(MPI_Igather(input.data(), n, type,
-                               rank_ == root ? output.data() : nullptr, n, type,
-                               root, comm_, &req)),
-            "MPI_Igather"));
-  return Complete(ctx, req);
+  void* recv = rank_ == root ? output.data() : nullptr;
+  return Nonblocking(ctx, "MPI_Igather", [&](MPI_Request* req) {
+    return MPI_Igather(input.data(), n, type, recv, n, type, root, comm_, req);
+  });
 }
 
 absl::Status MpiBackend::Scatter(const OpContext& ctx, TensorRef input,
                                  TensorRef output, int root) {
   DK_ASSIGN_OR_RETURN(int n, Count(output.numel(), ctx));
   const MPI_Datatype type = MpiElementType(output.dtype());
-  MPI_Request req;
-  DK_RETURN_IF_ERROR(
-      Check(ctx,
-            DK_MPI(MPI_Iscatter(rank_ == root ? input.data() : nullptr, n, type,
-                                output.data(), n, type, root, comm_, &req)),
-            "MPI_Iscatter"));
-  return Complete(ctx, req);
+  const void* send = rank_ == root ? input.data() : nullptr;
+  return Nonblocking(ctx, "MPI_Iscatter", [&](MPI_Request* req) {
+    return MPI_Iscatter(send, n, type, output.data(), n, type, root, comm_,
+                        req);
+  });
 }
 
 absl::Status MpiBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
                                        TensorRef output, ReduceOp op) {
   DK_ASSIGN_OR_RETURN(MpiTypeAndOp t, MpiReduction(output.dtype(), op));
   DK_ASSIGN_OR_RETURN(int n, Count(output.numel(), ctx));
-  MPI_Request req;
-  DK_RETURN_IF_ERROR(
-      Check(ctx,
-            DK_MPI(MPI_Ireduce_scatter_block(input.data(), output.data(), n,
-                                             t.type, t.op, comm_, &req)),
-            "MPI_Ireduce_scatter_block"));
-  return Complete(ctx, req);
+  return Nonblocking(ctx, "MPI_Ireduce_scatter_block", [&](MPI_Request* req) {
+    return MPI_Ireduce_scatter_block(input.data(), output.data(), n, t.type,
+                                     t.op, comm_, req);
+  });
 }
 
 absl::Status MpiBackend::AllToAll(const OpContext& ctx, TensorRef input,
@@ -315,15 +285,12 @@ absl::Status MpiBackend::AllToAll(const OpContext& ctx, TensorRef input,
                                   TensorRef output,
                                   absl::Span<const int64_t> output_splits) {
   const MPI_Datatype type = MpiElementType(input.dtype());
-  MPI_Request req;
   if (input_splits.empty() && output_splits.empty()) {
     DK_ASSIGN_OR_RETURN(int n, Count(input.numel() / size_, ctx));
-    DK_RETURN_IF_ERROR(
-        Check(ctx,
-              DK_MPI(MPI_Ialltoall(input.data(), n, type, output.data(), n,
-                                   type, comm_, &req)),
-              "MPI_Ialltoall"));
-    return Complete(ctx, req);
+    return Nonblocking(ctx, "MPI_Ialltoall", [&](MPI_Request* req) {
+      return MPI_Ialltoall(input.data(), n, type, output.data(), n, type, comm_,
+                           req);
+    });
   }
   std::vector<int> scounts(size_), sdispls(size_), rcounts(size_),
       rdispls(size_);
@@ -336,13 +303,11 @@ absl::Status MpiBackend::AllToAll(const OpContext& ctx, TensorRef input,
     sat += input_splits[r];
     rat += output_splits[r];
   }
-  DK_RETURN_IF_ERROR(
-      Check(ctx,
-            DK_MPI(MPI_Ialltoallv(input.data(), scounts.data(), sdispls.data(),
-                                  type, output.data(), rcounts.data(),
-                                  rdispls.data(), type, comm_, &req)),
-            "MPI_Ialltoallv"));
-  return Complete(ctx, req);
+  return Nonblocking(ctx, "MPI_Ialltoallv", [&](MPI_Request* req) {
+    return MPI_Ialltoallv(input.data(), scounts.data(), sdispls.data(), type,
+                          output.data(), rcounts.data(), rdispls.data(), type,
+                          comm_, req);
+  });
 }
 
 // ---- Point to point ------------------------------------------------------
@@ -360,22 +325,18 @@ absl::Status MpiBackend::Send(const OpContext& ctx, TensorRef data, int dst,
                               int tag) {
   DK_RETURN_IF_ERROR(CheckTag(ctx, tag));
   DK_ASSIGN_OR_RETURN(int n, Count(static_cast<int64_t>(data.nbytes()), ctx));
-  MPI_Request req;
-  DK_RETURN_IF_ERROR(Check(
-      ctx, DK_MPI(MPI_Isend(data.data(), n, MPI_BYTE, dst, tag, comm_, &req)),
-      "MPI_Isend"));
-  return Complete(ctx, req);
+  return Nonblocking(ctx, "MPI_Isend", [&](MPI_Request* req) {
+    return MPI_Isend(data.data(), n, MPI_BYTE, dst, tag, comm_, req);
+  });
 }
 
 absl::Status MpiBackend::Recv(const OpContext& ctx, TensorRef data, int src,
                               int tag) {
   DK_RETURN_IF_ERROR(CheckTag(ctx, tag));
   DK_ASSIGN_OR_RETURN(int n, Count(static_cast<int64_t>(data.nbytes()), ctx));
-  MPI_Request req;
-  DK_RETURN_IF_ERROR(Check(
-      ctx, DK_MPI(MPI_Irecv(data.data(), n, MPI_BYTE, src, tag, comm_, &req)),
-      "MPI_Irecv"));
-  return Complete(ctx, req);
+  return Nonblocking(ctx, "MPI_Irecv", [&](MPI_Request* req) {
+    return MPI_Irecv(data.data(), n, MPI_BYTE, src, tag, comm_, req);
+  });
 }
 
 }  // namespace distkit

@@ -19,6 +19,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cc/comm/backend.h"
+#include "cc/comm/mpi/mpi_runtime.h"
+#include "cc/core/status.h"
 
 namespace distkit {
 
@@ -79,9 +81,17 @@ class MpiBackend : public Backend {
  private:
   MpiBackend(MPI_Comm comm, int rank, int size);
 
-  // Completes `requests` (polling), within ctx.timeout, unless aborted.
-  absl::Status Complete(const OpContext& ctx,
-                        std::vector<MPI_Request>& requests);
+  // Every operation's one nonblocking call: `start(&request)` runs under the
+  // MPI lock and returns the call's code (Check names `call`), then the
+  // request completes as Complete says.
+  template <typename StartFn>
+  absl::Status Nonblocking(const OpContext& ctx, const char* call,
+                           StartFn start) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    DK_RETURN_IF_ERROR(Check(ctx, DK_MPI(start(&request)), call));
+    return Complete(ctx, request);
+  }
+  // Completes `request` (polling), within ctx.timeout, unless aborted.
   absl::Status Complete(const OpContext& ctx, MPI_Request request);
   // `rc` != MPI_SUCCESS becomes UNAVAILABLE naming the call.
   absl::Status Check(const OpContext& ctx, int rc, const char* call) const;

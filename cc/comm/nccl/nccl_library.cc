@@ -13,16 +13,10 @@ namespace {
 constexpr int kMinVersion = 21800;
 
 absl::StatusOr<NcclLibrary> Load() {
-  LibrarySearch search;
-  search.what = "NCCL";
-  search.soname = absl::StrCat("libnccl.so.", NCCL_MAJOR);
-  search.override_env = "DISTKIT_NCCL_LIBRARY";
-  search.dirs = LibDirsFromEnv("NCCL_HOME");
-  for (std::string& d : LibDirsFromEnv("CUDA_HOME")) {
-    search.dirs.push_back(std::move(d));
-  }
-  search.fallback_dirs = {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"};
-  DK_ASSIGN_OR_RETURN(SharedLibrary lib, OpenSharedLibrary(search));
+  DK_ASSIGN_OR_RETURN(SharedLibrary lib,
+                      OpenSharedLibrary(CudaToolkitSearch(
+                          "NCCL", absl::StrCat("libnccl.so.", NCCL_MAJOR),
+                          "DISTKIT_NCCL_LIBRARY", {"NCCL_HOME", "CUDA_HOME"})));
   NcclLibrary n;
   n.path = lib.path;
 #define DK_RESOLVE(field, symbol) \

@@ -28,8 +28,6 @@
 //
 // Prints the executed matrix (one line per operation and dtype).
 
-#include <dlfcn.h>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -51,6 +49,7 @@
 #include "testing/cc/dist_job.h"
 #include "testing/cc/gpu_tensor.h"
 #include "testing/cc/rank_check.h"
+#include "testing/cc/sim_symbol.h"
 #include "testing/cc/typed_values.h"
 
 namespace distkit {
@@ -60,6 +59,7 @@ using testing::Check;
 using testing::CheckOk;
 using testing::Require;
 using testing::RequireOk;
+using testing::SimSymbol;
 
 int rank = 0;
 int size = 1;
@@ -457,17 +457,6 @@ void Misuse(ProcessGroup& world, const CudaLibrary& cuda) {
   absl::Status s = (*doomed)->AllReduce(t.ref(), ReduceOp::kSum);
   Check(!s.ok() && absl::Now() - start < absl::Seconds(5),
         "an op after abort fails at once: " + s.ToString());
-}
-
-// A function the simulator exports for tests (dksim*).
-void* SimSymbol(const char* name) {
-  const char* path = std::getenv("DISTKIT_CUDART_LIBRARY");
-  Require(path != nullptr, "DISTKIT_CUDART_LIBRARY names the simulator");
-  void* sim = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-  Require(sim != nullptr, "the simulator is loaded");
-  void* f = dlsym(sim, name);
-  Require(f != nullptr, absl::StrCat("the simulator exports ", name));
-  return f;
 }
 
 // After warm-up (the matrix ran every operation), operations allocate no

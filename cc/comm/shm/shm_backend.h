@@ -47,6 +47,7 @@
 
 #include "absl/status/statusor.h"
 #include "cc/comm/backend.h"
+#include "cc/comm/forwarding_backend.h"
 #include "cc/comm/op_signature.h"
 #include "cc/comm/reduce_kernels.h"
 #include "cc/comm/shm/shm_segment.h"
@@ -56,7 +57,7 @@
 
 namespace distkit {
 
-class ShmBackend : public Backend {
+class ShmBackend : public ForwardingBackend {
  public:
   // Makes the wrapped backend (collective); `wrapped` says whether shared
   // memory will carry the collectives in front of it.
@@ -105,14 +106,6 @@ class ShmBackend : public Backend {
                         absl::Span<const int64_t> input_splits,
                         TensorRef output,
                         absl::Span<const int64_t> output_splits) override;
-  absl::Status Send(const OpContext& ctx, TensorRef data, int dst,
-                    int tag) override {
-    return gloo_->Send(ctx, data, dst, tag);
-  }
-  absl::Status Recv(const OpContext& ctx, TensorRef data, int src,
-                    int tag) override {
-    return gloo_->Recv(ctx, data, src, tag);
-  }
   void Abort() override;
 
   // Marks the group failed by this rank, which will not arrive at the step
@@ -120,6 +113,10 @@ class ShmBackend : public Backend {
   // across hosts failed): every peer's wait ends with an error naming it.
   // Returns `why`.
   absl::Status FailGroup(absl::Status why);
+
+ protected:
+  // Point to point goes to the Gloo group (the slots hold collectives only).
+  Backend* ForwardTo(const TensorRef&) const override { return gloo_.get(); }
 
  private:
   ShmBackend(int rank, int size, std::unique_ptr<Backend> gloo,

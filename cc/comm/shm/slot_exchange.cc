@@ -67,41 +67,53 @@ absl::StatusOr<size_t> MaxOverRanks(ShmSteps& steps, const OpContext& ctx,
   return static_cast<size_t>(most);
 }
 
+namespace {
+
+// A rooted op's pieces on one side: `part` bytes with the root alone (a
+// gather's sends, a scatter's receives) ...
+void OnlyWithRoot(int size, int root, size_t part, std::vector<size_t>& off,
+                  std::vector<size_t>& len) {
+  off.assign(size, 0);
+  len.assign(size, 0);
+  len[root] = part;
+}
+
+// ... and the root's: `part` bytes with every rank, in rank order.
+void WithEveryRank(int size, size_t part, std::vector<size_t>& off,
+                   std::vector<size_t>& len) {
+  for (int r = 0; r < size; ++r) off.push_back(r * part);
+  len.assign(size, part);
+}
+
+}  // namespace
+
 absl::Status GatherBySlots(ShmSteps& steps, const OpContext& ctx,
                            TensorRef input, TensorRef output, int root) {
-  const int size = steps.size();
   const size_t part = input.nbytes();
   ExchangePieces p;
   p.most = part;
   p.elem = ElementSize(input.dtype());
   p.send = static_cast<const char*>(input.data());
-  p.send_off.assign(size, 0);
-  p.send_len.assign(size, 0);
-  p.send_len[root] = part;
+  OnlyWithRoot(steps.size(), root, part, p.send_off, p.send_len);
   if (steps.rank() == root) {
     p.recv = static_cast<char*>(output.data());
-    for (int s = 0; s < size; ++s) p.recv_off.push_back(s * part);
-    p.recv_len.assign(size, part);
+    WithEveryRank(steps.size(), part, p.recv_off, p.recv_len);
   }
   return Exchange(steps, ctx, p);
 }
 
 absl::Status ScatterBySlots(ShmSteps& steps, const OpContext& ctx,
                             TensorRef input, TensorRef output, int root) {
-  const int size = steps.size();
   const size_t part = output.nbytes();
   ExchangePieces p;
   p.most = part;
   p.elem = ElementSize(output.dtype());
   if (steps.rank() == root) {
     p.send = static_cast<const char*>(input.data());
-    for (int d = 0; d < size; ++d) p.send_off.push_back(d * part);
-    p.send_len.assign(size, part);
+    WithEveryRank(steps.size(), part, p.send_off, p.send_len);
   }
   p.recv = static_cast<char*>(output.data());
-  p.recv_off.assign(size, 0);
-  p.recv_len.assign(size, 0);
-  p.recv_len[root] = part;
+  OnlyWithRoot(steps.size(), root, part, p.recv_off, p.recv_len);
   return Exchange(steps, ctx, p);
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "cc/core/enum_names.h"
 
 namespace distkit {
 namespace store_wire {
@@ -30,35 +31,24 @@ std::vector<std::string> GetList(Reader& r, size_t remaining) {
 
 }  // namespace
 
-absl::string_view OpName(Op op) {
-  switch (op) {
-    case Op::kHello:
-      return "hello";
-    case Op::kProof:
-      return "proof";
-    case Op::kSet:
-      return "set";
-    case Op::kAdd:
-      return "add";
-    case Op::kCompareSet:
-      return "compare_set";
-    case Op::kWait:
-      return "wait";
-    case Op::kCheck:
-      return "check";
-    case Op::kDeleteKey:
-      return "delete_key";
-    case Op::kNumKeys:
-      return "num_keys";
-    case Op::kMultiGet:
-      return "multi_get";
-    case Op::kMultiSet:
-      return "multi_set";
-    case Op::kAppend:
-      return "append";
-  }
-  return "unknown";
-}
+namespace {
+
+constexpr EnumName<Op> kOpNames[] = {{Op::kHello, "hello"},
+                                     {Op::kProof, "proof"},
+                                     {Op::kSet, "set"},
+                                     {Op::kAdd, "add"},
+                                     {Op::kCompareSet, "compare_set"},
+                                     {Op::kWait, "wait"},
+                                     {Op::kCheck, "check"},
+                                     {Op::kDeleteKey, "delete_key"},
+                                     {Op::kNumKeys, "num_keys"},
+                                     {Op::kMultiGet, "multi_get"},
+                                     {Op::kMultiSet, "multi_set"},
+                                     {Op::kAppend, "append"}};
+
+}  // namespace
+
+absl::string_view OpName(Op op) { return NameIn(kOpNames, op, "unknown"); }
 
 void PutU8(std::string* out, uint8_t v) {
   out->push_back(static_cast<char>(v));
