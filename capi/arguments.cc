@@ -21,6 +21,14 @@ absl::Status CheckCount(size_t n, size_t element_size, const char* what) {
   return absl::OkStatus();
 }
 
+absl::Status CheckBufferBytes(size_t bytes, absl::string_view what) {
+  if (bytes > static_cast<size_t>(TensorRef::kMaxBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " of ", bytes, " bytes is larger than any buffer can be (2^47)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TensorRef> TensorArg(const DLTensor* t, const char* what) {
   return TensorRef::FromDLPack(t, what);
 }

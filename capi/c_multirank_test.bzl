@@ -2,6 +2,31 @@
 
 load("//testing:multirank.bzl", "dk_multirank_test")
 
+# The transports a C test's ranks can talk over, by the suffix of its
+# variant: shared memory on one host (the default), TCP alone, and two
+# declared "hosts" of consecutive ranks (hierarchical groups; the program
+# reads DISTKIT_TEST_HOSTS).
+C_TRANSPORTS = {
+    "": {},
+    "_hosts": {"DISTKIT_TEST_HOSTS": "2"},
+    "_tcp": {"DISTKIT_SHM": "0"},
+}
+
+def transport_variants(stem, suffixes):
+    """Variants `<stem><suffix>_test` of a test, one per transport.
+
+    Args:
+      stem: the variants' names before the suffix (e.g. "shrink_c").
+      suffixes: keys of C_TRANSPORTS.
+
+    Returns:
+      dk_multirank_test's `variants`.
+    """
+    return {
+        "%s%s_test" % (stem, suffix): {"env": C_TRANSPORTS[suffix]}
+        for suffix in suffixes
+    }
+
 def dk_c_multirank_test(name, linkopts = [], **kwargs):
     """The program test/<stem>_multirank_test.c against the C ABI alone.
 
@@ -35,6 +60,7 @@ def dk_c_multirank_test(name, linkopts = [], **kwargs):
             ":capi",
             "//testing/c:elastic_model",
             "//testing/c:host_tensor",
+            "//testing/c:rank_check",
         ],
         **kwargs
     )

@@ -45,6 +45,12 @@ absl::Status ReturnItems(const std::vector<std::string>& items,
   return absl::OkStatus();
 }
 
+absl::Status ReturnItems(const std::optional<std::vector<std::string>>& items,
+                         dk_bytes_t** items_out, size_t* count_out) {
+  if (!items.has_value()) return absl::OkStatus();
+  return ReturnItems(*items, items_out, count_out);
+}
+
 absl::StatusOr<std::vector<std::string>> ReadItems(const dk_bytes_t* items,
                                                    size_t count,
                                                    const char* what) {

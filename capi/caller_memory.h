@@ -5,6 +5,7 @@
 #define DISTKIT_CAPI_CALLER_MEMORY_H_
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,11 @@ absl::Status ReturnBytes(absl::string_view bytes, void** data_out,
 
 // `items` as one malloc block: the dk_bytes_t array, then every item's bytes.
 absl::Status ReturnItems(const std::vector<std::string>& items,
+                         dk_bytes_t** items_out, size_t* count_out);
+
+// The same for a list only some ranks receive: without one, the outs stay
+// as CheckOuts left them (NULL / 0).
+absl::Status ReturnItems(const std::optional<std::vector<std::string>>& items,
                          dk_bytes_t** items_out, size_t* count_out);
 
 // The caller's `count` items (named "<what>[k]" in errors), copied.

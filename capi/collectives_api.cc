@@ -7,8 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "capi/arguments.h"
 #include "capi/collective_call.h"
+#include "capi/entry_point.h"
 #include "cc/core/status.h"
 #include "cc/core/tensor_ref.h"
 #include "cc/group/process_group.h"
@@ -35,13 +35,9 @@ absl::StatusOr<std::vector<int64_t>> Splits(const ProcessGroup& g,
 }  // namespace capi
 }  // namespace distkit
 
-using ::distkit::ProcessGroup;
-using ::distkit::TensorRef;
 using ::distkit::capi::CollectiveCall;
-using ::distkit::capi::ReduceOpArg;
 using ::distkit::capi::RunCollective;
 using ::distkit::capi::Splits;
-using ::distkit::capi::TensorArg;
 
 extern "C" {
 

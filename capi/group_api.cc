@@ -14,11 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "capi/abi_guard.h"
-#include "capi/arguments.h"
-#include "capi/caller_memory.h"
-#include "capi/handles.h"
-#include "capi/versioned_struct.h"
+#include "capi/entry_point.h"
 #include "cc/core/data_type.h"
 #include "cc/core/device.h"
 #include "cc/core/device_copy.h"
@@ -56,14 +52,42 @@ absl::StatusOr<dist::InitOptions> ReadInitConfig(
   return options;
 }
 
-// A rank list cannot be longer than the group it is drawn from.
-absl::Status CheckNumRanks(size_t num_ranks, const ProcessGroup& parent) {
-  if (num_ranks > static_cast<size_t>(parent.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "new_group: num_ranks is ", num_ranks, ", more than group '",
-        parent.name(), "' has (", parent.size(), ")"));
-  }
+// What dk_init and dk_init_with_store share after their own argument
+// checks: the config read, `init(options)` run, the new world handed back.
+template <typename Init>
+absl::Status JoinWorld(const dk_init_config_t* config, dk_group_t** world_out,
+                       Init&& init) {
+  DK_ASSIGN_OR_RETURN(dist::InitOptions options, ReadInitConfig(config));
+  DK_RETURN_IF_ERROR(init(options));
+  *world_out = new dk_group{dist::GetDefaultGroup()};
   return absl::OkStatus();
+}
+
+// The group whose strings dk_group_backend and dk_group_name return: none
+// for a destroyed handle, else the handle's, else the default group (none
+// outside a job). Held while the caller reads it: a shrink, grow or
+// dk_shutdown on another thread may replace the default group meanwhile.
+std::shared_ptr<const ProcessGroup> NamedGroup(const dk_group_t* group) {
+  if (group != nullptr && group->destroyed) return nullptr;
+  if (group != nullptr && group->rep != nullptr) return group->rep;
+  return dist::GetDefaultGroup();
+}
+
+// The subgroup of `parent` (NULL: the default group) that `make(parent,
+// ranks)` creates from ranks[0, num_ranks), after checking that the list is
+// no longer than the parent.
+template <typename Make>
+absl::StatusOr<dk_group*> NewSubgroup(dk_group_t* parent, const int32_t* ranks,
+                                      size_t num_ranks, Make&& make) {
+  DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> p, GroupOf(parent));
+  if (num_ranks > static_cast<size_t>(p->size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "new_group: num_ranks is ", num_ranks, ", more than group '", p->name(),
+        "' has (", p->size(), ")"));
+  }
+  DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g,
+                      make(*p, std::vector<int>(ranks, ranks + num_ranks)));
+  return new dk_group{std::move(g)};
 }
 
 }  // namespace
@@ -147,19 +171,14 @@ dk_status_t dk_launcher_info(const char* launcher, dk_launcher_info_t** out,
 
 }  // extern "C"
 
-using ::distkit::ProcessGroup;
-using ::distkit::capi::CheckNumRanks;
-using ::distkit::capi::GroupOf;
-using ::distkit::capi::Guard;
-using ::distkit::capi::NotNull;
-using ::distkit::capi::ReadInitConfig;
+using ::distkit::capi::JoinWorld;
+using ::distkit::capi::NamedGroup;
+using ::distkit::capi::NewSubgroup;
 
 extern "C" {
 
 void dk_init_config_init(dk_init_config_t* config) {
-  if (config == nullptr) return;
-  std::memset(config, 0, sizeof(*config));
-  config->struct_size = sizeof(*config);
+  if (!ResetVersionedStruct(config)) return;
   config->backend = "gloo";
   config->timeout_ms = 1800000;
 }
@@ -169,11 +188,9 @@ dk_status_t dk_init(const char* launcher, const dk_init_config_t* config,
   return Guard(err, [&]() -> absl::Status {
     DK_RETURN_IF_ERROR(NotNull(launcher, "launcher"));
     DK_RETURN_IF_ERROR(NotNull(world_out, "world_out"));
-    DK_ASSIGN_OR_RETURN(distkit::dist::InitOptions options,
-                        ReadInitConfig(config));
-    DK_RETURN_IF_ERROR(distkit::dist::InitDist(launcher, options));
-    *world_out = new dk_group{distkit::dist::GetDefaultGroup()};
-    return absl::OkStatus();
+    return JoinWorld(config, world_out, [&](const auto& options) {
+      return distkit::dist::InitDist(launcher, options);
+    });
   });
 }
 
@@ -183,12 +200,9 @@ dk_status_t dk_init_with_store(dk_store_t* store, int32_t rank, int32_t size,
   return Guard(err, [&]() -> absl::Status {
     DK_RETURN_IF_ERROR(NotNull(store, "store"));
     DK_RETURN_IF_ERROR(NotNull(world_out, "world_out"));
-    DK_ASSIGN_OR_RETURN(distkit::dist::InitOptions options,
-                        ReadInitConfig(config));
-    DK_RETURN_IF_ERROR(
-        distkit::dist::InitDistWithStore(store->rep, rank, size, options));
-    *world_out = new dk_group{distkit::dist::GetDefaultGroup()};
-    return absl::OkStatus();
+    return JoinWorld(config, world_out, [&](const auto& options) {
+      return distkit::dist::InitDistWithStore(store->rep, rank, size, options);
+    });
   });
 }
 
@@ -224,59 +238,45 @@ int32_t dk_group_global_rank(const dk_group_t* group, int32_t group_rank) {
 }
 
 const char* dk_group_backend(const dk_group_t* group) {
-  if (group != nullptr && group->destroyed) return nullptr;
-  if (group != nullptr && group->rep != nullptr)
-    return group->rep->backend_name().c_str();
-  std::shared_ptr<ProcessGroup> world = distkit::dist::GetDefaultGroup();
-  return world != nullptr ? world->backend_name().c_str() : nullptr;
+  std::shared_ptr<const ProcessGroup> g = NamedGroup(group);
+  return g != nullptr ? g->backend_name().c_str() : nullptr;
 }
 
 const char* dk_group_name(const dk_group_t* group) {
-  if (group != nullptr && group->destroyed) return nullptr;
-  if (group != nullptr && group->rep != nullptr)
-    return group->rep->name().c_str();
-  std::shared_ptr<ProcessGroup> world = distkit::dist::GetDefaultGroup();
-  return world != nullptr ? world->name().c_str() : nullptr;
+  std::shared_ptr<const ProcessGroup> g = NamedGroup(group);
+  return g != nullptr ? g->name().c_str() : nullptr;
 }
 
 dk_status_t dk_group_new(dk_group_t* parent, const int32_t* ranks,
                          size_t num_ranks, dk_group_t** out, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+  return NewHandle(out, err, [&]() -> absl::StatusOr<dk_group*> {
     if (num_ranks > 0) DK_RETURN_IF_ERROR(NotNull(ranks, "ranks"));
-    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> p, GroupOf(parent));
-    DK_RETURN_IF_ERROR(CheckNumRanks(num_ranks, *p));
-    DK_ASSIGN_OR_RETURN(
-        std::shared_ptr<ProcessGroup> g,
-        p->NewGroup(std::vector<int>(ranks, ranks + num_ranks)));
-    *out = new dk_group{std::move(g)};
-    return absl::OkStatus();
+    return NewSubgroup(parent, ranks, num_ranks,
+                       [](ProcessGroup& p, std::vector<int> members) {
+                         return p.NewGroup(std::move(members));
+                       });
   });
 }
 
 dk_status_t dk_group_new_named(dk_group_t* parent, const int32_t* ranks,
                                size_t num_ranks, const char* name,
                                dk_group_t** out, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+  return NewHandle(out, err, [&]() -> absl::StatusOr<dk_group*> {
     DK_RETURN_IF_ERROR(NotNull(name, "name"));
     if (num_ranks > 0) DK_RETURN_IF_ERROR(NotNull(ranks, "ranks"));
     if (*name == '\0' || std::strchr(name, '/') != nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "new_group_named: the name '", name, "' is empty or has a '/'"));
     }
-    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> p, GroupOf(parent));
-    DK_RETURN_IF_ERROR(CheckNumRanks(num_ranks, *p));
-    distkit::GroupOptions options;
-    options.backend = p->backend_name();
-    options.timeout = p->timeout();
-    options.name = absl::StrCat("named-", name);
-    options.members_only = true;
-    DK_ASSIGN_OR_RETURN(
-        std::shared_ptr<ProcessGroup> g,
-        p->NewGroup(std::vector<int>(ranks, ranks + num_ranks), options));
-    *out = new dk_group{std::move(g)};
-    return absl::OkStatus();
+    return NewSubgroup(parent, ranks, num_ranks,
+                       [&](ProcessGroup& p, std::vector<int> members) {
+                         distkit::GroupOptions options;
+                         options.backend = p.backend_name();
+                         options.timeout = p.timeout();
+                         options.name = absl::StrCat("named-", name);
+                         options.members_only = true;
+                         return p.NewGroup(std::move(members), options);
+                       });
   });
 }
 
@@ -295,8 +295,7 @@ void dk_group_abort(dk_group_t* group) {
 
 dk_status_t dk_group_shrink(dk_group_t* group, int64_t settle_ms,
                             dk_group_t** out, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+  return NewHandle(out, err, [&]() -> absl::StatusOr<dk_group*> {
     const absl::Duration settle =
         settle_ms < 0 ? absl::Seconds(5) : absl::Milliseconds(settle_ms);
     std::shared_ptr<ProcessGroup> shrunk;
@@ -306,8 +305,7 @@ dk_status_t dk_group_shrink(dk_group_t* group, int64_t settle_ms,
       DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
       DK_ASSIGN_OR_RETURN(shrunk, distkit::ShrinkGroup(*g, settle));
     }
-    *out = new dk_group{std::move(shrunk)};
-    return absl::OkStatus();
+    return new dk_group{std::move(shrunk)};
   });
 }
 
@@ -335,8 +333,7 @@ dk_status_t dk_group_grow_pending(dk_group_t* group, int32_t* pending,
 dk_status_t dk_group_grow(dk_group_t* group, int32_t world_size,
                           int64_t timeout_ms, dk_group_t** out,
                           dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+  return NewHandle(out, err, [&]() -> absl::StatusOr<dk_group*> {
     if (world_size < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "grow: world_size ", world_size, " is negative (0: the job's)"));
@@ -360,8 +357,7 @@ dk_status_t dk_group_grow(dk_group_t* group, int32_t world_size,
               *g, world_size > 0 ? world_size : distkit::dist::JobWorldSize(),
               timeout));
     }
-    *out = new dk_group{std::move(grown)};
-    return absl::OkStatus();
+    return new dk_group{std::move(grown)};
   });
 }
 
@@ -381,20 +377,18 @@ extern "C" {
 
 dk_status_t dk_work_test(const dk_work_t* work, dk_work_state_t* state_out,
                          dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(work, "work"));
+  return OnHandle(work, "work", err, [&](const dk_work& w) -> absl::Status {
     DK_RETURN_IF_ERROR(NotNull(state_out, "state_out"));
-    *state_out = static_cast<dk_work_state_t>(work->rep->state());
+    *state_out = static_cast<dk_work_state_t>(w.rep->state());
     return absl::OkStatus();
   });
 }
 
 dk_status_t dk_work_wait(dk_work_t* work, int64_t timeout_ms,
                          dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(work, "work"));
-    return work->rep->Wait(timeout_ms < 0 ? absl::InfiniteDuration()
-                                          : absl::Milliseconds(timeout_ms));
+  return OnHandle(work, "work", err, [&](dk_work& w) {
+    return w.rep->Wait(timeout_ms < 0 ? absl::InfiniteDuration()
+                                      : absl::Milliseconds(timeout_ms));
   });
 }
 
@@ -402,10 +396,9 @@ void dk_work_destroy(dk_work_t* work) { delete work; }
 
 dk_status_t dk_work_on_complete(dk_work_t* work, dk_work_callback_t callback,
                                 void* arg, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(work, "work"));
+  return OnHandle(work, "work", err, [&](dk_work& w) -> absl::Status {
     DK_RETURN_IF_ERROR(NotNull(reinterpret_cast<void*>(callback), "callback"));
-    work->rep->OnComplete([callback, arg](const absl::Status& status) {
+    w.rep->OnComplete([callback, arg](const absl::Status& status) {
       callback(arg, static_cast<dk_status_t>(status.code()));
     });
     return absl::OkStatus();
@@ -432,12 +425,11 @@ dk_status_t dk_init_local_group_from_launcher(dk_error_t** err) {
 }
 
 dk_status_t dk_local_group(dk_group_t** out, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+  return NewHandle(out, err, []() -> absl::StatusOr<dk_group*> {
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> local,
                         distkit::dist::GetLocalGroup());
-    *out = local == nullptr ? nullptr : new dk_group{std::move(local)};
-    return absl::OkStatus();
+    if (local == nullptr) return nullptr;
+    return new dk_group{std::move(local)};
   });
 }
 
@@ -482,7 +474,6 @@ const dist::DistributedProcessGroup* Which(const dk_parallel_state_t* state,
 }  // namespace distkit
 
 using ::distkit::capi::DpgOf;
-using ::distkit::capi::OwnedCopy;
 using ::distkit::capi::Which;
 
 extern "C" {
@@ -492,11 +483,9 @@ dk_status_t dk_parallel_state_create(dk_group_t* data_parallel,
                                      dk_group_t* expert_parallel,
                                      dk_parallel_state_t** out,
                                      dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(out, "out"));
-    *out = new dk_parallel_state{distkit::dist::ParallelState(
+  return NewHandle(out, err, [&]() -> absl::StatusOr<dk_parallel_state*> {
+    return new dk_parallel_state{distkit::dist::ParallelState(
         DpgOf(data_parallel), DpgOf(tensor_parallel), DpgOf(expert_parallel))};
-    return absl::OkStatus();
   });
 }
 
@@ -541,9 +530,6 @@ dk_status_t dk_parallel_state_describe(const dk_parallel_state_t* state,
 // The C ABI, section "Devices": this rank's device and copies between
 // devices.
 
-using ::distkit::TensorRef;
-using ::distkit::capi::TensorArg;
-
 extern "C" {
 
 void dk_get_device(DLDevice* out) {
@@ -555,13 +541,10 @@ dk_status_t dk_group_comm_device(const dk_group_t* group, DLDevice* out,
                                  dk_error_t** err) {
   return Guard(err, [&]() -> absl::Status {
     DK_RETURN_IF_ERROR(NotNull(out, "out"));
-    if (group == nullptr && !distkit::dist::IsDistributed()) {
-      *out = distkit::ToDLPack(distkit::Device::Cpu());
-      return absl::OkStatus();
-    }
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g,
-                        GroupOf(const_cast<dk_group_t*>(group)));
-    *out = distkit::ToDLPack(g->comm_device());
+                        GroupOrNone(const_cast<dk_group_t*>(group)));
+    *out = distkit::ToDLPack(g != nullptr ? g->comm_device()
+                                          : distkit::Device::Cpu());
     return absl::OkStatus();
   });
 }
@@ -569,11 +552,8 @@ dk_status_t dk_group_comm_device(const dk_group_t* group, DLDevice* out,
 dk_status_t dk_group_set_cuda_stream(dk_group_t* group, void* stream,
                                      dk_error_t** err) {
   return Guard(err, [&]() -> absl::Status {
-    if (group == nullptr && !distkit::dist::IsDistributed()) {
-      return absl::OkStatus();
-    }
-    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
-    return g->SetCudaStream(stream);
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOrNone(group));
+    return g != nullptr ? g->SetCudaStream(stream) : absl::OkStatus();
   });
 }
 

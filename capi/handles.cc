@@ -23,5 +23,10 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> GroupOf(dk_group_t* group) {
   return world;
 }
 
+absl::StatusOr<std::shared_ptr<ProcessGroup>> GroupOrNone(dk_group_t* group) {
+  if (group == nullptr && !dist::IsDistributed()) return nullptr;
+  return GroupOf(group);
+}
+
 }  // namespace capi
 }  // namespace distkit

@@ -1,6 +1,7 @@
 // The handle structs behind the ABI's opaque types that several sections
-// share (store, group, work), and how a group argument is resolved. Handles
-// only one section uses are defined in that section's file.
+// share (store, group, work), how a group argument is resolved, and the
+// guards of entry points that take or make a handle. Handles only one
+// section uses are defined in that section's file.
 
 #ifndef DISTKIT_CAPI_HANDLES_H_
 #define DISTKIT_CAPI_HANDLES_H_
@@ -8,8 +9,12 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "capi/abi_guard.h"
+#include "capi/arguments.h"
 #include "cc/comm/work.h"
+#include "cc/core/status.h"
 #include "cc/group/process_group.h"
 #include "cc/store/store.h"
 #include "cc/store/store_server.h"
@@ -37,6 +42,33 @@ namespace capi {
 
 // The group an argument names: itself, or the default group for NULL.
 absl::StatusOr<std::shared_ptr<ProcessGroup>> GroupOf(dk_group_t* group);
+
+// For calls that also run in a process outside a job: GroupOf(group), or
+// nullptr for a NULL group when this process is not distributed.
+absl::StatusOr<std::shared_ptr<ProcessGroup>> GroupOrNone(dk_group_t* group);
+
+// Guard for a call on a handle: "<what> is NULL" for a NULL `handle`, else
+// `body(*handle)` (an absl::Status).
+template <typename Handle, typename F>
+dk_status_t OnHandle(Handle* handle, const char* what, dk_error_t** err,
+                     F&& body) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(handle, what));
+    return body(*handle);
+  });
+}
+
+// Guard for a call that makes a handle: "out is NULL" before anything else,
+// then *out = make() (an absl::StatusOr of the new handle), set only when
+// the call succeeds.
+template <typename Handle, typename F>
+dk_status_t NewHandle(Handle** out, dk_error_t** err, F&& make) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+    DK_ASSIGN_OR_RETURN(*out, make());
+    return absl::OkStatus();
+  });
+}
 
 }  // namespace capi
 }  // namespace distkit

@@ -8,11 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
-#include "capi/abi_guard.h"
-#include "capi/arguments.h"
-#include "capi/caller_memory.h"
-#include "capi/handles.h"
+#include "capi/entry_point.h"
 #include "cc/core/reduce_op.h"
 #include "cc/core/status.h"
 #include "cc/core/tensor_ref.h"
@@ -23,17 +19,35 @@
 #include "cc/group/process_group.h"
 #include "distkit/distkit.h"
 
-using ::distkit::ProcessGroup;
-using ::distkit::TensorRef;
-using ::distkit::capi::CheckCount;
-using ::distkit::capi::CheckOuts;
-using ::distkit::capi::GroupOf;
-using ::distkit::capi::Guard;
-using ::distkit::capi::NotNull;
-using ::distkit::capi::ReadItems;
-using ::distkit::capi::ReduceOpArg;
-using ::distkit::capi::ReturnItems;
-using ::distkit::capi::TensorArg;
+namespace distkit {
+namespace capi {
+namespace {
+
+// Guard for an object collective: the outs checked, the caller's `size`
+// bytes at `data`, then the group; `gather(group, object)` returns the
+// items for the caller (absl::StatusOr of a list, or of std::optional of
+// one where only some ranks receive it).
+template <typename F>
+dk_status_t OnObject(dk_group_t* group, const void* data, size_t size,
+                     dk_bytes_t** items_out, size_t* count_out,
+                     dk_error_t** err, F&& gather) {
+  return Guard(err, [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(CheckOuts(items_out, count_out));
+    if (size > 0) DK_RETURN_IF_ERROR(NotNull(data, "data"));
+    DK_RETURN_IF_ERROR(CheckCount(size, 1, "size"));
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
+    DK_ASSIGN_OR_RETURN(
+        auto items,
+        gather(g.get(), std::string(static_cast<const char*>(data), size)));
+    return ReturnItems(items, items_out, count_out);
+  });
+}
+
+}  // namespace
+}  // namespace capi
+}  // namespace distkit
+
+using ::distkit::capi::OnObject;
 
 extern "C" {
 
@@ -48,13 +62,9 @@ dk_status_t dk_group_all_reduce_coalesced(dk_group_t* group,
     if (num_tensors > 0) DK_RETURN_IF_ERROR(NotNull(tensors, "tensors"));
     DK_RETURN_IF_ERROR(
         CheckCount(num_tensors, sizeof(DLTensor*), "num_tensors"));
-    std::vector<TensorRef> refs;
-    for (size_t i = 0; i < num_tensors; ++i) {
-      DK_ASSIGN_OR_RETURN(
-          TensorRef t,
-          TensorArg(tensors[i], absl::StrCat("tensors[", i, "]").c_str()));
-      refs.push_back(t);
-    }
+    // The count is checked above, so TensorArgs reports only the tensors.
+    DK_ASSIGN_OR_RETURN(std::vector<TensorRef> refs,
+                        TensorArgs(tensors, num_tensors, "tensors", false));
     DK_ASSIGN_OR_RETURN(distkit::ReduceOp r, ReduceOpArg(op));
     return distkit::dist::AllReduceParams(
         refs, coalesce != 0, static_cast<int>(bucket_size_mb), r, g.get());
@@ -65,12 +75,8 @@ dk_status_t dk_group_sync_random_seed(dk_group_t* group, int32_t* out,
                                       dk_error_t** err) {
   return Guard(err, [&]() -> absl::Status {
     DK_RETURN_IF_ERROR(NotNull(out, "out"));
-    ProcessGroup* g = nullptr;
-    if (group != nullptr || distkit::dist::IsDistributed()) {
-      DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> pg, GroupOf(group));
-      g = pg.get();
-    }
-    DK_ASSIGN_OR_RETURN(*out, distkit::dist::SyncRandomSeed(g));
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOrNone(group));
+    DK_ASSIGN_OR_RETURN(*out, distkit::dist::SyncRandomSeed(g.get()));
     return absl::OkStatus();
   });
 }
@@ -78,35 +84,20 @@ dk_status_t dk_group_sync_random_seed(dk_group_t* group, int32_t* out,
 dk_status_t dk_group_all_gather_object(dk_group_t* group, const void* data,
                                        size_t size, dk_bytes_t** items_out,
                                        size_t* count_out, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(CheckOuts(items_out, count_out));
-    if (size > 0) DK_RETURN_IF_ERROR(NotNull(data, "data"));
-    DK_RETURN_IF_ERROR(CheckCount(size, 1, "size"));
-    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
-    DK_ASSIGN_OR_RETURN(
-        std::vector<std::string> all,
-        distkit::dist::AllGatherObject(
-            std::string(static_cast<const char*>(data), size), g.get()));
-    return ReturnItems(all, items_out, count_out);
-  });
+  return OnObject(group, data, size, items_out, count_out, err,
+                  [](ProcessGroup* g, const std::string& object) {
+                    return distkit::dist::AllGatherObject(object, g);
+                  });
 }
 
 dk_status_t dk_group_gather_object(dk_group_t* group, const void* data,
                                    size_t size, int32_t dst,
                                    dk_bytes_t** items_out, size_t* count_out,
                                    dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(CheckOuts(items_out, count_out));
-    if (size > 0) DK_RETURN_IF_ERROR(NotNull(data, "data"));
-    DK_RETURN_IF_ERROR(CheckCount(size, 1, "size"));
-    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
-    DK_ASSIGN_OR_RETURN(
-        std::optional<std::vector<std::string>> all,
-        distkit::dist::GatherObject(
-            std::string(static_cast<const char*>(data), size), dst, g.get()));
-    if (!all.has_value()) return absl::OkStatus();
-    return ReturnItems(*all, items_out, count_out);
-  });
+  return OnObject(group, data, size, items_out, count_out, err,
+                  [dst](ProcessGroup* g, const std::string& object) {
+                    return distkit::dist::GatherObject(object, dst, g);
+                  });
 }
 
 dk_status_t dk_group_broadcast_object_list(
@@ -134,18 +125,13 @@ dk_status_t dk_group_collect_results(dk_group_t* group, const dk_bytes_t* part,
     DK_RETURN_IF_ERROR(NotNull(device, "device"));
     DK_ASSIGN_OR_RETURN(std::vector<std::string> items,
                         ReadItems(part, part_count, "part"));
-    ProcessGroup* g = nullptr;
-    if (group != nullptr || distkit::dist::IsDistributed()) {
-      DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> pg, GroupOf(group));
-      g = pg.get();
-    }
+    DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOrNone(group));
     std::optional<std::string> dir;
     if (tmpdir != nullptr) dir = tmpdir;
     DK_ASSIGN_OR_RETURN(
         std::optional<std::vector<std::string>> results,
-        distkit::dist::CollectResults(items, size, device, dir, g));
-    if (!results.has_value()) return absl::OkStatus();
-    return ReturnItems(*results, items_out, count_out);
+        distkit::dist::CollectResults(items, size, device, dir, g.get()));
+    return ReturnItems(results, items_out, count_out);
   });
 }
 

@@ -1,6 +1,7 @@
 // The C ABI, section "Gradient reducer": the engine of distributed data
 // parallel (distkit::GradReducer) for trainers without one.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -9,10 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "capi/abi_guard.h"
-#include "capi/arguments.h"
-#include "capi/handles.h"
-#include "capi/versioned_struct.h"
+#include "capi/entry_point.h"
 #include "cc/core/status.h"
 #include "cc/core/tensor_ref.h"
 #include "cc/group/process_group.h"
@@ -53,25 +51,28 @@ absl::StatusOr<GradReducer::Options> ReadReducerConfig(
   return o;
 }
 
+// Guard for a call on a reducer: `body` (a callable or a member function of
+// GradReducer) is invoked on the GradReducer behind `reducer`.
+template <typename F>
+dk_status_t OnReducer(dk_reducer_t* reducer, dk_error_t** err, F&& body) {
+  return OnHandle(reducer, "reducer", err, [&](dk_reducer& r) {
+    return std::invoke(std::forward<F>(body), *r.rep);
+  });
+}
+
 }  // namespace
 }  // namespace capi
 }  // namespace distkit
 
-using ::distkit::ProcessGroup;
-using ::distkit::TensorRef;
-using ::distkit::capi::CheckCount;
-using ::distkit::capi::GroupOf;
-using ::distkit::capi::Guard;
-using ::distkit::capi::NotNull;
+using ::distkit::GradReducer;
+using ::distkit::capi::OnReducer;
 using ::distkit::capi::ReadReducerConfig;
-using ::distkit::capi::TensorArg;
 
 extern "C" {
 
 void dk_reducer_config_init(dk_reducer_config_t* config) {
-  if (config == nullptr) return;
-  const distkit::GradReducer::Options d;
-  config->struct_size = sizeof(*config);
+  if (!ResetVersionedStruct(config)) return;
+  const GradReducer::Options d;
   config->bucket_cap_mb = d.bucket_cap_mb;
   config->first_bucket_cap_mb = d.first_bucket_cap_mb;
   config->find_unused_parameters = d.find_unused_parameters;
@@ -85,33 +86,27 @@ dk_status_t dk_reducer_create(dk_group_t* group, DLTensor* const* params,
                               size_t num_buffers,
                               const dk_reducer_config_t* config,
                               dk_reducer_t** out, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+  return NewHandle(out, err, [&]() -> absl::StatusOr<dk_reducer*> {
     if (num_params > 0) DK_RETURN_IF_ERROR(NotNull(params, "params"));
     if (num_buffers > 0) DK_RETURN_IF_ERROR(NotNull(buffers, "buffers"));
     DK_RETURN_IF_ERROR(CheckCount(num_params, sizeof(DLTensor*), "num_params"));
     DK_RETURN_IF_ERROR(
         CheckCount(num_buffers, sizeof(DLTensor*), "num_buffers"));
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
-    DK_ASSIGN_OR_RETURN(distkit::GradReducer::Options o,
-                        ReadReducerConfig(config));
-    std::vector<distkit::GradReducer::Parameter> ps;
-    for (size_t i = 0; i < num_params; ++i) {
-      const std::string what = absl::StrCat("params[", i, "]");
-      DK_ASSIGN_OR_RETURN(TensorRef t, TensorArg(params[i], what.c_str()));
-      ps.push_back({t, what});
+    DK_ASSIGN_OR_RETURN(GradReducer::Options o, ReadReducerConfig(config));
+    // The counts are checked above, so TensorArgs reports only the tensors.
+    DK_ASSIGN_OR_RETURN(std::vector<TensorRef> ts,
+                        TensorArgs(params, num_params, "params", false));
+    std::vector<GradReducer::Parameter> ps;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      ps.push_back({ts[i], absl::StrCat("params[", i, "]")});
     }
-    std::vector<TensorRef> bs;
-    for (size_t i = 0; i < num_buffers; ++i) {
-      const std::string what = absl::StrCat("buffers[", i, "]");
-      DK_ASSIGN_OR_RETURN(TensorRef t, TensorArg(buffers[i], what.c_str()));
-      bs.push_back(t);
-    }
+    DK_ASSIGN_OR_RETURN(std::vector<TensorRef> bs,
+                        TensorArgs(buffers, num_buffers, "buffers", false));
     DK_ASSIGN_OR_RETURN(
-        std::unique_ptr<distkit::GradReducer> r,
-        distkit::GradReducer::Create(g, std::move(ps), std::move(bs), o));
-    *out = new dk_reducer{std::move(r)};
-    return absl::OkStatus();
+        std::unique_ptr<GradReducer> r,
+        GradReducer::Create(g, std::move(ps), std::move(bs), o));
+    return new dk_reducer{std::move(r)};
   });
 }
 
@@ -119,29 +114,23 @@ void dk_reducer_destroy(dk_reducer_t* reducer) { delete reducer; }
 
 dk_status_t dk_reducer_prepare(dk_reducer_t* reducer, const int32_t* unused,
                                size_t num_unused, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+  return OnReducer(reducer, err, [&](GradReducer& r) -> absl::Status {
     if (num_unused > 0) DK_RETURN_IF_ERROR(NotNull(unused, "unused"));
     DK_RETURN_IF_ERROR(CheckCount(num_unused, sizeof(int32_t), "num_unused"));
-    std::vector<int> u(unused, unused + num_unused);
-    return reducer->rep->PrepareForBackward(u);
+    return r.PrepareForBackward(std::vector<int>(unused, unused + num_unused));
   });
 }
 
 dk_status_t dk_reducer_mark_ready(dk_reducer_t* reducer, int32_t index,
                                   const DLTensor* grad, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+  return OnReducer(reducer, err, [&](GradReducer& r) -> absl::Status {
     DK_ASSIGN_OR_RETURN(TensorRef t, TensorArg(grad, "grad"));
-    return reducer->rep->MarkReady(index, t);
+    return r.MarkReady(index, t);
   });
 }
 
 dk_status_t dk_reducer_finalize(dk_reducer_t* reducer, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
-    return reducer->rep->Finalize();
-  });
+  return OnReducer(reducer, err, &GradReducer::Finalize);
 }
 
 void dk_reducer_set_require_sync(dk_reducer_t* reducer, int32_t require_sync) {
@@ -150,20 +139,13 @@ void dk_reducer_set_require_sync(dk_reducer_t* reducer, int32_t require_sync) {
 
 dk_status_t dk_reducer_broadcast_buffers(dk_reducer_t* reducer,
                                          dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
-    return reducer->rep->BroadcastBuffers();
-  });
+  return OnReducer(reducer, err, &GradReducer::BroadcastBuffers);
 }
 
 dk_status_t dk_reducer_grad_view(dk_reducer_t* reducer, int32_t index,
                                  void** data_out, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
-    DK_RETURN_IF_ERROR(NotNull(data_out, "data_out"));
-    DK_ASSIGN_OR_RETURN(TensorRef t, reducer->rep->GradView(index));
-    *data_out = t.data();
-    return absl::OkStatus();
+  return OnReducer(reducer, err, [&](GradReducer& r) {
+    return ReturnData(data_out, &GradReducer::GradView, r, index);
   });
 }
 
@@ -173,12 +155,8 @@ int64_t dk_reducer_view_generation(const dk_reducer_t* reducer) {
 
 dk_status_t dk_reducer_reduced_grad(dk_reducer_t* reducer, int32_t index,
                                     void** data_out, dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(reducer, "reducer"));
-    DK_RETURN_IF_ERROR(NotNull(data_out, "data_out"));
-    DK_ASSIGN_OR_RETURN(TensorRef t, reducer->rep->ReducedGrad(index));
-    *data_out = t.data();
-    return absl::OkStatus();
+  return OnReducer(reducer, err, [&](GradReducer& r) {
+    return ReturnData(data_out, &GradReducer::ReducedGrad, r, index);
   });
 }
 

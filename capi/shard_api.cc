@@ -1,7 +1,7 @@
 // The C ABI, section "Sharded units": fully sharded data parallel
 // (distkit::FlatShard) for trainers without it.
 
-#include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -12,10 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "capi/abi_guard.h"
-#include "capi/arguments.h"
-#include "capi/handles.h"
-#include "capi/versioned_struct.h"
+#include "capi/entry_point.h"
 #include "cc/core/data_type.h"
 #include "cc/core/status.h"
 #include "cc/core/tensor_ref.h"
@@ -72,12 +69,13 @@ absl::StatusOr<FlatShard*> ShardOf(dk_shard_t* shard) {
   return shard->rep.get();
 }
 
-// Guard for a call on a unit: `body` gets the FlatShard behind `shard`.
+// Guard for a call on a unit: `body` (a callable or a member function of
+// FlatShard) is invoked with the FlatShard behind `shard`.
 template <typename F>
 dk_status_t OnShard(dk_shard_t* shard, dk_error_t** err, F&& body) {
   return Guard(err, [&]() -> absl::Status {
     DK_ASSIGN_OR_RETURN(FlatShard * s, ShardOf(shard));
-    return body(s);
+    return std::invoke(std::forward<F>(body), s);
   });
 }
 
@@ -85,22 +83,14 @@ dk_status_t OnShard(dk_shard_t* shard, dk_error_t** err, F&& body) {
 }  // namespace capi
 }  // namespace distkit
 
-using ::distkit::ProcessGroup;
-using ::distkit::TensorRef;
-using ::distkit::capi::GroupOf;
-using ::distkit::capi::Guard;
-using ::distkit::capi::NotNull;
+using ::distkit::FlatShard;
 using ::distkit::capi::OnShard;
 using ::distkit::capi::ReadShardConfig;
-using ::distkit::capi::TensorArg;
-using ::distkit::capi::TensorArgs;
 
 extern "C" {
 
 void dk_shard_config_init(dk_shard_config_t* config) {
-  if (config == nullptr) return;
-  std::memset(config, 0, sizeof(*config));
-  config->struct_size = sizeof(*config);
+  if (!ResetVersionedStruct(config)) return;
   config->strategy = DK_SHARD_FULL_SHARD;
   config->param_dtype = DK_DTYPE_UNSET;
   config->reduce_dtype = DK_DTYPE_UNSET;
@@ -110,64 +100,51 @@ dk_status_t dk_shard_create(dk_group_t* group, DLTensor* const* params,
                             size_t num_params, const char* const* names,
                             const dk_shard_config_t* config, dk_shard_t** out,
                             dk_error_t** err) {
-  return Guard(err, [&]() -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(out, "out"));
+  return NewHandle(out, err, [&]() -> absl::StatusOr<dk_shard*> {
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
-    DK_ASSIGN_OR_RETURN(distkit::FlatShard::Options o, ReadShardConfig(config));
+    DK_ASSIGN_OR_RETURN(FlatShard::Options o, ReadShardConfig(config));
     DK_ASSIGN_OR_RETURN(std::vector<TensorRef> ts,
                         TensorArgs(params, num_params, "params", false));
-    std::vector<distkit::FlatShard::Parameter> ps;
+    std::vector<FlatShard::Parameter> ps;
     for (size_t i = 0; i < ts.size(); ++i) {
       ps.push_back({ts[i], names != nullptr && names[i] != nullptr
                                ? std::string(names[i])
                                : absl::StrCat("params[", i, "]")});
     }
-    DK_ASSIGN_OR_RETURN(std::unique_ptr<distkit::FlatShard> unit,
-                        distkit::FlatShard::Create(g, std::move(ps), o));
-    *out = new dk_shard{std::move(unit)};
-    return absl::OkStatus();
+    DK_ASSIGN_OR_RETURN(std::unique_ptr<FlatShard> unit,
+                        FlatShard::Create(g, std::move(ps), o));
+    return new dk_shard{std::move(unit)};
   });
 }
 
 void dk_shard_destroy(dk_shard_t* shard) { delete shard; }
 
 dk_status_t dk_shard_unshard_start(dk_shard_t* shard, dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
-    return s->StartUnshard();
-  });
+  return OnShard(shard, err, &FlatShard::StartUnshard);
 }
 
 dk_status_t dk_shard_unshard_wait(dk_shard_t* shard, dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
-    return s->WaitUnshard();
-  });
+  return OnShard(shard, err, &FlatShard::WaitUnshard);
 }
 
 dk_status_t dk_shard_unshard(dk_shard_t* shard, dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
-    return s->Unshard();
-  });
+  return OnShard(shard, err, &FlatShard::Unshard);
 }
 
 dk_status_t dk_shard_reshard(dk_shard_t* shard, dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
-    return s->Reshard();
-  });
+  return OnShard(shard, err, &FlatShard::Reshard);
 }
 
 dk_status_t dk_shard_full_param(dk_shard_t* shard, int32_t index,
                                 void** data_out, dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(data_out, "data_out"));
-    DK_ASSIGN_OR_RETURN(TensorRef t, s->FullParam(index));
-    *data_out = t.data();
-    return absl::OkStatus();
+  return OnShard(shard, err, [&](FlatShard* s) {
+    return ReturnData(data_out, &FlatShard::FullParam, s, index);
   });
 }
 
 dk_status_t dk_shard_accumulate_grad(dk_shard_t* shard, int32_t index,
                                      const DLTensor* grad, dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
+  return OnShard(shard, err, [&](FlatShard* s) -> absl::Status {
     DK_ASSIGN_OR_RETURN(TensorRef g, TensorArg(grad, "grad"));
     return s->AccumulateGrad(index, g);
   });
@@ -175,30 +152,21 @@ dk_status_t dk_shard_accumulate_grad(dk_shard_t* shard, int32_t index,
 
 dk_status_t dk_shard_full_grad(dk_shard_t* shard, int32_t index,
                                void** data_out, dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
-    DK_RETURN_IF_ERROR(NotNull(data_out, "data_out"));
-    DK_ASSIGN_OR_RETURN(TensorRef t, s->FullGrad(index));
-    *data_out = t.data();
-    return absl::OkStatus();
+  return OnShard(shard, err, [&](FlatShard* s) {
+    return ReturnData(data_out, &FlatShard::FullGrad, s, index);
   });
 }
 
 dk_status_t dk_shard_reduce_grads(dk_shard_t* shard, dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
-    return s->ReduceScatterGrads();
-  });
+  return OnShard(shard, err, &FlatShard::ReduceScatterGrads);
 }
 
 dk_status_t dk_shard_reduce_grads_start(dk_shard_t* shard, dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
-    return s->StartReduceScatterGrads();
-  });
+  return OnShard(shard, err, &FlatShard::StartReduceScatterGrads);
 }
 
 dk_status_t dk_shard_reduce_grads_wait(dk_shard_t* shard, dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
-    return s->WaitReduceScatterGrads();
-  });
+  return OnShard(shard, err, &FlatShard::WaitReduceScatterGrads);
 }
 
 void dk_shard_set_require_sync(dk_shard_t* shard, int32_t require_sync) {
@@ -213,7 +181,7 @@ int32_t dk_shard_num_flat(const dk_shard_t* shard) {
 dk_status_t dk_shard_local(dk_shard_t* shard, int32_t flat, void** data_out,
                            void** grad_out, int64_t* numel_out,
                            dk_dtype_t* dtype_out, dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
+  return OnShard(shard, err, [&](FlatShard* s) -> absl::Status {
     if (flat < 0 || flat >= s->num_flat()) {
       return absl::OutOfRangeError(
           absl::StrCat("flat: ", flat, " is not in [0, ", s->num_flat(), ")"));
@@ -235,7 +203,7 @@ void dk_shard_zero_grads(dk_shard_t* shard) {
 dk_status_t dk_shard_piece(dk_shard_t* shard, int32_t index,
                            int64_t* offset_out, int64_t* numel_out,
                            void** data_out, void** grad_out, dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
+  return OnShard(shard, err, [&](FlatShard* s) -> absl::Status {
     if (index < 0 || index >= s->num_params()) {
       return absl::OutOfRangeError(absl::StrCat(
           "index: ", index, " is not in [0, ", s->num_params(), ")"));
@@ -252,7 +220,7 @@ dk_status_t dk_shard_piece(dk_shard_t* shard, int32_t index,
 dk_status_t dk_shard_gather_full(dk_shard_t* shard, DLTensor* const* outs,
                                  size_t n, int32_t rank0_only,
                                  dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
+  return OnShard(shard, err, [&](FlatShard* s) -> absl::Status {
     DK_ASSIGN_OR_RETURN(std::vector<TensorRef> ts,
                         TensorArgs(outs, n, "outs", rank0_only != 0));
     return s->GatherFullParams(ts, rank0_only != 0);
@@ -261,7 +229,7 @@ dk_status_t dk_shard_gather_full(dk_shard_t* shard, DLTensor* const* outs,
 
 dk_status_t dk_shard_load_full(dk_shard_t* shard, DLTensor* const* values,
                                size_t n, int32_t rank0_only, dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
+  return OnShard(shard, err, [&](FlatShard* s) -> absl::Status {
     DK_ASSIGN_OR_RETURN(std::vector<TensorRef> ts,
                         TensorArgs(values, n, "values", false));
     return s->LoadFullParams(ts, rank0_only != 0);
@@ -271,7 +239,7 @@ dk_status_t dk_shard_load_full(dk_shard_t* shard, DLTensor* const* values,
 dk_status_t dk_shard_load_sharded(dk_shard_t* shard, int32_t saved_world_size,
                                   const DLTensor* const* saved,
                                   size_t num_saved, dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
+  return OnShard(shard, err, [&](FlatShard* s) -> absl::Status {
     if (saved_world_size <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("saved_world_size: ", saved_world_size, " must be > 0"));
@@ -320,7 +288,7 @@ static_assert(
 dk_status_t dk_shard_take_events(dk_shard_t* shard, dk_shard_event_t* out,
                                  size_t capacity, size_t* count,
                                  dk_error_t** err) {
-  return OnShard(shard, err, [&](distkit::FlatShard* s) -> absl::Status {
+  return OnShard(shard, err, [&](FlatShard* s) -> absl::Status {
     if (count == nullptr) return absl::InvalidArgumentError("count is NULL");
     *count = 0;
     if (capacity > 0 && out == nullptr)

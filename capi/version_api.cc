@@ -2,10 +2,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "capi/abi_guard.h"
+#include "capi/entry_point.h"
 #include "distkit/distkit.h"
-
-using ::distkit::capi::Guard;
 
 extern "C" {
 

@@ -35,6 +35,17 @@ struct FieldSpan {
 #define DK_FIELD_SPAN(Struct, field) \
   ::distkit::capi::FieldSpan { offsetof(Struct, field), sizeof(Struct::field) }
 
+// The start of every dk_X_config_init: false for a NULL `config` (nothing
+// to fill), else the struct zeroed with its struct_size set, for the caller
+// to set the non-zero defaults.
+template <typename Config>
+bool ResetVersionedStruct(Config* config) {
+  if (config == nullptr) return false;
+  std::memset(config, 0, sizeof(*config));
+  config->struct_size = sizeof(*config);
+  return true;
+}
+
 // `init` fills the defaults; `name` is the struct's C name without "_t"
 // ("dk_store_config"), for errors; `fields` lists every field of the newest
 // version.

@@ -13,15 +13,7 @@
 
 #include "distkit/distkit.h"
 #include "testing/c/host_tensor.h"
-
-static int rank_ = -1, failures_;
-
-static void check(int ok, const char* what) {
-  if (!ok) {
-    fprintf(stderr, "rank %d: CHECK FAILED: %s\n", rank_, what);
-    ++failures_;
-  }
-}
+#include "testing/c/rank_check.h"
 
 static void sleep_ms(long ms) {
   const struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
@@ -44,51 +36,52 @@ int main(void) {
     return 1;
   }
   const int late = atoi(size_env) - 1;
-  rank_ = atoi(rank_env);
-  if (rank_ == late) sleep_ms(6000);
+  dk_test_rank = atoi(rank_env);
+  if (dk_test_rank == late) sleep_ms(6000);
 
   dk_init_config_t cfg;
   dk_init_config_init(&cfg);
-  check(cfg.connect_timeout_ms <= 0,
-        "connect_timeout_ms defaults to timeout_ms");
+  dk_test_check(cfg.connect_timeout_ms <= 0,
+                "connect_timeout_ms defaults to timeout_ms");
   cfg.timeout_ms = 3000;
   cfg.connect_timeout_ms = 30000;
   dk_group_t* world = NULL;
   dk_error_t* err = NULL;
   const double init_start = now_s();
   if (dk_init("pytorch", &cfg, &world, &err) != DK_OK) {
-    fprintf(stderr, "rank %d: dk_init failed after %.1f s: %s\n", rank_,
+    fprintf(stderr, "rank %d: dk_init failed after %.1f s: %s\n", dk_test_rank,
             now_s() - init_start, dk_error_message(err));
     return 1;
   }
   const int size = dk_group_size(world);
-  check(dk_group_rank(world) == rank_, "the world rank is RANK");
-  if (rank_ != late) {
-    printf("rank %d joined after %.1f s (op timeout 3 s)\n", rank_,
+  dk_test_check(dk_group_rank(world) == dk_test_rank, "the world rank is RANK");
+  if (dk_test_rank != late) {
+    printf("rank %d joined after %.1f s (op timeout 3 s)\n", dk_test_rank,
            now_s() - init_start);
   }
 
-  float x = (float)(rank_ + 1);
+  float x = (float)(dk_test_rank + 1);
   int64_t n = 1;
   DLTensor t = dk_test_float_vector(&x, &n);
   if (dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err) != DK_OK) {
-    fprintf(stderr, "rank %d: all_reduce: %s\n", rank_, dk_error_message(err));
+    fprintf(stderr, "rank %d: all_reduce: %s\n", dk_test_rank,
+            dk_error_message(err));
     return 1;
   }
-  check(x == (float)(size * (size + 1) / 2), "the sum of rank + 1");
+  dk_test_check(x == (float)(size * (size + 1) / 2), "the sum of rank + 1");
 
-  if (rank_ == late) sleep_ms(8000);
+  if (dk_test_rank == late) sleep_ms(8000);
   x = 1.0f;
   const double op_start = now_s();
   const dk_status_t s = dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err);
-  if (rank_ != late) {
+  if (dk_test_rank != late) {
     if (s != DK_DEADLINE_EXCEEDED) {
       fprintf(stderr, "rank %d: the late all_reduce gave %d (%s), not %d\n",
-              rank_, (int)s, s == DK_OK ? "" : dk_error_message(err),
+              dk_test_rank, (int)s, s == DK_OK ? "" : dk_error_message(err),
               (int)DK_DEADLINE_EXCEEDED);
-      ++failures_;
+      ++dk_test_failures;
     } else {
-      printf("rank %d: DEADLINE_EXCEEDED after %.1f s: %s\n", rank_,
+      printf("rank %d: DEADLINE_EXCEEDED after %.1f s: %s\n", dk_test_rank,
              now_s() - op_start, dk_error_message(err));
     }
   }
@@ -96,6 +89,6 @@ int main(void) {
 
   dk_group_destroy(world);
   dk_shutdown();
-  if (failures_ == 0) printf("rank %d: PASSED\n", rank_);
-  return failures_ == 0 ? 0 : 1;
+  if (dk_test_failures == 0) printf("rank %d: PASSED\n", dk_test_rank);
+  return dk_test_failures == 0 ? 0 : 1;
 }

@@ -18,21 +18,15 @@
 
 #include "distkit/distkit.h"
 #include "testing/c/host_tensor.h"
+#include "testing/c/rank_check.h"
 
-static int rank_ = -1, failures_;
-
-static void check(int ok, const char* what, long got, long want) {
+/* dk_test_check, with the numbers it compared. */
+static void check_count(int ok, const char* what, long got, long want) {
   if (!ok) {
-    fprintf(stderr, "rank %d: CHECK FAILED: %s (got %ld, want %ld)\n", rank_,
-            what, got, want);
-    ++failures_;
+    fprintf(stderr, "rank %d: %s: got %ld, want %ld\n", dk_test_rank, what, got,
+            want);
   }
-}
-
-static void die(const char* what, dk_error_t* err) {
-  fprintf(stderr, "rank %d: %s: %s\n", rank_, what,
-          err != NULL ? dk_error_message(err) : "");
-  exit(1);
+  dk_test_check(ok, what);
 }
 
 /* The port of a socket address, or 0 if it is not an IP address. */
@@ -117,78 +111,76 @@ int main(void) {
   }
   const int flat = !on_shm || (hosts > 1 && hosts == env_size);
   const long leader_links = hosts > 1 && !flat && leader ? hosts - 1 : 0;
-  dk_init_config_t cfg;
-  dk_init_config_init(&cfg);
-  cfg.timeout_ms = 30000;
-  dk_group_t* world = NULL;
+  dk_group_t* world = dk_test_init(NULL, 30000);
   dk_error_t* err = NULL;
-  if (dk_init("pytorch", &cfg, &world, &err) != DK_OK) die("dk_init", err);
-  rank_ = dk_group_rank(world);
   const int size = dk_group_size(world);
 
-  float x = (float)(rank_ + 1);
+  float x = (float)(dk_test_rank + 1);
   int64_t one = 1;
   DLTensor t = dk_test_float_vector(&x, &one);
   if (dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err) != DK_OK)
-    die("all_reduce", err);
-  check(x == (float)(size * (size + 1) / 2), "all_reduce sum", (long)x,
-        size * (size + 1) / 2);
+    dk_test_die("all_reduce", err);
+  check_count(x == (float)(size * (size + 1) / 2), "all_reduce sum", (long)x,
+              size * (size + 1) / 2);
   const long after_init = peer_connections(store_port);
-  printf("rank %d of %d: %ld peer connections after init + all_reduce\n", rank_,
-         size, after_init);
+  printf("rank %d of %d: %ld peer connections after init + all_reduce\n",
+         dk_test_rank, size, after_init);
   const long want_init = flat ? size - 1 : leader_links;
-  check(after_init == want_init, "peer connections after init + all_reduce",
-        after_init, want_init);
+  check_count(after_init == want_init,
+              "peer connections after init + all_reduce", after_init,
+              want_init);
 
-  if (size >= 2 && rank_ <= 1) {
-    float v = rank_ == 0 ? 42.0f : 0.0f;
+  if (size >= 2 && dk_test_rank <= 1) {
+    float v = dk_test_rank == 0 ? 42.0f : 0.0f;
     DLTensor m = dk_test_float_vector(&v, &one);
-    dk_status_t s = rank_ == 0 ? dk_group_send(world, &m, 1, 7, NULL, &err)
-                               : dk_group_recv(world, &m, 0, 7, NULL, &err);
-    if (s != DK_OK) die("send/recv", err);
-    check(v == 42.0f, "the received value", (long)v, 42);
+    dk_status_t s = dk_test_rank == 0
+                        ? dk_group_send(world, &m, 1, 7, NULL, &err)
+                        : dk_group_recv(world, &m, 0, 7, NULL, &err);
+    if (s != DK_OK) dk_test_die("send/recv", err);
+    check_count(v == 42.0f, "the received value", (long)v, 42);
   }
-  if (dk_group_barrier(world, NULL, &err) != DK_OK) die("barrier", err);
+  if (dk_group_barrier(world, NULL, &err) != DK_OK) dk_test_die("barrier", err);
   const long after_p2p = peer_connections(store_port);
   const long want_p2p =
-      flat ? size - 1 : leader_links + (size >= 2 && rank_ <= 1);
-  check(after_p2p == want_p2p, "peer connections after one send/recv",
-        after_p2p, want_p2p);
+      flat ? size - 1 : leader_links + (size >= 2 && dk_test_rank <= 1);
+  check_count(after_p2p == want_p2p, "peer connections after one send/recv",
+              after_p2p, want_p2p);
 
   /* Larger than a shared-memory slot (1 MiB): still no TCP on one host. */
   int64_t part = 300000;
   float* mine = malloc((size_t)part * sizeof(float));
-  for (int64_t i = 0; i < part; ++i) mine[i] = (float)(rank_ * 1000 + i % 97);
+  for (int64_t i = 0; i < part; ++i)
+    mine[i] = (float)(dk_test_rank * 1000 + i % 97);
   float* all = calloc((size_t)(size * part), sizeof(float));
   int64_t n_all = size * part;
   DLTensor in = dk_test_float_vector(mine, &part),
            out = dk_test_float_vector(all, &n_all);
-  if (dk_group_gather(world, &in, rank_ == 0 ? &out : NULL, 0, NULL, &err) !=
-      DK_OK)
-    die("gather", err);
-  if (rank_ == 0) {
+  if (dk_group_gather(world, &in, dk_test_rank == 0 ? &out : NULL, 0, NULL,
+                      &err) != DK_OK)
+    dk_test_die("gather", err);
+  if (dk_test_rank == 0) {
     for (int r = 0; r < size; ++r) {
       for (int64_t i = 0; i < part; i += 4999) {
         const float want = (float)(r * 1000 + i % 97);
-        check(all[r * part + i] == want, "gathered value",
-              (long)all[r * part + i], (long)want);
+        check_count(all[r * part + i] == want, "gathered value",
+                    (long)all[r * part + i], (long)want);
       }
     }
   }
   free(mine);
   free(all);
   const long after_gather = peer_connections(store_port);
-  printf("rank %d of %d: %ld after one send/recv, %ld after a gather\n", rank_,
-         size, after_p2p, after_gather);
+  printf("rank %d of %d: %ld after one send/recv, %ld after a gather\n",
+         dk_test_rank, size, after_p2p, after_gather);
   /* Across hosts a gather goes over the group of every rank: its pairs. */
   const long want_gather =
       flat ? size - 1 : (hosts > 1 ? leader_links + size - 1 : want_p2p);
-  check(after_gather == want_gather, "peer connections after a gather",
-        after_gather, want_gather);
+  check_count(after_gather == want_gather, "peer connections after a gather",
+              after_gather, want_gather);
   /* Nobody closes a connection before every rank has counted. */
-  if (dk_group_barrier(world, NULL, &err) != DK_OK) die("barrier", err);
+  if (dk_group_barrier(world, NULL, &err) != DK_OK) dk_test_die("barrier", err);
 
   dk_group_destroy(world);
   dk_shutdown();
-  return failures_ == 0 ? 0 : 1;
+  return dk_test_failures == 0 ? 0 : 1;
 }

@@ -16,23 +16,9 @@
 
 #include "distkit/distkit.h"
 #include "testing/c/host_tensor.h"
+#include "testing/c/rank_check.h"
 
-static int rank_, size_, device_;
-
-static void fail(const char* what, dk_error_t* err) {
-  fprintf(stderr, "rank %d: FAILED: %s%s%s\n", rank_, what, err ? ": " : "",
-          err ? dk_error_message(err) : "");
-  exit(1);
-}
-#define OK(call)                          \
-  do {                                    \
-    dk_error_t* e_ = NULL;                \
-    if ((call) != DK_OK) fail(#call, e_); \
-  } while (0)
-#define EXPECT(cond, what)         \
-  do {                             \
-    if (!(cond)) fail(what, NULL); \
-  } while (0)
+static int size_, device_;
 
 /* The few CUDA runtime calls a C trainer makes (cuda_runtime_api.h's
  * signatures, with opaque handles). */
@@ -54,14 +40,14 @@ enum { kHostToDevice = 1, kDeviceToHost = 2, kNonBlocking = 1 };
 
 static void* resolve(void* lib, const char* name) {
   void* f = dlsym(lib, name);
-  if (f == NULL) fail(name, NULL);
+  if (f == NULL) dk_test_die(name, NULL);
   return f;
 }
 
 static void load_cuda(void) {
   const char* path = getenv("DISTKIT_CUDART_LIBRARY");
   void* lib = path ? dlopen(path, RTLD_NOW) : NULL;
-  if (lib == NULL) fail("dlopen DISTKIT_CUDART_LIBRARY", NULL);
+  if (lib == NULL) dk_test_die("dlopen DISTKIT_CUDART_LIBRARY", NULL);
   /* POSIX's way to turn dlsym's pointer into a function pointer. */
   *(void**)(&cuda_set_device) = resolve(lib, "cudaSetDevice");
   *(void**)(&cuda_malloc) = resolve(lib, "cudaMalloc");
@@ -84,7 +70,7 @@ typedef struct {
 static void dev_vector(DevVector* v, int64_t n) {
   v->n = n;
   if (cuda_malloc((void**)&v->dev, sizeof(float) * (size_t)n) != 0)
-    fail("cudaMalloc", NULL);
+    dk_test_die("cudaMalloc", NULL);
   memset(&v->t, 0, sizeof(v->t));
   v->t.data = v->dev;
   v->t.device.device_type = kDLCUDA;
@@ -100,32 +86,48 @@ static void dev_vector(DevVector* v, int64_t n) {
 static void upload(DevVector* v, float* host) {
   int64_t n = v->n;
   DLTensor h = dk_test_float_vector(host, &n);
-  OK(dk_tensor_copy(&h, &v->t, &e_));
+  DK_TEST_OK(dk_tensor_copy(&h, &v->t, &e_));
 }
 
 static void download(DevVector* v, float* host) {
   int64_t n = v->n;
   DLTensor h = dk_test_float_vector(host, &n);
-  OK(dk_tensor_copy(&v->t, &h, &e_));
+  DK_TEST_OK(dk_tensor_copy(&v->t, &h, &e_));
 }
 
 static float value(int r, int64_t i) { return (float)((r * 3 + i) % 11 - 5); }
 
+/* Element i's values summed over the ranks (small integers: exact). */
+static double sum_over_ranks(int64_t i) {
+  double sum = 0;
+  for (int r = 0; r < size_; ++r) sum += value(r, i);
+  return sum;
+}
+
+/* `host` all_reduced with `op` in v's CUDA memory and read back into
+ * `back`; started and waited on through its work when `async`. */
+static void all_reduce_through(dk_group_t* world, DevVector* v, float* host,
+                               float* back, dk_reduce_op_t op, int async) {
+  upload(v, host);
+  dk_work_t* work = NULL;
+  DK_TEST_OK(dk_group_all_reduce(world, &v->t, op, async ? &work : NULL, &e_));
+  if (async) {
+    DK_TEST_OK(dk_work_wait(work, -1, &e_));
+    dk_work_destroy(work);
+  }
+  download(v, back);
+}
+
 int main(void) {
-  dk_group_t* world = NULL;
-  dk_init_config_t ic;
-  dk_init_config_init(&ic);
-  ic.backend = "nccl";
-  OK(dk_init_version(DK_ABI_MAJOR, DK_ABI_MINOR, &e_));
-  OK(dk_init("pytorch", &ic, &world, &e_));
-  rank_ = dk_group_rank(world);
+  dk_group_t* world = dk_test_init("nccl", 0);
   size_ = dk_group_size(world);
   DLDevice comm;
-  OK(dk_group_comm_device(world, &comm, &e_));
-  EXPECT(comm.device_type == kDLCUDA, "the nccl group computes on CUDA");
+  DK_TEST_OK(dk_group_comm_device(world, &comm, &e_));
+  dk_test_require(comm.device_type == kDLCUDA,
+                  "the nccl group computes on CUDA");
   device_ = comm.device_id;
   load_cuda();
-  if (cuda_set_device(device_) != 0) fail("cudaSetDevice", NULL);
+  if (cuda_set_device(device_) != 0) dk_test_die("cudaSetDevice", NULL);
 
   enum { N = 1000 };
   float host[N], back[N];
@@ -135,51 +137,40 @@ int main(void) {
   dev_vector(&all, N * size_);
 
   /* all_reduce: sum, then mean, then max (asynchronous, waited on). */
-  for (int64_t i = 0; i < N; ++i) host[i] = value(rank_, i);
-  upload(&v, host);
-  OK(dk_group_all_reduce(world, &v.t, DK_OP_SUM, NULL, &e_));
-  download(&v, back);
+  for (int64_t i = 0; i < N; ++i) host[i] = value(dk_test_rank, i);
+  all_reduce_through(world, &v, host, back, DK_OP_SUM, 0);
+  for (int64_t i = 0; i < N; ++i)
+    dk_test_require(back[i] == sum_over_ranks(i),
+                    "all_reduce sum of CUDA memory");
+  all_reduce_through(world, &v, host, back, DK_OP_MEAN, 0);
   for (int64_t i = 0; i < N; ++i) {
-    float want = 0;
-    for (int r = 0; r < size_; ++r) want += value(r, i);
-    EXPECT(back[i] == want, "all_reduce sum of CUDA memory");
+    dk_test_require(fabs(back[i] - sum_over_ranks(i) / size_) < 1e-5,
+                    "all_reduce mean (ncclAvg)");
   }
-  upload(&v, host);
-  OK(dk_group_all_reduce(world, &v.t, DK_OP_MEAN, NULL, &e_));
-  download(&v, back);
-  for (int64_t i = 0; i < N; ++i) {
-    double want = 0;
-    for (int r = 0; r < size_; ++r) want += value(r, i);
-    EXPECT(fabs(back[i] - want / size_) < 1e-5, "all_reduce mean (ncclAvg)");
-  }
-  upload(&v, host);
-  dk_work_t* work = NULL;
-  OK(dk_group_all_reduce(world, &v.t, DK_OP_MAX, &work, &e_));
-  OK(dk_work_wait(work, -1, &e_));
-  dk_work_destroy(work);
-  download(&v, back);
+  all_reduce_through(world, &v, host, back, DK_OP_MAX, 1);
   for (int64_t i = 0; i < N; ++i) {
     float want = value(0, i);
     for (int r = 1; r < size_; ++r)
       want = value(r, i) > want ? value(r, i) : want;
-    EXPECT(back[i] == want, "asynchronous all_reduce max");
+    dk_test_require(back[i] == want, "asynchronous all_reduce max");
   }
 
   /* broadcast from the last rank; all_gather in rank order. */
   upload(&v, host);
-  OK(dk_group_broadcast(world, &v.t, size_ - 1, NULL, &e_));
+  DK_TEST_OK(dk_group_broadcast(world, &v.t, size_ - 1, NULL, &e_));
   download(&v, back);
   for (int64_t i = 0; i < N; ++i)
-    EXPECT(back[i] == value(size_ - 1, i), "broadcast from the last rank");
+    dk_test_require(back[i] == value(size_ - 1, i),
+                    "broadcast from the last rank");
   upload(&v, host);
-  OK(dk_group_all_gather(world, &v.t, &all.t, NULL, &e_));
+  DK_TEST_OK(dk_group_all_gather(world, &v.t, &all.t, NULL, &e_));
   {
     int64_t n = N * size_;
     DLTensor h = dk_test_float_vector(all_host, &n);
-    OK(dk_tensor_copy(&all.t, &h, &e_));
+    DK_TEST_OK(dk_tensor_copy(&all.t, &h, &e_));
   }
   for (int64_t i = 0; i < N * size_; ++i)
-    EXPECT(all_host[i] == value((int)(i / N), i % N), "all_gather");
+    dk_test_require(all_host[i] == value((int)(i / N), i % N), "all_gather");
 
   /* A ring of sends and receives, issued asynchronously. */
   if (size_ > 1) {
@@ -188,16 +179,18 @@ int main(void) {
     dk_work_t* s = NULL;
     dk_work_t* r = NULL;
     upload(&v, host);
-    OK(dk_group_send(world, &v.t, (rank_ + 1) % size_, 0, &s, &e_));
-    OK(dk_group_recv(world, &got.t, (rank_ + size_ - 1) % size_, 0, &r, &e_));
-    OK(dk_work_wait(s, -1, &e_));
-    OK(dk_work_wait(r, -1, &e_));
+    DK_TEST_OK(
+        dk_group_send(world, &v.t, (dk_test_rank + 1) % size_, 0, &s, &e_));
+    DK_TEST_OK(dk_group_recv(world, &got.t, (dk_test_rank + size_ - 1) % size_,
+                             0, &r, &e_));
+    DK_TEST_OK(dk_work_wait(s, -1, &e_));
+    DK_TEST_OK(dk_work_wait(r, -1, &e_));
     dk_work_destroy(s);
     dk_work_destroy(r);
     download(&got, back);
     for (int64_t i = 0; i < N; ++i)
-      EXPECT(back[i] == value((rank_ + size_ - 1) % size_, i),
-             "recv from the previous rank");
+      dk_test_require(back[i] == value((dk_test_rank + size_ - 1) % size_, i),
+                      "recv from the previous rank");
     cuda_free(got.dev);
   }
 
@@ -206,23 +199,24 @@ int main(void) {
   {
     void* stream = NULL;
     if (cuda_stream_create(&stream, kNonBlocking) != 0)
-      fail("cudaStreamCreateWithFlags", NULL);
-    OK(dk_group_set_cuda_stream(world, stream, &e_));
-    for (int64_t i = 0; i < N; ++i) host[i] = value(rank_ + 1, i);
+      dk_test_die("cudaStreamCreateWithFlags", NULL);
+    DK_TEST_OK(dk_group_set_cuda_stream(world, stream, &e_));
+    for (int64_t i = 0; i < N; ++i) host[i] = value(dk_test_rank + 1, i);
     for (int64_t at = 0; at < N; at += N / 4) {
       if (cuda_memcpy_async(v.dev + at, host + at, sizeof(float) * (N / 4),
                             kHostToDevice, stream) != 0)
-        fail("cudaMemcpyAsync", NULL);
+        dk_test_die("cudaMemcpyAsync", NULL);
     }
-    OK(dk_group_all_reduce(world, &v.t, DK_OP_SUM, NULL, &e_));
+    DK_TEST_OK(dk_group_all_reduce(world, &v.t, DK_OP_SUM, NULL, &e_));
     if (size_ == 1) cuda_stream_sync(stream); /* nothing moved */
     download(&v, back);
     for (int64_t i = 0; i < N; ++i) {
       float want = 0;
       for (int r = 0; r < size_; ++r) want += value(r + 1, i);
-      EXPECT(back[i] == want, "the all_reduce followed the caller's stream");
+      dk_test_require(back[i] == want,
+                      "the all_reduce followed the caller's stream");
     }
-    OK(dk_group_set_cuda_stream(world, NULL, &e_));
+    DK_TEST_OK(dk_group_set_cuda_stream(world, NULL, &e_));
     cuda_stream_sync(stream);
     cuda_stream_destroy(stream);
   }
@@ -233,9 +227,10 @@ int main(void) {
     DLTensor h = dk_test_float_vector(host, &n);
     dk_error_t* err = NULL;
     dk_status_t st = dk_group_all_reduce(world, &h, DK_OP_SUM, NULL, &err);
-    EXPECT(st == DK_INVALID_ARGUMENT && err != NULL &&
-               strstr(dk_error_message(err), "cuda") != NULL,
-           "a host tensor on the nccl group is refused, naming the device");
+    dk_test_require(
+        st == DK_INVALID_ARGUMENT && err != NULL &&
+            strstr(dk_error_message(err), "cuda") != NULL,
+        "a host tensor on the nccl group is refused, naming the device");
     dk_error_free(err);
   }
 
@@ -245,6 +240,6 @@ int main(void) {
   dk_group_destroy(world);
   dk_shutdown();
   printf("rank %d: the C ABI on CUDA memory (nccl on the simulator): passed\n",
-         rank_);
+         dk_test_rank);
   return 0;
 }

@@ -26,6 +26,7 @@
 
 #include "distkit/distkit.h"
 #include "testing/c/host_tensor.h"
+#include "testing/c/rank_check.h"
 
 #define DIM 5
 #define VICTIM 1
@@ -33,21 +34,6 @@
 #define SHRUNK_STEPS 3
 #define GROWN_STEPS 3
 #define TIMEOUT_MS 20000
-
-static int world_rank_ = -1, failures_;
-
-static void check(int ok, const char* what) {
-  if (!ok) {
-    fprintf(stderr, "rank %d: CHECK FAILED: %s\n", world_rank_, what);
-    ++failures_;
-  }
-}
-
-static void die(const char* what, dk_error_t* err) {
-  fprintf(stderr, "rank %d: %s: %s\n", world_rank_, what,
-          err != NULL ? dk_error_message(err) : "");
-  exit(1);
-}
 
 /* World rank r's contribution at `step`. */
 static double value(int step, int r, int i) {
@@ -59,7 +45,7 @@ static double value(int step, int r, int i) {
 static dk_status_t step_on(dk_group_t* group, int step, const int* members,
                            int n, dk_error_t** err) {
   double v[DIM];
-  for (int i = 0; i < DIM; ++i) v[i] = value(step, world_rank_, i);
+  for (int i = 0; i < DIM; ++i) v[i] = value(step, dk_test_rank, i);
   int64_t len = DIM;
   DLTensor t = dk_test_host_tensor(v, &len, 1, kDLFloat, 64);
   dk_status_t s = dk_group_all_reduce(group, &t, DK_OP_SUM, NULL, err);
@@ -68,9 +54,9 @@ static dk_status_t step_on(dk_group_t* group, int step, const int* members,
     double want = 0;
     for (int k = 0; k < n; ++k) want += value(step, members[k], i);
     if (v[i] != want) {
-      fprintf(stderr, "rank %d: step %d [%d] = %g, want %g\n", world_rank_,
+      fprintf(stderr, "rank %d: step %d [%d] = %g, want %g\n", dk_test_rank,
               step, i, v[i], want);
-      check(0, "all_reduce sums the members' values");
+      dk_test_check(0, "all_reduce sums the members' values");
     }
   }
   return DK_OK;
@@ -78,15 +64,16 @@ static dk_status_t step_on(dk_group_t* group, int step, const int* members,
 
 /* The world ranks of `group`'s members, in group order, by all_gather. */
 static void check_order(dk_group_t* group, const int* members, int n) {
-  int64_t in = world_rank_, out[8] = {0};
+  int64_t in = dk_test_rank, out[8] = {0};
   int64_t one = 1, all = n;
   DLTensor ti = dk_test_host_tensor(&in, &one, 1, kDLInt, 64);
   DLTensor to = dk_test_host_tensor(out, &all, 1, kDLInt, 64);
   dk_error_t* err = NULL;
   if (dk_group_all_gather(group, &ti, &to, NULL, &err) != DK_OK)
-    die("all_gather", err);
+    dk_test_die("all_gather", err);
   for (int k = 0; k < n; ++k)
-    check(out[k] == members[k], "group ranks in the original world order");
+    dk_test_check(out[k] == members[k],
+                  "group ranks in the original world order");
 }
 
 int main(int argc, char** argv) {
@@ -103,18 +90,10 @@ int main(int argc, char** argv) {
         atoi(getenv("RANK")) * atoi(declared) / atoi(getenv("WORLD_SIZE")));
     setenv("DISTKIT_HOST_ID", id, 1);
   }
-  dk_init_config_t cfg;
-  dk_init_config_init(&cfg);
-  cfg.timeout_ms = TIMEOUT_MS;
-  dk_group_t* world = NULL;
+  dk_group_t* world = dk_test_init(NULL, TIMEOUT_MS);
   dk_error_t* err = NULL;
-  if (dk_init("pytorch", &cfg, &world, &err) != DK_OK) die("dk_init", err);
-  world_rank_ = dk_group_rank(world);
   const int size = dk_group_size(world);
-  if (size < 2) {
-    printf("rank %d: needs 2 ranks or more\n", world_rank_);
-    return 1;
-  }
+  dk_test_require(size >= 2, "the job has 2 ranks or more");
   int all[8], survivors[8], n_survivors = 0;
   for (int r = 0; r < size; ++r) {
     all[r] = r;
@@ -124,27 +103,28 @@ int main(int argc, char** argv) {
   dk_group_t* grown = NULL;
   if (newcomer) {
     /* dk_init joined the survivors' grow: its world is the grown group. */
-    check(strcmp(replacement, "1") == 0, "the job's first replacement");
-    check(world_rank_ == VICTIM, "the replacement takes the lost rank");
-    check(strncmp(dk_group_name(world), "world@g1", 8) == 0,
-          "the replacement's world is generation 1");
-    printf("rank %d: replacement %s joined '%s'\n", world_rank_, replacement,
+    dk_test_check(strcmp(replacement, "1") == 0, "the job's first replacement");
+    dk_test_check(dk_test_rank == VICTIM,
+                  "the replacement takes the lost rank");
+    dk_test_check(strncmp(dk_group_name(world), "world@g1", 8) == 0,
+                  "the replacement's world is generation 1");
+    printf("rank %d: replacement %s joined '%s'\n", dk_test_rank, replacement,
            dk_group_name(world));
     grown = world;
     world = NULL;
   } else {
     for (; step < DIE_AT; ++step) {
       if (step_on(NULL, step, all, size, &err) != DK_OK)
-        die("a step before the failure", err);
+        dk_test_die("a step before the failure", err);
     }
-    if (world_rank_ == VICTIM) {
-      printf("rank %d: SIGKILL before step %d\n", world_rank_, step);
+    if (dk_test_rank == VICTIM) {
+      printf("rank %d: SIGKILL before step %d\n", dk_test_rank, step);
       raise(SIGKILL);
     }
     dk_status_t s = step_on(NULL, step, all, size, &err);
-    check(s == DK_UNAVAILABLE || s == DK_DEADLINE_EXCEEDED,
-          "the step the rank died in fails: a lost peer or a timeout");
-    printf("rank %d: step %d failed (%s); %s\n", world_rank_, step,
+    dk_test_check(s == DK_UNAVAILABLE || s == DK_DEADLINE_EXCEEDED,
+                  "the step the rank died in fails: a lost peer or a timeout");
+    printf("rank %d: step %d failed (%s); %s\n", dk_test_rank, step,
            err != NULL ? dk_error_message(err) : "no error",
            direct ? "growing from the poisoned world" : "shrinking");
     dk_error_free(err);
@@ -152,61 +132,65 @@ int main(int argc, char** argv) {
     dk_group_t* shrunk = NULL;
     if (!direct) {
       if (dk_group_shrink(NULL, 2000, &shrunk, &err) != DK_OK)
-        die("dk_group_shrink", err);
-      check(dk_group_size(shrunk) == size - 1, "the survivors' group");
+        dk_test_die("dk_group_shrink", err);
+      dk_test_check(dk_group_size(shrunk) == size - 1, "the survivors' group");
       check_order(shrunk, survivors, n_survivors);
       for (int k = 0; k < SHRUNK_STEPS; ++k, ++step) {
         if (step_on(NULL, step, survivors, n_survivors, &err) != DK_OK)
-          die("a step at world size - 1", err);
+          dk_test_die("a step at world size - 1", err);
       }
-      printf("rank %d: %d steps at %d ranks; growing\n", world_rank_,
+      printf("rank %d: %d steps at %d ranks; growing\n", dk_test_rank,
              SHRUNK_STEPS, n_survivors);
     }
     if (dk_group_grow(NULL, 0, TIMEOUT_MS, &grown, &err) != DK_OK)
-      die("dk_group_grow", err);
+      dk_test_die("dk_group_grow", err);
     /* The groups it replaced are aborted: nothing runs on them again. */
     double x = 1;
     int64_t one = 1;
     DLTensor t = dk_test_host_tensor(&x, &one, 1, kDLFloat, 64);
-    check(dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err) != DK_OK,
-          "the old world is aborted");
+    dk_test_check(
+        dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err) != DK_OK,
+        "the old world is aborted");
     dk_error_free(err);
     err = NULL;
     if (shrunk != NULL) {
-      check(dk_group_all_reduce(shrunk, &t, DK_OP_SUM, NULL, &err) != DK_OK,
-            "the shrunk group is aborted");
+      dk_test_check(
+          dk_group_all_reduce(shrunk, &t, DK_OP_SUM, NULL, &err) != DK_OK,
+          "the shrunk group is aborted");
       dk_error_free(err);
       err = NULL;
       dk_group_destroy(shrunk);
     }
   }
   /* Both sides: the grown group is the default one, of the original size. */
-  check(dk_group_size(grown) == size, "grown back to the job's size");
-  check(dk_group_size(NULL) == size, "the grown group is the default one");
-  check(dk_group_rank(grown) == world_rank_, "world ranks kept");
-  check(strncmp(dk_group_name(grown), "world@g1", 8) == 0,
-        "the grown group carries generation 1");
+  dk_test_check(dk_group_size(grown) == size, "grown back to the job's size");
+  dk_test_check(dk_group_size(NULL) == size,
+                "the grown group is the default one");
+  dk_test_check(dk_group_rank(grown) == dk_test_rank, "world ranks kept");
+  dk_test_check(strncmp(dk_group_name(grown), "world@g1", 8) == 0,
+                "the grown group carries generation 1");
   check_order(grown, all, size);
   int64_t counter = step, one = 1;
   DLTensor tc = dk_test_host_tensor(&counter, &one, 1, kDLInt, 64);
   if (dk_group_broadcast(grown, &tc, 0, NULL, &err) != DK_OK)
-    die("broadcast of the step", err);
-  check(counter == DIE_AT + shrunk_steps, "the step counter from rank 0");
+    dk_test_die("broadcast of the step", err);
+  dk_test_check(counter == DIE_AT + shrunk_steps,
+                "the step counter from rank 0");
   step = (int)counter;
   for (int k = 0; k < GROWN_STEPS; ++k, ++step) {
     if (step_on(NULL, step, all, size, &err) != DK_OK)
-      die("a step after the grow", err);
+      dk_test_die("a step after the grow", err);
   }
-  if (dk_group_barrier(NULL, NULL, &err) != DK_OK) die("barrier", err);
+  if (dk_group_barrier(NULL, NULL, &err) != DK_OK) dk_test_die("barrier", err);
   dk_group_destroy(grown);
   if (world != NULL) dk_group_destroy(world);
   dk_shutdown();
-  if (failures_ == 0) {
-    printf("rank %d: %s, back at %d ranks, %d steps checked\n", world_rank_,
+  if (dk_test_failures == 0) {
+    printf("rank %d: %s, back at %d ranks, %d steps checked\n", dk_test_rank,
            newcomer ? "joined as a replacement"
            : direct ? "grew from the poisoned world"
                     : "shrank and grew",
            size, step);
   }
-  return failures_ == 0 ? 0 : 1;
+  return dk_test_failures == 0 ? 0 : 1;
 }

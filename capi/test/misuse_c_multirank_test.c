@@ -16,15 +16,7 @@
 
 #include "distkit/distkit.h"
 #include "testing/c/host_tensor.h"
-
-static int rank_ = -1, failures_;
-
-static void check(int ok, const char* what) {
-  if (!ok) {
-    fprintf(stderr, "rank %d: CHECK FAILED: %s\n", rank_, what);
-    ++failures_;
-  }
-}
+#include "testing/c/rank_check.h"
 
 /* The call's status is `want`, its message contains `text` (if any). */
 #define EXPECT(call, want, text, what)   \
@@ -39,39 +31,28 @@ static void expect(dk_status_t got, dk_error_t* err, dk_status_t want,
   int ok = got == want && (text == NULL || strstr(msg, text) != NULL);
   if (!ok) {
     fprintf(stderr, "rank %d: CHECK FAILED: %s: status %d (want %d): %s\n",
-            rank_, what, (int)got, (int)want, msg);
-    ++failures_;
+            dk_test_rank, what, (int)got, (int)want, msg);
+    ++dk_test_failures;
   }
   if (err != NULL) dk_error_free(err);
 }
 
-static void die(const char* what, dk_error_t* err) {
-  fprintf(stderr, "rank %d: %s: %s\n", rank_, what,
-          err != NULL ? dk_error_message(err) : "");
-  exit(1);
-}
-
 static void reinit_rounds(void) {
   for (int round = 1; round <= 3; ++round) {
-    dk_group_t* world = NULL;
+    dk_group_t* world = dk_test_init(NULL, 30000);
     dk_error_t* err = NULL;
-    dk_init_config_t cfg;
-    dk_init_config_init(&cfg);
-    cfg.timeout_ms = 30000;
-    if (dk_init("pytorch", &cfg, &world, &err) != DK_OK) die("dk_init", err);
-    rank_ = dk_group_rank(world);
     const int size = dk_group_size(world);
-    double x = (double)(rank_ + 1) * round;
+    double x = (double)(dk_test_rank + 1) * round;
     int64_t one = 1;
     DLTensor t = dk_test_host_tensor(&x, &one, 1, kDLFloat, 64);
     if (dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err) != DK_OK)
-      die("all_reduce", err);
-    check(x == (double)round * size * (size + 1) / 2,
-          "each world's all_reduce sums that world's values");
+      dk_test_die("all_reduce", err);
+    dk_test_check(x == (double)round * size * (size + 1) / 2,
+                  "each world's all_reduce sums that world's values");
     if (round < 3) {
       dk_group_destroy(world);
       dk_shutdown();
-      check(!dk_is_distributed(), "shut down");
+      dk_test_check(!dk_is_distributed(), "shut down");
     } else {
       dk_group_destroy(world); /* the default group lives on until shutdown */
     }
@@ -93,7 +74,8 @@ static void sizes_no_buffer_can_have(void) {
 
   dk_store_t* store = NULL;
   err = NULL;
-  if (dk_default_store(&store, &err) != DK_OK) die("dk_default_store", err);
+  if (dk_default_store(&store, &err) != DK_OK)
+    dk_test_die("dk_default_store", err);
   EXPECT(dk_store_set(store, "k", &f, SIZE_MAX, &err), DK_INVALID_ARGUMENT,
          "request limit", "a SIZE_MAX store value");
   EXPECT(dk_store_append(store, "k", &f, SIZE_MAX / 2, &err),
@@ -130,8 +112,8 @@ static void destroyed_handles_and_non_members(void) {
   int32_t first[1] = {0};
   dk_group_t* sub = NULL;
   if (dk_group_new(NULL, first, 1, &sub, &err) != DK_OK)
-    die("dk_group_new", err);
-  if (rank_ != 0) {
+    dk_test_die("dk_group_new", err);
+  if (dk_test_rank != 0) {
     int32_t seed = 0;
     EXPECT(dk_group_sync_random_seed(sub, &seed, &err), DK_FAILED_PRECONDITION,
            "not a member", "a non-member's sync_random_seed");
@@ -142,11 +124,12 @@ static void destroyed_handles_and_non_members(void) {
            "a non-member's all_gather_object");
   }
   dk_group_destroy(sub);
-  check(dk_group_rank(sub) == -1, "destroyed group: rank -1");
-  check(dk_group_size(sub) == -1, "destroyed group: size -1");
-  check(dk_group_name(sub) == NULL, "destroyed group: name NULL");
-  check(dk_group_backend(sub) == NULL, "destroyed group: backend NULL");
-  check(dk_group_global_rank(sub, 0) == -1, "destroyed group: no ranks");
+  dk_test_check(dk_group_rank(sub) == -1, "destroyed group: rank -1");
+  dk_test_check(dk_group_size(sub) == -1, "destroyed group: size -1");
+  dk_test_check(dk_group_name(sub) == NULL, "destroyed group: name NULL");
+  dk_test_check(dk_group_backend(sub) == NULL, "destroyed group: backend NULL");
+  dk_test_check(dk_group_global_rank(sub, 0) == -1,
+                "destroyed group: no ranks");
   float f = 1;
   int64_t one = 1;
   DLTensor t = dk_test_host_tensor(&f, &one, 1, kDLFloat, 32);
@@ -157,14 +140,15 @@ static void destroyed_handles_and_non_members(void) {
   dk_parallel_state_t* state = NULL;
   err = NULL;
   if (dk_parallel_state_create(NULL, NULL, NULL, &state, &err) != DK_OK)
-    die("dk_parallel_state_create", err);
-  check(dk_parallel_state_size(state, DK_PARALLEL_DATA) == dk_group_size(NULL),
-        "a live state answers with its group");
+    dk_test_die("dk_parallel_state_create", err);
+  dk_test_check(
+      dk_parallel_state_size(state, DK_PARALLEL_DATA) == dk_group_size(NULL),
+      "a live state answers with its group");
   dk_parallel_state_destroy(state);
-  check(dk_parallel_state_rank(state, DK_PARALLEL_DATA) == -1,
-        "destroyed state: rank -1");
-  check(dk_parallel_state_size(state, DK_PARALLEL_DATA) == -1,
-        "destroyed state: size -1");
+  dk_test_check(dk_parallel_state_rank(state, DK_PARALLEL_DATA) == -1,
+                "destroyed state: rank -1");
+  dk_test_check(dk_parallel_state_size(state, DK_PARALLEL_DATA) == -1,
+                "destroyed state: size -1");
   char* text = NULL;
   EXPECT(dk_parallel_state_describe(state, &text, &err), DK_FAILED_PRECONDITION,
          "destroyed", "describe a destroyed state");
@@ -177,8 +161,9 @@ int main(void) {
   sizes_no_buffer_can_have();
   destroyed_handles_and_non_members();
   dk_error_t* err = NULL;
-  if (dk_group_barrier(NULL, NULL, &err) != DK_OK) die("barrier", err);
+  if (dk_group_barrier(NULL, NULL, &err) != DK_OK) dk_test_die("barrier", err);
   dk_shutdown();
-  if (failures_ == 0) printf("rank %d: misuse answered with statuses\n", rank_);
-  return failures_ == 0 ? 0 : 1;
+  if (dk_test_failures == 0)
+    printf("rank %d: misuse answered with statuses\n", dk_test_rank);
+  return dk_test_failures == 0 ? 0 : 1;
 }

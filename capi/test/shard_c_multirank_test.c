@@ -13,30 +13,14 @@
 
 #include "distkit/distkit.h"
 #include "testing/c/host_tensor.h"
+#include "testing/c/rank_check.h"
 
 #define NW 7    /* weights */
 #define LOCAL 3 /* samples per rank */
 #define STEPS 5
 #define LR 0.05
 
-static int rank_, size_, failures_;
-
-static void fail(const char* what, dk_error_t* err) {
-  fprintf(stderr, "rank %d: CHECK FAILED: %s%s%s\n", rank_, what,
-          err ? ": " : "", err ? dk_error_message(err) : "");
-  exit(1);
-}
-#define OK(call)                          \
-  do {                                    \
-    dk_error_t* e_ = NULL;                \
-    if ((call) != DK_OK) fail(#call, e_); \
-  } while (0)
-static void check(int ok, const char* what) {
-  if (!ok) {
-    fprintf(stderr, "rank %d: CHECK FAILED: %s\n", rank_, what);
-    ++failures_;
-  }
-}
+static int size_;
 
 static double x(int s, int step, int j) {
   return cos(0.3 * s + 0.2 * step + j);
@@ -62,8 +46,9 @@ static void grads(const float* w, double b, int first, int n, int step,
 static dk_shard_t* train(dk_group_t* world, int strategy, int accumulate,
                          float* w_out, double* b_out) {
   float w[NW];
-  double b = rank_ == 0 ? 0.25 : 9.0; /* rank 0's values win */
-  for (int j = 0; j < NW; ++j) w[j] = rank_ == 0 ? 0.1f * (float)j : 7.0f;
+  double b = dk_test_rank == 0 ? 0.25 : 9.0; /* rank 0's values win */
+  for (int j = 0; j < NW; ++j)
+    w[j] = dk_test_rank == 0 ? 0.1f * (float)j : 7.0f;
   float ref_w[NW];
   double ref_b = 0.25;
   for (int j = 0; j < NW; ++j) ref_w[j] = 0.1f * (float)j;
@@ -77,41 +62,42 @@ static dk_shard_t* train(dk_group_t* world, int strategy, int accumulate,
   config.strategy = strategy;
   config.sync_module_states = 1;
   dk_shard_t* unit = NULL;
-  OK(dk_shard_create(world, params, 2, names, &config, &unit, &e_));
-  check(dk_shard_num_flat(unit) == 2, "two flat buffers");
+  DK_TEST_OK(dk_shard_create(world, params, 2, names, &config, &unit, &e_));
+  dk_test_check(dk_shard_num_flat(unit) == 2, "two flat buffers");
   for (int step = 0; step < STEPS; ++step) {
     for (int micro = 0; micro < accumulate; ++micro) {
       const int batch = step * accumulate + micro;
       dk_shard_set_require_sync(unit, micro == accumulate - 1);
-      OK(dk_shard_unshard_start(unit, &e_)); /* prefetch */
-      OK(dk_shard_unshard_wait(unit, &e_));
+      DK_TEST_OK(dk_shard_unshard_start(unit, &e_)); /* prefetch */
+      DK_TEST_OK(dk_shard_unshard_wait(unit, &e_));
       float* fw = NULL;
       double* fb = NULL;
-      OK(dk_shard_full_param(unit, 0, (void**)&fw, &e_));
-      OK(dk_shard_full_param(unit, 1, (void**)&fb, &e_));
+      DK_TEST_OK(dk_shard_full_param(unit, 0, (void**)&fw, &e_));
+      DK_TEST_OK(dk_shard_full_param(unit, 1, (void**)&fb, &e_));
       double gw[NW], gb;
-      grads(fw, *fb, rank_ * LOCAL, LOCAL, batch, gw, &gb);
-      if (strategy == DK_SHARD_FULL_SHARD) OK(dk_shard_reshard(unit, &e_));
+      grads(fw, *fb, dk_test_rank * LOCAL, LOCAL, batch, gw, &gb);
+      if (strategy == DK_SHARD_FULL_SHARD)
+        DK_TEST_OK(dk_shard_reshard(unit, &e_));
       float gwf[NW];
       for (int j = 0; j < NW; ++j) gwf[j] = (float)gw[j];
       DLTensor g0 = dk_test_host_tensor(gwf, &nw, 1, kDLFloat, 32),
                g1 = dk_test_host_tensor(&gb, &nb, 1, kDLFloat, 64);
-      OK(dk_shard_accumulate_grad(unit, 0, &g0, &e_));
-      OK(dk_shard_accumulate_grad(unit, 1, &g1, &e_));
+      DK_TEST_OK(dk_shard_accumulate_grad(unit, 0, &g0, &e_));
+      DK_TEST_OK(dk_shard_accumulate_grad(unit, 1, &g1, &e_));
       if ((step + micro) % 2 == 0) {
-        OK(dk_shard_reduce_grads(unit, &e_));
+        DK_TEST_OK(dk_shard_reduce_grads(unit, &e_));
       } else { /* the two-halves form: start, other work, wait */
-        OK(dk_shard_reduce_grads_start(unit, &e_));
-        OK(dk_shard_reshard(unit, &e_));
-        OK(dk_shard_reduce_grads_wait(unit, &e_));
+        DK_TEST_OK(dk_shard_reduce_grads_start(unit, &e_));
+        DK_TEST_OK(dk_shard_reshard(unit, &e_));
+        DK_TEST_OK(dk_shard_reduce_grads_wait(unit, &e_));
       }
-      OK(dk_shard_reshard(unit, &e_));
+      DK_TEST_OK(dk_shard_reshard(unit, &e_));
     }
     for (int k = 0; k < dk_shard_num_flat(unit); ++k) {
       void *data, *grad;
       int64_t n;
       dk_dtype_t dt;
-      OK(dk_shard_local(unit, k, &data, &grad, &n, &dt, &e_));
+      DK_TEST_OK(dk_shard_local(unit, k, &data, &grad, &n, &dt, &e_));
       for (int64_t i = 0; i < n; ++i) {
         if (dt == DK_FLOAT32)
           ((float*)data)[i] -= (float)(LR * ((float*)grad)[i]);
@@ -135,7 +121,7 @@ static dk_shard_t* train(dk_group_t* world, int strategy, int accumulate,
   DLTensor ow = dk_test_host_tensor(w_out, &nw2, 1, kDLFloat, 32),
            ob = dk_test_host_tensor(b_out, &nb2, 1, kDLFloat, 64);
   DLTensor* outs[2] = {&ow, &ob};
-  OK(dk_shard_gather_full(unit, outs, 2, 0, &e_));
+  DK_TEST_OK(dk_shard_gather_full(unit, outs, 2, 0, &e_));
   double diff = 0, norm = 0;
   for (int j = 0; j < NW; ++j) {
     diff += (w_out[j] - ref_w[j]) * (w_out[j] - ref_w[j]);
@@ -145,23 +131,17 @@ static dk_shard_t* train(dk_group_t* world, int strategy, int accumulate,
   snprintf(what, sizeof(what),
            "strategy %d x%d: weights equal training alone (%.2e)", strategy,
            accumulate, sqrt(diff / norm));
-  check(sqrt(diff / norm) <= 1e-5, what);
-  check(fabs(*b_out - ref_b) <= 1e-5 * fabs(ref_b),
-        "bias equals the reference");
+  dk_test_check(sqrt(diff / norm) <= 1e-5, what);
+  dk_test_check(fabs(*b_out - ref_b) <= 1e-5 * fabs(ref_b),
+                "bias equals the reference");
   double moved = 0;
   for (int j = 0; j < NW; ++j) moved += fabs(ref_w[j] - 0.1f * (float)j);
-  check(moved > 1e-3, "training moved the weights");
+  dk_test_check(moved > 1e-3, "training moved the weights");
   return unit;
 }
 
 int main(void) {
-  dk_group_t* world = NULL;
-  dk_init_config_t ic;
-  dk_init_config_init(&ic);
-  ic.timeout_ms = 60000;
-  OK(dk_init_version(DK_ABI_MAJOR, DK_ABI_MINOR, &e_));
-  OK(dk_init("pytorch", &ic, &world, &e_));
-  rank_ = dk_group_rank(world);
+  dk_group_t* world = dk_test_init(NULL, 60000);
   size_ = dk_group_size(world);
 
   float w[NW];
@@ -174,26 +154,27 @@ int main(void) {
       if (s == 0 && acc == 1) {
         /* Memory: after reshard only the shards and their gradients stay. */
         const int64_t per = (NW + size_ - 1) / size_ * 4 + 8;
-        check(dk_shard_held_bytes(unit) == 2 * per, "only shards stay");
-        check(dk_shard_peak_held_bytes(unit) > dk_shard_held_bytes(unit),
-              "the full buffers were counted while they lived");
+        dk_test_check(dk_shard_held_bytes(unit) == 2 * per, "only shards stay");
+        dk_test_check(
+            dk_shard_peak_held_bytes(unit) > dk_shard_held_bytes(unit),
+            "the full buffers were counted while they lived");
         /* A sharded checkpoint, all ranks' shards gathered, loads again. */
         void *data, *grad;
         int64_t n;
         dk_dtype_t dt;
-        OK(dk_shard_local(unit, 0, &data, &grad, &n, &dt, &e_));
+        DK_TEST_OK(dk_shard_local(unit, 0, &data, &grad, &n, &dt, &e_));
         float* all = calloc((size_t)(n * size_), sizeof(float));
         int64_t nn = n, total = n * size_;
         DLTensor mine = dk_test_host_tensor(data, &nn, 1, kDLFloat, 32),
                  gathered = dk_test_host_tensor(all, &total, 1, kDLFloat, 32);
-        OK(dk_group_all_gather(world, &mine, &gathered, NULL, &e_));
+        DK_TEST_OK(dk_group_all_gather(world, &mine, &gathered, NULL, &e_));
         double* bias = NULL;
-        OK(dk_shard_local(unit, 1, (void**)&bias, &grad, &n, &dt, &e_));
+        DK_TEST_OK(dk_shard_local(unit, 1, (void**)&bias, &grad, &n, &dt, &e_));
         double* biases = calloc((size_t)size_, sizeof(double));
         int64_t one = 1, sz = size_;
         DLTensor mb = dk_test_host_tensor(bias, &one, 1, kDLFloat, 64),
                  ab = dk_test_host_tensor(biases, &sz, 1, kDLFloat, 64);
-        OK(dk_group_all_gather(world, &mb, &ab, NULL, &e_));
+        DK_TEST_OK(dk_group_all_gather(world, &mb, &ab, NULL, &e_));
         /* Overwrite the unit, then load the checkpoint back. */
         float junk[NW] = {0};
         double junk_b = -1;
@@ -201,7 +182,7 @@ int main(void) {
         DLTensor jw = dk_test_host_tensor(junk, &nw, 1, kDLFloat, 32),
                  jb = dk_test_host_tensor(&junk_b, &one, 1, kDLFloat, 64);
         DLTensor* values[2] = {&jw, &jb};
-        OK(dk_shard_load_full(unit, values, 2, 0, &e_));
+        DK_TEST_OK(dk_shard_load_full(unit, values, 2, 0, &e_));
         DLTensor* saved = calloc((size_t)(2 * size_), sizeof(DLTensor));
         int64_t* shapes = calloc((size_t)(2 * size_), sizeof(int64_t));
         const DLTensor** ptrs = calloc((size_t)(2 * size_), sizeof(DLTensor*));
@@ -215,21 +196,23 @@ int main(void) {
           ptrs[r] = &saved[r];
           ptrs[size_ + r] = &saved[size_ + r];
         }
-        OK(dk_shard_load_sharded(unit, size_, ptrs, (size_t)(2 * size_), &e_));
+        DK_TEST_OK(
+            dk_shard_load_sharded(unit, size_, ptrs, (size_t)(2 * size_), &e_));
         float w2[NW];
         double b2;
         DLTensor ow = dk_test_host_tensor(w2, &nw, 1, kDLFloat, 32),
                  ob = dk_test_host_tensor(&b2, &one, 1, kDLFloat, 64);
         DLTensor* outs[2] = {&ow, &ob};
-        OK(dk_shard_gather_full(unit, outs, 2, 1, &e_));
-        if (rank_ == 0)
-          check(memcmp(w, w2, sizeof(w)) == 0 && b2 == b,
-                "a sharded checkpoint round-trips exactly");
+        DK_TEST_OK(dk_shard_gather_full(unit, outs, 2, 1, &e_));
+        if (dk_test_rank == 0)
+          dk_test_check(memcmp(w, w2, sizeof(w)) == 0 && b2 == b,
+                        "a sharded checkpoint round-trips exactly");
         /* Another model's checkpoint is refused. */
         dk_error_t* e = NULL;
-        check(dk_shard_load_sharded(unit, size_ + 1, ptrs, (size_t)(2 * size_),
-                                    &e) == DK_INVALID_ARGUMENT,
-              "a checkpoint of the wrong shape");
+        dk_test_check(
+            dk_shard_load_sharded(unit, size_ + 1, ptrs, (size_t)(2 * size_),
+                                  &e) == DK_INVALID_ARGUMENT,
+            "a checkpoint of the wrong shape");
         dk_error_free(e);
         free(all);
         free(biases);
@@ -239,24 +222,26 @@ int main(void) {
         /* Misuse, each a status. */
         e = NULL;
         void* p = NULL;
-        check(dk_shard_full_param(unit, 0, &p, &e) == DK_FAILED_PRECONDITION &&
-                  strstr(dk_error_message(e), "call Unshard first") != NULL,
-              "full_param while sharded");
+        dk_test_check(
+            dk_shard_full_param(unit, 0, &p, &e) == DK_FAILED_PRECONDITION &&
+                strstr(dk_error_message(e), "call Unshard first") != NULL,
+            "full_param while sharded");
         dk_error_free(e);
         e = NULL;
-        check(dk_shard_full_param(unit, 9, &p, &e) == DK_OUT_OF_RANGE,
-              "index out of range");
+        dk_test_check(dk_shard_full_param(unit, 9, &p, &e) == DK_OUT_OF_RANGE,
+                      "index out of range");
         dk_error_free(e);
         e = NULL;
-        check(dk_shard_reduce_grads(NULL, &e) == DK_INVALID_ARGUMENT,
-              "NULL unit");
+        dk_test_check(dk_shard_reduce_grads(NULL, &e) == DK_INVALID_ARGUMENT,
+                      "NULL unit");
         dk_error_free(e);
         e = NULL;
-        check(dk_shard_reduce_grads_wait(NULL, &e) == DK_INVALID_ARGUMENT,
-              "NULL unit (wait)");
+        dk_test_check(
+            dk_shard_reduce_grads_wait(NULL, &e) == DK_INVALID_ARGUMENT,
+            "NULL unit (wait)");
         dk_error_free(e);
         /* A gather still in flight when the unit is destroyed is waited for. */
-        OK(dk_shard_unshard_start(unit, &e_));
+        DK_TEST_OK(dk_shard_unshard_start(unit, &e_));
       }
       dk_shard_destroy(unit);
     }
@@ -269,27 +254,27 @@ int main(void) {
     DLTensor t = dk_test_host_tensor(v, &n, 1, kDLFloat, 32);
     DLTensor* ps[1] = {&t};
     dk_shard_t* unit = NULL;
-    OK(dk_shard_create(world, ps, 1, NULL, NULL, &unit, &e_));
+    DK_TEST_OK(dk_shard_create(world, ps, 1, NULL, NULL, &unit, &e_));
     dk_shard_event_t ev[8];
     size_t count = 99;
-    OK(dk_shard_take_events(unit, ev, 8, &count, &e_));
-    check(count == 0, "a new unit has no events");
+    DK_TEST_OK(dk_shard_take_events(unit, ev, 8, &count, &e_));
+    dk_test_check(count == 0, "a new unit has no events");
     struct timespec before, after;
     clock_gettime(CLOCK_REALTIME, &before);
-    OK(dk_shard_unshard_start(unit, &e_));
-    OK(dk_shard_unshard_wait(unit, &e_));
-    OK(dk_shard_reshard(unit, &e_));
-    OK(dk_shard_accumulate_grad(unit, 0, &t, &e_));
-    OK(dk_shard_reduce_grads_start(unit, &e_));
-    OK(dk_shard_reduce_grads_wait(unit, &e_));
+    DK_TEST_OK(dk_shard_unshard_start(unit, &e_));
+    DK_TEST_OK(dk_shard_unshard_wait(unit, &e_));
+    DK_TEST_OK(dk_shard_reshard(unit, &e_));
+    DK_TEST_OK(dk_shard_accumulate_grad(unit, 0, &t, &e_));
+    DK_TEST_OK(dk_shard_reduce_grads_start(unit, &e_));
+    DK_TEST_OK(dk_shard_reduce_grads_wait(unit, &e_));
     clock_gettime(CLOCK_REALTIME, &after);
     const int64_t lo = before.tv_sec * 1000000000LL + before.tv_nsec;
     const int64_t hi = after.tv_sec * 1000000000LL + after.tv_nsec;
-    OK(dk_shard_take_events(unit, ev, 2, &count, &e_));
-    check(count == 2, "two events taken when two fit");
+    DK_TEST_OK(dk_shard_take_events(unit, ev, 2, &count, &e_));
+    dk_test_check(count == 2, "two events taken when two fit");
     size_t rest = 0;
-    OK(dk_shard_take_events(unit, ev + 2, 6, &rest, &e_));
-    check(rest == 3, "the other three on the next call");
+    DK_TEST_OK(dk_shard_take_events(unit, ev + 2, 6, &rest, &e_));
+    dk_test_check(rest == 3, "the other three on the next call");
     const int want[5] = {DK_SHARD_EVENT_UNSHARD_START,
                          DK_SHARD_EVENT_UNSHARD_DONE, DK_SHARD_EVENT_RESHARD,
                          DK_SHARD_EVENT_REDUCE_START,
@@ -300,23 +285,24 @@ int main(void) {
                   ev[i].unix_ns <= hi &&
                   (i == 0 || ev[i].unix_ns >= ev[i - 1].unix_ns);
     }
-    check(in_order, "events in order, timed between the calls");
+    dk_test_check(in_order, "events in order, timed between the calls");
     for (int i = 0; i < 2100; ++i) {
-      OK(dk_shard_unshard(unit, &e_));
-      OK(dk_shard_reshard(unit, &e_));
+      DK_TEST_OK(dk_shard_unshard(unit, &e_));
+      DK_TEST_OK(dk_shard_reshard(unit, &e_));
     }
     dk_shard_event_t* many = calloc(5000, sizeof(dk_shard_event_t));
-    OK(dk_shard_take_events(unit, many, 5000, &count, &e_));
-    check(count == 4096 && many[4095].kind == DK_SHARD_EVENT_RESHARD &&
-              many[4094].kind == DK_SHARD_EVENT_UNSHARD_DONE,
-          "the newest 4096 events are kept");
+    DK_TEST_OK(dk_shard_take_events(unit, many, 5000, &count, &e_));
+    dk_test_check(count == 4096 && many[4095].kind == DK_SHARD_EVENT_RESHARD &&
+                      many[4094].kind == DK_SHARD_EVENT_UNSHARD_DONE,
+                  "the newest 4096 events are kept");
     free(many);
     dk_error_t* e = NULL;
-    check(dk_shard_take_events(unit, ev, 8, NULL, &e) == DK_INVALID_ARGUMENT,
-          "NULL count");
+    dk_test_check(
+        dk_shard_take_events(unit, ev, 8, NULL, &e) == DK_INVALID_ARGUMENT,
+        "NULL count");
     dk_error_free(e);
     e = NULL;
-    check(
+    dk_test_check(
         dk_shard_take_events(unit, NULL, 8, &count, &e) == DK_INVALID_ARGUMENT,
         "NULL events");
     dk_error_free(e);
@@ -325,18 +311,19 @@ int main(void) {
   {
     /* Ranks that register different parameters: one error, on every rank. */
     float v[8] = {0};
-    int64_t n = size_ > 1 && rank_ == size_ - 1 ? 7 : 8;
+    int64_t n = size_ > 1 && dk_test_rank == size_ - 1 ? 7 : 8;
     DLTensor t = dk_test_host_tensor(v, &n, 1, kDLFloat, 32);
     DLTensor* ps[1] = {&t};
     dk_shard_t* unit = NULL;
     dk_error_t* e = NULL;
     dk_status_t st = dk_shard_create(world, ps, 1, NULL, NULL, &unit, &e);
     if (size_ > 1) {
-      check(st == DK_INVALID_ARGUMENT && unit == NULL &&
-                strstr(dk_error_message(e), "differs across ranks") != NULL,
-            "mismatched parameters");
+      dk_test_check(
+          st == DK_INVALID_ARGUMENT && unit == NULL &&
+              strstr(dk_error_message(e), "differs across ranks") != NULL,
+          "mismatched parameters");
     } else {
-      check(st == DK_OK, "one rank cannot disagree");
+      dk_test_check(st == DK_OK, "one rank cannot disagree");
       dk_shard_destroy(unit);
     }
     dk_error_free(e);
@@ -344,16 +331,17 @@ int main(void) {
     dk_shard_config_init(&bad);
     bad.strategy = 9;
     e = NULL;
-    check(dk_shard_create(world, ps, 1, NULL, &bad, &unit, &e) ==
-                  DK_INVALID_ARGUMENT &&
-              strcmp(dk_error_message(e), "config: unknown strategy 9") == 0,
-          "unknown strategy");
+    dk_test_check(
+        dk_shard_create(world, ps, 1, NULL, &bad, &unit, &e) ==
+                DK_INVALID_ARGUMENT &&
+            strcmp(dk_error_message(e), "config: unknown strategy 9") == 0,
+        "unknown strategy");
     dk_error_free(e);
   }
-  OK(dk_group_barrier(world, NULL, &e_));
+  DK_TEST_OK(dk_group_barrier(world, NULL, &e_));
   dk_group_destroy(world);
   dk_shutdown();
-  printf("rank %d/%d: sharded checks %s\n", rank_, size_,
-         failures_ == 0 ? "passed" : "FAILED");
-  return failures_ == 0 ? 0 : 1;
+  printf("rank %d/%d: sharded checks %s\n", dk_test_rank, size_,
+         dk_test_failures == 0 ? "passed" : "FAILED");
+  return dk_test_failures == 0 ? 0 : 1;
 }

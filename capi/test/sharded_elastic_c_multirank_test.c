@@ -32,31 +32,9 @@
 #include "distkit/distkit.h"
 #include "testing/c/elastic_model.h"
 #include "testing/c/host_tensor.h"
+#include "testing/c/rank_check.h"
 
 #define DIM 10
-#define GLOBAL_BATCH 12
-#define STEPS 16
-#define COMMIT_EVERY 4
-#define LR 0.1
-#define BETA 0.9
-#define VICTIM 1
-#define TIMEOUT_MS 20000
-#define SETTLE_MS 2000
-
-static int world_rank_ = -1, failures_;
-
-static void check(int ok, const char* what) {
-  if (!ok) {
-    fprintf(stderr, "rank %d: CHECK FAILED: %s\n", world_rank_, what);
-    ++failures_;
-  }
-}
-
-static void die(const char* what, dk_error_t* err) {
-  fprintf(stderr, "rank %d: %s: %s\n", world_rank_, what,
-          err != NULL ? dk_error_message(err) : "");
-  exit(1);
-}
 
 static void initial_weights(double* w) {
   for (int j = 0; j < DIM; ++j) w[j] = 0.5 - 0.1 * j;
@@ -86,13 +64,13 @@ static void start(trainer_t* t, dk_group_t* group) {
   const char* names[1] = {"w"};
   t->group = group;
   if (dk_shard_create(group, params, 1, names, NULL, &t->unit, &err) != DK_OK)
-    die("dk_shard_create", err);
+    dk_test_die("dk_shard_create", err);
   void* grad = NULL;
   dk_dtype_t dtype;
   if (dk_shard_local(t->unit, 0, (void**)&t->w, &grad, &t->local, &dtype,
                      &err) != DK_OK)
-    die("dk_shard_local", err);
-  check(dtype == DK_FLOAT64, "a float64 flat buffer");
+    dk_test_die("dk_shard_local", err);
+  dk_test_check(dtype == DK_FLOAT64, "a float64 flat buffer");
   t->m = calloc((size_t)t->local, sizeof(double));
   if (dk_sharded_snapshot_create(&t->snapshot, &err) != DK_OK ||
       dk_sharded_snapshot_register(t->snapshot, "w", t->w,
@@ -103,7 +81,7 @@ static void start(trainer_t* t, dk_group_t* group) {
                                    &err) != DK_OK ||
       dk_sharded_snapshot_register(t->snapshot, "step", &t->step,
                                    sizeof(t->step), &err) != DK_OK) {
-    die("register", err);
+    dk_test_die("register", err);
   }
 }
 
@@ -119,7 +97,7 @@ static const void* shard_buffer(dk_sharded_snapshot_t* s, int index, int buffer,
   dk_error_t* err = NULL;
   const void* data = NULL;
   if (dk_sharded_snapshot_shard(s, index, buffer, &data, bytes, &err) != DK_OK)
-    die("dk_sharded_snapshot_shard", err);
+    dk_test_die("dk_sharded_snapshot_shard", err);
   return data;
 }
 
@@ -134,7 +112,8 @@ static int64_t rebuild(trainer_t* t, dk_sharded_snapshot_t* old,
   dk_error_t* err = NULL;
   dk_sharded_snapshot_t* empty = NULL;
   if (old == NULL) {
-    if (dk_sharded_snapshot_create(&empty, &err) != DK_OK) die("create", err);
+    if (dk_sharded_snapshot_create(&empty, &err) != DK_OK)
+      dk_test_die("create", err);
     old = empty;
   }
   const int32_t me = dk_group_rank(group);
@@ -143,10 +122,10 @@ static int64_t rebuild(trainer_t* t, dk_sharded_snapshot_t* old,
   if (dk_sharded_snapshot_fetch(old, group, same_layout ? &me : NULL,
                                 same_layout ? 1 : 0, &commit, &world,
                                 &err) != DK_OK) {
-    die("dk_sharded_snapshot_fetch", err);
+    dk_test_die("dk_sharded_snapshot_fetch", err);
   }
-  check(!same_layout || world == dk_group_size(group),
-        "the same layout when the group kept its size");
+  dk_test_check(!same_layout || world == dk_group_size(group),
+                "the same layout when the group kept its size");
   start(t, group);
   DLTensor* saved = calloc((size_t)world, sizeof(DLTensor));
   const DLTensor** ptrs = calloc((size_t)world, sizeof(DLTensor*));
@@ -159,7 +138,8 @@ static int64_t rebuild(trainer_t* t, dk_sharded_snapshot_t* old,
     double* w = (double*)shard_buffer(old, j, 0, &bytes);
     old_m[j] = (const double*)shard_buffer(old, j, 1, &mbytes);
     const int64_t* step = (const int64_t*)shard_buffer(old, j, 2, &sbytes);
-    check(mbytes == bytes && sbytes == sizeof(int64_t), "a shard's buffers");
+    dk_test_check(mbytes == bytes && sbytes == sizeof(int64_t),
+                  "a shard's buffers");
     old_local = (int64_t)(bytes / sizeof(double));
     t->step = *step;
     shapes[j] = old_local;
@@ -167,7 +147,7 @@ static int64_t rebuild(trainer_t* t, dk_sharded_snapshot_t* old,
     ptrs[j] = &saved[j];
   }
   if (dk_shard_load_sharded(t->unit, world, ptrs, (size_t)world, &err) != DK_OK)
-    die("dk_shard_load_sharded", err);
+    dk_test_die("dk_shard_load_sharded", err);
   const int64_t first = (int64_t)dk_group_rank(group) * t->local;
   for (int64_t i = 0; i < t->local; ++i) {
     const int64_t at = first + i, j = at / old_local;
@@ -179,7 +159,7 @@ static int64_t rebuild(trainer_t* t, dk_sharded_snapshot_t* old,
   free(old_m);
   dk_sharded_snapshot_destroy(empty);
   if (dk_sharded_snapshot_commit(t->snapshot, group, &err) != DK_OK)
-    die("the new layout's first commit", err);
+    dk_test_die("the new layout's first commit", err);
   return commit;
 }
 
@@ -191,18 +171,19 @@ static dk_status_t train_step(trainer_t* t, int victim_dies, dk_error_t** err) {
   if (dk_shard_unshard(t->unit, err) != DK_OK) return dk_error_code(*err);
   double* full = NULL;
   if (dk_shard_full_param(t->unit, 0, (void**)&full, err) != DK_OK)
-    die("dk_shard_full_param", *err);
+    dk_test_die("dk_shard_full_param", *err);
   double g[DIM];
-  dk_test_gradient(t->step, r * GLOBAL_BATCH / n, (r + 1) * GLOBAL_BATCH / n,
-                   full, g, DIM);
-  for (int j = 0; j < DIM; ++j) g[j] *= (double)n / GLOBAL_BATCH;
-  if (dk_shard_reshard(t->unit, err) != DK_OK) die("dk_shard_reshard", *err);
+  dk_test_gradient(t->step, r * DK_TEST_GLOBAL_BATCH / n,
+                   (r + 1) * DK_TEST_GLOBAL_BATCH / n, full, g, DIM);
+  for (int j = 0; j < DIM; ++j) g[j] *= (double)n / DK_TEST_GLOBAL_BATCH;
+  if (dk_shard_reshard(t->unit, err) != DK_OK)
+    dk_test_die("dk_shard_reshard", *err);
   int64_t len = DIM;
   DLTensor tg = dk_test_host_tensor(g, &len, 1, kDLFloat, 64);
   if (dk_shard_accumulate_grad(t->unit, 0, &tg, err) != DK_OK)
-    die("dk_shard_accumulate_grad", *err);
+    dk_test_die("dk_shard_accumulate_grad", *err);
   if (victim_dies) {
-    printf("rank %d: SIGKILL in step %lld\n", world_rank_, (long long)t->step);
+    printf("rank %d: SIGKILL in step %lld\n", dk_test_rank, (long long)t->step);
     raise(SIGKILL);
   }
   if (dk_shard_reduce_grads(t->unit, err) != DK_OK) return dk_error_code(*err);
@@ -210,10 +191,10 @@ static dk_status_t train_step(trainer_t* t, int victim_dies, dk_error_t** err) {
   int64_t local = 0;
   dk_dtype_t dtype;
   if (dk_shard_local(t->unit, 0, &data, &grad, &local, &dtype, err) != DK_OK)
-    die("dk_shard_local", *err);
+    dk_test_die("dk_shard_local", *err);
   for (int64_t i = 0; i < local; ++i) {
-    t->m[i] = BETA * t->m[i] + ((double*)grad)[i];
-    t->w[i] -= LR * t->m[i];
+    t->m[i] = DK_TEST_BETA * t->m[i] + ((double*)grad)[i];
+    t->w[i] -= DK_TEST_LR * t->m[i];
   }
   dk_shard_zero_grads(t->unit);
   return DK_OK;
@@ -221,66 +202,31 @@ static dk_status_t train_step(trainer_t* t, int victim_dies, dk_error_t** err) {
 
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  const int want_grow = argc > 1 && strcmp(argv[1], "grow") == 0;
-  const int newcomer = dk_test_env_number("DISTKIT_REPLACEMENT") > 0;
-  dk_init_config_t cfg;
-  dk_init_config_init(&cfg);
-  cfg.timeout_ms = TIMEOUT_MS;
-  dk_group_t* group = NULL;
+  dk_test_elastic_run_t run;
+  dk_group_t* group = dk_test_elastic_join(argc, argv, &run);
   dk_error_t* err = NULL;
-  if (dk_init_version(DK_ABI_MAJOR, DK_ABI_MINOR, &err) != DK_OK)
-    die("dk_init_version", err);
-  if (dk_init("pytorch", &cfg, &group, &err) != DK_OK) die("dk_init", err);
-  world_rank_ = dk_group_rank(group);
-  const int size = dk_group_size(group);
-  if (size < 2) {
-    printf("rank %d: needs 2 ranks or more\n", world_rank_);
-    return 1;
-  }
-  check(want_grow == (dk_test_env_number("DISTKIT_MAX_REPLACEMENTS") > 0),
-        "the launcher replaces lost ranks in the grow variant only");
-  check(want_grow || dk_test_env_number("DISTKIT_MIN_RANKS") > 0,
-        "the shrink variant runs under distrun --min-ranks");
-  const int64_t die_at = 7 + size;
-  const int64_t want_commit = 1 + die_at / COMMIT_EVERY;
-  const int64_t commit_step = (die_at / COMMIT_EVERY) * COMMIT_EVERY;
 
   /* On the heap: the snapshot holds the trainer's step by address, so a
    * trainer never moves. */
   trainer_t* t = calloc(1, sizeof(trainer_t));
   int recoveries = 0, steps_run = 0;
-  if (newcomer) {
+  if (run.newcomer) {
     /* dk_init joined the survivors' grow; it holds nothing to fetch from. */
     const int64_t commit = rebuild(t, NULL, group, 1);
-    printf("rank %d: replacement fetched commit %lld (step %lld)\n",
-           world_rank_, (long long)commit, (long long)t->step);
-    check(commit == want_commit, "the replacement loads the newest commit");
-    check(t->step == commit_step, "the replacement's step is the commit's");
+    dk_test_elastic_check_commit(&run, group, "fetched", commit, t->step, 0);
   } else {
     start(t, group);
     if (dk_sharded_snapshot_commit(t->snapshot, group, &err) != DK_OK)
-      die("the first commit", err);
+      dk_test_die("the first commit", err);
   }
-  while (t->step < STEPS) {
-    const int victim = !newcomer && recoveries == 0 && world_rank_ == VICTIM &&
-                       t->step == die_at;
+  while (t->step < DK_TEST_STEPS) {
+    const int victim = !run.newcomer && recoveries == 0 &&
+                       dk_test_rank == DK_TEST_VICTIM && t->step == run.die_at;
     dk_status_t s = train_step(t, victim, &err);
     if (s != DK_OK) {
-      printf("rank %d: step %lld failed (%s); recovering\n", world_rank_,
-             (long long)t->step, dk_error_message(err));
-      check(t->step == die_at, "the step the victim died in fails");
-      check(s == DK_UNAVAILABLE || s == DK_DEADLINE_EXCEEDED,
-            "a lost peer or a timeout");
-      dk_error_free(err);
-      err = NULL;
       int grown = 0;
-      const char* what = "";
       dk_group_t* next =
-          dk_test_recover(group, TIMEOUT_MS, SETTLE_MS, &grown, &err, &what);
-      if (next == NULL) die(what, err);
-      check(grown == want_grow, "grown under --max-replacements, else shrunk");
-      check(dk_group_size(next) == (grown ? size : size - 1),
-            "the new group's size");
+          dk_test_elastic_recover(&run, group, t->step, s, &err, &grown);
       trainer_t* fresh = calloc(1, sizeof(trainer_t));
       /* The old snapshot stays until the new layout's first commit. */
       const int64_t commit = rebuild(fresh, t->snapshot, next, grown);
@@ -290,60 +236,37 @@ int main(int argc, char** argv) {
       group = next;
       t = fresh;
       ++recoveries;
-      printf("rank %d: %s to %d ranks, fetched commit %lld (step %lld)\n",
-             world_rank_, grown ? "grew" : "shrank", dk_group_size(group),
-             (long long)commit, (long long)t->step);
-      check(commit == want_commit, "the survivors load the newest commit");
-      check(t->step == commit_step,
-            "the step is the commit's: the steps since are redone");
+      dk_test_elastic_check_commit(&run, group, "fetched", commit, t->step,
+                                   grown);
       continue;
     }
     ++t->step;
     ++steps_run;
-    if (t->step % COMMIT_EVERY == 0 &&
+    if (t->step % DK_TEST_COMMIT_EVERY == 0 &&
         dk_sharded_snapshot_commit(t->snapshot, group, &err) != DK_OK) {
-      die("commit", err);
+      dk_test_die("commit", err);
     }
   }
   /* The snapshot holds this rank's shard and its neighbour's: 2/N of the
    * state (each shard's buffers from 64-byte boundaries after a header). */
   const int64_t blob = 64 + 2 * ((t->local * 8 + 63) / 64 * 64) + 64;
   const int n = dk_group_size(group);
-  check(dk_sharded_snapshot_bytes(t->snapshot) == (n > 1 ? 2 : 1) * blob,
-        "the snapshot holds two shards");
-  if (newcomer) {
-    check(steps_run == STEPS - commit_step,
-          "the replacement trains from the commit");
-  } else {
-    check(recoveries == 1, "one recovery");
-    check(steps_run == STEPS + die_at % COMMIT_EVERY,
-          "the steps since the commit are trained twice");
-  }
+  dk_test_check(
+      dk_sharded_snapshot_bytes(t->snapshot) == (n > 1 ? 2 : 1) * blob,
+      "the snapshot holds two shards");
   double w[DIM], want[DIM];
   int64_t dim = DIM;
   DLTensor tw = dk_test_host_tensor(w, &dim, 1, kDLFloat, 64);
   DLTensor* outs[1] = {&tw};
   if (dk_shard_gather_full(t->unit, outs, 1, 0, &err) != DK_OK)
-    die("dk_shard_gather_full", err);
+    dk_test_die("dk_shard_gather_full", err);
   initial_weights(want);
-  dk_test_reference(want, DIM, STEPS, GLOBAL_BATCH, LR, BETA);
-  check(dk_test_final_mismatches(world_rank_, w, want, DIM) == 0,
-        "final weights equal the uninterrupted run's");
-  const double bad = dk_test_job_failures(group, failures_, &err);
-  if (bad < 0) die("the final all_reduce", err);
+  dk_test_reference(want, DIM);
+  const double bad =
+      dk_test_elastic_verdict(&run, group, recoveries, steps_run, w, want, DIM);
   stop(t);
   free(t);
   dk_group_destroy(group);
   dk_shutdown();
-  if (bad > 0) {
-    fprintf(stderr, "rank %d: %g check(s) failed in the job\n", world_rank_,
-            bad);
-    return 1;
-  }
-  printf("rank %d: %s; w equals the uninterrupted run's after %d steps\n",
-         world_rank_,
-         newcomer ? "joined as a replacement"
-                  : (want_grow ? "grew back" : "shrank"),
-         steps_run);
-  return 0;
+  return dk_test_elastic_exit(&run, bad, steps_run);
 }

@@ -13,26 +13,12 @@
 
 #include "distkit/distkit.h"
 #include "testing/c/host_tensor.h"
+#include "testing/c/rank_check.h"
 
 #define DIM 4
 #define STEPS 10
 #define DIES_BEFORE 5
 #define LR 0.1
-
-static int rank_ = -1, failures_;
-
-static void check(int ok, const char* what) {
-  if (!ok) {
-    fprintf(stderr, "rank %d: CHECK FAILED: %s\n", rank_, what);
-    ++failures_;
-  }
-}
-
-static void die(const char* what, dk_error_t* err) {
-  fprintf(stderr, "rank %d: %s: %s\n", rank_, what,
-          err != NULL ? dk_error_message(err) : "");
-  exit(1);
-}
 
 /* Rank r's sample: x = (r+1, 1, -r, 0.5), y = 2r - 1. */
 static void grad_of(int r, const double* w, double* g) {
@@ -59,13 +45,8 @@ static void reference(int size, double* w) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  dk_init_config_t cfg;
-  dk_init_config_init(&cfg);
-  cfg.timeout_ms = 20000;
-  dk_group_t* world = NULL;
+  dk_group_t* world = dk_test_init(NULL, 20000);
   dk_error_t* err = NULL;
-  if (dk_init("pytorch", &cfg, &world, &err) != DK_OK) die("dk_init", err);
-  rank_ = dk_group_rank(world);
   const int size = dk_group_size(world);
   if (size < 2) {
     printf("rank 0: one rank, nothing to shrink\n");
@@ -74,50 +55,54 @@ int main(void) {
   double w[DIM] = {0};
   int shrunk = 0;
   for (int step = 0; step < STEPS; ++step) {
-    if (step == DIES_BEFORE && rank_ == size - 1) {
-      printf("rank %d dies before step %d\n", rank_, step);
+    if (step == DIES_BEFORE && dk_test_rank == size - 1) {
+      printf("rank %d dies before step %d\n", dk_test_rank, step);
       _exit(0); /* no clean-up: a rank that vanishes */
     }
     double g[DIM];
-    grad_of(rank_, w, g);
+    grad_of(dk_test_rank, w, g);
     int64_t n = DIM;
     DLTensor t = dk_test_host_tensor(g, &n, 1, kDLFloat, 64);
     err = NULL;
     dk_status_t s = dk_group_all_reduce(NULL, &t, DK_OP_MEAN, NULL, &err);
     if (s != DK_OK) {
-      check(step == DIES_BEFORE && !shrunk,
-            "only the step the rank died in fails");
-      check(s == DK_UNAVAILABLE || s == DK_DEADLINE_EXCEEDED,
-            "the failure is a lost peer or a timeout");
-      printf("rank %d: step %d failed (%s); shrinking\n", rank_, step,
+      dk_test_check(step == DIES_BEFORE && !shrunk,
+                    "only the step the rank died in fails");
+      dk_test_check(s == DK_UNAVAILABLE || s == DK_DEADLINE_EXCEEDED,
+                    "the failure is a lost peer or a timeout");
+      printf("rank %d: step %d failed (%s); shrinking\n", dk_test_rank, step,
              dk_error_message(err));
       dk_error_free(err);
       dk_group_t* survivors = NULL;
       err = NULL;
       if (dk_group_shrink(NULL, 2000, &survivors, &err) != DK_OK)
-        die("dk_group_shrink", err);
+        dk_test_die("dk_group_shrink", err);
       shrunk = 1;
-      check(dk_group_size(survivors) == size - 1, "the survivors' group");
-      check(dk_group_rank(survivors) == rank_, "ranks keep their order");
-      check(dk_group_size(NULL) == size - 1, "it is the default group now");
+      dk_test_check(dk_group_size(survivors) == size - 1,
+                    "the survivors' group");
+      dk_test_check(dk_group_rank(survivors) == dk_test_rank,
+                    "ranks keep their order");
+      dk_test_check(dk_group_size(NULL) == size - 1,
+                    "it is the default group now");
       dk_group_destroy(survivors);
       --step; /* redo the step at the smaller size */
       continue;
     }
     for (int i = 0; i < DIM; ++i) w[i] -= LR * g[i];
   }
-  check(shrunk, "the job shrank");
+  dk_test_check(shrunk, "the job shrank");
   double ref[DIM];
   reference(size, ref);
   for (int i = 0; i < DIM; ++i) {
-    check(fabs(w[i] - ref[i]) <= 1e-9 * (1 + fabs(ref[i])),
-          "weights equal training without communication");
+    dk_test_check(fabs(w[i] - ref[i]) <= 1e-9 * (1 + fabs(ref[i])),
+                  "weights equal training without communication");
   }
   err = NULL;
-  if (dk_group_barrier(NULL, NULL, &err) != DK_OK) die("barrier", err);
+  if (dk_group_barrier(NULL, NULL, &err) != DK_OK) dk_test_die("barrier", err);
   dk_group_destroy(world);
   dk_shutdown();
-  if (failures_ == 0)
-    printf("rank %d: trained on after the shrink, w[0]=%.6f\n", rank_, w[0]);
-  return failures_ == 0 ? 0 : 1;
+  if (dk_test_failures == 0)
+    printf("rank %d: trained on after the shrink, w[0]=%.6f\n", dk_test_rank,
+           w[0]);
+  return dk_test_failures == 0 ? 0 : 1;
 }
