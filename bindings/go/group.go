@@ -193,10 +193,13 @@ func (g *Group) GrowPending() (bool, error) {
 	return pending != 0, nil
 }
 
-// run calls one collective: synchronously when work is nil, else it starts
-// it and returns the Work that owns `ts` and keeps `keep` referenced.
-func (g *Group) run(ts tensors, keep []any, async bool,
-	f func(g *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t) (*Work, error) {
+// collective is one collective's C call on group p; w is nil for a
+// synchronous call, else it receives the Work.
+type collective func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t
+
+// run calls one collective: synchronously unless async, else it starts it
+// and returns the Work that owns `ts` and keeps `keep` referenced.
+func (g *Group) run(ts tensors, keep []any, async bool, f collective) (*Work, error) {
 	var cerr *C.dk_error_t
 	if !async {
 		err := check(f(g.ptr, nil, &cerr), cerr)
@@ -210,6 +213,32 @@ func (g *Group) run(ts tensors, keep []any, async bool,
 		return nil, err
 	}
 	return newWork(w, ts, keep), nil
+}
+
+// call runs one collective synchronously.
+func (g *Group) call(ts tensors, keep []any, f collective) error {
+	_, err := g.run(ts, keep, false, f)
+	return err
+}
+
+// The collectives that host slices and DeviceSlices share.
+
+func allReduceOf(t *C.DLTensor, op ReduceOp) collective {
+	return func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_group_all_reduce(p, t, C.dk_reduce_op_t(op), w, e)
+	}
+}
+
+func broadcastOf(t *C.DLTensor, root int) collective {
+	return func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_group_broadcast(p, t, C.int32_t(root), w, e)
+	}
+}
+
+func allGatherOf(input, output *C.DLTensor) collective {
+	return func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_group_all_gather(p, input, output, w, e)
+	}
 }
 
 func sizeError(op string, what string, got, want int) error {
@@ -231,9 +260,7 @@ func AllReduceAsync[T Element](g *Group, data []T, op ReduceOp) (*Work, error) {
 func allReduce[T Element](g *Group, data []T, op ReduceOp, async bool) (*Work, error) {
 	var ts tensors
 	t := view(&ts, data)
-	return g.run(ts, []any{data}, async, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
-		return C.dk_group_all_reduce(p, t, C.dk_reduce_op_t(op), w, e)
-	})
+	return g.run(ts, []any{data}, async, allReduceOf(t, op))
 }
 
 // Broadcast copies root's data to every rank.
@@ -250,19 +277,16 @@ func BroadcastAsync[T Element](g *Group, data []T, root int) (*Work, error) {
 func broadcast[T Element](g *Group, data []T, root int, async bool) (*Work, error) {
 	var ts tensors
 	t := view(&ts, data)
-	return g.run(ts, []any{data}, async, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
-		return C.dk_group_broadcast(p, t, C.int32_t(root), w, e)
-	})
+	return g.run(ts, []any{data}, async, broadcastOf(t, root))
 }
 
 // Reduce leaves the reduction in data on root; elsewhere data is unchanged.
 func Reduce[T Element](g *Group, data []T, op ReduceOp, root int) error {
 	var ts tensors
 	t := view(&ts, data)
-	_, err := g.run(ts, []any{data}, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+	return g.call(ts, []any{data}, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
 		return C.dk_group_reduce(p, t, C.dk_reduce_op_t(op), C.int32_t(root), w, e)
 	})
-	return err
 }
 
 // AllGather fills output (Size() * len(input)) with every rank's input in
@@ -280,9 +304,7 @@ func AllGatherAsync[T Element](g *Group, input, output []T) (*Work, error) {
 func allGather[T Element](g *Group, input, output []T, async bool) (*Work, error) {
 	var ts tensors
 	i, o := view(&ts, input), view(&ts, output)
-	return g.run(ts, []any{input, output}, async, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
-		return C.dk_group_all_gather(p, i, o, w, e)
-	})
+	return g.run(ts, []any{input, output}, async, allGatherOf(i, o))
 }
 
 // Gather collects every rank's input into output (Size() * len(input)) on
@@ -290,10 +312,9 @@ func allGather[T Element](g *Group, input, output []T, async bool) (*Work, error
 func Gather[T Element](g *Group, input, output []T, root int) error {
 	var ts tensors
 	i, o := view(&ts, input), view(&ts, output)
-	_, err := g.run(ts, []any{input, output}, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+	return g.call(ts, []any{input, output}, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
 		return C.dk_group_gather(p, i, o, C.int32_t(root), w, e)
 	})
-	return err
 }
 
 // Scatter sends part r of root's input (Size() * len(output); nil elsewhere)
@@ -301,10 +322,9 @@ func Gather[T Element](g *Group, input, output []T, root int) error {
 func Scatter[T Element](g *Group, input, output []T, root int) error {
 	var ts tensors
 	i, o := view(&ts, input), view(&ts, output)
-	_, err := g.run(ts, []any{input, output}, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+	return g.call(ts, []any{input, output}, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
 		return C.dk_group_scatter(p, i, o, C.int32_t(root), w, e)
 	})
-	return err
 }
 
 // ReduceScatter reduces input (Size() * len(output)) across ranks; rank r
@@ -344,18 +364,16 @@ func AllToAllUneven[T Element](g *Group, input []T, inputSplits []int64, output 
 	if len(inputSplits) > 0 {
 		is, os = (*C.int64_t)(&inputSplits[0]), (*C.int64_t)(&outputSplits[0])
 	}
-	_, err := g.run(ts, []any{input, output, inputSplits, outputSplits}, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+	return g.call(ts, []any{input, output, inputSplits, outputSplits}, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
 		return C.dk_group_all_to_all(p, i, is, o, os, C.size_t(len(inputSplits)), w, e)
 	})
-	return err
 }
 
 // Barrier waits until every rank reaches it.
 func (g *Group) Barrier() error {
-	_, err := g.run(nil, nil, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+	return g.call(nil, nil, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
 		return C.dk_group_barrier(p, w, e)
 	})
-	return err
 }
 
 // BarrierAsync starts a barrier.
@@ -369,20 +387,18 @@ func (g *Group) BarrierAsync() (*Work, error) {
 func Send[T Element](g *Group, data []T, dst, tag int) error {
 	var ts tensors
 	t := view(&ts, data)
-	_, err := g.run(ts, []any{data}, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+	return g.call(ts, []any{data}, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
 		return C.dk_group_send(p, t, C.int32_t(dst), C.int32_t(tag), w, e)
 	})
-	return err
 }
 
 // Recv receives data from src.
 func Recv[T Element](g *Group, data []T, src, tag int) error {
 	var ts tensors
 	t := view(&ts, data)
-	_, err := g.run(ts, []any{data}, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+	return g.call(ts, []any{data}, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
 		return C.dk_group_recv(p, t, C.int32_t(src), C.int32_t(tag), w, e)
 	})
-	return err
 }
 
 // AllReduceCoalesced is mmengine's all_reduce_params: it reduces several
@@ -391,11 +407,7 @@ func Recv[T Element](g *Group, data []T, src, tag int) error {
 func AllReduceCoalesced[T Element](g *Group, buffers [][]T, op ReduceOp, bucketSizeMB int64) error {
 	var ts tensors
 	defer ts.free()
-	ptrs := make([]*C.DLTensor, len(buffers)+1) // never empty: C.malloc(0) may be nil
-	for i, b := range buffers {
-		ptrs[i] = view(&ts, b)
-	}
-	cptrs := cTensorArray(ptrs)
+	cptrs := viewArray(&ts, buffers)
 	defer C.free(unsafe.Pointer(cptrs))
 	var cerr *C.dk_error_t
 	err := check(C.dk_group_all_reduce_coalesced(g.ptr, cptrs, C.size_t(len(buffers)), C.dk_reduce_op_t(op), 1, C.int64_t(bucketSizeMB), &cerr), cerr)

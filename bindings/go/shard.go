@@ -45,13 +45,11 @@ type Shard[T Element] struct {
 func NewShard[T Element](g *Group, params [][]T, o ShardOptions) (*Shard[T], error) {
 	var ts tensors
 	defer ts.free()
-	ptrs := make([]*C.DLTensor, len(params)+1)
 	s := &Shard[T]{}
-	for i, p := range params {
-		ptrs[i] = view(&ts, p)
+	for _, p := range params {
 		s.sizes = append(s.sizes, len(p))
 	}
-	cptrs := cTensorArray(ptrs)
+	cptrs := viewArray(&ts, params)
 	defer C.free(unsafe.Pointer(cptrs))
 	var config C.dk_shard_config_t
 	C.dk_shard_config_init(&config)
@@ -83,42 +81,35 @@ func (s *Shard[T]) live() error {
 	return nil
 }
 
-// Unshard is collective: it gathers the full parameters.
-func (s *Shard[T]) Unshard() error {
+// call makes one call of the unit's that takes only it and the error.
+func (s *Shard[T]) call(f func(p *C.dk_shard_t, e **C.dk_error_t) C.dk_status_t) error {
 	if err := s.live(); err != nil {
 		return err
 	}
 	var cerr *C.dk_error_t
-	return check(C.dk_shard_unshard(s.ptr, &cerr), cerr)
+	return check(f(s.ptr, &cerr), cerr)
+}
+
+// Unshard is collective: it gathers the full parameters.
+func (s *Shard[T]) Unshard() error {
+	return s.call(func(p *C.dk_shard_t, e **C.dk_error_t) C.dk_status_t { return C.dk_shard_unshard(p, e) })
 }
 
 // UnshardStart is collective: it starts gathering the full parameters and
 // returns at once (prefetch), so the caller computes meanwhile; UnshardWait
 // ends it.
 func (s *Shard[T]) UnshardStart() error {
-	if err := s.live(); err != nil {
-		return err
-	}
-	var cerr *C.dk_error_t
-	return check(C.dk_shard_unshard_start(s.ptr, &cerr), cerr)
+	return s.call(func(p *C.dk_shard_t, e **C.dk_error_t) C.dk_status_t { return C.dk_shard_unshard_start(p, e) })
 }
 
 // UnshardWait waits for UnshardStart's gather.
 func (s *Shard[T]) UnshardWait() error {
-	if err := s.live(); err != nil {
-		return err
-	}
-	var cerr *C.dk_error_t
-	return check(C.dk_shard_unshard_wait(s.ptr, &cerr), cerr)
+	return s.call(func(p *C.dk_shard_t, e **C.dk_error_t) C.dk_status_t { return C.dk_shard_unshard_wait(p, e) })
 }
 
 // Reshard frees the full parameters.
 func (s *Shard[T]) Reshard() error {
-	if err := s.live(); err != nil {
-		return err
-	}
-	var cerr *C.dk_error_t
-	return check(C.dk_shard_reshard(s.ptr, &cerr), cerr)
+	return s.call(func(p *C.dk_shard_t, e **C.dk_error_t) C.dk_status_t { return C.dk_shard_reshard(p, e) })
 }
 
 // FullParam copies parameter i's full values into dst (after Unshard).
@@ -152,11 +143,7 @@ func (s *Shard[T]) AccumulateGrad(i int, grad []T) error {
 // ReduceGrads is collective: every rank's gradients averaged into this
 // rank's shard gradient.
 func (s *Shard[T]) ReduceGrads() error {
-	if err := s.live(); err != nil {
-		return err
-	}
-	var cerr *C.dk_error_t
-	return check(C.dk_shard_reduce_grads(s.ptr, &cerr), cerr)
+	return s.call(func(p *C.dk_shard_t, e **C.dk_error_t) C.dk_status_t { return C.dk_shard_reduce_grads(p, e) })
 }
 
 // ReduceGradsStart is ReduceGrads in two halves: it starts the reduction
@@ -164,21 +151,13 @@ func (s *Shard[T]) ReduceGrads() error {
 // (the shard gradient is stale until then). Collective: every rank starts
 // and waits for its units in the same order.
 func (s *Shard[T]) ReduceGradsStart() error {
-	if err := s.live(); err != nil {
-		return err
-	}
-	var cerr *C.dk_error_t
-	return check(C.dk_shard_reduce_grads_start(s.ptr, &cerr), cerr)
+	return s.call(func(p *C.dk_shard_t, e **C.dk_error_t) C.dk_status_t { return C.dk_shard_reduce_grads_start(p, e) })
 }
 
 // ReduceGradsWait finishes ReduceGradsStart's reduction (a no-op when none
 // is in flight).
 func (s *Shard[T]) ReduceGradsWait() error {
-	if err := s.live(); err != nil {
-		return err
-	}
-	var cerr *C.dk_error_t
-	return check(C.dk_shard_reduce_grads_wait(s.ptr, &cerr), cerr)
+	return s.call(func(p *C.dk_shard_t, e **C.dk_error_t) C.dk_status_t { return C.dk_shard_reduce_grads_wait(p, e) })
 }
 
 // SetRequireSync false is no_sync: ReduceGrads then keeps accumulating
@@ -291,11 +270,7 @@ func (s *Shard[T]) LoadSharded(savedWorldSize int, saved [][]T) error {
 	}
 	var ts tensors
 	defer ts.free()
-	ptrs := make([]*C.DLTensor, len(saved)+1)
-	for i, v := range saved {
-		ptrs[i] = view(&ts, v)
-	}
-	cptrs := cTensorArray(ptrs)
+	cptrs := viewArray(&ts, saved)
 	defer C.free(unsafe.Pointer(cptrs))
 	var cerr *C.dk_error_t
 	return check(C.dk_shard_load_sharded(s.ptr, C.int32_t(savedWorldSize), cptrs, C.size_t(len(saved)), &cerr), cerr)
@@ -308,11 +283,7 @@ func (s *Shard[T]) GatherFull(outs [][]T) error {
 	}
 	var ts tensors
 	defer ts.free()
-	ptrs := make([]*C.DLTensor, len(outs)+1)
-	for i, o := range outs {
-		ptrs[i] = view(&ts, o)
-	}
-	cptrs := cTensorArray(ptrs)
+	cptrs := viewArray(&ts, outs)
 	defer C.free(unsafe.Pointer(cptrs))
 	var cerr *C.dk_error_t
 	return check(C.dk_shard_gather_full(s.ptr, cptrs, C.size_t(len(outs)), 0, &cerr), cerr)

@@ -30,7 +30,7 @@ import (
 // copies the registered slices there. One goroutine at a time; Close it.
 type ShardedSnapshot struct {
 	ptr     *C.dk_sharded_snapshot_t
-	buffers []snapshotBuffer
+	buffers stagedBuffers
 }
 
 // NewShardedSnapshot is an empty sharded snapshot: no buffers, nothing
@@ -56,15 +56,10 @@ func RegisterShardBuffer[T Element](s *ShardedSnapshot, name string, data []T) e
 	if err := s.live(); err != nil {
 		return err
 	}
-	b, err := stageBuffer(name, data, func(cname *C.char, staging unsafe.Pointer, bytes C.size_t, cerr **C.dk_error_t) C.dk_status_t {
+	defer runtime.KeepAlive(s)
+	return stageBuffer(&s.buffers, name, data, func(cname *C.char, staging unsafe.Pointer, bytes C.size_t, cerr **C.dk_error_t) C.dk_status_t {
 		return C.dk_sharded_snapshot_register(s.ptr, cname, staging, bytes, cerr)
 	})
-	runtime.KeepAlive(s)
-	if err != nil {
-		return err
-	}
-	s.buffers = append(s.buffers, b)
-	return nil
 }
 
 func (s *ShardedSnapshot) live() error {
@@ -84,9 +79,7 @@ func (s *ShardedSnapshot) Commit(g *Group) error {
 	if err := s.live(); err != nil {
 		return err
 	}
-	for _, b := range s.buffers {
-		b.save()
-	}
+	s.buffers.save()
 	var cerr *C.dk_error_t
 	err := check(C.dk_sharded_snapshot_commit(s.ptr, g.ptr, &cerr), cerr)
 	runtime.KeepAlive(s) // its finalizer must not free the snapshot mid-call
@@ -187,24 +180,14 @@ func ShardValues[T Element](s *ShardedSnapshot, index, buffer int) ([]T, error) 
 
 // CommitNumber is the number of the commit in force; 0 when none is.
 func (s *ShardedSnapshot) CommitNumber() int64 {
-	if s.ptr == nil {
-		return -1
-	}
-	n := int64(C.dk_sharded_snapshot_commit_number(s.ptr))
-	runtime.KeepAlive(s)
-	return n
+	return snapshotQuery(s.ptr, s, func(p *C.dk_sharded_snapshot_t) C.int64_t { return C.dk_sharded_snapshot_commit_number(p) })
 }
 
 // Bytes is the memory the library's snapshot holds: this rank's shard and
 // its neighbour's, a pending commit's, and what Fetch received (this
 // binding's staging copy of this rank's buffers adds their size).
 func (s *ShardedSnapshot) Bytes() int64 {
-	if s.ptr == nil {
-		return -1
-	}
-	n := int64(C.dk_sharded_snapshot_bytes(s.ptr))
-	runtime.KeepAlive(s)
-	return n
+	return snapshotQuery(s.ptr, s, func(p *C.dk_sharded_snapshot_t) C.int64_t { return C.dk_sharded_snapshot_bytes(p) })
 }
 
 // Close frees the snapshot and its copies; the registered slices stay.
@@ -212,9 +195,6 @@ func (s *ShardedSnapshot) Close() {
 	if s.ptr != nil {
 		C.dk_sharded_snapshot_destroy(s.ptr)
 		s.ptr = nil
-		for _, b := range s.buffers {
-			C.free(b.staging)
-		}
-		s.buffers = nil
+		s.buffers.free()
 	}
 }

@@ -25,13 +25,53 @@ import (
 // Close it.
 type Snapshot struct {
 	ptr     *C.dk_snapshot_t
-	buffers []snapshotBuffer
+	buffers stagedBuffers
 }
 
 type snapshotBuffer struct {
 	staging unsafe.Pointer // C memory, registered with the library
 	save    func()         // the Go slice into staging
 	load    func()         // staging into the Go slice
+}
+
+// stagedBuffers are a snapshot's (Snapshot's or ShardedSnapshot's)
+// registered slices with their C copies.
+type stagedBuffers []snapshotBuffer
+
+// save gives the library's copies the slices' present values (before a
+// commit; before a load too, so that after it the slices hold exactly what
+// the library loaded).
+func (bs stagedBuffers) save() {
+	for _, b := range bs {
+		b.save()
+	}
+}
+
+// load copies the library's copies into the slices.
+func (bs stagedBuffers) load() {
+	for _, b := range bs {
+		b.load()
+	}
+}
+
+// free frees the C copies once the library's snapshot is destroyed.
+func (bs *stagedBuffers) free() {
+	for _, b := range *bs {
+		C.free(b.staging)
+	}
+	*bs = nil
+}
+
+// snapshotQuery is query's answer for a snapshot's handle p, -1 once it is
+// closed (p nil); owner, which frees p when finalized, stays alive for the
+// call.
+func snapshotQuery[P any](p *P, owner any, query func(*P) C.int64_t) int64 {
+	if p == nil {
+		return -1
+	}
+	n := int64(query(p))
+	runtime.KeepAlive(owner)
+	return n
 }
 
 // NewSnapshot is an empty snapshot: no buffers, nothing committed.
@@ -55,21 +95,16 @@ func RegisterBuffer[T Element](s *Snapshot, name string, data []T) error {
 	if err := s.live(); err != nil {
 		return err
 	}
-	b, err := stageBuffer(name, data, func(cname *C.char, staging unsafe.Pointer, bytes C.size_t, cerr **C.dk_error_t) C.dk_status_t {
+	defer runtime.KeepAlive(s)
+	return stageBuffer(&s.buffers, name, data, func(cname *C.char, staging unsafe.Pointer, bytes C.size_t, cerr **C.dk_error_t) C.dk_status_t {
 		return C.dk_snapshot_register(s.ptr, cname, staging, bytes, cerr)
 	})
-	runtime.KeepAlive(s)
-	if err != nil {
-		return err
-	}
-	s.buffers = append(s.buffers, b)
-	return nil
 }
 
-// stageBuffer copies data into C memory and registers that copy with the
-// library through register (a snapshot's register call); the buffer it
-// returns copies between the two.
-func stageBuffer[T Element](name string, data []T, register func(*C.char, unsafe.Pointer, C.size_t, **C.dk_error_t) C.dk_status_t) (snapshotBuffer, error) {
+// stageBuffer copies data into C memory, registers that copy with the
+// library through register (a snapshot's register call) and adds the pair
+// to bs.
+func stageBuffer[T Element](bs *stagedBuffers, name string, data []T, register func(*C.char, unsafe.Pointer, C.size_t, **C.dk_error_t) C.dk_status_t) error {
 	var z T
 	bytes := len(data) * int(unsafe.Sizeof(z))
 	staging := C.malloc(C.size_t(bytes) + 1)
@@ -80,13 +115,14 @@ func stageBuffer[T Element](name string, data []T, register func(*C.char, unsafe
 	var cerr *C.dk_error_t
 	if err := check(register(cname, staging, C.size_t(bytes), &cerr), cerr); err != nil {
 		C.free(staging)
-		return snapshotBuffer{}, err
+		return err
 	}
-	return snapshotBuffer{
+	*bs = append(*bs, snapshotBuffer{
 		staging: staging,
 		save:    func() { copy(view, data) },
 		load:    func() { copy(data, view) },
-	}, nil
+	})
+	return nil
 }
 
 func (s *Snapshot) live() error {
@@ -96,21 +132,13 @@ func (s *Snapshot) live() error {
 	return nil
 }
 
-// stage gives the library's copy the slices' present values, so that after a
-// Sync or Restore they hold exactly what the library loaded.
-func (s *Snapshot) stage() {
-	for _, b := range s.buffers {
-		b.save()
-	}
-}
-
 // Commit copies the registered slices into a new snapshot, which replaces
 // the one held once complete; its number is the held one's + 1.
 func (s *Snapshot) Commit() error {
 	if err := s.live(); err != nil {
 		return err
 	}
-	s.stage()
+	s.buffers.save()
 	var cerr *C.dk_error_t
 	err := check(C.dk_snapshot_commit(s.ptr, &cerr), cerr)
 	runtime.KeepAlive(s) // its finalizer must not free the snapshot mid-call
@@ -123,20 +151,13 @@ func (s *Snapshot) Commit() error {
 // buffer and the ranks), FailedPrecondition when no member holds a snapshot.
 // On an error the slices are left as they were.
 func (s *Snapshot) Sync(g *Group) (int64, error) {
-	if err := s.live(); err != nil {
-		return 0, err
-	}
-	s.stage()
 	var commit C.int64_t
-	var cerr *C.dk_error_t
-	err := check(C.dk_snapshot_sync(s.ptr, g.ptr, &commit, &cerr), cerr)
-	runtime.KeepAlive(s)
+	err := s.load(func(p *C.dk_snapshot_t, e **C.dk_error_t) C.dk_status_t {
+		return C.dk_snapshot_sync(p, g.ptr, &commit, e)
+	})
 	runtime.KeepAlive(g)
 	if err != nil {
 		return 0, err
-	}
-	for _, b := range s.buffers {
-		b.load()
 	}
 	return int64(commit), nil
 }
@@ -144,42 +165,37 @@ func (s *Snapshot) Sync(g *Group) (int64, error) {
 // Restore copies the snapshot held back into the registered slices
 // (FailedPrecondition when none is held).
 func (s *Snapshot) Restore() error {
+	return s.load(func(p *C.dk_snapshot_t, e **C.dk_error_t) C.dk_status_t { return C.dk_snapshot_restore(p, e) })
+}
+
+// load makes a call that loads a commit into the library's copy, the slices
+// staged first (so that after it they hold exactly what was loaded), and
+// copies it into the slices; on an error they are left as they were.
+func (s *Snapshot) load(call func(p *C.dk_snapshot_t, e **C.dk_error_t) C.dk_status_t) error {
 	if err := s.live(); err != nil {
 		return err
 	}
-	s.stage()
+	s.buffers.save()
 	var cerr *C.dk_error_t
-	err := check(C.dk_snapshot_restore(s.ptr, &cerr), cerr)
-	runtime.KeepAlive(s)
+	err := check(call(s.ptr, &cerr), cerr)
+	runtime.KeepAlive(s) // its finalizer must not free the snapshot mid-call
 	if err != nil {
 		return err
 	}
-	for _, b := range s.buffers {
-		b.load()
-	}
+	s.buffers.load()
 	return nil
 }
 
 // CommitNumber is the number of the snapshot held (1 for the first commit;
 // after a Sync, the commit loaded); 0 when none is.
 func (s *Snapshot) CommitNumber() int64 {
-	if s.ptr == nil {
-		return -1
-	}
-	n := int64(C.dk_snapshot_commit_number(s.ptr))
-	runtime.KeepAlive(s)
-	return n
+	return snapshotQuery(s.ptr, s, func(p *C.dk_snapshot_t) C.int64_t { return C.dk_snapshot_commit_number(p) })
 }
 
 // Bytes is the memory the library's snapshot takes (0 when none is held;
 // this binding's staging copy adds as much again).
 func (s *Snapshot) Bytes() int64 {
-	if s.ptr == nil {
-		return -1
-	}
-	n := int64(C.dk_snapshot_bytes(s.ptr))
-	runtime.KeepAlive(s)
-	return n
+	return snapshotQuery(s.ptr, s, func(p *C.dk_snapshot_t) C.int64_t { return C.dk_snapshot_bytes(p) })
 }
 
 // Close frees the snapshot and its copies; the registered slices stay.
@@ -187,9 +203,6 @@ func (s *Snapshot) Close() {
 	if s.ptr != nil {
 		C.dk_snapshot_destroy(s.ptr)
 		s.ptr = nil
-		for _, b := range s.buffers {
-			C.free(b.staging)
-		}
-		s.buffers = nil
+		s.buffers.free()
 	}
 }

@@ -297,18 +297,7 @@ def init_default_group(timeout_ms: int) -> bool:
         _groups.local_group_to_torch()
         return False
     register()
-    store = _store_for_torch()
-    # torch's init ends with a barrier in the store that counts every rank
-    # in. distkit's world has every rank joined already (dk_init), and in a
-    # job whose other ranks are C, C++, Rust or Go they would never count
-    # in: the count is answered at once.
-    store._init_barrier_size = _groups.get_world_size()
-    try:
-        tdist.init_process_group(BACKEND, store=store, rank=_groups.get_rank(),
-                                 world_size=_groups.get_world_size(),
-                                 timeout=datetime.timedelta(milliseconds=timeout_ms))
-    finally:
-        store._init_barrier_size = None
+    _init_default_group(_store_for_torch(), timeout_ms)
     _groups.local_group_to_torch()
     return True
 
@@ -322,7 +311,17 @@ def rebase_default_group(timeout_ms: int) -> None:
     world, as the shrink or grow was."""
     if tdist.is_initialized():
         tdist.destroy_process_group()
-    store = _store_for_torch(prefix=f"torch/{_groups.get_default_group().name()}/")
+    _init_default_group(_store_for_torch(prefix=f"torch/{_groups.get_default_group().name()}/"),
+                        timeout_ms)
+
+
+def _init_default_group(store, timeout_ms: int) -> None:
+    """torch.distributed's default group on this backend over distkit's
+    default group, its keys in store."""
+    # torch's init ends with a barrier in the store that counts every rank
+    # in. distkit's world has every rank joined already (dk_init), and in a
+    # job whose other ranks are C, C++, Rust or Go they would never count
+    # in: the count is answered at once.
     store._init_barrier_size = _groups.get_world_size()
     try:
         tdist.init_process_group(BACKEND, store=store, rank=_groups.get_rank(),

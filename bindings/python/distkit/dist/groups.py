@@ -359,17 +359,9 @@ def shrink_group(group: Optional[ProcessGroup] = None, settle: float = 5.0) -> P
     every member to report alive. Raises when this rank reported after the
     others agreed. Where init_dist made torch.distributed's default group,
     it is made again over the survivors (so is it after grow_group)."""
-    global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER, _LOCAL_TORCH_GROUP
-    global _DEFAULT_SHRUNK
     out = ctypes.c_void_p()
     raise_for_status(lib.dk_group_shrink, handle_of(group), int(settle * 1000), ctypes.byref(out))
-    shrunk = ProcessGroup(out)
-    if group is None:
-        _default_group = shrunk  # the library's default group is this one now
-        _LOCAL_PROCESS_GROUP = _LOCAL_TORCH_GROUP = None
-        _LOCAL_FROM_LAUNCHER = False
-        _follow_with_torch()
-    return shrunk
+    return _replacing(group, ProcessGroup(out))
 
 
 def grow_group(group: Optional[ProcessGroup] = None, world_size: Optional[int] = None,
@@ -387,19 +379,23 @@ def grow_group(group: Optional[ProcessGroup] = None, world_size: Optional[int] =
     ``group``'s operation timeout); past it, a DeadlineExceededError naming
     the ranks that never came, on every participant. No node-local group
     afterwards, on either side. Gloo groups only."""
-    global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER, _LOCAL_TORCH_GROUP
-    global _DEFAULT_SHRUNK
     out = ctypes.c_void_p()
     timeout_ms = -1 if timeout is None else int(timeout * 1000)
     raise_for_status(lib.dk_group_grow, handle_of(group), int(world_size or 0), timeout_ms,
                      ctypes.byref(out))
-    grown = ProcessGroup(out)
+    return _replacing(group, ProcessGroup(out))
+
+
+def _replacing(group: Optional[ProcessGroup], new: ProcessGroup) -> ProcessGroup:
+    """shrink_group's or grow_group's result ``new``, made the default group
+    where ``group`` was not given (it replaced the default group then)."""
+    global _default_group, _LOCAL_PROCESS_GROUP, _LOCAL_FROM_LAUNCHER, _LOCAL_TORCH_GROUP
     if group is None:
-        _default_group = grown  # the library's default group is this one now
+        _default_group = new  # the library's default group is this one now
         _LOCAL_PROCESS_GROUP = _LOCAL_TORCH_GROUP = None
         _LOCAL_FROM_LAUNCHER = False
         _follow_with_torch()
-    return grown
+    return new
 
 
 def _follow_with_torch() -> None:
@@ -488,28 +484,28 @@ _NO_LOCAL_GROUP = ("Local process group is not created, please use `init_local_g
                    "local process group.")
 
 
-def get_local_group():
-    """The node-local group: torch's once torch.distributed is initialized."""
+def _local_process_group() -> Optional[ProcessGroup]:
+    """distkit's node-local group (None when not distributed)."""
     if not is_distributed():
         return None
     if _LOCAL_PROCESS_GROUP is None:
         raise RuntimeError(_NO_LOCAL_GROUP)
-    if _LOCAL_TORCH_GROUP is not None and torch_groups.active():
-        return _LOCAL_TORCH_GROUP
     return _LOCAL_PROCESS_GROUP
 
 
+def get_local_group():
+    """The node-local group: torch's once torch.distributed is initialized."""
+    local = _local_process_group()
+    if local is not None and _LOCAL_TORCH_GROUP is not None and torch_groups.active():
+        return _LOCAL_TORCH_GROUP
+    return local
+
+
 def get_local_size() -> int:
-    if not is_distributed():
-        return 1
-    if _LOCAL_PROCESS_GROUP is None:
-        raise RuntimeError(_NO_LOCAL_GROUP)
-    return _LOCAL_PROCESS_GROUP.size()
+    local = _local_process_group()
+    return 1 if local is None else local.size()
 
 
 def get_local_rank() -> int:
-    if not is_distributed():
-        return 0
-    if _LOCAL_PROCESS_GROUP is None:
-        raise RuntimeError(_NO_LOCAL_GROUP)
-    return _LOCAL_PROCESS_GROUP.rank()
+    local = _local_process_group()
+    return 0 if local is None else local.rank()

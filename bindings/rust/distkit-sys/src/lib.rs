@@ -10,6 +10,31 @@
 
 use core::ffi::{c_char, c_int, c_void};
 
+/// Declares the names as the values 0, 1, 2, ... of the type, in order, as
+/// the header's enums number them (tests/layout.rs checks every one).
+macro_rules! consecutive {
+    ($ty:ty: $($name:ident),+ $(,)?) => {
+        consecutive!(@from 0; $ty; $($name),+);
+    };
+    (@from $n:expr; $ty:ty; $name:ident $(, $rest:ident)*) => {
+        pub const $name: $ty = $n;
+        consecutive!(@from $n + 1; $ty; $($rest),*);
+    };
+    (@from $n:expr; $ty:ty;) => {};
+}
+
+/// Declares opaque handle types of the header, only ever used behind
+/// pointers.
+macro_rules! opaque {
+    ($($(#[$doc:meta])* $name:ident),+ $(,)?) => {$(
+        $(#[$doc])*
+        #[repr(C)]
+        pub struct $name {
+            _private: [u8; 0],
+        }
+    )+};
+}
+
 // ---- DLPack (dlpack.h, version 0.6) ---------------------------------------
 
 pub const kDLCPU: i32 = 1;
@@ -53,52 +78,32 @@ pub const DK_ABI_MINOR: i32 = 10;
 
 pub type dk_status_t = i32;
 
-/// Opaque error object; free with `dk_error_free`.
-#[repr(C)]
-pub struct dk_error_t {
-    _private: [u8; 0],
+opaque! {
+    /// Opaque error object; free with `dk_error_free`.
+    dk_error_t
 }
 
-pub const DK_OK: dk_status_t = 0;
-pub const DK_CANCELLED: dk_status_t = 1;
-pub const DK_UNKNOWN: dk_status_t = 2;
-pub const DK_INVALID_ARGUMENT: dk_status_t = 3;
-pub const DK_DEADLINE_EXCEEDED: dk_status_t = 4;
-pub const DK_NOT_FOUND: dk_status_t = 5;
-pub const DK_ALREADY_EXISTS: dk_status_t = 6;
-pub const DK_PERMISSION_DENIED: dk_status_t = 7;
-pub const DK_RESOURCE_EXHAUSTED: dk_status_t = 8;
-pub const DK_FAILED_PRECONDITION: dk_status_t = 9;
-pub const DK_ABORTED: dk_status_t = 10;
-pub const DK_OUT_OF_RANGE: dk_status_t = 11;
-pub const DK_UNIMPLEMENTED: dk_status_t = 12;
-pub const DK_INTERNAL: dk_status_t = 13;
-pub const DK_UNAVAILABLE: dk_status_t = 14;
-pub const DK_DATA_LOSS: dk_status_t = 15;
-pub const DK_UNAUTHENTICATED: dk_status_t = 16;
+consecutive! {
+    dk_status_t:
+    DK_OK, DK_CANCELLED, DK_UNKNOWN, DK_INVALID_ARGUMENT, DK_DEADLINE_EXCEEDED, DK_NOT_FOUND,
+    DK_ALREADY_EXISTS, DK_PERMISSION_DENIED, DK_RESOURCE_EXHAUSTED, DK_FAILED_PRECONDITION,
+    DK_ABORTED, DK_OUT_OF_RANGE, DK_UNIMPLEMENTED, DK_INTERNAL, DK_UNAVAILABLE, DK_DATA_LOSS,
+    DK_UNAUTHENTICATED,
+}
 
 // ---- Data types and reductions --------------------------------------------
 
 pub type dk_dtype_t = i32;
-pub const DK_FLOAT16: dk_dtype_t = 0;
-pub const DK_BFLOAT16: dk_dtype_t = 1;
-pub const DK_FLOAT32: dk_dtype_t = 2;
-pub const DK_FLOAT64: dk_dtype_t = 3;
-pub const DK_INT8: dk_dtype_t = 4;
-pub const DK_UINT8: dk_dtype_t = 5;
-pub const DK_INT32: dk_dtype_t = 6;
-pub const DK_INT64: dk_dtype_t = 7;
-pub const DK_BOOL: dk_dtype_t = 8;
+consecutive! {
+    dk_dtype_t:
+    DK_FLOAT16, DK_BFLOAT16, DK_FLOAT32, DK_FLOAT64, DK_INT8, DK_UINT8, DK_INT32, DK_INT64, DK_BOOL,
+}
 
 pub type dk_reduce_op_t = i32;
-pub const DK_OP_SUM: dk_reduce_op_t = 0;
-pub const DK_OP_PRODUCT: dk_reduce_op_t = 1;
-pub const DK_OP_MIN: dk_reduce_op_t = 2;
-pub const DK_OP_MAX: dk_reduce_op_t = 3;
-pub const DK_OP_BAND: dk_reduce_op_t = 4;
-pub const DK_OP_BOR: dk_reduce_op_t = 5;
-pub const DK_OP_BXOR: dk_reduce_op_t = 6;
-pub const DK_OP_MEAN: dk_reduce_op_t = 7;
+consecutive! {
+    dk_reduce_op_t:
+    DK_OP_SUM, DK_OP_PRODUCT, DK_OP_MIN, DK_OP_MAX, DK_OP_BAND, DK_OP_BOR, DK_OP_BXOR, DK_OP_MEAN,
+}
 
 // ---- Store ----------------------------------------------------------------
 
@@ -109,10 +114,7 @@ pub struct dk_bytes_t {
     pub size: usize,
 }
 
-#[repr(C)]
-pub struct dk_store_t {
-    _private: [u8; 0],
-}
+opaque! { dk_store_t }
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -147,10 +149,7 @@ pub struct dk_launcher_info_t {
 
 // ---- Groups and work ------------------------------------------------------
 
-#[repr(C)]
-pub struct dk_group_t {
-    _private: [u8; 0],
-}
+opaque! { dk_group_t }
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -162,37 +161,31 @@ pub struct dk_init_config_t {
     pub connect_timeout_ms: i64,
 }
 
-#[repr(C)]
-pub struct dk_work_t {
-    _private: [u8; 0],
-}
+opaque! { dk_work_t }
 
 pub type dk_work_state_t = i32;
-pub const DK_WORK_PENDING: dk_work_state_t = 0;
-pub const DK_WORK_SUCCEEDED: dk_work_state_t = 1;
-pub const DK_WORK_FAILED: dk_work_state_t = 2;
-
-#[repr(C)]
-pub struct dk_parallel_state_t {
-    _private: [u8; 0],
+consecutive! {
+    dk_work_state_t:
+    DK_WORK_PENDING, DK_WORK_SUCCEEDED, DK_WORK_FAILED,
 }
+
+opaque! { dk_parallel_state_t }
 
 /// modelopt's "-1": a parallel group that is not used.
 pub const DK_GROUP_UNUSED: *mut dk_group_t = usize::MAX as *mut dk_group_t;
-pub const DK_PARALLEL_DATA: i32 = 0;
-pub const DK_PARALLEL_TENSOR: i32 = 1;
-pub const DK_PARALLEL_EXPERT: i32 = 2;
+consecutive! {
+    i32:
+    DK_PARALLEL_DATA, DK_PARALLEL_TENSOR, DK_PARALLEL_EXPERT,
+}
 
 // ---- Gradient reducer (ABI 0.2) ---------------------------------------------
 
-#[repr(C)]
-pub struct dk_reducer_t {
-    _private: [u8; 0],
-}
+opaque! { dk_reducer_t }
 
-pub const DK_COMM_HOOK_NONE: i32 = 0;
-pub const DK_COMM_HOOK_FP16: i32 = 1;
-pub const DK_COMM_HOOK_BF16: i32 = 2;
+consecutive! {
+    i32:
+    DK_COMM_HOOK_NONE, DK_COMM_HOOK_FP16, DK_COMM_HOOK_BF16,
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -208,22 +201,19 @@ pub struct dk_reducer_config_t {
 
 // ---- Sharded units (ABI 0.3) -------------------------------------------------
 
-#[repr(C)]
-pub struct dk_shard_t {
-    _private: [u8; 0],
-}
+opaque! { dk_shard_t }
 
-pub const DK_SHARD_FULL_SHARD: i32 = 0;
-pub const DK_SHARD_SHARD_GRAD_OP: i32 = 1;
-pub const DK_SHARD_NO_SHARD: i32 = 2;
-pub const DK_SHARD_HYBRID_SHARD: i32 = 3;
-pub const DK_SHARD_HYBRID_SHARD_ZERO2: i32 = 4;
+consecutive! {
+    i32:
+    DK_SHARD_FULL_SHARD, DK_SHARD_SHARD_GRAD_OP, DK_SHARD_NO_SHARD, DK_SHARD_HYBRID_SHARD,
+    DK_SHARD_HYBRID_SHARD_ZERO2,
+}
 pub const DK_DTYPE_UNSET: i32 = -1;
-pub const DK_SHARD_EVENT_UNSHARD_START: i32 = 0;
-pub const DK_SHARD_EVENT_UNSHARD_DONE: i32 = 1;
-pub const DK_SHARD_EVENT_RESHARD: i32 = 2;
-pub const DK_SHARD_EVENT_REDUCE_START: i32 = 3;
-pub const DK_SHARD_EVENT_REDUCE_DONE: i32 = 4;
+consecutive! {
+    i32:
+    DK_SHARD_EVENT_UNSHARD_START, DK_SHARD_EVENT_UNSHARD_DONE, DK_SHARD_EVENT_RESHARD,
+    DK_SHARD_EVENT_REDUCE_START, DK_SHARD_EVENT_REDUCE_DONE,
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -253,17 +243,11 @@ pub type dk_work_callback_t = Option<unsafe extern "C" fn(arg: *mut c_void, stat
 
 // ---- Elastic snapshots (ABI 0.8) ---------------------------------------------
 
-#[repr(C)]
-pub struct dk_snapshot_t {
-    _private: [u8; 0],
-}
+opaque! { dk_snapshot_t }
 
 // ---- Sharded elastic snapshots (ABI 0.10) ------------------------------------
 
-#[repr(C)]
-pub struct dk_sharded_snapshot_t {
-    _private: [u8; 0],
-}
+opaque! { dk_sharded_snapshot_t }
 
 extern "C" {
     pub fn dk_init_version(major: i32, minor: i32, err: ErrOut) -> dk_status_t;

@@ -13,14 +13,11 @@
 //!
 //! As `Snapshot`, the library copies from memory this type owns, so no Rust
 //! borrow outlives a call: `commit` takes the buffers in registration order.
-use std::ffi::CString;
-
 use distkit_sys as sys;
 
 use crate::error::{call, Code, Error, Result};
 use crate::group::Group;
-use crate::snapshot::{PlainNumber, SnapshotBuffer};
-use crate::store::cstring;
+use crate::snapshot::{PlainNumber, SnapshotBuffer, Staging};
 
 /// What `fetch` agreed on: the commit loaded and the size of the group that
 /// committed it (shards are numbered `0..world`).
@@ -34,9 +31,7 @@ pub struct Fetched {
 /// thread at a time (`&mut self`).
 pub struct ShardedSnapshot {
     ptr: *mut sys::dk_sharded_snapshot_t,
-    // The library's view of each buffer: memory owned here, registered once,
-    // never moved (boxed slices).
-    staging: Vec<(String, Box<[u8]>)>,
+    staging: Staging,
 }
 
 // The handle is used from one thread at a time (&mut self) and may move
@@ -55,7 +50,7 @@ impl ShardedSnapshot {
         crate::check_version()?;
         let mut ptr = std::ptr::null_mut();
         call(|err| unsafe { sys::dk_sharded_snapshot_create(&mut ptr, err) })?;
-        Ok(ShardedSnapshot { ptr, staging: Vec::new() })
+        Ok(ShardedSnapshot { ptr, staging: Staging::default() })
     }
 
     /// Adds this rank's part of a sharded state under `name` (its size is
@@ -64,12 +59,10 @@ impl ShardedSnapshot {
     /// first `commit` or `fetch` (`Code::FailedPrecondition` afterwards: a
     /// new layout takes a new snapshot).
     pub fn register(&mut self, name: &str, buffer: &dyn SnapshotBuffer) -> Result<()> {
-        let cname: CString = cstring(name, "name")?;
-        let mut copy = buffer.bytes().to_vec().into_boxed_slice();
-        let data = if copy.is_empty() { std::ptr::null_mut() } else { copy.as_mut_ptr() as *mut _ };
-        call(|err| unsafe { sys::dk_sharded_snapshot_register(self.ptr, cname.as_ptr(), data, copy.len(), err) })?;
-        self.staging.push((name.to_string(), copy));
-        Ok(())
+        let ptr = self.ptr;
+        self.staging.register(name, buffer, |cname, data, bytes, err| unsafe {
+            sys::dk_sharded_snapshot_register(ptr, cname, data, bytes, err)
+        })
     }
 
     /// Collective over `group`, whose rank r holds shard r: copies `buffers`
@@ -79,27 +72,8 @@ impl ShardedSnapshot {
     /// failure before that keeps both it and the one before to fetch from).
     /// `Code::InvalidArgument` on every member when the names differ.
     pub fn commit(&mut self, group: &Group, buffers: &[&dyn SnapshotBuffer]) -> Result<()> {
-        if buffers.len() != self.staging.len() {
-            return Err(Error::new(
-                Code::InvalidArgument,
-                format!("sharded snapshot commit: {} buffers given, {} registered", buffers.len(), self.staging.len()),
-            ));
-        }
-        for ((name, staged), b) in self.staging.iter().zip(buffers) {
-            if staged.len() != b.bytes().len() {
-                return Err(Error::new(
-                    Code::InvalidArgument,
-                    format!(
-                        "sharded snapshot commit: buffer '{name}' is {} bytes, registered as {}",
-                        b.bytes().len(),
-                        staged.len()
-                    ),
-                ));
-            }
-        }
-        for ((_, staged), b) in self.staging.iter_mut().zip(buffers) {
-            staged.copy_from_slice(b.bytes());
-        }
+        self.staging.check("sharded snapshot commit", buffers.iter().map(|b| b.bytes().len()))?;
+        self.staging.save(buffers.iter().map(|b| b.bytes()));
         call(|err| unsafe { sys::dk_sharded_snapshot_commit(self.ptr, group.raw(), err) })
     }
 

@@ -8,7 +8,7 @@
 //! The library keeps its own copy of each buffer (memory this type owns),
 //! so no Rust borrow outlives a call: the buffers are passed to `commit`,
 //! `sync` and `restore` in the order they were registered.
-use std::ffi::CString;
+use std::ffi::{c_char, c_void};
 
 use distkit_sys as sys;
 
@@ -79,9 +79,63 @@ impl<T: PlainNumber, const N: usize> SnapshotBuffer for [T; N] {
 /// One thread at a time (`&mut self`).
 pub struct Snapshot {
     ptr: *mut sys::dk_snapshot_t,
-    // The library's view of each buffer: memory owned here, registered once,
-    // never moved (boxed slices).
-    staging: Vec<(String, Box<[u8]>)>,
+    staging: Staging,
+}
+
+/// A snapshot's (`Snapshot`'s or `ShardedSnapshot`'s) view of each buffer,
+/// by name: memory owned here, registered once, never moved (boxed slices).
+#[derive(Default)]
+pub(crate) struct Staging(Vec<(String, Box<[u8]>)>);
+
+impl Staging {
+    /// Registers a copy of `buffer` under `name` through `register` (the
+    /// snapshot's register call: name, data, bytes, error).
+    pub(crate) fn register(
+        &mut self,
+        name: &str,
+        buffer: &dyn SnapshotBuffer,
+        register: impl FnOnce(*const c_char, *mut c_void, usize, sys::ErrOut) -> sys::dk_status_t,
+    ) -> Result<()> {
+        let cname = cstring(name, "name")?;
+        let mut copy = buffer.bytes().to_vec().into_boxed_slice();
+        let data = if copy.is_empty() { std::ptr::null_mut() } else { copy.as_mut_ptr() as *mut _ };
+        call(|err| register(cname.as_ptr(), data, copy.len(), err))?;
+        self.0.push((name.to_string(), copy));
+        Ok(())
+    }
+
+    /// `Code::InvalidArgument` unless `sizes` are the registered buffers'
+    /// (`what` names the call in the message).
+    pub(crate) fn check(&self, what: &str, sizes: impl ExactSizeIterator<Item = usize>) -> Result<()> {
+        if sizes.len() != self.0.len() {
+            return Err(Error::new(
+                Code::InvalidArgument,
+                format!("{what}: {} buffers given, {} registered", sizes.len(), self.0.len()),
+            ));
+        }
+        for ((name, staged), size) in self.0.iter().zip(sizes) {
+            if staged.len() != size {
+                return Err(Error::new(
+                    Code::InvalidArgument,
+                    format!("{what}: buffer '{name}' is {size} bytes, registered as {}", staged.len()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the buffers (checked) into the library's view.
+    pub(crate) fn save<'a>(&mut self, buffers: impl Iterator<Item = &'a [u8]>) {
+        for ((_, staged), b) in self.0.iter_mut().zip(buffers) {
+            staged.copy_from_slice(b);
+        }
+    }
+
+    fn load_into(&self, buffers: &mut [&mut dyn SnapshotBuffer]) {
+        for ((_, staged), b) in self.0.iter().zip(buffers.iter_mut()) {
+            b.bytes_mut().copy_from_slice(staged);
+        }
+    }
 }
 
 // The handle is used from one thread at a time (&mut self) and may move
@@ -100,7 +154,7 @@ impl Snapshot {
         crate::check_version()?;
         let mut ptr = std::ptr::null_mut();
         call(|err| unsafe { sys::dk_snapshot_create(&mut ptr, err) })?;
-        Ok(Snapshot { ptr, staging: Vec::new() })
+        Ok(Snapshot { ptr, staging: Staging::default() })
     }
 
     /// Adds a buffer of `buffer`'s size under `name` (its contents are read
@@ -108,54 +162,27 @@ impl Snapshot {
     /// same order; all before the first `commit` or `sync`
     /// (`Code::FailedPrecondition` afterwards).
     pub fn register(&mut self, name: &str, buffer: &dyn SnapshotBuffer) -> Result<()> {
-        let cname: CString = cstring(name, "name")?;
-        let mut copy = buffer.bytes().to_vec().into_boxed_slice();
-        let data = if copy.is_empty() { std::ptr::null_mut() } else { copy.as_mut_ptr() as *mut _ };
-        call(|err| unsafe { sys::dk_snapshot_register(self.ptr, cname.as_ptr(), data, copy.len(), err) })?;
-        self.staging.push((name.to_string(), copy));
+        let ptr = self.ptr;
+        self.staging.register(name, buffer, |cname, data, bytes, err| unsafe {
+            sys::dk_snapshot_register(ptr, cname, data, bytes, err)
+        })
+    }
+
+    /// Checks `buffers` against those registered; the library's view takes
+    /// their present values, so that after a sync or restore they hold
+    /// exactly what the library loaded.
+    fn stage(&mut self, what: &str, buffers: &[&mut dyn SnapshotBuffer]) -> Result<()> {
+        self.staging.check(&format!("snapshot {what}"), buffers.iter().map(|b| b.bytes().len()))?;
+        self.staging.save(buffers.iter().map(|b| b.bytes()));
         Ok(())
-    }
-
-    fn check_buffers(&self, what: &str, sizes: impl ExactSizeIterator<Item = usize>) -> Result<()> {
-        if sizes.len() != self.staging.len() {
-            return Err(Error::new(
-                Code::InvalidArgument,
-                format!("snapshot {what}: {} buffers given, {} registered", sizes.len(), self.staging.len()),
-            ));
-        }
-        for ((name, staged), size) in self.staging.iter().zip(sizes) {
-            if staged.len() != size {
-                return Err(Error::new(
-                    Code::InvalidArgument,
-                    format!("snapshot {what}: buffer '{name}' is {size} bytes, registered as {}", staged.len()),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// The library's view takes the buffers' present values, so that after
-    /// a sync or restore they hold exactly what the library loaded.
-    fn stage(&mut self, buffers: &[&mut dyn SnapshotBuffer]) {
-        for ((_, staged), b) in self.staging.iter_mut().zip(buffers) {
-            staged.copy_from_slice(b.bytes());
-        }
-    }
-
-    fn load_into(&self, buffers: &mut [&mut dyn SnapshotBuffer]) {
-        for ((_, staged), b) in self.staging.iter().zip(buffers.iter_mut()) {
-            b.bytes_mut().copy_from_slice(staged);
-        }
     }
 
     /// Copies `buffers` (those registered, in order) into a new snapshot,
     /// which replaces the one held once complete; its number is the held
     /// one's + 1.
     pub fn commit(&mut self, buffers: &[&dyn SnapshotBuffer]) -> Result<()> {
-        self.check_buffers("commit", buffers.iter().map(|b| b.bytes().len()))?;
-        for ((_, staged), b) in self.staging.iter_mut().zip(buffers) {
-            staged.copy_from_slice(b.bytes());
-        }
+        self.staging.check("snapshot commit", buffers.iter().map(|b| b.bytes().len()))?;
+        self.staging.save(buffers.iter().map(|b| b.bytes()));
         call(|err| unsafe { sys::dk_snapshot_commit(self.ptr, err) })
     }
 
@@ -166,21 +193,19 @@ impl Snapshot {
     /// member holds a snapshot. On an error the buffers are left as they
     /// were.
     pub fn sync(&mut self, group: &Group, buffers: &mut [&mut dyn SnapshotBuffer]) -> Result<i64> {
-        self.check_buffers("sync", buffers.iter().map(|b| b.bytes().len()))?;
-        self.stage(buffers);
+        self.stage("sync", buffers)?;
         let mut commit = 0i64;
         call(|err| unsafe { sys::dk_snapshot_sync(self.ptr, group.raw(), &mut commit, err) })?;
-        self.load_into(buffers);
+        self.staging.load_into(buffers);
         Ok(commit)
     }
 
     /// Copies the snapshot held back into `buffers`
     /// (`Code::FailedPrecondition` when none is held).
     pub fn restore(&mut self, buffers: &mut [&mut dyn SnapshotBuffer]) -> Result<()> {
-        self.check_buffers("restore", buffers.iter().map(|b| b.bytes().len()))?;
-        self.stage(buffers);
+        self.stage("restore", buffers)?;
         call(|err| unsafe { sys::dk_snapshot_restore(self.ptr, err) })?;
-        self.load_into(buffers);
+        self.staging.load_into(buffers);
         Ok(())
     }
 

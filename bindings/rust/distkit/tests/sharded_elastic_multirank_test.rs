@@ -19,27 +19,13 @@
 mod elastic_model;
 mod sharded_pieces;
 
-use distkit::{Code, Group, InitOptions, Shard, ShardOptions, ShardedSnapshot, ShardingStrategy};
-use elastic_model::{check_final, gradient, job_failures, launcher_number, recover, reference, Checks};
-use std::time::Duration;
+use distkit::{Code, Group, Shard, ShardOptions, ShardedSnapshot, ShardingStrategy};
+use elastic_model::{
+    gradient, initial_w, job_failures, recover, sigkill_self, Checks, Plan, BETA, COMMIT_EVERY, GLOBAL_BATCH, LR, STEPS,
+};
 
 const DIM: usize = 10;
-const GLOBAL_BATCH: i64 = 12;
-const STEPS: i64 = 16;
-const COMMIT_EVERY: i64 = 4;
-const LR: f64 = 0.1;
-const BETA: f64 = 0.9;
-const TIMEOUT: Duration = Duration::from_secs(20);
-const SETTLE: Duration = Duration::from_secs(2);
-const SIGKILL: i32 = 9;
-
-extern "C" {
-    fn raise(sig: i32) -> i32;
-}
-
-fn initial_w() -> Vec<f64> {
-    (0..DIM).map(|j| 0.5 - 0.1 * j as f64).collect()
-}
+const SLOPE: f64 = 0.1;
 
 /// What a rank carries from one layout to the next: the old layout's
 /// shards it fetched (weights and momentum by old shard index, None where
@@ -56,7 +42,8 @@ struct Carried {
 /// own index when `same_layout`, else every shard), copied out.
 fn fetch(snapshot: &mut ShardedSnapshot, group: &Group, same_layout: bool, c: &Checks) -> Carried {
     let me = [group.rank()];
-    let got = snapshot.fetch(group, if same_layout { Some(&me[..]) } else { None }).unwrap_or_else(|e| c.die("fetch", e));
+    let got =
+        snapshot.fetch(group, if same_layout { Some(&me[..]) } else { None }).unwrap_or_else(|e| c.die("fetch", e));
     let world = got.world as usize;
     let mut carried = Carried { w: vec![None; world], m: vec![None; world], world, step: -1, commit: got.commit };
     for j in 0..world {
@@ -82,7 +69,14 @@ enum Outcome {
 }
 
 /// Commits this rank's shard of the weights, the momentum's and the step.
-fn commit_state(snapshot: &mut ShardedSnapshot, group: &Group, unit: &mut Shard, m: &Vec<f64>, step: &[i64; 1], c: &Checks) {
+fn commit_state(
+    snapshot: &mut ShardedSnapshot,
+    group: &Group,
+    unit: &mut Shard,
+    m: &Vec<f64>,
+    step: &[i64; 1],
+    c: &Checks,
+) {
     let w = unit.local::<f64>(0).unwrap_or_else(|e| c.die("local", e)).0.to_vec();
     snapshot.commit(group, &[&w, m, step]).unwrap_or_else(|e| c.die("commit", e));
 }
@@ -100,7 +94,7 @@ fn train(
     fails_at: i64,
 ) -> Outcome {
     let options = ShardOptions { strategy: ShardingStrategy::FullShard, sync_module_states: false, param_dtype: None };
-    let mut unit = Shard::new(group, &[&initial_w()[..]], &options).unwrap_or_else(|e| c.die("unit", e));
+    let mut unit = Shard::new(group, &[&initial_w(DIM, SLOPE)[..]], &options).unwrap_or_else(|e| c.die("unit", e));
     let (n, r) = (group.size() as i64, group.rank() as usize);
     let local_len = unit.local::<f64>(0).unwrap_or_else(|e| c.die("local", e)).0.len();
     let mut m = vec![0.0f64; local_len];
@@ -133,14 +127,13 @@ fn train(
         unit.reshard().unwrap_or_else(|e| c.die("reshard", e));
         unit.accumulate_grad(0, &g).unwrap_or_else(|e| c.die("accumulate_grad", e));
         if die_at == Some(step[0]) {
-            println!("rank {}: SIGKILL in step {}", c.rank, step[0]);
-            unsafe { raise(SIGKILL) };
+            sigkill_self(c, step[0]);
         }
         if let Err(e) = unit.reduce_grads() {
             println!("rank {}: step {} failed ({e}); recovering", c.rank, step[0]);
             c.check(step[0] == fails_at, "the step the victim died in fails");
             c.check(matches!(e.code(), Code::Unavailable | Code::DeadlineExceeded), "a lost peer or a timeout");
-            let (next, grown) = recover(group, c, TIMEOUT, SETTLE);
+            let (next, grown) = recover(group, c);
             let carried = fetch(&mut snapshot, &next, grown, c);
             return Outcome::Lost(next, grown, carried, steps_run, snapshot);
         }
@@ -167,53 +160,30 @@ fn main() {
     if std::env::args().nth(1).as_deref() == Some("pieces") {
         return sharded_pieces::run();
     }
-    let want_grow = std::env::args().nth(1).as_deref() == Some("grow");
-    let newcomer = launcher_number("DISTKIT_REPLACEMENT") > 0;
-    let options = InitOptions { timeout: TIMEOUT, ..InitOptions::default() };
     let mut c = Checks { rank: -1, failures: 0 };
-    let mut group = distkit::init("pytorch", &options).unwrap_or_else(|e| c.die("init", e));
-    let (world_rank, size) = (group.rank(), group.size());
-    c.rank = world_rank;
-    if size < 2 {
-        eprintln!("rank {world_rank}: needs 2 ranks or more");
-        std::process::exit(1);
-    }
-    c.check(want_grow == (launcher_number("DISTKIT_MAX_REPLACEMENTS") > 0), "replacements in the grow variant only");
-    c.check(want_grow || launcher_number("DISTKIT_MIN_RANKS") > 0, "the shrink variant runs under --min-ranks");
-    let victim = size - 1;
-    let die_at = 7 + size as i64;
-    let want_commit = 1 + die_at / COMMIT_EVERY;
-    let commit_step = die_at / COMMIT_EVERY * COMMIT_EVERY;
+    let (mut group, plan) = Plan::start(&mut c);
+    let world_rank = c.rank;
 
     let mut carried = None;
-    if newcomer {
+    if plan.newcomer {
         // init joined the survivors' grow; its snapshot holds nothing.
         let mut empty = ShardedSnapshot::new().unwrap_or_else(|e| c.die("snapshot", e));
         let k = fetch(&mut empty, &group, true, &c);
         println!("rank {world_rank}: replacement fetched commit {} (step {})", k.commit, k.step);
-        c.check(k.commit == want_commit, "the replacement loads the newest commit");
-        c.check(k.step == commit_step, "the replacement's step is the commit's");
+        plan.check_joined(&mut c, k.commit, k.step);
         carried = Some(k);
     }
     let mut recoveries = 0;
     let mut total_steps = 0;
     let mut previous = None;
     let (w, bytes, local_len) = loop {
-        let mine = if !newcomer && recoveries == 0 && world_rank == victim { Some(die_at) } else { None };
-        match train(&group, carried.as_ref(), previous.take(), &mut c, mine, die_at) {
+        let mine =
+            if !plan.newcomer && recoveries == 0 && world_rank == plan.victim { Some(plan.die_at) } else { None };
+        match train(&group, carried.as_ref(), previous.take(), &mut c, mine, plan.die_at) {
             Outcome::Lost(next, grown, k, steps_run, old) => {
                 recoveries += 1;
-                c.check(grown == want_grow, "grown under --max-replacements, else shrunk");
-                c.check(next.size() == if grown { size } else { size - 1 }, "the new group's size");
-                println!(
-                    "rank {world_rank}: {} to {} ranks, fetched commit {} (step {})",
-                    if grown { "grew" } else { "shrank" },
-                    next.size(),
-                    k.commit,
-                    k.step
-                );
-                c.check(k.commit == want_commit, "the survivors load the newest commit");
-                c.check(k.step == commit_step, "the step is the commit's: the steps since are redone");
+                plan.check_regroup(&mut c, &next, grown);
+                plan.check_recovery(&mut c, &next, grown, "fetched", k.commit, k.step);
                 total_steps += steps_run;
                 group = next; // the failed group is dropped (destroyed) here
                 carried = Some(k);
@@ -229,27 +199,9 @@ fn main() {
     // its buffers from 64-byte boundaries.
     let blob = 64 + 2 * ((local_len as i64 * 8 + 63) / 64 * 64) + 64;
     c.check(bytes == if group.size() > 1 { 2 * blob } else { blob }, "the snapshot holds two shards");
-    if newcomer {
-        c.check(total_steps == STEPS - commit_step, "the replacement trains from the commit");
-    } else {
-        c.check(recoveries == 1, "one recovery");
-        c.check(total_steps == STEPS + die_at - commit_step, "the steps since the commit are trained twice");
-    }
-    let want = reference(initial_w(), STEPS, GLOBAL_BATCH, LR, BETA);
-    check_final(&mut c, &w, &want);
+    plan.check_trained(&mut c, &w, initial_w(DIM, SLOPE), total_steps, recoveries);
     let bad = job_failures(&c, &group);
     drop(group);
     distkit::shutdown();
-    if bad > 0.0 {
-        eprintln!("rank {world_rank}: {} check(s) failed in the job", bad);
-        std::process::exit(1);
-    }
-    let how = if newcomer {
-        "joined as a replacement"
-    } else if want_grow {
-        "grew back"
-    } else {
-        "shrank"
-    };
-    println!("rank {world_rank}: {how}; w equals the uninterrupted run's after {total_steps} steps");
+    plan.end(&c, bad, total_steps);
 }

@@ -13,20 +13,10 @@ import (
 	"strings"
 
 	dk "distkit.dev/distkit"
+	rc "distkit.dev/distkit/internal/tests/rankcheck"
 )
 
 var rank, size int
-
-func fail(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "rank %d: FAILED: %s\n", rank, fmt.Sprintf(format, args...))
-	os.Exit(1)
-}
-
-func must(err error, what string) {
-	if err != nil {
-		fail("%s: %v", what, err)
-	}
-}
 
 // Test values are small integers, exact in every element type.
 func value(r, i int) float64 { return float64((r + 1) * (i%7 + 1)) }
@@ -89,7 +79,7 @@ func isInteger[T dk.Element]() bool {
 
 func near(got, want float64, what string, i int) {
 	if math.Abs(got-want) > 1e-2*math.Max(1, math.Abs(want)) {
-		fail("%s[%d]: got %v, want %v", what, i, got, want)
+		rc.Fail("%s[%d]: got %v, want %v", what, i, got, want)
 	}
 }
 
@@ -150,7 +140,7 @@ func checkType[T dk.Element](g *dk.Group, name string) {
 	}
 	for _, c := range cases {
 		data := make1[T](n, func(i int) float64 { return c.f(rank, i) })
-		must(dk.AllReduce(g, data, c.op), "all_reduce "+name)
+		rc.Must(dk.AllReduce(g, data, c.op), "all_reduce "+name)
 		for i, x := range data {
 			vals := make([]float64, size)
 			for q := range vals {
@@ -161,14 +151,14 @@ func checkType[T dk.Element](g *dk.Group, name string) {
 	}
 	for root := 0; root < size; root++ {
 		data := make1[T](n, func(i int) float64 { return value(rank, i) })
-		must(dk.Broadcast(g, data, root), "broadcast")
+		rc.Must(dk.Broadcast(g, data, root), "broadcast")
 		for i, x := range data {
 			near(to(x), value(root, i), fmt.Sprintf("broadcast from %d %s", root, name), i)
 		}
 	}
 	root := size - 1
 	data := make1[T](n, func(i int) float64 { return value(rank, i) })
-	must(dk.Reduce(g, data, dk.Sum, root), "reduce")
+	rc.Must(dk.Reduce(g, data, dk.Sum, root), "reduce")
 	for i, x := range data {
 		want := value(rank, i)
 		if rank == root {
@@ -181,7 +171,7 @@ func checkType[T dk.Element](g *dk.Group, name string) {
 	}
 	input := make1[T](n, func(i int) float64 { return value(rank, i) })
 	out := make([]T, n*size)
-	must(dk.AllGather(g, input, out), "all_gather")
+	rc.Must(dk.AllGather(g, input, out), "all_gather")
 	for j, x := range out {
 		near(to(x), value(j/n, j%n), "all_gather "+name, j)
 	}
@@ -189,7 +179,7 @@ func checkType[T dk.Element](g *dk.Group, name string) {
 	if rank == 0 {
 		gathered = make([]T, n*size)
 	}
-	must(dk.Gather(g, input, gathered, 0), "gather")
+	rc.Must(dk.Gather(g, input, gathered, 0), "gather")
 	for j, x := range gathered {
 		near(to(x), value(j/n, j%n), "gather "+name, j)
 	}
@@ -198,12 +188,12 @@ func checkType[T dk.Element](g *dk.Group, name string) {
 		full = make1[T](n*size, func(j int) float64 { return value(j/n, j%n) })
 	}
 	part := make([]T, n)
-	must(dk.Scatter(g, full, part, 0), "scatter")
+	rc.Must(dk.Scatter(g, full, part, 0), "scatter")
 	for i, x := range part {
 		near(to(x), value(rank, i), "scatter "+name, i)
 	}
 	input = make1[T](n*size, func(j int) float64 { return value(rank, j) })
-	must(dk.ReduceScatter(g, input, part, dk.Sum), "reduce_scatter")
+	rc.Must(dk.ReduceScatter(g, input, part, dk.Sum), "reduce_scatter")
 	for i, x := range part {
 		want := 0.0
 		for q := 0; q < size; q++ {
@@ -213,7 +203,7 @@ func checkType[T dk.Element](g *dk.Group, name string) {
 	}
 	input = make1[T](3*size, func(j int) float64 { return float64(10*rank + j/3 + j%3) })
 	out = make([]T, 3*size)
-	must(dk.AllToAll(g, input, out), "all_to_all")
+	rc.Must(dk.AllToAll(g, input, out), "all_to_all")
 	for j, x := range out {
 		near(to(x), float64(10*(j/3)+rank+j%3), "all_to_all "+name, j)
 	}
@@ -229,14 +219,14 @@ func checkBitwise[T int32 | uint8 | int64](g *dk.Group, name string) {
 		for i := range data {
 			data[i] = T((rank*5 + i) % 8)
 		}
-		must(dk.AllReduce(g, data, o.op), "bitwise "+name)
+		rc.Must(dk.AllReduce(g, data, o.op), "bitwise "+name)
 		for i, x := range data {
 			want := int64(i % 8)
 			for q := 1; q < size; q++ {
 				want = o.f(want, int64((q*5+i)%8))
 			}
 			if int64(x) != want {
-				fail("bitwise %d %s [%d]: got %d want %d", o.op, name, i, x, want)
+				rc.Fail("bitwise %d %s [%d]: got %d want %d", o.op, name, i, x, want)
 			}
 		}
 	}
@@ -246,10 +236,11 @@ func obj(q int) []byte { return []byte(strings.Repeat(fmt.Sprintf("rank-%d-", q)
 
 func main() {
 	world, err := dk.Init("pytorch", dk.InitOptions{})
-	must(err, "init")
+	rc.Must(err, "init")
 	rank, size = world.Rank(), world.Size()
+	rc.Rank = rank
 	if strconv.Itoa(rank) != os.Getenv("RANK") || strconv.Itoa(size) != os.Getenv("WORLD_SIZE") {
-		fail("rank/size disagree with the launcher")
+		rc.Fail("rank/size disagree with the launcher")
 	}
 	checkType[float32](world, "f32")
 	checkType[float64](world, "f64")
@@ -263,17 +254,17 @@ func main() {
 	checkBitwise[uint8](world, "u8")
 	checkBitwise[int64](world, "i64")
 	flags := []bool{rank%2 == 0, rank%2 == 0}
-	must(dk.AllReduce(world, flags, dk.BitOr), "bool or")
+	rc.Must(dk.AllReduce(world, flags, dk.BitOr), "bool or")
 	if !flags[0] || !flags[1] {
-		fail("bool or: %v", flags)
+		rc.Fail("bool or: %v", flags)
 	}
 	flags = []bool{rank%2 == 0}
-	must(dk.AllReduce(world, flags, dk.BitAnd), "bool and")
+	rc.Must(dk.AllReduce(world, flags, dk.BitAnd), "bool and")
 	if flags[0] != (size == 1) {
-		fail("bool and: %v", flags)
+		rc.Fail("bool and: %v", flags)
 	}
 	if err := dk.AllReduce(world, []float32{1}, dk.BitXor); dk.CodeOf(err) != dk.InvalidArgument || !strings.Contains(err.Error(), "float32") {
-		fail("bxor on float32: %v", err)
+		rc.Fail("bxor on float32: %v", err)
 	}
 
 	// Uneven all_to_all: rank r sends q+1 elements valued 100r+q to rank q.
@@ -286,10 +277,10 @@ func main() {
 		}
 	}
 	out := make([]int64, size*(rank+1))
-	must(dk.AllToAllUneven(world, input, inSplits, out, outSplits), "uneven all_to_all")
+	rc.Must(dk.AllToAllUneven(world, input, inSplits, out, outSplits), "uneven all_to_all")
 	for j, x := range out {
 		if want := int64(100*(j/(rank+1)) + rank); x != want {
-			fail("uneven all_to_all [%d]: %d want %d", j, x, want)
+			rc.Fail("uneven all_to_all [%d]: %d want %d", j, x, want)
 		}
 	}
 
@@ -298,47 +289,47 @@ func main() {
 		next, prev := (rank+1)%size, (rank+size-1)%size
 		mine, theirs := []float64{float64(rank) + 0.5, 1}, make([]float64, 2)
 		if rank%2 == 0 {
-			must(dk.Send(world, mine, next, 7), "send")
-			must(dk.Recv(world, theirs, prev, 7), "recv")
+			rc.Must(dk.Send(world, mine, next, 7), "send")
+			rc.Must(dk.Recv(world, theirs, prev, 7), "recv")
 		} else {
-			must(dk.Recv(world, theirs, prev, 7), "recv")
-			must(dk.Send(world, mine, next, 7), "send")
+			rc.Must(dk.Recv(world, theirs, prev, 7), "recv")
+			rc.Must(dk.Send(world, mine, next, 7), "send")
 		}
 		if theirs[0] != float64(prev)+0.5 {
-			fail("recv from %d: %v", prev, theirs)
+			rc.Fail("recv from %d: %v", prev, theirs)
 		}
 	}
-	must(world.Barrier(), "barrier")
+	rc.Must(world.Barrier(), "barrier")
 
 	// Byte objects.
 	all, err := world.AllGatherObject(obj(rank))
-	must(err, "all_gather_object")
+	rc.Must(err, "all_gather_object")
 	for q := 0; q < size; q++ {
 		if !bytes.Equal(all[q], obj(q)) {
-			fail("all_gather_object[%d] = %q", q, all[q])
+			rc.Fail("all_gather_object[%d] = %q", q, all[q])
 		}
 	}
 	got, err := world.GatherObject(obj(rank), size-1)
-	must(err, "gather_object")
+	rc.Must(err, "gather_object")
 	if (rank == size-1) != (len(got) == size) {
-		fail("gather_object on %d: %d items", rank, len(got))
+		rc.Fail("gather_object on %d: %d items", rank, len(got))
 	}
 	var list [][]byte
 	if rank == 0 {
 		list = [][]byte{[]byte("alpha"), {}, []byte("gamma")}
 	}
 	got, err = world.BroadcastObjectList(list, 0)
-	must(err, "broadcast_object_list")
+	rc.Must(err, "broadcast_object_list")
 	if len(got) != 3 || string(got[0]) != "alpha" || len(got[1]) != 0 || string(got[2]) != "gamma" {
-		fail("broadcast_object_list: %q", got)
+		rc.Fail("broadcast_object_list: %q", got)
 	}
 	seed, err := world.SyncRandomSeed()
-	must(err, "seed")
+	rc.Must(err, "seed")
 	seeds := make([]int64, size)
-	must(dk.AllGather(world, []int64{int64(seed)}, seeds), "seeds")
+	rc.Must(dk.AllGather(world, []int64{int64(seed)}, seeds), "seeds")
 	for _, s := range seeds {
 		if s != seeds[0] {
-			fail("seeds differ: %v", seeds)
+			rc.Fail("seeds differ: %v", seeds)
 		}
 	}
 
@@ -350,24 +341,24 @@ func main() {
 	y := []float64{1, 1, 1}
 	ranks := make([]int32, size)
 	w1, err := dk.AllReduceAsync(world, x, dk.Sum)
-	must(err, "async all_reduce")
+	rc.Must(err, "async all_reduce")
 	w2, err := dk.AllReduceAsync(world, y, dk.Sum)
-	must(err, "async all_reduce")
+	rc.Must(err, "async all_reduce")
 	w3, err := dk.AllGatherAsync(world, []int32{int32(rank)}, ranks)
-	must(err, "async all_gather")
-	must(w3.Wait(0), "wait")
-	must(w1.Wait(0), "wait")
+	rc.Must(err, "async all_gather")
+	rc.Must(w3.Wait(0), "wait")
+	rc.Must(w1.Wait(0), "wait")
 	w2.Close() // waits
 	w1.Close()
 	w3.Close()
 	for _, v := range x {
 		if v != int64(size*(size-1)/2) {
-			fail("async all_reduce: %d", v)
+			rc.Fail("async all_reduce: %d", v)
 		}
 	}
 	for q, r := range ranks {
 		if int(r) != q || y[0] != float64(size) {
-			fail("async results %v %v", ranks, y)
+			rc.Fail("async results %v %v", ranks, y)
 		}
 	}
 
@@ -377,27 +368,27 @@ func main() {
 		pair = append(pair, size-1)
 	}
 	sub, err := world.NewGroup(pair)
-	must(err, "new_group")
+	rc.Must(err, "new_group")
 	v := []int32{int32(rank + 1)}
 	err = dk.AllReduce(sub, v, dk.Sum)
 	member := rank == 0 || rank == size-1
 	if member {
-		must(err, "subgroup all_reduce")
+		rc.Must(err, "subgroup all_reduce")
 		want := int32(1)
 		if size > 1 {
 			want = int32(1 + size)
 		}
 		if v[0] != want {
-			fail("subgroup sum %d want %d", v[0], want)
+			rc.Fail("subgroup sum %d want %d", v[0], want)
 		}
 	} else if dk.CodeOf(err) != dk.FailedPrecondition || sub.Rank() != -1 {
-		fail("non-member: %v", err)
+		rc.Fail("non-member: %v", err)
 	}
 	sub.Close()
 
 	// Misuse: wrong sizes are errors, on every rank; data is not touched.
 	if err := dk.AllGather(world, []float32{1, 2}, make([]float32, 1)); dk.CodeOf(err) != dk.InvalidArgument {
-		fail("short output: %v", err)
+		rc.Fail("short output: %v", err)
 	}
 	if size > 1 {
 		mismatched := make([]int32, 10+rank)
@@ -405,15 +396,15 @@ func main() {
 			mismatched[i] = 1
 		}
 		if err := dk.AllReduce(world, mismatched, dk.Sum); dk.CodeOf(err) != dk.InvalidArgument {
-			fail("mismatched counts: %v", err)
+			rc.Fail("mismatched counts: %v", err)
 		}
 		for _, m := range mismatched {
 			if m != 1 {
-				fail("a refused call changed the data")
+				rc.Fail("a refused call changed the data")
 			}
 		}
 	}
-	must(world.Barrier(), "barrier")
+	rc.Must(world.Barrier(), "barrier")
 	// The gradient reducer: rank 0's parameters everywhere, averaged
 	// gradients, a missing gradient named.
 	params := [][]float64{make([]float64, 40), make([]float64, 3)}
@@ -423,9 +414,9 @@ func main() {
 		}
 	}
 	red, err := dk.NewReducer(world, params, [][]float64{{float64(rank + 9)}}, dk.ReducerOptions{FirstBucketCapMB: 1e-4})
-	must(err, "new reducer")
+	rc.Must(err, "new reducer")
 	if params[0][5] != 0 || params[1][2] != 0 {
-		fail("reducer parameters not broadcast from rank 0: %v", params[1])
+		rc.Fail("reducer parameters not broadcast from rank 0: %v", params[1])
 	}
 	grad := func(q, p, k int) float64 { return float64((q+1)*(k+1) + p) }
 	grads := [][]float64{make([]float64, 40), make([]float64, 3)}
@@ -434,9 +425,9 @@ func main() {
 			for k := range grads[p] {
 				grads[p][k] = grad(rank, p, k)
 			}
-			must(red.MarkReady(p, grads[p]), "mark ready")
+			rc.Must(red.MarkReady(p, grads[p]), "mark ready")
 		}
-		must(red.Finalize(grads), "finalize")
+		rc.Must(red.Finalize(grads), "finalize")
 		for p, gp := range grads {
 			for k, v := range gp {
 				want := 0.0
@@ -444,21 +435,21 @@ func main() {
 					want += grad(q, p, k) / float64(size)
 				}
 				if math.Abs(v-want) > 1e-9 {
-					fail("reducer average p%d[%d] = %v want %v", p, k, v, want)
+					rc.Fail("reducer average p%d[%d] = %v want %v", p, k, v, want)
 				}
 			}
 		}
 	}
 	if err := red.MarkReady(0, make([]float64, 3)); dk.CodeOf(err) != dk.InvalidArgument {
-		fail("wrong gradient size: %v", err)
+		rc.Fail("wrong gradient size: %v", err)
 	}
-	must(red.MarkReady(0, grads[0]), "mark ready")
+	rc.Must(red.MarkReady(0, grads[0]), "mark ready")
 	if err := red.Finalize(grads); dk.CodeOf(err) != dk.FailedPrecondition || !strings.Contains(err.Error(), "params[1]") {
-		fail("missing gradient: %v", err)
+		rc.Fail("missing gradient: %v", err)
 	}
 	red.Close()
 	if err := red.MarkReady(0, grads[0]); dk.CodeOf(err) != dk.FailedPrecondition {
-		fail("closed reducer: %v", err)
+		rc.Fail("closed reducer: %v", err)
 	}
 
 	// Abort from another goroutine.
@@ -467,15 +458,15 @@ func main() {
 		all4[i] = i
 	}
 	g, err := world.NewGroup(all4)
-	must(err, "new_group")
+	rc.Must(err, "new_group")
 	done := make(chan struct{})
 	go func() { g.Abort(); close(done) }()
 	<-done
 	if err := g.Barrier(); dk.CodeOf(err) != dk.Cancelled && dk.CodeOf(err) != dk.FailedPrecondition {
-		fail("aborted group: %v", err)
+		rc.Fail("aborted group: %v", err)
 	}
 	g.Close()
-	must(world.Barrier(), "barrier")
+	rc.Must(world.Barrier(), "barrier")
 	world.Close()
 	fmt.Printf("rank %d/%d: all Go collective checks passed\n", rank, size)
 }

@@ -24,71 +24,20 @@ package main
 import (
 	"fmt"
 	"math"
-	"os"
-	"syscall"
-	"time"
 
 	dk "distkit.dev/distkit"
 	em "distkit.dev/distkit/internal/tests/elasticmodel"
 )
 
-const (
-	dim         = 4
-	globalBatch = 12
-	steps       = 16
-	commitEvery = 4
-	lr          = 0.1
-	beta        = 0.9
-	timeout     = 20 * time.Second
-	settle      = 2 * time.Second
-)
-
-var (
-	rank     = -1
-	failures = 0
-)
-
-func check(ok bool, what string) {
-	if !ok {
-		fmt.Fprintf(os.Stderr, "rank %d: CHECK FAILED: %s\n", rank, what)
-		failures++
-	}
-}
-
-func die(what string, err error) {
-	fmt.Fprintf(os.Stderr, "rank %d: %s: %v\n", rank, what, err)
-	os.Exit(1)
-}
-
-func initialW() []float64 {
-	w := make([]float64, dim)
-	for j := range w {
-		w[j] = 0.5 - 0.25*float64(j)
-	}
-	return w
-}
+const dim = 4
 
 func main() {
-	wantGrow := len(os.Args) > 1 && os.Args[1] == "grow"
-	newcomer := em.LauncherNumber("DISTKIT_REPLACEMENT") > 0
-	group, err := dk.Init("pytorch", dk.InitOptions{Timeout: timeout})
-	if err != nil {
-		die("init", err)
-	}
-	rank = group.Rank()
-	size := group.Size()
-	if size < 2 {
-		die("world size", fmt.Errorf("needs 2 ranks or more, has %d", size))
-	}
-	check(wantGrow == (em.LauncherNumber("DISTKIT_MAX_REPLACEMENTS") > 0), "replacements in the grow variant only")
-	check(wantGrow || em.LauncherNumber("DISTKIT_MIN_RANKS") > 0, "the shrink variant runs under --min-ranks")
-	victim := size / 2
-	dieAt := int64(7 + size)
-	wantCommit := 1 + dieAt/commitEvery
-	commitStep := dieAt / commitEvery * commitEvery
+	var job em.Job
+	group := job.Start()
+	rank := job.Rank
 
-	w, m, step := initialW(), make([]float64, dim), []int64{0}
-	if newcomer {
+	w, m, step := em.InitialW(dim, 0.25), make([]float64, dim), []int64{0}
+	if job.Newcomer {
 		// Whatever a fresh process holds: only the sync may give it its state.
 		for j := range w {
 			w[j], m[j] = math.NaN(), math.NaN()
@@ -97,115 +46,76 @@ func main() {
 	}
 	snapshot, err := dk.NewSnapshot()
 	if err != nil {
-		die("snapshot", err)
+		job.Die("snapshot", err)
 	}
 	defer snapshot.Close()
 	if err := dk.RegisterBuffer(snapshot, "w", w); err != nil {
-		die("register", err)
+		job.Die("register", err)
 	}
 	if err := dk.RegisterBuffer(snapshot, "momentum", m); err != nil {
-		die("register", err)
+		job.Die("register", err)
 	}
 	if err := dk.RegisterBuffer(snapshot, "step", step); err != nil {
-		die("register", err)
+		job.Die("register", err)
 	}
 	recoveries, stepsRun := 0, int64(0)
-	if newcomer {
+	if job.Newcomer {
 		// Init joined the survivors' grow: its world is the grown group, on
 		// which the survivors sync next.
 		commit, err := snapshot.Sync(group)
 		if err != nil {
-			die("sync", err)
+			job.Die("sync", err)
 		}
 		fmt.Printf("rank %d: replacement joined '%s', loaded commit %d (step %d)\n", rank, group.Name(), commit, step[0])
-		check(commit == wantCommit, "the replacement loads the newest commit")
-		check(step[0] == commitStep, "the replacement's step is the commit's")
+		job.CheckJoined(commit, step[0])
 	} else if err := snapshot.Commit(); err != nil {
-		die("the first commit", err)
+		job.Die("the first commit", err)
 	}
-	for step[0] < steps {
+	for step[0] < em.Steps {
 		n, r := group.Size(), group.Rank()
-		g := em.Gradient(step[0], r*globalBatch/n, (r+1)*globalBatch/n, w)
+		g := em.Gradient(step[0], r*em.GlobalBatch/n, (r+1)*em.GlobalBatch/n, w)
 		for j := range m {
-			m[j] *= beta
+			m[j] *= em.Beta
 		}
-		if !newcomer && recoveries == 0 && rank == victim && step[0] == dieAt {
-			fmt.Printf("rank %d: SIGKILL in step %d\n", rank, step[0])
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // the signal ends the process
+		if !job.Newcomer && recoveries == 0 && rank == job.Victim && step[0] == job.DieAt {
+			job.SigkillSelf(step[0])
 		}
 		if err := dk.AllReduce(group, g, dk.Sum); err != nil {
 			fmt.Printf("rank %d: step %d failed (%v); recovering\n", rank, step[0], err)
-			check(step[0] == dieAt, "the step the victim died in fails")
+			job.Check(step[0] == job.DieAt, "the step the victim died in fails")
 			c := dk.CodeOf(err)
-			check(c == dk.Unavailable || c == dk.DeadlineExceeded, "a lost peer or a timeout")
-			next, grown := em.Regroup(group, timeout, settle, die)
+			job.Check(c == dk.Unavailable || c == dk.DeadlineExceeded, "a lost peer or a timeout")
+			next, grown := job.Regroup(group)
+			job.CheckRegroup(next, grown)
 			group.Close()
 			group = next
 			recoveries++
-			check(grown == wantGrow, "grown under --max-replacements, else shrunk")
-			wantSize := size - 1
-			if grown {
-				wantSize = size
-			}
-			check(group.Size() == wantSize, "the new group's size")
 			commit, err := snapshot.Sync(group)
 			if err != nil {
-				die("sync", err)
+				job.Die("sync", err)
 			}
-			how := "shrank"
-			if grown {
-				how = "grew"
-			}
-			fmt.Printf("rank %d: %s to %d ranks, loaded commit %d (step %d)\n", rank, how, group.Size(), commit, step[0])
-			check(commit == wantCommit, "the survivors load the newest commit")
-			check(step[0] == commitStep, "the step is the commit's: the steps since are redone")
+			job.CheckRecovery(group, grown, "loaded", commit, step[0])
 			continue
 		}
 		for j := range w {
-			m[j] += g[j] / globalBatch
-			w[j] -= lr * m[j]
+			m[j] += g[j] / em.GlobalBatch
+			w[j] -= em.LR * m[j]
 		}
 		step[0]++
 		stepsRun++
-		if step[0]%commitEvery == 0 {
+		if step[0]%em.CommitEvery == 0 {
 			if err := snapshot.Commit(); err != nil {
-				die("commit", err)
+				job.Die("commit", err)
 			}
 		}
 	}
-	check(snapshot.CommitNumber() == 1+steps/commitEvery, "every commit counted")
-	check(snapshot.Bytes() == 2*dim*8+8, "a full copy held")
-	if newcomer {
-		check(stepsRun == steps-commitStep, "the replacement trains from the commit")
-	} else {
-		check(recoveries == 1, "one recovery")
-		check(stepsRun == steps+dieAt-commitStep, "the steps since the commit are trained twice")
-	}
-	want := em.Reference(initialW(), steps, globalBatch, lr, beta)
-	for j := range w {
-		if !(math.Abs(w[j]-want[j]) <= 1e-12*math.Abs(want[j])+1e-14) {
-			fmt.Fprintf(os.Stderr, "rank %d: w[%d] = %.17g, the uninterrupted run's %.17g\n", rank, j, w[j], want[j])
-			check(false, "final weights equal the uninterrupted run's")
-		}
-	}
+	job.Check(snapshot.CommitNumber() == 1+em.Steps/em.CommitEvery, "every commit counted")
+	job.Check(snapshot.Bytes() == 2*dim*8+8, "a full copy held")
+	job.CheckTrained(w, em.InitialW(dim, 0.25), stepsRun, recoveries)
 	// Every rank ends with the job's verdict.
-	bad := []float64{float64(failures)}
-	if err := dk.AllReduce(group, bad, dk.Sum); err != nil {
-		die("the final all_reduce", err)
-	}
+	failures := job.Failures(group)
 	snapshot.Close()
 	group.Close()
 	dk.Shutdown()
-	if bad[0] > 0 {
-		fmt.Fprintf(os.Stderr, "rank %d: %g check(s) failed in the job\n", rank, bad[0])
-		os.Exit(1)
-	}
-	how := "shrank"
-	if newcomer {
-		how = "joined as a replacement"
-	} else if wantGrow {
-		how = "grew back"
-	}
-	fmt.Printf("rank %d: %s; w equals the uninterrupted run's after %d steps\n", rank, how, stepsRun)
+	job.End(failures, stepsRun)
 }

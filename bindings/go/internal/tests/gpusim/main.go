@@ -67,20 +67,10 @@ import (
 	"unsafe"
 
 	dk "distkit.dev/distkit"
+	rc "distkit.dev/distkit/internal/tests/rankcheck"
 )
 
 var rank, size int
-
-func fail(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "rank %d: FAILED: %s\n", rank, fmt.Sprintf(format, args...))
-	os.Exit(1)
-}
-
-func must(err error, what string) {
-	if err != nil {
-		fail("%s: %v", what, err)
-	}
-}
 
 func value(r, i int) float32 { return float32((r*3+i)%11 - 5) }
 
@@ -94,7 +84,7 @@ type buffer struct {
 func newBuffer(n int, device dk.Device) buffer {
 	p := C.dev_alloc(C.size_t(n * 4))
 	if p == nil {
-		fail("cudaMalloc")
+		rc.Fail("cudaMalloc")
 	}
 	return buffer{p, n, device}
 }
@@ -108,7 +98,7 @@ func (b buffer) upload(v []float32) {
 	defer C.free(host)
 	copy(unsafe.Slice((*float32)(host), len(v)), v)
 	if C.upload(b.ptr, host, C.size_t(len(v)*4)) != 0 {
-		fail("upload")
+		rc.Fail("upload")
 	}
 }
 
@@ -116,24 +106,25 @@ func (b buffer) read() []float32 {
 	host := C.malloc(C.size_t(b.n * 4))
 	defer C.free(host)
 	if C.download(host, b.ptr, C.size_t(b.n*4)) != 0 {
-		fail("download")
+		rc.Fail("download")
 	}
 	return append([]float32(nil), unsafe.Slice((*float32)(host), b.n)...)
 }
 
 func main() {
 	world, err := dk.Init("pytorch", dk.InitOptions{Backend: "nccl"})
-	must(err, "init on nccl")
+	rc.Must(err, "init on nccl")
 	rank, size = world.Rank(), world.Size()
+	rc.Rank = rank
 	device, err := world.CommDevice()
-	must(err, "comm device")
+	rc.Must(err, "comm device")
 	if device.Type != dk.CUDA {
-		fail("the nccl group computes on %v", device)
+		rc.Fail("the nccl group computes on %v", device)
 	}
 	path := C.CString(os.Getenv("DISTKIT_CUDART_LIBRARY"))
 	defer C.free(unsafe.Pointer(path))
 	if C.load_cuda(path) != 0 {
-		fail("the CUDA runtime at DISTKIT_CUDART_LIBRARY")
+		rc.Fail("the CUDA runtime at DISTKIT_CUDART_LIBRARY")
 	}
 	C.dev_set(C.int(device.Index))
 	const n = 1000
@@ -147,7 +138,7 @@ func main() {
 		name string
 	}{{dk.Sum, "sum"}, {dk.Mean, "mean"}, {dk.Max, "max"}} {
 		buf.upload(mine)
-		must(dk.AllReduceDevice(world, buf.slice(), c.op), "all_reduce "+c.name)
+		rc.Must(dk.AllReduceDevice(world, buf.slice(), c.op), "all_reduce "+c.name)
 		for i, got := range buf.read() {
 			var sum, max float32 = 0, -1e9
 			for r := 0; r < size; r++ {
@@ -158,31 +149,31 @@ func main() {
 			}
 			want := map[string]float32{"sum": sum, "mean": sum / float32(size), "max": max}[c.name]
 			if d := got - want; d > 1e-5 || d < -1e-5 {
-				fail("all_reduce %s[%d]: got %v, want %v", c.name, i, got, want)
+				rc.Fail("all_reduce %s[%d]: got %v, want %v", c.name, i, got, want)
 			}
 		}
 	}
 	buf.upload(mine)
-	must(dk.BroadcastDevice(world, buf.slice(), size-1), "broadcast")
+	rc.Must(dk.BroadcastDevice(world, buf.slice(), size-1), "broadcast")
 	for i, got := range buf.read() {
 		if got != value(size-1, i) {
-			fail("broadcast[%d]: got %v", i, got)
+			rc.Fail("broadcast[%d]: got %v", i, got)
 		}
 	}
 	buf.upload(mine)
 	all := newBuffer(n*size, device)
-	must(dk.AllGatherDevice(world, buf.slice(), all.slice()), "all_gather")
+	rc.Must(dk.AllGatherDevice(world, buf.slice(), all.slice()), "all_gather")
 	for i, got := range all.read() {
 		if got != value(i/n, i%n) {
-			fail("all_gather[%d]: got %v", i, got)
+			rc.Fail("all_gather[%d]: got %v", i, got)
 		}
 	}
 	// The caller's stream: the input written there just before.
 	stream := C.new_stream()
 	if stream == nil {
-		fail("cudaStreamCreateWithFlags")
+		rc.Fail("cudaStreamCreateWithFlags")
 	}
-	must(world.SetCudaStream(stream), "SetCudaStream")
+	rc.Must(world.SetCudaStream(stream), "SetCudaStream")
 	next := C.malloc(C.size_t(n * 4))
 	defer C.free(next)
 	nv := unsafe.Slice((*float32)(next), n)
@@ -191,10 +182,10 @@ func main() {
 	}
 	for at := 0; at < n; at += n / 4 {
 		if C.upload_async(unsafe.Add(buf.ptr, at*4), unsafe.Add(next, at*4), C.size_t(n/4*4), stream) != 0 {
-			fail("cudaMemcpyAsync")
+			rc.Fail("cudaMemcpyAsync")
 		}
 	}
-	must(dk.AllReduceDevice(world, buf.slice(), dk.Sum), "all_reduce on the caller's stream")
+	rc.Must(dk.AllReduceDevice(world, buf.slice(), dk.Sum), "all_reduce on the caller's stream")
 	if size == 1 {
 		C.drain(stream) // nothing moved: read after the caller's stream
 	}
@@ -204,10 +195,10 @@ func main() {
 			want += value(r+1, i)
 		}
 		if got != want {
-			fail("the all_reduce did not follow the caller's stream: [%d] = %v, want %v", i, got, want)
+			rc.Fail("the all_reduce did not follow the caller's stream: [%d] = %v, want %v", i, got, want)
 		}
 	}
-	must(world.SetCudaStream(nil), "SetCudaStream(nil)")
+	rc.Must(world.SetCudaStream(nil), "SetCudaStream(nil)")
 	C.drain(stream)
 	fmt.Printf("rank %d: the Go binding on device memory (nccl on the simulator): passed\n", rank)
 }

@@ -22,48 +22,15 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"syscall"
-	"time"
 
 	dk "distkit.dev/distkit"
 	em "distkit.dev/distkit/internal/tests/elasticmodel"
 )
 
-const (
-	dim         = 10
-	globalBatch = 12
-	steps       = 16
-	commitEvery = 4
-	lr          = 0.1
-	beta        = 0.9
-	timeout     = 20 * time.Second
-	settle      = 2 * time.Second
-)
+const dim = 10
 
-var (
-	rank     = -1
-	failures = 0
-)
-
-func check(ok bool, what string) {
-	if !ok {
-		fmt.Fprintf(os.Stderr, "rank %d: CHECK FAILED: %s\n", rank, what)
-		failures++
-	}
-}
-
-func die(what string, err error) {
-	fmt.Fprintf(os.Stderr, "rank %d: %s: %v\n", rank, what, err)
-	os.Exit(1)
-}
-
-func initialW() []float64 {
-	w := make([]float64, dim)
-	for j := range w {
-		w[j] = 0.5 - 0.1*float64(j)
-	}
-	return w
-}
+// job is this rank's elastic check (started in main).
+var job em.Job
 
 // carried is what a rank takes from one layout to the next: the old
 // layout's shards it fetched (weights and momentum by old shard index, nil
@@ -84,7 +51,7 @@ func fetch(s *dk.ShardedSnapshot, g *dk.Group, sameLayout bool) *carried {
 	}
 	commit, world, err := s.Fetch(g, wanted)
 	if err != nil {
-		die("fetch", err)
+		job.Die("fetch", err)
 	}
 	k := &carried{w: make([][]float64, world), m: make([][]float64, world), world: world, step: -1, commit: commit}
 	for j := 0; j < world; j++ {
@@ -96,7 +63,7 @@ func fetch(s *dk.ShardedSnapshot, g *dk.Group, sameLayout bool) *carried {
 		k.m[j], e2 = dk.ShardValues[float64](s, j, 1)
 		step, e3 := dk.ShardValues[int64](s, j, 2)
 		if e1 != nil || e2 != nil || e3 != nil || len(step) != 1 {
-			die("shard", fmt.Errorf("%v %v %v", e1, e2, e3))
+			job.Die("shard", fmt.Errorf("%v %v %v", e1, e2, e3))
 		}
 		k.step = step[0]
 	}
@@ -122,22 +89,22 @@ type outcome struct {
 // this layout's first commit succeeded; dieAt >= 0: the step this rank
 // SIGKILLs itself in; failsAt: the step a loss is expected in.
 func train(g *dk.Group, k *carried, previous *dk.ShardedSnapshot, dieAt, failsAt int64) outcome {
-	unit, err := dk.NewShard(g, [][]float64{initialW()}, dk.ShardOptions{Strategy: dk.FullShard})
+	unit, err := dk.NewShard(g, [][]float64{em.InitialW(dim, 0.1)}, dk.ShardOptions{Strategy: dk.FullShard})
 	if err != nil {
-		die("unit", err)
+		job.Die("unit", err)
 	}
 	defer unit.Close()
 	n, r := g.Size(), g.Rank()
 	values, _, err := unit.Local(0)
 	if err != nil {
-		die("local", err)
+		job.Die("local", err)
 	}
 	localLen := len(values)
 	m := make([]float64, localLen)
 	step := []int64{0}
 	if k != nil {
 		if err := unit.LoadSharded(k.world, k.w); err != nil {
-			die("LoadSharded", err)
+			job.Die("LoadSharded", err)
 		}
 		// The momentum by the same layout: shard j of the old group holds
 		// elements [j*S, (j+1)*S) of the padded flat buffer.
@@ -163,23 +130,23 @@ func train(g *dk.Group, k *carried, previous *dk.ShardedSnapshot, dieAt, failsAt
 	}
 	snapshot, err := dk.NewShardedSnapshot()
 	if err != nil {
-		die("snapshot", err)
+		job.Die("snapshot", err)
 	}
 	// The weights' shard is the unit's own memory; the snapshot takes its
 	// values through a slice kept current before each commit.
 	w := append([]float64(nil), values...)
 	if dk.RegisterShardBuffer(snapshot, "w", w) != nil || dk.RegisterShardBuffer(snapshot, "momentum", m) != nil ||
 		dk.RegisterShardBuffer(snapshot, "step", step) != nil {
-		die("register", fmt.Errorf("a buffer was refused"))
+		job.Die("register", fmt.Errorf("a buffer was refused"))
 	}
 	commit := func() {
 		values, _, err := unit.Local(0)
 		if err != nil {
-			die("local", err)
+			job.Die("local", err)
 		}
 		copy(w, values)
 		if err := snapshot.Commit(g); err != nil {
-			die("commit", err)
+			job.Die("commit", err)
 		}
 	}
 	commit()
@@ -188,53 +155,52 @@ func train(g *dk.Group, k *carried, previous *dk.ShardedSnapshot, dieAt, failsAt
 	}
 	full := make([]float64, dim)
 	var stepsRun int64
-	for step[0] < steps {
+	for step[0] < em.Steps {
 		if err := unit.Unshard(); err != nil {
-			die("unshard", err)
+			job.Die("unshard", err)
 		}
 		if err := unit.FullParam(0, full); err != nil {
-			die("full param", err)
+			job.Die("full param", err)
 		}
-		grad := em.Gradient(step[0], r*globalBatch/n, (r+1)*globalBatch/n, full)
+		grad := em.Gradient(step[0], r*em.GlobalBatch/n, (r+1)*em.GlobalBatch/n, full)
 		for j := range grad {
-			grad[j] *= float64(n) / globalBatch
+			grad[j] *= float64(n) / em.GlobalBatch
 		}
 		if err := unit.Reshard(); err != nil {
-			die("reshard", err)
+			job.Die("reshard", err)
 		}
 		if err := unit.AccumulateGrad(0, grad); err != nil {
-			die("accumulate grad", err)
+			job.Die("accumulate grad", err)
 		}
 		if step[0] == dieAt {
-			fmt.Printf("rank %d: SIGKILL in step %d\n", rank, step[0])
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			job.SigkillSelf(step[0])
 		}
 		if err := unit.ReduceGrads(); err != nil {
-			fmt.Printf("rank %d: step %d failed (%v); recovering\n", rank, step[0], err)
-			check(step[0] == failsAt, "the step the victim died in fails")
+			fmt.Printf("rank %d: step %d failed (%v); recovering\n", job.Rank, step[0], err)
+			job.Check(step[0] == failsAt, "the step the victim died in fails")
 			c := dk.CodeOf(err)
-			check(c == dk.Unavailable || c == dk.DeadlineExceeded, "a lost peer or a timeout")
-			next, grown := em.Regroup(g, timeout, settle, die)
+			job.Check(c == dk.Unavailable || c == dk.DeadlineExceeded, "a lost peer or a timeout")
+			next, grown := job.Regroup(g)
 			return outcome{next: next, snapshot: snapshot, grown: grown, k: fetch(snapshot, next, grown), stepsRun: stepsRun}
 		}
 		values, grads, err := unit.Local(0)
 		if err != nil {
-			die("local", err)
+			job.Die("local", err)
 		}
 		for i := range values {
-			m[i] = beta*m[i] + grads[i]
-			values[i] -= lr * m[i]
+			m[i] = em.Beta*m[i] + grads[i]
+			values[i] -= em.LR * m[i]
 		}
 		unit.ZeroGrads()
 		step[0]++
 		stepsRun++
-		if step[0]%commitEvery == 0 {
+		if step[0]%em.CommitEvery == 0 {
 			commit()
 		}
 	}
 	out := [][]float64{make([]float64, dim)}
 	if err := unit.GatherFull(out); err != nil {
-		die("gather full", err)
+		job.Die("gather full", err)
 	}
 	bytes := snapshot.Bytes()
 	snapshot.Close()
@@ -246,36 +212,19 @@ func main() {
 		runPieces()
 		return
 	}
-	wantGrow := len(os.Args) > 1 && os.Args[1] == "grow"
-	newcomer := em.LauncherNumber("DISTKIT_REPLACEMENT") > 0
-	group, err := dk.Init("pytorch", dk.InitOptions{Timeout: timeout})
-	if err != nil {
-		die("init", err)
-	}
-	rank = group.Rank()
-	size := group.Size()
-	if size < 2 {
-		die("world size", fmt.Errorf("needs 2 ranks or more, has %d", size))
-	}
-	check(wantGrow == (em.LauncherNumber("DISTKIT_MAX_REPLACEMENTS") > 0), "replacements in the grow variant only")
-	check(wantGrow || em.LauncherNumber("DISTKIT_MIN_RANKS") > 0, "the shrink variant runs under --min-ranks")
-	victim := size / 2
-	dieAt := int64(7 + size)
-	wantCommit := 1 + dieAt/commitEvery
-	commitStep := dieAt / commitEvery * commitEvery
+	group := job.Start()
 
 	var k *carried
-	if newcomer {
+	if job.Newcomer {
 		// Init joined the survivors' grow; its snapshot holds nothing.
 		empty, err := dk.NewShardedSnapshot()
 		if err != nil {
-			die("snapshot", err)
+			job.Die("snapshot", err)
 		}
 		k = fetch(empty, group, true)
 		empty.Close()
-		fmt.Printf("rank %d: replacement fetched commit %d (step %d)\n", rank, k.commit, k.step)
-		check(k.commit == wantCommit, "the replacement loads the newest commit")
-		check(k.step == commitStep, "the replacement's step is the commit's")
+		fmt.Printf("rank %d: replacement fetched commit %d (step %d)\n", job.Rank, k.commit, k.step)
+		job.CheckJoined(k.commit, k.step)
 	}
 	recoveries := 0
 	var total int64
@@ -283,30 +232,18 @@ func main() {
 	var previous *dk.ShardedSnapshot
 	for {
 		mine := int64(-1)
-		if !newcomer && recoveries == 0 && rank == victim {
-			mine = dieAt
+		if !job.Newcomer && recoveries == 0 && job.Rank == job.Victim {
+			mine = job.DieAt
 		}
-		o := train(group, k, previous, mine, dieAt)
+		o := train(group, k, previous, mine, job.DieAt)
 		total += o.stepsRun
 		if o.next == nil {
 			done = o
 			break
 		}
 		recoveries++
-		check(o.grown == wantGrow, "grown under --max-replacements, else shrunk")
-		want := size - 1
-		if o.grown {
-			want = size
-		}
-		check(o.next.Size() == want, "the new group's size")
-		how := "shrank"
-		if o.grown {
-			how = "grew"
-		}
-		fmt.Printf("rank %d: %s to %d ranks, fetched commit %d (step %d)\n", rank, how, o.next.Size(),
-			o.k.commit, o.k.step)
-		check(o.k.commit == wantCommit, "the survivors load the newest commit")
-		check(o.k.step == commitStep, "the step is the commit's: the steps since are redone")
+		job.CheckRegroup(o.next, o.grown)
+		job.CheckRecovery(o.next, o.grown, "fetched", o.k.commit, o.k.step)
 		group.Close()
 		group, k, previous = o.next, o.k, o.snapshot
 	}
@@ -317,35 +254,10 @@ func main() {
 	if group.Size() > 1 {
 		want = 2 * blob
 	}
-	check(done.bytes == want, "the snapshot holds two shards")
-	if newcomer {
-		check(total == steps-commitStep, "the replacement trains from the commit")
-	} else {
-		check(recoveries == 1, "one recovery")
-		check(total == steps+dieAt-commitStep, "the steps since the commit are trained twice")
-	}
-	ref := em.Reference(initialW(), steps, globalBatch, lr, beta)
-	for j := range ref {
-		if !(math.Abs(done.w[j]-ref[j]) <= 1e-12*math.Abs(ref[j])+1e-14) {
-			fmt.Fprintf(os.Stderr, "rank %d: w[%d] = %.17g, the uninterrupted run's %.17g\n", rank, j, done.w[j], ref[j])
-			check(false, "final weights equal the uninterrupted run's")
-		}
-	}
-	bad := []float64{float64(failures)}
-	if err := dk.AllReduce(group, bad, dk.Sum); err != nil {
-		die("the final all_reduce", err)
-	}
+	job.Check(done.bytes == want, "the snapshot holds two shards")
+	job.CheckTrained(done.w, em.InitialW(dim, 0.1), total, recoveries)
+	failures := job.Failures(group)
 	group.Close()
 	dk.Shutdown()
-	if bad[0] > 0 {
-		fmt.Fprintf(os.Stderr, "rank %d: %g check(s) failed in the job\n", rank, bad[0])
-		os.Exit(1)
-	}
-	how := "shrank"
-	if newcomer {
-		how = "joined as a replacement"
-	} else if wantGrow {
-		how = "grew back"
-	}
-	fmt.Printf("rank %d: %s; w equals the uninterrupted run's after %d steps\n", rank, how, total)
+	job.End(failures, total)
 }
