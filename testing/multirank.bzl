@@ -41,7 +41,9 @@ BINDING_WORLD_SIZES = [1, 2, 3]
 _RUNNER = "@distkit//testing:run_multirank.sh"
 _DISTRUN = "@distkit//tools/distrun:distrun"
 
-def _size_for(timeout_s):
+def dk_test_size(timeout_s):
+    """The test size whose default timeout covers `timeout_s` with room for
+    start-up (also for testing/netns)."""
     if timeout_s <= 55:
         return "small"
     if timeout_s <= 290:
@@ -81,7 +83,7 @@ def _per_size_tests(name, binary, args, world_sizes, timeout_s, data, tags, env,
             args = ["$(rootpath %s)" % _DISTRUN, str(n), str(timeout_s)] + distrun_args + ["--",
                     "$(rootpath %s)" % binary] + args,
             data = [_DISTRUN, binary] + data,
-            size = _size_for(timeout_s),
+            size = dk_test_size(timeout_s),
             tags = tags,
             env = env,
             **kwargs
@@ -174,7 +176,7 @@ def dk_multirank_test(
         args = ["$(rootpath %s)" % _DISTRUN, str(len(binaries)), str(timeout_s),
                 "--"] + programs,
         data = depset([_DISTRUN] + binaries + data).to_list(),
-        size = _size_for(timeout_s),
+        size = dk_test_size(timeout_s),
         tags = tags,
         env = env,
         **kwargs

@@ -51,19 +51,20 @@ open(path, "w").write(text.replace(old, new))
 PY
 }
 
+# One direction of bug 1: `op` (Send, Recv) on the collectives' channel
+# instead of its pair's (PairChannel(ctx, `pair`)), addressing `peer` where
+# the fix addresses rank `pair_rank` of the pair's communicator.
+on_collectives_channel() {  # op, pair, pair_rank, peer
+  mutate cc/comm/nccl/nccl_backend.cc \
+    "DK_ASSIGN_OR_RETURN(Channel * c, PairChannel(ctx, $2));" \
+    'Channel* c = collectives_.get();'
+  mutate cc/comm/nccl/nccl_backend.cc \
+    "return nccl_->$1(bytes, data.nbytes(), ncclUint8, /*peer=*/$3, comm," \
+    "return nccl_->$1(bytes, data.nbytes(), ncclUint8, $4, comm,"
+}
 bug1() {
-  mutate cc/comm/nccl/nccl_backend.cc \
-    'DK_ASSIGN_OR_RETURN(Channel * c, PairChannel(ctx, rank_, dst));' \
-    'Channel* c = collectives_.get();'
-  mutate cc/comm/nccl/nccl_backend.cc \
-    'return nccl_->Send(bytes, data.nbytes(), ncclUint8, /*peer=*/1, comm,' \
-    'return nccl_->Send(bytes, data.nbytes(), ncclUint8, dst, comm,'
-  mutate cc/comm/nccl/nccl_backend.cc \
-    'DK_ASSIGN_OR_RETURN(Channel * c, PairChannel(ctx, src, rank_));' \
-    'Channel* c = collectives_.get();'
-  mutate cc/comm/nccl/nccl_backend.cc \
-    'return nccl_->Recv(bytes, data.nbytes(), ncclUint8, /*peer=*/0, comm,' \
-    'return nccl_->Recv(bytes, data.nbytes(), ncclUint8, src, comm,'
+  on_collectives_channel Send 'rank_, dst' 1 dst
+  on_collectives_channel Recv 'src, rank_' 0 src
 }
 bug2() {
   # Allocation sets the device and puts the thread's previous one back, which

@@ -79,12 +79,13 @@ void PrintV(const char* fmt, va_list ap) {
   (void)ignored;
 }
 
-std::mutex& RngMutex() {
-  static std::mutex* m = new std::mutex;
-  return *m;
-}
-std::mt19937_64& Rng() {
-  static std::mt19937_64* r = new std::mt19937_64;
+// The seeded source of every delay, shared by the process's threads.
+struct LockedRng {
+  std::mutex mu;
+  std::mt19937_64 gen;
+};
+LockedRng& Rng() {
+  static LockedRng* r = new LockedRng;
   return *r;
 }
 
@@ -120,7 +121,7 @@ __attribute__((constructor)) void LoadLibrary() {
   c->nccl_inprogress = EnvInt("DKSIM_NCCL_INPROGRESS", 0) != 0;
   c->sync_memcpy = EnvInt("DKSIM_SYNC_MEMCPY", 0) != 0;
   g_config = c;
-  Rng().seed(c->seed);
+  Rng().gen.seed(c->seed);
   pthread_atfork(nullptr, nullptr, AtForkChild);
   Print(
       "seed %llu (DKSIM_SEED), delays up to %d us (DKSIM_MAX_DELAY_US), "
@@ -392,18 +393,22 @@ const char* PtrName(PtrKind k) {
   return "?";
 }
 
+// The stream a call runs on: `stream` for an async call, else the current
+// device's legacy stream.
+cudaError_t CallStream(cudaStream_t stream, bool async, Stream** s) {
+  int cur = 0;
+  if (cudaError_t e = NeedDevice(&cur); e != cudaSuccess) return e;
+  if (async) return ResolveStream(stream, s);
+  *s = LegacyStream(cur);
+  return cudaSuccess;
+}
+
 // cudaMemcpy (async = false, on the legacy stream) and cudaMemcpyAsync,
 // synchronous with the host exactly where the real runtime is.
 cudaError_t Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
                    cudaStream_t stream, bool async, const char* fn) {
-  int cur = 0;
-  if (cudaError_t e = NeedDevice(&cur); e != cudaSuccess) return e;
   Stream* s = nullptr;
-  if (async) {
-    if (cudaError_t e = ResolveStream(stream, &s); e != cudaSuccess) return e;
-  } else {
-    s = LegacyStream(cur);
-  }
+  if (cudaError_t e = CallStream(stream, async, &s); e != cudaSuccess) return e;
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) {
     return cudaErrorInvalidMemcpyDirection;
   }
@@ -498,14 +503,8 @@ cudaError_t Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
 
 cudaError_t Memset(void* p, int value, size_t n, cudaStream_t stream,
                    bool async, const char* fn) {
-  int cur = 0;
-  if (cudaError_t e = NeedDevice(&cur); e != cudaSuccess) return e;
   Stream* s = nullptr;
-  if (async) {
-    if (cudaError_t e = ResolveStream(stream, &s); e != cudaSuccess) return e;
-  } else {
-    s = LegacyStream(cur);
-  }
+  if (cudaError_t e = CallStream(stream, async, &s); e != cudaSuccess) return e;
   if (n == 0) return cudaSuccess;
   int dev = -1;
   const PtrKind k = Classify(p, &dev);
@@ -626,8 +625,9 @@ void Fatal(const char* fmt, ...) {
 
 uint64_t RandomBelow(uint64_t n) {
   if (n <= 1) return 0;
-  std::lock_guard<std::mutex> g(RngMutex());
-  return Rng()() % n;
+  LockedRng& rng = Rng();
+  std::lock_guard<std::mutex> g(rng.mu);
+  return rng.gen() % n;
 }
 
 int64_t NowNs() {

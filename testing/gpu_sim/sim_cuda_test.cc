@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -15,16 +16,22 @@
 namespace dksim_test {
 namespace {
 
+// In a child: `count` devices, device `dev` named `name`.
+int CheckDevices(const Api& api, int count, int dev, const std::string& name) {
+  int n = -1;
+  SIM_CUDA(api.cudaGetDeviceCount(&n));
+  SIM_CHECK(n == count);
+  cudaDeviceProp prop;
+  SIM_CUDA(api.cudaGetDeviceProperties(&prop, dev));
+  SIM_CHECK(std::string(prop.name) == name);
+  return 0;
+}
+
 TEST(SimCuda, DeviceCountFollowsTheEnvironment) {
   auto r = RunChild(
       [] {
         const Api& api = Load();
-        int n = -1;
-        SIM_CUDA(api.cudaGetDeviceCount(&n));
-        SIM_CHECK(n == 3);
-        cudaDeviceProp prop;
-        SIM_CUDA(api.cudaGetDeviceProperties(&prop, 2));
-        SIM_CHECK(std::string(prop.name) == "dkgpusim device 2");
+        SIM_CHECK(CheckDevices(api, 3, 2, "dkgpusim device 2") == 0);
         SIM_CHECK(api.cudaSetDevice(3) == cudaErrorInvalidDevice);
         SIM_CHECK(api.cudaGetLastError() == cudaErrorInvalidDevice);
         SIM_CHECK(api.cudaGetLastError() == cudaSuccess);
@@ -48,18 +55,8 @@ TEST(SimCuda, DeviceCountFollowsTheEnvironment) {
       {{"CUDA_VISIBLE_DEVICES", ""}});
   EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
 
-  r = RunChild(
-      [] {
-        const Api& api = Load();
-        int n = -1;
-        SIM_CUDA(api.cudaGetDeviceCount(&n));
-        SIM_CHECK(n == 1);
-        cudaDeviceProp prop;
-        SIM_CUDA(api.cudaGetDeviceProperties(&prop, 0));
-        SIM_CHECK(std::string(prop.name) == "dkgpusim device 1");
-        return 0;
-      },
-      {{"CUDA_VISIBLE_DEVICES", "1"}});
+  r = RunChild([] { return CheckDevices(Load(), 1, 0, "dkgpusim device 1"); },
+               {{"CUDA_VISIBLE_DEVICES", "1"}});
   EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
 }
 
@@ -204,40 +201,53 @@ TEST(SimCuda, OutOfBoundsAndUseAfterFreeAbort) {
 constexpr int kSteps = 20;
 constexpr long kHoldUs = 200000;
 
+// What every scenario starts from: two 64-byte device buffers, zeroed (the
+// zeroing done), and a stream s with `flags`. False on an API failure.
+bool Prepare(const Api& api, int** buf, int** out, cudaStream_t* s,
+             unsigned flags) {
+  return !api.cudaMalloc(reinterpret_cast<void**>(buf), 64) &&
+         !api.cudaMalloc(reinterpret_cast<void**>(out), 64) &&
+         !api.cudaMemset(*buf, 0, 64) && !api.cudaMemset(*out, 0, 64) &&
+         !api.cudaDeviceSynchronize() &&
+         !api.cudaStreamCreateWithFlags(s, flags);
+}
+
+// Queues on s kHoldUs of device work, then the steps writing into buf:
+// 1..kSteps-1, and 42 last when `finish`. False on an API failure.
+bool QueueSlowWrites(const Api& api, int* buf, cudaStream_t s, bool finish) {
+  if (api.dksimStreamSleep(s, kHoldUs)) return false;
+  for (int step = 1; step < kSteps; ++step) {
+    if (api.cudaMemsetAsync(buf, step, 64, s)) return false;
+  }
+  return !finish || !api.cudaMemsetAsync(buf, 42, 64, s);
+}
+
+// A scenario's result: 1 when all 64 bytes read back are 42, else 0.
+int All42(const unsigned char* host) {
+  return std::all_of(host, host + 64, [](unsigned char v) { return v == 42; });
+}
+
 // Producer writes 42 into `buf` after a chain of delayed steps on stream p;
 // the consumer copies it on stream c, waiting for an event or not. Returns
 // whether the consumer saw 42 (0/1), or 2 on an API failure.
 int ProducerConsumer(bool wait, unsigned consumer_flags) {
   const Api& api = Load();
-  int* buf = nullptr;
-  int* out = nullptr;
-  if (api.cudaMalloc(reinterpret_cast<void**>(&buf), 64) ||
-      api.cudaMalloc(reinterpret_cast<void**>(&out), 64) ||
-      api.cudaMemset(buf, 0, 64) || api.cudaMemset(out, 0, 64) ||
-      api.cudaDeviceSynchronize()) {
-    return 2;
-  }
+  int *buf = nullptr, *out = nullptr;
   cudaStream_t p, c;
   cudaEvent_t done;
-  if (api.cudaStreamCreateWithFlags(&p, cudaStreamNonBlocking) ||
+  if (!Prepare(api, &buf, &out, &p, cudaStreamNonBlocking) ||
       api.cudaStreamCreateWithFlags(&c, consumer_flags) ||
       api.cudaEventCreateWithFlags(&done, cudaEventDisableTiming)) {
     return 2;
   }
-  if (api.dksimStreamSleep(p, kHoldUs)) return 2;
-  for (int step = 1; step <= kSteps; ++step) {
-    if (api.cudaMemsetAsync(buf, step == kSteps ? 42 : step, 64, p)) return 2;
-  }
+  if (!QueueSlowWrites(api, buf, p, true)) return 2;
   if (api.cudaEventRecord(done, p)) return 2;
   if (wait && api.cudaStreamWaitEvent(c, done, 0)) return 2;
   if (api.cudaMemcpyAsync(out, buf, 64, cudaMemcpyDeviceToDevice, c)) return 2;
   if (api.cudaDeviceSynchronize()) return 2;
   unsigned char host[64];
   if (api.cudaMemcpy(host, out, 64, cudaMemcpyDeviceToHost)) return 2;
-  for (unsigned char v : host) {
-    if (v != 42) return 0;
-  }
-  return 1;
+  return All42(host);
 }
 
 // Runs scenario under seeds 1..10; how many runs saw the right data.
@@ -265,60 +275,32 @@ TEST(SimCuda, AMissingStreamWaitGivesWrongData) {
 // legacy default stream follows without any event. Returns as above.
 int LegacyAfterStream(unsigned flags) {
   const Api& api = Load();
-  int* buf = nullptr;
-  int* out = nullptr;
-  if (api.cudaMalloc(reinterpret_cast<void**>(&buf), 64) ||
-      api.cudaMalloc(reinterpret_cast<void**>(&out), 64) ||
-      api.cudaMemset(buf, 0, 64) || api.cudaDeviceSynchronize()) {
-    return 2;
-  }
+  int *buf = nullptr, *out = nullptr;
   cudaStream_t s;
-  if (api.cudaStreamCreateWithFlags(&s, flags)) return 2;
-  if (api.dksimStreamSleep(s, kHoldUs)) return 2;
-  for (int step = 1; step <= kSteps; ++step) {
-    if (api.cudaMemsetAsync(buf, step == kSteps ? 42 : step, 64, s)) return 2;
-  }
+  if (!Prepare(api, &buf, &out, &s, flags)) return 2;
+  if (!QueueSlowWrites(api, buf, s, true)) return 2;
   if (api.cudaMemcpyAsync(out, buf, 64, cudaMemcpyDeviceToDevice, nullptr)) {
     return 2;
   }
   unsigned char host[64];
   // Legacy stream again: it returns after the copy above.
   if (api.cudaMemcpy(host, out, 64, cudaMemcpyDeviceToHost)) return 2;
-  for (unsigned char v : host) {
-    if (v != 42) return 0;
-  }
   if (api.cudaDeviceSynchronize()) return 2;
-  return 1;
+  return All42(host);
 }
 
 // The reverse: legacy-stream work first, then a copy on stream s.
 int StreamAfterLegacy(unsigned flags) {
   const Api& api = Load();
-  int* buf = nullptr;
-  int* out = nullptr;
-  if (api.cudaMalloc(reinterpret_cast<void**>(&buf), 64) ||
-      api.cudaMalloc(reinterpret_cast<void**>(&out), 64) ||
-      api.cudaMemset(buf, 0, 64) || api.cudaMemset(out, 0, 64) ||
-      api.cudaDeviceSynchronize()) {
-    return 2;
-  }
+  int *buf = nullptr, *out = nullptr;
   cudaStream_t s;
-  if (api.cudaStreamCreateWithFlags(&s, flags)) return 2;
-  if (api.dksimStreamSleep(cudaStreamLegacy, kHoldUs)) return 2;
-  for (int step = 1; step <= kSteps; ++step) {
-    if (api.cudaMemsetAsync(buf, step == kSteps ? 42 : step, 64,
-                            cudaStreamLegacy)) {
-      return 2;
-    }
-  }
+  if (!Prepare(api, &buf, &out, &s, flags)) return 2;
+  if (!QueueSlowWrites(api, buf, cudaStreamLegacy, true)) return 2;
   if (api.cudaMemcpyAsync(out, buf, 64, cudaMemcpyDeviceToDevice, s)) return 2;
   if (api.cudaStreamSynchronize(s)) return 2;
   unsigned char host[64];
   if (api.cudaMemcpyAsync(host, out, 64, cudaMemcpyDeviceToHost, s)) return 2;
-  for (unsigned char v : host) {
-    if (v != 42) return 0;
-  }
-  return 1;
+  return All42(host);
 }
 
 TEST(SimCuda, TheLegacyStreamSynchronizesWithBlockingStreamsOnly) {
@@ -340,20 +322,11 @@ TEST(SimCuda, TheLegacyStreamSynchronizesWithBlockingStreamsOnly) {
 // DKSIM_SYNC_MEMCPY=1 it returns when done.
 int NonBlockingReadAfterCudaMemcpy() {
   const Api& api = Load();
-  int* buf = nullptr;
-  int* out = nullptr;
-  if (api.cudaMalloc(reinterpret_cast<void**>(&buf), 64) ||
-      api.cudaMalloc(reinterpret_cast<void**>(&out), 64) ||
-      api.cudaMemset(buf, 0, 64) || api.cudaDeviceSynchronize()) {
-    return 2;
-  }
+  int *buf = nullptr, *out = nullptr;
   cudaStream_t s;
-  if (api.cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) return 2;
+  if (!Prepare(api, &buf, &out, &s, cudaStreamNonBlocking)) return 2;
   // Earlier work on the legacy stream, which the copy queues behind.
-  if (api.dksimStreamSleep(cudaStreamLegacy, kHoldUs)) return 2;
-  for (int step = 1; step < kSteps; ++step) {
-    if (api.cudaMemsetAsync(buf, step, 64, cudaStreamLegacy)) return 2;
-  }
+  if (!QueueSlowWrites(api, buf, cudaStreamLegacy, false)) return 2;
   std::vector<unsigned char> host(64, 42);
   if (api.cudaMemcpy(buf, host.data(), 64, cudaMemcpyHostToDevice)) return 2;
   if (api.cudaMemcpyAsync(out, buf, 64, cudaMemcpyDeviceToDevice, s)) return 2;
@@ -361,10 +334,7 @@ int NonBlockingReadAfterCudaMemcpy() {
   if (api.cudaMemcpyAsync(host.data(), out, 64, cudaMemcpyDeviceToHost, s)) {
     return 2;
   }
-  for (unsigned char v : host) {
-    if (v != 42) return 0;
-  }
-  return 1;
+  return All42(host.data());
 }
 
 TEST(SimCuda, CudaMemcpyToTheDeviceMayReturnBeforeTheDataLands) {

@@ -77,19 +77,24 @@ const char* KindName(int k) {
   return "?";
 }
 
+// NCCL's built-in reductions, indexed by ncclRedOp_t: name and arithmetic.
+struct BuiltinOp {
+  const char* name;
+  RedKind red;
+};
+constexpr BuiltinOp kBuiltinOps[] = {{"ncclSum", RedKind::kSum},
+                                     {"ncclProd", RedKind::kProd},
+                                     {"ncclMax", RedKind::kMax},
+                                     {"ncclMin", RedKind::kMin},
+                                     {"ncclAvg", RedKind::kAvg}};
+static_assert(ncclSum == 0 && ncclProd == 1 && ncclMax == 2 && ncclMin == 3 &&
+                  ncclAvg == 4 && ncclNumOps == 5,
+              "kBuiltinOps follows ncclRedOp_t");
+
+bool IsBuiltin(int op) { return op >= 0 && op < ncclNumOps; }
+
 const char* OpName(int op) {
-  switch (op) {
-    case ncclSum:
-      return "ncclSum";
-    case ncclProd:
-      return "ncclProd";
-    case ncclMax:
-      return "ncclMax";
-    case ncclMin:
-      return "ncclMin";
-    case ncclAvg:
-      return "ncclAvg";
-  }
+  if (IsBuiltin(op)) return kBuiltinOps[op].name;
   return op >= kPremulFirst ? "a PreMulSum" : "an invalid ncclRedOp_t";
 }
 
@@ -500,6 +505,24 @@ void InitDone(Comm* c, ncclResult_t r) {
   }
 }
 
+// The whole of one rank's initialization, its outcome recorded.
+ncclResult_t RunInit(Comm* c) {
+  ncclResult_t r = Join(c);
+  if (r == ncclSuccess) r = FinishInit(c);
+  InitDone(c, r);
+  return r;
+}
+
+// A non-blocking communicator's initialization, on a thread that holds a
+// reference until it is done.
+void InitInBackground(Comm* c) {
+  c->refs.fetch_add(1);
+  std::thread([c] {
+    RunInit(c);
+    Release(c);
+  }).detach();
+}
+
 Comm* NewComm(const ncclUniqueId& id, int nranks, int rank, int device,
               bool blocking) {
   Comm* c = new Comm;
@@ -575,18 +598,10 @@ ncclResult_t InitRank(ncclComm_t* out, int nranks, const ncclUniqueId& id,
   }
   if (!blocking) {
     c->async.store(ncclInProgress);
-    c->refs.fetch_add(1);  // the initializing thread's
-    std::thread([c] {
-      ncclResult_t r = Join(c);
-      if (r == ncclSuccess) r = FinishInit(c);
-      InitDone(c, r);
-      Release(c);
-    }).detach();
+    InitInBackground(c);
     return ncclInProgress;
   }
-  ncclResult_t r = Join(c);
-  if (r == ncclSuccess) r = FinishInit(c);
-  InitDone(c, r);
+  const ncclResult_t r = RunInit(c);
   if (r != ncclSuccess) {
     ReleaseHandle(c);
     *out = nullptr;
@@ -1113,15 +1128,22 @@ ncclResult_t CheckBuffer(Comm* c, const char* fn, const char* which,
               fn, c->tag.c_str(), which, bytes, why.c_str());
 }
 
+// The communicator behind comm; null, the failure reported, if none.
+Comm* Known(ncclComm_t comm, const char* fn) {
+  Comm* c = Lookup(comm);
+  if (c == nullptr) {
+    Fail(ncclInvalidArgument, "%s: %p is not a communicator", fn,
+         static_cast<void*>(comm));
+  }
+  return c;
+}
+
 ncclResult_t Op(Kind kind, const void* sendbuff, void* recvbuff, size_t count,
                 ncclDataType_t dtype, ncclRedOp_t op, int root, ncclComm_t comm,
                 cudaStream_t stream) {
   const char* fn = KindName(kind);
-  Comm* c = Lookup(comm);
-  if (c == nullptr) {
-    return Fail(ncclInvalidArgument, "%s: %p is not a communicator", fn,
-                static_cast<void*>(comm));
-  }
+  Comm* c = Known(comm, fn);
+  if (c == nullptr) return ncclInvalidArgument;
   CommRef ref(c);
   if (!ref.ok()) return CheckUsable(c, fn);
   Owner owner(c, fn);
@@ -1161,7 +1183,7 @@ ncclResult_t Op(Kind kind, const void* sendbuff, void* recvbuff, size_t count,
                     "with %s",
                     fn, TypeName(pm.dtype), TypeName(dtype));
       }
-    } else if (op < 0 || op >= ncclNumOps) {
+    } else if (!IsBuiltin(op)) {
       return Fail(ncclInvalidArgument, "%s: %d is not an ncclRedOp_t", fn,
                   static_cast<int>(op));
     }
@@ -1230,23 +1252,8 @@ ncclResult_t Op(Kind kind, const void* sendbuff, void* recvbuff, size_t count,
     t->scalar = pm.host;
     t->scalar_dev = pm.on_device ? pm.device : nullptr;
   }
-  switch (op) {
-    case ncclProd:
-      t->red = RedKind::kProd;
-      break;
-    case ncclMax:
-      t->red = RedKind::kMax;
-      break;
-    case ncclMin:
-      t->red = RedKind::kMin;
-      break;
-    case ncclAvg:
-      t->red = RedKind::kAvg;
-      break;
-    default:
-      t->red = RedKind::kSum;
-      break;
-  }
+  // A PreMulSum sums (its factor applied first).
+  t->red = IsBuiltin(op) ? kBuiltinOps[op].red : RedKind::kSum;
   {
     std::lock_guard<std::mutex> g(c->mu);
     const uint64_t nth = ++c->op_calls;
@@ -1433,13 +1440,8 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
-  Comm* c = Lookup(comm);
-  if (c == nullptr) {
-    return Fail(ncclInvalidArgument,
-                "ncclCommDestroy: %p is not a "
-                "communicator",
-                static_cast<void*>(comm));
-  }
+  Comm* c = Known(comm, "ncclCommDestroy");
+  if (c == nullptr) return ncclInvalidArgument;
   CommRef ref(c);
   if (!ref.ok() || c->aborted.load() || c->destroyed.load()) {
     return Fail(ncclInvalidUsage,
@@ -1476,13 +1478,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 // the communicator: pending and later operations fail, peers learn of it.
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
-  Comm* c = Lookup(comm);
-  if (c == nullptr) {
-    return Fail(ncclInvalidArgument,
-                "ncclCommAbort: %p is not a "
-                "communicator",
-                static_cast<void*>(comm));
-  }
+  Comm* c = Known(comm, "ncclCommAbort");
+  if (c == nullptr) return ncclInvalidArgument;
   CommRef ref(c);
   if (!ref.ok()) return ncclSuccess;  // already gone
   if (c->aborted.exchange(true)) return ncclSuccess;
@@ -1661,13 +1658,7 @@ ncclResult_t ncclGroupEnd() {
   std::vector<Comm*> blocking_inits;
   for (Comm* c : g.inits) {
     if (!c->blocking) {
-      c->refs.fetch_add(1);
-      std::thread([c] {
-        ncclResult_t r = Join(c);
-        if (r == ncclSuccess) r = FinishInit(c);
-        InitDone(c, r);
-        Release(c);
-      }).detach();
+      InitInBackground(c);
       result = ncclInProgress;
       continue;
     }

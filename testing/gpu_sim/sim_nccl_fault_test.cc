@@ -29,16 +29,42 @@ struct Rank {
 bool JoinComm(int rank, int n, Board* board, Rank* out) {
   const Api& api = Load();
   out->api = &api;
-  ncclUniqueId id;
-  return api.cudaSetDevice(rank) == cudaSuccess &&
-         ShareId(api, board, rank, 0, &id) &&
-         api.ncclCommInitRank(&out->comm, n, id, rank) == ncclSuccess &&
+  return InitComm(api, board, rank, n, &out->comm) &&
          api.cudaStreamCreateWithFlags(&out->stream, cudaStreamNonBlocking) ==
              cudaSuccess &&
          api.cudaMalloc(reinterpret_cast<void**>(&out->buf), 256) ==
              cudaSuccess &&
          api.cudaMemset(out->buf, 0, 256) == cudaSuccess &&
          api.cudaDeviceSynchronize() == cudaSuccess;
+}
+
+// Runs body(rank, k, board) in n children, each joined first to one
+// communicator of n ranks; the board's flags serve their handshakes.
+std::vector<ChildResult> RunJoined(
+    int n, const std::function<int(int, Rank&, Board*)>& body,
+    const Env& env = {}) {
+  Board* board = NewBoard();
+  auto results = RunChildren(
+      n,
+      [&](int rank) {
+        Rank k;
+        SIM_CHECK(JoinComm(rank, n, board, &k));
+        return body(rank, k, board);
+      },
+      env);
+  munmap(board, sizeof(Board));
+  return results;
+}
+
+// One rank on device 0, as RunJoined.
+ChildResult RunJoinedAlone(const std::function<int(Rank&)>& body) {
+  return RunJoined(1, [&](int, Rank& k, Board*) { return body(k); })[0];
+}
+
+// Whether k's stream is still busy ms after the call (a hung operation).
+bool StillBusyAfter(const Rank& k, int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return k.api->cudaStreamQuery(k.stream) == cudaErrorNotReady;
 }
 
 // Waits (bounded) for the async error to leave ncclSuccess.
@@ -54,10 +80,7 @@ ncclResult_t AsyncErrorWithin(const Api& api, ncclComm_t comm, int ms) {
 }
 
 TEST(SimNcclFaults, ConcurrentCallsOnOneCommunicatorAbort) {
-  Board* board = NewBoard();
-  auto r = RunChild([&] {
-    Rank k;
-    SIM_CHECK(JoinComm(0, 1, board, &k));
+  auto r = RunJoinedAlone([&](Rank& k) {
     const Api& api = *k.api;
     std::atomic<bool> holding{false};
     // This thread's open group holds the communicator...
@@ -74,7 +97,6 @@ TEST(SimNcclFaults, ConcurrentCallsOnOneCommunicatorAbort) {
     t.join();
     return 0;
   });
-  munmap(board, sizeof(Board));
   EXPECT_TRUE(r.KilledBy(SIGABRT)) << r.Describe();
   EXPECT_NE(r.err.find("dkgpusim: ncclAllReduce on communicator"),
             std::string::npos)
@@ -84,10 +106,7 @@ TEST(SimNcclFaults, ConcurrentCallsOnOneCommunicatorAbort) {
 }
 
 TEST(SimNcclFaults, AbortAndAsyncErrorAreSafeFromAnotherThread) {
-  Board* board = NewBoard();
-  auto r = RunChild([&] {
-    Rank k;
-    SIM_CHECK(JoinComm(0, 1, board, &k));
+  auto r = RunJoinedAlone([&](Rank& k) {
     const Api& api = *k.api;
     std::atomic<bool> holding{false}, release{false};
     std::thread t([&] {
@@ -109,7 +128,6 @@ TEST(SimNcclFaults, AbortAndAsyncErrorAreSafeFromAnotherThread) {
                                 k.stream) == ncclInvalidUsage);
     return 0;
   });
-  munmap(board, sizeof(Board));
   EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
 }
 
@@ -133,10 +151,7 @@ TEST(SimNcclFaults, TwoRanksOnOneDeviceAreRefused) {
 }
 
 TEST(SimNcclFaults, AbortUnblocksAWaitingOperation) {
-  Board* board = NewBoard();
-  auto results = RunChildren(2, [&](int rank) {
-    Rank k;
-    SIM_CHECK(JoinComm(rank, 2, board, &k));
+  auto results = RunJoined(2, [&](int rank, Rank& k, Board* board) {
     const Api& api = *k.api;
     if (rank == 1) {
       // Never joins the all-reduce; leaves once rank 0 is through.
@@ -146,8 +161,7 @@ TEST(SimNcclFaults, AbortUnblocksAWaitingOperation) {
     }
     SIM_NCCL(api.ncclAllReduce(k.buf, k.buf, 4, ncclInt32, ncclSum, k.comm,
                                k.stream));
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    SIM_CHECK(api.cudaStreamQuery(k.stream) == cudaErrorNotReady);
+    SIM_CHECK(StillBusyAfter(k, 200));
     const auto start = Clock::now();
     std::thread aborter([&] { api.ncclCommAbort(k.comm); });
     SIM_CUDA(api.cudaStreamSynchronize(k.stream));
@@ -159,17 +173,13 @@ TEST(SimNcclFaults, AbortUnblocksAWaitingOperation) {
     board->flags[0].store(1);
     return 0;
   });
-  munmap(board, sizeof(Board));
   for (const auto& r : results) EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
 }
 
 TEST(SimNcclFaults, ADeadPeerBecomesAnAsyncError) {
-  Board* board = NewBoard();
-  auto results = RunChildren(
+  auto results = RunJoined(
       3,
-      [&](int rank) {
-        Rank k;
-        SIM_CHECK(JoinComm(rank, 3, board, &k));
+      [&](int, Rank& k, Board*) {
         const Api& api = *k.api;
         // Rank 1 exits at its second operation (DKSIM_NCCL_DIE_*).
         for (int i = 0; i < 2; ++i) {
@@ -187,7 +197,6 @@ TEST(SimNcclFaults, ADeadPeerBecomesAnAsyncError) {
       {{"DKSIM_DEVICES", "3"},
        {"DKSIM_NCCL_DIE_RANK", "1"},
        {"DKSIM_NCCL_DIE_AT", "2"}});
-  munmap(board, sizeof(Board));
   EXPECT_TRUE(results[0].ExitedWith(0)) << results[0].Describe();
   EXPECT_TRUE(results[1].ExitedWith(1)) << results[1].Describe();
   EXPECT_TRUE(results[2].ExitedWith(0)) << results[2].Describe();
@@ -196,15 +205,11 @@ TEST(SimNcclFaults, ADeadPeerBecomesAnAsyncError) {
 }
 
 TEST(SimNcclFaults, MismatchedCollectivesHangUntilAborted) {
-  Board* board = NewBoard();
-  auto results = RunChildren(2, [&](int rank) {
-    Rank k;
-    SIM_CHECK(JoinComm(rank, 2, board, &k));
+  auto results = RunJoined(2, [&](int rank, Rank& k, Board* board) {
     const Api& api = *k.api;
     SIM_NCCL(api.ncclAllReduce(k.buf, k.buf, rank == 0 ? 4 : 5, ncclInt32,
                                ncclSum, k.comm, k.stream));
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    SIM_CHECK(api.cudaStreamQuery(k.stream) == cudaErrorNotReady);
+    SIM_CHECK(StillBusyAfter(k, 300));
     ncclResult_t a = ncclInternalError;
     SIM_NCCL(api.ncclCommGetAsyncError(k.comm, &a));
     SIM_CHECK(a == ncclSuccess);  // NCCL says nothing: it hangs
@@ -221,7 +226,6 @@ TEST(SimNcclFaults, MismatchedCollectivesHangUntilAborted) {
     if (rank == 1) SIM_NCCL(api.ncclCommAbort(k.comm));
     return 0;
   });
-  munmap(board, sizeof(Board));
   for (const auto& r : results) EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
   const std::string both = results[0].err + results[1].err;
   EXPECT_EQ(Occurrences(both, "dkgpusim: mismatch"), 1) << both;
@@ -232,17 +236,13 @@ TEST(SimNcclFaults, MismatchedCollectivesHangUntilAborted) {
 }
 
 TEST(SimNcclFaults, ASendAndReceiveOfDifferentSizesHang) {
-  Board* board = NewBoard();
-  auto results = RunChildren(2, [&](int rank) {
-    Rank k;
-    SIM_CHECK(JoinComm(rank, 2, board, &k));
+  auto results = RunJoined(2, [&](int rank, Rank& k, Board* board) {
     const Api& api = *k.api;
     if (rank == 0) {
       SIM_NCCL(api.ncclSend(k.buf, 8, ncclInt32, 1, k.comm, k.stream));
     } else {
       SIM_NCCL(api.ncclRecv(k.buf, 6, ncclInt32, 0, k.comm, k.stream));
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      SIM_CHECK(api.cudaStreamQuery(k.stream) == cudaErrorNotReady);
+      SIM_CHECK(StillBusyAfter(k, 200));
       board->flags[0].store(1);
     }
     SIM_CHECK(WaitUntil([&] { return board->flags[0].load() == 1; }, 10000));
@@ -250,7 +250,6 @@ TEST(SimNcclFaults, ASendAndReceiveOfDifferentSizesHang) {
     SIM_CUDA(api.cudaStreamSynchronize(k.stream));
     return 0;
   });
-  munmap(board, sizeof(Board));
   for (const auto& r : results) EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
   EXPECT_NE(results[1].err.find("dkgpusim: mismatch"), std::string::npos)
       << results[1].err;
@@ -261,17 +260,13 @@ TEST(SimNcclFaults, ASendAndReceiveOfDifferentSizesHang) {
 }
 
 TEST(SimNcclFaults, TheHangKnobBlocksUntilAbortAndPeersLearnOfTheAbort) {
-  Board* board = NewBoard();
-  auto results = RunChildren(
+  auto results = RunJoined(
       2,
-      [&](int rank) {
-        Rank k;
-        SIM_CHECK(JoinComm(rank, 2, board, &k));
+      [&](int rank, Rank& k, Board* board) {
         const Api& api = *k.api;
         SIM_NCCL(api.ncclAllReduce(k.buf, k.buf, 4, ncclInt32, ncclSum, k.comm,
                                    k.stream));
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        SIM_CHECK(api.cudaStreamQuery(k.stream) == cudaErrorNotReady);
+        SIM_CHECK(StillBusyAfter(k, 200));
         // The abort waits for both checks, as above.
         board->flags[0].fetch_add(1);
         if (rank == 0) {
@@ -286,17 +281,13 @@ TEST(SimNcclFaults, TheHangKnobBlocksUntilAbortAndPeersLearnOfTheAbort) {
         return 0;
       },
       {{"DKSIM_NCCL_HANG_RANK", "0"}, {"DKSIM_NCCL_HANG_AT", "1"}});
-  munmap(board, sizeof(Board));
   for (const auto& r : results) EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
   EXPECT_NE(results[1].err.find("aborted its communicator"), std::string::npos)
       << results[1].err;
 }
 
 TEST(SimNcclFaults, BuffersMustBeTheCommunicatorsDeviceMemory) {
-  Board* board = NewBoard();
-  auto r = RunChild([&] {
-    Rank k;
-    SIM_CHECK(JoinComm(0, 1, board, &k));
+  auto r = RunJoinedAlone([&](Rank& k) {
     const Api& api = *k.api;
     int host[4] = {};
     SIM_CHECK(api.ncclAllReduce(host, host, 4, ncclInt32, ncclSum, k.comm,
@@ -312,7 +303,6 @@ TEST(SimNcclFaults, BuffersMustBeTheCommunicatorsDeviceMemory) {
     SIM_NCCL(api.ncclCommDestroy(k.comm));
     return 0;
   });
-  munmap(board, sizeof(Board));
   EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
   EXPECT_NE(r.err.find("not of device 0"), std::string::npos) << r.err;
 }

@@ -14,25 +14,6 @@ namespace {
 
 // ---- Element formats, written independently of the simulator's -----------
 
-size_t Size(int t) {
-  switch (t) {
-    case ncclInt8:
-    case ncclUint8:
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2:
-      return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-      return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-
 bool IsInt(int t) {
   return t == ncclInt8 || t == ncclUint8 || t == ncclInt32 || t == ncclUint32 ||
          t == ncclInt64 || t == ncclUint64;
@@ -60,6 +41,45 @@ double Decode(int t, uint32_t bits) {
   }
 }
 
+// The 16- and 8-bit floats, stored as their codes.
+bool IsCoded(int t) {
+  return t == ncclFloat16 || t == ncclBfloat16 || t == ncclFloat8e4m3 ||
+         t == ncclFloat8e5m2;
+}
+
+// Calls f with a zero of the type an element of t is stored as, so that
+// loads and stores share one switch.
+template <typename F>
+auto WithStorageType(int t, F f) {
+  switch (t) {
+    case ncclInt8:
+      return f(int8_t());
+    case ncclUint8:
+      return f(uint8_t());
+    case ncclInt32:
+      return f(int32_t());
+    case ncclUint32:
+      return f(uint32_t());
+    case ncclInt64:
+      return f(int64_t());
+    case ncclUint64:
+      return f(uint64_t());
+    case ncclFloat32:
+      return f(float());
+    case ncclFloat64:
+      return f(double());
+    case ncclFloat16:
+    case ncclBfloat16:
+      return f(uint16_t());
+    default:
+      return f(uint8_t());
+  }
+}
+
+size_t Size(int t) {
+  return WithStorageType(t, [](auto x) { return sizeof(x); });
+}
+
 // The code of an exactly representable value (found by search: the test
 // must not share the simulator's rounding code).
 uint32_t EncodeExact(int t, double v) {
@@ -76,62 +96,18 @@ uint32_t EncodeExact(int t, double v) {
 }
 
 void Store(int t, char* p, size_t i, double v) {
-  char* at = p + i * Size(t);
-  auto put = [at](auto x) { std::memcpy(at, &x, sizeof(x)); };
-  switch (t) {
-    case ncclInt8:
-      return put(int8_t(v));
-    case ncclUint8:
-      return put(uint8_t(v));
-    case ncclInt32:
-      return put(int32_t(v));
-    case ncclUint32:
-      return put(uint32_t(v));
-    case ncclInt64:
-      return put(int64_t(v));
-    case ncclUint64:
-      return put(uint64_t(v));
-    case ncclFloat32:
-      return put(float(v));
-    case ncclFloat64:
-      return put(double(v));
-    case ncclFloat16:
-    case ncclBfloat16:
-      return put(uint16_t(EncodeExact(t, v)));
-    default:
-      return put(uint8_t(EncodeExact(t, v)));
-  }
+  WithStorageType(t, [&](auto zero) {
+    using T = decltype(zero);
+    const T x = IsCoded(t) ? T(EncodeExact(t, v)) : T(v);
+    std::memcpy(p + i * sizeof(x), &x, sizeof(x));
+  });
 }
 
 double LoadValue(int t, const char* p, size_t i) {
-  const char* at = p + i * Size(t);
-  auto get = [at](auto x) {
-    std::memcpy(&x, at, sizeof(x));
-    return x;
-  };
-  switch (t) {
-    case ncclInt8:
-      return get(int8_t());
-    case ncclUint8:
-      return get(uint8_t());
-    case ncclInt32:
-      return get(int32_t());
-    case ncclUint32:
-      return get(uint32_t());
-    case ncclInt64:
-      return double(get(int64_t()));
-    case ncclUint64:
-      return double(get(uint64_t()));
-    case ncclFloat32:
-      return get(float());
-    case ncclFloat64:
-      return get(double());
-    case ncclFloat16:
-    case ncclBfloat16:
-      return Decode(t, get(uint16_t()));
-    default:
-      return Decode(t, get(uint8_t()));
-  }
+  return WithStorageType(t, [&](auto x) {
+    std::memcpy(&x, p + i * sizeof(x), sizeof(x));
+    return IsCoded(t) ? Decode(t, uint32_t(x)) : double(x);
+  });
 }
 
 // An integer result wrapped to the type's width, as the device computes.
@@ -248,11 +224,8 @@ constexpr size_t kCount = 5;
 // elements (or 100 on an API failure).
 int CollectiveMatrix(int rank, int n, Board* board) {
   const Api& api = Load();
-  SIM_CUDA(api.cudaSetDevice(rank));
-  ncclUniqueId id;
-  SIM_CHECK(ShareId(api, board, rank, 0, &id));
   ncclComm_t comm;
-  SIM_NCCL(api.ncclCommInitRank(&comm, n, id, rank));
+  SIM_CHECK(InitComm(api, board, rank, n, &comm));
   int got_n = 0, got_rank = -1, got_dev = -1;
   SIM_NCCL(api.ncclCommCount(comm, &got_n));
   SIM_NCCL(api.ncclCommUserRank(comm, &got_rank));
@@ -409,11 +382,8 @@ TEST(SimNccl, HalfAndBfloat16RoundToNearestEven) {
       2,
       [&](int rank) {
         const Api& api = Load();
-        SIM_CUDA(api.cudaSetDevice(rank));
-        ncclUniqueId id;
-        SIM_CHECK(ShareId(api, board, rank, 0, &id));
         ncclComm_t comm;
-        SIM_NCCL(api.ncclCommInitRank(&comm, 2, id, rank));
+        SIM_CHECK(InitComm(api, board, rank, 2, &comm));
         // Rank 0 holds a, rank 1 half an ulp of 1.0: a tie each time.
         const double half_ulp[2] = {std::ldexp(1, -11), std::ldexp(1, -8)};
         const int types[2] = {ncclFloat16, ncclBfloat16};
@@ -446,11 +416,8 @@ TEST(SimNccl, HalfAndBfloat16RoundToNearestEven) {
 // than a staging slot.
 int GroupsSplitsAndBigOps(int rank, int n, Board* board) {
   const Api& api = Load();
-  SIM_CUDA(api.cudaSetDevice(rank));
-  ncclUniqueId id;
-  SIM_CHECK(ShareId(api, board, rank, 0, &id));
   ncclComm_t comm;
-  SIM_NCCL(api.ncclCommInitRank(&comm, n, id, rank));
+  SIM_CHECK(InitComm(api, board, rank, n, &comm));
   cudaStream_t s;
   SIM_CUDA(api.cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 

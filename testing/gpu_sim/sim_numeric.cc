@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <type_traits>
 
 namespace dksim {
@@ -81,6 +82,7 @@ float Decode(uint32_t v, const Format& f) {
 template <typename Storage, typename Compute>
 struct Plain {
   using C = Compute;
+  static constexpr size_t kSize = sizeof(Storage);
   static C Load(const char* p, size_t i) {
     Storage v;
     std::memcpy(&v, p + i * sizeof(Storage), sizeof(v));
@@ -95,6 +97,7 @@ struct Plain {
 template <typename Bits, float (*ToFloat)(Bits), Bits (*FromFloat)(float)>
 struct Narrow {
   using C = float;
+  static constexpr size_t kSize = sizeof(Bits);
   static C Load(const char* p, size_t i) {
     Bits v;
     std::memcpy(&v, p + i * sizeof(Bits), sizeof(v));
@@ -111,86 +114,87 @@ using BF16 = Narrow<uint16_t, Bf16ToFloat, FloatToBf16>;
 using E4M3 = Narrow<uint8_t, E4M3ToFloat, FloatToE4M3>;
 using E5M2 = Narrow<uint8_t, E5M2ToFloat, FloatToE5M2>;
 
+template <typename T>
+using Int = Plain<T, T>;
+
+// Everything about a dtype in one place: f is called with its codec (through
+// which every routine below serves every type) and its name; an invalid
+// dtype calls nothing.
+template <typename F>
+void WithCodec(int dtype, F f) {
+  switch (dtype) {
+    case ncclInt8:
+      return f(Int<int8_t>(), "ncclInt8");
+    case ncclUint8:
+      return f(Int<uint8_t>(), "ncclUint8");
+    case ncclInt32:
+      return f(Int<int32_t>(), "ncclInt32");
+    case ncclUint32:
+      return f(Int<uint32_t>(), "ncclUint32");
+    case ncclInt64:
+      return f(Int<int64_t>(), "ncclInt64");
+    case ncclUint64:
+      return f(Int<uint64_t>(), "ncclUint64");
+    case ncclFloat16:
+      return f(F16(), "ncclFloat16");
+    case ncclBfloat16:
+      return f(BF16(), "ncclBfloat16");
+    case ncclFloat8e4m3:
+      return f(E4M3(), "ncclFloat8e4m3");
+    case ncclFloat8e5m2:
+      return f(E5M2(), "ncclFloat8e5m2");
+    case ncclFloat32:
+      return f(Plain<float, float>(), "ncclFloat32");
+    case ncclFloat64:
+      return f(Plain<double, double>(), "ncclFloat64");
+  }
+}
+
+// a op b (std::plus or std::multiplies); integers wrap, as the device's do
+// (signed overflow would be undefined).
+template <typename Op, typename T>
+T Wrapping(Op op, T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(
+        static_cast<U>(op(static_cast<U>(a), static_cast<U>(b))));
+  } else {
+    return op(a, b);
+  }
+}
+
+template <typename T>
+T Combine(RedKind op, T acc, T v) {
+  switch (op) {
+    case RedKind::kSum:
+    case RedKind::kAvg:
+      return Wrapping(std::plus<>(), acc, v);
+    case RedKind::kProd:
+      return Wrapping(std::multiplies<>(), acc, v);
+    case RedKind::kMax:
+      // As NCCL's fmaxf: a NaN loses.
+      if constexpr (std::is_integral_v<T>)
+        return std::max(acc, v);
+      else
+        return std::fmax(acc, v);
+    case RedKind::kMin:
+      if constexpr (std::is_integral_v<T>)
+        return std::min(acc, v);
+      else
+        return std::fmin(acc, v);
+  }
+  return acc;
+}
+
 template <typename Codec>
-void ReduceFloat(RedKind op, const char* const* in, int n, char* out,
-                 size_t count) {
+void Reduce(RedKind op, const char* const* in, int n, char* out, size_t count) {
   using C = typename Codec::C;
   for (size_t i = 0; i < count; ++i) {
     C acc = Codec::Load(in[0], i);
-    for (int r = 1; r < n; ++r) {
-      const C v = Codec::Load(in[r], i);
-      switch (op) {
-        case RedKind::kSum:
-        case RedKind::kAvg:
-          acc += v;
-          break;
-        case RedKind::kProd:
-          acc *= v;
-          break;
-        case RedKind::kMax:
-          acc = std::fmax(acc, v);  // as NCCL's fmaxf: a NaN loses
-          break;
-        case RedKind::kMin:
-          acc = std::fmin(acc, v);
-          break;
-      }
-    }
-    if (op == RedKind::kAvg) acc /= static_cast<C>(n);
-    Codec::Store(out, i, acc);
-  }
-}
-
-template <typename T>
-void ReduceInt(RedKind op, const char* const* in, int n, char* out,
-               size_t count) {
-  using U = std::make_unsigned_t<T>;
-  for (size_t i = 0; i < count; ++i) {
-    T acc;
-    std::memcpy(&acc, in[0] + i * sizeof(T), sizeof(T));
-    for (int r = 1; r < n; ++r) {
-      T v;
-      std::memcpy(&v, in[r] + i * sizeof(T), sizeof(T));
-      switch (op) {
-        case RedKind::kSum:
-        case RedKind::kAvg:
-          acc = static_cast<T>(
-              static_cast<U>(static_cast<U>(acc) + static_cast<U>(v)));
-          break;
-        case RedKind::kProd:
-          acc = static_cast<T>(
-              static_cast<U>(static_cast<U>(acc) * static_cast<U>(v)));
-          break;
-        case RedKind::kMax:
-          acc = std::max(acc, v);
-          break;
-        case RedKind::kMin:
-          acc = std::min(acc, v);
-          break;
-      }
-    }
+    for (int r = 1; r < n; ++r) acc = Combine(op, acc, Codec::Load(in[r], i));
     // Integers average as NCCL's SumPostDiv: the (wrapped) sum divided.
-    if (op == RedKind::kAvg) acc = static_cast<T>(acc / static_cast<T>(n));
-    std::memcpy(out + i * sizeof(T), &acc, sizeof(T));
-  }
-}
-
-template <typename Codec>
-void ScaleFloat(const char* scalar, const char* in, char* out, size_t count) {
-  const auto s = Codec::Load(scalar, 0);
-  for (size_t i = 0; i < count; ++i)
-    Codec::Store(out, i, Codec::Load(in, i) * s);
-}
-
-template <typename T>
-void ScaleInt(const char* scalar, const char* in, char* out, size_t count) {
-  using U = std::make_unsigned_t<T>;
-  T s;
-  std::memcpy(&s, scalar, sizeof(T));
-  for (size_t i = 0; i < count; ++i) {
-    T v;
-    std::memcpy(&v, in + i * sizeof(T), sizeof(T));
-    v = static_cast<T>(static_cast<U>(static_cast<U>(v) * static_cast<U>(s)));
-    std::memcpy(out + i * sizeof(T), &v, sizeof(T));
+    if (op == RedKind::kAvg) acc = static_cast<C>(acc / static_cast<C>(n));
+    Codec::Store(out, i, acc);
   }
 }
 
@@ -222,117 +226,35 @@ float Bf16ToFloat(uint16_t h) {
 }
 
 size_t TypeSize(int dtype) {
-  switch (dtype) {
-    case ncclInt8:
-    case ncclUint8:
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2:
-      return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-      return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32:
-      return 4;
-    case ncclInt64:
-    case ncclUint64:
-    case ncclFloat64:
-      return 8;
-    default:
-      return 0;
-  }
+  size_t size = 0;
+  WithCodec(dtype, [&size](auto codec, const char*) {
+    size = decltype(codec)::kSize;
+  });
+  return size;
 }
 
 const char* TypeName(int dtype) {
-  switch (dtype) {
-    case ncclInt8:
-      return "ncclInt8";
-    case ncclUint8:
-      return "ncclUint8";
-    case ncclInt32:
-      return "ncclInt32";
-    case ncclUint32:
-      return "ncclUint32";
-    case ncclInt64:
-      return "ncclInt64";
-    case ncclUint64:
-      return "ncclUint64";
-    case ncclFloat16:
-      return "ncclFloat16";
-    case ncclFloat32:
-      return "ncclFloat32";
-    case ncclFloat64:
-      return "ncclFloat64";
-    case ncclBfloat16:
-      return "ncclBfloat16";
-    case ncclFloat8e4m3:
-      return "ncclFloat8e4m3";
-    case ncclFloat8e5m2:
-      return "ncclFloat8e5m2";
-    default:
-      return "an invalid ncclDataType_t";
-  }
+  const char* name = "an invalid ncclDataType_t";
+  WithCodec(dtype, [&name](auto, const char* n) { name = n; });
+  return name;
 }
 
 void ReduceInto(int dtype, RedKind op, const char* const* in, int n, char* out,
                 size_t count) {
-  switch (dtype) {
-    case ncclInt8:
-      return ReduceInt<int8_t>(op, in, n, out, count);
-    case ncclUint8:
-      return ReduceInt<uint8_t>(op, in, n, out, count);
-    case ncclInt32:
-      return ReduceInt<int32_t>(op, in, n, out, count);
-    case ncclUint32:
-      return ReduceInt<uint32_t>(op, in, n, out, count);
-    case ncclInt64:
-      return ReduceInt<int64_t>(op, in, n, out, count);
-    case ncclUint64:
-      return ReduceInt<uint64_t>(op, in, n, out, count);
-    case ncclFloat16:
-      return ReduceFloat<F16>(op, in, n, out, count);
-    case ncclBfloat16:
-      return ReduceFloat<BF16>(op, in, n, out, count);
-    case ncclFloat8e4m3:
-      return ReduceFloat<E4M3>(op, in, n, out, count);
-    case ncclFloat8e5m2:
-      return ReduceFloat<E5M2>(op, in, n, out, count);
-    case ncclFloat32:
-      return ReduceFloat<Plain<float, float>>(op, in, n, out, count);
-    case ncclFloat64:
-      return ReduceFloat<Plain<double, double>>(op, in, n, out, count);
-  }
+  WithCodec(dtype, [&](auto codec, const char*) {
+    Reduce<decltype(codec)>(op, in, n, out, count);
+  });
 }
 
 void Scale(int dtype, const char* scalar, const char* in, char* out,
            size_t count) {
-  switch (dtype) {
-    case ncclInt8:
-      return ScaleInt<int8_t>(scalar, in, out, count);
-    case ncclUint8:
-      return ScaleInt<uint8_t>(scalar, in, out, count);
-    case ncclInt32:
-      return ScaleInt<int32_t>(scalar, in, out, count);
-    case ncclUint32:
-      return ScaleInt<uint32_t>(scalar, in, out, count);
-    case ncclInt64:
-      return ScaleInt<int64_t>(scalar, in, out, count);
-    case ncclUint64:
-      return ScaleInt<uint64_t>(scalar, in, out, count);
-    case ncclFloat16:
-      return ScaleFloat<F16>(scalar, in, out, count);
-    case ncclBfloat16:
-      return ScaleFloat<BF16>(scalar, in, out, count);
-    case ncclFloat8e4m3:
-      return ScaleFloat<E4M3>(scalar, in, out, count);
-    case ncclFloat8e5m2:
-      return ScaleFloat<E5M2>(scalar, in, out, count);
-    case ncclFloat32:
-      return ScaleFloat<Plain<float, float>>(scalar, in, out, count);
-    case ncclFloat64:
-      return ScaleFloat<Plain<double, double>>(scalar, in, out, count);
-  }
+  WithCodec(dtype, [&](auto codec, const char*) {
+    using Codec = decltype(codec);
+    const auto s = Codec::Load(scalar, 0);
+    for (size_t i = 0; i < count; ++i)
+      Codec::Store(out, i,
+                   Wrapping(std::multiplies<>(), Codec::Load(in, i), s));
+  });
 }
 
 }  // namespace dksim

@@ -351,6 +351,23 @@ inline bool ShareId(const Api& api, Board* b, int rank, int slot,
   return true;
 }
 
+// In a child: device `rank` current, then a blocking communicator of n
+// ranks from the board's id 0. Says which step failed.
+inline bool InitComm(const Api& api, Board* b, int rank, int n,
+                     ncclComm_t* comm) {
+  ncclUniqueId id;
+  const char* failed = nullptr;
+  if (api.cudaSetDevice(rank) != cudaSuccess) {
+    failed = "cudaSetDevice";
+  } else if (!ShareId(api, b, rank, 0, &id)) {
+    failed = "ShareId";
+  } else if (api.ncclCommInitRank(comm, n, id, rank) != ncclSuccess) {
+    failed = "ncclCommInitRank";
+  }
+  if (failed != nullptr) std::fprintf(stderr, "InitComm: %s failed\n", failed);
+  return failed == nullptr;
+}
+
 inline int Occurrences(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t at = text.find(what); at != std::string::npos;

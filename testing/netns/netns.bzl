@@ -30,6 +30,7 @@ tc cannot add a tbf qdisc. Every test is tagged "netns" (`bazel test
 """
 
 load("@local_netns//:defs.bzl", "CAN_CREATE_HOSTS", "CAN_LIMIT_RATES")
+load("//testing:multirank.bzl", "dk_test_size")
 
 # A constraint no platform has: targets that require it are skipped.
 _INCOMPATIBLE = ["//testing/netns:can_create_hosts"]
@@ -42,13 +43,6 @@ def _compatible(needs_rates):
     if not CAN_CREATE_HOSTS or (needs_rates and not CAN_LIMIT_RATES):
         return _INCOMPATIBLE
     return []
-
-def _size_for(timeout_s):
-    if timeout_s <= 55:
-        return "small"
-    if timeout_s <= 290:
-        return "medium"
-    return "large"
 
 def dk_netns_test(name, srcs, args = [], data = [], needs_rates = False,
                   size = "small", tags = [], **kwargs):
@@ -117,7 +111,7 @@ def dk_netns_job_test(name, binary = None, hosts = [2, 3], ranks_per_host = 2,
             ] + extra + ["--"] + programs,
             data = [_LIB, _DISTRUN] + programs_data + data,
             env = env,
-            size = _size_for(timeout_s),
+            size = dk_test_size(timeout_s),
             tags = ["netns"] + tags,
             target_compatible_with = _compatible(rate != None),
             **kwargs

@@ -1,6 +1,8 @@
 #include "tools/distrun/distrun_options.h"
 
 #include <algorithm>
+#include <iterator>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -64,6 +66,25 @@ const char* DistrunUsage() {
 absl::StatusOr<DistrunOptions> ParseDistrunArgs(
     const std::vector<std::string>& args) {
   DistrunOptions o;
+  // The numeric flags: where each goes (and an integer's range).
+  struct IntFlag {
+    const char* name;
+    int* to;
+    int lo, hi;
+  };
+  const IntFlag int_flags[] = {
+      {"--nproc-per-node", &o.nproc_per_node, 1, 4096},
+      {"--nnodes", &o.nnodes, 1, 100000},
+      {"--node-rank", &o.node_rank, 0, 100000},
+      {"--master-port", &o.master_port, 0, 65535},
+      {"--max-replacements", &o.max_replacements, 0, 1000000},
+      {"--min-ranks", &o.min_ranks, 0, 1000000},
+  };
+  const std::pair<const char*, absl::Duration*> seconds_flags[] = {
+      {"--timeout", &o.timeout},
+      {"--grace-period", &o.grace_period},
+      {"--exit-barrier-timeout", &o.exit_barrier_timeout},
+  };
   size_t i = 0;
   for (; i < args.size(); ++i) {
     std::string arg = args[i];
@@ -86,52 +107,30 @@ absl::StatusOr<DistrunOptions> ParseDistrunArgs(
       if (i + 1 >= args.size()) return Bad(name, "needs a value");
       value = args[++i];
     }
-    if (name == "--nproc-per-node") {
-      absl::StatusOr<int> n = ParseInt(name, value, 1, 4096);
+    const auto int_flag =
+        std::find_if(std::begin(int_flags), std::end(int_flags),
+                     [&name](const IntFlag& f) { return name == f.name; });
+    const auto seconds_flag =
+        std::find_if(std::begin(seconds_flags), std::end(seconds_flags),
+                     [&name](const auto& f) { return name == f.first; });
+    if (int_flag != std::end(int_flags)) {
+      absl::StatusOr<int> n = ParseInt(name, value, int_flag->lo, int_flag->hi);
       if (!n.ok()) return n.status();
-      o.nproc_per_node = *n;
-    } else if (name == "--nnodes") {
-      absl::StatusOr<int> n = ParseInt(name, value, 1, 100000);
-      if (!n.ok()) return n.status();
-      o.nnodes = *n;
-    } else if (name == "--node-rank") {
-      absl::StatusOr<int> n = ParseInt(name, value, 0, 100000);
-      if (!n.ok()) return n.status();
-      o.node_rank = *n;
+      *int_flag->to = *n;
+    } else if (seconds_flag != std::end(seconds_flags)) {
+      absl::StatusOr<absl::Duration> d = ParseSeconds(name, value);
+      if (!d.ok()) return d.status();
+      *seconds_flag->second = *d;
     } else if (name == "--master-addr") {
       if (value.empty()) return Bad(name, "empty address");
       o.master_addr = value;
-    } else if (name == "--master-port") {
-      absl::StatusOr<int> n = ParseInt(name, value, 0, 65535);
-      if (!n.ok()) return n.status();
-      o.master_port = *n;
     } else if (name == "--log-dir") {
       o.log_dir = value;
-    } else if (name == "--timeout") {
-      absl::StatusOr<absl::Duration> d = ParseSeconds(name, value);
-      if (!d.ok()) return d.status();
-      o.timeout = *d;
-    } else if (name == "--grace-period") {
-      absl::StatusOr<absl::Duration> d = ParseSeconds(name, value);
-      if (!d.ok()) return d.status();
-      o.grace_period = *d;
-    } else if (name == "--exit-barrier-timeout") {
-      absl::StatusOr<absl::Duration> d = ParseSeconds(name, value);
-      if (!d.ok()) return d.status();
-      o.exit_barrier_timeout = *d;
     } else if (name == "--cpu-bind") {
       if (value != "none" && value != "core") {
         return Bad(name, absl::StrCat("'", value, "' is not none or core"));
       }
       o.bind_cores = value == "core";
-    } else if (name == "--max-replacements") {
-      absl::StatusOr<int> n = ParseInt(name, value, 0, 1000000);
-      if (!n.ok()) return n.status();
-      o.max_replacements = *n;
-    } else if (name == "--min-ranks") {
-      absl::StatusOr<int> n = ParseInt(name, value, 0, 1000000);
-      if (!n.ok()) return n.status();
-      o.min_ranks = *n;
     } else {
       return Bad(name, "unknown flag");
     }

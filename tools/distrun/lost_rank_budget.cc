@@ -1,8 +1,5 @@
 #include "tools/distrun/lost_rank_budget.h"
 
-#include <iostream>
-
-#include "absl/status/statusor.h"
 #include "tools/distrun/store_counter.h"
 
 namespace distkit {
@@ -12,16 +9,10 @@ std::function<bool(const std::string&)> LostRankBudget(
     int node_rank, int world_size, int min_ranks) {
   return [=](const std::string& what) -> bool {
     if (min_ranks <= 0) return false;
-    const absl::StatusOr<int64_t> lost =
-        AddToJobCounter(server, store_address, token, kLostRanksKey);
-    if (!lost.ok()) {
-      std::cerr << "distrun: node " << node_rank
-                << " could not count a lost rank in the job's store at "
-                << store_address << " (" << lost.status().message()
-                << "); stopping the job: " << what << "\n";
-      return false;
-    }
-    return world_size - *lost >= min_ranks;
+    const std::optional<int64_t> lost =
+        CountForJob(server, store_address, token, kLostRanksKey, node_rank,
+                    "a lost rank", "stopping the job", what);
+    return lost.has_value() && world_size - *lost >= min_ranks;
   };
 }
 

@@ -1,5 +1,6 @@
 #include "tools/distrun/store_counter.h"
 
+#include <iostream>
 #include <memory>
 
 #include "absl/time/clock.h"
@@ -19,6 +20,24 @@ absl::StatusOr<int64_t> AddToJobCounter(StoreServer* server,
       {store_address, token, absl::Seconds(2), absl::Seconds(2)});
   if (!store.ok()) return store.status();
   return (*store)->Add(key, 1);
+}
+
+std::optional<int64_t> CountForJob(StoreServer* server,
+                                   const std::string& store_address,
+                                   const std::string& token,
+                                   const std::string& key, int node_rank,
+                                   const char* counted, const char* instead,
+                                   const std::string& what) {
+  const absl::StatusOr<int64_t> n =
+      AddToJobCounter(server, store_address, token, key);
+  if (!n.ok()) {
+    std::cerr << "distrun: node " << node_rank << " could not count " << counted
+              << " in the job's store at " << store_address << " ("
+              << n.status().message() << "); " << instead << ": " << what
+              << "\n";
+    return std::nullopt;
+  }
+  return *n;
 }
 
 }  // namespace distkit

@@ -7,6 +7,7 @@
 #define DISTKIT_TOOLS_DISTRUN_STORE_COUNTER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -20,6 +21,16 @@ absl::StatusOr<int64_t> AddToJobCounter(StoreServer* server,
                                         const std::string& store_address,
                                         const std::string& token,
                                         const std::string& key);
+
+// AddToJobCounter by node `node_rank`'s distrun. When the store cannot be
+// reached, prints that it could not count `counted` and that, for `what`,
+// it does `instead`; then returns nullopt.
+std::optional<int64_t> CountForJob(StoreServer* server,
+                                   const std::string& store_address,
+                                   const std::string& token,
+                                   const std::string& key, int node_rank,
+                                   const char* counted, const char* instead,
+                                   const std::string& what);
 
 }  // namespace distkit
 

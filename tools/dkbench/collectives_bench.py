@@ -18,12 +18,12 @@ a last table sets all_reduce's busbw against it, measured in the same run.
 """
 import argparse
 import csv
-import os
 import subprocess
 import sys
 from collections import defaultdict
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from bench_common import distrun, tool
+
 FACTORS = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
@@ -35,13 +35,6 @@ FACTORS = {
     "all_to_all": lambda n: (n - 1) / n,
     "barrier": lambda n: 0.0,  # no data (its size is printed as 0)
 }
-
-
-def tool(*parts):
-    path = os.path.join(HERE, *parts)
-    if not os.path.exists(path):
-        sys.exit(f"{path} not found; run through bazel run //tools/dkbench:collectives_bench")
-    return path
 
 
 def run(cmd, timeout):
@@ -123,18 +116,16 @@ def main():
     sizes = list(common)
     if args.touch:
         common += ["--touch", "1"]
-    distrun = tool("..", "distrun", "distrun")
     rows = []
     for n in [int(x) for x in args.world_sizes.split(",")]:
         for repeat in range(args.repeats):
             print(f"world size {n}, run {repeat + 1}/{args.repeats}: distkit ...", file=sys.stderr, flush=True)
-            rows += run([distrun, "--nproc-per-node", str(n), "--master-port", "0",
-                         "--cpu-bind", "core", "--", tool("collective_bench"), "--ops", args.ops] + common, args.timeout)
+            bound = distrun(n, "--cpu-bind", "core")
+            rows += run(bound + [tool("collective_bench"), "--ops", args.ops] + common, args.timeout)
             if "torch_gloo" in args.peers:
                 print(f"world size {n}, run {repeat + 1}: torch.distributed (gloo) ...", file=sys.stderr, flush=True)
                 torch_ops = args.ops  # torch_bench skips what its Gloo lacks
-                rows += run([distrun, "--nproc-per-node", str(n), "--master-port", "0",
-                             "--cpu-bind", "core", "--", "/usr/bin/python3", tool("torch_bench.py"), "--ops", torch_ops] + common,
+                rows += run(bound + ["/usr/bin/python3", tool("torch_bench.py"), "--ops", torch_ops] + common,
                             args.timeout)
             if "openmpi" in args.peers:
                 print(f"world size {n}, run {repeat + 1}: openmpi ...", file=sys.stderr, flush=True)

@@ -11,25 +11,9 @@ the bucket all_reduces launched during backward.
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def tool(*parts):
-    path = os.path.join(HERE, *parts)
-    if not os.path.exists(path):
-        sys.exit(f"{path} not found; run through bazel run //tools/dkbench:ddp_bench")
-    return path
-
-
-def run(cmd):
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if out.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
-    lines = [line.split("]: ", 1)[-1] for line in out.stdout.splitlines()]
-    return lines
+from bench_common import distrun, result_fields, run_job, tool
 
 
 def main():
@@ -37,8 +21,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--world-size", type=int, default=2)
     args = parser.parse_args()
-    distrun = tool("..", "distrun", "distrun")
-    base = [distrun, "--nproc-per-node", str(args.world_size), "--master-port", "0", "--"]
+    base = distrun(args.world_size)
     python = "/usr/bin/python3"
     env_path = os.pathsep.join(p for p in sys.path if p)
     os.environ["PYTHONPATH"] = env_path
@@ -53,10 +36,10 @@ def main():
     params = None
     for _ in range(args.repeats):
         for name, cmd in commands.items():
-            lines = run(cmd)
+            lines = run_job(cmd, 600)
             for line in lines:
                 if line.startswith("RESULT"):
-                    fields = dict(f.split("=") for f in line.split()[1:])
+                    fields = result_fields(line)
                     results[name].append(float(fields["median_ms"]))
                     params = int(fields["params"])
             if name == "distkit-cc":  # keep the last round's timeline

@@ -24,6 +24,22 @@ def mlp() -> torch.nn.Sequential:
     return torch.nn.Sequential(*layers)
 
 
+def timed_steps(model, sgd, before_step=lambda step: None):
+    """WARMUP + STEPS training steps on one random batch; the times (ms) of
+    the last STEPS. before_step(step) runs ahead of each, untimed."""
+    x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
+    times = []
+    for step in range(WARMUP + STEPS):
+        before_step(step)
+        t0 = time.perf_counter()
+        sgd.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        sgd.step()
+        if step >= WARMUP:
+            times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--impl", choices=["distkit", "torch"], required=True)
@@ -43,16 +59,7 @@ def main():
         dist.init_dist("pytorch", backend="gloo")
         model = MMDistributedDataParallel(net)
         rank = dist.get_rank()
-    sgd = torch.optim.SGD(net.parameters(), lr=0.01)
-    x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
-    times = []
-    for step in range(WARMUP + STEPS):
-        t0 = time.perf_counter()
-        sgd.zero_grad()
-        F.mse_loss(model(x), y).backward()
-        sgd.step()
-        if step >= WARMUP:
-            times.append((time.perf_counter() - t0) * 1e3)
+    times = timed_steps(model, torch.optim.SGD(net.parameters(), lr=0.01))
     if rank == 0:
         params = sum(p.numel() for p in net.parameters())
         name = "distkit-python" if impl == "distkit" else "torch"

@@ -23,28 +23,17 @@ is not taken there.
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from bench_common import distrun, result_fields, run_job, tool
+
 IMPLS = ["ddp", "FULL_SHARD", "FULL_SHARD+prefetch", "SHARD_GRAD_OP", "NO_SHARD"]
 
 
-def tool(*parts):
-    path = os.path.join(HERE, *parts)
-    if not os.path.exists(path):
-        sys.exit(f"{path} not found; run through bazel run //tools/dkbench:fsdp_bench")
-    return path
-
-
 def run(cmd):
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    if out.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
-    for line in out.stdout.splitlines():
-        line = line.split("]: ", 1)[-1]
+    for line in run_job(cmd, 900):
         if line.startswith("RESULT"):
-            return dict(f.split("=") for f in line.split()[1:])
+            return result_fields(line)
     sys.exit(f"no RESULT from {' '.join(cmd)}")
 
 
@@ -57,8 +46,7 @@ def main():
     args = parser.parse_args()
     wrappers = args.wrappers.split(",")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    base = [tool("..", "distrun", "distrun"), "--nproc-per-node", str(args.world_size),
-            "--master-port", "0", "--"]
+    base = distrun(args.world_size)
     commands = {}
     if "python" in wrappers:
         commands.update({impl: base + ["/usr/bin/python3", tool("fsdp_bench_worker.py"),

@@ -9,12 +9,10 @@ model's timeline)."""
 import argparse
 import resource
 import statistics
-import time
 
 import torch
-import torch.nn.functional as F
 
-from ddp_bench_worker import BATCH, STEPS, WARMUP, WIDTH, mlp  # the same model and sizes
+from ddp_bench_worker import WARMUP, mlp, timed_steps  # the same model and steps
 
 
 def main():
@@ -42,19 +40,15 @@ def main():
             forward_prefetch=prefetch)
         params = list(model.parameters())
     sgd = torch.optim.SGD(params, lr=0.01, momentum=0.9)
-    x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
-    times = []
-    for step in range(WARMUP + STEPS):
-        if step == WARMUP and impl != "ddp":
+
+    def before_step(step):
+        if impl == "ddp":
+            return
+        if step == WARMUP:
             fsdp.reset_peak_memory_stats()
-        if impl != "ddp":
-            model.take_timeline()  # only the last step's is kept
-        t0 = time.perf_counter()
-        sgd.zero_grad()
-        F.mse_loss(model(x), y).backward()
-        sgd.step()
-        if step >= WARMUP:
-            times.append((time.perf_counter() - t0) * 1e3)
+        model.take_timeline()  # only the last step's is kept
+
+    times = timed_steps(model, sgd, before_step)
     optim_bytes = sum(s["momentum_buffer"].numel() * 4 for s in sgd.state.values()
                       if s.get("momentum_buffer") is not None)
     if impl == "ddp":

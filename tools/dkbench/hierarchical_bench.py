@@ -20,14 +20,7 @@ import subprocess
 import sys
 from collections import defaultdict
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def tool(*parts):
-    path = os.path.join(HERE, *parts)
-    if not os.path.exists(path):
-        sys.exit(f"{path} not found; run through bazel run //tools/dkbench:hierarchical_bench")
-    return path
+from bench_common import distrun, tool
 
 
 def free_port():
@@ -70,8 +63,7 @@ def hierarchical(n, hosts, bench_args, timeout):
 
 def flat(n, bench_args, timeout):
     env = dict(os.environ, DISTKIT_SHM="0")
-    cmd = [tool("..", "distrun", "distrun"), "--nproc-per-node", str(n), "--master-port", "0",
-           "--", tool("collective_bench")] + bench_args
+    cmd = distrun(n) + [tool("collective_bench")] + bench_args
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if out.returncode != 0:
         print(f"  flat run failed ({out.returncode}):\n{out.stderr[-2000:]}", file=sys.stderr)

@@ -28,14 +28,7 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def tool(*parts):
-    path = os.path.join(HERE, *parts)
-    if not os.path.exists(path):
-        sys.exit(f"{path} not found; run through bazel run //tools/dkbench:torch_backend_bench")
-    return path
+from bench_common import distrun, tool
 
 
 def parse(stdout):
@@ -114,8 +107,7 @@ def main():
     logs = tempfile.mkdtemp(prefix="torch_backend_bench.")  # torchrun's copies of the output
     for n in [int(x) for x in args.world_sizes.split(",")]:
         if args.launcher == "distrun":
-            launch = [tool("..", "distrun", "distrun"), "--nproc-per-node", str(n),
-                      "--master-port", "0", "--cpu-bind", "core", "--", "/usr/bin/python3"]
+            launch = distrun(n, "--cpu-bind", "core") + ["/usr/bin/python3"]
         else:
             launch = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                       # torch 1.13 knows only the underscored spellings, and on

@@ -67,7 +67,85 @@ def free_port():
         return s.getsockname()[1]
 
 
-class Job:
+def rank_env(path, timeout_ms, steps):
+    """The environment every rank of a job starts with."""
+    env = dict(os.environ)
+    env["FAULT_TIMEOUT_MS"] = str(timeout_ms)
+    env["FAULT_STEPS"] = str(steps)
+    if path == "tcp":
+        env["DISTKIT_SHM"] = "0"
+    return env
+
+
+def popen_group(cmd, env):
+    """Starts `cmd` in a session of its own (a kill of the group reaches all
+    it starts), its output piped."""
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+
+
+def start_distrun(args, world, env):
+    return popen_group([args.distrun, "--nproc-per-node", str(world),
+                        "--master-port", "0", "--", args.rank], env)
+
+
+class RankJob:
+    """What both kinds of job share: rank pids (as each prints its own),
+    ranks started directly, end detection by pid, and the final kill.
+    Subclasses set world, procs, pids, lock, launcher and define _read."""
+
+    def _start_direct(self, args, env, extra=lambda r: {}):
+        """Starts the ranks torchrun-style, rank 0 hosting the store;
+        extra(r) adds variables for rank r."""
+        port = free_port()
+        for r in range(self.world):
+            e = dict(env, RANK=str(r), WORLD_SIZE=str(self.world),
+                     LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(self.world),
+                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                     **extra(r))
+            p = popen_group([args.rank], e)
+            self.procs.append(p)
+            threading.Thread(target=self._read, args=(r, p),
+                             daemon=True).start()
+
+    def wait_for_pid(self, rank, limit, poll=0.005):
+        end = time.monotonic() + limit
+        while time.monotonic() < end:
+            with self.lock:
+                if rank in self.pids:
+                    return self.pids[rank]
+            time.sleep(poll)
+        return None
+
+    def _reap(self, ends):
+        """Records in `ends` now as the end of each rank whose pid stopped
+        running; returns the ranks that were running before this look, and
+        now."""
+        with self.lock:
+            running = {r: p for r, p in self.pids.items() if r not in ends}
+        now = time.monotonic()
+        for r, p in running.items():
+            if not alive(p):
+                with self.lock:
+                    ends[r] = now
+        return running, now
+
+    def kill_all(self):
+        for pid in list(self.pids.values()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for p in self.procs + ([self.launcher] if self.launcher else []):
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            p.wait()
+
+
+class Job(RankJob):
     """The ranks of one run, started directly (rank 0 hosts the store) or
     under distrun; their pids as each prints them."""
 
@@ -78,11 +156,7 @@ class Job:
         self.output = collections.defaultdict(list)
         self.exit_times = {}
         self.lock = threading.Lock()
-        env = dict(os.environ)
-        env["FAULT_TIMEOUT_MS"] = str(int(args.timeout * 1000))
-        env["FAULT_STEPS"] = str(args.steps)
-        if path == "tcp":
-            env["DISTKIT_SHM"] = "0"
+        env = rank_env(path, int(args.timeout * 1000), args.steps)
         self.launcher = None
         self.mpi = path == "mpi"
         if self.mpi:
@@ -92,39 +166,24 @@ class Job:
             # ids and would collide (as in cc/comm/mpi/mpirun_test.sh).
             self.session = tempfile.mkdtemp(prefix="dkfi.", dir="/tmp")
             env["TMPDIR"] = self.session
-            self.launcher = subprocess.Popen(
+            self.launcher = popen_group(
                 ["mpirun", "--allow-run-as-root", "--oversubscribe",
                  "--mca", "btl", "self,vader,tcp",
                  "--mca", "btl_tcp_if_include", "lo",
                  "--mca", "btl_vader_single_copy_mechanism", "none",
                  "--mca", "btl_vader_backing_directory", self.session,
-                 "--tag-output", "-np", str(world), args.rank],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True)
+                 "--tag-output", "-np", str(world), args.rank], env)
             threading.Thread(target=self._read_mpirun, daemon=True).start()
             threading.Thread(target=self._watch_exits, daemon=True).start()
             return
         if kind == "kill_launcher":
-            self.launcher = subprocess.Popen(
-                [args.distrun, "--nproc-per-node", str(world), "--master-port",
-                 "0", "--", args.rank],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True)
+            self.launcher = start_distrun(args, world, env)
             threading.Thread(target=self._read_distrun, daemon=True).start()
             return
-        port = free_port()
-        for r in range(world):
-            e = dict(env, RANK=str(r), WORLD_SIZE=str(world),
-                     LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world),
-                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            if kind == "zombie" and r == victim:
-                e["FAULT_ZOMBIE"] = "1"  # only the victim's parent never reaps
-            p = subprocess.Popen([args.rank], stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, env=e,
-                                 start_new_session=True)
-            self.procs.append(p)
-            threading.Thread(target=self._read, args=(r, p),
-                             daemon=True).start()
+        # Only the victim's parent never reaps it.
+        zombie = kind == "zombie"
+        self._start_direct(args, env, lambda r: {"FAULT_ZOMBIE": "1"}
+                           if zombie and r == victim else {})
 
     def _read(self, r, p):
         for raw in p.stdout:
@@ -164,18 +223,12 @@ class Job:
         """Ranks under mpirun are not our children: each one's end is when
         its pid stops running."""
         while True:
+            launcher_done = self.launcher.poll() is not None
             with self.lock:
-                running = {r: p for r, p in self.pids.items()
-                           if r not in self.exit_times}
-                launcher_done = self.launcher.poll() is not None
-            if launcher_done and len(self.pids) == self.world and \
-                    not running:
+                started = len(self.pids) == self.world
+            running, now = self._reap(self.exit_times)
+            if launcher_done and started and not running:
                 return
-            now = time.monotonic()
-            for r, p in running.items():
-                if not alive(p):
-                    with self.lock:
-                        self.exit_times[r] = now
             if launcher_done and not any(alive(p) for p in running.values()):
                 with self.lock:
                     for r in range(self.world):
@@ -183,27 +236,8 @@ class Job:
                 return
             time.sleep(0.005)
 
-    def wait_for_pid(self, rank, limit):
-        end = time.monotonic() + limit
-        while time.monotonic() < end:
-            with self.lock:
-                if rank in self.pids:
-                    return self.pids[rank]
-            time.sleep(0.005)
-        return None
-
     def kill_all(self):
-        for pid in list(self.pids.values()):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for p in self.procs + ([self.launcher] if self.launcher else []):
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            p.wait()
+        super().kill_all()
         if self.mpi:
             shutil.rmtree(self.session, ignore_errors=True)
 
@@ -342,7 +376,7 @@ def shm_segments_of(pids):
                   if m and (pids is None or int(m.group(1)) in pids))
 
 
-class StartupJob:
+class StartupJob(RankJob):
     """A job for a start-up kill: under distrun (its ranks are not our
     children: an exit is seen as the pid stopping running) or started
     directly. Records each rank's pid, output and end."""
@@ -355,33 +389,17 @@ class StartupJob:
         self.lock = threading.Lock()
         self.procs = []
         self.launcher = None
-        env = dict(os.environ)
-        env["FAULT_TIMEOUT_MS"] = "10000"  # waiting it out fails the bound
-        env["FAULT_STEPS"] = "30"
-        env.pop("DISTKIT_SHM", None)
-        if path == "tcp":
-            env["DISTKIT_SHM"] = "0"
+        # Waiting out a 10 s timeout fails the bound.
+        env = rank_env(path, 10000, 30)
+        if path != "tcp":
+            env.pop("DISTKIT_SHM", None)
         if launcher == "distrun":
-            self.launcher = subprocess.Popen(
-                [args.distrun, "--nproc-per-node", str(world), "--master-port",
-                 "0", "--", args.rank],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True)
+            self.launcher = start_distrun(args, world, env)
             self.reader = threading.Thread(target=self._read_distrun,
                                            daemon=True)
             self.reader.start()
         else:
-            port = free_port()
-            for r in range(world):
-                e = dict(env, RANK=str(r), WORLD_SIZE=str(world),
-                         LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world),
-                         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-                p = subprocess.Popen([args.rank], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, env=e,
-                                     start_new_session=True)
-                self.procs.append(p)
-                threading.Thread(target=self._read, args=(r, p),
-                                 daemon=True).start()
+            self._start_direct(args, env)
         threading.Thread(target=self._watch, daemon=True).start()
 
     def _note(self, r, text):
@@ -409,32 +427,13 @@ class StartupJob:
         """Each rank's end, to within 2 ms, by its pid."""
         while True:
             with self.lock:
-                running = {r: p for r, p in self.pids.items()
-                           if r not in self.ends}
                 if len(self.ends) == self.world:
                     return
-            now = time.monotonic()
-            for r, p in running.items():
-                if not alive(p):
-                    with self.lock:
-                        self.ends[r] = now
+            self._reap(self.ends)
             time.sleep(0.002)
 
     def exit_code(self, r):
         return self.procs[r].poll() if self.procs else None
-
-    def kill_all(self):
-        for pid in list(self.pids.values()):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for p in self.procs + ([self.launcher] if self.launcher else []):
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            p.wait()
 
 
 def startup_run(args, rng, path, launcher, window):
@@ -453,13 +452,7 @@ def startup_run(args, rng, path, launcher, window):
     before = set(shm_segments_of(None))
     job = StartupJob(args, world, path, launcher)
     try:
-        end = time.monotonic() + 10
-        while time.monotonic() < end:
-            with job.lock:
-                pid = job.pids.get(victim)
-            if pid is not None:
-                break
-            time.sleep(0.001)
+        pid = job.wait_for_pid(victim, 10, poll=0.001)
         if pid is None:
             result["bad"].append(f"rank {victim} never printed its pid")
             return result
@@ -547,6 +540,17 @@ def startup_run(args, rng, path, launcher, window):
         job.kill_all()
 
 
+def report(what, res, runs, i):
+    """Prints a failed run, and an ok one while the runs are few (every
+    20th beyond 60); returns 1 if it failed."""
+    if res["bad"]:
+        print(f"{what}: FAILED {res}", flush=True)
+        return 1
+    if runs <= 60 or i % 20 == 0:
+        print(f"{what}: ok {res}", flush=True)
+    return 0
+
+
 def run_startup_kills(args, rng):
     """--startup-runs start-up kills over every (path, launcher) in turn;
     the number that failed."""
@@ -571,11 +575,7 @@ def run_startup_kills(args, rng):
             continue
         if not res["bad"]:
             took[(path, launcher)].append(res["took"])
-        if res["bad"]:
-            failures += 1
-            print(f"start-up kill {i}: FAILED {res}", flush=True)
-        elif args.startup_runs <= 60 or i % 20 == 0:
-            print(f"start-up kill {i}: ok {res}", flush=True)
+        failures += report(f"start-up kill {i}", res, args.startup_runs, i)
     print("\nstart-up kills: path launcher  kills  kill -> last survivor's "
           "error (s): median  max")
     for (path, launcher), ts in sorted(took.items()):
@@ -649,12 +649,9 @@ def main():
         s["paths"][path] += 1
         s["hangs"] += res["hang"]
         s["worst"] = max(s["worst"], res.get("took", 0.0))
-        if res["bad"]:
-            s["bad"] += 1
-            failures += 1
-            print(f"run {i}: FAILED {res}", flush=True)
-        elif args.runs <= 60 or i % 20 == 0:
-            print(f"run {i}: ok {res}", flush=True)
+        bad = report(f"run {i}", res, args.runs, i)
+        s["bad"] += bad
+        failures += bad
     print("\nkind            runs  hangs  bad  worst fault->last exit (s)  "
           "runs by path")
     for kind in KINDS:
