@@ -88,8 +88,12 @@ absl::StatusOr<TensorRef> TensorRef::FromDLPack(const DLTensor* tensor,
     return absl::InvalidArgumentError(
         absl::StrCat(arg_name, ": data is NULL for ", numel, " elements"));
   }
-  TensorRef ref(static_cast<char*>(tensor->data) + tensor->byte_offset,
-                std::move(shape), *dtype, *device);
+  // An empty tensor may have no memory: its offset then points nowhere
+  // (adding it to NULL is undefined), and nothing will read it.
+  char* data = tensor->data == nullptr
+                   ? nullptr
+                   : static_cast<char*>(tensor->data) + tensor->byte_offset;
+  TensorRef ref(data, std::move(shape), *dtype, *device);
   return ref;
 }
 

@@ -43,6 +43,19 @@ TEST(TensorRefTest, ViewsContiguousTensor) {
   EXPECT_EQ(ref->Slice(2, 2).data<float>()[1], 5.0f);
 }
 
+// An empty tensor without memory, with a byte offset (the tensor_args
+// fuzzer's find: the offset was added to NULL, undefined behaviour that
+// UBSan reports in the asan phase): accepted, and its data stays NULL.
+TEST(TensorRefTest, EmptyTensorWithoutMemoryIgnoresItsOffset) {
+  int64_t shape[1] = {0};
+  DLTensor t = MakeTensor(nullptr, shape, 1, nullptr);
+  t.byte_offset = 50;
+  absl::StatusOr<TensorRef> ref = TensorRef::FromDLPack(&t, "input");
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_EQ(ref->numel(), 0);
+  EXPECT_EQ(ref->data(), nullptr);
+}
+
 TEST(TensorRefTest, OverlapsWhenSharingAByte) {
   float x[8] = {};
   const TensorRef all(x, 8, DataType::kFloat32);
