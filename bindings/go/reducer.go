@@ -145,11 +145,17 @@ func (r *Reducer[T]) live() error {
 }
 
 // NumBuckets is the number of buckets (one all_reduce each).
-func (r *Reducer[T]) NumBuckets() int { return int(C.dk_reducer_num_buckets(r.ptr)) }
+func (r *Reducer[T]) NumBuckets() int {
+	// Here and in every method: no finalizer closes the reducer while the
+	// library works on it.
+	defer runtime.KeepAlive(r)
+	return int(C.dk_reducer_num_buckets(r.ptr))
+}
 
 // Prepare starts an iteration naming the parameters this rank did not use
 // (FindUnusedParameters).
 func (r *Reducer[T]) Prepare(unused []int) error {
+	defer runtime.KeepAlive(r)
 	if err := r.live(); err != nil {
 		return err
 	}
@@ -167,6 +173,7 @@ func (r *Reducer[T]) Prepare(unused []int) error {
 
 // MarkReady hands parameter i's final gradient over (it is copied).
 func (r *Reducer[T]) MarkReady(i int, grad []T) error {
+	defer runtime.KeepAlive(r)
 	if err := r.live(); err != nil {
 		return err
 	}
@@ -187,6 +194,7 @@ func (r *Reducer[T]) MarkReady(i int, grad []T) error {
 // Finalize waits for every bucket and writes the averaged gradients into
 // grads (one slice per parameter, as given to MarkReady).
 func (r *Reducer[T]) Finalize(grads [][]T) error {
+	defer runtime.KeepAlive(r)
 	if err := r.live(); err != nil {
 		return err
 	}
@@ -205,6 +213,7 @@ func (r *Reducer[T]) Finalize(grads [][]T) error {
 
 // SetRequireSync(false) is no_sync: MarkReady and Finalize do nothing.
 func (r *Reducer[T]) SetRequireSync(sync bool) {
+	defer runtime.KeepAlive(r)
 	if r.ptr != nil {
 		v := C.int32_t(0)
 		if sync {
@@ -217,6 +226,7 @@ func (r *Reducer[T]) SetRequireSync(sync bool) {
 // BroadcastBuffers is collective: rank 0's buffers replace every rank's
 // (the slices given must be those given to NewReducer, in order).
 func (r *Reducer[T]) BroadcastBuffers(buffers [][]T) error {
+	defer runtime.KeepAlive(r)
 	if err := r.live(); err != nil {
 		return err
 	}
@@ -241,5 +251,6 @@ func (r *Reducer[T]) BroadcastBuffers(buffers [][]T) error {
 
 // GloballyUsed reports whether any rank used parameter i (FindUnusedParameters).
 func (r *Reducer[T]) GloballyUsed(i int) bool {
+	defer runtime.KeepAlive(r)
 	return r.ptr != nil && C.dk_reducer_globally_used(r.ptr, C.int32_t(i)) != 0
 }

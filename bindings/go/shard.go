@@ -43,6 +43,10 @@ type Shard[T Element] struct {
 // NewShard is collective over g: every rank registers the same parameters
 // (count, length), else an InvalidArgument error on every rank.
 func NewShard[T Element](g *Group, params [][]T, o ShardOptions) (*Shard[T], error) {
+	// The C tensors point into params, and g's finalizer must not close the
+	// group during the call.
+	defer runtime.KeepAlive(params)
+	defer runtime.KeepAlive(g)
 	var ts tensors
 	defer ts.free()
 	s := &Shard[T]{}
@@ -86,6 +90,9 @@ func (s *Shard[T]) call(f func(p *C.dk_shard_t, e **C.dk_error_t) C.dk_status_t)
 	if err := s.live(); err != nil {
 		return err
 	}
+	// No finalizer may close the unit while the library works on it; every
+	// method below keeps it alive through its C call the same way.
+	defer runtime.KeepAlive(s)
 	var cerr *C.dk_error_t
 	return check(f(s.ptr, &cerr), cerr)
 }
@@ -114,6 +121,7 @@ func (s *Shard[T]) Reshard() error {
 
 // FullParam copies parameter i's full values into dst (after Unshard).
 func (s *Shard[T]) FullParam(i int, dst []T) error {
+	defer runtime.KeepAlive(s) // copyBack reads the unit's memory
 	if err := s.live(); err != nil {
 		return err
 	}
@@ -131,6 +139,8 @@ func (s *Shard[T]) FullParam(i int, dst []T) error {
 
 // AccumulateGrad adds parameter i's gradient.
 func (s *Shard[T]) AccumulateGrad(i int, grad []T) error {
+	defer runtime.KeepAlive(s)
+	defer runtime.KeepAlive(grad)
 	if err := s.live(); err != nil {
 		return err
 	}
@@ -163,6 +173,7 @@ func (s *Shard[T]) ReduceGradsWait() error {
 // SetRequireSync false is no_sync: ReduceGrads then keeps accumulating
 // gradients locally until it is true again.
 func (s *Shard[T]) SetRequireSync(requireSync bool) {
+	defer runtime.KeepAlive(s)
 	if s.ptr != nil {
 		var flag C.int32_t
 		if requireSync {
@@ -175,6 +186,7 @@ func (s *Shard[T]) SetRequireSync(requireSync bool) {
 // NumFlat is the number of flat buffers (one per parameter dtype); Local
 // takes their indices.
 func (s *Shard[T]) NumFlat() int {
+	defer runtime.KeepAlive(s)
 	if s.ptr == nil {
 		return 0
 	}
@@ -183,6 +195,7 @@ func (s *Shard[T]) NumFlat() int {
 
 // HeldBytes is what the unit holds now (shards, gradients, full buffers).
 func (s *Shard[T]) HeldBytes() int64 {
+	defer runtime.KeepAlive(s)
 	if s.ptr == nil {
 		return 0
 	}
@@ -191,6 +204,7 @@ func (s *Shard[T]) HeldBytes() int64 {
 
 // PeakHeldBytes is the most the unit held at once since NewShard.
 func (s *Shard[T]) PeakHeldBytes() int64 {
+	defer runtime.KeepAlive(s)
 	if s.ptr == nil {
 		return 0
 	}
@@ -218,6 +232,7 @@ type ShardEvent struct {
 // (a unit keeps its newest 4096), so a trainer can see gathers overlap its
 // compute.
 func (s *Shard[T]) TakeEvents() ([]ShardEvent, error) {
+	defer runtime.KeepAlive(s)
 	if err := s.live(); err != nil {
 		return nil, err
 	}
@@ -236,8 +251,10 @@ func (s *Shard[T]) TakeEvents() ([]ShardEvent, error) {
 
 // Local is flat buffer k's shard: its values (the optimizer updates them in
 // place) and its gradient. Both point into the library's memory and stay
-// valid until Close.
+// valid until Close: keep the Shard reachable while they are used (its
+// finalizer closes it).
 func (s *Shard[T]) Local(k int) (values, grads []T, err error) {
+	defer runtime.KeepAlive(s)
 	if err := s.live(); err != nil {
 		return nil, nil, err
 	}
@@ -253,6 +270,7 @@ func (s *Shard[T]) Local(k int) (values, grads []T, err error) {
 
 // ZeroGrads zeroes the shard gradients.
 func (s *Shard[T]) ZeroGrads() {
+	defer runtime.KeepAlive(s)
 	if s.ptr != nil {
 		C.dk_shard_zero_grads(s.ptr)
 	}
@@ -265,6 +283,8 @@ func (s *Shard[T]) ZeroGrads() {
 // when the size is the same). It re-shards from any number of ranks; another
 // unit's checkpoint is InvalidArgument.
 func (s *Shard[T]) LoadSharded(savedWorldSize int, saved [][]T) error {
+	defer runtime.KeepAlive(s)
+	defer runtime.KeepAlive(saved)
 	if err := s.live(); err != nil {
 		return err
 	}
@@ -278,6 +298,8 @@ func (s *Shard[T]) LoadSharded(savedWorldSize int, saved [][]T) error {
 
 // GatherFull is collective: every parameter's full values into outs.
 func (s *Shard[T]) GatherFull(outs [][]T) error {
+	defer runtime.KeepAlive(s)
+	defer runtime.KeepAlive(outs)
 	if err := s.live(); err != nil {
 		return err
 	}
