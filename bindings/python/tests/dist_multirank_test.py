@@ -9,6 +9,7 @@ address by the hostname, which no host there resolves, and GLOO_SOCKET_IFNAME wo
 choose distkit's address too; the reference is then computed on each rank from
 every rank's input, gathered as pickled objects (the object path, not the tensor
 collectives under test)."""
+import datetime
 import os
 import pickle
 import sys
@@ -76,7 +77,10 @@ def main():
         tdist.init_process_group(
             "gloo", init_method=torch_init_method(),
             rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
-    dist.init_dist("pytorch", backend="gloo", timeout=60, connect_timeout=60)
+    # connect_timeout is this rank's own bound: seconds here, a timedelta on
+    # the odd ranks, so one job takes both forms.
+    connect_timeout = 60 if int(os.environ["RANK"]) % 2 == 0 else datetime.timedelta(seconds=60)
+    dist.init_dist("pytorch", backend="gloo", timeout=60, connect_timeout=connect_timeout)
     rank, n = dist.get_dist_info()
     check((rank, n) == (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])), "dist info")
     if with_torch:

@@ -59,9 +59,12 @@ def launcher_info(launcher: Optional[str] = None) -> LauncherInfo:
 
 def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
     """Joins the job. ``timeout`` (seconds) becomes the per-collective timeout;
-    ``connect_timeout`` (seconds, distkit's own) bounds how long joining waits
-    for the job's ranks, ``timeout`` when not given."""
+    ``connect_timeout`` (seconds or a ``datetime.timedelta``, distkit's own)
+    bounds how long joining waits for the job's ranks, ``timeout`` when not
+    given."""
     connect_timeout = kwargs.pop("connect_timeout", None)
+    if isinstance(connect_timeout, datetime.timedelta):
+        connect_timeout = connect_timeout.total_seconds()
     timeout = kwargs.get("timeout", None)
     if timeout is not None:
         try:
