@@ -58,6 +58,7 @@ def dk_c_multirank_test(name, linkopts = [], **kwargs):
         linkopts = linkopts,
         deps = [
             ":capi",
+            "//testing/c:declared_hosts",
             "//testing/c:elastic_model",
             "//testing/c:host_tensor",
             "//testing/c:rank_check",

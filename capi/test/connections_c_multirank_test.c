@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "distkit/distkit.h"
+#include "testing/c/declared_hosts.h"
 #include "testing/c/host_tensor.h"
 #include "testing/c/rank_check.h"
 
@@ -87,20 +88,16 @@ int main(void) {
   const unsigned store_port = (unsigned)atoi(colon + 1);
   const char* shm = getenv("DISTKIT_SHM");
   const int on_shm = shm == NULL || strcmp(shm, "0") != 0;
-  /* DISTKIT_TEST_HOSTS=H: the ranks declare H "hosts" of consecutive ranks,
-   * as testing/cc/rank_env.cc does for the C++ checks. Across hosts each
-   * host's leader (its lowest rank) connects to the other leaders at start;
-   * the rest connect on demand, as on one host. One rank per host is flat
-   * TCP: the full mesh from the start. */
+  /* DISTKIT_TEST_HOSTS=H: the ranks declare H "hosts" of consecutive ranks
+   * (testing/c/declared_hosts.h). Across hosts each host's leader (its
+   * lowest rank) connects to the other leaders at start; the rest connect on
+   * demand, as on one host. One rank per host is flat TCP: the full mesh
+   * from the start. */
   const int env_rank = atoi(getenv("RANK") ? getenv("RANK") : "0");
   const int env_size = atoi(getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "1");
-  const int declared =
-      atoi(getenv("DISTKIT_TEST_HOSTS") ? getenv("DISTKIT_TEST_HOSTS") : "0");
+  const int declared = dk_test_declare_hosts(env_rank, env_size);
   int hosts = 1, leader = env_rank == 0;
   if (declared > 0) {
-    char id[32];
-    snprintf(id, sizeof(id), "test-host-%d", env_rank * declared / env_size);
-    setenv("DISTKIT_HOST_ID", id, 1);
     hosts = 0;
     for (int r = 0; r < env_size; ++r) {
       const int h = r * declared / env_size;

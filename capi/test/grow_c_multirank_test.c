@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "distkit/distkit.h"
+#include "testing/c/declared_hosts.h"
 #include "testing/c/host_tensor.h"
 #include "testing/c/rank_check.h"
 
@@ -82,14 +83,7 @@ int main(int argc, char** argv) {
   const int shrunk_steps = direct ? 0 : SHRUNK_STEPS;
   const char* replacement = getenv("DISTKIT_REPLACEMENT");
   const int newcomer = replacement != NULL && *replacement != '\0';
-  const char* declared = getenv("DISTKIT_TEST_HOSTS");
-  if (declared != NULL && atoi(declared) > 0) {
-    char id[32];
-    snprintf(
-        id, sizeof(id), "test-host-%d",
-        atoi(getenv("RANK")) * atoi(declared) / atoi(getenv("WORLD_SIZE")));
-    setenv("DISTKIT_HOST_ID", id, 1);
-  }
+  dk_test_declare_hosts(atoi(getenv("RANK")), atoi(getenv("WORLD_SIZE")));
   dk_group_t* world = dk_test_init(NULL, TIMEOUT_MS);
   dk_error_t* err = NULL;
   const int size = dk_group_size(world);
