@@ -113,6 +113,10 @@ echo "netns_job: ${hosts} hosts x ${per_host} ranks on ${NETNS_SUBNET}.0/24:" \
     printf '%s=%s ' "${NETNS_NAMES[i]}" "${NETNS_ADDRS[i]}"
   done)" >&2
 
+# Under Bazel each rank's raw log is kept with the test's outputs.
+if [ -z "$log_dir" ] && [ -n "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ]; then
+  log_dir="$TEST_UNDECLARED_OUTPUTS_DIR/netns_job"
+fi
 declare -A node_of=()
 for ((i = 0; i < hosts; i++)); do
   node_log=()
@@ -133,6 +137,36 @@ for ((i = 0; i < hosts; i++)); do
   node_of[$NETNS_SPAWNED]=$i
 done
 
+# The job's own bound: every distrun ends within --timeout (its ranks
+# stopped, then SIGKILL after the grace period) and its exit barrier, which a
+# healthy job passes at once. Past that plus a margin, the processes still
+# running are printed (the hang's place) and the distruns stopped, so a hang
+# ends as a failure that says where, not at the test runner's timeout.
+bound_s=$((timeout_s + 20))
+(
+  trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+  sleep "$bound_s" &
+  sleeper=$!
+  wait "$sleeper"
+  echo "netns_job: still running ${bound_s} s after the start (--timeout" \
+    "${timeout_s} s + 20 s); the processes left:" >&2
+  # Every descendant of the hosts' distruns, with where it waits.
+  ps -e -o pid=,ppid= | awk -v roots="${!node_of[*]}" '
+    BEGIN { n = split(roots, r, " "); for (i = 1; i <= n; i++) keep[r[i]] = 1 }
+    { parent[$1] = $2 }
+    END {
+      do {
+        grew = 0
+        for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; grew = 1 }
+      } while (grew)
+      for (p in keep) print p
+    }' | xargs -r ps -o pid,ppid,stat,etime,wchan:24,args -p >&2
+  for pid in "${!node_of[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  sleep 5
+  for pid in "${!node_of[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+) &
+watchdog=$!
+
 status=0
 left=$hosts
 while [ "$left" -gt 0 ]; do
@@ -149,5 +183,7 @@ while [ "$left" -gt 0 ]; do
     for pid in "${!node_of[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   fi
 done
+kill "$watchdog" 2>/dev/null || true
+wait "$watchdog" 2>/dev/null || true
 netns_teardown
 exit "$status"

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -15,6 +16,8 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cc/launch/environment.h"
 #include "cc/store/hash_store.h"
 #include "cc/store/job_failure.h"
@@ -177,6 +180,8 @@ int Main(int argc, char** argv) {
     ranks.push_back(std::move(p));
   }
 
+  // --timeout bounds the whole run, the exit barrier included.
+  const absl::Time started = absl::Now();
   SupervisorOptions so;
   so.timeout = o.timeout;
   so.grace_period = o.grace_period;
@@ -194,11 +199,22 @@ int Main(int argc, char** argv) {
         LostRankBudget(server.get(), absl::StrCat(o.master_addr, ":", port),
                        token, o.node_rank, world_size, o.min_ranks);
   }
-  const int code = SuperviseRanks(ranks, so);
+  int code = SuperviseRanks(ranks, so);
   if (o.nnodes > 1) {
-    const ExitBarrierOptions barrier{absl::StrCat(o.master_addr, ":", port),
-                                     token, o.nnodes, o.node_rank,
-                                     o.exit_barrier_timeout};
+    ExitBarrierOptions barrier{absl::StrCat(o.master_addr, ":", port), token,
+                               o.nnodes, o.node_rank, o.exit_barrier_timeout};
+    // Node 0's wait gets what is left of --timeout where that is less: a
+    // node that has not reported by then makes the job a timeout (124), as
+    // a rank still running would, instead of holding the store open longer.
+    bool bounded_by_job = false;
+    if (o.timeout > absl::ZeroDuration()) {
+      const absl::Duration left =
+          std::max(absl::Seconds(1), o.timeout - (absl::Now() - started));
+      if (left < barrier.timeout) {
+        barrier.timeout = left;
+        bounded_by_job = true;
+      }
+    }
     if (o.node_rank != 0) {
       if (absl::Status s = ReportNodeDone(barrier, code); !s.ok()) {
         std::cerr << "distrun: node " << o.node_rank
@@ -208,6 +224,12 @@ int Main(int argc, char** argv) {
     } else if (code == 0) {
       if (absl::Status s = WaitForNodes(barrier); !s.ok()) {
         std::cerr << "distrun: closing the store: " << s.message() << "\n";
+        if (bounded_by_job && absl::IsDeadlineExceeded(s)) {
+          std::cerr << "distrun: timed out after "
+                    << absl::FormatDuration(o.timeout)
+                    << " (--timeout) in the exit barrier\n";
+          code = kTimeoutExitCode;
+        }
       }
     }
   }

@@ -51,7 +51,7 @@ const char* DistrunUsage() {
          "job's store at MASTER_ADDR:MASTER_PORT (port 0: a free port). With\n"
          "several nodes, export the same DISTKIT_TOKEN on every node; node 0\n"
          "keeps the store until every node's ranks are done (at most\n"
-         "--exit-barrier-timeout, 300 s by default).\n"
+         "--exit-barrier-timeout, 300 s by default, and within --timeout).\n"
          "Programs separated by ':' run one per local rank.\n"
          "A failing rank stops the job, unless --max-replacements K (default\n"
          "0) allows a replacement: that rank alone is started again, with\n"

@@ -430,4 +430,21 @@ TEST(DistrunTest, ExitBarrierIsBounded) {
   EXPECT_LT(r.elapsed, absl::Seconds(20)) << r.output;
 }
 
+TEST(DistrunTest, TimeoutBoundsTheExitBarrier) {
+  // The same node 0 under --timeout 2 and the default 300 s barrier: the job's
+  // bound ends the wait, and a node that never reported makes it a timeout.
+  setenv("DISTKIT_TOKEN", "shared-secret", 1);
+  Result r =
+      RunDistrun({"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "0",
+                  "--master-port", absl::StrCat(FixedPort()), "--timeout", "2",
+                  "--", kProbe, "env"});
+  unsetenv("DISTKIT_TOKEN");
+  EXPECT_EQ(r.exit_code, 124) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "node(s) 1 did not report"))
+      << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "(--timeout) in the exit barrier"))
+      << r.output;
+  EXPECT_LT(r.elapsed, absl::Seconds(20)) << r.output;
+}
+
 }  // namespace
