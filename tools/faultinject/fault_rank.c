@@ -16,12 +16,26 @@
  * that file exists before dk_init, so that ranks a test spawned at different
  * moments start init together and init's bound (FAULT_CONNECT_TIMEOUT_MS,
  * by default FAULT_TIMEOUT_MS, the op timeout) measures init, not the
- * spawning. */
+ * spawning.
+ *
+ * FAULT_PREFAULT=1 reads every page of the rank's code and files into its
+ * memory once it has joined (MADV_POPULATE_READ): these machines drop page
+ * cache left unused for minutes, and a rank's first run through its error
+ * path (Gloo's, the store's, libc's formatting) then reads that code back
+ * from a disk that a build beside it keeps busy, seconds in which the rank
+ * cannot report anything. Tests that time how soon an error is reported set
+ * it; what they time is then the library. (mlockall would keep the pages
+ * too, but needs a memory-lock limit a test sandbox does not give.)
+ * On a failure the rank also says when the failed step began and how many
+ * pages it had to read back from disk (major faults) by then. */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise, struct rusage's fault counts */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,6 +45,46 @@
 static int env_int(const char* name, int fallback) {
   const char* v = getenv(name);
   return v != NULL && *v ? atoi(v) : fallback;
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+/* Maps in every page of the process's file-backed mappings (its code, its
+ * libraries); 0, or -1 with a message. */
+static int prefault_files(void) {
+  FILE* maps = fopen("/proc/self/maps", "r");
+  if (maps == NULL) {
+    perror("prefault: /proc/self/maps");
+    return -1;
+  }
+  char line[4096];
+  int rc = 0;
+  while (fgets(line, sizeof(line), maps) != NULL) {
+    unsigned long start, end;
+    char perms[5];
+    int path_at = 0;
+    if (sscanf(line, "%lx-%lx %4s %*s %*s %*s %n", &start, &end, perms,
+               &path_at) < 3 ||
+        path_at == 0) {
+      continue;
+    }
+    /* Readable files only: not anonymous memory, not devices or shared
+     * memory segments (/dev/shm), which may be shorter than their map. */
+    if (perms[0] != 'r' || line[path_at] != '/' ||
+        strncmp(line + path_at, "/dev/", 5) == 0) {
+      continue;
+    }
+    if (madvise((void*)start, end - start, MADV_POPULATE_READ) != 0) {
+      fprintf(stderr, "prefault: madvise(MADV_POPULATE_READ) of %s", line);
+      perror("prefault");
+      rc = -1;
+      break;
+    }
+  }
+  fclose(maps);
+  return rc;
 }
 
 int main(void) {
@@ -75,6 +129,7 @@ int main(void) {
     return 3;
   }
   const int rank = dk_group_rank(world), size = dk_group_size(world);
+  if (env_int("FAULT_PREFAULT", 0) && prefault_files() != 0) return 3;
   printf("joined rank=%d size=%d\n", rank, size);
   enum { kBig = 65536 };
   static float data[kBig];
@@ -83,9 +138,16 @@ int main(void) {
     const int64_t n = step % 3 == 0 ? kBig : 1;
     for (int64_t i = 0; i < n; ++i) data[i] = (float)(rank + step % 7);
     DLTensor t = dk_test_float_vector(data, (int64_t*)&n);
+    struct timespec began;
+    clock_gettime(CLOCK_REALTIME, &began);
     if (dk_group_all_reduce(world, &t, DK_OP_SUM, NULL, &err) != DK_OK) {
+      struct rusage usage;
+      getrusage(RUSAGE_SELF, &usage);
       fprintf(stderr, "rank %d step %d failed: %s\n", rank, step,
               dk_error_message(err));
+      fprintf(stderr, "rank %d step %d began at %lld.%09ld; %ld major faults\n",
+              rank, step, (long long)began.tv_sec, began.tv_nsec,
+              usage.ru_majflt);
       return 3;
     }
     const float want = (float)size * (size - 1) / 2 + (float)size * (step % 7);
