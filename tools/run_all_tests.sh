@@ -9,9 +9,7 @@
 #
 # Phases:
 #   build     bazel build //... (everything, benchmarks and tools included)
-#   test      bazel test //... (the vendoring test started first, beside it,
-#             and the sanitizer phases' compiles at the lowest priority, in
-#             an output base of their own: the test slots leave cores idle)
+#   test      bazel test //... (the vendoring test started first, beside it)
 #   asan      the ABI (misuse tests included), the layers under it and the
 #             training engines under AddressSanitizer + UndefinedBehaviorSanitizer
 #   tsan      ThreadSanitizer over the concurrent parts (tools/tsan/run_tsan.sh)
@@ -38,8 +36,7 @@ declare -A phase_budget=(
 )
 report_dir="${DISTKIT_TEST_REPORT_DIR:-${TMPDIR:-/tmp}/distkit-tests.$$}"
 mkdir -p "$report_dir"
-rm -f "$report_dir"/*.bep.json "$report_dir/counts" "$report_dir/vendoring.result" \
-  "$report_dir/prebuild.result"  # a reused directory
+rm -f "$report_dir"/*.bep.json "$report_dir/counts" "$report_dir/vendoring.result"  # a reused directory
 phases=()
 declare -A phase_secs phase_rc
 total_start=$(date +%s)
@@ -161,57 +158,7 @@ run_vendoring() {
   echo "$rc $(($(date +%s) - start))" >"$report_dir/vendoring.result"
   rm -rf "$dir"  # the nested Bazel's output root: hundreds of MB
 }
-# The sanitizer phases' compiles (about 200 CPU-s: ASan's, TSan's and
-# Abseil's TSan build) run during the test phase, whose four test slots leave
-# the two cores idle about a fifth of the time, at the lowest CPU and I/O
-# priority so that the tests' own timing is not what pays. They need a Bazel
-# server of their own (one server runs one command at a time): an output base
-# beside the workspace's, whose server runs niced (its actions inherit it)
-# and, where the kernel groups a session's tasks for scheduling (autogroup),
-# in a group niced too. The asan phase waits for it, then restarts that
-# server at normal priority to run the tests.
-san_base=""
-prebuild_pid=""
-san_bazel() {  # command, options...: Bazel in the sanitizers' output base
-  local command=$1
-  shift
-  bazel --output_base="$san_base" "$command" --symlink_prefix=/ "$@"
-}
-asan_targets=(//capi/... //cc/core/... //cc/comm/... //cc/parallel/...)
-start_sanitizer_prebuild() {
-  san_base="$(bazel info output_base 2>/dev/null)-sanitizers" || {
-    san_base=""
-    return
-  }
-  (
-    local start=$SECONDS
-    nice -n 19 ionice -c 3 bash -c '
-      pid=$(bazel --output_base="$1" info server_pid 2>/dev/null) &&
-        echo 19 >"/proc/$pid/autogroup" 2>/dev/null' _ "$san_base" || true
-    nice -n 19 ionice -c 3 bash -c '
-      base=$1
-      shift
-      bazel --output_base="$base" build --symlink_prefix=/ --config=asan "$@" &&
-        DISTKIT_BAZEL_OUTPUT_BASE="$base" tools/tsan/run_tsan.sh --build-only' \
-      _ "$san_base" "${asan_targets[@]}" >"$report_dir/prebuild.log" 2>&1
-    echo "$? $((SECONDS - start))" >"$report_dir/prebuild.result"
-  ) &
-  prebuild_pid=$!
-}
-# Waits for the prebuild; what it did not finish, the phases build.
-finish_sanitizer_prebuild() {
-  [ -n "$prebuild_pid" ] || return 0
-  wait "$prebuild_pid"
-  prebuild_pid=""
-  local rc secs
-  read -r rc secs <"$report_dir/prebuild.result" 2>/dev/null || rc=?
-  echo "--- the sanitizer phases' compiles, done beside the test phase: exit $rc" \
-    "after ${secs:-?} s (its log: $report_dir/prebuild.log)"
-  # The tests run at normal priority: a new server.
-  bazel --output_base="$san_base" shutdown >/dev/null 2>&1 || true
-}
 test_phase() {
-  start_sanitizer_prebuild
   run_vendoring &
   local vendoring=$!
   bazel test --build_event_json_file="$report_dir/test.bep.json" "$@" -- //... \
@@ -231,20 +178,9 @@ test_phase() {
 run_phase test test_phase "$@"
 # Tests tagged no_asan (the same code with more ranks, or real hosts, whose
 # runs under ASan outgrow their bounds) run in the test phase only.
-asan_phase() {
-  finish_sanitizer_prebuild
-  if [ -n "$san_base" ]; then
-    san_bazel test --config=asan "${asan_targets[@]}" "$@"
-  else
-    bazel test --config=asan "${asan_targets[@]}" "$@"
-  fi
-}
-run_phase asan asan_phase --test_tag_filters=-no_asan \
-  --build_event_json_file="$report_dir/asan.bep.json" "$@"
-run_phase tsan env DISTKIT_BAZEL_OUTPUT_BASE="$san_base" tools/tsan/run_tsan.sh \
-  --build_event_json_file="$report_dir/tsan.bep.json" "$@"
-# Its server's memory back for the phases after it.
-[ -n "$san_base" ] && { bazel --output_base="$san_base" shutdown >/dev/null 2>&1 || true; }
+run_phase asan bazel test --config=asan //capi/... //cc/core/... //cc/comm/... //cc/parallel/... \
+  --test_tag_filters=-no_asan --build_event_json_file="$report_dir/asan.bep.json" "$@"
+run_phase tsan tools/tsan/run_tsan.sh --build_event_json_file="$report_dir/tsan.bep.json" "$@"
 run_phase fuzz tools/fuzz/run_fuzzers.sh 30
 # The gpu phase: the simulator's runs must pass with nothing SKIPPED but
 # what needs torch with CUDA; then the real GPU's run decides (0, or 77

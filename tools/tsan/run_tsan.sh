@@ -5,27 +5,18 @@
 # (buckets reduced asynchronously during backward). Abseil's locks come from
 # a TSan build of Debian's own Abseil (build_absl_tsan.sh), so TSan sees
 # them. Extra arguments go to `bazel test` (e.g. more targets, --runs_per_test).
-#
-#   run_tsan.sh --build-only   builds what the run needs (the canary, the
-#                              targets, Abseil's TSan build) and stops
-# DISTKIT_BAZEL_OUTPUT_BASE: run Bazel in that output base, leaving the
-# workspace's bazel-* links alone (tools/run_all_tests.sh builds the
-# sanitizer phases in an output base of their own during the test phase).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-bz() {
-  if [ -n "${DISTKIT_BAZEL_OUTPUT_BASE:-}" ]; then
-    local command=$1
-    shift
-    bazel --output_base="$DISTKIT_BAZEL_OUTPUT_BASE" "$command" --symlink_prefix=/ "$@"
-  else
-    bazel "$@"
-  fi
-}
-build_only=0
-if [ "${1:-}" = --build-only ]; then
-  build_only=1
-  shift
+set +e
+lib="$(tools/tsan/build_absl_tsan.sh)"
+built=$?
+set -e
+if [ "$built" -eq 3 ]; then
+  echo "run_tsan: SKIPPED: no TSan build of Abseil (Debian's source could not be fetched)"
+  exit 0
+elif [ "$built" -ne 0 ]; then
+  echo "run_tsan: FAIL: building Abseil with TSan failed" >&2
+  exit 1
 fi
 TARGETS=(
   //cc/store:hash_store_test
@@ -38,29 +29,13 @@ TARGETS=(
   //cc/group:fault_threads_test
   //cc/parallel:grad_reducer_test
 )
-if [ "$build_only" -eq 1 ]; then
-  bz build --config=tsan //tools/tsan:tsan_canary "${TARGETS[@]}"
-  tools/tsan/build_absl_tsan.sh >/dev/null || [ $? -eq 3 ]
-  exit
-fi
-set +e
-lib="$(tools/tsan/build_absl_tsan.sh)"
-built=$?
-set -e
-if [ "$built" -eq 3 ]; then
-  echo "run_tsan: SKIPPED: no TSan build of Abseil (Debian's source could not be fetched)"
-  exit 0
-elif [ "$built" -ne 0 ]; then
-  echo "run_tsan: FAIL: building Abseil with TSan failed" >&2
-  exit 1
-fi
 options="halt_on_error=1:second_deadlock_stack=1:history_size=4"
 options+=":suppressions=$PWD/tools/tsan/suppressions.txt"
 
 # First the configuration itself: a real race is reported, and accesses
 # under absl::Mutex are not.
-bz build --config=tsan //tools/tsan:tsan_canary
-canary="$(bz info --config=tsan bazel-bin)/tools/tsan/tsan_canary"
+bazel build --config=tsan //tools/tsan:tsan_canary
+canary="$(bazel info --config=tsan bazel-bin)/tools/tsan/tsan_canary"
 if LD_LIBRARY_PATH="$lib" TSAN_OPTIONS="$options" "$canary" race \
     >/tmp/tsan_canary.$$ 2>&1 ||
     ! grep -q "WARNING: ThreadSanitizer: data race" /tmp/tsan_canary.$$; then
@@ -79,6 +54,6 @@ echo "run_tsan: the canary's race is reported, its absl::Mutex is seen"
 
 # DISTKIT_TEST_SWEEP=branches: the collectives check runs every size that
 # takes another branch, not the whole size and dtype sweep of the plain run.
-bz test --config=tsan --test_env=LD_LIBRARY_PATH="$lib" \
+exec bazel test --config=tsan --test_env=LD_LIBRARY_PATH="$lib" \
   --test_env=TSAN_OPTIONS="$options" --test_env=DISTKIT_TEST_SWEEP=branches \
   "${TARGETS[@]}" "$@"
