@@ -100,6 +100,11 @@ expect_errors() {
       return
     fi
     at=$(echo "${line%% *} - $since" | bc)
+    if [ "$(echo "$at < 0" | bc)" -eq 1 ]; then
+      fail "$scenario: rank $r (host $i) failed before the fault ($at s)"
+      sed 's/^/    /' "$dir/host$i.log"
+      return
+    fi
     if [ "$(echo "$at > $bound_s" | bc)" -eq 1 ]; then
       fail "$scenario: rank $r (host $i) reported its error $at s after the fault"
       sed 's/^/    /' "$dir/host$i.log"

@@ -155,6 +155,9 @@ class GlooBackend : public Backend {
   std::unique_ptr<char[]> send_slot_;  // slot_bytes_
   std::unique_ptr<char[]> recv_slots_;  // slot_bytes_ * size_
   std::vector<char> scratch_;
+  // The reduce-scatter ring's two halves of incoming pieces (kept: the
+  // hierarchical pipeline calls it once per chunk).
+  std::vector<char> ring_incoming_;
   std::unique_ptr<gloo::transport::UnboundBuffer> agree_send_;
   std::unique_ptr<gloo::transport::UnboundBuffer> agree_recv_;
 
