@@ -12,6 +12,8 @@ set -uo pipefail
 lib=$1 distrun=$(realpath "$2") rank=$(realpath "$3")
 # shellcheck source=netns_hosts.sh
 source "$lib"
+# Every bound below is a comparison through bc; without it they would all pass.
+command -v bc >/dev/null || { echo "FAILED: bc is not installed"; exit 1; }
 timeout_ms=3000
 bound_s=8  # the op timeout + 5 s
 # Joining has its own bound (connect_timeout_ms): what these scenarios time
@@ -27,8 +29,9 @@ fail() {
   failures=$((failures + 1))
 }
 
-# Each line with the time it arrived: when a rank reported, not when its
-# launcher finished winding up (telling the store, stopping the others).
+# Each line with the time it arrived, kept in the log for the reader: the
+# bounds use the rank's own clock (expect_errors), which these stamps follow
+# by what distrun's forwarding took.
 stamp() {
   local line
   while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done
@@ -79,9 +82,12 @@ start_job() {
 # Waits for host i's distrun to end (at most `bound_s` + 5 s after `since`:
 # its own wind-up beside its ranks'); checks that each of `ranks` reported
 # an error (fault_rank's "failed" line; it exits 3) within `bound_s` of the
-# fault, and that the errors contain `names`.
+# fault by its own clock ("failed at"), not before the fault, and that the
+# errors contain `names`. The fault lies
+# between `before` and `since`, the clock read just before and just after
+# it: the bound counts from the later, "not before" from the earlier.
 expect_errors() {
-  local scenario=$1 i=$2 since=$3 names=$4 ranks=$5
+  local scenario=$1 i=$2 before=$3 since=$4 names=$5 ranks=$6
   while kill -0 "${node_pid[i]}" 2>/dev/null; do
     if [ "$(echo "$(date +%s.%N) > $since + $bound_s + 5" | bc)" -eq 1 ]; then
       fail "$scenario: host $i's job still ran $((bound_s + 5)) s after the fault"
@@ -91,7 +97,7 @@ expect_errors() {
     sleep 0.05
   done
   sleep 0.1  # the last lines through stamp()
-  local r line at latest=0
+  local r line failed_at at latest=0
   for r in $ranks; do
     line=$(grep -E "^[0-9.]+ \[rank$r\]: rank $r step [0-9]+ failed" "$dir/host$i.log" | head -1)
     if [ -z "$line" ]; then
@@ -99,9 +105,19 @@ expect_errors() {
       sed 's/^/    /' "$dir/host$i.log"
       return
     fi
-    at=$(echo "${line%% *} - $since" | bc)
-    if [ "$(echo "$at < 0" | bc)" -eq 1 ]; then
-      fail "$scenario: rank $r (host $i) failed before the fault ($at s)"
+    # When the operation returned its error, by the rank's own clock: what
+    # the library took, without the time its line then spent in distrun's
+    # forwarding and in stamp() (the line's stamp, which the log keeps).
+    failed_at=$(sed -nE "s/^[0-9.]+ \[rank$r\]: rank $r step [0-9]+ began at [0-9.]+, failed at ([0-9.]+);.*/\1/p" \
+      "$dir/host$i.log" | head -1)
+    if [ -z "$failed_at" ]; then
+      fail "$scenario: rank $r (host $i) did not say when it failed"
+      sed 's/^/    /' "$dir/host$i.log"
+      return
+    fi
+    at=$(echo "$failed_at - $since" | bc)
+    if [ "$(echo "$failed_at < $before" | bc)" -eq 1 ]; then
+      fail "$scenario: rank $r (host $i) failed before the fault"
       sed 's/^/    /' "$dir/host$i.log"
       return
     fi
@@ -141,10 +157,11 @@ stop_everything() {
 # A cut link: host 1 keeps running, cut off from host 0 and the store.
 netns_setup 2 || exit 1
 if start_job; then
+  before=$EPOCHREALTIME
   netns_link 1 down
-  cut=$(date +%s.%N)
-  expect_errors "cut link" 0 "$cut" "${NETNS_NAMES[1]}" "0 1"
-  expect_errors "cut link" 1 "$cut" "${NETNS_ADDRS[0]}" "2 3"
+  cut=$EPOCHREALTIME
+  expect_errors "cut link" 0 "$before" "$cut" "${NETNS_NAMES[1]}" "0 1"
+  expect_errors "cut link" 1 "$before" "$cut" "${NETNS_ADDRS[0]}" "2 3"
 fi
 stop_everything
 
@@ -153,9 +170,10 @@ netns_setup 2 || exit 1
 if start_job; then
   # distrun and its ranks (each rank leads a process group of its own).
   host1=("${node_pid[1]}" $(sed -n 's/^[0-9.]* \[rank[0-9]*\]: pid=\([0-9]*\)$/\1/p' "$dir/host1.log"))
+  before=$EPOCHREALTIME
   kill -STOP "${host1[@]}"
-  frozen=$(date +%s.%N)
-  expect_errors "frozen host" 0 "$frozen" "${NETNS_NAMES[1]}" "0 1"
+  frozen=$EPOCHREALTIME
+  expect_errors "frozen host" 0 "$before" "$frozen" "${NETNS_NAMES[1]}" "0 1"
   kill -CONT "${host1[@]}" 2>/dev/null
 fi
 stop_everything
@@ -164,10 +182,11 @@ stop_everything
 netns_setup 2 || exit 1
 if start_job; then
   leader=$(sed -n 's/^[0-9.]* \[rank2\]: pid=\([0-9]*\)$/\1/p' "$dir/host1.log")
+  before=$EPOCHREALTIME
   kill -KILL "$leader"
-  killed=$(date +%s.%N)
-  expect_errors "killed leader" 0 "$killed" "rank 2 .*${NETNS_NAMES[1]}" "0 1"
-  expect_errors "killed leader" 1 "$killed" "rank 2" "3"
+  killed=$EPOCHREALTIME
+  expect_errors "killed leader" 0 "$before" "$killed" "rank 2 .*${NETNS_NAMES[1]}" "0 1"
+  expect_errors "killed leader" 1 "$before" "$killed" "rank 2" "3"
 fi
 stop_everything
 
