@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "cc/comm/gloo/listen_address.h"
 #include "cc/comm/gloo/pair_mesh.h"
+#include "cc/comm/gloo/tcp_device.h"
 #include "cc/comm/reduce_kernels.h"
 #include "cc/core/status.h"
 #include "cc/store/call_deadline.h"
@@ -148,8 +149,7 @@ absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
-    std::shared_ptr<gloo::transport::Device> device =
-        gloo::transport::tcp::CreateDevice(attr);
+    std::shared_ptr<gloo::transport::Device> device = CreateTcpDevice(attr);
     // Connecting stays within what is left of init's deadline, if any.
     const absl::Duration connect_timeout =
         std::max(ClampToStoreDeadline(options.timeout), absl::Milliseconds(1));
