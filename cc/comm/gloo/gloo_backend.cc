@@ -9,7 +9,7 @@
 #include <gloo/gather.h>
 #include <gloo/reduce.h>
 #include <gloo/scatter.h>
-#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/attr.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 #include <signal.h>
