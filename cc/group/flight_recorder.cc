@@ -1,5 +1,8 @@
 #include "cc/group/flight_recorder.h"
 
+#include <time.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -41,108 +44,202 @@ std::string JsonEscape(absl::string_view s) {
 
 }  // namespace
 
+namespace {
+
+// DISTKIT_TIMELINE, or nullptr when it is not set (or empty).
+const char* TimelinePrefix() {
+  const char* prefix = std::getenv("DISTKIT_TIMELINE");
+  return prefix != nullptr && *prefix != '\0' ? prefix : nullptr;
+}
+
+// An entry's state (FlightRecorder::State) as the records print it.
+const char* StateName(uint64_t state) {
+  static constexpr const char* kNames[] = {"running", "done", "failed"};
+  return kNames[state];
+}
+
+uint64_t RingMaskFor(size_t capacity) {
+  uint64_t size = 1;
+  while (size < capacity) size <<= 1;
+  return size - 1;
+}
+
+}  // namespace
+
+FlightRecorder::Ring::Ring(size_t capacity)
+    : mask(RingMaskFor(capacity)),
+      entries(new Entry[mask + 1]),
+      calls(mask + 1),
+      errors(mask + 1) {}
+
+void FlightRecorder::Ring::Kept(size_t capacity, uint64_t* first,
+                                uint64_t* last) const {
+  *last = next.load(std::memory_order_acquire);
+  *first = *last >= capacity ? *last - capacity + 1 : 1;
+}
+
 FlightRecorder::FlightRecorder(std::string group, int global_rank)
-    : group_(std::move(group)), rank_(global_rank), ring_(Capacity()) {}
+    : group_(std::move(group)),
+      rank_(global_rank),
+      precise_(TimelinePrefix() != nullptr),
+      created_(AnchorNow()),
+      capacity_(Capacity()),
+      collectives_(capacity_),
+      p2p_(capacity_) {}
 
 uint64_t FlightRecorder::Begin(const OpContext& ctx, bool point_to_point) {
-  // No lock, no clock_gettime: this runs on every operation. Operations on
-  // other threads (sends and receives) take other ids, so other entries.
-  const int64_t start = FastTicks();
-  const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
-  Entry& e = ring_[id % ring_.size()];
+  // No lock, no precise clock, no division, and for a collective no locked
+  // instruction: this runs on every operation (see Ring).
+  const int64_t start = Ticks();
+  Ring& ring = point_to_point ? p2p_ : collectives_;
+  uint64_t n;
+  if (point_to_point) {
+    n = ring.next.fetch_add(1, std::memory_order_relaxed) + 1;
+  } else {
+    n = ring.next.load(std::memory_order_relaxed) + 1;
+  }
+  Entry& e = ring[n];
+  const uint64_t id = n << 1 | (point_to_point ? 1 : 0);
   e.id.store(id, std::memory_order_relaxed);
   e.seq.store(ctx.seq, std::memory_order_relaxed);
-  e.op.store(static_cast<int>(ctx.op), std::memory_order_relaxed);
-  e.p2p.store(point_to_point, std::memory_order_relaxed);
-  e.has_call.store(false, std::memory_order_relaxed);
-  e.has_signature.store(false, std::memory_order_relaxed);
   e.start_ticks.store(start, std::memory_order_relaxed);
   e.end_ticks.store(0, std::memory_order_relaxed);
-  e.state.store(Entry::kRunning, std::memory_order_release);
+  e.meta.store(static_cast<uint64_t>(ctx.op) | (point_to_point ? kP2P : 0),
+               std::memory_order_relaxed);  // running, nothing described
+  // Published after the entry (readers, under the lock, go up to it).
+  if (!point_to_point) ring.next.store(n, std::memory_order_release);
   return id;
 }
 
 void FlightRecorder::Describe(uint64_t id, const OpSignature& signature) {
-  // No lock: this runs on every collective, on the operation's own thread.
-  // An entry reused meanwhile (the ring wrapped under an operation still in
-  // flight) is left alone.
-  Entry& e = ring_[id % ring_.size()];
+  // No lock: this runs on every collective, on the operation's own thread,
+  // the only one that writes its entry. An entry reused meanwhile (the ring
+  // wrapped under an operation still in flight) is left alone.
+  Entry& e = RingOf(id)[id >> 1];
   if (e.id.load(std::memory_order_relaxed) != id) return;
-  uint64_t words[Entry::kSignatureWords] = {};
-  std::memcpy(words, &signature, sizeof(signature));
-  for (size_t i = 0; i < Entry::kSignatureWords; ++i) {
-    e.signature_words[i].store(words[i], std::memory_order_relaxed);
-  }
-  e.has_signature.store(true, std::memory_order_release);
+  e.dtype_root.store(static_cast<uint32_t>(signature.dtype) |
+                         uint64_t{static_cast<uint32_t>(signature.root)} << 32,
+                     std::memory_order_relaxed);
+  e.reduce_op_op.store(
+      static_cast<uint32_t>(signature.reduce_op) | uint64_t{signature.op} << 32,
+      std::memory_order_relaxed);
+  e.count.store(signature.count, std::memory_order_relaxed);
+  e.meta.store(e.meta.load(std::memory_order_relaxed) | kHasSignature,
+               std::memory_order_release);
 }
 
 void FlightRecorder::Describe(uint64_t id, std::string call) {
   LightMutexLock lock(&mu_);
-  Entry& e = ring_[id % ring_.size()];
+  Ring& ring = RingOf(id);
+  Entry& e = ring[id >> 1];
   if (e.id.load(std::memory_order_relaxed) != id) return;
-  e.call = std::move(call);
-  e.has_call.store(true, std::memory_order_release);
+  ring.calls[(id >> 1) & ring.mask] = std::move(call);
+  e.meta.store(e.meta.load(std::memory_order_relaxed) | kHasCall,
+               std::memory_order_release);
 }
 
 void FlightRecorder::End(uint64_t id, const absl::Status& status) {
-  const int64_t end = FastTicks();
-  Entry& e = ring_[id % ring_.size()];
+  const int64_t end = Ticks();
+  Ring& ring = RingOf(id);
+  Entry& e = ring[id >> 1];
   if (status.ok()) {
     // No lock, as in Describe.
     if (e.id.load(std::memory_order_relaxed) != id) return;
     e.end_ticks.store(end, std::memory_order_relaxed);
-    e.state.store(Entry::kDone, std::memory_order_release);
+    e.meta.store(WithState(e.meta.load(std::memory_order_relaxed), kDone),
+                 std::memory_order_release);
+    // The next entry, in this core's cache by the time its operation
+    // begins: a record whose line had left the cache held up the stores
+    // after it (the step an operation publishes among them: x86 makes
+    // stores visible in order).
+    __builtin_prefetch(&ring[(id >> 1) + 1], /*rw=*/1);
     return;
   }
   LightMutexLock lock(&mu_);
   if (e.id.load(std::memory_order_relaxed) != id) return;
-  e.error = std::string(status.message());
+  ring.errors[(id >> 1) & ring.mask] = std::string(status.message());
   e.end_ticks.store(end, std::memory_order_relaxed);
-  e.state.store(Entry::kFailed, std::memory_order_release);
+  e.meta.store(WithState(e.meta.load(std::memory_order_relaxed), kFailed),
+               std::memory_order_release);
 }
 
-std::string FlightRecorder::CallOf(const Entry& e) {
-  if (!e.has_signature.load(std::memory_order_acquire)) {
-    return e.has_call.load(std::memory_order_acquire) ? e.call : "";
+std::vector<uint64_t> FlightRecorder::KeptIds() const {
+  std::vector<uint64_t> ids;
+  for (const Ring* ring : {&collectives_, &p2p_}) {
+    const uint64_t kind = ring == &p2p_ ? 1 : 0;
+    uint64_t first, last;
+    ring->Kept(capacity_, &first, &last);
+    for (uint64_t n = first; n <= last; ++n) {
+      const uint64_t id = n << 1 | kind;
+      if ((*ring)[n].id.load(std::memory_order_relaxed) == id) {
+        ids.push_back(id);
+      }
+    }
   }
-  uint64_t words[Entry::kSignatureWords];
-  for (size_t i = 0; i < Entry::kSignatureWords; ++i) {
-    words[i] = e.signature_words[i].load(std::memory_order_relaxed);
+  // Oldest first across both rings (by start, then by number).
+  std::stable_sort(ids.begin(), ids.end(), [this](uint64_t a, uint64_t b) {
+    return RingOf(a)[a >> 1].start_ticks.load(std::memory_order_relaxed) <
+           RingOf(b)[b >> 1].start_ticks.load(std::memory_order_relaxed);
+  });
+  return ids;
+}
+
+std::string FlightRecorder::CallOf(uint64_t id) const {
+  const Ring& ring = RingOf(id);
+  const Entry& e = ring[id >> 1];
+  const uint64_t meta = e.meta.load(std::memory_order_acquire);
+  if (!(meta & kHasSignature)) {
+    return (meta & kHasCall) ? ring.calls[(id >> 1) & ring.mask] : "";
   }
   OpSignature signature;
-  std::memcpy(&signature, words, sizeof(signature));
+  signature.seq = e.seq.load(std::memory_order_relaxed);
+  const uint64_t dtype_root = e.dtype_root.load(std::memory_order_relaxed);
+  signature.dtype = static_cast<int32_t>(static_cast<uint32_t>(dtype_root));
+  signature.root =
+      static_cast<int32_t>(static_cast<uint32_t>(dtype_root >> 32));
+  const uint64_t reduce_op_op = e.reduce_op_op.load(std::memory_order_relaxed);
+  signature.reduce_op =
+      static_cast<int32_t>(static_cast<uint32_t>(reduce_op_op));
+  signature.op = static_cast<uint32_t>(reduce_op_op >> 32);
+  signature.count = e.count.load(std::memory_order_relaxed);
   return signature.Describe();
 }
 
+int64_t FlightRecorder::Ticks() const {
+  if (precise_) return FastTicks();
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
 absl::Time FlightRecorder::TimeOf(int64_t ticks, const TickAnchor& now) const {
+  if (!precise_) return absl::FromUnixNanos(ticks);
   return now.TimeOf(ticks, created_);
 }
 
 std::string FlightRecorder::Text() const {
   LightMutexLock lock(&mu_);
-  const TickAnchor now = TickAnchor::Now();
+  const TickAnchor now = AnchorNow();
   std::string out;
-  const uint64_t last = next_id_.load(std::memory_order_acquire);
-  const uint64_t first = last >= ring_.size() ? last - ring_.size() + 1 : 1;
-  for (uint64_t id = first; id <= last; ++id) {
-    const Entry& e = ring_[id % ring_.size()];
-    if (e.id.load(std::memory_order_relaxed) != id) continue;
-    static constexpr const char* kState[] = {"running", "done", "failed"};
-    const int state = e.state.load(std::memory_order_acquire);
+  for (uint64_t id : KeptIds()) {
+    const Ring& ring = RingOf(id);
+    const Entry& e = ring[id >> 1];
+    const uint64_t meta = e.meta.load(std::memory_order_acquire);
+    const uint64_t state = StateOf(meta);
     absl::StrAppend(
         &out, "group=", group_, " rank=", rank_,
         " seq=", e.seq.load(std::memory_order_relaxed),
-        " kind=", e.p2p.load(std::memory_order_relaxed) ? "p2p" : "collective",
-        " op=", OpCodeName(static_cast<OpCode>(e.op.load())),
-        " state=", kState[state],
+        " kind=", (meta & kP2P) ? "p2p" : "collective",
+        " op=", OpCodeName(static_cast<OpCode>(meta & kOpMask)),
+        " state=", StateName(state),
         " start_us=", absl::ToUnixMicros(TimeOf(e.start_ticks.load(), now)),
         " end_us=",
-        state == Entry::kRunning
-            ? int64_t{0}
-            : absl::ToUnixMicros(TimeOf(e.end_ticks.load(), now)),
-        " call=\"", CallOf(e), "\"");
-    if (state == Entry::kFailed && !e.error.empty()) {
-      absl::StrAppend(&out, " error=\"", e.error, "\"");
+        state == kRunning ? int64_t{0}
+                          : absl::ToUnixMicros(TimeOf(e.end_ticks.load(), now)),
+        " call=\"", CallOf(id), "\"");
+    const std::string& error = ring.errors[(id >> 1) & ring.mask];
+    if (state == kFailed && !error.empty()) {
+      absl::StrAppend(&out, " error=\"", error, "\"");
     }
     out += "\n";
   }
@@ -153,26 +250,25 @@ std::string FlightRecorder::ChromeTrace() const {
   LightMutexLock lock(&mu_);
   std::string out = "{\"traceEvents\":[";
   bool first_event = true;
-  const TickAnchor now = TickAnchor::Now();
-  for (const Entry& e : ring_) {
-    if (e.id.load(std::memory_order_relaxed) == 0) continue;
-    const int state = e.state.load(std::memory_order_acquire);
+  const TickAnchor now = AnchorNow();
+  for (uint64_t id : KeptIds()) {
+    const Entry& e = RingOf(id)[id >> 1];
+    const uint64_t meta = e.meta.load(std::memory_order_acquire);
+    const uint64_t state = StateOf(meta);
     const absl::Time start = TimeOf(e.start_ticks.load(), now);
     const absl::Time end =
-        state == Entry::kRunning ? now.time : TimeOf(e.end_ticks.load(), now);
-    const std::string call = CallOf(e);
-    const std::string op = OpCodeName(static_cast<OpCode>(e.op.load()));
+        state == kRunning ? now.time : TimeOf(e.end_ticks.load(), now);
+    const std::string call = CallOf(id);
+    const absl::string_view op =
+        OpCodeName(static_cast<OpCode>(meta & kOpMask));
     absl::StrAppend(&out, first_event ? "" : ",", "{\"name\":\"",
                     JsonEscape(call.empty() ? op : call), "\",\"cat\":\"",
-                    e.p2p.load() ? "p2p" : "collective",
+                    (meta & kP2P) ? "p2p" : "collective",
                     "\",\"ph\":\"X\",\"ts\":", absl::ToUnixMicros(start),
                     ",\"dur\":", absl::ToInt64Microseconds(end - start),
                     ",\"pid\":", rank_, ",\"tid\":\"", JsonEscape(group_),
                     "\",\"args\":{\"seq\":", e.seq.load(), ",\"state\":\"",
-                    state == Entry::kRunning
-                        ? "running"
-                        : (state == Entry::kDone ? "done" : "failed"),
-                    "\"}}");
+                    StateName(state), "\"}}");
     first_event = false;
   }
   out += "]}\n";
@@ -204,8 +300,8 @@ std::string FlightRecorder::Dump(absl::string_view reason) {
 }
 
 void FlightRecorder::WriteTimeline() const {
-  const char* prefix = std::getenv("DISTKIT_TIMELINE");
-  if (prefix == nullptr || *prefix == '\0') return;
+  const char* prefix = TimelinePrefix();
+  if (prefix == nullptr) return;
   std::ofstream f(
       absl::StrCat(prefix, ".", FileSafe(group_), ".rank", rank_, ".json"),
       std::ios::trunc);

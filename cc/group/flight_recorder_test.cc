@@ -5,7 +5,11 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tools/distrun/trace_summary.h"
 
@@ -45,6 +49,74 @@ TEST(FlightRecorderTest, KeepsTheLastOperationsInOrder) {
   EXPECT_LT(text.find("seq=3 "), text.find("seq=5 ")) << "oldest first";
   EXPECT_TRUE(absl::StrContains(text, "call=\"all_reduce #4 float32 x4"));
   EXPECT_TRUE(absl::StrContains(r.ChromeTrace(), "\"ph\":\"X\""));
+}
+
+// Collectives and sends/receives are kept apart, the last N of each, and
+// written oldest first together.
+TEST(FlightRecorderTest, KeepsTheLastOfEachKind) {
+  setenv("DISTKIT_FLIGHT_RECORDER_SIZE", "2", 1);
+  FlightRecorder r("world", 0);
+  unsetenv("DISTKIT_FLIGHT_RECORDER_SIZE");
+  for (uint64_t seq = 1; seq <= 4; ++seq) {
+    uint64_t id = r.Begin(Ctx(seq, OpCode::kBroadcast), false);
+    OpSignature sig;
+    sig.op = static_cast<uint32_t>(OpCode::kBroadcast);
+    sig.seq = seq;
+    sig.dtype = static_cast<int32_t>(DataType::kInt64);
+    sig.root = 1;
+    sig.count = 7;
+    r.Describe(id, sig);
+    r.End(id, absl::OkStatus());
+  }
+  const uint64_t send = r.Begin(Ctx(1, OpCode::kSend), true);
+  r.Describe(send, "send #1 to rank 1");
+  r.End(send, absl::UnavailableError("peer gone"));
+  const std::string text = r.Text();
+  EXPECT_FALSE(absl::StrContains(text, "seq=2 ")) << text;
+  EXPECT_TRUE(
+      absl::StrContains(text, "seq=3 kind=collective op=broadcast state=done"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "call=\"broadcast #4 int64 x7 root=1\""))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "seq=1 kind=p2p op=send state=failed"))
+      << text;
+  EXPECT_TRUE(
+      absl::StrContains(text, "call=\"send #1 to rank 1\" error=\"peer gone\""))
+      << text;
+  EXPECT_LT(text.find("seq=3 "), text.find("seq=4 ")) << text;
+  EXPECT_LT(text.find("seq=4 "), text.find("kind=p2p")) << text;
+}
+
+// Times: the kernel's coarse clock by default (its tick: within a few ms of
+// now), the time-stamp counter when a timeline is asked for (within a few
+// microseconds); an operation's end is never before its start.
+TEST(FlightRecorderTest, TimesAreNowOnEitherClock) {
+  for (bool timeline : {false, true}) {
+    const std::string prefix = absl::StrCat(getenv("TEST_TMPDIR"), "/times");
+    if (timeline) setenv("DISTKIT_TIMELINE", prefix.c_str(), 1);
+    FlightRecorder r("world", 0);
+    unsetenv("DISTKIT_TIMELINE");
+    const int64_t before = absl::ToUnixMicros(absl::Now());
+    uint64_t id = r.Begin(Ctx(1, OpCode::kAllReduce), false);
+    absl::SleepFor(absl::Milliseconds(20));
+    r.End(id, absl::OkStatus());
+    const int64_t after = absl::ToUnixMicros(absl::Now());
+    const std::string text = r.Text();
+    int64_t start = 0, end = 0;
+    for (absl::string_view field : absl::StrSplit(text, ' ')) {
+      if (absl::ConsumePrefix(&field, "start_us=")) {
+        ASSERT_TRUE(absl::SimpleAtoi(field, &start)) << text;
+      }
+      if (absl::ConsumePrefix(&field, "end_us=")) {
+        ASSERT_TRUE(absl::SimpleAtoi(field, &end)) << text;
+      }
+    }
+    // The coarse clock lags by up to one tick (at most 10 ms: HZ >= 100).
+    const int64_t slack = timeline ? 1000 : 10000;
+    EXPECT_GE(start, before - slack) << text;
+    EXPECT_LE(end, after + 1000) << text;
+    EXPECT_GE(end - start, 20000 - slack) << text;
+  }
 }
 
 // Three ranks: 0 and 1 wait in all_reduce #5, rank 2 never entered it (its
