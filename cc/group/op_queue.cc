@@ -21,12 +21,22 @@ void OpQueue::Post(std::function<void()> op) {
   {
     LightMutexLock lock(&mu_);
     queue_.push_back(std::move(op));
+    state_.fetch_or(kQueued, std::memory_order_relaxed);
     StartWorkerLocked();
   }
   changed_.notify_one();
 }
 
 void OpQueue::Run(absl::FunctionRef<void()> op) {
+  // Nothing queued and nothing running: run inline, without the lock. The
+  // acquire orders this op after the last one (which ended with a release).
+  uint32_t idle = 0;
+  if (state_.compare_exchange_strong(idle, kBusy, std::memory_order_acquire,
+                                     std::memory_order_relaxed)) {
+    op();
+    EndRun();
+    return;
+  }
   // Set by the worker when `op` ran there, behind queued work; made only
   // then (an inline run, the common case, needs none).
   struct Done {
@@ -37,7 +47,14 @@ void OpQueue::Run(absl::FunctionRef<void()> op) {
   std::optional<Done> queued_run;
   {
     LightMutexLock lock(&mu_);
-    if (!queue_.empty() || busy_) {
+    // The lock keeps the queue as it is, not an inline run's swaps: the last
+    // op may end, or another caller start inline, meanwhile.
+    uint32_t state = state_.load(std::memory_order_relaxed);
+    while (state == 0 && !state_.compare_exchange_weak(
+                             state, kBusy, std::memory_order_acquire,
+                             std::memory_order_relaxed)) {
+    }
+    if (state != 0) {
       Done& d = queued_run.emplace();
       queue_.push_back([&op, &d] {
         op();
@@ -45,9 +62,10 @@ void OpQueue::Run(absl::FunctionRef<void()> op) {
         d.done = true;
         d.cv.notify_one();
       });
+      // If the op running inline ends first, its swap succeeds and the
+      // worker, woken below, finds kBusy clear.
+      state_.fetch_or(kQueued, std::memory_order_relaxed);
       StartWorkerLocked();
-    } else {
-      busy_ = true;  // nothing ahead of us: run inline
     }
   }
   if (queued_run.has_value()) {
@@ -61,14 +79,20 @@ void OpQueue::Run(absl::FunctionRef<void()> op) {
 }
 
 void OpQueue::EndRun() {
-  bool queued;
+  // Nothing was queued meanwhile: idle again, without the lock (release:
+  // the next op, wherever it runs, comes after this one).
+  uint32_t busy = kBusy;
+  if (state_.compare_exchange_strong(busy, 0, std::memory_order_release,
+                                     std::memory_order_relaxed)) {
+    return;
+  }
+  // Work was posted while this ran: it waits for the worker, which waits
+  // for kBusy to clear (under the lock, so it cannot miss the wake-up).
   {
     LightMutexLock lock(&mu_);
-    busy_ = false;
-    queued = !queue_.empty();
+    state_.fetch_and(~kBusy, std::memory_order_release);
   }
-  // Work posted while this ran waits for the worker.
-  if (queued) changed_.notify_one();
+  changed_.notify_one();
 }
 
 void OpQueue::WorkerLoop() {
@@ -77,12 +101,15 @@ void OpQueue::WorkerLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_.native());
       changed_.wait(lock, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return !busy_ && (!queue_.empty() || stopping_);
+        return !(state_.load(std::memory_order_acquire) & kBusy) &&
+               (!queue_.empty() || stopping_);
       });
       if (queue_.empty()) return;  // stopping
       op = std::move(queue_.front());
       queue_.pop_front();
-      busy_ = true;
+      // Busy, and queued only if more is.
+      state_.store(queue_.empty() ? kBusy : kBusy | kQueued,
+                   std::memory_order_relaxed);
     }
     op();
     EndRun();

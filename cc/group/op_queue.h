@@ -3,13 +3,17 @@
 // operations run on a worker thread (started on first use) and overlap with
 // the caller; a synchronous call made while nothing is queued runs inline on
 // the caller's thread, saving the thread hand-off on the latency-critical path
-// (and, on that path, neither a thread nor a notification is made: only one
-// light lock, twice; light_mutex.h).
+// (and, on that path, neither a thread, a notification nor a lock is used:
+// two compare-and-swaps on one word, against four lock operations of a mutex
+// before, measured in tools/dkbench RESULTS.md, "The cost of safety, second
+// pass").
 
 #ifndef DISTKIT_CC_GROUP_OP_QUEUE_H_
 #define DISTKIT_CC_GROUP_OP_QUEUE_H_
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -42,12 +46,19 @@ class OpQueue {
   // Starts the worker if it is not running.
   void StartWorkerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // state_: kBusy while an op executes somewhere; kQueued while queue_ is
+  // not empty (set and cleared under mu_, with the queue). An inline run
+  // starts by swapping 0 for kBusy and ends by swapping kBusy for 0; when
+  // either swap fails (work queued, or an op running), it takes the lock.
+  static constexpr uint32_t kBusy = 1;
+  static constexpr uint32_t kQueued = 2;
+
   LightMutex mu_;
   // The worker waits on it for something to run (or the stop) with nothing
   // executing; signalled when either may have become true.
   std::condition_variable changed_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // an op is executing somewhere
+  std::atomic<uint32_t> state_{0};
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread worker_;
 };

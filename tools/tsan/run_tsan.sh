@@ -23,6 +23,7 @@ TARGETS=(
   //cc/store:tcp_store_test
   //cc/comm:comm_test
   //cc/group:flight_recorder_test
+  //cc/group:op_queue_test
   //cc/group:collectives_test_ws2
   //cc/group:fault_abort_test
   //cc/group:fault_abort_hosts_test
