@@ -559,8 +559,9 @@ std::shared_ptr<Work> ProcessGroup::Submit(Op op) {
   ctx.issue_mark = *mark;
   auto work = std::make_shared<Work>(ctx.Describe());
   QueueFor(op.code, op.peer)
-      .Post([this, ctx, body = std::move(op.body), work, collective] {
-        absl::Status status = Execute(ctx, body);
+      .Post([this, ctx, body = std::make_shared<Body>(std::move(op.body)), work,
+             collective] {
+        absl::Status status = Execute(ctx, *body);
         if (ctx.issue_mark != nullptr) {
           contract_->backend().ReleaseIssueMark(ctx.issue_mark);
         }
