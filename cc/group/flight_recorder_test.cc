@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -31,16 +32,22 @@ std::string Read(const std::string& path) {
   return s.str();
 }
 
-TEST(FlightRecorderTest, KeepsTheLastOperationsInOrder) {
-  setenv("DISTKIT_FLIGHT_RECORDER_SIZE", "3", 1);
-  FlightRecorder r("world", 0);
+// A recorder made with DISTKIT_FLIGHT_RECORDER_SIZE=`size`.
+std::unique_ptr<FlightRecorder> RecorderKeeping(const char* size) {
+  setenv("DISTKIT_FLIGHT_RECORDER_SIZE", size, 1);
+  auto r = std::make_unique<FlightRecorder>("world", 0);
   unsetenv("DISTKIT_FLIGHT_RECORDER_SIZE");
+  return r;
+}
+
+TEST(FlightRecorderTest, KeepsTheLastOperationsInOrder) {
+  const std::unique_ptr<FlightRecorder> r = RecorderKeeping("3");
   for (uint64_t seq = 1; seq <= 5; ++seq) {
-    uint64_t id = r.Begin(Ctx(seq, OpCode::kAllReduce), false);
-    r.Describe(id, absl::StrCat("all_reduce #", seq, " float32 x4 op=sum"));
-    if (seq < 5) r.End(id, absl::OkStatus());
+    uint64_t id = r->Begin(Ctx(seq, OpCode::kAllReduce), false);
+    r->Describe(id, absl::StrCat("all_reduce #", seq, " float32 x4 op=sum"));
+    if (seq < 5) r->End(id, absl::OkStatus());
   }
-  const std::string text = r.Text();
+  const std::string text = r->Text();
   EXPECT_FALSE(absl::StrContains(text, "seq=2 ")) << text;  // ring of 3
   EXPECT_TRUE(absl::StrContains(text, "seq=3 ")) << text;
   EXPECT_TRUE(absl::StrContains(
@@ -48,30 +55,28 @@ TEST(FlightRecorderTest, KeepsTheLastOperationsInOrder) {
       << text;
   EXPECT_LT(text.find("seq=3 "), text.find("seq=5 ")) << "oldest first";
   EXPECT_TRUE(absl::StrContains(text, "call=\"all_reduce #4 float32 x4"));
-  EXPECT_TRUE(absl::StrContains(r.ChromeTrace(), "\"ph\":\"X\""));
+  EXPECT_TRUE(absl::StrContains(r->ChromeTrace(), "\"ph\":\"X\""));
 }
 
 // Collectives and sends/receives are kept apart, the last N of each, and
 // written oldest first together.
 TEST(FlightRecorderTest, KeepsTheLastOfEachKind) {
-  setenv("DISTKIT_FLIGHT_RECORDER_SIZE", "2", 1);
-  FlightRecorder r("world", 0);
-  unsetenv("DISTKIT_FLIGHT_RECORDER_SIZE");
+  const std::unique_ptr<FlightRecorder> r = RecorderKeeping("2");
   for (uint64_t seq = 1; seq <= 4; ++seq) {
-    uint64_t id = r.Begin(Ctx(seq, OpCode::kBroadcast), false);
+    uint64_t id = r->Begin(Ctx(seq, OpCode::kBroadcast), false);
     OpSignature sig;
     sig.op = static_cast<uint32_t>(OpCode::kBroadcast);
     sig.seq = seq;
     sig.dtype = static_cast<int32_t>(DataType::kInt64);
     sig.root = 1;
     sig.count = 7;
-    r.Describe(id, sig);
-    r.End(id, absl::OkStatus());
+    r->Describe(id, sig);
+    r->End(id, absl::OkStatus());
   }
-  const uint64_t send = r.Begin(Ctx(1, OpCode::kSend), true);
-  r.Describe(send, "send #1 to rank 1");
-  r.End(send, absl::UnavailableError("peer gone"));
-  const std::string text = r.Text();
+  const uint64_t send = r->Begin(Ctx(1, OpCode::kSend), true);
+  r->Describe(send, "send #1 to rank 1");
+  r->End(send, absl::UnavailableError("peer gone"));
+  const std::string text = r->Text();
   EXPECT_FALSE(absl::StrContains(text, "seq=2 ")) << text;
   EXPECT_TRUE(
       absl::StrContains(text, "seq=3 kind=collective op=broadcast state=done"))
