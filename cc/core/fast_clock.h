@@ -1,16 +1,16 @@
 // FastNow(): absl::Now() read straight from clock_gettime(CLOCK_REALTIME),
-// for the clock reads every operation makes (its flight-recorder times, the
-// start of a wait's deadline). Debian's Abseil computes absl::Now() through
+// for clock reads on the per-operation path (the start of a wait's
+// deadline). Debian's Abseil computes absl::Now() through
 // its cycle-clock calibration: about 110 ns a call on these machines against
 // 31 ns for the vDSO clock_gettime, and a small collective read it four to
 // six times. Same clock, same epoch: the results mix freely with absl::Now().
 //
 // FastTicks(): cheaper still, for times that are only recorded and read back
-// rarely (the flight recorder's start and end of every operation): the x86
-// time-stamp counter, 9 ns a read on these machines against 21 ns for the
-// vDSO clock_gettime (the recorder's two reads were most of its cost per
-// operation: RESULTS.md, "The cost of safety"); elsewhere, CLOCK_REALTIME in
-// nanoseconds. TickAnchor turns ticks back into times.
+// rarely (the flight recorder's, where a timeline asks for microseconds; it
+// uses the kernel's coarse clock otherwise): the x86 time-stamp counter, 9 ns
+// a read on these machines against 21 ns for the vDSO clock_gettime
+// (RESULTS.md, "The cost of safety" and its second pass); elsewhere,
+// CLOCK_REALTIME in nanoseconds. TickAnchor turns ticks back into times.
 
 #ifndef DISTKIT_CC_CORE_FAST_CLOCK_H_
 #define DISTKIT_CC_CORE_FAST_CLOCK_H_

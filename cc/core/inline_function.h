@@ -9,6 +9,7 @@
 #ifndef DISTKIT_CC_CORE_INLINE_FUNCTION_H_
 #define DISTKIT_CC_CORE_INLINE_FUNCTION_H_
 
+#include <cassert>
 #include <cstddef>
 #include <new>
 #include <type_traits>
@@ -16,11 +17,15 @@
 
 namespace distkit {
 
-template <typename Signature, size_t kInlineBytes>
+// kHeap false: a callable that does not fit in place is a compile error
+// (for callers whose point is to never allocate).
+template <typename Signature, size_t kInlineBytes, bool kHeap = true>
 class InlineFunction;
 
-template <typename R, typename... Args, size_t kInlineBytes>
-class InlineFunction<R(Args...), kInlineBytes> {
+template <typename R, typename... Args, size_t kInlineBytes, bool kHeap>
+class InlineFunction<R(Args...), kInlineBytes, kHeap> {
+  static_assert(kInlineBytes >= sizeof(void*), "room for the heap pointer");
+
  public:
   InlineFunction() = default;
   template <typename F,
@@ -29,6 +34,8 @@ class InlineFunction<R(Args...), kInlineBytes> {
                 std::is_invocable_r_v<R, std::decay_t<F>&, Args...>>>
   InlineFunction(F&& f) {  // NOLINT: implicit, as std::function's
     using T = std::decay_t<F>;
+    static_assert(kHeap || FitsInline<T>(),
+                  "the callable's captures do not fit in place");
     if constexpr (FitsInline<T>()) {
       new (storage_) T(std::forward<F>(f));
       ops_ = &kInlineOps<T>;
@@ -50,7 +57,9 @@ class InlineFunction<R(Args...), kInlineBytes> {
   ~InlineFunction() { Reset(); }
 
   explicit operator bool() const { return ops_ != nullptr; }
+  // Calling an empty function is a bug (std::function throws there).
   R operator()(Args... args) const {
+    assert(ops_ != nullptr);
     return ops_->invoke(storage_, std::forward<Args>(args)...);
   }
 
@@ -73,13 +82,14 @@ class InlineFunction<R(Args...), kInlineBytes> {
   template <typename T>
   static constexpr Ops kInlineOps = {
       [](void* s, Args&&... args) -> R {
-        return (*static_cast<T*>(s))(std::forward<Args>(args)...);
+        return (*std::launder(static_cast<T*>(s)))(std::forward<Args>(args)...);
       },
       [](void* from, void* to) {
-        new (to) T(std::move(*static_cast<T*>(from)));
-        static_cast<T*>(from)->~T();
+        T* held = std::launder(static_cast<T*>(from));
+        new (to) T(std::move(*held));
+        held->~T();
       },
-      [](void* s) { static_cast<T*>(s)->~T(); },
+      [](void* s) { std::launder(static_cast<T*>(s))->~T(); },
   };
   template <typename T>
   static constexpr Ops kHeapOps = {

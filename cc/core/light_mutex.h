@@ -1,6 +1,7 @@
 // LightMutex: a std::mutex with Abseil's thread-safety annotations, for the
-// locks every operation takes on its way through a group (the op queue, the
-// issuing-thread check, the flight recorder, the group's poison).
+// locks on an operation's way through a group (the op queue's queued work,
+// the flight recorder's readers and sends/receives, the group's poison; a
+// synchronous collective takes none of them).
 //
 // Why not absl::Mutex there: Debian builds libabsl without NDEBUG, so each
 // absl::Mutex lock also updates Abseil's deadlock-detection graph, and each

@@ -3,10 +3,12 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -21,7 +23,7 @@ size_t Capacity() {
   const char* env = std::getenv("DISTKIT_FLIGHT_RECORDER_SIZE");
   size_t n = 256;
   if (env != nullptr && !absl::SimpleAtoi(env, &n)) n = 256;
-  return n == 0 ? 1 : n;
+  return std::clamp<size_t>(n, 1, size_t{1} << 20);
 }
 
 // Group names hold '/' ("world/1"); file names cannot.
@@ -67,7 +69,7 @@ uint64_t RingMaskFor(size_t capacity) {
 }  // namespace
 
 FlightRecorder::Ring::Ring(size_t capacity)
-    : mask(RingMaskFor(capacity)),
+    : mask(RingMaskFor(capacity + 1)),
       entries(new Entry[mask + 1]),
       calls(mask + 1),
       errors(mask + 1) {}
@@ -91,32 +93,49 @@ uint64_t FlightRecorder::Begin(const OpContext& ctx, bool point_to_point) {
   // No lock, no precise clock, no division, and for a collective no locked
   // instruction: this runs on every operation (see Ring).
   const int64_t start = Ticks();
-  Ring& ring = point_to_point ? p2p_ : collectives_;
-  uint64_t n;
+  const uint64_t meta =
+      static_cast<uint64_t>(ctx.op) | (point_to_point ? kP2P : 0);
   if (point_to_point) {
-    n = ring.next.fetch_add(1, std::memory_order_relaxed) + 1;
-  } else {
-    n = ring.next.load(std::memory_order_relaxed) + 1;
+    LightMutexLock lock(&mu_);
+    const uint64_t n = p2p_.next.load(std::memory_order_relaxed) + 1;
+    Entry& e = p2p_[n];
+    const uint64_t id = n << 1 | 1;
+    e.id.store(id, std::memory_order_relaxed);
+    e.seq.store(ctx.seq, std::memory_order_relaxed);
+    e.start_ticks.store(start, std::memory_order_relaxed);
+    e.end_ticks.store(0, std::memory_order_relaxed);
+    e.meta.store(meta, std::memory_order_relaxed);
+    p2p_.next.store(n, std::memory_order_relaxed);
+    return id;
   }
-  Entry& e = ring[n];
-  const uint64_t id = n << 1 | (point_to_point ? 1 : 0);
-  e.id.store(id, std::memory_order_relaxed);
+  const uint64_t n = collectives_.next.load(std::memory_order_relaxed) + 1;
+  Entry& e = collectives_[n];
+  // One collective at a time (the op queue): the last one has ended.
+  assert(n == 1 || StateOf(collectives_[n - 1].meta.load(
+                       std::memory_order_relaxed)) != kRunning);
+  const uint64_t id = n << 1;
+  // Invalid while filled (a reader's Snapshot sees the id change).
+  e.id.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
   e.seq.store(ctx.seq, std::memory_order_relaxed);
   e.start_ticks.store(start, std::memory_order_relaxed);
   e.end_ticks.store(0, std::memory_order_relaxed);
-  e.meta.store(static_cast<uint64_t>(ctx.op) | (point_to_point ? kP2P : 0),
-               std::memory_order_relaxed);  // running, nothing described
+  e.meta.store(meta, std::memory_order_relaxed);  // running, not described
+  e.id.store(id, std::memory_order_release);
   // Published after the entry (readers, under the lock, go up to it).
-  if (!point_to_point) ring.next.store(n, std::memory_order_release);
+  collectives_.next.store(n, std::memory_order_release);
   return id;
 }
 
 void FlightRecorder::Describe(uint64_t id, const OpSignature& signature) {
+  if (id & 1) {  // a send or receive (they describe themselves in words)
+    LightMutexLock lock(&mu_);
+    UpdateP2P(id, 0, kRunning, 0);
+    return;
+  }
   // No lock: this runs on every collective, on the operation's own thread,
-  // the only one that writes its entry. An entry reused meanwhile (the ring
-  // wrapped under an operation still in flight) is left alone.
-  Entry& e = RingOf(id)[id >> 1];
-  if (e.id.load(std::memory_order_relaxed) != id) return;
+  // the only one that writes its entry.
+  Entry& e = collectives_[id >> 1];
   e.dtype_root.store(static_cast<uint32_t>(signature.dtype) |
                          uint64_t{static_cast<uint32_t>(signature.root)} << 32,
                      std::memory_order_relaxed);
@@ -131,20 +150,44 @@ void FlightRecorder::Describe(uint64_t id, const OpSignature& signature) {
 void FlightRecorder::Describe(uint64_t id, std::string call) {
   LightMutexLock lock(&mu_);
   Ring& ring = RingOf(id);
-  Entry& e = ring[id >> 1];
-  if (e.id.load(std::memory_order_relaxed) != id) return;
+  if (ring[id >> 1].id.load(std::memory_order_relaxed) != id) return;
   ring.calls[(id >> 1) & ring.mask] = std::move(call);
-  e.meta.store(e.meta.load(std::memory_order_relaxed) | kHasCall,
-               std::memory_order_release);
+  if (id & 1) {
+    UpdateP2P(id, kHasCall, kRunning, 0);
+  } else {
+    Entry& e = ring[id >> 1];
+    e.meta.store(e.meta.load(std::memory_order_relaxed) | kHasCall,
+                 std::memory_order_release);
+  }
+}
+
+void FlightRecorder::UpdateP2P(uint64_t id, uint64_t set, State state,
+                               int64_t end_ticks) {
+  // Under the lock, as every write to this ring: an entry reused meanwhile
+  // (the ring wrapped under this operation, still in flight) is left alone.
+  Entry& e = p2p_[id >> 1];
+  if (e.id.load(std::memory_order_relaxed) != id) return;
+  uint64_t meta = e.meta.load(std::memory_order_relaxed) | set;
+  if (state != kRunning) {
+    e.end_ticks.store(end_ticks, std::memory_order_relaxed);
+    meta = WithState(meta, state);
+  }
+  e.meta.store(meta, std::memory_order_release);
 }
 
 void FlightRecorder::End(uint64_t id, const absl::Status& status) {
   const int64_t end = Ticks();
-  Ring& ring = RingOf(id);
-  Entry& e = ring[id >> 1];
+  if (id & 1) {
+    LightMutexLock lock(&mu_);
+    if (!status.ok() && p2p_[id >> 1].id.load() == id) {
+      p2p_.errors[(id >> 1) & p2p_.mask] = std::string(status.message());
+    }
+    UpdateP2P(id, 0, status.ok() ? kDone : kFailed, end);
+    return;
+  }
+  Entry& e = collectives_[id >> 1];
   if (status.ok()) {
     // No lock, as in Describe.
-    if (e.id.load(std::memory_order_relaxed) != id) return;
     e.end_ticks.store(end, std::memory_order_relaxed);
     e.meta.store(WithState(e.meta.load(std::memory_order_relaxed), kDone),
                  std::memory_order_release);
@@ -152,56 +195,73 @@ void FlightRecorder::End(uint64_t id, const absl::Status& status) {
     // begins: a record whose line had left the cache held up the stores
     // after it (the step an operation publishes among them: x86 makes
     // stores visible in order).
-    __builtin_prefetch(&ring[(id >> 1) + 1], /*rw=*/1);
+    __builtin_prefetch(&collectives_[(id >> 1) + 1], /*rw=*/1);
     return;
   }
   LightMutexLock lock(&mu_);
-  if (e.id.load(std::memory_order_relaxed) != id) return;
-  ring.errors[(id >> 1) & ring.mask] = std::string(status.message());
+  collectives_.errors[(id >> 1) & collectives_.mask] =
+      std::string(status.message());
   e.end_ticks.store(end, std::memory_order_relaxed);
   e.meta.store(WithState(e.meta.load(std::memory_order_relaxed), kFailed),
                std::memory_order_release);
 }
 
-std::vector<uint64_t> FlightRecorder::KeptIds() const {
-  std::vector<uint64_t> ids;
-  for (const Ring* ring : {&collectives_, &p2p_}) {
-    const uint64_t kind = ring == &p2p_ ? 1 : 0;
+std::optional<FlightRecorder::Record> FlightRecorder::Snapshot(
+    uint64_t id) const {
+  const Entry& e = RingOf(id)[id >> 1];
+  Record r;
+  r.id = e.id.load(std::memory_order_acquire);
+  if (r.id != id) return std::nullopt;
+  // The flags before what they say is there (Describe and End publish
+  // them last, with release).
+  r.meta = e.meta.load(std::memory_order_acquire);
+  r.seq = e.seq.load(std::memory_order_relaxed);
+  r.start_ticks = e.start_ticks.load(std::memory_order_relaxed);
+  r.end_ticks = e.end_ticks.load(std::memory_order_relaxed);
+  r.dtype_root = e.dtype_root.load(std::memory_order_relaxed);
+  r.reduce_op_op = e.reduce_op_op.load(std::memory_order_relaxed);
+  r.count = e.count.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (e.id.load(std::memory_order_relaxed) != id) return std::nullopt;
+  return r;
+}
+
+std::vector<FlightRecorder::Record> FlightRecorder::KeptRecords() const {
+  std::vector<Record> by_ring[2];
+  for (const uint64_t kind : {0, 1}) {
     uint64_t first, last;
-    ring->Kept(capacity_, &first, &last);
+    (kind ? p2p_ : collectives_).Kept(capacity_, &first, &last);
     for (uint64_t n = first; n <= last; ++n) {
-      const uint64_t id = n << 1 | kind;
-      if ((*ring)[n].id.load(std::memory_order_relaxed) == id) {
-        ids.push_back(id);
+      if (std::optional<Record> r = Snapshot(n << 1 | kind)) {
+        by_ring[kind].push_back(*r);
       }
     }
   }
-  // Oldest first across both rings (by start, then by number).
-  std::stable_sort(ids.begin(), ids.end(), [this](uint64_t a, uint64_t b) {
-    return RingOf(a)[a >> 1].start_ticks.load(std::memory_order_relaxed) <
-           RingOf(b)[b >> 1].start_ticks.load(std::memory_order_relaxed);
-  });
-  return ids;
+  // Each ring is in order already: merged by start, ties to collectives.
+  std::vector<Record> records;
+  records.reserve(by_ring[0].size() + by_ring[1].size());
+  std::merge(by_ring[0].begin(), by_ring[0].end(), by_ring[1].begin(),
+             by_ring[1].end(), std::back_inserter(records),
+             [](const Record& a, const Record& b) {
+               return a.start_ticks < b.start_ticks;
+             });
+  return records;
 }
 
-std::string FlightRecorder::CallOf(uint64_t id) const {
-  const Ring& ring = RingOf(id);
-  const Entry& e = ring[id >> 1];
-  const uint64_t meta = e.meta.load(std::memory_order_acquire);
-  if (!(meta & kHasSignature)) {
-    return (meta & kHasCall) ? ring.calls[(id >> 1) & ring.mask] : "";
+std::string FlightRecorder::CallOf(const Record& r) const {
+  if (!(r.meta & kHasSignature)) {
+    const Ring& ring = RingOf(r.id);
+    return (r.meta & kHasCall) ? ring.calls[(r.id >> 1) & ring.mask] : "";
   }
   OpSignature signature;
-  signature.seq = e.seq.load(std::memory_order_relaxed);
-  const uint64_t dtype_root = e.dtype_root.load(std::memory_order_relaxed);
-  signature.dtype = static_cast<int32_t>(static_cast<uint32_t>(dtype_root));
+  signature.seq = r.seq;
+  signature.dtype = static_cast<int32_t>(static_cast<uint32_t>(r.dtype_root));
   signature.root =
-      static_cast<int32_t>(static_cast<uint32_t>(dtype_root >> 32));
-  const uint64_t reduce_op_op = e.reduce_op_op.load(std::memory_order_relaxed);
+      static_cast<int32_t>(static_cast<uint32_t>(r.dtype_root >> 32));
   signature.reduce_op =
-      static_cast<int32_t>(static_cast<uint32_t>(reduce_op_op));
-  signature.op = static_cast<uint32_t>(reduce_op_op >> 32);
-  signature.count = e.count.load(std::memory_order_relaxed);
+      static_cast<int32_t>(static_cast<uint32_t>(r.reduce_op_op));
+  signature.op = static_cast<uint32_t>(r.reduce_op_op >> 32);
+  signature.count = r.count;
   return signature.Describe();
 }
 
@@ -221,23 +281,19 @@ std::string FlightRecorder::Text() const {
   LightMutexLock lock(&mu_);
   const TickAnchor now = AnchorNow();
   std::string out;
-  for (uint64_t id : KeptIds()) {
-    const Ring& ring = RingOf(id);
-    const Entry& e = ring[id >> 1];
-    const uint64_t meta = e.meta.load(std::memory_order_acquire);
-    const uint64_t state = StateOf(meta);
-    absl::StrAppend(
-        &out, "group=", group_, " rank=", rank_,
-        " seq=", e.seq.load(std::memory_order_relaxed),
-        " kind=", (meta & kP2P) ? "p2p" : "collective",
-        " op=", OpCodeName(static_cast<OpCode>(meta & kOpMask)),
-        " state=", StateName(state),
-        " start_us=", absl::ToUnixMicros(TimeOf(e.start_ticks.load(), now)),
-        " end_us=",
-        state == kRunning ? int64_t{0}
-                          : absl::ToUnixMicros(TimeOf(e.end_ticks.load(), now)),
-        " call=\"", CallOf(id), "\"");
-    const std::string& error = ring.errors[(id >> 1) & ring.mask];
+  for (const Record& r : KeptRecords()) {
+    const uint64_t state = StateOf(r.meta);
+    absl::StrAppend(&out, "group=", group_, " rank=", rank_, " seq=", r.seq,
+                    " kind=", (r.meta & kP2P) ? "p2p" : "collective",
+                    " op=", OpCodeName(static_cast<OpCode>(r.meta & kOpMask)),
+                    " state=", StateName(state), " start_us=",
+                    absl::ToUnixMicros(TimeOf(r.start_ticks, now)), " end_us=",
+                    state == kRunning
+                        ? int64_t{0}
+                        : absl::ToUnixMicros(TimeOf(r.end_ticks, now)),
+                    " call=\"", CallOf(r), "\"");
+    const Ring& ring = RingOf(r.id);
+    const std::string& error = ring.errors[(r.id >> 1) & ring.mask];
     if (state == kFailed && !error.empty()) {
       absl::StrAppend(&out, " error=\"", error, "\"");
     }
@@ -251,23 +307,21 @@ std::string FlightRecorder::ChromeTrace() const {
   std::string out = "{\"traceEvents\":[";
   bool first_event = true;
   const TickAnchor now = AnchorNow();
-  for (uint64_t id : KeptIds()) {
-    const Entry& e = RingOf(id)[id >> 1];
-    const uint64_t meta = e.meta.load(std::memory_order_acquire);
-    const uint64_t state = StateOf(meta);
-    const absl::Time start = TimeOf(e.start_ticks.load(), now);
+  for (const Record& r : KeptRecords()) {
+    const uint64_t state = StateOf(r.meta);
+    const absl::Time start = TimeOf(r.start_ticks, now);
     const absl::Time end =
-        state == kRunning ? now.time : TimeOf(e.end_ticks.load(), now);
-    const std::string call = CallOf(id);
+        state == kRunning ? now.time : TimeOf(r.end_ticks, now);
+    const std::string call = CallOf(r);
     const absl::string_view op =
-        OpCodeName(static_cast<OpCode>(meta & kOpMask));
+        OpCodeName(static_cast<OpCode>(r.meta & kOpMask));
     absl::StrAppend(&out, first_event ? "" : ",", "{\"name\":\"",
                     JsonEscape(call.empty() ? op : call), "\",\"cat\":\"",
-                    (meta & kP2P) ? "p2p" : "collective",
+                    (r.meta & kP2P) ? "p2p" : "collective",
                     "\",\"ph\":\"X\",\"ts\":", absl::ToUnixMicros(start),
                     ",\"dur\":", absl::ToInt64Microseconds(end - start),
                     ",\"pid\":", rank_, ",\"tid\":\"", JsonEscape(group_),
-                    "\",\"args\":{\"seq\":", e.seq.load(), ",\"state\":\"",
+                    "\",\"args\":{\"seq\":", r.seq, ",\"state\":\"",
                     StateName(state), "\"}}");
     first_event = false;
   }

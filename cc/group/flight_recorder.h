@@ -10,13 +10,14 @@
 // else to stderr. With DISTKIT_TIMELINE=<prefix>, the same records are also
 // written as a Chrome-trace JSON timeline, <prefix>.rank<N>.json (at a dump
 // and when the group is destroyed); distrun merges them into <prefix>.json.
-// Times come from the kernel's coarse clock (its tick: 1-4 ms) unless
+// Times come from the kernel's coarse clock (to its tick, 1/HZ: 1-10 ms) unless
 // DISTKIT_TIMELINE is set when the group is made, where a timeline wants the
 // time-stamp counter's microseconds: its two reads an operation took the
 // recorder past the 5% of a 0.45 us operation it may cost (tools/dkbench
 // RESULTS.md, "The cost of safety, second pass").
 //
-// Text format, one line per operation, oldest first (parsed by distrun):
+// Text format, one line per operation, oldest first (by start time: within
+// one tick of the coarse clock, collectives first; parsed by distrun):
 //   group=world rank=2 seq=57 kind=collective op=all_reduce state=running
 //   start_us=... end_us=... call="all_reduce #57 float32 x1024 op=sum"
 
@@ -26,6 +27,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,6 +99,14 @@ class FlightRecorder {
   // Measured (tools/dkbench RESULTS.md, "The cost of safety, second pass"):
   // the record's lines leaving the cache and that locked add cost more than
   // the record's own instructions.
+  //
+  // Readers (a dump, the timeline; under the lock) may run while an
+  // operation writes: Begin marks its entry invalid while it fills it
+  // (id 0) and readers take each entry as one Record, read between two
+  // looks at its id (Snapshot). The ring holds more than it keeps (the next
+  // power of two above the capacity), so the entry the next Begin takes is
+  // never one a reader is listing. Sends and receives write under the lock:
+  // their ring can wrap under one still in flight.
   struct Ring {
     explicit Ring(size_t capacity);
     Entry& operator[](uint64_t n) { return entries[n & mask]; }
@@ -104,12 +114,21 @@ class FlightRecorder {
     // The numbers of the entries kept, [*first, *last], given `capacity`.
     void Kept(size_t capacity, uint64_t* first, uint64_t* last) const;
 
-    const uint64_t mask;  // the ring's size (>= capacity) - 1
+    const uint64_t mask;  // the ring's size (> capacity) - 1
     std::unique_ptr<Entry[]> entries;
-    std::atomic<uint64_t> next{0};  // the last number given
+    // The last number given; a line of its own (collectives write it on
+    // every operation, sends and receives beside them).
+    alignas(64) std::atomic<uint64_t> next{0};
     // Descriptions and errors by ring index (under the recorder's lock),
     // valid while the entry's flag or state says so.
-    std::vector<std::string> calls, errors;
+    alignas(64) std::vector<std::string> calls;
+    std::vector<std::string> errors;
+  };
+
+  // One entry as read at one moment (Snapshot).
+  struct Record {
+    uint64_t id, seq, meta, dtype_root, reduce_op_op;
+    int64_t start_ticks, end_ticks, count;
   };
 
   enum State : uint64_t { kRunning = 0, kDone = 1, kFailed = 2 };
@@ -131,11 +150,20 @@ class FlightRecorder {
   const Ring& RingOf(uint64_t id) const {
     return (id & 1) ? p2p_ : collectives_;
   }
-  // The ids of every entry kept, oldest first.
-  std::vector<uint64_t> KeptIds() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What entry `id` says this rank called (the signature, formatted, or the
+  // Entry `id` as one Record, if it still holds that operation (its id read
+  // before and after its fields, seqlock-style).
+  std::optional<Record> Snapshot(uint64_t id) const;
+  // Every entry kept, each read once, oldest first: by start time, each
+  // ring in its own order (within one tick of the coarse clock,
+  // collectives before sends and receives).
+  std::vector<Record> KeptRecords() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the record says this rank called (the signature, formatted, or the
   // description).
-  std::string CallOf(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string CallOf(const Record& r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks a send's or receive's entry `id`, under the lock: `set` or'd into
+  // its meta, and its state changed to `state` unless kRunning.
+  void UpdateP2P(uint64_t id, uint64_t set, State state, int64_t end_ticks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Now, on the recorder's clock: the time-stamp counter (FastTicks) for a
   // timeline, else the coarse real-time clock in nanoseconds.
   int64_t Ticks() const;

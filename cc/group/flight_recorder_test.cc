@@ -1,9 +1,11 @@
 #include "cc/group/flight_recorder.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -92,12 +94,61 @@ TEST(FlightRecorderTest, KeepsTheLastOfEachKind) {
   EXPECT_LT(text.find("seq=4 "), text.find("kind=p2p")) << text;
 }
 
+// A dump while a collective thread writes: every line is one operation's
+// (its seq and its signature's count agree), oldest first.
+TEST(FlightRecorderTest, ReadsWhileOperationsRun) {
+  const std::unique_ptr<FlightRecorder> r = RecorderKeeping("16");
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (uint64_t seq = 1; seq <= 500000; ++seq) {
+      const uint64_t id = r->Begin(Ctx(seq, OpCode::kAllReduce), false);
+      OpSignature sig;
+      sig.op = static_cast<uint32_t>(OpCode::kAllReduce);
+      sig.seq = seq;
+      sig.dtype = static_cast<int32_t>(DataType::kFloat32);
+      sig.count = static_cast<int64_t>(seq) * 3;
+      r->Describe(id, sig);
+      r->End(id, absl::OkStatus());
+    }
+    done = true;
+  });
+  int dumps = 0;
+  while (!done) {
+    const std::string text = r->Text();
+    ++dumps;
+    uint64_t last_seq = 0;
+    for (absl::string_view line :
+         absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+      uint64_t seq = 0;
+      int64_t count = -1;
+      for (absl::string_view field : absl::StrSplit(line, ' ')) {
+        // (EXPECT, not ASSERT: the writer thread must be joined.)
+        if (absl::ConsumePrefix(&field, "seq=")) {
+          EXPECT_TRUE(absl::SimpleAtoi(field, &seq)) << line;
+        }
+        if (absl::ConsumePrefix(&field, "x") &&
+            absl::ConsumeSuffix(&field, "\"")) {
+          EXPECT_TRUE(absl::SimpleAtoi(field, &count)) << line;
+        }
+      }
+      if (count >= 0) {
+        EXPECT_EQ(count, static_cast<int64_t>(seq) * 3) << line;
+      }
+      EXPECT_GT(seq, last_seq) << text;
+      last_seq = seq;
+    }
+  }
+  writer.join();
+  EXPECT_GT(dumps, 0);
+}
+
 // Times: the kernel's coarse clock by default (its tick: within a few ms of
 // now), the time-stamp counter when a timeline is asked for (within a few
 // microseconds); an operation's end is never before its start.
 TEST(FlightRecorderTest, TimesAreNowOnEitherClock) {
   for (bool timeline : {false, true}) {
-    const std::string prefix = absl::StrCat(getenv("TEST_TMPDIR"), "/times");
+    const char* tmp = getenv("TEST_TMPDIR");
+    const std::string prefix = absl::StrCat(tmp ? tmp : "/tmp", "/times");
     if (timeline) setenv("DISTKIT_TIMELINE", prefix.c_str(), 1);
     FlightRecorder r("world", 0);
     unsetenv("DISTKIT_TIMELINE");

@@ -33,8 +33,7 @@ void OpQueue::Run(absl::FunctionRef<void()> op) {
   uint32_t idle = 0;
   if (state_.compare_exchange_strong(idle, kBusy, std::memory_order_acquire,
                                      std::memory_order_relaxed)) {
-    op();
-    EndRun();
+    RunThenEnd(op);
     return;
   }
   // Set by the worker when `op` ran there, behind queued work; made only
@@ -74,8 +73,17 @@ void OpQueue::Run(absl::FunctionRef<void()> op) {
     queued_run->cv.wait(l, [&] { return queued_run->done; });
     return;
   }
+  RunThenEnd(op);
+}
+
+void OpQueue::RunThenEnd(absl::FunctionRef<void()> op) {
+  // Ends the run even if `op` throws: a queue left busy would stop every
+  // later operation.
+  struct Ender {
+    OpQueue* queue;
+    ~Ender() { queue->EndRun(); }
+  } ender{this};
   op();
-  EndRun();
 }
 
 void OpQueue::EndRun() {
@@ -111,8 +119,7 @@ void OpQueue::WorkerLoop() {
       state_.store(queue_.empty() ? kBusy : kBusy | kQueued,
                    std::memory_order_relaxed);
     }
-    op();
-    EndRun();
+    RunThenEnd(op);
   }
 }
 

@@ -43,6 +43,8 @@ class OpQueue {
   // After an op ran on any thread: the next may start; the worker wakes for
   // work posted meanwhile.
   void EndRun() ABSL_LOCKS_EXCLUDED(mu_);
+  // op(), then EndRun(), also when op() throws.
+  void RunThenEnd(absl::FunctionRef<void()> op) ABSL_LOCKS_EXCLUDED(mu_);
   // Starts the worker if it is not running.
   void StartWorkerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -192,7 +192,9 @@ class ProcessGroup {
   // An operation's body, held in place (no allocation on the synchronous
   // path): its captures are the group, up to two tensor views (72 bytes
   // each) and a root, a reduction or all_to_all's splits (200 bytes).
-  using Body = InlineFunction<absl::Status(const OpContext&), 208>;
+  // A body that outgrows it fails to compile (no heap fallback).
+  using Body = InlineFunction<absl::Status(const OpContext&), 208,
+                              /*kHeap=*/false>;
 
   ProcessGroup(std::string name, std::shared_ptr<Store> store,
                std::shared_ptr<Store> world_store,

@@ -153,13 +153,13 @@ ProcessGroup::Op ProcessGroup::AllToAllOp(TensorRef input, TensorRef output,
         "the group size ",
         size(), "; got ", input.numel(), " and ", output.numel(), " elements"));
   }
-  return {
-      OpCode::kAllToAll, checked,
-      [this, input, output, input_splits, output_splits](const OpContext& c) {
-        return contract_->AllToAll(c, input, input_splits, output,
-                                   output_splits);
-      },
-      -1, input.device()};
+  return {OpCode::kAllToAll, checked,
+          [this, input, output, input_splits = std::move(input_splits),
+           output_splits = std::move(output_splits)](const OpContext& c) {
+            return contract_->AllToAll(c, input, input_splits, output,
+                                       output_splits);
+          },
+          -1, input.device()};
 }
 
 absl::Status ProcessGroup::CheckSplits(const std::vector<int64_t>& splits,

@@ -10,7 +10,7 @@
 # (copy each build's bazel-bin/tools/dkbench/collective_bench aside first).
 set -euo pipefail
 if [ $# -lt 7 ]; then
-  sed -n '2,11p' "$0" >&2
+  sed -n '2,10p' "$0" >&2
   exit 2
 fi
 rounds=$1 ws=$2 ops=$3 min=$4 max=$5
@@ -23,14 +23,15 @@ for _ in $(seq "$rounds"); do
   for bin in "$@"; do
     "$distrun" --nproc-per-node "$ws" --cpu-bind core -- "$bin" --ops "$ops" \
       --min-bytes "$min" --max-bytes "$max" --batches 21 2>&1 |
-      grep -o 'distkit,.*' | sed "s|^|$bin,|" >>"$out"
+      { grep -o 'distkit,.*' || echo "ab_bench: no result from $bin" >&2; } |
+      sed "s|^|$bin,|" >>"$out"
   done
 done
 python3 - "$out" "$@" <<'PY'
 import collections, statistics, sys
 times = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    binary, _, op, ws, nbytes, us = line.strip().split(",")
+    binary, _, op, ws, nbytes, us = line.strip().rsplit(",", 5)
     times[(op, int(ws), int(nbytes), binary)].append(float(us))
 binaries = sys.argv[2:]
 print("op ws bytes", *binaries)
