@@ -69,10 +69,7 @@ uint64_t RingMaskFor(size_t capacity) {
 }  // namespace
 
 FlightRecorder::Ring::Ring(size_t capacity)
-    : mask(RingMaskFor(capacity + 1)),
-      entries(new Entry[mask + 1]),
-      calls(mask + 1),
-      errors(mask + 1) {}
+    : mask(RingMaskFor(capacity + 1)), entries(new Entry[mask + 1]) {}
 
 void FlightRecorder::Ring::Kept(size_t capacity, uint64_t* first,
                                 uint64_t* last) const {
@@ -151,7 +148,7 @@ void FlightRecorder::Describe(uint64_t id, std::string call) {
   LightMutexLock lock(&mu_);
   Ring& ring = RingOf(id);
   if (ring[id >> 1].id.load(std::memory_order_relaxed) != id) return;
-  ring.calls[(id >> 1) & ring.mask] = std::move(call);
+  ring.Set(ring.calls, id >> 1, std::move(call));
   if (id & 1) {
     UpdateP2P(id, kHasCall, kRunning, 0);
   } else {
@@ -180,7 +177,7 @@ void FlightRecorder::End(uint64_t id, const absl::Status& status) {
   if (id & 1) {
     LightMutexLock lock(&mu_);
     if (!status.ok() && p2p_[id >> 1].id.load() == id) {
-      p2p_.errors[(id >> 1) & p2p_.mask] = std::string(status.message());
+      p2p_.Set(p2p_.errors, id >> 1, std::string(status.message()));
     }
     UpdateP2P(id, 0, status.ok() ? kDone : kFailed, end);
     return;
@@ -199,8 +196,7 @@ void FlightRecorder::End(uint64_t id, const absl::Status& status) {
     return;
   }
   LightMutexLock lock(&mu_);
-  collectives_.errors[(id >> 1) & collectives_.mask] =
-      std::string(status.message());
+  collectives_.Set(collectives_.errors, id >> 1, std::string(status.message()));
   e.end_ticks.store(end, std::memory_order_relaxed);
   e.meta.store(WithState(e.meta.load(std::memory_order_relaxed), kFailed),
                std::memory_order_release);
@@ -251,7 +247,8 @@ std::vector<FlightRecorder::Record> FlightRecorder::KeptRecords() const {
 std::string FlightRecorder::CallOf(const Record& r) const {
   if (!(r.meta & kHasSignature)) {
     const Ring& ring = RingOf(r.id);
-    return (r.meta & kHasCall) ? ring.calls[(r.id >> 1) & ring.mask] : "";
+    return (r.meta & kHasCall) ? Ring::Get(ring.calls, r.id >> 1, ring.mask)
+                               : "";
   }
   OpSignature signature;
   signature.seq = r.seq;
@@ -293,7 +290,7 @@ std::string FlightRecorder::Text() const {
                         : absl::ToUnixMicros(TimeOf(r.end_ticks, now)),
                     " call=\"", CallOf(r), "\"");
     const Ring& ring = RingOf(r.id);
-    const std::string& error = ring.errors[(r.id >> 1) & ring.mask];
+    const std::string& error = Ring::Get(ring.errors, r.id >> 1, ring.mask);
     if (state == kFailed && !error.empty()) {
       absl::StrAppend(&out, " error=\"", error, "\"");
     }

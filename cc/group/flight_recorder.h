@@ -120,9 +120,19 @@ class FlightRecorder {
     // every operation, sends and receives beside them).
     alignas(64) std::atomic<uint64_t> next{0};
     // Descriptions and errors by ring index (under the recorder's lock),
-    // valid while the entry's flag or state says so.
+    // valid while the entry's flag or state says so; sized when first
+    // written (most groups' collectives never write one).
     alignas(64) std::vector<std::string> calls;
     std::vector<std::string> errors;
+    void Set(std::vector<std::string>& strings, uint64_t n, std::string s) {
+      if (strings.empty()) strings.resize(mask + 1);
+      strings[n & mask] = std::move(s);
+    }
+    static const std::string& Get(const std::vector<std::string>& strings,
+                                  uint64_t n, uint64_t mask) {
+      static const std::string* const kNone = new std::string();
+      return strings.empty() ? *kNone : strings[n & mask];
+    }
   };
 
   // One entry as read at one moment (Snapshot).
