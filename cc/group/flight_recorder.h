@@ -95,7 +95,7 @@ class FlightRecorder {
   // run one at a time (its op queue), so theirs numbers them with a plain
   // increment, where a shared counter took a locked instruction, which
   // waits for every store before it, on every operation; sends and
-  // receives run on several lanes at once and take a fetch_add.
+  // receives run on several lanes at once and write theirs under the lock.
   // Measured (tools/dkbench RESULTS.md, "The cost of safety, second pass"):
   // the record's lines leaving the cache and that locked add cost more than
   // the record's own instructions.
