@@ -86,22 +86,27 @@ FlightRecorder::FlightRecorder(std::string group, int global_rank)
       collectives_(capacity_),
       p2p_(capacity_) {}
 
+void FlightRecorder::Fill(Entry& e, const OpContext& ctx, int64_t start,
+                          bool point_to_point) {
+  e.seq.store(ctx.seq, std::memory_order_relaxed);
+  e.start_ticks.store(start, std::memory_order_relaxed);
+  e.end_ticks.store(0, std::memory_order_relaxed);
+  // Running, nothing described.
+  e.meta.store(static_cast<uint64_t>(ctx.op) | (point_to_point ? kP2P : 0),
+               std::memory_order_relaxed);
+}
+
 uint64_t FlightRecorder::Begin(const OpContext& ctx, bool point_to_point) {
   // No lock, no precise clock, no division, and for a collective no locked
   // instruction: this runs on every operation (see Ring).
   const int64_t start = Ticks();
-  const uint64_t meta =
-      static_cast<uint64_t>(ctx.op) | (point_to_point ? kP2P : 0);
   if (point_to_point) {
     LightMutexLock lock(&mu_);
     const uint64_t n = p2p_.next.load(std::memory_order_relaxed) + 1;
     Entry& e = p2p_[n];
     const uint64_t id = n << 1 | 1;
     e.id.store(id, std::memory_order_relaxed);
-    e.seq.store(ctx.seq, std::memory_order_relaxed);
-    e.start_ticks.store(start, std::memory_order_relaxed);
-    e.end_ticks.store(0, std::memory_order_relaxed);
-    e.meta.store(meta, std::memory_order_relaxed);
+    Fill(e, ctx, start, true);
     p2p_.next.store(n, std::memory_order_relaxed);
     return id;
   }
@@ -114,10 +119,7 @@ uint64_t FlightRecorder::Begin(const OpContext& ctx, bool point_to_point) {
   // Invalid while filled (a reader's Snapshot sees the id change).
   e.id.store(0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  e.seq.store(ctx.seq, std::memory_order_relaxed);
-  e.start_ticks.store(start, std::memory_order_relaxed);
-  e.end_ticks.store(0, std::memory_order_relaxed);
-  e.meta.store(meta, std::memory_order_relaxed);  // running, not described
+  Fill(e, ctx, start, false);
   e.id.store(id, std::memory_order_release);
   // Published after the entry (readers, under the lock, go up to it).
   collectives_.next.store(n, std::memory_order_release);
@@ -125,11 +127,9 @@ uint64_t FlightRecorder::Begin(const OpContext& ctx, bool point_to_point) {
 }
 
 void FlightRecorder::Describe(uint64_t id, const OpSignature& signature) {
-  if (id & 1) {  // a send or receive (they describe themselves in words)
-    LightMutexLock lock(&mu_);
-    UpdateP2P(id, 0, kRunning, 0);
-    return;
-  }
+  // Only collectives agree on a signature (sends and receives describe
+  // themselves in words).
+  if (id & 1) return;
   // No lock: this runs on every collective, on the operation's own thread,
   // the only one that writes its entry.
   Entry& e = collectives_[id >> 1];
@@ -146,24 +146,20 @@ void FlightRecorder::Describe(uint64_t id, const OpSignature& signature) {
 
 void FlightRecorder::Describe(uint64_t id, std::string call) {
   LightMutexLock lock(&mu_);
-  Ring& ring = RingOf(id);
-  if (ring[id >> 1].id.load(std::memory_order_relaxed) != id) return;
-  ring.Set(ring.calls, id >> 1, std::move(call));
-  if (id & 1) {
-    UpdateP2P(id, kHasCall, kRunning, 0);
-  } else {
-    Entry& e = ring[id >> 1];
-    e.meta.store(e.meta.load(std::memory_order_relaxed) | kHasCall,
-                 std::memory_order_release);
-  }
+  MarkLocked(id, kHasCall, kRunning, 0, &RingOf(id).calls, std::move(call));
 }
 
-void FlightRecorder::UpdateP2P(uint64_t id, uint64_t set, State state,
-                               int64_t end_ticks) {
-  // Under the lock, as every write to this ring: an entry reused meanwhile
-  // (the ring wrapped under this operation, still in flight) is left alone.
-  Entry& e = p2p_[id >> 1];
+void FlightRecorder::MarkLocked(uint64_t id, uint64_t set, State state,
+                                int64_t end_ticks,
+                                std::vector<std::string>* strings,
+                                std::string text) {
+  // An entry reused meanwhile (a send's or receive's ring wrapped under it,
+  // still in flight) is left alone; every write to that ring is under the
+  // lock.
+  Ring& ring = RingOf(id);
+  Entry& e = ring[id >> 1];
   if (e.id.load(std::memory_order_relaxed) != id) return;
+  if (strings != nullptr) ring.Set(*strings, id >> 1, std::move(text));
   uint64_t meta = e.meta.load(std::memory_order_relaxed) | set;
   if (state != kRunning) {
     e.end_ticks.store(end_ticks, std::memory_order_relaxed);
@@ -174,17 +170,9 @@ void FlightRecorder::UpdateP2P(uint64_t id, uint64_t set, State state,
 
 void FlightRecorder::End(uint64_t id, const absl::Status& status) {
   const int64_t end = Ticks();
-  if (id & 1) {
-    LightMutexLock lock(&mu_);
-    if (!status.ok() && p2p_[id >> 1].id.load() == id) {
-      p2p_.Set(p2p_.errors, id >> 1, std::string(status.message()));
-    }
-    UpdateP2P(id, 0, status.ok() ? kDone : kFailed, end);
-    return;
-  }
-  Entry& e = collectives_[id >> 1];
-  if (status.ok()) {
-    // No lock, as in Describe.
+  if (status.ok() && !(id & 1)) {
+    // A collective that succeeded: no lock, as in Describe.
+    Entry& e = collectives_[id >> 1];
     e.end_ticks.store(end, std::memory_order_relaxed);
     e.meta.store(WithState(e.meta.load(std::memory_order_relaxed), kDone),
                  std::memory_order_release);
@@ -196,10 +184,12 @@ void FlightRecorder::End(uint64_t id, const absl::Status& status) {
     return;
   }
   LightMutexLock lock(&mu_);
-  collectives_.Set(collectives_.errors, id >> 1, std::string(status.message()));
-  e.end_ticks.store(end, std::memory_order_relaxed);
-  e.meta.store(WithState(e.meta.load(std::memory_order_relaxed), kFailed),
-               std::memory_order_release);
+  if (status.ok()) {
+    MarkLocked(id, 0, kDone, end, nullptr, "");
+  } else {
+    MarkLocked(id, 0, kFailed, end, &RingOf(id).errors,
+               std::string(status.message()));
+  }
 }
 
 std::optional<FlightRecorder::Record> FlightRecorder::Snapshot(

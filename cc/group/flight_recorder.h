@@ -170,9 +170,15 @@ class FlightRecorder {
   // What the record says this rank called (the signature, formatted, or the
   // description).
   std::string CallOf(const Record& r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Marks a send's or receive's entry `id`, under the lock: `set` or'd into
-  // its meta, and its state changed to `state` unless kRunning.
-  void UpdateP2P(uint64_t id, uint64_t set, State state, int64_t end_ticks)
+  // Begin's fields of an entry, but its id.
+  static void Fill(Entry& e, const OpContext& ctx, int64_t start,
+                   bool point_to_point);
+  // Marks entry `id` under the lock, if it still holds that operation:
+  // `text` into its slot of `strings` (calls or errors; none if null), `set`
+  // or'd into its meta, and its state and end made `state` and `end_ticks`
+  // unless kRunning.
+  void MarkLocked(uint64_t id, uint64_t set, State state, int64_t end_ticks,
+                  std::vector<std::string>* strings, std::string text)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Now, on the recorder's clock: the time-stamp counter (FastTicks) for a
   // timeline, else the coarse real-time clock in nanoseconds.
