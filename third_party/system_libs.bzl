@@ -106,11 +106,19 @@ def _system_mpi_impl(rctx):
     rctx.file("BUILD.bazel", """
 package(default_visibility = ["//visibility:public"])
 
+# What distkit's product code uses: OpenMPI's declarations alone, so that
+# libdistkit.so never needs libmpi (cc/comm/mpi/mpi_library.h loads it).
 cc_library(
-    name = "mpi",
+    name = "headers",
     hdrs = glob(["include/*.h"]),
     includes = ["include"],
+)
+
+# Headers and libmpi, for programs that call MPI themselves (mpi_bench).
+cc_library(
+    name = "mpi",
     linkopts = {link},
+    deps = [":headers"],
 )
 """.format(link = _linkopts_literal([f for f in link if f])))
 

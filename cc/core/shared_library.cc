@@ -44,7 +44,8 @@ absl::StatusOr<SharedLibrary> OpenSharedLibrary(const LibrarySearch& search) {
   std::vector<std::string> tried;
   auto attempt = [&](const std::string& path, int extra_flags,
                      const char* label) -> void* {
-    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | extra_flags);
+    const int scope = search.global ? RTLD_GLOBAL : RTLD_LOCAL;
+    void* h = dlopen(path.c_str(), RTLD_NOW | scope | extra_flags);
     if (h == nullptr && label != nullptr) {
       tried.push_back(absl::StrCat(path, " (", label, ": ", DlError(), ")"));
     }

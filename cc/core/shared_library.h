@@ -1,6 +1,7 @@
-// Opening an optional system library (the CUDA runtime, NCCL) with dlopen at
-// first use, so that one libdistkit.so loads on machines with and without
-// them: they are never NEEDED entries. The search order, first hit wins:
+// Opening an optional system library (the CUDA runtime, NCCL, OpenMPI) with
+// dlopen at first use, so that one libdistkit.so loads on machines with and
+// without them: they are never NEEDED entries. The search order, first hit
+// wins:
 //   1. an explicit path in `override_env` (then only that path is tried);
 //   2. the same soname already loaded in this process (PyTorch's copy, say),
 //      so that one process never holds two instances;
@@ -27,6 +28,9 @@ struct LibrarySearch {
   std::string override_env;  // "DISTKIT_CUDART_LIBRARY"
   std::vector<std::string> dirs;
   std::vector<std::string> fallback_dirs;
+  // Opened RTLD_GLOBAL (else RTLD_LOCAL): for a library whose own plugins,
+  // loaded later with dlopen, resolve its symbols (OpenMPI's components).
+  bool global = false;
 };
 
 // A library opened by OpenSharedLibrary; it stays loaded for the process's

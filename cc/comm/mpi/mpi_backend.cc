@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "cc/comm/mpi/mpi_library.h"
 #include "cc/comm/mpi/mpi_runtime.h"
 #include "cc/comm/mpi/mpi_types.h"
 #include "cc/core/status.h"
@@ -41,14 +42,14 @@ int TagOf(absl::string_view name) {
 // ---- Construction --------------------------------------------------------
 
 MpiBackend::MpiBackend(MPI_Comm comm, int rank, int size)
-    : comm_(comm), rank_(rank), size_(size) {}
+    : mpi_(Mpi()), comm_(comm), rank_(rank), size_(size) {}
 
 MpiBackend::~MpiBackend() {
   int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && !abandoned_ && comm_ != MPI_COMM_WORLD &&
-      comm_ != MPI_COMM_NULL) {
-    DK_MPI(MPI_Comm_free(&comm_));
+  mpi_.Finalized(&finalized);
+  if (!finalized && !abandoned_ && comm_ != mpi_.comm_world &&
+      comm_ != mpi_.comm_null) {
+    DK_MPI(mpi_.CommFree(&comm_));
   }
 }
 
@@ -63,7 +64,7 @@ absl::StatusOr<std::unique_ptr<MpiBackend>> MpiBackend::CreateWorld(
         "new_group on an mpi group)"));
   }
   return std::unique_ptr<MpiBackend>(
-      new MpiBackend(MPI_COMM_WORLD, rank, size));
+      new MpiBackend(Mpi().comm_world, rank, size));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::Split(
@@ -71,16 +72,16 @@ absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::Split(
   int key = -1;
   for (size_t i = 0; i < parent_ranks.size(); ++i)
     if (parent_ranks[i] == rank_) key = static_cast<int>(i);
-  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm comm = mpi_.comm_null;
   DK_RETURN_IF_ERROR(
       Check(ctx,
-            DK_MPI(MPI_Comm_split(comm_, key >= 0 ? 0 : MPI_UNDEFINED,
+            DK_MPI(mpi_.CommSplit(comm_, key >= 0 ? 0 : MPI_UNDEFINED,
                                   std::max(key, 0), &comm)),
             "MPI_Comm_split"));
   if (key < 0) return std::unique_ptr<Backend>();
-  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  mpi_.CommSetErrhandler(comm, mpi_.errors_return);
   int size = 0;
-  MPI_Comm_size(comm, &size);
+  mpi_.CommSize(comm, &size);
   return std::unique_ptr<Backend>(new MpiBackend(comm, key, size));
 }
 
@@ -103,13 +104,13 @@ absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::CreateAmongMembers(
         "): an earlier operation on this MPI group timed out or was aborted; "
         "make new groups from a healthy one"));
   }
-  MPI_Group parent_group = MPI_GROUP_NULL, members = MPI_GROUP_NULL;
-  DK_RETURN_IF_ERROR(Check(ctx, DK_MPI(MPI_Comm_group(comm_, &parent_group)),
+  MPI_Group parent_group = mpi_.group_null, members = mpi_.group_null;
+  DK_RETURN_IF_ERROR(Check(ctx, DK_MPI(mpi_.CommGroup(comm_, &parent_group)),
                            "MPI_Comm_group"));
   const int rc =
-      DK_MPI(MPI_Group_incl(parent_group, static_cast<int>(parent_ranks.size()),
+      DK_MPI(mpi_.GroupIncl(parent_group, static_cast<int>(parent_ranks.size()),
                             parent_ranks.data(), &members));
-  DK_MPI(MPI_Group_free(&parent_group));
+  DK_MPI(mpi_.GroupFree(&parent_group));
   DK_RETURN_IF_ERROR(Check(ctx, rc, "MPI_Group_incl"));
   // MPI_Comm_create_group blocks until every member has called it, so it is
   // made outside MPI's lock (MPI_THREAD_MULTIPLE allows it): this group's
@@ -121,13 +122,14 @@ absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::CreateAmongMembers(
     absl::Mutex mu;
     bool done ABSL_GUARDED_BY(mu) = false;
     int rc ABSL_GUARDED_BY(mu) = MPI_SUCCESS;
-    MPI_Comm comm ABSL_GUARDED_BY(mu) = MPI_COMM_NULL;
+    MPI_Comm comm ABSL_GUARDED_BY(mu) = nullptr;  // the thread's result
   };
   auto outcome = std::make_shared<Outcome>();
-  std::thread([outcome, parent = comm_, members, tag = TagOf(name)]() mutable {
-    MPI_Comm comm = MPI_COMM_NULL;
-    const int rc = MPI_Comm_create_group(parent, members, tag, &comm);
-    DK_MPI(MPI_Group_free(&members));
+  std::thread([outcome, mpi = &mpi_, parent = comm_, members,
+               tag = TagOf(name)]() mutable {
+    MPI_Comm comm = mpi->comm_null;
+    const int rc = mpi->CommCreateGroup(parent, members, tag, &comm);
+    DK_MPI(mpi->GroupFree(&members));
     absl::MutexLock lock(&outcome->mu);
     outcome->rc = rc;
     outcome->comm = comm;
@@ -156,7 +158,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::CreateAmongMembers(
   }
   DK_RETURN_IF_ERROR(Check(ctx, outcome->rc, "MPI_Comm_create_group"));
   MPI_Comm comm = outcome->comm;
-  DK_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  DK_MPI(mpi_.CommSetErrhandler(comm, mpi_.errors_return));
   return std::unique_ptr<Backend>(
       new MpiBackend(comm, key, static_cast<int>(parent_ranks.size())));
 }
@@ -177,7 +179,7 @@ absl::Status MpiBackend::Complete(const OpContext& ctx, MPI_Request request) {
   int spins = 0;
   while (true) {
     int done = 0;
-    const int rc = DK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    const int rc = DK_MPI(mpi_.Test(&request, &done, MPI_STATUS_IGNORE));
     if (rc != MPI_SUCCESS) return Check(ctx, rc, "MPI_Test");
     if (done) return absl::OkStatus();
     absl::Status stuck;
@@ -204,7 +206,7 @@ absl::Status MpiBackend::AllGatherHost(const OpContext& ctx, const void* in,
                                        size_t bytes, void* out) {
   DK_ASSIGN_OR_RETURN(int n, Count(static_cast<int64_t>(bytes), ctx));
   return Nonblocking(ctx, "MPI_Iallgather", [&](MPI_Request* req) {
-    return MPI_Iallgather(in, n, MPI_BYTE, out, n, MPI_BYTE, comm_, req);
+    return mpi_.Iallgather(in, n, mpi_.byte, out, n, mpi_.byte, comm_, req);
   });
 }
 
@@ -213,8 +215,8 @@ absl::Status MpiBackend::AllReduce(const OpContext& ctx, TensorRef data,
   DK_ASSIGN_OR_RETURN(MpiTypeAndOp t, MpiReduction(data.dtype(), op));
   DK_ASSIGN_OR_RETURN(int n, Count(data.numel(), ctx));
   return Nonblocking(ctx, "MPI_Iallreduce", [&](MPI_Request* req) {
-    return MPI_Iallreduce(MPI_IN_PLACE, data.data(), n, t.type, t.op, comm_,
-                          req);
+    return mpi_.Iallreduce(MPI_IN_PLACE, data.data(), n, t.type, t.op, comm_,
+                           req);
   });
 }
 
@@ -222,8 +224,8 @@ absl::Status MpiBackend::Broadcast(const OpContext& ctx, TensorRef data,
                                    int root) {
   DK_ASSIGN_OR_RETURN(int n, Count(data.numel(), ctx));
   return Nonblocking(ctx, "MPI_Ibcast", [&](MPI_Request* req) {
-    return MPI_Ibcast(data.data(), n, MpiElementType(data.dtype()), root, comm_,
-                      req);
+    return mpi_.Ibcast(data.data(), n, MpiElementType(data.dtype()), root,
+                       comm_, req);
   });
 }
 
@@ -235,7 +237,7 @@ absl::Status MpiBackend::Reduce(const OpContext& ctx, TensorRef data,
   const void* send = rank_ == root ? MPI_IN_PLACE : data.data();
   void* recv = rank_ == root ? data.data() : nullptr;
   return Nonblocking(ctx, "MPI_Ireduce", [&](MPI_Request* req) {
-    return MPI_Ireduce(send, recv, n, t.type, t.op, root, comm_, req);
+    return mpi_.Ireduce(send, recv, n, t.type, t.op, root, comm_, req);
   });
 }
 
@@ -244,8 +246,8 @@ absl::Status MpiBackend::AllGather(const OpContext& ctx, TensorRef input,
   DK_ASSIGN_OR_RETURN(int n, Count(input.numel(), ctx));
   const MPI_Datatype type = MpiElementType(input.dtype());
   return Nonblocking(ctx, "MPI_Iallgather", [&](MPI_Request* req) {
-    return MPI_Iallgather(input.data(), n, type, output.data(), n, type, comm_,
-                          req);
+    return mpi_.Iallgather(input.data(), n, type, output.data(), n, type, comm_,
+                           req);
   });
 }
 
@@ -255,7 +257,7 @@ absl::Status MpiBackend::Gather(const OpContext& ctx, TensorRef input,
   const MPI_Datatype type = MpiElementType(input.dtype());
   void* recv = rank_ == root ? output.data() : nullptr;
   return Nonblocking(ctx, "MPI_Igather", [&](MPI_Request* req) {
-    return MPI_Igather(input.data(), n, type, recv, n, type, root, comm_, req);
+    return mpi_.Igather(input.data(), n, type, recv, n, type, root, comm_, req);
   });
 }
 
@@ -265,8 +267,8 @@ absl::Status MpiBackend::Scatter(const OpContext& ctx, TensorRef input,
   const MPI_Datatype type = MpiElementType(output.dtype());
   const void* send = rank_ == root ? input.data() : nullptr;
   return Nonblocking(ctx, "MPI_Iscatter", [&](MPI_Request* req) {
-    return MPI_Iscatter(send, n, type, output.data(), n, type, root, comm_,
-                        req);
+    return mpi_.Iscatter(send, n, type, output.data(), n, type, root, comm_,
+                         req);
   });
 }
 
@@ -275,8 +277,8 @@ absl::Status MpiBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
   DK_ASSIGN_OR_RETURN(MpiTypeAndOp t, MpiReduction(output.dtype(), op));
   DK_ASSIGN_OR_RETURN(int n, Count(output.numel(), ctx));
   return Nonblocking(ctx, "MPI_Ireduce_scatter_block", [&](MPI_Request* req) {
-    return MPI_Ireduce_scatter_block(input.data(), output.data(), n, t.type,
-                                     t.op, comm_, req);
+    return mpi_.IreduceScatterBlock(input.data(), output.data(), n, t.type,
+                                    t.op, comm_, req);
   });
 }
 
@@ -288,8 +290,8 @@ absl::Status MpiBackend::AllToAll(const OpContext& ctx, TensorRef input,
   if (input_splits.empty() && output_splits.empty()) {
     DK_ASSIGN_OR_RETURN(int n, Count(input.numel() / size_, ctx));
     return Nonblocking(ctx, "MPI_Ialltoall", [&](MPI_Request* req) {
-      return MPI_Ialltoall(input.data(), n, type, output.data(), n, type, comm_,
-                           req);
+      return mpi_.Ialltoall(input.data(), n, type, output.data(), n, type,
+                            comm_, req);
     });
   }
   std::vector<int> scounts(size_), sdispls(size_), rcounts(size_),
@@ -304,9 +306,9 @@ absl::Status MpiBackend::AllToAll(const OpContext& ctx, TensorRef input,
     rat += output_splits[r];
   }
   return Nonblocking(ctx, "MPI_Ialltoallv", [&](MPI_Request* req) {
-    return MPI_Ialltoallv(input.data(), scounts.data(), sdispls.data(), type,
-                          output.data(), rcounts.data(), rdispls.data(), type,
-                          comm_, req);
+    return mpi_.Ialltoallv(input.data(), scounts.data(), sdispls.data(), type,
+                           output.data(), rcounts.data(), rdispls.data(), type,
+                           comm_, req);
   });
 }
 
@@ -326,7 +328,7 @@ absl::Status MpiBackend::Send(const OpContext& ctx, TensorRef data, int dst,
   DK_RETURN_IF_ERROR(CheckTag(ctx, tag));
   DK_ASSIGN_OR_RETURN(int n, Count(static_cast<int64_t>(data.nbytes()), ctx));
   return Nonblocking(ctx, "MPI_Isend", [&](MPI_Request* req) {
-    return MPI_Isend(data.data(), n, MPI_BYTE, dst, tag, comm_, req);
+    return mpi_.Isend(data.data(), n, mpi_.byte, dst, tag, comm_, req);
   });
 }
 
@@ -335,7 +337,7 @@ absl::Status MpiBackend::Recv(const OpContext& ctx, TensorRef data, int src,
   DK_RETURN_IF_ERROR(CheckTag(ctx, tag));
   DK_ASSIGN_OR_RETURN(int n, Count(static_cast<int64_t>(data.nbytes()), ctx));
   return Nonblocking(ctx, "MPI_Irecv", [&](MPI_Request* req) {
-    return MPI_Irecv(data.data(), n, MPI_BYTE, src, tag, comm_, req);
+    return mpi_.Irecv(data.data(), n, mpi_.byte, src, tag, comm_, req);
   });
 }
 

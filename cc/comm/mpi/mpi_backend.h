@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cc/comm/backend.h"
+#include "cc/comm/mpi/mpi_library.h"
 #include "cc/comm/mpi/mpi_runtime.h"
 #include "cc/core/status.h"
 
@@ -87,7 +88,7 @@ class MpiBackend : public Backend {
   template <typename StartFn>
   absl::Status Nonblocking(const OpContext& ctx, const char* call,
                            StartFn start) {
-    MPI_Request request = MPI_REQUEST_NULL;
+    MPI_Request request = nullptr;  // set by start
     DK_RETURN_IF_ERROR(Check(ctx, DK_MPI(start(&request)), call));
     return Complete(ctx, request);
   }
@@ -97,6 +98,7 @@ class MpiBackend : public Backend {
   absl::Status Check(const OpContext& ctx, int rc, const char* call) const;
   absl::Status CheckTag(const OpContext& ctx, int tag) const;
 
+  const MpiLibrary& mpi_;
   MPI_Comm comm_;
   const int rank_;
   const int size_;

@@ -7,6 +7,7 @@
 #include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "cc/comm/mpi/mpi_library.h"
 #include "cc/core/status.h"
 
 namespace distkit {
@@ -17,26 +18,34 @@ absl::Status init_status;
 std::atomic<bool> request_abandoned{false};
 
 void FinalizeAtExit() {
+  const MpiLibrary& mpi = Mpi();
   int finalized = 0;
-  MPI_Finalized(&finalized);
+  mpi.Finalized(&finalized);
   // A request left pending by a timeout or abort could make MPI_Finalize
   // wait forever: skip it then (mpirun reports the abnormal exit).
-  if (!finalized && !request_abandoned.load()) MPI_Finalize();
+  if (!finalized && !request_abandoned.load()) mpi.Finalize();
 }
 
 void InitializeMpi() {
+  absl::StatusOr<const MpiLibrary*> loaded = LoadMpiLibrary();
+  if (!loaded.ok()) {
+    init_status = absl::FailedPreconditionError(
+        absl::StrCat("mpi: ", loaded.status().message()));
+    return;
+  }
+  const MpiLibrary& mpi = **loaded;
   int initialized = 0;
-  DK_MPI(MPI_Initialized(&initialized));
+  DK_MPI(mpi.Initialized(&initialized));
   int provided = 0;
   if (!initialized) {
-    if (DK_MPI(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE,
-                               &provided)) != MPI_SUCCESS) {
+    if (DK_MPI(mpi.InitThread(nullptr, nullptr, MPI_THREAD_MULTIPLE,
+                              &provided)) != MPI_SUCCESS) {
       init_status = absl::UnavailableError("MPI_Init_thread failed");
       return;
     }
     std::atexit(FinalizeAtExit);
   } else {
-    MPI_Query_thread(&provided);
+    mpi.QueryThread(&provided);
   }
   if (provided < MPI_THREAD_MULTIPLE) {
     init_status = absl::FailedPreconditionError(absl::StrCat(
@@ -45,7 +54,7 @@ void InitializeMpi() {
     return;
   }
   // Errors come back as codes, never abort the job from inside a call.
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  mpi.CommSetErrhandler(mpi.comm_world, mpi.errors_return);
 }
 
 }  // namespace
@@ -83,9 +92,10 @@ absl::Status EnsureMpi(absl::Duration timeout) {
 absl::StatusOr<std::pair<int, int>> MpiWorldRankAndSize(
     absl::Duration timeout) {
   DK_RETURN_IF_ERROR(EnsureMpi(timeout));
+  const MpiLibrary& mpi = Mpi();
   int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  mpi.CommRank(mpi.comm_world, &rank);
+  mpi.CommSize(mpi.comm_world, &size);
   return std::make_pair(rank, size);
 }
 
@@ -94,7 +104,7 @@ void MarkMpiRequestAbandoned() { request_abandoned = true; }
 std::string MpiError(int rc) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
-  MPI_Error_string(rc, text, &len);
+  Mpi().ErrorString(rc, text, &len);
   return std::string(text, len);
 }
 

@@ -5,51 +5,52 @@
 #include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "cc/comm/mpi/mpi_library.h"
 #include "cc/comm/reduce_kernels.h"
 
 namespace distkit {
 namespace {
 
 // The native MPI type of `dtype`, or MPI_DATATYPE_NULL (half types, bool).
-MPI_Datatype NativeType(DataType dtype) {
+MPI_Datatype NativeType(const MpiLibrary& mpi, DataType dtype) {
   switch (dtype) {
     case DataType::kFloat32:
-      return MPI_FLOAT;
+      return mpi.float32;
     case DataType::kFloat64:
-      return MPI_DOUBLE;
+      return mpi.float64;
     case DataType::kInt8:
-      return MPI_INT8_T;
+      return mpi.int8;
     case DataType::kUInt8:
-      return MPI_UINT8_T;
+      return mpi.uint8;
     case DataType::kInt32:
-      return MPI_INT32_T;
+      return mpi.int32;
     case DataType::kInt64:
-      return MPI_INT64_T;
+      return mpi.int64;
     default:
-      return MPI_DATATYPE_NULL;
+      return mpi.datatype_null;
   }
 }
 
-MPI_Op NativeOp(ReduceOp op) {
+MPI_Op NativeOp(const MpiLibrary& mpi, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-      return MPI_SUM;
+      return mpi.sum;
     case ReduceOp::kProduct:
-      return MPI_PROD;
+      return mpi.prod;
     case ReduceOp::kMin:
-      return MPI_MIN;
+      return mpi.min;
     case ReduceOp::kMax:
-      return MPI_MAX;
+      return mpi.max;
     case ReduceOp::kBand:
-      return MPI_BAND;
+      return mpi.band;
     case ReduceOp::kBor:
-      return MPI_BOR;
+      return mpi.bor;
     case ReduceOp::kBxor:
-      return MPI_BXOR;
+      return mpi.bxor;
     case ReduceOp::kMean:  // the contract sends a sum
       break;
   }
-  return MPI_OP_NULL;
+  return mpi.op_null;
 }
 
 constexpr int kNumDtypes = 9;
@@ -88,30 +89,34 @@ MPI_User_function* UserFunction(DataType dtype, ReduceOp op) {
 }  // namespace
 
 absl::StatusOr<MpiTypeAndOp> MpiReduction(DataType dtype, ReduceOp op) {
-  MPI_Datatype native = NativeType(dtype);
-  if (native != MPI_DATATYPE_NULL) return MpiTypeAndOp{native, NativeOp(op)};
+  const MpiLibrary& mpi = Mpi();
+  MPI_Datatype native = NativeType(mpi, dtype);
+  if (native != mpi.datatype_null) {
+    return MpiTypeAndOp{native, NativeOp(mpi, op)};
+  }
   absl::MutexLock lock(&user_mu);
   const int d = static_cast<int>(dtype), o = static_cast<int>(op);
   const size_t elem = ElementSize(dtype);
-  if (byte_types[elem] == MPI_DATATYPE_NULL || byte_types[elem] == 0) {
-    MPI_Type_contiguous(static_cast<int>(elem), MPI_BYTE, &byte_types[elem]);
-    MPI_Type_commit(&byte_types[elem]);
+  if (byte_types[elem] == mpi.datatype_null || byte_types[elem] == 0) {
+    mpi.TypeContiguous(static_cast<int>(elem), mpi.byte, &byte_types[elem]);
+    mpi.TypeCommit(&byte_types[elem]);
   }
-  if (user_ops[d][o] == MPI_OP_NULL || user_ops[d][o] == 0) {
+  if (user_ops[d][o] == mpi.op_null || user_ops[d][o] == 0) {
     MPI_User_function* fn = UserFunction(dtype, op);
     if (fn == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("mpi: no reduction for ", DataTypeName(dtype)));
     }
-    MPI_Op_create(fn, /*commute=*/1, &user_ops[d][o]);
+    mpi.OpCreate(fn, /*commute=*/1, &user_ops[d][o]);
   }
   return MpiTypeAndOp{byte_types[elem], user_ops[d][o]};
 }
 
 MPI_Datatype MpiElementType(DataType dtype) {
-  MPI_Datatype native = NativeType(dtype);
-  if (native != MPI_DATATYPE_NULL) return native;
-  return ElementSize(dtype) == 2 ? MPI_UINT16_T : MPI_UINT8_T;
+  const MpiLibrary& mpi = Mpi();
+  MPI_Datatype native = NativeType(mpi, dtype);
+  if (native != mpi.datatype_null) return native;
+  return ElementSize(dtype) == 2 ? mpi.uint16 : mpi.uint8;
 }
 
 }  // namespace distkit
