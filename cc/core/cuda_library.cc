@@ -79,11 +79,7 @@ CudaDeviceGuard::~CudaDeviceGuard() {
 }
 
 absl::StatusOr<const CudaLibrary*> LoadCudaLibrary() {
-  // Loaded once: dlopen is costly and its answer does not change.
-  static const absl::StatusOr<CudaLibrary>* const loaded =
-      new absl::StatusOr<CudaLibrary>(Load());
-  if (!loaded->ok()) return loaded->status();
-  return &**loaded;
+  return LoadOnce<CudaLibrary, Load>();
 }
 
 absl::Status CudaStatus(const CudaLibrary& cuda, cudaError_t e,

@@ -58,6 +58,17 @@ absl::Status ResolveSymbol(const SharedLibrary& library, const char* symbol,
   return absl::OkStatus();
 }
 
+// The process's one table of a library's entry points, made by `Load` at the
+// first call (thread-safe) and kept: dlopen is costly and its answer does not
+// change, so a library that failed to load fails alike on every call.
+template <typename Library, absl::StatusOr<Library> (*Load)()>
+absl::StatusOr<const Library*> LoadOnce() {
+  static const absl::StatusOr<Library>* const loaded =
+      new absl::StatusOr<Library>(Load());
+  if (!loaded->ok()) return loaded->status();
+  return &**loaded;
+}
+
 // `${env}/lib64` and `${env}/lib` when the variable is set and non-empty.
 std::vector<std::string> LibDirsFromEnv(const char* env);
 

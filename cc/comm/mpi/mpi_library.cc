@@ -1,6 +1,5 @@
 #include "cc/comm/mpi/mpi_library.h"
 
-#include <atomic>
 #include <cassert>
 
 #include "cc/core/shared_library.h"
@@ -8,8 +7,6 @@
 
 namespace distkit {
 namespace {
-
-std::atomic<const MpiLibrary*> loaded_library{nullptr};
 
 LibrarySearch MpiSearch() {
   LibrarySearch search;
@@ -102,17 +99,13 @@ absl::StatusOr<MpiLibrary> Load() {
 }  // namespace
 
 absl::StatusOr<const MpiLibrary*> LoadMpiLibrary() {
-  static const absl::StatusOr<MpiLibrary>* const loaded =
-      new absl::StatusOr<MpiLibrary>(Load());
-  if (!loaded->ok()) return loaded->status();
-  loaded_library.store(&**loaded, std::memory_order_release);
-  return &**loaded;
+  return LoadOnce<MpiLibrary, Load>();
 }
 
 const MpiLibrary& Mpi() {
-  const MpiLibrary* library = loaded_library.load(std::memory_order_acquire);
-  assert(library != nullptr && "an MPI call before EnsureMpi loaded OpenMPI");
-  return *library;
+  absl::StatusOr<const MpiLibrary*> library = LoadMpiLibrary();
+  assert(library.ok() && "an MPI call before EnsureMpi loaded OpenMPI");
+  return **library;
 }
 
 }  // namespace distkit

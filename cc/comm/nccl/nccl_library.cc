@@ -52,10 +52,7 @@ absl::StatusOr<NcclLibrary> Load() {
 }  // namespace
 
 absl::StatusOr<const NcclLibrary*> LoadNcclLibrary() {
-  static const absl::StatusOr<NcclLibrary>* const loaded =
-      new absl::StatusOr<NcclLibrary>(Load());
-  if (!loaded->ok()) return loaded->status();
-  return &**loaded;
+  return LoadOnce<NcclLibrary, Load>();
 }
 
 }  // namespace distkit
