@@ -1,6 +1,7 @@
 #include "cc/core/shared_library.h"
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <cstdlib>
 #include <utility>
@@ -44,8 +45,7 @@ absl::StatusOr<SharedLibrary> OpenSharedLibrary(const LibrarySearch& search) {
   std::vector<std::string> tried;
   auto attempt = [&](const std::string& path, int extra_flags,
                      const char* label) -> void* {
-    const int scope = search.global ? RTLD_GLOBAL : RTLD_LOCAL;
-    void* h = dlopen(path.c_str(), RTLD_NOW | scope | extra_flags);
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | extra_flags);
     if (h == nullptr && label != nullptr) {
       tried.push_back(absl::StrCat(path, " (", label, ": ", DlError(), ")"));
     }
@@ -82,6 +82,30 @@ absl::StatusOr<SharedLibrary> OpenSharedLibrary(const LibrarySearch& search) {
                    ") is not installed or cannot be loaded; tried ",
                    absl::StrJoin(tried, "; "), ". Set ", search.override_env,
                    " to its path"));
+}
+
+absl::Status PromoteToGlobal(const SharedLibrary& library) {
+  struct link_map* map = nullptr;
+  if (dlinfo(library.handle, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("dlinfo(", library.path, "): ", DlError()));
+  }
+  // Opening an open library again with RTLD_NOLOAD only changes its flags.
+  if (dlopen(map->l_name, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL) == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("making ", map->l_name, "'s symbols global: ", DlError()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> FindGlobalSymbol(const char* symbol) {
+  dlerror();
+  void* p = dlsym(RTLD_DEFAULT, symbol);
+  if (p == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no global ", symbol, " (", DlError(), ")"));
+  }
+  return p;
 }
 
 absl::StatusOr<void*> FindSymbol(const SharedLibrary& library,

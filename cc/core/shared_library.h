@@ -28,9 +28,6 @@ struct LibrarySearch {
   std::string override_env;  // "DISTKIT_CUDART_LIBRARY"
   std::vector<std::string> dirs;
   std::vector<std::string> fallback_dirs;
-  // Opened RTLD_GLOBAL (else RTLD_LOCAL): for a library whose own plugins,
-  // loaded later with dlopen, resolve its symbols (OpenMPI's components).
-  bool global = false;
 };
 
 // A library opened by OpenSharedLibrary; it stays loaded for the process's
@@ -47,6 +44,19 @@ absl::StatusOr<SharedLibrary> OpenSharedLibrary(const LibrarySearch& search);
 // it is missing (a library too old for this distkit).
 absl::StatusOr<void*> FindSymbol(const SharedLibrary& library,
                                  const char* symbol);
+
+// Makes `library`'s symbols global (RTLD_GLOBAL), for a library whose own
+// plugins, opened later with dlopen, resolve them from the global scope
+// (OpenMPI's components). Done once its entry points were found, so that a
+// wrong file named by an override never lands in the global scope.
+absl::Status PromoteToGlobal(const SharedLibrary& library);
+
+// The process's definition of the data symbol `symbol` as the loader binds
+// it (RTLD_DEFAULT): the executable's copy where it has one (a copy
+// relocation, as a PIE that names a library's global gets), else the
+// library's own. A library's globals must be taken this way, not from its
+// handle, once it is in the global scope.
+absl::StatusOr<void*> FindGlobalSymbol(const char* symbol);
 
 // Resolves `symbol` into the function pointer `*out`.
 template <typename Fn>

@@ -18,16 +18,17 @@ LibrarySearch MpiSearch() {
       search.dirs.push_back(std::move(dir));
     }
   }
-  search.global = true;
   return search;
 }
 
 // A predefined handle: the address of libmpi's global `symbol`, as mpi.h's
-// OMPI_PREDEFINED_GLOBAL makes it.
+// OMPI_PREDEFINED_GLOBAL makes it. The one libmpi itself binds to, which
+// is the executable's copy where a program linked with libmpi names the
+// handle (a copy relocation), so taken from the global scope, not from
+// libmpi's handle.
 template <typename Handle>
-absl::Status ResolveHandle(const SharedLibrary& lib, const char* symbol,
-                           Handle* out) {
-  DK_ASSIGN_OR_RETURN(void* address, FindSymbol(lib, symbol));
+absl::Status ResolveHandle(const char* symbol, Handle* out) {
+  DK_ASSIGN_OR_RETURN(void* address, FindGlobalSymbol(symbol));
   *out = reinterpret_cast<Handle>(address);
   return absl::OkStatus();
 }
@@ -69,8 +70,11 @@ absl::StatusOr<MpiLibrary> Load() {
   DK_RESOLVE(Isend, MPI_Isend);
   DK_RESOLVE(Irecv, MPI_Irecv);
 #undef DK_RESOLVE
+  // Every entry point is there: an OpenMPI, not some other file an override
+  // named. Its components may now find it.
+  DK_RETURN_IF_ERROR(PromoteToGlobal(lib));
 #define DK_HANDLE(field, symbol) \
-  DK_RETURN_IF_ERROR(ResolveHandle(lib, #symbol, &m.field))
+  DK_RETURN_IF_ERROR(ResolveHandle(#symbol, &m.field))
   DK_HANDLE(comm_world, ompi_mpi_comm_world);
   DK_HANDLE(comm_null, ompi_mpi_comm_null);
   DK_HANDLE(group_null, ompi_mpi_group_null);

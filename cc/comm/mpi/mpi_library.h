@@ -2,19 +2,22 @@
 // resolved from libmpi.so.40 with dlopen when MPI is first initialized
 // (cc/core/shared_library.h), so that libdistkit.so loads without OpenMPI
 // and a rank process that never uses MPI never pays for it: libmpi and the
-// seven libraries it brings cost every process about 1.8 ms of dynamic
-// linking at start-up here, hundreds of ranks a host at a time.
+// seven libraries it brings cost every process about 2 ms of start-up here
+// (1.5-3.7 ms in alternated runs), hundreds of ranks a host at a time.
 //
 // Compiled against OpenMPI's mpi.h for the types. Its predefined handles
 // (MPI_COMM_WORLD, MPI_FLOAT, MPI_SUM, ...) are addresses of libmpi's
 // globals, so they come from the loaded library too (the fields below),
 // never from mpi.h's macros, which would make libmpi a link dependency
-// again (capi/abi_symbols_test.sh checks that it is not one).
+// again (capi/abi_symbols_test.sh checks that it is not one). They are
+// taken as the loader binds them: a program linked with libmpi that names
+// one holds its own copy, and libmpi uses that copy.
 //
-// Opened RTLD_GLOBAL: OpenMPI loads its own components (mca_*.so) with
-// dlopen, and they resolve libmpi's symbols from the global scope.
-// DISTKIT_MPI_LIBRARY names an exact file; else MPI_HOME's and OPAL_PREFIX's
-// lib directories and the loader path are searched.
+// Made global (RTLD_GLOBAL) once every entry point was found: OpenMPI loads
+// its own components (mca_*.so) with dlopen, and they resolve libmpi's
+// symbols from the global scope. DISTKIT_MPI_LIBRARY names an exact file;
+// else a libmpi.so.40 already loaded, MPI_HOME's and OPAL_PREFIX's lib
+// directories and the loader path, in that order.
 
 #ifndef DISTKIT_CC_COMM_MPI_MPI_LIBRARY_H_
 #define DISTKIT_CC_COMM_MPI_MPI_LIBRARY_H_

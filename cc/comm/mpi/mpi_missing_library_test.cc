@@ -1,6 +1,8 @@
-// Where OpenMPI cannot be loaded, libdistkit still loads (it never links
-// libmpi) and asking for an MPI group is a clear error naming what was
-// tried, not a crash or a hang.
+// Where the OpenMPI distkit is told to use cannot be loaded, asking for an
+// MPI group is a clear error naming what was tried, not a crash or a hang.
+// (That libdistkit.so loads without OpenMPI at all is
+// capi/abi_symbols_test.sh's: it has no NEEDED libmpi and no MPI symbol
+// left to resolve.)
 #include <cstdlib>
 
 #include "absl/time/time.h"
