@@ -1,24 +1,59 @@
 #include "cc/elastic/host_collectives.h"
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cc/core/device_staging.h"
+#include "cc/core/status.h"
 #include "cc/core/tensor_ref.h"
 
 namespace distkit {
 namespace elastic {
 
+namespace {
+
+std::atomic<int64_t> allocation_limit{-1};
+
+}  // namespace
+
+void SetHostAllocationLimitForTesting(int64_t bytes) {
+  allocation_limit = bytes;
+}
+
 absl::StatusOr<HostBuffer> AllocateHost(int64_t bytes, const char* what) {
   void* p = nullptr;
-  if (posix_memalign(&p, kHostAlign,
+  const int64_t limit = allocation_limit.load(std::memory_order_relaxed);
+  if ((limit >= 0 && bytes > limit) ||
+      posix_memalign(&p, kHostAlign,
                      static_cast<size_t>(std::max<int64_t>(bytes, 1))) != 0) {
     return absl::ResourceExhaustedError(
         absl::StrCat(what, ": cannot allocate ", bytes, " bytes"));
   }
   return HostBuffer(static_cast<char*>(p));
+}
+
+absl::Status AgreeReady(ProcessGroup& group, const absl::Status& mine,
+                        absl::string_view what) {
+  int64_t code = static_cast<int64_t>(mine.code());
+  std::vector<int64_t> codes(static_cast<size_t>(group.size()));
+  DK_RETURN_IF_ERROR(
+      AllGatherHost(group, &code, codes.data(), 1, DataType::kInt64));
+  if (!mine.ok()) return mine;
+  std::vector<int> failed;
+  for (int r = 0; r < group.size(); ++r) {
+    if (codes[r] != 0) failed.push_back(r);
+  }
+  if (failed.empty()) return absl::OkStatus();
+  const auto first = static_cast<absl::StatusCode>(codes[failed[0]]);
+  return absl::Status(
+      first, absl::StrCat(what, " on group '", group.name(), "': member(s) ",
+                          absl::StrJoin(failed, ", "), " failed there (",
+                          absl::StatusCodeToString(first),
+                          ") before the exchange; nothing was exchanged"));
 }
 
 absl::Status AllGatherHost(ProcessGroup& group, void* in, void* out,

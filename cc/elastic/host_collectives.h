@@ -1,7 +1,8 @@
 // The collectives a snapshot makes, on host buffers: staged through the
 // group's comm device where that is not the host (NCCL's), so snapshots
 // work on every backend. Also the allocation a snapshot's copies use, whose
-// failure is an error, not an exception.
+// failure is an error, not an exception, and the agreement that makes a
+// failure before a collective step an error on every member at once.
 
 #ifndef DISTKIT_CC_ELASTIC_HOST_COLLECTIVES_H_
 #define DISTKIT_CC_ELASTIC_HOST_COLLECTIVES_H_
@@ -13,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "cc/core/data_type.h"
 #include "cc/group/process_group.h"
 
@@ -33,6 +35,21 @@ inline constexpr size_t kHostAlign = 64;
 // uninitialised (the caller writes every byte it reads), or
 // RESOURCE_EXHAUSTED naming `what`.
 absl::StatusOr<HostBuffer> AllocateHost(int64_t bytes, const char* what);
+
+// For tests: AllocateHost fails, as out of memory, for more than `bytes` in
+// this process (negative: no limit, the default).
+void SetHostAllocationLimitForTesting(int64_t bytes);
+
+// Whether every member is ready for the collective step that follows:
+// `mine` is this member's outcome of what it did first (an allocation for
+// the step). Every member takes part even where its own failed, so that a
+// failure on one is an error on all at once, naming it, instead of the
+// others waiting for it until the op timeout. This member's own error where
+// it failed; else, where another failed, that member's status code with a
+// message naming `what`, the group and the failed members. Nothing moved,
+// so the group stays usable.
+absl::Status AgreeReady(ProcessGroup& group, const absl::Status& mine,
+                        absl::string_view what);
 
 // `count` elements of `dtype` at `in` from every member into `out` (count
 // times the group's size), in rank order.

@@ -116,7 +116,10 @@ absl::Status ShardedSnapshot::Commit(ProcessGroup& group) {
   buffers_.Freeze();
   const int n = group.size();
   const int me = group.rank();
-  DK_ASSIGN_OR_RETURN(Blob own, PackLocked());
+  absl::StatusOr<Blob> packed = PackLocked();
+  DK_RETURN_IF_ERROR(
+      AgreeReady(group, packed.status(), "sharded snapshot commit"));
+  Blob own = *std::move(packed);
   // 1. Every member's newest commit, shard size and registration.
   int64_t newest = 0;
   if (in_force_) newest = std::max(newest, in_force_->number);
@@ -149,8 +152,11 @@ absl::Status ShardedSnapshot::Commit(ProcessGroup& group) {
   if (n > 1) {
     const int left = (me + n - 1) % n, right = (me + 1) % n;
     const int64_t incoming = cards[3 * right + 1];
-    DK_ASSIGN_OR_RETURN(HostBuffer received,
-                        AllocateHost(incoming, "sharded snapshot"));
+    absl::StatusOr<HostBuffer> allocated =
+        AllocateHost(incoming, "sharded snapshot");
+    DK_RETURN_IF_ERROR(
+        AgreeReady(group, allocated.status(), "sharded snapshot commit"));
+    HostBuffer received = *std::move(allocated);
     std::vector<int64_t> send(n, 0), receive(n, 0);
     send[left] = own.bytes;
     receive[right] = incoming;
@@ -368,17 +374,22 @@ absl::StatusOr<ShardedSnapshot::Fetched> ShardedSnapshot::Fetch(
     received_bytes += receive[r];
   }
   if (traffic > 0) {
-    DK_ASSIGN_OR_RETURN(HostBuffer out, AllocateHost(sent, "sharded snapshot"));
+    // `traffic` is the same on every member: all of them agree here.
+    absl::StatusOr<HostBuffer> out = AllocateHost(sent, "sharded snapshot");
+    absl::StatusOr<HostBuffer> in =
+        out.ok() ? AllocateHost(received_bytes, "sharded snapshot")
+                 : out.status();
+    DK_RETURN_IF_ERROR(
+        AgreeReady(group, in.status(), "sharded snapshot fetch"));
     int64_t at = 0;
     for (const Blob* b : outgoing) {
-      std::memcpy(out.get() + at, b->data.get(), b->bytes);
+      std::memcpy(out->get() + at, b->data.get(), b->bytes);
       at += b->bytes;
     }
-    DK_ASSIGN_OR_RETURN(HostBuffer in,
-                        AllocateHost(received_bytes, "sharded snapshot"));
-    DK_RETURN_IF_ERROR(AllToAllHost(group, out.get(), in.get(), send, receive));
+    DK_RETURN_IF_ERROR(
+        AllToAllHost(group, out->get(), in->get(), send, receive));
     // Each sender's shards arrive in shard order, senders in rank order.
-    std::shared_ptr<char[]> arrived(std::move(in));
+    std::shared_ptr<char[]> arrived(*std::move(in));
     std::vector<int64_t> offset(n, 0);
     for (int r = 1; r < n; ++r) offset[r] = offset[r - 1] + receive[r - 1];
     for (int j : wants[me]) {

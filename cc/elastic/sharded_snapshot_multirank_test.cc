@@ -8,7 +8,8 @@
 // the commit's group are errors alike on every member; a commit interrupted
 // on one rank before its exchange leaves the previous commit to recover, one
 // interrupted before its barrier the new one (pending on the survivors); and
-// the group works after every case.
+// the group works after every case. A member that cannot allocate what a
+// commit or a fetch needs fails every member at once.
 
 #include <algorithm>
 #include <cstdint>
@@ -20,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cc/elastic/host_collectives.h"
 #include "cc/elastic/sharded_snapshot.h"
 #include "testing/cc/rank_check.h"
 #include "testing/cc/rank_env.h"
@@ -191,6 +193,69 @@ void Interrupted(ProcessGroup& world, ShardedSnapshot::StopForTesting where,
   CheckOk(world.Barrier(), "the world after the case");
 }
 
+// A member that cannot allocate what a commit or a fetch needs: every
+// member fails at once (not at the op timeout, which it is far inside), the
+// others naming it, nothing is committed, and the same calls succeed once
+// it can. Rank r's shard is r + 1 MiB.
+void AllocationFails(ProcessGroup& world) {
+  const int n = world.size(), me = world.rank();
+  std::vector<int> all;
+  for (int r = 0; r < n; ++r) all.push_back(r);
+  GroupOptions o;
+  o.timeout = testing::Scaled(absl::Seconds(20));
+  o.connect_timeout = absl::Seconds(60);
+  o.name = "allocation";
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g = world.NewGroup(all, o);
+  RequireOk(g.status(), "the allocation cases' group");
+  const int64_t mib = int64_t{1} << 20;
+  std::vector<char> w(static_cast<size_t>((me + 1) * mib),
+                      static_cast<char>(me + 1));
+  ShardedSnapshot s;
+  RequireOk(s.Register("w", w.data(), static_cast<int64_t>(w.size())),
+            "register");
+  auto fails_at_once = [&](const char* what, int victim, int64_t limit,
+                           auto call) {
+    if (me == victim) elastic::SetHostAllocationLimitForTesting(limit);
+    const absl::Time start = absl::Now();
+    const absl::Status status = call();
+    const absl::Duration took = absl::Now() - start;
+    elastic::SetHostAllocationLimitForTesting(-1);
+    Check(status.code() == absl::StatusCode::kResourceExhausted,
+          absl::StrCat(what, ": RESOURCE_EXHAUSTED, got ", status.ToString()));
+    Check(
+        me == victim || absl::StrContains(status.message(),
+                                          absl::StrCat("member(s) ", victim)),
+        absl::StrCat(what, ": names member ", victim, ": ", status.ToString()));
+    Check(took < o.timeout / 4,
+          absl::StrCat(what, ": fails at once, not at the op timeout (took ",
+                       absl::FormatDuration(took), ")"));
+  };
+  auto commit = [&] { return s.Commit(**g); };
+  // The last rank cannot pack its own shard; rank 0 packs its 1 MiB but
+  // cannot hold rank 1's 2 MiB copy.
+  fails_at_once("commit, a shard not packed", n - 1, mib / 2, commit);
+  fails_at_once("commit, a neighbour's copy not held", 0, mib + mib / 2,
+                commit);
+  Check(s.commit_number() == 0, "nothing committed after the failures");
+  CheckOk(s.Commit(**g), "the commit once memory is there");
+  Check(s.commit_number() == 1, "then committed");
+  // From 3 ranks a fetch of every shard moves shards (with 2 each rank
+  // holds both): rank 0 cannot take them in.
+  std::vector<int> every = all;
+  auto fetch = [&] { return s.Fetch(**g, every).status(); };
+  if (n > 2) fails_at_once("fetch", 0, mib / 2, fetch);
+  absl::StatusOr<ShardedSnapshot::Fetched> got = s.Fetch(**g, every);
+  CheckOk(got.status(), "the fetch once memory is there");
+  for (int j = 0; j < n && got.ok(); ++j) {
+    absl::StatusOr<absl::Span<const char>> shard = s.Shard(j, 0);
+    Check(shard.ok() && shard->size() == static_cast<size_t>((j + 1) * mib) &&
+              (*shard)[0] == static_cast<char>(j + 1) &&
+              shard->back() == static_cast<char>(j + 1),
+          absl::StrCat("fetched shard ", j, " is rank ", j, "'s"));
+  }
+  CheckOk(world.Barrier(), "the world after the allocation cases");
+}
+
 // Asking for its own shard alone: served from this rank's memory.
 void OwnShardIsLocal(ProcessGroup& world) {
   Trainer t(world.rank());
@@ -290,6 +355,7 @@ int Main() {
     Interrupted(world, ShardedSnapshot::StopForTesting::kBeforeBarrier, 2);
   }
   OwnShardIsLocal(world);
+  if (n > 1) AllocationFails(world);
   Errors(world);
   return testing::FinishChecks("sharded snapshot");
 }

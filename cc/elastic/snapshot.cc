@@ -109,12 +109,18 @@ absl::StatusOr<int64_t> Snapshot::Sync(ProcessGroup& group) {
                      "' holds a snapshot (Commit before the first step)"));
   }
   const int64_t total = buffers_.layout().total_bytes();
+  // Every receiver's copy first, agreed on, so that one that cannot
+  // allocate fails every member at once rather than the broadcast.
+  absl::StatusOr<HostBuffer> allocated =
+      me == source ? absl::StatusOr<HostBuffer>(HostBuffer())
+                   : AllocateHost(total, "snapshot");
+  DK_RETURN_IF_ERROR(AgreeReady(group, allocated.status(), "snapshot sync"));
   if (me == source) {
     if (total > 0) {
       DK_RETURN_IF_ERROR(BroadcastHost(group, held_.get(), total, source));
     }
   } else {
-    DK_ASSIGN_OR_RETURN(HostBuffer received, AllocateHost(total, "snapshot"));
+    HostBuffer received = *std::move(allocated);
     if (total > 0) {
       DK_RETURN_IF_ERROR(BroadcastHost(group, received.get(), total, source));
     }

@@ -3,7 +3,8 @@
 // rank holding none, as a replacement, included); registrations that differ
 // end in the same INVALID_ARGUMENT on every rank, naming the buffer and the
 // ranks; a group in which no one holds a snapshot is FAILED_PRECONDITION
-// everywhere; and the group still works afterwards.
+// everywhere; a receiver that cannot allocate its copy fails every rank at
+// once; and the group still works afterwards.
 
 #include <algorithm>
 #include <cstdint>
@@ -12,6 +13,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cc/elastic/host_collectives.h"
 #include "cc/elastic/snapshot.h"
 #include "testing/cc/rank_check.h"
 #include "testing/cc/rank_env.h"
@@ -81,6 +84,38 @@ void NobodyHoldsOne(ProcessGroup& world) {
         absl::StrCat("no snapshot anywhere: ", got.status().ToString()));
 }
 
+// Rank 0 commits; the last rank cannot allocate its copy: every rank fails
+// at once with RESOURCE_EXHAUSTED, the others naming it (not the broadcast
+// waiting for it until the op timeout), and a second Sync, with memory
+// there, loads rank 0's commit everywhere.
+void ReceiverCannotAllocate(ProcessGroup& world) {
+  const int me = world.rank(), last = world.size() - 1;
+  std::vector<double> w(3, me);
+  Snapshot s;
+  RequireOk(s.Register("w", w.data(), w.size() * sizeof(double)), "register");
+  if (me == 0) {
+    const std::vector<double> v = Weights(0, 1);
+    std::copy(v.begin(), v.end(), w.begin());  // in place: w is registered
+    RequireOk(s.Commit(), "commit");
+  }
+  if (me == last) elastic::SetHostAllocationLimitForTesting(8);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<int64_t> got = s.Sync(world);
+  const absl::Duration took = absl::Now() - start;
+  elastic::SetHostAllocationLimitForTesting(-1);
+  Check(got.status().code() == absl::StatusCode::kResourceExhausted &&
+            (me == last || absl::StrContains(got.status().message(),
+                                             absl::StrCat("member(s) ", last))),
+        absl::StrCat("a receiver without memory: ", got.status().ToString()));
+  Check(took < absl::Seconds(5),
+        absl::StrCat("fails at once (took ", absl::FormatDuration(took), ")"));
+  got = s.Sync(world);
+  CheckOk(got.status(), "sync with memory there");
+  Check(got.ok() && *got == 1 && w == Weights(0, 1),
+        absl::StrCat("rank 0's commit everywhere: commit ",
+                     got.ok() ? *got : -1, ", w ", absl::StrJoin(w, " ")));
+}
+
 // The last rank registers differently (`how`); every rank gets `want`.
 void Mismatch(ProcessGroup& world, const std::string& how,
               const std::string& want) {
@@ -112,6 +147,7 @@ int Main() {
   NewestCommitWins(world);
   NobodyHoldsOne(world);
   if (world.size() > 1) {
+    ReceiverCannotAllocate(world);
     const std::string last = absl::StrCat(world.size() - 1);
     Mismatch(world, "size",
              "buffer 'w' is 32 bytes on rank 0 but 24 bytes on rank " + last);
