@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "cc/comm/backend_registry.h"
+#include "cc/comm/mpi/mpi_job_store.h"
 #include "cc/core/bench_without.h"
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
@@ -220,19 +221,27 @@ absl::Status InitDist(absl::string_view launcher_name,
   }
   DK_RETURN_IF_ERROR(CheckBackend(options.backend));
   if (options.backend == "mpi") {
-    // MPI knows the ranks and connects them itself: no store is needed
-    // unless the launcher names one (MASTER_ADDR). Group bookkeeping then
-    // uses a store local to this process.
-    // mpirun's variables name this rank; the backend checks them against
-    // MPI_COMM_WORLD.
+    // MPI knows the ranks and connects them itself: where the launcher
+    // names no store (MASTER_ADDR), rank 0 serves one and MPI tells the
+    // others where (mpi_job_store.h), so that what needs a store shared
+    // across ranks (torch's new_group, the job watch) works as with one.
+    // mpirun's variables name this rank; MPI_COMM_WORLD must agree.
     if (std::getenv("MASTER_ADDR") == nullptr) {
       DK_ASSIGN_OR_RETURN(RendezvousInfo placement,
                           ParseMpiPlacement(Environment::FromProcess()));
       ExportTorchrunVariables(placement);
-      DK_RETURN_IF_ERROR(Join(std::make_shared<HashStore>(), nullptr,
-                              placement.rank, placement.world_size, options, "",
+      DK_ASSIGN_OR_RETURN(
+          MpiJobStore job,
+          ConnectJobStoreOverMpi(
+              placement.rank, placement.world_size,
+              placement.local_world_size == placement.world_size,
+              ConnectTimeout(options)));
+      const bool remote = job.server == nullptr;
+      DK_RETURN_IF_ERROR(Join(job.store, std::move(job.server), placement.rank,
+                              placement.world_size, options, "",
                               placement.local_rank));
-      StartJobWatch(nullptr, "");
+      StartJobWatch(remote && placement.world_size > 1 ? job.store : nullptr,
+                    job.address);
       return LocalGroupAfterJoin(options);
     }
   }

@@ -5,7 +5,8 @@
 #             Python ranks; torchrun's agent store holds MASTER_PORT)
 #   mpirun:   mpirun -np 3, init_dist('mpi') with the Gloo backend
 #   mpirun_torch: mpirun -np 3 and 4, init_dist('mpi') on the MPI backend,
-#             torch.distributed.new_group (a Python program)
+#             torch.distributed.new_group (a Python program); and -np 3
+#             without MASTER_ADDR (the store found through MPI)
 #   slurm:    3 processes started here with the variables srun sets
 #             (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODELIST in
 #             hostlist form; no MASTER_ADDR, no scontrol)
@@ -46,6 +47,12 @@ case "$mode" in
         --mca btl_vader_backing_directory "$session" \
         -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$(free_port)" -np "$np" "$check"
     done
+    # Without MASTER_ADDR: rank 0 serves the store and MPI tells the others
+    # where (cc/comm/mpi/mpi_job_store.h).
+    env -u MASTER_ADDR -u MASTER_PORT TMPDIR="$session" timeout --signal=KILL 120 \
+      mpirun --allow-run-as-root --oversubscribe --mca btl self,vader,tcp \
+      --mca btl_tcp_if_include lo --mca btl_vader_backing_directory "$session" \
+      -np 3 "$check"
     ;;
   slurm)
     pids=()

@@ -286,8 +286,9 @@ typedef struct dk_launcher_info {
  * ("node[01-03]" -> "node01"); the port MASTER_PORT, else 29500; without
  * SLURM_LOCALID the local rank is the rank modulo the GPUs (mmengine's rule;
  * counting them opens the CUDA runtime). "mpi" without MASTER_ADDR (unset,
- * as dk_init's mpi backend tests it) gives mpirun's placement only (what
- * the mpi backend joins with; no store). "none": rank 0 of 1. */
+ * as dk_init's mpi backend tests it) gives mpirun's placement only (no
+ * store address: there dk_init's mpi backend has rank 0 serve the store and
+ * finds it through MPI). "none": rank 0 of 1. */
 DK_EXPORT dk_status_t dk_launcher_info(const char* launcher,
                                        dk_launcher_info_t** out,
                                        dk_error_t** err);

@@ -6,6 +6,7 @@
 
 #include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cc/comm/mpi/mpi_library.h"
 #include "cc/core/status.h"
@@ -97,6 +98,30 @@ absl::StatusOr<std::pair<int, int>> MpiWorldRankAndSize(
   mpi.CommRank(mpi.comm_world, &rank);
   mpi.CommSize(mpi.comm_world, &size);
   return std::make_pair(rank, size);
+}
+
+absl::Status MpiBroadcastWorld(void* data, int bytes, int root,
+                               absl::Duration timeout) {
+  const MpiLibrary& mpi = Mpi();
+  const absl::Time deadline = absl::Now() + timeout;
+  MPI_Request request = nullptr;
+  int rc =
+      DK_MPI(mpi.Ibcast(data, bytes, mpi.byte, root, mpi.comm_world, &request));
+  while (rc == MPI_SUCCESS) {
+    int done = 0;
+    rc = DK_MPI(mpi.Test(&request, &done, MPI_STATUS_IGNORE));
+    if (rc == MPI_SUCCESS && done) return absl::OkStatus();
+    if (absl::Now() > deadline) {
+      MarkMpiRequestAbandoned();
+      return absl::DeadlineExceededError(absl::StrCat(
+          "mpi: a broadcast over MPI_COMM_WORLD from rank ", root,
+          " did not complete within ", absl::FormatDuration(timeout),
+          ": a rank of the job is frozen, gone or not in it"));
+    }
+    absl::SleepFor(absl::Microseconds(50));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("mpi: MPI_Ibcast over MPI_COMM_WORLD: ", MpiError(rc)));
 }
 
 void MarkMpiRequestAbandoned() { request_abandoned = true; }

@@ -36,6 +36,12 @@ absl::Status EnsureMpi(absl::Duration timeout);
 // This process's (rank, size) in MPI_COMM_WORLD; initializes MPI first.
 absl::StatusOr<std::pair<int, int>> MpiWorldRankAndSize(absl::Duration timeout);
 
+// `bytes` at `data` from `root` to every rank of MPI_COMM_WORLD (MPI
+// initialized), collective; DEADLINE_EXCEEDED when it has not completed
+// within `timeout` (a rank that never calls it).
+absl::Status MpiBroadcastWorld(void* data, int bytes, int root,
+                               absl::Duration timeout);
+
 // The lock every MPI call is made under (DK_MPI).
 absl::Mutex& MpiMutex();
 
