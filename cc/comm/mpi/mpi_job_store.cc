@@ -128,10 +128,16 @@ absl::StatusOr<MpiJobStore> ConnectJobStoreOverMpi(int rank, int size,
   }
   std::vector<std::string> tried;
   for (size_t i = 0; i < hosts.size(); ++i) {
-    // Each address gets an equal share of what is left, the last all of it.
+    // Each address but the last gets an equal share of what is left, at
+    // most 10 s (a refused connection is retried until its share ends), the
+    // last all of it.
     const absl::Duration left =
         std::max(absl::ZeroDuration(), deadline - absl::Now());
-    const absl::Duration share = left / static_cast<int64_t>(hosts.size() - i);
+    const absl::Duration share =
+        i + 1 == hosts.size()
+            ? left
+            : std::min(left / static_cast<int64_t>(hosts.size() - i),
+                       absl::Seconds(10));
     const std::string address = absl::StrCat(hosts[i], ":", port);
     absl::StatusOr<std::unique_ptr<TcpStore>> store =
         TcpStore::Connect({address, token, Store::kDefaultTimeout, share});
