@@ -232,16 +232,14 @@ absl::Status InitDist(absl::string_view launcher_name,
       ExportTorchrunVariables(placement);
       DK_ASSIGN_OR_RETURN(
           MpiJobStore job,
-          ConnectJobStoreOverMpi(
-              placement.rank, placement.world_size,
-              placement.local_world_size == placement.world_size,
-              ConnectTimeout(options)));
-      const bool remote = job.server == nullptr;
+          ConnectJobStoreOverMpi(placement.rank, placement.world_size,
+                                 ConnectTimeout(options)));
+      const bool watch =
+          job.shared && job.server == nullptr && placement.world_size > 1;
       DK_RETURN_IF_ERROR(Join(job.store, std::move(job.server), placement.rank,
                               placement.world_size, options, "",
                               placement.local_rank));
-      StartJobWatch(remote && placement.world_size > 1 ? job.store : nullptr,
-                    job.address);
+      StartJobWatch(watch ? job.store : nullptr, job.address);
       return LocalGroupAfterJoin(options);
     }
   }
@@ -297,7 +295,8 @@ absl::StatusOr<RendezvousInfo> LauncherInfo(absl::string_view launcher_name) {
   if (!launcher_name.empty()) {
     DK_ASSIGN_OR_RETURN(launcher, ParseLauncher(launcher_name));
   }
-  // The test dk_init's mpi path makes: no MASTER_ADDR, no store.
+  // The test dk_init's mpi path makes: no MASTER_ADDR, no store address
+  // (rank 0 serves the store there, found through MPI: mpi_job_store.h).
   if (launcher == Launcher::kMpi && !env.Has("MASTER_ADDR")) {
     return ParseMpiPlacement(env);
   }

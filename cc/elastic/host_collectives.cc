@@ -40,9 +40,10 @@ absl::Status AgreeReady(ProcessGroup& group, const absl::Status& mine,
                         absl::string_view what) {
   int64_t code = static_cast<int64_t>(mine.code());
   std::vector<int64_t> codes(static_cast<size_t>(group.size()));
-  DK_RETURN_IF_ERROR(
-      AllGatherHost(group, &code, codes.data(), 1, DataType::kInt64));
-  if (!mine.ok()) return mine;
+  const absl::Status gathered =
+      AllGatherHost(group, &code, codes.data(), 1, DataType::kInt64);
+  if (!mine.ok()) return mine;  // this member's own cause first
+  DK_RETURN_IF_ERROR(gathered);
   std::vector<int> failed;
   for (int r = 0; r < group.size(); ++r) {
     if (codes[r] != 0) failed.push_back(r);

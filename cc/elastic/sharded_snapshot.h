@@ -75,7 +75,9 @@ class ShardedSnapshot {
   // once every member holds its part; when the group fails first, this
   // rank keeps what it got of it as pending beside the commit in force (and
   // returns the error). INVALID_ARGUMENT on every member, naming the ranks,
-  // when the registrations' names differ.
+  // when the registrations' names differ; RESOURCE_EXHAUSTED on every member
+  // at once, the others naming it, when a member cannot allocate its copy
+  // or its neighbour's (nothing changes then).
   absl::Status Commit(ProcessGroup& group);
 
   // Collective over `group` (made after a change of membership). The
@@ -95,7 +97,8 @@ class ShardedSnapshot {
   // FAILED_PRECONDITION when no member holds a commit, DATA_LOSS naming the
   // shards and the ranks that held them when the newest commit's shards are
   // lost with no older commit whole, INVALID_ARGUMENT for a wanted index
-  // outside the commit's group.
+  // outside the commit's group, RESOURCE_EXHAUSTED (the others naming the
+  // member) when a member cannot allocate what it sends or receives.
   absl::StatusOr<Fetched> Fetch(ProcessGroup& group,
                                 std::optional<std::vector<int>> wanted);
 

@@ -240,10 +240,15 @@ void AllocationFails(ProcessGroup& world) {
   CheckOk(s.Commit(**g), "the commit once memory is there");
   Check(s.commit_number() == 1, "then committed");
   // From 3 ranks a fetch of every shard moves shards (with 2 each rank
-  // holds both): rank 0 cannot take them in.
+  // holds both): rank 0, the lowest holder of shards 0 and 1, cannot hold
+  // what it sends; the last rank, which sends nothing (the lower holder of
+  // its shard is its left neighbour), cannot hold what it receives.
   std::vector<int> every = all;
   auto fetch = [&] { return s.Fetch(**g, every).status(); };
-  if (n > 2) fails_at_once("fetch", 0, mib / 2, fetch);
+  if (n > 2) {
+    fails_at_once("fetch, what it sends", 0, mib / 2, fetch);
+    fails_at_once("fetch, what it receives", n - 1, mib / 2, fetch);
+  }
   absl::StatusOr<ShardedSnapshot::Fetched> got = s.Fetch(**g, every);
   CheckOk(got.status(), "the fetch once memory is there");
   for (int j = 0; j < n && got.ok(); ++j) {

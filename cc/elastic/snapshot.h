@@ -64,7 +64,9 @@ class Snapshot {
   // registered buffers; returns its number, which every member then holds.
   // INVALID_ARGUMENT on every member, naming the buffer and the ranks, when
   // the members' registrations differ; FAILED_PRECONDITION when no member
-  // holds a snapshot. When the broadcast fails (another rank lost), a rank
+  // holds a snapshot; RESOURCE_EXHAUSTED on every member at once (the others
+  // naming it) when a receiver cannot allocate its copy. When the broadcast
+  // fails (another rank lost), a rank
   // keeps the snapshot it held and its buffers are left as they were; Sync
   // again on the next group.
   absl::StatusOr<int64_t> Sync(ProcessGroup& group);

@@ -83,8 +83,9 @@ absl::StatusOr<RendezvousInfo> ParseRendezvous(
     const ParseOptions& options = {});
 
 // mpirun's placement of this process only (OpenMPI's OMPI_COMM_WORLD_* or
-// PMI's variables): rank, sizes, local and node rank, no store. For the mpi
-// backend, whose ranks connect through MPI itself.
+// PMI's variables): rank, sizes, local and node rank, no store address. For
+// the mpi backend, whose ranks connect through MPI itself (and find rank
+// 0's store through it: cc/comm/mpi/mpi_job_store.h).
 absl::StatusOr<RendezvousInfo> ParseMpiPlacement(const Environment& env);
 
 // What mmengine's init_dist exports under Slurm and MPI, so code that reads

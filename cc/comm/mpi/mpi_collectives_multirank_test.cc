@@ -1,5 +1,6 @@
 // Every operation of the mpi backend, for every dtype it takes, in every rank
-// of a job started by mpirun (init_dist('mpi', backend='mpi'): no store).
+// of a job started by mpirun (init_dist('mpi', backend='mpi'): no
+// MASTER_ADDR; rank 0's store found through MPI, and shared: checked).
 // Each rank checks each result against values it computes itself.
 #include <algorithm>
 #include <cmath>
@@ -192,6 +193,16 @@ int main() {
   testing::Require(world->backend_name() == "mpi", "backend");
   testing::Require(std::to_string(rank_) == std::getenv("OMPI_COMM_WORLD_RANK"),
                    "rank from MPI");
+  // One store for the job: every rank's increment lands in it.
+  std::shared_ptr<Store> store = dist::GetStore();
+  testing::RequireOk(store->Add("mpi_job_store_check", 1).status(),
+                     "add to the job's store");
+  testing::RequireOk(world->Barrier(), "barrier after the adds");
+  absl::StatusOr<int64_t> count = store->Add("mpi_job_store_check", 0);
+  testing::Check(
+      count.ok() && *count == size_,
+      absl::StrCat("the job's store is shared: ", count.ok() ? *count : -1,
+                   " of ", size_, " ranks counted"));
   for (DataType d :
        {DataType::kFloat32, DataType::kFloat64, DataType::kInt8,
         DataType::kUInt8, DataType::kInt32, DataType::kInt64,

@@ -100,13 +100,13 @@ absl::StatusOr<std::pair<int, int>> MpiWorldRankAndSize(
   return std::make_pair(rank, size);
 }
 
-absl::Status MpiBroadcastWorld(void* data, int bytes, int root,
-                               absl::Duration timeout) {
+absl::Status MpiWorldCollective(const char* what,
+                                absl::FunctionRef<int(MPI_Request*)> start,
+                                absl::Duration timeout) {
   const MpiLibrary& mpi = Mpi();
   const absl::Time deadline = absl::Now() + timeout;
   MPI_Request request = nullptr;
-  int rc =
-      DK_MPI(mpi.Ibcast(data, bytes, mpi.byte, root, mpi.comm_world, &request));
+  int rc = DK_MPI(start(&request));
   while (rc == MPI_SUCCESS) {
     int done = 0;
     rc = DK_MPI(mpi.Test(&request, &done, MPI_STATUS_IGNORE));
@@ -114,17 +114,19 @@ absl::Status MpiBroadcastWorld(void* data, int bytes, int root,
     if (absl::Now() > deadline) {
       MarkMpiRequestAbandoned();
       return absl::DeadlineExceededError(absl::StrCat(
-          "mpi: a broadcast over MPI_COMM_WORLD from rank ", root,
-          " did not complete within ", absl::FormatDuration(timeout),
+          "mpi: ", what, " over MPI_COMM_WORLD did not complete within ",
+          absl::FormatDuration(timeout),
           ": a rank of the job is frozen, gone or not in it"));
     }
     absl::SleepFor(absl::Microseconds(50));
   }
   return absl::UnavailableError(
-      absl::StrCat("mpi: MPI_Ibcast over MPI_COMM_WORLD: ", MpiError(rc)));
+      absl::StrCat("mpi: ", what, " over MPI_COMM_WORLD: ", MpiError(rc)));
 }
 
 void MarkMpiRequestAbandoned() { request_abandoned = true; }
+
+bool MpiRequestAbandoned() { return request_abandoned.load(); }
 
 std::string MpiError(int rc) {
   char text[MPI_MAX_ERROR_STRING] = {};

@@ -20,6 +20,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -36,11 +37,16 @@ absl::Status EnsureMpi(absl::Duration timeout);
 // This process's (rank, size) in MPI_COMM_WORLD; initializes MPI first.
 absl::StatusOr<std::pair<int, int>> MpiWorldRankAndSize(absl::Duration timeout);
 
-// `bytes` at `data` from `root` to every rank of MPI_COMM_WORLD (MPI
-// initialized), collective; DEADLINE_EXCEEDED when it has not completed
-// within `timeout` (a rank that never calls it).
-absl::Status MpiBroadcastWorld(void* data, int bytes, int root,
-                               absl::Duration timeout);
+// One nonblocking collective over MPI_COMM_WORLD (MPI initialized):
+// `start(&request)` runs under MpiMutex() and returns MPI's code, then the
+// request is polled to completion. DEADLINE_EXCEEDED naming `what` when it
+// has not completed within `timeout` (a rank that never calls it): the
+// request then stays pending (MarkMpiRequestAbandoned) and MPI may still
+// write the buffers `start` named, so they must outlive the process (heap
+// memory the caller leaks on that error).
+absl::Status MpiWorldCollective(const char* what,
+                                absl::FunctionRef<int(MPI_Request*)> start,
+                                absl::Duration timeout);
 
 // The lock every MPI call is made under (DK_MPI).
 absl::Mutex& MpiMutex();
@@ -48,6 +54,8 @@ absl::Mutex& MpiMutex();
 // A request was left pending (an operation timed out or was aborted):
 // MPI_Finalize could wait for it forever, so the exit skips it.
 void MarkMpiRequestAbandoned();
+// Whether one was.
+bool MpiRequestAbandoned();
 
 // MPI's text for an error code.
 std::string MpiError(int rc);
