@@ -184,11 +184,14 @@ class _BackgroundExchange(_OnItsThread):
         self._state._pending = None
         self._state._held = snapshot
 
-    def abort(self) -> None:
+    def abort(self) -> bool:
         """A member was lost: the exchange cannot complete (its group holds
-        every member) and must not wait out the group's timeout. Local."""
+        every member) and must not wait out the group's timeout. Local.
+        Whether it aborted the group (the thread still ran)."""
         if self._thread.is_alive():
             self._group.abort()
+            return True
+        return False
 
     def wait(self) -> None:
         """Raises the exchange's error as it was (a lost peer keeps its
@@ -290,12 +293,18 @@ class State:
         copying, self._copying = self._copying, None
         if copying is None:
             return
+        aborted = False
         if recovering and isinstance(copying, _BackgroundExchange):
-            copying.abort()  # what it had (pending) stays; the barrier cannot pass
+            # What it had (pending) stays; the barrier cannot pass.
+            aborted = copying.abort()
         try:
             copying.wait()
         except errors.DistkitError as e:
-            if not (recovering and e.code in _LOST_PEER):
+            # After that abort the exchange's next call on its group is
+            # refused (FAILED_PRECONDITION: the group was aborted) when the
+            # thread had not yet reached it: that too is the loss.
+            expected = e.code in _LOST_PEER or (aborted and e.code == errors.FAILED_PRECONDITION)
+            if not (recovering and expected):
                 raise
         except RuntimeError:
             if isinstance(copying, _BackgroundCopy):
