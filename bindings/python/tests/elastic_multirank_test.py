@@ -32,6 +32,7 @@ path is refused, the working directory stays empty). Launched by distrun
 with --max-replacements 2, or --min-ranks 1 for "shrink"."""
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -107,7 +108,9 @@ def main():
     # (FSDP: every survivor must end with the clear error).
     first_commit = "first_commit" in sys.argv[1:]
     replacement = elastic.membership.is_replacement()
-    workdir = tempfile.mkdtemp(prefix="elastic_ddp_")
+    # Under Bazel in the test's own directory, which Bazel removes (a killed
+    # rank cannot remove its own); a finished rank removes it too.
+    workdir = tempfile.mkdtemp(prefix="elastic_ddp_", dir=os.environ.get("TEST_TMPDIR"))
     os.chdir(workdir)
     real_save = torch.save
     torch.save = lambda obj, f, *a, **k: (real_save(obj, f, *a, **k) if hasattr(f, "write")
@@ -309,6 +312,8 @@ def main():
         check(0 < held <= bound,
               f"FSDP snapshot {held} B within 2/N of {whole} B plus one unit ({bound} B)")
     check(os.listdir(workdir) == [], f"nothing written to the working directory: {os.listdir(workdir)}")
+    os.chdir("/")
+    shutil.rmtree(workdir, ignore_errors=True)
     # Under --min-ranks the launcher lets a failing rank go while enough
     # remain: every rank fails when any check failed anywhere, so the last
     # one's failure is the job's.
