@@ -2,7 +2,11 @@
  * where shared memory carries the collectives, a group opens no TCP
  * connection between ranks until something needs one. A send / recv
  * connects that pair only; collectives of any size (a gather larger than a
- * shared-memory slot here) connect nothing more. With DISTKIT_SHM=0 (every
+ * shared-memory slot here) connect nothing more. Nor does such a group
+ * listen on a TCP port (Gloo 0.5 listens per pair, until the pair connects)
+ * or run Gloo's event-loop thread ("dk-gloo-loop") before its first send /
+ * recv; after it, the ranks that sent or received have the thread, the others
+ * still not. With DISTKIT_SHM=0 (every
  * collective over TCP) the full mesh is there from the start. Connections to
  * the job's store (DISTKIT_STORE's port) are not counted. */
 #define _DEFAULT_SOURCE
@@ -39,9 +43,39 @@ static unsigned port_of(const struct sockaddr_storage* a) {
   return 0;
 }
 
-/* This process's established TCP connections (read from its own
- * descriptors, exactly), except those to or from the store's port. */
-static long peer_connections(unsigned store_port) {
+/* Whether `fd` is a TCP socket of this process's that counts as `kind`,
+ * leaving out the store's port: an established connection, or a socket
+ * that listens. */
+enum socket_kind { ESTABLISHED, LISTENING };
+
+static int is_counted(int fd, enum socket_kind kind, unsigned store_port) {
+  int type = 0;
+  socklen_t len = sizeof(type);
+  struct sockaddr_storage local, peer;
+  socklen_t llen = sizeof(local), plen = sizeof(peer);
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
+      type != SOCK_STREAM ||
+      getsockname(fd, (struct sockaddr*)&local, &llen) != 0 ||
+      port_of(&local) == 0 || port_of(&local) == store_port) {
+    return 0; /* not TCP, or the store's */
+  }
+  if (kind == LISTENING) {
+    int listening = 0;
+    socklen_t alen = sizeof(listening);
+    return getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &alen) == 0 &&
+           listening;
+  }
+  struct tcp_info info;
+  socklen_t ilen = sizeof(info);
+  return getpeername(fd, (struct sockaddr*)&peer, &plen) == 0 &&
+         port_of(&peer) != store_port &&
+         getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &ilen) == 0 &&
+         info.tcpi_state == TCP_ESTABLISHED;
+}
+
+/* This process's TCP sockets of `kind` (read from its own descriptors,
+ * exactly), except those to, from or of the store's port. */
+static long tcp_sockets(enum socket_kind kind, unsigned store_port) {
   DIR* d = opendir("/proc/self/fd");
   if (d == NULL) return -1;
   long count = 0;
@@ -49,29 +83,37 @@ static long peer_connections(unsigned store_port) {
   while ((e = readdir(d)) != NULL) {
     const int fd = atoi(e->d_name);
     if (e->d_name[0] == '.' || fd == dirfd(d)) continue;
-    int type = 0;
-    socklen_t len = sizeof(type);
-    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
-        type != SOCK_STREAM) {
-      continue;
+    count += is_counted(fd, kind, store_port);
+  }
+  closedir(d);
+  return count;
+}
+
+static long peer_connections(unsigned store_port) {
+  return tcp_sockets(ESTABLISHED, store_port);
+}
+
+static long listening_sockets(unsigned store_port) {
+  return tcp_sockets(LISTENING, store_port);
+}
+
+/* This process's threads named `name` (/proc/self/task/N/comm). */
+static long threads_named(const char* name) {
+  DIR* d = opendir("/proc/self/task");
+  if (d == NULL) return -1;
+  long count = 0;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char path[300], comm[32] = {0};
+    snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+    FILE* f = fopen(path, "r");
+    if (f == NULL) continue; /* the thread has ended */
+    if (fgets(comm, sizeof(comm), f) != NULL) {
+      comm[strcspn(comm, "\n")] = '\0';
+      count += strcmp(comm, name) == 0;
     }
-    struct sockaddr_storage local, peer;
-    socklen_t llen = sizeof(local), plen = sizeof(peer);
-    if (getsockname(fd, (struct sockaddr*)&local, &llen) != 0 ||
-        getpeername(fd, (struct sockaddr*)&peer, &plen) != 0 ||
-        port_of(&local) == 0) {
-      continue; /* not connected, or not TCP */
-    }
-    struct tcp_info info;
-    socklen_t ilen = sizeof(info);
-    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &ilen) != 0 ||
-        info.tcpi_state != TCP_ESTABLISHED) {
-      continue;
-    }
-    if (port_of(&local) == store_port || port_of(&peer) == store_port) {
-      continue;
-    }
-    ++count;
+    fclose(f);
   }
   closedir(d);
   return count;
@@ -126,6 +168,18 @@ int main(void) {
   check_count(after_init == want_init,
               "peer connections after init + all_reduce", after_init,
               want_init);
+  /* One host on shared memory: no Gloo device yet, so no loop thread, and
+   * no pair, so no port. (Over TCP, or across hosts, Gloo is made at
+   * init.) */
+  const int same_host_shm = on_shm && hosts == 1 && size >= 2;
+  if (same_host_shm) {
+    check_count(listening_sockets(store_port) == 0,
+                "TCP ports listened on after init + all_reduce",
+                listening_sockets(store_port), 0);
+    check_count(threads_named("dk-gloo-loop") == 0,
+                "Gloo loop threads after init + all_reduce",
+                threads_named("dk-gloo-loop"), 0);
+  }
 
   if (size >= 2 && dk_test_rank <= 1) {
     float v = dk_test_rank == 0 ? 42.0f : 0.0f;
@@ -142,6 +196,13 @@ int main(void) {
       flat ? size - 1 : leader_links + (size >= 2 && dk_test_rank <= 1);
   check_count(after_p2p == want_p2p, "peer connections after one send/recv",
               after_p2p, want_p2p);
+  if (same_host_shm) {
+    /* Ranks 0 and 1 made their Gloo device for the send / recv. */
+    const long sent = dk_test_rank <= 1;
+    check_count(threads_named("dk-gloo-loop") == sent,
+                "Gloo loop threads after one send/recv",
+                threads_named("dk-gloo-loop"), sent);
+  }
 
   /* Larger than a shared-memory slot (1 MiB): still no TCP on one host. */
   int64_t part = 300000;

@@ -42,12 +42,13 @@ absl::StatusOr<std::unique_ptr<Backend>> Tcp(const BackendConfig& config,
 absl::StatusOr<std::unique_ptr<Backend>> SameHost(const BackendConfig& config) {
   BackendConfig tcp = config;
   tcp.store = Prefixed("tcp", config.store);
-  // Where shared memory carries the collectives, Gloo's pairs are connected
-  // only when something needs them (send / recv): a same-host group opens
-  // no TCP connection first.
+  // Where shared memory carries the collectives, Gloo is made, and its
+  // pairs connected, only when something needs them (send / recv): a
+  // same-host group has no Gloo thread or TCP connection first. The factory may
+  // run then, after this call: it holds its own copy of the config.
   return ShmBackend::MaybeWrap(
       Prefixed("shm", config.store), config.rank, config.size,
-      [&tcp](bool wrapped) { return Tcp(tcp, wrapped); }, config.timeout,
+      [tcp](bool wrapped) { return Tcp(tcp, wrapped); }, config.timeout,
       config.names);
 }
 

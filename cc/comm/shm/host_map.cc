@@ -8,7 +8,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "cc/core/status.h"
+#include "cc/store/gather_once.h"
 
 namespace distkit {
 
@@ -54,12 +57,23 @@ bool HostMap::ranks_in_host_order() const {
 
 absl::StatusOr<HostMap> HostMap::Exchange(Store& store, int rank, int size,
                                           absl::Duration timeout) {
-  DK_RETURN_IF_ERROR(store.Set(absl::StrCat("host/", rank), HostIdentity()));
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(absl::StrCat("host/", r));
-  DK_ASSIGN_OR_RETURN(std::vector<std::string> identities,
-                      store.MultiGetWithTimeout(keys, timeout));
-  return FromIdentities(identities);
+  // One rank reads every identity and publishes each rank's host index
+  // ("0,0,1,1"): the same map again from FromIdentities, since hosts are
+  // numbered in order of first appearance either way.
+  DK_ASSIGN_OR_RETURN(
+      std::string host_of,
+      GatherOnce(
+          store, "host/", "host identity", rank, size, HostIdentity(),
+          [](const std::vector<std::string>& identities) {
+            return absl::StrJoin(FromIdentities(identities).host_of, ",");
+          },
+          timeout));
+  std::vector<std::string> indices = absl::StrSplit(host_of, ',');
+  if (static_cast<int>(indices.size()) != size) {
+    return absl::InternalError(absl::StrCat("host map: ", indices.size(),
+                                            " entries for ", size, " ranks"));
+  }
+  return FromIdentities(indices);
 }
 
 }  // namespace distkit

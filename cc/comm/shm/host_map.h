@@ -35,7 +35,8 @@ struct HostMap {
   // ranks [h * n, (h + 1) * n)): rank order is host order.
   bool ranks_in_host_order() const;
 
-  // Collective: one set and one multi_get per rank on `store`.
+  // Collective over `store`: GatherOnce (cc/store/gather_once.h) of the
+  // ranks' identities, so about three store calls per rank.
   static absl::StatusOr<HostMap> Exchange(Store& store, int rank, int size,
                                           absl::Duration timeout);
   // From every rank's identity, in rank order.

@@ -36,9 +36,9 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
   DK_ASSIGN_OR_RETURN(std::unique_ptr<ShmMapping> mapping,
                       ShmMapping::Map(*store, rank, size, choices, timeout));
   if (mapping == nullptr) return make_gloo(false);
-  DK_ASSIGN_OR_RETURN(std::unique_ptr<Backend> gloo, make_gloo(true));
   std::unique_ptr<ShmBackend> b(new ShmBackend(
-      rank, size, std::move(gloo), std::move(mapping), std::move(names)));
+      rank, size, [make_gloo] { return make_gloo(true); }, std::move(mapping),
+      std::move(names)));
   ShmRankHeader* mine = b->layout().header(rank);
   // Group creation already refused a malformed value (ProcessGroup).
   absl::StatusOr<BenchWithout> without = BenchWithoutFromEnvironment();
@@ -53,11 +53,11 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
   return std::unique_ptr<Backend>(std::move(b));
 }
 
-ShmBackend::ShmBackend(int rank, int size, std::unique_ptr<Backend> gloo,
+ShmBackend::ShmBackend(int rank, int size, BackendOnFirstUse::Factory make_gloo,
                        std::unique_ptr<ShmMapping> mapping, RankNames names)
     : rank_(rank),
       size_(size),
-      gloo_(std::move(gloo)),
+      gloo_(std::move(make_gloo)),
       mapping_(std::move(mapping)),
       oversubscribed_(mapping_->layout().group()->oversubscribed != 0),
       steps_(mapping_->layout(), rank, std::move(names)),
@@ -72,7 +72,19 @@ ShmBackend::~ShmBackend() {
 
 void ShmBackend::Abort() {
   steps_.Abort();
-  gloo_->Abort();
+  gloo_.Abort();
+}
+
+absl::Status ShmBackend::Send(const OpContext& ctx, TensorRef data, int dst,
+                              int tag) {
+  DK_ASSIGN_OR_RETURN(Backend * gloo, gloo_.Get());
+  return gloo->Send(ctx, data, dst, tag);
+}
+
+absl::Status ShmBackend::Recv(const OpContext& ctx, TensorRef data, int src,
+                              int tag) {
+  DK_ASSIGN_OR_RETURN(Backend * gloo, gloo_.Get());
+  return gloo->Recv(ctx, data, src, tag);
 }
 
 absl::Status ShmBackend::FailGroup(absl::Status why) {

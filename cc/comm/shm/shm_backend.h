@@ -23,7 +23,9 @@
 //   and double, so the readers start early: slot_copy.h);
 // - gather, scatter, reduce_scatter, all_to_all (equal or uneven): each slot
 //   cut into one region per destination (slot_exchange.h).
-// Only send/recv go to the wrapped Gloo backend's data path.
+// Only send/recv go to the wrapped Gloo backend's data path, and that
+// backend is made when the first of them needs it (BackendOnFirstUse): a
+// group that never sends point to point has no Gloo thread.
 //
 // From kSingleCopyFromBytes, all_reduce, broadcast, all_gather,
 // reduce_scatter, gather and scatter can skip the slots: each rank publishes
@@ -47,7 +49,7 @@
 
 #include "absl/status/statusor.h"
 #include "cc/comm/backend.h"
-#include "cc/comm/forwarding_backend.h"
+#include "cc/comm/backend_on_first_use.h"
 #include "cc/comm/op_signature.h"
 #include "cc/comm/reduce_kernels.h"
 #include "cc/comm/shm/shm_segment.h"
@@ -57,17 +59,20 @@
 
 namespace distkit {
 
-class ShmBackend : public ForwardingBackend {
+class ShmBackend : public Backend {
  public:
-  // Makes the wrapped backend (collective); `wrapped` says whether shared
-  // memory will carry the collectives in front of it.
+  // Makes the wrapped backend; `wrapped` says whether shared memory will
+  // carry the collectives in front of it. Without shared memory it is called
+  // at once, on every rank (and may be collective); wrapped, it is called on
+  // a rank's first send or recv, so it must not be collective then.
   using WrappedFactory =
       std::function<absl::StatusOr<std::unique_ptr<Backend>>(bool wrapped)>;
 
   // Collective over `size` ranks that share this host (HostMap, the
   // caller's to check): decides through `store` whether they can map one
   // segment (and DISTKIT_SHM is not 0). If they can, returns a backend that
-  // wraps make_gloo(true); otherwise make_gloo(false) itself. Every rank
+  // wraps make_gloo(true), made on first use; otherwise make_gloo(false)
+  // itself. Every rank
   // reaches the same decision.
   // `names` says how messages name the ranks (cc/comm/rank_names.h).
   static absl::StatusOr<std::unique_ptr<Backend>> MaybeWrap(
@@ -80,7 +85,8 @@ class ShmBackend : public ForwardingBackend {
   // must hold at least a cache line.
   static constexpr int kMaxRanks = ShmLayout::kMinSlotBytes / 64;
 
-  absl::string_view name() const override { return gloo_->name(); }
+  // The same-host path of the "gloo" backend, by that name.
+  absl::string_view name() const override { return "gloo"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
@@ -106,6 +112,11 @@ class ShmBackend : public ForwardingBackend {
                         absl::Span<const int64_t> input_splits,
                         TensorRef output,
                         absl::Span<const int64_t> output_splits) override;
+  // Point to point goes to the Gloo group (the slots hold collectives only).
+  absl::Status Send(const OpContext& ctx, TensorRef data, int dst,
+                    int tag) override;
+  absl::Status Recv(const OpContext& ctx, TensorRef data, int src,
+                    int tag) override;
   void Abort() override;
 
   // Marks the group failed by this rank, which will not arrive at the step
@@ -114,12 +125,8 @@ class ShmBackend : public ForwardingBackend {
   // Returns `why`.
   absl::Status FailGroup(absl::Status why);
 
- protected:
-  // Point to point goes to the Gloo group (the slots hold collectives only).
-  Backend* ForwardTo(const TensorRef&) const override { return gloo_.get(); }
-
  private:
-  ShmBackend(int rank, int size, std::unique_ptr<Backend> gloo,
+  ShmBackend(int rank, int size, BackendOnFirstUse::Factory make_gloo,
              std::unique_ptr<ShmMapping> mapping, RankNames names);
 
   const ShmLayout& layout() const { return steps_.layout(); }
@@ -143,7 +150,7 @@ class ShmBackend : public ForwardingBackend {
 
   const int rank_;
   const int size_;
-  std::unique_ptr<Backend> gloo_;
+  BackendOnFirstUse gloo_;
   std::unique_ptr<ShmMapping> mapping_;
   // Rank 0's choice, the same on every rank (ShmGroupHeader): more ranks
   // than CPUs online.

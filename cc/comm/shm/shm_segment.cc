@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "cc/comm/shm/segment_names.h"
 #include "cc/core/status.h"
+#include "cc/store/gather_once.h"
 
 namespace distkit {
 
@@ -77,13 +78,17 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Map(
   }
   // Every rank says whether it mapped the segment; all take the shared
   // memory path or none does (the two paths must never mix in one group).
-  DK_RETURN_IF_ERROR(store.Set(absl::StrCat("attached/", rank),
-                               base == MAP_FAILED ? "0" : "1"));
-  std::vector<std::string> attached_keys;
-  for (int r = 0; r < size; ++r)
-    attached_keys.push_back(absl::StrCat("attached/", r));
-  DK_ASSIGN_OR_RETURN(std::vector<std::string> attached,
-                      store.MultiGetWithTimeout(attached_keys, timeout));
+  DK_ASSIGN_OR_RETURN(
+      const std::string everyone_attached,
+      GatherOnce(
+          store, "attached/", "answer to whether it mapped the segment", rank,
+          size, base == MAP_FAILED ? "0" : "1",
+          [](const std::vector<std::string>& attached) {
+            bool all = true;
+            for (const std::string& a : attached) all &= a == "1";
+            return std::string(all ? "1" : "0");
+          },
+          timeout));
   // Everyone has mapped it (or given up): the name goes, so nothing is left
   // in /dev/shm even if a rank crashes; the memory lives with the mappings.
   // Every rank unlinks (the first wins): a creator killed just before its
@@ -91,9 +96,7 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Map(
   if (!name.empty()) shm_unlink(name.c_str());
   std::move(unlink_name).Cancel();
   std::move(sweep_on_error).Cancel();
-  bool everyone = true;
-  for (const std::string& a : attached) everyone &= a == "1";
-  if (!everyone) {
+  if (everyone_attached != "1") {
     if (base != MAP_FAILED) munmap(base, bytes);
     return std::unique_ptr<ShmMapping>();
   }

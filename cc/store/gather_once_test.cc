@@ -1,0 +1,92 @@
+#include "cc/store/gather_once.h"
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cc/store/hash_store.h"
+#include "gtest/gtest.h"
+
+namespace distkit {
+namespace {
+
+// Ranks as threads on one in-process store: every rank gets the same
+// combination of every rank's value, computed exactly once.
+TEST(GatherOnceTest, EveryRankGetsOneCombinationOfAll) {
+  for (int size : {1, 2, 7, 64}) {
+    HashStore store;
+    std::atomic<int> combined{0};
+    std::vector<std::string> got(size);
+    std::vector<absl::Status> errors(size);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < size; ++r) {
+      ranks.emplace_back([&, r] {
+        absl::StatusOr<std::string> all = GatherOnce(
+            store, "v/", "value", r, size, absl::StrCat("r", r * r),
+            [&](const std::vector<std::string>& values) {
+              combined.fetch_add(1);
+              return absl::StrJoin(values, "|");
+            },
+            absl::Seconds(30));
+        if (all.ok()) {
+          got[r] = *all;
+        } else {
+          errors[r] = all.status();
+        }
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    std::vector<std::string> want;
+    for (int r = 0; r < size; ++r) want.push_back(absl::StrCat("r", r * r));
+    for (int r = 0; r < size; ++r) {
+      ASSERT_TRUE(errors[r].ok())
+          << "size " << size << " rank " << r << ": " << errors[r];
+      EXPECT_EQ(got[r], absl::StrJoin(want, "|")) << "size " << size;
+    }
+    EXPECT_EQ(combined.load(), 1) << "size " << size;
+    // Each rank's own key stays, for diagnosis.
+    for (int r = 0; r < size; ++r) {
+      absl::StatusOr<std::string> mine =
+          store.Get(absl::StrCat("v/", r), absl::ZeroDuration());
+      ASSERT_TRUE(mine.ok()) << mine.status();
+      EXPECT_EQ(*mine, want[r]);
+    }
+  }
+}
+
+// A rank that never comes: the others time out, told how many arrived and
+// which rank's key is missing.
+TEST(GatherOnceTest, AMissingRankIsNamedWhenTheWaitTimesOut) {
+  HashStore store;
+  const int size = 3;
+  std::vector<absl::Status> errors(size);
+  std::vector<std::thread> ranks;
+  for (int r : {0, 2}) {  // rank 1 never arrives
+    ranks.emplace_back([&, r] {
+      errors[r] = GatherOnce(
+                      store, "host/", "host identity", r, size, "h",
+                      [](const std::vector<std::string>&) { return "x"; },
+                      absl::Milliseconds(200))
+                      .status();
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r : {0, 2}) {
+    EXPECT_EQ(errors[r].code(), absl::StatusCode::kDeadlineExceeded);
+    const std::string msg(errors[r].message());
+    EXPECT_TRUE(absl::StrContains(
+        msg,
+        "timed out after 200ms waiting for every rank's host identity: 2 of "
+        "3 ranks had arrived; missing key(s) \"host/1\""))
+        << msg;
+    EXPECT_FALSE(absl::StrContains(msg, "\"host/0\"")) << msg;
+    EXPECT_FALSE(absl::StrContains(msg, "\"host/2\"")) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace distkit
