@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -326,6 +327,9 @@ std::string FlightRecorder::Dump(absl::string_view reason) {
   std::string where = "stderr";
   const char* dir = std::getenv("DISTKIT_TRACE_DIR");
   if (dir != nullptr && *dir) {
+    // The launcher leaves making it to the first rank with a record.
+    std::error_code ignored;
+    std::filesystem::create_directories(dir, ignored);
     where = absl::StrCat(dir, "/", FileSafe(group_), ".rank", rank_, ".trace");
     std::ofstream f(where, std::ios::trunc);
     f << "# " << reason << "\n" << text;

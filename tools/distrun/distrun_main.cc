@@ -107,16 +107,21 @@ int Main(int argc, char** argv) {
 
   // Where the ranks' flight records go on a failure (DISTKIT_TRACE_DIR):
   // the user's choice, else <log-dir>/trace, else a directory of this run
-  // that is removed afterwards. Read back for one cross-rank summary.
+  // that is removed afterwards. Read back for one cross-rank summary. This
+  // run's own directory is made by the first rank that writes a record
+  // (FlightRecorder::Dump), so a distrun killed outright (SIGKILL, which it
+  // cannot clean up after) leaves nothing behind when no rank failed.
   std::string trace_dir = env.Get("DISTKIT_TRACE_DIR").value_or("");
   bool own_trace_dir = false;
   if (trace_dir.empty()) {
-    trace_dir = o.log_dir.empty()
-                    ? absl::StrCat(TempDir(), "/distrun-trace-", getpid())
-                    : absl::StrCat(o.log_dir, "/trace");
     own_trace_dir = o.log_dir.empty();
-    mkdir(o.log_dir.empty() ? trace_dir.c_str() : o.log_dir.c_str(), 0755);
-    mkdir(trace_dir.c_str(), 0755);
+    if (own_trace_dir) {
+      trace_dir = absl::StrCat(TempDir(), "/distrun-trace-", getpid());
+    } else {
+      trace_dir = absl::StrCat(o.log_dir, "/trace");
+      mkdir(o.log_dir.c_str(), 0755);
+      mkdir(trace_dir.c_str(), 0755);
+    }
   }
 
   const int world_size = o.nnodes * o.nproc_per_node;

@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -285,12 +286,37 @@ TEST(DistrunTest, ForwardsSigtermToRanks) {
 
 // distrun killed outright (SIGKILL: nothing to forward) takes its ranks
 // with it: no orphan keeps running.
+// A directory of this test's own for distrun's temporary files (TMPDIR):
+// the sandbox's pids are small and repeat across runs, so /tmp may hold a
+// distrun-trace-<pid> of an earlier run under the same pid.
+std::string FreshTmpDir() {
+  static int n = 0;
+  const std::string dir = absl::StrCat(getenv("TEST_TMPDIR"), "/tmpdir", n++);
+  mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
 TEST(DistrunTest, RanksDieWithAKilledLauncher) {
   std::vector<pid_t> ranks;
+  pid_t distrun = 0;
+  const std::string tmp = FreshTmpDir();
+  setenv("TMPDIR", tmp.c_str(), 1);
   Result r = RunDistrun(
       {"--nproc-per-node", "2", "--master-port", "0", "--", kProbe, "pid"},
-      [](pid_t pid) { kill(pid, SIGKILL); }, "pid=", /*times=*/2);
+      [&distrun](pid_t pid) {
+        distrun = pid;
+        kill(pid, SIGKILL);
+      },
+      "pid=", /*times=*/2);
   EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.output;
+  // No rank failed, so no rank made the trace directory, and a launcher
+  // killed outright leaves none behind.
+  unsetenv("TMPDIR");
+  ASSERT_NE(distrun, 0);
+  const std::string trace_dir = absl::StrCat(tmp, "/distrun-trace-", distrun);
+  EXPECT_FALSE(Exists(trace_dir)) << trace_dir;
   for (absl::string_view line : absl::StrSplit(r.output, '\n')) {
     const size_t at = line.find("pid=");
     int pid = 0;
