@@ -10,10 +10,9 @@ absl::StatusOr<Backend*> BackendOnFirstUse::Get() {
   Backend* made = made_.load(std::memory_order_acquire);
   if (made != nullptr) return made;
   absl::MutexLock lock(&mu_);
-  if (aborted_) {
-    return absl::FailedPreconditionError(
-        "the group was aborted before its point-to-point transport was made");
-  }
+  // As an aborted Gloo operation ends (a peer's or the group's abort is
+  // CANCELLED, which elastic recovery takes for a lost group).
+  if (aborted_) return absl::CancelledError("the group was aborted");
   if (backend_ != nullptr) return backend_.get();
   if (!failed_.ok()) return failed_;
   absl::StatusOr<std::unique_ptr<Backend>> backend = make_();

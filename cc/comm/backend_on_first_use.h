@@ -13,7 +13,10 @@
 // the first caller makes the backend, the others wait for it. If making it
 // fails, every Get() returns that error: the pair it was for cannot connect,
 // and trying again would only make a second half-made device. After Abort(),
-// Get() refuses, and a backend already made is aborted.
+// Get() is CANCELLED, and a backend already made is aborted. The making runs
+// under the lock, so an Abort() during it waits for it: it makes a Gloo
+// device and a thread, with the listen address chosen beforehand (no name
+// lookup).
 
 #ifndef DISTKIT_CC_COMM_BACKEND_ON_FIRST_USE_H_
 #define DISTKIT_CC_COMM_BACKEND_ON_FIRST_USE_H_
@@ -40,7 +43,7 @@ class BackendOnFirstUse {
   BackendOnFirstUse& operator=(const BackendOnFirstUse&) = delete;
 
   // The backend, made by the first call; its error for every call if making
-  // it failed; FAILED_PRECONDITION after Abort().
+  // it failed; CANCELLED after Abort().
   absl::StatusOr<Backend*> Get();
 
   // Aborts the backend if it was made; every later Get() is refused.

@@ -77,7 +77,7 @@ TEST(BackendOnFirstUse, AbortBeforeUseRefusesWithoutMakingIt) {
   lazy.Abort();
   absl::StatusOr<Backend*> b = lazy.Get();
   ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kCancelled);
   EXPECT_NE(b.status().message().find("aborted"), absl::string_view::npos);
   EXPECT_EQ(calls, 0);
   EXPECT_EQ(aborts.load(), 0);

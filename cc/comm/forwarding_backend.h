@@ -2,7 +2,7 @@
 // unless a subclass moves it itself. The composites build on it: the device
 // dispatcher (each operation to the backend of its tensors' device), the
 // hierarchical backend (what it does not stage by host, to its whole
-// group's backend) and shared memory (point to point, to its Gloo group).
+// group's backend).
 // Everything else of Backend stays the subclass's to answer.
 
 #ifndef DISTKIT_CC_COMM_FORWARDING_BACKEND_H_

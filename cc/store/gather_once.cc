@@ -2,9 +2,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "cc/store/call_deadline.h"
 
 namespace distkit {
 namespace {
+
+// What the naming of missing keys may take after a wait timed out.
+constexpr absl::Duration kNamingBudget = absl::Milliseconds(500);
 
 std::vector<std::string> RankKeys(absl::string_view prefix, int size) {
   std::vector<std::string> keys;
@@ -13,35 +17,32 @@ std::vector<std::string> RankKeys(absl::string_view prefix, int size) {
   return keys;
 }
 
-// The wait for the combined value timed out: how many ranks arrived, and
-// which keys are missing (a wait of no time on them names them).
+// The wait for rank 0's combined value timed out after `waited`: which
+// ranks' keys are missing (a wait of no time on them names them).
 absl::Status Late(Store& store, absl::string_view prefix,
-                  absl::string_view what, int size, const absl::Status& waited,
-                  absl::Duration timeout) {
-  std::string arrived = "an unknown number";
-  absl::StatusOr<int64_t> count = store.Add(absl::StrCat(prefix, "arrived"), 0);
-  if (count.ok()) arrived = absl::StrCat(*count);
-  absl::StatusOr<std::vector<std::string>> all =
-      store.MultiGetWithTimeout(RankKeys(prefix, size), absl::ZeroDuration());
+                  absl::string_view what, int size, const absl::Status& status,
+                  absl::Duration waited) {
   std::string missing;
-  if (all.ok()) {
-    missing =
-        "every rank's is there, but the last to arrive did not write "
-        "the combined value";
-  } else {
+  {
+    ScopedStoreDeadline budget(absl::Now() + kNamingBudget);
+    absl::StatusOr<std::vector<std::string>> all =
+        store.MultiGetWithTimeout(RankKeys(prefix, size), absl::ZeroDuration());
     constexpr absl::string_view kKeys = "waiting for key(s) ";
     const absl::string_view told = all.status().message();
     const size_t at = told.find(kKeys);
-    missing =
-        at == absl::string_view::npos
-            ? absl::StrCat("which are missing is unknown (", told, ")")
-            : absl::StrCat("missing key(s) ", told.substr(at + kKeys.size()));
+    if (all.ok()) {
+      missing = "every rank's is there, but rank 0 had not published them";
+    } else if (at != absl::string_view::npos) {
+      missing = absl::StrCat("missing key(s) ", told.substr(at + kKeys.size()));
+    } else {
+      missing = absl::StrCat("which are missing is unknown (", told, ")");
+    }
   }
   return absl::Status(
-      waited.code(),
-      absl::StrCat("timed out after ", absl::FormatDuration(timeout),
-                   " waiting for every rank's ", what, ": ", arrived, " of ",
-                   size, " ranks had arrived; ", missing));
+      status.code(),
+      absl::StrCat("timed out after ", absl::FormatDuration(waited),
+                   " waiting for every rank's ", what, ": ", missing, " (",
+                   status.message(), ")"));
 }
 
 }  // namespace
@@ -54,12 +55,7 @@ absl::StatusOr<std::string> GatherOnce(
   const std::string combined_key = absl::StrCat(prefix, "all");
   absl::Status set = store.Set(absl::StrCat(prefix, rank), mine);
   if (!set.ok()) return set;
-  // Every rank's key is set before it counts itself in, so the rank that
-  // brings the count to `size` finds them all.
-  absl::StatusOr<int64_t> arrived =
-      store.Add(absl::StrCat(prefix, "arrived"), 1);
-  if (!arrived.ok()) return arrived.status();
-  if (*arrived == size) {
+  if (rank == 0) {
     absl::StatusOr<std::vector<std::string>> values =
         store.MultiGetWithTimeout(RankKeys(prefix, size), timeout);
     if (!values.ok()) return values.status();
@@ -68,9 +64,11 @@ absl::StatusOr<std::string> GatherOnce(
     if (!set.ok()) return set;
     return result;
   }
+  const absl::Time start = absl::Now();
   absl::StatusOr<std::string> result = store.Get(combined_key, timeout);
   if (absl::IsDeadlineExceeded(result.status())) {
-    return Late(store, prefix, what, size, result.status(), timeout);
+    return Late(store, prefix, what, size, result.status(),
+                absl::Now() - start);
   }
   return result;
 }

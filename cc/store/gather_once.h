@@ -5,17 +5,21 @@
 // rank's key) has the store look up and send all N values to each of the N
 // ranks: N^2 keys, all in the store server's one thread. At 512 ranks on two
 // cores that thread was the job's bottleneck for the last part of start-up
-// (tools/dkbench/RESULTS.md). Here each rank sets its key and counts itself
-// in; the last to arrive reads the N keys once, combines them and sets one
-// key, which every other rank reads: about 3N keys in all. The per-rank keys
-// stay, for whoever diagnoses a failure.
+// (tools/dkbench/RESULTS.md). Here each rank sets its key; rank 0 waits for
+// all N (one request, which the server rechecks from the first key still
+// missing), combines them and sets one key, which every other rank reads:
+// about 2N keys in all, and two store calls a rank, as before. The per-rank
+// keys stay, for whoever diagnoses a failure.
 //
 // Like the rest of a group's creation, a prefix is used once. A rank that
-// never arrives: the others' waits end at `timeout` with DEADLINE_EXCEEDED,
-// saying how many arrived and naming the keys still missing.
+// never arrives: rank 0's wait ends at `timeout` naming the missing keys, as
+// before; the others' wait for the combined value ends then too, and names
+// them as well (a wait of no time on them, within a short budget of its
+// own).
 //
 //   DK_ASSIGN_OR_RETURN(std::string table,
-//       GatherOnce(store, "host/", rank, size, mine, JoinIdentities, timeout));
+//       GatherOnce(store, "host/", "host identity", rank, size, mine,
+//                  JoinIdentities, timeout));
 
 #ifndef DISTKIT_CC_STORE_GATHER_ONCE_H_
 #define DISTKIT_CC_STORE_GATHER_ONCE_H_
@@ -31,7 +35,7 @@
 
 namespace distkit {
 
-// combine(values) with values[r] = rank r's `mine`, computed by one rank and
+// combine(values) with values[r] = rank r's `mine`, computed by rank 0 and
 // returned on every rank. `what` names the values in a timeout's message.
 absl::StatusOr<std::string> GatherOnce(
     Store& store, absl::string_view prefix, absl::string_view what, int rank,

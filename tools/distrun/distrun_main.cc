@@ -38,8 +38,14 @@ std::string TempDir() {
   return t != nullptr && *t ? t : "/tmp";
 }
 
-// The run's own trace directory: flat, files only.
+// The run's own trace directory: flat, files only. Only a real directory
+// of this user's is emptied, never what a symlink in its place points to.
 void RemoveTree(const std::string& dir) {
+  struct stat st;
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+      st.st_uid != geteuid()) {
+    return;
+  }
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
       const std::string name = e->d_name;
@@ -110,13 +116,15 @@ int Main(int argc, char** argv) {
   // that is removed afterwards. Read back for one cross-rank summary. This
   // run's own directory is made by the first rank that writes a record
   // (FlightRecorder::Dump), so a distrun killed outright (SIGKILL, which it
-  // cannot clean up after) leaves nothing behind when no rank failed.
+  // cannot clean up after) leaves nothing behind when no rank failed. Its
+  // name has a random part: nobody can make it first in a shared /tmp.
   std::string trace_dir = env.Get("DISTKIT_TRACE_DIR").value_or("");
   bool own_trace_dir = false;
   if (trace_dir.empty()) {
     own_trace_dir = o.log_dir.empty();
     if (own_trace_dir) {
-      trace_dir = absl::StrCat(TempDir(), "/distrun-trace-", getpid());
+      trace_dir = absl::StrCat(TempDir(), "/distrun-trace-", getpid(), "-",
+                               RandomToken().substr(0, 16));
     } else {
       trace_dir = absl::StrCat(o.log_dir, "/trace");
       mkdir(o.log_dir.c_str(), 0755);

@@ -185,17 +185,21 @@ absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
   options.hostname = config.hostname;
   options.names = config.names;
   options.connect_on_demand = connect_on_demand;
-  if (options.hostname.empty()) {
-    absl::StatusOr<ListenAddress> chosen = ChooseListenAddress(
-        config.store != nullptr ? config.store->ServerAddress() : "");
-    if (!chosen.ok()) {
-      return Annotate(chosen.status(),
-                      absl::StrCat("gloo: ", config.names.Here(config.rank),
-                                   ": choosing the address to listen on"));
-    }
-    options.hostname = chosen->address;
-  }
+  DK_ASSIGN_OR_RETURN(options.hostname, ListenHostname(config));
   return Create(config.store, config.rank, config.size, options);
+}
+
+absl::StatusOr<std::string> GlooBackend::ListenHostname(
+    const BackendConfig& config) {
+  if (!config.hostname.empty()) return config.hostname;
+  absl::StatusOr<ListenAddress> chosen = ChooseListenAddress(
+      config.store != nullptr ? config.store->ServerAddress() : "");
+  if (!chosen.ok()) {
+    return Annotate(chosen.status(),
+                    absl::StrCat("gloo: ", config.names.Here(config.rank),
+                                 ": choosing the address to listen on"));
+  }
+  return chosen->address;
 }
 
 GlooBackend::GlooBackend(int rank, int size, std::unique_ptr<PairMesh> mesh,

@@ -65,6 +65,11 @@ class GlooBackend : public Backend {
   // environment and the route to the store (listen_address.h).
   static absl::StatusOr<std::unique_ptr<GlooBackend>> Create(
       const BackendConfig& config, bool connect_on_demand = false);
+  // The address Create(config) listens on: config.hostname, else chosen from
+  // the environment and the route to the store. Cheap (no thread, no name
+  // lookup), so a backend made later can have its address checked now.
+  static absl::StatusOr<std::string> ListenHostname(
+      const BackendConfig& config);
 
   ~GlooBackend() override;
 

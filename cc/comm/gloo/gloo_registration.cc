@@ -42,6 +42,9 @@ absl::StatusOr<std::unique_ptr<Backend>> Tcp(const BackendConfig& config,
 absl::StatusOr<std::unique_ptr<Backend>> SameHost(const BackendConfig& config) {
   BackendConfig tcp = config;
   tcp.store = Prefixed("tcp", config.store);
+  // The listen address is chosen now, so that a wrong DISTKIT_SOCKET_IFNAME
+  // still fails the group's creation on every rank, not a first send.
+  DK_ASSIGN_OR_RETURN(tcp.hostname, GlooBackend::ListenHostname(tcp));
   // Where shared memory carries the collectives, Gloo is made, and its
   // pairs connected, only when something needs them (send / recv): a
   // same-host group has no Gloo thread or TCP connection first. The factory may

@@ -96,7 +96,9 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Map(
   if (!name.empty()) shm_unlink(name.c_str());
   std::move(unlink_name).Cancel();
   std::move(sweep_on_error).Cancel();
-  if (everyone_attached != "1") {
+  // Its own mapping too: a verdict left by an earlier group under the same
+  // prefix must not have a rank that failed to map use MAP_FAILED.
+  if (everyone_attached != "1" || base == MAP_FAILED) {
     if (base != MAP_FAILED) munmap(base, bytes);
     return std::unique_ptr<ShmMapping>();
   }
