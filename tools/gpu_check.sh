@@ -129,6 +129,7 @@ build() {
     cc/group/agreement_roll_call.cc cc/group/collective_contract.cc cc/group/flight_recorder.cc
     cc/group/op_queue.cc cc/group/process_group.cc cc/group/process_group_ops.cc
     cc/store/store.cc cc/store/hash_store.cc cc/store/call_deadline.cc cc/store/prefix_store.cc
+    cc/store/gather_once.cc
     cc/store/request_limits.cc cc/store/tcp_store.cc cc/store/store_server.cc cc/store/job_failure.cc
     cc/store/internal/handshake.cc cc/store/internal/hmac_sha256.cc
     cc/store/internal/socket.cc cc/store/internal/wire.cc
