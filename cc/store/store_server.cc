@@ -92,7 +92,7 @@ class StoreServer::Loop {
   HashStore& state() { return state_; }
   int connections() const { return open_.load(); }
   StoreServer::Served served() const {
-    return {accepted_.load(), requests_.load()};
+    return {accepted_.load(), requests_.load(), keys_.load()};
   }
 
  private:
@@ -426,6 +426,8 @@ class StoreServer::Loop {
       return wire::EncodeError(bad, &c.out);
     }
     requests_.fetch_add(1, std::memory_order_relaxed);
+    keys_.fetch_add(static_cast<int64_t>(request.keys.size()),
+                    std::memory_order_relaxed);
     std::string& out = c.out;
     switch (op) {
       case wire::Op::kSet:
@@ -602,6 +604,7 @@ class StoreServer::Loop {
   // answered after authentication. Written by the loop thread only.
   std::atomic<int64_t> accepted_{0};
   std::atomic<int64_t> requests_{0};
+  std::atomic<int64_t> keys_{0};
   bool changed_ = false;  // loop thread only
   // kJobFailedKey's value while it is set; loop thread only.
   std::optional<std::string> job_failure_;
@@ -644,9 +647,10 @@ void StoreServer::Shutdown() {
     stats_written_ = true;
     const Served s = served();
     if (FILE* f = std::fopen(stats, "a")) {
-      std::fprintf(f, "store %s: connections=%lld requests=%lld\n",
+      std::fprintf(f, "store %s: connections=%lld requests=%lld keys=%lld\n",
                    address_.c_str(), static_cast<long long>(s.connections),
-                   static_cast<long long>(s.requests));
+                   static_cast<long long>(s.requests),
+                   static_cast<long long>(s.keys));
       std::fclose(f);
     }
   }

@@ -59,6 +59,9 @@ class StoreServer {
   struct Served {
     int64_t connections = 0;  // accepted
     int64_t requests = 0;     // answered after the handshake
+    // Keys those requests named: a multi_get of every rank's key by every
+    // rank is N requests but N^2 keys, all in the server's one thread.
+    int64_t keys = 0;
   };
   Served served() const;
 

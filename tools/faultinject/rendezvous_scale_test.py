@@ -2,9 +2,10 @@
 """Rendezvous at scale, bounded: N ranks (default 64) on this host, started
 directly (rank 0 hosts the store), each dk_init + one all_reduce (checked),
 must all finish; what the store served per rank (connections, requests:
-DISTKIT_STORE_STATS) must be what a 4-rank job's ranks need, so a start-up
-step that grows with N per rank (an O(N^2) job) fails here, not only in a
-benchmark; then the same job with one rank that dies before it joins must
+DISTKIT_STORE_STATS: connections, requests and the keys they named) must be
+what a 4-rank job's ranks need, so a start-up step that grows with N per
+rank (an O(N^2) job: every rank reading every rank's key, in N requests or
+one) fails here, not only in a benchmark; then the same job with one rank that dies before it joins must
 end every other rank with a clear init error within the init timeout + 5 s,
 not a hang.
 
@@ -82,15 +83,15 @@ def main():
             failures += 1
         line = open(stats).read().strip() if os.path.exists(stats) else ""
         counts = dict(f.split("=") for f in line.split()[2:]) if line else {}
-        if set(counts) != {"connections", "requests"}:
+        if set(counts) != {"connections", "requests", "keys"}:
             print(f"FAIL: the store's host wrote no stats for {size} ranks: "
                   f"'{line}'")
             failures += 1
             continue
         served[size] = {k: int(v) / size for k, v in counts.items()}
         print(f"{size} ranks: the store served {served[size]['connections']:.2f} "
-              f"connections and {served[size]['requests']:.2f} requests per rank",
-              flush=True)
+              f"connections, {served[size]['requests']:.2f} requests and "
+              f"{served[size]['keys']:.2f} keys per rank", flush=True)
     if len(served) == 2:
         # Per rank, start-up needs what a small job's ranks need: a step
         # whose per-rank cost grows with N (every rank reading every other
@@ -105,6 +106,12 @@ def main():
             print(f"FAIL: store requests per rank grew with the job: "
                   f"{few['requests']:.2f} at 4 ranks, {many['requests']:.2f} "
                   f"at {n}")
+            failures += 1
+        # A multi_get of every rank's key by every rank is one request a
+        # rank but N keys: the store's one thread looks up N^2 of them.
+        if many["keys"] > 1.5 * few["keys"] + 2:
+            print(f"FAIL: keys named per rank grew with the job: "
+                  f"{few['keys']:.2f} at 4 ranks, {many['keys']:.2f} at {n}")
             failures += 1
 
     timeout_s = 5.0
