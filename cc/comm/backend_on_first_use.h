@@ -12,11 +12,12 @@
 // Get() is safe from any thread (send and recv run on per-peer threads):
 // the first caller makes the backend, the others wait for it. If making it
 // fails, every Get() returns that error: the pair it was for cannot connect,
-// and trying again would only make a second half-made device. After Abort(),
-// Get() is CANCELLED, and a backend already made is aborted. The making runs
-// under the lock, so an Abort() during it waits for it: it makes a Gloo
-// device and a thread, with the listen address chosen beforehand (no name
-// lookup).
+// and trying again would only make a second half-made device. Abort()
+// aborts a backend already made (its operations then end as Gloo's aborted
+// ones do, CANCELLED); a Get() after it that would have made one is
+// CANCELLED. The making runs under the lock, so an Abort() during it waits
+// for it: it makes a Gloo device and a thread, with the listen address
+// chosen beforehand (a name lookup only where that address is a host name).
 
 #ifndef DISTKIT_CC_COMM_BACKEND_ON_FIRST_USE_H_
 #define DISTKIT_CC_COMM_BACKEND_ON_FIRST_USE_H_
@@ -43,7 +44,7 @@ class BackendOnFirstUse {
   BackendOnFirstUse& operator=(const BackendOnFirstUse&) = delete;
 
   // The backend, made by the first call; its error for every call if making
-  // it failed; CANCELLED after Abort().
+  // it failed; CANCELLED where Abort() came before it was made.
   absl::StatusOr<Backend*> Get();
 
   // Aborts the backend if it was made; every later Get() is refused.

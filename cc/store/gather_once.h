@@ -8,8 +8,8 @@
 // (tools/dkbench/RESULTS.md). Here each rank sets its key; rank 0 waits for
 // all N (one request, which the server rechecks from the first key still
 // missing), combines them and sets one key, which every other rank reads:
-// about 2N keys in all, and two store calls a rank, as before. The per-rank
-// keys stay, for whoever diagnoses a failure.
+// about 2N keys read in all, and two store calls a rank (rank 0: three). The
+// per-rank keys stay, for whoever diagnoses a failure.
 //
 // Like the rest of a group's creation, a prefix is used once. A rank that
 // never arrives: rank 0's wait ends at `timeout` naming the missing keys, as

@@ -36,7 +36,7 @@ struct HostMap {
   bool ranks_in_host_order() const;
 
   // Collective over `store`: GatherOnce (cc/store/gather_once.h) of the
-  // ranks' identities, so about three store calls per rank.
+  // ranks' identities: two store calls a rank (rank 0: three).
   static absl::StatusOr<HostMap> Exchange(Store& store, int rank, int size,
                                           absl::Duration timeout);
   // From every rank's identity, in rank order.
