@@ -13,9 +13,12 @@
 //
 // Like the rest of a group's creation, a prefix is used once. A rank that
 // never arrives: rank 0's wait ends at `timeout` naming the missing keys, as
-// before; the others' wait for the combined value ends then too, and names
-// them as well (a wait of no time on them, within a short budget of its
-// own).
+// before, and rank 0 publishes that error in the combined key, so the
+// others' waits end then too, with it. Any other failure of rank 0's (a store
+// error) is published alike, so no rank waits out its timeout for a value
+// that will not come; only a rank 0 that dies leaves them to their own
+// timeout, after which each names the missing keys itself (a wait of no time
+// on them, within a short budget of its own).
 //
 //   DK_ASSIGN_OR_RETURN(std::string table,
 //       GatherOnce(store, "host/", "host identity", rank, size, mine,

@@ -83,11 +83,57 @@ TEST(GatherOnceTest, AMissingRankIsNamedWhenTheWaitTimesOut) {
     EXPECT_FALSE(absl::StrContains(msg, "\"host/0\"")) << msg;
     EXPECT_FALSE(absl::StrContains(msg, "\"host/2\"")) << msg;
   }
-  const std::string msg(errors[2].message());
-  EXPECT_TRUE(absl::StrContains(msg,
-                                "waiting for every rank's host identity: "
-                                "missing key(s) \"host/1\""))
-      << msg;
+  // Rank 0's message says what was gathered, as the others' do.
+  for (int r : {0, 2}) {
+    const std::string msg(errors[r].message());
+    EXPECT_TRUE(absl::StrContains(msg,
+                                  "waiting for every rank's host identity: "
+                                  "missing key(s) \"host/1\""))
+        << "rank " << r << ": " << msg;
+  }
+}
+
+// A store whose wait for several keys (rank 0's gather) fails at once, as
+// a store that went away does.
+class FailingMultiGetStore : public HashStore {
+ public:
+  absl::StatusOr<std::vector<std::string>> MultiGetWithTimeout(
+      absl::Span<const std::string> keys, absl::Duration timeout) override {
+    // One key: another rank's Get of the combined value.
+    if (keys.size() == 1) return HashStore::MultiGetWithTimeout(keys, timeout);
+    return absl::UnavailableError("the store's host went away");
+  }
+};
+
+// Rank 0 fails before its wait could time out: the others learn it at once,
+// with its code and its reason, instead of waiting out their own timeout.
+TEST(GatherOnceTest, RankZerosFailureEndsTheOthersWaitsAtOnce) {
+  FailingMultiGetStore store;
+  const int size = 3;
+  std::vector<absl::Status> errors(size);
+  std::vector<std::thread> ranks;
+  const absl::Time start = absl::Now();
+  for (int r = 0; r < size; ++r) {
+    ranks.emplace_back([&, r] {
+      errors[r] = GatherOnce(
+                      store, "attached/", "answer", r, size, "1",
+                      [](const std::vector<std::string>&) { return "1"; },
+                      absl::Seconds(60))
+                      .status();
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  for (int r = 0; r < size; ++r) {
+    EXPECT_EQ(errors[r].code(), absl::StatusCode::kUnavailable)
+        << "rank " << r << ": " << errors[r];
+    EXPECT_TRUE(
+        absl::StrContains(errors[r].message(), "the store's host went away"))
+        << "rank " << r << ": " << errors[r];
+  }
+  EXPECT_TRUE(absl::StrContains(errors[1].message(),
+                                "rank 0 could not gather every rank's answer"))
+      << errors[1];
 }
 
 // Rank 0 never comes: nobody combines, and the others say so.

@@ -146,6 +146,12 @@ absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
   // TCP pairs do not all write with MSG_NOSIGNAL. Only the default action
   // is replaced; a handler the program installed is kept.
   IgnoreSigpipeUnlessHandled();
+  // Connecting on demand, only the listening socket is made here.
+  const std::string failed =
+      options.connect_on_demand
+          ? absl::StrCat(", could not listen on ", options.hostname, ": ")
+          : absl::StrCat(", listening on ", options.hostname,
+                         ", could not connect to its peers: ");
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
@@ -166,15 +172,13 @@ absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
         absl::StrContains(e.what(), "DEADLINE_EXCEEDED") ||
         absl::StrContains(absl::AsciiStrToLower(e.what()), "timeout") ||
         absl::StrContains(absl::AsciiStrToLower(e.what()), "timed out");
-    const std::string msg = absl::StrCat(
-        "gloo: ", options.names.Here(rank), ", listening on ", options.hostname,
-        ", could not connect to its peers: ", e.what());
+    const std::string msg =
+        absl::StrCat("gloo: ", options.names.Here(rank), failed, e.what());
     return timeout ? absl::DeadlineExceededError(msg)
                    : absl::UnavailableError(msg);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat(
-        "gloo: ", options.names.Here(rank), ", listening on ", options.hostname,
-        ", could not connect to its peers: ", e.what()));
+    return absl::UnavailableError(
+        absl::StrCat("gloo: ", options.names.Here(rank), failed, e.what()));
   }
 }
 

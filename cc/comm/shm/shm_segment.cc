@@ -58,7 +58,6 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Map(
       DK_RETURN_IF_ERROR(store.Set("name", ""));
       return std::unique_ptr<ShmMapping>();
     }
-    DK_RETURN_IF_ERROR(store.Set("name", name));
   } else {
     DK_ASSIGN_OR_RETURN(name, store.Get("name", timeout));
     if (name.empty()) return std::unique_ptr<ShmMapping>();
@@ -68,6 +67,12 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Map(
       fd < 0 ? MAP_FAILED
              : mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (fd >= 0) close(fd);
+  // Every way out but success unmaps: a gather that fails (a rank that
+  // never arrives) must not keep the segment's memory alive for the life of
+  // the process, once per failed attempt to make the group.
+  absl::Cleanup unmap = [&] {
+    if (base != MAP_FAILED) munmap(base, bytes);
+  };
   if (base != MAP_FAILED) {
     ClaimLivenessRecord(&ShmLayout(base, size).header(rank)->liveness);
   }
@@ -76,6 +81,9 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Map(
     g->single_copy_everywhere = rank0_choices.single_copy_everywhere;
     g->oversubscribed = rank0_choices.oversubscribed;
   }
+  // The peers map it once the name is out (rank 0 publishes it even where
+  // its own mapping failed: the attach check below then says no to all).
+  if (rank == 0) DK_RETURN_IF_ERROR(store.Set("name", name));
   // Every rank says whether it mapped the segment; all take the shared
   // memory path or none does (the two paths must never mix in one group).
   DK_ASSIGN_OR_RETURN(
@@ -96,12 +104,13 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Map(
   if (!name.empty()) shm_unlink(name.c_str());
   std::move(unlink_name).Cancel();
   std::move(sweep_on_error).Cancel();
-  // Its own mapping too: a verdict left by an earlier group under the same
-  // prefix must not have a rank that failed to map use MAP_FAILED.
+  // Its own mapping too (the cleanup above): a verdict left by an earlier
+  // group under the same prefix must not have a rank that failed to map use
+  // MAP_FAILED.
   if (everyone_attached != "1" || base == MAP_FAILED) {
-    if (base != MAP_FAILED) munmap(base, bytes);
     return std::unique_ptr<ShmMapping>();
   }
+  std::move(unmap).Cancel();
   return std::unique_ptr<ShmMapping>(new ShmMapping(base, bytes, size));
 }
 
