@@ -111,8 +111,8 @@ int main(int argc, char** argv) {
   using namespace distkit;
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = argc > 1 ? argv[1] : "";
-  const bool short_timeout =
-      mode == "timeout" || mode == "timeout_recorded" || mode == "frozen_store";
+  const bool short_timeout = mode == "timeout" || mode == "timeout_recorded" ||
+                             mode == "frozen_store" || mode == "p2p_timeout";
   // The timeout itself is what three modes test: short, so the test is
   // too. Joining has a bound of its own (connect_timeout): how fast 2 busy
   // cores start the job is not what they check.
@@ -146,6 +146,29 @@ int main(int argc, char** argv) {
   std::vector<float> data(mode == "dead_peer" ? 1 << 20 : 4, 1.0f);
   TensorRef t(data.data(), data.size(), DataType::kFloat32);
 
+  if (mode == "p2p_timeout") {
+    // Rank 0 waits for a send rank 1 never makes; the other ranks are idle.
+    // The timeout names rank 1 alone, without the group's roll call (whose
+    // window would add 2 s and name the idle ranks too).
+    if (rank != 0) {
+      marks.AwaitAll(1, kHoldLimit);
+      _exit(testing::FinishChecks("fault 'p2p_timeout' handled as expected"));
+    }
+    const absl::Time start = absl::Now();
+    absl::Status st = world.Recv(t, 1, /*tag=*/7);
+    const absl::Duration took = absl::Now() - start;
+    marks.MarkDone(rank);
+    Check(st.code() == absl::StatusCode::kDeadlineExceeded,
+          "the receive times out: " + st.ToString());
+    Check(absl::StrContains(st.message(),
+                            "rank 1 did not make the matching send"),
+          "the timeout names the peer: " + st.ToString());
+    Check(!absl::StrContains(st.message(), "never joined"),
+          "no roll call of the other ranks: " + st.ToString());
+    Check(took < timeout + Scaled(absl::Seconds(1)),
+          "the op timeout and no more: " + absl::FormatDuration(took));
+    _exit(testing::FinishChecks("fault 'p2p_timeout' handled as expected"));
+  }
   if (mode == "abort_p2p" || mode == "destroy_busy") {
     if (rank == last) {
       marks.AwaitAll(last, kHoldLimit);

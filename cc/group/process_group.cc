@@ -421,7 +421,8 @@ std::string ProcessGroup::HostsOf(const std::vector<int>& ranks) {
                       ranks.size() > kMostRanks ? ", ..." : "");
 }
 
-absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body) {
+absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body,
+                                   int peer) {
   DK_RETURN_IF_ERROR(contract_->Usable(ctx));
   OpContext recorded = ctx;
   recorded.answer_roll_call = &ProcessGroup::AnswerRollCall;
@@ -433,8 +434,16 @@ absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body) {
   }
   absl::Status status = body(recorded);
   if (status.code() == absl::StatusCode::kDeadlineExceeded) {
-    status = absl::DeadlineExceededError(
-        absl::StrCat(status.message(), DiagnoseLateRanks(ctx)));
+    // A send or receive waits for one peer's matching call (same tag), and
+    // its number is this rank's own count of them, which no other rank
+    // shares: a roll call of the group would name ranks that have nothing to
+    // do with it. Its peer is the one that did not come.
+    status = absl::DeadlineExceededError(absl::StrCat(
+        status.message(),
+        peer >= 0 ? absl::StrCat("; rank ", peer, " did not make the matching ",
+                                 ctx.op == OpCode::kSend ? "receive" : "send",
+                                 " (same tag) in time")
+                  : DiagnoseLateRanks(ctx)));
     // A peer that died can look like a late one: Gloo's send to a killed rank
     // may wait for its receive until the timeout instead of failing on the
     // closed socket. By now a launcher that records failures has written
@@ -560,8 +569,8 @@ std::shared_ptr<Work> ProcessGroup::Submit(Op op) {
   auto work = std::make_shared<Work>(ctx.Describe());
   QueueFor(op.code, op.peer)
       .Post([this, ctx, body = std::make_shared<Body>(std::move(op.body)), work,
-             collective] {
-        absl::Status status = Execute(ctx, *body);
+             collective, peer = op.peer] {
+        absl::Status status = Execute(ctx, *body, peer);
         if (ctx.issue_mark != nullptr) {
           contract_->backend().ReleaseIssueMark(ctx.issue_mark);
         }

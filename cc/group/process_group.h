@@ -242,7 +242,9 @@ class ProcessGroup {
   Op RecvOp(TensorRef data, int src, int tag);
   absl::Status CheckSplits(const std::vector<int64_t>& splits,
                            const TensorRef& t, absl::string_view what) const;
-  absl::Status Execute(const OpContext& ctx, const Body& body);
+  // Runs `body` under the contract; a failure gets the diagnosis its kind
+  // calls for. `peer`: a send's or receive's peer (-1: a collective).
+  absl::Status Execute(const OpContext& ctx, const Body& body, int peer = -1);
   // The thread rule of collectives: one thread issues them at a time. A
   // collective from another thread while one is in flight is refused
   // (FAILED_PRECONDITION): the ranks could pair its data with a different
