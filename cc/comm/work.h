@@ -60,7 +60,11 @@ class Work {
   // on this thread when it has finished already. Why: a framework's
   // future (torch's c10d Work) is completed without a thread that waits.
   // `fn` runs on the group's worker, so it must be quick and must not wait
-  // for the group's later operations (they run after it returns).
+  // for the group's later operations (they run after it returns). Nor may
+  // `fn` (or what it captures, destroyed on that worker right after) hold
+  // the last reference to the group: a group cannot join its own worker, so
+  // destroying it there aborts the process with a message saying so (the C
+  // ABI's callback rule says the same of dk_group_destroy).
   void OnComplete(std::function<void(const absl::Status&)> fn);
 
  private:

@@ -111,9 +111,10 @@ absl::Status CollectiveContract::Usable(const OpContext& ctx) const {
   if (!poisoned_.load(std::memory_order_acquire)) return absl::OkStatus();
   LightMutexLock lock(&mu_);
   if (poison_.ok()) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      ctx.Describe(), ": the group is unusable after an earlier error (",
-      poison_.message(), "); abort it and create a new group"));
+  return absl::FailedPreconditionError(
+      absl::StrCat(ctx.Describe(), " (rank ", backend_->rank(),
+                   "): the group is unusable after an earlier error (",
+                   poison_.message(), "); abort it and create a new group"));
 }
 
 absl::Status CollectiveContract::Record(absl::Status status) {

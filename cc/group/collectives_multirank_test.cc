@@ -3,6 +3,8 @@
 // formula of (rank, index) and computes the expected results itself from the
 // same formula for every rank, so nothing is taken from the library under test.
 
+#include <dirent.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -683,6 +685,56 @@ TEST(Collectives, BarrierSendRecvAndAsync) {
                 n * (k + static_cast<double>(i)) + n * (n - 1) / 2.0);
     }
   }
+}
+
+// This process's threads (/proc/self/task).
+int Threads() {
+  int n = 0;
+  DIR* dir = opendir("/proc/self/task");
+  while (dirent* e = readdir(dir)) n += e->d_name[0] != '.';
+  closedir(dir);
+  return n;
+}
+
+// Sends and receives are matched by peer and tag, as torch's and MPI's
+// isend / irecv are: sends of tags 8 then 7 complete against receives of 7
+// then 8 (one lane per peer and direction would wait for each other's
+// heads). And a program that uses a new tag every step keeps a bounded
+// number of lanes, each with its thread.
+TEST(Collectives, SendsAndReceivesAreMatchedByTagInAnyOrder) {
+  const int n = Size();
+  if (n == 1) GTEST_SKIP() << "needs two ranks";
+  const int right = (Rank() + 1) % n, left = (Rank() + n - 1) % n;
+  std::vector<int32_t> eight(64, 800 + Rank()), seven(64, 700 + Rank());
+  std::vector<int32_t> got7(64, -1), got8(64, -1);
+  std::vector<std::shared_ptr<Work>> works = {
+      World().SendAsync(TensorRef(eight.data(), 64, DataType::kInt32), right,
+                        8),
+      World().SendAsync(TensorRef(seven.data(), 64, DataType::kInt32), right,
+                        7),
+      World().RecvAsync(TensorRef(got7.data(), 64, DataType::kInt32), left, 7),
+      World().RecvAsync(TensorRef(got8.data(), 64, DataType::kInt32), left, 8),
+  };
+  for (auto& w : works) {
+    ASSERT_TRUE(w->Wait(absl::Seconds(20)).ok()) << w->status();
+  }
+  EXPECT_EQ(got7, std::vector<int32_t>(64, 700 + left));
+  EXPECT_EQ(got8, std::vector<int32_t>(64, 800 + left));
+
+  const int before = Threads();
+  for (int step = 0; step < 12 * n + 40; ++step) {
+    std::vector<int32_t> out(4, step * 10 + Rank()), in(4, -1);
+    auto send = World().SendAsync(TensorRef(out.data(), 4, DataType::kInt32),
+                                  right, 1000 + step);
+    ASSERT_TRUE(
+        World()
+            .Recv(TensorRef(in.data(), 4, DataType::kInt32), left, 1000 + step)
+            .ok());
+    ASSERT_TRUE(send->Wait(absl::Seconds(20)).ok()) << send->status();
+    ASSERT_EQ(in, std::vector<int32_t>(4, step * 10 + left));
+  }
+  EXPECT_LE(Threads() - before, 4 * n + 10)
+      << "lanes (and their threads) accumulate with the tags used";
 }
 
 TEST(Collectives, MismatchedCallsFailOnEveryRankAndLeaveTheGroupUsable) {

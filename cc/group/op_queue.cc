@@ -1,10 +1,21 @@
 #include "cc/group/op_queue.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 
 namespace distkit {
 
 OpQueue::~OpQueue() {
+  // Its own worker cannot join itself (std::thread would throw from this
+  // destructor): say what happened instead of an unexplained terminate.
+  if (worker_.joinable() && worker_.get_id() == std::this_thread::get_id()) {
+    fprintf(stderr,
+            "distkit: a group was destroyed on its own worker thread (a "
+            "completion callback held the last reference to it); keep a "
+            "reference outside the callback\n");
+    abort();
+  }
   {
     LightMutexLock lock(&mu_);
     stopping_ = true;

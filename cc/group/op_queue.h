@@ -38,6 +38,10 @@ class OpQueue {
   // done. (A FunctionRef: the caller's lambda is not copied to the heap.)
   void Run(absl::FunctionRef<void()> op);
 
+  // Nothing running and nothing queued (a snapshot: only its owner, who
+  // alone can post more, may rely on it).
+  bool Idle() const { return state_.load(std::memory_order_acquire) == 0; }
+
  private:
   void WorkerLoop();
   // After an op ran on any thread: the next may start; the worker wakes for

@@ -66,7 +66,8 @@ ProcessGroup::~ProcessGroup() {
   bool busy;
   {
     LightMutexLock lock(&mu_);
-    busy = (issue_state_.load() & kInFlightMask) != 0 || !p2p_lanes_.empty();
+    busy = (issue_state_.load() & kInFlightMask) != 0;
+    for (const auto& [key, lane] : p2p_lanes_) busy |= !lane->Idle();
   }
   if (busy && contract_ != nullptr) contract_->Abort(name_);
   recorder_->WriteTimeline();
@@ -475,14 +476,38 @@ absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body,
   return status;
 }
 
-OpQueue& ProcessGroup::QueueFor(OpCode op, int peer) {
-  if (peer < 0) return queue_;
-  // Sends and receives get one lane per (peer, direction): a send must not
-  // wait behind a receive that needs the peer's own send to finish.
+std::shared_ptr<OpQueue> ProcessGroup::QueueFor(const Op& op) {
+  // The group's own queue lives as long as the group, which outlives this
+  // call's use of it.
+  if (op.peer < 0) return std::shared_ptr<OpQueue>(&queue_, [](OpQueue*) {});
+  // Sends and receives get one lane per (peer, direction, tag), as messages
+  // are matched: a send must not wait behind a receive that needs the
+  // peer's own send to finish, nor behind a send of another tag that the
+  // peer will receive only later (torch's and MPI's isend / irecv complete
+  // in any tag order). Within a lane they run in order.
+  std::vector<std::shared_ptr<OpQueue>> idle;  // stopped after the lock
   LightMutexLock lock(&mu_);
-  std::unique_ptr<OpQueue>& lane = p2p_lanes_[{peer, op == OpCode::kSend}];
-  if (lane == nullptr) lane = std::make_unique<OpQueue>();
-  return *lane;
+  std::shared_ptr<OpQueue>& lane =
+      p2p_lanes_[{op.peer, op.code == OpCode::kSend, op.tag}];
+  if (lane == nullptr) {
+    // Each lane has a worker thread: a program that uses many tags (one
+    // per step, say) must not accumulate them. Idle lanes nobody holds go
+    // once there are more than a few per peer; a later operation on their
+    // key gets a new one, in order, since theirs all finished.
+    if (p2p_lanes_.size() > 4 * static_cast<size_t>(size()) + 8) {
+      for (auto it = p2p_lanes_.begin(); it != p2p_lanes_.end();) {
+        if (it->second != nullptr && it->second.use_count() == 1 &&
+            it->second->Idle()) {
+          idle.push_back(std::move(it->second));
+          it = p2p_lanes_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    lane = std::make_shared<OpQueue>();
+  }
+  return lane;
 }
 
 // The context of the next operation: collectives share one sequence, the same
@@ -567,16 +592,16 @@ std::shared_ptr<Work> ProcessGroup::Submit(Op op) {
   OpContext ctx = NextContext(op);
   ctx.issue_mark = *mark;
   auto work = std::make_shared<Work>(ctx.Describe());
-  QueueFor(op.code, op.peer)
-      .Post([this, ctx, body = std::make_shared<Body>(std::move(op.body)), work,
-             collective, peer = op.peer] {
-        absl::Status status = Execute(ctx, *body, peer);
-        if (ctx.issue_mark != nullptr) {
-          contract_->backend().ReleaseIssueMark(ctx.issue_mark);
-        }
-        if (collective) ReleaseIssue();
-        work->Complete(std::move(status));
-      });
+  QueueFor(op)->Post([this, ctx,
+                      body = std::make_shared<Body>(std::move(op.body)), work,
+                      collective, peer = op.peer] {
+    absl::Status status = Execute(ctx, *body, peer);
+    if (ctx.issue_mark != nullptr) {
+      contract_->backend().ReleaseIssueMark(ctx.issue_mark);
+    }
+    if (collective) ReleaseIssue();
+    work->Complete(std::move(status));
+  });
   return work;
 }
 

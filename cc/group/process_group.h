@@ -35,6 +35,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -217,6 +218,7 @@ class ProcessGroup {
     // Where its tensors are: a CUDA operation follows the caller's stream
     // from the point where it was issued (Backend::MarkIssue).
     Device device = Device::Cpu();
+    int tag = 0;  // a send's or receive's
   };
   // The issue mark of `op` (nullptr: none), or why it could not be made.
   absl::StatusOr<void*> MarkIssue(const Op& op);
@@ -225,7 +227,8 @@ class ProcessGroup {
   // Not OK when `op` must not run: not a member, or its arguments are wrong.
   absl::Status Rejection(const Op& op) const;
   OpContext NextContext(const Op& op);
-  OpQueue& QueueFor(OpCode op, int peer);
+  // The queue `op` runs on: the group's, or a send's or receive's lane.
+  std::shared_ptr<OpQueue> QueueFor(const Op& op);
 
   Op AllReduceOp(TensorRef data, ReduceOp op);
   Op BroadcastOp(TensorRef data, int root);
@@ -301,7 +304,8 @@ class ProcessGroup {
   // everything a running operation touches (contract, recorder, mutex) is
   // still alive.
   OpQueue queue_;
-  std::map<std::pair<int, bool>, std::unique_ptr<OpQueue>> p2p_lanes_
+  // Sends' and receives' lanes by (peer, is a send, tag): see QueueFor.
+  std::map<std::tuple<int, bool, int>, std::shared_ptr<OpQueue>> p2p_lanes_
       ABSL_GUARDED_BY(mu_);
 };
 

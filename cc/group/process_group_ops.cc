@@ -170,11 +170,20 @@ absl::Status ProcessGroup::CheckSplits(const std::vector<int64_t>& splits,
         absl::StrCat(what, "_splits has ", splits.size(),
                      " entries for a group of size ", size()));
   }
+  // Each split must fit in what the earlier ones left: a plain running sum
+  // can wrap around int64 back to numel and pass, with byte counts that wrap.
   int64_t sum = 0;
-  for (int64_t s : splits) {
+  for (size_t i = 0; i < splits.size(); ++i) {
+    const int64_t s = splits[i];
     if (s < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(what, "_splits has a negative entry"));
+          absl::StrCat(what, "_splits[", i, "] is ", s, ", a negative entry"));
+    }
+    if (s > t.numel() - sum) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, "_splits[", i, "] is ", s,
+                       ": the entries up to it add up to more than ", what,
+                       "'s ", t.numel(), " elements"));
     }
     sum += s;
   }
@@ -197,11 +206,14 @@ ProcessGroup::Op ProcessGroup::SendOp(TensorRef data, int dst, int tag) {
   if (checked.ok() && dst == rank_) {
     checked = absl::InvalidArgumentError("send: dst is this rank itself");
   }
-  return {OpCode::kSend, checked,
+  return {OpCode::kSend,
+          checked,
           [this, data, dst, tag](const OpContext& c) {
             return contract_->Send(c, data, dst, tag);
           },
-          dst, data.device()};
+          dst,
+          data.device(),
+          tag};
 }
 
 ProcessGroup::Op ProcessGroup::RecvOp(TensorRef data, int src, int tag) {
@@ -210,11 +222,14 @@ ProcessGroup::Op ProcessGroup::RecvOp(TensorRef data, int src, int tag) {
   if (checked.ok() && src == rank_) {
     checked = absl::InvalidArgumentError("recv: src is this rank itself");
   }
-  return {OpCode::kRecv, checked,
+  return {OpCode::kRecv,
+          checked,
           [this, data, src, tag](const OpContext& c) {
             return contract_->Recv(c, data, src, tag);
           },
-          src, data.device()};
+          src,
+          data.device(),
+          tag};
 }
 
 // The synchronous and asynchronous forms of each operation.
