@@ -447,9 +447,19 @@ namespace distkit {
 namespace capi {
 namespace {
 
-dist::DistributedProcessGroup DpgOf(dk_group_t* group) {
+// The group argument `what` names. A destroyed handle is refused: its null
+// rep would otherwise read as the world (convention 11).
+absl::StatusOr<dist::DistributedProcessGroup> DpgOf(dk_group_t* group,
+                                                    const char* what) {
   if (group == DK_GROUP_UNUSED) return dist::DistributedProcessGroup::Unused();
   if (group == nullptr) return dist::DistributedProcessGroup();
+  if (group->destroyed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": the handle was destroyed (dk_group_destroy)"));
+  }
+  if (group->rep == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": invalid handle"));
+  }
   return dist::DistributedProcessGroup(group->rep);
 }
 
@@ -484,8 +494,14 @@ dk_status_t dk_parallel_state_create(dk_group_t* data_parallel,
                                      dk_parallel_state_t** out,
                                      dk_error_t** err) {
   return NewHandle(out, err, [&]() -> absl::StatusOr<dk_parallel_state*> {
+    DK_ASSIGN_OR_RETURN(distkit::dist::DistributedProcessGroup data,
+                        DpgOf(data_parallel, "data_parallel"));
+    DK_ASSIGN_OR_RETURN(distkit::dist::DistributedProcessGroup tensor,
+                        DpgOf(tensor_parallel, "tensor_parallel"));
+    DK_ASSIGN_OR_RETURN(distkit::dist::DistributedProcessGroup expert,
+                        DpgOf(expert_parallel, "expert_parallel"));
     return new dk_parallel_state{distkit::dist::ParallelState(
-        DpgOf(data_parallel), DpgOf(tensor_parallel), DpgOf(expert_parallel))};
+        std::move(data), std::move(tensor), std::move(expert))};
   });
 }
 

@@ -2,6 +2,9 @@
 // over a group (all_reduce_params, sync_random_seed, the object collectives,
 // collect_results).
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,8 +69,13 @@ dk_status_t dk_group_all_reduce_coalesced(dk_group_t* group,
     DK_ASSIGN_OR_RETURN(std::vector<TensorRef> refs,
                         TensorArgs(tensors, num_tensors, "tensors", false));
     DK_ASSIGN_OR_RETURN(distkit::ReduceOp r, ReduceOpArg(op));
-    return distkit::dist::AllReduceParams(
-        refs, coalesce != 0, static_cast<int>(bucket_size_mb), r, g.get());
+    // Into int without wrapping (2^32 + 1 would become 1 MiB): <= 0 stays
+    // "one bucket per dtype", and INT_MAX MiB is past any tensor's 2^47 bytes.
+    const int mb =
+        bucket_size_mb <= 0
+            ? -1
+            : static_cast<int>(std::min<int64_t>(bucket_size_mb, INT_MAX));
+    return distkit::dist::AllReduceParams(refs, coalesce != 0, mb, r, g.get());
   });
 }
 

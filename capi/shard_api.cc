@@ -230,9 +230,13 @@ dk_status_t dk_shard_gather_full(dk_shard_t* shard, DLTensor* const* outs,
 dk_status_t dk_shard_load_full(dk_shard_t* shard, DLTensor* const* values,
                                size_t n, int32_t rank0_only, dk_error_t** err) {
   return OnShard(shard, err, [&](FlatShard* s) -> absl::Status {
-    DK_ASSIGN_OR_RETURN(std::vector<TensorRef> ts,
-                        TensorArgs(values, n, "values", false));
-    return s->LoadFullParams(ts, rank0_only != 0);
+    // Not returned here: with rank0_only, rank 0's error must reach the
+    // other ranks (they would wait for its broadcast), and theirs do not
+    // matter (their values are not used).
+    absl::StatusOr<std::vector<TensorRef>> ts =
+        TensorArgs(values, n, "values", rank0_only != 0);
+    if (!ts.ok()) return s->LoadFullParams({}, rank0_only != 0, ts.status());
+    return s->LoadFullParams(*ts, rank0_only != 0);
   });
 }
 

@@ -3,9 +3,13 @@
  * - dk_init after dk_shutdown, three times in one process: each world is
  *   separate (it used to read the previous world's rendezvous keys);
  * - sizes no buffer can have (a byte size that overflows, SIZE_MAX store
- *   values, counts larger than any array): DK_INVALID_ARGUMENT, nothing read;
- * - destroyed subgroup and parallel-state handles: -1, NULL and
- *   DK_FAILED_PRECONDITION, never the world's values;
+ *   values, counts larger than any array, all_to_all splits whose sum wraps
+ *   around int64, a local group past the world, a negative collect_results
+ *   size): DK_INVALID_ARGUMENT, nothing read;
+ * - an int64 bucket size beyond int: not wrapped into a small one;
+ * - destroyed subgroup and parallel-state handles (and a parallel state
+ *   made from a destroyed group): -1, NULL and DK_FAILED_PRECONDITION,
+ *   never the world's values;
  * - a non-member's sync_random_seed and all_gather_object:
  *   DK_FAILED_PRECONDITION, as the header says;
  * - a store key that is not UTF-8: DK_INVALID_ARGUMENT with a reason. */
@@ -100,11 +104,61 @@ static void sizes_no_buffer_can_have(void) {
   EXPECT(
       dk_group_all_to_all(NULL, &tin, splits, &tout, splits, 1000, NULL, &err),
       DK_INVALID_ARGUMENT, "num_splits", "num_splits != group size");
+  /* Splits whose running sum wraps around int64 back to numel (2 here):
+   * with 3 or more ranks, 3 x (2^64 + 2) / 3 used to pass the check. */
+  const int size = dk_group_size(NULL);
+  int64_t* wrap = calloc((size_t)size, sizeof(int64_t));
+  for (int r = 0; r < size && r < 3; ++r)
+    wrap[r] = size >= 3 ? (int64_t)(UINT64_MAX / 3 + 1) : INT64_MAX;
+  n = 2;
+  tin = dk_test_host_tensor(in, &n, 1, kDLFloat, 32);
+  tout = dk_test_host_tensor(out, &n, 1, kDLFloat, 32);
+  EXPECT(dk_group_all_to_all(NULL, &tin, wrap, &tout, wrap, (size_t)size, NULL,
+                             &err),
+         DK_INVALID_ARGUMENT, "input_splits[0] is", "splits that wrap int64");
+  free(wrap);
   dk_bytes_t* items = NULL;
   size_t count = 0;
   EXPECT(dk_group_all_gather_object(NULL, &f, SIZE_MAX, &items, &count, &err),
          DK_INVALID_ARGUMENT, "larger than any array",
          "an object of SIZE_MAX bytes");
+  EXPECT(dk_group_collect_results(NULL, NULL, 0, -1, "cpu", NULL, &items,
+                                  &count, &err),
+         DK_INVALID_ARGUMENT, "size is -1", "a negative collect_results size");
+  /* A local group past the world: 3 * 2^30 used to wrap int and push 2^30
+   * ranks before the group was refused. */
+  EXPECT(dk_init_local_group(2, 1 << 30, &err), DK_INVALID_ARGUMENT,
+         "beyond the world size", "nodes of 2^30 ranks");
+  EXPECT(dk_init_local_group(1, size, &err), DK_INVALID_ARGUMENT,
+         "beyond the world size", "a second node of the whole world");
+}
+
+/* bucket_size_mb is int64: 2^32 + 1 (and -(2^32 - 1)) used to be cut to
+ * int's 1 MiB, so rank 0 all-reduced 1 MiB buckets where the others, asking
+ * for one bucket per dtype, all-reduced one: a mismatch. */
+#define HALF_MIB_FLOATS (1 << 18) /* 1 MiB of float32 */
+static float first_half[HALF_MIB_FLOATS], second_half[HALF_MIB_FLOATS];
+
+static void bucket_sizes_beyond_int(void) {
+  const int size = dk_group_size(NULL);
+  const int64_t mine[2] = {((int64_t)1 << 32) + 1, -(((int64_t)1 << 32) - 1)};
+  const int64_t others[2] = {0, -1};
+  for (int k = 0; k < 2; ++k) {
+    for (int i = 0; i < HALF_MIB_FLOATS; ++i)
+      first_half[i] = second_half[i] = 1;
+    int64_t n = HALF_MIB_FLOATS;
+    DLTensor a = dk_test_host_tensor(first_half, &n, 1, kDLFloat, 32);
+    DLTensor b = dk_test_host_tensor(second_half, &n, 1, kDLFloat, 32);
+    DLTensor* both[2] = {&a, &b};
+    dk_error_t* err = NULL;
+    EXPECT(dk_group_all_reduce_coalesced(
+               NULL, both, 2, DK_OP_SUM, 1,
+               dk_test_rank == 0 ? mine[k] : others[k], &err),
+           DK_OK, NULL, "a bucket size beyond int is one bucket");
+    dk_test_check(first_half[0] == (float)size &&
+                      second_half[HALF_MIB_FLOATS - 1] == (float)size,
+                  "the coalesced sums");
+  }
 }
 
 static void destroyed_handles_and_non_members(void) {
@@ -137,7 +191,14 @@ static void destroyed_handles_and_non_members(void) {
          DK_FAILED_PRECONDITION, "destroyed",
          "all_reduce on a destroyed group");
 
+  /* A destroyed group is refused, not read as the world (its rep is gone). */
   dk_parallel_state_t* state = NULL;
+  EXPECT(dk_parallel_state_create(DK_GROUP_UNUSED, sub, NULL, &state, &err),
+         DK_FAILED_PRECONDITION, "tensor_parallel: the handle was destroyed",
+         "a parallel state over a destroyed group");
+  dk_test_check(state == NULL, "no state over a destroyed group");
+  dk_parallel_state_destroy(state);
+  state = NULL;
   err = NULL;
   if (dk_parallel_state_create(NULL, NULL, NULL, &state, &err) != DK_OK)
     dk_test_die("dk_parallel_state_create", err);
@@ -159,6 +220,7 @@ int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   reinit_rounds();
   sizes_no_buffer_can_have();
+  bucket_sizes_beyond_int();
   destroyed_handles_and_non_members();
   dk_error_t* err = NULL;
   if (dk_group_barrier(NULL, NULL, &err) != DK_OK) dk_test_die("barrier", err);

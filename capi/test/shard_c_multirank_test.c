@@ -2,8 +2,8 @@
  * model (float32 weights whose count needs padding, a float64 bias: two flat
  * buffers) trained 5 SGD steps under FULL_SHARD, SHARD_GRAD_OP and NO_SHARD,
  * with prefetch and no_sync, must equal training alone on the global batch;
- * then state dicts (full, sharded round trip) and misuse answered with a
- * status, never a crash. */
+ * then state dicts (full, from rank 0 alone, sharded round trip) and misuse
+ * answered with a status, never a crash or a wait. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <math.h>
 #include <stdio.h>
@@ -183,6 +183,48 @@ int main(void) {
                  jb = dk_test_host_tensor(&junk_b, &one, 1, kDLFloat, 64);
         DLTensor* values[2] = {&jw, &jb};
         DK_TEST_OK(dk_shard_load_full(unit, values, 2, 0, &e_));
+        /* rank0_only: rank 0's values reach every rank; the others pass
+         * NULL entries, as the header allows. */
+        float rw[NW];
+        double rb = -2;
+        for (int j = 0; j < NW; ++j) rw[j] = (float)(j + 1);
+        DLTensor r0w = dk_test_host_tensor(rw, &nw, 1, kDLFloat, 32),
+                 r0b = dk_test_host_tensor(&rb, &one, 1, kDLFloat, 64);
+        DLTensor* rank0_values[2] = {&r0w, &r0b};
+        DLTensor* none[2] = {NULL, NULL};
+        DK_TEST_OK(dk_shard_load_full(
+            unit, dk_test_rank == 0 ? rank0_values : none, 2, 1, &e_));
+        int64_t offset, count;
+        void *piece, *piece_grad;
+        DK_TEST_OK(
+            dk_shard_piece(unit, 0, &offset, &count, &piece, &piece_grad, &e_));
+        int loaded = 1;
+        for (int64_t i = 0; i < count; ++i)
+          loaded &= ((float*)piece)[i] == (float)(offset + i + 1);
+        dk_test_check(loaded, "rank0_only: rank 0's values on every rank");
+        /* A tensor rank 0 cannot pass (not contiguous) is every rank's
+         * error at once, not the others' timeout (60 s) in a broadcast;
+         * whether the others pass no values or a NULL array they may not
+         * (theirs are not read). */
+        int64_t every_other = 2;
+        r0w.strides = &every_other;
+        for (size_t others_n = 0; others_n <= 2; others_n += 2) {
+          struct timespec began, ended;
+          clock_gettime(CLOCK_MONOTONIC, &began);
+          dk_error_t* bad = NULL;
+          const dk_status_t refused =
+              dk_shard_load_full(unit, dk_test_rank == 0 ? rank0_values : NULL,
+                                 dk_test_rank == 0 ? 2 : others_n, 1, &bad);
+          clock_gettime(CLOCK_MONOTONIC, &ended);
+          const double took = (double)(ended.tv_sec - began.tv_sec) +
+                              1e-9 * (double)(ended.tv_nsec - began.tv_nsec);
+          dk_test_check(
+              refused == DK_INVALID_ARGUMENT && bad != NULL &&
+                  strstr(dk_error_message(bad), "values[0]") != NULL &&
+                  took < 20,
+              "rank 0's bad value: every rank's error, promptly");
+          dk_error_free(bad);
+        }
         DLTensor* saved = calloc((size_t)(2 * size_), sizeof(DLTensor));
         int64_t* shapes = calloc((size_t)(2 * size_), sizeof(int64_t));
         const DLTensor** ptrs = calloc((size_t)(2 * size_), sizeof(DLTensor*));

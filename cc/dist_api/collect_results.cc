@@ -31,6 +31,14 @@ ResultItems Truncated(const ResultItems& part, int64_t size) {
                                                                part.size())));
 }
 
+// A negative size would reach std::vector's size_t arithmetic (a
+// length_error, or a range that ends before it starts).
+absl::Status CheckSize(int64_t size) {
+  if (size >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("collect_results: size is ", size, ", must be >= 0"));
+}
+
 // Items as (int64 length, bytes) records.
 std::string Encode(const ResultItems& items) {
   std::string out;
@@ -78,6 +86,7 @@ ResultItems InterleaveParts(const std::vector<ResultItems>& parts,
 absl::StatusOr<std::optional<ResultItems>> CollectResults(
     const ResultItems& part, int64_t size, absl::string_view device,
     std::optional<std::string> tmpdir, ProcessGroup* group) {
+  DK_RETURN_IF_ERROR(CheckSize(size));
   if (device == "cpu")
     return CollectResultsCpu(part, size, std::move(tmpdir), group);
   if (device == "gpu" || device == "npu") {
@@ -94,6 +103,7 @@ absl::StatusOr<std::optional<ResultItems>> CollectResults(
 absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
     const ResultItems& part, int64_t size, std::optional<std::string> tmpdir,
     ProcessGroup* group) {
+  DK_RETURN_IF_ERROR(CheckSize(size));
   if (!IsDistributed() || Resolve(group)->size() == 1) {
     return std::optional<ResultItems>(Truncated(part, size));
   }
@@ -154,6 +164,7 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
 
 absl::StatusOr<std::optional<ResultItems>> CollectResultsGpu(
     const ResultItems& part, int64_t size, ProcessGroup* group) {
+  DK_RETURN_IF_ERROR(CheckSize(size));
   if (!IsDistributed() || Resolve(group)->size() == 1) {
     return std::optional<ResultItems>(Truncated(part, size));
   }

@@ -29,7 +29,8 @@ namespace dist {
 using ResultItems = std::vector<std::string>;
 
 // device: "cpu", "gpu" or "npu" (anything else is UNIMPLEMENTED, mmengine's
-// NotImplementedError); "gpu"/"npu" with a tmpdir is INVALID_ARGUMENT.
+// NotImplementedError); "gpu"/"npu" with a tmpdir, or a negative size, is
+// INVALID_ARGUMENT (before any communication).
 absl::StatusOr<std::optional<ResultItems>> CollectResults(
     const ResultItems& part, int64_t size, absl::string_view device = "cpu",
     std::optional<std::string> tmpdir = std::nullopt,

@@ -469,9 +469,18 @@ absl::Status MakeLocalGroup(int node_rank, int num_gpus_per_node,
         "init_local_group: node_rank ", node_rank, " and num_gpus_per_node ",
         num_gpus_per_node, " are invalid"));
   }
+  // In int64, and checked before the list is built: in int the product can
+  // wrap, and a huge layout would push ~2^30 ranks before NewGroup saw them.
+  const int64_t end =
+      (static_cast<int64_t>(node_rank) + 1) * int64_t{num_gpus_per_node};
+  if (end > world->size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "init_local_group: node_rank ", node_rank, " and num_gpus_per_node ",
+        num_gpus_per_node, " need ranks up to ", end - 1,
+        ", beyond the world size ", world->size()));
+  }
   std::vector<int> ranks;
-  for (int r = node_rank * num_gpus_per_node;
-       r < (node_rank + 1) * num_gpus_per_node; ++r) {
+  for (int r = node_rank * num_gpus_per_node; r < end; ++r) {
     ranks.push_back(r);
   }
   State& s = GetState();

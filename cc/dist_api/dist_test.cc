@@ -54,6 +54,13 @@ TEST(NotDistributed, CollectivesAreLocal) {
             absl::StatusCode::kUnimplemented);
   EXPECT_EQ(CollectResults({}, 1, "gpu", "/tmp/x").status().code(),
             absl::StatusCode::kInvalidArgument);
+  // A negative size is refused by name (it used to throw length_error).
+  for (const char* device : {"cpu", "gpu"}) {
+    absl::Status negative = CollectResults({"r0"}, -1, device).status();
+    EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument) << device;
+    EXPECT_NE(negative.message().find("size is -1"), absl::string_view::npos)
+        << negative;
+  }
 }
 
 TEST(Helpers, InterleaveRestoresDatasetOrder) {

@@ -323,9 +323,11 @@ absl::Status FlatShard::AllocateShards() {
 
 // Builds each flat buffer from the full values (only rank 0's when
 // `from_rank0`: then broadcast over the replicate group and the group) and
-// keeps this rank's slice.
+// keeps this rank's slice. `values_error` (the caller could not read its
+// values) counts only where the values are used.
 absl::Status FlatShard::FillShards(const std::vector<TensorRef>& values,
-                                   bool from_rank0) {
+                                   bool from_rank0,
+                                   const absl::Status& values_error) {
   const bool job_rank0 =
       group_->rank() == 0 && (options_.replicate_group == nullptr ||
                               options_.replicate_group->rank() == 0);
@@ -333,7 +335,9 @@ absl::Status FlatShard::FillShards(const std::vector<TensorRef>& values,
   // Check the values first; with from_rank0, rank 0 tells everyone, so no
   // rank waits in a broadcast that will not come.
   absl::Status valid;
-  if (have_values && values.size() != placements_.size()) {
+  if (have_values && !values_error.ok()) {
+    valid = values_error;
+  } else if (have_values && values.size() != placements_.size()) {
     valid = absl::InvalidArgumentError(
         absl::StrCat("FlatShard: ", values.size(), " values for ",
                      placements_.size(), " parameters"));
@@ -733,7 +737,8 @@ absl::Status FlatShard::GatherFullParams(const std::vector<TensorRef>& outs,
 }
 
 absl::Status FlatShard::LoadFullParams(const std::vector<TensorRef>& values,
-                                       bool rank0_only) {
+                                       bool rank0_only,
+                                       const absl::Status& values_error) {
   const CopyStreamScope on_stream = OnCallerStream();
   {
     absl::MutexLock lock(&mu_);
@@ -742,7 +747,7 @@ absl::Status FlatShard::LoadFullParams(const std::vector<TensorRef>& values,
           "FlatShard: load a state dict while resharded");
     }
   }
-  return FillShards(values, rank0_only);
+  return FillShards(values, rank0_only, values_error);
 }
 
 FlatShard::ShardMetadata FlatShard::Metadata() const {

@@ -182,8 +182,13 @@ class FlatShard {
   // Loads a full state dict: every rank passes every parameter's full value
   // (or, rank0_only, only rank 0 does and its values are broadcast) and
   // keeps its slice. Collective with rank0_only, local otherwise.
-  absl::Status LoadFullParams(const std::vector<TensorRef>& values,
-                              bool rank0_only = false);
+  // `values_error`: why the caller could not read its values (`values` then
+  // empty). It fails the load where the values are used, and with
+  // rank0_only rank 0's reaches every rank, so that none waits for a
+  // broadcast that will not come; the other ranks' is ignored.
+  absl::Status LoadFullParams(
+      const std::vector<TensorRef>& values, bool rank0_only = false,
+      const absl::Status& values_error = absl::OkStatus());
 
   // Sharded state dict: what this rank saves (its shards) and the metadata
   // that lets a job of another size load them.
@@ -248,8 +253,8 @@ class FlatShard {
 
   absl::Status Place(const std::vector<Parameter>& params);
   absl::Status AllocateShards();
-  absl::Status FillShards(const std::vector<TensorRef>& values,
-                          bool from_rank0);
+  absl::Status FillShards(const std::vector<TensorRef>& values, bool from_rank0,
+                          const absl::Status& values_error = absl::OkStatus());
   absl::Status EnsureFullGrads();
   void Record(Event::Kind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t HeldBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -538,7 +538,9 @@ DK_EXPORT dk_status_t dk_group_recv(dk_group_t* group, DLTensor* data,
 
 /* Collective over the default group: creates this node's group, ranks
  * [node_rank * n, (node_rank + 1) * n) (mmengine's init_local_group).
- * DK_FAILED_PRECONDITION if it exists already. */
+ * DK_INVALID_ARGUMENT (naming node_rank, n and the world size) when those
+ * ranks do not fit in the default group. DK_FAILED_PRECONDITION if it
+ * exists already. */
 DK_EXPORT dk_status_t dk_init_local_group(int32_t node_rank,
                                           int32_t num_per_node,
                                           dk_error_t** err);
@@ -599,7 +601,8 @@ DK_EXPORT dk_status_t dk_group_broadcast_object_list(
  * gets the results in dataset order, empty items dropped, at most `size` of
  * them (*items_out owned, *count_out entries); other ranks get NULL / 0.
  * device: "cpu" (through `tmpdir`, or a fresh directory when NULL; removed
- * afterwards), "gpu" or "npu" (through the backend; tmpdir must be NULL). */
+ * afterwards), "gpu" or "npu" (through the backend; tmpdir must be NULL).
+ * A negative size is DK_INVALID_ARGUMENT. */
 DK_EXPORT dk_status_t dk_group_collect_results(
     dk_group_t* group, const dk_bytes_t* part, size_t part_count, int64_t size,
     const char* device, const char* tmpdir, dk_bytes_t** items_out,
@@ -889,7 +892,9 @@ DK_EXPORT dk_status_t dk_shard_gather_full(dk_shard_t* shard,
                                            int32_t rank0_only,
                                            dk_error_t** err);
 /* Loads a full state dict (each rank keeps its slice). rank0_only: only rank
- * 0 passes values (collective: broadcast); else every rank does (local). */
+ * 0 passes values (collective: broadcast; the others' values are not read
+ * and may be NULL), and an error in rank 0's values is every rank's error;
+ * else every rank does (local). */
 DK_EXPORT dk_status_t dk_shard_load_full(dk_shard_t* shard,
                                          DLTensor* const* values, size_t n,
                                          int32_t rank0_only, dk_error_t** err);
