@@ -26,6 +26,19 @@ c10::intrusive_ptr<ProcessGroupDistkit> Make(int rank, int size,
       rank, size, reinterpret_cast<dk_group_t*>(group));
 }
 
+// Whether a ProcessGroupDistkit still exists, without keeping it: torch 2.x
+// holds its backends in C++ alone, so the Python side cannot watch their
+// wrappers to learn when torch has dropped one.
+class Liveness {
+ public:
+  explicit Liveness(const c10::intrusive_ptr<ProcessGroupDistkit>& pg)
+      : pg_(pg) {}
+  bool alive() const { return !pg_.expired(); }
+
+ private:
+  c10::weak_intrusive_ptr<ProcessGroupDistkit> pg_;
+};
+
 }  // namespace
 }  // namespace c10d_ext
 }  // namespace distkit
@@ -56,10 +69,12 @@ PYBIND11_MODULE(_c10d, m) {
       "_completion_threads",
       [] { return distkit::c10d_ext::CompletionPool::Get().threads(); },
       "Threads the completion pool has started (tests).");
+  py::class_<distkit::c10d_ext::Liveness>(m, "_Liveness")
+      .def("alive", &distkit::c10d_ext::Liveness::alive);
   // A subclass of torch's ProcessGroup (Backend under torch 2.x): torch's
   // own calls (DDP's reducer included) reach the overrides in C++.
-  // dynamic_attr: the Python side keeps the distkit group it runs on as
-  // `_dk_group`.
+  // dynamic_attr: the Python side records the distkit group it runs on as
+  // `_dk_group` (torch_backend._groups_in_use keeps it alive).
   m.attr("TORCH_BASE_CLASS") = distkit::c10d_ext::kTorchBaseClass;
   py::class_<ProcessGroupDistkit, c10::intrusive_ptr<ProcessGroupDistkit>>(
       m, "ProcessGroupDistkit",
@@ -71,6 +86,12 @@ PYBIND11_MODULE(_c10d, m) {
            "Over the dk_group_t* `group` (an address; 0: distkit's default "
            "group), which must outlive it.")
       .def_property_readonly("group_name", &ProcessGroupDistkit::group_name)
+      .def(
+          "_liveness",
+          [](const c10::intrusive_ptr<ProcessGroupDistkit>& self) {
+            return distkit::c10d_ext::Liveness(self);
+          },
+          "Tells whether this group still exists (alive()), not keeping it.")
       .def("_set_record_lends", &ProcessGroupDistkit::set_record_lends)
       .def("_take_recorded_lends", &ProcessGroupDistkit::TakeRecordedLends);
 }

@@ -124,6 +124,32 @@ const char* ProfilingTitle(OpType type) {
   }
 }
 
+// torch's name of a reduction (for errors).
+const char* ReduceOpName(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM:
+      return "SUM";
+    case c10d::ReduceOp::AVG:
+      return "AVG";
+    case c10d::ReduceOp::PRODUCT:
+      return "PRODUCT";
+    case c10d::ReduceOp::MIN:
+      return "MIN";
+    case c10d::ReduceOp::MAX:
+      return "MAX";
+    case c10d::ReduceOp::BAND:
+      return "BAND";
+    case c10d::ReduceOp::BOR:
+      return "BOR";
+    case c10d::ReduceOp::BXOR:
+      return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM:
+      return "PREMUL_SUM";
+    default:
+      return "UNUSED";
+  }
+}
+
 }  // namespace
 
 ProcessGroupDistkit::ProcessGroupDistkit(int rank, int size, dk_group_t* group)
@@ -178,6 +204,16 @@ const at::Tensor& ProcessGroupDistkit::Single(
 dk_reduce_op_t ProcessGroupDistkit::Reduction(const c10d::ReduceOp& reduce,
                                               at::Tensor& t,
                                               const char* op) const {
+  // Complex tensors travel as their real pairs (view_as_real), which only a
+  // reduction acting on each part alone gets right; torch 1.13 guards this
+  // in all_reduce only, so reduce and reduce_scatter would answer wrongly.
+  if (t.is_complex() && reduce.op_ != c10d::ReduceOp::SUM &&
+      reduce.op_ != c10d::ReduceOp::AVG &&
+      reduce.op_ != c10d::ReduceOp::PREMUL_SUM) {
+    Fail(op, std::string("cannot reduce complex tensors (") +
+                 c10::toString(t.scalar_type()) + ") with ReduceOp." +
+                 ReduceOpName(reduce.op_) + "; only SUM, AVG and PREMUL_SUM");
+  }
   switch (reduce.op_) {
     case c10d::ReduceOp::SUM:
       return DK_OP_SUM;

@@ -211,15 +211,32 @@ def implementation() -> Tuple[str, Optional[str]]:
     return ("c++", None) if _extension is not None else ("python", _fallback_reason)
 
 
+# The distkit groups the C++ process groups run on, each beside its process
+# group's liveness. The wrapper's attribute `_dk_group` cannot keep one alive:
+# torch 2.x keeps the backend in C++ alone and drops the Python wrapper, whose
+# collection would destroy the group (dk_group_destroy) under the backend.
+# torch offers no hook when it destroys a group, so an entry is released once
+# its process group no longer exists, looked at whenever a group is made.
+_groups_in_use = []  # [(_c10d._Liveness, groups.ProcessGroup)]
+
+
+def _release_unused_groups() -> None:
+    """Releases the distkit groups whose C++ process group is gone."""
+    _groups_in_use[:] = [(live, group) for live, group in _groups_in_use if live.alive()]
+
+
 def _process_group(rank: int, size: int, group: Optional[_groups.ProcessGroup]):
     """torch's process group over distkit group ``group`` (None: distkit's
     default group); it keeps ``group`` as ``_dk_group`` (torch_groups.twin
-    reads it, and it keeps the handle alive)."""
+    reads it), and _groups_in_use keeps it alive as long as the C++ one."""
     global _warned
     if _extension is not None:
+        _release_unused_groups()
         handle = group._handle.value if group is not None else None
         pg = _extension.ProcessGroupDistkit(rank, size, handle or 0)
         pg._dk_group = group
+        if group is not None:
+            _groups_in_use.append((pg._liveness(), group))
         return pg
     if not _warned:
         _warned = True
@@ -311,6 +328,7 @@ def rebase_default_group(timeout_ms: int) -> None:
     world, as the shrink or grow was."""
     if tdist.is_initialized():
         tdist.destroy_process_group()
+    _release_unused_groups()  # the old world's subgroups torch dropped
     _init_default_group(_store_for_torch(prefix=f"torch/{_groups.get_default_group().name()}/"),
                         timeout_ms)
 

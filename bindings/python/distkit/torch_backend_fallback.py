@@ -86,9 +86,16 @@ class ProcessGroupDistkitPython(tdist.ProcessGroup):
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _op(opts.reduceOp) if opts is not None else _lib.OP_SUM
-        views = [Borrowed(t) for t in tensors]
+        follow_current_stream(self._handle, tensors)
+        # Lent as the other ops lend: non-contiguous tensors (a transpose)
+        # through contiguous copies, written back after.
+        lent = [_lend(t) for t in tensors]
+        views = [view for view, _ in lent]
         raise_for_status(lib.dk_group_all_reduce_coalesced, self._handle, _lib.tensor_array(views),
                          len(views), op, 1, -1)
+        for _, back in lent:
+            if back is not None:
+                back()
         return _done(list(tensors))
 
     def reduce(self, tensors, opts):

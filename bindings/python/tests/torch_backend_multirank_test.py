@@ -7,7 +7,9 @@ gives the same shards. The backend is the C++ one (distkit._c10d): every
 operation asynchronous (a 16 MiB all_reduce not done when the call returns,
 done later with the right values, get_future().then chains, a collective
 issued and waited for inside a then-callback), every ReduceOp (AVG,
-PREMUL_SUM), dtypes distkit moves as bytes, errors that name op, group and
+PREMUL_SUM; on complex tensors only those and SUM, the rest refused), a
+subgroup's backend held in C++ alone (as torch 2.x holds it), dtypes
+distkit moves as bytes, errors that name op, group and
 rank, torch's DDP with communication hooks, and a DDP bucket's all_reduce
 returning before the peers joined and completing during backward. Default:
 distkit.dist.init_dist initializes torch's default group on "distkit".
@@ -22,6 +24,7 @@ import gc
 import os
 import sys
 import time
+import weakref
 
 import torch
 import torch.distributed as tdist
@@ -117,6 +120,15 @@ def collectives(gloo, rank, n):
     tdist.all_to_all(lists_out, lists_in)
     check(all(same(t, torch.full((2,), float(10 * q + rank))) for q, t in enumerate(lists_out)),
           "all_to_all")
+    # all_reduce_coalesced of a transposed (non-contiguous) tensor beside a
+    # contiguous one: written back through the views, as Gloo does.
+    mine = [data(rank, 11).view(2, 3).t(), data(rank, 12, n=4)]
+    theirs = [data(rank, 11).view(2, 3).t(), data(rank, 12, n=4)]
+    tdist.all_reduce_coalesced(mine)
+    tdist.all_reduce_coalesced(theirs, group=gloo)
+    check(all(torch.allclose(a, b, rtol=1e-6) for a, b in zip(mine, theirs)) and
+          torch.allclose(mine[0], sum(data(r, 11) for r in range(n)).view(2, 3).t(), rtol=1e-6),
+          "all_reduce_coalesced of a non-contiguous tensor")
     tdist.barrier()
     # send / recv around a ring
     if n > 1:
@@ -138,7 +150,7 @@ def collectives(gloo, rank, n):
     check(same(fut.wait()[0], torch.full((2,), float(n))), "Work.get_future")
 
 
-def subgroups(rank, n):
+def subgroups(rank, n, cpp):
     odd = list(range(1, n, 2))
     if not odd:
         return  # torch 1.13 takes new_group([]) for the default group
@@ -157,6 +169,39 @@ def subgroups(rank, n):
     check(same(a, torch.full((3,), float(sum(odd)))), "subgroup all_reduce")
     check(tdist.get_rank(group) == odd.index(rank) and tdist.get_world_size(group) == len(odd),
           "subgroup rank and size")
+    if cpp:
+        held_in_cpp(rank, odd)
+
+
+def held_in_cpp(rank, members):
+    """torch 2.x keeps a subgroup's backend in C++ alone and drops its
+    Python wrapper: a backend made by the creator, as torch makes it, held
+    only in C++ (torch 1.13's round-robin group over it), runs on after its
+    wrapper is collected, and its distkit group is released once the
+    backend is gone."""
+    c10d = torch._C._distributed_c10d
+    if not hasattr(c10d, "_round_robin_process_groups"):
+        return  # torch 1.13's, over ProcessGroups
+    store = tdist.PrefixStore("held_in_cpp/", tdist.distributed_c10d._get_default_store())
+    pg = torch_backend._create(store, members.index(rank), len(members),
+                               datetime.timedelta(seconds=60))
+    held = c10d._round_robin_process_groups([pg])
+    wrapper, group = weakref.ref(pg), weakref.ref(pg._dk_group)
+    del pg
+    gc.collect()
+    check(wrapper() is None, "the backend's Python wrapper was collected")
+    check(group() is not None, "its distkit group outlives the wrapper")
+    t = torch.full((3,), float(rank))
+    try:
+        held.allreduce([t]).wait()
+        check(same(t, torch.full((3,), float(sum(members)))),
+              "all_reduce on a backend held in C++ alone")
+    except RuntimeError as e:
+        check(False, f"all_reduce on a backend held in C++ alone: {e}")
+    del held
+    gc.collect()
+    getattr(torch_backend, "_release_unused_groups", lambda: None)()
+    check(group() is None, "the distkit group is released once its backend is gone")
 
 
 def ddp(gloo, rank, n):
@@ -290,12 +335,49 @@ def reductions(rank, n):
     tdist.all_reduce(c)
     check(torch.equal(c, torch.full((3,), complex(n * (n - 1) / 2, n), dtype=torch.complex64)),
           "all_reduce of complex64 (as its real pairs)")
+    complex_reductions(rank, n)
     # Several tensors in one operation.
     ts = [data(rank, 30, n=3), data(rank, 31, n=5)]
     tdist.all_reduce_coalesced(ts)
     check(torch.allclose(ts[0], sum(data(r, 30, n=3) for r in range(n)), rtol=1e-6) and
           torch.allclose(ts[1], sum(data(r, 31, n=5) for r in range(n)), rtol=1e-6),
           "all_reduce_coalesced")
+
+
+def complex_reductions(rank, n):
+    """Complex tensors reduce as their real pairs: SUM gives the sums; an op
+    that would mix the parts (PRODUCT, MAX) is refused on every rank, naming
+    op and dtype, and the group goes on (torch 1.13 checks all_reduce
+    alone)."""
+    def mine(salt, k=3, r=rank):
+        return torch.complex(data(r, salt, n=k), data(r, salt + 50, n=k))
+
+    for name, op in (("PRODUCT", tdist.ReduceOp.PRODUCT), ("MAX", tdist.ReduceOp.MAX)):
+        calls = {
+            "reduce": lambda: tdist.reduce(mine(40), 0, op=op),
+            "reduce_scatter": lambda: tdist.reduce_scatter(
+                torch.zeros(3, dtype=torch.complex64), [mine(41) for _ in range(n)], op=op),
+            "_reduce_scatter_base": lambda: tdist._reduce_scatter_base(
+                torch.zeros(3, dtype=torch.complex64), mine(42, k=3 * n), op=op),
+        }
+        for what, call in calls.items():
+            try:
+                call()
+                check(False, f"{what} of complex64 with {name} refused")
+            except RuntimeError as e:
+                check(f"ReduceOp.{name}" in str(e) and "ComplexFloat" in str(e),
+                      f"{what} of complex64 with {name}: the refusal names op and dtype: {e}")
+    t = torch.ones(1)
+    tdist.all_reduce(t)
+    check(t.item() == n, "the group works after the complex refusals")
+    x = mine(43)
+    tdist.reduce(x, 0)
+    check(rank != 0 or torch.allclose(x, sum(mine(43, r=r) for r in range(n)), rtol=1e-5),
+          "reduce SUM of complex64")
+    out = torch.zeros(3, dtype=torch.complex64)
+    tdist.reduce_scatter(out, [mine(44 + q) for q in range(n)])
+    check(torch.allclose(out, sum(mine(44 + rank, r=r) for r in range(n)), rtol=1e-5),
+          "reduce_scatter SUM of complex64")
 
 
 def byte_dtypes(rank, n):
@@ -534,7 +616,7 @@ def main():
         reductions(rank, n)
         byte_dtypes(rank, n)
         errors(rank, n)
-    subgroups(rank, n)
+    subgroups(rank, n, cpp)
     ddp(gloo, rank, n)
     if cpp:
         ddp_hooks(gloo, rank, n)
