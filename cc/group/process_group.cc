@@ -476,10 +476,7 @@ absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body,
   return status;
 }
 
-std::shared_ptr<OpQueue> ProcessGroup::QueueFor(const Op& op) {
-  // The group's own queue lives as long as the group, which outlives this
-  // call's use of it.
-  if (op.peer < 0) return std::shared_ptr<OpQueue>(&queue_, [](OpQueue*) {});
+std::shared_ptr<OpQueue> ProcessGroup::LaneFor(const Op& op) {
   // Sends and receives get one lane per (peer, direction, tag), as messages
   // are matched: a send must not wait behind a receive that needs the
   // peer's own send to finish, nor behind a send of another tag that the
@@ -592,16 +589,19 @@ std::shared_ptr<Work> ProcessGroup::Submit(Op op) {
   OpContext ctx = NextContext(op);
   ctx.issue_mark = *mark;
   auto work = std::make_shared<Work>(ctx.Describe());
-  QueueFor(op)->Post([this, ctx,
-                      body = std::make_shared<Body>(std::move(op.body)), work,
-                      collective, peer = op.peer] {
-    absl::Status status = Execute(ctx, *body, peer);
-    if (ctx.issue_mark != nullptr) {
-      contract_->backend().ReleaseIssueMark(ctx.issue_mark);
-    }
-    if (collective) ReleaseIssue();
-    work->Complete(std::move(status));
-  });
+  // Collectives run on the group's queue; a send or receive on its lane,
+  // held (not let go as idle) until the operation is posted.
+  std::shared_ptr<OpQueue> lane = collective ? nullptr : LaneFor(op);
+  (collective ? queue_ : *lane)
+      .Post([this, ctx, body = std::make_shared<Body>(std::move(op.body)), work,
+             collective, peer = op.peer] {
+        absl::Status status = Execute(ctx, *body, peer);
+        if (ctx.issue_mark != nullptr) {
+          contract_->backend().ReleaseIssueMark(ctx.issue_mark);
+        }
+        if (collective) ReleaseIssue();
+        work->Complete(std::move(status));
+      });
   return work;
 }
 
@@ -627,7 +627,7 @@ absl::StatusOr<void*> ProcessGroup::MarkIssue(const Op& op) {
 
 absl::Status ProcessGroup::RunSync(Op op) {
   if (absl::Status rejected = Rejection(op); !rejected.ok()) return rejected;
-  // Sends and receives go through their own lanes (see QueueFor).
+  // Sends and receives go through their own lanes (see LaneFor).
   if (op.peer >= 0) return Submit(std::move(op))->Wait();
   DK_RETURN_IF_ERROR(ClaimIssue(op));
   absl::StatusOr<void*> mark = MarkIssue(op);

@@ -227,8 +227,8 @@ class ProcessGroup {
   // Not OK when `op` must not run: not a member, or its arguments are wrong.
   absl::Status Rejection(const Op& op) const;
   OpContext NextContext(const Op& op);
-  // The queue `op` runs on: the group's, or a send's or receive's lane.
-  std::shared_ptr<OpQueue> QueueFor(const Op& op);
+  // The lane a send or receive runs on (collectives: queue_).
+  std::shared_ptr<OpQueue> LaneFor(const Op& op);
 
   Op AllReduceOp(TensorRef data, ReduceOp op);
   Op BroadcastOp(TensorRef data, int root);
@@ -304,7 +304,7 @@ class ProcessGroup {
   // everything a running operation touches (contract, recorder, mutex) is
   // still alive.
   OpQueue queue_;
-  // Sends' and receives' lanes by (peer, is a send, tag): see QueueFor.
+  // Sends' and receives' lanes by (peer, is a send, tag): see LaneFor.
   std::map<std::tuple<int, bool, int>, std::shared_ptr<OpQueue>> p2p_lanes_
       ABSL_GUARDED_BY(mu_);
 };
