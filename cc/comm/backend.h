@@ -212,6 +212,14 @@ class Backend {
   // group asks the survivors who reached the operation, as after a timeout.
   virtual bool NamesLostPeers() const { return true; }
 
+  // Whether sends and receives with different tags between one pair may run
+  // at once, on threads of their own (the group then gives each tag its own
+  // lane, so they are matched in any tag order, as torch's and MPI's isend /
+  // irecv are). Gloo's are matched by tag; NCCL's have no tags and one
+  // channel per pair and direction that one thread at a time may use, so
+  // the default keeps one lane per peer and direction.
+  virtual bool ConcurrentTags() const { return false; }
+
   // Where this rank's part of an operation that failed (timed out, or ended
   // by a peer's abort) was on its device, for the group's late-rank
   // diagnosis when every rank reached the operation on the host (NCCL:

@@ -74,6 +74,11 @@ class DeviceDispatchBackend : public ForwardingBackend {
   Backend* ForwardTo(const TensorRef& t) const override {
     return For(t.device());
   }
+  // A lane serves both devices: concurrent only where both backends are.
+  bool ConcurrentTags() const override {
+    return cpu_->ConcurrentTags() &&
+           (cuda_ == nullptr || cuda_->ConcurrentTags());
+  }
 
  private:
   Backend* For(Device d) const { return d.is_cpu() ? cpu_.get() : cuda_.get(); }

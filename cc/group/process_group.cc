@@ -477,15 +477,17 @@ absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body,
 }
 
 std::shared_ptr<OpQueue> ProcessGroup::LaneFor(const Op& op) {
-  // Sends and receives get one lane per (peer, direction, tag), as messages
-  // are matched: a send must not wait behind a receive that needs the
-  // peer's own send to finish, nor behind a send of another tag that the
-  // peer will receive only later (torch's and MPI's isend / irecv complete
-  // in any tag order). Within a lane they run in order.
+  // Sends and receives get one lane per (peer, direction), and per tag
+  // where the backend matches them by tag (Backend::ConcurrentTags): a send
+  // must not wait behind a receive that needs the peer's own send to
+  // finish, nor behind a send of another tag that the peer will receive
+  // only later (torch's and MPI's isend / irecv complete in any tag order).
+  // Within a lane they run in order.
   std::vector<std::shared_ptr<OpQueue>> idle;  // stopped after the lock
   LightMutexLock lock(&mu_);
+  const int tag = contract_->backend().ConcurrentTags() ? op.tag : 0;
   std::shared_ptr<OpQueue>& lane =
-      p2p_lanes_[{op.peer, op.code == OpCode::kSend, op.tag}];
+      p2p_lanes_[{op.peer, op.code == OpCode::kSend, tag}];
   if (lane == nullptr) {
     // Each lane has a worker thread: a program that uses many tags (one
     // per step, say) must not accumulate them. Idle lanes nobody holds go

@@ -75,6 +75,8 @@ class GlooBackend : public Backend {
 
   absl::string_view name() const override { return "gloo"; }
   int rank() const override { return rank_; }
+  // Each tag is a slot of its own in Gloo's pairs.
+  bool ConcurrentTags() const override { return true; }
   int size() const override { return size_; }
 
   absl::Status ExchangeSignatures(const OpContext& ctx, const OpSignature& mine,

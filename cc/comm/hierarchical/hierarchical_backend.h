@@ -73,6 +73,8 @@ class HierarchicalBackend : public ForwardingBackend {
   Backend* ForwardTo(const TensorRef&) const override {
     return everyone_.get();
   }
+  // Sends and receives go to `everyone`.
+  bool ConcurrentTags() const override { return everyone_->ConcurrentTags(); }
 
  private:
   // Runs one stage; on failure fails the rest of the operation everywhere

@@ -88,6 +88,8 @@ class ShmBackend : public Backend {
   // The same-host path of the "gloo" backend, by that name.
   absl::string_view name() const override { return "gloo"; }
   int rank() const override { return rank_; }
+  // Sends and receives go to the Gloo backend, whose tags are slots.
+  bool ConcurrentTags() const override { return true; }
   int size() const override { return size_; }
 
   absl::Status ExchangeSignatures(const OpContext& ctx, const OpSignature& mine,
