@@ -221,9 +221,16 @@ dk_status_t dk_shard_gather_full(dk_shard_t* shard, DLTensor* const* outs,
                                  size_t n, int32_t rank0_only,
                                  dk_error_t** err) {
   return OnShard(shard, err, [&](FlatShard* s) -> absl::Status {
-    DK_ASSIGN_OR_RETURN(std::vector<TensorRef> ts,
-                        TensorArgs(outs, n, "outs", rank0_only != 0));
-    return s->GatherFullParams(ts, rank0_only != 0);
+    absl::StatusOr<std::vector<TensorRef>> ts =
+        TensorArgs(outs, n, "outs", rank0_only != 0);
+    if (!ts.ok()) {
+      // The gathers are collective: this rank still takes part (writing
+      // nothing), so that the others do not wait for it to the timeout,
+      // and then answers with its own error.
+      (void)s->GatherFullParams({}, rank0_only != 0);
+      return ts.status();
+    }
+    return s->GatherFullParams(*ts, rank0_only != 0);
   });
 }
 

@@ -225,6 +225,35 @@ int main(void) {
               "rank 0's bad value: every rank's error, promptly");
           dk_error_free(bad);
         }
+        /* gather_full: an output rank 1 cannot lend (not contiguous) is its
+         * own error; it still takes part in the gathers, so the others get
+         * rank 0's values at once rather than wait for it to the timeout. */
+        {
+          float gw[NW];
+          double gb = 0;
+          DLTensor gwt = dk_test_host_tensor(gw, &nw, 1, kDLFloat, 32),
+                   gbt = dk_test_host_tensor(&gb, &one, 1, kDLFloat, 64);
+          if (dk_test_rank == 1) gwt.strides = &every_other;
+          DLTensor* outs[2] = {&gwt, &gbt};
+          struct timespec began, ended;
+          clock_gettime(CLOCK_MONOTONIC, &began);
+          dk_error_t* bad = NULL;
+          const dk_status_t st = dk_shard_gather_full(unit, outs, 2, 0, &bad);
+          clock_gettime(CLOCK_MONOTONIC, &ended);
+          const double took = (double)(ended.tv_sec - began.tv_sec) +
+                              1e-9 * (double)(ended.tv_nsec - began.tv_nsec);
+          if (dk_test_rank == 1) {
+            dk_test_check(st == DK_INVALID_ARGUMENT && bad != NULL &&
+                              strstr(dk_error_message(bad), "outs[0]") != NULL,
+                          "gather_full: a bad output is this rank's error");
+          } else {
+            int right = st == DK_OK && gb == -2;
+            for (int j = 0; j < NW; ++j) right &= gw[j] == (float)(j + 1);
+            dk_test_check(right, "gather_full: the others get the values");
+          }
+          dk_test_check(took < 20, "gather_full: nobody waits for rank 1");
+          dk_error_free(bad);
+        }
         DLTensor* saved = calloc((size_t)(2 * size_), sizeof(DLTensor));
         int64_t* shapes = calloc((size_t)(2 * size_), sizeof(int64_t));
         const DLTensor** ptrs = calloc((size_t)(2 * size_), sizeof(DLTensor*));

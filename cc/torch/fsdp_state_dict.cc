@@ -191,17 +191,26 @@ absl::Status FullyShardedDataParallel::LoadFullStateDict(
   for (auto& unit : units_) {
     std::vector<torch::Tensor> keep;
     std::vector<TensorRef> values;
-    for (size_t i = 0; i < unit->params.size(); ++i) {
+    // A value this rank cannot lend goes to the load as its error, not out
+    // of here: with rank0_only the others wait for rank 0's broadcast.
+    absl::Status values_error;
+    for (size_t i = 0; i < unit->params.size() && values_error.ok(); ++i) {
       if (!mine) {
         values.emplace_back();
         continue;
       }
       const std::string& key = name_of[unit->params[i].unsafeGetTensorImpl()];
       keep.push_back(state[key].detach().to(unit->dtypes[i]).contiguous());
-      DK_ASSIGN_OR_RETURN(TensorRef ref, AsTensorRef(keep.back(), kOwner, key));
-      values.push_back(ref);
+      absl::StatusOr<TensorRef> ref = AsTensorRef(keep.back(), kOwner, key);
+      if (ref.ok()) {
+        values.push_back(*ref);
+      } else {
+        values_error = ref.status();
+        values.clear();
+      }
     }
-    DK_RETURN_IF_ERROR(unit->shard->LoadFullParams(values, rank0_only));
+    DK_RETURN_IF_ERROR(
+        unit->shard->LoadFullParams(values, rank0_only, values_error));
   }
   // Replicated tensors: copied, or broadcast from rank 0.
   std::vector<std::pair<std::string, torch::Tensor>> replicated =
