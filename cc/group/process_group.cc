@@ -199,8 +199,44 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
   // A parent that failed or was aborted has no connection left to split
   // (ShrinkGroup's: its NCCL communicator was aborted): the subgroup then
   // connects afresh through its store, as backends that never split do.
-  if (options.members_only && options.backend == options_.backend &&
-      contract_->backend().splits_from_parent() && AsyncError().ok()) {
+  // Every rank must take the same way, and a parent's failure can be one
+  // rank's alone (an abort is local; a failed send fails two ranks): each
+  // says through the store whether it can split, and one that can splits
+  // only if every one can. One that cannot goes afresh at once, without
+  // waiting for the others' answers: after a rank died (ShrinkGroup), the
+  // survivors' parents have all failed, and the dead rank never answers.
+  bool can_split = options.backend == options_.backend &&
+                   contract_->backend().splits_from_parent();
+  if (can_split) {
+    const int me =
+        options.members_only
+            ? static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) -
+                               ranks.begin())
+            : rank_;
+    const int n =
+        options.members_only ? static_cast<int>(ranks.size()) : size();
+    const std::string prefix = absl::StrCat("split/", child, "/");
+    can_split = AsyncError().ok();
+    DK_RETURN_IF_ERROR(
+        store_->Set(absl::StrCat(prefix, me), can_split ? "1" : "0"));
+    if (can_split) {
+      std::vector<std::string> keys;
+      for (int r = 0; r < n; ++r) keys.push_back(absl::StrCat(prefix, r));
+      absl::StatusOr<std::vector<std::string>> answers =
+          store_->MultiGetWithTimeout(keys, options_.timeout);
+      if (!answers.ok()) {
+        return WithJobFailure(
+            *store_,
+            Annotate(answers.status(),
+                     absl::StrCat("new_group '", child, "' (rank ", rank_,
+                                  "): waiting for every member's answer to "
+                                  "whether it can split its connection")),
+            absl::ZeroDuration());
+      }
+      for (const std::string& a : *answers) can_split &= a == "1";
+    }
+  }
+  if (options.members_only && can_split) {
     // Not on this group's queue, whose sequence the other ranks do not
     // share; the backend makes it safe beside the queue (MPI: thread-safe).
     OpContext ctx;
@@ -214,8 +250,7 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
       return WithJobFailure(*store_, made.status(), absl::ZeroDuration());
     }
     split = *std::move(made);
-  } else if (options.backend == options_.backend &&
-             contract_->backend().splits_from_parent() && AsyncError().ok()) {
+  } else if (can_split) {
     // The subgroup derives from this group's connection (MPI_Comm_split,
     // ncclCommSplit): a collective over this group, run in its order.
     DK_RETURN_IF_ERROR(RunSync({OpCode::kNewGroup, absl::OkStatus(),

@@ -742,6 +742,37 @@ void AbortOnOneRank(ProcessGroup& world) {
   CheckOk(world.Barrier(), "every rank past the one-sided abort");
 }
 
+// A group that one rank aborted (poisoned there alone: an abort is local)
+// is still a parent: every rank makes its subgroup the same way (afresh,
+// since that rank can no longer split), where before that rank connected
+// afresh while the others split, each side waiting for the other to the
+// timeout.
+void SubgroupAfterAOneSidedAbort(ProcessGroup& world) {
+  if (size == 1) return;
+  const int last = size - 1;
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g = NcclGroupOfEveryone(
+      world, absl::Seconds(20), "a group one rank aborts before a split");
+  if (rank == last) (*g)->Abort();
+  std::vector<int> everyone;
+  for (int r = 0; r < size; ++r) everyone.push_back(r);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> child =
+      (*g)->NewGroup(everyone);
+  CheckOk(child.status(), "a subgroup of a group one rank aborted");
+  if (child.ok()) {
+    GpuTensor t(DataType::kFloat32, {1.0 * rank, 4.0}, device);
+    CheckOk((*child)->AllReduce(t.ref(), ReduceOp::kSum),
+            "the subgroup's all_reduce");
+    Check(
+        t.Read() == std::vector<double>({size * (size - 1) / 2.0, 4.0 * size}),
+        "the subgroup's sum");
+  }
+  Check(absl::Now() - start < absl::Seconds(15),
+        "made at once, not at the parent's timeout");
+  ++matrix["subgroup of a group one rank aborted float32"];
+  CheckOk(world.Barrier(), "every rank past the subgroup");
+}
+
 // An operation no other rank joins ends at its group's timeout with
 // DEADLINE_EXCEEDED naming it (the communicator is aborted), not a hang.
 void TimeoutEndsTheOperation(ProcessGroup& world) {
@@ -951,6 +982,7 @@ int main() {
   TimeoutEndsTheOperation(*world);
   LateDeviceIsNamed(*world, **cuda);
   AbortOnOneRank(*world);
+  SubgroupAfterAOneSidedAbort(*world);
   DisagreementAbortsTheGroup(*world);
   BarrierAgainstAllReduce(*world);
   AbortEndsAnOperationInFlight(*world);
