@@ -1,8 +1,9 @@
 // Elementwise reductions on host memory for every (DataType, ReduceOp) pair
 // distkit accepts: out[i] = op(a[i], b[i]). CPU backends hand these to Gloo as
 // its reduction function and use them to combine received chunks, so every
-// backend reduces identically (float16 / bfloat16 in float, rounded once;
-// bool sum/max = or, product/min = and).
+// backend reduces identically (float16 / bfloat16: each pair in float,
+// rounded once, so N ranks' sum rounds N-1 times in rank order; bool
+// sum/max = or, product/min = and).
 //
 // kMean is not a pairwise op: reduce with kSum, then DivideBySize.
 

@@ -53,7 +53,10 @@ ShmSteps::ShmSteps(const ShmLayout& layout, int rank, RankNames names)
 void ShmSteps::Abort() {
   aborted_ = true;
   // This rank's waits end now (other ranks' sleepers wake spuriously and
-  // sleep again).
+  // sleep again). The word changes too: a waiter that read it and saw no
+  // abort just before would otherwise sleep through the wake, a whole slice
+  // (10-100 ms) late.
+  layout_.group()->wake_word.fetch_add(1);
   FutexWakeAll(&layout_.group()->wake_word);
 }
 
@@ -61,6 +64,7 @@ absl::Status ShmSteps::FailGroup(absl::Status why) {
   // This rank will not arrive at the step its peers wait at: they must not
   // wait for it until the deadline, nor finish with its part missing.
   layout_.group()->failed_by.store(rank_ + 1);
+  layout_.group()->wake_word.fetch_add(1);  // as in Abort()
   FutexWakeAll(&layout_.group()->wake_word);
   return why;
 }
@@ -125,7 +129,8 @@ absl::Status ShmSteps::Step(const OpContext& ctx) {
       std::atomic_thread_fence(std::memory_order_seq_cst);
       const uint32_t seen = g->wake_word.load();
       int missing = first_missing;
-      if (!AllPublished(step, &missing, /*thorough=*/true) && !aborted_) {
+      if (!AllPublished(step, &missing, /*thorough=*/true) && !aborted_ &&
+          g->failed_by.load() == 0) {
         FutexWait(&g->wake_word, seen, slice);
       }
       g->sleepers.fetch_sub(1);
