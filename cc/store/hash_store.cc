@@ -81,14 +81,16 @@ size_t HashStore::FirstMissing(absl::Span<const std::string> keys, size_t from,
   for (size_t i = from; i < keys.size(); ++i) {
     if (!map_.contains(keys[i])) return i;
   }
+  // keys[0..from) were present when last looked, but one may have been
+  // deleted since: look again (once per completion, so still O(N) in all),
+  // for a wait as for a multi_get, as the in-process waits do.
+  for (size_t i = 0; i < from; ++i) {
+    if (!map_.contains(keys[i])) return i;
+  }
   if (values != nullptr) {
     values->clear();
     values->reserve(keys.size());
-    for (const std::string& k : keys) {
-      auto it = map_.find(k);
-      if (it == map_.end()) return 0;  // deleted before `from`: look again
-      values->push_back(it->second);
-    }
+    for (const std::string& k : keys) values->push_back(map_.find(k)->second);
   }
   return keys.size();
 }

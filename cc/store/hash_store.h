@@ -47,9 +47,10 @@ class HashStore : public Store {
       const CancelledFn& cancelled);
 
   // For StoreServer, which parks blocked requests itself instead of holding a
-  // thread per wait. The index of the first of keys[from..] that is absent
-  // (keys.size() when none is). With `values`, also their values in order
-  // when every key is present.
+  // thread per wait. The index of the first of keys[from..] that is absent;
+  // when none is, the first of keys[..from) that is (deleted since it was
+  // seen), or keys.size() when every key is present. With `values`, also
+  // their values in order when every key is present.
   size_t FirstMissing(absl::Span<const std::string> keys, size_t from = 0,
                       std::vector<std::string>* values = nullptr) const;
   // The DEADLINE_EXCEEDED of a wait for `keys` that ran out after `timeout`,

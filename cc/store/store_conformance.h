@@ -114,6 +114,28 @@ TEST_P(StoreConformanceTest, WaitWakesWhenAnotherClientSets) {
   EXPECT_EQ(*store_->Get("late2"), "b");
 }
 
+// A wait ends only when every key is present at once: a key that was there
+// when it began and is deleted before the last one comes keeps it waiting.
+TEST_P(StoreConformanceTest, WaitNoticesAKeyDeletedWhileItWaits) {
+  std::shared_ptr<Store> other = GetParam().another_client();
+  ASSERT_TRUE(store_->Set("wd_a", "1").ok());
+  absl::Notification done;
+  absl::Status s;
+  std::thread waiter([&] {
+    s = store_->Wait({"wd_a", "wd_b"}, absl::Seconds(5));
+    done.Notify();
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(*other->DeleteKey("wd_a"));
+  ASSERT_TRUE(other->Set("wd_b", "2").ok());
+  EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(500)))
+      << "the wait ended with wd_a deleted: " << s;
+  ASSERT_TRUE(other->Set("wd_a", "3").ok());
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(4)));
+  waiter.join();
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 TEST_P(StoreConformanceTest, GetWakesWhenAnotherClientSets) {
   std::shared_ptr<Store> other = GetParam().another_client();
   std::thread setter([&] {

@@ -46,6 +46,9 @@ constexpr size_t kReadChunk = size_t{64} << 10;
 constexpr size_t kMaxUnsentBytes = size_t{4} << 20;
 // How long the loop keeps polling without sleeping after it served something.
 constexpr absl::Duration kBusyPollTime = absl::Microseconds(50);
+// How long the listener is left unwatched after accept ran out of
+// descriptors (unless a connection closes first).
+constexpr absl::Duration kAcceptPause = absl::Milliseconds(100);
 
 // The loop serving on this thread, if any: tells its own changes of the
 // state from those of the host process's other threads.
@@ -179,12 +182,16 @@ class StoreServer::Loop {
         RecheckParked();
       }
       ExpireDeadlines();
+      MaybeResumeAccepting();
     }
   }
 
   // Until the nearest parked deadline or drain end; at most a second.
   int WaitMillis() const {
     absl::Time next = absl::Now() + absl::Seconds(1);
+    if (accept_paused_until_.has_value()) {
+      next = std::min(next, *accept_paused_until_);
+    }
     for (int fd : waiting_) {
       const Conn& c = *conns_.at(fd);
       if (c.parked) next = std::min(next, c.parked->deadline);
@@ -199,7 +206,18 @@ class StoreServer::Loop {
     while (true) {
       const int fd = accept4(listener_.get(), nullptr, nullptr,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;  // EAGAIN, or out of descriptors for now
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        // Out of descriptors (or memory) for now: the pending connection
+        // stays, so the level-triggered listener stays readable and the
+        // loop would spin. Stop watching it until a connection closes or a
+        // moment has passed.
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+            errno == ENOMEM) {
+          PauseAccepting();
+        }
+        return;  // EAGAIN: none pending
+      }
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       accepted_.fetch_add(1, std::memory_order_relaxed);
@@ -214,6 +232,23 @@ class StoreServer::Loop {
   void Close(int fd) {
     waiting_.erase(fd);
     if (conns_.erase(fd) > 0) open_.fetch_sub(1);
+    // A descriptor is free again: accept at the end of this round.
+    if (accept_paused_until_.has_value()) accept_paused_until_ = absl::Now();
+  }
+
+  void PauseAccepting() {
+    if (accept_paused_until_.has_value()) return;
+    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
+    accept_paused_until_ = absl::Now() + kAcceptPause;
+  }
+
+  void MaybeResumeAccepting() {
+    if (!accept_paused_until_.has_value() ||
+        absl::Now() < *accept_paused_until_) {
+      return;
+    }
+    accept_paused_until_.reset();
+    Watch(listener_.get(), EPOLLIN, EPOLL_CTL_ADD);
   }
 
   void OnEvent(int fd, uint32_t events) {
@@ -594,6 +629,9 @@ class StoreServer::Loop {
   const std::string token_;
   HashStore state_;
   Fd listener_;
+  // While set, the listener is out of epoll (accept ran out of
+  // descriptors) until then, or until a connection closes.
+  std::optional<absl::Time> accept_paused_until_;
   Fd epoll_;
   Fd wake_;
   std::thread thread_;

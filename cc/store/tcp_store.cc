@@ -140,7 +140,21 @@ class TcpStore::Connection {
   // with `a` saying why when the connection cannot go on (nothing was sent
   // for the call: a transport error lets the caller retry).
   bool AcceptChallenge(Answer* a, absl::Time deadline) {
-    ReadAnswer(a, deadline);
+    // Capped as the server caps the hello: until the peer proves itself,
+    // its first bytes size no buffer (an HTTP server's "HTTP/1.1" would ask
+    // for 1.2 GB).
+    ReadAnswer(a, deadline, wire::kMaxHelloBytes);
+    if (a->transport.code() == absl::StatusCode::kOutOfRange) {
+      // Not a transport failure to retry: whatever answers there is no store.
+      a->code = static_cast<uint8_t>(absl::StatusCode::kUnauthenticated);
+      a->payload = absl::StrCat(
+          "store: the server's first answer is no challenge (",
+          a->transport.message(),
+          "): not a distkit store? (another service answers at this "
+          "address)");
+      a->transport = absl::OkStatus();
+      return false;
+    }
     if (!a->transport.ok() || a->code != 0) return false;
     wire::Reader r(a->payload);
     const uint32_t magic = r.U32();
@@ -171,9 +185,9 @@ class TcpStore::Connection {
     return true;
   }
 
-  void ReadAnswer(Answer* a, absl::Time deadline) {
+  void ReadAnswer(Answer* a, absl::Time deadline, size_t max_bytes = SIZE_MAX) {
     absl::StatusOr<std::string> body =
-        store_socket::ReadFrame(fd_.get(), deadline);
+        store_socket::ReadFrame(fd_.get(), deadline, max_bytes);
     if (!body.ok()) {
       a->transport = body.status();
       return;

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,7 +10,9 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -387,6 +390,42 @@ TEST(TcpStoreHandshakeTest, AServerWithoutTheTokenGetsNoProof) {
   EXPECT_EQ(after_challenge, "") << "the client sent a proof, or a request";
 }
 
+// Another service at the store's address (here an HTTP server) answers
+// bytes whose first four read as a 1.2 GB frame length: the client neither
+// allocates that nor waits for it, and says what is wrong.
+TEST(TcpStoreHandshakeTest, AnHttpServerAtTheAddressIsNotAStore) {
+  absl::StatusOr<std::pair<store_socket::Fd, int>> listening =
+      store_socket::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listening.ok()) << listening.status();
+  std::thread http([&] {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    int fd = -1;
+    while (fd < 0 && absl::Now() < deadline) {
+      pollfd p{listening->first.get(), POLLIN, 0};
+      if (poll(&p, 1, 20) > 0) {
+        fd = accept4(listening->first.get(), nullptr, nullptr, SOCK_CLOEXEC);
+      }
+    }
+    if (fd < 0) return;
+    store_socket::Fd conn(fd);
+    (void)store_socket::WriteAll(fd, "HTTP/1.1 400 Bad Request\r\n", deadline);
+  });
+  const std::string address = absl::StrCat("127.0.0.1:", listening->second);
+  const absl::Time start = absl::Now();
+  {
+    absl::StatusOr<std::unique_ptr<TcpStore>> c = TcpStore::Connect(
+        {address, kToken, absl::Seconds(20), absl::Seconds(5)});
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::Status s = (*c)->Set("k", "v");
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("not a distkit store?"), absl::string_view::npos)
+        << s;
+    EXPECT_NE(s.message().find(address), absl::string_view::npos) << s;
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  http.join();
+}
+
 // A client of the protocol before the handshake (DKS1: the token in the
 // hello) is told so.
 TEST_F(TcpStoreTest, AnOldProtocolsHelloIsRefused) {
@@ -755,6 +794,50 @@ TEST(TcpStoreTokenFirstTest, WrongTokenBodyIsNeverBuffered) {
   waitpid(host, &status, 0);
 }
 
+// CPU time (user + system) a process has used.
+absl::Duration CpuTime(pid_t pid) {
+  FILE* f = fopen(absl::StrCat("/proc/", pid, "/stat").c_str(), "r");
+  if (f == nullptr) return absl::ZeroDuration();
+  char buffer[1024] = {};
+  const size_t n = fread(buffer, 1, sizeof(buffer) - 1, f);
+  fclose(f);
+  // Fields 14 and 15 (utime, stime), counted after the ")" ending field 2.
+  const char* after = strrchr(buffer, ')');
+  if (n == 0 || after == nullptr) return absl::ZeroDuration();
+  unsigned long utime = 0, stime = 0;
+  if (sscanf(after + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+             &utime, &stime) != 2) {
+    return absl::ZeroDuration();
+  }
+  return absl::Seconds(static_cast<double>(utime + stime) /
+                       sysconf(_SC_CLK_TCK));
+}
+
+// A host out of descriptors cannot accept a waiting connection: it stops
+// looking at it for a while instead of spinning on a listener that stays
+// readable, and accepts it once descriptors are free again.
+TEST(TcpStoreOutOfFdsTest, AHostOutOfDescriptorsDoesNotSpin) {
+  auto [host, address] = StartStoreHost({{"DISTKIT_TEST_USE_ALL_FDS", "1"}});
+  ASSERT_FALSE(address.empty());
+  absl::StatusOr<store_socket::Fd> pending =
+      store_socket::ConnectBefore(address, absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Duration before = CpuTime(host);
+  absl::SleepFor(absl::Seconds(1));
+  const absl::Duration used = CpuTime(host) - before;
+  EXPECT_LT(used, absl::Milliseconds(300)) << "the host spun for " << used;
+  kill(host, SIGUSR1);  // frees its descriptors
+  absl::StatusOr<std::unique_ptr<TcpStore>> c = TcpStore::Connect(
+      {address, kToken, absl::Seconds(10), absl::Seconds(10)});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE((*c)->Set("k", "v").ok());
+  EXPECT_EQ(*(*c)->Get("k"), "v");
+  kill(host, SIGKILL);
+  int status = 0;
+  waitpid(host, &status, 0);
+}
+
 // A client that sends requests and never reads the answers is not read
 // further once its unsent answers pile up: the host's memory stays bounded.
 TEST(TcpStoreBoundedTest, AClientThatNeverReadsCannotGrowTheHost) {
@@ -841,8 +924,19 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::unique_ptr<distkit::StoreServer>> s =
         distkit::StoreServer::Start({"127.0.0.1:0", distkit::kToken});
     if (!s.ok()) return 2;
+    // DISTKIT_TEST_USE_ALL_FDS: every descriptor in use (under a small
+    // limit) until SIGUSR1 frees them.
+    std::vector<int> hoard;
+    if (getenv("DISTKIT_TEST_USE_ALL_FDS") != nullptr) {
+      signal(SIGUSR1, [](int) {});
+      rlimit limit{64, 64};
+      if (setrlimit(RLIMIT_NOFILE, &limit) != 0) return 3;
+      for (int fd; (fd = dup(0)) >= 0;) hoard.push_back(fd);
+    }
     printf("%s\n", (*s)->address().c_str());
     fflush(stdout);
+    pause();
+    for (int fd : hoard) close(fd);
     pause();
     return 0;
   }

@@ -4,6 +4,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,6 +34,23 @@
 
 namespace distkit {
 namespace {
+
+// The SIGINT or SIGTERM that came during node 0's exit barrier (0: none).
+volatile sig_atomic_t barrier_signal = 0;
+
+void OnBarrierSignal(int sig) { barrier_signal = sig; }
+
+// From the end of SuperviseRanks (which puts back the handlers it had) to
+// the end of the exit barrier: a Ctrl-C or scancel ends the wait at once.
+void CatchBarrierSignals() {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnBarrierSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
 
 std::string TempDir() {
   const char* t = std::getenv("TMPDIR");
@@ -235,9 +254,19 @@ int Main(int argc, char** argv) {
                   << s.message() << "\n";
       }
     } else if (code == 0) {
+      CatchBarrierSignals();
+      barrier.cancelled = [] { return barrier_signal != 0; };
+      std::cerr << "distrun: waiting up to "
+                << absl::FormatDuration(barrier.timeout)
+                << " for the other nodes' ranks to finish (exit barrier)\n";
       if (absl::Status s = WaitForNodes(barrier); !s.ok()) {
         std::cerr << "distrun: closing the store: " << s.message() << "\n";
-        if (bounded_by_job && absl::IsDeadlineExceeded(s)) {
+        if (absl::IsCancelled(s) && barrier_signal != 0) {
+          const int sig = barrier_signal;
+          std::cerr << "distrun: received signal " << sig << " ("
+                    << strsignal(sig) << ") in the exit barrier\n";
+          code = 128 + sig;
+        } else if (bounded_by_job && absl::IsDeadlineExceeded(s)) {
           std::cerr << "distrun: timed out after "
                     << absl::FormatDuration(o.timeout)
                     << " (--timeout) in the exit barrier\n";

@@ -476,4 +476,25 @@ TEST(DistrunTest, TimeoutBoundsTheExitBarrier) {
   EXPECT_LT(r.elapsed, absl::Seconds(20)) << r.output;
 }
 
+TEST(DistrunTest, SigtermEndsTheExitBarrier) {
+  // Node 0 of two whose other node never comes, in a 60 s barrier: a
+  // SIGTERM once its ranks are done ends the wait at once, as 128 + SIGTERM.
+  setenv("DISTKIT_TOKEN", "shared-secret", 1);
+  absl::Time signalled;
+  Result r = RunDistrun(
+      {"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "0",
+       "--master-port", absl::StrCat(FixedPort()), "--exit-barrier-timeout",
+       "60", "--", "/bin/true"},
+      [&](pid_t pid) {
+        absl::SleepFor(absl::Milliseconds(300));  // well inside the wait
+        signalled = absl::Now();
+        kill(pid, SIGTERM);
+      },
+      "(exit barrier)");
+  unsetenv("DISTKIT_TOKEN");
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.output;
+  EXPECT_LT(r.elapsed, absl::Seconds(20)) << r.output;
+  EXPECT_LT(absl::Now() - signalled, absl::Seconds(5)) << r.output;
+}
+
 }  // namespace

@@ -1,15 +1,19 @@
 #include "tools/distrun/exit_barrier.h"
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "cc/store/tcp_store.h"
 
 namespace distkit {
 namespace {
+
+constexpr absl::Duration kCancelCheckPeriod = absl::Milliseconds(200);
 
 absl::StatusOr<std::unique_ptr<TcpStore>> ConnectWithin(
     const ExitBarrierOptions& options, absl::Duration timeout) {
@@ -40,8 +44,19 @@ absl::Status WaitForNodes(const ExitBarrierOptions& options) {
   if (!store.ok()) return store.status();
   std::vector<std::string> keys;
   for (int n = 1; n < options.nnodes; ++n) keys.push_back(ExitBarrierKey(n));
-  absl::Status waited = (*store)->WaitWithTimeout(keys, options.timeout);
-  if (waited.ok() || !absl::IsDeadlineExceeded(waited)) return waited;
+  // In slices, so that `cancelled` is heard within one.
+  const absl::Time end = absl::Now() + options.timeout;
+  absl::Status waited;
+  while (true) {
+    const absl::Duration left = end - absl::Now();
+    waited = (*store)->WaitWithTimeout(
+        keys, options.cancelled ? std::min(left, kCancelCheckPeriod) : left);
+    if (waited.ok() || !absl::IsDeadlineExceeded(waited)) return waited;
+    if (options.cancelled && options.cancelled()) {
+      return absl::CancelledError("the exit barrier was interrupted");
+    }
+    if (absl::Now() >= end) break;
+  }
   std::vector<int> missing;
   for (int n = 1; n < options.nnodes; ++n) {
     absl::StatusOr<bool> there = (*store)->Check({ExitBarrierKey(n)});

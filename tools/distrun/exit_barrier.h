@@ -11,6 +11,7 @@
 #ifndef DISTKIT_TOOLS_DISTRUN_EXIT_BARRIER_H_
 #define DISTKIT_TOOLS_DISTRUN_EXIT_BARRIER_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -24,6 +25,9 @@ struct ExitBarrierOptions {
   int nnodes = 1;
   int node_rank = 0;
   absl::Duration timeout = absl::Seconds(300);
+  // Node 0: asked every moment while it waits; true ends the wait at once
+  // with CANCELLED (distrun: a SIGINT or SIGTERM came).
+  std::function<bool()> cancelled;
 };
 
 // The store key a node's report is written to (its value: the node's exit
@@ -36,7 +40,8 @@ std::string ExitBarrierKey(int node_rank);
 absl::Status ReportNodeDone(const ExitBarrierOptions& options, int exit_code);
 
 // Node 0: waits until every other node has reported. DEADLINE_EXCEEDED names
-// the nodes that did not report within the timeout.
+// the nodes that did not report within the timeout; CANCELLED when
+// `cancelled` said so first.
 absl::Status WaitForNodes(const ExitBarrierOptions& options);
 
 }  // namespace distkit

@@ -101,6 +101,7 @@ class Supervisor {
     for (Rank& r : ranks_) {
       if (r.log_fd >= 0) close(r.log_fd);
     }
+    RestoreSignalHandlers();
     return result_.value_or(0);
   }
 
@@ -116,9 +117,24 @@ class Supervisor {
     sa.sa_handler = OnSignal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, &old_sigint_);
+    sigaction(SIGTERM, &sa, &old_sigterm_);
+    handlers_installed_ = true;
     signal(SIGPIPE, SIG_IGN);
+  }
+
+  // Puts back what SIGINT and SIGTERM did before Run: once the ranks are
+  // gone, nothing reads the pipe, and a Ctrl-C or scancel during what the
+  // caller does next (node 0's exit barrier) must not vanish into it.
+  void RestoreSignalHandlers() {
+    if (!handlers_installed_) return;
+    sigaction(SIGINT, &old_sigint_, nullptr);
+    sigaction(SIGTERM, &old_sigterm_, nullptr);
+    handlers_installed_ = false;
+    for (int& fd : signal_pipe) {
+      close(fd);
+      fd = -1;
+    }
   }
 
   bool Spawn(Rank& r) {
@@ -412,6 +428,9 @@ class Supervisor {
   std::optional<absl::Time> kill_deadline_;
   std::optional<absl::Time> drain_deadline_;
   absl::Time start_;
+  bool handlers_installed_ = false;
+  struct sigaction old_sigint_ {};
+  struct sigaction old_sigterm_ {};
   bool timed_out_ = false;
 };
 

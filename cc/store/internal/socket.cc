@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -228,13 +229,21 @@ absl::Status ReadExactly(int fd, char* out, size_t size, absl::Time deadline) {
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadFrame(int fd, absl::Time deadline) {
+absl::StatusOr<std::string> ReadFrame(int fd, absl::Time deadline,
+                                      size_t max_bytes) {
   char header[store_wire::kHeaderBytes];
   if (absl::Status s = ReadExactly(fd, header, sizeof(header), deadline);
       !s.ok()) {
     return s;
   }
-  std::string body(store_wire::FrameLength(header), '\0');
+  const size_t length = store_wire::FrameLength(header);
+  if (length > max_bytes) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "a frame of ", length, " bytes (at most ", max_bytes,
+        " expected; the first bytes were \"",
+        absl::CHexEscape(absl::string_view(header, sizeof(header))), "\")"));
+  }
+  std::string body(length, '\0');
   if (absl::Status s = ReadExactly(fd, body.data(), body.size(), deadline);
       !s.ok()) {
     return s;

@@ -5,6 +5,7 @@
 #ifndef DISTKIT_CC_STORE_INTERNAL_SOCKET_H_
 #define DISTKIT_CC_STORE_INTERNAL_SOCKET_H_
 
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -52,8 +53,12 @@ absl::StatusOr<Fd> ConnectBefore(const std::string& address,
 absl::Status WriteAll(int fd, absl::string_view data, absl::Time deadline);
 
 // Reads one frame (wire.h) before `deadline` and returns its body.
-// UNAVAILABLE when the peer closes, DEADLINE_EXCEEDED on time-out.
-absl::StatusOr<std::string> ReadFrame(int fd, absl::Time deadline);
+// UNAVAILABLE when the peer closes, DEADLINE_EXCEEDED on time-out,
+// OUT_OF_RANGE (reading and allocating nothing more) when the header
+// announces more than `max_bytes`: a peer not yet proven to speak the
+// protocol (an HTTP server's "HTTP" reads as 1.2 GB) must not size a buffer.
+absl::StatusOr<std::string> ReadFrame(int fd, absl::Time deadline,
+                                      size_t max_bytes = SIZE_MAX);
 
 // Whether the peer has closed the connection or sent something unasked
 // (which, on an idle store connection, is a refusal followed by a close).
