@@ -15,9 +15,12 @@ import "unsafe"
 
 // goBytes copies a library-owned byte buffer and frees it.
 func goBytes(p unsafe.Pointer, n C.size_t) []byte {
-	b := C.GoBytes(p, C.int(n))
-	C.dk_free(p)
-	return b
+	// C.GoBytes takes a C.int length: sizes of 2 GiB and more would not fit.
+	defer C.dk_free(p)
+	if p == nil || n == 0 {
+		return []byte{}
+	}
+	return append([]byte(nil), unsafe.Slice((*byte)(p), int(n))...)
 }
 
 // takeList copies a library-owned list of byte strings and frees it (one
@@ -26,12 +29,16 @@ func takeList(list *C.dk_bytes_t, count C.size_t) [][]byte {
 	if list == nil {
 		return nil
 	}
+	defer C.dk_free(unsafe.Pointer(list))
 	items := unsafe.Slice(list, int(count))
 	out := make([][]byte, len(items))
 	for i, it := range items {
-		out[i] = C.GoBytes(unsafe.Pointer(it.data), C.int(it.size))
+		// Not C.GoBytes: its C.int length truncates sizes of 2 GiB and more.
+		out[i] = []byte{}
+		if it.data != nil && it.size > 0 {
+			out[i] = append(out[i], unsafe.Slice((*byte)(unsafe.Pointer(it.data)), int(it.size))...)
+		}
 	}
-	C.dk_free(unsafe.Pointer(list))
 	return out
 }
 

@@ -85,7 +85,10 @@ func (g *Group) AsyncError() error {
 // NewGroup is collective over g: a subgroup of the given ranks (ranks of g).
 // Non-members get a group whose calls fail with FailedPrecondition.
 func (g *Group) NewGroup(ranks []int) (*Group, error) {
-	rs := cRanks(ranks)
+	rs, err := cRanks("new_group", ranks)
+	if err != nil {
+		return nil, err
+	}
 	var out *C.dk_group_t
 	var cerr *C.dk_error_t
 	if err := check(C.dk_group_new(g.ptr, rs.ptr(), C.size_t(len(rs)), &out, &cerr), cerr); err != nil {
@@ -100,7 +103,10 @@ func (g *Group) NewGroup(ranks []int) (*Group, error) {
 // gets InvalidArgument. Every backend (MPI: MPI_Comm_create_group; NCCL: a
 // new communicator among the members).
 func (g *Group) NewNamedGroup(ranks []int, name string) (*Group, error) {
-	rs := cRanks(ranks)
+	rs, err := cRanks("new_named_group", ranks)
+	if err != nil {
+		return nil, err
+	}
 	n := C.CString(name)
 	defer C.free(unsafe.Pointer(n))
 	var out *C.dk_group_t
@@ -114,12 +120,24 @@ func (g *Group) NewNamedGroup(ranks []int, name string) (*Group, error) {
 // rankList is a list of ranks in the ABI's type.
 type rankList []C.int32_t
 
-func cRanks(rs []int) rankList {
+func cRanks(op string, rs []int) (rankList, error) {
 	out := make(rankList, len(rs))
 	for i, r := range rs {
+		if err := int32Arg(op, "rank", r); err != nil {
+			return nil, err
+		}
 		out[i] = C.int32_t(r)
 	}
-	return out
+	return out, nil
+}
+
+// int32Arg refuses a rank, root or tag the ABI's int32_t cannot hold (a
+// conversion would silently wrap it to another, possibly valid, value).
+func int32Arg(op, what string, v int) error {
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		return &Error{InvalidArgument, fmt.Sprintf("%s: %s %d is out of range", op, what, v)}
+	}
+	return nil
 }
 
 func (rs rankList) ptr() *C.int32_t {
@@ -275,6 +293,9 @@ func BroadcastAsync[T Element](g *Group, data []T, root int) (*Work, error) {
 }
 
 func broadcast[T Element](g *Group, data []T, root int, async bool) (*Work, error) {
+	if err := int32Arg("broadcast", "root", root); err != nil {
+		return nil, err
+	}
 	var ts tensors
 	t := view(&ts, data)
 	return g.run(ts, []any{data}, async, broadcastOf(t, root))
@@ -282,6 +303,9 @@ func broadcast[T Element](g *Group, data []T, root int, async bool) (*Work, erro
 
 // Reduce leaves the reduction in data on root; elsewhere data is unchanged.
 func Reduce[T Element](g *Group, data []T, op ReduceOp, root int) error {
+	if err := int32Arg("reduce", "root", root); err != nil {
+		return err
+	}
 	var ts tensors
 	t := view(&ts, data)
 	return g.call(ts, []any{data}, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
@@ -310,6 +334,9 @@ func allGather[T Element](g *Group, input, output []T, async bool) (*Work, error
 // Gather collects every rank's input into output (Size() * len(input)) on
 // root; output is nil elsewhere.
 func Gather[T Element](g *Group, input, output []T, root int) error {
+	if err := int32Arg("gather", "root", root); err != nil {
+		return err
+	}
 	var ts tensors
 	i, o := view(&ts, input), view(&ts, output)
 	return g.call(ts, []any{input, output}, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
@@ -320,6 +347,9 @@ func Gather[T Element](g *Group, input, output []T, root int) error {
 // Scatter sends part r of root's input (Size() * len(output); nil elsewhere)
 // to rank r's output.
 func Scatter[T Element](g *Group, input, output []T, root int) error {
+	if err := int32Arg("scatter", "root", root); err != nil {
+		return err
+	}
 	var ts tensors
 	i, o := view(&ts, input), view(&ts, output)
 	return g.call(ts, []any{input, output}, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
@@ -385,6 +415,12 @@ func (g *Group) BarrierAsync() (*Work, error) {
 
 // Send sends data to dst (point to point: only the two ranks take part).
 func Send[T Element](g *Group, data []T, dst, tag int) error {
+	if err := int32Arg("send", "dst", dst); err != nil {
+		return err
+	}
+	if err := int32Arg("send", "tag", tag); err != nil {
+		return err
+	}
 	var ts tensors
 	t := view(&ts, data)
 	return g.call(ts, []any{data}, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
@@ -394,6 +430,12 @@ func Send[T Element](g *Group, data []T, dst, tag int) error {
 
 // Recv receives data from src.
 func Recv[T Element](g *Group, data []T, src, tag int) error {
+	if err := int32Arg("recv", "src", src); err != nil {
+		return err
+	}
+	if err := int32Arg("recv", "tag", tag); err != nil {
+		return err
+	}
 	var ts tensors
 	t := view(&ts, data)
 	return g.call(ts, []any{data}, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
@@ -438,6 +480,9 @@ func (g *Group) AllGatherObject(data []byte) ([][]byte, error) {
 
 // GatherObject returns every rank's bytes on dst, nil elsewhere.
 func (g *Group) GatherObject(data []byte, dst int) ([][]byte, error) {
+	if err := int32Arg("gather_object", "dst", dst); err != nil {
+		return nil, err
+	}
 	d := cBytes(data)
 	defer C.free(d)
 	var list *C.dk_bytes_t
@@ -452,6 +497,9 @@ func (g *Group) GatherObject(data []byte, dst int) ([][]byte, error) {
 // BroadcastObjectList returns src's list on every rank (items is read on src
 // only).
 func (g *Group) BroadcastObjectList(items [][]byte, src int) ([][]byte, error) {
+	if err := int32Arg("broadcast_object_list", "src", src); err != nil {
+		return nil, err
+	}
 	l := newByteList(items)
 	defer l.free()
 	var list *C.dk_bytes_t

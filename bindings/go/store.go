@@ -131,6 +131,9 @@ func (s *Store) live() error {
 
 // Address is "host:port" of the store.
 func (s *Store) Address() string {
+	// Here and in every method: no finalizer closes the store while the
+	// library works on it (a blocking call may sit inside C for long).
+	defer runtime.KeepAlive(s)
 	if s.ptr == nil {
 		return ""
 	}
@@ -145,6 +148,7 @@ func withKey(key string, f func(*C.char) C.dk_status_t) C.dk_status_t {
 
 // Set stores value under key.
 func (s *Store) Set(key string, value []byte) error {
+	defer runtime.KeepAlive(s)
 	if err := s.live(); err != nil {
 		return err
 	}
@@ -158,6 +162,7 @@ func (s *Store) Set(key string, value []byte) error {
 
 // Get blocks until key exists (or the store's timeout passes).
 func (s *Store) Get(key string) ([]byte, error) {
+	defer runtime.KeepAlive(s)
 	if err := s.live(); err != nil {
 		return nil, err
 	}
@@ -174,6 +179,7 @@ func (s *Store) Get(key string) ([]byte, error) {
 
 // Add adds delta to the integer at key and returns the new value.
 func (s *Store) Add(key string, delta int64) (int64, error) {
+	defer runtime.KeepAlive(s)
 	if err := s.live(); err != nil {
 		return 0, err
 	}
@@ -211,6 +217,7 @@ func (c cStrings) free() {
 
 // Wait blocks until every key exists; timeout <= 0 uses the store's.
 func (s *Store) Wait(keys []string, timeout time.Duration) error {
+	defer runtime.KeepAlive(s)
 	if err := s.live(); err != nil {
 		return err
 	}
@@ -226,6 +233,7 @@ func (s *Store) Wait(keys []string, timeout time.Duration) error {
 
 // Check reports whether every key exists, without blocking.
 func (s *Store) Check(keys []string) (bool, error) {
+	defer runtime.KeepAlive(s)
 	if err := s.live(); err != nil {
 		return false, err
 	}
@@ -239,6 +247,7 @@ func (s *Store) Check(keys []string) (bool, error) {
 
 // DeleteKey deletes key and reports whether it existed.
 func (s *Store) DeleteKey(key string) (bool, error) {
+	defer runtime.KeepAlive(s)
 	if err := s.live(); err != nil {
 		return false, err
 	}
@@ -253,6 +262,7 @@ func (s *Store) DeleteKey(key string) (bool, error) {
 // CompareSet is torch's compare_set: it sets desired if key holds expected
 // (or is absent and expected is empty) and returns the value held after.
 func (s *Store) CompareSet(key string, expected, desired []byte) ([]byte, error) {
+	defer runtime.KeepAlive(s)
 	if err := s.live(); err != nil {
 		return nil, err
 	}
@@ -272,6 +282,7 @@ func (s *Store) CompareSet(key string, expected, desired []byte) ([]byte, error)
 
 // Append appends value to key's value, creating it.
 func (s *Store) Append(key string, value []byte) error {
+	defer runtime.KeepAlive(s)
 	if err := s.live(); err != nil {
 		return err
 	}
@@ -285,6 +296,7 @@ func (s *Store) Append(key string, value []byte) error {
 
 // MultiSet sets several keys at once.
 func (s *Store) MultiSet(keys []string, values [][]byte) error {
+	defer runtime.KeepAlive(s)
 	if err := s.live(); err != nil {
 		return err
 	}
@@ -301,6 +313,7 @@ func (s *Store) MultiSet(keys []string, values [][]byte) error {
 
 // MultiGet blocks until every key exists and returns the values in key order.
 func (s *Store) MultiGet(keys []string) ([][]byte, error) {
+	defer runtime.KeepAlive(s)
 	if err := s.live(); err != nil {
 		return nil, err
 	}
@@ -316,6 +329,7 @@ func (s *Store) MultiGet(keys []string) ([][]byte, error) {
 
 // NumKeys is the number of keys in the store.
 func (s *Store) NumKeys() (int64, error) {
+	defer runtime.KeepAlive(s)
 	if err := s.live(); err != nil {
 		return 0, err
 	}

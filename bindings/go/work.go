@@ -41,6 +41,14 @@ func (w *Work) Test() (bool, error) {
 	if err := check(C.dk_work_test(w.ptr, &state, &cerr), cerr); err != nil {
 		return false, err
 	}
+	if state == C.DK_WORK_FAILED {
+		// dk_work_test reports only the state; the header's way to get the
+		// failed operation's error is dk_work_wait(work, 0, err).
+		if err := check(C.dk_work_wait(w.ptr, 0, &cerr), cerr); err != nil {
+			return false, err
+		}
+		return false, &Error{Internal, "distkit: the operation failed"}
+	}
 	return state == C.DK_WORK_SUCCEEDED, nil
 }
 

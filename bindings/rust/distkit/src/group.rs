@@ -354,9 +354,14 @@ impl Group {
         F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
     {
         let scope = Scope { group: self, works: RefCell::new(Vec::new()), _scope: PhantomData };
-        let result = f(&scope);
+        // As std::thread::scope: wait for every operation even when `f`
+        // panics, before unwinding frees the buffers they write into.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&scope)));
         scope.finish();
-        result
+        match result {
+            Ok(r) => r,
+            Err(payload) => std::panic::resume_unwind(payload),
+        }
     }
 }
 
@@ -465,7 +470,14 @@ impl<'scope> Work<'scope> {
     /// Ok(false) while it runs, its error if it failed.
     pub fn test(&self) -> Result<bool> {
         let mut state = sys::DK_WORK_PENDING;
-        call(|err| unsafe { sys::dk_work_test(self.handle(), &mut state, err) })?;
+        let w = self.handle();
+        call(|err| unsafe { sys::dk_work_test(w, &mut state, err) })?;
+        if state == sys::DK_WORK_FAILED {
+            // dk_work_test reports only the state; dk_work_wait(work, 0, err)
+            // returns the failed operation's error (see the header).
+            call(|err| unsafe { sys::dk_work_wait(w, 0, err) })?;
+            return Err(Error::new(Code::Internal, "distkit: the operation failed"));
+        }
         Ok(state == sys::DK_WORK_SUCCEEDED)
     }
 

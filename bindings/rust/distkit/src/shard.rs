@@ -151,8 +151,9 @@ impl<'g> Shard<'g> {
 
     /// Adds parameter `index`'s gradient (its length; any float type).
     pub fn accumulate_grad<T: Element>(&mut self, index: usize, grad: &[T]) -> Result<()> {
+        let index = c_index(index, "parameter")?;
         let mut v = View::of(grad);
-        call(|err| unsafe { sys::dk_shard_accumulate_grad(self.ptr, index as i32, v.tensor(), err) })
+        call(|err| unsafe { sys::dk_shard_accumulate_grad(self.ptr, index, v.tensor(), err) })
     }
 
     /// Collective: averages every rank's gradients into this rank's shard gradient.
@@ -185,7 +186,8 @@ impl<'g> Shard<'g> {
     pub fn local<T: Element>(&mut self, flat: usize) -> Result<(&mut [T], &[T])> {
         let (mut data, mut grad): (*mut c_void, *mut c_void) = (std::ptr::null_mut(), std::ptr::null_mut());
         let (mut n, mut dtype) = (0i64, 0 as sys::dk_dtype_t);
-        call(|err| unsafe { sys::dk_shard_local(self.ptr, flat as i32, &mut data, &mut grad, &mut n, &mut dtype, err) })?;
+        let index = c_index(flat, "flat buffer")?;
+        call(|err| unsafe { sys::dk_shard_local(self.ptr, index, &mut data, &mut grad, &mut n, &mut dtype, err) })?;
         if dtype_of(dtype) != T::DTYPE {
             return Err(Error::new(
                 Code::InvalidArgument,
@@ -265,4 +267,10 @@ impl Drop for Shard<'_> {
     fn drop(&mut self) {
         unsafe { sys::dk_shard_destroy(self.ptr) }
     }
+}
+
+/// An index in the ABI's int32_t; `as i32` would wrap a large one onto
+/// another, possibly valid, index.
+fn c_index(index: usize, what: &str) -> Result<i32> {
+    i32::try_from(index).map_err(|_| Error::new(Code::InvalidArgument, format!("shard: {what} index {index} is out of range")))
 }

@@ -249,6 +249,47 @@ fn main() {
     assert!(y.iter().all(|&v| v == n as f64));
     assert_eq!(ranks, (0..n).collect::<Vec<_>>());
 
+    // A scope whose closure panics still waits for what it started, even a
+    // forgotten Work: rank 0 panics at once while the others join late, so
+    // the sum can only be in place if the scope waited before unwinding.
+    let mut late = vec![1i64; 1 << 16];
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        world.scope(|s| {
+            if r != 0 {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+            std::mem::forget(s.all_reduce(&mut late, ReduceOp::Sum).unwrap());
+            panic!("closure panics with an operation in flight");
+        })
+    }));
+    std::panic::set_hook(hook);
+    assert!(caught.is_err(), "the panic reaches the caller");
+    assert!(late.iter().all(|&v| v == n as i64), "scope unwound before its operation finished: {}", late[0]);
+
+    // Work::test on a failed operation returns its error (not Ok(false)
+    // forever): different counts on different ranks.
+    if n > 1 {
+        let mut mismatched = vec![1i32; 10 + r as usize];
+        world.scope(|s| {
+            let w = match s.all_reduce(&mut mismatched, ReduceOp::Sum) {
+                Ok(w) => w,
+                Err(e) => fail(format!("async mismatched all_reduce refused at start: {e}")),
+            };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let e = loop {
+                match w.test() {
+                    Err(e) => break e,
+                    Ok(true) => fail("mismatched all_reduce succeeded".into()),
+                    Ok(false) if std::time::Instant::now() > deadline => fail("test() never reported the failed operation".into()),
+                    Ok(false) => std::thread::sleep(std::time::Duration::from_millis(5)),
+                }
+            };
+            assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        });
+    }
+
     // A subgroup {0, last}; the others get a group they cannot use.
     let mut pair = vec![0, n - 1];
     pair.dedup();

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	dk "distkit.dev/distkit"
 	rc "distkit.dev/distkit/internal/tests/rankcheck"
@@ -390,6 +391,13 @@ func main() {
 	if err := dk.AllGather(world, []float32{1, 2}, make([]float32, 1)); dk.CodeOf(err) != dk.InvalidArgument {
 		rc.Fail("short output: %v", err)
 	}
+	// A root or rank past int32 is refused, not wrapped onto rank 0.
+	if err := dk.Broadcast(world, []int32{1}, 1<<32); dk.CodeOf(err) != dk.InvalidArgument {
+		rc.Fail("root 1<<32: %v", err)
+	}
+	if _, err := world.NewGroup([]int{1 << 32}); dk.CodeOf(err) != dk.InvalidArgument {
+		rc.Fail("rank 1<<32: %v", err)
+	}
 	if size > 1 {
 		mismatched := make([]int32, 10+rank)
 		for i := range mismatched {
@@ -403,6 +411,28 @@ func main() {
 				rc.Fail("a refused call changed the data")
 			}
 		}
+		// Test on a failed asynchronous operation returns its error (not
+		// "still running" forever).
+		w, err := dk.AllReduceAsync(world, mismatched, dk.Sum)
+		rc.Must(err, "async mismatched all_reduce")
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			done, err := w.Test()
+			if err != nil {
+				if dk.CodeOf(err) != dk.InvalidArgument {
+					rc.Fail("Test on a failed op: %v", err)
+				}
+				break
+			}
+			if done {
+				rc.Fail("mismatched async all_reduce succeeded")
+			}
+			if time.Now().After(deadline) {
+				rc.Fail("Test never reported the failed operation")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		w.Close()
 	}
 	rc.Must(world.Barrier(), "barrier")
 	// The gradient reducer: rank 0's parameters everywhere, averaged
