@@ -28,8 +28,12 @@ the shard they both held is lost and every rank must end with that clear
 error). Checked as well: exactly
 one recovery on every rank; the parameters moved after the kill (a run that
 skipped the remaining steps cannot pass); no file written (torch.save to a
-path is refused, the working directory stays empty). Launched by distrun
+path is refused, the working directory stays empty); the snapshot a
+recovering rank receives loads under torch >= 2.6's default of torch.load,
+weights_only=True (imposed here on older torch). Launched by distrun
 with --max-replacements 2, or --min-ranks 1 for "shrink"."""
+import functools
+import inspect
 import os
 import random
 import shutil
@@ -115,6 +119,14 @@ def main():
     real_save = torch.save
     torch.save = lambda obj, f, *a, **k: (real_save(obj, f, *a, **k) if hasattr(f, "write")
                                           else refuse_files(f))
+    real_load = torch.load
+
+    @functools.wraps(real_load)
+    def load_as_torch_2_6(f, *a, **k):  # weights_only=True unless told otherwise
+        k.setdefault("weights_only", True)
+        return real_load(f, *a, **k)
+    if "weights_only" in inspect.signature(real_load).parameters:
+        torch.load = load_as_torch_2_6
 
     if late and replacement:
         time.sleep(LATE_S)

@@ -7,7 +7,12 @@ library refuses locally (not contiguous), an object that cannot be pickled,
 a refusal on a subgroup (torch's group on the "distkit" backend, under
 init_dist), and every rank refusing (each its own error, no wait).
 
+A rank that fails after the collective completed (an object only it cannot
+unpickle, a tensor_list slot it cannot copy into) raises its own error at
+once; its peers return normally, and the next collective works everywhere.
+
 Operations time out after 30 s here; each case must end within 5 s."""
+import os
 import sys
 import time
 
@@ -55,6 +60,39 @@ def case(what, refuser, call, own_text, group=None, members=None):
     usable(group, members, what)
 
 
+def _unpickle_on(rank):
+    if os.environ.get("RANK") == str(rank):
+        raise RuntimeError(f"rank {rank} cannot unpickle this")
+    return "unpickled"
+
+
+class OnlyOneCannotLoad:
+    """Pickles everywhere; unpickles everywhere but on global rank ``rank``."""
+
+    def __init__(self, rank):
+        self.rank = rank
+
+    def __reduce__(self):
+        return _unpickle_on, (self.rank,)
+
+
+def after_case(what, failer, call, own_text):
+    """Everyone calls ``call(failing)``; on ``failer`` it fails after the
+    library call completed: that rank raises promptly, the others return."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    start = time.monotonic()
+    try:
+        call(rank == failer)
+        check(rank != failer, f"{what}: rank {rank}'s call succeeded")
+    except Exception as e:  # noqa: BLE001 - the type is what is checked
+        check(rank == failer and own_text in str(e) and "ranks disagree" not in str(e),
+              f"{what}: rank {rank}: {type(e).__name__}: {e}")
+    took = time.monotonic() - start
+    check(took < PROMPT_S, f"{what}: rank {rank} took {took:.1f} s")
+    usable(None, list(range(n)), what)
+    usable(None, list(range(n)), what + " (again)")
+
+
 def main():
     dist.init_dist("pytorch", backend="gloo", timeout=TIMEOUT_S)
     n = dist.get_world_size()
@@ -74,6 +112,15 @@ def main():
          group=pair, members=[0, last])
     case("every rank", "all", lambda bad: dist.all_reduce(t, op="bogus"),
          "reduce op should be one of")
+    after_case("an object only one rank cannot unpickle", last,
+               lambda _: dist.all_gather_object(OnlyOneCannotLoad(last)),
+               f"rank {last} cannot unpickle this")
+    after_case("gather_object to a rank that cannot unpickle", last,
+               lambda _: dist.gather_object(OnlyOneCannotLoad(last), dst=last),
+               f"rank {last} cannot unpickle this")
+    after_case("a tensor_list slot one rank cannot fill", last,
+               lambda bad: dist.all_gather([torch.zeros(3 if bad else 4) for _ in range(n)], t),
+               "size of tensor")
     status = finish("a collective one rank refuses fails on every rank")
     dist.destroy()
     return status

@@ -8,12 +8,12 @@ import torch
 from .. import _lib
 from .._cuda_stream import follow_current_stream
 from .._dlpack import Borrowed
-from .._lib import lib, raise_for_status
+from .._lib import lib
 from .devices import back_to_input, on_comm_device
 from .call_forms import Form, choose
 from .groups import (ProcessGroup, get_global_rank, get_group_rank, get_rank,
                      get_world_size, handle_of, transport)
-from .refusals import fail_together, group_at
+from .refusals import call_collective, fail_together, group_at, issued
 from .work import Work, start
 
 
@@ -41,8 +41,10 @@ def _run(fn, args: tuple, async_op: bool, keep=(), then=None):
     returns a Work that runs ``then`` once it is done."""
     follow_current_stream(args[0], keep)
     if async_op:
-        return Work(start(fn, *args), keep, then)
-    raise_for_status(fn, *args, None)
+        handle = start(fn, *args)
+        issued()
+        return Work(handle, keep, then)
+    call_collective(fn, *args, None)
     if then is not None:
         then()
     return None
@@ -131,13 +133,13 @@ def _all_gather(data, group) -> list:
     if isinstance(data, np.ndarray):
         out = np.empty((world_size,) + data.shape, dtype=data.dtype)
         a, b = Borrowed(np.ascontiguousarray(data)), Borrowed(out)
-        raise_for_status(lib.dk_group_all_gather, handle_of(group), a.pointer, b.pointer, None)
+        call_collective(lib.dk_group_all_gather, handle_of(group), a.pointer, b.pointer, None)
         return list(out)
     data_on_device, input_device = on_comm_device(data, group)
     out = torch.empty((world_size,) + tuple(data_on_device.shape), dtype=data_on_device.dtype,
                       device=data_on_device.device)
     a, b = Borrowed(data_on_device), Borrowed(out)
-    raise_for_status(lib.dk_group_all_gather, handle_of(group), a.pointer, b.pointer, None)
+    call_collective(lib.dk_group_all_gather, handle_of(group), a.pointer, b.pointer, None)
     return [t.to(input_device) for t in out.unbind(0)]
 
 
@@ -198,8 +200,8 @@ def _gather(data, dst: int, group) -> list:
                           device=data_on_device.device)
     a = Borrowed(data_on_device)
     b = Borrowed(out) if out is not None else None
-    raise_for_status(lib.dk_group_gather, handle_of(group), a.pointer, b.pointer if b else None,
-                     root, None)
+    call_collective(lib.dk_group_gather, handle_of(group), a.pointer, b.pointer if b else None,
+                    root, None)
     if not is_dst:
         return []
     return [t.to(input_device) if input_device is not None else t for t in out.unbind(0)]
@@ -293,5 +295,5 @@ def all_reduce_params(params, coalesce: bool = True, bucket_size_mb: int = -1, o
     code = _op_code(op)
     views = [Borrowed(t) for t in params_data]
     array = _lib.tensor_array(views)
-    raise_for_status(lib.dk_group_all_reduce_coalesced, handle_of(group), array, len(views), code,
-                     1 if coalesce else 0, bucket_size_mb)
+    call_collective(lib.dk_group_all_reduce_coalesced, handle_of(group), array, len(views), code,
+                    1 if coalesce else 0, bucket_size_mb)

@@ -5,10 +5,10 @@ import pickle
 from typing import Any, List, Optional
 
 from .. import _lib
-from .._lib import lib, raise_for_status, take_items
+from .._lib import lib, take_items
 from .call_forms import Form, choose
 from .groups import ProcessGroup, get_group_rank, get_rank, get_world_size, handle_of, is_group
-from .refusals import fail_together, group_at
+from .refusals import call_collective, fail_together, group_at
 
 
 def bytes_array(payloads: List[bytes]):
@@ -27,8 +27,8 @@ def all_gather_bytes(payload: bytes, group: Optional[ProcessGroup] = None) -> Li
     """Every rank's raw bytes, in rank order (no pickling)."""
     items = ctypes.POINTER(_lib.Bytes)()
     count = ctypes.c_size_t()
-    raise_for_status(lib.dk_group_all_gather_object, handle_of(group), payload, len(payload),
-                     ctypes.byref(items), ctypes.byref(count))
+    call_collective(lib.dk_group_all_gather_object, handle_of(group), payload, len(payload),
+                    ctypes.byref(items), ctypes.byref(count))
     return take_items(items, count)
 
 
@@ -42,8 +42,8 @@ def broadcast_object_list(data: List[Any], src: int = 0, group: Optional[Process
         array, keep = bytes_array([pickle.dumps(obj) for obj in data] if is_src else [])
         items = ctypes.POINTER(_lib.Bytes)()
         count = ctypes.c_size_t()
-        raise_for_status(lib.dk_group_broadcast_object_list, handle_of(group), array, len(array),
-                         root, ctypes.byref(items), ctypes.byref(count))
+        call_collective(lib.dk_group_broadcast_object_list, handle_of(group), array, len(array),
+                        root, ctypes.byref(items), ctypes.byref(count))
         del keep
         received = take_items(items, count)
         if not is_src:
@@ -121,8 +121,8 @@ def _gather_object(data: Any, dst: int, group: Optional[ProcessGroup]) -> Option
     items = ctypes.POINTER(_lib.Bytes)()
     count = ctypes.c_size_t()
     payload = pickle.dumps(data)
-    raise_for_status(lib.dk_group_gather_object, handle_of(group), payload, len(payload), root,
-                     ctypes.byref(items), ctypes.byref(count))
+    call_collective(lib.dk_group_gather_object, handle_of(group), payload, len(payload), root,
+                    ctypes.byref(items), ctypes.byref(count))
     if get_rank(group) != root:
         return None
     return [pickle.loads(b) for b in take_items(items, count)]

@@ -17,11 +17,18 @@ The rank that refuses must not have started the collective: what counts is
 any error raised before the library call (a ValueError or TypeError for an
 argument, a PicklingError for an object) and the library's local checks (its
 INVALID_ARGUMENT other than a disagreement); the library's other errors (a
-peer failed, a timeout, an aborted group) reach every rank already."""
+peer failed, a timeout, an aborted group) reach every rank already. An error
+raised after the library call returned (an object this rank cannot unpickle,
+a copy back into the caller's tensors) is this rank's alone: its peers have
+returned from the collective, so it is raised here without a barrier (one
+would wait for them until the timeout, or pair with their next collective).
+The calls into the library mark themselves (``call_collective``, ``issued``)
+so that the decorator can tell which side of the call an error comes from."""
 import contextlib
 import ctypes
 import functools
 import re
+import threading
 from typing import Callable, Optional
 
 from .. import errors
@@ -30,6 +37,27 @@ from . import groups
 
 _KEY = "distkit/refused/{}/{}"
 _CALLED_BARRIER = re.compile(r"rank\(s\) ([0-9, ]+) called barrier #")
+
+
+_issued = threading.local()
+
+
+def _issued_count() -> int:
+    return getattr(_issued, "count", 0)
+
+
+def issued() -> None:
+    """The library call of this thread's collective has been made (returned
+    without an error, or started in its non-blocking form): errors from here
+    on are this rank's alone."""
+    _issued.count = _issued_count() + 1
+
+
+def call_collective(fn, *args) -> None:
+    """``raise_for_status(fn, *args)`` for a collective, marked ``issued``
+    once the library returned."""
+    raise_for_status(fn, *args)
+    issued()
 
 
 def _disagreement(error: BaseException) -> bool:
@@ -116,6 +144,7 @@ def fail_together(group_of: Callable[[tuple, dict], Optional[object]]):
     def decorate(fn):
         @functools.wraps(fn)
         def call(*args, **kwargs):
+            before = _issued_count()
             try:
                 return fn(*args, **kwargs)
             except Exception as e:
@@ -131,6 +160,9 @@ def fail_together(group_of: Callable[[tuple, dict], Optional[object]]):
                     raise e from None
                 if _disagreement(e):
                     raise _with_reasons(e, group) from None
+                if _issued_count() != before:
+                    # After the library call: the peers are past it already.
+                    raise
                 _tell_peers(fn.__name__.lstrip("_"), group, e)
                 raise
         return call

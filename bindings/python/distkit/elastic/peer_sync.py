@@ -12,6 +12,7 @@ states), and the shards travel from the ranks that hold them to the ranks
 that need them (sharded_snapshot.py); then every rank commits again, so each
 shard of the new layout has its neighbour's copy at once.
 """
+import inspect
 import io
 
 import torch
@@ -25,6 +26,17 @@ def _serialize(snapshot) -> bytes:
     buffer = io.BytesIO()
     torch.save(snapshot, buffer)  # to memory: no file is written
     return buffer.getvalue()
+
+
+def _deserialize(payload: bytes):
+    """The snapshot `_serialize` made. It holds numpy's RNG state, which
+    torch >= 2.6's default weights_only=True refuses: weights_only=False where
+    torch.load knows the argument (1.13 and later). Tensors load on the CPU
+    (the sender's device may not exist here); load_state_dict moves them."""
+    buffer = io.BytesIO(payload)
+    if "weights_only" in inspect.signature(torch.load).parameters:
+        return torch.load(buffer, map_location="cpu", weights_only=False)
+    return torch.load(buffer, map_location="cpu")
 
 
 def _holders(cards, commit: int, world: int):
@@ -100,7 +112,7 @@ def sync(state: State) -> int:
         common = snapshot
     payload = [_serialize(common) if me == source else None]
     dist.broadcast_object_list(payload, source)
-    received = common if me == source else torch.load(io.BytesIO(payload[0]))
+    received = common if me == source else _deserialize(payload[0])
     if not sharded:
         state._apply(received)
         return chosen
