@@ -234,6 +234,11 @@ class Backend {
   // over this backend's ranks; members (`parent_ranks`, in the new group's
   // order) get a backend, the others nullptr.
   virtual bool splits_from_parent() const { return false; }
+  // Whether every rank's store is the job's one store for certain, so that
+  // the ranks can agree through it whether to split (ProcessGroup::NewGroup):
+  // NCCL makes every communicator through it; an MPI job that mpirun started
+  // without one may run on a store of each rank's own (mpi_job_store.h).
+  virtual bool store_is_shared() const { return false; }
   virtual absl::StatusOr<std::unique_ptr<Backend>> Split(
       const OpContext& ctx, const std::vector<int>& parent_ranks);
 

@@ -206,8 +206,13 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
   // waiting for the others' answers: after a rank died (ShrinkGroup), the
   // survivors' parents have all failed, and the dead rank never answers.
   bool can_split = options.backend == options_.backend &&
-                   contract_->backend().splits_from_parent();
-  if (can_split) {
+                   contract_->backend().splits_from_parent() &&
+                   AsyncError().ok();
+  // Where the store may be each rank's own (an MPI job without one), each
+  // decides alone, as before.
+  if (options.backend == options_.backend &&
+      contract_->backend().splits_from_parent() &&
+      contract_->backend().store_is_shared()) {
     const int me =
         options.members_only
             ? static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) -

@@ -96,6 +96,7 @@ class NcclBackend : public Backend {
   absl::Status AllGatherHost(const OpContext& ctx, const void* in, size_t bytes,
                              void* out) override;
   bool splits_from_parent() const override { return true; }
+  bool store_is_shared() const override { return true; }
   absl::StatusOr<std::unique_ptr<Backend>> Split(
       const OpContext& ctx, const std::vector<int>& parent_ranks) override;
 
