@@ -175,6 +175,24 @@ int main(int argc, char** argv) {
     if (step_on(NULL, step, all, size, &err) != DK_OK)
       dk_test_die("a step after the grow", err);
   }
+  /* Subgroups of the grown world: each its own name and rendezvous (two
+   * once took the grown world's own name and met under the same keys). */
+  int reversed[8];
+  for (int r = 0; r < size; ++r) reversed[r] = size - 1 - r;
+  dk_group_t *sub_a = NULL, *sub_b = NULL;
+  if (dk_group_new(grown, all, size, &sub_a, &err) != DK_OK)
+    dk_test_die("dk_group_new on the grown world", err);
+  if (dk_group_new(grown, reversed, size, &sub_b, &err) != DK_OK)
+    dk_test_die("a second dk_group_new on the grown world", err);
+  dk_test_check(strcmp(dk_group_name(sub_a), dk_group_name(sub_b)) != 0,
+                "two subgroups of the grown world are named apart");
+  dk_test_check(dk_group_rank(sub_b) == size - 1 - dk_test_rank,
+                "the second subgroup numbers the ranks as given");
+  if (step_on(sub_a, step, all, size, &err) != DK_OK)
+    dk_test_die("a step on the first subgroup", err);
+  check_order(sub_b, reversed, size);
+  dk_group_destroy(sub_a);
+  dk_group_destroy(sub_b);
   if (dk_group_barrier(NULL, NULL, &err) != DK_OK) dk_test_die("barrier", err);
   dk_group_destroy(grown);
   if (world != NULL) dk_group_destroy(world);

@@ -145,6 +145,10 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
     std::vector<int> ranks) {
   GroupOptions options = options_;
   options.connect_timeout = absl::ZeroDuration();  // init's, not a subgroup's
+  // This group's own name (a grown world's "world@g<g>") and how it was
+  // made are not the child's: a numbered child of the whole parent.
+  options.name.clear();
+  options.members_only = false;
   return NewGroup(std::move(ranks), std::move(options));
 }
 
