@@ -8,7 +8,7 @@ from torch import nn
 
 from .options import ShardingStrategy, cast_inputs, shard_config
 from .scheduling import Coordinator
-from .wrap import unclaimed_params
+from .wrap import other_places, unclaimed_params
 
 
 class FSDPModule:
@@ -59,7 +59,9 @@ def fully_shard(module: nn.Module, *, mesh=None, reshard_after_forward: bool = T
                           mp_policy.reduce_dtype if mp_policy else None,
                           offload_policy is not None, False, None)
     if owned:  # the unit registers its shards on the module
-        coordinator.add(module, owned, mesh, config, param_dtype, reshard_after_forward, False)
+        # A parameter registered twice under `module` (tied weights) is held once.
+        coordinator.add(module, owned, mesh, config, param_dtype, reshard_after_forward, False,
+                        aliases=other_places(module, set(), owned))
     module._dk_fsdp = coordinator
     if mp_policy is not None and mp_policy.param_dtype is not None and mp_policy.cast_forward_inputs:
         module.register_forward_pre_hook(

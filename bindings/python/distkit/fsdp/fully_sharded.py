@@ -17,7 +17,7 @@ from .state_dict import ModelStateDictMixin
 from .timeline import TimelineEvent
 from . import module_state
 from .clip import clip_sharded_grad_norm_, sharded_ids
-from .wrap import unclaimed_params, units_of
+from .wrap import holders, other_places, unclaimed_params, units_of
 
 
 class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Module):
@@ -72,22 +72,35 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
                               mixed_precision.reduce_dtype if mixed_precision else None,
                               cpu_offload is not None and cpu_offload.offload_params,
                               sync_module_states, replicate_group)
-        # Keys of the full state dict, in the original order.
+        # Keys of the full state dict, in the original order, and every key
+        # of each tensor: a tied parameter (or a module registered twice)
+        # has several, the first of them its named_parameters() name.
         self._keys = list(module.state_dict().keys())
-        param_key = {id(p): name for name, p in module.named_parameters()}
+        names = _names(module, set(self._keys))
+        # key -> the first key of the same tensor, for its other keys.
+        self._tied = {k: ks[0] for ks in names.values() for k in ks[1:]}
         path_of = {id(m): name for name, m in module.named_modules()}
         reshard = strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.HYBRID_SHARD)
         claimed: Set[int] = {id(p) for p in ignored_parameters or []}  # left alone
+        # torch's ignored_modules: their parameters are left alone, also
+        # where they are registered on another module too.
+        claimed.update(id(p) for m in ignored for p in m.parameters(recurse=False))
         self._coordinator = Coordinator(strategy != ShardingStrategy.NO_SHARD,
                                         forward_prefetch, backward_prefetch)
-        for unit_module in units_of(module, auto_wrap_policy, ignored):
-            owned = unclaimed_params(unit_module, ignored, claimed)
+        unit_modules = units_of(module, auto_wrap_policy, ignored)
+        holder = holders(module, unit_modules, ignored)  # each parameter in one unit
+        for unit_module in unit_modules:
+            owned = unclaimed_params(unit_module, ignored, claimed, holder)
             if not owned:
                 continue
+            aliases = other_places(unit_module, ignored, owned)
             unit = self._coordinator.add(unit_module, owned, process_group, config, param_dtype,
                                          reshard and unit_module is not module,
-                                         unit_module is module, use_orig_params)
-            unit.keys = [param_key[id(p)] for _, _, p in owned]
+                                         unit_module is module, use_orig_params, aliases)
+            unit.keys = [names[id(p)][0] for _, _, p in owned]
+            # (key, i): owned[i]'s further state-dict keys.
+            unit.alias_keys = [(k, i) for i, (_, _, p) in enumerate(owned)
+                               for k in names[id(p)][1:]]
             unit.path = path_of[id(unit_module)]
             claimed.update(id(f) for f in unit.flat_params)  # registered on unit_module
         self._units = self._coordinator.units
@@ -186,6 +199,19 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         (shards, shard gradients and, while gathering, full buffers)."""
         return {"now": sum(lib.dk_shard_held_bytes(u.handle) for u in self._units),
                 "peak": sum(lib.dk_shard_peak_held_bytes(u.handle) for u in self._units)}
+
+
+def _names(module: nn.Module, keys: Set[str]) -> dict:
+    """id(tensor) -> its state-dict keys (those in `keys`), in state-dict
+    order, for every parameter and buffer: several for one registered in
+    several places (tied weights, a module under two names)."""
+    out: dict = {}
+    for path, m in module.named_modules(remove_duplicate=False):
+        for name, t in list(m._parameters.items()) + list(m._buffers.items()):
+            key = f"{path}.{name}" if path else name
+            if t is not None and key in keys and key not in out.get(id(t), []):
+                out.setdefault(id(t), []).append(key)
+    return out
 
 
 def _check_arguments(owner: str, module, sharding_strategy, device_id) -> ShardingStrategy:

@@ -31,12 +31,26 @@ def _flat_key(unit: Unit, k: int) -> str:
 
 def install(module: torch.nn.Module, units: List[Unit], orig_params: bool) -> None:
     """Hooks `module`'s state_dict and load_state_dict as above."""
+    # A unit's module registered under further names: nn.Module's state
+    # dict gives its flat shards there too.
+    other_paths = {id(u): [p for p, m in module.named_modules(remove_duplicate=False)
+                           if m is u.module and p != u.path] for u in units}
+
+    def other_flat_keys(unit: Unit) -> List[str]:
+        return [f"{p}.{flat_param_name(k)}" for p in other_paths[id(unit)]
+                for k in range(len(unit.flat_params))]
 
     def held(unit: Unit) -> List[str]:
         """The entries nn.Module.state_dict gives for what `unit` holds."""
         if orig_params:
-            return list(unit.keys)
-        return [_flat_key(unit, k) for k in range(len(unit.flat_params))]
+            return list(unit.keys) + [key for key, _ in unit.alias_keys]
+        return [_flat_key(unit, k) for k in range(len(unit.flat_params))] + \
+            other_flat_keys(unit)
+
+    def every_key(unit: Unit, values: List[torch.Tensor]) -> List[tuple]:
+        """(key, value) under each key of the plain module's (a tied
+        parameter's value under each of its names)."""
+        return list(zip(unit.keys, values)) + [(key, values[i]) for key, i in unit.alias_keys]
 
     def full_values(unit: Unit) -> List[torch.Tensor]:
         return [unit.flat_params[k].detach()[off:off + n].view(shape).clone()
@@ -47,7 +61,7 @@ def install(module: torch.nn.Module, units: List[Unit], orig_params: bool) -> No
             for key in held(unit):
                 state.pop(prefix + key, None)
             if unit.shard_count == 1:
-                for key, value in zip(unit.keys, full_values(unit)):
+                for key, value in every_key(unit, full_values(unit)):
                     state[prefix + key] = value
             else:
                 for k, flat in enumerate(unit.flat_params):
@@ -79,6 +93,18 @@ def install(module: torch.nn.Module, units: List[Unit], orig_params: bool) -> No
                     error_msgs):
         refuse_shards(state, prefix)
         for unit in units:
+            # A tied parameter's other names: loaded under its first (from
+            # either), then what nn.Module's own load finds as below.
+            for key, i in unit.alias_keys:
+                value = state.pop(prefix + key, None)
+                if value is not None:
+                    state.setdefault(prefix + unit.keys[i], value)
+                if orig_params:
+                    state[prefix + key] = unit.owned[i][2].detach()
+            if not orig_params:  # the unit's module under its other names: itself
+                for path in other_paths[id(unit)]:
+                    for k, flat in enumerate(unit.flat_params):
+                        state[f"{prefix}{path}.{flat_param_name(k)}"] = flat.detach()
             flats = [prefix + _flat_key(unit, k) for k in range(len(unit.flat_params))]
             originals = [prefix + key for key in unit.keys]
             given = [key for key in originals if key in state]

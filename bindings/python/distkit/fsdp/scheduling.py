@@ -4,7 +4,7 @@ at the end of backward."""
 import collections
 import contextlib
 import time
-from typing import List, Optional, Set
+from typing import List, Optional, Sequence, Set
 
 import torch
 from torch import nn
@@ -37,9 +37,10 @@ class Coordinator:
         self.compute = collections.deque(maxlen=4096)
 
     def add(self, unit_module: nn.Module, owned: List[tuple], group, config, compute_dtype,
-            reshard_after_forward: bool, is_root: bool, orig_params: bool = False) -> "Unit":
+            reshard_after_forward: bool, is_root: bool, orig_params: bool = False,
+            aliases: Sequence[tuple] = ()) -> "Unit":
         unit = Unit(unit_module, owned, group, config, compute_dtype, reshard_after_forward,
-                     is_root, orig_params)
+                     is_root, orig_params, aliases)
         unit.index = len(self.units)
         self.units.append(unit)
         self.flat_ids.update(id(p) for p in unit.flat_params)
@@ -141,6 +142,7 @@ class Coordinator:
         self._finish_in_flight()
         for unit in reversed(self.units):
             unit.reduced = False
+            unit.pending = 0  # the next forward exposes fresh leaves
             if unit.gathering:  # prefetched but not used: it holds old values
                 raise_for_status(lib.dk_shard_unshard_wait, unit.handle)
                 raise_for_status(lib.dk_shard_reshard, unit.handle)

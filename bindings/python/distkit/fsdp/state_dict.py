@@ -7,6 +7,8 @@ from collections import OrderedDict
 from typing import List, Optional
 
 import torch
+# What nn.Module.load_state_dict returns: (missing_keys, unexpected_keys).
+from torch.nn.modules.module import _IncompatibleKeys
 
 from .. import _lib, dist
 from .._dlpack import Borrowed
@@ -20,8 +22,9 @@ class ModelStateDictMixin:
     StateDictType), and sharded checkpoint files (checkpoint_format). It
     reads the model's ``module``, ``_units`` (their ``keys``: each
     parameter's state-dict key; ``path``: the unit's module path), ``_keys``
-    (the original module's state-dict keys, in order), ``_group``,
-    ``_replicate_group`` and ``_buffer_dtypes``."""
+    (the original module's state-dict keys, in order), ``_tied`` (a tensor's
+    further keys -> its first), ``_group``, ``_replicate_group`` and
+    ``_buffer_dtypes``."""
 
     @staticmethod
     @contextlib.contextmanager
@@ -54,8 +57,7 @@ class ModelStateDictMixin:
         buffers = {k: b.detach().to(self._buffer_dtypes.get(k, b.dtype))
                    for k, b in self.module.named_buffers()}
         # Parameters no unit holds (ignored): as they are.
-        held = {id(p) for u in self._units for p in u.flat_params}
-        held.update(id(p) for u in self._units for _, _, p in u.owned)
+        held = self._held_ids()
         unsharded = {k: p.detach() for k, p in self.module.named_parameters()
                      if id(p) not in held}
         out = OrderedDict()
@@ -83,10 +85,14 @@ class ModelStateDictMixin:
         if not keep:
             return out
         for key in self._keys:
-            if key in params:
-                out[key] = params[key]
+            first = self._tied.get(key, key)  # a tied tensor: its value under every key
+            if first in params:
+                out[key] = params[first]
+            elif first in out:
+                out[key] = out[first]
             else:
-                out[key] = place((buffers[key] if key in buffers else unsharded[key]).clone())
+                value = buffers[first] if first in buffers else unsharded[first]
+                out[key] = place(value.clone())
         return out
 
     @staticmethod
@@ -100,7 +106,10 @@ class ModelStateDictMixin:
     def load_state_dict(self, state_dict, strict: bool = True):
         """Loads what state_dict() gave under the same state-dict type; a
         sharded dict must come from a job of this size (load_sharded_state_dicts
-        re-shards from another size)."""
+        re-shards from another size). A full dict as nn.Module's: returns
+        (missing_keys, unexpected_keys); strict=False loads what is there
+        (a missing key keeps its value), strict=True raises naming them
+        before anything is loaded. Collective (every rank with the same keys)."""
         is_sharded = fmt.is_sharded(state_dict)
         if is_sharded != self._sharded():
             raise RuntimeError(
@@ -110,16 +119,41 @@ class ModelStateDictMixin:
                 "FullyShardedDataParallel.state_dict_type(model, StateDictType." +
                 ("SHARDED_STATE_DICT" if is_sharded else "FULL_STATE_DICT") + ")")
         if is_sharded:
-            return self.load_sharded_state_dicts([state_dict], only_mine=True)
+            self.load_sharded_state_dicts([state_dict], only_mine=True)
+            return _IncompatibleKeys([], [])
         missing = [k for k in self._keys if k not in state_dict]
         unexpected = [k for k in state_dict if k not in self._keys]
         if strict and (missing or unexpected):
-            raise RuntimeError(f"Error(s) in loading state_dict: missing keys {missing}, "
-                               f"unexpected keys {unexpected}")
+            raise RuntimeError(
+                f"Error(s) in loading state_dict for {type(self).__name__}:" +
+                "".join(f"\n\t{what} key(s) in state_dict: " +
+                        ", ".join(f'"{k}"' for k in keys) + "."
+                        for what, keys in (("Missing", missing), ("Unexpected", unexpected))
+                        if keys))
+        # Each tensor's value under the first of its keys that is given (a
+        # tied parameter loads from either name).
+        given = {}
+        for key in self._keys:
+            if key in state_dict:
+                given.setdefault(self._tied.get(key, key), state_dict[key])
         for unit in self._units:
-            unit.load_full([state_dict[k] for k in unit.keys])
-        self._load_buffers(state_dict)
-        return None
+            values = [given.get(k) for k in unit.keys]
+            if any(v is None for v in values):  # keep what is not given
+                values = [v if v is not None else now
+                          for v, now in zip(values, unit.gather_full())]
+            unit.load_full(values)
+        held = self._held_ids()
+        with torch.no_grad():
+            for key, t in list(self.module.named_parameters()) + list(self.module.named_buffers()):
+                if key in given and id(t) not in held:
+                    t.copy_(given[key])  # buffers, and parameters no unit holds
+        return _IncompatibleKeys(missing, unexpected)
+
+    def _held_ids(self) -> set:
+        """ids of the units' flat shards and original parameters."""
+        held = {id(p) for u in self._units for p in u.flat_params}
+        held.update(id(p) for u in self._units for _, _, p in u.owned)
+        return held
 
     def _saved_world(self, state: dict) -> int:
         """The saved job's shard-group size, after checking that every unit
@@ -214,9 +248,3 @@ class ModelStateDictMixin:
             for name, b in self.module.named_buffers():
                 if fmt.buffer_key(name) in state:
                     b.copy_(state[fmt.buffer_key(name)])
-
-    def _load_buffers(self, state_dict) -> None:
-        buffers = dict(self.module.named_buffers())
-        for key, value in state_dict.items():
-            if key in buffers:
-                buffers[key].copy_(value)

@@ -2,7 +2,7 @@
 optimizer steps, and the torch storage its full parameters and gradients
 live in while gathered (gather, free, expose to autograd, reduce)."""
 import ctypes
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -47,7 +47,8 @@ class Unit:
     storage the full parameters live in while gathered."""
 
     def __init__(self, module: nn.Module, owned: List[tuple], group, config, compute_dtype,
-                 reshard_after_forward: bool, is_root: bool, orig_params: bool = False):
+                 reshard_after_forward: bool, is_root: bool, orig_params: bool = False,
+                 aliases: Sequence[tuple] = ()):
         self._made_with = (config, compute_dtype, reshard_after_forward, is_root)
         self.module = module
         self.orig_params = orig_params
@@ -57,6 +58,10 @@ class Unit:
         self.shard_count = dist.get_world_size(group) if sharded else 1
         self.shard_rank = dist.get_rank(group) if sharded else 0
         self.owned = owned  # (owner module, attribute name, original Parameter)
+        # (owner, name, i): where owned[i]'s Parameter is registered too (tied
+        # weights). Held once (one place in the flat, one gradient); each
+        # place gets the same view and leaf.
+        self.aliases = list(aliases)
         self.is_root = is_root
         self.reshard_after_forward = reshard_after_forward
         params = [p for _, _, p in owned]
@@ -117,6 +122,7 @@ class Unit:
         self.gathered = self.aliased
         self.gathering = False
         self.reduced = False
+        self.pending = 0
         self.leaves: List[Optional[torch.Tensor]] = [None] * len(owned)
         memory.track_unit(self)
         if orig_params:
@@ -135,7 +141,7 @@ class Unit:
                 self.piece_offset.append(offset.value)
                 p.data = self.piece_data[-1]
                 p.grad = None
-        for (owner, name, _), view in zip(owned, self.views):
+        for owner, name, view in self._places(self.views):
             if not orig_params:
                 del owner._parameters[name]
             # An instance attribute: found before nn.Module.__getattr__ looks
@@ -147,6 +153,12 @@ class Unit:
             # steps) and module.state_dict() hold the shards.
             for k, flat in enumerate(self.flat_params):
                 module.register_parameter(flat_param_name(k), flat)
+
+    def _places(self, tensors: Sequence[torch.Tensor]) -> List[tuple]:
+        """(owner, name, tensor) for every place a parameter of the unit is
+        registered, tensors[i] for owned[i] (at its aliases too)."""
+        return ([(owner, name, t) for (owner, name, _), t in zip(self.owned, tensors)] +
+                [(owner, name, tensors[i]) for owner, name, i in self.aliases])
 
     def regroup(self, group) -> None:
         """Collective over `group`: the unit shards over it instead (after a
@@ -162,9 +174,10 @@ class Unit:
         flats = self.flat_params
         # As before wrapping: the original parameters registered again, the
         # flat shards not; __init__ then wraps the module anew.
-        for (owner, name, original), (_, _, _, shape) in zip(self.owned, self.place):
+        for owner, name, original in self._places([p for _, _, p in self.owned]):
             owner.__dict__.pop(name, None)
             owner._parameters[name] = original
+        for original, (_, _, _, shape) in zip([p for _, _, p in self.owned], self.place):
             if self.orig_params:
                 # A view of the old piece until now: its whole shape again
                 # (values undefined) for the library to shard.
@@ -174,7 +187,7 @@ class Unit:
             self.module._parameters.pop(flat_param_name(k), None)
         config, compute_dtype, reshard_after_forward, is_root = self._made_with
         Unit.__init__(self, self.module, self.owned, group, config, compute_dtype,
-                      reshard_after_forward, is_root, self.orig_params)
+                      reshard_after_forward, is_root, self.orig_params, self.aliases)
         if self.orig_params:
             return  # the optimizer steps the original Parameters, now new pieces
         if len(self.flat_params) != len(flats):
@@ -235,22 +248,29 @@ class Unit:
         """Fresh leaves over the full parameters for this forward. Once every
         leaf of the unit has its gradient, `on_all_grads` reduces the unit at
         once (its full gradients are freed then, not at the end of
-        backward)."""
-        self.pending = 0
-        self.reduced = False
-        self.grads_attached = False
-        self.accumulators = []
-        for i, ((owner, name, original), view) in enumerate(zip(self.owned, self.views)):
-            leaf = view.detach().requires_grad_(original.requires_grad)
-            if original.requires_grad and torch.is_grad_enabled():
-                # After torch has accumulated the gradient into leaf.grad.
-                accumulator = leaf.expand_as(leaf).grad_fn.next_functions[0][0]
-                accumulator.register_hook(
-                    lambda *unused, i=i: self._after_grad(i, on_all_grads))
-                self.accumulators.append(accumulator)  # kept alive for the hook
-                self.pending += 1
+        backward).
+
+        A unit run again before backward (a module called twice in one
+        forward) keeps the leaves whose gradients are still awaited: each
+        parameter then has one leaf, autograd sums the gradients of all its
+        uses into it and its hook fires once, with the sum."""
+        if not (self.pending > 0 and not self.reduced):
+            self.pending = 0
+            self.reduced = False
+            self.grads_attached = False
+            self.accumulators = []
+            for i, ((_, _, original), view) in enumerate(zip(self.owned, self.views)):
+                leaf = view.detach().requires_grad_(original.requires_grad)
+                if original.requires_grad and torch.is_grad_enabled():
+                    # After torch has accumulated the gradient into leaf.grad.
+                    accumulator = leaf.expand_as(leaf).grad_fn.next_functions[0][0]
+                    accumulator.register_hook(
+                        lambda *unused, i=i: self._after_grad(i, on_all_grads))
+                    self.accumulators.append(accumulator)  # kept alive for the hook
+                    self.pending += 1
+                self.leaves[i] = leaf
+        for owner, name, leaf in self._places(self.leaves):
             object.__setattr__(owner, name, leaf)
-            self.leaves[i] = leaf
 
     def attach_grads(self) -> None:
         """When backward reaches the unit: each leaf's .grad becomes a view of
