@@ -90,6 +90,32 @@ absl::StatusOr<dk_group*> NewSubgroup(dk_group_t* parent, const int32_t* ranks,
   return new dk_group{std::move(g)};
 }
 
+// A named subgroup's name keys its rendezvous below the parent's: one path
+// component.
+absl::Status CheckSubgroupName(const char* name) {
+  if (*name == '\0' || std::strchr(name, '/') != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "new_group_named: the name '", name, "' is empty or has a '/'"));
+  }
+  return absl::OkStatus();
+}
+
+// What a subgroup of `parent` starts from: the parent's backend and
+// timeout, no connect timeout of its own (init's is not a subgroup's); with
+// `name`, made by its members alone (dk_group_new_named), else collectively
+// over the parent and numbered (dk_group_new).
+distkit::GroupOptions SubgroupOptionsOf(const ProcessGroup& parent,
+                                        const char* name) {
+  distkit::GroupOptions options;
+  options.backend = parent.backend_name();
+  options.timeout = parent.timeout();
+  if (name != nullptr) {
+    options.name = absl::StrCat("named-", name);
+    options.members_only = true;
+  }
+  return options;
+}
+
 }  // namespace
 }  // namespace capi
 }  // namespace distkit
@@ -171,9 +197,12 @@ dk_status_t dk_launcher_info(const char* launcher, dk_launcher_info_t** out,
 
 }  // extern "C"
 
+using ::distkit::capi::CheckSubgroupName;
 using ::distkit::capi::JoinWorld;
 using ::distkit::capi::NamedGroup;
 using ::distkit::capi::NewSubgroup;
+using ::distkit::capi::ReadVersionedStruct;
+using ::distkit::capi::SubgroupOptionsOf;
 
 extern "C" {
 
@@ -264,18 +293,47 @@ dk_status_t dk_group_new_named(dk_group_t* parent, const int32_t* ranks,
   return NewHandle(out, err, [&]() -> absl::StatusOr<dk_group*> {
     DK_RETURN_IF_ERROR(NotNull(name, "name"));
     if (num_ranks > 0) DK_RETURN_IF_ERROR(NotNull(ranks, "ranks"));
-    if (*name == '\0' || std::strchr(name, '/') != nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "new_group_named: the name '", name, "' is empty or has a '/'"));
-    }
+    DK_RETURN_IF_ERROR(CheckSubgroupName(name));
     return NewSubgroup(parent, ranks, num_ranks,
                        [&](ProcessGroup& p, std::vector<int> members) {
-                         distkit::GroupOptions options;
-                         options.backend = p.backend_name();
-                         options.timeout = p.timeout();
-                         options.name = absl::StrCat("named-", name);
-                         options.members_only = true;
-                         return p.NewGroup(std::move(members), options);
+                         return p.NewGroup(std::move(members),
+                                           SubgroupOptionsOf(p, name));
+                       });
+  });
+}
+
+void dk_group_options_init(dk_group_options_t* options) {
+  if (!ResetVersionedStruct(options)) return;
+  options->name = nullptr;
+  options->timeout_ms = 0;
+  options->connect_timeout_ms = 0;
+}
+
+dk_status_t dk_group_new_with_options(dk_group_t* parent, const int32_t* ranks,
+                                      size_t num_ranks,
+                                      const dk_group_options_t* options,
+                                      dk_group_t** out, dk_error_t** err) {
+  return NewHandle(out, err, [&]() -> absl::StatusOr<dk_group*> {
+    DK_ASSIGN_OR_RETURN(
+        dk_group_options_t o,
+        ReadVersionedStruct(
+            options, &dk_group_options_init, "dk_group_options",
+            {DK_FIELD_SPAN(dk_group_options_t, name),
+             DK_FIELD_SPAN(dk_group_options_t, timeout_ms),
+             DK_FIELD_SPAN(dk_group_options_t, connect_timeout_ms)}));
+    if (num_ranks > 0) DK_RETURN_IF_ERROR(NotNull(ranks, "ranks"));
+    if (o.name != nullptr) DK_RETURN_IF_ERROR(CheckSubgroupName(o.name));
+    return NewSubgroup(parent, ranks, num_ranks,
+                       [&](ProcessGroup& p, std::vector<int> members)
+                           -> absl::StatusOr<std::shared_ptr<ProcessGroup>> {
+                         distkit::GroupOptions g = SubgroupOptionsOf(p, o.name);
+                         if (o.timeout_ms > 0)
+                           g.timeout = absl::Milliseconds(o.timeout_ms);
+                         if (o.connect_timeout_ms > 0) {
+                           g.connect_timeout =
+                               absl::Milliseconds(o.connect_timeout_ms);
+                         }
+                         return p.NewGroup(std::move(members), std::move(g));
                        });
   });
 }

@@ -202,6 +202,12 @@ func InitWithStore(store *Store, rank, size int, o InitOptions) (*Group, error) 
 	if err := CheckVersion(); err != nil {
 		return nil, err
 	}
+	if err := int32Arg("init_with_store", "rank", rank); err != nil {
+		return nil, err
+	}
+	if err := int32Arg("init_with_store", "size", size); err != nil {
+		return nil, err
+	}
 	config, free := initConfig(o)
 	defer free()
 	if err := store.live(); err != nil {

@@ -3,9 +3,11 @@ package distkit
 import (
 	"bytes"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func wantCode(t *testing.T, err error, code Code, text string) {
@@ -128,6 +130,62 @@ func checkSnapshotAlone(t *testing.T, world *Group) {
 	wantCode(t, s.Commit(), FailedPrecondition, "closed")
 }
 
+// checkRangesAlone: in a world of one, integers no int32 holds are refused
+// (or out of range, for the queries), never wrapped onto a valid value.
+func checkRangesAlone(t *testing.T, world *Group) {
+	const big = 1 << 32 // wraps onto 0 as an int32
+	if r := world.GlobalRank(big); r != -1 {
+		t.Fatalf("GlobalRank(1<<32) = %d, want -1", r)
+	}
+	_, err := world.Grow(big, time.Second)
+	wantCode(t, err, InvalidArgument, "world size 4294967296")
+	// A CPU DeviceSlice goes through gloo like a slice.
+	buf := []float32{1, 2}
+	host := DeviceSlice[float32]{Ptr: unsafe.Pointer(&buf[0]), Len: len(buf), Device: Device{Type: CPU}}
+	wantCode(t, BroadcastDevice(world, host, big), InvalidArgument, "root 4294967296 is out of range")
+	onBig := host
+	onBig.Device = Device{Type: CUDA, Index: big}
+	wantCode(t, AllReduceDevice(world, onBig, Sum), InvalidArgument, "device index 4294967296 is out of range")
+	wantCode(t, BroadcastDevice(world, onBig, 0), InvalidArgument, "device index 4294967296 is out of range")
+	wantCode(t, AllGatherDevice(world, host, onBig), InvalidArgument, "device index 4294967296 is out of range")
+	if err := BroadcastDevice(world, host, 0); err != nil || buf[0] != 1 || buf[1] != 2 {
+		t.Fatal("broadcast of a CPU DeviceSlice", buf, err)
+	}
+	runtime.KeepAlive(buf)
+
+	unit, err := NewShard(world, [][]float32{{1, 2}}, ShardOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unit.Close()
+	wantCode(t, unit.AccumulateGrad(big, []float32{1, 1}), InvalidArgument, "parameter index 4294967296 is out of range")
+	_, _, err = unit.Local(big)
+	wantCode(t, err, InvalidArgument, "flat buffer index 4294967296 is out of range")
+	wantCode(t, unit.LoadSharded(big+1, [][]float32{{5, 6}}), InvalidArgument, "saved world size 4294967297 is out of range")
+	if values, grads, err := unit.Local(0); err != nil || values[0] != 1 || values[1] != 2 || grads[0] != 0 {
+		t.Fatal("a refused call changed the unit", values, grads, err)
+	}
+
+	red, err := NewReducer(world, [][]float32{{1}}, nil, ReducerOptions{FindUnusedParameters: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer red.Close()
+	wantCode(t, red.Prepare([]int{big}), InvalidArgument, "unused parameter index 4294967296 is out of range")
+	if err := red.Prepare(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := red.MarkReady(0, []float32{3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := red.Finalize([][]float32{{0}}); err != nil {
+		t.Fatal(err)
+	}
+	if !red.GloballyUsed(0) || red.GloballyUsed(big) || red.GloballyUsed(-1) {
+		t.Fatal("globally used", red.GloballyUsed(0), red.GloballyUsed(big), red.GloballyUsed(-1))
+	}
+}
+
 func TestLocal(t *testing.T) {
 	if _, err := Connect("127.0.0.1:1", StoreOptions{ConnectTimeout: 200 * time.Millisecond}); CodeOf(err) != DeadlineExceeded && CodeOf(err) != Unavailable {
 		t.Fatalf("connect to nothing: %v", err)
@@ -158,10 +216,17 @@ func TestLocal(t *testing.T) {
 	wantCode(t, err, FailedPrecondition, "")
 	_, err = Init("k8s", InitOptions{})
 	wantCode(t, err, InvalidArgument, "Invalid launcher type")
+	// A rank or size no int32 holds is refused before the library sees it
+	// (converted, 1<<32 wrapped onto rank 0 and 1<<32+1 onto size 1).
+	_, err = InitWithStore(store, 1<<32, 1, InitOptions{})
+	wantCode(t, err, InvalidArgument, "rank 4294967296 is out of range")
+	_, err = InitWithStore(store, 0, 1<<32+1, InitOptions{})
+	wantCode(t, err, InvalidArgument, "size 4294967297 is out of range")
 	world, err := InitWithStore(store, 0, 1, InitOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkRangesAlone(t, world)
 	if !IsDistributed() || world.Rank() != 0 || world.Size() != 1 || world.Name() != "world" || world.Backend() != "gloo" {
 		t.Fatal("world of one")
 	}
@@ -214,6 +279,26 @@ func TestLocal(t *testing.T) {
 	named.Close()
 	_, err = world.NewNamedGroup([]int{0}, "a/b")
 	wantCode(t, err, InvalidArgument, "")
+	// Subgroups with options of their own (ABI 0.11): collective, and named.
+	timed, err := world.NewGroupWithOptions([]int{0}, GroupOptions{Timeout: time.Second, ConnectTimeout: 5 * time.Second})
+	if err != nil || timed.Size() != 1 || timed.Name() == "world" {
+		t.Fatal("group with options", err)
+	}
+	if err := AllReduce(timed, m, Sum); err != nil || m[0] != 7 {
+		t.Fatal("group with options all_reduce", err)
+	}
+	timed.Close()
+	named, err = world.NewGroupWithOptions([]int{0}, GroupOptions{Name: "solo-timed", Timeout: time.Second})
+	if err != nil || named.Size() != 1 || !strings.Contains(named.Name(), "solo-timed") {
+		t.Fatal("named group with options", err)
+	}
+	named.Close()
+	_, err = world.NewGroupWithOptions([]int{0}, GroupOptions{Name: "a/b"})
+	wantCode(t, err, InvalidArgument, "a/b")
+	_, err = world.NewGroupWithOptions([]int{0, 5}, GroupOptions{})
+	wantCode(t, err, InvalidArgument, "")
+	_, err = world.NewGroupWithOptions([]int{1 << 32}, GroupOptions{})
+	wantCode(t, err, InvalidArgument, "rank 4294967296 is out of range")
 	// Misuse comes back as errors naming the problem, never a crash.
 	wantCode(t, Broadcast(world, x, 3), InvalidArgument, "")
 	wantCode(t, AllGather(world, []uint8{1, 2}, out), InvalidArgument, "")

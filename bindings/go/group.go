@@ -54,6 +54,11 @@ func (g *Group) Name() string { return C.GoString(C.dk_group_name(g.ptr)) }
 // GlobalRank is the default group's rank of this group's rank groupRank
 // (-1 when out of range): collectives take ranks of the group they run on.
 func (g *Group) GlobalRank(groupRank int) int {
+	// A rank no int32 holds is out of range: converted, it would wrap onto
+	// another rank (1<<32 onto 0).
+	if groupRank < math.MinInt32 || groupRank > math.MaxInt32 {
+		return -1
+	}
 	return int(C.dk_group_global_rank(g.ptr, C.int32_t(groupRank)))
 }
 
@@ -115,6 +120,60 @@ func (g *Group) NewNamedGroup(ranks []int, name string) (*Group, error) {
 		return nil, err
 	}
 	return g.child(out), nil
+}
+
+// GroupOptions configure NewGroupWithOptions (ABI 0.11): what a subgroup
+// sets apart from its parent. The zero value makes the group NewGroup makes.
+type GroupOptions struct {
+	// Name "" makes the group collectively over the parent, as NewGroup;
+	// else its members alone make it under this name, as NewNamedGroup (no
+	// '/', unique among the parent's named subgroups).
+	Name string
+	// Timeout is the new group's per collective; zero or less: the parent's.
+	Timeout time.Duration
+	// ConnectTimeout bounds how long creating the group waits for its
+	// members to connect (DeadlineExceeded naming the group after it);
+	// zero or less: the new group's Timeout.
+	ConnectTimeout time.Duration
+}
+
+// NewGroupWithOptions makes a subgroup of the given ranks (ranks of g) with
+// options of its own (torch's new_group(ranks, timeout=...)): collective
+// over g as NewGroup when opts.Name is empty, else over the members only as
+// NewNamedGroup.
+func (g *Group) NewGroupWithOptions(ranks []int, opts GroupOptions) (*Group, error) {
+	rs, err := cRanks("new_group_with_options", ranks)
+	if err != nil {
+		return nil, err
+	}
+	var options C.dk_group_options_t
+	C.dk_group_options_init(&options)
+	if opts.Name != "" {
+		n := C.CString(opts.Name)
+		defer C.free(unsafe.Pointer(n))
+		options.name = n
+	}
+	options.timeout_ms = C.int64_t(positiveMillis(opts.Timeout))
+	options.connect_timeout_ms = C.int64_t(positiveMillis(opts.ConnectTimeout))
+	var out *C.dk_group_t
+	var cerr *C.dk_error_t
+	if err := check(C.dk_group_new_with_options(g.ptr, rs.ptr(), C.size_t(len(rs)), &options, &out, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	return g.child(out), nil
+}
+
+// positiveMillis is d in whole milliseconds for the ABI, where 0 means "the
+// default": 0 for zero or less, at least 1 for a positive d (one under a
+// millisecond is no default).
+func positiveMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	if ms := d.Milliseconds(); ms > 1 {
+		return ms
+	}
+	return 1
 }
 
 // rankList is a list of ranks in the ABI's type.
@@ -188,7 +247,9 @@ func (g *Group) Grow(worldSize int, timeout time.Duration) (*Group, error) {
 	}
 	timeoutMs := int64(-1)
 	if timeout > 0 {
-		timeoutMs = timeout.Milliseconds()
+		// At least 1 ms: a positive timeout under a millisecond reached C as
+		// 0, a deadline already past.
+		timeoutMs = positiveMillis(timeout)
 	}
 	var out *C.dk_group_t
 	var cerr *C.dk_error_t

@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"unsafe"
 )
@@ -161,6 +162,9 @@ func (r *Reducer[T]) Prepare(unused []int) error {
 	}
 	u := make([]C.int32_t, len(unused))
 	for i, v := range unused {
+		if err := int32Arg("reducer_prepare", "unused parameter index", v); err != nil {
+			return err
+		}
 		u[i] = C.int32_t(v)
 	}
 	var p *C.int32_t
@@ -249,8 +253,14 @@ func (r *Reducer[T]) BroadcastBuffers(buffers [][]T) error {
 	return nil
 }
 
-// GloballyUsed reports whether any rank used parameter i (FindUnusedParameters).
+// GloballyUsed reports whether any rank used parameter i (FindUnusedParameters);
+// false for an index out of range, as the library answers.
 func (r *Reducer[T]) GloballyUsed(i int) bool {
 	defer runtime.KeepAlive(r)
+	// An index no int32 holds is out of range: converted, it would wrap onto
+	// another parameter's.
+	if i < 0 || i > math.MaxInt32 {
+		return false
+	}
 	return r.ptr != nil && C.dk_reducer_globally_used(r.ptr, C.int32_t(i)) != 0
 }

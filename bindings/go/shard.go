@@ -144,6 +144,9 @@ func (s *Shard[T]) AccumulateGrad(i int, grad []T) error {
 	if err := s.live(); err != nil {
 		return err
 	}
+	if err := int32Arg("shard_accumulate_grad", "parameter index", i); err != nil {
+		return err
+	}
 	var ts tensors
 	defer ts.free()
 	var cerr *C.dk_error_t
@@ -258,6 +261,9 @@ func (s *Shard[T]) Local(k int) (values, grads []T, err error) {
 	if err := s.live(); err != nil {
 		return nil, nil, err
 	}
+	if err := int32Arg("shard_local", "flat buffer index", k); err != nil {
+		return nil, nil, err
+	}
 	var data, grad unsafe.Pointer
 	var n C.int64_t
 	var dtype C.dk_dtype_t
@@ -286,6 +292,9 @@ func (s *Shard[T]) LoadSharded(savedWorldSize int, saved [][]T) error {
 	defer runtime.KeepAlive(s)
 	defer runtime.KeepAlive(saved)
 	if err := s.live(); err != nil {
+		return err
+	}
+	if err := int32Arg("shard_load_sharded", "saved world size", savedWorldSize); err != nil {
 		return err
 	}
 	var ts tensors

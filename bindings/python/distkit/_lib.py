@@ -90,6 +90,15 @@ class InitConfig(ctypes.Structure):
     ]
 
 
+class GroupOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("name", ctypes.c_char_p),
+        ("timeout_ms", ctypes.c_int64),
+        ("connect_timeout_ms", ctypes.c_int64),
+    ]
+
+
 class LauncherInfo(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
@@ -109,7 +118,7 @@ class LauncherInfo(ctypes.Structure):
 
 # ---- Constants (the header's DK_* values; status codes live in errors.py) ----
 
-ABI_MAJOR, ABI_MINOR = 0, 10
+ABI_MAJOR, ABI_MINOR = 0, 11
 
 OP_SUM, OP_PRODUCT, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, OP_MEAN = range(8)
 # mmengine's op names (mean is all_reduce's own, not a reduce op there).
@@ -176,6 +185,9 @@ _PROTOTYPES = {
     "dk_group_new": (c_status, [P, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, PP, PP]),
     "dk_group_new_named": (c_status, [P, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
                                       ctypes.c_char_p, PP, PP]),
+    "dk_group_options_init": (None, [ctypes.POINTER(GroupOptions)]),
+    "dk_group_new_with_options": (c_status, [P, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
+                                             ctypes.POINTER(GroupOptions), PP, PP]),
     "dk_group_destroy": (None, [P]),
     "dk_group_abort": (None, [P]),
     "dk_group_shrink": (c_status, [P, ctypes.c_int64, PP, PP]),

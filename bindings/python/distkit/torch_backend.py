@@ -42,7 +42,7 @@ from typing import Optional, Tuple
 
 import torch.distributed as tdist
 
-from ._lib import lib, raise_for_status
+from ._lib import GroupOptions, lib, raise_for_status
 from .dist import groups as _groups
 from .dist import torch_groups, torch_join
 
@@ -279,9 +279,15 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
         store.set("distkit/name", uuid.uuid4().hex)
     name = store.get("distkit/name").decode()
     ranks = (ctypes.c_int32 * size)(*members)
+    # new_group(timeout=...) bounds the subgroup's operations and its
+    # creation, as it does on Gloo (torch passes its default otherwise).
+    options = GroupOptions()
+    lib.dk_group_options_init(ctypes.byref(options))
+    options.name = name.encode()
+    options.timeout_ms = max(1, int(timeout.total_seconds() * 1000))
     handle = ctypes.c_void_p()
-    raise_for_status(lib.dk_group_new_named, _groups.handle_of(None), ranks, size, name.encode(),
-                     ctypes.byref(handle))
+    raise_for_status(lib.dk_group_new_with_options, _groups.handle_of(None), ranks, size,
+                     ctypes.byref(options), ctypes.byref(handle))
     return _process_group(rank, size, _groups.ProcessGroup(handle))
 
 

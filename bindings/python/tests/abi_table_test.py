@@ -124,6 +124,7 @@ class AbiTableTest(unittest.TestCase):
         structs = header_structs(self.text)
         for c_name, cls in (("dk_bytes_t", _lib.Bytes), ("dk_store_config_t", _lib.StoreConfig),
                             ("dk_init_config_t", _lib.InitConfig),
+                            ("dk_group_options_t", _lib.GroupOptions),
                             ("dk_reducer_config_t", _lib.ReducerConfig),
                             ("dk_shard_config_t", _lib.ShardConfig),
                             ("dk_shard_event_t", _lib.ShardEvent),

@@ -13,6 +13,7 @@ import datetime
 import os
 import pickle
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -226,6 +227,26 @@ def main():
             f"ParallelState text {mixed!r}")
         check(repr(mixed.tensor_parallel_group) == "group: -1, initialized: False, world size: -1",
               "DistributedProcessGroup text")
+    # new_group(timeout=): the subgroup's own bound under the world's 60 s.
+    quick = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=2))
+    t = torch.ones(1)
+    dist.all_reduce(t, group=quick)
+    check(t.item() == n, "an all_reduce on a subgroup with its own timeout")
+    if rank != n - 1 and n > 1:
+        start = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(1), group=quick)
+            check(False, "the subgroup's all_reduce the last rank skipped timed out")
+        except errors.DeadlineExceededError as e:
+            took = time.monotonic() - start
+            check("all_reduce" in str(e) and took <= 20,
+                  f"within the subgroup's 2 s bound, naming the op: {took:.1f} s, {e}")
+    dist.barrier()  # the last rank keeps its handle until the others failed
+    try:
+        dist.new_group(list(range(n)), timeout=0)
+        check(False, "a zero timeout is refused")
+    except ValueError as e:
+        check("timeout" in str(e), f"the refusal names the timeout: {e}")
     check(distributed.DistributedProcessGroup.get_dist_syncd_obj(
         rank, [state.data_parallel_group, state.tensor_parallel_group], max) == n - 1,
           "get_dist_syncd_obj")
@@ -243,7 +264,6 @@ def main():
     # rank waits in an all_reduce that rank 0 joins a second late.
     if n > 1:
         import threading
-        import time
         dist.barrier()
         t = torch.zeros(1)
         if rank == 0:

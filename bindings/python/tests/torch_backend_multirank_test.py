@@ -549,6 +549,30 @@ def timeout_check(rank, n):
             time.sleep(0.01)
 
 
+def subgroup_timeout(rank, n):
+    """new_group(timeout=2 s) under the default group's 30 minutes: an
+    all_reduce on the subgroup that rank n - 1 skips fails on the others
+    within the subgroup's bound, naming the op; the default group goes on."""
+    sub = tdist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=2))
+    t = torch.ones(1)
+    tdist.all_reduce(t, group=sub)
+    check(t.item() == n, "an all_reduce on the subgroup with its own timeout")
+    if n == 1:
+        return
+    if rank != n - 1:
+        start = time.monotonic()
+        try:
+            tdist.all_reduce(torch.ones(1), group=sub)
+            check(False, "the subgroup's all_reduce rank n - 1 skipped timed out")
+        except RuntimeError as e:
+            took = time.monotonic() - start
+            check("all_reduce" in str(e), f"the subgroup's timeout names the op: {e}")
+            check(took <= 20, f"within the subgroup's 2 s bound (plus diagnosis): {took:.1f} s")
+    # The default group waits for them (rank n - 1 keeps its handle until
+    # then: a destroyed peer would end their wait another way).
+    tdist.barrier()
+
+
 def dead_peer(rank, n):
     """Rank n - 1 exits after two DDP steps; in the next step every other
     rank's bucket all_reduce fails inside torch's reducer (its peer is
@@ -617,6 +641,7 @@ def main():
         byte_dtypes(rank, n)
         errors(rank, n)
     subgroups(rank, n, cpp)
+    subgroup_timeout(rank, n)
     ddp(gloo, rank, n)
     if cpp:
         ddp_hooks(gloo, rank, n)

@@ -73,7 +73,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------ */
 
 #define DK_ABI_MAJOR 0
-#define DK_ABI_MINOR 10
+#define DK_ABI_MINOR 11
 
 /* Local. Checks that this header (major, minor) can use the loaded library:
  * same major, and a minor no newer than the library's. DK_FAILED_PRECONDITION
@@ -381,6 +381,31 @@ DK_EXPORT dk_status_t dk_group_new_named(dk_group_t* parent,
                                          const int32_t* ranks, size_t num_ranks,
                                          const char* name, dk_group_t** out,
                                          dk_error_t** err);
+
+/* ABI 0.11: what a subgroup sets apart from its parent (torch's
+ * new_group(ranks, timeout=...)). Versioned like dk_init_config_t. */
+typedef struct dk_group_options {
+  size_t struct_size; /* sizeof(dk_group_options_t) */
+  /* NULL: collective over `parent`, as dk_group_new. Else only the members
+   * call it, as dk_group_new_named with this name (same rules). Copied. */
+  const char* name;
+  /* Per collective of the new group; <= 0, the default: the parent's. */
+  int64_t timeout_ms;
+  /* How long creating it waits for its members to connect; <= 0, the
+   * default: the new group's timeout_ms. */
+  int64_t connect_timeout_ms;
+} dk_group_options_t;
+
+/* Local. Fills the defaults (name NULL, timeouts 0: the parent's). */
+DK_EXPORT void dk_group_options_init(dk_group_options_t* options);
+
+/* Collective as dk_group_new (options->name NULL) or dk_group_new_named
+ * (options->name set), with the new group's own timeouts (ABI 0.11).
+ * options NULL: the defaults, i.e. dk_group_new. A creation that outwaits
+ * connect_timeout_ms is DK_DEADLINE_EXCEEDED naming the group. */
+DK_EXPORT dk_status_t dk_group_new_with_options(
+    dk_group_t* parent, const int32_t* ranks, size_t num_ranks,
+    const dk_group_options_t* options, dk_group_t** out, dk_error_t** err);
 
 /* Local, never blocks on peers. Releases the group; a work handle keeps what
  * it needs alive (the group is released when the last one is destroyed).

@@ -5,11 +5,12 @@ Once torch.distributed is initialized, the groups handed out here are
 torch's own, each with a distkit twin that distkit's collectives run on
 (torch_groups.py); every function that takes a group takes either kind."""
 import ctypes
+import datetime
 import functools
 from typing import Optional
 
 from .. import errors
-from .._lib import lib, raise_for_status
+from .._lib import GroupOptions, lib, raise_for_status
 from . import torch_groups, torch_join
 from .call_forms import Form, choose
 from .work import Work, start
@@ -332,23 +333,35 @@ def _leave_job() -> None:
 # ---- new groups -----------------------------------------------------------------
 
 
-def new_group(ranks, group=None):
+def new_group(ranks, group=None, timeout=None):
     """Collective over ``group`` (default: the world): a group of ``ranks``.
     Once torch.distributed is initialized (and ``group`` is the world),
     torch's group over ``ranks`` (torch.distributed.new_group on every rank;
     group ranks in ascending global-rank order, as torch numbers them;
     NON_GROUP_MEMBER outside it), with its distkit twin; otherwise
-    distkit's group, ranks in the order given."""
+    distkit's group, ranks in the order given. ``timeout`` (seconds or a
+    ``datetime.timedelta``, as torch's new_group takes it) bounds the new
+    group's operations and its creation; None: the parent's."""
     to_torch = torch_groups.active() and not _DEFAULT_SHRUNK and (
         group is None or (torch_groups.is_torch_group(group) and _twin(group) is None))
     members = sorted(ranks) if to_torch else list(ranks)
     array = (ctypes.c_int32 * len(members))(*members)
+    options = GroupOptions()
+    lib.dk_group_options_init(ctypes.byref(options))
+    if timeout is not None:
+        seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout
+        if seconds <= 0:
+            raise ValueError(f"new_group: timeout must be positive, got {timeout!r}")
+        options.timeout_ms = max(1, int(seconds * 1000))
     out = ctypes.c_void_p()
-    raise_for_status(lib.dk_group_new, handle_of(group), array, len(members), ctypes.byref(out))
+    raise_for_status(lib.dk_group_new_with_options, handle_of(group), array, len(members),
+                     ctypes.byref(options), ctypes.byref(out))
     made = ProcessGroup(out)
     if not to_torch:
         return made
-    return torch_groups.make(members, made if made.rank() >= 0 else None)
+    return torch_groups.make(members, made if made.rank() >= 0 else None,
+                             timeout=None if timeout is None else datetime.timedelta(
+                                 seconds=options.timeout_ms / 1000))
 
 
 def shrink_group(group: Optional[ProcessGroup] = None, settle: float = 5.0) -> ProcessGroup:

@@ -93,16 +93,17 @@ def global_ranks(group) -> List[int]:
     return [g for g, _ in sorted(mapping.items(), key=lambda item: item[1])]
 
 
-def make(ranks: List[int], group) -> Any:
-    """``torch.distributed.new_group(ranks)``, called on every rank of
-    torch's world, for twin ``group`` (this rank's distkit group over
-    ``ranks`` in ascending order; None where this rank is not a member).
+def make(ranks: List[int], group, timeout=None) -> Any:
+    """``torch.distributed.new_group(ranks, timeout=timeout)``, called on
+    every rank of torch's world, for twin ``group`` (this rank's distkit group
+    over ``ranks`` in ascending order; None where this rank is not a member).
     Returns torch's group (NON_GROUP_MEMBER outside it)."""
     tdist = _tdist()
     _adoption.making = on_distkit_backend()
     _adoption.group = group
     try:
-        made = tdist.new_group(ranks)
+        made = tdist.new_group(ranks) if timeout is None else tdist.new_group(
+            ranks, timeout=timeout)
     finally:
         _adoption.making, _adoption.group = False, None
     if made is not tdist.GroupMember.NON_GROUP_MEMBER:

@@ -74,7 +74,7 @@ pub struct DLTensor {
 // ---- Versions and errors --------------------------------------------------
 
 pub const DK_ABI_MAJOR: i32 = 0;
-pub const DK_ABI_MINOR: i32 = 10;
+pub const DK_ABI_MINOR: i32 = 11;
 
 pub type dk_status_t = i32;
 
@@ -158,6 +158,21 @@ pub struct dk_init_config_t {
     pub backend: *const c_char,
     pub timeout_ms: i64,
     /// ABI 0.9; <= 0: `timeout_ms`.
+    pub connect_timeout_ms: i64,
+}
+
+/// ABI 0.11: what a subgroup sets apart from its parent
+/// (`dk_group_new_with_options`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dk_group_options_t {
+    pub struct_size: usize,
+    /// Null: collective over the parent, as `dk_group_new`; else made by the
+    /// members only, as `dk_group_new_named` with this name.
+    pub name: *const c_char,
+    /// <= 0: the parent's.
+    pub timeout_ms: i64,
+    /// <= 0: `timeout_ms`.
     pub connect_timeout_ms: i64,
 }
 
@@ -388,6 +403,15 @@ extern "C" {
         ranks: *const i32,
         num_ranks: usize,
         name: *const c_char,
+        out: *mut *mut dk_group_t,
+        err: ErrOut,
+    ) -> dk_status_t;
+    pub fn dk_group_options_init(options: *mut dk_group_options_t);
+    pub fn dk_group_new_with_options(
+        parent: *mut dk_group_t,
+        ranks: *const i32,
+        num_ranks: usize,
+        options: *const dk_group_options_t,
         out: *mut *mut dk_group_t,
         err: ErrOut,
     ) -> dk_status_t;

@@ -86,6 +86,7 @@ fn rust_values() -> Vec<(&'static str, i64)> {
     layout!(dk_bytes_t: data, size);
     layout!(dk_store_config_t: struct_size, address, token, timeout_ms, connect_timeout_ms);
     layout!(dk_init_config_t: struct_size, backend, timeout_ms, connect_timeout_ms);
+    layout!(dk_group_options_t: struct_size, name, timeout_ms, connect_timeout_ms);
     layout!(dk_reducer_config_t: struct_size, bucket_cap_mb, first_bucket_cap_mb,
             find_unused_parameters, gradient_as_bucket_view, broadcast_buffers, comm_hook);
     layout!(dk_shard_config_t: struct_size, strategy, param_dtype, reduce_dtype, offload_params,

@@ -108,6 +108,11 @@ int main(void) {
   OFFSET(dk_init_config_t, backend);
   OFFSET(dk_init_config_t, timeout_ms);
   OFFSET(dk_init_config_t, connect_timeout_ms);
+  SIZE(dk_group_options_t);
+  OFFSET(dk_group_options_t, struct_size);
+  OFFSET(dk_group_options_t, name);
+  OFFSET(dk_group_options_t, timeout_ms);
+  OFFSET(dk_group_options_t, connect_timeout_ms);
   SIZE(dk_reducer_config_t);
   OFFSET(dk_reducer_config_t, struct_size);
   OFFSET(dk_reducer_config_t, bucket_cap_mb);

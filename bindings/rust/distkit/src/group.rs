@@ -3,6 +3,7 @@ use std::cell::RefCell;
 use std::ffi::CStr;
 use std::marker::PhantomData;
 use std::os::raw::c_void;
+use std::time::Duration;
 
 use distkit_sys as sys;
 
@@ -41,6 +42,51 @@ impl ReduceOp {
 
 fn bytes_of(items: &[Vec<u8>]) -> Vec<sys::dk_bytes_t> {
     items.iter().map(|v| sys::dk_bytes_t { data: v.as_ptr() as *const c_void, size: v.len() }).collect()
+}
+
+/// Options of `Group::new_group_with_options` (ABI 0.11): what a subgroup
+/// sets apart from its parent. The default makes the group `new_group`
+/// makes.
+///
+/// ```no_run
+/// # fn f(world: &distkit::Group) -> distkit::Result<()> {
+/// use std::time::Duration;
+/// let options = distkit::GroupOptions { timeout: Some(Duration::from_secs(10)), ..Default::default() };
+/// let pair = world.new_group_with_options(&[0, 1], &options)?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupOptions {
+    /// None: made collectively over the parent, as `new_group`. Some: made
+    /// by its members only, as `new_named_group` with this name (no '/',
+    /// unique among the parent's named subgroups).
+    pub name: Option<String>,
+    /// Per collective of the new group; None (or zero): the parent's.
+    pub timeout: Option<Duration>,
+    /// How long creating the group waits for its members to connect; None
+    /// (or zero): the new group's `timeout`.
+    pub connect_timeout: Option<Duration>,
+}
+
+impl GroupOptions {
+    /// Options naming the group (`new_named_group`'s way of making it).
+    pub fn named(name: &str) -> GroupOptions {
+        GroupOptions { name: Some(name.to_string()), ..Default::default() }
+    }
+    /// The new group's timeout per collective.
+    pub fn timeout(self, timeout: Duration) -> GroupOptions {
+        GroupOptions { timeout: Some(timeout), ..self }
+    }
+    /// How long creating the group waits for its members to connect.
+    pub fn connect_timeout(self, connect_timeout: Duration) -> GroupOptions {
+        GroupOptions { connect_timeout: Some(connect_timeout), ..self }
+    }
+}
+
+/// A timeout in the ABI's milliseconds: 0 (the default) for None or zero,
+/// else at least 1 (a shorter one is not "the default").
+fn option_millis(d: Option<Duration>) -> i64 {
+    d.filter(|d| !d.is_zero()).map_or(0, |d| d.as_millis().clamp(1, i64::MAX as u128) as i64)
 }
 
 /// A process group. Collectives are called by every member in the same order.
@@ -133,6 +179,30 @@ impl Group {
         let mut out = std::ptr::null_mut();
         call(|err| unsafe {
             sys::dk_group_new_named(self.ptr, ranks.as_ptr(), ranks.len(), name.as_ptr(), &mut out, err)
+        })?;
+        Ok(Group::from_raw(out, self._store.clone()))
+    }
+
+    /// A subgroup with options of its own (ABI 0.11; torch's
+    /// `new_group(ranks, timeout=...)`): `options.name` None makes it as
+    /// `new_group` (collective over this group), Some as `new_named_group`
+    /// (by the members only, same rules for the name); its collectives time
+    /// out after `options.timeout` and its creation waits up to
+    /// `options.connect_timeout` for the members to connect
+    /// (`Code::DeadlineExceeded` naming the group after that).
+    pub fn new_group_with_options(&self, ranks: &[i32], options: &GroupOptions) -> Result<Group> {
+        let name = options.name.as_deref().map(|n| crate::store::cstring(n, "name")).transpose()?;
+        let mut raw = unsafe {
+            let mut o = std::mem::zeroed::<sys::dk_group_options_t>();
+            sys::dk_group_options_init(&mut o);
+            o
+        };
+        raw.name = name.as_ref().map_or(std::ptr::null(), |n| n.as_ptr());
+        raw.timeout_ms = option_millis(options.timeout);
+        raw.connect_timeout_ms = option_millis(options.connect_timeout);
+        let mut out = std::ptr::null_mut();
+        call(|err| unsafe {
+            sys::dk_group_new_with_options(self.ptr, ranks.as_ptr(), ranks.len(), &raw, &mut out, err)
         })?;
         Ok(Group::from_raw(out, self._store.clone()))
     }

@@ -31,7 +31,7 @@ use distkit_sys as sys;
 pub use device::{device, Device, DeviceSlice};
 pub use element::{DataType, Element};
 pub use error::{Code, Error, Result};
-pub use group::{AbortHandle, Group, ReduceOp, Scope, Work};
+pub use group::{AbortHandle, Group, GroupOptions, ReduceOp, Scope, Work};
 pub use half::{BF16, F16};
 pub use launcher::{infer_launcher, launcher_info, LauncherInfo};
 pub use reducer::{CommHook, Reducer, ReducerOptions};

@@ -144,9 +144,15 @@ impl<'g, T: Element> Reducer<'g, T> {
         call(|err| unsafe { sys::dk_reducer_broadcast_buffers(self.ptr, err) })
     }
 
-    /// Whether any rank used parameter `index` (find_unused_parameters).
+    /// Whether any rank used parameter `index` (find_unused_parameters);
+    /// false for an index out of range, as the library answers.
     pub fn globally_used(&self, index: usize) -> bool {
-        unsafe { sys::dk_reducer_globally_used(self.ptr, index as i32) != 0 }
+        // An index no i32 holds is out of range: `as i32` would wrap it onto
+        // another parameter's (1 << 32 onto 0).
+        match i32::try_from(index) {
+            Ok(index) => unsafe { sys::dk_reducer_globally_used(self.ptr, index) != 0 },
+            Err(_) => false,
+        }
     }
 }
 

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use distkit::{
-    Code, Device, Group, InitOptions, LauncherInfo, ReduceOp, Shard, ShardEventKind, ShardOptions, Snapshot, Store,
-    StoreOptions, BF16, F16,
+    Code, Device, Group, GroupOptions, InitOptions, LauncherInfo, ReduceOp, Reducer, ReducerOptions, Shard,
+    ShardEventKind, ShardOptions, Snapshot, Store, StoreOptions, BF16, F16,
 };
 
 fn store_round_trips(store: &Store) {
@@ -128,6 +128,21 @@ fn world_of_one(world: &Group) {
     assert_eq!(m, [7, -7]);
     let e = world.new_named_group(&[0], "a/b").expect_err("'/' in the name");
     assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    // Subgroups with options of their own (ABI 0.11): collective, and named.
+    let options = GroupOptions::default().timeout(Duration::from_secs(1)).connect_timeout(Duration::from_secs(5));
+    let timed = world.new_group_with_options(&[0], &options).unwrap();
+    assert_eq!((timed.rank(), timed.size()), (0, 1));
+    assert_ne!(timed.name().as_deref(), Some("world"));
+    timed.all_reduce(&mut m, ReduceOp::Sum).unwrap();
+    assert_eq!(m, [7, -7]);
+    let named = world.new_group_with_options(&[0], &GroupOptions::named("solo-timed")).unwrap();
+    assert!(named.name().unwrap_or_default().contains("solo-timed"), "{:?}", named.name());
+    let e = world.new_group_with_options(&[0], &GroupOptions::named("a/b")).expect_err("'/' in the name");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    let e = world.new_group_with_options(&[0, 5], &GroupOptions::default()).expect_err("rank out of range");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    let e = world.new_group_with_options(&[0], &GroupOptions::named("nul\0")).expect_err("NUL in the name");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
     // Errors: codes read from the ABI, messages naming what is wrong.
     let e = world.broadcast(&mut x, 3).expect_err("root out of range");
     assert_eq!(e.code(), Code::InvalidArgument, "{e}");
@@ -161,6 +176,28 @@ fn world_of_one(world: &Group) {
     assert!(events.windows(2).all(|w| w[0].unix_ns <= w[1].unix_ns));
     assert!(s.take_events().unwrap().is_empty(), "taken events are gone");
     assert!(s.peak_held_bytes() >= s.held_bytes() && s.peak_held_bytes() > 0);
+    indices_past_i32(world, &mut s);
+}
+
+/// Indices no i32 holds are refused (or out of range, for the queries),
+/// never wrapped onto a valid one (1 << 32 onto 0).
+fn indices_past_i32(world: &Group, s: &mut Shard) {
+    let big = u32::MAX as usize + 1;
+    let e = s.accumulate_grad(big, &[1.0f32, 1.0]).expect_err("parameter 1 << 32");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(e.message().contains("4294967296"), "{e}");
+    let e = s.local::<f32>(big).expect_err("flat buffer 1 << 32");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    let options = ReducerOptions { find_unused_parameters: true, ..Default::default() };
+    let mut r = Reducer::new(world, vec![vec![1.0f32]], Vec::new(), &options).unwrap();
+    r.prepare(&[]).unwrap();
+    r.mark_ready(0, &[3.0]).unwrap();
+    assert_eq!(r.finalize().unwrap(), [vec![3.0]]);
+    assert!(r.globally_used(0));
+    assert!(!r.globally_used(big), "parameter 1 << 32 answered as parameter 0");
+    assert!(!r.globally_used(1));
+    let e = r.mark_ready(big, &[3.0]).expect_err("parameter 1 << 32");
+    assert_eq!(e.code(), Code::OutOfRange, "{e}");
 }
 
 #[test]

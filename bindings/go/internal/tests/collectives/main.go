@@ -235,6 +235,83 @@ func checkBitwise[T int32 | uint8 | int64](g *dk.Group, name string) {
 
 func obj(q int) []byte { return []byte(strings.Repeat(fmt.Sprintf("rank-%d-", q), q+1)) }
 
+// subgroupsWithOptions checks subgroups with options of their own (ABI
+// 0.11), under a world with the default 30-minute timeout: a collective one
+// member skips fails on the others after the subgroup's 1 s; a named
+// subgroup is made by its members alone; a creation a member never joins
+// fails after the connect timeout.
+func subgroupsWithOptions(world *dk.Group) {
+	all := make([]int, size)
+	for i := range all {
+		all[i] = i
+	}
+	sub, err := world.NewGroupWithOptions(all, dk.GroupOptions{Timeout: time.Second})
+	rc.Must(err, "new_group_with_options")
+	if sub.Rank() != rank || sub.Size() != size {
+		rc.Fail("subgroup with options: rank %d of %d", sub.Rank(), sub.Size())
+	}
+	v := []int32{int32(rank + 1)}
+	rc.Must(dk.AllReduce(sub, v, dk.Sum), "all_reduce on the subgroup with options")
+	if v[0] != int32(size*(size+1)/2) {
+		rc.Fail("subgroup with options: sum %d", v[0])
+	}
+	if size > 1 {
+		if rank != size-1 { // the last rank skips this one
+			start := time.Now()
+			err := dk.AllReduce(sub, v, dk.Sum)
+			took := time.Since(start)
+			if dk.CodeOf(err) != dk.DeadlineExceeded {
+				rc.Fail("a collective the last rank skipped: %v", err)
+			}
+			if took < 500*time.Millisecond || took > 20*time.Second {
+				rc.Fail("the skipped collective failed after %v, not the subgroup's 1 s", took)
+			}
+		}
+		// The last rank keeps its group open until the others have timed out
+		// (closing it closes its connections: Unavailable, not a timeout).
+		rc.Must(world.Barrier(), "barrier after the timeout")
+	}
+	sub.Close()
+
+	pair := []int{0}
+	if size > 1 {
+		pair = append(pair, size-1)
+	}
+	if rank == 0 || rank == size-1 {
+		named, err := world.NewGroupWithOptions(pair, dk.GroupOptions{Name: "timed-pair", Timeout: 10 * time.Second, ConnectTimeout: 20 * time.Second})
+		rc.Must(err, "named new_group_with_options")
+		if !strings.Contains(named.Name(), "timed-pair") {
+			rc.Fail("the named subgroup is called %q", named.Name())
+		}
+		v := []int32{int32(rank + 1), int32(rank + 1)}
+		rc.Must(dk.AllReduce(named, v, dk.Sum), "named subgroup all_reduce")
+		want := int32(0)
+		for _, q := range pair {
+			want += int32(q + 1)
+		}
+		if v[0] != want || v[1] != want {
+			rc.Fail("named subgroup sum %v, want %d", v, want)
+		}
+		named.Close()
+	}
+	if size > 1 && rank == 0 {
+		// Rank size-1 never comes: the creation gives up after 1 s.
+		start := time.Now()
+		_, err := world.NewGroupWithOptions([]int{0, size - 1}, dk.GroupOptions{Name: "never-joined", ConnectTimeout: time.Second})
+		took := time.Since(start)
+		if dk.CodeOf(err) != dk.DeadlineExceeded || took > 20*time.Second {
+			rc.Fail("a member that never came: %v after %v", err, took)
+		}
+	}
+	if _, err := world.NewGroupWithOptions(all, dk.GroupOptions{Name: "a/b"}); dk.CodeOf(err) != dk.InvalidArgument {
+		rc.Fail("'/' in the name: %v", err)
+	}
+	if _, err := world.NewGroupWithOptions([]int{1 << 32}, dk.GroupOptions{}); dk.CodeOf(err) != dk.InvalidArgument {
+		rc.Fail("rank 1<<32: %v", err)
+	}
+	rc.Must(world.Barrier(), "barrier after the subgroups with options")
+}
+
 func main() {
 	world, err := dk.Init("pytorch", dk.InitOptions{})
 	rc.Must(err, "init")
@@ -386,6 +463,7 @@ func main() {
 		rc.Fail("non-member: %v", err)
 	}
 	sub.Close()
+	subgroupsWithOptions(world)
 
 	// Misuse: wrong sizes are errors, on every rank; data is not touched.
 	if err := dk.AllGather(world, []float32{1, 2}, make([]float32, 1)); dk.CodeOf(err) != dk.InvalidArgument {
