@@ -17,6 +17,7 @@ from distkit.model import MMFullyShardedDataParallel, OptimWrapper, is_model_wra
 from distkit.fsdp import (BackwardPrefetch, CPUOffload, FullyShardedDataParallel, MixedPrecision,
                           ModuleWrapPolicy, ShardingStrategy, StateDictType,
                           prefetch_overlap, size_based_auto_wrap_policy)
+from testing.python.hybrid_groups import hybrid_groups
 from testing.python.rank_check import check, finish
 
 LOCAL, STEPS, LR = 3, 5, 0.1
@@ -239,23 +240,6 @@ def train_optim_state(orig_params):
         check("another model" in str(e), f"{what}: error text {e}")
     if rank == 0:
         print(f"{what}: resumed, worst relative difference {worst:.2e}", flush=True)
-
-
-def hybrid_groups():
-    """Nodes of two ranks when the world divides (else one node), and the
-    replicate groups across them: (this rank's node group, its replicas)."""
-    rank, n = dist.get_rank(), dist.get_world_size()
-    local = 2 if n % 2 == 0 else n
-    mine = [None, None]
-    for node in range(n // local):
-        g = dist.new_group(list(range(node * local, (node + 1) * local)))
-        if rank // local == node:
-            mine[0] = g
-    for i in range(local):
-        g = dist.new_group(list(range(i, n, local)))
-        if rank % local == i:
-            mine[1] = g
-    return tuple(mine)
 
 
 def hybrid_placement(sharded):

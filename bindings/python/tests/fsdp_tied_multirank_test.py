@@ -20,6 +20,7 @@ from torch import nn
 from distkit import dist
 from distkit.fsdp import (FullyShardedDataParallel, ModuleWrapPolicy, ShardingStrategy,
                           StateDictType)
+from testing.python.hybrid_groups import hybrid_groups
 from testing.python.rank_check import check, finish
 
 LOCAL, STEPS, LR, VOCAB, WIDTH = 3, 3, 0.2, 11, 8
@@ -71,23 +72,6 @@ def loss_of(model, x, y):
 
 def relative(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
-
-
-def hybrid_groups():
-    """Nodes of two ranks when the world divides (else one node), and the
-    replicate groups across them: (this rank's node group, its replicas)."""
-    rank, n = dist.get_rank(), dist.get_world_size()
-    local = 2 if n % 2 == 0 else n
-    mine = [None, None]
-    for node in range(n // local):
-        g = dist.new_group(list(range(node * local, (node + 1) * local)))
-        if rank // local == node:
-            mine[0] = g
-    for i in range(local):
-        g = dist.new_group(list(range(i, n, local)))
-        if rank % local == i:
-            mine[1] = g
-    return tuple(mine)
 
 
 def same_state(got, want, what, tolerance=0.0, ordered=True):
