@@ -162,14 +162,10 @@ func initConfig(o InitOptions) (C.dk_init_config_t, func()) {
 		free = func() { C.free(unsafe.Pointer(b)) }
 	}
 	if o.Timeout > 0 {
-		config.timeout_ms = C.int64_t(o.Timeout.Milliseconds())
+		config.timeout_ms = C.int64_t(positiveMillis(o.Timeout))
 	}
 	if o.ConnectTimeout > 0 {
-		ms := o.ConnectTimeout.Milliseconds()
-		if ms < 1 {
-			ms = 1
-		}
-		config.connect_timeout_ms = C.int64_t(ms)
+		config.connect_timeout_ms = C.int64_t(positiveMillis(o.ConnectTimeout))
 	}
 	return config, free
 }

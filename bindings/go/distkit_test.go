@@ -397,3 +397,60 @@ func TestLocal(t *testing.T) {
 		t.Fatal("still distributed after Shutdown")
 	}
 }
+
+// Every duration the package hands the ABI goes through positiveMillis: a
+// positive one under a millisecond is 1 ms, never 0 (a default, or a
+// refusal).
+func TestPositiveMillis(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{-time.Second, 0}, {-time.Microsecond, 0}, {0, 0}, {time.Nanosecond, 1},
+		{500 * time.Microsecond, 1}, {time.Millisecond, 1}, {1500 * time.Microsecond, 1},
+		{2 * time.Second, 2000},
+	} {
+		if got := positiveMillis(c.d); got != c.want {
+			t.Errorf("positiveMillis(%v) = %d, want %d", c.d, got, c.want)
+		}
+	}
+}
+
+// Through the API: init with a 0.5 ms operation timeout joins (as 0 it was
+// refused: "config: timeout_ms must be > 0"), and a get or wait on a missing
+// key under a 0.5 ms timeout fails at once with DeadlineExceeded.
+func TestSubMillisecondTimeouts(t *testing.T) {
+	half := 500 * time.Microsecond
+	store, err := Serve("127.0.0.1:0", StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	world, err := InitWithStore(store, 0, 1, InitOptions{Timeout: half, ConnectTimeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal("init with a 0.5 ms timeout:", err)
+	}
+	if world.Size() != 1 {
+		t.Fatal("world of one", world.Size())
+	}
+	world.Close()
+	Shutdown()
+
+	quick, err := Connect(store.Address(), StoreOptions{Timeout: half})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quick.Close()
+	start := time.Now()
+	_, err = quick.Get("never-set")
+	wantCode(t, err, DeadlineExceeded, "")
+	if waited := time.Since(start); waited > time.Minute {
+		t.Fatal("get waited", waited)
+	}
+	start = time.Now()
+	err = store.Wait([]string{"never-set"}, half)
+	wantCode(t, err, DeadlineExceeded, "")
+	if waited := time.Since(start); waited > time.Minute {
+		t.Fatal("wait waited", waited)
+	}
+}

@@ -163,14 +163,15 @@ func (g *Group) NewGroupWithOptions(ranks []int, opts GroupOptions) (*Group, err
 	return g.child(out), nil
 }
 
-// positiveMillis is d in whole milliseconds for the ABI, where 0 means "the
-// default": 0 for zero or less, at least 1 for a positive d (one under a
-// millisecond is no default).
+// positiveMillis is d in whole milliseconds for the ABI, where 0 (or less)
+// often means "a default": 0 for zero or less, at least 1 for a positive d
+// (one under a millisecond is no default). Every duration the package hands
+// to a *_ms field or argument goes through it.
 func positiveMillis(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	if ms := d.Milliseconds(); ms > 1 {
+	if ms := d.Milliseconds(); ms >= 1 {
 		return ms
 	}
 	return 1
@@ -220,11 +221,15 @@ func (g *Group) child(out *C.dk_group_t) *Group {
 // it on the failed group. It waits up to settle for every member to report
 // alive, agrees on the survivors through the store and returns a group of
 // them (ranks renumbered in the old order) to go on at the smaller size.
-// Gloo groups only.
+// A negative settle means the library's default (5 s). Gloo groups only.
 func (g *Group) Shrink(settle time.Duration) (*Group, error) {
+	settleMs := int64(-1)
+	if settle >= 0 {
+		settleMs = positiveMillis(settle)
+	}
 	var out *C.dk_group_t
 	var cerr *C.dk_error_t
-	if err := check(C.dk_group_shrink(g.ptr, C.int64_t(settle.Milliseconds()), &out, &cerr), cerr); err != nil {
+	if err := check(C.dk_group_shrink(g.ptr, C.int64_t(settleMs), &out, &cerr), cerr); err != nil {
 		return nil, err
 	}
 	return g.child(out), nil

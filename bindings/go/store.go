@@ -45,10 +45,10 @@ func openStore(address string, o StoreOptions, serve bool) (*Store, error) {
 		config.token = t
 	}
 	if o.Timeout > 0 {
-		config.timeout_ms = C.int64_t(o.Timeout.Milliseconds())
+		config.timeout_ms = C.int64_t(positiveMillis(o.Timeout))
 	}
 	if o.ConnectTimeout > 0 {
-		config.connect_timeout_ms = C.int64_t(o.ConnectTimeout.Milliseconds())
+		config.connect_timeout_ms = C.int64_t(positiveMillis(o.ConnectTimeout))
 	}
 	var out *C.dk_store_t
 	var cerr *C.dk_error_t
@@ -225,7 +225,7 @@ func (s *Store) Wait(keys []string, timeout time.Duration) error {
 	defer ks.free()
 	t := C.int64_t(-1)
 	if timeout > 0 {
-		t = C.int64_t(timeout.Milliseconds())
+		t = C.int64_t(positiveMillis(timeout))
 	}
 	var cerr *C.dk_error_t
 	return check(C.dk_store_wait(s.ptr, ks.ptr(), C.size_t(len(ks)), t, &cerr), cerr)

@@ -62,7 +62,7 @@ func (w *Work) Wait(timeout time.Duration) error {
 	}
 	t := C.int64_t(-1)
 	if timeout > 0 {
-		t = C.int64_t(timeout.Milliseconds())
+		t = C.int64_t(positiveMillis(timeout))
 	}
 	var cerr *C.dk_error_t
 	return check(C.dk_work_wait(w.ptr, t, &cerr), cerr)

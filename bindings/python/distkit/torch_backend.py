@@ -43,6 +43,7 @@ from typing import Optional, Tuple
 import torch.distributed as tdist
 
 from ._lib import GroupOptions, lib, raise_for_status
+from ._millis import to_millis
 from .dist import groups as _groups
 from .dist import torch_groups, torch_join
 
@@ -94,7 +95,7 @@ class DistkitStore(tdist.Store):
         return (ctypes.c_char_p * len(keys))(*[self._key(k) for k in keys])
 
     def wait(self, keys, timeout=None):
-        ms = -1 if timeout is None else int(timeout.total_seconds() * 1000)
+        ms = to_millis(timeout)  # None: -1, the store's
         raise_for_status(lib.dk_store_wait, self._handle, self._keys(keys), len(keys), ms)
 
     def check(self, keys):
@@ -260,7 +261,7 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
                     f"distkit backend: torch's default group is rank {rank} of {size}, distkit's "
                     f"job rank {_groups.get_rank()} of {_groups.get_world_size()}")
             return _process_group(rank, size, None)
-        timeout_ms = int(timeout.total_seconds() * 1000)
+        timeout_ms = to_millis(timeout)
         world = torch_join.join(store=store, rank=rank, size=size, timeout_ms=timeout_ms,
                                 op_timeout_ms=timeout_ms)
         _groups._adopt_world(world)
@@ -284,7 +285,7 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
     options = GroupOptions()
     lib.dk_group_options_init(ctypes.byref(options))
     options.name = name.encode()
-    options.timeout_ms = max(1, int(timeout.total_seconds() * 1000))
+    options.timeout_ms = max(1, to_millis(timeout))  # never 0, the parent's
     handle = ctypes.c_void_p()
     raise_for_status(lib.dk_group_new_with_options, _groups.handle_of(None), ranks, size,
                      ctypes.byref(options), ctypes.byref(handle))

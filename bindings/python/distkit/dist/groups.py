@@ -11,6 +11,7 @@ from typing import Optional
 
 from .. import errors
 from .._lib import GroupOptions, lib, raise_for_status
+from .._millis import to_millis
 from . import torch_groups, torch_join
 from .call_forms import Form, choose
 from .work import Work, start
@@ -352,7 +353,7 @@ def new_group(ranks, group=None, timeout=None):
         seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout
         if seconds <= 0:
             raise ValueError(f"new_group: timeout must be positive, got {timeout!r}")
-        options.timeout_ms = max(1, int(seconds * 1000))
+        options.timeout_ms = to_millis(seconds)
     out = ctypes.c_void_p()
     raise_for_status(lib.dk_group_new_with_options, handle_of(group), array, len(members),
                      ctypes.byref(options), ctypes.byref(out))
@@ -373,7 +374,7 @@ def shrink_group(group: Optional[ProcessGroup] = None, settle: float = 5.0) -> P
     others agreed. Where init_dist made torch.distributed's default group,
     it is made again over the survivors (so is it after grow_group)."""
     out = ctypes.c_void_p()
-    raise_for_status(lib.dk_group_shrink, handle_of(group), int(settle * 1000), ctypes.byref(out))
+    raise_for_status(lib.dk_group_shrink, handle_of(group), to_millis(settle), ctypes.byref(out))
     return _replacing(group, ProcessGroup(out))
 
 
@@ -393,7 +394,7 @@ def grow_group(group: Optional[ProcessGroup] = None, world_size: Optional[int] =
     the ranks that never came, on every participant. No node-local group
     afterwards, on either side. Gloo groups only."""
     out = ctypes.c_void_p()
-    timeout_ms = -1 if timeout is None else int(timeout * 1000)
+    timeout_ms = to_millis(timeout)  # None: -1, the group's
     raise_for_status(lib.dk_group_grow, handle_of(group), int(world_size or 0), timeout_ms,
                      ctypes.byref(out))
     return _replacing(group, ProcessGroup(out))

@@ -15,6 +15,7 @@ from typing import NamedTuple, Optional
 
 from .. import _lib, errors
 from .._lib import lib, raise_for_status
+from .._millis import to_millis
 from . import groups
 
 _TORCH_GROUP_OURS = False  # init_dist made torch.distributed's default group
@@ -92,9 +93,9 @@ def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
     lib.dk_init_config_init(ctypes.byref(config))
     config.backend = backend.encode()
     if kwargs.get("timeout") is not None:
-        config.timeout_ms = int(kwargs["timeout"].total_seconds() * 1000)
+        config.timeout_ms = to_millis(kwargs["timeout"])
     if connect_timeout is not None and float(connect_timeout) > 0:  # else: timeout's
-        config.connect_timeout_ms = max(1, int(float(connect_timeout) * 1000))
+        config.connect_timeout_ms = to_millis(float(connect_timeout))
     if launcher == "slurm" and kwargs.get("port") is not None:
         os.environ["MASTER_PORT"] = str(kwargs["port"])
     _select_cuda_device(launcher)

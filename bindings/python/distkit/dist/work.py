@@ -8,6 +8,7 @@ from typing import Callable, Optional, Sequence
 
 from .. import _lib
 from .._lib import lib, raise_for_status
+from .._millis import to_millis
 
 
 class Work:
@@ -39,12 +40,7 @@ class Work:
                 raise self._error
             return True
         if self._handle is not None:
-            if timeout is None:
-                ms = -1
-            elif isinstance(timeout, datetime.timedelta):
-                ms = int(timeout.total_seconds() * 1000)
-            else:
-                ms = int(timeout * 1000)
+            ms = to_millis(timeout)  # None: -1, no limit
             try:
                 raise_for_status(lib.dk_work_wait, self._handle, ms)
             except TimeoutError:

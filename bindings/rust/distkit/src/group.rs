@@ -86,7 +86,7 @@ impl GroupOptions {
 /// A timeout in the ABI's milliseconds: 0 (the default) for None or zero,
 /// else at least 1 (a shorter one is not "the default").
 fn option_millis(d: Option<Duration>) -> i64 {
-    d.filter(|d| !d.is_zero()).map_or(0, |d| d.as_millis().clamp(1, i64::MAX as u128) as i64)
+    d.map_or(0, crate::millis)
 }
 
 /// A process group. Collectives are called by every member in the same order.
@@ -213,7 +213,7 @@ impl Group {
     /// of them (ranks renumbered in the old order). Gloo groups only.
     pub fn shrink(&self, settle: std::time::Duration) -> Result<Group> {
         let mut out = std::ptr::null_mut();
-        let settle_ms = i64::try_from(settle.as_millis()).unwrap_or(i64::MAX);
+        let settle_ms = crate::millis(settle);
         call(|err| unsafe { sys::dk_group_shrink(self.ptr, settle_ms, &mut out, err) })?;
         Ok(Group::from_raw(out, self._store.clone()))
     }
@@ -242,7 +242,7 @@ impl Group {
                 }
             },
         };
-        let timeout_ms = timeout.map_or(-1, |t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
+        let timeout_ms = timeout.map_or(-1, crate::millis);
         let mut out = std::ptr::null_mut();
         call(|err| unsafe { sys::dk_group_grow(self.ptr, world_size, timeout_ms, &mut out, err) })?;
         Ok(Group::from_raw(out, self._store.clone()))

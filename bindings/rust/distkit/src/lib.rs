@@ -75,6 +75,19 @@ impl Default for InitOptions {
     }
 }
 
+/// A caller's duration in the ABI's whole milliseconds, for every `*_ms` field
+/// and argument the crate fills: 0 for zero; a positive duration at least 1
+/// (one under a millisecond truncated to 0 would mean a default, e.g. 30
+/// minutes, the opposite of what was asked); at most `i64::MAX`. `None` and
+/// other defaults are each caller's (`Option::map_or`).
+pub(crate) fn millis(d: Duration) -> i64 {
+    if d.is_zero() {
+        0
+    } else {
+        d.as_millis().clamp(1, i64::MAX as u128) as i64
+    }
+}
+
 fn with_config<R>(options: &InitOptions, f: impl FnOnce(&sys::dk_init_config_t) -> Result<R>) -> Result<R> {
     let backend = store::cstring(&options.backend, "backend")?;
     let mut config = unsafe {
@@ -83,11 +96,9 @@ fn with_config<R>(options: &InitOptions, f: impl FnOnce(&sys::dk_init_config_t) 
         c
     };
     config.backend = backend.as_ptr();
-    config.timeout_ms = options.timeout.as_millis().min(i64::MAX as u128) as i64;
-    // Zero, as in C, means the op timeout.
-    if let Some(connect) = options.connect_timeout.filter(|d| !d.is_zero()) {
-        config.connect_timeout_ms = connect.as_millis().clamp(1, i64::MAX as u128) as i64;
-    }
+    config.timeout_ms = millis(options.timeout);
+    // None or zero, as in C, means the op timeout.
+    config.connect_timeout_ms = options.connect_timeout.map_or(0, millis);
     f(&config)
 }
 
@@ -125,4 +136,19 @@ pub fn shutdown() {
 /// Whether `init` succeeded (and `shutdown` was not called since).
 pub fn is_distributed() -> bool {
     unsafe { sys::dk_is_distributed() != 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millis_rounds_sub_millisecond_up() {
+        assert_eq!(millis(Duration::ZERO), 0);
+        assert_eq!(millis(Duration::from_nanos(1)), 1);
+        assert_eq!(millis(Duration::from_micros(500)), 1);
+        assert_eq!(millis(Duration::from_micros(1500)), 1);
+        assert_eq!(millis(Duration::from_secs(2)), 2000);
+        assert_eq!(millis(Duration::MAX), i64::MAX);
+    }
 }

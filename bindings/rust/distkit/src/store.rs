@@ -8,6 +8,7 @@ use distkit_sys as sys;
 
 use crate::abi_memory::{take_bytes, take_list};
 use crate::error::{call, Code, Error, Result};
+use crate::millis;
 
 struct Handle(*mut sys::dk_store_t);
 
@@ -49,10 +50,6 @@ impl Default for StoreOptions {
 
 pub(crate) fn cstring(s: &str, what: &str) -> Result<CString> {
     CString::new(s).map_err(|_| Error::new(Code::InvalidArgument, format!("{what} contains a NUL byte")))
-}
-
-fn millis(d: Duration) -> i64 {
-    d.as_millis().min(i64::MAX as u128) as i64
 }
 
 impl Store {

@@ -1,7 +1,7 @@
 //! Single-process checks of the safe API: the store, a world of one, errors
 //! and their codes, half-precision conversions. One #[test]: joining a job is
 //! process-wide state.
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use distkit::{
     Code, Device, Group, GroupOptions, InitOptions, LauncherInfo, ReduceOp, Reducer, ReducerOptions, Shard,
@@ -244,4 +244,30 @@ fn local_api() {
     world.barrier().unwrap();
     distkit::shutdown();
     assert!(!distkit::is_distributed());
+    drop(world);
+    sub_millisecond_timeouts();
+}
+
+/// A positive timeout under a millisecond reaches the library as 1 ms, never
+/// as 0 (a default, or a refusal): init with a 0.5 ms operation timeout
+/// joins (0 was "config: timeout_ms must be > 0"), and a get or wait on a
+/// missing key under a 0.5 ms timeout fails at once with DeadlineExceeded.
+fn sub_millisecond_timeouts() {
+    let half = Duration::from_micros(500);
+    let store = Store::serve("127.0.0.1:0", &StoreOptions::default()).unwrap();
+    let options = InitOptions { timeout: half, connect_timeout: Some(Duration::from_secs(120)), ..Default::default() };
+    let world = distkit::init_with_store(&store, 0, 1, &options).expect("a 0.5 ms timeout is 1 ms, not 0");
+    assert_eq!(world.size(), 1);
+    distkit::shutdown();
+    drop(world);
+
+    let quick = Store::connect(&store.address(), &StoreOptions { timeout: half, ..Default::default() }).unwrap();
+    let start = Instant::now();
+    let e = quick.get("never-set").expect_err("a missing key");
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{e}");
+    assert!(start.elapsed() < Duration::from_secs(60), "get waited {:?}", start.elapsed());
+    let start = Instant::now();
+    let e = store.wait(&["never-set"], Some(half)).expect_err("a missing key");
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{e}");
+    assert!(start.elapsed() < Duration::from_secs(60), "wait waited {:?}", start.elapsed());
 }
