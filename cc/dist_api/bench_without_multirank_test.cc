@@ -20,7 +20,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,6 +30,7 @@
 #include "cc/core/bench_without.h"
 #include "cc/dist_api/dist.h"
 #include "cc/group/process_group.h"
+#include "testing/cc/file_contents.h"
 #include "testing/cc/rank_check.h"
 
 namespace distkit {
@@ -68,13 +68,6 @@ bool ThreadIs(const std::string& name, bool expected) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   return true;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 }  // namespace
@@ -133,8 +126,8 @@ int main() {
   mkdir(dir.c_str(), 0700);
   setenv("DISTKIT_TRACE_DIR", dir.c_str(), 1);
   g.Abort();
-  const std::string trace =
-      ReadFile(absl::StrCat(dir, "/world.rank", g.rank(), ".trace"));
+  const std::string trace = testing::FileContents(
+      absl::StrCat(dir, "/world.rank", g.rank(), ".trace"));
   const bool recorded = absl::StrContains(trace, "op=all_reduce state=done");
   Check(recorded == !off->flight_recorder,
         absl::StrCat(off->flight_recorder ? "nothing recorded"

@@ -536,6 +536,22 @@ TEST(Collectives, ReduceScatter) {
   }
 }
 
+// The elements an all_to_all's splits add up to.
+int64_t Total(const std::vector<int64_t>& splits) {
+  return std::accumulate(splits.begin(), splits.end(), int64_t{0});
+}
+
+// An all_to_all of float32 values with uneven splits: `in` holds
+// in_splits[d] values for each rank d in turn, `out` takes out_splits[s]
+// from each rank s.
+absl::Status UnevenAllToAll(std::vector<float>& in, std::vector<float>& out,
+                            const std::vector<int64_t>& in_splits,
+                            const std::vector<int64_t>& out_splits) {
+  return World().AllToAll(TensorRef(in.data(), in.size(), DataType::kFloat32),
+                          TensorRef(out.data(), out.size(), DataType::kFloat32),
+                          in_splits, out_splits);
+}
+
 TEST(Collectives, AllToAllEqualAndUneven) {
   const int n = Size();
   // Equal: element j of chunk d from rank r is 1000000*r + 1000*d + j (a
@@ -580,20 +596,12 @@ TEST(Collectives, AllToAllEqualAndUneven) {
   std::vector<int64_t> in_splits(n), out_splits(n);
   for (int d = 0; d < n; ++d) in_splits[d] = Rank() + d + 1;
   for (int s = 0; s < n; ++s) out_splits[s] = s + Rank() + 1;
-  std::vector<float> uin(
-      std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0}));
-  std::vector<float> uout(
-      std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0}));
+  std::vector<float> uin(Total(in_splits)), uout(Total(out_splits));
   for (int d = 0, k = 0; d < n; ++d) {
     for (int j = 0; j < in_splits[d]; ++j)
       uin[k++] = 100.0f * Rank() + d + 0.5f * j;
   }
-  ASSERT_TRUE(
-      World()
-          .AllToAll(TensorRef(uin.data(), uin.size(), DataType::kFloat32),
-                    TensorRef(uout.data(), uout.size(), DataType::kFloat32),
-                    in_splits, out_splits)
-          .ok());
+  ASSERT_TRUE(UnevenAllToAll(uin, uout, in_splits, out_splits).ok());
   for (int s = 0, k = 0; s < n; ++s) {
     for (int j = 0; j < out_splits[s]; ++j)
       EXPECT_EQ(uout[k++], 100.0f * s + Rank() + 0.5f * j);
@@ -605,20 +613,12 @@ TEST(Collectives, AllToAllEqualAndUneven) {
     std::vector<int64_t> big_in(n), big_out(n);
     for (int d = 0; d < n; ++d) big_in[d] = (Rank() + d + 1) * k;
     for (int s = 0; s < n; ++s) big_out[s] = (s + Rank() + 1) * k;
-    std::vector<float> bin(
-        std::accumulate(big_in.begin(), big_in.end(), int64_t{0}));
-    std::vector<float> bout(
-        std::accumulate(big_out.begin(), big_out.end(), int64_t{0}), -1.0f);
+    std::vector<float> bin(Total(big_in)), bout(Total(big_out), -1.0f);
     for (int d = 0, at = 0; d < n; ++d) {
       for (int64_t j = 0; j < big_in[d]; ++j)
         bin[at++] = static_cast<float>(1000000 * Rank() + 1000 * d + j % 997);
     }
-    ASSERT_TRUE(
-        World()
-            .AllToAll(TensorRef(bin.data(), bin.size(), DataType::kFloat32),
-                      TensorRef(bout.data(), bout.size(), DataType::kFloat32),
-                      big_in, big_out)
-            .ok());
+    ASSERT_TRUE(UnevenAllToAll(bin, bout, big_in, big_out).ok());
     for (int s = 0, at = 0; s < n; ++s) {
       for (int64_t j = 0; j < big_out[s]; ++j) {
         ASSERT_EQ(bout[at++],
@@ -634,10 +634,7 @@ TEST(Collectives, AllToAllEqualAndUneven) {
       bad_in[0] += 1;
       bad_in[1] -= 1;
     }
-    absl::Status st = World().AllToAll(
-        TensorRef(uin.data(), uin.size(), DataType::kFloat32),
-        TensorRef(uout.data(), uout.size(), DataType::kFloat32), bad_in,
-        out_splits);
+    absl::Status st = UnevenAllToAll(uin, uout, bad_in, out_splits);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
     EXPECT_NE(st.message().find("rank 0 sends"), absl::string_view::npos) << st;
   }

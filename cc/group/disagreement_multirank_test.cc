@@ -74,6 +74,18 @@ class Disagreement {
           absl::StrCat("group usable after ", after, ": ", st.ToString()));
   }
 
+  // An all_reduce of `t` with `op`, which the last rank calls differently:
+  // every rank fails naming both signatures (`common`, the other ranks', and
+  // `odd`, the last rank's, each after "all_reduce #<seq>").
+  void ExpectAllReduceDisagreement(const std::string& what, const TensorRef& t,
+                                   ReduceOp op, const std::string& common,
+                                   const std::string& odd) {
+    absl::Status st = g_.AllReduce(t, op);
+    ++seq_;
+    const std::string s = absl::StrCat("all_reduce #", seq_);
+    ExpectError(what, st, Expected("all_reduce", seq_, s + common, s + odd));
+  }
+
   void Run() {
     Check(g_.Barrier().ok(), "barrier");
     seq_ = 1;
@@ -82,38 +94,27 @@ class Disagreement {
     {  // count
       std::vector<float> v(odd ? 5 : 4, 1.5f);
       const std::vector<float> before = v;
-      absl::Status st = g_.AllReduce(
-          TensorRef(v.data(), v.size(), DataType::kFloat32), ReduceOp::kSum);
-      ++seq_;
-      const std::string s = absl::StrCat("all_reduce #", seq_);
-      ExpectError("count", st,
-                  Expected("all_reduce", seq_, s + " float32 x4 op=sum",
-                           s + " float32 x5 op=sum"));
+      ExpectAllReduceDisagreement(
+          "count", TensorRef(v.data(), v.size(), DataType::kFloat32),
+          ReduceOp::kSum, " float32 x4 op=sum", " float32 x5 op=sum");
       Check(v == before, "count: data untouched");
       ExpectUsable("count");
     }
     {  // dtype
       std::vector<double> v(4, 2.0);
-      absl::Status st = g_.AllReduce(
+      ExpectAllReduceDisagreement(
+          "dtype",
           TensorRef(v.data(), 4, odd ? DataType::kFloat64 : DataType::kInt64),
-          ReduceOp::kSum);
-      ++seq_;
-      const std::string s = absl::StrCat("all_reduce #", seq_);
-      ExpectError("dtype", st,
-                  Expected("all_reduce", seq_, s + " int64 x4 op=sum",
-                           s + " float64 x4 op=sum"));
+          ReduceOp::kSum, " int64 x4 op=sum", " float64 x4 op=sum");
       Check(v == std::vector<double>(4, 2.0), "dtype: data untouched");
       ExpectUsable("dtype");
     }
     {  // reduction
       std::vector<int32_t> v(3, 7);
-      absl::Status st = g_.AllReduce(TensorRef(v.data(), 3, DataType::kInt32),
-                                     odd ? ReduceOp::kMax : ReduceOp::kMean);
-      ++seq_;
-      const std::string s = absl::StrCat("all_reduce #", seq_);
-      ExpectError("op", st,
-                  Expected("all_reduce", seq_, s + " int32 x3 op=mean",
-                           s + " int32 x3 op=max"));
+      ExpectAllReduceDisagreement("op",
+                                  TensorRef(v.data(), 3, DataType::kInt32),
+                                  odd ? ReduceOp::kMax : ReduceOp::kMean,
+                                  " int32 x3 op=mean", " int32 x3 op=max");
       Check(v == std::vector<int32_t>(3, 7), "op: data untouched");
       ExpectUsable("op");
     }

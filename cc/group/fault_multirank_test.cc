@@ -45,7 +45,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +53,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cc/store/job_failure.h"
+#include "testing/cc/file_contents.h"
 #include "testing/cc/rank_check.h"
 #include "testing/cc/rank_env.h"
 #include "testing/cc/time_scale.h"
@@ -313,15 +313,14 @@ int main(int argc, char** argv) {
     // The flight recorder wrote what this rank was doing (distrun sets
     // DISTKIT_TRACE_DIR and summarizes the files of a failed job).
     if (const char* dir = getenv("DISTKIT_TRACE_DIR")) {
-      std::ifstream f(absl::StrCat(dir, "/world.rank", rank, ".trace"));
-      std::stringstream text;
-      text << f.rdbuf();
-      Check(absl::StrContains(text.str(),
+      const std::string text = testing::FileContents(
+          absl::StrCat(dir, "/world.rank", rank, ".trace"));
+      Check(absl::StrContains(text,
                               "seq=2 kind=collective op=all_reduce "
                               "state=failed") &&
-                absl::StrContains(text.str(),
+                absl::StrContains(text,
                                   "call=\"all_reduce #2 float32 x4 op=sum\""),
-            "the flight record holds the timed-out all_reduce: " + text.str());
+            "the flight record holds the timed-out all_reduce: " + text);
     }
   } else if (mode == "timeout_recorded") {
     Check(st.code() == absl::StatusCode::kDeadlineExceeded,

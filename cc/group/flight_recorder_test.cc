@@ -2,9 +2,7 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -14,6 +12,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "testing/cc/file_contents.h"
 #include "tools/distrun/trace_summary.h"
 
 namespace distkit {
@@ -25,13 +24,6 @@ OpContext Ctx(uint64_t seq, OpCode op) {
   c.op = op;
   c.group_name = "world";
   return c;
-}
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // A recorder made with DISTKIT_FLIGHT_RECORDER_SIZE=`size`.
@@ -201,8 +193,9 @@ TEST(FlightRecorderTest, DistrunSummaryNamesTheRankThatNeverEntered) {
   }
   unsetenv("DISTKIT_TRACE_DIR");
   unsetenv("DISTKIT_TIMELINE");
-  EXPECT_TRUE(absl::StrContains(Read(dir + "/world.rank2.trace"),
-                                "# all_reduce #5 timed out"));
+  EXPECT_TRUE(
+      absl::StrContains(testing::FileContents(dir + "/world.rank2.trace"),
+                        "# all_reduce #5 timed out"));
   const std::string summary = SummarizeTraces(dir);
   EXPECT_TRUE(absl::StrContains(summary, "the latest collective is #5"))
       << summary;
@@ -218,7 +211,7 @@ TEST(FlightRecorderTest, DistrunSummaryNamesTheRankThatNeverEntered) {
       << summary;
   const std::string merged = MergeTimelines(timeline);
   ASSERT_EQ(merged, timeline + ".json");
-  const std::string json = Read(merged);
+  const std::string json = testing::FileContents(merged);
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_TRUE(absl::StrContains(json, absl::StrCat("\"pid\":", rank)))
         << json;

@@ -1,12 +1,31 @@
 #include "cc/launch/launcher.h"
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace distkit {
 namespace {
 
+using ::testing::AllOf;
+using ::testing::Field;
+using ::testing::Matcher;
+
 Environment Env(std::map<std::string, std::string> vars) {
   return Environment(std::move(vars));
+}
+
+// A RendezvousInfo that places this process at `rank` of `world_size`,
+// `local_rank` of `local_world_size` on node `node_rank` (failures name the
+// field).
+Matcher<const RendezvousInfo&> PlacedAt(int rank, int world_size,
+                                        int local_rank, int local_world_size,
+                                        int node_rank) {
+  return AllOf(Field("rank", &RendezvousInfo::rank, rank),
+               Field("world_size", &RendezvousInfo::world_size, world_size),
+               Field("local_rank", &RendezvousInfo::local_rank, local_rank),
+               Field("local_world_size", &RendezvousInfo::local_world_size,
+                     local_world_size),
+               Field("node_rank", &RendezvousInfo::node_rank, node_rank));
 }
 
 TEST(LauncherTest, InferFollowsMmenginePrecedence) {
@@ -45,11 +64,8 @@ TEST(LauncherTest, Pytorch) {
                   {"MASTER_ADDR", "10.0.0.1"},
                   {"MASTER_PORT", "29400"}});
   RendezvousInfo info = *ParseRendezvous(Launcher::kPytorch, env);
-  EXPECT_EQ(info.rank, 3);
-  EXPECT_EQ(info.world_size, 4);
-  EXPECT_EQ(info.local_rank, 1);
-  EXPECT_EQ(info.local_world_size, 2);
-  EXPECT_EQ(info.node_rank, 1);
+  EXPECT_THAT(info, PlacedAt(/*rank=*/3, /*world_size=*/4, /*local_rank=*/1,
+                             /*local_world_size=*/2, /*node_rank=*/1));
   EXPECT_EQ(info.store_address, "10.0.0.1:29400");
   EXPECT_FALSE(info.host_store);
   env.Set("RANK", "0");
@@ -120,11 +136,8 @@ TEST(LauncherTest, SlurmParsesHostlistNatively) {
                   {"SLURM_NTASKS_PER_NODE", "2(x4)"},
                   {"SLURM_NODEID", "2"}});
   RendezvousInfo info = *ParseRendezvous(Launcher::kSlurm, env);
-  EXPECT_EQ(info.rank, 5);
-  EXPECT_EQ(info.world_size, 8);
-  EXPECT_EQ(info.local_rank, 1);
-  EXPECT_EQ(info.local_world_size, 2);
-  EXPECT_EQ(info.node_rank, 2);
+  EXPECT_THAT(info, PlacedAt(/*rank=*/5, /*world_size=*/8, /*local_rank=*/1,
+                             /*local_world_size=*/2, /*node_rank=*/2));
   EXPECT_EQ(info.master_addr, "node03");
   EXPECT_EQ(info.master_port, 29500);
   EXPECT_EQ(info.store_address, "node03:29500");

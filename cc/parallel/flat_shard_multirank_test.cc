@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "cc/core/float_cast.h"
 #include "cc/parallel/flat_shard.h"
+#include "testing/cc/file_contents.h"
 #include "testing/cc/rank_check.h"
 #include "testing/cc/rank_env.h"
 
@@ -485,10 +485,8 @@ class Job {
       CheckOk((*fresh)->LoadShardedParams(
                   meta,
                   [&](int flat, int r) -> absl::StatusOr<TensorRef> {
-                    std::ifstream in(path(flat, r), std::ios::binary);
-                    std::stringstream s;
-                    s << in.rdbuf();
-                    const std::string data = s.str();
+                    const std::string data =
+                        testing::FileContents(path(flat, r));
                     bytes.assign(data.begin(), data.end());
                     return TensorRef(bytes.data(), bytes.size() / sizeof(float),
                                      DataType::kFloat32);

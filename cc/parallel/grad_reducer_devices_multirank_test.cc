@@ -191,20 +191,16 @@ void UnusedAndHooks(std::shared_ptr<ProcessGroup> world, Device device) {
       testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready hook");
     }
     testing::RequireOk((*r)->Finalize(), "finalize hook: " + where);
-    const bool fp16 = hook == CommHook::kFp16Compress;
     m.Sync();
     for (int p = 0; p < 2; ++p) {
       for (size_t k = 0; k < m.grads[p].size(); ++k) {
-        double want = 0;
-        for (int q = 0; q < size_; ++q) {
-          want += testing::CompressedShare(hook, G(q, p, k, 0), size_);
-        }
-        const double tol =
-            (fp16 ? 1e-3 : 8e-3) * size_ * std::max(1.0, std::abs(want));
+        const double want =
+            testing::CompressedMeanGradValue(hook, p, k, 0, size_);
+        const double tol = testing::CompressedTolerance(hook, want, size_);
         testing::Require(
             std::abs(m.grads[p][k] - want) <= tol,
-            absl::StrCat(fp16 ? "fp16" : "bf16", " hook on ", where, ": ",
-                         m.grads[p][k], " want ", want));
+            absl::StrCat(testing::CompressedTypeName(hook), " hook on ", where,
+                         ": ", m.grads[p][k], " want ", want));
       }
     }
   }

@@ -245,19 +245,16 @@ void Hooks(std::shared_ptr<ProcessGroup> world) {
       testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready");
     }
     testing::RequireOk((*r)->Finalize(), "finalize hook");
-    const bool fp16 = hook == CommHook::kFp16Compress;
     for (int p = 0; p < 2; ++p) {
       for (size_t k = 0; k < m.grads[p].size(); ++k) {
         // Each rank's value rounded to the compressed type and divided there.
-        double want = 0;
-        for (int q = 0; q < size_; ++q) {
-          want += testing::CompressedShare(hook, G(q, p, k, 0), size_);
-        }
-        const double tol =
-            (fp16 ? 1e-3 : 8e-3) * size_ * std::max(1.0, std::abs(want));
-        testing::Require(std::abs(m.grads[p][k] - want) <= tol,
-                         absl::StrCat(fp16 ? "fp16" : "bf16", " hook: ",
-                                      m.grads[p][k], " want ", want));
+        const double want =
+            testing::CompressedMeanGradValue(hook, p, k, 0, size_);
+        const double tol = testing::CompressedTolerance(hook, want, size_);
+        testing::Require(
+            std::abs(m.grads[p][k] - want) <= tol,
+            absl::StrCat(testing::CompressedTypeName(hook),
+                         " hook: ", m.grads[p][k], " want ", want));
         testing::Require(std::abs(m.grads[p][k] - Mean(p, k, 0)) <= 4 * tol,
                          "hook close to the mean");
       }

@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <thread>
@@ -39,6 +40,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "cc/comm/backend_registry.h"
 #include "cc/core/copy_stream.h"
 #include "cc/core/cuda_library.h"
@@ -627,6 +629,17 @@ void FailedRecordIsAnError(ProcessGroup& world) {
   CheckOk(world.Barrier(), "every rank saw its error");
 }
 
+// Whether `s` is ABORTED with a message that names every one of `parts`:
+// how every rank of a group ends an operation its ranks disagree on.
+bool AbortedNaming(const absl::Status& s,
+                   std::initializer_list<absl::string_view> parts) {
+  if (s.code() != absl::StatusCode::kAborted) return false;
+  for (absl::string_view part : parts) {
+    if (!absl::StrContains(s.message(), part)) return false;
+  }
+  return true;
+}
+
 // Ranks that disagree on an operation (here its element count) all fail it
 // with ABORTED naming each rank's call: NCCL checks the agreement alongside
 // the operation, which had started, so the group is aborted (a mismatch that
@@ -639,10 +652,7 @@ void DisagreementAbortsTheGroup(ProcessGroup& world) {
   GpuTensor t(DataType::kFloat32, std::vector<double>(n, 1), device);
   const absl::Time start = absl::Now();
   absl::Status s = (*g)->AllReduce(t.ref(), ReduceOp::kSum);
-  Check(s.code() == absl::StatusCode::kAborted &&
-            absl::StrContains(s.message(), "disagree") &&
-            absl::StrContains(s.message(), "float32 x4") &&
-            absl::StrContains(s.message(), "float32 x8"),
+  Check(AbortedNaming(s, {"disagree", "float32 x4", "float32 x8"}),
         "a count mismatch: ABORTED naming both calls, on every rank: " +
             s.ToString());
   Check(absl::Now() - start < absl::Seconds(10),
@@ -663,9 +673,7 @@ void BarrierAgainstAllReduce(ProcessGroup& world) {
   GpuTensor t(DataType::kFloat32, {1, 2, 3, 4}, device);
   absl::Status s =
       rank == 0 ? (*g)->Barrier() : (*g)->AllReduce(t.ref(), ReduceOp::kSum);
-  Check(s.code() == absl::StatusCode::kAborted &&
-            absl::StrContains(s.message(), "barrier") &&
-            absl::StrContains(s.message(), "all_reduce"),
+  Check(AbortedNaming(s, {"barrier", "all_reduce"}),
         "a barrier against an all_reduce: ABORTED naming both, on every "
         "rank: " +
             s.ToString());
