@@ -76,7 +76,9 @@ absl::Status HashStore::TimedOut(absl::Span<const std::string> keys,
 }
 
 size_t HashStore::FirstMissing(absl::Span<const std::string> keys, size_t from,
-                               std::vector<std::string>* values) const {
+                               std::vector<std::string>* values,
+                               size_t max_value_bytes,
+                               size_t* value_bytes) const {
   absl::ReaderMutexLock lock(&mu_);
   for (size_t i = from; i < keys.size(); ++i) {
     if (!map_.contains(keys[i])) return i;
@@ -89,6 +91,12 @@ size_t HashStore::FirstMissing(absl::Span<const std::string> keys, size_t from,
   }
   if (values != nullptr) {
     values->clear();
+    // Sized before anything is copied: one key asked 1000 times is 1000
+    // copies of its value.
+    size_t total = 0;
+    for (const std::string& k : keys) total += map_.find(k)->second.size();
+    if (value_bytes != nullptr) *value_bytes = total;
+    if (total > max_value_bytes) return keys.size();
     values->reserve(keys.size());
     for (const std::string& k : keys) values->push_back(map_.find(k)->second);
   }
@@ -198,6 +206,25 @@ absl::Status HashStore::MultiSet(absl::Span<const std::string> keys,
   const ChangeNotice notice{this};
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) map_[keys[i]] = values[i];
+  return absl::OkStatus();
+}
+
+absl::Status HashStore::AppendAtMost(absl::string_view key,
+                                     absl::string_view value,
+                                     size_t max_value_bytes) {
+  const ChangeNotice notice{this};
+  absl::MutexLock lock(&mu_);
+  auto it = map_.find(key);
+  const size_t now = it == map_.end() ? 0 : it->second.size();
+  if (value.size() > max_value_bytes || now > max_value_bytes - value.size()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("store: append of ", value.size(), " byte(s) to key \"",
+                     key, "\" (holding ", now,
+                     ") would pass the store's limit of ", max_value_bytes,
+                     " byte(s) for a value (DISTKIT_STORE_MAX_REQUEST_BYTES)"));
+  }
+  if (it == map_.end()) it = map_.emplace(key, std::string()).first;
+  it->second.append(value.data(), value.size());
   return absl::OkStatus();
 }
 

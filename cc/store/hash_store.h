@@ -5,6 +5,7 @@
 #ifndef DISTKIT_CC_STORE_HASH_STORE_H_
 #define DISTKIT_CC_STORE_HASH_STORE_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -50,9 +51,19 @@ class HashStore : public Store {
   // thread per wait. The index of the first of keys[from..] that is absent;
   // when none is, the first of keys[..from) that is (deleted since it was
   // seen), or keys.size() when every key is present. With `values`, also
-  // their values in order when every key is present.
+  // their values in order when every key is present, unless they hold more
+  // than `max_value_bytes` in all: then nothing is copied (an answer too
+  // large to send is never built). `value_bytes`, when given, gets their
+  // total either way.
   size_t FirstMissing(absl::Span<const std::string> keys, size_t from = 0,
-                      std::vector<std::string>* values = nullptr) const;
+                      std::vector<std::string>* values = nullptr,
+                      size_t max_value_bytes = SIZE_MAX,
+                      size_t* value_bytes = nullptr) const;
+  // Append for StoreServer: RESOURCE_EXHAUSTED, appending nothing, when the
+  // value would grow past `max_value_bytes`, so that every value the server
+  // holds fits in an answer (appends could otherwise grow one without bound).
+  absl::Status AppendAtMost(absl::string_view key, absl::string_view value,
+                            size_t max_value_bytes);
   // The DEADLINE_EXCEEDED of a wait for `keys` that ran out after `timeout`,
   // naming the keys still absent.
   absl::Status TimedOut(absl::Span<const std::string> keys,

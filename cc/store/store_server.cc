@@ -58,6 +58,13 @@ void PutEmptyAnswer(std::string* out) {
   wire::EndFrame(out, wire::BeginFrame(out, 0));
 }
 
+// The largest frame body either way: the cap on requests holds for answers
+// too, so that no request (one large key asked for many times) can make the
+// host build an answer of gigabytes.
+size_t MaxFrameBytes() {
+  return MaxStoreRequestBytes() + wire::kFrameOverheadBytes;
+}
+
 }  // namespace
 
 class StoreServer::Loop {
@@ -256,7 +263,7 @@ class StoreServer::Loop {
     if (it == conns_.end()) return;
     Conn& c = *it->second;
     if (events & EPOLLOUT) {
-      if (!Flush(c)) return Close(fd);
+      if (!ServeBuffered(c)) return Close(fd);
     }
     if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
       // What a departing client sent (its last sets) is served before its
@@ -264,7 +271,7 @@ class StoreServer::Loop {
       const bool alive = ReadAvailable(c);
       const bool hung_up = events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR);
       if (!alive || (hung_up && c.parked)) return Close(fd);
-      if (!Flush(c)) return Close(fd);
+      if (!ServeBuffered(c)) return Close(fd);
     }
     UpdateInterest(c);
   }
@@ -307,12 +314,18 @@ class StoreServer::Loop {
     }
   }
 
+  // Whether the connection's unsent answers have piled up: neither its
+  // input is read nor its buffered requests served until they drain.
+  static bool OutputFull(const Conn& c) {
+    return c.out.size() - c.out_pos > kMaxUnsentBytes;
+  }
+
   // Input is read while the connection is not parked (or only a little
   // ahead of it), so a client cannot make the host buffer without bound.
   bool WantsInput(const Conn& c) const {
     if (c.refused) return true;
     // Nor while its answers pile up unread.
-    if (c.out.size() - c.out_pos > kMaxUnsentBytes) return false;
+    if (OutputFull(c)) return false;
     const size_t have = c.in_end - c.in_pos;
     if (c.parked) return have < kReadChunk;
     return have < NextFrameBytes(c) + kReadChunk;
@@ -339,7 +352,16 @@ class StoreServer::Loop {
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        // What was sent is let go before more is added (ServeBuffered adds
+        // as the unsent part drains): pipelined answers would otherwise all
+        // stay in `out` until it empties, however many were sent.
+        if (c.out_pos >= kMaxUnsentBytes) {
+          c.out.erase(0, c.out_pos);
+          c.out_pos = 0;
+        }
+        return true;
+      }
       return false;
     }
     c.out.clear();
@@ -359,15 +381,27 @@ class StoreServer::Loop {
     waiting_.insert(c.fd.get());
   }
 
-  // Serves every complete frame in the buffer, in order, until one parks.
-  void Process(Conn& c) {
-    while (!c.refused && !c.parked) {
+  // Sends what it can, then serves the frames already buffered while the
+  // client takes their answers. false when the client has gone.
+  bool ServeBuffered(Conn& c) {
+    do {
+      if (!Flush(c)) return false;
+    } while (!OutputFull(c) && Process(c));
+    return true;
+  }
+
+  // Serves the complete frames in the buffer, in order, until one parks or
+  // the unsent answers pile up: 64 KiB of buffered gets of a large value
+  // would otherwise all be answered at once, in memory. Whether it served
+  // any.
+  bool Process(Conn& c) {
+    bool served = false;
+    while (!c.refused && !c.parked && !OutputFull(c)) {
       const size_t have = c.in_end - c.in_pos;
       if (have < wire::kHeaderBytes) break;
       const size_t length = wire::FrameLength(c.in.data() + c.in_pos);
       const size_t limit =
-          c.authenticated ? MaxStoreRequestBytes() + wire::kFrameOverheadBytes
-                          : wire::kMaxHelloBytes;
+          c.authenticated ? MaxFrameBytes() : wire::kMaxHelloBytes;
       if (length > limit) {
         Refuse(c, c.authenticated ? absl::ResourceExhaustedError(absl::StrCat(
                                         "store: a request of ", length,
@@ -388,6 +422,7 @@ class StoreServer::Loop {
         break;
       }
       Handle(c, *std::move(request));
+      served = true;
     }
     if (c.in_pos == c.in_end) {
       c.in_pos = c.in_end = 0;
@@ -398,6 +433,7 @@ class StoreServer::Loop {
       c.in_end -= c.in_pos;
       c.in_pos = 0;
     }
+    return served;
   }
 
   // The hello (answered with this server's nonce and proof), then the
@@ -504,9 +540,14 @@ class StoreServer::Loop {
       case wire::Op::kMultiSet:
         (void)state_.MultiSet(request.keys, request.values);
         return PutEmptyAnswer(&out);
-      case wire::Op::kAppend:
-        (void)state_.Append(request.keys[0], request.values[0]);
+      case wire::Op::kAppend: {
+        // Bounded like a set's value: appends could otherwise grow one value
+        // past what any answer may carry.
+        const absl::Status s = state_.AppendAtMost(
+            request.keys[0], request.values[0], MaxStoreRequestBytes());
+        if (!s.ok()) return wire::EncodeError(s, &out);
         return PutEmptyAnswer(&out);
+      }
       case wire::Op::kWait:
       case wire::Op::kMultiGet:
         return StartWait(c, std::move(request));
@@ -550,11 +591,31 @@ class StoreServer::Loop {
   // answered with the failure: they may never come.
   bool TryFinish(Conn& c, Parked& p, bool fail_missing = true) {
     std::vector<std::string> values;
+    // The answer's frame: code, count, then each value with its length.
+    const size_t framing = 1 + 4 + 4 * p.keys.size();
+    const size_t max_values =
+        MaxFrameBytes() > framing ? MaxFrameBytes() - framing : 0;
+    size_t value_bytes = 0;
     p.next_missing = state_.FirstMissing(p.keys, p.next_missing,
-                                         p.want_values ? &values : nullptr);
+                                         p.want_values ? &values : nullptr,
+                                         max_values, &value_bytes);
     if (p.next_missing < p.keys.size()) {
       if (!fail_missing || !job_failure_.has_value()) return false;
       wire::EncodeError(JobFailedError(*job_failure_, p.keys), &c.out);
+      return true;
+    }
+    if (p.want_values && value_bytes > max_values) {
+      // Refused, not cut short: the connection stays in step and open.
+      wire::EncodeError(
+          absl::ResourceExhaustedError(absl::StrCat(
+              "store: the answer to a ",
+              p.keys.size() == 1 ? "get" : "multi_get", " of ", p.keys.size(),
+              " key(s) would be ", framing + value_bytes, " bytes (",
+              value_bytes, " of values), over the store's limit of ",
+              MaxFrameBytes(),
+              " for a frame (DISTKIT_STORE_MAX_REQUEST_BYTES plus framing); "
+              "ask for fewer keys at a time")),
+          &c.out);
       return true;
     }
     const size_t begin = wire::BeginFrame(&c.out, 0);
@@ -585,8 +646,7 @@ class StoreServer::Loop {
   // it. False when the connection must close.
   bool Resume(Conn& c) {
     Unpark(c);
-    Process(c);
-    if (!Flush(c)) return false;
+    if (!ServeBuffered(c)) return false;
     UpdateInterest(c);
     return true;
   }

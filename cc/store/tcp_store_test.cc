@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -109,6 +110,7 @@ class RawClient {
         store_socket::ReadFrame(fd_.get(), absl::Now() + absl::Seconds(10));
     return body.status().code() == absl::StatusCode::kUnavailable;
   }
+  int fd() const { return fd_.get(); }
 
  private:
   store_socket::Fd fd_;
@@ -122,7 +124,12 @@ class RecordingProxy {
   explicit RecordingProxy(const std::string& target) : target_(target) {
     absl::StatusOr<std::pair<store_socket::Fd, int>> listening =
         store_socket::Listen("127.0.0.1", 0);
-    EXPECT_TRUE(listening.ok()) << listening.status();
+    // A constructor cannot ASSERT: without a listener there is no server
+    // (port 0), and the test fails on that as well.
+    if (!listening.ok()) {
+      ADD_FAILURE() << listening.status();
+      return;
+    }
     listener_ = std::move(listening->first);
     port_ = listening->second;
     acceptor_ = std::thread([this] { AcceptLoop(); });
@@ -206,6 +213,48 @@ class RecordingProxy {
   absl::Mutex mu_;
   std::vector<std::string> from_clients_ ABSL_GUARDED_BY(mu_);
   std::string from_server_ ABSL_GUARDED_BY(mu_);
+};
+
+// A fake server at an address of its own, for what the client does with a
+// server that is no store: accepts one connection (within 10 s) on a thread
+// and hands it to `serve` with that deadline.
+class OneConnectionServer {
+ public:
+  using ServeFn = std::function<void(int fd, absl::Time deadline)>;
+  explicit OneConnectionServer(ServeFn serve) {
+    absl::StatusOr<std::pair<store_socket::Fd, int>> listening =
+        store_socket::Listen("127.0.0.1", 0);
+    if (!listening.ok()) {  // no server (port 0): the test fails on that too
+      ADD_FAILURE() << listening.status();
+      return;
+    }
+    listener_ = std::move(listening->first);
+    port_ = listening->second;
+    thread_ = std::thread([this, serve = std::move(serve)] {
+      const absl::Time deadline = absl::Now() + absl::Seconds(10);
+      int fd = -1;
+      while (fd < 0 && absl::Now() < deadline) {
+        pollfd p{listener_.get(), POLLIN, 0};
+        if (poll(&p, 1, 20) > 0) {
+          fd = accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+        }
+      }
+      if (fd < 0) return;
+      store_socket::Fd conn(fd);
+      serve(fd, deadline);
+    });
+  }
+  ~OneConnectionServer() { Join(); }
+  // Waits until `serve` has returned (and the connection is closed).
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+ private:
+  store_socket::Fd listener_;
+  int port_ = 0;
+  std::thread thread_;
 };
 
 // A frame header claiming a body of `length` bytes for a set.
@@ -336,22 +385,9 @@ TEST_F(TcpStoreTest, ARecordedHandshakeCannotBeReplayed) {
 // that does not know the token (another job's, or one listening in its
 // place) is refused, and gets no proof to try elsewhere.
 TEST(TcpStoreHandshakeTest, AServerWithoutTheTokenGetsNoProof) {
-  absl::StatusOr<std::pair<store_socket::Fd, int>> listening =
-      store_socket::Listen("127.0.0.1", 0);
-  ASSERT_TRUE(listening.ok()) << listening.status();
   std::string after_challenge;
   bool saw_hello = false;
-  std::thread impostor([&] {
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    int fd = -1;
-    while (fd < 0 && absl::Now() < deadline) {
-      pollfd p{listening->first.get(), POLLIN, 0};
-      if (poll(&p, 1, 20) > 0) {
-        fd = accept4(listening->first.get(), nullptr, nullptr, SOCK_CLOEXEC);
-      }
-    }
-    if (fd < 0) return;
-    store_socket::Fd conn(fd);
+  OneConnectionServer impostor([&](int fd, absl::Time deadline) {
     absl::StatusOr<std::string> hello = store_socket::ReadFrame(fd, deadline);
     if (!hello.ok()) return;
     absl::StatusOr<store_wire::Request> decoded =
@@ -376,16 +412,15 @@ TEST(TcpStoreHandshakeTest, AServerWithoutTheTokenGetsNoProof) {
     }
   });
   {
-    absl::StatusOr<std::unique_ptr<TcpStore>> c =
-        TcpStore::Connect({absl::StrCat("127.0.0.1:", listening->second),
-                           kToken, absl::Seconds(5), absl::Seconds(5)});
+    absl::StatusOr<std::unique_ptr<TcpStore>> c = TcpStore::Connect(
+        {impostor.address(), kToken, absl::Seconds(5), absl::Seconds(5)});
     ASSERT_TRUE(c.ok()) << c.status();
     absl::Status s = (*c)->Set("k", "v");
     EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
     EXPECT_NE(s.message().find("wrong job token"), absl::string_view::npos)
         << s;
   }
-  impostor.join();
+  impostor.Join();
   EXPECT_TRUE(saw_hello);
   EXPECT_EQ(after_challenge, "") << "the client sent a proof, or a request";
 }
@@ -394,23 +429,10 @@ TEST(TcpStoreHandshakeTest, AServerWithoutTheTokenGetsNoProof) {
 // bytes whose first four read as a 1.2 GB frame length: the client neither
 // allocates that nor waits for it, and says what is wrong.
 TEST(TcpStoreHandshakeTest, AnHttpServerAtTheAddressIsNotAStore) {
-  absl::StatusOr<std::pair<store_socket::Fd, int>> listening =
-      store_socket::Listen("127.0.0.1", 0);
-  ASSERT_TRUE(listening.ok()) << listening.status();
-  std::thread http([&] {
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    int fd = -1;
-    while (fd < 0 && absl::Now() < deadline) {
-      pollfd p{listening->first.get(), POLLIN, 0};
-      if (poll(&p, 1, 20) > 0) {
-        fd = accept4(listening->first.get(), nullptr, nullptr, SOCK_CLOEXEC);
-      }
-    }
-    if (fd < 0) return;
-    store_socket::Fd conn(fd);
+  OneConnectionServer http([](int fd, absl::Time deadline) {
     (void)store_socket::WriteAll(fd, "HTTP/1.1 400 Bad Request\r\n", deadline);
   });
-  const std::string address = absl::StrCat("127.0.0.1:", listening->second);
+  const std::string address = http.address();
   const absl::Time start = absl::Now();
   {
     absl::StatusOr<std::unique_ptr<TcpStore>> c = TcpStore::Connect(
@@ -423,7 +445,7 @@ TEST(TcpStoreHandshakeTest, AnHttpServerAtTheAddressIsNotAStore) {
     EXPECT_NE(s.message().find(address), absl::string_view::npos) << s;
   }
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  http.join();
+  http.Join();
 }
 
 // A client of the protocol before the handshake (DKS1: the token in the
@@ -587,6 +609,93 @@ TEST_F(TcpStoreTest, ServerRefusesAnOversizedRequestFromAnyClient) {
     EXPECT_TRUE(raw.Closed());
   }
   EXPECT_FALSE(*Client()->Check({"big"}));
+}
+
+// Answers are capped as requests are (BUILD: 4 MiB of values, so frames of
+// 5 MiB): one key of 1 MiB asked for six times is refused, naming the
+// operation and the sizes, without the answer ever being built; the
+// connection stays in step and the server serves on.
+TEST_F(TcpStoreTest, AMultiGetAnswerOverTheFrameLimitIsRefused) {
+  std::shared_ptr<Store> client = Client();
+  const std::string mib(size_t{1} << 20, 'v');
+  ASSERT_TRUE(client->Set("big", mib).ok());
+  absl::StatusOr<std::vector<std::string>> all =
+      client->MultiGet(std::vector<std::string>(6, "big"));
+  EXPECT_EQ(all.status().code(), absl::StatusCode::kResourceExhausted)
+      << all.status();
+  const std::string message(all.status().message());
+  EXPECT_NE(message.find("multi_get of 6 key(s)"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("6291456 of values"), std::string::npos) << message;
+  EXPECT_NE(message.find("limit of 5242880"), std::string::npos) << message;
+  EXPECT_NE(message.find("DISTKIT_STORE_MAX_REQUEST_BYTES"), std::string::npos)
+      << message;
+  // Four fit, on the same connection.
+  all = client->MultiGet(std::vector<std::string>(4, "big"));
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), 4u);
+  EXPECT_EQ(all->back(), mib);
+  EXPECT_EQ(*client->Add("n", 1), 1);
+  // A multi_get that waits (parked, or not: the same check) for the key
+  // that takes its answer over the limit is refused as well.
+  std::shared_ptr<Store> waiter = Client();
+  std::vector<std::string> keys(5, "big");
+  keys.push_back("last");
+  std::thread setter([] { (void)Client()->Set("last", "x"); });
+  all = waiter->MultiGetWithTimeout(keys, absl::Seconds(20));
+  setter.join();
+  EXPECT_EQ(all.status().code(), absl::StatusCode::kResourceExhausted)
+      << all.status();
+  EXPECT_EQ(*Client()->Get("last"), "x");
+}
+
+// An append may not grow a value past what a set could have written (the
+// limit of a request), so that every value fits in an answer.
+TEST_F(TcpStoreTest, AppendsCannotGrowAValuePastTheLimit) {
+  std::shared_ptr<Store> client = Client();
+  const std::string mib(size_t{1} << 20, 'a');
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(client->Append("grown", mib).ok());
+  absl::Status s = client->Append("grown", "x");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("DISTKIT_STORE_MAX_REQUEST_BYTES"),
+            absl::string_view::npos)
+      << s;
+  absl::StatusOr<std::string> v = client->Get("grown");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->size(), size_t{4} << 20) << "the refused append changed it";
+}
+
+// Requests sent ahead are served only as their answers are taken: 64 gets
+// of a 1 MiB value in one packet are not all answered into memory at once
+// (the unread answers stop at kMaxUnsentBytes plus what the sockets hold).
+TEST_F(TcpStoreTest, PipelinedGetsAreAnsweredOnlyAsTheyAreRead) {
+  std::shared_ptr<Store> client = Client();
+  ASSERT_TRUE(client->Set("big", std::string(size_t{1} << 20, 'v')).ok());
+  RawClient raw(server->address());
+  // A small receive buffer, so the sockets hold little of the answers.
+  const int rcvbuf = 64 << 10;
+  ASSERT_EQ(
+      setsockopt(raw.fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
+  raw.SendHello(kToken);
+  ASSERT_EQ(raw.Answer().first, absl::StatusCode::kOk);
+  const int64_t before = server->served().requests;
+  constexpr int kGets = 64;
+  store_wire::Request get;
+  get.op = store_wire::Op::kMultiGet;
+  get.keys.push_back("big");
+  get.number = 10000;
+  std::string frames;
+  for (int i = 0; i < kGets; ++i) store_wire::EncodeRequest(get, &frames);
+  ASSERT_TRUE(raw.SendBytes(frames).ok());
+  // A round trip of another connection: the server has read the gets by
+  // then (they were readable first).
+  ASSERT_TRUE(client->NumKeys().ok());
+  const int64_t served = server->served().requests - before - 1;
+  EXPECT_LT(served, kGets / 2)
+      << "the server answered every pipelined get before any was read";
+  for (int i = 0; i < kGets; ++i) {
+    ASSERT_EQ(raw.Answer().first, absl::StatusCode::kOk) << "get " << i;
+  }
 }
 
 TEST_F(TcpStoreTest, MalformedOrRefusedSetsFailTheNextCall) {
