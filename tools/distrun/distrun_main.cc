@@ -35,21 +35,41 @@
 namespace distkit {
 namespace {
 
-// The SIGINT or SIGTERM that came during node 0's exit barrier (0: none).
-volatile sig_atomic_t barrier_signal = 0;
+// The SIGINT or SIGTERM that came once the ranks had ended (0: none).
+volatile sig_atomic_t late_signal = 0;
 
-void OnBarrierSignal(int sig) { barrier_signal = sig; }
+void OnLateSignal(int sig) {
+  if (late_signal == 0) late_signal = sig;
+}
 
-// From the end of SuperviseRanks (which puts back the handlers it had) to
-// the end of the exit barrier: a Ctrl-C or scancel ends the wait at once.
-void CatchBarrierSignals() {
+// SIGINT and SIGTERM are blocked from the start, in this thread and so in
+// every thread it starts (the store's): SuperviseRanks takes them only
+// while it waits for its ranks' output (rank_supervisor.h), and one that
+// comes at any other moment stays pending for it or for what follows.
+void BlockSignals() {
+  sigset_t int_term;
+  sigemptyset(&int_term);
+  sigaddset(&int_term, SIGINT);
+  sigaddset(&int_term, SIGTERM);
+  sigprocmask(SIG_BLOCK, &int_term, nullptr);
+}
+
+// After SuperviseRanks: a signal still pending, or one to come (a Ctrl-C or
+// scancel during node 0's exit barrier, which it ends at once), is kept in
+// late_signal and makes distrun's exit 128 + signal.
+void CatchLateSignals() {
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = OnBarrierSignal;
+  sa.sa_handler = OnLateSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigset_t int_term;
+  sigemptyset(&int_term);
+  sigaddset(&int_term, SIGINT);
+  sigaddset(&int_term, SIGTERM);
+  sigprocmask(SIG_UNBLOCK, &int_term, nullptr);
 }
 
 std::string TempDir() {
@@ -87,6 +107,7 @@ std::string RandomToken() {
 }
 
 int Main(int argc, char** argv) {
+  BlockSignals();
   std::vector<std::string> args(argv + 1, argv + argc);
   absl::StatusOr<DistrunOptions> parsed = ParseDistrunArgs(args);
   if (!parsed.ok()) {
@@ -232,6 +253,7 @@ int Main(int argc, char** argv) {
                        token, o.node_rank, world_size, o.min_ranks);
   }
   int code = SuperviseRanks(ranks, so);
+  CatchLateSignals();
   if (o.nnodes > 1) {
     ExitBarrierOptions barrier{absl::StrCat(o.master_addr, ":", port), token,
                                o.nnodes, o.node_rank, o.exit_barrier_timeout};
@@ -254,15 +276,14 @@ int Main(int argc, char** argv) {
                   << s.message() << "\n";
       }
     } else if (code == 0) {
-      CatchBarrierSignals();
-      barrier.cancelled = [] { return barrier_signal != 0; };
+      barrier.cancelled = [] { return late_signal != 0; };
       std::cerr << "distrun: waiting up to "
                 << absl::FormatDuration(barrier.timeout)
                 << " for the other nodes' ranks to finish (exit barrier)\n";
       if (absl::Status s = WaitForNodes(barrier); !s.ok()) {
         std::cerr << "distrun: closing the store: " << s.message() << "\n";
-        if (absl::IsCancelled(s) && barrier_signal != 0) {
-          const int sig = barrier_signal;
+        if (absl::IsCancelled(s) && late_signal != 0) {
+          const int sig = late_signal;
           std::cerr << "distrun: received signal " << sig << " ("
                     << strsignal(sig) << ") in the exit barrier\n";
           code = 128 + sig;
@@ -281,6 +302,12 @@ int Main(int argc, char** argv) {
   if (std::optional<std::string> prefix = env.Get("DISTKIT_TIMELINE")) {
     const std::string merged = MergeTimelines(*prefix);
     if (!merged.empty()) std::cerr << "distrun: timeline in " << merged << "\n";
+  }
+  if (code == 0 && late_signal != 0) {
+    const int sig = late_signal;
+    std::cerr << "distrun: received signal " << sig << " (" << strsignal(sig)
+              << ") after the ranks ended\n";
+    code = 128 + sig;
   }
   return code;
 }

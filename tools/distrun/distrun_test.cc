@@ -6,12 +6,14 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -51,15 +54,24 @@ int Occurrences(absl::string_view text, absl::string_view what) {
   return n;
 }
 
-Result RunDistrun(std::vector<std::string> args,
-                  std::function<void(pid_t)> during = nullptr,
-                  const std::string& when = "", int times = 1) {
+// A distrun started by StartDistrun whose output is not read yet.
+struct Started {
+  pid_t pid = -1;
+  int out = -1;  // read end of its stdout and stderr
+  absl::Time start;
+};
+
+// Starts distrun with `args`; with `pipe_size` > 0 its output pipe holds
+// only that much (rounded up to a page by the kernel; see OutputPipeSize).
+Started StartDistrun(std::vector<std::string> args, int pipe_size = 0) {
   args.insert(args.begin(), kDistrun);
   int out[2];
   EXPECT_EQ(pipe(out), 0);
-  const absl::Time start = absl::Now();
-  pid_t pid = fork();
-  if (pid == 0) {
+  if (pipe_size > 0) fcntl(out[0], F_SETPIPE_SZ, pipe_size);
+  Started s;
+  s.start = absl::Now();
+  s.pid = fork();
+  if (s.pid == 0) {
     dup2(out[1], 1);
     dup2(out[1], 2);
     close(out[0]);
@@ -70,24 +82,39 @@ Result RunDistrun(std::vector<std::string> args,
     _exit(127);
   }
   close(out[1]);
+  s.out = out[0];
+  return s;
+}
+
+// Reads the started distrun's output to the end and waits for it.
+Result FinishDistrun(const Started& s,
+                     std::function<void(pid_t)> during = nullptr,
+                     const std::string& when = "", int times = 1) {
   Result r;
   char buf[4096];
   bool fired = false;
   ssize_t n;
-  while ((n = read(out[0], buf, sizeof(buf))) > 0) {
+  while ((n = read(s.out, buf, sizeof(buf))) > 0) {
     r.output.append(buf, n);
     if (during && !fired && Occurrences(r.output, when) >= times) {
       fired = true;
-      during(pid);
+      during(s.pid);
     }
   }
-  close(out[0]);
+  close(s.out);
   int status = 0;
-  waitpid(pid, &status, 0);
-  r.elapsed = absl::Now() - start;
+  waitpid(s.pid, &status, 0);
+  r.elapsed = absl::Now() - s.start;
   r.exit_code =
       WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+Result RunDistrun(std::vector<std::string> args,
+                  std::function<void(pid_t)> during = nullptr,
+                  const std::string& when = "", int times = 1) {
+  return FinishDistrun(StartDistrun(std::move(args)), std::move(during), when,
+                       times);
 }
 
 TEST(DistrunTest, SetsTorchrunVariablesAndPrefixesOutput) {
@@ -353,6 +380,160 @@ TEST(DistrunTest, KeepsStdoutStderrAndPartialLinesAndLogDir) {
   EXPECT_TRUE(absl::StrContains(text.str(), "out line 1\nout line 2\n"))
       << text.str();
   EXPECT_TRUE(absl::StrContains(text.str(), "err line")) << text.str();
+}
+
+// Waits (bounded) until `done` holds; false if it never did.
+bool WaitUntil(const std::function<bool()>& done,
+               absl::Duration limit = absl::Seconds(30)) {
+  const absl::Time end = absl::Now() + limit;
+  while (!done()) {
+    if (absl::Now() > end) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A process's state letter in /proc ('Z': exited, not yet waited for).
+char ProcessState(pid_t pid) {
+  const std::string stat = ReadText(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size()
+             ? '?'
+             : stat[paren + 2];
+}
+
+// The pid a rank_probe rank wrote to <dir>/pid once it appears; 0 if not.
+pid_t RankPid(const std::string& dir) {
+  int pid = 0;
+  WaitUntil([&] { return absl::SimpleAtoi(ReadText(dir + "/pid"), &pid); });
+  return pid;
+}
+
+// Whether the pipe read by `fd` is full: distrun, which writes to it, is
+// then blocked in the write, between two of its polls.
+bool PipeFull(int fd) {
+  int queued = 0;
+  return ioctl(fd, FIONREAD, &queued) == 0 && queued == fcntl(fd, F_GETPIPE_SZ);
+}
+
+// Whether `sig` sent to `pid` was taken (its handler ran), or is blocked.
+bool SignalTakenOrBlocked(pid_t pid, int sig) {
+  const uint64_t bit = uint64_t{1} << (sig - 1);
+  uint64_t pending = 0, blocked = 0;
+  for (absl::string_view line :
+       absl::StrSplit(ReadText(absl::StrCat("/proc/", pid, "/status")), '\n')) {
+    const std::vector<absl::string_view> kv = absl::StrSplit(line, ':');
+    if (kv.size() != 2) continue;
+    uint64_t value = 0;
+    if (!absl::SimpleHexAtoi(absl::StripAsciiWhitespace(kv[1]), &value)) {
+      continue;
+    }
+    if (kv[0] == "SigPnd" || kv[0] == "ShdPnd") pending |= value;
+    if (kv[0] == "SigBlk") blocked |= value;
+  }
+  return (pending & bit) == 0 || (blocked & bit) != 0;
+}
+
+// `text` without its first `skip` bytes (long lines a failure need not show).
+std::string After(const std::string& text, size_t skip) {
+  return text.substr(std::min(text.size(), skip));
+}
+
+// The output pipe these tests shrink to hold exactly one forwarded line;
+// 0 where the kernel would not (then they are skipped).
+int OutputPipeSize() {
+  int fds[2];
+  if (pipe(fds) != 0) return 0;
+  const int page = static_cast<int>(sysconf(_SC_PAGESIZE));
+  const int size = fcntl(fds[0], F_SETPIPE_SZ, page) == page ? page : 0;
+  close(fds[0]);
+  close(fds[1]);
+  return size;
+}
+
+// What a rank wrote just before it died goes out with its prefix before its
+// replacement starts, though distrun reaps it before it polls its pipes
+// again: the rank's last writes come while distrun is blocked forwarding
+// its earlier lines (its own output pipe is full; the test does not read
+// it), and the rank has exited when the test reads on.
+TEST(DistrunTest, ForwardsAReplacedRanksLastOutput) {
+  const int pipe_size = OutputPipeSize();
+  if (pipe_size == 0) GTEST_SKIP() << "cannot shrink a pipe to a page";
+  const std::string dir = absl::StrCat(getenv("TEST_TMPDIR"), "/last_words");
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  // "[rank0]: " and a line of pipe_size - 9 bytes fill the pipe exactly.
+  Started d = StartDistrun(
+      {"--nproc-per-node", "1", "--master-port", "0", "--max-replacements", "1",
+       "--", kProbe, "last-words", dir, absl::StrCat(pipe_size - 9)},
+      pipe_size);
+  const pid_t rank = RankPid(dir);
+  EXPECT_TRUE(WaitUntil([&] { return PipeFull(d.out); }));
+  EXPECT_TRUE(std::ofstream(dir + "/go").good());
+  EXPECT_TRUE(WaitUntil([&] { return ProcessState(rank) == 'Z'; }));
+  Result r = FinishDistrun(d);
+  // What came after the two long lines.
+  const std::string rest = After(r.output, 2 * pipe_size);
+  EXPECT_EQ(r.exit_code, 0) << rest;
+  EXPECT_TRUE(absl::StrContains(r.output, "[rank0]: last words\n")) << rest;
+  EXPECT_TRUE(absl::StrContains(r.output, "[rank0]: dying now\n")) << rest;
+  EXPECT_TRUE(absl::StrContains(r.output, "[rank0]: replacement up\n")) << rest;
+  // The last words come before the replacement is announced.
+  EXPECT_LT(r.output.find("dying now"), r.output.find("starting it again"))
+      << rest;
+}
+
+// A line without its newline is forwarded once the rank pauses: a prompt is
+// seen while the rank waits for its answer (here, a file made once the
+// test sees the prompt), and what follows continues the same line.
+TEST(DistrunTest, ForwardsALineWithoutNewlineWhenTheRankPauses) {
+  const std::string go = absl::StrCat(getenv("TEST_TMPDIR"), "/prompt_go");
+  Result r = RunDistrun(
+      {"--nproc-per-node", "1", "--master-port", "0", "--", kProbe, "prompt",
+       go},
+      [&](pid_t) { EXPECT_TRUE(std::ofstream(go).good()); },
+      "[rank0]: prompt> ");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "[rank0]: prompt> answered\n"))
+      << r.output;
+  EXPECT_LT(r.elapsed, absl::Seconds(15)) << r.output;
+}
+
+// A SIGTERM that comes after distrun's last read of its ranks' pipes (here
+// while it forwards the last rank's last bytes, blocked on its full output
+// pipe; the rank has exited) still ends distrun with 128 + SIGTERM. Before,
+// it went into the self-pipe that nobody read again and distrun exited 0.
+TEST(DistrunTest, SignalAfterTheLastReadIsNotLost) {
+  const int pipe_size = OutputPipeSize();
+  if (pipe_size == 0) GTEST_SKIP() << "cannot shrink a pipe to a page";
+  const std::string dir = absl::StrCat(getenv("TEST_TMPDIR"), "/late_signal");
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  Started d =
+      StartDistrun({"--nproc-per-node", "1", "--master-port", "0", "--", kProbe,
+                    "partial-exit", dir, absl::StrCat(2 * pipe_size)},
+                   pipe_size);
+  const pid_t rank = RankPid(dir);
+  EXPECT_TRUE(WaitUntil([&] { return PipeFull(d.out); }));
+  // Exited: a zombie, or already reaped when distrun's reap came first and
+  // it blocked forwarding the rest afterwards. Either way its last read is
+  // done and no ppoll comes again.
+  EXPECT_TRUE(WaitUntil([&] {
+    return ProcessState(rank) == 'Z' || (kill(rank, 0) != 0 && errno == ESRCH);
+  }));
+  kill(d.pid, SIGTERM);
+  EXPECT_TRUE(WaitUntil([&] { return SignalTakenOrBlocked(d.pid, SIGTERM); }));
+  Result r = FinishDistrun(d);
+  const std::string rest = After(r.output, 2 * pipe_size);
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << "output ends: " << rest;
+  EXPECT_TRUE(absl::StrContains(
+      r.output, absl::StrCat("[rank0]: ", std::string(2 * pipe_size, 'p'))))
+      << "output ends: " << rest;
 }
 
 TEST(DistrunTest, OneProgramPerRank) {

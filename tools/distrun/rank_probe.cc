@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "cc/launch/launcher.h"
 #include "cc/store/tcp_store.h"
 
@@ -22,6 +23,33 @@ std::string Var(const char* name) {
 }
 
 int Rank() { return atoi(Var("RANK").c_str()); }
+
+void WriteAll(int fd, absl::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = write(fd, data.data(), data.size());
+    if (n <= 0) return;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+// <dir>/pid, whole once it exists (written aside, then renamed).
+void WritePidFile(const std::string& dir) {
+  const std::string tmp = dir + "/pid.tmp";
+  if (FILE* f = fopen(tmp.c_str(), "w")) {
+    fprintf(f, "%d", static_cast<int>(getpid()));
+    fclose(f);
+    rename(tmp.c_str(), (dir + "/pid").c_str());
+  }
+}
+
+// Waits up to 20 s for `path` to exist; false if it did not.
+bool WaitForFile(const std::string& path) {
+  for (int waited_ms = 0; waited_ms < 20000; waited_ms += 5) {
+    if (access(path.c_str(), F_OK) == 0) return true;
+    usleep(5 * 1000);
+  }
+  return false;
+}
 
 void OnTerm(int) {
   const char msg[] = "got SIGTERM\n";
@@ -198,6 +226,44 @@ int main(int argc, char** argv) {
     printf("partial");
     fflush(stdout);
     return 0;
+  }
+  // Rank 0 writes its pid to <dir>/pid, then two lines of argv[3] bytes each
+  // in one write (distrun forwards the first and blocks on the second when
+  // the test does not read its output); once <dir>/go exists, a last partial
+  // line to stdout, a line to stderr, and it exits 3. Its replacement says
+  // so and exits 0.
+  if (mode == "last-words" && argc == 4) {
+    if (getenv("DISTKIT_REPLACEMENT") != nullptr) {
+      printf("replacement up\n");
+      return 0;
+    }
+    const std::string dir = argv[2];
+    WritePidFile(dir);
+    std::string lines;
+    for (int i = 0; i < 2; ++i) {
+      lines.append(static_cast<size_t>(atoi(argv[3])) - 1, 'a' + i);
+      lines.push_back('\n');
+    }
+    WriteAll(1, lines);
+    WaitForFile(dir + "/go");
+    WriteAll(1, "last words");
+    WriteAll(2, "dying now\n");
+    _exit(3);
+  }
+  // Writes "prompt> " (no newline), then waits up to 20 s for the file
+  // argv[2]: "answered" if it came, else "no answer".
+  if (mode == "prompt" && argc == 3) {
+    WriteAll(1, "prompt> ");
+    printf("%s\n", WaitForFile(argv[2]) ? "answered" : "no answer");
+    return 0;
+  }
+  // With stderr closed, writes its pid to <dir>/pid, then argv[3] bytes
+  // without a newline to stdout, and exits.
+  if (mode == "partial-exit" && argc == 4) {
+    close(2);
+    WritePidFile(argv[2]);
+    WriteAll(1, std::string(static_cast<size_t>(atoi(argv[3])), 'p'));
+    _exit(0);
   }
   if (mode == "tag" && argc == 3) {
     printf("tag=%s rank=%d\n", argv[2], Rank());

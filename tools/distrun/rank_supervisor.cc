@@ -12,22 +12,30 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "tools/distrun/output_forwarder.h"
 
 namespace distkit {
 namespace {
 
-int signal_pipe[2] = {-1, -1};
+// The signals SuperviseRanks takes (bit sig - 1), set by OnSignal, which
+// runs only inside the supervisor's ppoll (they are blocked elsewhere).
+std::atomic<uint32_t> received_signals{0};
+static_assert(std::atomic<uint32_t>::is_always_lock_free,
+              "OnSignal must be async-signal-safe");
 
-void OnSignal(int sig) {
-  const unsigned char byte = static_cast<unsigned char>(sig);
-  (void)!write(signal_pipe[1], &byte, 1);
-}
+void OnSignal(int sig) { received_signals.fetch_or(uint32_t{1} << (sig - 1)); }
+
+// How many reads of a dead rank's pipe go into forwarding what it left
+// there (1 MiB): a process of its that outlived it must not keep us there.
+constexpr int kMaxReadsAtExit = 16;
 
 void WriteAll(int fd, absl::string_view data) {
   while (!data.empty()) {
@@ -41,9 +49,8 @@ void WriteAll(int fd, absl::string_view data) {
 }
 
 struct Stream {
-  int fd = -1;         // read end of the rank's pipe; -1 once closed
-  int forward_to = 1;  // our stdout or stderr
-  std::string partial;
+  int fd = -1;  // read end of the rank's pipe (non-blocking); -1 once closed
+  RankStream lines;
 };
 
 struct Rank {
@@ -83,7 +90,7 @@ class Supervisor {
   }
 
   int Run() {
-    InstallSignalHandlers();
+    TakeSignals();
     if (!options_.log_dir.empty()) mkdir(options_.log_dir.c_str(), 0755);
     for (Rank& r : ranks_) {
       if (!Spawn(r)) {
@@ -97,21 +104,36 @@ class Supervisor {
       PumpOnce();
       Reap();
       CheckDeadlines();
+      FlushQuietLines();
     }
     for (Rank& r : ranks_) {
       if (r.log_fd >= 0) close(r.log_fd);
     }
-    RestoreSignalHandlers();
+    GiveBackSignals();
     return result_.value_or(0);
   }
 
  private:
   void Say(absl::string_view message) {
-    WriteAll(2, absl::StrCat(options_.program_name, ": ", message, "\n"));
+    output_.Message(2,
+                    absl::StrCat(options_.program_name, ": ", message, "\n"));
   }
 
-  void InstallSignalHandlers() {
-    if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return;
+  // SIGINT and SIGTERM stay blocked, and are taken only inside PumpOnce's
+  // ppoll (which unblocks them while it waits): one that comes at any other
+  // moment waits, pending, for the next ppoll or, once the ranks are gone,
+  // for GiveBackSignals. None can fall between a check and the return.
+  // (A self-pipe read in the loop lost a signal that came after its last
+  // read.) Threads the callbacks start inherit the block.
+  void TakeSignals() {
+    sigemptyset(&int_term_);
+    sigaddset(&int_term_, SIGINT);
+    sigaddset(&int_term_, SIGTERM);
+    sigprocmask(SIG_BLOCK, &int_term_, &caller_mask_);
+    poll_mask_ = caller_mask_;
+    sigdelset(&poll_mask_, SIGINT);
+    sigdelset(&poll_mask_, SIGTERM);
+    received_signals.store(0);
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = OnSignal;
@@ -119,22 +141,45 @@ class Supervisor {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, &old_sigint_);
     sigaction(SIGTERM, &sa, &old_sigterm_);
-    handlers_installed_ = true;
     signal(SIGPIPE, SIG_IGN);
   }
 
-  // Puts back what SIGINT and SIGTERM did before Run: once the ranks are
-  // gone, nothing reads the pipe, and a Ctrl-C or scancel during what the
-  // caller does next (node 0's exit barrier) must not vanish into it.
-  void RestoreSignalHandlers() {
-    if (!handlers_installed_) return;
+  // Acts on the signals a ppoll took: forwarded to every rank still running;
+  // the first one (unless a failure came first) is the job's result.
+  void ActOnSignals() {
+    const uint32_t got = received_signals.exchange(0);
+    for (int sig : {SIGINT, SIGTERM}) {
+      if ((got & (uint32_t{1} << (sig - 1))) != 0) ActOnSignal(sig);
+    }
+  }
+
+  void ActOnSignal(int sig) {
+    Say(absl::StrCat(
+        "received signal ", sig, " (", strsignal(sig), "); ",
+        AnyRunning() ? "forwarding it to every rank" : "the ranks have ended"));
+    for (Rank& r : ranks_) {
+      if (r.running) kill(-r.pid, sig);
+    }
+    if (!result_.has_value()) result_ = 128 + sig;
+    if (!kill_deadline_.has_value()) {
+      kill_deadline_ = absl::Now() + options_.grace_period;
+    }
+  }
+
+  // Once the ranks are gone: takes a signal still pending (it came after the
+  // last ppoll), then puts back the caller's handlers and signal mask. A
+  // signal that comes after that wait stays pending until then and goes to
+  // the caller's handler (distrun's exit barrier), or, where the caller
+  // does not block it, is delivered to that handler at once.
+  void GiveBackSignals() {
+    const timespec now = {0, 0};
+    int sig;
+    while ((sig = sigtimedwait(&int_term_, nullptr, &now)) > 0) {
+      ActOnSignal(sig);
+    }
     sigaction(SIGINT, &old_sigint_, nullptr);
     sigaction(SIGTERM, &old_sigterm_, nullptr);
-    handlers_installed_ = false;
-    for (int& fd : signal_pipe) {
-      close(fd);
-      fd = -1;
-    }
+    sigprocmask(SIG_SETMASK, &caller_mask_, nullptr);
   }
 
   bool Spawn(Rank& r) {
@@ -170,6 +215,7 @@ class Supervisor {
       sa.sa_handler = SIG_DFL;
       sigaction(SIGINT, &sa, nullptr);
       sigaction(SIGTERM, &sa, nullptr);
+      sigprocmask(SIG_UNBLOCK, &int_term_, nullptr);  // blocked in distrun
       signal(SIGPIPE, SIG_DFL);
       if (r.spec.cpu >= 0) {
         cpu_set_t cpus;
@@ -192,10 +238,13 @@ class Supervisor {
     setpgid(pid, pid);  // also from the parent, to win the race with kill()
     close(out[1]);
     close(err[1]);
+    // Non-blocking, so that a dead rank's pipe is read up to what it holds.
+    fcntl(out[0], F_SETFL, O_NONBLOCK);
+    fcntl(err[0], F_SETFL, O_NONBLOCK);
     r.pid = pid;
     r.running = true;
-    r.out = Stream{out[0], 1, ""};
-    r.err = Stream{err[0], 2, ""};
+    r.out = Stream{out[0], RankStream{r.spec.rank, 1}};
+    r.err = Stream{err[0], RankStream{r.spec.rank, 2}};
     if (!options_.log_dir.empty() && r.log_fd < 0) {
       const std::string path =
           absl::StrCat(options_.log_dir, "/rank_", r.spec.rank, ".log");
@@ -219,23 +268,26 @@ class Supervisor {
     return false;
   }
 
-  // Forwards complete lines of `s` with the rank prefix; at EOF, the rest.
-  void Forward(Rank& r, Stream& s, bool eof) {
-    size_t start = 0;
-    const std::string prefix = absl::StrCat("[rank", r.spec.rank, "]: ");
-    while (true) {
-      const size_t nl = s.partial.find('\n', start);
-      if (nl == std::string::npos) break;
-      WriteAll(s.forward_to,
-               absl::StrCat(prefix, absl::string_view(s.partial).substr(
-                                        start, nl - start + 1)));
-      start = nl + 1;
+  // Reads what `s` holds now, at most `max_reads` times; closes it at EOF.
+  void ReadStream(Rank& r, Stream& s, int max_reads) {
+    char buf[65536];
+    for (int i = 0; i < max_reads && s.fd >= 0; ++i) {
+      const ssize_t got = read(s.fd, buf, sizeof(buf));
+      if (got > 0) {
+        if (r.log_fd >= 0) WriteAll(r.log_fd, absl::string_view(buf, got));
+        output_.Add(s.lines, absl::string_view(buf, got), absl::Now());
+      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+        CloseStream(s);
+      } else if (errno == EAGAIN) {
+        return;
+      }
     }
-    s.partial.erase(0, start);
-    if (eof && !s.partial.empty()) {
-      WriteAll(s.forward_to, absl::StrCat(prefix, s.partial, "\n"));
-      s.partial.clear();
-    }
+  }
+
+  void CloseStream(Stream& s) {
+    output_.End(s.lines);
+    close(s.fd);
+    s.fd = -1;
   }
 
   void PumpOnce() {
@@ -249,38 +301,36 @@ class Supervisor {
         }
       }
     }
-    if (signal_pipe[0] >= 0) fds.push_back(pollfd{signal_pipe[0], POLLIN, 0});
-    int n = poll(fds.data(), fds.size(), 50);
+    const timespec timeout = {0, 50 * 1000 * 1000};
+    const int n = ppoll(fds.data(), fds.size(), &timeout, &poll_mask_);
+    ActOnSignals();
     if (n <= 0) return;
     for (size_t i = 0; i < owners.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      Rank& r = *owners[i].first;
-      Stream& s = *owners[i].second;
-      char buf[65536];
-      ssize_t got = read(s.fd, buf, sizeof(buf));
-      if (got > 0) {
-        if (r.log_fd >= 0) WriteAll(r.log_fd, absl::string_view(buf, got));
-        s.partial.append(buf, got);
-        Forward(r, s, false);
-      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-        Forward(r, s, true);
-        close(s.fd);
-        s.fd = -1;
+      if (fds[i].revents != 0) {
+        ReadStream(*owners[i].first, *owners[i].second, 1);
       }
     }
-    if (signal_pipe[0] >= 0 && fds.back().revents != 0) {
-      unsigned char sig = 0;
-      while (read(signal_pipe[0], &sig, 1) == 1) {
-        Say(absl::StrCat("received signal ", static_cast<int>(sig), " (",
-                         strsignal(sig), "); forwarding it to every rank"));
-        for (Rank& r : ranks_) {
-          if (r.running) kill(-r.pid, sig);
-        }
-        if (!result_.has_value()) result_ = 128 + sig;
-        if (!kill_deadline_.has_value()) {
-          kill_deadline_ = absl::Now() + options_.grace_period;
-        }
+  }
+
+  // Partial lines whose streams have been quiet go out (a prompt, a
+  // progress bar): they may never get their newline.
+  void FlushQuietLines() {
+    const absl::Time now = absl::Now();
+    for (Rank& r : ranks_) {
+      for (Stream* s : {&r.out, &r.err}) {
+        if (s->fd >= 0) output_.FlushIfQuiet(s->lines, now);
       }
+    }
+  }
+
+  // A rank that exited: what it left in its pipes goes out now, before what
+  // is said about its end and before a replacement gets new pipes (the
+  // loop's last poll may have come before its last writes), and so does
+  // its partial last line. A pipe a process of its still holds stays open.
+  void ForwardWhatIsLeft(Rank& r) {
+    for (Stream* s : {&r.out, &r.err}) {
+      ReadStream(r, *s, kMaxReadsAtExit);
+      output_.End(s->lines);
     }
   }
 
@@ -294,10 +344,14 @@ class Supervisor {
       r.wait_status = status;
       // Whatever the rank's children still hold open must not keep us here.
       kill(-r.pid, SIGKILL);
+      ForwardWhatIsLeft(r);
       const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
       if (failed && !result_.has_value()) {
         const std::string what = absl::StrCat(
             "rank ", r.spec.rank, " (pid ", r.pid, ") ", DescribeExit(status));
+        // The callbacks below may write (to the job's store, or why they
+        // could not): never into the middle of a rank's open line.
+        output_.EndOpenLines();
         if (Replace(r, what)) continue;
         // Only a rank that was killed is lost: one that exits with an error
         // code failed in its own program, which must stop the job.
@@ -320,18 +374,14 @@ class Supervisor {
   }
 
   // Starts `r` again if options_.replace allows it; false when the job is to
-  // stop instead. The dead process's output is flushed first: its pipes'
-  // remaining lines still carry its prefix, and the new one gets new pipes.
+  // stop instead. The dead process's output went out when it was reaped;
+  // its pipes are closed (the new one gets new pipes).
   bool Replace(Rank& r, const std::string& what) {
     if (!options_.replace) return false;
     const int n = options_.replace(what);
     if (n <= 0) return false;
     for (Stream* s : {&r.out, &r.err}) {
-      if (s->fd >= 0) {
-        Forward(r, *s, true);
-        close(s->fd);
-        s->fd = -1;
-      }
+      if (s->fd >= 0) CloseStream(*s);
     }
     const std::string var = "DISTKIT_REPLACEMENT=";
     auto& env = r.spec.env;
@@ -411,24 +461,23 @@ class Supervisor {
       // Every rank has exited; stop reading pipes a grandchild kept open.
       for (Rank& r : ranks_) {
         for (Stream* s : {&r.out, &r.err}) {
-          if (s->fd >= 0) {
-            Forward(r, *s, true);
-            close(s->fd);
-            s->fd = -1;
-          }
+          if (s->fd >= 0) CloseStream(*s);
         }
       }
     }
   }
 
   SupervisorOptions options_;
+  OutputForwarder output_{WriteAll};
   std::vector<Rank> ranks_;
   std::optional<int> result_;
   std::optional<absl::Time> term_deadline_;
   std::optional<absl::Time> kill_deadline_;
   std::optional<absl::Time> drain_deadline_;
   absl::Time start_;
-  bool handlers_installed_ = false;
+  sigset_t int_term_;     // SIGINT and SIGTERM
+  sigset_t caller_mask_;  // the signal mask before Run
+  sigset_t poll_mask_;    // caller_mask_ without SIGINT and SIGTERM
   struct sigaction old_sigint_ {};
   struct sigaction old_sigterm_ {};
   bool timed_out_ = false;

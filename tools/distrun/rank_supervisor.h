@@ -12,7 +12,8 @@
 //   be started again alone: same rank, same environment plus
 //   DISTKIT_REPLACEMENT=<n>, the others untouched; with `release` (distrun
 //   --min-ranks), the job may instead go on without a rank that was killed;
-// - SIGINT / SIGTERM sent to the supervisor are forwarded to every rank;
+// - SIGINT / SIGTERM sent to the supervisor are forwarded to every rank (one
+//   that comes once they have all ended is still the result);
 // - an overall timeout stops every rank and returns 124, naming the ranks
 //   that were still running.
 
@@ -68,7 +69,11 @@ inline constexpr int kTimeoutExitCode = 124;
 // rank exits 0; otherwise the first failing rank's code (128 + signal for a
 // rank killed by a signal); 124 on timeout; 128 + signal when the supervisor
 // itself was interrupted. Call at most once per process (it installs
-// SIGINT/SIGTERM handlers).
+// SIGINT/SIGTERM handlers), with SIGINT and SIGTERM blocked in every other
+// thread: it blocks them too, and takes them only while it waits for output,
+// so that none is lost between its last look and its return. On return the
+// caller's handlers and signal mask are back; a signal that came after its
+// last look is pending for the caller (delivered at once unless blocked).
 int SuperviseRanks(const std::vector<RankProcess>& ranks,
                    const SupervisorOptions& options);
 
