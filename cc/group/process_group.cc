@@ -209,6 +209,11 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
   // only if every one can. One that cannot goes afresh at once, without
   // waiting for the others' answers: after a rank died (ShrinkGroup), the
   // survivors' parents have all failed, and the dead rank never answers.
+  // What bounds making the subgroup among its members: the child's own
+  // connect timeout, else its timeout (the parent's unless it was given).
+  const absl::Duration creation = options.connect_timeout > absl::ZeroDuration()
+                                      ? options.connect_timeout
+                                      : options.timeout;
   bool can_split = options.backend == options_.backend &&
                    contract_->backend().splits_from_parent() &&
                    AsyncError().ok();
@@ -232,7 +237,7 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
       std::vector<std::string> keys;
       for (int r = 0; r < n; ++r) keys.push_back(absl::StrCat(prefix, r));
       absl::StatusOr<std::vector<std::string>> answers =
-          store_->MultiGetWithTimeout(keys, options_.timeout);
+          store_->MultiGetWithTimeout(keys, creation);
       if (!answers.ok()) {
         return WithJobFailure(
             *store_,
@@ -251,7 +256,7 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
     OpContext ctx;
     ctx.op = OpCode::kNewGroup;
     ctx.group_name = name_;
-    ctx.timeout = options_.timeout;
+    ctx.timeout = creation;
     absl::StatusOr<std::unique_ptr<Backend>> made =
         contract_->CreateAmongMembers(ctx, ranks, child);
     // A member that never came may have died: say so where it is recorded.

@@ -11,7 +11,8 @@ group on this backend itself (as mmengine's init_dist initializes
 torch.distributed), over the same ranks and connections, with torch's keys
 in distkit's job store (``DistkitStore``). Started alone, the default group
 joins distkit through the store torch gives it. ``new_group(ranks)`` makes a
-distkit subgroup of its members (``dk_group_new_named``). Ranks torch passes
+distkit subgroup of its members (``dk_group_new_with_options``, with the
+timeout new_group is given). Ranks torch passes
 to a process group are the group's own ranks, as the C ABI takes them.
 
 The process groups are C++ (the extension ``distkit._c10d``, a c10d
@@ -281,11 +282,14 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
     name = store.get("distkit/name").decode()
     ranks = (ctypes.c_int32 * size)(*members)
     # new_group(timeout=...) bounds the subgroup's operations and its
-    # creation, as it does on Gloo (torch passes its default otherwise).
+    # creation. Without one torch passes its default (30 min): the subgroup
+    # then keeps the default group's, which init_process_group or init_dist
+    # set (Gloo's would take torch's 30 min).
     options = GroupOptions()
     lib.dk_group_options_init(ctypes.byref(options))
     options.name = name.encode()
-    options.timeout_ms = max(1, to_millis(timeout))  # never 0, the parent's
+    if timeout is not None and timeout != tdist.distributed_c10d.default_pg_timeout:
+        options.timeout_ms = max(1, to_millis(timeout))
     handle = ctypes.c_void_p()
     raise_for_status(lib.dk_group_new_with_options, _groups.handle_of(None), ranks, size,
                      ctypes.byref(options), ctypes.byref(handle))

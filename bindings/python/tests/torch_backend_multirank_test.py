@@ -550,10 +550,11 @@ def timeout_check(rank, n):
 
 
 def subgroup_timeout(rank, n):
-    """new_group(timeout=2 s) under the default group's 30 minutes: an
+    """new_group(timeout=3 s) under the default group's 30 minutes: an
     all_reduce on the subgroup that rank n - 1 skips fails on the others
     within the subgroup's bound, naming the op; the default group goes on."""
-    sub = tdist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=2))
+    tdist.barrier()  # the creation, too, is bounded by the 3 s: start it together
+    sub = tdist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=3))
     t = torch.ones(1)
     tdist.all_reduce(t, group=sub)
     check(t.item() == n, "an all_reduce on the subgroup with its own timeout")
@@ -567,7 +568,7 @@ def subgroup_timeout(rank, n):
         except RuntimeError as e:
             took = time.monotonic() - start
             check("all_reduce" in str(e), f"the subgroup's timeout names the op: {e}")
-            check(took <= 20, f"within the subgroup's 2 s bound (plus diagnosis): {took:.1f} s")
+            check(took <= 20, f"within the subgroup's 3 s bound (plus diagnosis): {took:.1f} s")
     # The default group waits for them (rank n - 1 keeps its handle until
     # then: a destroyed peer would end their wait another way).
     tdist.barrier()
