@@ -15,7 +15,9 @@ import sys
 import tempfile
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
 from distkit import dist
 from distkit.fsdp import (FullyShardedDataParallel, ModuleWrapPolicy, ShardingStrategy,
@@ -195,6 +197,11 @@ def strict_false():
     except RuntimeError as e:
         check("head.bias" in str(e) and "head.weight" in str(e) and "extra.weight" in str(e),
               f"strict=True error names the keys: {e}")
+        try:
+            TiedLM().load_state_dict(given)
+        except RuntimeError as torch_error:  # torch's text, trailing spaces too
+            want = str(torch_error).replace("TiedLM", "FullyShardedDataParallel")
+            check(str(e) == want, f"strict=True error {str(e)!r}, torch's {want!r}")
     same_state(sharded.state_dict(), before, "strict=True loads nothing")
     result = sharded.load_state_dict(given, strict=False)
     check(result.missing_keys == ["head.weight", "head.bias"],
@@ -215,6 +222,137 @@ def strict_false():
         print(f"strict=False: {result}", flush=True)
 
 
+def train_alike(make, what, strategy=ShardingStrategy.FULL_SHARD, policy=None, steps=STEPS,
+                width=WIDTH, tolerance=1e-5):
+    """`make()` wrapped and trained on each rank's part of the batch equals
+    make() trained alone on the whole batch (SGD with momentum), on every
+    rank; returns the wrapped model."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    hybrid = strategy in (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2)
+    torch.manual_seed(0)
+    reference = make()
+    torch.manual_seed(0)
+    sharded = FullyShardedDataParallel(make(), process_group=hybrid_groups() if hybrid else None,
+                                       sharding_strategy=strategy, auto_wrap_policy=policy)
+    opt = torch.optim.SGD(sharded.parameters(), lr=LR, momentum=0.9)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=LR, momentum=0.9)
+    for step in range(steps):
+        g = torch.Generator().manual_seed(900 + step)
+        x = torch.randn(n * LOCAL, width, generator=g)
+        sharded(x[rank * LOCAL:(rank + 1) * LOCAL]).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+        reference(x).square().mean().backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    full = sharded.state_dict()
+    same_state(full, reference.state_dict(), f"{what}: trained", tolerance)
+    everyone = dist.all_gather_object(full)
+    check(all(torch.equal(other[k], full[k]) for other in everyone for k in full),
+          f"{what}: ranks differ")
+    return sharded
+
+
+def checkpoint_wrapped():
+    """A state-dict hook renames the keys (torch's checkpoint_wrapper drops
+    "_checkpoint_wrapped_module."): the model builds, trains as the plain
+    one and its state_dict has the plain keys."""
+    for strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.NO_SHARD):
+        try:
+            train_alike(lambda: nn.Sequential(checkpoint_wrapper(nn.Linear(4, 4)),
+                                              nn.Linear(4, 2)),
+                        f"checkpoint_wrapper {strategy.name}", strategy, width=4)
+        except KeyError as e:
+            check(False, f"checkpoint_wrapper {strategy.name}: KeyError {e}")
+
+
+def rank0_loads():
+    """load_state_dict(strict=False) with a full dict on rank 0 and {} on the
+    others (FullStateDictConfig(rank0_only=True)'s): every rank ends with
+    rank 0's values and trains on identically."""
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    reference = TiedLM()
+    torch.manual_seed(1)
+    sharded = FullyShardedDataParallel(TiedLM(), auto_wrap_policy=ModuleWrapPolicy({Block}),
+                                       sync_module_states=True)
+    given = reference.state_dict() if rank == 0 else {}
+    result = sharded.load_state_dict(given, strict=False)
+    check(rank == 0 or len(result.missing_keys) == len(reference.state_dict()),
+          f"rank0_only load: missing {result.missing_keys}")
+    same_state(sharded.state_dict(), reference.state_dict(), "rank0_only load: values")
+    opt = torch.optim.SGD(sharded.parameters(), lr=LR)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
+    n = dist.get_world_size()
+    for step in range(2):
+        x, y = batch(step, rank * LOCAL, LOCAL)
+        loss_of(sharded, x, y).backward()
+        opt.step()
+        opt.zero_grad()
+        x, y = batch(step, 0, n * LOCAL)
+        loss_of(reference, x, y).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    full = sharded.state_dict()
+    same_state(full, reference.state_dict(), "rank0_only load: trained", 1e-5)
+    everyone = dist.all_gather_object(full)
+    check(all(torch.equal(other[k], full[k]) for other in everyone for k in full),
+          "rank0_only load: ranks differ")
+
+
+class Layer(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+
+    def forward(self, x):
+        return torch.tanh(self.lin(x))
+
+
+class TiedAcrossCheckpoint(nn.Module):
+    """A weight used inside a reentrant-checkpointed block and outside."""
+
+    def __init__(self):
+        super().__init__()
+        self.pre = nn.Linear(WIDTH, WIDTH)
+        self.block = Layer(WIDTH)
+        self.post = nn.Linear(WIDTH, WIDTH)
+        self.post.weight = self.block.lin.weight
+
+    def forward(self, x):
+        h = torch.utils.checkpoint.checkpoint(self.block, self.pre(x))
+        return self.post(h)
+
+
+class Albert(nn.Module):
+    """One block run 3 times, each under reentrant checkpoint."""
+
+    def __init__(self):
+        super().__init__()
+        self.pre = nn.Linear(WIDTH, WIDTH)
+        self.block = Layer(WIDTH)
+        self.head = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x):
+        h = self.pre(x)
+        for _ in range(3):
+            h = torch.utils.checkpoint.checkpoint(self.block, h)
+        return self.head(h)
+
+
+def checkpointed():
+    """Gradients reaching a leaf in several backward passes (reentrant
+    checkpoint's inner ones and the outer one): reduced once all arrived."""
+    for make in (TiedAcrossCheckpoint, Albert):
+        for strategy in ShardingStrategy:
+            for policy in (None, ModuleWrapPolicy({Layer})):
+                what = f"{make.__name__} {strategy.name} policy={policy is not None}"
+                try:
+                    train_alike(make, what, strategy, policy)
+                except RuntimeError as e:
+                    check(False, f"{what}: {e}")
+
+
 def main():
     dist.init_dist("pytorch", backend="gloo")
     for strategy in ShardingStrategy:
@@ -222,6 +360,9 @@ def main():
             for orig_params in (False, True):
                 train(strategy, policy, orig_params)
     strict_false()
+    checkpoint_wrapped()
+    rank0_loads()
+    checkpointed()
     dist.barrier()
     status = finish("fsdp tied checks")
     dist.destroy()

@@ -75,11 +75,13 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         # Keys of the full state dict, in the original order, and every key
         # of each tensor: a tied parameter (or a module registered twice)
         # has several, the first of them its named_parameters() name.
-        self._keys = list(module.state_dict().keys())
-        names = _names(module, set(self._keys))
+        state = module.state_dict(keep_vars=True)
+        self._keys = list(state.keys())
+        names = _names(module, state)
         # key -> the first key of the same tensor, for its other keys.
         self._tied = {k: ks[0] for ks in names.values() for k in ks[1:]}
         path_of = {id(m): name for name, m in module.named_modules()}
+        param_name = {id(p): name for name, p in module.named_parameters()}
         reshard = strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.HYBRID_SHARD)
         claimed: Set[int] = {id(p) for p in ignored_parameters or []}  # left alone
         # torch's ignored_modules: their parameters are left alone, also
@@ -97,13 +99,16 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
             unit = self._coordinator.add(unit_module, owned, process_group, config, param_dtype,
                                          reshard and unit_module is not module,
                                          unit_module is module, use_orig_params, aliases)
-            unit.keys = [names[id(p)][0] for _, _, p in owned]
+            # A parameter with no state-dict key (a hook renamed or left it
+            # out): its named_parameters() name.
+            unit.keys = [names.get(id(p), [param_name.get(id(p))])[0] for _, _, p in owned]
             # (key, i): owned[i]'s further state-dict keys.
             unit.alias_keys = [(k, i) for i, (_, _, p) in enumerate(owned)
-                               for k in names[id(p)][1:]]
+                               for k in names.get(id(p), [])[1:]]
             unit.path = path_of[id(unit_module)]
             claimed.update(id(f) for f in unit.flat_params)  # registered on unit_module
         self._units = self._coordinator.units
+        self._coordinator.watch_recompute()
         self._group = process_group
         self._replicate_group = replicate_group
         self.use_orig_params = use_orig_params
@@ -201,16 +206,25 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
                 "peak": sum(lib.dk_shard_peak_held_bytes(u.handle) for u in self._units)}
 
 
-def _names(module: nn.Module, keys: Set[str]) -> dict:
-    """id(tensor) -> its state-dict keys (those in `keys`), in state-dict
-    order, for every parameter and buffer: several for one registered in
-    several places (tied weights, a module under two names)."""
+def _names(module: nn.Module, state: dict) -> dict:
+    """id(tensor) -> its keys in `state` (module.state_dict(keep_vars=True):
+    the tensors themselves), in state-dict order, for every parameter and
+    buffer: several for one registered in several places (tied weights, a
+    module under two names). Found by identity, so keys a state-dict hook
+    renamed (torch's checkpoint_wrapper drops "_checkpoint_wrapped_module.")
+    belong to their tensors too; where no path gives the key, the key a
+    module path gives comes first (the named_parameters() name)."""
     out: dict = {}
+    for key, t in state.items():
+        if isinstance(t, torch.Tensor):
+            out.setdefault(id(t), []).append(key)
+    paths = set()
     for path, m in module.named_modules(remove_duplicate=False):
         for name, t in list(m._parameters.items()) + list(m._buffers.items()):
-            key = f"{path}.{name}" if path else name
-            if t is not None and key in keys and key not in out.get(id(t), []):
-                out.setdefault(id(t), []).append(key)
+            if t is not None:
+                paths.add((id(t), f"{path}.{name}" if path else name))
+    for i, keys in out.items():  # a key under a module path first
+        keys.sort(key=lambda k, i=i: (i, k) not in paths)
     return out
 
 

@@ -49,6 +49,27 @@ class Coordinator:
             lambda m, inputs, output, unit=unit: self._post_forward(unit, output))
         return unit
 
+    def watch_recompute(self) -> None:
+        """After every unit is added: each module a unit's parameter is
+        registered on tells, when it runs during backward (reentrant
+        checkpoint recomputing), the units whose leaves of this forward it
+        uses: those leaves then take gradients in the inner backward and
+        maybe in others too, so the units are reduced at the end of
+        backward."""
+        users = {}
+        for unit in self.units:
+            for owner, _, _ in list(unit.owned) + list(unit.aliases):
+                users.setdefault(id(owner), (owner, []))[1].append(unit)
+        for owner, units in users.values():
+            owner.register_forward_pre_hook(
+                lambda m, inputs, units=tuple(dict.fromkeys(units)): self._recomputing(units))
+
+    def _recomputing(self, units) -> None:
+        if self.backward_queued and torch.is_grad_enabled():
+            for unit in units:
+                if not unit.exposed_in_backward:
+                    unit.defer = True
+
     def forget_backward(self) -> None:
         """After a failed backward (its queued _finish_backward never ran):
         no reduction in flight, none queued, no recorded order, so the next
@@ -61,6 +82,19 @@ class Coordinator:
         self.compute.append((unit.index, kind, time.time_ns()))
 
     def _pre_forward(self, unit: "Unit") -> None:
+        if not self.backward_queued:
+            if unit.is_root:  # a new forward
+                for u in self.units:
+                    u.forward_calls = 0
+            unit.forward_calls += 1
+        elif torch.is_grad_enabled():
+            # Reentrant checkpoint recomputing the unit: fresh leaves, whose
+            # gradients come in this inner backward. A unit its forward ran
+            # several times is recomputed as often, each time with
+            # gradients for the same shard: reduced at the end of backward.
+            unit.exposed_in_backward = True
+            if unit.forward_calls > 1:
+                unit.defer = True
         unit.unshard()
         if unit not in self.recording:
             self.recording.append(unit)
@@ -143,6 +177,10 @@ class Coordinator:
         for unit in reversed(self.units):
             unit.reduced = False
             unit.pending = 0  # the next forward exposes fresh leaves
+            unit.defer = False
+            unit.fired = [0] * len(unit.fired)
+            unit.exposed_in_backward = False
+            unit.forward_calls = 0
             if unit.gathering:  # prefetched but not used: it holds old values
                 raise_for_status(lib.dk_shard_unshard_wait, unit.handle)
                 raise_for_status(lib.dk_shard_reshard, unit.handle)

@@ -124,29 +124,50 @@ class ModelStateDictMixin:
         missing = [k for k in self._keys if k not in state_dict]
         unexpected = [k for k in state_dict if k not in self._keys]
         if strict and (missing or unexpected):
+            # torch's nn.Module.load_state_dict message, exactly.
             raise RuntimeError(
-                f"Error(s) in loading state_dict for {type(self).__name__}:" +
-                "".join(f"\n\t{what} key(s) in state_dict: " +
-                        ", ".join(f'"{k}"' for k in keys) + "."
-                        for what, keys in (("Missing", missing), ("Unexpected", unexpected))
-                        if keys))
+                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" +
+                "\n\t".join(f"{what} key(s) in state_dict: " +
+                              ", ".join(f'"{k}"' for k in keys) + ". "
+                              for what, keys in (("Missing", missing),
+                                                 ("Unexpected", unexpected))
+                              if keys))
         # Each tensor's value under the first of its keys that is given (a
         # tied parameter loads from either name).
         given = {}
         for key in self._keys:
             if key in state_dict:
                 given.setdefault(self._tied.get(key, key), state_dict[key])
+        # Which keys each rank gives, decided together (one all_reduce over
+        # the shard group): a unit whose keys every rank gives loads them
+        # (local); one some rank lacks a key of is gathered on every rank
+        # (collective, so the ranks' calls pair up) to keep what is not
+        # given; where the ranks' dicts differ in its keys (rank0_only: {}
+        # on the others), rank 0's values go to every rank.
+        firsts = list(dict.fromkeys(self._tied.get(k, k) for k in self._keys))
+        flags = torch.tensor([[0 if k in given else 1 for k in firsts],
+                              [1 if k in given else 0 for k in firsts]], dtype=torch.int32)
+        if dist.is_distributed() and dist.get_world_size(self._group) > 1:
+            dist.all_reduce(flags, op="max", group=self._group)
+        lacking = {k for k, f in zip(firsts, flags[0].tolist()) if f}  # on some rank
+        differ = {k for k, f, g in zip(firsts, flags[0].tolist(), flags[1].tolist())
+                  if f and g}  # given on some ranks, not on others
         for unit in self._units:
             values = [given.get(k) for k in unit.keys]
-            if any(v is None for v in values):  # keep what is not given
+            if any(k in lacking for k in unit.keys):  # keep what is not given
                 values = [v if v is not None else now
                           for v, now in zip(values, unit.gather_full())]
-            unit.load_full(values)
+            unit.load_full(values, rank0_only=any(k in differ for k in unit.keys))
         held = self._held_ids()
+        source = dist.get_global_rank(self._group, 0) if differ else None
         with torch.no_grad():
             for key, t in list(self.module.named_parameters()) + list(self.module.named_buffers()):
-                if key in given and id(t) not in held:
+                if id(t) in held:
+                    continue
+                if key in given:
                     t.copy_(given[key])  # buffers, and parameters no unit holds
+                if self._tied.get(key, key) in differ and key == self._tied.get(key, key):
+                    dist.broadcast(t.data, source, self._group)
         return _IncompatibleKeys(missing, unexpected)
 
     def _held_ids(self) -> set:

@@ -123,6 +123,16 @@ class Unit:
         self.gathering = False
         self.reduced = False
         self.pending = 0
+        # A unit whose leaves may take gradients in more than one backward
+        # pass (reentrant checkpoint: its inner ones and the outer one) is
+        # reduced at the end of backward, not when `pending` reaches 0:
+        # `defer` (this backward; the Coordinator sets it), `fired` (hook
+        # calls per parameter this backward) and `forward_calls` (this
+        # forward's runs of the unit's module).
+        self.defer = False
+        self.fired = [0] * len(owned)
+        self.forward_calls = 0
+        self.exposed_in_backward = False
         self.leaves: List[Optional[torch.Tensor]] = [None] * len(owned)
         memory.track_unit(self)
         if orig_params:
@@ -300,7 +310,13 @@ class Unit:
             raise_for_status(lib.dk_shard_accumulate_grad, self.handle, index, view.pointer)
         leaf.grad = None
         self.pending -= 1
-        if self.pending == 0 and not self.reduced:
+        self.fired[index] += 1
+        if self.fired[index] > 1 or self.aliases:
+            # A leaf's gradient came in more than one backward pass (or may:
+            # a tied parameter): its count says nothing; the end of
+            # backward reduces the unit.
+            self.defer = True
+        if self.pending == 0 and not self.reduced and not self.defer:
             on_all_grads(self)
 
     def start_reduce(self, require_sync: bool, free_after: bool) -> None:
@@ -368,8 +384,12 @@ class Unit:
         raise_for_status(lib.dk_shard_gather_full, self.handle, pointers, len(views), 0)
         return outs
 
-    def load_full(self, values: List[torch.Tensor]) -> None:
+    def load_full(self, values: List[torch.Tensor], rank0_only: bool = False) -> None:
+        """Each rank keeps its slice of `values`; rank0_only: rank 0's
+        values (collective: broadcast over the unit's group)."""
         views = [Borrowed(v.detach().contiguous()) for v in values]
         pointers = _lib.tensor_array(views)
-        raise_for_status(lib.dk_shard_load_full, self.handle, pointers, len(views), 0)
+        raise_for_status(lib.dk_shard_load_full, self.handle, pointers, len(views),
+                         1 if rank0_only and dist.is_distributed()
+                         and dist.get_world_size(self.group) > 1 else 0)
         self.reshard()
