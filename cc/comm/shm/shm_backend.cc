@@ -115,7 +115,12 @@ absl::Status ShmBackend::ExchangeSignatures(const OpContext& ctx,
   layout().header(rank_)->turns[steps_.turn()].sig = mine;
   inline_bytes_ = 0;
   single_copy_.SetEarly(nullptr, op, mine.seq);
-  DK_RETURN_IF_ERROR(steps_.Step(ctx));
+  if (absl::Status stepped = steps_.Step(ctx); !stepped.ok()) {
+    // The peers that passed this step may already copy with the buffer
+    // published early (this rank may have seen a failure they did not).
+    return early != nullptr ? single_copy_.Leave(ctx, std::move(stepped))
+                            : stepped;
+  }
   bool same = early != nullptr;  // compared only where it matters
   for (int r = 0; r < size_; ++r) {
     all[r] = layout().header(r)->turns[steps_.turn()].sig;
@@ -196,7 +201,10 @@ absl::Status ShmBackend::AllReduce(const OpContext& ctx, TensorRef data,
   }
   DK_ASSIGN_OR_RETURN(bool single_copy,
                       single_copy_.Use(ctx, OpCode::kAllReduce, data.nbytes()));
-  if (single_copy) return AllReduceBySingleCopy(single_copy_, ctx, data, fn);
+  if (single_copy) {
+    return single_copy_.Leave(
+        ctx, AllReduceBySingleCopy(single_copy_, ctx, data, fn));
+  }
   if (data.nbytes() > kSliceReduceFromBytes) {
     return ReduceBySlices(steps_, ctx, data, fn, /*root=*/-1, &scratch_);
   }
@@ -215,7 +223,10 @@ absl::Status ShmBackend::Reduce(const OpContext& ctx, TensorRef data,
   }
   DK_ASSIGN_OR_RETURN(bool single_copy,
                       single_copy_.Use(ctx, OpCode::kReduce, data.nbytes()));
-  if (single_copy) return ReduceBySingleCopy(single_copy_, ctx, data, fn, root);
+  if (single_copy) {
+    return single_copy_.Leave(
+        ctx, ReduceBySingleCopy(single_copy_, ctx, data, fn, root));
+  }
   if (data.nbytes() > kSliceReduceFromBytes) {
     return ReduceBySlices(steps_, ctx, data, fn, root, &scratch_);
   }
@@ -233,7 +244,10 @@ absl::Status ShmBackend::Broadcast(const OpContext& ctx, TensorRef data,
   }
   DK_ASSIGN_OR_RETURN(bool single_copy,
                       single_copy_.Use(ctx, OpCode::kBroadcast, data.nbytes()));
-  if (single_copy) return BroadcastBySingleCopy(single_copy_, ctx, data, root);
+  if (single_copy) {
+    return single_copy_.Leave(
+        ctx, BroadcastBySingleCopy(single_copy_, ctx, data, root));
+  }
   return BroadcastBySlots(steps_, ctx, data, root, oversubscribed_);
 }
 
@@ -248,7 +262,8 @@ absl::Status ShmBackend::AllGather(const OpContext& ctx, TensorRef input,
       bool single_copy,
       single_copy_.Use(ctx, OpCode::kAllGather, output.nbytes()));
   if (single_copy) {
-    return AllGatherBySingleCopy(single_copy_, ctx, input, output);
+    return single_copy_.Leave(
+        ctx, AllGatherBySingleCopy(single_copy_, ctx, input, output));
   }
   return AllGatherBySlots(steps_, ctx, input, output);
 }
@@ -264,7 +279,8 @@ absl::Status ShmBackend::Gather(const OpContext& ctx, TensorRef input,
       bool single_copy,
       single_copy_.Use(ctx, OpCode::kGather, input.nbytes() * size_));
   if (single_copy) {
-    return GatherBySingleCopy(single_copy_, ctx, input, output, root);
+    return single_copy_.Leave(
+        ctx, GatherBySingleCopy(single_copy_, ctx, input, output, root));
   }
   return GatherBySlots(steps_, ctx, input, output, root);
 }
@@ -282,7 +298,8 @@ absl::Status ShmBackend::Scatter(const OpContext& ctx, TensorRef input,
       bool single_copy,
       single_copy_.Use(ctx, OpCode::kScatter, output.nbytes() * size_));
   if (single_copy) {
-    return ScatterBySingleCopy(single_copy_, ctx, input, output, root);
+    return single_copy_.Leave(
+        ctx, ScatterBySingleCopy(single_copy_, ctx, input, output, root));
   }
   return ScatterBySlots(steps_, ctx, input, output, root);
 }
@@ -301,7 +318,8 @@ absl::Status ShmBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
       bool single_copy,
       single_copy_.Use(ctx, OpCode::kReduceScatter, input.nbytes()));
   if (single_copy) {
-    return ReduceScatterBySingleCopy(single_copy_, ctx, input, output, fn);
+    return single_copy_.Leave(
+        ctx, ReduceScatterBySingleCopy(single_copy_, ctx, input, output, fn));
   }
   return ReduceScatterBySlots(steps_, ctx, input, output, fn);
 }
@@ -327,7 +345,8 @@ absl::Status ShmBackend::AllToAll(const OpContext& ctx, TensorRef input,
         bool single_copy,
         single_copy_.Use(ctx, OpCode::kAllToAll, input.nbytes()));
     if (single_copy) {
-      return AllToAllBySingleCopy(single_copy_, ctx, input, output);
+      return single_copy_.Leave(
+          ctx, AllToAllBySingleCopy(single_copy_, ctx, input, output));
     }
   }
   return AllToAllBySlots(steps_, ctx, input, input_splits, output,

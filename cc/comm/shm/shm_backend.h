@@ -32,7 +32,10 @@
 // its buffer's address (with the operation's signature where it can), and
 // after a step the peers read or write what they need straight from or into
 // it (single_copy_path.h, single_copy_collectives.h). Which op at which size
-// does is measured, not assumed (shm_thresholds.h).
+// does is measured, not assumed (shm_thresholds.h). Such an operation (and a
+// signature exchange that published its buffer early) that fails returns
+// through SingleCopyPath::Leave: not while a peer still copies with the
+// buffer.
 //
 // A rank that fails inside an operation (a refused read or write) marks the
 // group failed, so its peers' waits end with an error naming it; waits also

@@ -49,8 +49,18 @@ struct alignas(128) ShmRankHeader {
   LivenessRecord liveness;
   // Single copy: the address (in this rank's process) of the buffer of the
   // current operation, published before the step after which peers read it
-  // and read by them before they arrive at the operation's last step.
+  // and read by them before they arrive at the operation's last step. A
+  // rank that leaves a single-copy operation with an error first retracts
+  // it (stores 0) and waits for the peers copying with it (`copying_with`).
   std::atomic<uint64_t> buffer;
+  // 1 + the rank whose published buffer this rank is copying to or from
+  // right now (0: none). Set before reading that rank's `buffer` and
+  // copying (seq_cst, as the owner's retraction and its look here), cleared
+  // after: an owner that retracted its buffer and then sees no copier
+  // naming it knows that no copy into or out of it is in flight or will
+  // start. The segment's layout is otherwise unchanged (this fits before
+  // the 128-byte aligned turns).
+  std::atomic<uint32_t> copying_with;
   // The probe: a peer reads `probe_token` at `probe_addr` in this rank's
   // process and compares it with what the segment says.
   std::atomic<uint64_t> probe_token;
@@ -70,6 +80,8 @@ struct alignas(128) ShmRankHeader {
   };
   Turn turns[2];
 };
+static_assert(offsetof(ShmRankHeader, turns) == 128,
+              "the rank header's fields before its turns fit one line pair");
 
 // Where everything is in one mapping of the segment.
 class ShmLayout {

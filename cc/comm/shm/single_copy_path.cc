@@ -1,9 +1,16 @@
 #include "cc/comm/shm/single_copy_path.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cc/comm/shm/peer_liveness.h"
 #include "cc/comm/shm/shm_segment.h"
 #include "cc/comm/shm/shm_thresholds.h"
 #include "cc/comm/shm/single_copy.h"
@@ -129,13 +136,27 @@ absl::Status SingleCopyPath::CopyWithPeer(const OpContext& ctx, int r,
                                           size_t offset, void* local,
                                           size_t bytes, bool write) {
   if (bytes == 0) return absl::OkStatus();
+  ShmRankHeader* mine = steps_->layout().header(steps_->rank());
   const ShmRankHeader* h = steps_->layout().header(r);
-  char* remote =
-      reinterpret_cast<char*>(h->buffer.load(std::memory_order_relaxed)) +
-      offset;
-  const int pid = h->liveness.pid.load();
-  absl::Status copied = write ? WritePeerMemory(pid, remote, local, bytes)
-                              : ReadPeerMemory(pid, remote, local, bytes);
+  // Say so before reading r's address, and read it after (both seq_cst, as
+  // r's retraction and its look at this word in Leave): either r sees this
+  // copy coming and waits for it, or this copy sees the address gone.
+  mine->copying_with.store(static_cast<uint32_t>(r) + 1);
+  const uint64_t base = h->buffer.load();
+  absl::Status copied;
+  if (base == 0) {
+    copied = absl::UnavailableError(
+        "the peer retracted its buffer: it left the operation with an error");
+  } else {
+    if (test_hook_ != nullptr) copied = test_hook_->InWindow(r, write);
+    if (copied.ok()) {
+      char* remote = reinterpret_cast<char*>(base) + offset;
+      const int pid = h->liveness.pid.load();
+      copied = write ? WritePeerMemory(pid, remote, local, bytes)
+                     : ReadPeerMemory(pid, remote, local, bytes);
+    }
+  }
+  mine->copying_with.store(0, std::memory_order_release);
   if (!copied.ok()) {
     return absl::UnavailableError(absl::StrCat(
         ctx.Describe(), " (", steps_->names().Here(steps_->rank()),
@@ -143,6 +164,70 @@ absl::Status SingleCopyPath::CopyWithPeer(const OpContext& ctx, int r,
         "'s buffer failed (", copied.message(), "); a peer failed"));
   }
   return absl::OkStatus();
+}
+
+absl::Status SingleCopyPath::Leave(const OpContext& ctx, absl::Status status) {
+  if (status.ok()) return status;
+  early_buffer_ = nullptr;
+  // Whatever failed, a peer may still copy with this rank's buffer (its own
+  // part went well, and it has not reached the step this rank left): no
+  // new copy may start, and the ones in flight must end before the caller
+  // frees or reuses the buffer.
+  steps_->layout().header(steps_->rank())->buffer.store(0);
+  const std::string held = AwaitCopiers(ctx);
+  if (held.empty()) return status;
+  return absl::Status(status.code(), absl::StrCat(status.message(), held));
+}
+
+std::string SingleCopyPath::AwaitCopiers(const OpContext& ctx) {
+  const ShmLayout& layout = steps_->layout();
+  const uint32_t me = static_cast<uint32_t>(steps_->rank()) + 1;
+  const absl::Duration bound =
+      std::clamp(ctx.timeout, kRetractWaitMin, kRetractWaitMax);
+  std::string held;
+  bool timed = false;
+  absl::Time deadline;
+  for (int r = 0; r < steps_->size(); ++r) {
+    if (r == steps_->rank()) continue;
+    const ShmRankHeader* h = layout.header(r);
+    PeerWatch watch;
+    absl::Time next_look;
+    // A copy in flight is one process_vm call (a piece of at most a slice):
+    // microseconds, so yield a while before reading the clock and sleeping.
+    for (int polls = 0; h->copying_with.load() == me; ++polls) {
+      if (polls < 100) {
+        sched_yield();
+        continue;
+      }
+      const absl::Time now = absl::Now();
+      if (!timed) {
+        timed = true;
+        deadline = now + bound;
+      }
+      if (now >= next_look) {
+        // An exited rank copies nothing more (a stopped one may, once
+        // continued: it is waited for until the bound).
+        next_look = now + absl::Milliseconds(10);
+        if (std::optional<std::string> gone = watch.Gone(h->liveness);
+            gone && absl::StrContains(*gone, "exited")) {
+          break;
+        }
+      }
+      if (now > deadline) {
+        absl::StrAppend(&held, held.empty() ? "; " : ", ",
+                        steps_->names().Rank(r));
+        break;
+      }
+      absl::SleepFor(absl::Microseconds(200));
+    }
+  }
+  if (!held.empty()) {
+    absl::StrAppend(&held, " was still copying to or from this rank's buffer ",
+                    absl::FormatDuration(bound),
+                    " after it was retracted (stopped?): the buffer may still "
+                    "change");
+  }
+  return held;
 }
 
 absl::Status SingleCopyPath::ReadPeer(const OpContext& ctx, int r,

@@ -15,21 +15,34 @@
 // whose read or write fails marks the group failed (ShmSteps::FailGroup),
 // so its peers' waits end with an error naming it instead of running to
 // the deadline or finishing without it.
+//
+// No rank leaves a single-copy operation while a peer may still copy into
+// or out of its buffer: a copier names the owner in its own header
+// (copying_with) before it reads the owner's published address and
+// copies, and clears it after; a rank that leaves with an error (Leave,
+// whatever failed: its own copy, a step, the deadline, an abort) first
+// retracts its address, so that later copies fail ("retracted its
+// buffer"), then waits until no live peer names it. On success the last
+// step already kept every buffer in place until all were done.
 
 #ifndef DISTKIT_CC_COMM_SHM_SINGLE_COPY_PATH_H_
 #define DISTKIT_CC_COMM_SHM_SINGLE_COPY_PATH_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "cc/comm/backend.h"
 #include "cc/comm/op_context.h"
 #include "cc/comm/op_signature.h"
 #include "cc/comm/reduce_kernels.h"
 #include "cc/comm/shm/shm_steps.h"
+#include "cc/comm/shm/single_copy_test_hook.h"
 
 namespace distkit {
 
@@ -41,7 +54,8 @@ class SingleCopyPath {
                  bool oversubscribed)
       : steps_(steps),
         single_copy_everywhere_(single_copy_everywhere),
-        oversubscribed_(oversubscribed) {}
+        oversubscribed_(oversubscribed),
+        test_hook_(SingleCopyTestHook::FromEnvironment()) {}
 
   ShmSteps& steps() const { return *steps_; }
 
@@ -74,6 +88,18 @@ class SingleCopyPath {
   // signature exchange of this very operation already published it.
   absl::Status PublishForSingleCopy(const OpContext& ctx, OpCode op,
                                     const void* buffer);
+  // Returns `status`, the result of a single-copy operation (or of a
+  // signature exchange that published its buffer early). When it is an
+  // error, first retracts this rank's published buffer and waits until no
+  // peer is copying with it: a peer may still be folding or writing (its
+  // own part went well), and the caller may free or reuse the buffer the
+  // moment this returns. The wait ends early for a peer that exited; it is
+  // bounded by the op's timeout (at least kRetractWaitMin, at most
+  // kRetractWaitMax), and a peer still copying then (stopped inside its
+  // copy) is named in the returned error.
+  absl::Status Leave(const OpContext& ctx, absl::Status status);
+  static constexpr absl::Duration kRetractWaitMin = absl::Seconds(5);
+  static constexpr absl::Duration kRetractWaitMax = absl::Seconds(60);
 
   // ---- Moving bytes ---------------------------------------------------------
 
@@ -93,9 +119,13 @@ class SingleCopyPath {
                          bool write_back = false);
 
  private:
-  // Copies between `local` and `offset` of the buffer rank r published.
+  // Copies between `local` and `offset` of the buffer rank r published;
+  // UNAVAILABLE when r has retracted it (Leave).
   absl::Status CopyWithPeer(const OpContext& ctx, int r, size_t offset,
                             void* local, size_t bytes, bool write);
+  // Leave's wait for the peers copying with this rank's buffer: the
+  // message naming those still copying when it gave up, or empty.
+  std::string AwaitCopiers(const OpContext& ctx);
   char* CopyScratch(size_t bytes);
 
   ShmSteps* const steps_;
@@ -108,6 +138,8 @@ class SingleCopyPath {
   const void* early_buffer_ = nullptr;
   OpCode early_op_ = OpCode::kBarrier;
   uint64_t early_seq_ = 0;
+  // DISTKIT_SHM_TEST_COPY_HOOK (tests only); null otherwise.
+  std::unique_ptr<SingleCopyTestHook> test_hook_;
 };
 
 }  // namespace distkit
