@@ -111,7 +111,11 @@ absl::Status ShmBackend::ExchangeSignatures(const OpContext& ctx,
   // A single-copy operation's buffer is published with the signature: the
   // operation then skips the step that would publish it.
   const void* early = carry ? nullptr : single_copy_.EarlyBuffer(op, payload);
-  if (early != nullptr) single_copy_.PublishBuffer(early);
+  // Null too (0: nothing published): a peer whose signature matches this
+  // one but whose call goes another way here (a tensor on another device
+  // under "cpu:gloo,cuda:nccl") must find no address rather than the last
+  // operation's, whose buffer may be gone.
+  single_copy_.PublishBuffer(early);
   layout().header(rank_)->turns[steps_.turn()].sig = mine;
   inline_bytes_ = 0;
   single_copy_.SetEarly(nullptr, op, mine.seq);

@@ -53,18 +53,19 @@ struct alignas(128) ShmRankHeader {
   // rank that leaves a single-copy operation with an error first retracts
   // it (stores 0) and waits for the peers copying with it (`copying_with`).
   std::atomic<uint64_t> buffer;
+  // The probe: a peer reads `probe_token` at `probe_addr` in this rank's
+  // process and compares it with what the segment says.
+  std::atomic<uint64_t> probe_token;
+  std::atomic<uint64_t> probe_addr;
   // 1 + the rank whose published buffer this rank is copying to or from
   // right now (0: none). Set before reading that rank's `buffer` and
   // copying (seq_cst, as the owner's retraction and its look here), cleared
   // after: an owner that retracted its buffer and then sees no copier
   // naming it knows that no copy into or out of it is in flight or will
-  // start. The segment's layout is otherwise unchanged (this fits before
-  // the 128-byte aligned turns).
-  std::atomic<uint32_t> copying_with;
-  // The probe: a peer reads `probe_token` at `probe_addr` in this rank's
-  // process and compares it with what the segment says.
-  std::atomic<uint64_t> probe_token;
-  std::atomic<uint64_t> probe_addr;
+  // start. On a line of its own (the second of the pair before the turns):
+  // written twice per copy, it would otherwise take `step`'s line, which
+  // the peers poll, away from them.
+  alignas(64) std::atomic<uint32_t> copying_with;
   // By turn (the two turns of the slots): this rank's signature for the
   // exchange made in that turn, a copy of `step` as of its last step in that
   // turn, and its packed small slot. A peer waiting for a step polls the

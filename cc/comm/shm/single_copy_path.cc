@@ -107,11 +107,15 @@ const void* SingleCopyPath::EarlyBuffer(OpCode op,
 }
 
 void SingleCopyPath::PublishBuffer(const void* buffer) {
-  // Released by the next step's arrival.
-  steps_->layout()
-      .header(steps_->rank())
-      ->buffer.store(reinterpret_cast<uintptr_t>(buffer),
-                     std::memory_order_relaxed);
+  // Released by the next step's arrival. Stored only when it changes: the
+  // line is the one peers poll for `step`, and most operations publish
+  // nothing (null) after one that published nothing.
+  std::atomic<uint64_t>& published =
+      steps_->layout().header(steps_->rank())->buffer;
+  const uint64_t address = reinterpret_cast<uintptr_t>(buffer);
+  if (published.load(std::memory_order_relaxed) != address) {
+    published.store(address, std::memory_order_relaxed);
+  }
 }
 
 absl::Status SingleCopyPath::PublishForSingleCopy(const OpContext& ctx,
