@@ -95,7 +95,7 @@ absl::StatusOr<dk_group*> NewSubgroup(dk_group_t* parent, const int32_t* ranks,
 absl::Status CheckSubgroupName(const char* name) {
   if (*name == '\0' || std::strchr(name, '/') != nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "new_group_named: the name '", name, "' is empty or has a '/'"));
+        "new_group: the subgroup name '", name, "' is empty or has a '/'"));
   }
   return absl::OkStatus();
 }
