@@ -68,6 +68,21 @@ def batch(step, first, count):
     return t[first:first + count], torch.roll(t, -1, dims=1)[first:first + count]
 
 
+def train_beside(sharded, opt, reference, ref_opt, steps):
+    """`steps` steps of the sharded model on this rank's part of each batch
+    and of the reference on the whole global batch."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    for step in range(steps):
+        x, y = batch(step, rank * LOCAL, LOCAL)
+        loss_of(sharded, x, y).backward()
+        opt.step()
+        opt.zero_grad()
+        x, y = batch(step, 0, n * LOCAL)
+        loss_of(reference, x, y).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+
+
 def loss_of(model, x, y):
     return nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
 
@@ -86,7 +101,7 @@ def same_state(got, want, what, tolerance=0.0, ordered=True):
 
 
 def train(strategy, policy, orig_params):
-    rank, n = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     what = f"{strategy.name} policy={policy is not None} use_orig_params={orig_params}"
     hybrid = strategy in (ShardingStrategy.HYBRID_SHARD, ShardingStrategy._HYBRID_SHARD_ZERO2)
     groups = hybrid_groups() if hybrid else None
@@ -106,15 +121,7 @@ def train(strategy, policy, orig_params):
     opt = torch.optim.SGD(sharded.parameters(), lr=LR, momentum=0.9)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=LR, momentum=0.9)
     initial = copy.deepcopy(reference.state_dict())
-    for step in range(STEPS):
-        x, y = batch(step, rank * LOCAL, LOCAL)
-        loss_of(sharded, x, y).backward()
-        opt.step()
-        opt.zero_grad()
-        x, y = batch(step, 0, n * LOCAL)
-        loss_of(reference, x, y).backward()
-        ref_opt.step()
-        ref_opt.zero_grad()
+    train_beside(sharded, opt, reference, ref_opt, STEPS)
     want = reference.state_dict()
     check(relative(want["embed.weight"], initial["embed.weight"]) > 1e-3, f"{what}: trained")
     full = sharded.state_dict()
@@ -283,16 +290,7 @@ def rank0_loads():
     same_state(sharded.state_dict(), reference.state_dict(), "rank0_only load: values")
     opt = torch.optim.SGD(sharded.parameters(), lr=LR)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
-    n = dist.get_world_size()
-    for step in range(2):
-        x, y = batch(step, rank * LOCAL, LOCAL)
-        loss_of(sharded, x, y).backward()
-        opt.step()
-        opt.zero_grad()
-        x, y = batch(step, 0, n * LOCAL)
-        loss_of(reference, x, y).backward()
-        ref_opt.step()
-        ref_opt.zero_grad()
+    train_beside(sharded, opt, reference, ref_opt, 2)
     full = sharded.state_dict()
     same_state(full, reference.state_dict(), "rank0_only load: trained", 1e-5)
     everyone = dist.all_gather_object(full)
