@@ -152,12 +152,15 @@ type InitOptions struct {
 	ConnectTimeout time.Duration
 }
 
-func initConfig(o InitOptions) (C.dk_init_config_t, func()) {
+func initConfig(o InitOptions) (C.dk_init_config_t, func(), error) {
 	var config C.dk_init_config_t
 	C.dk_init_config_init(&config)
 	free := func() {}
 	if o.Backend != "" {
-		b := C.CString(o.Backend)
+		b, err := cString("backend", o.Backend)
+		if err != nil {
+			return config, free, err
+		}
 		config.backend = b
 		free = func() { C.free(unsafe.Pointer(b)) }
 	}
@@ -167,7 +170,7 @@ func initConfig(o InitOptions) (C.dk_init_config_t, func()) {
 	if o.ConnectTimeout > 0 {
 		config.connect_timeout_ms = C.int64_t(positiveMillis(o.ConnectTimeout))
 	}
-	return config, free
+	return config, free, nil
 }
 
 // Init joins the job the launcher's environment describes ("pytorch" for
@@ -180,9 +183,15 @@ func Init(launcher string, o InitOptions) (*Group, error) {
 	if err := CheckVersion(); err != nil {
 		return nil, err
 	}
-	config, free := initConfig(o)
+	config, free, err := initConfig(o)
 	defer free()
-	l := C.CString(launcher)
+	if err != nil {
+		return nil, err
+	}
+	l, err := cString("launcher", launcher)
+	if err != nil {
+		return nil, err
+	}
 	defer C.free(unsafe.Pointer(l))
 	var world *C.dk_group_t
 	var cerr *C.dk_error_t
@@ -204,8 +213,11 @@ func InitWithStore(store *Store, rank, size int, o InitOptions) (*Group, error) 
 	if err := int32Arg("init_with_store", "size", size); err != nil {
 		return nil, err
 	}
-	config, free := initConfig(o)
+	config, free, err := initConfig(o)
 	defer free()
+	if err != nil {
+		return nil, err
+	}
 	if err := store.live(); err != nil {
 		return nil, err
 	}

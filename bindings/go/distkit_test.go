@@ -454,3 +454,45 @@ func TestSubMillisecondTimeouts(t *testing.T) {
 		t.Fatal("wait waited", waited)
 	}
 }
+
+// A string with a NUL byte is refused before C sees it: C would read only
+// its first part, so "a\x00b" would set, read or name "a". Nothing under
+// the short name is touched.
+func TestNulInStrings(t *testing.T) {
+	store, err := Serve("127.0.0.1:0", StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	err = store.Set("a\x00b", []byte("v"))
+	wantCode(t, err, InvalidArgument, `store key "a\x00b" holds a NUL byte at 1`)
+	_, err = store.Add("a\x00b", 1)
+	wantCode(t, err, InvalidArgument, "NUL byte")
+	err = store.MultiSet([]string{"ok", "a\x00b"}, [][]byte{[]byte("1"), []byte("2")})
+	wantCode(t, err, InvalidArgument, "store keys[1]")
+	_, err = store.Check([]string{"a\x00"})
+	wantCode(t, err, InvalidArgument, "store keys[0]")
+	if found, err := store.Check([]string{"a"}); err != nil || found {
+		t.Fatal(`"a" was set through a key with a NUL byte`, found, err)
+	}
+	if found, err := store.Check([]string{"ok"}); err != nil || found {
+		t.Fatal("MultiSet set a key although another was refused", found, err)
+	}
+	_, err = Connect("127.0.0.1:1\x00", StoreOptions{})
+	wantCode(t, err, InvalidArgument, "store address")
+	_, err = Init("pytorch\x00", InitOptions{})
+	wantCode(t, err, InvalidArgument, "launcher")
+	_, err = InitWithStore(store, 0, 1, InitOptions{Backend: "gloo\x00nccl"})
+	wantCode(t, err, InvalidArgument, "backend")
+
+	world, err := InitWithStore(store, 0, 1, InitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Shutdown()
+	defer world.Close()
+	_, err = world.NewNamedGroup([]int{0}, "sub\x00group")
+	wantCode(t, err, InvalidArgument, "new_named_group: name")
+	_, err = world.NewGroupWithOptions([]int{0}, GroupOptions{Name: "sub\x00group"})
+	wantCode(t, err, InvalidArgument, "new_group_with_options: name")
+}

@@ -112,7 +112,10 @@ func (g *Group) NewNamedGroup(ranks []int, name string) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := C.CString(name)
+	n, err := cString("new_named_group: name", name)
+	if err != nil {
+		return nil, err
+	}
 	defer C.free(unsafe.Pointer(n))
 	var out *C.dk_group_t
 	var cerr *C.dk_error_t
@@ -149,7 +152,10 @@ func (g *Group) NewGroupWithOptions(ranks []int, opts GroupOptions) (*Group, err
 	var options C.dk_group_options_t
 	C.dk_group_options_init(&options)
 	if opts.Name != "" {
-		n := C.CString(opts.Name)
+		n, err := cString("new_group_with_options: name", opts.Name)
+		if err != nil {
+			return nil, err
+		}
 		defer C.free(unsafe.Pointer(n))
 		options.name = n
 	}

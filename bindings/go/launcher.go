@@ -35,7 +35,10 @@ func InferLauncher() string { return C.GoString(C.dk_launcher_infer()) }
 func ReadLauncherInfo(launcher string) (LauncherInfo, error) {
 	var name *C.char
 	if launcher != "" {
-		name = C.CString(launcher)
+		var err error
+		if name, err = cString("launcher", launcher); err != nil {
+			return LauncherInfo{}, err
+		}
 		defer C.free(unsafe.Pointer(name))
 	}
 	var out *C.dk_launcher_info_t

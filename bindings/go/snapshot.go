@@ -105,13 +105,16 @@ func RegisterBuffer[T Element](s *Snapshot, name string, data []T) error {
 // library through register (a snapshot's register call) and adds the pair
 // to bs.
 func stageBuffer[T Element](bs *stagedBuffers, name string, data []T, register func(*C.char, unsafe.Pointer, C.size_t, **C.dk_error_t) C.dk_status_t) error {
+	cname, err := cString("snapshot buffer name", name)
+	if err != nil {
+		return err
+	}
+	defer C.free(unsafe.Pointer(cname))
 	var z T
 	bytes := len(data) * int(unsafe.Sizeof(z))
 	staging := C.malloc(C.size_t(bytes) + 1)
 	view := unsafe.Slice((*T)(staging), len(data))
 	copy(view, data)
-	cname := C.CString(name)
-	defer C.free(unsafe.Pointer(cname))
 	var cerr *C.dk_error_t
 	if err := check(register(cname, staging, C.size_t(bytes), &cerr), cerr); err != nil {
 		C.free(staging)

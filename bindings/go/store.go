@@ -7,6 +7,7 @@ package distkit
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"time"
@@ -36,11 +37,17 @@ func openStore(address string, o StoreOptions, serve bool) (*Store, error) {
 	}
 	var config C.dk_store_config_t
 	C.dk_store_config_init(&config)
-	a := C.CString(address)
+	a, err := cString("store address", address)
+	if err != nil {
+		return nil, err
+	}
 	defer C.free(unsafe.Pointer(a))
 	config.address = a
 	if o.Token != "" {
-		t := C.CString(o.Token)
+		t, err := cString("store token", o.Token)
+		if err != nil {
+			return nil, err
+		}
 		defer C.free(unsafe.Pointer(t))
 		config.token = t
 	}
@@ -140,10 +147,16 @@ func (s *Store) Address() string {
 	return C.GoString(C.dk_store_address(s.ptr))
 }
 
-func withKey(key string, f func(*C.char) C.dk_status_t) C.dk_status_t {
-	k := C.CString(key)
+// withKey calls f with key as a C string and checks its status and the
+// error f's call left in *cerr.
+func withKey(key string, cerr **C.dk_error_t, f func(*C.char) C.dk_status_t) error {
+	k, err := cString("store key", key)
+	if err != nil {
+		return err
+	}
 	defer C.free(unsafe.Pointer(k))
-	return f(k)
+	status := f(k)
+	return check(status, *cerr)
 }
 
 // Set stores value under key.
@@ -155,9 +168,9 @@ func (s *Store) Set(key string, value []byte) error {
 	var cerr *C.dk_error_t
 	v := cBytes(value)
 	defer C.free(v)
-	return check(withKey(key, func(k *C.char) C.dk_status_t {
+	return withKey(key, &cerr, func(k *C.char) C.dk_status_t {
 		return C.dk_store_set(s.ptr, k, v, C.size_t(len(value)), &cerr)
-	}), cerr)
+	})
 }
 
 // Get blocks until key exists (or the store's timeout passes).
@@ -169,9 +182,9 @@ func (s *Store) Get(key string) ([]byte, error) {
 	var cerr *C.dk_error_t
 	var data unsafe.Pointer
 	var size C.size_t
-	if err := check(withKey(key, func(k *C.char) C.dk_status_t {
+	if err := withKey(key, &cerr, func(k *C.char) C.dk_status_t {
 		return C.dk_store_get(s.ptr, k, &data, &size, &cerr)
-	}), cerr); err != nil {
+	}); err != nil {
 		return nil, err
 	}
 	return goBytes(data, size), nil
@@ -185,21 +198,26 @@ func (s *Store) Add(key string, delta int64) (int64, error) {
 	}
 	var cerr *C.dk_error_t
 	var out C.int64_t
-	err := check(withKey(key, func(k *C.char) C.dk_status_t {
+	err := withKey(key, &cerr, func(k *C.char) C.dk_status_t {
 		return C.dk_store_add(s.ptr, k, C.int64_t(delta), &out, &cerr)
-	}), cerr)
+	})
 	return int64(out), err
 }
 
 // cStrings is a C array of C strings.
 type cStrings []*C.char
 
-func newCStrings(ss []string) cStrings {
-	out := make(cStrings, len(ss))
+func newCStrings(what string, ss []string) (cStrings, error) {
+	out := make(cStrings, 0, len(ss))
 	for i, s := range ss {
-		out[i] = C.CString(s)
+		c, err := cString(fmt.Sprintf("%s[%d]", what, i), s)
+		if err != nil {
+			out.free()
+			return nil, err
+		}
+		out = append(out, c)
 	}
-	return out
+	return out, nil
 }
 
 func (c cStrings) ptr() **C.char {
@@ -221,7 +239,10 @@ func (s *Store) Wait(keys []string, timeout time.Duration) error {
 	if err := s.live(); err != nil {
 		return err
 	}
-	ks := newCStrings(keys)
+	ks, err := newCStrings("store keys", keys)
+	if err != nil {
+		return err
+	}
 	defer ks.free()
 	t := C.int64_t(-1)
 	if timeout > 0 {
@@ -237,11 +258,14 @@ func (s *Store) Check(keys []string) (bool, error) {
 	if err := s.live(); err != nil {
 		return false, err
 	}
-	ks := newCStrings(keys)
+	ks, err := newCStrings("store keys", keys)
+	if err != nil {
+		return false, err
+	}
 	defer ks.free()
 	var out C.int32_t
 	var cerr *C.dk_error_t
-	err := check(C.dk_store_check(s.ptr, ks.ptr(), C.size_t(len(ks)), &out, &cerr), cerr)
+	err = check(C.dk_store_check(s.ptr, ks.ptr(), C.size_t(len(ks)), &out, &cerr), cerr)
 	return out != 0, err
 }
 
@@ -253,9 +277,9 @@ func (s *Store) DeleteKey(key string) (bool, error) {
 	}
 	var out C.int32_t
 	var cerr *C.dk_error_t
-	err := check(withKey(key, func(k *C.char) C.dk_status_t {
+	err := withKey(key, &cerr, func(k *C.char) C.dk_status_t {
 		return C.dk_store_delete_key(s.ptr, k, &out, &cerr)
-	}), cerr)
+	})
 	return out != 0, err
 }
 
@@ -272,9 +296,9 @@ func (s *Store) CompareSet(key string, expected, desired []byte) ([]byte, error)
 	var data unsafe.Pointer
 	var size C.size_t
 	var cerr *C.dk_error_t
-	if err := check(withKey(key, func(k *C.char) C.dk_status_t {
+	if err := withKey(key, &cerr, func(k *C.char) C.dk_status_t {
 		return C.dk_store_compare_set(s.ptr, k, e, C.size_t(len(expected)), d, C.size_t(len(desired)), &data, &size, &cerr)
-	}), cerr); err != nil {
+	}); err != nil {
 		return nil, err
 	}
 	return goBytes(data, size), nil
@@ -289,9 +313,9 @@ func (s *Store) Append(key string, value []byte) error {
 	v := cBytes(value)
 	defer C.free(v)
 	var cerr *C.dk_error_t
-	return check(withKey(key, func(k *C.char) C.dk_status_t {
+	return withKey(key, &cerr, func(k *C.char) C.dk_status_t {
 		return C.dk_store_append(s.ptr, k, v, C.size_t(len(value)), &cerr)
-	}), cerr)
+	})
 }
 
 // MultiSet sets several keys at once.
@@ -303,7 +327,10 @@ func (s *Store) MultiSet(keys []string, values [][]byte) error {
 	if len(keys) != len(values) {
 		return &Error{InvalidArgument, "distkit: MultiSet needs one value per key"}
 	}
-	ks := newCStrings(keys)
+	ks, err := newCStrings("store keys", keys)
+	if err != nil {
+		return err
+	}
 	defer ks.free()
 	vs := newByteList(values)
 	defer vs.free()
@@ -317,7 +344,10 @@ func (s *Store) MultiGet(keys []string) ([][]byte, error) {
 	if err := s.live(); err != nil {
 		return nil, err
 	}
-	ks := newCStrings(keys)
+	ks, err := newCStrings("store keys", keys)
+	if err != nil {
+		return nil, err
+	}
 	defer ks.free()
 	var list *C.dk_bytes_t
 	var cerr *C.dk_error_t

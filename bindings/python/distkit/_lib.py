@@ -358,6 +358,21 @@ def raise_for_status(fn, *args):
 
 
 
+def c_string(what: str, text) -> bytes:
+    """``text`` (str or bytes) as the bytes of a C string, or
+    InvalidArgumentError naming ``what`` where it holds a NUL byte: C reads
+    only the part before it, so a store key or a backend's name would
+    silently become another one. The strings a user hands the ABI go
+    through it."""
+    data = text.encode() if isinstance(text, str) else bytes(text)
+    at = data.find(b"\0")
+    if at >= 0:
+        raise errors.InvalidArgumentError(
+            errors.INVALID_ARGUMENT,
+            f"{what} {text!r} holds a NUL byte at {at} (a C string would end there)")
+    return data
+
+
 def tensor_array(views):
     """A DLTensor* array over Borrowed views (keep the views alive for the call)."""
     return (T * len(views))(*[v.pointer for v in views])

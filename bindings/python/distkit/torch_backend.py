@@ -43,7 +43,7 @@ from typing import Optional, Tuple
 
 import torch.distributed as tdist
 
-from ._lib import GroupOptions, lib, raise_for_status
+from ._lib import GroupOptions, c_string, lib, raise_for_status
 from ._millis import to_millis
 from .dist import groups as _groups
 from .dist import torch_groups, torch_join
@@ -66,7 +66,7 @@ class DistkitStore(tdist.Store):
         self._init_barrier_size = None  # see init_default_group
 
     def _key(self, key: str) -> bytes:
-        return (self._prefix + key).encode()
+        return c_string("store key", self._prefix + key)
 
     def set(self, key, value):
         data = value if isinstance(value, (bytes, bytearray)) else str(value).encode()

@@ -47,7 +47,8 @@ def launcher_info(launcher: Optional[str] = None) -> LauncherInfo:
     'none'; None: infer_launcher's) as init_dist does. A missing or malformed
     variable raises InvalidArgumentError (a ValueError) naming it."""
     out = ctypes.POINTER(_lib.LauncherInfo)()
-    raise_for_status(lib.dk_launcher_info, None if launcher is None else launcher.encode(),
+    raise_for_status(lib.dk_launcher_info,
+                     None if launcher is None else _lib.c_string("launcher", launcher),
                      ctypes.byref(out))
     try:
         c = out.contents
@@ -91,7 +92,7 @@ def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
         _init_with_package(init_backend, launcher, backend, kwargs)
     config = _lib.InitConfig()
     lib.dk_init_config_init(ctypes.byref(config))
-    config.backend = backend.encode()
+    config.backend = _lib.c_string("backend", backend)
     if kwargs.get("timeout") is not None:
         config.timeout_ms = to_millis(kwargs["timeout"])
     if connect_timeout is not None and float(connect_timeout) > 0:  # else: timeout's
@@ -100,7 +101,8 @@ def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
         os.environ["MASTER_PORT"] = str(kwargs["port"])
     _select_cuda_device(launcher)
     world = ctypes.c_void_p()
-    raise_for_status(lib.dk_init, launcher.encode(), ctypes.byref(config), ctypes.byref(world))
+    raise_for_status(lib.dk_init, _lib.c_string("launcher", launcher), ctypes.byref(config),
+                     ctypes.byref(world))
     if launcher in ("slurm", "mpi"):
         _mirror_exported_variables()
     global _TORCH_GROUP_OURS

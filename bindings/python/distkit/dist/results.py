@@ -52,7 +52,8 @@ def _collect(part: list, size: int, device: str, tmpdir: Optional[str]):
     count = ctypes.c_size_t()
     try:
         raise_for_status(lib.dk_group_collect_results, handle_of(None), array, len(array), size,
-                         device.encode(), tmpdir.encode() if tmpdir is not None else None,
+                         _lib.c_string("device", device),
+                         _lib.c_string("tmpdir", tmpdir) if tmpdir is not None else None,
                          ctypes.byref(items), ctypes.byref(count))
     except errors.NotFoundError as e:  # mmengine: a tmpdir some rank cannot see
         raise FileNotFoundError(e.message) from e
