@@ -398,17 +398,19 @@ dk_status_t dk_group_grow(dk_group_t* group, int32_t world_size,
     }
     std::shared_ptr<ProcessGroup> grown;
     if (group == nullptr) {
+      // 0, as < 0, is the group's: a grow that may not wait could never
+      // succeed, and 0 is "the default" for world_size and for Go's callers.
       const absl::Duration timeout =
-          timeout_ms < 0 ? distkit::dist::GetDefaultGroup() != nullptr
-                               ? distkit::dist::GetDefaultGroup()->timeout()
-                               : absl::Minutes(30)
-                         : absl::Milliseconds(timeout_ms);
+          timeout_ms <= 0 ? distkit::dist::GetDefaultGroup() != nullptr
+                                ? distkit::dist::GetDefaultGroup()->timeout()
+                                : absl::Minutes(30)
+                          : absl::Milliseconds(timeout_ms);
       DK_ASSIGN_OR_RETURN(grown,
                           distkit::dist::GrowDefaultGroup(world_size, timeout));
     } else {
       DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
       const absl::Duration timeout =
-          timeout_ms < 0 ? g->timeout() : absl::Milliseconds(timeout_ms);
+          timeout_ms <= 0 ? g->timeout() : absl::Milliseconds(timeout_ms);
       DK_ASSIGN_OR_RETURN(
           grown,
           distkit::GrowGroup(

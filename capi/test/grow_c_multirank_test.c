@@ -9,13 +9,14 @@
  * With the argument "direct" the survivors grow straight from the poisoned
  * world, without shrinking. At world size 2 the lone survivor shrinks to a
  * group of one (its steps there sum its own values alone) and grows from it,
- * or, "direct", from the poisoned world. Every expected sum is computed here
- * from the formula, for the members each phase must have; a failed check
- * exits 1, which the spent replacement budget turns into the job's failure.
- * DISTKIT_TEST_HOSTS=H: the ranks declare H "hosts" of consecutive ranks
- * (hierarchical groups), as testing/cc/rank_env.cc does for the C++ checks:
- * rank 1 then dies on host 0 and the other host must learn of it from its
- * leader's closed links, in time for the shrink. */
+ * or, "direct", from the poisoned world, passing a timeout of 0 (the
+ * group's) while the replacement comes a second late. Every expected sum is
+ * computed here from the formula, for the members each phase must have; a
+ * failed check exits 1, which the spent replacement budget turns into the job's
+ * failure. DISTKIT_TEST_HOSTS=H: the ranks declare H "hosts" of consecutive
+ * ranks (hierarchical groups), as testing/cc/rank_env.cc does for the C++
+ * checks: rank 1 then dies on host 0 and the other host must learn of it from
+ * its leader's closed links, in time for the shrink. */
 #define _POSIX_C_SOURCE 200809L /* SIGKILL */
 
 #include <signal.h>
@@ -84,6 +85,9 @@ int main(int argc, char** argv) {
   const char* replacement = getenv("DISTKIT_REPLACEMENT");
   const int newcomer = replacement != NULL && *replacement != '\0';
   dk_test_declare_hosts(atoi(getenv("RANK")), atoi(getenv("WORLD_SIZE")));
+  /* "direct": the replacement comes a second late, so the survivors' grow
+   * (a timeout of 0: the group's) must wait for it. */
+  if (newcomer && direct) sleep(1);
   dk_group_t* world = dk_test_init(NULL, TIMEOUT_MS);
   dk_error_t* err = NULL;
   const int size = dk_group_size(world);
@@ -136,7 +140,9 @@ int main(int argc, char** argv) {
       printf("rank %d: %d steps at %d ranks; growing\n", dk_test_rank,
              SHRUNK_STEPS, n_survivors);
     }
-    if (dk_group_grow(NULL, 0, TIMEOUT_MS, &grown, &err) != DK_OK)
+    /* "direct" passes a timeout of 0: the group's (TIMEOUT_MS too), not a
+     * deadline already past. */
+    if (dk_group_grow(NULL, 0, direct ? 0 : TIMEOUT_MS, &grown, &err) != DK_OK)
       dk_test_die("dk_group_grow", err);
     /* The groups it replaced are aborted: nothing runs on them again. */
     double x = 1;

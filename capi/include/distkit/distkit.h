@@ -445,9 +445,9 @@ DK_EXPORT dk_status_t dk_group_shrink(dk_group_t* group, int64_t settle_ms,
  * ranks (0: the size dk_init joined with), ranks in the original world
  * order, named "world@g<g>"; its keys and connections are its own, so no
  * message of the old group can reach it. Blocking, at most `timeout_ms`
- * (< 0: `group`'s operation timeout) for the agreement and the new group's
- * connections: DK_DEADLINE_EXCEEDED naming the ranks that never came, on
- * every participant alike. Gloo and NCCL groups ("gloo", "nccl",
+ * (0 or less: `group`'s operation timeout) for the agreement and the new
+ * group's connections: DK_DEADLINE_EXCEEDED naming the ranks that never came,
+ * on every participant alike. Gloo and NCCL groups ("gloo", "nccl",
  * "cpu:gloo,cuda:nccl": a new communicator); DK_UNIMPLEMENTED otherwise. A
  * replacement of rank 0 needs a store that outlived rank 0 (distrun's). */
 DK_EXPORT dk_status_t dk_group_grow(dk_group_t* group, int32_t world_size,

@@ -389,12 +389,12 @@ def grow_group(group: Optional[ProcessGroup] = None, world_size: Optional[int] =
     world is the grown group. Returns a group of ``world_size`` ranks
     (default: the size the job started with), ranks in the original order,
     named "world@g<generation>"; nothing sent on the old group can reach it.
-    ``timeout``: seconds for every member to arrive and connect (default:
+    ``timeout``: seconds for every member to arrive and connect (None or 0:
     ``group``'s operation timeout); past it, a DeadlineExceededError naming
     the ranks that never came, on every participant. No node-local group
     afterwards, on either side. Gloo groups only."""
     out = ctypes.c_void_p()
-    timeout_ms = to_millis(timeout)  # None: -1, the group's
+    timeout_ms = to_millis(timeout)  # None: -1 and 0: 0, both the group's
     raise_for_status(lib.dk_group_grow, handle_of(group), int(world_size or 0), timeout_ms,
                      ctypes.byref(out))
     return _replacing(group, ProcessGroup(out))

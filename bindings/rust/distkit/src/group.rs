@@ -226,7 +226,7 @@ impl Group {
     /// and the world it returns is the grown group. All get a group of
     /// `world_size` ranks (None: the size `init` joined with), world ranks in
     /// the original order, named "world@g<generation>", with connections of
-    /// its own. Blocks up to `timeout` (None: this group's operation
+    /// its own. Blocks up to `timeout` (None or zero: this group's operation
     /// timeout); when a rank never comes every participant gets
     /// `Code::DeadlineExceeded` naming it. Gloo and NCCL groups.
     pub fn grow(&self, world_size: Option<usize>, timeout: Option<std::time::Duration>) -> Result<Group> {
