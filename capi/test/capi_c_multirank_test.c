@@ -83,6 +83,46 @@ static DLTensor* view(tensor_t* v, void* data, int64_t n, uint8_t code,
   return &v->t;
 }
 
+/* collect_results on `world` of n ranks: 9 items round robin, padded with
+ * empty (None) items, gathered in order on rank 0 alone, on "cpu" and "gpu"
+ * (through the group on a CPU-only machine); "tpu" refused. */
+static void check_collect_results(dk_group_t* world, int n) {
+  const int64_t size = 9;
+  dk_bytes_t part[9];
+  char text[9][8];
+  size_t k = 0;
+  for (int64_t index = rank_; k * n < (size_t)(size + n - 1) / n * n && k < 9;
+       index += n, ++k) {
+    snprintf(text[k], sizeof(text[k]), "r%d", (int)index);
+    part[k].data = text[k];
+    part[k].size = index < size ? strlen(text[k]) : 0;
+  }
+  const char* devices[2] = {"cpu", "gpu"};
+  for (int d = 0; d < 2; ++d) {
+    dk_bytes_t* items = NULL;
+    size_t count = 0;
+    OK(dk_group_collect_results(world, part, k, size, devices[d], NULL, &items,
+                                &count, &e_));
+    if (rank_ == 0) {
+      CHECK(count == (size_t)size);
+      for (size_t i = 0; i < count; ++i) {
+        char want[8];
+        snprintf(want, sizeof(want), "r%d", (int)i);
+        CHECK(items[i].size == strlen(want) &&
+              memcmp(items[i].data, want, items[i].size) == 0);
+      }
+    } else {
+      CHECK(items == NULL && count == 0);
+    }
+    dk_free(items);
+  }
+  dk_bytes_t* items = NULL;
+  size_t count = 0;
+  EXPECT_ERROR(dk_group_collect_results(world, part, k, size, "tpu", NULL,
+                                        &items, &count, &e_),
+               DK_UNIMPLEMENTED, "device must be cpu, gpu or npu");
+}
+
 int main(void) {
   dk_error_t* err = NULL;
   tensor_t a, b;
@@ -295,43 +335,7 @@ int main(void) {
     CHECK(big[999] == n * (n - 1) / 2.0f &&
           small[2] == n * (n - 1) / 2 + 2 * n);
   }
-  /* collect_results: 9 items round robin, padded with empty (None) items. */
-  {
-    const int64_t size = 9;
-    dk_bytes_t part[9];
-    char text[9][8];
-    size_t k = 0;
-    for (int64_t index = rank_; k * n < (size_t)(size + n - 1) / n * n && k < 9;
-         index += n, ++k) {
-      snprintf(text[k], sizeof(text[k]), "r%d", (int)index);
-      part[k].data = text[k];
-      part[k].size = index < size ? strlen(text[k]) : 0;
-    }
-    const char* devices[2] = {"cpu", "gpu"};
-    for (int d = 0; d < 2; ++d) {
-      dk_bytes_t* items = NULL;
-      size_t count = 0;
-      OK(dk_group_collect_results(world, part, k, size, devices[d], NULL,
-                                  &items, &count, &e_));
-      if (rank_ == 0) {
-        CHECK(count == (size_t)size);
-        for (size_t i = 0; i < count; ++i) {
-          char want[8];
-          snprintf(want, sizeof(want), "r%d", (int)i);
-          CHECK(items[i].size == strlen(want) &&
-                memcmp(items[i].data, want, items[i].size) == 0);
-        }
-      } else {
-        CHECK(items == NULL && count == 0);
-      }
-      dk_free(items);
-    }
-    dk_bytes_t* items = NULL;
-    size_t count = 0;
-    EXPECT_ERROR(dk_group_collect_results(world, part, k, size, "tpu", NULL,
-                                          &items, &count, &e_),
-                 DK_UNIMPLEMENTED, "device must be cpu, gpu or npu");
-  }
+  check_collect_results(world, n);
   /* The local group: dk_init made it from distrun's layout (one node: every
    * rank); dk_init_local_group replaces it ("nodes" of two ranks when the
    * size is even), and then exists. Global ranks of its members. */
@@ -514,9 +518,14 @@ int main(void) {
   }
 
   OK(dk_group_barrier(world, NULL, &e_));
-  dk_group_destroy(world);
+  /* dk_shutdown forgets the default group, but the world's handle stays
+   * valid and a call through it is still the group's: collect_results
+   * gathers every rank's part (it once answered each rank with its own). */
   dk_shutdown();
   CHECK(dk_is_distributed() == 0);
+  check_collect_results(world, n);
+  OK(dk_group_barrier(world, NULL, &e_));
+  dk_group_destroy(world);
   printf("rank %d: C ABI test %s (%d failures)\n", rank_,
          failures ? "FAILED" : "passed", failures);
   (void)err;

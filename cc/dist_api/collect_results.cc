@@ -13,17 +13,16 @@
 #include "cc/core/status.h"
 #include "cc/dist_api/collectives.h"
 #include "cc/dist_api/dist.h"
+#include "cc/dist_api/internal/group_argument.h"
 #include "cc/dist_api/object_collectives.h"
 
 namespace distkit {
 namespace dist {
 namespace {
 
-constexpr size_t kPathBufferBytes = 512;
+using internal::Resolve;
 
-ProcessGroup* Resolve(ProcessGroup* group) {
-  return const_cast<ProcessGroup*>(ResolveGroup(group));
-}
+constexpr size_t kPathBufferBytes = 512;
 
 ResultItems Truncated(const ResultItems& part, int64_t size) {
   return ResultItems(
@@ -104,7 +103,7 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
     const ResultItems& part, int64_t size, std::optional<std::string> tmpdir,
     ProcessGroup* group) {
   DK_RETURN_IF_ERROR(CheckSize(size));
-  if (!IsDistributed() || Resolve(group)->size() == 1) {
+  if (internal::Trivial(group)) {
     return std::optional<ResultItems>(Truncated(part, size));
   }
   ProcessGroup* g = Resolve(group);
@@ -165,7 +164,7 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
 absl::StatusOr<std::optional<ResultItems>> CollectResultsGpu(
     const ResultItems& part, int64_t size, ProcessGroup* group) {
   DK_RETURN_IF_ERROR(CheckSize(size));
-  if (!IsDistributed() || Resolve(group)->size() == 1) {
+  if (internal::Trivial(group)) {
     return std::optional<ResultItems>(Truncated(part, size));
   }
   DK_ASSIGN_OR_RETURN(std::vector<std::string> encoded,

@@ -1,7 +1,7 @@
 // How the dist API's calls read their `group` argument: nullptr is the
-// default group, and a call that has nothing to do (no distributed job, or a
-// group of one that this rank is in) returns before touching its data, as
-// mmengine's do.
+// default group, and a call that has nothing to do (no distributed job and
+// no group given, or a group of one that this rank is in) returns before
+// touching its data, as mmengine's do.
 
 #ifndef DISTKIT_CC_DIST_API_INTERNAL_GROUP_ARGUMENT_H_
 #define DISTKIT_CC_DIST_API_INTERNAL_GROUP_ARGUMENT_H_
@@ -18,7 +18,10 @@ inline ProcessGroup* Resolve(ProcessGroup* group) {
 }
 
 inline bool Trivial(ProcessGroup* group) {
-  if (!IsDistributed()) return true;
+  // Not distributed: nothing to do, unless a group was given. A group given
+  // explicitly still has its members when the process is not distributed
+  // (a C handle stays valid after dk_shutdown): its call is the group's.
+  if (group == nullptr && !IsDistributed()) return true;
   // A non-member's call is not a no-op: it goes on, and the group refuses it
   // (FAILED_PRECONDITION), as the header says for every collective.
   const ProcessGroup* g = Resolve(group);
