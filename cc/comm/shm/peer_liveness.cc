@@ -115,17 +115,18 @@ void ClaimWithoutHeartbeat(LivenessRecord* mine) {
 
 void StopHeartbeat(LivenessRecord* mine) { Heart::Get().Remove(mine); }
 
-std::optional<std::string> PeerWatch::Gone(const LivenessRecord& peer) {
+std::optional<PeerGone> PeerWatch::Gone(const LivenessRecord& peer) {
   const int pid = peer.pid.load();
   if (pid <= 0) return std::nullopt;  // not attached yet
   static const uint64_t my_namespace = PidNamespace();
   if (peer.pid_namespace.load() == my_namespace) {
     if (kill(pid, 0) != 0 && errno == ESRCH) {
-      return absl::StrCat("(pid ", pid, ") exited");
+      return PeerGone{true, absl::StrCat("(pid ", pid, ") exited")};
     }
     const char state = ProcessState(pid);
     if (state == 'Z' || state == 'X') {
-      return absl::StrCat("(pid ", pid, ") exited (a zombie not yet reaped)");
+      return PeerGone{true, absl::StrCat("(pid ", pid,
+                                         ") exited (a zombie not yet reaped)")};
     }
   }
   const absl::Time now = absl::Now();
@@ -137,9 +138,10 @@ std::optional<std::string> PeerWatch::Gone(const LivenessRecord& peer) {
   }
   last_look_ = now;
   if (now - beat_seen_changing_ > HeartbeatTimeout()) {
-    return absl::StrCat("(pid ", pid, ") has shown no heartbeat for ",
-                        absl::FormatDuration(now - beat_seen_changing_),
-                        " (frozen, or dead; DISTKIT_HEARTBEAT_TIMEOUT)");
+    return PeerGone{
+        false, absl::StrCat("(pid ", pid, ") has shown no heartbeat for ",
+                            absl::FormatDuration(now - beat_seen_changing_),
+                            " (frozen, or dead; DISTKIT_HEARTBEAT_TIMEOUT)")};
   }
   return std::nullopt;
 }

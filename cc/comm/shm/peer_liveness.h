@@ -51,13 +51,23 @@ void StartHeartbeat(LivenessRecord* mine);
 void ClaimWithoutHeartbeat(LivenessRecord* mine);
 void StopHeartbeat(LivenessRecord* mine);
 
+// Why a peer cannot answer (PeerWatch::Gone).
+struct PeerGone {
+  // The process is gone or a zombie: it runs no more code, so it copies
+  // nothing more. False for a missing heartbeat (frozen: it may go on).
+  // Callers branch on this, never on `why`'s wording.
+  bool exited = false;
+  // For messages: "(pid 12) exited", "(pid 12) exited (a zombie not yet
+  // reaped)", "(pid 12) has shown no heartbeat for 61s (...)".
+  std::string why;
+};
+
 // One watcher's view of one peer, kept across waits.
 class PeerWatch {
  public:
-  // Why the peer cannot answer ("exited", "is a zombie", "has shown no
-  // heartbeat for 61s"), or nullopt while it may. Cheap enough to call every
-  // few milliseconds of a wait.
-  std::optional<std::string> Gone(const LivenessRecord& peer);
+  // Why the peer cannot answer, or nullopt while it may. Cheap enough to
+  // call every few milliseconds of a wait.
+  std::optional<PeerGone> Gone(const LivenessRecord& peer);
 
  private:
   int64_t last_beat_ = -1;

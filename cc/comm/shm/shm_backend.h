@@ -35,7 +35,8 @@
 // does is measured, not assumed (shm_thresholds.h). Such an operation (and a
 // signature exchange that published its buffer early) that fails returns
 // through SingleCopyPath::Leave: not while a peer still copies with the
-// buffer.
+// buffer, or, where that wait was cut short (its bound, or Abort()), with
+// DATA_LOSS naming the peers that may still read or write it.
 //
 // A rank that fails inside an operation (a refused read or write) marks the
 // group failed, so its peers' waits end with an error naming it; waits also

@@ -34,7 +34,9 @@ struct alignas(128) ShmGroupHeader {
   std::atomic<uint32_t> wake_word;
   std::atomic<uint32_t> sleepers;
   // 1 + the rank that failed inside an operation and will not arrive (a
-  // single-copy read refused): every wait of every rank ends with an error.
+  // single-copy read refused; the owner of a retracted buffer, not its
+  // copier): every wait of every rank ends with an error. Set once, by the
+  // first failure (ShmSteps::MarkFailedBy).
   std::atomic<int32_t> failed_by;
   // Written by rank 0 before any other rank reads them (they read after
   // every rank has said it attached), so that every rank picks the same

@@ -63,10 +63,17 @@ void ShmSteps::Abort() {
 absl::Status ShmSteps::FailGroup(absl::Status why) {
   // This rank will not arrive at the step its peers wait at: they must not
   // wait for it until the deadline, nor finish with its part missing.
-  layout_.group()->failed_by.store(rank_ + 1);
+  MarkFailedBy(rank_);
+  return why;
+}
+
+void ShmSteps::MarkFailedBy(int r) {
+  // The first failure is the cause; later ones (ranks that failed because
+  // of it) must not overwrite the diagnosis.
+  int32_t none = 0;
+  layout_.group()->failed_by.compare_exchange_strong(none, r + 1);
   layout_.group()->wake_word.fetch_add(1);  // as in Abort()
   FutexWakeAll(&layout_.group()->wake_word);
-  return why;
 }
 
 bool ShmSteps::Published(int r, uint64_t step, bool thorough) const {
@@ -201,13 +208,13 @@ absl::Status ShmSteps::CheckLateRanks(const OpContext& ctx, uint64_t step) {
   for (int r : {late, rotating}) {
     if (r < 0) continue;
     ShmRankHeader* h = layout_.header(r);
-    std::optional<std::string> gone = watches_[r].Gone(h->liveness);
+    std::optional<PeerGone> gone = watches_[r].Gone(h->liveness);
     // A peer that has left is a failure only if this step still needs it:
     // one that published the step and then exited did its part.
     if (gone && h->step.load(std::memory_order_acquire) < step) {
       return absl::UnavailableError(
           absl::StrCat(ctx.Describe(), " (", names_.Here(rank_),
-                       "): ", names_.Rank(r), " ", *gone,
+                       "): ", names_.Rank(r), " ", gone->why,
                        " before it reached this operation's step; a peer "
                        "failed"));
     }

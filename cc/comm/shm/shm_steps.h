@@ -57,13 +57,18 @@ class ShmSteps {
   absl::Status Step(const OpContext& ctx);
 
   // Marks the group failed by this rank, which will not arrive at the step
-  // its peers wait at: every peer's wait ends with an error naming it.
-  // Returns `why`.
+  // its peers wait at: every peer's wait ends with an error naming it (the
+  // first rank marked, MarkFailedBy). Returns `why`.
   absl::Status FailGroup(absl::Status why);
+  // Marks the group failed by rank r unless a rank is marked already (the
+  // first failure is the cause), and wakes every waiter.
+  void MarkFailedBy(int r);
 
   // Makes this rank's waits end now with CANCELLED (callable from any
   // thread).
   void Abort();
+  // Whether Abort() was called.
+  bool aborted() const { return aborted_.load(); }
 
  private:
   // Whether rank r has published `step`: the copy in this turn's line (the

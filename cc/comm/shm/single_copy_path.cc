@@ -3,12 +3,15 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
-#include "absl/strings/match.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cc/comm/shm/peer_liveness.h"
 #include "cc/comm/shm/shm_segment.h"
@@ -18,6 +21,25 @@
 #include "cc/core/status.h"
 
 namespace distkit {
+namespace {
+
+// The test hook's factory slot (single_copy_test_hook.h): empty unless a
+// test program links the hook's library.
+std::atomic<SingleCopyTestHook::Factory>& TestHookFactory() {
+  static std::atomic<SingleCopyTestHook::Factory> factory{nullptr};
+  return factory;
+}
+
+}  // namespace
+
+std::unique_ptr<SingleCopyTestHook> SingleCopyTestHook::Make() {
+  const Factory factory = TestHookFactory().load();
+  return factory != nullptr ? factory() : nullptr;
+}
+
+void SingleCopyTestHook::Install(Factory factory) {
+  TestHookFactory().store(factory);
+}
 
 bool SingleCopyPath::Prefers(OpCode op, size_t bytes) const {
   // Measured on these machines (2 cores; world 2 = a core per rank, world 4
@@ -149,6 +171,9 @@ absl::Status SingleCopyPath::CopyWithPeer(const OpContext& ctx, int r,
   const uint64_t base = h->buffer.load();
   absl::Status copied;
   if (base == 0) {
+    // r's operation failed before this copy's: the group's diagnosis names
+    // r, not this rank (whose FailGroup then keeps it).
+    steps_->MarkFailedBy(r);
     copied = absl::UnavailableError(
         "the peer retracted its buffer: it left the operation with an error");
   } else {
@@ -178,19 +203,39 @@ absl::Status SingleCopyPath::Leave(const OpContext& ctx, absl::Status status) {
   // new copy may start, and the ones in flight must end before the caller
   // frees or reuses the buffer.
   steps_->layout().header(steps_->rank())->buffer.store(0);
-  const std::string held = AwaitCopiers(ctx);
-  if (held.empty()) return status;
-  return absl::Status(status.code(), absl::StrCat(status.message(), held));
+  const Stragglers held = AwaitCopiers(ctx);
+  if (held.ranks.empty()) return status;
+  // The one case where the buffer may be touched after this returns: a
+  // code of its own, so that a caller need not parse the message.
+  std::vector<std::string> names;
+  for (int r : held.ranks) names.push_back(steps_->names().Rank(r));
+  absl::Status in_use(
+      absl::StatusCode::kDataLoss,
+      absl::StrCat(
+          status.message(), " [", StatusCodeName(status.code()), "]; ",
+          absl::StrJoin(names, ", "), held.ranks.size() == 1 ? " was" : " were",
+          " still copying to or from this rank's buffer ",
+          held.aborted ? "when the group was aborted"
+                       : absl::StrCat(absl::FormatDuration(std::clamp(
+                                          ctx.timeout, kRetractWaitMin,
+                                          kRetractWaitMax)),
+                                      " after it was retracted (stopped?)"),
+          ": the buffer may still be read or written after this call "
+          "returned; keep it allocated and do not trust its contents"));
+  in_use.SetPayload(kBufferStillInUsePayload,
+                    absl::Cord(absl::StrJoin(held.ranks, ",")));
+  return in_use;
 }
 
-std::string SingleCopyPath::AwaitCopiers(const OpContext& ctx) {
+SingleCopyPath::Stragglers SingleCopyPath::AwaitCopiers(const OpContext& ctx) {
   const ShmLayout& layout = steps_->layout();
   const uint32_t me = static_cast<uint32_t>(steps_->rank()) + 1;
   const absl::Duration bound =
       std::clamp(ctx.timeout, kRetractWaitMin, kRetractWaitMax);
-  std::string held;
+  Stragglers held;
   bool timed = false;
   absl::Time deadline;
+  absl::Time abort_seen = absl::InfiniteFuture();
   for (int r = 0; r < steps_->size(); ++r) {
     if (r == steps_->rank()) continue;
     const ShmRankHeader* h = layout.header(r);
@@ -208,28 +253,32 @@ std::string SingleCopyPath::AwaitCopiers(const OpContext& ctx) {
         timed = true;
         deadline = now + bound;
       }
+      // The group is being torn down: its owner will not wait out a
+      // stopped copier, and is told that the buffer is not free. A grace
+      // of kAbortGrace first, for a copier that was only descheduled.
+      if (steps_->aborted()) {
+        if (abort_seen == absl::InfiniteFuture()) abort_seen = now;
+        if (now - abort_seen > kAbortGrace) {
+          held.aborted = true;
+          held.ranks.push_back(r);
+          break;
+        }
+      }
       if (now >= next_look) {
         // An exited rank copies nothing more (a stopped one may, once
         // continued: it is waited for until the bound).
         next_look = now + absl::Milliseconds(10);
-        if (std::optional<std::string> gone = watch.Gone(h->liveness);
-            gone && absl::StrContains(*gone, "exited")) {
+        if (std::optional<PeerGone> gone = watch.Gone(h->liveness);
+            gone && gone->exited) {
           break;
         }
       }
       if (now > deadline) {
-        absl::StrAppend(&held, held.empty() ? "; " : ", ",
-                        steps_->names().Rank(r));
+        held.ranks.push_back(r);
         break;
       }
       absl::SleepFor(absl::Microseconds(200));
     }
-  }
-  if (!held.empty()) {
-    absl::StrAppend(&held, " was still copying to or from this rank's buffer ",
-                    absl::FormatDuration(bound),
-                    " after it was retracted (stopped?): the buffer may still "
-                    "change");
   }
   return held;
 }

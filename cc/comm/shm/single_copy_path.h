@@ -22,8 +22,12 @@
 // copies, and clears it after; a rank that leaves with an error (Leave,
 // whatever failed: its own copy, a step, the deadline, an abort) first
 // retracts its address, so that later copies fail ("retracted its
-// buffer"), then waits until no live peer names it. On success the last
-// step already kept every buffer in place until all were done.
+// buffer", and the group is marked failed by the owner, not the copier),
+// then waits until no live peer names it. On success the last step
+// already kept every buffer in place until all were done. Where that wait
+// is cut short (its bound, or Abort) while a peer still names the buffer,
+// Leave says so with DATA_LOSS (kBufferStillInUsePayload): only then may
+// the buffer still be read or written after the call returns.
 
 #ifndef DISTKIT_CC_COMM_SHM_SINGLE_COPY_PATH_H_
 #define DISTKIT_CC_COMM_SHM_SINGLE_COPY_PATH_H_
@@ -36,6 +40,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "cc/comm/backend.h"
 #include "cc/comm/op_context.h"
@@ -55,7 +60,7 @@ class SingleCopyPath {
       : steps_(steps),
         single_copy_everywhere_(single_copy_everywhere),
         oversubscribed_(oversubscribed),
-        test_hook_(SingleCopyTestHook::FromEnvironment()) {}
+        test_hook_(SingleCopyTestHook::Make()) {}
 
   ShmSteps& steps() const { return *steps_; }
 
@@ -93,13 +98,23 @@ class SingleCopyPath {
   // error, first retracts this rank's published buffer and waits until no
   // peer is copying with it: a peer may still be folding or writing (its
   // own part went well), and the caller may free or reuse the buffer the
-  // moment this returns. The wait ends early for a peer that exited; it is
+  // moment this returns. The wait ends early for a peer that exited. It is
   // bounded by the op's timeout (at least kRetractWaitMin, at most
-  // kRetractWaitMax), and a peer still copying then (stopped inside its
-  // copy) is named in the returned error.
+  // kRetractWaitMax), and Abort() ends it within kAbortGrace (which lets
+  // copies in flight, microseconds each, finish).
+  // If either cuts it short while a peer still names the buffer (stopped
+  // inside its copy), no promise can be kept: the result is then DATA_LOSS,
+  // whatever `status` was, with `status`'s message, the ranks that may
+  // still read or write the buffer, and the payload
+  // kBufferStillInUsePayload (their ranks, "1,3"). The caller must then
+  // keep the buffer's memory allocated (or the process end): a late write
+  // into memory reused for something else would corrupt it.
   absl::Status Leave(const OpContext& ctx, absl::Status status);
   static constexpr absl::Duration kRetractWaitMin = absl::Seconds(5);
   static constexpr absl::Duration kRetractWaitMax = absl::Seconds(60);
+  static constexpr absl::Duration kAbortGrace = absl::Milliseconds(20);
+  static constexpr absl::string_view kBufferStillInUsePayload =
+      "type.distkit/shm.buffer_still_in_use";
 
   // ---- Moving bytes ---------------------------------------------------------
 
@@ -120,12 +135,16 @@ class SingleCopyPath {
 
  private:
   // Copies between `local` and `offset` of the buffer rank r published;
-  // UNAVAILABLE when r has retracted it (Leave).
+  // UNAVAILABLE when r has retracted it (Leave), and the group is marked
+  // failed by r, whose operation failed first.
   absl::Status CopyWithPeer(const OpContext& ctx, int r, size_t offset,
                             void* local, size_t bytes, bool write);
-  // Leave's wait for the peers copying with this rank's buffer: the
-  // message naming those still copying when it gave up, or empty.
-  std::string AwaitCopiers(const OpContext& ctx);
+  // Leave's wait for the peers copying with this rank's buffer.
+  struct Stragglers {
+    std::vector<int> ranks;  // still copying when the wait was cut short
+    bool aborted = false;    // cut short by Abort(), not the bound
+  };
+  Stragglers AwaitCopiers(const OpContext& ctx);
   char* CopyScratch(size_t bytes);
 
   ShmSteps* const steps_;
@@ -138,7 +157,8 @@ class SingleCopyPath {
   const void* early_buffer_ = nullptr;
   OpCode early_op_ = OpCode::kBarrier;
   uint64_t early_seq_ = 0;
-  // DISTKIT_SHM_TEST_COPY_HOOK (tests only); null otherwise.
+  // A test program's fault injection (single_copy_test_hook.h); null
+  // otherwise.
   std::unique_ptr<SingleCopyTestHook> test_hook_;
 };
 

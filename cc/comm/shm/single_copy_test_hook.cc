@@ -1,10 +1,15 @@
+// The test library's hook (single_copy_test_hook.h): linked only into test
+// programs, never into //cc/comm/shm:shm.
+
 #include "cc/comm/shm/single_copy_test_hook.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -23,40 +28,67 @@ void AwaitFile(const std::string& path, absl::Duration limit) {
   }
 }
 
+class EnvironmentHook : public SingleCopyTestHook {
+ public:
+  absl::Status InWindow(int peer, bool write) override {
+    if (peer != peer_ || write != write_) return absl::OkStatus();
+    if (!pause_) {
+      AwaitFile(wait_for_, absl::Seconds(10));
+      return absl::UnavailableError(
+          "DISTKIT_SHM_TEST_COPY_HOOK failed the read");
+    }
+    if (done_) return absl::OkStatus();
+    done_ = true;
+    const int fd = open(entered_.c_str(), O_CREAT | O_WRONLY, 0600);
+    if (fd >= 0) close(fd);
+    AwaitFile(wait_for_, hold_);
+    return absl::OkStatus();
+  }
+
+  bool write_ = false;  // which copies: writes into peer_, or reads of it
+  int peer_ = -1;
+  bool pause_ = false;  // pause (write) or fail (read)
+  std::string wait_for_;
+  std::string entered_;
+  absl::Duration hold_ = absl::Seconds(1);  // a pause's longest
+  bool done_ = false;                       // a pause happens once
+};
+
+// Installed for every program that links this library.
+[[maybe_unused]] const bool kInstalled =
+    (SingleCopyTestHook::Install(&SingleCopyTestHookFromEnvironment), true);
+
 }  // namespace
 
-std::unique_ptr<SingleCopyTestHook> SingleCopyTestHook::FromEnvironment() {
+std::unique_ptr<SingleCopyTestHook> SingleCopyTestHookFromEnvironment() {
   const char* env = std::getenv("DISTKIT_SHM_TEST_COPY_HOOK");
   if (env == nullptr || *env == '\0') return nullptr;
   const std::vector<std::string> f = absl::StrSplit(env, ':');
-  auto hook = std::make_unique<SingleCopyTestHook>();
+  auto hook = std::make_unique<EnvironmentHook>();
   const bool read_fail =
       f.size() == 4 && f[0] == "read" && f[2] == "fail_after" && !f[3].empty();
-  const bool write_pause = f.size() == 5 && f[0] == "write" &&
-                           f[2] == "pause" && !f[3].empty() && !f[4].empty();
-  if ((!read_fail && !write_pause) || !absl::SimpleAtoi(f[1], &hook->peer_)) {
-    std::fprintf(stderr, "DISTKIT_SHM_TEST_COPY_HOOK: malformed: %s\n", env);
-    std::abort();
+  const bool write_pause = (f.size() == 5 || f.size() == 6) &&
+                           f[0] == "write" && f[2] == "pause" &&
+                           !f[3].empty() && !f[4].empty();
+  int hold_ms = 1000;
+  if ((!read_fail && !write_pause) || !absl::SimpleAtoi(f[1], &hook->peer_) ||
+      (f.size() == 6 && (!absl::SimpleAtoi(f[5], &hold_ms) || hold_ms < 0))) {
+    // Never fatal: a stray variable must not end a process.
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      std::fprintf(stderr,
+                   "distkit: DISTKIT_SHM_TEST_COPY_HOOK is malformed, "
+                   "ignored: %s\n",
+                   env);
+    }
+    return nullptr;
   }
   hook->write_ = write_pause;
   hook->pause_ = write_pause;
   hook->wait_for_ = write_pause ? f[4] : f[3];
   if (write_pause) hook->entered_ = f[3];
+  hook->hold_ = absl::Milliseconds(hold_ms);
   return hook;
-}
-
-absl::Status SingleCopyTestHook::InWindow(int peer, bool write) {
-  if (peer != peer_ || write != write_) return absl::OkStatus();
-  if (!pause_) {
-    AwaitFile(wait_for_, absl::Seconds(10));
-    return absl::UnavailableError("DISTKIT_SHM_TEST_COPY_HOOK failed the read");
-  }
-  if (done_) return absl::OkStatus();
-  done_ = true;
-  const int fd = open(entered_.c_str(), O_CREAT | O_WRONLY, 0600);
-  if (fd >= 0) close(fd);
-  AwaitFile(wait_for_, absl::Seconds(1));
-  return absl::OkStatus();
 }
 
 }  // namespace distkit

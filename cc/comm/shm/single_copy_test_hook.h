@@ -1,18 +1,24 @@
-// Test-only fault injection on the single-copy path (single_copy_path.h):
-// DISTKIT_SHM_TEST_COPY_HOOK in a rank's own environment, read once when
-// its group is made, makes that rank's reads of or writes into one peer's
-// buffer misbehave at a point the test chooses, so a multi-rank test can
-// hold a copy open while another rank fails. Unset (always, outside tests)
-// it costs one null check per copy.
+// Test-only fault injection on the single-copy path (single_copy_path.h),
+// so a multi-rank test can hold a copy open while another rank fails.
+//
+// The product library (//cc/comm/shm:shm) holds only this interface and an
+// empty factory slot: a user's process never reads the hook's environment
+// variable, and without a hook a copy costs one null check. A test program
+// that links //cc/comm/shm:single_copy_test_hook (testonly, alwayslink)
+// fills the slot at static initialization with
+// SingleCopyTestHookFromEnvironment: DISTKIT_SHM_TEST_COPY_HOOK in a rank's
+// own environment, read once when its group is made, makes that rank's
+// reads of or writes into one peer's buffer misbehave at a point the test
+// chooses:
 //
 //   read:<peer>:fail_after:<file>
 //       this rank's reads of <peer>'s buffer fail (UNAVAILABLE) once <file>
 //       exists (waiting for it at most 10 s).
-//   write:<peer>:pause:<entered>:<until>
+//   write:<peer>:pause:<entered>:<until>[:<max_ms>]
 //       this rank's first write into <peer>'s buffer, inside its copy window
 //       (after it said so in its header and read the peer's published
 //       buffer, before the copy), creates <entered> and waits until <until>
-//       exists (at most 1 s), then copies.
+//       exists (at most <max_ms>, default 1000), then copies.
 //
 // Files, not times: the ranks are separate processes, and a test that
 // orders them by events does not race a loaded machine's clock.
@@ -21,7 +27,6 @@
 #define DISTKIT_CC_COMM_SHM_SINGLE_COPY_TEST_HOOK_H_
 
 #include <memory>
-#include <string>
 
 #include "absl/status/status.h"
 
@@ -29,23 +34,27 @@ namespace distkit {
 
 class SingleCopyTestHook {
  public:
-  // Null when DISTKIT_SHM_TEST_COPY_HOOK is unset or empty; a malformed
-  // value is fatal (a test that means to inject a fault must not silently
-  // run without it).
-  static std::unique_ptr<SingleCopyTestHook> FromEnvironment();
+  using Factory = std::unique_ptr<SingleCopyTestHook> (*)();
+
+  virtual ~SingleCopyTestHook() = default;
 
   // Called inside the copy window of a copy with rank `peer`; an error
   // fails that copy.
-  absl::Status InWindow(int peer, bool write);
+  virtual absl::Status InWindow(int peer, bool write) = 0;
 
- private:
-  bool write_ = false;  // which copies: writes into peer_, or reads of it
-  int peer_ = -1;
-  bool pause_ = false;  // pause (write) or fail (read)
-  std::string wait_for_;
-  std::string entered_;
-  bool done_ = false;  // a pause happens once
+  // The installed factory's hook for a new group; null when no factory is
+  // installed (always, outside tests) or it makes none.
+  static std::unique_ptr<SingleCopyTestHook> Make();
+  // Installs `factory` (the test library, at static initialization).
+  static void Install(Factory factory);
 };
+
+// Defined only in //cc/comm/shm:single_copy_test_hook (the factory it
+// installs). Null when DISTKIT_SHM_TEST_COPY_HOOK is unset or empty; a
+// malformed value is ignored with a warning on stderr (once per process),
+// never fatal: the tests that set it check the fault's effect, so a typo
+// fails them anyway.
+std::unique_ptr<SingleCopyTestHook> SingleCopyTestHookFromEnvironment();
 
 }  // namespace distkit
 
