@@ -7,7 +7,12 @@ trained alone on the global batch (relative difference per tensor <= 1e-5)
 on every rank, and the ranks must hold the same values; state_dict() has the
 plain model's keys (both names of a tied parameter) and values, and full and
 sharded state dicts load back. load_state_dict(strict=False) returns the
-missing and unexpected keys as torch's does; strict=True names them."""
+missing and unexpected keys as torch's does; strict=True names them.
+fully_shard called separately on the two users of a tied weight (or on one
+of them, then the root) trains as the plain model; a weight tied between
+two units is held by their innermost common unit; under HYBRID_SHARD a
+rank-0-only full state dict is rank 0's alone and loads into every
+replica (world size 4: 2 replicas of 2 ranks)."""
 import copy
 import io
 import shutil
@@ -20,8 +25,8 @@ from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
 from distkit import dist
-from distkit.fsdp import (FullyShardedDataParallel, ModuleWrapPolicy, ShardingStrategy,
-                          StateDictType)
+from distkit.fsdp import (FullStateDictConfig, FullyShardedDataParallel, ModuleWrapPolicy,
+                          ShardingStrategy, StateDictType, fully_shard)
 from testing.python.hybrid_groups import hybrid_groups
 from testing.python.rank_check import check, finish
 
@@ -351,6 +356,143 @@ def checkpointed():
                     check(False, f"{what}: {e}")
 
 
+class TiedPair(nn.Module):
+    """An embedding tied to the output projection, a layer between them."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        self.mid = nn.Linear(WIDTH, WIDTH)
+        self.head = nn.Linear(WIDTH, VOCAB)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(torch.tanh(self.mid(self.embed(tokens))))
+
+
+def separate_calls():
+    """fully_shard called on the two users of a tied weight separately (and
+    on one of them only), then on the root: trains as the plain model alone
+    on the global batch, on every rank, and the optimizer steps the tied
+    weight once (no full copy of it left among parameters())."""
+    x_test, _ = batch(98, 0, 6)
+    for layout in (("embed", "head"), ("head", "embed"), ("embed",), ("head",),
+                   ("embed", "mid", "head")):
+        for reshard in (True, False):
+            what = f"fully_shard {'+'.join(layout)}+root reshard={reshard}"
+            torch.manual_seed(0)
+            reference = TiedPair()
+            with torch.no_grad():
+                before = reference(x_test)
+            torch.manual_seed(0)
+            model = TiedPair()
+            try:
+                for name in layout:
+                    fully_shard(getattr(model, name), reshard_after_forward=reshard)
+                fully_shard(model, reshard_after_forward=reshard)
+                full_size = [p for p in model.parameters() if p.shape == (VOCAB, WIDTH)]
+                check(not full_size, f"{what}: a full copy of the tied weight among "
+                      f"parameters(): {[tuple(p.shape) for p in full_size]}")
+                opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+                ref_opt = torch.optim.SGD(reference.parameters(), lr=LR, momentum=0.9)
+                train_beside(model, opt, reference, ref_opt, STEPS)
+                with torch.no_grad():
+                    got, want = model(x_test), reference(x_test)
+            except (RuntimeError, ValueError) as e:
+                check(False, f"{what}: {e}")
+                continue
+            check(relative(want, before) > 1e-3, f"{what}: trained")
+            worst = relative(got, want)
+            check(worst <= 1e-5, f"{what}: outputs differ from training alone by {worst:.2e}")
+            if dist.get_rank() == 0:
+                print(f"{what}: outputs' relative difference {worst:.2e}", flush=True)
+
+
+def hybrid_rank0_only():
+    """HYBRID_SHARD (2 replicas of 2 ranks at world size 4) with rank-0-only
+    full state dicts: load_state_dict(strict=False) of rank 0's dict ({} on
+    every other rank) gives every rank of every replica rank 0's values,
+    which then train as the plain model alone; state_dict() under
+    FullStateDictConfig(rank0_only=True) is the full dict on rank 0 and {}
+    on every other rank."""
+    rank = dist.get_rank()
+    for offload in (False, True):
+        what = f"HYBRID_SHARD rank0_only offload_to_cpu={offload}"
+        torch.manual_seed(0)
+        reference = TiedLM()
+        torch.manual_seed(1 + rank)  # every rank other values before the load
+        sharded = FullyShardedDataParallel(TiedLM(), process_group=hybrid_groups(),
+                                           sharding_strategy=ShardingStrategy.HYBRID_SHARD,
+                                           auto_wrap_policy=ModuleWrapPolicy({Block}))
+        try:
+            sharded.load_state_dict(reference.state_dict() if rank == 0 else {}, strict=False)
+        except RuntimeError as e:
+            check(False, f"{what}: load: {e}")
+            continue
+        same_state(sharded.state_dict(), reference.state_dict(), f"{what}: loaded")
+        opt = torch.optim.SGD(sharded.parameters(), lr=LR, momentum=0.9)
+        ref_opt = torch.optim.SGD(reference.parameters(), lr=LR, momentum=0.9)
+        train_beside(sharded, opt, reference, ref_opt, 2)
+        config = FullStateDictConfig(rank0_only=True, offload_to_cpu=offload)
+        with FullyShardedDataParallel.state_dict_type(sharded, StateDictType.FULL_STATE_DICT,
+                                                      config):
+            mine = sharded.state_dict()
+        if rank == 0:
+            worst = same_state(mine, reference.state_dict(), f"{what}: rank 0's dict", 1e-5)
+            print(f"{what}: worst relative difference {worst:.2e}", flush=True)
+        else:
+            check(len(mine) == 0, f"{what}: rank {rank} got {len(mine)} entries, want none")
+        # The same dict loads back into a fresh model on every replica.
+        torch.manual_seed(30 + rank)
+        fresh = FullyShardedDataParallel(TiedLM(), process_group=hybrid_groups(),
+                                         sharding_strategy=ShardingStrategy.HYBRID_SHARD,
+                                         auto_wrap_policy=ModuleWrapPolicy({Block}))
+        fresh.load_state_dict(mine, strict=False)
+        full = fresh.state_dict()
+        same_state(full, reference.state_dict(), f"{what}: reloaded", 1e-5)
+        everyone = dist.all_gather_object(full)
+        check(all(torch.equal(other[k], full[k]) for other in everyone for k in full),
+              f"{what}: ranks differ after the reload")
+
+
+class Body(nn.Module):
+    """Two layers tied to each other, a layer between them."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = Layer(WIDTH)
+        self.mid = nn.Linear(WIDTH, WIDTH)
+        self.b = Layer(WIDTH)
+        self.b.lin.weight = self.a.lin.weight
+
+    def forward(self, x):
+        return self.b(self.mid(self.a(x)))
+
+
+class Deep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pre = nn.Linear(WIDTH, WIDTH)
+        self.body = Body()
+        self.post = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x):
+        return self.post(self.body(self.pre(x)))
+
+
+def lowest_common_unit():
+    """A weight tied between two units (body.a, body.b) is held by the
+    innermost unit enclosing both (body), not the root, and trains as the
+    plain model."""
+    for strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.SHARD_GRAD_OP):
+        what = f"lowest common unit {strategy.name}"
+        sharded = train_alike(Deep, what, strategy, ModuleWrapPolicy({Layer, Body}))
+        units = {u.path: u.keys for u in sharded._units}
+        check(units.get("body") == ["body.a.lin.weight", "body.mid.weight", "body.mid.bias"] and
+              units.get("body.a") == ["body.a.lin.bias"] and
+              units.get("body.b") == ["body.b.lin.bias"], f"{what}: units {units}")
+
+
 def main():
     dist.init_dist("pytorch", backend="gloo")
     for strategy in ShardingStrategy:
@@ -361,6 +503,9 @@ def main():
     checkpoint_wrapped()
     rank0_loads()
     checkpointed()
+    separate_calls()
+    lowest_common_unit()
+    hybrid_rank0_only()
     dist.barrier()
     status = finish("fsdp tied checks")
     dist.destroy()

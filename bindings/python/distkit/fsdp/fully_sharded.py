@@ -17,7 +17,7 @@ from .state_dict import ModelStateDictMixin
 from .timeline import TimelineEvent
 from . import module_state
 from .clip import clip_sharded_grad_norm_, sharded_ids
-from .wrap import holders, other_places, unclaimed_params, units_of
+from .wrap import layout, units_of
 
 
 class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Module):
@@ -90,12 +90,11 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         self._coordinator = Coordinator(strategy != ShardingStrategy.NO_SHARD,
                                         forward_prefetch, backward_prefetch)
         unit_modules = units_of(module, auto_wrap_policy, ignored)
-        holder = holders(module, unit_modules, ignored)  # each parameter in one unit
-        for unit_module in unit_modules:
-            owned = unclaimed_params(unit_module, ignored, claimed, holder)
+        # Each parameter in one unit, and its further places (one walk).
+        for unit_module, (owned, aliases) in zip(unit_modules,
+                                                 layout(module, unit_modules, ignored, claimed)):
             if not owned:
                 continue
-            aliases = other_places(unit_module, ignored, owned)
             unit = self._coordinator.add(unit_module, owned, process_group, config, param_dtype,
                                          reshard and unit_module is not module,
                                          unit_module is module, use_orig_params, aliases)
@@ -106,7 +105,6 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
             unit.alias_keys = [(k, i) for i, (_, _, p) in enumerate(owned)
                                for k in names.get(id(p), [])[1:]]
             unit.path = path_of[id(unit_module)]
-            claimed.update(id(f) for f in unit.flat_params)  # registered on unit_module
         self._units = self._coordinator.units
         self._coordinator.watch_recompute()
         self._group = process_group

@@ -33,8 +33,12 @@ def install(module: torch.nn.Module, units: List[Unit], orig_params: bool) -> No
     """Hooks `module`'s state_dict and load_state_dict as above."""
     # A unit's module registered under further names: nn.Module's state
     # dict gives its flat shards there too.
-    other_paths = {id(u): [p for p, m in module.named_modules(remove_duplicate=False)
-                           if m is u.module and p != u.path] for u in units}
+    # (One walk for every unit: a walk per unit was quadratic.)
+    paths: dict = {}
+    for p, m in module.named_modules(remove_duplicate=False):
+        paths.setdefault(id(m), []).append(p)
+    other_paths = {id(u): [p for p in paths.get(id(u.module), []) if p != u.path]
+                   for u in units}
 
     def other_flat_keys(unit: Unit) -> List[str]:
         return [f"{p}.{flat_param_name(k)}" for p in other_paths[id(unit)]
