@@ -4,8 +4,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
-#include <signal.h>
-#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +24,7 @@
 #include "cc/store/store_server.h"
 #include "tools/distrun/distrun_options.h"
 #include "tools/distrun/exit_barrier.h"
+#include "tools/distrun/exit_signals.h"
 #include "tools/distrun/job_failure_notice.h"
 #include "tools/distrun/lost_rank_budget.h"
 #include "tools/distrun/rank_supervisor.h"
@@ -34,43 +33,6 @@
 
 namespace distkit {
 namespace {
-
-// The SIGINT or SIGTERM that came once the ranks had ended (0: none).
-volatile sig_atomic_t late_signal = 0;
-
-void OnLateSignal(int sig) {
-  if (late_signal == 0) late_signal = sig;
-}
-
-// SIGINT and SIGTERM are blocked from the start, in this thread and so in
-// every thread it starts (the store's): SuperviseRanks takes them only
-// while it waits for its ranks' output (rank_supervisor.h), and one that
-// comes at any other moment stays pending for it or for what follows.
-void BlockSignals() {
-  sigset_t int_term;
-  sigemptyset(&int_term);
-  sigaddset(&int_term, SIGINT);
-  sigaddset(&int_term, SIGTERM);
-  sigprocmask(SIG_BLOCK, &int_term, nullptr);
-}
-
-// After SuperviseRanks: a signal still pending, or one to come (a Ctrl-C or
-// scancel during node 0's exit barrier, which it ends at once), is kept in
-// late_signal and makes distrun's exit 128 + signal.
-void CatchLateSignals() {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = OnLateSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigset_t int_term;
-  sigemptyset(&int_term);
-  sigaddset(&int_term, SIGINT);
-  sigaddset(&int_term, SIGTERM);
-  sigprocmask(SIG_UNBLOCK, &int_term, nullptr);
-}
 
 std::string TempDir() {
   const char* t = std::getenv("TMPDIR");
@@ -107,7 +69,10 @@ std::string RandomToken() {
 }
 
 int Main(int argc, char** argv) {
-  BlockSignals();
+  // SIGINT and SIGTERM stay blocked in every thread (the store's start
+  // after this): SuperviseRanks takes them while the ranks run, and
+  // `signals` below afterwards, each where it looks (exit_signals.h).
+  BlockExitSignals();
   std::vector<std::string> args(argv + 1, argv + argc);
   absl::StatusOr<DistrunOptions> parsed = ParseDistrunArgs(args);
   if (!parsed.ok()) {
@@ -253,7 +218,7 @@ int Main(int argc, char** argv) {
                        token, o.node_rank, world_size, o.min_ranks);
   }
   int code = SuperviseRanks(ranks, so);
-  CatchLateSignals();
+  ExitSignals signals;
   if (o.nnodes > 1) {
     ExitBarrierOptions barrier{absl::StrCat(o.master_addr, ":", port), token,
                                o.nnodes, o.node_rank, o.exit_barrier_timeout};
@@ -270,23 +235,33 @@ int Main(int argc, char** argv) {
       }
     }
     if (o.node_rank != 0) {
-      if (absl::Status s = ReportNodeDone(barrier, code); !s.ok()) {
+      // A signal since the ranks ended is this node's result, so node 0
+      // (the job's exit) hears it rather than a success.
+      const absl::Status s = ReportNodeDone(barrier, [&] {
+        code = signals.Apply(code, "before reporting to node 0");
+        return code;
+      });
+      if (!s.ok()) {
         std::cerr << "distrun: node " << o.node_rank
                   << " could not report its ranks done to node 0's store: "
                   << s.message() << "\n";
       }
     } else if (code == 0) {
-      barrier.cancelled = [] { return late_signal != 0; };
+      barrier.cancelled = [&] { return signals.Came(); };
       std::cerr << "distrun: waiting up to "
                 << absl::FormatDuration(barrier.timeout)
                 << " for the other nodes' ranks to finish (exit barrier)\n";
-      if (absl::Status s = WaitForNodes(barrier); !s.ok()) {
+      absl::StatusOr<NodeReports> reports = WaitForNodes(barrier);
+      if (reports.ok() && reports->exit_code != 0) {
+        std::cerr << "distrun: node " << reports->failed_node
+                  << " reported exit code " << reports->exit_code
+                  << "; the job exits with it\n";
+        code = reports->exit_code;
+      } else if (!reports.ok()) {
+        const absl::Status& s = reports.status();
         std::cerr << "distrun: closing the store: " << s.message() << "\n";
-        if (absl::IsCancelled(s) && late_signal != 0) {
-          const int sig = late_signal;
-          std::cerr << "distrun: received signal " << sig << " ("
-                    << strsignal(sig) << ") in the exit barrier\n";
-          code = 128 + sig;
+        if (absl::IsCancelled(s) && signals.signal() != 0) {
+          code = signals.Apply(code, "in the exit barrier");
         } else if (bounded_by_job && absl::IsDeadlineExceeded(s)) {
           std::cerr << "distrun: timed out after "
                     << absl::FormatDuration(o.timeout)
@@ -303,13 +278,7 @@ int Main(int argc, char** argv) {
     const std::string merged = MergeTimelines(*prefix);
     if (!merged.empty()) std::cerr << "distrun: timeline in " << merged << "\n";
   }
-  if (code == 0 && late_signal != 0) {
-    const int sig = late_signal;
-    std::cerr << "distrun: received signal " << sig << " (" << strsignal(sig)
-              << ") after the ranks ended\n";
-    code = 128 + sig;
-  }
-  return code;
+  return signals.Final(code, "after the ranks ended");
 }
 
 }  // namespace

@@ -678,4 +678,146 @@ TEST(DistrunTest, SigtermEndsTheExitBarrier) {
   EXPECT_LT(absl::Now() - signalled, absl::Seconds(5)) << r.output;
 }
 
+// Runs distrun with its stdout and stderr in two files (as `> out 2> err`);
+// its exit code.
+int RunDistrunApart(std::vector<std::string> args, const std::string& out,
+                    const std::string& err) {
+  args.insert(args.begin(), kDistrun);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (o < 0 || e < 0) _exit(126);
+    dup2(o, 1);
+    dup2(e, 2);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// With stdout and stderr apart, each file holds exactly what the rank wrote
+// to it, prefixed: its stderr line does not end its open stdout line (a
+// newline the rank never wrote, before), nor does the rank's end add one.
+TEST(DistrunTest, StdoutAndStderrApartHoldTheRanksBytes) {
+  const std::string dir = getenv("TEST_TMPDIR");
+  const std::string out = dir + "/apart.out", err = dir + "/apart.err";
+  EXPECT_EQ(RunDistrunApart({"--nproc-per-node", "1", "--master-port", "0",
+                             "--", kProbe, "split"},
+                            out, err),
+            0)
+      << ReadText(err);
+  EXPECT_EQ(ReadText(out), "[rank0]: abcdef\n[rank0]: tail");
+  EXPECT_EQ(ReadText(err), "[rank0]: warn\n");
+}
+
+// A SIGINT while distrun starts its ranks stops the launch there: ranks not
+// started yet never start, those started get it, and distrun exits
+// 128 + SIGINT. Rank 1's log is a FIFO, so distrun stays in starting rank 1
+// until the test opens it, after the signal. Before, the signal waited,
+// blocked, until every rank had started.
+TEST(DistrunTest, SigintWhileRanksStartStopsTheLaunch) {
+  const std::string dir = absl::StrCat(getenv("TEST_TMPDIR"), "/slow_start");
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  const std::string fifo_path = dir + "/rank_1.log";
+  ASSERT_EQ(mkfifo(fifo_path.c_str(), 0644), 0);
+  Started d = StartDistrun({"--nproc-per-node", "4", "--master-port", "0",
+                            "--log-dir", dir, "--", kProbe, "hang"});
+  // Rank 0's log is made once it is forked: distrun is starting its ranks.
+  EXPECT_TRUE(WaitUntil(
+      [&] { return access((dir + "/rank_0.log").c_str(), F_OK) == 0; }));
+  kill(d.pid, SIGINT);
+  EXPECT_TRUE(WaitUntil([&] { return SignalTakenOrBlocked(d.pid, SIGINT); }));
+  const int fifo = open(fifo_path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  Result r = FinishDistrun(d);
+  if (fifo >= 0) close(fifo);
+  EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.output;
+  for (int rank : {2, 3}) {
+    EXPECT_NE(access(absl::StrCat(dir, "/rank_", rank, ".log").c_str(), F_OK),
+              0)
+        << "rank " << rank << " was started after the SIGINT\n"
+        << r.output;
+  }
+  EXPECT_TRUE(absl::StrContains(r.output, "not starting rank(s) ")) << r.output;
+  EXPECT_LT(r.elapsed, absl::Seconds(20)) << r.output;
+}
+
+// Reads `fd` until what was read holds `what` (or it ends); what was read.
+std::string ReadUntil(int fd, absl::string_view what) {
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while (!absl::StrContains(text, what) &&
+         (n = read(fd, buf, sizeof(buf))) > 0) {
+    text.append(buf, n);
+  }
+  return text;
+}
+
+// The local ports of this host's established IPv4 connections to `port`.
+std::vector<std::string> ConnectionsTo(int port) {
+  std::vector<std::string> found;
+  const std::string to = absl::StrCat(
+      ":",
+      absl::AsciiStrToUpper(absl::StrCat(absl::Hex(port, absl::kZeroPad4))));
+  for (absl::string_view line :
+       absl::StrSplit(ReadText("/proc/net/tcp"), '\n')) {
+    const std::vector<absl::string_view> f =
+        absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (f.size() > 3 && absl::EndsWith(f[2], to) && f[3] == "01") {
+      found.emplace_back(f[1]);
+    }
+  }
+  return found;
+}
+
+// A SIGTERM that reaches node 1 after its ranks ended, while it reports to
+// node 0 (stopped here, so the report waits for its store's answer), is
+// node 1's result, reported, and node 0 exits with it: the job's result is
+// not a success. Before, node 1 reported the 0 it had before the signal and
+// node 0 exited 0.
+TEST(DistrunTest, ALateSignalOnAnotherNodeIsTheJobsResult) {
+  const int port = FixedPort();
+  setenv("DISTKIT_TOKEN", "shared-secret", 1);
+  Started node0 =
+      StartDistrun({"--nproc-per-node", "1", "--nnodes", "2", "--node-rank",
+                    "0", "--master-port", absl::StrCat(port), "--timeout", "60",
+                    "--", "/bin/true"});
+  const std::string seen = ReadUntil(node0.out, "(exit barrier)");
+  kill(node0.pid, SIGSTOP);
+  EXPECT_TRUE(WaitUntil([&] { return ProcessState(node0.pid) == 'T'; }));
+  const std::vector<std::string> before = ConnectionsTo(port);
+  Started node1 = StartDistrun({"--nproc-per-node", "1", "--nnodes", "2",
+                                "--node-rank", "1", "--master-port",
+                                absl::StrCat(port), "--", "/bin/true"});
+  // Node 1's report has connected: its ranks are done, and it waits for
+  // the stopped store's answer.
+  EXPECT_TRUE(WaitUntil([&] {
+    for (const std::string& c : ConnectionsTo(port)) {
+      if (std::find(before.begin(), before.end(), c) == before.end()) {
+        return true;
+      }
+    }
+    return false;
+  }));
+  kill(node1.pid, SIGTERM);
+  EXPECT_TRUE(
+      WaitUntil([&] { return SignalTakenOrBlocked(node1.pid, SIGTERM); }));
+  kill(node0.pid, SIGCONT);
+  Result r1 = FinishDistrun(node1);
+  Result r0 = FinishDistrun(node0);
+  unsetenv("DISTKIT_TOKEN");
+  r0.output = seen + r0.output;
+  EXPECT_EQ(r1.exit_code, 128 + SIGTERM) << r1.output;
+  EXPECT_EQ(r0.exit_code, 128 + SIGTERM) << r0.output << "\nnode 1:\n"
+                                         << r1.output;
+  EXPECT_TRUE(absl::StrContains(r0.output, "node 1 reported exit code 143"))
+      << r0.output;
+}
+
 }  // namespace

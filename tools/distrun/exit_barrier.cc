@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -27,18 +28,24 @@ std::string ExitBarrierKey(int node_rank) {
   return absl::StrCat("distrun/exit/node", node_rank);
 }
 
-absl::Status ReportNodeDone(const ExitBarrierOptions& options, int exit_code) {
+absl::Status ReportNodeDone(const ExitBarrierOptions& options,
+                            const std::function<int()>& exit_code) {
   // Node 0 waits for this report while its store runs, so a moment of
   // connecting is enough; longer means it is gone or unreachable (a cut
   // link), and this node's exit should not wait for it.
   absl::StatusOr<std::unique_ptr<TcpStore>> store =
       ConnectWithin(options, absl::Seconds(1));
   if (!store.ok()) return store.status();
-  return (*store)->Set(ExitBarrierKey(options.node_rank),
-                       absl::StrCat(exit_code));
+  // The handshake (done by the first call) is the wait; the code is taken
+  // after it, so a signal during it is reported, not a stale 0.
+  const std::string key = ExitBarrierKey(options.node_rank);
+  if (absl::StatusOr<bool> there = (*store)->Check({key}); !there.ok()) {
+    return there.status();
+  }
+  return (*store)->Set(key, absl::StrCat(exit_code()));
 }
 
-absl::Status WaitForNodes(const ExitBarrierOptions& options) {
+absl::StatusOr<NodeReports> WaitForNodes(const ExitBarrierOptions& options) {
   absl::StatusOr<std::unique_ptr<TcpStore>> store =
       ConnectWithin(options, options.timeout);
   if (!store.ok()) return store.status();
@@ -51,11 +58,28 @@ absl::Status WaitForNodes(const ExitBarrierOptions& options) {
     const absl::Duration left = end - absl::Now();
     waited = (*store)->WaitWithTimeout(
         keys, options.cancelled ? std::min(left, kCancelCheckPeriod) : left);
-    if (waited.ok() || !absl::IsDeadlineExceeded(waited)) return waited;
+    if (!waited.ok() && !absl::IsDeadlineExceeded(waited)) return waited;
+    if (waited.ok()) break;
     if (options.cancelled && options.cancelled()) {
       return absl::CancelledError("the exit barrier was interrupted");
     }
     if (absl::Now() >= end) break;
+  }
+  if (waited.ok()) {
+    absl::StatusOr<std::vector<std::string>> codes =
+        (*store)->MultiGetWithTimeout(keys, absl::Seconds(5));
+    if (!codes.ok()) return codes.status();
+    NodeReports reports;
+    for (size_t i = 0; i < codes->size(); ++i) {
+      int code = 0;
+      // A report that is not a number is not a success.
+      if (!absl::SimpleAtoi((*codes)[i], &code)) code = 1;
+      if (code != 0) {
+        reports = {static_cast<int>(i) + 1, code};
+        break;
+      }
+    }
+    return reports;
   }
   std::vector<int> missing;
   for (int n = 1; n < options.nnodes; ++n) {

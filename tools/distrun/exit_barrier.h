@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace distkit {
@@ -34,15 +35,26 @@ struct ExitBarrierOptions {
 // code).
 std::string ExitBarrierKey(int node_rank);
 
-// Node > 0: reports that this node's ranks ended with `exit_code`. An
-// unreachable store is not an error of the run (node 0 may be gone after a
-// failure); the status says why the report was not written.
-absl::Status ReportNodeDone(const ExitBarrierOptions& options, int exit_code);
+// Node > 0: reports that this node's ranks ended with `exit_code()`. The
+// code is asked for once node 0's store has answered (connecting can wait
+// on it), just before it is written, so a signal that came meanwhile is in
+// it. An unreachable store is not an error of the run (node 0 may be gone
+// after a failure); the status says why the report was not written.
+absl::Status ReportNodeDone(const ExitBarrierOptions& options,
+                            const std::function<int()>& exit_code);
 
-// Node 0: waits until every other node has reported. DEADLINE_EXCEEDED names
-// the nodes that did not report within the timeout; CANCELLED when
-// `cancelled` said so first.
-absl::Status WaitForNodes(const ExitBarrierOptions& options);
+// What the other nodes reported: the lowest node rank with a non-zero exit
+// code, and that code; {0, 0} when every one reported 0.
+struct NodeReports {
+  int failed_node = 0;
+  int exit_code = 0;
+};
+
+// Node 0: waits until every other node has reported, and reads what they
+// reported (so that node 0's exit, the job's, is not 0 where another node's
+// was not). DEADLINE_EXCEEDED names the nodes that did not report within the
+// timeout; CANCELLED when `cancelled` said so first.
+absl::StatusOr<NodeReports> WaitForNodes(const ExitBarrierOptions& options);
 
 }  // namespace distkit
 

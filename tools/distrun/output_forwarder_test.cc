@@ -103,5 +103,47 @@ TEST(OutputForwarderTest, EndForwardsTheRestAndEndsTheLine) {
   EXPECT_EQ(sink.all, "[rank0]: last\n[rank1]: open\n");
 }
 
+// What the forwarder wrote where distrun's stdout and stderr are two files
+// (`> out 2> err`).
+struct ApartSink {
+  std::string out, err;
+  OutputForwarder forwarder{
+      [this](int fd, absl::string_view text) {
+        (fd == 2 ? err : out).append(text.data(), text.size());
+      },
+      /*one_place=*/false};
+};
+
+// Apart, a rank's stderr (or distrun's message) does not end its open
+// stdout line, and a stream's end adds no newline: each file holds the
+// bytes written to it, prefixed. Only other output to the same file ends an
+// open line there.
+TEST(OutputForwarderTest, ApartEachFileKeepsTheBytesWrittenToIt) {
+  ApartSink sink;
+  RankStream out{0, 1}, err{0, 2}, other{1, 1};
+  sink.forwarder.Add(out, "10%", t0);
+  sink.forwarder.FlushIfQuiet(out, t0 + absl::Seconds(1));
+  sink.forwarder.Add(err, "warning\n", t0 + absl::Seconds(1));
+  sink.forwarder.Message(2, "distrun: note\n");
+  sink.forwarder.Add(out, " 20%\nlast", t0 + absl::Seconds(2));
+  sink.forwarder.End(out);
+  EXPECT_EQ(sink.out, "[rank0]: 10% 20%\n[rank0]: last");
+  // Other output to stdout ends the open line; so does a replacement's,
+  // which reuses the stream.
+  sink.forwarder.Add(other, "other\n", t0 + absl::Seconds(3));
+  sink.forwarder.Add(other, "open", t0 + absl::Seconds(3));
+  sink.forwarder.End(other);
+  sink.forwarder.Add(out, "again\n", t0 + absl::Seconds(4));
+  EXPECT_EQ(sink.out,
+            "[rank0]: 10% 20%\n[rank0]: last\n[rank1]: other\n"
+            "[rank1]: open\n[rank0]: again\n");
+  sink.forwarder.Add(err, "tail", t0 + absl::Seconds(5));
+  sink.forwarder.End(err);
+  EXPECT_EQ(sink.err, "[rank0]: warning\ndistrun: note\n[rank0]: tail");
+  // Before distrun's own output to stderr outside Message.
+  sink.forwarder.EndOpenLines();
+  EXPECT_EQ(sink.err, "[rank0]: warning\ndistrun: note\n[rank0]: tail\n");
+}
+
 }  // namespace
 }  // namespace distkit

@@ -265,6 +265,16 @@ int main(int argc, char** argv) {
     WriteAll(1, std::string(static_cast<size_t>(atoi(argv[3])), 'p'));
     _exit(0);
   }
+  // A partial line to stdout, left quiet (distrun forwards it); a line to
+  // stderr; then the rest of the stdout line and a last partial one.
+  if (mode == "split") {
+    WriteAll(1, "abc");
+    usleep(500 * 1000);
+    WriteAll(2, "warn\n");
+    usleep(500 * 1000);
+    WriteAll(1, "def\ntail");
+    return 0;
+  }
   if (mode == "tag" && argc == 3) {
     printf("tag=%s rank=%d\n", argv[2], Rank());
     return 0;

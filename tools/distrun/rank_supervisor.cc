@@ -78,6 +78,15 @@ int ExitCodeOf(int status) {
   return 1;
 }
 
+// Whether distrun's stdout and stderr are one file, pipe or terminal (then
+// their lines interleave, and one's open line is ended before the other's
+// output); else each keeps its ranks' bytes as written.
+bool StdoutAndStderrShared() {
+  struct stat out, err;
+  if (fstat(1, &out) != 0 || fstat(2, &err) != 0) return true;
+  return out.st_dev == err.st_dev && out.st_ino == err.st_ino;
+}
+
 class Supervisor {
  public:
   Supervisor(const std::vector<RankProcess>& specs,
@@ -92,8 +101,19 @@ class Supervisor {
   int Run() {
     TakeSignals();
     if (!options_.log_dir.empty()) mkdir(options_.log_dir.c_str(), 0755);
-    for (Rank& r : ranks_) {
-      if (!Spawn(r)) {
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      // A Ctrl-C while ranks start (many, or slow to fork) stops the launch
+      // here: the ranks started get it, the others never start. Blocked
+      // until the first ppoll, it waited for every rank to start.
+      if (TakePendingSignals()) {
+        std::vector<int> left;
+        for (size_t j = i; j < ranks_.size(); ++j) {
+          left.push_back(ranks_[j].spec.rank);
+        }
+        Say(absl::StrCat("not starting rank(s) ", absl::StrJoin(left, ", ")));
+        break;
+      }
+      if (!Spawn(ranks_[i])) {
         StopAll("a rank could not be started");
         result_ = 127;
         break;
@@ -109,6 +129,9 @@ class Supervisor {
     for (Rank& r : ranks_) {
       if (r.log_fd >= 0) close(r.log_fd);
     }
+    // Where stdout is apart, its last open line stays as the rank left it;
+    // one on stderr is ended, as distrun's own messages may follow there.
+    output_.EndOpenLines();
     GiveBackSignals();
     return result_.value_or(0);
   }
@@ -156,7 +179,7 @@ class Supervisor {
   void ActOnSignal(int sig) {
     Say(absl::StrCat(
         "received signal ", sig, " (", strsignal(sig), "); ",
-        AnyRunning() ? "forwarding it to every rank" : "the ranks have ended"));
+        AnyRunning() ? "forwarding it to every rank" : "no rank is running"));
     for (Rank& r : ranks_) {
       if (r.running) kill(-r.pid, sig);
     }
@@ -166,17 +189,26 @@ class Supervisor {
     }
   }
 
-  // Once the ranks are gone: takes a signal still pending (it came after the
-  // last ppoll), then puts back the caller's handlers and signal mask. A
-  // signal that comes after that wait stays pending until then and goes to
-  // the caller's handler (distrun's exit barrier), or, where the caller
-  // does not block it, is delivered to that handler at once.
-  void GiveBackSignals() {
+  // Acts on the SIGINT / SIGTERM pending now (they come outside ppoll
+  // too); true if there was one.
+  bool TakePendingSignals() {
     const timespec now = {0, 0};
+    bool took = false;
     int sig;
     while ((sig = sigtimedwait(&int_term_, nullptr, &now)) > 0) {
       ActOnSignal(sig);
+      took = true;
     }
+    return took;
+  }
+
+  // Once the ranks are gone: takes a signal still pending (it came after the
+  // last ppoll), then puts back the caller's handlers and signal mask. A
+  // signal that comes after that wait stays pending for the caller (distrun
+  // keeps it blocked and takes it itself, exit_signals.h), or, where the
+  // caller does not block it, is delivered to its handler at once.
+  void GiveBackSignals() {
+    TakePendingSignals();
     sigaction(SIGINT, &old_sigint_, nullptr);
     sigaction(SIGTERM, &old_sigterm_, nullptr);
     sigprocmask(SIG_SETMASK, &caller_mask_, nullptr);
@@ -468,7 +500,7 @@ class Supervisor {
   }
 
   SupervisorOptions options_;
-  OutputForwarder output_{WriteAll};
+  OutputForwarder output_{WriteAll, StdoutAndStderrShared()};
   std::vector<Rank> ranks_;
   std::optional<int> result_;
   std::optional<absl::Time> term_deadline_;

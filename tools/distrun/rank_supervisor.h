@@ -13,7 +13,9 @@
 //   DISTKIT_REPLACEMENT=<n>, the others untouched; with `release` (distrun
 //   --min-ranks), the job may instead go on without a rank that was killed;
 // - SIGINT / SIGTERM sent to the supervisor are forwarded to every rank (one
-//   that comes once they have all ended is still the result);
+//   that comes once they have all ended is still the result; one that comes
+//   while the ranks start stops the start: the ranks not started yet never
+//   are);
 // - an overall timeout stops every rank and returns 124, naming the ranks
 //   that were still running.
 
