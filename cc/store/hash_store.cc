@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cc/store/call_deadline.h"
+#include "cc/store/request_limits.h"
 
 namespace distkit {
 namespace {
@@ -103,7 +104,17 @@ size_t HashStore::FirstMissing(absl::Span<const std::string> keys, size_t from,
   return keys.size();
 }
 
+absl::Status HashStore::CheckWrite(absl::string_view op,
+                                   absl::Span<const absl::string_view> keys,
+                                   size_t value_bytes) const {
+  if (!limits_) return absl::OkStatus();
+  return CheckStoreRequest(op, keys, value_bytes);
+}
+
 absl::Status HashStore::Set(absl::string_view key, absl::string_view value) {
+  if (absl::Status bad = CheckWrite("set", {key}, value.size()); !bad.ok()) {
+    return bad;
+  }
   {
     absl::MutexLock lock(&mu_);
     map_[key] = std::string(value);
@@ -113,6 +124,7 @@ absl::Status HashStore::Set(absl::string_view key, absl::string_view value) {
 }
 
 absl::StatusOr<int64_t> HashStore::Add(absl::string_view key, int64_t delta) {
+  if (absl::Status bad = CheckWrite("add", {key}, 0); !bad.ok()) return bad;
   const ChangeNotice notice{this};
   absl::MutexLock lock(&mu_);
   int64_t value = 0;
@@ -132,6 +144,11 @@ absl::StatusOr<int64_t> HashStore::Add(absl::string_view key, int64_t delta) {
 absl::StatusOr<std::string> HashStore::CompareSet(absl::string_view key,
                                                   absl::string_view expected,
                                                   absl::string_view desired) {
+  if (absl::Status bad =
+          CheckWrite("compare_set", {key}, expected.size() + desired.size());
+      !bad.ok()) {
+    return bad;
+  }
   const ChangeNotice notice{this};
   absl::MutexLock lock(&mu_);
   auto it = map_.find(key);
@@ -203,6 +220,14 @@ absl::Status HashStore::MultiSet(absl::Span<const std::string> keys,
                                                    keys.size(), " keys and ",
                                                    values.size(), " values"));
   }
+  if (limits_) {
+    size_t value_bytes = 0;
+    for (const std::string& v : values) value_bytes += v.size();
+    if (absl::Status bad = CheckStoreRequest("multi_set", keys, value_bytes);
+        !bad.ok()) {
+      return bad;
+    }
+  }
   const ChangeNotice notice{this};
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) map_[keys[i]] = values[i];
@@ -229,6 +254,14 @@ absl::Status HashStore::AppendAtMost(absl::string_view key,
 }
 
 absl::Status HashStore::Append(absl::string_view key, absl::string_view value) {
+  if (limits_) {
+    // Bounded as a set's value: an append may not grow one past it either.
+    if (absl::Status bad = CheckStoreRequest("append", {key}, value.size());
+        !bad.ok()) {
+      return bad;
+    }
+    return AppendAtMost(key, value, MaxStoreRequestBytes());
+  }
   const ChangeNotice notice{this};
   absl::MutexLock lock(&mu_);
   map_[key].append(value.data(), value.size());

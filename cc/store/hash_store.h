@@ -68,6 +68,11 @@ class HashStore : public Store {
   // naming the keys still absent.
   absl::Status TimedOut(absl::Span<const std::string> keys,
                         absl::Duration timeout) const;
+  // Checks every write of the Store interface against the store's request
+  // limits (request_limits.h), as StoreServer checks its clients': the
+  // server's state is also written directly by its host process, and a value
+  // over the limit could be in no answer. Set once, before use.
+  void EnforceRequestLimits() { limits_ = true; }
   // Called after every change, outside the lock, so that StoreServer notices
   // changes its host process makes directly. Set once, before use.
   void SetChangeListener(std::function<void()> listener) {
@@ -94,7 +99,13 @@ class HashStore : public Store {
     ~ChangeNotice() { store->Changed(); }
   };
 
+  // OK, or why a write of `keys` and `value_bytes` is refused.
+  absl::Status CheckWrite(absl::string_view op,
+                          absl::Span<const absl::string_view> keys,
+                          size_t value_bytes) const;
+
   std::function<void()> listener_;
+  bool limits_ = false;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::string> map_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,5 +1,6 @@
 #include "cc/store/request_limits.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "absl/strings/escaping.h"
@@ -46,10 +47,24 @@ size_t MaxStoreRequestBytes() {
   static const size_t limit = [] {
     const char* env = std::getenv("DISTKIT_STORE_MAX_REQUEST_BYTES");
     uint64_t v = 0;
-    if (env != nullptr && absl::SimpleAtoi(env, &v) && v > 0) return size_t{v};
-    return kDefaultMaxStoreRequestBytes;
+    if (env == nullptr || !absl::SimpleAtoi(env, &v) || v == 0) {
+      return kDefaultMaxStoreRequestBytes;
+    }
+    if (v > kMaxStoreRequestBytesSetting) {
+      std::fprintf(stderr,
+                   "distkit: DISTKIT_STORE_MAX_REQUEST_BYTES=%s is over the "
+                   "most a store frame can carry (frame lengths are 32-bit); "
+                   "using %zu\n",
+                   env, kMaxStoreRequestBytesSetting);
+      return kMaxStoreRequestBytesSetting;
+    }
+    return size_t{v};
   }();
   return limit;
+}
+
+size_t MaxStoreFrameBytes() {
+  return MaxStoreRequestBytes() + kStoreFrameOverheadBytes;
 }
 
 absl::Status CheckStoreKey(absl::string_view op, absl::string_view key) {

@@ -10,6 +10,7 @@
 #define DISTKIT_CC_STORE_REQUEST_LIMITS_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -21,8 +22,25 @@ namespace distkit {
 // Default for DISTKIT_STORE_MAX_REQUEST_BYTES.
 constexpr size_t kDefaultMaxStoreRequestBytes = size_t{256} << 20;
 
+// Framing headroom of a frame over MaxStoreRequestBytes() (op, lengths,
+// counts).
+constexpr size_t kStoreFrameOverheadBytes = size_t{1} << 20;
+
+// The most DISTKIT_STORE_MAX_REQUEST_BYTES can be: a frame's length is 32
+// bits on the wire (internal/wire.h), and a frame holds a request (or an
+// answer) of the limit plus its framing. A larger setting is cut to this,
+// with a warning: a longer frame's length would be truncated.
+constexpr size_t kMaxStoreRequestBytesSetting =
+    size_t{UINT32_MAX} - kStoreFrameOverheadBytes;
+
 // The limit in force (read from the environment once).
 size_t MaxStoreRequestBytes();
+
+// The largest frame body either way: the server's cap on requests, and on
+// its answers (one large key asked for many times), and the client's cap on
+// answers (a broken or hostile server cannot make it allocate without
+// bound). At most UINT32_MAX.
+size_t MaxStoreFrameBytes();
 
 // INVALID_ARGUMENT naming `op` when `key` is not valid UTF-8.
 absl::Status CheckStoreKey(absl::string_view op, absl::string_view key);

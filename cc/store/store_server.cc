@@ -58,13 +58,6 @@ void PutEmptyAnswer(std::string* out) {
   wire::EndFrame(out, wire::BeginFrame(out, 0));
 }
 
-// The largest frame body either way: the cap on requests holds for answers
-// too, so that no request (one large key asked for many times) can make the
-// host build an answer of gigabytes.
-size_t MaxFrameBytes() {
-  return MaxStoreRequestBytes() + wire::kFrameOverheadBytes;
-}
-
 }  // namespace
 
 class StoreServer::Loop {
@@ -72,6 +65,9 @@ class StoreServer::Loop {
   Loop(std::string token, Fd listener)
       : token_(std::move(token)), listener_(std::move(listener)) {
     state_.SetChangeListener([this] { OnStateChanged(); });
+    // The host process writes to the state directly: held to the limits
+    // that clients are.
+    state_.EnforceRequestLimits();
   }
 
   absl::Status Start() {
@@ -130,6 +126,11 @@ class StoreServer::Loop {
     bool authenticated = false;
     bool refused = false;  // answered, then drained until drain_until
     absl::Time drain_until;
+    // The client hung up, or its answers could not be sent: what it sent
+    // is still applied (Finish), its answers sent only while the socket
+    // takes them at once; once one is not (`mute`), none is.
+    bool departed = false;
+    bool mute = false;
     bool reading = true;   // EPOLLIN wanted
     bool writing = false;  // EPOLLOUT wanted
     std::optional<Parked> parked;
@@ -167,9 +168,11 @@ class StoreServer::Loop {
       // that just got its answer usually sends the next request within
       // microseconds, and waking a sleeping thread costs more than that.
       const bool hot = absl::Now() < busy_until;
-      const int n =
-          epoll_wait(epoll_.get(), events.data(),
-                     static_cast<int>(events.size()), hot ? 0 : WaitMillis());
+      // Nor when the last round changed the state after its recheck (a
+      // departed client's last sets): parked waits see it at once.
+      const int n = epoll_wait(epoll_.get(), events.data(),
+                               static_cast<int>(events.size()),
+                               hot || changed_ ? 0 : WaitMillis());
       if (n > 0) busy_until = absl::Now() + kBusyPollTime;
       if (n < 0 && errno != EINTR) break;
       for (int i = 0; i < n; ++i) {
@@ -262,18 +265,51 @@ class StoreServer::Loop {
     auto it = conns_.find(fd);
     if (it == conns_.end()) return;
     Conn& c = *it->second;
-    if (events & EPOLLOUT) {
-      if (!ServeBuffered(c)) return Close(fd);
+    const bool hung_up = events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR);
+    if (c.refused) {
+      // Its answer is sent, its input drained until it closes.
+      if (!ServeBuffered(c) || !ReadAvailable(c)) return Close(fd);
+      return UpdateInterest(c);
     }
-    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-      // What a departing client sent (its last sets) is served before its
-      // connection closes; a parked request of a departed client is dropped.
-      const bool alive = ReadAvailable(c);
-      const bool hung_up = events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR);
-      if (!alive || (hung_up && c.parked)) return Close(fd);
-      if (!ServeBuffered(c)) return Close(fd);
+    // A client that hung up reads no more (nor is it left watched: a hang-up
+    // stays reported, and its connection, held for answers it does not
+    // read, would spin the loop).
+    if (hung_up) return Finish(fd);
+    if ((events & EPOLLOUT) && !ServeBuffered(c)) return Finish(fd);
+    if ((events & EPOLLIN) && (!ReadAvailable(c) || !ServeBuffered(c))) {
+      return Finish(fd);
     }
     UpdateInterest(c);
+  }
+
+  // The client has gone, or hung up: what it sent is applied in order (its
+  // last sets are not lost to answers it left unread), its answers dropped
+  // unless the socket takes them at once, up to a request that would wait
+  // (dropped with what follows it: it could end only after the client has
+  // gone), and the connection closes.
+  void Finish(int fd) {
+    auto it = conns_.find(fd);
+    if (it == conns_.end()) return;
+    Conn& c = *it->second;
+    if (!c.refused && !c.parked) {
+      c.departed = true;
+      SendOrDrop(c);
+      // What is buffered, then what the socket still holds (a closed peer
+      // sends no more, so this ends).
+      (void)Process(c);
+      (void)ReadAvailable(c);
+    }
+    Close(fd);
+  }
+
+  // A departed connection's answers: sent while the socket takes them at
+  // once, else dropped, and every later one with them (the stream is cut).
+  void SendOrDrop(Conn& c) {
+    if (!c.mute && (!Flush(c) || c.out_pos < c.out.size())) c.mute = true;
+    if (c.mute) {
+      c.out.clear();
+      c.out_pos = 0;
+    }
   }
 
   // The bytes the connection's next frame needs in its buffer.
@@ -324,6 +360,8 @@ class StoreServer::Loop {
   // ahead of it), so a client cannot make the host buffer without bound.
   bool WantsInput(const Conn& c) const {
     if (c.refused) return true;
+    // A departed client's requests after a parked one are dropped.
+    if (c.departed && c.parked) return false;
     // Nor while its answers pile up unread.
     if (OutputFull(c)) return false;
     const size_t have = c.in_end - c.in_pos;
@@ -401,7 +439,7 @@ class StoreServer::Loop {
       if (have < wire::kHeaderBytes) break;
       const size_t length = wire::FrameLength(c.in.data() + c.in_pos);
       const size_t limit =
-          c.authenticated ? MaxFrameBytes() : wire::kMaxHelloBytes;
+          c.authenticated ? MaxStoreFrameBytes() : wire::kMaxHelloBytes;
       if (length > limit) {
         Refuse(c, c.authenticated ? absl::ResourceExhaustedError(absl::StrCat(
                                         "store: a request of ", length,
@@ -422,6 +460,7 @@ class StoreServer::Loop {
         break;
       }
       Handle(c, *std::move(request));
+      if (c.departed) SendOrDrop(c);
       served = true;
     }
     if (c.in_pos == c.in_end) {
@@ -562,7 +601,8 @@ class StoreServer::Loop {
   void StartWait(Conn& c, wire::Request request) {
     LookForJobFailure();
     Parked p;
-    p.want_values = request.op == wire::Op::kMultiGet;
+    // Values nobody will read are not copied.
+    p.want_values = request.op == wire::Op::kMultiGet && !c.mute;
     p.timeout = absl::Milliseconds(std::max<int64_t>(request.number, 0));
     p.deadline = absl::Now() + p.timeout;
     p.keys = std::move(request.keys);
@@ -594,7 +634,7 @@ class StoreServer::Loop {
     // The answer's frame: code, count, then each value with its length.
     const size_t framing = 1 + 4 + 4 * p.keys.size();
     const size_t max_values =
-        MaxFrameBytes() > framing ? MaxFrameBytes() - framing : 0;
+        MaxStoreFrameBytes() > framing ? MaxStoreFrameBytes() - framing : 0;
     size_t value_bytes = 0;
     p.next_missing = state_.FirstMissing(p.keys, p.next_missing,
                                          p.want_values ? &values : nullptr,
@@ -612,7 +652,7 @@ class StoreServer::Loop {
               p.keys.size() == 1 ? "get" : "multi_get", " of ", p.keys.size(),
               " key(s) would be ", framing + value_bytes, " bytes (",
               value_bytes, " of values), over the store's limit of ",
-              MaxFrameBytes(),
+              MaxStoreFrameBytes(),
               " for a frame (DISTKIT_STORE_MAX_REQUEST_BYTES plus framing); "
               "ask for fewer keys at a time")),
           &c.out);
@@ -643,7 +683,7 @@ class StoreServer::Loop {
   }
 
   // A parked connection's request was answered: serves the frames behind
-  // it. False when the connection must close.
+  // it. False when the client has gone (then Finish it).
   bool Resume(Conn& c) {
     Unpark(c);
     if (!ServeBuffered(c)) return false;
@@ -660,7 +700,7 @@ class StoreServer::Loop {
       if (!c.parked || !TryFinish(c, *c.parked)) continue;
       if (!Resume(c)) closed.push_back(fd);
     }
-    for (int fd : closed) Close(fd);
+    for (int fd : closed) Finish(fd);
     // Serving the frames behind a parked request may have changed state.
     if (changed_) {
       changed_ = false;
@@ -671,6 +711,7 @@ class StoreServer::Loop {
   void ExpireDeadlines() {
     const absl::Time now = absl::Now();
     std::vector<int> closed;
+    std::vector<int> gone;
     const std::vector<int> fds(waiting_.begin(), waiting_.end());
     for (int fd : fds) {
       Conn& c = *conns_.at(fd);
@@ -681,9 +722,10 @@ class StoreServer::Loop {
       if (!c.parked || now < c.parked->deadline) continue;
       wire::EncodeError(state_.TimedOut(c.parked->keys, c.parked->timeout),
                         &c.out);
-      if (!Resume(c)) closed.push_back(fd);
+      if (!Resume(c)) gone.push_back(fd);
     }
     for (int fd : closed) Close(fd);
+    for (int fd : gone) Finish(fd);
   }
 
   const std::string token_;

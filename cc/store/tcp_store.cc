@@ -34,6 +34,14 @@ absl::Duration ServerWaitTime(absl::Duration timeout) {
   return clamped * 9 / 10;
 }
 
+// A wait time in the wire's whole milliseconds: a positive time under a
+// millisecond is 1, never 0 (which the server takes as "no time left": it
+// answers DEADLINE_EXCEEDED at once), as the bindings round their timeouts.
+int64_t WireMillis(absl::Duration d) {
+  if (d <= absl::ZeroDuration()) return 0;
+  return std::max<int64_t>(absl::ToInt64Milliseconds(d), 1);
+}
+
 absl::Time CallDeadline(absl::Duration budget) {
   return std::min(absl::Now() + budget, StoreCallDeadline());
 }
@@ -185,11 +193,29 @@ class TcpStore::Connection {
     return true;
   }
 
-  void ReadAnswer(Answer* a, absl::Time deadline, size_t max_bytes = SIZE_MAX) {
+  // Reads the next answer, capped as the server caps what it sends (a broken
+  // or hostile server cannot make this process allocate without bound). An
+  // answer over the cap is RESOURCE_EXHAUSTED naming its size, and, its body
+  // left unread, ends the connection. `max_bytes` other than 0: that cap,
+  // with OUT_OF_RANGE in `transport` when a frame passes it.
+  void ReadAnswer(Answer* a, absl::Time deadline, size_t max_bytes = 0) {
+    const size_t cap = max_bytes != 0 ? max_bytes : MaxStoreFrameBytes();
+    size_t announced = 0;
     absl::StatusOr<std::string> body =
-        store_socket::ReadFrame(fd_.get(), deadline, max_bytes);
+        store_socket::ReadFrame(fd_.get(), deadline, cap, &announced);
     if (!body.ok()) {
       a->transport = body.status();
+      if (max_bytes == 0 &&
+          a->transport.code() == absl::StatusCode::kOutOfRange) {
+        broken_ = true;
+        a->transport = absl::OkStatus();
+        a->code = static_cast<uint8_t>(absl::StatusCode::kResourceExhausted);
+        a->payload = absl::StrCat(
+            "store: the server's answer of ", announced,
+            " bytes is over this client's limit of ", cap,
+            " for a frame (DISTKIT_STORE_MAX_REQUEST_BYTES plus framing); "
+            "not read, and the connection is dropped");
+      }
       return;
     }
     if (body->empty()) {
@@ -288,6 +314,17 @@ absl::StatusOr<std::string> TcpStore::CallFramed(absl::string_view op,
                                                  bool answered,
                                                  absl::Duration budget,
                                                  bool* not_ready) {
+  // Framing counts too (4 bytes a key and a value): many small keys can
+  // pass the request check, and a frame over the server's limit is refused
+  // (over 32 bits, its length would be cut).
+  if (frame.size() - wire::kHeaderBytes > MaxStoreFrameBytes()) {
+    return Explain(
+        op,
+        absl::InvalidArgumentError(absl::StrCat(
+            "the request's frame would be ", frame.size() - wire::kHeaderBytes,
+            " bytes, over the store's limit of ", MaxStoreFrameBytes(),
+            " (DISTKIT_STORE_MAX_REQUEST_BYTES plus framing)")));
+  }
   const absl::Time deadline = CallDeadline(budget);
   absl::MutexLock lock(&mu_);
   while (true) {
@@ -337,7 +374,7 @@ absl::StatusOr<std::string> TcpStore::BlockingCall(absl::string_view op,
                                                    wire::Request request,
                                                    absl::Duration timeout) {
   request.try_only = true;
-  request.number = absl::ToInt64Milliseconds(ServerWaitTime(timeout));
+  request.number = WireMillis(ServerWaitTime(timeout));
   bool not_ready = false;
   absl::StatusOr<std::string> at_once =
       Call(op, request, timeout + kBlockingCallMargin, &not_ready);
@@ -346,7 +383,7 @@ absl::StatusOr<std::string> TcpStore::BlockingCall(absl::string_view op,
   // has served everything this client sent before, so what the wait sees is
   // at least as new as this client's own writes.
   request.try_only = false;
-  request.number = absl::ToInt64Milliseconds(ServerWaitTime(timeout));
+  request.number = WireMillis(ServerWaitTime(timeout));
   const absl::Time deadline = CallDeadline(timeout + kBlockingCallMargin);
   absl::StatusOr<std::unique_ptr<Connection>> c = TakeSpare(deadline);
   if (!c.ok()) {

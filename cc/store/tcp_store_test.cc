@@ -15,7 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cc/store/call_deadline.h"
@@ -576,6 +578,24 @@ TEST_F(TcpStoreTest, OversizedRequestIsRefusedBeforeItIsSent) {
   EXPECT_TRUE(client->Set("fits", std::string(size_t{1} << 20, 'y')).ok());
 }
 
+// Framing counts as well (4 bytes a key and a value): a multi_set of many
+// small keys within the request limit whose frame is over the frame limit
+// (5 MiB) is refused before it is sent, and so never has a length the wire
+// cannot carry.
+TEST_F(TcpStoreTest, AFrameOverTheLimitByItsFramingIsRefusedBeforeItIsSent) {
+  std::shared_ptr<Store> client = Client();
+  const std::vector<std::string> keys(700000, "k");  // 0.7 MB of keys
+  const std::vector<std::string> values(keys.size());
+  absl::Status s = client->MultiSet(keys, values);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("frame would be 6300009 bytes"),
+            absl::string_view::npos)
+      << s;
+  EXPECT_EQ(server->served().requests, 0) << "the request was sent";
+  EXPECT_TRUE(client->Set("after", "ok").ok());
+  EXPECT_EQ(*client->Get("after"), "ok");
+}
+
 TEST_F(TcpStoreTest, ServerRefusesAnOversizedRequestFromAnyClient) {
   // A client that skips the checks (another implementation, or a hostile
   // one) is cut off by the server: without the token before anything else is
@@ -789,6 +809,155 @@ TEST_F(TcpStoreTest, ManyParkedWaitsAreAllAnswered) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(right.load(), kClients);
+}
+
+// A client that pipelined gets of a large value, then a set, and closed
+// without reading the answers (a reset): the set it sent before it left is
+// applied, though the answers ahead of it were held, unread.
+TEST_F(TcpStoreTest, ASetBeforeACloseWithUnreadAnswersIsApplied) {
+  std::shared_ptr<Store> client = Client();
+  ASSERT_TRUE(client->Set("big", std::string(size_t{1} << 20, 'v')).ok());
+  {
+    RawClient raw(server->address());
+    const int rcvbuf = 64 << 10;
+    ASSERT_EQ(
+        setsockopt(raw.fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)),
+        0);
+    raw.SendHello(kToken);
+    ASSERT_EQ(raw.Answer().first, absl::StatusCode::kOk);
+    store_wire::Request get;
+    get.op = store_wire::Op::kMultiGet;
+    get.keys.push_back("big");
+    get.number = 10000;
+    std::string frames;
+    for (int i = 0; i < 64; ++i) store_wire::EncodeRequest(get, &frames);
+    store_wire::Request set;
+    set.op = store_wire::Op::kSet;
+    set.keys.push_back("after_gets");
+    set.values.push_back("applied");
+    store_wire::EncodeRequest(set, &frames);
+    ASSERT_TRUE(raw.SendBytes(frames).ok());
+    // A round trip of another connection: the server has read them by then,
+    // and holds the set behind answers (64 MiB) that are not read.
+    ASSERT_TRUE(client->NumKeys().ok());
+    ASSERT_FALSE(*client->Check({"after_gets"}));
+  }  // closed with answers unread
+  const absl::Status applied = client->Wait({"after_gets"}, absl::Seconds(5));
+  EXPECT_TRUE(applied.ok()) << applied;
+}
+
+// The process hosting the server writes to its state directly: held to the
+// same limits as a client's writes (BUILD: 4 MiB), so no value it sets is
+// one that no answer may carry.
+TEST_F(TcpStoreTest, TheHostProcessesOwnWritesAreHeldToTheLimits) {
+  HashStore& state = server->state();
+  const std::string over((size_t{4} << 20) + 1, 'x');
+  absl::Status s = state.Set("big", over);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("DISTKIT_STORE_MAX_REQUEST_BYTES"),
+            absl::string_view::npos)
+      << s;
+  EXPECT_EQ(state.CompareSet("big", "", over).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(state
+                .MultiSet(std::vector<std::string>{"a", "big"},
+                          std::vector<std::string>{"1", over})
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(state.Set(std::string("k\xff", 2), "v").code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::string mib(size_t{1} << 20, 'a');
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(state.Append("grown", mib).ok());
+  s = state.Append("grown", "x");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(*state.NumKeys(), 1) << "a refused write changed the state";
+  // What the host wrote within the limits reaches a client.
+  absl::StatusOr<std::string> v = Client()->Get("grown");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->size(), size_t{4} << 20);
+}
+
+// A wait under a millisecond is sent as 1 ms, never 0 (which the server
+// takes as no time left).
+TEST_F(TcpStoreTest, ASubMillisecondWaitIsSentAsOneMillisecond) {
+  RecordingProxy proxy(server->address());
+  std::vector<int64_t> waits;
+  {
+    absl::StatusOr<std::unique_ptr<TcpStore>> c = TcpStore::Connect(
+        {proxy.address(), kToken, absl::Seconds(30), absl::Seconds(10)});
+    ASSERT_TRUE(c.ok()) << c.status();
+    const absl::Status s = (*c)->Wait({"never_set"}, absl::Microseconds(500));
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_NE(s.message().find("never_set"), absl::string_view::npos) << s;
+  }
+  for (const std::string& sent : proxy.FromClients()) {
+    absl::string_view rest = sent;
+    while (rest.size() >= store_wire::kHeaderBytes) {
+      const size_t n = store_wire::FrameLength(rest.data());
+      if (rest.size() < store_wire::kHeaderBytes + n) break;
+      absl::StatusOr<store_wire::Request> r =
+          store_wire::DecodeRequest(rest.substr(store_wire::kHeaderBytes, n));
+      rest.remove_prefix(store_wire::kHeaderBytes + n);
+      if (r.ok() && r->op == store_wire::Op::kWait) waits.push_back(r->number);
+    }
+  }
+  ASSERT_FALSE(waits.empty()) << "no wait was sent";
+  for (int64_t ms : waits) EXPECT_EQ(ms, 1);
+}
+
+// The client caps what it reads as the server caps what it sends (BUILD:
+// 4 MiB of values, frames of 5 MiB): a server that answers a get with a
+// 6 MiB value is refused, naming the sizes, instead of being read.
+TEST(TcpStoreAnswerCapTest, AnAnswerOverTheClientsLimitIsRefused) {
+  constexpr size_t kValue = size_t{6} << 20;
+  OneConnectionServer fake([&](int fd, absl::Time deadline) {
+    absl::StatusOr<std::string> hello = store_socket::ReadFrame(fd, deadline);
+    if (!hello.ok()) return;
+    absl::StatusOr<store_wire::Request> h = store_wire::DecodeRequest(*hello);
+    if (!h.ok() || h->values.empty()) return;
+    const std::string nonce = store_auth::NewNonce();
+    std::string out;
+    size_t begin = store_wire::BeginFrame(&out, 0);
+    store_wire::PutU32(&out, store_wire::kMagic);
+    store_wire::PutString(&out, nonce);
+    store_wire::PutString(&out,
+                          store_auth::ServerProof(kToken, nonce, h->values[0]));
+    store_wire::EndFrame(&out, begin);
+    // The proof is answered, then the get, with one value of 6 MiB.
+    if (!store_socket::WriteAll(fd, out, deadline).ok()) return;
+    if (!store_socket::ReadFrame(fd, deadline).ok()) return;
+    out.clear();
+    store_wire::EndFrame(&out, store_wire::BeginFrame(&out, 0));
+    if (!store_socket::WriteAll(fd, out, deadline).ok()) return;
+    if (!store_socket::ReadFrame(fd, deadline).ok()) return;
+    out.clear();
+    begin = store_wire::BeginFrame(&out, 0);
+    store_wire::PutU32(&out, 1);
+    store_wire::PutString(&out, std::string(kValue, 'v'));
+    store_wire::EndFrame(&out, begin);
+    (void)store_socket::WriteAll(fd, out, deadline);
+    // Until the client closes.
+    char b;
+    while (absl::Now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 20) > 0 && read(fd, &b, 1) <= 0) break;
+    }
+  });
+  const absl::Time start = absl::Now();
+  {
+    absl::StatusOr<std::unique_ptr<TcpStore>> c = TcpStore::Connect(
+        {fake.address(), kToken, absl::Seconds(5), absl::Seconds(5)});
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<std::string> v = (*c)->Get("big");
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kResourceExhausted)
+        << v.status();
+    const std::string message(v.status().message());
+    EXPECT_NE(message.find(absl::StrCat(kValue + 9)), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("limit of 5242880"), std::string::npos) << message;
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  fake.Join();
 }
 
 TEST_F(TcpStoreTest, StoreDeadlineBoundsEveryCall) {
@@ -1025,6 +1194,76 @@ TEST(TcpStoreFrozenHostTest, EveryCallFailsWithinItsDeadline) {
   waitpid(host, &status, 0);
 }
 
+// A client that hung up (SHUT_WR) while its answers were held, unread: the
+// host neither spins on the hang-up nor keeps the set it sent unapplied.
+TEST(TcpStoreHungUpTest, AHungUpClientWithHeldAnswersDoesNotSpin) {
+  auto [host, address] = StartStoreHost();
+  absl::StatusOr<std::unique_ptr<TcpStore>> good = TcpStore::Connect(
+      {address, kToken, absl::Seconds(10), absl::Seconds(10)});
+  ASSERT_TRUE(good.ok()) << good.status();
+  ASSERT_TRUE((*good)->Set("big", std::string(size_t{1} << 20, 'v')).ok());
+  RawClient raw(address);
+  const int rcvbuf = 64 << 10;
+  ASSERT_EQ(
+      setsockopt(raw.fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
+  raw.SendHello(kToken);
+  ASSERT_EQ(raw.Answer().first, absl::StatusCode::kOk);
+  store_wire::Request get;
+  get.op = store_wire::Op::kMultiGet;
+  get.keys.push_back("big");
+  get.number = 10000;
+  std::string frames;
+  for (int i = 0; i < 64; ++i) store_wire::EncodeRequest(get, &frames);
+  store_wire::Request set;
+  set.op = store_wire::Op::kSet;
+  set.keys.push_back("after_gets");
+  set.values.push_back("applied");
+  store_wire::EncodeRequest(set, &frames);
+  ASSERT_TRUE(raw.SendBytes(frames).ok());
+  ASSERT_TRUE((*good)->NumKeys().ok());
+  ASSERT_EQ(shutdown(raw.fd(), SHUT_WR), 0);  // reads nothing, stays open
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Duration before = CpuTime(host);
+  absl::SleepFor(absl::Seconds(1));
+  const absl::Duration used = CpuTime(host) - before;
+  EXPECT_LT(used, absl::Milliseconds(300)) << "the host spun for " << used;
+  const absl::Status applied = (*good)->Wait({"after_gets"}, absl::Seconds(5));
+  EXPECT_TRUE(applied.ok()) << applied;
+  kill(host, SIGKILL);
+  int status = 0;
+  waitpid(host, &status, 0);
+}
+
+// DISTKIT_STORE_MAX_REQUEST_BYTES over what a frame's 32-bit length can
+// carry (with framing) is cut to what it can: a larger limit would let a
+// request or an answer through whose length the wire truncates.
+TEST(TcpStoreLimitTest, ALimitOverWhatAFrameCanCarryIsCut) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    setenv("DISTKIT_STORE_MAX_REQUEST_BYTES", "8589934592", 1);  // 8 GiB
+    dup2(pipe_fds[1], 1);
+    execl("/proc/self/exe", "tcp_store_test", "--print-limit",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  char line[64] = {};
+  FILE* from_child = fdopen(pipe_fds[0], "r");
+  ASSERT_NE(fgets(line, sizeof(line), from_child), nullptr);
+  fclose(from_child);
+  int status = 0;
+  waitpid(child, &status, 0);
+  uint64_t limit = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &limit))
+      << line;
+  // At most 4 GiB - 1 with a frame's 1 MiB of framing; not the default.
+  EXPECT_LE(limit + (uint64_t{1} << 20), uint64_t{UINT32_MAX}) << limit;
+  EXPECT_GT(limit, uint64_t{4} << 30 >> 1) << limit;
+}
+
 }  // namespace
 }  // namespace distkit
 
@@ -1057,6 +1296,10 @@ int main(int argc, char** argv) {
     (void)(*c)->Set("child_waiting", "1");
     (void)(*c)->Get("never_set");
     return 3;
+  }
+  if (argc == 2 && std::string(argv[1]) == "--print-limit") {
+    printf("%zu\n", distkit::MaxStoreRequestBytes());
+    return 0;
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

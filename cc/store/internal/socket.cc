@@ -230,13 +230,14 @@ absl::Status ReadExactly(int fd, char* out, size_t size, absl::Time deadline) {
 }  // namespace
 
 absl::StatusOr<std::string> ReadFrame(int fd, absl::Time deadline,
-                                      size_t max_bytes) {
+                                      size_t max_bytes, size_t* announced) {
   char header[store_wire::kHeaderBytes];
   if (absl::Status s = ReadExactly(fd, header, sizeof(header), deadline);
       !s.ok()) {
     return s;
   }
   const size_t length = store_wire::FrameLength(header);
+  if (announced != nullptr) *announced = length;
   if (length > max_bytes) {
     return absl::OutOfRangeError(absl::StrCat(
         "a frame of ", length, " bytes (at most ", max_bytes,

@@ -56,9 +56,12 @@ absl::Status WriteAll(int fd, absl::string_view data, absl::Time deadline);
 // UNAVAILABLE when the peer closes, DEADLINE_EXCEEDED on time-out,
 // OUT_OF_RANGE (reading and allocating nothing more) when the header
 // announces more than `max_bytes`: a peer not yet proven to speak the
-// protocol (an HTTP server's "HTTP" reads as 1.2 GB) must not size a buffer.
+// protocol (an HTTP server's "HTTP" reads as 1.2 GB) must not size a buffer,
+// nor may a broken or hostile server's answer. `length`, when given, gets
+// the length the header announced.
 absl::StatusOr<std::string> ReadFrame(int fd, absl::Time deadline,
-                                      size_t max_bytes = SIZE_MAX);
+                                      size_t max_bytes = SIZE_MAX,
+                                      size_t* length = nullptr);
 
 // Whether the peer has closed the connection or sent something unasked
 // (which, on an idle store connection, is a refusal followed by a close).

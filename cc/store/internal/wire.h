@@ -2,6 +2,7 @@
 // A connection carries frames in both directions:
 //
 //   frame    = u32 body_length (little-endian) | body
+//              (so DISTKIT_STORE_MAX_REQUEST_BYTES is capped: request_limits.h)
 //   request  = u8 op | fields of that op (below)
 //   response = u8 code (absl::StatusCode) | payload when code is OK,
 //              otherwise string message
@@ -71,8 +72,6 @@ enum class Op : uint8_t {
 constexpr uint32_t kMagic = 0x32534b44;
 // The most a frame may hold before the connection has shown the token.
 constexpr size_t kMaxHelloBytes = 4096;
-// Framing headroom over MaxStoreRequestBytes() (op, lengths, counts).
-constexpr size_t kFrameOverheadBytes = size_t{1} << 20;
 // The answer code of a try_only request whose keys are not all there yet.
 constexpr uint8_t kNotReadyCode = 0xff;
 constexpr size_t kHeaderBytes = 4;
