@@ -262,6 +262,10 @@ int Main(int argc, char** argv) {
         std::cerr << "distrun: closing the store: " << s.message() << "\n";
         if (absl::IsCancelled(s) && signals.signal() != 0) {
           code = signals.Apply(code, "in the exit barrier");
+        } else if (absl::IsAborted(s)) {
+          // A rank elsewhere failed after this node's ranks ended (the
+          // job's failure record ended the wait): not the job's success.
+          code = 1;
         } else if (bounded_by_job && absl::IsDeadlineExceeded(s)) {
           std::cerr << "distrun: timed out after "
                     << absl::FormatDuration(o.timeout)

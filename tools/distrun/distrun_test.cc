@@ -820,4 +820,27 @@ TEST(DistrunTest, ALateSignalOnAnotherNodeIsTheJobsResult) {
       << r0.output;
 }
 
+// Node 1 of three fails (its rank exits 1) after node 0's ranks ended, and
+// node 2 never comes: node 0's exit barrier ends on the job's failure
+// record, and the job's result is a failure (it was 0: "closing the store").
+TEST(DistrunTest, AFailureElsewhereAfterTheRanksEndedIsTheJobsResult) {
+  const int port = FixedPort();
+  setenv("DISTKIT_TOKEN", "shared-secret", 1);
+  Started node0 =
+      StartDistrun({"--nproc-per-node", "1", "--nnodes", "3", "--node-rank",
+                    "0", "--master-port", absl::StrCat(port),
+                    "--exit-barrier-timeout", "10", "--", "/bin/true"});
+  const std::string seen = ReadUntil(node0.out, "(exit barrier)");
+  Result r1 =
+      RunDistrun({"--nproc-per-node", "1", "--nnodes", "3", "--node-rank", "1",
+                  "--master-port", absl::StrCat(port), "--", "/bin/false"});
+  Result r0 = FinishDistrun(node0);
+  unsetenv("DISTKIT_TOKEN");
+  r0.output = seen + r0.output;
+  EXPECT_EQ(r1.exit_code, 1) << r1.output;
+  EXPECT_EQ(r0.exit_code, 1) << r0.output << "\nnode 1:\n" << r1.output;
+  EXPECT_TRUE(absl::StrContains(r0.output, "the job failed: rank 1"))
+      << r0.output;
+}
+
 }  // namespace

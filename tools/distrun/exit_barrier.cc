@@ -15,6 +15,23 @@ namespace distkit {
 namespace {
 
 constexpr absl::Duration kCancelCheckPeriod = absl::Milliseconds(200);
+// How long a node's report may take, handshake included. Node 0's store
+// answers at once unless it is gone or unreachable (a cut link), and this
+// node's exit should not wait long for it; a busy host may take a second.
+constexpr absl::Duration kReportTimeout = absl::Seconds(5);
+
+// The first of `keys`' reports (node n + 1 for keys[n]) that is not a
+// success; a report that is not a number is not one. Missing ones are
+// skipped ("" from a get of keys that exist).
+NodeReports FirstFailure(const std::vector<std::string>& codes) {
+  for (size_t i = 0; i < codes.size(); ++i) {
+    if (codes[i].empty()) continue;
+    int code = 0;
+    if (!absl::SimpleAtoi(codes[i], &code)) code = 1;
+    if (code != 0) return {static_cast<int>(i) + 1, code};
+  }
+  return {};
+}
 
 absl::StatusOr<std::unique_ptr<TcpStore>> ConnectWithin(
     const ExitBarrierOptions& options, absl::Duration timeout) {
@@ -30,11 +47,8 @@ std::string ExitBarrierKey(int node_rank) {
 
 absl::Status ReportNodeDone(const ExitBarrierOptions& options,
                             const std::function<int()>& exit_code) {
-  // Node 0 waits for this report while its store runs, so a moment of
-  // connecting is enough; longer means it is gone or unreachable (a cut
-  // link), and this node's exit should not wait for it.
   absl::StatusOr<std::unique_ptr<TcpStore>> store =
-      ConnectWithin(options, absl::Seconds(1));
+      ConnectWithin(options, kReportTimeout);
   if (!store.ok()) return store.status();
   // The handshake (done by the first call) is the wait; the code is taken
   // after it, so a signal during it is reported, not a stale 0.
@@ -69,22 +83,24 @@ absl::StatusOr<NodeReports> WaitForNodes(const ExitBarrierOptions& options) {
     absl::StatusOr<std::vector<std::string>> codes =
         (*store)->MultiGetWithTimeout(keys, absl::Seconds(5));
     if (!codes.ok()) return codes.status();
-    NodeReports reports;
-    for (size_t i = 0; i < codes->size(); ++i) {
-      int code = 0;
-      // A report that is not a number is not a success.
-      if (!absl::SimpleAtoi((*codes)[i], &code)) code = 1;
-      if (code != 0) {
-        reports = {static_cast<int>(i) + 1, code};
-        break;
-      }
-    }
-    return reports;
+    return FirstFailure(*codes);
   }
   std::vector<int> missing;
+  std::vector<std::string> present(keys.size());
   for (int n = 1; n < options.nnodes; ++n) {
     absl::StatusOr<bool> there = (*store)->Check({ExitBarrierKey(n)});
-    if (!there.ok() || !*there) missing.push_back(n);
+    if (!there.ok() || !*there) {
+      missing.push_back(n);
+      continue;
+    }
+    absl::StatusOr<std::vector<std::string>> code =
+        (*store)->MultiGetWithTimeout({ExitBarrierKey(n)}, absl::Seconds(5));
+    if (code.ok() && code->size() == 1) present[n - 1] = (*code)[0];
+  }
+  // A node that reported a failure is the job's result even where another
+  // never reported.
+  if (NodeReports failed = FirstFailure(present); failed.exit_code != 0) {
+    return failed;
   }
   return absl::DeadlineExceededError(
       absl::StrCat("node(s) ", absl::StrJoin(missing, ", "),

@@ -78,13 +78,17 @@ int ExitCodeOf(int status) {
   return 1;
 }
 
-// Whether distrun's stdout and stderr are one file, pipe or terminal (then
-// their lines interleave, and one's open line is ended before the other's
-// output); else each keeps its ranks' bytes as written.
+// Whether distrun's stdout and stderr are to be read as one stream (their
+// lines interleave, and one's open line is ended before the other's
+// output): the same file, pipe or terminal, or two pipes or terminals,
+// which a launcher or a shell usually merges downstream (srun, docker,
+// subprocess with two pipes). Where either is a file of its own, each
+// keeps its ranks' bytes exactly as written.
 bool StdoutAndStderrShared() {
   struct stat out, err;
   if (fstat(1, &out) != 0 || fstat(2, &err) != 0) return true;
-  return out.st_dev == err.st_dev && out.st_ino == err.st_ino;
+  if (out.st_dev == err.st_dev && out.st_ino == err.st_ino) return true;
+  return !S_ISREG(out.st_mode) && !S_ISREG(err.st_mode);
 }
 
 class Supervisor {
