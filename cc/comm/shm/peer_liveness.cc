@@ -1,5 +1,6 @@
 #include "cc/comm/shm/peer_liveness.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -79,14 +80,20 @@ class Heart {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// 'Z' (zombie) or 'X' (dead) from /proc/<pid>/stat; 0 when unreadable.
-char ProcessState(int pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+// The state letter of a /proc stat file ('R', 'S', 'T', 'Z', ...); 0 when
+// unreadable.
+char StatState(const std::string& path) {
+  std::ifstream in(path);
   std::string line;
   if (!std::getline(in, line)) return 0;
   const size_t paren = line.rfind(')');  // the name may contain spaces
   if (paren == std::string::npos || paren + 2 >= line.size()) return 0;
   return line[paren + 2];
+}
+
+// 'Z' (zombie) or 'X' (dead) from /proc/<pid>/stat; 0 when unreadable.
+char ProcessState(int pid) {
+  return StatState(absl::StrCat("/proc/", pid, "/stat"));
 }
 
 }  // namespace
@@ -144,6 +151,32 @@ std::optional<PeerGone> PeerWatch::Gone(const LivenessRecord& peer) {
                             " (frozen, or dead; DISTKIT_HEARTBEAT_TIMEOUT)")};
   }
   return std::nullopt;
+}
+
+bool PeerStopped(const LivenessRecord& peer) {
+  const int pid = peer.pid.load();
+  if (pid <= 0 || peer.pid_namespace.load() != ThisPidNamespace()) {
+    return false;
+  }
+  // Every thread: the one copying may be any of them, and a debugger may
+  // stop some threads only.
+  const std::string tasks = absl::StrCat("/proc/", pid, "/task");
+  DIR* dir = opendir(tasks.c_str());
+  if (dir == nullptr) return false;
+  int stopped = 0;
+  bool other = false;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const char state = StatState(absl::StrCat(tasks, "/", e->d_name, "/stat"));
+    if (state == 'T' || state == 't') {
+      ++stopped;
+    } else if (state != 0) {  // 0: the thread ended meanwhile
+      other = true;
+      break;
+    }
+  }
+  closedir(dir);
+  return stopped > 0 && !other;
 }
 
 }  // namespace distkit

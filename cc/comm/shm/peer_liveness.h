@@ -75,6 +75,13 @@ class PeerWatch {
   absl::Time last_look_;
 };
 
+// Whether the peer's process is stopped (SIGSTOP, a tty stop, a debugger):
+// every one of its threads in /proc state T or t, so that none of them runs
+// code until it is continued. False for a running, runnable or sleeping
+// process, an exited one, one whose threads cannot be read, and one in
+// another pid namespace (its pid means nothing here).
+bool PeerStopped(const LivenessRecord& peer);
+
 }  // namespace distkit
 
 #endif  // DISTKIT_CC_COMM_SHM_PEER_LIVENESS_H_

@@ -1,7 +1,9 @@
-// PeerWatch says whether a peer exited as a flag, not in words.
+// PeerWatch says whether a peer exited as a flag, not in words; PeerStopped
+// whether it is stopped.
 
 #include "cc/comm/shm/peer_liveness.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,6 +73,42 @@ TEST(PeerLivenessTest, LivePeerIsNotGone) {
   ClaimLivenessRecord(&record);
   record.heartbeat.store(kNoHeartbeat);
   EXPECT_FALSE(PeerWatch().Gone(record).has_value());
+}
+
+// Stopped: every thread in state T (SIGSTOP); not once continued, not a
+// running process, not one in another pid namespace.
+TEST(PeerLivenessTest, StoppedPeerIsStopped) {
+  const pid_t child = fork();
+  if (child == 0) {
+    while (true) pause();
+  }
+  ASSERT_GT(child, 0);
+  LivenessRecord record;
+  record.pid_namespace.store(ThisPidNamespace());
+  record.pid.store(child);
+  record.heartbeat.store(kNoHeartbeat);
+  ASSERT_EQ(kill(child, SIGSTOP), 0);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, WUNTRACED), child);
+  ASSERT_TRUE(WIFSTOPPED(wstatus));
+  EXPECT_TRUE(PeerStopped(record));
+  record.pid_namespace.store(ThisPidNamespace() + 1);
+  EXPECT_FALSE(PeerStopped(record));
+  record.pid_namespace.store(ThisPidNamespace());
+  ASSERT_EQ(kill(child, SIGCONT), 0);
+  ASSERT_EQ(waitpid(child, &wstatus, WCONTINUED), child);
+  bool stopped = true;
+  for (int i = 0; i < 1000 && stopped; ++i) {  // until /proc shows it
+    stopped = PeerStopped(record);
+    if (stopped) absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_FALSE(stopped);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+
+  LivenessRecord me;
+  ClaimLivenessRecord(&me);
+  EXPECT_FALSE(PeerStopped(me));
 }
 
 }  // namespace

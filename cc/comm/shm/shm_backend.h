@@ -35,8 +35,10 @@
 // does is measured, not assumed (shm_thresholds.h). Such an operation (and a
 // signature exchange that published its buffer early) that fails returns
 // through SingleCopyPath::Leave: not while a peer still copies with the
-// buffer, or, where that wait was cut short (its bound, or Abort()), with
-// DATA_LOSS naming the peers that may still read or write it.
+// buffer, or, where that wait ended first (its bound; after Abort(), a
+// copier stopped or without a heartbeat), with the operation's own code and
+// the peers that may still read or write it named in the message and the
+// payload type.distkit/shm.buffer_still_in_use.
 //
 // A rank that fails inside an operation (a refused read or write) marks the
 // group failed, so its peers' waits end with an error naming it; waits also

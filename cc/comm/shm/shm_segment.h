@@ -34,9 +34,10 @@ struct alignas(128) ShmGroupHeader {
   std::atomic<uint32_t> wake_word;
   std::atomic<uint32_t> sleepers;
   // 1 + the rank that failed inside an operation and will not arrive (a
-  // single-copy read refused; the owner of a retracted buffer, not its
-  // copier): every wait of every rank ends with an error. Set once, by the
-  // first failure (ShmSteps::MarkFailedBy).
+  // single-copy read refused: ShmSteps::FailGroup, the first kept), or
+  // -(1 + the rank) whose retracted single-copy buffer a copier found
+  // (ShmSteps::MarkRetractedBy: set only where nothing is, replaced by a
+  // FailGroup); 0: none. Every wait of every rank then ends with an error.
   std::atomic<int32_t> failed_by;
   // Written by rank 0 before any other rank reads them (they read after
   // every rank has said it attached), so that every rank picks the same
@@ -46,14 +47,20 @@ struct alignas(128) ShmGroupHeader {
   uint32_t oversubscribed;
 };
 
+// ShmRankHeader::buffer of a rank that retracted its buffer (never an
+// address of a user's buffer: the top of the address space is the kernel's).
+inline constexpr uint64_t kRetractedBuffer = ~uint64_t{0};
+
 struct alignas(128) ShmRankHeader {
   std::atomic<uint64_t> step;  // the last step this rank published
   LivenessRecord liveness;
   // Single copy: the address (in this rank's process) of the buffer of the
   // current operation, published before the step after which peers read it
-  // and read by them before they arrive at the operation's last step. A
-  // rank that leaves a single-copy operation with an error first retracts
-  // it (stores 0) and waits for the peers copying with it (`copying_with`).
+  // and read by them before they arrive at the operation's last step; 0
+  // when the rank published none (its call went another way). A rank that
+  // leaves a single-copy operation with an error first retracts it (stores
+  // kRetractedBuffer) and waits for the peers copying with it
+  // (`copying_with`).
   std::atomic<uint64_t> buffer;
   // The probe: a peer reads `probe_token` at `probe_addr` in this rank's
   // process and compares it with what the segment says.

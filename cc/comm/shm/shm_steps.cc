@@ -62,16 +62,25 @@ void ShmSteps::Abort() {
 
 absl::Status ShmSteps::FailGroup(absl::Status why) {
   // This rank will not arrive at the step its peers wait at: they must not
-  // wait for it until the deadline, nor finish with its part missing.
-  MarkFailedBy(rank_);
+  // wait for it until the deadline, nor finish with its part missing. The
+  // first such failure is the cause (later ones failed because of it), but
+  // it replaces a copier's mark of a retracted buffer (MarkRetractedBy),
+  // whose owner may have left for another's reason.
+  std::atomic<int32_t>& failed_by = layout_.group()->failed_by;
+  int32_t seen = failed_by.load();
+  while (seen <= 0 && !failed_by.compare_exchange_weak(seen, rank_ + 1)) {
+  }
+  WakeAll();
   return why;
 }
 
-void ShmSteps::MarkFailedBy(int r) {
-  // The first failure is the cause; later ones (ranks that failed because
-  // of it) must not overwrite the diagnosis.
+void ShmSteps::MarkRetractedBy(int r) {
   int32_t none = 0;
-  layout_.group()->failed_by.compare_exchange_strong(none, r + 1);
+  layout_.group()->failed_by.compare_exchange_strong(none, -(r + 1));
+  WakeAll();
+}
+
+void ShmSteps::WakeAll() {
   layout_.group()->wake_word.fetch_add(1);  // as in Abort()
   FutexWakeAll(&layout_.group()->wake_word);
 }
@@ -146,11 +155,8 @@ absl::Status ShmSteps::Step(const OpContext& ctx) {
       return absl::CancelledError(
           absl::StrCat(ctx.Describe(), ": the group was aborted"));
     }
-    if (const int failed = g->failed_by.load(std::memory_order_relaxed)) {
-      return absl::UnavailableError(
-          absl::StrCat(ctx.Describe(), " (", names_.Here(rank_),
-                       "): ", names_.Rank(failed - 1),
-                       " failed inside the operation and left the group"));
+    if (const int32_t failed = g->failed_by.load()) {
+      return GroupFailed(ctx, step, failed);
     }
     if (now > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
@@ -178,15 +184,48 @@ absl::Status ShmSteps::Step(const OpContext& ctx) {
   return absl::OkStatus();
 }
 
-absl::Status ShmSteps::CheckLateRanks(const OpContext& ctx, uint64_t step) {
+absl::Status ShmSteps::GroupFailed(const OpContext& ctx, uint64_t step,
+                                   int32_t failed) {
+  // A rank that exited before this step is the likelier cause than the one
+  // marked (whose own wait may have ended at that exit, without a mark:
+  // CheckLateRanks), so it is named first. One look at each late rank,
+  // once per failed wait.
+  if (absl::Status alive = CheckLateRanks(ctx, step, /*all=*/true);
+      !alive.ok()) {
+    return alive;
+  }
+  if (failed > 0) {
+    return absl::UnavailableError(
+        absl::StrCat(ctx.Describe(), " (", names_.Here(rank_),
+                     "): ", names_.Rank(failed - 1),
+                     " failed inside the operation and left the group"));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      ctx.Describe(), " (", names_.Here(rank_), "): ", names_.Rank(-failed - 1),
+      " left the operation with an error (it retracted its single-copy "
+      "buffer while a peer still had to copy with it), so the peer left "
+      "too"));
+}
+
+absl::Status ShmSteps::CheckLateRanks(const OpContext& ctx, uint64_t step,
+                                      bool all) {
   if (liveness_pause_ > absl::ZeroDuration()) {
     absl::SleepFor(liveness_pause_);
+  }
+  const int size = layout_.size();
+  if (all) {
+    for (int r = 0; r < size; ++r) {
+      if (r == rank_) continue;
+      ShmRankHeader* h = layout_.header(r);
+      if (h->step.load(std::memory_order_acquire) >= step) continue;
+      if (absl::Status st = LateRankGone(ctx, r, step); !st.ok()) return st;
+    }
+    return absl::OkStatus();
   }
   // A liveness look reads /proc: one look per interval at the first rank
   // that has not arrived (the one this rank would wait for in rank order)
   // and one at the next missing rank in turn, not one at every missing
   // rank, which at hundreds of ranks costs more than the wait itself.
-  const int size = layout_.size();
   int late = -1;
   for (int r = 0; r < size; ++r) {
     if (r != rank_ &&
@@ -207,17 +246,23 @@ absl::Status ShmSteps::CheckLateRanks(const OpContext& ctx, uint64_t step) {
   if (rotating >= 0) liveness_cursor_ = rotating;
   for (int r : {late, rotating}) {
     if (r < 0) continue;
-    ShmRankHeader* h = layout_.header(r);
-    std::optional<PeerGone> gone = watches_[r].Gone(h->liveness);
-    // A peer that has left is a failure only if this step still needs it:
-    // one that published the step and then exited did its part.
-    if (gone && h->step.load(std::memory_order_acquire) < step) {
-      return absl::UnavailableError(
-          absl::StrCat(ctx.Describe(), " (", names_.Here(rank_),
-                       "): ", names_.Rank(r), " ", gone->why,
-                       " before it reached this operation's step; a peer "
-                       "failed"));
-    }
+    if (absl::Status st = LateRankGone(ctx, r, step); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmSteps::LateRankGone(const OpContext& ctx, int r,
+                                    uint64_t step) {
+  ShmRankHeader* h = layout_.header(r);
+  std::optional<PeerGone> gone = watches_[r].Gone(h->liveness);
+  // A peer that has left is a failure only if this step still needs it:
+  // one that published the step and then exited did its part.
+  if (gone && h->step.load(std::memory_order_acquire) < step) {
+    return absl::UnavailableError(
+        absl::StrCat(ctx.Describe(), " (", names_.Here(rank_),
+                     "): ", names_.Rank(r), " ", gone->why,
+                     " before it reached this operation's step; a peer "
+                     "failed"));
   }
   return absl::OkStatus();
 }

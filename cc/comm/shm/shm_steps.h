@@ -11,10 +11,12 @@
 // Waiting spins briefly, then yields for up to 20 ms (wait_policy.h), then
 // sleeps on a futex the last arrival wakes, and checks the op's deadline
 // (DEADLINE_EXCEEDED), Abort() (CANCELLED), whether a rank failed inside the
-// operation (FailGroup: UNAVAILABLE naming it) and whether the ranks it
-// waits for are still alive (UNAVAILABLE, peer_liveness.h: exited, a
-// zombie, or no heartbeat), as over TCP. A peer that exits after publishing
-// the step waited for is not a failure.
+// operation (FailGroup: UNAVAILABLE naming it; MarkRetractedBy: naming the
+// owner of a retracted single-copy buffer) and whether the ranks it waits
+// for are still alive (UNAVAILABLE, peer_liveness.h: exited, a zombie, or no
+// heartbeat), as over TCP; a group marked failed is first looked at for
+// such a rank, which is named instead of the marked one. A peer that exits
+// after publishing the step waited for is not a failure.
 
 #ifndef DISTKIT_CC_COMM_SHM_SHM_STEPS_H_
 #define DISTKIT_CC_COMM_SHM_SHM_STEPS_H_
@@ -57,12 +59,18 @@ class ShmSteps {
   absl::Status Step(const OpContext& ctx);
 
   // Marks the group failed by this rank, which will not arrive at the step
-  // its peers wait at: every peer's wait ends with an error naming it (the
-  // first rank marked, MarkFailedBy). Returns `why`.
+  // its peers wait at: every peer's wait ends with an error naming it.
+  // Among such marks the first is kept (later ones are ranks that failed
+  // because of it); it replaces a MarkRetractedBy mark. Returns `why`.
   absl::Status FailGroup(absl::Status why);
-  // Marks the group failed by rank r unless a rank is marked already (the
-  // first failure is the cause), and wakes every waiter.
-  void MarkFailedBy(int r);
+  // Marks the group failed because rank r retracted its single-copy buffer
+  // while this rank still had to copy with it (so this rank will not arrive
+  // either), unless a rank is marked already, and wakes every waiter. A
+  // weaker mark than FailGroup's: r left with an error, but not
+  // necessarily its own (another rank exited, the deadline, an abort), so
+  // a later FailGroup replaces it, and waiters name r only when no rank
+  // they wait for has exited (Step).
+  void MarkRetractedBy(int r);
 
   // Makes this rank's waits end now with CANCELLED (callable from any
   // thread).
@@ -79,8 +87,18 @@ class ShmSteps {
   // calls of one wait, since steps only grow).
   bool AllPublished(uint64_t step, int* first_missing, bool thorough) const;
   // The first liveness error among the ranks that have not published
-  // `step`, looking at two of them (see the .cc).
-  absl::Status CheckLateRanks(const OpContext& ctx, uint64_t step);
+  // `step`, looking at two of them (see the .cc), or with `all` at every
+  // one of them.
+  absl::Status CheckLateRanks(const OpContext& ctx, uint64_t step,
+                              bool all = false);
+  // An error naming late rank r (one that has not published `step`) when
+  // it is gone (PeerWatch::Gone).
+  absl::Status LateRankGone(const OpContext& ctx, int r, uint64_t step);
+  // Wakes every rank's waits (they look at failed_by and aborts).
+  void WakeAll();
+  // Step's error once the group is marked failed (`failed`: the group
+  // header's failed_by).
+  absl::Status GroupFailed(const OpContext& ctx, uint64_t step, int32_t failed);
 
   const ShmLayout layout_;
   const int rank_;

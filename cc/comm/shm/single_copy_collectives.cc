@@ -29,7 +29,7 @@ absl::Status AllReduceBySingleCopy(SingleCopyPath& path, const OpContext& ctx,
   const size_t hi = SliceBegin(data.numel(), rank + 1, steps.size()) * elem;
   absl::Status folded = path.FoldPeers(ctx, fn, lo, hi - lo, elem, mine + lo,
                                        mine + lo, /*write_back=*/true);
-  if (!folded.ok()) return steps.FailGroup(folded);
+  if (!folded.ok()) return path.Fail(folded);
   return steps.Step(ctx);
 }
 
@@ -42,7 +42,7 @@ absl::Status ReduceBySingleCopy(SingleCopyPath& path, const OpContext& ctx,
     absl::Status folded =
         path.FoldPeers(ctx, fn, 0, data.nbytes(), ElementSize(data.dtype()),
                        mine, mine, /*write_back=*/false);
-    if (!folded.ok()) return steps.FailGroup(folded);
+    if (!folded.ok()) return path.Fail(folded);
   }
   // Every buffer stays in place until the root has read it.
   return steps.Step(ctx);
@@ -65,12 +65,12 @@ absl::Status BroadcastBySingleCopy(SingleCopyPath& path, const OpContext& ctx,
     for (int i = 1; i < size; ++i) {
       absl::Status write =
           path.WritePeer(ctx, (root + i) % size, 0, base, pushed);
-      if (!write.ok()) return steps.FailGroup(write);
+      if (!write.ok()) return path.Fail(write);
     }
   } else {
     absl::Status read =
         path.ReadPeer(ctx, root, pushed, base + pushed, data.nbytes() - pushed);
-    if (!read.ok()) return steps.FailGroup(read);
+    if (!read.ok()) return path.Fail(read);
   }
   return steps.Step(ctx);
 }
@@ -98,7 +98,7 @@ absl::Status AllGatherBySingleCopy(SingleCopyPath& path, const OpContext& ctx,
       const int r = (rank + i) % steps.size();  // spread the writers
       absl::Status written =
           path.WritePeer(ctx, r, rank * part + at, in + at, len);
-      if (!written.ok()) return steps.FailGroup(written);
+      if (!written.ok()) return path.Fail(written);
     }
   }
   return steps.Step(ctx);
@@ -117,7 +117,7 @@ absl::Status GatherBySingleCopy(SingleCopyPath& path, const OpContext& ctx,
   if (rank != root) {
     absl::Status written =
         path.WritePeer(ctx, root, rank * part, input.data(), part);
-    if (!written.ok()) return steps.FailGroup(written);
+    if (!written.ok()) return path.Fail(written);
   }
   return steps.Step(ctx);
 }
@@ -136,7 +136,7 @@ absl::Status ScatterBySingleCopy(SingleCopyPath& path, const OpContext& ctx,
   DK_RETURN_IF_ERROR(path.PublishForSingleCopy(ctx, OpCode::kScatter, in));
   if (rank != root) {
     absl::Status read = path.ReadPeer(ctx, root, rank * part, out, part);
-    if (!read.ok()) return steps.FailGroup(read);
+    if (!read.ok()) return path.Fail(read);
   }
   DK_RETURN_IF_ERROR(steps.Step(ctx));
   if (inside) std::memmove(out, in + root * part, part);
@@ -160,7 +160,7 @@ absl::Status AllToAllBySingleCopy(SingleCopyPath& path, const OpContext& ctx,
     const int r = (rank + i) % steps.size();  // spread the readers
     absl::Status read =
         path.ReadPeer(ctx, r, rank * part, out + r * part, part);
-    if (!read.ok()) return steps.FailGroup(read);
+    if (!read.ok()) return path.Fail(read);
   }
   // Every input stays in place until every rank has read its part.
   return steps.Step(ctx);
@@ -182,7 +182,7 @@ absl::Status ReduceScatterBySingleCopy(SingleCopyPath& path,
   absl::Status folded =
       path.FoldPeers(ctx, fn, rank * part, part, ElementSize(output.dtype()),
                      in + rank * part, out);
-  if (!folded.ok()) return steps.FailGroup(folded);
+  if (!folded.ok()) return path.Fail(folded);
   return steps.Step(ctx);
 }
 

@@ -8,9 +8,13 @@
 // input, a reduce_scatter's rank folds its part from every peer's input,
 // and an all_to_all's rank reads its part of every peer's input. A last step
 // keeps every buffer in place until all are done. A refused read or write fails
-// the group (ShmSteps::FailGroup). The caller passes every result through
-// SingleCopyPath::Leave, which on an error keeps the buffer until no peer
-// copies with it. Buffer conventions: cc/comm/backend.h.
+// the group (SingleCopyPath::Fail: ShmSteps::FailGroup, or, where the copy
+// found the peer's buffer retracted, the mark naming that peer). The caller
+// passes every result through SingleCopyPath::Leave, which on an error
+// retracts the buffer and waits until no peer copies with it, or, where that
+// wait ends first (its bound; after an abort, a copier stopped or without a
+// heartbeat), says in the error that the buffer may still be read or
+// written (kBufferStillInUsePayload). Buffer conventions: cc/comm/backend.h.
 
 #ifndef DISTKIT_CC_COMM_SHM_SINGLE_COPY_COLLECTIVES_H_
 #define DISTKIT_CC_COMM_SHM_SINGLE_COPY_COLLECTIVES_H_

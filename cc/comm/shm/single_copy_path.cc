@@ -170,12 +170,24 @@ absl::Status SingleCopyPath::CopyWithPeer(const OpContext& ctx, int r,
   mine->copying_with.store(static_cast<uint32_t>(r) + 1);
   const uint64_t base = h->buffer.load();
   absl::Status copied;
-  if (base == 0) {
-    // r's operation failed before this copy's: the group's diagnosis names
-    // r, not this rank (whose FailGroup then keeps it).
-    steps_->MarkFailedBy(r);
+  bool retracted = false;
+  if (base == kRetractedBuffer) {
+    // r left the operation with an error before this copy (its own, or
+    // another's: a peer that exited, the deadline, an abort). This rank
+    // will not arrive either; the mark names r, weakly: a rank whose own
+    // operation failed replaces it, and a rank that exited is named first
+    // (ShmSteps::MarkRetractedBy).
+    retracted = true;
+    steps_->MarkRetractedBy(r);
     copied = absl::UnavailableError(
         "the peer retracted its buffer: it left the operation with an error");
+  } else if (base == 0) {
+    // r published nothing for this operation: its call went another way
+    // (or disagreed with this rank's). Not r's failure: this rank's copy
+    // is what cannot be done.
+    copied = absl::FailedPreconditionError(
+        "the peer published no buffer for this operation (its call went "
+        "another way?)");
   } else {
     if (test_hook_ != nullptr) copied = test_hook_->InWindow(r, write);
     if (copied.ok()) {
@@ -187,12 +199,23 @@ absl::Status SingleCopyPath::CopyWithPeer(const OpContext& ctx, int r,
   }
   mine->copying_with.store(0, std::memory_order_release);
   if (!copied.ok()) {
-    return absl::UnavailableError(absl::StrCat(
+    absl::Status failed = absl::UnavailableError(absl::StrCat(
         ctx.Describe(), " (", steps_->names().Here(steps_->rank()),
         "): ", write ? "writing" : "reading", " ", steps_->names().Rank(r),
         "'s buffer failed (", copied.message(), "); a peer failed"));
+    if (retracted) failed.SetPayload(kPeerRetractedPayload, absl::Cord());
+    return failed;
   }
   return absl::OkStatus();
+}
+
+absl::Status SingleCopyPath::Fail(absl::Status why) {
+  if (why.GetPayload(kPeerRetractedPayload).has_value()) {
+    // The group is marked already, naming the owner (CopyWithPeer).
+    why.ErasePayload(kPeerRetractedPayload);
+    return why;
+  }
+  return steps_->FailGroup(std::move(why));
 }
 
 absl::Status SingleCopyPath::Leave(const OpContext& ctx, absl::Status status) {
@@ -202,26 +225,32 @@ absl::Status SingleCopyPath::Leave(const OpContext& ctx, absl::Status status) {
   // part went well, and it has not reached the step this rank left): no
   // new copy may start, and the ones in flight must end before the caller
   // frees or reuses the buffer.
-  steps_->layout().header(steps_->rank())->buffer.store(0);
+  steps_->layout().header(steps_->rank())->buffer.store(kRetractedBuffer);
   const Stragglers held = AwaitCopiers(ctx);
   if (held.ranks.empty()) return status;
-  // The one case where the buffer may be touched after this returns: a
-  // code of its own, so that a caller need not parse the message.
+  // The one case where the buffer may be touched after this returns. The
+  // code stays the operation's (callers classify by it: a timeout, an
+  // abort, a peer's failure); the payload says it without the message.
   std::vector<std::string> names;
   for (int r : held.ranks) names.push_back(steps_->names().Rank(r));
   absl::Status in_use(
-      absl::StatusCode::kDataLoss,
+      status.code(),
       absl::StrCat(
-          status.message(), " [", StatusCodeName(status.code()), "]; ",
-          absl::StrJoin(names, ", "), held.ranks.size() == 1 ? " was" : " were",
+          status.message(), "; ", absl::StrJoin(names, ", "),
+          held.ranks.size() == 1 ? " was" : " were",
           " still copying to or from this rank's buffer ",
-          held.aborted ? "when the group was aborted"
-                       : absl::StrCat(absl::FormatDuration(std::clamp(
-                                          ctx.timeout, kRetractWaitMin,
-                                          kRetractWaitMax)),
-                                      " after it was retracted (stopped?)"),
+          held.aborted
+              ? "when the group was aborted (stopped, or without a heartbeat)"
+              : absl::StrCat(
+                    absl::FormatDuration(std::clamp(
+                        ctx.timeout, kRetractWaitMin, kRetractWaitMax)),
+                    " after it was retracted (stopped?)"),
           ": the buffer may still be read or written after this call "
           "returned; keep it allocated and do not trust its contents"));
+  status.ForEachPayload(
+      [&in_use](absl::string_view type, const absl::Cord& payload) {
+        in_use.SetPayload(type, payload);
+      });
   in_use.SetPayload(kBufferStillInUsePayload,
                     absl::Cord(absl::StrJoin(held.ranks, ",")));
   return in_use;
@@ -235,7 +264,6 @@ SingleCopyPath::Stragglers SingleCopyPath::AwaitCopiers(const OpContext& ctx) {
   Stragglers held;
   bool timed = false;
   absl::Time deadline;
-  absl::Time abort_seen = absl::InfiniteFuture();
   for (int r = 0; r < steps_->size(); ++r) {
     if (r == steps_->rank()) continue;
     const ShmRankHeader* h = layout.header(r);
@@ -253,26 +281,24 @@ SingleCopyPath::Stragglers SingleCopyPath::AwaitCopiers(const OpContext& ctx) {
         timed = true;
         deadline = now + bound;
       }
-      // The group is being torn down: its owner will not wait out a
-      // stopped copier, and is told that the buffer is not free. A grace
-      // of kAbortGrace first, for a copier that was only descheduled.
-      if (steps_->aborted()) {
-        if (abort_seen == absl::InfiniteFuture()) abort_seen = now;
-        if (now - abort_seen > kAbortGrace) {
+      if (now >= next_look) {
+        next_look = now + kCopierLookInterval;
+        // An exited rank copies nothing more: the wait for it is over.
+        std::optional<PeerGone> gone = watch.Gone(h->liveness);
+        if (gone && gone->exited) break;
+        // After an abort the owner does not wait out a copier that cannot
+        // be running its copy now (stopped, or without a heartbeat), and
+        // says that the buffer is not free. One that can (running, or
+        // runnable but descheduled on a loaded host) is waited for as
+        // without an abort: the caller may free the buffer on return.
+        if (steps_->aborted() && (gone || PeerStopped(h->liveness))) {
           held.aborted = true;
           held.ranks.push_back(r);
           break;
         }
       }
-      if (now >= next_look) {
-        // An exited rank copies nothing more (a stopped one may, once
-        // continued: it is waited for until the bound).
-        next_look = now + absl::Milliseconds(10);
-        if (std::optional<PeerGone> gone = watch.Gone(h->liveness);
-            gone && gone->exited) {
-          break;
-        }
-      }
+      // A stopped or frozen rank may copy once continued: it is waited for
+      // until the bound.
       if (now > deadline) {
         held.ranks.push_back(r);
         break;

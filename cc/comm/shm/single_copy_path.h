@@ -22,12 +22,14 @@
 // copies, and clears it after; a rank that leaves with an error (Leave,
 // whatever failed: its own copy, a step, the deadline, an abort) first
 // retracts its address, so that later copies fail ("retracted its
-// buffer", and the group is marked failed by the owner, not the copier),
-// then waits until no live peer names it. On success the last step
-// already kept every buffer in place until all were done. Where that wait
-// is cut short (its bound, or Abort) while a peer still names the buffer,
-// Leave says so with DATA_LOSS (kBufferStillInUsePayload): only then may
-// the buffer still be read or written after the call returns.
+// buffer"; the group is then marked by the owner, weakly: see
+// ShmSteps::MarkRetractedBy), then waits until no live peer names it. On
+// success the last step already kept every buffer in place until all were
+// done. Where that wait ends while a peer still names the buffer (its
+// bound, or after an abort a copier that is stopped or has no heartbeat),
+// Leave keeps the operation's code and says so in the message and the
+// payload kBufferStillInUsePayload: only then may the buffer still be read
+// or written after the call returns.
 
 #ifndef DISTKIT_CC_COMM_SHM_SINGLE_COPY_PATH_H_
 #define DISTKIT_CC_COMM_SHM_SINGLE_COPY_PATH_H_
@@ -100,21 +102,32 @@ class SingleCopyPath {
   // own part went well), and the caller may free or reuse the buffer the
   // moment this returns. The wait ends early for a peer that exited. It is
   // bounded by the op's timeout (at least kRetractWaitMin, at most
-  // kRetractWaitMax), and Abort() ends it within kAbortGrace (which lets
-  // copies in flight, microseconds each, finish).
-  // If either cuts it short while a peer still names the buffer (stopped
-  // inside its copy), no promise can be kept: the result is then DATA_LOSS,
-  // whatever `status` was, with `status`'s message, the ranks that may
-  // still read or write the buffer, and the payload
+  // kRetractWaitMax). After Abort() it also ends for a peer that cannot be
+  // running its copy now: stopped (every thread in /proc state T or t,
+  // PeerStopped) or without a heartbeat (PeerWatch::Gone); a peer that may
+  // be running it (running, or runnable but descheduled) is still waited
+  // for, up to the bound, whatever the abort.
+  // If the wait ends while a peer still names the buffer (the bound, or an
+  // abort with a stopped or frozen copier), no promise can be kept: the
+  // result then keeps `status`'s code, message and payloads, adds to the
+  // message the ranks that may still read or write the buffer ("rank 1 was
+  // still copying ...; keep it allocated") and the payload
   // kBufferStillInUsePayload (their ranks, "1,3"). The caller must then
   // keep the buffer's memory allocated (or the process end): a late write
   // into memory reused for something else would corrupt it.
   absl::Status Leave(const OpContext& ctx, absl::Status status);
   static constexpr absl::Duration kRetractWaitMin = absl::Seconds(5);
   static constexpr absl::Duration kRetractWaitMax = absl::Seconds(60);
-  static constexpr absl::Duration kAbortGrace = absl::Milliseconds(20);
+  // How often the wait looks at a copier's liveness and state.
+  static constexpr absl::Duration kCopierLookInterval = absl::Milliseconds(10);
   static constexpr absl::string_view kBufferStillInUsePayload =
       "type.distkit/shm.buffer_still_in_use";
+
+  // The error of a single-copy collective whose own copy failed: `why`
+  // after marking the group failed by this rank (ShmSteps::FailGroup),
+  // unless the copy found the peer's buffer retracted, where the group is
+  // marked already, naming that peer (CopyWithPeer).
+  absl::Status Fail(absl::Status why);
 
   // ---- Moving bytes ---------------------------------------------------------
 
@@ -134,17 +147,22 @@ class SingleCopyPath {
                          bool write_back = false);
 
  private:
-  // Copies between `local` and `offset` of the buffer rank r published;
-  // UNAVAILABLE when r has retracted it (Leave), and the group is marked
-  // failed by r, whose operation failed first.
+  // Copies between `local` and `offset` of the buffer rank r published.
+  // UNAVAILABLE when r has retracted it (Leave): the group is then marked
+  // by r (ShmSteps::MarkRetractedBy), and the error carries
+  // kPeerRetractedPayload for Fail. UNAVAILABLE, r not marked, when r
+  // published no buffer (its call went another way).
   absl::Status CopyWithPeer(const OpContext& ctx, int r, size_t offset,
                             void* local, size_t bytes, bool write);
   // Leave's wait for the peers copying with this rank's buffer.
   struct Stragglers {
     std::vector<int> ranks;  // still copying when the wait was cut short
-    bool aborted = false;    // cut short by Abort(), not the bound
+    bool aborted = false;    // cut short after Abort(), not by the bound
   };
   Stragglers AwaitCopiers(const OpContext& ctx);
+  // Between CopyWithPeer and Fail only: removed from what callers see.
+  static constexpr absl::string_view kPeerRetractedPayload =
+      "type.distkit/shm.peer_retracted";
   char* CopyScratch(size_t bytes);
 
   ShmSteps* const steps_;

@@ -4,6 +4,7 @@
 #include "cc/comm/shm/single_copy_test_hook.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -39,6 +40,18 @@ class EnvironmentHook : public SingleCopyTestHook {
     }
     if (done_) return absl::OkStatus();
     done_ = true;
+    if (stop_) {
+      // <entered> holds this process's pid, whole once it exists.
+      const std::string tmp = entered_ + ".tmp";
+      FILE* f = std::fopen(tmp.c_str(), "w");
+      if (f != nullptr) {
+        std::fprintf(f, "%d\n", static_cast<int>(getpid()));
+        std::fclose(f);
+        std::rename(tmp.c_str(), entered_.c_str());
+      }
+      raise(SIGSTOP);  // until another process continues it
+      return absl::OkStatus();
+    }
     const int fd = open(entered_.c_str(), O_CREAT | O_WRONLY, 0600);
     if (fd >= 0) close(fd);
     AwaitFile(wait_for_, hold_);
@@ -47,7 +60,8 @@ class EnvironmentHook : public SingleCopyTestHook {
 
   bool write_ = false;  // which copies: writes into peer_, or reads of it
   int peer_ = -1;
-  bool pause_ = false;  // pause (write) or fail (read)
+  bool pause_ = false;  // pause or stop (write), or fail (read)
+  bool stop_ = false;   // stop (SIGSTOP), not pause
   std::string wait_for_;
   std::string entered_;
   absl::Duration hold_ = absl::Seconds(1);  // a pause's longest
@@ -70,8 +84,11 @@ std::unique_ptr<SingleCopyTestHook> SingleCopyTestHookFromEnvironment() {
   const bool write_pause = (f.size() == 5 || f.size() == 6) &&
                            f[0] == "write" && f[2] == "pause" &&
                            !f[3].empty() && !f[4].empty();
+  const bool write_stop =
+      f.size() == 4 && f[0] == "write" && f[2] == "stop" && !f[3].empty();
   int hold_ms = 1000;
-  if ((!read_fail && !write_pause) || !absl::SimpleAtoi(f[1], &hook->peer_) ||
+  if ((!read_fail && !write_pause && !write_stop) ||
+      !absl::SimpleAtoi(f[1], &hook->peer_) ||
       (f.size() == 6 && (!absl::SimpleAtoi(f[5], &hold_ms) || hold_ms < 0))) {
     // Never fatal: a stray variable must not end a process.
     static std::atomic<bool> warned{false};
@@ -83,10 +100,12 @@ std::unique_ptr<SingleCopyTestHook> SingleCopyTestHookFromEnvironment() {
     }
     return nullptr;
   }
-  hook->write_ = write_pause;
-  hook->pause_ = write_pause;
-  hook->wait_for_ = write_pause ? f[4] : f[3];
-  if (write_pause) hook->entered_ = f[3];
+  hook->write_ = write_pause || write_stop;
+  hook->pause_ = write_pause || write_stop;
+  hook->stop_ = write_stop;
+  if (write_pause) hook->wait_for_ = f[4];
+  if (read_fail) hook->wait_for_ = f[3];
+  if (write_pause || write_stop) hook->entered_ = f[3];
   hook->hold_ = absl::Milliseconds(hold_ms);
   return hook;
 }

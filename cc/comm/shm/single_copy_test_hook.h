@@ -19,6 +19,10 @@
 //       (after it said so in its header and read the peer's published
 //       buffer, before the copy), creates <entered> and waits until <until>
 //       exists (at most <max_ms>, default 1000), then copies.
+//   write:<peer>:stop:<entered>
+//       as pause, but writes this process's pid into <entered> (whole once
+//       the file exists) and stops the process (SIGSTOP) until another
+//       continues it (SIGCONT), then copies.
 //
 // Files, not times: the ranks are separate processes, and a test that
 // orders them by events does not race a loaded machine's clock.
