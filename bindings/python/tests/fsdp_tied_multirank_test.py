@@ -12,7 +12,13 @@ fully_shard called separately on the two users of a tied weight (or on one
 of them, then the root) trains as the plain model; a weight tied between
 two units is held by their innermost common unit; under HYBRID_SHARD a
 rank-0-only full state dict is rank 0's alone and loads into every
-replica (world size 4: 2 replicas of 2 ranks)."""
+replica (world size 4: 2 replicas of 2 ranks), and two HYBRID_SHARD models
+on disjoint halves of the world each load their own holder's dict. A
+unit's full parameters used by nested forwards (an alias module around or
+inside the owning unit's), non-reentrant activation checkpointing, one
+module object under two parents (T5's embed_tokens) and an alias module
+given inputs in another dtype than its unit's param_dtype all train as the
+plain model."""
 import copy
 import io
 import shutil
@@ -25,8 +31,8 @@ from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
 from distkit import dist
-from distkit.fsdp import (FullStateDictConfig, FullyShardedDataParallel, ModuleWrapPolicy,
-                          ShardingStrategy, StateDictType, fully_shard)
+from distkit.fsdp import (FullStateDictConfig, FullyShardedDataParallel, MixedPrecisionPolicy,
+                          ModuleWrapPolicy, ShardingStrategy, StateDictType, fully_shard)
 from testing.python.hybrid_groups import hybrid_groups
 from testing.python.rank_check import check, finish
 
@@ -414,7 +420,10 @@ def hybrid_rank0_only():
     every other rank) gives every rank of every replica rank 0's values,
     which then train as the plain model alone; state_dict() under
     FullStateDictConfig(rank0_only=True) is the full dict on rank 0 and {}
-    on every other rank."""
+    on every other rank. Only world size 4 is HYBRID in earnest: at world
+    size 2 and 3 hybrid_groups() makes one node, so the replicate groups
+    have one rank each (the load is then the shard group's alone);
+    hybrid_halves covers replicate groups without global rank 0."""
     rank = dist.get_rank()
     for offload in (False, True):
         what = f"HYBRID_SHARD rank0_only offload_to_cpu={offload}"
@@ -493,6 +502,248 @@ def lowest_common_unit():
               units.get("body.b") == ["body.b.lin.bias"], f"{what}: units {units}")
 
 
+class Enclosing(nn.Module):
+    """The tied weight's alias place on the root, used in the root's own
+    forward around the embedding's: F.linear(h, self.out_w)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        self.mid = nn.Linear(WIDTH, WIDTH)
+        self.out_w = self.embed.weight
+
+    def forward(self, tokens):
+        h = torch.tanh(self.mid(self.embed(tokens)))
+        return nn.functional.linear(h, self.out_w)
+
+
+class Owner(nn.Module):
+    """Calls the module it is given inside its own forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x, inner):
+        return self.lin(torch.tanh(inner(x)))
+
+
+class Inside(nn.Module):
+    """The alias module (user, tied to owner.lin) called inside the owning
+    unit's forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        self.owner = Owner()
+        self.user = nn.Linear(WIDTH, WIDTH)
+        self.user.weight = self.owner.lin.weight
+        self.head = nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, tokens):
+        return self.head(self.owner(self.embed(tokens), self.user))
+
+
+def train_composable(make, shard, what, steps=STEPS):
+    """make() sharded by `shard` (fully_shard calls) trains as make() alone
+    on the global batch (train_beside), on every rank, output within 1e-5."""
+    x_test, _ = batch(97, 0, 6)
+    torch.manual_seed(0)
+    reference = make()
+    with torch.no_grad():
+        before = reference(x_test)
+    torch.manual_seed(0)
+    model = make()
+    try:
+        shard(model)
+        opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+        ref_opt = torch.optim.SGD(reference.parameters(), lr=LR, momentum=0.9)
+        train_beside(model, opt, reference, ref_opt, steps)
+        with torch.no_grad():
+            got, want = model(x_test), reference(x_test)
+    except (RuntimeError, ValueError) as e:
+        check(False, f"{what}: {e}")
+        return
+    check(relative(want, before) > 1e-3, f"{what}: trained")
+    worst = relative(got, want)
+    check(worst <= 1e-5, f"{what}: outputs differ from training alone by {worst:.2e}")
+    everyone = dist.all_gather_object(got)
+    check(all(torch.equal(other, got) for other in everyone), f"{what}: ranks differ")
+    if dist.get_rank() == 0:
+        print(f"{what}: outputs' relative difference {worst:.2e}", flush=True)
+
+
+def nested_users():
+    """A unit's full parameters used by nested forwards: the alias module's
+    forward around the owning unit's (the root's F.linear(h, self.out_w),
+    embed sharded first) and inside it (owner(x, user), user tied to
+    owner.lin): the unit is resharded after the outermost, and training
+    equals the plain model's."""
+    for reshard in (True, False):
+        def enclosing(model):
+            fully_shard(model.embed, reshard_after_forward=reshard)
+            fully_shard(model, reshard_after_forward=reshard)
+
+        def inside(model):
+            fully_shard(model.owner, reshard_after_forward=reshard)
+            fully_shard(model.user, reshard_after_forward=reshard)
+            fully_shard(model, reshard_after_forward=reshard)
+
+        train_composable(Enclosing, enclosing, f"alias around its unit reshard={reshard}")
+        train_composable(Inside, inside, f"alias inside its unit reshard={reshard}")
+
+
+class CheckpointedBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(WIDTH, WIDTH)
+        self.b = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x):
+        return x + self.b(torch.tanh(self.a(x)))
+
+
+class NonReentrant(nn.Module):
+    """Each block's forward under non-reentrant activation checkpointing
+    (recomputed from saved-tensor hooks during backward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        self.blocks = nn.ModuleList([CheckpointedBlock() for _ in range(2)])
+        self.head = nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        for block in self.blocks:
+            h = torch.utils.checkpoint.checkpoint(block, h, use_reentrant=False)
+        return self.head(h)
+
+
+class NonReentrantRegion(NonReentrant):
+    """One non-reentrant checkpointed region around both blocks (each its
+    own unit): recomputing it at the backward of the second reruns the
+    first's forward before backward reaches the first."""
+
+    def forward(self, tokens):
+        h = torch.utils.checkpoint.checkpoint(lambda x: self.blocks[1](self.blocks[0](x)),
+                                              self.embed(tokens), use_reentrant=False)
+        return self.head(h)
+
+
+def non_reentrant_checkpoint():
+    """fully_shard on each block (reshard_after_forward) and the root, the
+    blocks checkpointed with use_reentrant=False: the recomputation's
+    post-forward during backward leaves the unit gathered for the backward
+    that reads it, and training equals the plain model's."""
+    def shard(model):
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+
+    train_composable(NonReentrant, shard, "non-reentrant checkpoint")
+    train_composable(NonReentrantRegion, shard, "non-reentrant checkpoint of two units")
+
+
+class Stack(nn.Module):
+    def __init__(self, embed_tokens):
+        super().__init__()
+        self.embed_tokens = embed_tokens
+        self.lin = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, tokens):
+        return torch.tanh(self.lin(self.embed_tokens(tokens)))
+
+
+class Shared(nn.Module):
+    """T5 / BART: one embedding module reachable as encoder.embed_tokens and
+    decoder.embed_tokens."""
+
+    def __init__(self):
+        super().__init__()
+        embed = nn.Embedding(VOCAB, WIDTH)
+        self.encoder = Stack(embed)
+        self.decoder = Stack(embed)
+        self.head = nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, tokens):
+        return self.head(self.decoder(tokens.flip(1)) + self.encoder(tokens))
+
+
+def shared_modules():
+    """One module object under two parents (the encoder's and the decoder's
+    embed_tokens): fully_shard(encoder), then fully_shard(decoder) or the
+    root only: the decoder's use gathers the encoder's unit, and training
+    equals the plain model's."""
+    for with_decoder in (True, False):
+        for reshard in (True, False):
+            def shard(model):
+                fully_shard(model.encoder, reshard_after_forward=reshard)
+                if with_decoder:
+                    fully_shard(model.decoder, reshard_after_forward=reshard)
+                fully_shard(model, reshard_after_forward=reshard)
+
+            train_composable(Shared, shard, f"shared module decoder={with_decoder} "
+                             f"reshard={reshard}")
+
+
+def hybrid_halves():
+    """Two HYBRID_SHARD models on disjoint halves of the world (world size
+    4: ranks 0-1 and 2-3, shard groups of one rank, replicate groups of
+    two): rank 0 and rank 2 each load their own model's dict (strict=False,
+    {} on the other ranks), and every rank of each model ends with its
+    holder's values, not the other model's."""
+    rank = dist.get_rank()
+    if dist.get_world_size() != 4:
+        return
+    shards = [dist.new_group([r]) for r in range(4)]
+    halves = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    half = rank // 2
+    what = f"HYBRID_SHARD on half {half}"
+    torch.manual_seed(40 + half)
+    reference = TiedLM()  # this half's dict, other values than the other half's
+    torch.manual_seed(60 + rank)
+    sharded = FullyShardedDataParallel(TiedLM(), process_group=(shards[rank], halves[half]),
+                                       sharding_strategy=ShardingStrategy.HYBRID_SHARD,
+                                       auto_wrap_policy=ModuleWrapPolicy({Block}))
+    try:
+        sharded.load_state_dict(reference.state_dict() if rank % 2 == 0 else {}, strict=False)
+    except RuntimeError as e:
+        check(False, f"{what}: load: {e}")
+        return
+    same_state(sharded.state_dict(), reference.state_dict(), f"{what}: loaded")
+
+
+class LowPrecisionOwner(nn.Module):
+    """The embedding's unit computes in float64 (its mp_policy); the head,
+    bias-free and tied to it, is an alias module given float32 inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        self.mid = nn.Linear(WIDTH, WIDTH)
+        self.head = nn.Linear(WIDTH, VOCAB, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        h = torch.tanh(self.mid(self.embed(tokens).float()))  # float32 between them
+        return self.head(h).float()
+
+
+def alias_input_cast():
+    """The alias module's forward casts its floating-point inputs to the
+    owning unit's param_dtype (its mp_policy casts forward inputs), as the
+    unit's own module does: training equals the plain float32 model's."""
+    policy = MixedPrecisionPolicy(param_dtype=torch.float64)
+
+    def shard(model):
+        fully_shard(model.embed, mp_policy=policy)
+        fully_shard(model.head)
+        fully_shard(model)
+
+    train_composable(LowPrecisionOwner, shard, "alias input cast to the unit's param_dtype")
+
+
 def main():
     dist.init_dist("pytorch", backend="gloo")
     for strategy in ShardingStrategy:
@@ -506,6 +757,11 @@ def main():
     separate_calls()
     lowest_common_unit()
     hybrid_rank0_only()
+    nested_users()
+    non_reentrant_checkpoint()
+    shared_modules()
+    hybrid_halves()
+    alias_input_cast()
     dist.barrier()
     status = finish("fsdp tied checks")
     dist.destroy()

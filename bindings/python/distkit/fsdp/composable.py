@@ -43,7 +43,12 @@ def fully_shard(module: nn.Module, *, mesh=None, reshard_after_forward: bool = T
     on the root last. A parameter an earlier call's unit holds that is also
     registered here (tied weights, each user sharded by its own call) stays
     that unit's: its place here uses the unit's full parameter, gathered for
-    this module's forward and backward. Collective."""
+    this module's forward and backward (its floating-point inputs cast to
+    that unit's param_dtype where the unit's policy casts forward inputs);
+    so is a module object an earlier call sharded that is reachable here
+    under another parent (T5's embed_tokens in the encoder and the
+    decoder). Such uses may nest (an alias module's forward around or inside
+    the unit's own): the unit reshards after the outermost. Collective."""
     found = []
     found_ids = set()
     for sub in module.modules():
@@ -72,6 +77,14 @@ def fully_shard(module: nn.Module, *, mesh=None, reshard_after_forward: bool = T
                                False, aliases=other_places(module, set(), owned))
         for i, (_, _, p) in enumerate(owned):
             p._dk_fully_shard = (coordinator, unit, i)  # for later calls (_share_held)
+        # The unit's input cast, for the modules later calls find holding
+        # its full parameters (_hook_alias).
+        unit.cast_dtype = (param_dtype if mp_policy is not None and mp_policy.cast_forward_inputs
+                           else None)
+        for owner, _, _ in list(unit.owned) + list(unit.aliases):
+            places = owner.__dict__.setdefault("_dk_places_of", [])
+            if all(u is not unit for _, u in places):
+                places.append((coordinator, unit))
     module._dk_fsdp = coordinator
     if mp_policy is not None and mp_policy.param_dtype is not None and mp_policy.cast_forward_inputs:
         module.register_forward_pre_hook(
@@ -103,11 +116,38 @@ def _share_held(module: nn.Module, ignored: Set[int]) -> None:
             del sub._parameters[name]
             leaf = unit.leaves[i]
             object.__setattr__(sub, name, leaf if leaf is not None else unit.views[i])
-            users = sub.__dict__.setdefault("_dk_shared_units", [])
-            if all(u is not unit for u in users):
-                users.append(unit)
-                sub.register_forward_pre_hook(
-                    lambda m, inputs, unit=unit, c=coordinator: c._pre_forward(unit))
-                sub.register_forward_hook(
-                    lambda m, inputs, output, unit=unit, c=coordinator:
-                    c._post_forward(unit, output))
+            _hook_alias(sub, coordinator, unit)
+    # A module holding places of an earlier call's unit (its parameters no
+    # longer in _parameters), reachable here other than through the module
+    # that call sharded: one module object shared by two parents (T5's and
+    # BART's embed_tokens, in the encoder and the decoder), its unit's
+    # module one of them. Its forward from here runs outside the unit's
+    # module: it gathers the unit as an alias place does. (Without, it
+    # computed with the freed full parameters.) Modules an earlier call
+    # sharded are not entered: that call hooked what it reached.
+    stack = [module]
+    while stack:
+        sub = stack.pop()
+        for coordinator, unit in sub.__dict__.get("_dk_places_of", ()):
+            if unit.module is not sub:
+                _hook_alias(sub, coordinator, unit)
+        stack.extend(child for child in sub._modules.values()
+                     if child is not None and "_dk_fsdp" not in child.__dict__)
+
+
+def _hook_alias(sub: nn.Module, coordinator, unit) -> None:
+    """`sub` computes with `unit`'s full parameters outside the unit's
+    module: its forward gathers the unit (and casts its floating-point
+    inputs to the unit's param_dtype where the unit's policy casts), its
+    backward gathers it again; once per (module, unit). Nested inside the
+    unit's module's forward or around it, the outermost of them reshards."""
+    users = sub.__dict__.setdefault("_dk_shared_units", [])
+    if any(u is unit for u in users):
+        return
+    users.append(unit)
+    cast = getattr(unit, "cast_dtype", None)
+    if cast is not None:
+        sub.register_forward_pre_hook(lambda m, args: cast_inputs(cast, args, {})[0])
+    sub.register_forward_pre_hook(lambda m, inputs, unit=unit, c=coordinator: c._pre_forward(unit))
+    sub.register_forward_hook(
+        lambda m, inputs, output, unit=unit, c=coordinator: c._post_forward(unit, output))

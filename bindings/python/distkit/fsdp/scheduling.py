@@ -77,6 +77,9 @@ class Coordinator:
         self.in_flight = None
         self.backward_queued = False
         self.order, self.recording = [], []
+        for unit in self.units:
+            unit.users = 0
+            unit.in_backward = False
 
     def _mark(self, unit: "Unit", kind: str) -> None:
         self.compute.append((unit.index, kind, time.time_ns()))
@@ -86,6 +89,7 @@ class Coordinator:
             if unit.is_root:  # a new forward
                 for u in self.units:
                     u.forward_calls = 0
+                    u.users = 0  # a forward that raised left its users counted
             unit.forward_calls += 1
         elif torch.is_grad_enabled():
             # Reentrant checkpoint recomputing the unit: fresh leaves, whose
@@ -95,6 +99,11 @@ class Coordinator:
             unit.exposed_in_backward = True
             if unit.forward_calls > 1:
                 unit.defer = True
+        # One more user of the unit's full parameters while this forward
+        # runs (the unit's module, or a module holding an alias of one of
+        # its parameters, called inside or around the other): the last one
+        # to finish reshards.
+        unit.users += 1
         unit.unshard()
         if unit not in self.recording:
             self.recording.append(unit)
@@ -139,7 +148,14 @@ class Coordinator:
 
     def _post_forward(self, unit: "Unit", output):
         self._mark(unit, "forward_end")
-        if unit.reshard_after_forward:
+        unit.users = max(unit.users - 1, 0)
+        # Not while an enclosing forward still uses the full parameters
+        # (nested users: an alias module around or inside the unit's own),
+        # nor in a forward rerun during the unit's backward (non-reentrant
+        # activation checkpointing recomputes it from saved-tensor hooks, and
+        # backward then reads what it saved: torch's FSDP keeps a unit in
+        # its pre-backward state gathered too).
+        if unit.reshard_after_forward and unit.users == 0 and not unit.in_backward:
             unit.reshard()
         if torch.is_grad_enabled():
             for t in _tensors_in(output):
@@ -151,6 +167,7 @@ class Coordinator:
         if not self.backward_queued:  # the forward that led here set the order
             self.order, self.recording = self.recording, []
         unit.unshard()
+        unit.in_backward = True  # until it is reduced
         # The previous unit's reduction overlapped the gather above; finish
         # it before this unit's full gradients are allocated, so the
         # library never holds two units' full gradients.
@@ -181,6 +198,8 @@ class Coordinator:
             unit.fired = [0] * len(unit.fired)
             unit.exposed_in_backward = False
             unit.forward_calls = 0
+            unit.users = 0  # a forward that raised left its users counted
+            unit.in_backward = False
             if unit.gathering:  # prefetched but not used: it holds old values
                 raise_for_status(lib.dk_shard_unshard_wait, unit.handle)
                 raise_for_status(lib.dk_shard_reshard, unit.handle)

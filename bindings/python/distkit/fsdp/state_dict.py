@@ -144,19 +144,24 @@ class ModelStateDictMixin:
         # (collective, so the ranks' calls pair up) to keep what is not
         # given; where the ranks' dicts differ in its keys (rank0_only: {}
         # on the others), rank 0's values go to every rank.
-        # HYBRID_*: decided over the world (the shard group and the
-        # replicas), so a rank-0-only dict reaches every replica: rank 0's
-        # values then come by a broadcast over the world, as torch's
-        # rank0_only dict is rank 0's of the world. (Over the shard group
-        # alone, the replicas without global rank 0 all lacked every key and
-        # kept their own values, or called other collectives than rank 0's.)
-        hybrid = getattr(self, "_replicate_group", None) is not None
-        scope = None if hybrid else self._group
+        # HYBRID_*: decided over the model's ranks (the shard group, then
+        # the replicate group: every rank of every replica, and no rank
+        # outside the model, which may span only part of the world), so a
+        # rank-0-only dict reaches every replica: the values then come from
+        # the rank holding the dict (rank 0 of its shard group and of its
+        # replicate group: global rank 0 where the model spans the world),
+        # over the replicate group, then over the shard group. (Over the
+        # shard group alone, the replicas without that rank all lacked every
+        # key and kept their own values; over the whole world, ranks outside
+        # the model never called and the job hung.)
+        replicas = getattr(self, "_replicate_group", None)
+        hybrid = replicas is not None
         firsts = list(dict.fromkeys(self._tied.get(k, k) for k in self._keys))
         flags = torch.tensor([[0 if k in given else 1 for k in firsts],
                               [1 if k in given else 0 for k in firsts]], dtype=torch.int32)
-        if dist.is_distributed() and dist.get_world_size(scope) > 1:
-            dist.all_reduce(flags, op="max", group=scope)
+        for scope in ((self._group, replicas) if hybrid else (self._group,)):
+            if dist.is_distributed() and dist.get_world_size(scope) > 1:
+                dist.all_reduce(flags, op="max", group=scope)
         lacking = {k for k, f in zip(firsts, flags[0].tolist()) if f}  # on some rank
         differ = {k for k, f, g in zip(firsts, flags[0].tolist(), flags[1].tolist())
                   if f and g}  # given on some ranks, not on others
@@ -167,13 +172,14 @@ class ModelStateDictMixin:
                           for v, now in zip(values, unit.gather_full())]
             from_rank0 = any(k in differ for k in unit.keys)
             if from_rank0 and hybrid:
-                values = [_from_rank0(v, shape, p.dtype, unit.device)
+                # Rank 0 of each shard group gets the holder's values over
+                # its replicate group; load_full then takes them over the
+                # shard group from there.
+                values = [_from_first(v, shape, p.dtype, unit.device, replicas)
                           for v, (_, _, _, shape), (_, _, p) in zip(values, unit.place,
                                                                      unit.owned)]
-                from_rank0 = False  # every rank holds rank 0's values now
             unit.load_full(values, rank0_only=from_rank0)
         held = self._held_ids()
-        source = (0 if hybrid else dist.get_global_rank(self._group, 0)) if differ else None
         with torch.no_grad():
             for key, t in list(self.module.named_parameters()) + list(self.module.named_buffers()):
                 if id(t) in held:
@@ -181,7 +187,9 @@ class ModelStateDictMixin:
                 if key in given:
                     t.copy_(given[key])  # buffers, and parameters no unit holds
                 if self._tied.get(key, key) in differ and key == self._tied.get(key, key):
-                    dist.broadcast(t.data, source, scope)
+                    for scope in ((replicas, self._group) if hybrid else (self._group,)):
+                        if dist.get_world_size(scope) > 1:
+                            dist.broadcast(t.data, dist.get_global_rank(scope, 0), scope)
         return _IncompatibleKeys(missing, unexpected)
 
     def _held_ids(self) -> set:
@@ -285,10 +293,11 @@ class ModelStateDictMixin:
                     b.copy_(state[fmt.buffer_key(name)])
 
 
-def _from_rank0(value: Optional[torch.Tensor], shape, dtype, device) -> torch.Tensor:
-    """Global rank 0's `value` on every rank of the world, on `device`
-    (collective)."""
+def _from_first(value: Optional[torch.Tensor], shape, dtype, device, group) -> torch.Tensor:
+    """The `value` of `group`'s rank 0 on every rank of `group`, on `device`
+    (collective over `group`)."""
     out = (value.detach().to(device, dtype).reshape(shape).contiguous().clone()
            if value is not None else torch.empty(shape, dtype=dtype, device=device))
-    dist.broadcast(out, 0)
+    if dist.get_world_size(group) > 1:
+        dist.broadcast(out, dist.get_global_rank(group, 0), group)
     return out

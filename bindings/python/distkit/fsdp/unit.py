@@ -133,6 +133,11 @@ class Unit:
         self.fired = [0] * len(owned)
         self.forward_calls = 0
         self.exposed_in_backward = False
+        # Forwards now running with the full parameters (the unit's module
+        # and modules holding aliases of them, nested): reshard after the
+        # outermost. in_backward: backward reached the unit, not yet reduced.
+        self.users = 0
+        self.in_backward = False
         self.leaves: List[Optional[torch.Tensor]] = [None] * len(owned)
         memory.track_unit(self)
         if orig_params:
@@ -335,6 +340,7 @@ class Unit:
         lib.dk_shard_set_require_sync(self.handle, 1 if require_sync else 0)
         raise_for_status(lib.dk_shard_reduce_grads_start, self.handle)
         self.reduced = True
+        self.in_backward = False
         self.grads_attached = False
         if free_after:
             self.reshard()
