@@ -24,22 +24,22 @@ constexpr absl::Duration kBlockingCallMargin = absl::Seconds(5);
 // How long a blocked call's connection is kept for the next one.
 constexpr size_t kMaxSpareConnections = 4;
 
-// The server's wait time for a blocking call: the caller's timeout, cut to
-// the thread's store deadline (ScopedStoreDeadline). When the deadline cuts
-// it, the server is asked to give up a little before the call's own deadline,
-// so its answer (which names the missing keys) still arrives.
-absl::Duration ServerWaitTime(absl::Duration timeout) {
-  const absl::Duration clamped = ClampToStoreDeadline(timeout);
-  if (clamped >= timeout) return timeout;
-  return clamped * 9 / 10;
-}
-
-// A wait time in the wire's whole milliseconds: a positive time under a
+// The server's wait time for a blocking call, in the wire's whole
+// milliseconds: the caller's timeout, cut to the thread's store deadline
+// (ScopedStoreDeadline). The caller's own positive timeout under a
 // millisecond is 1, never 0 (which the server takes as "no time left": it
 // answers DEADLINE_EXCEEDED at once), as the bindings round their timeouts.
-int64_t WireMillis(absl::Duration d) {
-  if (d <= absl::ZeroDuration()) return 0;
-  return std::max<int64_t>(absl::ToInt64Milliseconds(d), 1);
+// When the deadline cuts it, the server is asked to give up a little before
+// the call's own deadline, so its answer (which names the missing keys)
+// still arrives: 9/10 of what is left, rounded down (0 under ~1 ms: an
+// answer at once, rather than one that would come after the deadline).
+int64_t ServerWaitMillis(absl::Duration timeout) {
+  const absl::Duration clamped = ClampToStoreDeadline(timeout);
+  if (clamped >= timeout) {
+    if (timeout <= absl::ZeroDuration()) return 0;
+    return std::max<int64_t>(absl::ToInt64Milliseconds(timeout), 1);
+  }
+  return std::max<int64_t>(absl::ToInt64Milliseconds(clamped * 9 / 10), 0);
 }
 
 absl::Time CallDeadline(absl::Duration budget) {
@@ -374,7 +374,7 @@ absl::StatusOr<std::string> TcpStore::BlockingCall(absl::string_view op,
                                                    wire::Request request,
                                                    absl::Duration timeout) {
   request.try_only = true;
-  request.number = WireMillis(ServerWaitTime(timeout));
+  request.number = ServerWaitMillis(timeout);
   bool not_ready = false;
   absl::StatusOr<std::string> at_once =
       Call(op, request, timeout + kBlockingCallMargin, &not_ready);
@@ -383,7 +383,7 @@ absl::StatusOr<std::string> TcpStore::BlockingCall(absl::string_view op,
   // has served everything this client sent before, so what the wait sees is
   // at least as new as this client's own writes.
   request.try_only = false;
-  request.number = WireMillis(ServerWaitTime(timeout));
+  request.number = ServerWaitMillis(timeout);
   const absl::Time deadline = CallDeadline(timeout + kBlockingCallMargin);
   absl::StatusOr<std::unique_ptr<Connection>> c = TakeSpare(deadline);
   if (!c.ok()) {
