@@ -21,5 +21,32 @@ if [[ " $* " == *" -- "* ]]; then
 fi
 log_dir="${TEST_UNDECLARED_OUTPUTS_DIR:-${TEST_TMPDIR:-/tmp}}/ranks"
 echo "multirank: world size ${world_size}, time limit ${timeout_s}s, logs in ${log_dir}" >&2
-exec "$distrun" --nproc-per-node "$world_size" --master-port 0 \
+# A Python program built with //testing/python:rank_zygote (the Python
+# multi-rank tests): its ranks fork from one process that imported torch
+# once (testing/python/zygote/rank_zygote.py), started here before distrun
+# and stopped after it. Where it does not come up, the ranks start as usual.
+# (One program for every rank, a Python stub, the zygote in the runfiles;
+# --test_env=DISTKIT_TEST_NO_ZYGOTE=1 turns it off, to compare.)
+if [ "$world_size" -ge 2 ] && [ -z "${DISTKIT_TEST_NO_ZYGOTE:-}" ] && [[ " $* " != *" : "* ]] &&
+  [ -e testing/python/zygote/rank_zygote.py ] && head -c 64 "$1" | grep -q python; then
+  zygote="distkit-rank-zygote-$$-${RANDOM}"
+  ready="${TEST_TMPDIR:-/tmp}/rank_zygote.${zygote}.ready"
+  # With what distrun gives every rank that reaches start-up (libgomp reads
+  # OMP_NUM_THREADS when torch loads it; Python's streams are made then).
+  OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" PYTHONUNBUFFERED="${PYTHONUNBUFFERED:-1}" \
+    DISTKIT_RANK_ZYGOTE_SERVE="$zygote" "$@" </dev/null &
+  zygote_pid=$!
+  trap 'kill -9 "$zygote_pid" 2>/dev/null || true' EXIT
+  for _ in $(seq 600); do
+    [ -e "$ready" ] && break
+    kill -0 "$zygote_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -e "$ready" ]; then
+    export DISTKIT_RANK_ZYGOTE="$zygote"
+  else
+    echo "multirank: the rank zygote did not come up; ranks start on their own" >&2
+  fi
+fi
+"$distrun" --nproc-per-node "$world_size" --master-port 0 \
   --timeout "$timeout_s" --grace-period 5 --log-dir "$log_dir" ${flags[@]+"${flags[@]}"} -- "$@"

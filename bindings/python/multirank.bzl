@@ -20,7 +20,9 @@ def dk_py_multirank_test(
     dk_multirank_test(
         name = name,
         srcs = srcs,
-        deps = ["//bindings/python:distkit"] + deps,
+        # rank_zygote: the ranks fork from one process that imported torch
+        # (testing/python/zygote/rank_zygote.py).
+        deps = ["//bindings/python:distkit", "//testing/python:rank_zygote"] + deps,
         world_sizes = world_sizes,
         **kwargs
     )
