@@ -118,6 +118,34 @@ class RawClient {
   store_socket::Fd fd_;
 };
 
+// A raw client that let itself be answered in at most 64 KiB (its receive
+// buffer), so the server holds what it cannot send; authenticated.
+void ConnectWithSmallBuffer(RawClient& raw) {
+  const int rcvbuf = 64 << 10;
+  ASSERT_EQ(
+      setsockopt(raw.fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
+  raw.SendHello(kToken);
+  ASSERT_EQ(raw.Answer().first, absl::StatusCode::kOk);
+}
+
+// The frames of 64 multi_gets of "big" (10000 times each: far more answer
+// than a client's buffer takes) and then a set of "after_gets", sent ahead
+// without reading.
+std::string GetsThenASet() {
+  store_wire::Request get;
+  get.op = store_wire::Op::kMultiGet;
+  get.keys.push_back("big");
+  get.number = 10000;
+  std::string frames;
+  for (int i = 0; i < 64; ++i) store_wire::EncodeRequest(get, &frames);
+  store_wire::Request set;
+  set.op = store_wire::Op::kSet;
+  set.keys.push_back("after_gets");
+  set.values.push_back("applied");
+  store_wire::EncodeRequest(set, &frames);
+  return frames;
+}
+
 // A TCP relay between clients and `target` that records what every
 // connection's client sent: what anyone on the path between a rank and the
 // store host can capture.
@@ -819,24 +847,8 @@ TEST_F(TcpStoreTest, ASetBeforeACloseWithUnreadAnswersIsApplied) {
   ASSERT_TRUE(client->Set("big", std::string(size_t{1} << 20, 'v')).ok());
   {
     RawClient raw(server->address());
-    const int rcvbuf = 64 << 10;
-    ASSERT_EQ(
-        setsockopt(raw.fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)),
-        0);
-    raw.SendHello(kToken);
-    ASSERT_EQ(raw.Answer().first, absl::StatusCode::kOk);
-    store_wire::Request get;
-    get.op = store_wire::Op::kMultiGet;
-    get.keys.push_back("big");
-    get.number = 10000;
-    std::string frames;
-    for (int i = 0; i < 64; ++i) store_wire::EncodeRequest(get, &frames);
-    store_wire::Request set;
-    set.op = store_wire::Op::kSet;
-    set.keys.push_back("after_gets");
-    set.values.push_back("applied");
-    store_wire::EncodeRequest(set, &frames);
-    ASSERT_TRUE(raw.SendBytes(frames).ok());
+    ASSERT_NO_FATAL_FAILURE(ConnectWithSmallBuffer(raw));
+    ASSERT_TRUE(raw.SendBytes(GetsThenASet()).ok());
     // A round trip of another connection: the server has read them by then,
     // and holds the set behind answers (64 MiB) that are not read.
     ASSERT_TRUE(client->NumKeys().ok());
@@ -1203,23 +1215,8 @@ TEST(TcpStoreHungUpTest, AHungUpClientWithHeldAnswersDoesNotSpin) {
   ASSERT_TRUE(good.ok()) << good.status();
   ASSERT_TRUE((*good)->Set("big", std::string(size_t{1} << 20, 'v')).ok());
   RawClient raw(address);
-  const int rcvbuf = 64 << 10;
-  ASSERT_EQ(
-      setsockopt(raw.fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
-  raw.SendHello(kToken);
-  ASSERT_EQ(raw.Answer().first, absl::StatusCode::kOk);
-  store_wire::Request get;
-  get.op = store_wire::Op::kMultiGet;
-  get.keys.push_back("big");
-  get.number = 10000;
-  std::string frames;
-  for (int i = 0; i < 64; ++i) store_wire::EncodeRequest(get, &frames);
-  store_wire::Request set;
-  set.op = store_wire::Op::kSet;
-  set.keys.push_back("after_gets");
-  set.values.push_back("applied");
-  store_wire::EncodeRequest(set, &frames);
-  ASSERT_TRUE(raw.SendBytes(frames).ok());
+  ASSERT_NO_FATAL_FAILURE(ConnectWithSmallBuffer(raw));
+  ASSERT_TRUE(raw.SendBytes(GetsThenASet()).ok());
   ASSERT_TRUE((*good)->NumKeys().ok());
   ASSERT_EQ(shutdown(raw.fd(), SHUT_WR), 0);  // reads nothing, stays open
   absl::SleepFor(absl::Milliseconds(200));
