@@ -25,7 +25,7 @@ echo "multirank: world size ${world_size}, time limit ${timeout_s}s, logs in ${l
 # multi-rank tests): its ranks fork from one process that imported torch
 # once (testing/python/zygote/rank_zygote.py), started here before distrun
 # and stopped after it. Where it does not come up, the ranks start as usual.
-# (One program for every rank, a Python stub, the zygote in the runfiles;
+# (One program for every rank, Bazel's Python launcher script, the zygote in the runfiles;
 # --test_env=DISTKIT_TEST_NO_ZYGOTE=1 turns it off, to compare.)
 if [ "$world_size" -ge 2 ] && [ -z "${DISTKIT_TEST_NO_ZYGOTE:-}" ] && [[ " $* " != *" : "* ]] &&
   [ -e testing/python/zygote/rank_zygote.py ] && head -c 64 "$1" | grep -q python; then

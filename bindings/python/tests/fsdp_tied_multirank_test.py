@@ -381,37 +381,20 @@ def separate_calls():
     on one of them only), then on the root: trains as the plain model alone
     on the global batch, on every rank, and the optimizer steps the tied
     weight once (no full copy of it left among parameters())."""
-    x_test, _ = batch(98, 0, 6)
     for layout in (("embed", "head"), ("head", "embed"), ("embed",), ("head",),
                    ("embed", "mid", "head")):
         for reshard in (True, False):
             what = f"fully_shard {'+'.join(layout)}+root reshard={reshard}"
-            torch.manual_seed(0)
-            reference = TiedPair()
-            with torch.no_grad():
-                before = reference(x_test)
-            torch.manual_seed(0)
-            model = TiedPair()
-            try:
+
+            def shard(model, layout=layout, reshard=reshard, what=what):
                 for name in layout:
                     fully_shard(getattr(model, name), reshard_after_forward=reshard)
                 fully_shard(model, reshard_after_forward=reshard)
                 full_size = [p for p in model.parameters() if p.shape == (VOCAB, WIDTH)]
                 check(not full_size, f"{what}: a full copy of the tied weight among "
                       f"parameters(): {[tuple(p.shape) for p in full_size]}")
-                opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
-                ref_opt = torch.optim.SGD(reference.parameters(), lr=LR, momentum=0.9)
-                train_beside(model, opt, reference, ref_opt, STEPS)
-                with torch.no_grad():
-                    got, want = model(x_test), reference(x_test)
-            except (RuntimeError, ValueError) as e:
-                check(False, f"{what}: {e}")
-                continue
-            check(relative(want, before) > 1e-3, f"{what}: trained")
-            worst = relative(got, want)
-            check(worst <= 1e-5, f"{what}: outputs differ from training alone by {worst:.2e}")
-            if dist.get_rank() == 0:
-                print(f"{what}: outputs' relative difference {worst:.2e}", flush=True)
+
+            train_composable(TiedPair, shard, what)
 
 
 def hybrid_rank0_only():
