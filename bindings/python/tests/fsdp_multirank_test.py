@@ -328,6 +328,82 @@ def train(strategy, accumulate, policy, auto_groups=False,
     return sharded
 
 
+class Failing(nn.Module):
+    """A block whose forward raises while `fail` is set (an out-of-memory
+    error in a real model), after its own unit is gathered."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.block = Block(width)
+        self.fail = False
+
+    def forward(self, x):
+        x = self.block(x)
+        if self.fail:
+            raise RuntimeError("out of memory (simulated)")
+        return x
+
+
+def forward_raises(strategy):
+    """A forward that raises frees what it gathered before the error
+    reaches the caller (through the wrapper's forward) or, called on the
+    inner module (fully_shard's hooks alone), at the next forward; the
+    gather it prefetched for the unit it never reached is dropped, so the
+    next forward after a change of the shards computes with the new
+    values, and training goes on as if the failed forward never ran."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    reference = nn.Sequential(nn.Linear(5, 9), Failing(9), Failing(9), nn.Linear(9, 3))
+    model = copy.deepcopy(reference)
+    sharded = FullyShardedDataParallel(model, sharding_strategy=strategy,
+                                       auto_wrap_policy=ModuleWrapPolicy({Failing}),
+                                       forward_prefetch=True)
+    opt = torch.optim.SGD(sharded.parameters(), lr=LR)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
+
+    def freed(what):
+        check(all(t.storage().size() == 0 for u in sharded._units for t in u.full)
+              and not any(u.gathered or u.gathering for u in sharded._units),
+              f"{strategy.name}: {what}: the full parameters are freed")
+
+    def step(k):
+        x, y = batch(k, rank * LOCAL, LOCAL)
+        ((sharded(x) - y) ** 2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        x, y = batch(k, 0, n * LOCAL)
+        ((reference(x) - y) ** 2).mean().backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+
+    step(0)  # records the units' order: the next forwards prefetch
+    for k, call in enumerate((sharded, sharded.module), start=1):
+        model[1].fail = True
+        try:
+            call(batch(k, rank * LOCAL, LOCAL)[0])
+            check(False, f"{strategy.name}: the forward raised")
+        except RuntimeError as e:
+            check("out of memory (simulated)" in str(e), f"{strategy.name}: {e}")
+        model[1].fail = False
+        if call is sharded:
+            freed("after a failed forward")
+        with torch.no_grad():  # the shards change before the next forward
+            for p in list(sharded.parameters()) + list(reference.parameters()):
+                p.add_(0.25)
+        x, _ = batch(50 + k, 0, 4)
+        with torch.no_grad():
+            check(torch.allclose(sharded(x), reference(x), rtol=1e-5, atol=1e-6),
+                  f"{strategy.name}: outputs with the new shards after a failed forward "
+                  f"({'wrapper' if call is sharded else 'inner module'})")
+        step(10 + k)
+    freed("after training on")
+    full = sharded.state_dict()
+    want = reference.state_dict()
+    worst = max(relative(full[k], want[k]) for k in want)
+    check(worst <= 1e-5, f"{strategy.name}: after failed forwards, differs from training alone "
+                         f"by {worst:.2e}")
+
+
 def timeline():
     """take_timeline: with prefetch, gathers run while other units compute
     (forward: the root's and each block's forward start the next block's
@@ -584,6 +660,8 @@ def main():
     for strategy in ShardingStrategy:  # the shard offloaded (host memory)
         train(strategy, 1, policy, offload=True)
     timeline()
+    forward_raises(ShardingStrategy.FULL_SHARD)
+    forward_raises(ShardingStrategy.SHARD_GRAD_OP)
     train_orig_params()
     buffer_dtype()
     train_optim_state(True)

@@ -84,12 +84,43 @@ class Coordinator:
     def _mark(self, unit: "Unit", kind: str) -> None:
         self.compute.append((unit.index, kind, time.time_ns()))
 
+    def forward_failed(self) -> None:
+        """A forward raised (FullyShardedDataParallel.forward): the
+        post-forward hooks of the units it was in never ran."""
+        if not self.backward_queued:  # else backward's end cleans up
+            self._release_unfinished_forward()
+
+    def _release_unfinished_forward(self) -> None:
+        """What a forward that raised left behind, so that memory is back
+        to the shards before the caller handles the error (an out-of-memory
+        forward retried with a smaller batch): the full parameters of the
+        units it was in (their users still counted), and gathers prefetched
+        for units it never reached (an optimizer step may come before the
+        next forward, and they hold the old values)."""
+        for u in self.units:
+            if u.users > 0:
+                u.users = 0
+                # No backward follows the failed forward: its units are
+                # freed as after one (the root and SHARD_GRAD_OP's too).
+                if (u.reshard_after_forward or self.free_after_backward) and not u.in_backward:
+                    u.reshard()
+            self._drop_prefetch(u)
+        self.recording = []
+
+    def _drop_prefetch(self, unit: "Unit") -> None:
+        if unit.gathering:
+            raise_for_status(lib.dk_shard_unshard_wait, unit.handle)
+            raise_for_status(lib.dk_shard_reshard, unit.handle)
+            unit.gathering = False
+
     def _pre_forward(self, unit: "Unit") -> None:
         if not self.backward_queued:
             if unit.is_root:  # a new forward
+                # After a forward that raised where no wrapper's forward saw
+                # it (fully_shard's hooks alone).
+                self._release_unfinished_forward()
                 for u in self.units:
                     u.forward_calls = 0
-                    u.users = 0  # a forward that raised left its users counted
             unit.forward_calls += 1
         elif torch.is_grad_enabled():
             # Reentrant checkpoint recomputing the unit: fresh leaves, whose
@@ -200,10 +231,7 @@ class Coordinator:
             unit.forward_calls = 0
             unit.users = 0  # a forward that raised left its users counted
             unit.in_backward = False
-            if unit.gathering:  # prefetched but not used: it holds old values
-                raise_for_status(lib.dk_shard_unshard_wait, unit.handle)
-                raise_for_status(lib.dk_shard_reshard, unit.handle)
-                unit.gathering = False
+            self._drop_prefetch(unit)  # prefetched but not used: it holds old values
         self.backward_queued = False
 
     @contextlib.contextmanager
