@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -142,8 +143,11 @@ torch::OrderedDict<std::string, torch::Tensor> ParametersOf(
 }
 
 // Single-process training on every rank's batch at once (micro-batches
-// summed, as gradient accumulation does).
-torch::OrderedDict<std::string, torch::Tensor> Reference(Optim o, int micros) {
+// summed, as gradient accumulation does); `after_step` runs after each
+// step's optimizer step.
+torch::OrderedDict<std::string, torch::Tensor> Reference(
+    Optim o, int micros,
+    const std::function<void(int, Net&)>& after_step = nullptr) {
   Net net = MakeNet();
   auto opt = MakeOptimizer(o, net->parameters());
   for (int step = 0; step < 5; ++step) {
@@ -157,6 +161,7 @@ torch::OrderedDict<std::string, torch::Tensor> Reference(Optim o, int micros) {
       Loss(net->forward(torch::cat(tokens)), torch::cat(targets)).backward();
     }
     opt->step();
+    if (after_step) after_step(step, net);
   }
   return ParametersOf(*net);
 }
@@ -563,6 +568,70 @@ void BufferDtype() {
   Check(inner_shift != nullptr && inner_shift->scalar_type() == torch::kFloat &&
             torch::equal(*inner_shift, want),
         "buffer_dtype: the adopted unit's buffer in its own dtype");
+}
+
+// A forward that throws (an out-of-memory error in a block) after its
+// unit was gathered and the next block's gather prefetched, once inside
+// TrainStep and once in a forward the caller runs and ends with Reshard():
+// what it gathered is freed and the prefetched gather dropped, so a change
+// of the shards before the next forward (an optimizer step, here +0.25 on
+// every parameter) is what training goes on with.
+void ForwardThrows() {
+  Mode mode{"forward_throws"};
+  mode.options.auto_wrap_policy = distkit::ModuleTypePolicy({"BlockImpl"});
+  mode.options.forward_prefetch = true;
+  Net net = MakeNet();
+  auto fsdp = Wrap(net, mode);
+  auto opt = MakeOptimizer(Optim::kSgd, net->parameters());
+  auto shift = [](Net& n) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : n->parameters()) p.add_(0.25);
+  };
+  // Block 0's forward, then block 1's unit gathered (block 2's prefetched)
+  // and its forward throws.
+  auto failing_forward = [&]() -> torch::Tensor {
+    torch::Tensor x = net->embed->forward(Tokens(rank_, 9, 0));
+    x = distkit::UnitForward(*net->layers[0],
+                             [&] { return net->layers[0]->forward(x); });
+    return distkit::UnitForward(*net->layers[1], []() -> torch::Tensor {
+      throw std::runtime_error("out of memory (simulated)");
+    });
+  };
+  auto thrown = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return absl::StrContains(e.what(), "out of memory (simulated)");
+    }
+    return false;
+  };
+  TrainSteps(*fsdp, net, *opt, 0, 1, 1, mode.name);  // the order to prefetch
+  Check(thrown([&] {
+          distkit::TrainStep(*fsdp, *opt, failing_forward).IgnoreError();
+        }),
+        "forward_throws: TrainStep passes the forward's exception on");
+  for (int k = 0; k < fsdp->num_units(); ++k) {
+    Check(!fsdp->unit_shard(k).is_unsharded(),
+          absl::StrCat("forward_throws: unit ", k, " freed by TrainStep"));
+  }
+  shift(net);
+  TrainSteps(*fsdp, net, *opt, 1, 1, 1, mode.name);
+  Check(thrown([&] {
+          RequireOk(fsdp->BeforeForward(), "forward_throws: before forward");
+          failing_forward();
+        }),
+        "forward_throws: the caller's forward throws");
+  CheckOk(fsdp->Reshard(), "forward_throws: reshard after the failed forward");
+  shift(net);
+  TrainSteps(*fsdp, net, *opt, 2, 3, 1, mode.name);
+  auto state = fsdp->FullStateDict();
+  RequireOk(state.status(), "forward_throws: full state dict");
+  CheckClose(*state,
+             Reference(Optim::kSgd, 1,
+                       [&](int step, Net& n) {
+                         if (step < 2) shift(n);
+                       }),
+             1e-5, "forward_throws: after failed forwards vs single process");
 }
 
 void StateAndErrors() {
@@ -986,6 +1055,7 @@ int main(int argc, char** argv) {
   });
   for (const Mode& mode : modes) TrainAndCompare(mode);
   StateAndErrors();
+  ForwardThrows();
   BufferDtype();
   OptimState();
   Clipping();

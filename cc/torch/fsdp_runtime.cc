@@ -401,6 +401,7 @@ absl::Status FullyShardedDataParallel::Backward(const torch::Tensor& loss) {
       if (unit->full_views) FreeUnit(*unit, true).IgnoreError();
     }
   }
+  status.Update(DropUnusedGathers());
   in_iteration_ = false;
   first_iteration_ = false;
   last_forward_order_ = forward_order_;
@@ -478,12 +479,22 @@ absl::Status FullyShardedDataParallel::Reshard() {
   for (auto& unit : units_) {
     if (unit->full_views) status.Update(FreeUnit(*unit, /*with_grads=*/true));
   }
+  status.Update(DropUnusedGathers());
   if (in_iteration_) {
     in_iteration_ = false;
     first_iteration_ = false;
     last_forward_order_ = forward_order_;
   }
   Account();
+  return status;
+}
+
+absl::Status FullyShardedDataParallel::DropUnusedGathers() {
+  absl::Status status;
+  for (auto& unit : units_) {
+    // Waits for a gather in flight and frees it; nothing where none is.
+    if (!unit->full_views) status.Update(unit->shard->Reshard());
+  }
   return status;
 }
 

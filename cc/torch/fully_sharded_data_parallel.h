@@ -144,8 +144,10 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   // norm_type inf). Collective over the shard group.
   absl::StatusOr<double> ClipGradNorm(double max_norm, double norm_type = 2.0);
 
-  // Frees every gathered unit (after a forward without backward, e.g.
-  // evaluation).
+  // Frees every gathered unit and drops gathers prefetched for units no
+  // forward reached: after a forward without backward (evaluation), or one
+  // that threw (TrainStep calls it then), so that a change of the shards
+  // before the next forward (an optimizer step) is what it computes with.
   absl::Status Reshard();
 
   // Gradients accumulate locally (unreduced) while a NoSync is alive; the
@@ -242,6 +244,10 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   absl::Status Gather(Unit& unit);  // unshard + full views
   void StartGather(Unit* unit);     // prefetch (nullptr: nothing)
   absl::Status FreeUnit(Unit& unit, bool with_grads);
+  // Gathers started for units that were then not used (a forward that
+  // threw after prefetching the next unit, a backward that did not reach
+  // one): they hold the shards' values from their start.
+  absl::Status DropUnusedGathers();
 
   absl::Status TakeBackGrads(Unit& unit);
   absl::Status PrepareBackward(const torch::Tensor& loss);

@@ -1,5 +1,7 @@
 #include "cc/torch/train_step.h"
 
+#include <type_traits>
+
 #include "cc/core/status.h"
 
 namespace distkit {
@@ -12,7 +14,17 @@ absl::StatusOr<double> Step(
     const std::function<torch::Tensor()>& forward_loss) {
   optimizer.zero_grad();
   DK_RETURN_IF_ERROR(wrapper.BeforeForward());
-  torch::Tensor loss = forward_loss();
+  torch::Tensor loss;
+  try {
+    loss = forward_loss();
+  } catch (...) {
+    // A sharded model frees what the forward gathered before the exception
+    // goes on (the caller may skip the batch and step the optimizer).
+    if constexpr (std::is_same_v<Wrapper, FullyShardedDataParallel>) {
+      wrapper.Reshard().IgnoreError();
+    }
+    throw;
+  }
   DK_RETURN_IF_ERROR(wrapper.Backward(loss));
   optimizer.step();
   return loss.item<double>();

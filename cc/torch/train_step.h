@@ -14,7 +14,9 @@
 
 namespace distkit {
 
-// Returns this rank's loss. `forward_loss` runs the model and the criterion.
+// Returns this rank's loss. `forward_loss` runs the model and the criterion;
+// an exception it throws goes on to the caller, a sharded model's gathered
+// units freed first (FullyShardedDataParallel::Reshard).
 absl::StatusOr<double> TrainStep(
     DistributedDataParallel& ddp, torch::optim::Optimizer& optimizer,
     const std::function<torch::Tensor()>& forward_loss);
