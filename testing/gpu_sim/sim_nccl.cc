@@ -509,6 +509,11 @@ void InitDone(Comm* c, ncclResult_t r) {
 ncclResult_t RunInit(Comm* c) {
   ncclResult_t r = Join(c);
   if (r == ncclSuccess) r = FinishInit(c);
+  // An initialization that failed before every rank had attached (one
+  // never came, or was aborted) leaves no segment behind either: its name
+  // is unique to the communicator's id (a rank that comes later makes a
+  // new one, and unlinks it when its own wait fails).
+  if (r != ncclSuccess && c->fd >= 0) shm_unlink(c->name.c_str());
   InitDone(c, r);
   return r;
 }

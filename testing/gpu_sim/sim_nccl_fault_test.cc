@@ -3,7 +3,11 @@
 // collectives hang until aborted, abort unblocks, a dead or aborted peer
 // becomes an async error, and the DKSIM_NCCL_* fault knobs.
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
+#include <string>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -148,6 +152,38 @@ TEST(SimNcclFaults, TwoRanksOnOneDeviceAreRefused) {
     EXPECT_NE(r.err.find("are both on CUDA device 0"), std::string::npos)
         << r.err;
   }
+}
+
+// The /dev/shm segment a communicator's ranks meet in is named after its
+// id (sim_nccl.cc) and unlinked once every rank is in; an initialization
+// that fails before that (here rank 1 never comes and rank 0 aborts) must
+// not leave it behind either.
+TEST(SimNcclFaults, AnInitThatFailsLeavesNoSegment) {
+  auto results = RunChildren(1, [&](int) {
+    const Api& api = Load();
+    SIM_CUDA(api.cudaSetDevice(0));
+    ncclUniqueId id;
+    SIM_NCCL(api.ncclGetUniqueId(&id));
+    std::string segment = "/dev/shm/dkgpusim-";
+    for (int i = 8; i < 24; ++i) {
+      char hex[3];
+      std::snprintf(hex, sizeof(hex), "%02x",
+                    static_cast<unsigned char>(id.internal[i]));
+      segment += hex;
+    }
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = nullptr;
+    SIM_CHECK(api.ncclCommInitRankConfig(&comm, 2, id, 0, &config) ==
+              ncclInProgress);
+    SIM_CHECK(WaitUntil([&] { return access(segment.c_str(), F_OK) == 0; },
+                        5000));  // rank 0 is in, waiting for rank 1
+    SIM_NCCL(api.ncclCommAbort(comm));
+    SIM_CHECK(
+        WaitUntil([&] { return access(segment.c_str(), F_OK) != 0; }, 5000));
+    return 0;
+  });
+  EXPECT_TRUE(results[0].ExitedWith(0)) << results[0].Describe();
 }
 
 TEST(SimNcclFaults, AbortUnblocksAWaitingOperation) {
