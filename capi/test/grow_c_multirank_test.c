@@ -10,7 +10,14 @@
  * world, without shrinking. At world size 2 the lone survivor shrinks to a
  * group of one (its steps there sum its own values alone) and grows from it,
  * or, "direct", from the poisoned world, passing a timeout of 0 (the
- * group's) while the replacement comes a second late. Every expected sum is
+ * group's) while the replacement comes a second late. Without "direct" the
+ * replacement's first dk_init gives up (a connect timeout of FIRST_TRY_MS,
+ * before the survivors grow): DK_DEADLINE_EXCEEDED naming the survivors'
+ * ranks, with generation 1 sealed as failed for all to see, so the
+ * survivors' dk_group_grow_pending is 0; its second dk_init then joins their
+ * grow, in generation 2. After the grow each rank above 0 calls
+ * dk_group_grow with a world size of 1: DK_INVALID_ARGUMENT naming its world
+ * rank, and the grown group works on. Every expected sum is
  * computed here from the formula, for the members each phase must have; a
  * failed check exits 1, which the spent replacement budget turns into the job's
  * failure. DISTKIT_TEST_HOSTS=H: the ranks declare H "hosts" of consecutive
@@ -23,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "distkit/distkit.h"
@@ -36,6 +44,12 @@
 #define SHRUNK_STEPS 3
 #define GROWN_STEPS 3
 #define TIMEOUT_MS 20000
+/* The replacement's first dk_init, which the survivors let time out. */
+#define FIRST_TRY_MS 1000
+/* How long a survivor waits for the replacement's first try to end, or for
+ * its second to register; the store key the survivors release it with. */
+#define WAIT_MS 15000
+#define RETRY_KEY "grow_c_test/retry"
 
 /* World rank r's contribution at `step`. */
 static double value(int step, int r, int i) {
@@ -78,25 +92,153 @@ static void check_order(dk_group_t* group, const int* members, int n) {
                   "group ranks in the original world order");
 }
 
+/* "0,2,3": the world ranks in `ranks`, as the grow's errors list them. */
+static void rank_list(const int* ranks, int n, char* out, size_t size) {
+  size_t at = 0;
+  out[0] = '\0';
+  for (int k = 0; k < n && at < size; ++k)
+    at += (size_t)snprintf(out + at, size - at, k ? ",%d" : "%d", ranks[k]);
+}
+
+/* The replacement's first dk_init, before the survivors grow: it gives up
+ * after FIRST_TRY_MS with the grow's own error, naming the survivors, and
+ * (seen by them) seals the generation as failed. Then it waits for the
+ * survivors' word, through the job's store, before it tries again. */
+static void first_try_times_out(const int* survivors, int n_survivors) {
+  dk_init_config_t config;
+  dk_init_config_init(&config);
+  config.timeout_ms = TIMEOUT_MS;
+  config.connect_timeout_ms = FIRST_TRY_MS;
+  dk_group_t* none = NULL;
+  dk_error_t* err = NULL;
+  struct timespec start, end;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  dk_status_t s = dk_init("pytorch", &config, &none, &err);
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  const double took_ms =
+      (end.tv_sec - start.tv_sec) * 1e3 + (end.tv_nsec - start.tv_nsec) / 1e6;
+  const char* message = err != NULL ? dk_error_message(err) : "";
+  printf("rank %d: first dk_init: status %d after %.0f ms: %s\n", dk_test_rank,
+         (int)s, took_ms, message);
+  dk_test_check(s == DK_DEADLINE_EXCEEDED,
+                "the replacement's first try times out: DK_DEADLINE_EXCEEDED");
+  dk_test_check(took_ms >= FIRST_TRY_MS * 0.9,
+                "the first try waited its connect timeout for the survivors");
+  char list[64], want[96];
+  rank_list(survivors, n_survivors, list, sizeof(list));
+  snprintf(want, sizeof(want), "rank(s) %s did not arrive", list);
+  dk_test_check(strstr(message, want) != NULL,
+                "the timed-out try names the survivors that did not arrive");
+  dk_error_free(err);
+  err = NULL;
+  dk_store_config_t sc;
+  dk_store_config_init(&sc);
+  sc.address = getenv("DISTKIT_STORE");
+  sc.token = getenv("DISTKIT_TOKEN");
+  sc.timeout_ms = WAIT_MS;
+  sc.connect_timeout_ms = WAIT_MS;
+  dk_test_require(sc.address != NULL, "distrun names its store");
+  dk_store_t* store = NULL;
+  if (dk_store_connect(&sc, &store, &err) != DK_OK)
+    dk_test_die("connecting to the job's store", err);
+  const char* key = RETRY_KEY;
+  if (dk_store_wait(store, &key, 1, WAIT_MS, &err) != DK_OK)
+    dk_test_die("waiting for the survivors' word to try again", err);
+  dk_store_destroy(store);
+}
+
+/* The survivors, before they grow: the replacement's first try sealed
+ * generation 1 as failed, naming them, and left no registration behind
+ * (grow_pending is 0); once all have seen that, rank 0 lets it try again,
+ * and they wait until its second try is pending. */
+static void after_first_try(const int* survivors, int n_survivors) {
+  dk_error_t* err = NULL;
+  dk_store_t* store = NULL;
+  if (dk_default_store(&store, &err) != DK_OK)
+    dk_test_die("dk_default_store", err);
+  const char* seal = "world1/elastic/1/members";
+  if (dk_store_wait(store, &seal, 1, WAIT_MS, &err) != DK_OK)
+    dk_test_die("generation 1 sealed by the replacement's first try", err);
+  void* value = NULL;
+  size_t size = 0;
+  if (dk_store_get(store, seal, &value, &size, &err) != DK_OK)
+    dk_test_die("reading the seal", err);
+  char list[64], want[96];
+  rank_list(survivors, n_survivors, list, sizeof(list));
+  snprintf(want, sizeof(want), "failed:%s", list);
+  dk_test_check(size == strlen(want) && memcmp(value, want, size) == 0,
+                "generation 1 is sealed as failed, naming the survivors");
+  dk_free(value);
+  int32_t pending = -1;
+  if (dk_group_grow_pending(NULL, &pending, &err) != DK_OK)
+    dk_test_die("dk_group_grow_pending", err);
+  dk_test_check(pending == 0, "no grow pending for a replacement that gave up");
+  if (dk_group_barrier(NULL, NULL, &err) != DK_OK)
+    dk_test_die("the barrier before the replacement tries again", err);
+  if (dk_test_rank == 0 &&
+      dk_store_set(store, RETRY_KEY, "1", 1, &err) != DK_OK)
+    dk_test_die("letting the replacement try again", err);
+  const struct timespec tick = {0, 10 * 1000 * 1000};
+  for (int waited = 0; pending != 1 && waited < WAIT_MS; waited += 10) {
+    nanosleep(&tick, NULL);
+    if (dk_group_grow_pending(NULL, &pending, &err) != DK_OK)
+      dk_test_die("dk_group_grow_pending", err);
+  }
+  dk_test_require(pending == 1,
+                  "the replacement's second try waits for the grow");
+  dk_store_destroy(store);
+}
+
+/* A grow this rank cannot be part of (a world of one, from world rank 1 or
+ * more) is refused before anything happens: the default group works on. */
+static void refused_grow(void) {
+  dk_group_t* none = NULL;
+  dk_error_t* err = NULL;
+  dk_status_t s = dk_group_grow(NULL, 1, 1000, &none, &err);
+  const char* message = err != NULL ? dk_error_message(err) : "";
+  dk_test_check(s == DK_INVALID_ARGUMENT,
+                "a grow to a world this rank is outside: DK_INVALID_ARGUMENT");
+  char want[64];
+  snprintf(want, sizeof(want), "' (world rank %d)", dk_test_rank);
+  dk_test_check(strstr(message, "grow of group 'world@g") != NULL &&
+                    strstr(message, want) != NULL,
+                "the refusal names the group and this world rank");
+  if (s == DK_INVALID_ARGUMENT) {
+    printf("rank %d: refused as expected: %s\n", dk_test_rank, message);
+  }
+  dk_error_free(err);
+  err = NULL;
+  dk_test_check(dk_group_async_error(NULL, &err) == DK_OK,
+                "a refused grow leaves the group as it was (not aborted)");
+  dk_error_free(err);
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const int direct = argc > 1 && strcmp(argv[1], "direct") == 0;
   const int shrunk_steps = direct ? 0 : SHRUNK_STEPS;
   const char* replacement = getenv("DISTKIT_REPLACEMENT");
   const int newcomer = replacement != NULL && *replacement != '\0';
-  dk_test_declare_hosts(atoi(getenv("RANK")), atoi(getenv("WORLD_SIZE")));
-  /* "direct": the replacement comes a second late, so the survivors' grow
-   * (a timeout of 0: the group's) must wait for it. */
-  if (newcomer && direct) sleep(1);
-  dk_group_t* world = dk_test_init(NULL, TIMEOUT_MS);
-  dk_error_t* err = NULL;
-  const int size = dk_group_size(world);
-  dk_test_require(size >= 2, "the job has 2 ranks or more");
+  const int size = atoi(getenv("WORLD_SIZE"));
+  dk_test_require(size >= 2 && size <= 8, "the job has 2 to 8 ranks");
+  dk_test_rank = atoi(getenv("RANK"));
+  dk_test_declare_hosts(dk_test_rank, size);
   int all[8], survivors[8], n_survivors = 0;
   for (int r = 0; r < size; ++r) {
     all[r] = r;
     if (r != VICTIM) survivors[n_survivors++] = r;
   }
+  /* The grown world's generation: 2 after the replacement's failed try. */
+  const int generation = direct ? 1 : 2;
+  char grown_name[16];
+  snprintf(grown_name, sizeof(grown_name), "world@g%d", generation);
+  /* "direct": the replacement comes a second late, so the survivors' grow
+   * (a timeout of 0: the group's) must wait for it. */
+  if (newcomer && direct) sleep(1);
+  if (newcomer && !direct) first_try_times_out(survivors, n_survivors);
+  dk_group_t* world = dk_test_init(NULL, TIMEOUT_MS);
+  dk_error_t* err = NULL;
+  dk_test_require(dk_group_size(world) == size, "the world has WORLD_SIZE");
   int step = 0;
   dk_group_t* grown = NULL;
   if (newcomer) {
@@ -104,8 +246,9 @@ int main(int argc, char** argv) {
     dk_test_check(strcmp(replacement, "1") == 0, "the job's first replacement");
     dk_test_check(dk_test_rank == VICTIM,
                   "the replacement takes the lost rank");
-    dk_test_check(strncmp(dk_group_name(world), "world@g1", 8) == 0,
-                  "the replacement's world is generation 1");
+    dk_test_check(
+        strncmp(dk_group_name(world), grown_name, strlen(grown_name)) == 0,
+        "the replacement's world is the grow's generation");
     printf("rank %d: replacement %s joined '%s'\n", dk_test_rank, replacement,
            dk_group_name(world));
     grown = world;
@@ -137,6 +280,7 @@ int main(int argc, char** argv) {
         if (step_on(NULL, step, survivors, n_survivors, &err) != DK_OK)
           dk_test_die("a step at world size - 1", err);
       }
+      after_first_try(survivors, n_survivors);
       printf("rank %d: %d steps at %d ranks; growing\n", dk_test_rank,
              SHRUNK_STEPS, n_survivors);
     }
@@ -167,9 +311,11 @@ int main(int argc, char** argv) {
   dk_test_check(dk_group_size(NULL) == size,
                 "the grown group is the default one");
   dk_test_check(dk_group_rank(grown) == dk_test_rank, "world ranks kept");
-  dk_test_check(strncmp(dk_group_name(grown), "world@g1", 8) == 0,
-                "the grown group carries generation 1");
+  dk_test_check(
+      strncmp(dk_group_name(grown), grown_name, strlen(grown_name)) == 0,
+      "the grown group carries the grow's generation");
   check_order(grown, all, size);
+  if (dk_test_rank > 0) refused_grow();
   int64_t counter = step, one = 1;
   DLTensor tc = dk_test_host_tensor(&counter, &one, 1, kDLInt, 64);
   if (dk_group_broadcast(grown, &tc, 0, NULL, &err) != DK_OK)

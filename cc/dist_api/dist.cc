@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
@@ -109,9 +110,12 @@ absl::Duration ConnectTimeout(const InitOptions& options) {
              : options.timeout;
 }
 
+// `init_deadline`: the caller's bound on init's store calls (the innermost
+// store deadline on this thread), which a replacement's join lifts.
 absl::Status Join(std::shared_ptr<Store> store,
                   std::unique_ptr<StoreServer> server, int rank, int size,
                   const InitOptions& options, const std::string& hostname,
+                  std::optional<ScopedStoreDeadline>& init_deadline,
                   int local_rank = 0) {
   State& s = GetState();
   absl::MutexLock lock(&s.mu);
@@ -129,17 +133,28 @@ absl::Status Join(std::shared_ptr<Store> store,
   // that shuts down and initializes again on the same store (distrun's
   // outlives every world) must never read the previous world's keys. Every
   // rank makes the same sequence of init calls, so they agree on n.
-  const int generation = ++s.worlds_joined;
+  const int generation = s.worlds_joined + 1;
   auto world_store =
       std::make_shared<PrefixStore>(absl::StrCat("world", generation), store);
   DK_ASSIGN_OR_RETURN(int replacement, ReplacementNumber());
   if (replacement > 0) {
     // A new process in place of a lost rank: the world's rendezvous is long
-    // over, so it joins the survivors' grow instead (cc/group/grow.h).
+    // over, so it joins the survivors' grow instead (cc/group/grow.h). The
+    // grow bounds its own store calls: the timeout, then a margin to seal
+    // the generation as failed. Under init's bound, which ends with the
+    // timeout, that seal could never be written.
+    init_deadline.reset();
     DK_ASSIGN_OR_RETURN(s.world,
                         JoinGrownWorld(std::move(world_store), rank, size,
                                        group_options, ConnectTimeout(options)));
+    // Counted once joined: the survivors met in the world they all joined,
+    // so a replacement that retries init must look for them there again.
+    s.worlds_joined = generation;
   } else {
+    // Counted even when it fails: every rank makes the same calls, so a
+    // retry of all of them meets under the next prefix, apart from any
+    // keys the failed one left.
+    s.worlds_joined = generation;
     DK_ASSIGN_OR_RETURN(
         s.world, ProcessGroup::CreateWorld(std::move(world_store), rank, size,
                                            group_options));
@@ -214,7 +229,9 @@ absl::Status InitDist(absl::string_view launcher_name,
   // timeout): every store call under it (rendezvous, Gloo's address
   // exchange, the shared-memory decision) ends by then, even when the store
   // host dies or freezes during init.
-  ScopedStoreDeadline init_deadline(absl::Now() + ConnectTimeout(options));
+  // (A replacement's join bounds its own: Join lifts this one for it.)
+  std::optional<ScopedStoreDeadline> init_deadline;
+  init_deadline.emplace(absl::Now() + ConnectTimeout(options));
   DK_ASSIGN_OR_RETURN(Launcher launcher, ParseLauncher(launcher_name));
   if (launcher == Launcher::kNone) {
     return absl::InvalidArgumentError("Invalid launcher type: none");
@@ -237,7 +254,7 @@ absl::Status InitDist(absl::string_view launcher_name,
       const bool watch =
           job.shared && job.server == nullptr && placement.world_size > 1;
       DK_RETURN_IF_ERROR(Join(job.store, std::move(job.server), placement.rank,
-                              placement.world_size, options, "",
+                              placement.world_size, options, "", init_deadline,
                               placement.local_rank));
       StartJobWatch(watch ? job.store : nullptr, job.address);
       return LocalGroupAfterJoin(options);
@@ -280,7 +297,7 @@ absl::Status InitDist(absl::string_view launcher_name,
   // store, found without name lookups (cc/comm/gloo/listen_address.h).
   DK_RETURN_IF_ERROR(Join(job_store, std::move(server), info.rank,
                           info.world_size, options, /*hostname=*/"",
-                          info.local_rank));
+                          init_deadline, info.local_rank));
   StartJobWatch(remote && info.world_size > 1 ? job_store : nullptr,
                 info.store_address);
   // The survivors dropped their node-local group when they shrank or grew:
@@ -306,9 +323,11 @@ absl::StatusOr<RendezvousInfo> LauncherInfo(absl::string_view launcher_name) {
 
 absl::Status InitDistWithStore(std::shared_ptr<Store> store, int rank, int size,
                                const InitOptions& options) {
-  ScopedStoreDeadline init_deadline(absl::Now() + ConnectTimeout(options));
+  std::optional<ScopedStoreDeadline> init_deadline;
+  init_deadline.emplace(absl::Now() + ConnectTimeout(options));
   DK_RETURN_IF_ERROR(CheckBackend(options.backend));
-  return Join(std::move(store), nullptr, rank, size, options, "");
+  return Join(std::move(store), nullptr, rank, size, options, "",
+              init_deadline);
 }
 
 void DestroyDist() {

@@ -80,7 +80,13 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> GrowDefaultGroup(
 // lost rank (the job's n-th replacement), 0 otherwise. InitDist then joins
 // the survivors' grow (JoinGrownWorld) instead of the world's rendezvous,
 // and makes no node-local group; a rank that would host the store itself
-// (rank 0 without distrun) cannot be a replacement.
+// (rank 0 without distrun) cannot be a replacement. The join waits up to
+// the connect timeout for the survivors, its store calls bounded by the
+// grow (that, then a margin to seal a generation that failed) rather than
+// by init's bound; when they do not come it is DEADLINE_EXCEEDED naming
+// their ranks, and a retried InitDist joins the same world's next grow.
+// A normal init counts its world even when it fails (all ranks retry into
+// the next one); a replacement's counts only once joined.
 absl::StatusOr<int> ReplacementNumber();
 
 // The world size this process joined with (InitDist's), whatever shrinks

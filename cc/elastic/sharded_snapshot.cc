@@ -147,8 +147,6 @@ absl::Status ShardedSnapshot::Commit(ProcessGroup& group) {
   next.world = n;
   next.own = me;
   next.shards[me] = own;
-  fetched_.clear();
-  fetched_bytes_ = 0;
   if (n > 1) {
     const int left = (me + n - 1) % n, right = (me + 1) % n;
     const int64_t incoming = cards[3 * right + 1];
@@ -157,6 +155,10 @@ absl::Status ShardedSnapshot::Commit(ProcessGroup& group) {
     DK_RETURN_IF_ERROR(
         AgreeReady(group, allocated.status(), "sharded snapshot commit"));
     HostBuffer received = *std::move(allocated);
+    // What the last Fetch gave goes once nothing can refuse the commit any
+    // more (a refusal changes nothing).
+    fetched_.clear();
+    fetched_bytes_ = 0;
     std::vector<int64_t> send(n, 0), receive(n, 0);
     send[left] = own.bytes;
     receive[right] = incoming;
@@ -173,6 +175,8 @@ absl::Status ShardedSnapshot::Commit(ProcessGroup& group) {
     DK_RETURN_IF_ERROR(group.Barrier());
     in_force_ = std::move(pending_);
   } else {
+    fetched_.clear();
+    fetched_bytes_ = 0;
     in_force_ = std::move(next);
   }
   pending_.reset();

@@ -9,7 +9,8 @@
 // on one rank before its exchange leaves the previous commit to recover, one
 // interrupted before its barrier the new one (pending on the survivors); and
 // the group works after every case. A member that cannot allocate what a
-// commit or a fetch needs fails every member at once.
+// commit or a fetch needs fails every member at once, and a commit refused
+// so leaves what a fetch gave readable.
 
 #include <algorithm>
 #include <cstdint>
@@ -257,6 +258,24 @@ void AllocationFails(ProcessGroup& world) {
               (*shard)[0] == static_cast<char>(j + 1) &&
               shard->back() == static_cast<char>(j + 1),
           absl::StrCat("fetched shard ", j, " is rank ", j, "'s"));
+  }
+  // A commit refused for a neighbour's copy changes nothing: what the fetch
+  // gave stays readable, and held.
+  if (n > 1 && got.ok()) {
+    const int64_t held = s.bytes();
+    fails_at_once("commit after a fetch, a neighbour's copy not held", 0,
+                  mib + mib / 2, commit);
+    Check(s.commit_number() == 1, "the refused commit left commit 1 in force");
+    Check(s.bytes() == held,
+          absl::StrCat("the refused commit left what was held: ", s.bytes(),
+                       " bytes, ", held, " before"));
+    for (int j = 0; j < n; ++j) {
+      absl::StatusOr<absl::Span<const char>> shard = s.Shard(j, 0);
+      Check(shard.ok() && shard->size() == static_cast<size_t>((j + 1) * mib),
+            absl::StrCat("fetched shard ", j,
+                         " still readable after the refused commit: ",
+                         shard.status().ToString()));
+    }
   }
   CheckOk(world.Barrier(), "the world after the allocation cases");
 }

@@ -72,7 +72,9 @@ class Snapshot {
   absl::StatusOr<int64_t> Sync(ProcessGroup& group);
 
   // The number of the snapshot held; 0 when none is (nothing committed, or
-  // a replacement before its Sync).
+  // a replacement before its Sync). These three wait while a Commit,
+  // Restore or Sync runs on another thread (a Sync holds the snapshot
+  // across its collectives).
   int64_t commit_number() const;
   // The bytes of host memory the snapshot held takes (0 when none).
   int64_t bytes() const;

@@ -117,18 +117,34 @@ absl::StatusOr<int> Agree(Store& elastic, int rank, int world_size,
   }
 }
 
-absl::StatusOr<std::shared_ptr<ProcessGroup>> Grow(
-    std::shared_ptr<Store> world_store, int rank, int world_size,
-    GroupOptions options, absl::Duration timeout) {
+// What Grow refuses before anything happens (GrowGroup checks it before it
+// aborts the group).
+absl::Status CheckGrowArguments(const std::shared_ptr<Store>& world_store,
+                                int rank, int world_size,
+                                const std::string& backend) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("world rank ", rank, " is outside [0, ", world_size, ")"));
   }
-  DK_RETURN_IF_ERROR(CheckRecoverableBackend(options.backend, "the world"));
+  DK_RETURN_IF_ERROR(CheckRecoverableBackend(backend, "the world"));
   if (world_store == nullptr) {
     return absl::FailedPreconditionError("the group has no world store");
   }
-  const absl::Time deadline = absl::Now() + timeout;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<ProcessGroup>> Grow(
+    std::shared_ptr<Store> world_store, int rank, int world_size,
+    GroupOptions options, absl::Duration timeout) {
+  DK_RETURN_IF_ERROR(
+      CheckGrowArguments(world_store, rank, world_size, options.backend));
+  // The agreement ends early enough for its last store calls (the seal of
+  // a generation that failed, which every participant must read) to fit
+  // in kSealMargin within any store deadline that encloses this call
+  // (call_deadline.h: the earliest wins); without that seal the others
+  // would count a process that gave up as registered.
+  const absl::Time deadline =
+      std::min(absl::Now() + timeout, StoreCallDeadline() - kSealMargin);
   int g = 0;
   {
     ScopedStoreDeadline bound(deadline + kSealMargin);
@@ -157,16 +173,22 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> GrowGroup(
   }
   DK_RETURN_IF_ERROR(CheckRecoverableBackend(
       group.backend_name(), absl::StrCat("grow: group '", group.name(), "'")));
+  // group.rank() is the rank within the group; a grow's place is the world
+  // rank.
+  const std::string context =
+      absl::StrCat("grow of group '", group.name(), "' (world rank ",
+                   group.global_rank(), ")");
+  // A call that cannot grow leaves the group as it was.
+  absl::Status valid =
+      CheckGrowArguments(group.world_store(), group.global_rank(), world_size,
+                         group.options().backend);
+  if (!valid.ok()) return Annotate(valid, context);
   // Nothing may still run on the group it replaces (on NCCL: ncclCommAbort).
   group.Abort();
   absl::StatusOr<std::shared_ptr<ProcessGroup>> grown =
       Grow(group.world_store(), group.global_rank(), world_size,
            group.options(), timeout);
-  if (!grown.ok()) {
-    return Annotate(grown.status(),
-                    absl::StrCat("grow of group '", group.name(), "' (rank ",
-                                 group.global_rank(), ")"));
-  }
+  if (!grown.ok()) return Annotate(grown.status(), context);
   return grown;
 }
 

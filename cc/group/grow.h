@@ -37,9 +37,18 @@
 namespace distkit {
 
 // Every survivor calls it. `group` is aborted first (nothing may still run
-// on it); this rank's place is its world rank (group.global_rank()). The new
+// on it), once the arguments are known to be valid (a refused call, e.g.
+// INVALID_ARGUMENT for a world rank outside [0, world_size), leaves it as it
+// was); this rank's place is its world rank (group.global_rank()). The new
 // group has `world_size` ranks and the options `group` was made with; the
-// agreement and the new group's connections take at most `timeout`.
+// agreement and the new group's connections take at most `timeout`. Errors
+// begin "grow of group '<name>' (world rank <r>)".
+//
+// Under a store deadline (call_deadline.h), here and in JoinGrownWorld, the
+// agreement ends a margin (2 s) before it, so that a generation that fails
+// is still sealed as failed: every participant then gets DEADLINE_EXCEEDED
+// naming the missing ranks, and no registration of a process that gave up
+// is left for the others' GrowPending and grow to count.
 absl::StatusOr<std::shared_ptr<ProcessGroup>> GrowGroup(ProcessGroup& group,
                                                         int world_size,
                                                         absl::Duration timeout);

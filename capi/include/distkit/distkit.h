@@ -326,7 +326,10 @@ DK_EXPORT void dk_init_config_init(dk_init_config_t* config);
  * in a process started in place of a lost rank), dk_init joins the
  * survivors' dk_group_grow instead of the world's rendezvous and returns the
  * grown group as the world (ABI 0.7); it waits up to connect_timeout_ms
- * for them. */
+ * for them (its store calls may take up to 2 s more, to record that the
+ * grow failed), and when they do not come it is DK_DEADLINE_EXCEEDED naming
+ * the ranks that did not arrive; calling dk_init again joins their next
+ * grow. */
 DK_EXPORT dk_status_t dk_init(const char* launcher,
                               const dk_init_config_t* config,
                               dk_group_t** world_out, dk_error_t** err);
@@ -437,7 +440,10 @@ DK_EXPORT dk_status_t dk_group_shrink(dk_group_t* group, int64_t settle_ms,
  * (distrun --max-replacements starts it with DISTKIT_REPLACEMENT=<n>).
  * Every survivor calls it on the group it holds (`group`: the shrunk group,
  * or the poisoned one itself; NULL: the default group, which the result then
- * replaces); it is aborted first. A replacement does not call it: its
+ * replaces); it is aborted first, unless the call is refused before
+ * anything happens (DK_INVALID_ARGUMENT when this rank's world rank is not
+ * below `world_size`: the group stays as it was). Errors begin "grow of
+ * group '<name>' (world rank <r>)". A replacement does not call it: its
  * dk_init, seeing DISTKIT_REPLACEMENT, joins this grow instead of the
  * world's rendezvous, and returns the same new group as its world (no
  * node-local group is made on either side). They agree through the store on
@@ -1021,13 +1027,15 @@ DK_EXPORT dk_status_t dk_snapshot_sync(dk_snapshot_t* snapshot,
 DK_EXPORT dk_status_t dk_snapshot_restore(dk_snapshot_t* snapshot,
                                           dk_error_t** err);
 
-/* Local, any thread. The number of the snapshot held (1 for the first
- * commit; after a sync, the commit loaded), 0 when none is held; -1 for a
- * NULL snapshot. */
+/* Local, any thread (waits while a commit, restore or sync runs: a sync
+ * for as long as its collectives). The number of the snapshot held (1 for
+ * the first commit; after a sync, the commit loaded), 0 when none is held;
+ * -1 for a NULL snapshot. */
 DK_EXPORT int64_t dk_snapshot_commit_number(const dk_snapshot_t* snapshot);
 
-/* Local, any thread. The bytes of host memory the snapshot held takes (0
- * when none; the registered buffers' total once one is); -1 for NULL. */
+/* Local, any thread (waits while a commit, restore or sync runs). The
+ * bytes of host memory the snapshot held takes (0 when none; the registered
+ * buffers' total once one is); -1 for NULL. */
 DK_EXPORT int64_t dk_snapshot_bytes(const dk_snapshot_t* snapshot);
 
 /* ---- Sharded elastic snapshots (ABI 0.10) -------------------------------- */
