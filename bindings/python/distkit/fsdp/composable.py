@@ -90,8 +90,16 @@ def fully_shard(module: nn.Module, *, mesh=None, reshard_after_forward: bool = T
         module.register_forward_pre_hook(
             lambda m, args: cast_inputs(mp_policy.param_dtype, args, {})[0])
     if not isinstance(module, FSDPModule):
-        module.__class__ = type(f"FSDP{type(module).__name__}", (FSDPModule, type(module)), {})
+        module.__class__ = _fsdp_class(type(module))
     return module
+
+
+def _fsdp_class(cls: type) -> type:
+    """`cls` as an FSDPModule, its forward run by the coordinator (which
+    cleans up after one that raises: Coordinator.run_forward)."""
+    def forward(self, *args, **kwargs):
+        return self._dk_fsdp.run_forward(lambda: cls.forward(self, *args, **kwargs))
+    return type(f"FSDP{cls.__name__}", (FSDPModule, cls), {"forward": forward})
 
 
 def _share_held(module: nn.Module, ignored: Set[int]) -> None:

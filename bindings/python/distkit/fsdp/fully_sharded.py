@@ -159,11 +159,7 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
             args, kwargs = move_to(args, device), move_to(kwargs, device)
         if self.mixed_precision is not None and self.mixed_precision.param_dtype is not None:
             args, kwargs = cast_inputs(self.mixed_precision.param_dtype, args, kwargs)
-        try:
-            return self.module(*args, **kwargs)
-        except BaseException:
-            self._coordinator.forward_failed()
-            raise
+        return self._coordinator.run_forward(lambda: self.module(*args, **kwargs))
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """torch's FSDP.clip_grad_norm_: scales every gradient the optimizer

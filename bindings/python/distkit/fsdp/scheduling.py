@@ -4,7 +4,7 @@ at the end of backward."""
 import collections
 import contextlib
 import time
-from typing import List, Optional, Sequence, Set
+from typing import Callable, List, Optional, Sequence, Set
 
 import torch
 from torch import nn
@@ -30,6 +30,7 @@ class Coordinator:
         self.flat_ids: Set[int] = set()  # the shard parameters: never sharded again
         self.require_sync = True
         self.backward_queued = False
+        self.forward_depth = 0  # wrappers' forwards running (run_forward)
         self.in_flight: Optional[Unit] = None  # the unit being reduced
         self.free_after_backward = free_after_backward
         # The units' compute, for take_timeline: (unit, kind, unix_ns), the
@@ -84,27 +85,45 @@ class Coordinator:
     def _mark(self, unit: "Unit", kind: str) -> None:
         self.compute.append((unit.index, kind, time.time_ns()))
 
-    def forward_failed(self) -> None:
-        """A forward raised (FullyShardedDataParallel.forward): the
-        post-forward hooks of the units it was in never ran."""
-        if not self.backward_queued:  # else backward's end cleans up
-            self._release_unfinished_forward()
+    def run_forward(self, forward: Callable[[], object]):
+        """Runs a wrapper's forward (FullyShardedDataParallel's, a
+        fully_shard module's). Where the outermost one raises, the
+        post-forward hooks of the units it was in never ran: what they held
+        is released before the exception goes on (an inner one's caller may
+        catch it and go on computing with the enclosing units)."""
+        self.forward_depth += 1
+        try:
+            return forward()
+        except BaseException:
+            if self.forward_depth == 1 and not self.backward_queued:
+                self._release_unfinished_forward()  # else backward's end does
+            raise
+        finally:
+            self.forward_depth -= 1
 
     def _release_unfinished_forward(self) -> None:
         """What a forward that raised left behind, so that memory is back
         to the shards before the caller handles the error (an out-of-memory
-        forward retried with a smaller batch): the full parameters of the
-        units it was in (their users still counted), and gathers prefetched
-        for units it never reached (an optimizer step may come before the
-        next forward, and they hold the old values)."""
+        forward retried with a smaller batch) and a change of the shards
+        before the next forward (an optimizer step) is what it computes
+        with: every unit's full parameters (those it was in, whose users are
+        still counted, and those SHARD_GRAD_OP or NO_SHARD's cast copies
+        keep after their forward; no backward follows to free them), and
+        gathers prefetched for units it never reached. Never raises: a
+        unit's cleanup failing (a broken group, likely the forward's own
+        error) does not keep the others from theirs, nor replace the
+        error."""
         for u in self.units:
-            if u.users > 0:
-                u.users = 0
-                # No backward follows the failed forward: its units are
-                # freed as after one (the root and SHARD_GRAD_OP's too).
-                if (u.reshard_after_forward or self.free_after_backward) and not u.in_backward:
-                    u.reshard()
-            self._drop_prefetch(u)
+            u.users = 0
+            try:
+                if u.gathered and not u.in_backward and not u.aliased:
+                    if u.reshard_after_forward or self.free_after_backward:
+                        u.reshard()
+                    else:
+                        u.gathered = False  # a cast copy: made again
+                self._drop_prefetch(u)
+            except Exception:  # noqa: BLE001 - see above
+                u.gathering = False
         self.recording = []
 
     def _drop_prefetch(self, unit: "Unit") -> None:
@@ -116,9 +135,11 @@ class Coordinator:
     def _pre_forward(self, unit: "Unit") -> None:
         if not self.backward_queued:
             if unit.is_root:  # a new forward
-                # After a forward that raised where no wrapper's forward saw
-                # it (fully_shard's hooks alone).
-                self._release_unfinished_forward()
+                if self.forward_depth <= 1 and any(u.users > 0 for u in self.units):
+                    # The last forward raised where no wrapper's forward saw
+                    # it (the wrapped module called itself). (At the root's
+                    # start a finished forward left no user counted.)
+                    self._release_unfinished_forward()
                 for u in self.units:
                     u.forward_calls = 0
             unit.forward_calls += 1
