@@ -177,6 +177,9 @@ struct Comm {
 
   std::atomic<int> async{ncclSuccess};
   std::atomic<bool> ready{false}, aborted{false}, destroyed{false};
+  // This communicator's rank is in the segment (Join claimed its record:
+  // not so for a second process claiming the same rank).
+  std::atomic<bool> attached{false};
   std::atomic<bool> handle_released{false};
   std::atomic<int64_t> inprogress_until{0};
 
@@ -467,9 +470,20 @@ ncclResult_t Join(Comm* c) {
   me.device = c->device;
   me.phys = c->phys;
   me.joined.store(2);
+  c->attached.store(true);
   c->hdr->joined_count.fetch_add(1);
   Wake(c);
   return ncclSuccess;
+}
+
+// A communicator whose initialization failed or was aborted after its rank
+// attached (a peer never came) leaves no segment behind: FinishInit
+// unlinks it only once every rank is in. A rank that comes later makes a
+// new one and waits there until it is aborted. Not for a rank that was
+// refused before attaching (a second claim of a rank, a disagreeing rank
+// count): the others may still meet.
+void UnlinkUnfinished(Comm* c) {
+  if (c->attached.load() && !c->ready.load()) shm_unlink(c->name.c_str());
 }
 
 // Waits for every rank, then applies NCCL's rule of one rank per device.
@@ -495,9 +509,10 @@ ncclResult_t FinishInit(Comm* c) {
 void InitDone(Comm* c, ncclResult_t r) {
   if (r == ncclSuccess) {
     c->ready.store(true);
-  } else if (c->hdr != nullptr && Rec(c, c->rank).joined.load() == 2) {
+  } else if (c->attached.load()) {
     Rec(c, c->rank).state.store(kFailed);
     Wake(c);
+    UnlinkUnfinished(c);
   }
   int expected = ncclInProgress;
   if (!c->async.compare_exchange_strong(expected, r) && r != ncclSuccess) {
@@ -509,11 +524,6 @@ void InitDone(Comm* c, ncclResult_t r) {
 ncclResult_t RunInit(Comm* c) {
   ncclResult_t r = Join(c);
   if (r == ncclSuccess) r = FinishInit(c);
-  // An initialization that failed before every rank had attached (one
-  // never came, or was aborted) leaves no segment behind either: its name
-  // is unique to the communicator's id (a rank that comes later makes a
-  // new one, and unlinks it when its own wait fails).
-  if (r != ncclSuccess && c->fd >= 0) shm_unlink(c->name.c_str());
   InitDone(c, r);
   return r;
 }
@@ -1468,11 +1478,11 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
       std::unique_lock<std::mutex> lk(DoneMutex());
       DoneCv().wait(lk, [c] { return c->pending.load() == 0; });
     }
-    if (c->hdr != nullptr && Rec(c, c->rank).joined.load() == 2 &&
-        Rec(c, c->rank).state.load() == kLive) {
+    if (c->attached.load() && Rec(c, c->rank).state.load() == kLive) {
       Rec(c, c->rank).state.store(kLeft);
       Wake(c);
     }
+    UnlinkUnfinished(c);
     c->destroyed.store(true);
   }
   ReleaseHandle(c);
@@ -1488,8 +1498,11 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   CommRef ref(c);
   if (!ref.ok()) return ncclSuccess;  // already gone
   if (c->aborted.exchange(true)) return ncclSuccess;
-  if (c->hdr != nullptr && Rec(c, c->rank).joined.load() == 2) {
+  if (c->attached.load()) {
     Rec(c, c->rank).state.store(kAborted);
+    // Here too, not only when the initialization's thread sees the abort:
+    // the process may exit first.
+    UnlinkUnfinished(c);
   }
   Wake(c);
   DoneCv().notify_all();

@@ -154,36 +154,88 @@ TEST(SimNcclFaults, TwoRanksOnOneDeviceAreRefused) {
   }
 }
 
-// The /dev/shm segment a communicator's ranks meet in is named after its
-// id (sim_nccl.cc) and unlinked once every rank is in; an initialization
-// that fails before that (here rank 1 never comes and rank 0 aborts) must
-// not leave it behind either.
-TEST(SimNcclFaults, AnInitThatFailsLeavesNoSegment) {
+// The /dev/shm segment a communicator's ranks meet in (named after its id,
+// sim_nccl.cc; unlinked once every rank is in).
+std::string SegmentOf(const ncclUniqueId& id) {
+  std::string path = "/dev/shm/dkgpusim-";
+  for (int i = 8; i < 24; ++i) {
+    char hex[3];
+    std::snprintf(hex, sizeof(hex), "%02x",
+                  static_cast<unsigned char>(id.internal[i]));
+    path += hex;
+  }
+  return path;
+}
+
+bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+// An initialization that fails before every rank is in (here rank 1 never
+// comes, rank 0 aborts and its process exits at once, before the
+// initialization's own thread sees the abort) leaves no segment behind.
+TEST(SimNcclFaults, AnAbortedInitLeavesNoSegment) {
+  Board* board = NewBoard();
   auto results = RunChildren(1, [&](int) {
     const Api& api = Load();
     SIM_CUDA(api.cudaSetDevice(0));
     ncclUniqueId id;
-    SIM_NCCL(api.ncclGetUniqueId(&id));
-    std::string segment = "/dev/shm/dkgpusim-";
-    for (int i = 8; i < 24; ++i) {
-      char hex[3];
-      std::snprintf(hex, sizeof(hex), "%02x",
-                    static_cast<unsigned char>(id.internal[i]));
-      segment += hex;
-    }
+    SIM_CHECK(ShareId(api, board, 0, 0, &id));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t comm = nullptr;
     SIM_CHECK(api.ncclCommInitRankConfig(&comm, 2, id, 0, &config) ==
               ncclInProgress);
-    SIM_CHECK(WaitUntil([&] { return access(segment.c_str(), F_OK) == 0; },
-                        5000));  // rank 0 is in, waiting for rank 1
+    SIM_CHECK(WaitUntil([&] { return Exists(SegmentOf(id)); }, 5000));
     SIM_NCCL(api.ncclCommAbort(comm));
-    SIM_CHECK(
-        WaitUntil([&] { return access(segment.c_str(), F_OK) != 0; }, 5000));
-    return 0;
+    return 0;  // exits now
   });
   EXPECT_TRUE(results[0].ExitedWith(0)) << results[0].Describe();
+  EXPECT_FALSE(Exists(SegmentOf(board->ids[0])));
+  munmap(board, sizeof(Board));
+}
+
+// A second process claiming a rank is refused without unlinking the
+// segment the first one waits in: the communicator's real ranks still meet.
+TEST(SimNcclFaults, ASecondClaimOfARankLeavesTheRanksToMeet) {
+  Board* board = NewBoard();
+  auto results = RunChildren(3, [&](int child) {
+    const Api& api = Load();
+    ncclUniqueId id;
+    SIM_CHECK(ShareId(api, board, child == 0 ? 0 : 1, 0, &id));
+    ncclComm_t comm = nullptr;
+    if (child == 0) {  // rank 0, waits for rank 1
+      SIM_CUDA(api.cudaSetDevice(0));
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      SIM_CHECK(api.ncclCommInitRankConfig(&comm, 2, id, 0, &config) ==
+                ncclInProgress);
+      SIM_CHECK(WaitUntil([&] { return Exists(SegmentOf(id)); }, 5000));
+      board->flags[0].store(1);
+      ncclResult_t a = ncclInProgress;
+      SIM_CHECK(WaitUntil(
+          [&] {
+            api.ncclCommGetAsyncError(comm, &a);
+            return a != ncclInProgress;
+          },
+          10000));
+      SIM_CHECK(a == ncclSuccess);
+    } else if (child == 1) {  // claims rank 0 again
+      SIM_CHECK(WaitUntil([&] { return board->flags[0].load() == 1; }, 10000));
+      SIM_CUDA(api.cudaSetDevice(0));
+      SIM_CHECK(api.ncclCommInitRank(&comm, 2, id, 0) == ncclInvalidUsage);
+      board->flags[1].store(1);
+      return 0;
+    } else {  // rank 1, after the refused claim
+      SIM_CHECK(WaitUntil([&] { return board->flags[1].load() == 1; }, 10000));
+      SIM_CUDA(api.cudaSetDevice(1));
+      SIM_NCCL(api.ncclCommInitRank(&comm, 2, id, 1));
+    }
+    SIM_NCCL(api.ncclCommDestroy(comm));
+    return 0;
+  });
+  for (const auto& r : results) EXPECT_TRUE(r.ExitedWith(0)) << r.Describe();
+  EXPECT_NE(results[1].err.find("initialized twice"), std::string::npos)
+      << results[1].err;
+  munmap(board, sizeof(Board));
 }
 
 TEST(SimNcclFaults, AbortUnblocksAWaitingOperation) {
