@@ -22,6 +22,15 @@
 //              is in flight -> FAILED_PRECONDITION (never silently paired
 //              with another call); the first completes with the right sum,
 //              and a thread that takes over an idle group may issue
+//   abort_link  (hosts) rank 0 aborts a pipelined all_reduce across hosts
+//              mid-way, then the others abort -> every rank's work ends
+//              within 5 s (CANCELLED on rank 0), not at the op timeout: a
+//              leader's link stage waits inside a Gloo call or for its own
+//              link's chunk, which Abort() must end too
+//   abort_link_last  as abort_link, the last rank aborting first
+//   abort_roll_call  every rank but the last aborts an all_reduce, then the
+//              last joins it alone and times out -> its diagnosis does not
+//              say that the aborted ranks never joined
 //   abort_p2p  Abort() ends a pending receive (the peer never sends) ->
 //              CANCELLED at once
 //   destroy_busy  the group is destroyed with an all_reduce in flight that
@@ -112,7 +121,8 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = argc > 1 ? argv[1] : "";
   const bool short_timeout = mode == "timeout" || mode == "timeout_recorded" ||
-                             mode == "frozen_store" || mode == "p2p_timeout";
+                             mode == "frozen_store" || mode == "p2p_timeout" ||
+                             mode == "abort_roll_call";
   // The timeout itself is what three modes test: short, so the test is
   // too. Joining has a bound of its own (connect_timeout): how fast 2 busy
   // cores start the job is not what they check.
@@ -143,7 +153,12 @@ int main(int argc, char** argv) {
   if (world.size() < 2) return 0;
   // Everyone is connected before anyone misbehaves.
   if (!world.Barrier().ok()) return 1;
-  std::vector<float> data(mode == "dead_peer" ? 1 << 20 : 4, 1.0f);
+  const bool abort_link = mode == "abort_link" || mode == "abort_link_last";
+  std::vector<float> data(
+      abort_link
+          ? 8 << 20
+          : (mode == "dead_peer" || mode == "abort_roll_call" ? 1 << 20 : 4),
+      1.0f);
   TensorRef t(data.data(), data.size(), DataType::kFloat32);
 
   if (mode == "p2p_timeout") {
@@ -195,6 +210,81 @@ int main(int argc, char** argv) {
     printf("rank %d: %s ended after %s\n", rank, mode.c_str(),
            absl::FormatDuration(took).c_str());
     Check(took < Scaled(absl::Seconds(2)), "bounded, not the 30 s op timeout");
+    _exit(testing::FinishChecks("fault '" + mode + "' handled as expected"));
+  }
+  if (mode == "abort_roll_call") {
+    // Every rank but the last reaches all_reduce #2 and aborts it; the last
+    // then reaches it alone and times out (4 MiB: too large to complete from
+    // the records the others sent before their abort). Its diagnosis must not
+    // say the others never joined: they did, and ended it with CANCELLED.
+    if (rank != last) {
+      std::shared_ptr<Work> w = world.AllReduceAsync(t, ReduceOp::kSum);
+      absl::SleepFor(absl::Milliseconds(300));
+      world.Abort();
+      absl::Status st = w->Wait(absl::Seconds(10));
+      Check(st.code() == absl::StatusCode::kCancelled,
+            "aborted work is CANCELLED: " + st.ToString());
+      marks.MarkDone(rank);
+      // Connections stay until the last rank has its diagnosis.
+      Check(env->store->Wait({"abort_roll_call/last"}, kHoldLimit).ok(),
+            "the last rank finishes");
+      _exit(
+          testing::FinishChecks("fault 'abort_roll_call' handled as expected"));
+    }
+    Check(marks.AwaitAll(last, kHoldLimit), "the others aborted");
+    absl::Status st = world.AllReduce(t, ReduceOp::kSum);
+    printf("rank %d got: %s\n", rank, st.ToString().c_str());
+    Check(st.code() == absl::StatusCode::kDeadlineExceeded,
+          "the last rank times out: " + st.ToString());
+    Check(!absl::StrContains(st.message(), "never joined"),
+          "ranks that aborted the operation joined it: " + st.ToString());
+    (void)env->store->Set("abort_roll_call/last", "1");
+    _exit(testing::FinishChecks("fault 'abort_roll_call' handled as expected"));
+  }
+  if (abort_link) {
+    // One rank aborts the pipelined all_reduce mid-way; once its wait has
+    // ended, the others abort too. However a rank's link stage stood (a
+    // Gloo call waiting for a chunk the aborted leader will never send, or
+    // Done() for a chunk of its own link), its operation ends long before
+    // the 30 s op timeout.
+    const int first = mode == "abort_link" ? 0 : last;
+    std::shared_ptr<Work> w = world.AllReduceAsync(t, ReduceOp::kSum);
+    absl::Status st;
+    absl::Duration took;
+    if (rank == first) {
+      absl::SleepFor(absl::Milliseconds(300));
+      Check(!w->Test(), "the all_reduce is in flight before the abort");
+      const absl::Time start = absl::Now();
+      world.Abort();
+      st = w->Wait(absl::Seconds(40));
+      took = absl::Now() - start;
+      Check(st.code() == absl::StatusCode::kCancelled,
+            "the aborting rank's work is CANCELLED: " + st.ToString());
+      (void)env->store->Set("abort_link/first", "1");
+    } else {
+      Check(env->store->Wait({"abort_link/first"}, absl::Seconds(45)).ok(),
+            "the first rank's abort ends its wait");
+      // Its op may have failed already: the aborted leader's connections
+      // closed (UNAVAILABLE), which is no abort of this rank's.
+      const absl::Time start = absl::Now();
+      world.Abort();
+      st = w->Wait(absl::Seconds(40));
+      took = absl::Now() - start;
+      Check(
+          st.code() == absl::StatusCode::kCancelled ||
+              st.code() == absl::StatusCode::kUnavailable,
+          "CANCELLED, or UNAVAILABLE from the aborted rank: " + st.ToString());
+    }
+    printf("rank %d: %s ended %s after its abort: %s\n", rank, mode.c_str(),
+           absl::FormatDuration(took).c_str(), st.ToString().c_str());
+    Check(took < Scaled(absl::Seconds(5)), "bounded, not the 30 s op timeout");
+    // Nobody exits (closing its connections) before every rank is done.
+    (void)env->store->Set(absl::StrCat("abort_link/done/", rank), "1");
+    std::vector<std::string> done;
+    for (int r = 0; r <= last; ++r) {
+      done.push_back(absl::StrCat("abort_link/done/", r));
+    }
+    Check(env->store->Wait(done, absl::Seconds(45)).ok(), "every rank done");
     _exit(testing::FinishChecks("fault '" + mode + "' handled as expected"));
   }
   if (mode == "threads") {

@@ -483,6 +483,15 @@ absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body,
     recorded.record_id = recorder_->Begin(ctx, IsPointToPoint(ctx.op));
   }
   absl::Status status = body(recorded);
+  // This rank reached the operation: one that ends it otherwise than by its
+  // own timeout (CANCELLED, UNAVAILABLE) and so poisons the group answers
+  // the roll call a rank whose operation timed out takes, which would name
+  // it absent. A timeout answers in the diagnosis below.
+  if (peer < 0 && !status.ok() &&
+      status.code() != absl::StatusCode::kDeadlineExceeded &&
+      PoisonsGroup(status)) {
+    AnswerRollCall(this, recorded, DevicePlace::kUnknown);
+  }
   if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     // A send or receive waits for one peer's matching call (same tag), and
     // its number is this rank's own count of them, which no other rank

@@ -230,12 +230,16 @@ GlooBackend::~GlooBackend() = default;
 
 void GlooBackend::Abort() {
   if (aborted_.exchange(true)) return;
-  absl::MutexLock lock(&mu_);
-  // Wake every wait in progress; each returns false and its op fails.
-  for (gloo::transport::UnboundBuffer* b : inflight_) {
-    b->abortWaitRecv();
-    b->abortWaitSend();
+  {
+    absl::MutexLock lock(&mu_);
+    // Wake every wait in progress; each returns false and its op fails.
+    for (gloo::transport::UnboundBuffer* b : inflight_) {
+      b->abortWaitRecv();
+      b->abortWaitSend();
+    }
   }
+  // And those inside Gloo's algorithms (allreduce, broadcast, ...).
+  mesh_->AbortWaits();
 }
 
 void GlooBackend::Disconnect() {
@@ -266,6 +270,12 @@ void GlooBackend::Wait(gloo::transport::UnboundBuffer& buffer, bool recv,
 
 absl::Status GlooBackend::Guarded(const OpContext& ctx,
                                   const std::function<void()>& body, int peer) {
+  // Aborted: nothing starts (the peers may be gone already; a Gloo
+  // algorithm's first wait would throw anyway).
+  if (aborted_.load()) {
+    return absl::CancelledError(
+        absl::StrCat(ctx.Describe(), ": the group was aborted"));
+  }
   absl::Status status;
   try {
     // The pairs this call needs, connected on first use (pair_mesh.h).

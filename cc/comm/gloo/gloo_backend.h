@@ -4,8 +4,9 @@
 // among all ranks that also carries payloads up to inline_limit(), so small
 // and medium operations finish locally from those records (one network hop
 // instead of Gloo's 2(n-1) steps); larger ones use Gloo's algorithms. The
-// exchange uses unbound buffers this class holds, so Abort() can wake an
-// operation stuck waiting for a peer.
+// exchange uses unbound buffers this class holds, and Gloo's algorithms'
+// buffers are made through the mesh, so Abort() can wake an operation stuck
+// waiting for a peer.
 //
 // Transport failures: a peer that dies -> UNAVAILABLE; a peer that never
 // joins -> DEADLINE_EXCEEDED after the op's timeout; an abort -> CANCELLED.
@@ -109,6 +110,9 @@ class GlooBackend : public Backend {
                     int tag) override;
   absl::Status Recv(const OpContext& ctx, TensorRef data, int src,
                     int tag) override;
+  // Wakes every wait in progress, this class's own exchanges' (Wait()) and
+  // those inside Gloo's algorithms (PairMesh::AbortWaits), and refuses later
+  // calls. Peers waiting for this rank wait on: Disconnect() tells them.
   void Abort() override;
   // Abort, then close every connection (PairMesh::CloseAll).
   void Disconnect() override;
@@ -145,6 +149,7 @@ class GlooBackend : public Backend {
 
   // Connects the pairs the call needs (every peer, or `peer` alone), then
   // runs `body` (Gloo calls that may throw), turning exceptions into Status.
+  // CANCELLED without running `body` once aborted.
   static constexpr int kAllPeers = -1;
   absl::Status Guarded(const OpContext& ctx, const std::function<void()>& body,
                        int peer = kAllPeers);

@@ -67,7 +67,15 @@ absl::StatusOr<std::unique_ptr<Backend>> Hierarchical(
     c.size = static_cast<int>(hosts.ranks[host].size());
     // The parts number their ranks from 0; messages name the group's.
     c.names = config.names.Subset(hosts.ranks[host]);
-    DK_ASSIGN_OR_RETURN(local, SameHost(c));
+    if (Disabled("DISTKIT_TEST_HOST_SHM")) {
+      // For tests: the host's group on Gloo's TCP, as where no segment can
+      // be mapped (a small /dev/shm, or more ranks than shared memory
+      // takes), which a sandbox cannot otherwise arrange.
+      c.store = Prefixed("tcp", c.store);
+      DK_ASSIGN_OR_RETURN(local, Tcp(c, /*connect_on_demand=*/false));
+    } else {
+      DK_ASSIGN_OR_RETURN(local, SameHost(c));
+    }
   }
   std::unique_ptr<Backend> leaders;
   if (local_rank == 0) {

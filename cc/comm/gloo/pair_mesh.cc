@@ -5,6 +5,7 @@
 #include <gloo/transport/context.h>
 #include <gloo/transport/device.h>
 #include <gloo/transport/pair.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,17 +15,126 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "cc/store/job_failure.h"
 
 namespace distkit {
 namespace {
 
+// The unbound buffers alive on a mesh, for AbortWaits() to wake. Gloo's
+// algorithms wait on buffers of their own, out of the caller's reach; every
+// buffer is made through the mesh's transport context, which registers it.
+class BufferRegistry {
+ public:
+  void Add(gloo::transport::UnboundBuffer* b) {
+    absl::MutexLock lock(&mu_);
+    live_.insert(b);
+  }
+  void Remove(gloo::transport::UnboundBuffer* b) {
+    absl::MutexLock lock(&mu_);
+    live_.erase(b);
+  }
+  void AbortAll() {
+    absl::MutexLock lock(&mu_);
+    aborted_ = true;
+    for (gloo::transport::UnboundBuffer* b : live_) {
+      b->abortWaitRecv();
+      b->abortWaitSend();
+    }
+  }
+  // Throws as Gloo does for a failed wait, so that an algorithm unwinds.
+  void ThrowIfAborted() {
+    if (aborted_.load()) throw gloo::IoException("the wait was aborted");
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_set<gloo::transport::UnboundBuffer*> live_
+      ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> aborted_{false};
+};
+
+// Gloo's buffer, registered while it lives; after AbortWaits() its waits
+// (and posts) throw instead of waiting. abortWait* reaches the inner
+// buffer, whose flag a wait that starts later still sees.
+class AbortableBuffer : public gloo::transport::UnboundBuffer {
+ public:
+  AbortableBuffer(std::shared_ptr<BufferRegistry> registry,
+                  std::unique_ptr<gloo::transport::UnboundBuffer> inner)
+      : UnboundBuffer(inner->ptr, inner->size),
+        registry_(std::move(registry)),
+        inner_(std::move(inner)) {
+    registry_->Add(inner_.get());
+  }
+  ~AbortableBuffer() override { registry_->Remove(inner_.get()); }
+
+  bool waitRecv(int* rank, std::chrono::milliseconds timeout) override {
+    registry_->ThrowIfAborted();
+    const bool done = inner_->waitRecv(rank, timeout);
+    if (!done) registry_->ThrowIfAborted();
+    return done;
+  }
+  bool waitSend(int* rank, std::chrono::milliseconds timeout) override {
+    registry_->ThrowIfAborted();
+    const bool done = inner_->waitSend(rank, timeout);
+    if (!done) registry_->ThrowIfAborted();
+    return done;
+  }
+  void abortWaitRecv() override { inner_->abortWaitRecv(); }
+  void abortWaitSend() override { inner_->abortWaitSend(); }
+  void send(int dst, uint64_t slot, size_t offset, size_t nbytes) override {
+    registry_->ThrowIfAborted();
+    inner_->send(dst, slot, offset, nbytes);
+  }
+  void recv(int src, uint64_t slot, size_t offset, size_t nbytes) override {
+    registry_->ThrowIfAborted();
+    inner_->recv(src, slot, offset, nbytes);
+  }
+  void recv(std::vector<int> srcs, uint64_t slot, size_t offset,
+            size_t nbytes) override {
+    registry_->ThrowIfAborted();
+    inner_->recv(std::move(srcs), slot, offset, nbytes);
+  }
+
+ private:
+  const std::shared_ptr<BufferRegistry> registry_;
+  const std::unique_ptr<gloo::transport::UnboundBuffer> inner_;
+};
+
+// Gloo's transport context, whose unbound buffers are AbortableBuffers.
+class AbortableTransport : public gloo::transport::Context {
+ public:
+  AbortableTransport(std::shared_ptr<gloo::transport::Context> inner,
+                     std::shared_ptr<BufferRegistry> registry)
+      : gloo::transport::Context(inner->rank, inner->size),
+        inner_(std::move(inner)),
+        registry_(std::move(registry)) {}
+
+  std::unique_ptr<gloo::transport::Pair>& getPair(int rank) override {
+    return inner_->getPair(rank);
+  }
+  std::unique_ptr<gloo::transport::Pair>& createPair(int rank) override {
+    return inner_->createPair(rank);
+  }
+  std::unique_ptr<gloo::transport::UnboundBuffer> createUnboundBuffer(
+      void* ptr, size_t size) override {
+    return std::make_unique<AbortableBuffer>(
+        registry_, inner_->createUnboundBuffer(ptr, size));
+  }
+
+ private:
+  const std::shared_ptr<gloo::transport::Context> inner_;
+  const std::shared_ptr<BufferRegistry> registry_;
+};
+
 // A gloo::Context whose transport context exists from the start and gets
 // its pairs one by one (Gloo's rendezvous::Context creates all of them in
-// connectFullMesh).
+// connectFullMesh), and whose buffers' waits AbortWaits() ends.
 class MeshContext : public gloo::Context {
  public:
   MeshContext(int rank, int size,
@@ -32,11 +142,18 @@ class MeshContext : public gloo::Context {
               std::chrono::milliseconds timeout)
       : gloo::Context(rank, size) {
     device_ = std::move(device);
-    transportContext_ = device_->createContext(rank, size);
+    inner_ = device_->createContext(rank, size);
     setTimeout(timeout);
-    transportContext_->setTimeout(timeout);
+    inner_->setTimeout(timeout);
+    transportContext_ = std::make_shared<AbortableTransport>(inner_, registry_);
   }
-  gloo::transport::Context& transport() { return *transportContext_; }
+  gloo::transport::Context& transport() { return *inner_; }
+  BufferRegistry& registry() { return *registry_; }
+
+ private:
+  std::shared_ptr<gloo::transport::Context> inner_;
+  const std::shared_ptr<BufferRegistry> registry_ =
+      std::make_shared<BufferRegistry>();
 };
 
 std::chrono::milliseconds Millis(absl::Duration d) {
@@ -151,6 +268,10 @@ PairMesh::PairMesh(std::shared_ptr<Store> store, int rank, int size,
 PairMesh::~PairMesh() = default;
 
 int PairMesh::connected_pairs() const { return connected_.load(); }
+
+void PairMesh::AbortWaits() {
+  static_cast<MeshContext&>(*context_).registry().AbortAll();
+}
 
 void PairMesh::CloseAll() {
   auto& transport = static_cast<MeshContext&>(*context_).transport();

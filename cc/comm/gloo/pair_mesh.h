@@ -66,9 +66,15 @@ class PairMesh {
   // How many of this rank's size - 1 pairs are connected.
   int connected_pairs() const;
 
+  // Ends every wait on the context's unbound buffers, those of Gloo's
+  // algorithms included (they throw gloo::IoException), and makes every
+  // later wait or post throw at once. Any thread; for good.
+  void AbortWaits();
+
   // Closes every connected pair: each peer's pending and later operations
-  // on it fail at once, as when this rank dies. Any thread; nothing of
-  // this rank may use the mesh afterwards.
+  // on it fail at once, as when this rank dies (this rank's own waits end
+  // only through AbortWaits()). Any thread; nothing of this rank may use the
+  // mesh afterwards.
   void CloseAll();
 
  private:

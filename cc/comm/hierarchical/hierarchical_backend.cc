@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "cc/core/status.h"
 
 namespace distkit {
@@ -22,9 +23,48 @@ HierarchicalBackend::HierarchicalBackend(int rank, HostMap hosts,
       everyone_(std::move(everyone)) {}
 
 void HierarchicalBackend::Abort() {
-  if (local_) local_->Abort();
-  if (leaders_) leaders_->Abort();
+  aborted_ = true;
+  // Gloo's parts are disconnected: their Abort() ends this rank's waits,
+  // Gloo's algorithms' included, and closing the connections ends the other
+  // leaders' (and a TCP host group's peers') waits on this rank at once,
+  // instead of at their deadline; their stages then fail their own hosts'
+  // groups.
+  if (local_shm_ != nullptr) {
+    local_->Abort();
+  } else if (local_) {
+    local_->Disconnect();
+  }
+  if (leaders_) leaders_->Disconnect();
+  {
+    // A leader without a host group may be waiting in the link's Done().
+    absl::MutexLock lock(&link_mu_);
+    if (link_ != nullptr) link_->Stop();
+  }
   everyone_->Abort();
+}
+
+HierarchicalBackend::ActiveLink::ActiveLink(HierarchicalBackend* backend,
+                                            LinkPipeline* link)
+    : backend_(backend) {
+  absl::MutexLock lock(&backend_->link_mu_);
+  backend_->link_ = link;
+  if (backend_->aborted_.load()) link->Stop();
+}
+
+HierarchicalBackend::ActiveLink::~ActiveLink() {
+  absl::MutexLock lock(&backend_->link_mu_);
+  backend_->link_ = nullptr;
+}
+
+absl::Status HierarchicalBackend::IfAborted(const OpContext& ctx,
+                                            absl::Status status) const {
+  // Once aborted, whatever ended a stage (a connection Abort() closed, a
+  // peer's reaction to it) is this rank's abort.
+  if (!status.ok() && aborted_.load()) {
+    return absl::CancelledError(
+        absl::StrCat(ctx.Describe(), ": the group was aborted"));
+  }
+  return status;
 }
 
 size_t HierarchicalBackend::MostLocalRanks() const {
@@ -34,7 +74,9 @@ size_t HierarchicalBackend::MostLocalRanks() const {
   return most;
 }
 
-absl::Status HierarchicalBackend::Stage(absl::Status status) {
+absl::Status HierarchicalBackend::Stage(const OpContext& ctx,
+                                        absl::Status status) {
+  status = IfAborted(ctx, std::move(status));
   // A timeout or an abort is this rank's own: the host's other ranks reach
   // their deadline (the same timeout) or are aborted by their own caller,
   // and report it themselves with the late ranks named.
@@ -46,7 +88,13 @@ absl::Status HierarchicalBackend::Stage(absl::Status status) {
   // stage until their deadline, and the other hosts' leaders on this
   // leader's connections until theirs. Closing those connections fails
   // their stage at once, and each fails its own host's group in turn.
-  if (local_shm_ != nullptr) (void)local_shm_->FailGroup(status);
+  // A host group on Gloo's TCP (no segment could be mapped) has no failed
+  // flag: closing its connections fails its peers' waits instead.
+  if (local_shm_ != nullptr) {
+    (void)local_shm_->FailGroup(status);
+  } else if (local_) {
+    local_->Disconnect();
+  }
   if (leaders_) leaders_->Disconnect();
   return status;
 }
@@ -57,8 +105,9 @@ absl::Status HierarchicalBackend::ExchangeSignatures(
   const std::vector<int>& local_ranks = hosts_.ranks[host_];
   std::vector<OpSignature> local_all(local_ranks.size());
   if (local_) {
-    DK_RETURN_IF_ERROR(Stage(local_->ExchangeSignatures(
-        ctx, mine, InlinePayload{}, absl::MakeSpan(local_all))));
+    DK_RETURN_IF_ERROR(
+        Stage(ctx, local_->ExchangeSignatures(ctx, mine, InlinePayload{},
+                                              absl::MakeSpan(local_all))));
   } else {
     local_all[0] = mine;
   }
@@ -73,12 +122,16 @@ absl::Status HierarchicalBackend::ExchangeSignatures(
     }
     local_all.resize(most);
     std::vector<OpSignature> leaders_all(hosts_.hosts());
-    DK_RETURN_IF_ERROR(Stage(leaders_->ExchangeSignatures(
-        ctx, mine, InlinePayload{local_all.data(), most * sizeof(OpSignature)},
-        absl::MakeSpan(leaders_all))));
+    DK_RETURN_IF_ERROR(Stage(
+        ctx, leaders_->ExchangeSignatures(
+                 ctx, mine,
+                 InlinePayload{local_all.data(), most * sizeof(OpSignature)},
+                 absl::MakeSpan(leaders_all))));
     std::vector<OpSignature> blocks(most * hosts_.hosts());
-    DK_RETURN_IF_ERROR(Stage(leaders_->AllGatherHost(
-        ctx, local_all.data(), most * sizeof(OpSignature), blocks.data())));
+    DK_RETURN_IF_ERROR(Stage(
+        ctx,
+        leaders_->AllGatherHost(ctx, local_all.data(),
+                                most * sizeof(OpSignature), blocks.data())));
     for (int h = 0; h < hosts_.hosts(); ++h) {
       const std::vector<int>& ranks = hosts_.ranks[h];
       for (size_t i = 0; i < ranks.size(); ++i) {
@@ -86,7 +139,9 @@ absl::Status HierarchicalBackend::ExchangeSignatures(
       }
     }
   }
-  if (local_) DK_RETURN_IF_ERROR(Stage(local_->Broadcast(ctx, everyone, 0)));
+  if (local_) {
+    DK_RETURN_IF_ERROR(Stage(ctx, local_->Broadcast(ctx, everyone, 0)));
+  }
   return absl::OkStatus();
 }
 
@@ -95,9 +150,11 @@ absl::Status HierarchicalBackend::AllReduce(const OpContext& ctx,
   if (data.nbytes() == 0) return absl::OkStatus();
   const ChunkPlan plan(data.numel(), data.nbytes());
   if (plan.chunks() > 1) return PipelinedAllReduce(ctx, data, op, plan);
-  if (local_) DK_RETURN_IF_ERROR(Stage(local_->Reduce(ctx, data, op, 0)));
-  if (leader()) DK_RETURN_IF_ERROR(Stage(leaders_->AllReduce(ctx, data, op)));
-  if (local_) DK_RETURN_IF_ERROR(Stage(local_->Broadcast(ctx, data, 0)));
+  if (local_) DK_RETURN_IF_ERROR(Stage(ctx, local_->Reduce(ctx, data, op, 0)));
+  if (leader()) {
+    DK_RETURN_IF_ERROR(Stage(ctx, leaders_->AllReduce(ctx, data, op)));
+  }
+  if (local_) DK_RETURN_IF_ERROR(Stage(ctx, local_->Broadcast(ctx, data, 0)));
   return absl::OkStatus();
 }
 
@@ -107,13 +164,13 @@ absl::Status HierarchicalBackend::Broadcast(const OpContext& ctx,
   const int root_host = hosts_.host_of[root];
   if (host_ == root_host && local_) {
     DK_RETURN_IF_ERROR(
-        Stage(local_->Broadcast(ctx, data, hosts_.LocalIndex(root))));
+        Stage(ctx, local_->Broadcast(ctx, data, hosts_.LocalIndex(root))));
   }
   if (leader()) {
-    DK_RETURN_IF_ERROR(Stage(leaders_->Broadcast(ctx, data, root_host)));
+    DK_RETURN_IF_ERROR(Stage(ctx, leaders_->Broadcast(ctx, data, root_host)));
   }
   if (host_ != root_host && local_) {
-    DK_RETURN_IF_ERROR(Stage(local_->Broadcast(ctx, data, 0)));
+    DK_RETURN_IF_ERROR(Stage(ctx, local_->Broadcast(ctx, data, 0)));
   }
   return absl::OkStatus();
 }
@@ -159,17 +216,19 @@ absl::Status HierarchicalBackend::AllGather(const OpContext& ctx,
   const TensorRef in_bytes(input.data(), part, DataType::kUInt8);
   if (local_) {
     // Non-leaders pass `output` (large enough) where only the root writes.
-    DK_RETURN_IF_ERROR(Stage(local_->Gather(
-        ctx, in_bytes,
-        TensorRef(leader() ? mine : out, local_size * part, DataType::kUInt8),
-        0)));
+    DK_RETURN_IF_ERROR(Stage(
+        ctx, local_->Gather(ctx, in_bytes,
+                            TensorRef(leader() ? mine : out, local_size * part,
+                                      DataType::kUInt8),
+                            0)));
   } else if (mine != input.data()) {
     std::memcpy(mine, input.data(), part);
   }
   if (leader()) {
-    DK_RETURN_IF_ERROR(Stage(leaders_->AllGather(
-        ctx, TensorRef(mine, block, DataType::kUInt8),
-        TensorRef(blocks, hosts * block, DataType::kUInt8))));
+    DK_RETURN_IF_ERROR(
+        Stage(ctx, leaders_->AllGather(
+                       ctx, TensorRef(mine, block, DataType::kUInt8),
+                       TensorRef(blocks, hosts * block, DataType::kUInt8))));
     for (int h = 0; h < hosts && !in_order; ++h) {
       const std::vector<int>& ranks = hosts_.ranks[h];
       for (size_t i = 0; i < ranks.size(); ++i) {
@@ -178,8 +237,9 @@ absl::Status HierarchicalBackend::AllGather(const OpContext& ctx,
     }
   }
   if (local_) {
-    DK_RETURN_IF_ERROR(Stage(local_->Broadcast(
-        ctx, TensorRef(out, output.nbytes(), DataType::kUInt8), 0)));
+    DK_RETURN_IF_ERROR(Stage(
+        ctx, local_->Broadcast(
+                 ctx, TensorRef(out, output.nbytes(), DataType::kUInt8), 0)));
   }
   return absl::OkStatus();
 }
@@ -216,7 +276,7 @@ absl::Status HierarchicalBackend::ReduceScatter(const OpContext& ctx,
   char* parts = leader() ? blocks + reordered : sum;
   std::memcpy(sum, input.data(), total);
   const TensorRef whole(sum, input.numel(), input.dtype());
-  if (local_) DK_RETURN_IF_ERROR(Stage(local_->Reduce(ctx, whole, op, 0)));
+  if (local_) DK_RETURN_IF_ERROR(Stage(ctx, local_->Reduce(ctx, whole, op, 0)));
   if (leader()) {
     // Hosts of equal size holding consecutive ranks (0-1 on the first, 2-3
     // on the next: what launchers do) have their blocks in order already.
@@ -233,14 +293,17 @@ absl::Status HierarchicalBackend::ReduceScatter(const OpContext& ctx,
       }
     }
     const int64_t block_numel = static_cast<int64_t>(most) * output.numel();
-    DK_RETURN_IF_ERROR(Stage(leaders_->ReduceScatter(
-        ctx, TensorRef(blocks, hosts * block_numel, output.dtype()),
-        TensorRef(parts, block_numel, output.dtype()), op)));
+    DK_RETURN_IF_ERROR(Stage(
+        ctx, leaders_->ReduceScatter(
+                 ctx, TensorRef(blocks, hosts * block_numel, output.dtype()),
+                 TensorRef(parts, block_numel, output.dtype()), op)));
   }
   if (local_) {
-    return Stage(local_->Scatter(
-        ctx, TensorRef(parts, local_size * output.numel(), output.dtype()),
-        output, 0));
+    return Stage(
+        ctx,
+        local_->Scatter(
+            ctx, TensorRef(parts, local_size * output.numel(), output.dtype()),
+            output, 0));
   }
   std::memcpy(output.data(), parts, part);
   return absl::OkStatus();

@@ -18,14 +18,29 @@
 // A stage that fails on one rank (a dead peer, not a timeout: every rank
 // has the same deadline) would leave the others of its host waiting for
 // it: the rank marks its host's group failed (their waits end with an error
-// naming it) and aborts its leaders' group.
+// naming it; a host group on Gloo's TCP, where no segment could be mapped,
+// is disconnected instead) and disconnects its leaders' group.
+//
+// Abort() disconnects the leaders' group (and a host group on TCP), which
+// ends this rank's waits inside Gloo's algorithms (the link stage) and the
+// other leaders' waits on this one at once, and stops the link's pipeline;
+// the aborted rank's operation returns CANCELLED, and the other hosts fail
+// theirs within moments instead of at the op's timeout.
+//
+// DISTKIT_TEST_HOST_SHM=0 (tests only, gloo_registration.cc) puts every
+// host's group on Gloo's TCP, as where no shared-memory segment can be mapped;
+// DISTKIT_TEST_LINK_PAUSE_MS=N (tests only, pipelined_collectives.cc) makes
+// the first host's leader pause N ms before each chunk it moves.
 
 #ifndef DISTKIT_CC_COMM_HIERARCHICAL_HIERARCHICAL_BACKEND_H_
 #define DISTKIT_CC_COMM_HIERARCHICAL_HIERARCHICAL_BACKEND_H_
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "cc/comm/backend.h"
 #include "cc/comm/forwarding_backend.h"
 #include "cc/comm/hierarchical/chunk_plan.h"
@@ -79,10 +94,24 @@ class HierarchicalBackend : public ForwardingBackend {
  private:
   // Runs one stage; on failure fails the rest of the operation everywhere
   // this rank can reach (see the file comment).
-  absl::Status Stage(absl::Status status);
+  absl::Status Stage(const OpContext& ctx, absl::Status status);
   // Stage() for a stage inside the host while the link's pipeline runs; a
-  // failure also ends the link's stage.
-  absl::Status LocalStage(LinkPipeline& link, absl::Status status);
+  // failure also ends the link's stage (closing the leaders' connections).
+  absl::Status LocalStage(const OpContext& ctx, LinkPipeline& link,
+                          absl::Status status);
+  // After Abort(), a failure is CANCELLED: what ended the stage was the
+  // abort's closing of connections, or a peer's answer to it.
+  absl::Status IfAborted(const OpContext& ctx, absl::Status status) const;
+  // The pipeline of the operation in progress, for Abort() to stop, while
+  // the pipelined collective that made it runs.
+  class ActiveLink {
+   public:
+    ActiveLink(HierarchicalBackend* backend, LinkPipeline* link);
+    ~ActiveLink();
+
+   private:
+    HierarchicalBackend* const backend_;
+  };
   bool leader() const { return leaders_ != nullptr; }
   // The largest host's rank count: the parts in each host's block.
   size_t MostLocalRanks() const;
@@ -106,6 +135,9 @@ class HierarchicalBackend : public ForwardingBackend {
   std::unique_ptr<Backend> everyone_;
   // reduce_scatter's sum and blocks, all_gather's; the pipelines' chunks.
   std::vector<char> scratch_;
+  std::atomic<bool> aborted_{false};
+  absl::Mutex link_mu_;
+  LinkPipeline* link_ ABSL_GUARDED_BY(link_mu_) = nullptr;
 };
 
 }  // namespace distkit

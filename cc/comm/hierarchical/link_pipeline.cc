@@ -51,7 +51,8 @@ void LinkPipeline::Run() {
         return ready_ > k || stopped_;
       };
       mu_.Await(absl::Condition(&startable));
-      if (ready_ <= k) return;  // stopped before this chunk was ready
+      // Stopped: no further chunk moves, even one made ready before.
+      if (stopped_) return;
     }
     absl::Status status = link_(k);
     absl::MutexLock lock(&mu_);

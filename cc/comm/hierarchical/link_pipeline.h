@@ -37,8 +37,9 @@ class LinkPipeline {
   // Waits until link(k) has finished: OK, or the link's first failure (at
   // chunk k or before it, after which no chunk moves).
   absl::Status Done(int k);
-  // The caller's side failed: the link moves no further chunk. A link call
-  // in progress is the caller's to end (abort the backend it runs on).
+  // The caller's side failed: the link moves no further chunk, not even
+  // one already made ready. A link call in progress is the caller's to end
+  // (disconnect the backend it runs on). Any thread.
   void Stop();
 
  private:

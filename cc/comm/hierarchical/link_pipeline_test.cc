@@ -82,5 +82,29 @@ TEST(LinkPipeline, StopEndsTheWaitForAChunkNeverReady) {
   EXPECT_EQ(calls.load(), 1);
 }
 
+TEST(LinkPipeline, StopMovesNoChunkMadeReadyBefore) {
+  // Chunk 1 is ready while chunk 0 is on the link; Stop() then comes: once
+  // chunk 0's call returns, no further chunk moves.
+  std::atomic<int> calls{0};
+  absl::Notification in_chunk0, release0;
+  {
+    LinkPipeline link(3, [&](int k) {
+      ++calls;
+      if (k == 0) {
+        in_chunk0.Notify();
+        release0.WaitForNotification();
+      }
+      return absl::OkStatus();
+    });
+    link.Ready(0);
+    link.Ready(1);
+    in_chunk0.WaitForNotification();
+    link.Stop();
+    release0.Notify();
+    EXPECT_EQ(link.Done(1).code(), absl::StatusCode::kCancelled);
+  }  // joins: the thread has ended
+  EXPECT_EQ(calls.load(), 1);
+}
+
 }  // namespace
 }  // namespace distkit

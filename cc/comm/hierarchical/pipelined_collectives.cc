@@ -6,25 +6,48 @@
 // stage-in(0), then for each k: stage-in(k + 1), stage-out(k); a leader's
 // stage-out(k) waits for the link's chunk k.
 
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
 #include "cc/comm/hierarchical/chunk_plan.h"
 #include "cc/comm/hierarchical/hierarchical_backend.h"
 #include "cc/comm/hierarchical/link_pipeline.h"
 #include "cc/core/status.h"
 
 namespace distkit {
+namespace {
 
-absl::Status HierarchicalBackend::LocalStage(LinkPipeline& link,
+// DISTKIT_TEST_LINK_PAUSE_MS (tests only): the first host's leader pauses
+// this long before each chunk it moves, so that the others wait inside the
+// link's stage when a test aborts the operation.
+absl::Duration TestLinkPause() {
+  static const absl::Duration pause = [] {
+    const char* value = std::getenv("DISTKIT_TEST_LINK_PAUSE_MS");
+    int ms = 0;
+    return value != nullptr && absl::SimpleAtoi(value, &ms) && ms > 0
+               ? absl::Milliseconds(ms)
+               : absl::ZeroDuration();
+  }();
+  return pause;
+}
+
+}  // namespace
+
+absl::Status HierarchicalBackend::LocalStage(const OpContext& ctx,
+                                             LinkPipeline& link,
                                              absl::Status status) {
-  status = Stage(std::move(status));
+  status = Stage(ctx, std::move(status));
   if (!status.ok() && leader()) {
-    // The link's thread may be inside a leaders' call that waits for the
-    // other hosts until its deadline: end it now (the group is poisoned
-    // anyway), so that this operation returns without that wait.
+    // The link's thread may be inside a leaders' Gloo call that waits for
+    // the other hosts until its deadline: disconnect the leaders (the group
+    // is poisoned anyway), which ends that wait here, so that this operation
+    // returns without it, and the other leaders' calls at once instead of at
+    // their deadline.
     link.Stop();
-    leaders_->Abort();
+    leaders_->Disconnect();
   }
   return status;
 }
@@ -40,21 +63,23 @@ absl::Status HierarchicalBackend::PipelinedAllReduce(const OpContext& ctx,
   };
   const int n = plan.chunks();
   LinkPipeline link(leader() ? n : 0, [&](int k) {
-    return Stage(leaders_->AllReduce(ctx, chunk(k), op));
+    if (host_ == 0) absl::SleepFor(TestLinkPause());
+    return Stage(ctx, leaders_->AllReduce(ctx, chunk(k), op));
   });
+  const ActiveLink active(this, &link);  // for Abort() to stop
   for (int k = 0; k <= n; ++k) {
     if (k < n) {
       if (local_) {
         DK_RETURN_IF_ERROR(
-            LocalStage(link, local_->Reduce(ctx, chunk(k), op, 0)));
+            LocalStage(ctx, link, local_->Reduce(ctx, chunk(k), op, 0)));
       }
       if (leader()) link.Ready(k);
     }
     if (k > 0) {
-      if (leader()) DK_RETURN_IF_ERROR(link.Done(k - 1));
+      if (leader()) DK_RETURN_IF_ERROR(IfAborted(ctx, link.Done(k - 1)));
       if (local_) {
         DK_RETURN_IF_ERROR(
-            LocalStage(link, local_->Broadcast(ctx, chunk(k - 1), 0)));
+            LocalStage(ctx, link, local_->Broadcast(ctx, chunk(k - 1), 0)));
       }
     }
   }
@@ -87,17 +112,20 @@ absl::Status HierarchicalBackend::PipelinedAllGather(const OpContext& ctx,
   char* out = static_cast<char*>(output.data());
   const int n = plan.chunks();
   LinkPipeline link(leader() ? n : 0, [&](int k) {
+    if (host_ == 0) absl::SleepFor(TestLinkPause());
     const size_t len = plan.size(k);
-    return Stage(leaders_->AllGather(
-        ctx, TensorRef(block(k), most * len, DataType::kUInt8),
-        TensorRef(all(k), hosts * most * len, DataType::kUInt8)));
+    return Stage(ctx,
+                 leaders_->AllGather(
+                     ctx, TensorRef(block(k), most * len, DataType::kUInt8),
+                     TensorRef(all(k), hosts * most * len, DataType::kUInt8)));
   });
+  const ActiveLink active(this, &link);  // for Abort() to stop
   for (int k = 0; k <= n; ++k) {
     if (k < n) {
       const size_t len = plan.size(k);
       if (local_) {
         DK_RETURN_IF_ERROR(LocalStage(
-            link,
+            ctx, link,
             local_->Gather(
                 ctx,
                 TensorRef(const_cast<char*>(in) + plan.begin(k), len,
@@ -111,10 +139,10 @@ absl::Status HierarchicalBackend::PipelinedAllGather(const OpContext& ctx,
     if (k > 0) {
       const int j = k - 1;
       const size_t len = plan.size(j);
-      if (leader()) DK_RETURN_IF_ERROR(link.Done(j));
+      if (leader()) DK_RETURN_IF_ERROR(IfAborted(ctx, link.Done(j)));
       if (local_) {
         DK_RETURN_IF_ERROR(LocalStage(
-            link,
+            ctx, link,
             local_->Broadcast(
                 ctx, TensorRef(all(j), hosts * most * len, DataType::kUInt8),
                 0)));
@@ -160,11 +188,13 @@ absl::Status HierarchicalBackend::PipelinedReduceScatter(
   char* out = static_cast<char*>(output.data());
   const int n = plan.chunks();
   LinkPipeline link(leader() ? n : 0, [&](int k) {
+    if (host_ == 0) absl::SleepFor(TestLinkPause());
     const int64_t len = plan.size(k);
-    return Stage(leaders_->ReduceScatter(
-        ctx, TensorRef(pack(k), hosts * most * len, dtype),
-        TensorRef(block(k), most * len, dtype), op));
+    return Stage(ctx, leaders_->ReduceScatter(
+                          ctx, TensorRef(pack(k), hosts * most * len, dtype),
+                          TensorRef(block(k), most * len, dtype), op));
   });
+  const ActiveLink active(this, &link);  // for Abort() to stop
   for (int k = 0; k <= n; ++k) {
     if (k < n) {
       const size_t len = plan.size(k) * elem;
@@ -183,7 +213,7 @@ absl::Status HierarchicalBackend::PipelinedReduceScatter(
       }
       if (local_) {
         DK_RETURN_IF_ERROR(LocalStage(
-            link,
+            ctx, link,
             local_->Reduce(
                 ctx, TensorRef(p, hosts * most * plan.size(k), dtype), op, 0)));
       }
@@ -191,11 +221,11 @@ absl::Status HierarchicalBackend::PipelinedReduceScatter(
     }
     if (k > 0) {
       const int j = k - 1;
-      if (leader()) DK_RETURN_IF_ERROR(link.Done(j));
+      if (leader()) DK_RETURN_IF_ERROR(IfAborted(ctx, link.Done(j)));
       const TensorRef mine(out + plan.begin(j) * elem, plan.size(j), dtype);
       if (local_) {
         DK_RETURN_IF_ERROR(LocalStage(
-            link,
+            ctx, link,
             local_->Scatter(
                 ctx, TensorRef(block(j), local_size * plan.size(j), dtype),
                 mine, 0)));
