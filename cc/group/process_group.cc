@@ -490,7 +490,11 @@ absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body,
   if (peer < 0 && !status.ok() &&
       status.code() != absl::StatusCode::kDeadlineExceeded &&
       PoisonsGroup(status)) {
-    AnswerRollCall(this, recorded, DevicePlace::kUnknown);
+    // Only where the backend did not answer already (with where the
+    // operation was on the device: NCCL's WhereOpFailed).
+    ScopedStoreDeadline budget(absl::Now() + kDiagnosisMargin);
+    (void)store_->CompareSet(absl::StrCat(RollCallPrefix(recorded), rank_), "",
+                             RollCallAnswer(recorded, DevicePlace::kUnknown));
   }
   if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     // A send or receive waits for one peer's matching call (same tag), and

@@ -265,10 +265,11 @@ class ProcessGroup {
   // was (Backend::WhereOpFailed); "" where none said.
   std::string WhereRanksWere(const OpContext& ctx, const std::string& prefix);
   // OpContext::answer_roll_call for this group (`group`): posts this rank's
-  // answer for `ctx` before its backend returns. Execute also posts it for
-  // an operation this rank ended with a failure that poisons the group
-  // other than its own timeout (an abort, a lost peer), so that a rank
-  // whose operation timed out does not name this one absent.
+  // answer for `ctx` before its backend returns. Execute also posts one,
+  // where there is none, for an operation this rank ended with a failure
+  // that poisons the group other than its own timeout (an abort, a lost
+  // peer), so that a rank whose operation timed out does not name this one
+  // absent.
   static void AnswerRollCall(void* group, const OpContext& ctx,
                              DevicePlace place);
 

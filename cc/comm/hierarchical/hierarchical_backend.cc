@@ -24,17 +24,13 @@ HierarchicalBackend::HierarchicalBackend(int rank, HostMap hosts,
 
 void HierarchicalBackend::Abort() {
   aborted_ = true;
-  // Gloo's parts are disconnected: their Abort() ends this rank's waits,
-  // Gloo's algorithms' included, and closing the connections ends the other
-  // leaders' (and a TCP host group's peers') waits on this rank at once,
-  // instead of at their deadline; their stages then fail their own hosts'
-  // groups.
-  if (local_shm_ != nullptr) {
-    local_->Abort();
-  } else if (local_) {
-    local_->Disconnect();
-  }
-  if (leaders_) leaders_->Disconnect();
+  // Each part's Abort() ends this rank's waits, those inside Gloo's
+  // algorithms included (GlooBackend::Abort). The connections stay open:
+  // an abort of a healthy group (a grow replaces it) must not reset a
+  // connection whose last bytes a peer may still be reading; the peers end
+  // their waits by their own abort or deadline, as on one host.
+  if (local_) local_->Abort();
+  if (leaders_) leaders_->Abort();
   {
     // A leader without a host group may be waiting in the link's Done().
     absl::MutexLock lock(&link_mu_);
@@ -58,8 +54,8 @@ HierarchicalBackend::ActiveLink::~ActiveLink() {
 
 absl::Status HierarchicalBackend::IfAborted(const OpContext& ctx,
                                             absl::Status status) const {
-  // Once aborted, whatever ended a stage (a connection Abort() closed, a
-  // peer's reaction to it) is this rank's abort.
+  // Once aborted, whatever ended a stage (the abort, a peer's reaction to
+  // it) is this rank's abort.
   if (!status.ok() && aborted_.load()) {
     return absl::CancelledError(
         absl::StrCat(ctx.Describe(), ": the group was aborted"));
@@ -77,6 +73,12 @@ size_t HierarchicalBackend::MostLocalRanks() const {
 absl::Status HierarchicalBackend::Stage(const OpContext& ctx,
                                         absl::Status status) {
   status = IfAborted(ctx, std::move(status));
+  if (absl::IsCancelled(status) && !aborted_.load()) {
+    // Not an abort of this group: a failure of another stage closed this
+    // rank's connections below, which ended this wait as cancelled.
+    absl::MutexLock lock(&failure_mu_);
+    if (!failure_.ok()) return failure_;
+  }
   // A timeout or an abort is this rank's own: the host's other ranks reach
   // their deadline (the same timeout) or are aborted by their own caller,
   // and report it themselves with the late ranks named.
@@ -90,6 +92,10 @@ absl::Status HierarchicalBackend::Stage(const OpContext& ctx,
   // their stage at once, and each fails its own host's group in turn.
   // A host group on Gloo's TCP (no segment could be mapped) has no failed
   // flag: closing its connections fails its peers' waits instead.
+  {
+    absl::MutexLock lock(&failure_mu_);
+    if (failure_.ok()) failure_ = status;
+  }
   if (local_shm_ != nullptr) {
     (void)local_shm_->FailGroup(status);
   } else if (local_) {

@@ -21,11 +21,14 @@
 // naming it; a host group on Gloo's TCP, where no segment could be mapped,
 // is disconnected instead) and disconnects its leaders' group.
 //
-// Abort() disconnects the leaders' group (and a host group on TCP), which
-// ends this rank's waits inside Gloo's algorithms (the link stage) and the
-// other leaders' waits on this one at once, and stops the link's pipeline;
-// the aborted rank's operation returns CANCELLED, and the other hosts fail
-// theirs within moments instead of at the op's timeout.
+// Abort() aborts each part, which ends this rank's waits, those inside
+// Gloo's algorithms (the link stage) included, and stops the link's
+// pipeline: the aborted rank's operation returns CANCELLED at once. The
+// connections stay open (an abort of a healthy group, which a grow
+// replaces, must not reset one a peer may still be reading); the other
+// ranks end their waits by their own abort or deadline, as on one host.
+// The waits a failure's disconnection ends here report that failure, not
+// a cancellation.
 //
 // DISTKIT_TEST_HOST_SHM=0 (tests only, gloo_registration.cc) puts every
 // host's group on Gloo's TCP, as where no shared-memory segment can be mapped;
@@ -96,11 +99,11 @@ class HierarchicalBackend : public ForwardingBackend {
   // this rank can reach (see the file comment).
   absl::Status Stage(const OpContext& ctx, absl::Status status);
   // Stage() for a stage inside the host while the link's pipeline runs; a
-  // failure also ends the link's stage (closing the leaders' connections).
+  // failure also ends the link's stage (aborting the leaders' waits).
   absl::Status LocalStage(const OpContext& ctx, LinkPipeline& link,
                           absl::Status status);
   // After Abort(), a failure is CANCELLED: what ended the stage was the
-  // abort's closing of connections, or a peer's answer to it.
+  // abort, or a peer's answer to it.
   absl::Status IfAborted(const OpContext& ctx, absl::Status status) const;
   // The pipeline of the operation in progress, for Abort() to stop, while
   // the pipelined collective that made it runs.
@@ -136,6 +139,10 @@ class HierarchicalBackend : public ForwardingBackend {
   // reduce_scatter's sum and blocks, all_gather's; the pipelines' chunks.
   std::vector<char> scratch_;
   std::atomic<bool> aborted_{false};
+  // The first stage failure that closed this rank's connections (Stage):
+  // the waits that closing ends here read as cancelled, and report it.
+  absl::Mutex failure_mu_;
+  absl::Status failure_ ABSL_GUARDED_BY(failure_mu_);
   absl::Mutex link_mu_;
   LinkPipeline* link_ ABSL_GUARDED_BY(link_mu_) = nullptr;
 };

@@ -42,12 +42,12 @@ absl::Status HierarchicalBackend::LocalStage(const OpContext& ctx,
   status = Stage(ctx, std::move(status));
   if (!status.ok() && leader()) {
     // The link's thread may be inside a leaders' Gloo call that waits for
-    // the other hosts until its deadline: disconnect the leaders (the group
-    // is poisoned anyway), which ends that wait here, so that this operation
-    // returns without it, and the other leaders' calls at once instead of at
-    // their deadline.
+    // the other hosts until its deadline: end it now (the group is poisoned
+    // anyway), so that this operation returns without that wait. (A failure
+    // has closed the leaders' connections in Stage already; a timeout
+    // leaves the other hosts to their own deadline and diagnosis.)
     link.Stop();
-    leaders_->Disconnect();
+    leaders_->Abort();
   }
   return status;
 }
