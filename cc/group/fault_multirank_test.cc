@@ -264,8 +264,9 @@ int main(int argc, char** argv) {
     } else {
       Check(env->store->Wait({"abort_link/first"}, absl::Seconds(45)).ok(),
             "the first rank's abort ends its wait");
-      // Its op may have failed already: the aborted leader's connections
-      // closed (UNAVAILABLE), which is no abort of this rank's.
+      // Its op may have failed already (UNAVAILABLE): the aborted rank's
+      // interrupted Gloo operation closed its connections, or its host's
+      // stage failed with it; no abort of this rank's.
       const absl::Time start = absl::Now();
       world.Abort();
       st = w->Wait(absl::Seconds(40));

@@ -360,6 +360,7 @@ void ProcessGroup::AnswerRollCall(void* group, const OpContext& ctx,
   // Before the backend returns (it may wait long for a late device): one
   // store call, bounded, so that the others' polls hear this rank in time.
   auto* self = static_cast<ProcessGroup*>(group);
+  if (!IsPointToPoint(ctx.op)) self->last_answered_seq_.store(ctx.seq + 1);
   ScopedStoreDeadline budget(absl::Now() + kDiagnosisMargin);
   (void)self->store_->Set(absl::StrCat(RollCallPrefix(ctx), self->rank_),
                           RollCallAnswer(ctx, place));
@@ -490,11 +491,11 @@ absl::Status ProcessGroup::Execute(const OpContext& ctx, const Body& body,
   if (peer < 0 && !status.ok() &&
       status.code() != absl::StatusCode::kDeadlineExceeded &&
       PoisonsGroup(status)) {
-    // Only where the backend did not answer already (with where the
-    // operation was on the device: NCCL's WhereOpFailed).
-    ScopedStoreDeadline budget(absl::Now() + kDiagnosisMargin);
-    (void)store_->CompareSet(absl::StrCat(RollCallPrefix(recorded), rank_), "",
-                             RollCallAnswer(recorded, DevicePlace::kUnknown));
+    // Not where the backend answered already (with where the operation
+    // was on the device: NCCL's WhereOpFailed).
+    if (last_answered_seq_.load() != recorded.seq + 1) {
+      AnswerRollCall(this, recorded, DevicePlace::kUnknown);
+    }
   }
   if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     // A send or receive waits for one peer's matching call (same tag), and

@@ -266,10 +266,10 @@ class ProcessGroup {
   std::string WhereRanksWere(const OpContext& ctx, const std::string& prefix);
   // OpContext::answer_roll_call for this group (`group`): posts this rank's
   // answer for `ctx` before its backend returns. Execute also posts one,
-  // where there is none, for an operation this rank ended with a failure
-  // that poisons the group other than its own timeout (an abort, a lost
-  // peer), so that a rank whose operation timed out does not name this one
-  // absent.
+  // where the backend did not, for a collective this rank ended with a
+  // failure that poisons the group other than its own timeout (an abort, a
+  // lost peer), so that a rank whose operation timed out does not name
+  // this one absent.
   static void AnswerRollCall(void* group, const OpContext& ctx,
                              DevicePlace place);
 
@@ -279,6 +279,10 @@ class ProcessGroup {
 
   const std::string name_;
   std::shared_ptr<Store> store_;
+  // 1 + the seq of the last collective whose roll call AnswerRollCall
+  // answered (0: none): Execute's answer after a failure is not posted
+  // again over the backend's.
+  std::atomic<uint64_t> last_answered_seq_{0};
   const std::shared_ptr<Store> world_store_;
   const std::vector<int> global_ranks_;
   const int global_rank_;

@@ -239,7 +239,18 @@ void GlooBackend::Abort() {
     }
   }
   // And those inside Gloo's algorithms (allreduce, broadcast, ...).
-  mesh_->AbortWaits();
+  const size_t live = mesh_->AbortWaits();
+  // An operation it interrupted (buffers alive beyond the agreement's two,
+  // which live as long as the backend) may leave receives posted to the
+  // peers for buffers about to be gone: data a peer sends then can never
+  // be read, and Gloo's loop thread would poll that connection without
+  // end. Closing the connections ends that (the peers' waits on this rank
+  // fail). Otherwise they stay: an abort of a healthy group (a grow
+  // replaces it) must not reset a connection whose last bytes a peer may
+  // still be reading, and peers waiting in the agreement end by their own
+  // abort or deadline, with the late ranks named. (A buffer made after
+  // AbortWaits() cannot post: its sends and receives throw.)
+  if (live > 2) mesh_->CloseAll();
 }
 
 void GlooBackend::Disconnect() {

@@ -39,13 +39,15 @@ class BufferRegistry {
     absl::MutexLock lock(&mu_);
     live_.erase(b);
   }
-  void AbortAll() {
+  // How many buffers were alive.
+  size_t AbortAll() {
     absl::MutexLock lock(&mu_);
     aborted_ = true;
     for (gloo::transport::UnboundBuffer* b : live_) {
       b->abortWaitRecv();
       b->abortWaitSend();
     }
+    return live_.size();
   }
   // Throws as Gloo does for a failed wait, so that an algorithm unwinds.
   void ThrowIfAborted() {
@@ -269,8 +271,8 @@ PairMesh::~PairMesh() = default;
 
 int PairMesh::connected_pairs() const { return connected_.load(); }
 
-void PairMesh::AbortWaits() {
-  static_cast<MeshContext&>(*context_).registry().AbortAll();
+size_t PairMesh::AbortWaits() {
+  return static_cast<MeshContext&>(*context_).registry().AbortAll();
 }
 
 void PairMesh::CloseAll() {

@@ -68,8 +68,9 @@ class PairMesh {
 
   // Ends every wait on the context's unbound buffers, those of Gloo's
   // algorithms included (they throw gloo::IoException), and makes every
-  // later wait or post throw at once. Any thread; for good.
-  void AbortWaits();
+  // later wait or post throw at once. Any thread; for good. Returns how many
+  // buffers were alive.
+  size_t AbortWaits();
 
   // Closes every connected pair: each peer's pending and later operations
   // on it fail at once, as when this rank dies (this rank's own waits end

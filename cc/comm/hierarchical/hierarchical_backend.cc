@@ -73,9 +73,10 @@ size_t HierarchicalBackend::MostLocalRanks() const {
 absl::Status HierarchicalBackend::Stage(const OpContext& ctx,
                                         absl::Status status) {
   status = IfAborted(ctx, std::move(status));
-  if (absl::IsCancelled(status) && !aborted_.load()) {
-    // Not an abort of this group: a failure of another stage closed this
-    // rank's connections below, which ended this wait as cancelled.
+  if (!status.ok() && !aborted_.load()) {
+    // After a failure of another stage (the link's thread), what ended
+    // this one is that failure's reaction below: this rank's connections
+    // closed (a wait cancelled), its host's group marked failed by itself.
     absl::MutexLock lock(&failure_mu_);
     if (!failure_.ok()) return failure_;
   }

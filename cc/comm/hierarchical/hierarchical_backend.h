@@ -68,9 +68,8 @@ class HierarchicalBackend : public ForwardingBackend {
   int size() const override { return static_cast<int>(hosts_.host_of.size()); }
 
   // Through the host's group and the leaders' own exchange, so that the
-  // wait for a late rank happens where Abort() can end it (a Gloo
-  // collective's wait cannot be woken); the data stages that follow find
-  // every rank present.
+  // wait for a late rank happens in the agreement; the data stages that
+  // follow find every rank present.
   absl::Status ExchangeSignatures(const OpContext& ctx, const OpSignature& mine,
                                   InlinePayload payload,
                                   absl::Span<OpSignature> all) override;

@@ -39,7 +39,7 @@ class LinkPipeline {
   absl::Status Done(int k);
   // The caller's side failed: the link moves no further chunk, not even
   // one already made ready. A link call in progress is the caller's to end
-  // (disconnect the backend it runs on). Any thread.
+  // (abort or disconnect the backend it runs on). Any thread.
   void Stop();
 
  private:

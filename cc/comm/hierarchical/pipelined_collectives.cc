@@ -41,13 +41,13 @@ absl::Status HierarchicalBackend::LocalStage(const OpContext& ctx,
                                              absl::Status status) {
   status = Stage(ctx, std::move(status));
   if (!status.ok() && leader()) {
-    // The link's thread may be inside a leaders' Gloo call that waits for
-    // the other hosts until its deadline: end it now (the group is poisoned
-    // anyway), so that this operation returns without that wait. (A failure
-    // has closed the leaders' connections in Stage already; a timeout
-    // leaves the other hosts to their own deadline and diagnosis.)
+    // The link moves no further chunk. A failure has closed the leaders'
+    // connections in Stage, and an abort aborted them, which ends the link
+    // thread's Gloo call; after a timeout that call reaches the same
+    // deadline by itself, and the other hosts are left to theirs and to
+    // their diagnosis (an abort here would close the connections under
+    // them: GlooBackend::Abort during an operation).
     link.Stop();
-    leaders_->Abort();
   }
   return status;
 }
