@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
   const std::string entered = dir + "/entered";    // rank 1 is in its window
   const std::string released = dir + "/released";  // rank 0 wrote its sentinel
   const std::string aborted = dir + "/aborted";    // 500 ms after the abort
+  const std::string read_failed = dir + "/read_failed";  // rank 0's own read
   // Single copy at any size and world size (rank 0's environment decides);
   // the hooks are read when the group is made.
   setenv("DISTKIT_SHM_SINGLE_COPY", "1", 1);
@@ -136,7 +137,8 @@ int main(int argc, char** argv) {
   } else if (rank == 1) {
     hook = absl::StrCat("write:0:pause:", entered, ":", released);
   } else if (rank == 0 && mode != "peer_failed") {
-    hook = absl::StrCat("read:", size - 1, ":fail_after:", entered);
+    hook = absl::StrCat("read:", size - 1, ":fail_after:", entered, ":",
+                        read_failed);
   } else if (rank == 2 && mode == "peer_failed") {
     hook = absl::StrCat("read:0:fail_after:", entered);
   }
@@ -164,6 +166,11 @@ int main(int argc, char** argv) {
                absl::Now() < give_up) {
           absl::SleepFor(absl::Milliseconds(5));
         }
+        // And after rank 0's own read failed: the abort then ends its wait
+        // for the stopped copier, and its own failure is what it reports.
+        // (Aborted before that read, its call is CANCELLED instead, which
+        // a loaded machine made happen.)
+        if (!AwaitFiles({read_failed}, Scaled(absl::Seconds(30)))) return;
       } else {
         absl::SleepFor(absl::Milliseconds(50));
       }

@@ -35,6 +35,10 @@ class EnvironmentHook : public SingleCopyTestHook {
     if (peer != peer_ || write != write_) return absl::OkStatus();
     if (!pause_) {
       AwaitFile(wait_for_, absl::Seconds(10));
+      if (!failed_.empty()) {
+        const int fd = open(failed_.c_str(), O_CREAT | O_WRONLY, 0600);
+        if (fd >= 0) close(fd);
+      }
       return absl::UnavailableError(
           "DISTKIT_SHM_TEST_COPY_HOOK failed the read");
     }
@@ -64,6 +68,7 @@ class EnvironmentHook : public SingleCopyTestHook {
   bool stop_ = false;   // stop (SIGSTOP), not pause
   std::string wait_for_;
   std::string entered_;
+  std::string failed_;  // a failed read creates it (if named)
   absl::Duration hold_ = absl::Seconds(1);  // a pause's longest
   bool done_ = false;                       // a pause happens once
 };
@@ -79,8 +84,9 @@ std::unique_ptr<SingleCopyTestHook> SingleCopyTestHookFromEnvironment() {
   if (env == nullptr || *env == '\0') return nullptr;
   const std::vector<std::string> f = absl::StrSplit(env, ':');
   auto hook = std::make_unique<EnvironmentHook>();
-  const bool read_fail =
-      f.size() == 4 && f[0] == "read" && f[2] == "fail_after" && !f[3].empty();
+  const bool read_fail = (f.size() == 4 || (f.size() == 5 && !f[4].empty())) &&
+                         f[0] == "read" && f[2] == "fail_after" &&
+                         !f[3].empty();
   const bool write_pause = (f.size() == 5 || f.size() == 6) &&
                            f[0] == "write" && f[2] == "pause" &&
                            !f[3].empty() && !f[4].empty();
@@ -105,6 +111,7 @@ std::unique_ptr<SingleCopyTestHook> SingleCopyTestHookFromEnvironment() {
   hook->stop_ = write_stop;
   if (write_pause) hook->wait_for_ = f[4];
   if (read_fail) hook->wait_for_ = f[3];
+  if (read_fail && f.size() == 5) hook->failed_ = f[4];
   if (write_pause || write_stop) hook->entered_ = f[3];
   hook->hold_ = absl::Milliseconds(hold_ms);
   return hook;

@@ -11,9 +11,10 @@
 // reads of or writes into one peer's buffer misbehave at a point the test
 // chooses:
 //
-//   read:<peer>:fail_after:<file>
+//   read:<peer>:fail_after:<file>[:<failed>]
 //       this rank's reads of <peer>'s buffer fail (UNAVAILABLE) once <file>
-//       exists (waiting for it at most 10 s).
+//       exists (waiting for it at most 10 s), each creating <failed> if
+//       named.
 //   write:<peer>:pause:<entered>:<until>[:<max_ms>]
 //       this rank's first write into <peer>'s buffer, inside its copy window
 //       (after it said so in its header and read the peer's published

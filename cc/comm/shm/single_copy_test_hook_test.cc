@@ -19,6 +19,8 @@ TEST(SingleCopyTestHookTest, ReadsTheVariableWhenLinked) {
   EXPECT_NE(SingleCopyTestHook::Make(), nullptr);
   setenv("DISTKIT_SHM_TEST_COPY_HOOK", "read:1:fail_after:/a", 1);
   EXPECT_NE(SingleCopyTestHook::Make(), nullptr);
+  setenv("DISTKIT_SHM_TEST_COPY_HOOK", "read:1:fail_after:/a:/b", 1);
+  EXPECT_NE(SingleCopyTestHook::Make(), nullptr);
   unsetenv("DISTKIT_SHM_TEST_COPY_HOOK");
   EXPECT_EQ(SingleCopyTestHook::Make(), nullptr);
 }
@@ -26,8 +28,8 @@ TEST(SingleCopyTestHookTest, ReadsTheVariableWhenLinked) {
 TEST(SingleCopyTestHookTest, MalformedIsIgnoredNotFatal) {
   for (const char* value :
        {"garbage", "read:x:fail_after:/a", "write:0:pause:/a",
-        "write:0:pause:/a:/b:soon",
-        "read:1:fail_after:", "write:0:stop:", "write:0:stop:/a:/b"}) {
+        "write:0:pause:/a:/b:soon", "read:1:fail_after:",
+        "read:1:fail_after:/a:", "write:0:stop:", "write:0:stop:/a:/b"}) {
     setenv("DISTKIT_SHM_TEST_COPY_HOOK", value, 1);
     EXPECT_EQ(SingleCopyTestHookFromEnvironment(), nullptr) << value;
   }
