@@ -37,6 +37,13 @@ absl::StatusOr<std::unique_ptr<Backend>> Tcp(const BackendConfig& config,
   return std::unique_ptr<Backend>(std::move(gloo));
 }
 
+// Gloo's TCP for every collective of the group.
+absl::StatusOr<std::unique_ptr<Backend>> FlatTcp(const BackendConfig& config) {
+  BackendConfig tcp = config;
+  tcp.store = Prefixed("tcp", config.store);
+  return Tcp(tcp, /*connect_on_demand=*/false);
+}
+
 // Shared memory over `config`'s ranks (all on this host), wrapping Gloo for
 // send / recv, or Gloo alone where no segment can be made.
 absl::StatusOr<std::unique_ptr<Backend>> SameHost(const BackendConfig& config) {
@@ -100,23 +107,30 @@ absl::StatusOr<std::unique_ptr<Backend>> Hierarchical(
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeGloo(const BackendConfig& config) {
-  // DISTKIT_SHM=0: Gloo's TCP for everything, on one host or many.
-  if (config.size < 2 || Disabled("DISTKIT_SHM")) {
-    BackendConfig tcp = config;
-    tcp.store = Prefixed("tcp", config.store);
-    return Tcp(tcp, /*connect_on_demand=*/false);
-  }
+  if (config.size < 2) return FlatTcp(config);
+  // Rank 0's DISTKIT_SHM and DISTKIT_HIERARCHICAL decide for every rank:
+  // ranks that chose different paths would each wait in an exchange the
+  // others never join, until init's timeout.
+  const std::string mine =
+      absl::StrCat(Disabled("DISTKIT_SHM") ? "0" : "1",
+                   Disabled("DISTKIT_HIERARCHICAL") ? "0" : "1");
   DK_ASSIGN_OR_RETURN(
       HostMap hosts,
       HostMap::Exchange(*Prefixed("hosts", config.store), config.rank,
-                        config.size, config.timeout));
-  if (hosts.hosts() == 1) return SameHost(config);
-  // One rank per host (nothing to share), or DISTKIT_HIERARCHICAL=0: flat.
-  if (hosts.hosts() == config.size || Disabled("DISTKIT_HIERARCHICAL")) {
-    BackendConfig tcp = config;
-    tcp.store = Prefixed("tcp", config.store);
-    return Tcp(tcp, /*connect_on_demand=*/false);
+                        config.size, config.timeout, mine));
+  if (hosts.rank0_choices.size() != 2) {
+    return absl::InternalError(absl::StrCat(
+        "gloo: rank 0's path choices '", hosts.rank0_choices, "' malformed"));
   }
+  const bool shared_memory = hosts.rank0_choices[0] == '1';
+  const bool hierarchical = hosts.rank0_choices[1] == '1';
+  // DISTKIT_SHM=0: Gloo's TCP for everything, on one host or many. One rank
+  // per host (nothing to share), or DISTKIT_HIERARCHICAL=0: flat.
+  if (!shared_memory ||
+      (hosts.hosts() > 1 && (hosts.hosts() == config.size || !hierarchical))) {
+    return FlatTcp(config);
+  }
+  if (hosts.hosts() == 1) return SameHost(config);
   return Hierarchical(config, std::move(hosts));
 }
 

@@ -56,24 +56,36 @@ bool HostMap::ranks_in_host_order() const {
 }
 
 absl::StatusOr<HostMap> HostMap::Exchange(Store& store, int rank, int size,
-                                          absl::Duration timeout) {
-  // One rank reads every identity and publishes each rank's host index
-  // ("0,0,1,1"): the same map again from FromIdentities, since hosts are
-  // numbered in order of first appearance either way.
+                                          absl::Duration timeout,
+                                          absl::string_view choices) {
+  // One rank reads every identity and publishes rank 0's choices and each
+  // rank's host index ("<choices>;0,0,1,1"): the same map again from
+  // FromIdentities, since hosts are numbered in order of first appearance
+  // either way.
   DK_ASSIGN_OR_RETURN(
-      std::string host_of,
+      std::string answer,
       GatherOnce(
           store, "host/", "host identity", rank, size, HostIdentity(),
-          [](const std::vector<std::string>& identities) {
-            return absl::StrJoin(FromIdentities(identities).host_of, ",");
+          [choices](const std::vector<std::string>& identities) {
+            return absl::StrCat(
+                choices, ";",
+                absl::StrJoin(FromIdentities(identities).host_of, ","));
           },
           timeout));
-  std::vector<std::string> indices = absl::StrSplit(host_of, ',');
+  const size_t split = answer.find(';');
+  if (split == std::string::npos) {
+    return absl::InternalError(
+        absl::StrCat("host map: malformed answer '", answer, "'"));
+  }
+  std::vector<std::string> indices =
+      absl::StrSplit(absl::string_view(answer).substr(split + 1), ',');
   if (static_cast<int>(indices.size()) != size) {
     return absl::InternalError(absl::StrCat("host map: ", indices.size(),
                                             " entries for ", size, " ranks"));
   }
-  return FromIdentities(indices);
+  HostMap map = FromIdentities(indices);
+  map.rank0_choices = answer.substr(0, split);
+  return map;
 }
 
 }  // namespace distkit

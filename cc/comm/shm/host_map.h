@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "cc/store/store.h"
 
@@ -35,10 +36,17 @@ struct HostMap {
   // ranks [h * n, (h + 1) * n)): rank order is host order.
   bool ranks_in_host_order() const;
 
+  // What rank 0 passed to Exchange as `choices`, the same on every rank: a
+  // decision that every rank must make alike (which path the group takes)
+  // rides along at no extra store call.
+  std::string rank0_choices;
+
   // Collective over `store`: GatherOnce (cc/store/gather_once.h) of the
-  // ranks' identities: two store calls a rank (rank 0: three).
+  // ranks' identities: two store calls a rank (rank 0: three). `choices`
+  // (no ';') counts on rank 0 only.
   static absl::StatusOr<HostMap> Exchange(Store& store, int rank, int size,
-                                          absl::Duration timeout);
+                                          absl::Duration timeout,
+                                          absl::string_view choices = "");
   // From every rank's identity, in rank order.
   static HostMap FromIdentities(const std::vector<std::string>& identities);
 };

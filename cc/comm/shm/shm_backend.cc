@@ -22,11 +22,7 @@ namespace distkit {
 absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
     std::shared_ptr<Store> store, int rank, int size,
     const WrappedFactory& make_gloo, absl::Duration timeout, RankNames names) {
-  const char* env = std::getenv("DISTKIT_SHM");
-  if (size < 2 || size > kMaxRanks ||
-      (env != nullptr && std::string(env) == "0")) {
-    return make_gloo(false);
-  }
+  if (size < 2 || size > kMaxRanks) return make_gloo(false);
   // Rank 0's environment and host decide for every rank.
   ShmMapping::GroupChoices choices;
   const char* single = std::getenv("DISTKIT_SHM_SINGLE_COPY");

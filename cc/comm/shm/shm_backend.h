@@ -75,11 +75,10 @@ class ShmBackend : public Backend {
       std::function<absl::StatusOr<std::unique_ptr<Backend>>(bool wrapped)>;
 
   // Collective over `size` ranks that share this host (HostMap, the
-  // caller's to check): decides through `store` whether they can map one
-  // segment (and DISTKIT_SHM is not 0). If they can, returns a backend that
-  // wraps make_gloo(true), made on first use; otherwise make_gloo(false)
-  // itself. Every rank
-  // reaches the same decision.
+  // caller's to check, as whether DISTKIT_SHM allows shared memory): decides
+  // through `store` whether they can map one segment. If they can, returns a
+  // backend that wraps make_gloo(true), made on first use; otherwise
+  // make_gloo(false) itself. Every rank reaches the same decision.
   // `names` says how messages name the ranks (cc/comm/rank_names.h).
   static absl::StatusOr<std::unique_ptr<Backend>> MaybeWrap(
       std::shared_ptr<Store> store, int rank, int size,
