@@ -424,8 +424,10 @@ absl::Status CollectiveContract::Recv(const OpContext& ctx, TensorRef data,
   DK_RETURN_IF_ERROR(
       backend_->Recv(ctx, HostBytes(&header, sizeof(header)), src, tag));
   absl::StatusOr<DataType> sent = DataTypeFromInt(header.dtype);
-  const bool matches =
-      sent.ok() && *sent == data.dtype() && header.count == data.numel();
+  // The tag too: a backend without tags (NCCL) carries every tag of a pair
+  // in one stream, where only the header tells them apart.
+  const bool matches = sent.ok() && *sent == data.dtype() &&
+                       header.count == data.numel() && header.tag == tag;
   if (matches) {
     if (data.nbytes() == 0) return absl::OkStatus();
     return backend_->Recv(ctx, data, src, tag);
@@ -448,7 +450,7 @@ absl::Status CollectiveContract::Recv(const OpContext& ctx, TensorRef data,
                    sent.ok() ? DataTypeName(*sent) : "?", " x", header.count,
                    " with tag ", header.tag, " but rank ", backend_->rank(),
                    " expected ", DataTypeName(data.dtype()), " x", data.numel(),
-                   "; the data was received and dropped"));
+                   " with tag ", tag, "; the data was received and dropped"));
 }
 
 }  // namespace distkit

@@ -183,13 +183,15 @@ class Disagreement {
         std::vector<float> v(5, -1.0f);
         absl::Status st =
             g_.Recv(TensorRef(v.data(), 5, DataType::kFloat32), 0, 7);
-        ExpectError("recv", st,
-                    absl::StrCat("recv #1 on group '", g_.name(),
-                                 "': rank 0 sent float32 x4 with tag 7 but "
-                                 "rank ",
-                                 last_,
-                                 " expected float32 x5; the data was received "
-                                 "and dropped"));
+        ExpectError(
+            "recv", st,
+            absl::StrCat(
+                "recv #1 on group '", g_.name(),
+                "': rank 0 sent float32 x4 with tag 7 but "
+                "rank ",
+                last_,
+                " expected float32 x5 with tag 7; the data was received "
+                "and dropped"));
         Check(v == std::vector<float>(5, -1.0f), "recv: data untouched");
         std::vector<float> w(3, -1.0f);
         st = g_.Recv(TensorRef(w.data(), 3, DataType::kFloat32), 0, 7);

@@ -7,7 +7,8 @@
 //   matrix   every operation x dtype x reduction NCCL expresses, 3 sizes
 //   p2p      sends and receives beside collectives, in a different order on
 //            odd and even ranks (one communicator shared by the lanes is a
-//            concurrent call the simulator aborts on, or a deadlock)
+//            concurrent call the simulator aborts on, or a deadlock); a
+//            receive of another tag than the send's is refused
 //   stream   an operation follows the caller's stream (SetCudaStream): the
 //            input is written there asynchronously just before
 //   groups   subgroups (ncclCommSplit) and cpu:gloo,cuda:nccl dispatch
@@ -267,6 +268,33 @@ void PointToPointBesideCollectives(ProcessGroup& g) {
               .empty(),
           absl::StrCat("round ", round, ": all_reduce beside p2p"));
   }
+  // NCCL has no tags: a receive of another tag than the send's is refused
+  // from the header (the data dropped), and the pair stays in step.
+  if (rank > 1) return;
+  GpuTensor sent(dt, Values(dt, ReduceOp::kSum, 5, 29), device);
+  GpuTensor got(dt, std::vector<double>(29, 0), device);
+  for (int tag : {7, 9}) {
+    if (rank == 0) {
+      CheckOk(g.Send(sent.ref(), 1, tag), absl::StrCat("send tag ", tag));
+      continue;
+    }
+    const absl::Status st = g.Recv(got.ref(), 0, 8);
+    Check(st.code() == absl::StatusCode::kInvalidArgument &&
+              absl::StrContains(st.message(), absl::StrCat("tag ", tag)) &&
+              absl::StrContains(st.message(), "tag 8"),
+          absl::StrCat("a tag-8 receive of a tag-", tag,
+                       " send is refused, not ", st.ToString()));
+  }
+  if (rank == 0) {
+    CheckOk(g.Send(sent.ref(), 1, 8), "send tag 8");
+  } else {
+    CheckOk(g.Recv(got.ref(), 0, 8), "recv tag 8");
+    Check(Compare(got.Read(), dt,
+                  [&](int64_t i) { return Value(dt, ReduceOp::kSum, 5, i); })
+              .empty(),
+          "the tag-8 receive after two refused ones");
+  }
+  ++matrix["recv of another tag refused"];
 }
 
 // A non-blocking stream of the caller's (stops the rank when it cannot be
