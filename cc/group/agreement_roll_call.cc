@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cc/core/status.h"
 
@@ -35,6 +36,24 @@ absl::StatusOr<RollCall> TakeRollCall(Store& store, absl::string_view prefix,
     last = call;
     absl::SleepFor(poll_interval);
   }
+}
+
+std::string LateRanksMessage(const RollCall& call, bool exchanged,
+                             absl::string_view hosts) {
+  const std::string absent = absl::StrJoin(call.absent, ", ");
+  const std::string present = absl::StrJoin(call.present, ", ");
+  if (exchanged) {
+    return absl::StrCat(
+        "; every rank reached this operation (their signatures for it were "
+        "exchanged); rank(s) ",
+        absent, " did not answer the roll call (", hosts,
+        hosts.empty() ? "" : "; ",
+        "they finished it, or are stuck inside it: a peer may be slow; "
+        "rank(s) ",
+        present, " answered)");
+  }
+  return absl::StrCat("; rank(s) ", absent, " never joined it (", hosts,
+                      hosts.empty() ? "" : "; ", "rank(s) ", present, " did)");
 }
 
 }  // namespace distkit

@@ -8,6 +8,7 @@
 #ifndef DISTKIT_CC_GROUP_AGREEMENT_ROLL_CALL_H_
 #define DISTKIT_CC_GROUP_AGREEMENT_ROLL_CALL_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,6 +32,16 @@ absl::StatusOr<RollCall> TakeRollCall(
     Store& store, absl::string_view prefix, int rank, int size,
     absl::string_view value, absl::Time stop_polling,
     absl::Duration poll_interval = absl::Milliseconds(100));
+
+// What a timed-out operation's roll call says when some ranks did not
+// answer (call.absent not empty), as the end of its error message.
+// `exchanged`: this rank saw every rank's signature for the operation, so
+// every rank reached it, and an absent rank either finished it (a rank whose
+// call succeeded does not answer) or is stuck inside it; otherwise the
+// absent ranks never joined it. `hosts`: where the absent ranks run ("on
+// host(s) ..."), or empty.
+std::string LateRanksMessage(const RollCall& call, bool exchanged,
+                             absl::string_view hosts);
 
 }  // namespace distkit
 

@@ -62,5 +62,27 @@ TEST(RollCall, OtherErrorsAreNotPapered) {
   EXPECT_EQ(call.status().code(), absl::StatusCode::kUnavailable);
 }
 
+// A rank that timed out after every rank's signature reached it knows that
+// every rank joined: an absent rank finished (a successful call does not
+// answer) or is stuck inside, never "never joined".
+TEST(LateRanksMessage, AfterTheExchangeEveryRankReachedIt) {
+  RollCall call{{0}, {1, 2}};
+  const std::string m = LateRanksMessage(call, /*exchanged=*/true, "");
+  EXPECT_EQ(m.find("never joined"), std::string::npos) << m;
+  EXPECT_NE(m.find("every rank reached this operation"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("rank(s) 1, 2 did not answer"), std::string::npos) << m;
+  EXPECT_NE(m.find("rank(s) 0 answered"), std::string::npos) << m;
+}
+
+TEST(LateRanksMessage, BeforeTheExchangeTheAbsentNeverJoined) {
+  RollCall call{{0, 1}, {2}};
+  EXPECT_EQ(
+      LateRanksMessage(call, /*exchanged=*/false, "on host(s) node-b"),
+      "; rank(s) 2 never joined it (on host(s) node-b; rank(s) 0, 1 did)");
+  EXPECT_EQ(LateRanksMessage(call, /*exchanged=*/false, ""),
+            "; rank(s) 2 never joined it (rank(s) 0, 1 did)");
+}
+
 }  // namespace
 }  // namespace distkit

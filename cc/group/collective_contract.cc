@@ -168,6 +168,7 @@ absl::Status CollectiveContract::Agree(const OpContext& ctx,
   }
   DK_RETURN_IF_ERROR(backend_->ExchangeSignatures(ctx, mine, payload,
                                                   absl::MakeSpan(signatures_)));
+  exchanged_seq_.store(ctx.seq, std::memory_order_relaxed);
   absl::Status agreed = CheckAgreement(ctx, signatures_);
   if (agreed.ok() || !backend_->AgreesAlongside()) return agreed;
   // A backend that agrees alongside its operations: a peer that called a

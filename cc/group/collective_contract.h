@@ -100,6 +100,14 @@ class CollectiveContract {
       const OpContext& ctx, const std::vector<int>& parent_ranks,
       absl::string_view name);
 
+  // Whether this rank's signature exchange for operation `ctx` completed:
+  // every rank then reached it (a timeout's diagnosis says so). Never where
+  // the backend agrees alongside the data operation (NCCL).
+  bool SignaturesExchanged(const OpContext& ctx) const {
+    return ctx.seq != 0 &&
+           exchanged_seq_.load(std::memory_order_relaxed) == ctx.seq;
+  }
+
  private:
   // Exchanges signatures and checks that they agree; or, where the backend
   // checks alongside the data operation that follows (`data_follows`),
@@ -116,6 +124,10 @@ class CollectiveContract {
 
   std::unique_ptr<Backend> backend_;
   std::vector<OpSignature> signatures_;  // one per rank, reused
+  // The sequence number of the last operation whose signatures this rank
+  // exchanged (collectives run one at a time; read on the thread that ran
+  // the operation, atomic for the diagnosis of another's).
+  std::atomic<uint64_t> exchanged_seq_{0};
   const bool skip_agreement_;
 
   mutable LightMutex mu_;

@@ -266,11 +266,15 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
     split = *std::move(made);
   } else if (can_split) {
     // The subgroup derives from this group's connection (MPI_Comm_split,
-    // ncclCommSplit): a collective over this group, run in its order.
+    // ncclCommSplit): a collective over this group, run in its order, and
+    // bounded as the other ways of making it are (`creation`), not by this
+    // group's own timeout.
     DK_RETURN_IF_ERROR(RunSync({OpCode::kNewGroup, absl::OkStatus(),
                                 [&](const OpContext& c) -> absl::Status {
+                                  OpContext bounded = c;
+                                  bounded.timeout = creation;
                                   DK_ASSIGN_OR_RETURN(
-                                      split, contract_->Split(c, ranks));
+                                      split, contract_->Split(bounded, ranks));
                                   return absl::OkStatus();
                                 }}));
   }
@@ -392,7 +396,6 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
         call.status().message(), ")");
   }
   const std::vector<int>& missing = call->absent;
-  const std::vector<int>& joined = call->present;
   // What follows gets a margin of its own: a roll call with a rank absent
   // polls to the end of the window, and the host names looked up after it
   // (two store calls) were often left too little of a shared budget on a
@@ -406,10 +409,8 @@ std::string ProcessGroup::DiagnoseLateRanks(const OpContext& ctx) {
     return "; every rank reached this operation (a peer may be slow or stuck "
            "inside it)";
   }
-  const std::string hosts = HostsOf(missing);
-  return absl::StrCat("; rank(s) ", absl::StrJoin(missing, ", "),
-                      " never joined it (", hosts, hosts.empty() ? "" : "; ",
-                      "rank(s) ", absl::StrJoin(joined, ", "), " did)");
+  return LateRanksMessage(*call, contract_->SignaturesExchanged(ctx),
+                          HostsOf(missing));
 }
 
 std::string ProcessGroup::WhereRanksWere(const OpContext& ctx,
