@@ -63,12 +63,11 @@ ProcessGroup::~ProcessGroup() {
   // Work handle keeps the group alive, e.g. a blocking call in another
   // thread) is aborted first, so the queues' joins below end at once
   // instead of waiting up to the op timeout. Abort is local to this rank.
-  bool busy;
-  {
-    LightMutexLock lock(&mu_);
-    busy = (issue_state_.load() & kInFlightMask) != 0;
-    for (const auto& [key, lane] : p2p_lanes_) busy |= !lane->Idle();
-  }
+  // (Not the lanes' Idle(): a lane ends its run after the operation's Work
+  // completed, so a healthy group destroyed just after a blocking send
+  // would be aborted, which on Gloo closes its connections.)
+  const bool busy =
+      (issue_state_.load() & kInFlightMask) != 0 || p2p_in_flight_.load() != 0;
   if (busy && contract_ != nullptr) contract_->Abort(name_);
   recorder_->WriteTimeline();
 }
@@ -658,6 +657,7 @@ std::shared_ptr<Work> ProcessGroup::Submit(Op op) {
   // Collectives run on the group's queue; a send or receive on its lane,
   // held (not let go as idle) until the operation is posted.
   std::shared_ptr<OpQueue> lane = collective ? nullptr : LaneFor(op);
+  if (!collective) p2p_in_flight_.fetch_add(1);
   (collective ? queue_ : *lane)
       .Post([this, ctx, body = std::make_shared<Body>(std::move(op.body)), work,
              collective, peer = op.peer] {
@@ -665,7 +665,11 @@ std::shared_ptr<Work> ProcessGroup::Submit(Op op) {
         if (ctx.issue_mark != nullptr) {
           contract_->backend().ReleaseIssueMark(ctx.issue_mark);
         }
-        if (collective) ReleaseIssue();
+        if (collective) {
+          ReleaseIssue();
+        } else {
+          p2p_in_flight_.fetch_sub(1);
+        }
         work->Complete(std::move(status));
       });
   return work;

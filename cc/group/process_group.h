@@ -305,6 +305,10 @@ class ProcessGroup {
   // half) and how many there are (low half).
   static constexpr uint64_t kInFlightMask = 0xffffffffu;
   std::atomic<uint64_t> issue_state_{0};
+  // Sends and receives submitted and not yet completed: counted down before
+  // their Work completes, so a group destroyed right after a blocking send
+  // returned is not taken for busy (its lane ends its run just after).
+  std::atomic<int64_t> p2p_in_flight_{0};
 
   LightMutex mu_;
 
