@@ -1,10 +1,12 @@
 #include "bindings/python/c10d/distkit_work.h"
 
+#include <c10/core/InferenceMode.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 #include "bindings/python/c10d/completion_pool.h"
@@ -85,18 +87,25 @@ void DistkitWork::Start(dk_work_t* work) {
 
 void DistkitWork::CompleteNow() {
   Finish(DK_OK);
-  if (FinishedWithFuture()) CompleteFuture();
+  if (FinishedWithFuture()) {
+    CompleteFuture();
+    PendingFutures().fetch_sub(1);
+  }
 }
 
 void DistkitWork::OnDone(void* self, dk_status_t status) {
   auto ref =
       c10::intrusive_ptr<DistkitWork>::reclaim(static_cast<DistkitWork*>(self));
+  DistkitWork* const work = ref.get();
   ref->Finish(status);
   if (ref->FinishedWithFuture()) {
     // Its then-callbacks run on the pool, which drops the reference too.
+    // Before the post: the pool may drop the last reference at once.
+    work->handed_off_.store(true, std::memory_order_release);
     CompletionPool::Get().Post([ref = std::move(ref)]() mutable {
       ref->CompleteFuture();
       ref.reset();
+      PendingFutures().fetch_sub(1);
     });
     return;
   }
@@ -105,6 +114,9 @@ void DistkitWork::OnDone(void* self, dk_status_t status) {
     std::lock_guard<std::mutex> lock(finished.mu);
     finished.works.push_back(std::move(ref));
     batch = finished.works.size() == kFinishedBatch;
+    // Under the lock: whoever sees it and then releases the list (wait())
+    // holds a reference of its own, so `work` outlives this store.
+    work->handed_off_.store(true, std::memory_order_release);
   }
   if (batch) CompletionPool::Get().Post(&DistkitWork::ReleaseFinished);
 }
@@ -146,6 +158,13 @@ void DistkitWork::Finish(dk_status_t status) {
         "distkit: " + TakeErrorMessage(err, what() + " failed")));
   } else if (then_) {
     try {
+      // In inference mode, as an operation's own in-place writes are
+      // outside autograd: this thread has none of the caller's grad or
+      // inference mode, and a copy that autograd saw would refuse a leaf
+      // that requires grad (a Parameter under no_grad) or an inference
+      // tensor, or add a node to the caller's graph from another thread.
+      // (Versions still count: autograd sees that the tensor changed.)
+      c10::InferenceMode outside_autograd;
       then_();
       SettleOutputs();
     } catch (const std::exception& e) {
@@ -182,6 +201,15 @@ bool DistkitWork::wait(std::chrono::milliseconds timeout) {
                              " ms (Work.wait's timeout; it goes on)");
   }
   if (exception_) std::rethrow_exception(exception_);
+  lock.unlock();
+  // The callback's reference, and those of works finished before, go now,
+  // on the waiting thread: a synchronous call's tensors (and staged copies)
+  // are then the caller's alone, freed when it drops them, not kept until
+  // the next operation. The hand-off follows completion by microseconds.
+  while (work_ != nullptr && !handed_off_.load(std::memory_order_acquire)) {
+    std::this_thread::yield();
+  }
+  ReleaseFinished();
   return true;
 }
 
@@ -197,11 +225,19 @@ c10::intrusive_ptr<c10::ivalue::Future> DistkitWork::getFuture() {
           TensorListType(), FutureDevices(outputs_));
       // Finished already: nobody else will complete it.
       complete_here = finished_;
+      // Else the pool will, running its then-callbacks (Python's need the
+      // interpreter): exit waits for it (PendingFutures).
+      if (!complete_here) PendingFutures().fetch_add(1);
     }
     future = future_;
   }
   if (complete_here) CompleteFuture();
   return future;
+}
+
+std::atomic<int64_t>& DistkitWork::PendingFutures() {
+  static std::atomic<int64_t>* pending = new std::atomic<int64_t>(0);
+  return *pending;
 }
 
 }  // namespace c10d_ext

@@ -5,8 +5,9 @@
 // where torch wants them (`then`), waiters wake, and a future asked for is
 // completed on the CompletionPool (its then-callbacks run there). A work
 // nobody asked a future of costs no thread hop: the callback's reference
-// is dropped by the next operation's issuing thread (ReleaseFinished), by
-// the pool once a few are waiting, or at exit.
+// is dropped by the thread that waits for it (wait()), else by the next
+// operation's issuing thread (ReleaseFinished), by the pool once a few are
+// waiting, or at exit.
 //
 //   auto work = c10::make_intrusive<DistkitWork>(...);
 //   work->Start(dk_work);     // after the operation was issued
@@ -15,6 +16,7 @@
 #ifndef DISTKIT_BINDINGS_PYTHON_C10D_DISTKIT_WORK_H_
 #define DISTKIT_BINDINGS_PYTHON_C10D_DISTKIT_WORK_H_
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -59,6 +61,10 @@ class DistkitWork : public c10d::Work {
   // "distkit: <op> <where>".
   std::string what() const;
 
+  // Futures asked for whose operation has not completed them yet (their
+  // then-callbacks still to run on the pool): exit waits for them too.
+  static std::atomic<int64_t>& PendingFutures();
+
  private:
   // dk_work_on_complete's callback, on distkit's worker.
   static void OnDone(void* self, dk_status_t status);
@@ -83,6 +89,9 @@ class DistkitWork : public c10d::Work {
   // never asks for one.
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   bool finished_ = false;  // FinishedWithFuture ran (guarded by mutex_)
+  // OnDone has passed on the callback's reference (to the finished list or
+  // the pool) and no longer touches this Work.
+  std::atomic<bool> handed_off_{false};
 };
 
 }  // namespace c10d_ext

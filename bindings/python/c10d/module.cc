@@ -6,7 +6,10 @@
 
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <thread>
 
 #include "bindings/python/c10d/completion_pool.h"
 #include "bindings/python/c10d/distkit_work.h"
@@ -57,14 +60,30 @@ PYBIND11_MODULE(_c10d, m) {
   m.def(
       "_drain",
       [](double timeout_s) {
-        const bool idle =
-            distkit::c10d_ext::CompletionPool::Get().WaitIdle(timeout_s);
-        distkit::c10d_ext::DistkitWork::ReleaseFinished();
+        // Futures still to be completed by operations in flight count too:
+        // their then-callbacks would otherwise run on the pool while the
+        // interpreter finalizes (std::terminate).
+        using distkit::c10d_ext::DistkitWork;
+        const auto until = std::chrono::steady_clock::now() +
+                           std::chrono::duration<double>(timeout_s);
+        bool idle = false;
+        while (true) {
+          const double left = std::chrono::duration<double>(
+                                  until - std::chrono::steady_clock::now())
+                                  .count();
+          idle = distkit::c10d_ext::CompletionPool::Get().WaitIdle(
+                     std::max(0.0, left)) &&
+                 DistkitWork::PendingFutures().load() == 0;
+          if (idle || left <= 0) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        DistkitWork::ReleaseFinished();
         return idle;
       },
       py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>(),
-      "Waits for every completion posted so far to have run (at exit, "
-      "before the interpreter finalizes); true when they have.");
+      "Waits for every completion posted so far, and every future an "
+      "operation in flight will complete, to have run (at exit, before the "
+      "interpreter finalizes), at most timeout_s; true when they have.");
   m.def(
       "_completion_threads",
       [] { return distkit::c10d_ext::CompletionPool::Get().threads(); },

@@ -1,6 +1,7 @@
 #include "bindings/python/c10d/process_group_distkit.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <stdexcept>
 #include <utility>
@@ -171,8 +172,16 @@ at::Tensor ProcessGroupDistkit::Lendable(const at::Tensor& t) const {
 }
 
 at::Tensor ProcessGroupDistkit::LendableOutput(const at::Tensor& t) const {
-  // Overwritten whole by the operation: nothing to copy to the host.
-  if (host_only_ && t.is_cuda()) return at::empty(t.sizes(), LendOptions(t));
+  // Overwritten whole by the operation: nothing to copy to the host. But
+  // the result is copied into `t` later, on distkit's worker, whose stream
+  // does not follow the caller's: what the caller's stream still has queued
+  // on `t` (a zero_(), a kernel reading its old values) finishes first, as
+  // Lendable's synchronous copy makes it for inputs.
+  if (host_only_ && t.is_cuda()) {
+    c10::impl::VirtualGuardImpl impl(t.device().type());
+    impl.getStream(t.device()).synchronize();
+    return at::empty(t.sizes(), LendOptions(t));
+  }
   return Contiguous(t);
 }
 
@@ -317,6 +326,11 @@ WorkPtr ProcessGroupDistkit::allreduce(std::vector<at::Tensor>& tensors,
   const char* op = "allreduce";
   const at::Tensor& t = Single(tensors, op);
   at::Tensor buf = Lendable(t);
+  // PREMUL_SUM scales a copy, written back on success: an operation
+  // refused or failed leaves the caller's input as it was.
+  if (opts.reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM && buf.is_same(t)) {
+    buf = t.clone(at::MemoryFormat::Contiguous);
+  }
   const dk_reduce_op_t reduce = Reduction(opts.reduceOp, buf, op);
   at::Tensor lent = buf.is_complex() ? at::view_as_real(buf) : buf;
   return Issue(OpType::ALLREDUCE, op, {t}, {lent}, CopyBackIfStaged(t, buf),

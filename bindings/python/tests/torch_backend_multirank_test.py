@@ -17,7 +17,9 @@ distkit.dist.init_dist initializes torch's default group on "distkit".
 joins through torch's store). --timeout: init_process_group(timeout=2 s),
 and an all_reduce one rank never joins fails within the bound on the
 others. --dead-peer: a rank exits between DDP steps, and backward on the
-others raises within seconds. With DISTKIT_TORCH_BACKEND=python, the Python fallback runs the
+others raises within seconds. --exit-pending: the ranks exit with an
+asynchronous all_reduce in flight whose future has a Python then-callback,
+and exit with 0. With DISTKIT_TORCH_BACKEND=python, the Python fallback runs the
 checks that do not need asynchronous operations."""
 import datetime
 import gc
@@ -306,6 +308,47 @@ def async_ops(gloo, rank, n):
     w = tdist.barrier(async_op=True)
     w.wait()
     check(w.is_completed(), "async barrier")
+
+
+def caller_state_and_lifetimes(rank, n):
+    """Results copied back on distkit's worker (staged, flattened outputs)
+    are written below autograd, whatever that thread's grad mode; a
+    synchronous call keeps no tensor once it returns; a PREMUL_SUM refused
+    at issue leaves its input as it was."""
+    p = nn.Parameter(torch.full((3, 4), float(rank)).t())  # non-contiguous: staged
+    with torch.no_grad():
+        tdist.broadcast(p, 0)
+    check(torch.equal(p.detach(), torch.zeros(4, 3)),
+          "broadcast into a non-contiguous Parameter under no_grad")
+    with torch.inference_mode():
+        outs = [torch.zeros(2) for _ in range(n)]
+        tdist.all_gather(outs, torch.full((2,), float(rank)))
+    check(all(torch.equal(o, torch.full((2,), float(r))) for r, o in enumerate(outs)),
+          "all_gather into inference tensors")
+    a = torch.ones(3, 4, requires_grad=True)
+    b = a * 2
+    x = b.t()  # a view of a non-leaf that requires grad, non-contiguous
+    tdist.all_reduce(x)
+    # A copy recorded by autograd would have made b's node a CopySlices.
+    check(type(b.grad_fn).__name__ == "MulBackward0" and
+          torch.equal(x.detach(), torch.full((4, 3), 2.0 * n)),
+          f"all_reduce's write-back is not recorded by autograd: {b.grad_fn}")
+    for shape, what in (((1 << 16,), "contiguous"), ((256, 256), "non-contiguous")):
+        t = torch.ones(shape)
+        t = t if len(shape) == 1 else t.t()
+        alive = weakref.ref(t)
+        tdist.all_reduce(t)
+        del t
+        gc.collect()
+        check(alive() is None, f"a {what} tensor is freed once a synchronous all_reduce returned")
+    t = torch.full((3,), 5, dtype=torch.int16)
+    try:
+        tdist.all_reduce(t, op=tdist._make_nccl_premul_sum(2.0))
+        refused = False
+    except RuntimeError:
+        refused = True
+    check(refused and torch.equal(t, torch.full((3,), 5, dtype=torch.int16)),
+          f"a refused PREMUL_SUM leaves its input: refused={refused}, {t.tolist()}")
 
 
 def reductions(rank, n):
@@ -610,6 +653,18 @@ def main():
         backend_in_cpp()
         timeout_check(rank, n)
         return finish("torch backend timeout")
+    if "--exit-pending" in sys.argv:
+        # The process ends with an asynchronous all_reduce in flight whose
+        # future has a Python then-callback: exit waits for it (the pool
+        # would otherwise run it while the interpreter finalizes, and the
+        # process abort), so every rank exits with 0.
+        init = os.path.join(os.environ["TEST_TMPDIR"], "torch_init")
+        tdist.init_process_group("distkit", init_method=f"file://{init}", rank=rank, world_size=n)
+        backend_in_cpp()
+        ran = []
+        work = tdist.all_reduce(torch.ones(32 << 20), async_op=True)
+        work.get_future().then(lambda f: ran.append(f.value()[0][0].item()))
+        return finish("torch backend exit with an operation in flight")
     if "--dead-peer" in sys.argv:
         init = os.path.join(os.environ["TEST_TMPDIR"], "torch_init")
         tdist.init_process_group("distkit", init_method=f"file://{init}", rank=rank, world_size=n)
@@ -638,6 +693,7 @@ def main():
     collectives(gloo, rank, n)
     if cpp:  # the fallback completes every operation before it returns
         async_ops(gloo, rank, n)
+        caller_state_and_lifetimes(rank, n)
         reductions(rank, n)
         byte_dtypes(rank, n)
         errors(rank, n)
