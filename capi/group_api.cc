@@ -59,7 +59,7 @@ absl::Status JoinWorld(const dk_init_config_t* config, dk_group_t** world_out,
                        Init&& init) {
   DK_ASSIGN_OR_RETURN(dist::InitOptions options, ReadInitConfig(config));
   DK_RETURN_IF_ERROR(init(options));
-  *world_out = new dk_group{dist::GetDefaultGroup()};
+  *world_out = new dk_group(dist::GetDefaultGroup());
   return absl::OkStatus();
 }
 
@@ -68,8 +68,7 @@ absl::Status JoinWorld(const dk_init_config_t* config, dk_group_t** world_out,
 // outside a job). Held while the caller reads it: a shrink, grow or
 // dk_shutdown on another thread may replace the default group meanwhile.
 std::shared_ptr<const ProcessGroup> NamedGroup(const dk_group_t* group) {
-  if (group != nullptr && group->destroyed) return nullptr;
-  if (group != nullptr && group->rep != nullptr) return group->rep;
+  if (group != nullptr) return group->Get();  // null once destroyed
   return dist::GetDefaultGroup();
 }
 
@@ -87,7 +86,7 @@ absl::StatusOr<dk_group*> NewSubgroup(dk_group_t* parent, const int32_t* ranks,
   }
   DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g,
                       make(*p, std::vector<int>(ranks, ranks + num_ranks)));
-  return new dk_group{std::move(g)};
+  return new dk_group(std::move(g));
 }
 
 // A named subgroup's name keys its rendezvous below the parent's: one path
@@ -242,21 +241,26 @@ int32_t dk_is_distributed(void) {
 }
 
 int32_t dk_group_rank(const dk_group_t* group) {
-  if (group != nullptr && group->destroyed) return -1;
-  if (group != nullptr && group->rep != nullptr) return group->rep->rank();
+  if (group != nullptr) {
+    const auto g = group->Get();
+    return g != nullptr ? g->rank() : -1;
+  }
   return distkit::dist::GetRank();
 }
 
 int32_t dk_group_size(const dk_group_t* group) {
-  if (group != nullptr && group->destroyed) return -1;
-  if (group != nullptr && group->rep != nullptr) return group->rep->size();
+  if (group != nullptr) {
+    const auto g = group->Get();
+    return g != nullptr ? g->size() : -1;
+  }
   return distkit::dist::GetWorldSize();
 }
 
 int32_t dk_group_global_rank(const dk_group_t* group, int32_t group_rank) {
-  if (group != nullptr && group->destroyed) return -1;
-  if (group != nullptr && group->rep != nullptr) {
-    const auto& ranks = group->rep->global_ranks();
+  if (group != nullptr) {
+    const auto g = group->Get();
+    if (g == nullptr) return -1;
+    const auto& ranks = g->global_ranks();
     return group_rank >= 0 && group_rank < static_cast<int32_t>(ranks.size())
                ? ranks[group_rank]
                : -1;
@@ -339,11 +343,9 @@ dk_status_t dk_group_new_with_options(dk_group_t* parent, const int32_t* ranks,
 }
 
 void dk_group_destroy(dk_group_t* group) {
-  if (group == nullptr || group->destroyed) return;
   // Releases the group but keeps the small handle (see the header): later
   // calls through it fail cleanly instead of reading freed memory.
-  group->rep.reset();
-  group->destroyed = true;
+  if (group != nullptr) group->Destroy();
 }
 
 void dk_group_abort(dk_group_t* group) {
@@ -363,7 +365,7 @@ dk_status_t dk_group_shrink(dk_group_t* group, int64_t settle_ms,
       DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
       DK_ASSIGN_OR_RETURN(shrunk, distkit::ShrinkGroup(*g, settle));
     }
-    return new dk_group{std::move(shrunk)};
+    return new dk_group(std::move(shrunk));
   });
 }
 
@@ -417,7 +419,7 @@ dk_status_t dk_group_grow(dk_group_t* group, int32_t world_size,
               *g, world_size > 0 ? world_size : distkit::dist::JobWorldSize(),
               timeout));
     }
-    return new dk_group{std::move(grown)};
+    return new dk_group(std::move(grown));
   });
 }
 
@@ -489,7 +491,7 @@ dk_status_t dk_local_group(dk_group_t** out, dk_error_t** err) {
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> local,
                         distkit::dist::GetLocalGroup());
     if (local == nullptr) return nullptr;
-    return new dk_group{std::move(local)};
+    return new dk_group(std::move(local));
   });
 }
 
@@ -513,14 +515,12 @@ absl::StatusOr<dist::DistributedProcessGroup> DpgOf(dk_group_t* group,
                                                     const char* what) {
   if (group == DK_GROUP_UNUSED) return dist::DistributedProcessGroup::Unused();
   if (group == nullptr) return dist::DistributedProcessGroup();
-  if (group->destroyed) {
+  std::shared_ptr<ProcessGroup> g = group->Get();
+  if (g == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": the handle was destroyed (dk_group_destroy)"));
   }
-  if (group->rep == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": invalid handle"));
-  }
-  return dist::DistributedProcessGroup(group->rep);
+  return dist::DistributedProcessGroup(std::move(g));
 }
 
 // The group `which` names in `state`; NULL for none or a destroyed state.

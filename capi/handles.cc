@@ -7,13 +7,12 @@ namespace capi {
 
 absl::StatusOr<std::shared_ptr<ProcessGroup>> GroupOf(dk_group_t* group) {
   if (group != nullptr) {
-    if (group->destroyed) {
+    std::shared_ptr<ProcessGroup> g = group->Get();
+    if (g == nullptr) {
       return absl::FailedPreconditionError(
           "group: the handle was destroyed (dk_group_destroy)");
     }
-    if (group->rep == nullptr)
-      return absl::InvalidArgumentError("group: invalid handle");
-    return group->rep;
+    return g;
   }
   std::shared_ptr<ProcessGroup> world = dist::GetDefaultGroup();
   if (world == nullptr) {

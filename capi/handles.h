@@ -6,6 +6,7 @@
 #ifndef DISTKIT_CAPI_HANDLES_H_
 #define DISTKIT_CAPI_HANDLES_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -26,9 +27,30 @@ struct dk_store {
   std::string address;
 };
 
+// Destroying releases the group but keeps the handle reserved (convention
+// 11), and every call may come from any thread (convention 13), so the
+// group is read and released atomically: a dk_group_abort beside a
+// dk_group_destroy on another thread aborts the group or finds the handle
+// destroyed, never a group half released.
 struct dk_group {
-  std::shared_ptr<distkit::ProcessGroup> rep;
-  bool destroyed = false;
+ public:
+  explicit dk_group(std::shared_ptr<distkit::ProcessGroup> rep)
+      : rep_(std::move(rep)) {}
+  // The group, held for the caller; null once destroyed.
+  std::shared_ptr<distkit::ProcessGroup> Get() const {
+    return std::atomic_load(&rep_);
+  }
+  bool destroyed() const { return destroyed_.load(); }
+  // Releases the group (the last holder destroys it); idempotent.
+  void Destroy() {
+    destroyed_.store(true);
+    std::shared_ptr<distkit::ProcessGroup> released =
+        std::atomic_exchange(&rep_, std::shared_ptr<distkit::ProcessGroup>());
+  }
+
+ private:
+  std::shared_ptr<distkit::ProcessGroup> rep_;
+  std::atomic<bool> destroyed_{false};
 };
 
 struct dk_work {

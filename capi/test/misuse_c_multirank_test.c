@@ -12,7 +12,10 @@
  *   never the world's values;
  * - a non-member's sync_random_seed and all_gather_object:
  *   DK_FAILED_PRECONDITION, as the header says;
- * - a store key that is not UTF-8: DK_INVALID_ARGUMENT with a reason. */
+ * - a store key that is not UTF-8: DK_INVALID_ARGUMENT with a reason;
+ * - dk_group_abort on another thread beside dk_group_destroy: no crash. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,12 +219,56 @@ static void destroyed_handles_and_non_members(void) {
   dk_parallel_state_destroy(state); /* twice is harmless */
 }
 
+/* dk_group_abort from another thread beside dk_group_destroy (convention
+ * 13: any thread): the abort finds the group or a destroyed handle, never a
+ * group half released (it used to read the handle's group while destroy
+ * released it: a crash within a few hundred rounds). */
+static atomic_int aborting;
+static dk_group_t* _Atomic abort_target;
+static void* abort_loop(void* unused) {
+  (void)unused;
+  while (atomic_load(&aborting)) {
+    dk_group_t* g = atomic_load(&abort_target);
+    if (g != NULL) dk_group_abort(g);
+  }
+  return NULL;
+}
+
+static void abort_beside_destroy(void) {
+  const int size = dk_group_size(NULL);
+  int32_t everyone[64];
+  for (int r = 0; r < size && r < 64; ++r) everyone[r] = r;
+  atomic_store(&aborting, 1);
+  pthread_t aborter;
+  if (pthread_create(&aborter, NULL, abort_loop, NULL) != 0) {
+    dk_test_check(0, "pthread_create");
+    return;
+  }
+  int wrong = 0;
+  for (int round = 0; round < 300; ++round) {
+    dk_error_t* err = NULL;
+    dk_group_t* sub = NULL;
+    if (dk_group_new(NULL, everyone, (size_t)size, &sub, &err) != DK_OK)
+      dk_test_die("dk_group_new", err);
+    atomic_store(&abort_target, sub);
+    for (volatile int spin = 0; spin < (round % 7) * 200; ++spin) {
+    }
+    dk_group_destroy(sub);
+    wrong += dk_group_rank(sub) != -1;
+    /* Handles stay reserved: the aborter may still hold this one. */
+  }
+  atomic_store(&aborting, 0);
+  pthread_join(aborter, NULL);
+  dk_test_check(wrong == 0, "a destroyed group answers -1");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   reinit_rounds();
   sizes_no_buffer_can_have();
   bucket_sizes_beyond_int();
   destroyed_handles_and_non_members();
+  abort_beside_destroy();
   dk_error_t* err = NULL;
   if (dk_group_barrier(NULL, NULL, &err) != DK_OK) dk_test_die("barrier", err);
   dk_shutdown();
