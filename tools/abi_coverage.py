@@ -69,7 +69,6 @@ NOT_WRAPPED = {
         "the language's own slice copy."),
     "dk_reducer_grad_view": _BUCKET_VIEW,
     "dk_reducer_view_generation": _BUCKET_VIEW,
-    "dk_reducer_reduced_grad": _BUCKET_VIEW,
     "dk_shard_full_grad": (
         "Writing gradients straight into the unit's buffer (borrowed until "
         "{reduce_grads|ReduceGrads}) is left out: {accumulate_grad|AccumulateGrad} does the same "

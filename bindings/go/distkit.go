@@ -218,15 +218,17 @@ func InitWithStore(store *Store, rank, size int, o InitOptions) (*Group, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := store.live(); err != nil {
+	// The group keeps the handle acquired until it is closed.
+	sp, err := store.acquire()
+	if err != nil {
 		return nil, err
 	}
 	var world *C.dk_group_t
 	var cerr *C.dk_error_t
-	if err := check(C.dk_init_with_store(store.ptr, C.int32_t(rank), C.int32_t(size), &config, &world, &cerr), cerr); err != nil {
+	if err := check(C.dk_init_with_store(sp, C.int32_t(rank), C.int32_t(size), &config, &world, &cerr), cerr); err != nil {
+		store.unacquire()
 		return nil, err
 	}
-	store.acquire()
 	return &Group{ptr: world, store: store}, nil
 }
 

@@ -496,3 +496,112 @@ func TestNulInStrings(t *testing.T) {
 	_, err = world.NewGroupWithOptions([]int{0}, GroupOptions{Name: "sub\x00group"})
 	wantCode(t, err, InvalidArgument, "new_group_with_options: name")
 }
+
+// Local's slices stay valid after the Shard they came from is unreachable
+// and collected: nothing frees the unit but Close (it was a finalizer, which
+// freed the memory under them).
+func TestShardLocalOutlivesShard(t *testing.T) {
+	store, err := Serve("127.0.0.1:0", StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	world, err := InitWithStore(store, 0, 1, InitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Shutdown()
+	defer world.Close()
+	const n = 1 << 16 // past malloc's mmap threshold: freed memory is unmapped
+	filled := func(v float32) [][]float32 {
+		p := make([]float32, n)
+		for i := range p {
+			p[i] = v
+		}
+		return [][]float32{p}
+	}
+	values, err := shardValues(world, filled(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Units of other values, which would take the freed memory's place.
+	for i := 0; i < 8; i++ {
+		other, err := NewShard(world, filled(123), ShardOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+	}
+	for i, v := range values {
+		if v != 7 {
+			t.Fatalf("values[%d] = %v after the Shard was collected, want 7", i, v)
+		}
+	}
+	values[0] = 42
+}
+
+// shardValues is Local(0)'s values of a new unit, which is unreachable once
+// it returns (a function of its own, so no frame of the test holds the unit).
+//
+//go:noinline
+func shardValues(world *Group, params [][]float32) ([]float32, error) {
+	unit, err := NewShard(world, params, ShardOptions{})
+	if err != nil {
+		return nil, err
+	}
+	values, _, err := unit.Local(0)
+	return values, err
+}
+
+// Close while calls are in flight on other goroutines: they finish on the
+// open handle (a Get blocked on a key set after Close returns its value), and
+// Close does not wait for them; later calls are FailedPrecondition. Close
+// used to destroy the handle under them (and read and wrote the fields the
+// calls read without the lock: go test -race reported it).
+func TestStoreCloseDuringCalls(t *testing.T) {
+	server, err := Serve("127.0.0.1:0", StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	client, err := Connect(server.Address(), StoreOptions{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Set("warm", nil); err != nil {
+		t.Fatal(err)
+	}
+	const calls = 4
+	type result struct {
+		value []byte
+		err   error
+	}
+	results := make(chan result, calls)
+	for i := 0; i < calls; i++ {
+		go func() {
+			v, err := client.Get("late")
+			results <- result{v, err}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // the Gets are blocked in the library
+	start := time.Now()
+	client.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close waited %v for the calls in flight", d)
+	}
+	_, err = client.Get("warm")
+	wantCode(t, err, FailedPrecondition, "closed")
+	if err := server.Set("late", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < calls; i++ {
+		r := <-results
+		if r.err != nil || string(r.value) != "v" {
+			t.Fatalf("a Get in flight during Close: %q, %v", r.value, r.err)
+		}
+	}
+}

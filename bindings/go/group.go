@@ -33,6 +33,10 @@ const (
 // Group is a process group. Every member calls its collectives in the same
 // order. Close it when done; Abort may be called from any goroutine.
 type Group struct {
+	// mu guards closed and store, and the handle against Close while Abort
+	// uses it. Only Close and Abort take it, and neither blocks while holding
+	// it (destroy and abort return at once), so Abort never waits behind a
+	// collective blocked on another goroutine.
 	mu     sync.Mutex
 	ptr    *C.dk_group_t
 	closed bool
@@ -78,8 +82,15 @@ func (g *Group) Close() {
 }
 
 // Abort cancels in-flight work (it fails with Cancelled) and makes every later
-// call fail. Any goroutine.
-func (g *Group) Abort() { C.dk_group_abort(g.ptr) }
+// call fail. Any goroutine, also while another is blocked in a collective on
+// g; after Close it does nothing.
+func (g *Group) Abort() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		C.dk_group_abort(g.ptr)
+	}
+}
 
 // AsyncError is nil, or the error that made the group unusable.
 func (g *Group) AsyncError() error {
@@ -216,8 +227,10 @@ func (rs rankList) ptr() *C.int32_t {
 // child wraps a group made from g; it shares (and keeps alive) g's store.
 func (g *Group) child(out *C.dk_group_t) *Group {
 	sub := &Group{ptr: out}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.store != nil {
-		g.store.acquire()
+		g.store.retain()
 		sub.store = g.store
 	}
 	return sub

@@ -36,8 +36,11 @@ type ReducerOptions struct {
 // Reducer averages gradients across a group, bucket by bucket, while
 // backward runs (the engine of DDP). Per step: MarkReady(i, grad) for every
 // parameter as its gradient is computed (a full bucket's all_reduce starts at
-// once), then Finalize(grads) writes the averages. The library works on
-// copies in C memory, so Go slices are never held across calls. Close it.
+// once), then Finalize(grads) writes the averages. With FindUnusedParameters,
+// a parameter this rank did not use (named in Prepare, or never marked ready)
+// gets the average of the ranks that used it, and one no rank used gets
+// zeros (GloballyUsed tells them apart). The library works on copies in C
+// memory, so Go slices are never held across calls. Close it.
 type Reducer[T Element] struct {
 	ptr     *C.dk_reducer_t
 	grads   []unsafe.Pointer // staging, C memory, one per parameter
@@ -45,6 +48,10 @@ type Reducer[T Element] struct {
 	buffers []unsafe.Pointer
 	bsizes  []int
 	tensors tensors
+	// marked: which parameters were marked ready in this iteration; the
+	// library writes only their staged gradients at finalize.
+	marked []bool
+	noSync bool // SetRequireSync(false)
 }
 
 func cCopy[T Element](s []T) unsafe.Pointer {
@@ -69,6 +76,7 @@ func NewReducer[T Element](g *Group, params, buffers [][]T, o ReducerOptions) (*
 	r := &Reducer[T]{}
 	tensorOf := func(p unsafe.Pointer, n int) *C.DLTensor { return rawView[T](&r.tensors, p, n) }
 	ptrs := make([]*C.DLTensor, 0, len(params)+len(buffers))
+	r.marked = make([]bool, len(params))
 	for _, p := range params {
 		r.grads = append(r.grads, cCopy(p))
 		r.sizes = append(r.sizes, len(p))
@@ -192,19 +200,55 @@ func (r *Reducer[T]) MarkReady(i int, grad []T) error {
 	defer ts.free()
 	t := rawView[T](&ts, r.grads[i], r.sizes[i])
 	var cerr *C.dk_error_t
-	return check(C.dk_reducer_mark_ready(r.ptr, C.int32_t(i), t, &cerr), cerr)
+	if err := check(C.dk_reducer_mark_ready(r.ptr, C.int32_t(i), t, &cerr), cerr); err != nil {
+		return err
+	}
+	r.marked[i] = true
+	return nil
 }
 
 // Finalize waits for every bucket and writes the averaged gradients into
-// grads (one slice per parameter, as given to MarkReady).
+// grads (one slice per parameter, as given to MarkReady). With
+// FindUnusedParameters, a parameter this rank did not mark ready gets the
+// other ranks' average (zeros where no rank used it).
 func (r *Reducer[T]) Finalize(grads [][]T) error {
 	defer runtime.KeepAlive(r)
 	if err := r.live(); err != nil {
 		return err
 	}
+	// The iteration ends here whatever finalize answers.
+	marked := r.marked
+	r.marked = make([]bool, len(r.grads))
 	var cerr *C.dk_error_t
 	if err := check(C.dk_reducer_finalize(r.ptr, &cerr), cerr); err != nil {
 		return err
+	}
+	if !r.noSync {
+		// The library writes only the gradients given to MarkReady; a
+		// parameter unused here but used elsewhere has its average in the
+		// reducer's memory alone (dk_reducer_reduced_grad).
+		for i, m := range marked {
+			if m {
+				continue
+			}
+			staged := unsafe.Slice((*T)(r.grads[i]), r.sizes[i])
+			if C.dk_reducer_globally_used(r.ptr, C.int32_t(i)) == 0 {
+				// No rank used it: zeros (what its bucket averaged).
+				var zero T
+				for k := range staged {
+					staged[k] = zero
+				}
+				continue
+			}
+			// Host memory of the parameter's type and length, borrowed until
+			// the next iteration: copied now.
+			var data unsafe.Pointer
+			var rerr *C.dk_error_t
+			if err := check(C.dk_reducer_reduced_grad(r.ptr, C.int32_t(i), &data, &rerr), rerr); err != nil {
+				return err
+			}
+			copy(staged, unsafe.Slice((*T)(data), r.sizes[i]))
+		}
 	}
 	for i := 0; i < len(grads) && i < len(r.grads); i++ {
 		if len(grads[i]) != r.sizes[i] {
@@ -215,10 +259,12 @@ func (r *Reducer[T]) Finalize(grads [][]T) error {
 	return nil
 }
 
-// SetRequireSync(false) is no_sync: MarkReady and Finalize do nothing.
+// SetRequireSync(false) is no_sync: MarkReady and Finalize do nothing
+// (Finalize writes the gradients last given to MarkReady).
 func (r *Reducer[T]) SetRequireSync(sync bool) {
 	defer runtime.KeepAlive(r)
 	if r.ptr != nil {
+		r.noSync = !sync
 		v := C.int32_t(0)
 		if sync {
 			v = 1

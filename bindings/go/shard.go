@@ -34,7 +34,12 @@ type ShardOptions struct {
 // NewShard live split across the group, one shard per rank. Per step:
 // Unshard, read FullParam, Reshard, AccumulateGrad for every parameter,
 // ReduceGrads, then update Local's values with its gradient and ZeroGrads.
-// Close it.
+//
+// Close it when done: only Close frees the unit. It has no finalizer, because
+// Local's slices point into the unit's memory and the garbage collector does
+// not see them: a finalizer could free the unit while a slice taken from it
+// is still in use (as a memory-mapped slice, it lives until it is unmapped).
+// A Shard dropped without Close leaks its memory instead.
 type Shard[T Element] struct {
 	ptr   *C.dk_shard_t
 	sizes []int
@@ -65,17 +70,15 @@ func NewShard[T Element](g *Group, params [][]T, o ShardOptions) (*Shard[T], err
 	if err := check(C.dk_shard_create(g.ptr, cptrs, C.size_t(len(params)), nil, &config, &s.ptr, &cerr), cerr); err != nil {
 		return nil, err
 	}
-	runtime.SetFinalizer(s, (*Shard[T]).Close)
 	return s, nil
 }
 
-// Close frees the unit.
+// Close frees the unit; the slices Local returned are invalid after it.
 func (s *Shard[T]) Close() {
 	if s.ptr != nil {
 		C.dk_shard_destroy(s.ptr)
 		s.ptr = nil
 	}
-	runtime.SetFinalizer(s, nil)
 }
 
 func (s *Shard[T]) live() error {
@@ -90,8 +93,8 @@ func (s *Shard[T]) call(f func(p *C.dk_shard_t, e **C.dk_error_t) C.dk_status_t)
 	if err := s.live(); err != nil {
 		return err
 	}
-	// No finalizer may close the unit while the library works on it; every
-	// method below keeps it alive through its C call the same way.
+	// The unit has no finalizer (see Shard), so nothing closes it during the
+	// call; the methods' KeepAlives only make that explicit.
 	defer runtime.KeepAlive(s)
 	var cerr *C.dk_error_t
 	return check(f(s.ptr, &cerr), cerr)
@@ -254,8 +257,8 @@ func (s *Shard[T]) TakeEvents() ([]ShardEvent, error) {
 
 // Local is flat buffer k's shard: its values (the optimizer updates them in
 // place) and its gradient. Both point into the library's memory and stay
-// valid until Close: keep the Shard reachable while they are used (its
-// finalizer closes it).
+// valid until Close (and only Close: the Shard may become unreachable while
+// they are used).
 func (s *Shard[T]) Local(k int) (values, grads []T, err error) {
 	defer runtime.KeepAlive(s)
 	if err := s.live(); err != nil {

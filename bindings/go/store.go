@@ -15,12 +15,16 @@ import (
 )
 
 // Store is a connection to a job's key-value store. Safe for concurrent use
-// (the header marks every store call "any thread").
+// (the header marks every store call "any thread"), Close included: calls
+// already in flight finish on the open handle, later ones fail with
+// FailedPrecondition.
 type Store struct {
-	mu     sync.Mutex
+	mu     sync.Mutex // guards the fields below
 	ptr    *C.dk_store_t
 	closed bool // Close was called
-	users  int  // groups made with InitWithStore that are still open
+	// users: calls in flight and groups made with InitWithStore that are
+	// still open; the handle is destroyed when it is closed and none is left.
+	users int
 }
 
 // StoreOptions configure Connect and Serve; zero fields take the defaults
@@ -99,7 +103,8 @@ func DefaultStore() (*Store, error) {
 
 // Close closes the connection (and the server Serve started). Groups made
 // with InitWithStore keep the store open until they are closed: the ABI
-// borrows it for their lifetime.
+// borrows it for their lifetime; so do calls in flight (a blocking Get on
+// another goroutine) until they return. Close itself does not wait.
 func (s *Store) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -116,7 +121,22 @@ func (s *Store) release() {
 	}
 }
 
-func (s *Store) acquire() {
+// acquire is how every use of the handle starts: FailedPrecondition once
+// the store is closed, else the handle, which stays valid until the matching
+// unacquire (a call's end, or the group's Close).
+func (s *Store) acquire() (*C.dk_store_t, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, &Error{FailedPrecondition, "distkit: the store is closed"}
+	}
+	s.users++
+	return s.ptr, nil
+}
+
+// retain adds a user to a store a group already holds: a child group made
+// from it keeps it too, even when Close was called (the handle lives on).
+func (s *Store) retain() {
 	s.mu.Lock()
 	s.users++
 	s.mu.Unlock()
@@ -129,22 +149,22 @@ func (s *Store) unacquire() {
 	s.mu.Unlock()
 }
 
-func (s *Store) live() error {
-	if s.closed {
-		return &Error{FailedPrecondition, "distkit: the store is closed"}
-	}
-	return nil
-}
-
 // Address is "host:port" of the store.
 func (s *Store) Address() string {
 	// Here and in every method: no finalizer closes the store while the
 	// library works on it (a blocking call may sit inside C for long).
 	defer runtime.KeepAlive(s)
-	if s.ptr == nil {
+	// As before Close, also while groups keep a closed store open.
+	s.mu.Lock()
+	p := s.ptr
+	if p == nil {
+		s.mu.Unlock()
 		return ""
 	}
-	return C.GoString(C.dk_store_address(s.ptr))
+	s.users++
+	s.mu.Unlock()
+	defer s.unacquire()
+	return C.GoString(C.dk_store_address(p))
 }
 
 // withKey calls f with key as a C string and checks its status and the
@@ -162,28 +182,32 @@ func withKey(key string, cerr **C.dk_error_t, f func(*C.char) C.dk_status_t) err
 // Set stores value under key.
 func (s *Store) Set(key string, value []byte) error {
 	defer runtime.KeepAlive(s)
-	if err := s.live(); err != nil {
+	p, err := s.acquire()
+	if err != nil {
 		return err
 	}
+	defer s.unacquire()
 	var cerr *C.dk_error_t
 	v := cBytes(value)
 	defer C.free(v)
 	return withKey(key, &cerr, func(k *C.char) C.dk_status_t {
-		return C.dk_store_set(s.ptr, k, v, C.size_t(len(value)), &cerr)
+		return C.dk_store_set(p, k, v, C.size_t(len(value)), &cerr)
 	})
 }
 
 // Get blocks until key exists (or the store's timeout passes).
 func (s *Store) Get(key string) ([]byte, error) {
 	defer runtime.KeepAlive(s)
-	if err := s.live(); err != nil {
+	p, err := s.acquire()
+	if err != nil {
 		return nil, err
 	}
+	defer s.unacquire()
 	var cerr *C.dk_error_t
 	var data unsafe.Pointer
 	var size C.size_t
 	if err := withKey(key, &cerr, func(k *C.char) C.dk_status_t {
-		return C.dk_store_get(s.ptr, k, &data, &size, &cerr)
+		return C.dk_store_get(p, k, &data, &size, &cerr)
 	}); err != nil {
 		return nil, err
 	}
@@ -193,13 +217,15 @@ func (s *Store) Get(key string) ([]byte, error) {
 // Add adds delta to the integer at key and returns the new value.
 func (s *Store) Add(key string, delta int64) (int64, error) {
 	defer runtime.KeepAlive(s)
-	if err := s.live(); err != nil {
+	p, err := s.acquire()
+	if err != nil {
 		return 0, err
 	}
+	defer s.unacquire()
 	var cerr *C.dk_error_t
 	var out C.int64_t
-	err := withKey(key, &cerr, func(k *C.char) C.dk_status_t {
-		return C.dk_store_add(s.ptr, k, C.int64_t(delta), &out, &cerr)
+	err = withKey(key, &cerr, func(k *C.char) C.dk_status_t {
+		return C.dk_store_add(p, k, C.int64_t(delta), &out, &cerr)
 	})
 	return int64(out), err
 }
@@ -236,9 +262,11 @@ func (c cStrings) free() {
 // Wait blocks until every key exists; timeout <= 0 uses the store's.
 func (s *Store) Wait(keys []string, timeout time.Duration) error {
 	defer runtime.KeepAlive(s)
-	if err := s.live(); err != nil {
+	p, err := s.acquire()
+	if err != nil {
 		return err
 	}
+	defer s.unacquire()
 	ks, err := newCStrings("store keys", keys)
 	if err != nil {
 		return err
@@ -249,15 +277,17 @@ func (s *Store) Wait(keys []string, timeout time.Duration) error {
 		t = C.int64_t(positiveMillis(timeout))
 	}
 	var cerr *C.dk_error_t
-	return check(C.dk_store_wait(s.ptr, ks.ptr(), C.size_t(len(ks)), t, &cerr), cerr)
+	return check(C.dk_store_wait(p, ks.ptr(), C.size_t(len(ks)), t, &cerr), cerr)
 }
 
 // Check reports whether every key exists, without blocking.
 func (s *Store) Check(keys []string) (bool, error) {
 	defer runtime.KeepAlive(s)
-	if err := s.live(); err != nil {
+	p, err := s.acquire()
+	if err != nil {
 		return false, err
 	}
+	defer s.unacquire()
 	ks, err := newCStrings("store keys", keys)
 	if err != nil {
 		return false, err
@@ -265,20 +295,22 @@ func (s *Store) Check(keys []string) (bool, error) {
 	defer ks.free()
 	var out C.int32_t
 	var cerr *C.dk_error_t
-	err = check(C.dk_store_check(s.ptr, ks.ptr(), C.size_t(len(ks)), &out, &cerr), cerr)
+	err = check(C.dk_store_check(p, ks.ptr(), C.size_t(len(ks)), &out, &cerr), cerr)
 	return out != 0, err
 }
 
 // DeleteKey deletes key and reports whether it existed.
 func (s *Store) DeleteKey(key string) (bool, error) {
 	defer runtime.KeepAlive(s)
-	if err := s.live(); err != nil {
+	p, err := s.acquire()
+	if err != nil {
 		return false, err
 	}
+	defer s.unacquire()
 	var out C.int32_t
 	var cerr *C.dk_error_t
-	err := withKey(key, &cerr, func(k *C.char) C.dk_status_t {
-		return C.dk_store_delete_key(s.ptr, k, &out, &cerr)
+	err = withKey(key, &cerr, func(k *C.char) C.dk_status_t {
+		return C.dk_store_delete_key(p, k, &out, &cerr)
 	})
 	return out != 0, err
 }
@@ -287,9 +319,11 @@ func (s *Store) DeleteKey(key string) (bool, error) {
 // (or is absent and expected is empty) and returns the value held after.
 func (s *Store) CompareSet(key string, expected, desired []byte) ([]byte, error) {
 	defer runtime.KeepAlive(s)
-	if err := s.live(); err != nil {
+	p, err := s.acquire()
+	if err != nil {
 		return nil, err
 	}
+	defer s.unacquire()
 	e, d := cBytes(expected), cBytes(desired)
 	defer C.free(e)
 	defer C.free(d)
@@ -297,7 +331,7 @@ func (s *Store) CompareSet(key string, expected, desired []byte) ([]byte, error)
 	var size C.size_t
 	var cerr *C.dk_error_t
 	if err := withKey(key, &cerr, func(k *C.char) C.dk_status_t {
-		return C.dk_store_compare_set(s.ptr, k, e, C.size_t(len(expected)), d, C.size_t(len(desired)), &data, &size, &cerr)
+		return C.dk_store_compare_set(p, k, e, C.size_t(len(expected)), d, C.size_t(len(desired)), &data, &size, &cerr)
 	}); err != nil {
 		return nil, err
 	}
@@ -307,23 +341,27 @@ func (s *Store) CompareSet(key string, expected, desired []byte) ([]byte, error)
 // Append appends value to key's value, creating it.
 func (s *Store) Append(key string, value []byte) error {
 	defer runtime.KeepAlive(s)
-	if err := s.live(); err != nil {
+	p, err := s.acquire()
+	if err != nil {
 		return err
 	}
+	defer s.unacquire()
 	v := cBytes(value)
 	defer C.free(v)
 	var cerr *C.dk_error_t
 	return withKey(key, &cerr, func(k *C.char) C.dk_status_t {
-		return C.dk_store_append(s.ptr, k, v, C.size_t(len(value)), &cerr)
+		return C.dk_store_append(p, k, v, C.size_t(len(value)), &cerr)
 	})
 }
 
 // MultiSet sets several keys at once.
 func (s *Store) MultiSet(keys []string, values [][]byte) error {
 	defer runtime.KeepAlive(s)
-	if err := s.live(); err != nil {
+	p, err := s.acquire()
+	if err != nil {
 		return err
 	}
+	defer s.unacquire()
 	if len(keys) != len(values) {
 		return &Error{InvalidArgument, "distkit: MultiSet needs one value per key"}
 	}
@@ -335,15 +373,17 @@ func (s *Store) MultiSet(keys []string, values [][]byte) error {
 	vs := newByteList(values)
 	defer vs.free()
 	var cerr *C.dk_error_t
-	return check(C.dk_store_multi_set(s.ptr, ks.ptr(), vs.ptr(), C.size_t(len(ks)), &cerr), cerr)
+	return check(C.dk_store_multi_set(p, ks.ptr(), vs.ptr(), C.size_t(len(ks)), &cerr), cerr)
 }
 
 // MultiGet blocks until every key exists and returns the values in key order.
 func (s *Store) MultiGet(keys []string) ([][]byte, error) {
 	defer runtime.KeepAlive(s)
-	if err := s.live(); err != nil {
+	p, err := s.acquire()
+	if err != nil {
 		return nil, err
 	}
+	defer s.unacquire()
 	ks, err := newCStrings("store keys", keys)
 	if err != nil {
 		return nil, err
@@ -351,7 +391,7 @@ func (s *Store) MultiGet(keys []string) ([][]byte, error) {
 	defer ks.free()
 	var list *C.dk_bytes_t
 	var cerr *C.dk_error_t
-	if err := check(C.dk_store_multi_get(s.ptr, ks.ptr(), C.size_t(len(ks)), &list, &cerr), cerr); err != nil {
+	if err := check(C.dk_store_multi_get(p, ks.ptr(), C.size_t(len(ks)), &list, &cerr), cerr); err != nil {
 		return nil, err
 	}
 	return takeList(list, C.size_t(len(keys))), nil
@@ -360,11 +400,13 @@ func (s *Store) MultiGet(keys []string) ([][]byte, error) {
 // NumKeys is the number of keys in the store.
 func (s *Store) NumKeys() (int64, error) {
 	defer runtime.KeepAlive(s)
-	if err := s.live(); err != nil {
+	p, err := s.acquire()
+	if err != nil {
 		return 0, err
 	}
+	defer s.unacquire()
 	var out C.int64_t
 	var cerr *C.dk_error_t
-	err := check(C.dk_store_num_keys(s.ptr, &out, &cerr), cerr)
+	err = check(C.dk_store_num_keys(p, &out, &cerr), cerr)
 	return int64(out), err
 }

@@ -12,9 +12,11 @@ import (
 )
 
 // Work is an operation in flight. It keeps the buffers it was given
-// referenced until it completes. Close it when done; Close (and the
-// finalizer, for a Work that was dropped) waits for the operation first, so a
-// buffer is never released while the library still uses it.
+// referenced until it completes. Close it when done; Close waits for the
+// operation first, so a buffer is never released while the library still
+// uses it. A Work dropped unfinished is closed by a goroutine of its own once
+// the operation ends (the finalizer never blocks, so it cannot hold up the
+// program's other finalizers).
 type Work struct {
 	mu      sync.Mutex
 	ptr     *C.dk_work_t
@@ -24,8 +26,20 @@ type Work struct {
 
 func newWork(p *C.dk_work_t, ts tensors, keep []any) *Work {
 	w := &Work{ptr: p, tensors: ts, keep: keep}
-	runtime.SetFinalizer(w, (*Work).Close)
+	runtime.SetFinalizer(w, (*Work).finalize)
 	return w
+}
+
+// finalize runs on Go's single finalizer goroutine, which must not block: a
+// finished operation is released at once; an unfinished one is waited for on
+// a goroutine of its own (which keeps w, and so its buffers, referenced).
+func (w *Work) finalize() {
+	var state C.dk_work_state_t
+	if w.ptr == nil || (C.dk_work_test(w.ptr, &state, nil) == C.DK_OK && state != C.DK_WORK_PENDING) {
+		w.Close()
+		return
+	}
+	go w.Close()
 }
 
 // Test reports whether the operation finished: (true, nil) when it succeeded,

@@ -40,13 +40,20 @@ impl Default for ReducerOptions {
 /// them for its whole life); reach them through `params_mut` / `params`.
 ///
 /// Per step: compute gradient i, `mark_ready(i, &grad)` (may start a bucket's
-/// all_reduce at once), ..., then `finalize(&mut grads)` writes the averages.
+/// all_reduce at once), ..., then `finalize()` returns the averages. With
+/// `find_unused_parameters`, a parameter this rank did not use (named in
+/// `prepare`, or never marked ready) gets the average of the ranks that used
+/// it, and one no rank used gets zeros (`globally_used` tells them apart).
 pub struct Reducer<'g, T: Element> {
     ptr: *mut sys::dk_reducer_t,
     params: Vec<Vec<T>>,
     buffers: Vec<Vec<T>>,
     // Copies of the gradients handed to mark_ready, written by finalize.
     staged: Vec<Vec<T>>,
+    // Which parameters were marked ready in this iteration: the library
+    // writes only their staged gradients at finalize.
+    marked: Vec<bool>,
+    require_sync: bool,
     _views: Vec<Box<View>>,
     _group: std::marker::PhantomData<&'g Group>,
 }
@@ -78,7 +85,17 @@ impl<'g, T: Element> Reducer<'g, T> {
             sys::dk_reducer_create(group.raw(), pp.as_ptr(), pp.len(), bp.as_ptr(), bp.len(), &config, &mut out, err)
         })?;
         let staged = params.iter().map(|p| p.clone()).collect();
-        Ok(Reducer { ptr: out, params, buffers, staged, _views: views, _group: std::marker::PhantomData })
+        let marked = vec![false; params.len()];
+        Ok(Reducer {
+            ptr: out,
+            params,
+            buffers,
+            staged,
+            marked,
+            require_sync: true,
+            _views: views,
+            _group: std::marker::PhantomData,
+        })
     }
 
     pub fn params(&self) -> &[Vec<T>] {
@@ -125,17 +142,46 @@ impl<'g, T: Element> Reducer<'g, T> {
         }
         slot.copy_from_slice(grad);
         let mut v = View::of_mut(slot);
-        call(|err| unsafe { sys::dk_reducer_mark_ready(self.ptr, index as i32, v.tensor(), err) })
+        call(|err| unsafe { sys::dk_reducer_mark_ready(self.ptr, index as i32, v.tensor(), err) })?;
+        self.marked[index] = true;
+        Ok(())
     }
 
-    /// Waits for every bucket; returns the averaged gradients.
+    /// Waits for every bucket; returns the averaged gradients. With
+    /// `find_unused_parameters`, a parameter this rank did not mark ready gets
+    /// the other ranks' average (zeros where no rank used it).
     pub fn finalize(&mut self) -> Result<&[Vec<T>]> {
+        // The iteration ends here whatever finalize answers.
+        let marked = std::mem::replace(&mut self.marked, vec![false; self.staged.len()]);
         call(|err| unsafe { sys::dk_reducer_finalize(self.ptr, err) })?;
+        if self.require_sync {
+            // The library writes only the gradients handed to mark_ready; a
+            // parameter unused here but used elsewhere has its average in the
+            // reducer's memory alone (dk_reducer_reduced_grad).
+            for (i, _) in marked.iter().enumerate().filter(|(_, &m)| !m) {
+                if self.globally_used(i) {
+                    let mut data = std::ptr::null_mut();
+                    call(|err| unsafe { sys::dk_reducer_reduced_grad(self.ptr, i as i32, &mut data, err) })?;
+                    let slot = &mut self.staged[i];
+                    // Host memory of the parameter's dtype and element count,
+                    // borrowed until the next iteration: copied now.
+                    let reduced = unsafe { std::slice::from_raw_parts(data as *const T, slot.len()) };
+                    slot.copy_from_slice(reduced);
+                } else {
+                    // No rank used it: zeros (what its bucket averaged).
+                    // All zero bytes are a zero of every Element type.
+                    let slot = &mut self.staged[i];
+                    unsafe { std::ptr::write_bytes(slot.as_mut_ptr(), 0, slot.len()) };
+                }
+            }
+        }
         Ok(&self.staged)
     }
 
-    /// no_sync: while false, mark_ready and finalize do nothing.
+    /// no_sync: while false, mark_ready and finalize do nothing (finalize
+    /// returns the gradients last handed to mark_ready).
     pub fn set_require_sync(&mut self, require_sync: bool) {
+        self.require_sync = require_sync;
         unsafe { sys::dk_reducer_set_require_sync(self.ptr, require_sync as i32) }
     }
 
