@@ -41,8 +41,9 @@ absl::StatusOr<std::vector<std::string>> ExpandRanges(absl::string_view whole,
     if (b < a) return Malformed(whole, absl::StrCat("reversed range ", part));
     if (b - a >= kMaxHosts) return Malformed(whole, "too many hosts");
     const size_t width = lo.size();
-    for (uint64_t i = a; i <= b; ++i) {
-      std::string n = absl::StrCat(i);
+    // Counted from a, not `i <= b`, which never ends when b is UINT64_MAX.
+    for (uint64_t k = 0; k <= b - a; ++k) {
+      std::string n = absl::StrCat(a + k);
       if (n.size() < width) n.insert(0, width - n.size(), '0');
       out.push_back(std::move(n));
     }

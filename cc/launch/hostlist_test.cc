@@ -23,6 +23,19 @@ TEST(HostlistTest, Expands) {
             Hosts({"node1.cluster", "node2.cluster"}));
 }
 
+// The largest numbers end their range (a loop to `i <= b` wrapped at
+// UINT64_MAX and never ended).
+TEST(HostlistTest, ExpandsUpToTheLargestNumber) {
+  EXPECT_EQ(*ExpandHostlist("n[18446744073709551615]"),
+            Hosts({"n18446744073709551615"}));
+  EXPECT_EQ(*ExpandHostlist("n[18446744073709551614-18446744073709551615]"),
+            Hosts({"n18446744073709551614", "n18446744073709551615"}));
+  EXPECT_EQ(ExpandHostlist("n[0-18446744073709551615]").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ExpandHostlist("n[18446744073709551616]").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(HostlistTest, RejectsMalformed) {
   for (const char* bad :
        {"", "node[1-3", "node1-3]", "node[3-1]", "node[a-b]", "node[]", "a,,b",

@@ -1,10 +1,16 @@
 #include "cc/launch/launcher.h"
 
+#include <algorithm>
+#include <cstddef>
+#include <limits>
 #include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "cc/core/enum_names.h"
 #include "cc/core/status.h"
 #include "cc/launch/hostlist.h"
@@ -19,6 +25,13 @@ absl::StatusOr<int> Required(const Environment& env, Launcher launcher,
   if (!v.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "launcher '", LauncherName(launcher), "': ", v.status().message()));
+  }
+  // A value beyond int would be read modulo 2^32 (RANK=4294967297 as 1).
+  if (*v < std::numeric_limits<int>::min() ||
+      *v > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "launcher '", LauncherName(launcher), "': environment variable ", name,
+        "=", *v, " is out of range"));
   }
   return static_cast<int>(*v);
 }
@@ -106,22 +119,49 @@ absl::StatusOr<RendezvousInfo> ParsePytorch(Launcher launcher,
     DK_ASSIGN_OR_RETURN(info.master_port,
                         Required(env, launcher, "MASTER_PORT"));
   }
-  const bool agent_store = env.Get("TORCHELASTIC_USE_AGENT_STORE") == "True";
-  PlaceStore(env, info.master_port + (agent_store ? 1 : 0), &info);
   DK_RETURN_IF_ERROR(Validate(info));
+  const bool agent_store = env.Get("TORCHELASTIC_USE_AGENT_STORE") == "True";
+  const int store_port = info.master_port + (agent_store ? 1 : 0);
+  if (store_port > 65535 && !env.Get("DISTKIT_STORE").value_or("").empty()) {
+    // DISTKIT_STORE wins: the port above MASTER_PORT is not used.
+  } else if (store_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "launcher '", LauncherName(launcher),
+        "': MASTER_PORT=", info.master_port,
+        " leaves no port above it for distkit's store "
+        "(TORCHELASTIC_USE_AGENT_STORE=True puts it at MASTER_PORT + 1)"));
+  }
+  PlaceStore(env, store_port, &info);
   return info;
 }
 
-// "2(x3),1" -> 2: the task count of the first node listed.
-absl::StatusOr<int> FirstTasksPerNode(absl::string_view text) {
-  const size_t end = text.find_first_of("(,");
-  int n = 0;
-  if (!absl::SimpleAtoi(text.substr(0, end), &n) || n < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "launcher 'slurm': environment variable SLURM_NTASKS_PER_NODE='", text,
-        "' is malformed"));
+// Slurm's compressed task counts, one per node: "2(x3),1" -> 2 2 2 1.
+absl::StatusOr<std::vector<int>> ExpandTasksPerNode(absl::string_view var,
+                                                    absl::string_view text) {
+  constexpr size_t kMaxNodes = 1000000;
+  const absl::Status malformed = absl::InvalidArgumentError(
+      absl::StrCat("launcher 'slurm': environment variable ", var, "='", text,
+                   "' is malformed"));
+  std::vector<int> counts;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    absl::string_view count = item, repeat = "1";
+    const size_t open = item.find('(');
+    if (open != absl::string_view::npos) {
+      if (!absl::ConsumeSuffix(&item, ")") || item.substr(open + 1, 1) != "x") {
+        return malformed;
+      }
+      count = item.substr(0, open);
+      repeat = item.substr(open + 2);
+    }
+    int n = 0, times = 0;
+    if (!absl::SimpleAtoi(count, &n) || n < 1 ||
+        !absl::SimpleAtoi(repeat, &times) || times < 1 ||
+        static_cast<size_t>(times) > kMaxNodes - counts.size()) {
+      return malformed;
+    }
+    counts.insert(counts.end(), times, n);
   }
-  return n;
+  return counts;
 }
 
 absl::StatusOr<RendezvousInfo> ParseSlurm(const Environment& env,
@@ -137,27 +177,54 @@ absl::StatusOr<RendezvousInfo> ParseSlurm(const Environment& env,
   if (!hosts.ok()) {
     return Annotate(hosts.status(), "launcher 'slurm': SLURM_NODELIST");
   }
-  if (env.Has("SLURM_LOCALID")) {
+  const bool has_local_id = env.Has("SLURM_LOCALID");
+  if (has_local_id) {
     DK_ASSIGN_OR_RETURN(info.local_rank,
                         Required(env, launcher, "SLURM_LOCALID"));
   } else {
     info.local_rank =
         options.num_devices > 0 ? info.rank % options.num_devices : 0;
   }
+  DK_ASSIGN_OR_RETURN(info.node_rank,
+                      Optional(env, launcher, "SLURM_NODEID", 0));
+  // Nodes may run different numbers of tasks ("2(x3),1"): this node's count
+  // is the one at SLURM_NODEID.
   info.local_world_size = info.world_size;
   for (absl::string_view var :
        {"SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
     std::optional<std::string> per_node = env.Get(var);
-    if (per_node.has_value()) {
-      DK_ASSIGN_OR_RETURN(info.local_world_size, FirstTasksPerNode(*per_node));
-      break;
+    if (!per_node.has_value()) continue;
+    DK_ASSIGN_OR_RETURN(std::vector<int> counts,
+                        ExpandTasksPerNode(var, *per_node));
+    const bool uniform = std::count(counts.begin(), counts.end(), counts[0]) ==
+                         static_cast<std::ptrdiff_t>(counts.size());
+    if (uniform) {
+      info.local_world_size = counts[0];
+    } else if (!env.Has("SLURM_NODEID")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "launcher 'slurm': environment variable SLURM_NODEID is not set, "
+          "and ",
+          var, "='", *per_node, "' differs between nodes"));
+    } else if (info.node_rank < 0 ||
+               static_cast<size_t>(info.node_rank) >= counts.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "launcher 'slurm': SLURM_NODEID=", info.node_rank, " is outside the ",
+          counts.size(), " nodes of ", var, "='", *per_node, "'"));
+    } else {
+      info.local_world_size = counts[info.node_rank];
     }
+    if (has_local_id && info.local_rank >= info.local_world_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "launcher 'slurm': SLURM_LOCALID=", info.local_rank,
+          " is not below node ", info.node_rank, "'s ", info.local_world_size,
+          " task(s) in ", var, "='", *per_node, "'"));
+    }
+    break;
   }
+  // Guessed from the devices (no SLURM_LOCALID): at least as many.
   if (info.local_rank >= info.local_world_size) {
     info.local_world_size = info.local_rank + 1;
   }
-  DK_ASSIGN_OR_RETURN(info.node_rank,
-                      Optional(env, launcher, "SLURM_NODEID", 0));
   // An existing MASTER_ADDR is kept; otherwise the first host of the list.
   info.master_addr = env.Get("MASTER_ADDR").value_or("");
   if (info.master_addr.empty()) info.master_addr = hosts->front();

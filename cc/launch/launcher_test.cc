@@ -128,6 +128,38 @@ TEST(LauncherTest, PytorchErrorsNameTheVariable) {
       << s;
 }
 
+// A value beyond int is an error naming it, not read modulo 2^32.
+TEST(LauncherTest, OutOfRangeIntegersNameTheVariable) {
+  auto env = Env({{"RANK", "4294967297"},
+                  {"WORLD_SIZE", "2"},
+                  {"LOCAL_RANK", "0"},
+                  {"MASTER_ADDR", "a"},
+                  {"MASTER_PORT", "29500"}});
+  absl::Status s = ParseRendezvous(Launcher::kPytorch, env).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("RANK=4294967297 is out of range"),
+            absl::string_view::npos)
+      << s;
+  env.Set("RANK", "1");
+  env.Set("MASTER_PORT", "4294996796");
+  s = ParseRendezvous(Launcher::kPytorch, env).status();
+  EXPECT_NE(s.message().find("MASTER_PORT=4294996796 is out of range"),
+            absl::string_view::npos)
+      << s;
+  // torchrun's agent store on the last port leaves none for distkit's.
+  env.Set("MASTER_PORT", "65535");
+  EXPECT_TRUE(ParseRendezvous(Launcher::kPytorch, env).ok());
+  env.Set("TORCHELASTIC_USE_AGENT_STORE", "True");
+  s = ParseRendezvous(Launcher::kPytorch, env).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("MASTER_PORT=65535"), absl::string_view::npos)
+      << s;
+  // Unless distrun's store is used instead.
+  env.Set("DISTKIT_STORE", "127.0.0.1:4000");
+  EXPECT_EQ(ParseRendezvous(Launcher::kPytorch, env)->store_address,
+            "127.0.0.1:4000");
+}
+
 TEST(LauncherTest, SlurmParsesHostlistNatively) {
   auto env = Env({{"SLURM_PROCID", "5"},
                   {"SLURM_NTASKS", "8"},
@@ -165,6 +197,55 @@ TEST(LauncherTest, SlurmLocalRankFallsBackToDevices) {
   absl::Status s = ParseRendezvous(Launcher::kSlurm, env).status();
   EXPECT_NE(s.message().find("SLURM_NODELIST"), absl::string_view::npos) << s;
   EXPECT_NE(s.message().find("malformed hostlist"), absl::string_view::npos)
+      << s;
+}
+
+// Nodes with different task counts: LOCAL_WORLD_SIZE is this node's
+// (SLURM_NODEID's), not the first node's.
+TEST(LauncherTest, SlurmLocalWorldSizeIsThisNodes) {
+  auto env = Env({{"SLURM_PROCID", "6"},
+                  {"SLURM_NTASKS", "7"},
+                  {"SLURM_LOCALID", "0"},
+                  {"SLURM_NODELIST", "n[1-4]"},
+                  {"SLURM_TASKS_PER_NODE", "2(x3),1"},
+                  {"SLURM_NODEID", "3"}});
+  EXPECT_THAT(*ParseRendezvous(Launcher::kSlurm, env),
+              PlacedAt(/*rank=*/6, /*world_size=*/7, /*local_rank=*/0,
+                       /*local_world_size=*/1, /*node_rank=*/3));
+  env.Set("SLURM_NODEID", "1");
+  env.Set("SLURM_PROCID", "3");
+  env.Set("SLURM_LOCALID", "1");
+  EXPECT_EQ(ParseRendezvous(Launcher::kSlurm, env)->local_world_size, 2);
+  env = Env({{"SLURM_PROCID", "4"},
+             {"SLURM_NTASKS", "5"},
+             {"SLURM_LOCALID", "0"},
+             {"SLURM_NODELIST", "a,b"},
+             {"SLURM_TASKS_PER_NODE", "4,1"},
+             {"SLURM_NODEID", "1"}});
+  EXPECT_THAT(*ParseRendezvous(Launcher::kSlurm, env),
+              PlacedAt(/*rank=*/4, /*world_size=*/5, /*local_rank=*/0,
+                       /*local_world_size=*/1, /*node_rank=*/1));
+  // A local rank beyond this node's tasks, a node beyond the list, or
+  // unequal nodes without SLURM_NODEID: errors naming the variables.
+  env.Set("SLURM_LOCALID", "1");
+  absl::Status s = ParseRendezvous(Launcher::kSlurm, env).status();
+  EXPECT_NE(s.message().find("SLURM_LOCALID=1"), absl::string_view::npos) << s;
+  env.Set("SLURM_LOCALID", "0");
+  env.Set("SLURM_NODEID", "2");
+  s = ParseRendezvous(Launcher::kSlurm, env).status();
+  EXPECT_NE(s.message().find("SLURM_NODEID=2"), absl::string_view::npos) << s;
+  env = Env({{"SLURM_PROCID", "4"},
+             {"SLURM_NTASKS", "5"},
+             {"SLURM_NODELIST", "a,b"},
+             {"SLURM_TASKS_PER_NODE", "4,1"}});
+  s = ParseRendezvous(Launcher::kSlurm, env).status();
+  EXPECT_NE(s.message().find("SLURM_NODEID is not set"),
+            absl::string_view::npos)
+      << s;
+  env.Set("SLURM_TASKS_PER_NODE", "4(x");
+  s = ParseRendezvous(Launcher::kSlurm, env).status();
+  EXPECT_NE(s.message().find("SLURM_TASKS_PER_NODE='4(x' is malformed"),
+            absl::string_view::npos)
       << s;
 }
 

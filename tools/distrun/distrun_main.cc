@@ -69,9 +69,10 @@ std::string RandomToken() {
 }
 
 int Main(int argc, char** argv) {
-  // SIGINT and SIGTERM stay blocked in every thread (the store's start
-  // after this): SuperviseRanks takes them while the ranks run, and
-  // `signals` below afterwards, each where it looks (exit_signals.h).
+  // SIGINT, SIGTERM, SIGHUP and SIGQUIT stay blocked in every thread (the
+  // store's start after this): SuperviseRanks takes them while the ranks
+  // run, and `signals` below afterwards, each where it looks
+  // (exit_signals.h).
   BlockExitSignals();
   std::vector<std::string> args(argv + 1, argv + argc);
   absl::StatusOr<DistrunOptions> parsed = ParseDistrunArgs(args);
@@ -85,6 +86,14 @@ int Main(int argc, char** argv) {
   }
   const DistrunOptions& o = *parsed;
   Environment env = Environment::FromProcess();
+  // Before anything starts: logs asked for must not silently go nowhere.
+  if (!o.log_dir.empty()) {
+    const absl::Status made = MakeDirectories(o.log_dir);
+    if (!made.ok()) {
+      std::cerr << "distrun: --log-dir: " << made.message() << "\n";
+      return 1;
+    }
+  }
 
   std::string token = env.Get("DISTKIT_TOKEN").value_or("");
   if (token.empty()) {
@@ -132,7 +141,6 @@ int Main(int argc, char** argv) {
                                RandomToken().substr(0, 16));
     } else {
       trace_dir = absl::StrCat(o.log_dir, "/trace");
-      mkdir(o.log_dir.c_str(), 0755);
       mkdir(trace_dir.c_str(), 0755);
     }
   }
@@ -177,7 +185,9 @@ int Main(int argc, char** argv) {
       rank_env.Set("OMP_NUM_THREADS", "1");
     }
     if (!env.Has("PYTHONUNBUFFERED")) rank_env.Set("PYTHONUNBUFFERED", "1");
-    // What the job may do when a rank fails (distkit.elastic reads them).
+    // What the job may do when a rank fails (distkit.elastic reads them):
+    // this distrun's flags, never values inherited from an outer one (a
+    // nested job's ranks would wait for replacements nobody starts).
     if (o.max_replacements > 0) {
       rank_env.Set("DISTKIT_MAX_REPLACEMENTS",
                    absl::StrCat(o.max_replacements));
@@ -193,6 +203,8 @@ int Main(int argc, char** argv) {
       // Only a replacement started below is one (not the ranks of a distrun
       // that runs inside a replaced rank).
       if (k == "DISTKIT_REPLACEMENT") continue;
+      if (k == "DISTKIT_MAX_REPLACEMENTS" && o.max_replacements == 0) continue;
+      if (k == "DISTKIT_MIN_RANKS" && o.min_ranks == 0) continue;
       p.env.push_back(absl::StrCat(k, "=", v));
     }
     ranks.push_back(std::move(p));

@@ -1,6 +1,7 @@
 #include "tools/distrun/distrun_options.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <utility>
 
@@ -29,8 +30,11 @@ absl::StatusOr<int> ParseInt(absl::string_view flag, const std::string& v,
 absl::StatusOr<absl::Duration> ParseSeconds(absl::string_view flag,
                                             const std::string& v) {
   double s = 0;
-  if (!absl::SimpleAtod(v, &s) || s < 0) {
-    return Bad(flag, absl::StrCat("'", v, "' is not a number of seconds"));
+  // `s < 0` alone lets nan through (every comparison with it is false).
+  if (!absl::SimpleAtod(v, &s) || !std::isfinite(s) || s < 0) {
+    return Bad(flag, absl::StrCat("'", v,
+                                  "' is not a finite, non-negative number "
+                                  "of seconds"));
   }
   return absl::Seconds(s);
 }
@@ -151,6 +155,10 @@ absl::StatusOr<DistrunOptions> ParseDistrunArgs(
     } else {
       current.push_back(args[i]);
     }
+  }
+  // "-- a :" would run `a` on every rank, as if no ':' were there.
+  if (!o.programs.empty() && current.empty()) {
+    return Bad(":", "empty program after ':'");
   }
   if (!current.empty()) o.programs.push_back(std::move(current));
   if (o.programs.empty()) return Bad("program", "no program given after --");

@@ -1,5 +1,6 @@
 #include "tools/distrun/distrun_options.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace distkit {
@@ -66,6 +67,40 @@ TEST(DistrunOptionsTest, OneProgramPerRank) {
   EXPECT_FALSE(
       ParseDistrunArgs({"--nproc-per-node", "2", "--", "a", ":", ":", "b"})
           .ok());
+}
+
+// A trailing ':' is an empty last program, as a leading one is an empty
+// first: rejected (it ran the first program on every rank).
+TEST(DistrunOptionsTest, RejectsATrailingColon) {
+  for (const char* ranks : {"1", "2"}) {
+    absl::Status s =
+        ParseDistrunArgs({"--nproc-per-node", ranks, "--", "prog", "argA", ":"})
+            .status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << ranks;
+    EXPECT_NE(s.message().find("empty program after ':'"),
+              absl::string_view::npos)
+        << s;
+  }
+  EXPECT_FALSE(
+      ParseDistrunArgs({"--nproc-per-node", "2", "--", "a", ":", "b", ":"})
+          .ok());
+}
+
+// nan and inf are no durations (nan passed `s < 0`).
+TEST(DistrunOptionsTest, RejectsNonFiniteSeconds) {
+  for (const char* flag :
+       {"--timeout", "--grace-period", "--exit-barrier-timeout"}) {
+    for (const char* value :
+         {"nan", "-nan", "NaN", "inf", "-inf", "infinity"}) {
+      absl::Status s = ParseDistrunArgs({flag, value, "--", "p"}).status();
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument)
+          << flag << " " << value;
+      EXPECT_NE(s.message().find(absl::StrCat(flag, ": '", value, "'")),
+                absl::string_view::npos)
+          << s;
+    }
+    EXPECT_TRUE(ParseDistrunArgs({flag, "0.5", "--", "p"}).ok()) << flag;
+  }
 }
 
 TEST(DistrunOptionsTest, ErrorsNameTheFlag) {

@@ -75,6 +75,9 @@ Started StartDistrun(std::vector<std::string> args, int pipe_size = 0) {
     dup2(out[1], 1);
     dup2(out[1], 2);
     close(out[0]);
+    // As from a shell: whatever ran the test may ignore these.
+    signal(SIGHUP, SIG_DFL);
+    signal(SIGQUIT, SIG_DFL);
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -196,6 +199,41 @@ TEST(DistrunTest, FailingRankStopsTheOthersAndGivesItsCode) {
             absl::Seconds(20));  // the others sleep 120 s if not stopped
 }
 
+// Rank 1 is killed by SIGKILL and rank 0, blocked on it, exits 1 at once:
+// distrun sees both ended at its next look. The rank killed is the cause
+// (message, exit code), not rank 0, which was checked first in rank order.
+TEST(DistrunTest, BlamesTheRankKilledNotThePeerItTookDown) {
+  const std::string fifo =
+      absl::StrCat(getenv("TEST_TMPDIR"), "/killed_peer_fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  Result r = RunDistrun({"--nproc-per-node", "2", "--master-port", "0", "--",
+                         kProbe, "killed-peer", fifo});
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "distrun: rank 1 (pid ")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "was killed by signal 9 (Killed)"))
+      << r.output;
+  EXPECT_FALSE(absl::StrContains(r.output, "distrun: rank 0 (pid "))
+      << r.output;
+  EXPECT_LT(r.elapsed, absl::Seconds(20)) << r.output;
+}
+
+// --timeout while a failed rank's peers have their notice: the failure
+// stays the result (not 124), and their SIGTERM still waits for the notice.
+TEST(DistrunTest, TimeoutKeepsAnEarlierFailuresCode) {
+  Result r = RunDistrun({"--nproc-per-node", "2", "--master-port", "0",
+                         "--timeout", "2", "--grace-period", "3", "--", kProbe,
+                         "fail-ignoring-term", "0", "3", "500"});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "exited with code 3")) << r.output;
+  EXPECT_TRUE(absl::StrContains(
+      r.output, "timed out after 2s; the ranks are already being stopped"))
+      << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "rank 1 (pid ")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "did not stop after SIGTERM"))
+      << r.output;
+  EXPECT_LT(r.elapsed, absl::Seconds(20)) << r.output;
+}
+
 // --max-replacements: the failed rank alone starts again with
 // DISTKIT_REPLACEMENT; the others run on untouched (one start each).
 TEST(DistrunTest, ReplacesAFailedRankAlone) {
@@ -312,6 +350,27 @@ TEST(DistrunTest, ForwardsSigtermToRanks) {
       << r.output;
 }
 
+// SIGHUP (a closed terminal or ssh session) and SIGQUIT are forwarded too,
+// and are the job's result; before, SIGHUP killed distrun outright.
+TEST(DistrunTest, ForwardsSighupAndSigquitToRanks) {
+  for (int sig : {SIGHUP, SIGQUIT}) {
+    Result r = RunDistrun(
+        {"--nproc-per-node", "2", "--master-port", "0", "--", kProbe,
+         "trap-signals"},
+        [sig](pid_t pid) { kill(pid, sig); }, "ready", /*times=*/2);
+    EXPECT_EQ(r.exit_code, 128 + sig) << r.output;
+    const std::string got =
+        absl::StrCat("got signal ", sig < 10 ? "0" : "", sig, "\n");
+    EXPECT_TRUE(absl::StrContains(r.output, absl::StrCat("[rank0]: ", got)))
+        << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, absl::StrCat("[rank1]: ", got)))
+        << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output,
+                                  absl::StrCat("received signal ", sig, " (")))
+        << r.output;
+  }
+}
+
 // What a directory holds (names), or nothing if it cannot be read.
 std::vector<std::string> Entries(const std::string& dir) {
   std::vector<std::string> names;
@@ -380,6 +439,72 @@ TEST(DistrunTest, KeepsStdoutStderrAndPartialLinesAndLogDir) {
   EXPECT_TRUE(absl::StrContains(text.str(), "out line 1\nout line 2\n"))
       << text.str();
   EXPECT_TRUE(absl::StrContains(text.str(), "err line")) << text.str();
+}
+
+// --log-dir makes missing parents; one that cannot be made, or a log file
+// that cannot be opened, fails the job naming the path (before, the logs
+// silently went nowhere).
+TEST(DistrunTest, LogDirMakesParentsAndFailsClearly) {
+  const std::string tmp = getenv("TEST_TMPDIR");
+  const std::string nested = tmp + "/log_parents/a/b";
+  Result r = RunDistrun({"--nproc-per-node", "2", "--master-port", "0",
+                         "--log-dir", nested, "--", kProbe, "print"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream log(nested + "/rank_1.log");
+  std::stringstream text;
+  text << log.rdbuf();
+  EXPECT_TRUE(absl::StrContains(text.str(), "out line 1\n")) << text.str();
+
+  // A parent that is a file.
+  const std::string file = tmp + "/log_file";
+  ASSERT_TRUE(std::ofstream(file).good());
+  r = RunDistrun({"--nproc-per-node", "1", "--master-port", "0", "--log-dir",
+                  file + "/sub", "--", kProbe, "env"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, file + "/sub")) << r.output;
+  EXPECT_FALSE(absl::StrContains(r.output, "[rank0]: RANK=")) << r.output;
+
+  // A rank's log that cannot be opened (a directory in its place).
+  const std::string blocked = tmp + "/log_blocked";
+  ASSERT_EQ(mkdir(blocked.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((blocked + "/rank_1.log").c_str(), 0755), 0);
+  r = RunDistrun({"--nproc-per-node", "2", "--master-port", "0", "--log-dir",
+                  blocked, "--", kProbe, "env"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(
+      r.output, absl::StrCat("cannot open log file ", blocked, "/rank_1.log")))
+      << r.output;
+  EXPECT_LT(r.elapsed, absl::Seconds(20)) << r.output;
+}
+
+// DISTKIT_MAX_REPLACEMENTS / DISTKIT_MIN_RANKS come from this distrun's
+// flags only: values inherited from an outer distrun do not reach the ranks.
+TEST(DistrunTest, ReplacementVariablesComeFromTheFlagsOnly) {
+  setenv("DISTKIT_MAX_REPLACEMENTS", "3", 1);
+  setenv("DISTKIT_MIN_RANKS", "2", 1);
+  Result plain =
+      RunDistrun({"--nproc-per-node", "1", "--master-port", "0", "--", kProbe,
+                  "var", "DISTKIT_MAX_REPLACEMENTS", "DISTKIT_MIN_RANKS"});
+  Result flagged =
+      RunDistrun({"--nproc-per-node", "1", "--master-port", "0",
+                  "--max-replacements", "1", "--min-ranks", "1", "--", kProbe,
+                  "var", "DISTKIT_MAX_REPLACEMENTS", "DISTKIT_MIN_RANKS"});
+  unsetenv("DISTKIT_MAX_REPLACEMENTS");
+  unsetenv("DISTKIT_MIN_RANKS");
+  EXPECT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_TRUE(absl::StrContains(plain.output,
+                                "[rank0]: DISTKIT_MAX_REPLACEMENTS=<unset>\n"))
+      << plain.output;
+  EXPECT_TRUE(
+      absl::StrContains(plain.output, "[rank0]: DISTKIT_MIN_RANKS=<unset>\n"))
+      << plain.output;
+  EXPECT_EQ(flagged.exit_code, 0) << flagged.output;
+  EXPECT_TRUE(absl::StrContains(flagged.output,
+                                "[rank0]: DISTKIT_MAX_REPLACEMENTS=1\n"))
+      << flagged.output;
+  EXPECT_TRUE(
+      absl::StrContains(flagged.output, "[rank0]: DISTKIT_MIN_RANKS=1\n"))
+      << flagged.output;
 }
 
 // Waits (bounded) until `done` holds; false if it never did.

@@ -27,7 +27,7 @@ struct ExitBarrierOptions {
   int node_rank = 0;
   absl::Duration timeout = absl::Seconds(300);
   // Node 0: asked every moment while it waits; true ends the wait at once
-  // with CANCELLED (distrun: a SIGINT or SIGTERM came).
+  // with CANCELLED (distrun: a SIGINT, SIGTERM, SIGHUP or SIGQUIT came).
   std::function<bool()> cancelled;
 };
 

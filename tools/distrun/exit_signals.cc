@@ -9,23 +9,29 @@
 namespace distkit {
 namespace {
 
-sigset_t IntTerm() {
+// SIGINT, SIGTERM, SIGHUP and SIGQUIT, as the rank supervisor forwards
+// them; SIGHUP or SIGQUIT ignored (nohup) stays ignored.
+sigset_t ExitSignalSet() {
   sigset_t set;
   sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    struct sigaction old;
+    sigaction(sig, nullptr, &old);
+    if (sig != SIGINT && sig != SIGTERM && old.sa_handler == SIG_IGN) continue;
+    sigaddset(&set, sig);
+  }
   return set;
 }
 
 }  // namespace
 
 void BlockExitSignals() {
-  const sigset_t set = IntTerm();
+  const sigset_t set = ExitSignalSet();
   sigprocmask(SIG_BLOCK, &set, nullptr);
 }
 
 bool ExitSignals::Came() {
-  const sigset_t set = IntTerm();
+  const sigset_t set = ExitSignalSet();
   const timespec now = {0, 0};
   int sig;
   while ((sig = sigtimedwait(&set, nullptr, &now)) > 0) {
@@ -49,9 +55,10 @@ int ExitSignals::Final(int code, absl::string_view when) {
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = SIG_DFL;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  const sigset_t set = IntTerm();
+  const sigset_t set = ExitSignalSet();
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    if (sigismember(&set, sig)) sigaction(sig, &sa, nullptr);
+  }
   sigprocmask(SIG_UNBLOCK, &set, nullptr);
   return code;
 }

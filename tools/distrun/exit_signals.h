@@ -1,5 +1,6 @@
-// SIGINT and SIGTERM in distrun outside SuperviseRanks (which takes them
-// while its ranks run, rank_supervisor.h): blocked from the start, in every
+// SIGINT, SIGTERM, SIGHUP and SIGQUIT (the last two unless ignored, as under
+// nohup) in distrun outside SuperviseRanks (which takes them while its ranks
+// run, rank_supervisor.h): blocked from the start, in every
 // thread, with no handler; distrun takes a pending one where it looks (the
 // exit barrier, before node > 0 reports, before it exits). A handler that
 // only set a flag lost a signal that came after the flag's last check: the
@@ -12,13 +13,13 @@
 
 namespace distkit {
 
-// Blocks SIGINT and SIGTERM in the calling thread and so in the threads it
+// Blocks those signals in the calling thread and so in the threads it
 // starts. Call first in main.
 void BlockExitSignals();
 
 class ExitSignals {
  public:
-  // Takes a pending SIGINT or SIGTERM, if any (the first one taken is kept);
+  // Takes a pending one of those signals, if any (the first one taken is kept);
   // true once one came.
   bool Came();
 
@@ -30,7 +31,7 @@ class ExitSignals {
   int Apply(int code, absl::string_view when);
 
   // The last look before exit: Apply, and where the result is still 0,
-  // SIGINT and SIGTERM get their default action and are unblocked, so that
+  // those signals get their default action and are unblocked, so that
   // one that comes from now on ends the process by that signal (exit status
   // 128 + signal in a shell) instead of being dropped at exit. A non-zero
   // result (a failure, or a signal already taken) stays as it is.

@@ -81,5 +81,29 @@ TEST(ExitSignalsTest, CameTakesAPendingSignalAndKeepsTheFirst) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// SIGHUP and SIGQUIT are taken as SIGINT and SIGTERM are (a SIGHUP killed
+// distrun outright); ignored, as under nohup, they stay ignored.
+TEST(ExitSignalsTest, SighupAndSigquitAreTakenUnlessIgnored) {
+  for (int sig : {SIGHUP, SIGQUIT}) {
+    int status = InChild([sig] {
+      BlockExitSignals();
+      ExitSignals signals;
+      raise(sig);
+      return signals.Apply(0, "in the test") == 128 + sig ? 0 : 1;
+    });
+    ASSERT_TRUE(WIFEXITED(status)) << sig << ": " << status;
+    EXPECT_EQ(WEXITSTATUS(status), 0) << sig;
+    status = InChild([sig] {
+      signal(sig, SIG_IGN);
+      BlockExitSignals();
+      ExitSignals signals;
+      raise(sig);
+      return signals.Came() ? 1 : signals.Final(0, "in the test");
+    });
+    ASSERT_TRUE(WIFEXITED(status)) << sig << ": " << status;
+    EXPECT_EQ(WEXITSTATUS(status), 0) << sig;
+  }
+}
+
 }  // namespace
 }  // namespace distkit

@@ -1,6 +1,7 @@
 // rank_probe: a test program for distrun and the harness. Each rank does what
 // its first argument says; see the modes below.
 
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -49,6 +50,24 @@ bool WaitForFile(const std::string& path) {
     usleep(5 * 1000);
   }
   return false;
+}
+
+void OnAnySignal(int sig) {
+  char msg[] = "got signal 00\n";
+  msg[11] = static_cast<char>('0' + sig / 10);
+  msg[12] = static_cast<char>('0' + sig % 10);
+  (void)!write(1, msg, sizeof(msg) - 1);
+  _exit(0);
+}
+
+// Forks a child that holds this rank's stdout and stderr open for a minute
+// (in its process group: distrun kills it once the rank is reaped), so the
+// rank's death does not wake distrun through its pipes.
+void KeepPipesOpen() {
+  if (fork() == 0) {
+    sleep(60);
+    _exit(0);
+  }
 }
 
 void OnTerm(int) {
@@ -141,6 +160,42 @@ int main(int argc, char** argv) {
     printf("cpus=%s\n", list.c_str());
     return 0;
   }
+  // Rank argv[2] exits with code argv[3] after argv[4] ms; the others ignore
+  // SIGTERM (so that they run on until their SIGKILL).
+  if (mode == "fail-ignoring-term" && argc == 5) {
+    if (Rank() == atoi(argv[2])) {
+      usleep(atoi(argv[4]) * 1000);
+      fprintf(stderr, "rank %d failing on purpose\n", Rank());
+      return atoi(argv[3]);
+    }
+    signal(SIGTERM, SIG_IGN);
+    sleep(120);
+    return 0;
+  }
+  // Rank 1 is killed by SIGKILL once rank 0 waits on it: rank 0 reads the
+  // FIFO argv[2] whose only writer is rank 1, and exits 1 at its EOF, i.e.
+  // just after rank 1's death. Neither rank's death closes its pipes, so
+  // distrun sees both ended in one pass.
+  if (mode == "killed-peer" && argc == 3) {
+    KeepPipesOpen();
+    if (Rank() == 1) {
+      const int fd = open(argv[2], O_WRONLY | O_CLOEXEC);
+      if (fd < 0) return 2;
+      kill(getpid(), SIGKILL);
+    }
+    const int fd = open(argv[2], O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 2;
+    char c;
+    while (read(fd, &c, 1) > 0) {
+    }
+    return 1;
+  }
+  // Prints each named variable as NAME=value (or <unset>).
+  if (mode == "var") {
+    for (int i = 2; i < argc; ++i)
+      printf("%s=%s\n", argv[i], Var(argv[i]).c_str());
+    return 0;
+  }
   if (mode == "fail" && argc == 4) {
     if (Rank() == atoi(argv[2])) {
       usleep(300 * 1000);
@@ -213,6 +268,13 @@ int main(int argc, char** argv) {
     printf("ready\n");
     sleep(600);
     return 0;
+  }
+  // Says which signal came (of SIGINT, SIGTERM, SIGHUP, SIGQUIT) and exits 0.
+  if (mode == "trap-signals") {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signal(sig, OnAnySignal);
+    printf("ready\n");
+    sleep(600);
+    return 1;
   }
   if (mode == "trap-term") {
     signal(SIGTERM, OnTerm);

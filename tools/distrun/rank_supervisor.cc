@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -30,6 +31,10 @@ namespace {
 std::atomic<uint32_t> received_signals{0};
 static_assert(std::atomic<uint32_t>::is_always_lock_free,
               "OnSignal must be async-signal-safe");
+
+// Forwarded to every rank's process group, and the job's result.
+constexpr std::array<int, 4> kForwardedSignals = {SIGINT, SIGTERM, SIGHUP,
+                                                  SIGQUIT};
 
 void OnSignal(int sig) { received_signals.fetch_or(uint32_t{1} << (sig - 1)); }
 
@@ -104,8 +109,15 @@ class Supervisor {
 
   int Run() {
     TakeSignals();
-    if (!options_.log_dir.empty()) mkdir(options_.log_dir.c_str(), 0755);
-    for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (!options_.log_dir.empty()) {
+      // A log that silently went nowhere was found missing only when needed.
+      const absl::Status made = MakeDirectories(options_.log_dir);
+      if (!made.ok()) {
+        Say(absl::StrCat("log directory: ", made.message()));
+        result_ = 1;
+      }
+    }
+    for (size_t i = 0; i < ranks_.size() && !result_.has_value(); ++i) {
       // A Ctrl-C while ranks start (many, or slow to fork) stops the launch
       // here: the ranks started get it, the others never start. Blocked
       // until the first ppoll, it waited for every rank to start.
@@ -146,28 +158,39 @@ class Supervisor {
                     absl::StrCat(options_.program_name, ": ", message, "\n"));
   }
 
-  // SIGINT and SIGTERM stay blocked, and are taken only inside PumpOnce's
-  // ppoll (which unblocks them while it waits): one that comes at any other
-  // moment waits, pending, for the next ppoll or, once the ranks are gone,
-  // for GiveBackSignals. None can fall between a check and the return.
-  // (A self-pipe read in the loop lost a signal that came after its last
-  // read.) Threads the callbacks start inherit the block.
+  // The forwarded signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT) stay blocked,
+  // and are taken only inside PumpOnce's ppoll (which unblocks them while it
+  // waits): one that comes at any other moment waits, pending, for the next
+  // ppoll or, once the ranks are gone, for GiveBackSignals. None can fall
+  // between a check and the return. (A self-pipe read in the loop lost a
+  // signal that came after its last read.) Threads the callbacks start
+  // inherit the block. SIGHUP or SIGQUIT ignored by the caller (nohup) stays
+  // ignored, by the ranks too.
   void TakeSignals() {
-    sigemptyset(&int_term_);
-    sigaddset(&int_term_, SIGINT);
-    sigaddset(&int_term_, SIGTERM);
-    sigprocmask(SIG_BLOCK, &int_term_, &caller_mask_);
+    sigemptyset(&forwarded_);
+    for (int sig : kForwardedSignals) {
+      struct sigaction old;
+      sigaction(sig, nullptr, &old);
+      if (sig != SIGINT && sig != SIGTERM && old.sa_handler == SIG_IGN) {
+        continue;
+      }
+      sigaddset(&forwarded_, sig);
+    }
+    sigprocmask(SIG_BLOCK, &forwarded_, &caller_mask_);
     poll_mask_ = caller_mask_;
-    sigdelset(&poll_mask_, SIGINT);
-    sigdelset(&poll_mask_, SIGTERM);
+    for (int sig : kForwardedSignals) {
+      if (sigismember(&forwarded_, sig)) sigdelset(&poll_mask_, sig);
+    }
     received_signals.store(0);
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = OnSignal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, &old_sigint_);
-    sigaction(SIGTERM, &sa, &old_sigterm_);
+    for (size_t i = 0; i < kForwardedSignals.size(); ++i) {
+      const int sig = kForwardedSignals[i];
+      if (sigismember(&forwarded_, sig)) sigaction(sig, &sa, &old_actions_[i]);
+    }
     signal(SIGPIPE, SIG_IGN);
   }
 
@@ -175,7 +198,7 @@ class Supervisor {
   // the first one (unless a failure came first) is the job's result.
   void ActOnSignals() {
     const uint32_t got = received_signals.exchange(0);
-    for (int sig : {SIGINT, SIGTERM}) {
+    for (int sig : kForwardedSignals) {
       if ((got & (uint32_t{1} << (sig - 1))) != 0) ActOnSignal(sig);
     }
   }
@@ -193,13 +216,13 @@ class Supervisor {
     }
   }
 
-  // Acts on the SIGINT / SIGTERM pending now (they come outside ppoll
+  // Acts on the forwarded signals pending now (they come outside ppoll
   // too); true if there was one.
   bool TakePendingSignals() {
     const timespec now = {0, 0};
     bool took = false;
     int sig;
-    while ((sig = sigtimedwait(&int_term_, nullptr, &now)) > 0) {
+    while ((sig = sigtimedwait(&forwarded_, nullptr, &now)) > 0) {
       ActOnSignal(sig);
       took = true;
     }
@@ -213,12 +236,28 @@ class Supervisor {
   // caller does not block it, is delivered to its handler at once.
   void GiveBackSignals() {
     TakePendingSignals();
-    sigaction(SIGINT, &old_sigint_, nullptr);
-    sigaction(SIGTERM, &old_sigterm_, nullptr);
+    for (size_t i = 0; i < kForwardedSignals.size(); ++i) {
+      const int sig = kForwardedSignals[i];
+      if (sigismember(&forwarded_, sig)) {
+        sigaction(sig, &old_actions_[i], nullptr);
+      }
+    }
     sigprocmask(SIG_SETMASK, &caller_mask_, nullptr);
   }
 
   bool Spawn(Rank& r) {
+    // Opened before the fork: a rank whose output cannot be kept as asked
+    // is not started.
+    if (!options_.log_dir.empty() && r.log_fd < 0) {
+      const std::string path =
+          absl::StrCat(options_.log_dir, "/rank_", r.spec.rank, ".log");
+      r.log_fd =
+          open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (r.log_fd < 0) {
+        Say(absl::StrCat("cannot open log file ", path, ": ", strerror(errno)));
+        return false;
+      }
+    }
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
       Say(absl::StrCat("cannot create pipes: ", strerror(errno)));
@@ -249,9 +288,10 @@ class Supervisor {
       struct sigaction sa;
       memset(&sa, 0, sizeof(sa));
       sa.sa_handler = SIG_DFL;
-      sigaction(SIGINT, &sa, nullptr);
-      sigaction(SIGTERM, &sa, nullptr);
-      sigprocmask(SIG_UNBLOCK, &int_term_, nullptr);  // blocked in distrun
+      for (int sig : kForwardedSignals) {
+        if (sigismember(&forwarded_, sig)) sigaction(sig, &sa, nullptr);
+      }
+      sigprocmask(SIG_UNBLOCK, &forwarded_, nullptr);  // blocked in distrun
       signal(SIGPIPE, SIG_DFL);
       if (r.spec.cpu >= 0) {
         cpu_set_t cpus;
@@ -281,12 +321,6 @@ class Supervisor {
     r.running = true;
     r.out = Stream{out[0], RankStream{r.spec.rank, 1}};
     r.err = Stream{err[0], RankStream{r.spec.rank, 2}};
-    if (!options_.log_dir.empty() && r.log_fd < 0) {
-      const std::string path =
-          absl::StrCat(options_.log_dir, "/rank_", r.spec.rank, ".log");
-      r.log_fd =
-          open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    }
     return true;
   }
 
@@ -370,43 +404,57 @@ class Supervisor {
     }
   }
 
+  // Every rank that ended since the last pass is reaped before any is
+  // blamed: a rank killed by a signal often takes a peer blocked on it down
+  // with an error exit in the same pass, and the peer, checked first in
+  // rank order, was named as the job's failure.
   void Reap() {
+    std::vector<Rank*> ended;
     for (Rank& r : ranks_) {
       if (!r.running) continue;
       int status = 0;
-      pid_t got = waitpid(r.pid, &status, WNOHANG);
-      if (got != r.pid) continue;
+      if (waitpid(r.pid, &status, WNOHANG) != r.pid) continue;
       r.running = false;
       r.wait_status = status;
       // Whatever the rank's children still hold open must not keep us here.
       kill(-r.pid, SIGKILL);
       ForwardWhatIsLeft(r);
-      const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-      if (failed && !result_.has_value()) {
-        const std::string what = absl::StrCat(
-            "rank ", r.spec.rank, " (pid ", r.pid, ") ", DescribeExit(status));
-        // The callbacks below may write (to the job's store, or why they
-        // could not): never into the middle of a rank's open line.
-        output_.EndOpenLines();
-        if (Replace(r, what)) continue;
-        // Only a rank that was killed is lost: one that exits with an error
-        // code failed in its own program, which must stop the job.
-        if (WIFSIGNALED(status) && options_.release && options_.release(what)) {
-          Say(absl::StrCat(what, "; the job goes on without it"));
-          continue;
-        }
-        result_ = ExitCodeOf(status);
-        absl::Duration notice = absl::ZeroDuration();
-        if (options_.on_rank_failed) {
-          options_.on_rank_failed(what);
-          notice = options_.notice_period;
-        }
-        StopAll(what, notice);
-      }
+      ended.push_back(&r);
     }
+    // The cause first: a death by signal before an error exit, then the
+    // lowest rank (ranks_ is in rank order).
+    std::stable_sort(ended.begin(), ended.end(), [](Rank* a, Rank* b) {
+      return WIFSIGNALED(a->wait_status) && !WIFSIGNALED(b->wait_status);
+    });
+    for (Rank* r : ended) OnRankEnded(*r);
     if (!AnyRunning() && !drain_deadline_.has_value()) {
       drain_deadline_ = absl::Now() + absl::Seconds(2);
     }
+  }
+
+  void OnRankEnded(Rank& r) {
+    const int status = r.wait_status;
+    const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (!failed || result_.has_value()) return;
+    const std::string what = absl::StrCat("rank ", r.spec.rank, " (pid ", r.pid,
+                                          ") ", DescribeExit(status));
+    // The callbacks below may write (to the job's store, or why they could
+    // not): never into the middle of a rank's open line.
+    output_.EndOpenLines();
+    if (Replace(r, what)) return;
+    // Only a rank that was killed is lost: one that exits with an error code
+    // failed in its own program, which must stop the job.
+    if (WIFSIGNALED(status) && options_.release && options_.release(what)) {
+      Say(absl::StrCat(what, "; the job goes on without it"));
+      return;
+    }
+    result_ = ExitCodeOf(status);
+    absl::Duration notice = absl::ZeroDuration();
+    if (options_.on_rank_failed) {
+      options_.on_rank_failed(what);
+      notice = options_.notice_period;
+    }
+    StopAll(what, notice);
   }
 
   // Starts `r` again if options_.replace allows it; false when the job is to
@@ -475,9 +523,16 @@ class Supervisor {
     if (options_.timeout > absl::ZeroDuration() && !timed_out_ &&
         now - start_ > options_.timeout && AnyRunning()) {
       timed_out_ = true;
-      result_ = kTimeoutExitCode;
-      StopAll(absl::StrCat("timed out after ",
-                           absl::FormatDuration(options_.timeout)));
+      // A failure or signal that came first stays the job's result.
+      if (!result_.has_value()) result_ = kTimeoutExitCode;
+      const std::string why = absl::StrCat(
+          "timed out after ", absl::FormatDuration(options_.timeout));
+      if (term_deadline_.has_value() || kill_deadline_.has_value()) {
+        // Already being stopped: its notice period and grace period stand.
+        Say(absl::StrCat(why, "; the ranks are already being stopped"));
+      } else {
+        StopAll(why);
+      }
     }
     if (term_deadline_.has_value() && now > *term_deadline_) {
       term_deadline_.reset();
@@ -511,15 +566,36 @@ class Supervisor {
   std::optional<absl::Time> kill_deadline_;
   std::optional<absl::Time> drain_deadline_;
   absl::Time start_;
-  sigset_t int_term_;     // SIGINT and SIGTERM
+  sigset_t forwarded_;    // those of kForwardedSignals taken (not ignored)
   sigset_t caller_mask_;  // the signal mask before Run
-  sigset_t poll_mask_;    // caller_mask_ without SIGINT and SIGTERM
-  struct sigaction old_sigint_ {};
-  struct sigaction old_sigterm_ {};
+  sigset_t poll_mask_;    // caller_mask_ without forwarded_
+  std::array<struct sigaction, kForwardedSignals.size()> old_actions_{};
   bool timed_out_ = false;
 };
 
 }  // namespace
+
+absl::Status MakeDirectories(const std::string& path) {
+  for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+    const std::string dir = path.substr(0, end);
+    if (!dir.empty() && dir.back() != '/' && mkdir(dir.c_str(), 0755) != 0 &&
+        errno != EEXIST) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create ", dir, ": ", strerror(errno)));
+    }
+    if (end == std::string::npos) break;
+  }
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", path, ": ", strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", path, ": it is not a directory"));
+  }
+  return absl::OkStatus();
+}
 
 int SuperviseRanks(const std::vector<RankProcess>& ranks,
                    const SupervisorOptions& options) {

@@ -12,12 +12,17 @@
 //   be started again alone: same rank, same environment plus
 //   DISTKIT_REPLACEMENT=<n>, the others untouched; with `release` (distrun
 //   --min-ranks), the job may instead go on without a rank that was killed;
-// - SIGINT / SIGTERM sent to the supervisor are forwarded to every rank (one
-//   that comes once they have all ended is still the result; one that comes
-//   while the ranks start stops the start: the ranks not started yet never
-//   are);
+// - SIGINT / SIGTERM / SIGHUP / SIGQUIT sent to the supervisor are forwarded
+//   to every rank's process group (one that comes once they have all ended
+//   is still the result; one that comes while the ranks start stops the
+//   start: the ranks not started yet never are); SIGHUP or SIGQUIT ignored
+//   when it starts (nohup) stays ignored;
+// - when several ranks end between two looks, the one blamed is one killed
+//   by a signal before one that exited with an error (often its peer, which
+//   lost it), then the lowest rank;
 // - an overall timeout stops every rank and returns 124, naming the ranks
-//   that were still running.
+//   that were still running; a failure or signal that came first stays the
+//   result, and a stop already under way keeps its notice period.
 
 #ifndef DISTKIT_TOOLS_DISTRUN_RANK_SUPERVISOR_H_
 #define DISTKIT_TOOLS_DISTRUN_RANK_SUPERVISOR_H_
@@ -26,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 
 namespace distkit {
@@ -42,7 +48,9 @@ struct SupervisorOptions {
   absl::Duration timeout = absl::ZeroDuration();
   // Between SIGTERM and SIGKILL when stopping ranks.
   absl::Duration grace_period = absl::Seconds(5);
-  // When non-empty, each rank's raw output also goes to <log_dir>/rank_<N>.log.
+  // When non-empty, each rank's raw output also goes to <log_dir>/rank_<N>.log
+  // (the directory and its parents are made; one that cannot be, or a log
+  // that cannot be opened, fails the job before that rank starts).
   std::string log_dir;
   // Where the supervisor's own messages go ("distrun: ...").
   std::string program_name = "distrun";
@@ -67,15 +75,21 @@ struct SupervisorOptions {
 // The exit code of the supervised job.
 inline constexpr int kTimeoutExitCode = 124;
 
+// Makes `path` and its missing parents (mkdir -p); an error names the
+// directory that could not be made.
+absl::Status MakeDirectories(const std::string& path);
+
 // Runs `ranks` to completion and returns the job's exit code: 0 when every
 // rank exits 0; otherwise the first failing rank's code (128 + signal for a
 // rank killed by a signal); 124 on timeout; 128 + signal when the supervisor
-// itself was interrupted. Call at most once per process (it installs
-// SIGINT/SIGTERM handlers), with SIGINT and SIGTERM blocked in every other
-// thread: it blocks them too, and takes them only while it waits for output,
-// so that none is lost between its last look and its return. On return the
-// caller's handlers and signal mask are back; a signal that came after its
-// last look is pending for the caller (delivered at once unless blocked).
+// itself was interrupted; 1 when the log directory cannot be made; 127 when a
+// rank cannot be started (nor its log opened). Call at most once per process
+// (it installs handlers for SIGINT, SIGTERM, SIGHUP and SIGQUIT), with those
+// blocked in every other thread: it blocks them too, and takes them only while
+// it waits for output, so that none is lost between its last look and its
+// return. On return the caller's handlers and signal mask are back; a signal
+// that came after its last look is pending for the caller (delivered at once
+// unless blocked).
 int SuperviseRanks(const std::vector<RankProcess>& ranks,
                    const SupervisorOptions& options);
 
