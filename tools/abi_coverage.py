@@ -64,9 +64,6 @@ NOT_WRAPPED = {
         "A completion callback for frameworks that complete futures of their own (the torch c10d "
         "extension's Work); Rust and Go programs wait on their work handles "
         "({wait|Wait})."),
-    "dk_tensor_copy": (
-        "Copies DLPack tensors between devices; the bindings move host slices, which copy with "
-        "the language's own slice copy."),
     "dk_reducer_grad_view": _BUCKET_VIEW,
     "dk_reducer_view_generation": _BUCKET_VIEW,
     "dk_shard_full_grad": (

@@ -52,6 +52,9 @@ type Reducer[T Element] struct {
 	// library writes only their staged gradients at finalize.
 	marked []bool
 	noSync bool // SetRequireSync(false)
+	// Where the buckets (and so dk_reducer_reduced_grad's memory) are: the
+	// group's comm device, a CUDA one on "nccl".
+	comm Device
 }
 
 func cCopy[T Element](s []T) unsafe.Pointer {
@@ -73,7 +76,11 @@ func copyBack[T Element](dst []T, src unsafe.Pointer) {
 // NewReducer is collective over g: rank 0's params and buffers replace every
 // rank's (written into the given slices).
 func NewReducer[T Element](g *Group, params, buffers [][]T, o ReducerOptions) (*Reducer[T], error) {
-	r := &Reducer[T]{}
+	comm, err := g.CommDevice()
+	if err != nil {
+		return nil, err
+	}
+	r := &Reducer[T]{comm: comm}
 	tensorOf := func(p unsafe.Pointer, n int) *C.DLTensor { return rawView[T](&r.tensors, p, n) }
 	ptrs := make([]*C.DLTensor, 0, len(params)+len(buffers))
 	r.marked = make([]bool, len(params))
@@ -240,14 +247,22 @@ func (r *Reducer[T]) Finalize(grads [][]T) error {
 				}
 				continue
 			}
-			// Host memory of the parameter's type and length, borrowed until
-			// the next iteration: copied now.
+			// The parameter's type and length on the comm device (a CUDA one
+			// on "nccl"), borrowed until the next iteration: copied now,
+			// across devices if need be.
 			var data unsafe.Pointer
 			var rerr *C.dk_error_t
 			if err := check(C.dk_reducer_reduced_grad(r.ptr, C.int32_t(i), &data, &rerr), rerr); err != nil {
 				return err
 			}
-			copy(staged, unsafe.Slice((*T)(data), r.sizes[i]))
+			var ts tensors
+			src := tensor[T](&ts, data, r.sizes[i], r.comm)
+			dst := rawView[T](&ts, r.grads[i], r.sizes[i])
+			err := check(C.dk_tensor_copy(src, dst, &rerr), rerr)
+			ts.free()
+			if err != nil {
+				return err
+			}
 		}
 	}
 	for i := 0; i < len(grads) && i < len(r.grads); i++ {

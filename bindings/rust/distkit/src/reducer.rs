@@ -54,6 +54,9 @@ pub struct Reducer<'g, T: Element> {
     // writes only their staged gradients at finalize.
     marked: Vec<bool>,
     require_sync: bool,
+    // Where the reducer's buckets (and so dk_reducer_reduced_grad's memory)
+    // are: the group's comm device, a CUDA one on "nccl".
+    comm: sys::DLDevice,
     _views: Vec<Box<View>>,
     _group: std::marker::PhantomData<&'g Group>,
 }
@@ -80,6 +83,8 @@ impl<'g, T: Element> Reducer<'g, T> {
             CommHook::Fp16Compress => sys::DK_COMM_HOOK_FP16,
             CommHook::Bf16Compress => sys::DK_COMM_HOOK_BF16,
         };
+        let mut comm = sys::DLDevice { device_type: sys::kDLCPU, device_id: 0 };
+        call(|err| unsafe { sys::dk_group_comm_device(group.raw(), &mut comm, err) })?;
         let mut out = std::ptr::null_mut();
         call(|err| unsafe {
             sys::dk_reducer_create(group.raw(), pp.as_ptr(), pp.len(), bp.as_ptr(), bp.len(), &config, &mut out, err)
@@ -93,6 +98,7 @@ impl<'g, T: Element> Reducer<'g, T> {
             staged,
             marked,
             require_sync: true,
+            comm,
             _views: views,
             _group: std::marker::PhantomData,
         })
@@ -162,11 +168,13 @@ impl<'g, T: Element> Reducer<'g, T> {
                 if self.globally_used(i) {
                     let mut data = std::ptr::null_mut();
                     call(|err| unsafe { sys::dk_reducer_reduced_grad(self.ptr, i as i32, &mut data, err) })?;
+                    // The parameter's dtype and element count on the comm
+                    // device (a CUDA one on "nccl"), borrowed until the next
+                    // iteration: copied now, across devices if need be.
                     let slot = &mut self.staged[i];
-                    // Host memory of the parameter's dtype and element count,
-                    // borrowed until the next iteration: copied now.
-                    let reduced = unsafe { std::slice::from_raw_parts(data as *const T, slot.len()) };
-                    slot.copy_from_slice(reduced);
+                    let mut src = View::on(data as *const T, slot.len(), self.comm);
+                    let mut dst = View::of_mut(slot);
+                    call(|err| unsafe { sys::dk_tensor_copy(src.tensor(), dst.tensor(), err) })?;
                 } else {
                     // No rank used it: zeros (what its bucket averaged).
                     // All zero bytes are a zero of every Element type.

@@ -1,9 +1,12 @@
 //! Every rank of an "nccl" job on the CUDA + NCCL simulator (testing/gpu_sim)
 //! uses the Rust binding on device memory: all_reduce (sum, mean, max),
 //! broadcast and all_gather of `DeviceSlice`s, the group's comm device, the
-//! caller's stream followed. Device memory comes from the CUDA runtime the
+//! caller's stream followed, a Reducer whose buckets are on the device.
+//! Device memory comes from the CUDA runtime the
 //! way a Rust GPU crate would get it, here from the library
 //! DISTKIT_CUDART_LIBRARY names. Exits non-zero on the first mismatch.
+mod reducer_check;
+
 use std::ffi::{c_char, c_int, c_void, CString};
 
 use distkit::{Device, DeviceSlice, ReduceOp};
@@ -178,5 +181,8 @@ fn main() {
     }
     unsafe { world.set_cuda_stream(std::ptr::null_mut()) }.unwrap();
     (cuda.stream_sync)(stream);
+    // The Reducer's buckets live on the comm device: a parameter this rank
+    // did not use still gets the others' average, copied from the device.
+    reducer_check::unused_parameters(&world, rank, size);
     println!("rank {rank}: the Rust binding on device memory (nccl on the simulator): passed");
 }
