@@ -101,8 +101,9 @@ class CollectiveContract {
       absl::string_view name);
 
   // Whether this rank's signature exchange for operation `ctx` completed:
-  // every rank then reached it (a timeout's diagnosis says so). Never where
-  // the backend agrees alongside the data operation (NCCL).
+  // every rank then reached it (a timeout's diagnosis says so). Never for a
+  // data operation whose backend agrees alongside it (NCCL's collectives;
+  // its barrier and object operations do exchange).
   bool SignaturesExchanged(const OpContext& ctx) const {
     return ctx.seq != 0 &&
            exchanged_seq_.load(std::memory_order_relaxed) == ctx.seq;

@@ -267,7 +267,8 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::NewGroup(
     // The subgroup derives from this group's connection (MPI_Comm_split,
     // ncclCommSplit): a collective over this group, run in its order, and
     // bounded as the other ways of making it are (`creation`), not by this
-    // group's own timeout.
+    // group's own timeout (where the backend can bound it: NCCL's split
+    // has a deadline, MPI_Comm_split none).
     DK_RETURN_IF_ERROR(RunSync({OpCode::kNewGroup, absl::OkStatus(),
                                 [&](const OpContext& c) -> absl::Status {
                                   OpContext bounded = c;

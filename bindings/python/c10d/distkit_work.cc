@@ -200,16 +200,18 @@ bool DistkitWork::wait(std::chrono::milliseconds timeout) {
                              std::to_string(timeout.count()) +
                              " ms (Work.wait's timeout; it goes on)");
   }
-  if (exception_) std::rethrow_exception(exception_);
+  const std::exception_ptr error = exception_;
   lock.unlock();
   // The callback's reference, and those of works finished before, go now,
   // on the waiting thread: a synchronous call's tensors (and staged copies)
   // are then the caller's alone, freed when it drops them, not kept until
-  // the next operation. The hand-off follows completion by microseconds.
+  // the next operation (a failed call's too). The hand-off follows
+  // completion by microseconds.
   while (work_ != nullptr && !handed_off_.load(std::memory_order_acquire)) {
     std::this_thread::yield();
   }
   ReleaseFinished();
+  if (error) std::rethrow_exception(error);
   return true;
 }
 

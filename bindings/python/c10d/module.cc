@@ -6,7 +6,6 @@
 
 #include <torch/csrc/utils/pybind.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <thread>
@@ -59,31 +58,33 @@ PYBIND11_MODULE(_c10d, m) {
       "CDLL._handle) and checks its version.");
   m.def(
       "_drain",
-      [](double timeout_s) {
-        // Futures still to be completed by operations in flight count too:
-        // their then-callbacks would otherwise run on the pool while the
-        // interpreter finalizes (std::terminate).
+      [](double timeout_s, double in_flight_s) {
         using distkit::c10d_ext::DistkitWork;
+        const bool idle =
+            distkit::c10d_ext::CompletionPool::Get().WaitIdle(timeout_s);
+        // Futures an operation still in flight will complete: their
+        // then-callbacks would run on the pool while the interpreter
+        // finalizes (std::terminate). Waited for briefly: an operation a
+        // dead or absent peer holds up ends only at its timeout, and a
+        // process that exits because of that must not wait for it.
         const auto until = std::chrono::steady_clock::now() +
-                           std::chrono::duration<double>(timeout_s);
-        bool idle = false;
-        while (true) {
-          const double left = std::chrono::duration<double>(
-                                  until - std::chrono::steady_clock::now())
-                                  .count();
-          idle = distkit::c10d_ext::CompletionPool::Get().WaitIdle(
-                     std::max(0.0, left)) &&
-                 DistkitWork::PendingFutures().load() == 0;
-          if (idle || left <= 0) break;
+                           std::chrono::duration<double>(in_flight_s);
+        while (DistkitWork::PendingFutures().load() != 0 &&
+               std::chrono::steady_clock::now() < until) {
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
+        // The completions those operations posted meanwhile.
+        const bool settled =
+            distkit::c10d_ext::CompletionPool::Get().WaitIdle(timeout_s) &&
+            DistkitWork::PendingFutures().load() == 0;
         DistkitWork::ReleaseFinished();
-        return idle;
+        return idle && settled;
       },
-      py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>(),
-      "Waits for every completion posted so far, and every future an "
-      "operation in flight will complete, to have run (at exit, before the "
-      "interpreter finalizes), at most timeout_s; true when they have.");
+      py::arg("timeout_s"), py::arg("in_flight_s") = 3.0,
+      py::call_guard<py::gil_scoped_release>(),
+      "At exit, before the interpreter finalizes: waits up to timeout_s for "
+      "every completion posted so far to have run, and up to in_flight_s "
+      "for the futures of operations still in flight; true when all have.");
   m.def(
       "_completion_threads",
       [] { return distkit::c10d_ext::CompletionPool::Get().threads(); },

@@ -461,12 +461,18 @@ def errors(rank, n):
     if n > 1:
         # Different sizes on different ranks: every rank fails, naming the op
         # (at the call when the ranks have disagreed already, else at wait).
+        mismatched = torch.zeros(2 + rank)
+        alive = weakref.ref(mismatched)
         try:
-            tdist.all_reduce(torch.zeros(2 + rank), async_op=True).wait()
+            tdist.all_reduce(mismatched, async_op=True).wait()
             check(False, "mismatched all_reduce failed")
         except RuntimeError as e:
             check("all_reduce" in str(e) and "rank" in str(e) and group_name in str(e),
                   f"the failure names op, group and rank: {e}")
+            e = None
+        del mismatched
+        gc.collect()
+        check(alive() is None, "a failed operation's tensor is freed once its wait returned")
         t = torch.ones(1)
         tdist.all_reduce(t)  # the group goes on
         check(t.item() == n, "the group works after a refused operation")
