@@ -130,8 +130,8 @@ class Supervisor {
         break;
       }
       if (!Spawn(ranks_[i])) {
-        StopAll("a rank could not be started");
-        result_ = 127;
+        FailedToStart(absl::StrCat("rank ", ranks_[i].spec.rank,
+                                   " could not be started"));
         break;
       }
     }
@@ -478,11 +478,23 @@ class Supervisor {
                      " of the job, DISTKIT_REPLACEMENT=", n,
                      "); the other ranks go on"));
     if (!Spawn(r)) {
-      result_ = 127;
-      StopAll(absl::StrCat("replacement ", n, " of rank ", r.spec.rank,
-                           " could not be started"));
+      FailedToStart(absl::StrCat("replacement ", n, " of rank ", r.spec.rank,
+                                 " could not be started"));
     }
     return true;
+  }
+
+  // A rank that could not be started fails the job (127) as a rank that
+  // died does: the job's store hears of it (the other nodes' ranks stop
+  // waiting for it), then the notice period, then SIGTERM.
+  void FailedToStart(const std::string& what) {
+    result_ = 127;
+    absl::Duration notice = absl::ZeroDuration();
+    if (options_.on_rank_failed) {
+      options_.on_rank_failed(what);
+      notice = options_.notice_period;
+    }
+    StopAll(what, notice);
   }
 
   // SIGTERM now, or after `notice` to the ranks that have not ended by then.
