@@ -168,6 +168,30 @@ def main():
     # sync_random_seed: the same everywhere.
     seed = dist.sync_random_seed()
     check(len(set(dist.all_gather_object(seed))) == 1, "sync_random_seed")
+    # The seed's form on rank 0 and the drawn form elsewhere meet in one
+    # broadcast (it was int64 against int32: the ranks disagreed).
+    seed = (dist.sync_random_seed(42, device="cpu") if rank == 0
+            else dist.sync_random_seed(seed=None, device="cpu"))
+    check(seed == 42, f"rank 0's given seed reaches every form: {seed}")
+    if n > 1:
+        # A refusal on one rank before the call (a result that cannot be
+        # pickled, an empty dict) fails the call on every rank, and the group
+        # stays in step (the others were left in the call, then paired it
+        # with the next collective).
+        for what, call in (
+                ("collect_results",
+                 lambda: dist.collect_results([lambda: 0] if rank == n - 1 else [rank], n)),
+                ("all_reduce_dict",
+                 lambda: dist.all_reduce_dict({} if rank == n - 1 else {"a": torch.ones(2)}))):
+            try:
+                call()
+                check(False, f"{what} refused on every rank")
+            except Exception as e:  # the refusing rank's own error, or the told disagreement
+                check(rank == n - 1 or "refused its call" in str(e),
+                      f"{what}: the others hear the refusal: {e}")
+            t = torch.ones(1)
+            dist.all_reduce(t, op="sum")
+            check(t.item() == n, f"the group in step after a refused {what}")
     # objects.
     objs = [{"rank": rank}, "x" * (rank * 100 + 1), None] if rank == 0 else [None]
     dist.broadcast_object_list(objs, src=0)

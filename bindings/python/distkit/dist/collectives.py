@@ -255,11 +255,18 @@ def sync_random_seed(*args, **kwargs) -> int:
         return int(value.item())
     if get_world_size(group) == 1:
         return int(given)
-    value = torch.tensor([int(given) if get_rank() == 0 else 0], dtype=torch.int64)
-    broadcast(value, 0, group)
+    # The same broadcast as the drawn form's (int32 x1, mmdet's dtype), so
+    # ranks that pass a seed and ranks that do not (or call the library's
+    # dk_group_sync_random_seed) meet in one call.
+    # (A seed beyond int32 wraps, as a C int32_t would: raising on rank 0
+    # alone would leave the others in the broadcast.)
+    mine = (int(given) + 2**31) % 2**32 - 2**31 if get_rank(group) == 0 else 0
+    value = torch.tensor(mine, dtype=torch.int32)
+    broadcast(value, get_global_rank(group, 0), group)
     return int(value.item())
 
 
+@fail_together(group_at(2))
 def all_reduce_dict(data: dict, op: str = "mean", group: Optional[ProcessGroup] = None,
                     to_float: bool = True) -> dict:
     """Reduces every value of ``data`` (the same keys, shapes and dtypes on

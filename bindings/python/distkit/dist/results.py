@@ -8,9 +8,10 @@ import pickle
 from typing import Optional
 
 from .. import _lib, errors
-from .._lib import lib, raise_for_status, take_items
+from .._lib import lib, take_items
 from .groups import get_world_size, handle_of
 from .objects import bytes_array
+from .refusals import call_collective, fail_together
 
 
 def collect_results(results: list, size: int, *args, **kwargs):
@@ -44,6 +45,9 @@ def collect_results_gpu(result_part: list, size: int):
     return _collect(result_part, size, "gpu", None)
 
 
+# A result that cannot be pickled is refused on every rank (the others are
+# told, not left waiting in the call for a rank that never came).
+@fail_together(lambda args, kwargs: None)
 def _collect(part: list, size: int, device: str, tmpdir: Optional[str]):
     if get_world_size() == 1:
         return part[:size]  # mmengine returns the caller's own objects here
@@ -51,12 +55,14 @@ def _collect(part: list, size: int, device: str, tmpdir: Optional[str]):
     items = ctypes.POINTER(_lib.Bytes)()
     count = ctypes.c_size_t()
     try:
-        raise_for_status(lib.dk_group_collect_results, handle_of(None), array, len(array), size,
-                         _lib.c_string("device", device),
-                         _lib.c_string("tmpdir", tmpdir) if tmpdir is not None else None,
-                         ctypes.byref(items), ctypes.byref(count))
+        call_collective(lib.dk_group_collect_results, handle_of(None), array, len(array), size,
+                        _lib.c_string("device", device),
+                        _lib.c_string("tmpdir", tmpdir) if tmpdir is not None else None,
+                        ctypes.byref(items), ctypes.byref(count))
     except errors.NotFoundError as e:  # mmengine: a tmpdir some rank cannot see
-        raise FileNotFoundError(e.message) from e
+        missing = FileNotFoundError(e.message)
+        missing._distkit_told = True  # the library's error, on every rank
+        raise missing from e
     del keep
     if not items:
         return None  # not rank 0
