@@ -516,6 +516,17 @@ absl::Status GradReducer::Finalize() {
   return absl::OkStatus();
 }
 
+void GradReducer::AbandonIteration() {
+  absl::MutexLock lock(&mu_);
+  if (!in_iteration_) return;
+  for (auto& b : bucket_state_) {
+    if (b->work != nullptr) b->work->Wait().IgnoreError();
+  }
+  std::fill(grads_.begin(), grads_.end(), TensorRef());
+  ResetIteration();
+  in_iteration_ = false;
+}
+
 absl::Status GradReducer::Decompress(Bucket& b) {
   const size_t half_bytes = b.compressed.size() * sizeof(uint16_t);
   if (!b.device.is_cpu()) {

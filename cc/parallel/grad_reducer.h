@@ -92,6 +92,14 @@ class GradReducer {
   // (on every rank, with no collective left half-done).
   absl::Status Finalize();
 
+  // Ends an iteration that will not be finalized (its backward raised):
+  // waits for the buckets already launched (their peers launched them too)
+  // and forgets the gradients marked ready, so that the next iteration
+  // starts afresh instead of finding them "marked ready twice" and writing
+  // back into gradients the caller may have freed. No-op outside an
+  // iteration.
+  void AbandonIteration();
+
   // no_sync: while false, MarkReady and Finalize do nothing (gradients
   // accumulate locally and are reduced at the next synchronized iteration).
   void set_require_sync(bool require_sync);

@@ -6,6 +6,7 @@
 //
 // Modes: plain, find_unused, no_sync, bucket_view, bn (broadcast_buffers),
 // fp16 (fp16 compression hook), separate (SeparateDistributedDataParallel).
+// Then, on its own: a backward that throws, taken again (BackwardThrows).
 // Both sides build parameters, data and targets with the same torch kernels,
 // so they start from identical bits.
 #include <torch/nn/modules/batchnorm.h>
@@ -16,8 +17,11 @@
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cc/dist_api/dist.h"
 #include "cc/torch/distributed_data_parallel.h"
@@ -149,6 +153,65 @@ void Train(const std::string& mode, const std::string& out) {
   Write(*net, absl::StrCat(out, "/cpp_", mode, "_rank", rank_, ".txt"));
 }
 
+// A backward that throws (a gradient hook's error, after the buckets of the
+// layers behind it were launched) leaves nothing behind: with the step taken
+// again, and gradients set to none between steps (torch 2.x's zero_grad),
+// training ends as it does without the failure. Before, the reducer kept the
+// failed iteration: the retry found its gradients "marked ready twice",
+// never reduced them, and wrote the old averages into freed gradients.
+void BackwardThrows() {
+  auto train = [](bool fail) {
+    torch::manual_seed(0);
+    auto net = std::make_shared<NetImpl>("plain");
+    Init(*net);
+    GradReducer::Options o;
+    o.bucket_cap_mb = 1e-4;  // a bucket per parameter: launched as they come
+    o.first_bucket_cap_mb = 1e-4;
+    auto ddp = DistributedDataParallel::Create(net, o);
+    distkit::testing::RequireOk(ddp.status(), "create");
+    torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1));
+    auto to_none = [&] {
+      for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
+    };
+    for (int step = 0; step < 5; ++step) {
+      to_none();
+      if (fail && step == 2) {
+        distkit::testing::RequireOk((*ddp)->BeforeForward(), "before forward");
+        const auto hook =
+            net->fc1->weight.register_hook([](torch::Tensor) -> torch::Tensor {
+              throw std::runtime_error("a failing gradient hook");
+            });
+        const absl::Status failed = (*ddp)->Backward(
+            torch::mse_loss(net->forward(Input(step, 0)), Target(step, 0)));
+        net->fc1->weight.remove_hook(hook);
+        distkit::testing::Check(
+            !failed.ok() &&
+                absl::StrContains(failed.message(), "a failing gradient hook"),
+            "the backward's error is returned: " + failed.ToString());
+        to_none();
+      }
+      distkit::testing::RequireOk((*ddp)->BeforeForward(), "before forward");
+      distkit::testing::RequireOk(
+          (*ddp)->Backward(
+              torch::mse_loss(net->forward(Input(step, 0)), Target(step, 0))),
+          "backward");
+      sgd.step();
+    }
+    std::vector<torch::Tensor> params;
+    for (auto& p : net->parameters()) params.push_back(p.detach().clone());
+    return params;
+  };
+  const std::vector<torch::Tensor> clean = train(false);
+  const std::vector<torch::Tensor> retried = train(true);
+  bool same = clean.size() == retried.size();
+  for (size_t i = 0; same && i < clean.size(); ++i) {
+    same = torch::equal(clean[i], retried[i]);
+  }
+  distkit::testing::Check(same,
+                          "training with a failed backward retried ends as "
+                          "training without it");
+}
+
 // device_ids as torch defines them, where this machine allows: a CPU module
 // with device_ids is refused with torch's text before any collective (every
 // rank alike); without them the module is used as it is. (CUDA modules:
@@ -192,6 +255,7 @@ int main(int argc, char** argv) {
     Train(mode, argv[1]);
   }
   Placement();
+  BackwardThrows();
   distkit::testing::RequireOk(distkit::dist::Barrier(), "barrier");
   std::printf("rank %d: trained every mode\n", rank_);
   distkit::dist::DestroyDist();

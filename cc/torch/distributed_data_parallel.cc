@@ -285,6 +285,8 @@ absl::Status DistributedDataParallel::Backward(const torch::Tensor& loss) {
   try {
     loss.backward();
   } catch (const std::exception& e) {
+    // The reducer must not carry this iteration into the next one.
+    reducer_->AbandonIteration();
     return absl::InternalError(absl::StrCat("backward failed: ", e.what()));
   }
   return FinishBackward();
@@ -345,6 +347,10 @@ absl::Status SeparateDistributedDataParallel::Backward(
   try {
     loss.backward();
   } catch (const std::exception& e) {
+    // No child's reducer may carry this iteration into the next one.
+    for (auto& [name, ddp] : wrapped_children_) {
+      ddp->reducer().AbandonIteration();
+    }
     return absl::InternalError(absl::StrCat("backward failed: ", e.what()));
   }
   absl::Status status;
