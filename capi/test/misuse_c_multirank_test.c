@@ -6,7 +6,8 @@
  *   values, counts larger than any array, all_to_all splits whose sum wraps
  *   around int64, a local group past the world, a negative collect_results
  *   size): DK_INVALID_ARGUMENT, nothing read;
- * - an int64 bucket size beyond int: not wrapped into a small one;
+ * - an int64 bucket size beyond int: not wrapped into a small one; a
+ *   reducer's bucket size that is not finite: DK_INVALID_ARGUMENT;
  * - destroyed subgroup and parallel-state handles (and a parallel state
  *   made from a destroyed group): -1, NULL and DK_FAILED_PRECONDITION,
  *   never the world's values;
@@ -14,6 +15,7 @@
  *   DK_FAILED_PRECONDITION, as the header says;
  * - a store key that is not UTF-8: DK_INVALID_ARGUMENT with a reason;
  * - dk_group_abort on another thread beside dk_group_destroy: no crash. */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -164,6 +166,27 @@ static void bucket_sizes_beyond_int(void) {
   }
 }
 
+/* A reducer's bucket size that is not a finite number of MiB (NaN, inf,
+ * 1e300) is refused on every rank, before anything moves (its conversion to
+ * bytes was undefined behaviour). */
+static void reducer_bucket_sizes_not_finite(void) {
+  float w[4] = {0};
+  int64_t n = 4;
+  DLTensor p = dk_test_host_tensor(w, &n, 1, kDLFloat, 32);
+  DLTensor* params[1] = {&p};
+  const double bad[3] = {NAN, INFINITY, 1e300};
+  for (int k = 0; k < 3; ++k) {
+    dk_reducer_config_t config;
+    dk_reducer_config_init(&config);
+    config.bucket_cap_mb = bad[k];
+    dk_reducer_t* reducer = NULL;
+    dk_error_t* err = NULL;
+    EXPECT(dk_reducer_create(NULL, params, 1, NULL, 0, &config, &reducer, &err),
+           DK_INVALID_ARGUMENT, "bucket sizes", "a bucket size not finite");
+    dk_test_check(reducer == NULL, "no reducer for a bucket size not finite");
+  }
+}
+
 static void destroyed_handles_and_non_members(void) {
   dk_error_t* err = NULL;
   int32_t first[1] = {0};
@@ -267,6 +290,7 @@ int main(void) {
   reinit_rounds();
   sizes_no_buffer_can_have();
   bucket_sizes_beyond_int();
+  reducer_bucket_sizes_not_finite();
   destroyed_handles_and_non_members();
   abort_beside_destroy();
   dk_error_t* err = NULL;

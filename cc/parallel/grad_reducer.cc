@@ -79,9 +79,15 @@ absl::StatusOr<std::unique_ptr<GradReducer>> GradReducer::Create(
     return absl::FailedPreconditionError(
         "GradReducer: this rank is not a member of the group");
   }
-  if (options.bucket_cap_mb <= 0 || options.first_bucket_cap_mb <= 0) {
+  // Also NaN and sizes no size_t holds (1 PiB is past any bucket): their
+  // conversion to bytes would be undefined.
+  constexpr double kMostMiB = double{1 << 30};
+  if (!(options.bucket_cap_mb > 0 && options.bucket_cap_mb <= kMostMiB) ||
+      !(options.first_bucket_cap_mb > 0 &&
+        options.first_bucket_cap_mb <= kMostMiB)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "GradReducer: bucket sizes must be positive (bucket_cap_mb ",
+        "GradReducer: bucket sizes must be positive and at most 1 PiB "
+        "(bucket_cap_mb ",
         options.bucket_cap_mb, ", first_bucket_cap_mb ",
         options.first_bucket_cap_mb, ")"));
   }

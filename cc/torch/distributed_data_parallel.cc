@@ -266,7 +266,10 @@ absl::Status DistributedDataParallel::FinishBackward() {
                                .device(TorchDeviceOf(reduced.device()))
                                .requires_grad(false));
       if (!grad.defined()) {
-        grad = src.clone();
+        // On the parameter's device (a CUDA parameter's gradient from a
+        // host group's bucket must not stay on the host).
+        grad = src.to(src.options().device(params_[i].device()),
+                      /*non_blocking=*/false, /*copy=*/true);
       } else {
         grad.copy_(src);
       }
