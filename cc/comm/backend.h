@@ -52,6 +52,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -219,6 +220,15 @@ class Backend {
   // channel per pair and direction that one thread at a time may use, so
   // the default keeps one lane per peer and direction.
   virtual bool ConcurrentTags() const { return false; }
+
+  // The most elements one all_to_all may send to, or take from, one peer,
+  // and the most its offsets into a buffer may reach (MPI's counts and
+  // displacements are ints). The contract refuses an uneven all_to_all
+  // past it on every rank alike from the whole split matrix: a rank that
+  // refused its own splits alone left the others in the call.
+  virtual int64_t MaxAllToAllElements() const {
+    return std::numeric_limits<int64_t>::max();
+  }
 
   // Where this rank's part of an operation that failed (timed out, or ended
   // by a peer's abort) was on its device, for the group's late-rank

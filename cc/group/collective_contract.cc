@@ -232,6 +232,26 @@ absl::Status CollectiveContract::CheckSplitMatrix(
       }
     }
   }
+  // Every rank's counts and offsets against the backend's bound, decided
+  // from the matrix every rank holds, so every rank refuses alike.
+  const int64_t most = backend_->MaxAllToAllElements();
+  for (int r = 0; r < n; ++r) {
+    for (int half = 0; half < 2; ++half) {
+      int64_t offset = 0;
+      for (int q = 0; q < n; ++q) {
+        const int64_t count = all[r * 2 * n + half * n + q];
+        if (count > most || offset > most) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              ctx.Describe(), ": rank ", r, "'s ",
+              half == 0 ? "input_splits" : "output_splits", " reach past ",
+              most, " elements (", count, " at offset ", offset, " for rank ",
+              q, "), more than the ", backend_->name(),
+              " backend takes in one all_to_all"));
+        }
+        offset += count;
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <thread>
@@ -280,6 +281,17 @@ absl::Status MpiBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
     return mpi_.IreduceScatterBlock(input.data(), output.data(), n, t.type,
                                     t.op, comm_, req);
   });
+}
+
+int64_t MpiBackend::MaxAllToAllElements() const {
+  // Test-only: a small limit, so that a test need not move 2^31 elements
+  // to reach it.
+  static const int64_t most = [] {
+    const char* limit = std::getenv("DISTKIT_TEST_MPI_MAX_ALLTOALL");
+    return limit != nullptr ? int64_t{std::atoll(limit)}
+                            : int64_t{std::numeric_limits<int>::max()};
+  }();
+  return most;
 }
 
 absl::Status MpiBackend::AllToAll(const OpContext& ctx, TensorRef input,

@@ -41,6 +41,7 @@ class MpiBackend : public Backend {
   // Collective over this backend's ranks: the members (`parent_ranks`, in
   // the new group's order) get a backend over them; the others nullptr.
   bool splits_from_parent() const override { return true; }
+  int64_t MaxAllToAllElements() const override;
   absl::StatusOr<std::unique_ptr<Backend>> Split(
       const OpContext& ctx, const std::vector<int>& parent_ranks) override;
   // The members alone: MPI_Comm_create_group, tagged from `name`. It has no

@@ -181,6 +181,8 @@ void AllOps(ProcessGroup& g, DataType d) {
 
 int main() {
   using namespace distkit;
+  // A small all_to_all bound for the case below (read when first needed).
+  setenv("DISTKIT_TEST_MPI_MAX_ALLTOALL", "1000", 1);
   dist::InitOptions options;
   options.backend = "mpi";
   options.timeout = absl::Seconds(60);
@@ -226,6 +228,27 @@ int main() {
     for (size_t j = 0; j < out.size(); ++j)
       testing::Require(out[j] == 100 * int64_t(j / (r + 1)) + r,
                        "uneven all_to_all");
+  }
+  // An uneven all_to_all past the backend's bound (MPI's int counts; 1000
+  // here, DISTKIT_TEST_MPI_MAX_ALLTOALL) on one pair of ranks only: refused
+  // on every rank alike, and the group goes on. (Each rank refused its own
+  // splits alone: the others went into MPI_Ialltoallv, which MPI then
+  // matched with the refusing ranks' next collective.)
+  if (size_ > 1) {
+    const int n = size_;
+    std::vector<int64_t> in_splits(n, 0), out_splits(n, 0);
+    if (rank_ == 0) in_splits[1] = 1001;
+    if (rank_ == 1) out_splits[0] = 1001;
+    std::vector<int8_t> in(rank_ == 0 ? 1001 : 0), out(rank_ == 1 ? 1001 : 0);
+    absl::Status refused =
+        world->AllToAll(TensorRef(in.data(), in.size(), DataType::kInt8),
+                        TensorRef(out.data(), out.size(), DataType::kInt8),
+                        in_splits, out_splits);
+    testing::Check(
+        refused.code() == absl::StatusCode::kInvalidArgument &&
+            refused.message().find("reach past 1000") != std::string::npos,
+        "an all_to_all past the bound, on every rank: " + refused.ToString());
+    testing::RequireOk(world->Barrier(), "the group after the refusal");
   }
   // Send/recv around a ring, and a mismatched receive named on the receiver.
   if (size_ > 1) {
@@ -317,10 +340,11 @@ int main() {
                    "unnamed groups are numbered alike on every rank: " +
                        (*numbered)->name());
   testing::RequireOk(world->Barrier(), "barrier");
-  std::printf("rank %d/%d: mpi backend checks passed\n", rank_, size_);
   own->reset();
   numbered->reset();
   sub->reset();
   dist::DestroyDist();
-  return 0;
+  // Check's failures count (the program exited 0 after them before).
+  return testing::FinishChecks(
+      absl::StrCat("mpi backend checks, rank ", rank_, " of ", size_));
 }
