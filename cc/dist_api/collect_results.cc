@@ -110,16 +110,18 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
   const int rank = g->rank(), world = g->size();
   std::string dir;
   if (!tmpdir.has_value()) {
-    // Rank 0 makes the directory; its path travels space-padded.
+    // Rank 0 makes the directory; its path travels space-padded (all
+    // spaces: rank 0 could not make one, and every rank fails alike).
     std::vector<char> path(kPathBufferBytes, ' ');
+    std::string mkdtemp_error;
     if (rank == 0) {
       mkdir(".dist_test", 0755);
       char templ[] = ".dist_test/tmpXXXXXX";
       if (mkdtemp(templ) == nullptr) {
-        return absl::InternalError(
-            absl::StrCat("collect_results: mkdtemp: ", strerror(errno)));
+        mkdtemp_error = strerror(errno);
+      } else {
+        std::memcpy(path.data(), templ, std::strlen(templ));
       }
-      std::memcpy(path.data(), templ, std::strlen(templ));
     }
     // Through the comm device (dist::Broadcast's casting rule): NCCL takes
     // no host memory.
@@ -127,21 +129,39 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
         Broadcast(TensorRef(path.data(), path.size(), DataType::kUInt8), 0, g));
     dir = std::string(absl::StripTrailingAsciiWhitespace(
         std::string(path.begin(), path.end())));
+    if (dir.empty()) {
+      return absl::InternalError(absl::StrCat(
+          "collect_results: rank 0 could not make a temporary directory",
+          mkdtemp_error.empty() ? "" : " (mkdtemp: ", mkdtemp_error,
+          mkdtemp_error.empty() ? "" : ")"));
+    }
   } else {
     dir = *tmpdir;
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
   }
+  bool written = false;
   {
     std::ofstream out(absl::StrCat(dir, "/part_", rank, ".bin"),
                       std::ios::binary);
     out << Encode(part);
-    if (!out) {
-      return absl::InternalError(
-          absl::StrCat("collect_results: cannot write in ", dir));
-    }
+    written = static_cast<bool>(out);
   }
-  DK_RETURN_IF_ERROR(g->Barrier());
+  // Every rank's part is written, or every rank fails: the least of the
+  // ranks' answers (not a barrier, which a rank that refused the call before
+  // it started also makes, to tell the others: a barrier here would have
+  // met it as if this call had).
+  int32_t all_written = written ? 1 : 0;
+  DK_RETURN_IF_ERROR(
+      AllReduce(TensorRef(&all_written, 1, DataType::kInt32), "min", g));
+  if (all_written == 0) {
+    std::error_code ec;
+    if (!tmpdir.has_value()) std::filesystem::remove_all(dir, ec);
+    return absl::InternalError(absl::StrCat(
+        "collect_results: ",
+        written ? "a rank could not write its part in " : "cannot write in ",
+        dir));
+  }
   if (rank != 0) return std::optional<ResultItems>();
   std::vector<ResultItems> parts;
   for (int r = 0; r < world; ++r) {

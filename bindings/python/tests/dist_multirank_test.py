@@ -173,6 +173,8 @@ def main():
     seed = (dist.sync_random_seed(42, device="cpu") if rank == 0
             else dist.sync_random_seed(seed=None, device="cpu"))
     check(seed == 42, f"rank 0's given seed reaches every form: {seed}")
+    seed = dist.sync_random_seed(2**31 + 5, device="cpu")
+    check(seed == 2**31 + 5, f"a seed past int32 comes back whole: {seed}")
     if n > 1:
         # A refusal on one rank before the call (a result that cannot be
         # pickled, an empty dict) fails the call on every rank, and the group
@@ -182,7 +184,10 @@ def main():
                 ("collect_results",
                  lambda: dist.collect_results([lambda: 0] if rank == n - 1 else [rank], n)),
                 ("all_reduce_dict",
-                 lambda: dist.all_reduce_dict({} if rank == n - 1 else {"a": torch.ones(2)}))):
+                 lambda: dist.all_reduce_dict({} if rank == n - 1 else {"a": torch.ones(2)})),
+                ("collect_results with a tmpdir",
+                 lambda: dist.collect_results([lambda: 0] if rank == n - 1 else [rank], n, "cpu",
+                                              os.path.join(os.environ["TEST_TMPDIR"], "refused")))):
             try:
                 call()
                 check(False, f"{what} refused on every rank")

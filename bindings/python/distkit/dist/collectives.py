@@ -258,12 +258,13 @@ def sync_random_seed(*args, **kwargs) -> int:
     # The same broadcast as the drawn form's (int32 x1, mmdet's dtype), so
     # ranks that pass a seed and ranks that do not (or call the library's
     # dk_group_sync_random_seed) meet in one call.
-    # (A seed beyond int32 wraps, as a C int32_t would: raising on rank 0
-    # alone would leave the others in the broadcast.)
+    # (A seed past int32 travels wrapped, as a C int32_t would, and comes
+    # back as its low 32 bits: raising on rank 0 alone would leave the
+    # others in the broadcast.)
     mine = (int(given) + 2**31) % 2**32 - 2**31 if get_rank(group) == 0 else 0
     value = torch.tensor(mine, dtype=torch.int32)
     broadcast(value, get_global_rank(group, 0), group)
-    return int(value.item())
+    return int(value.item()) & 0xFFFFFFFF  # a seed in [2^31, 2^32) comes back whole
 
 
 @fail_together(group_at(2))
