@@ -529,6 +529,9 @@ void GradReducer::AbandonIteration() {
     if (b->work != nullptr) b->work->Wait().IgnoreError();
   }
   std::fill(grads_.begin(), grads_.end(), TensorRef());
+  // The first iteration's order of readiness decides the rebuilt buckets:
+  // only a finished one counts.
+  if (iteration_ == 0) ready_order_.clear();
   ResetIteration();
   in_iteration_ = false;
 }

@@ -92,12 +92,13 @@ class GradReducer {
   // (on every rank, with no collective left half-done).
   absl::Status Finalize();
 
-  // Ends an iteration that will not be finalized (its backward raised):
-  // waits for the buckets already launched (their peers launched them too)
-  // and forgets the gradients marked ready, so that the next iteration
-  // starts afresh instead of finding them "marked ready twice" and writing
-  // back into gradients the caller may have freed. No-op outside an
-  // iteration.
+  // Ends an iteration that will not be finalized (its backward raised, on
+  // every rank alike: a rank that fails alone leaves its peers waiting in
+  // Finalize for buckets it will not launch, as in torch's DDP): waits for
+  // the buckets already launched and forgets the gradients marked ready,
+  // so that the next iteration starts afresh instead of finding them
+  // "marked ready twice" and writing back into gradients the caller may
+  // have freed. No-op outside an iteration.
   void AbandonIteration();
 
   // no_sync: while false, MarkReady and Finalize do nothing (gradients

@@ -238,6 +238,14 @@ absl::Status DistributedDataParallel::PrepareBackward(
   return absl::OkStatus();
 }
 
+void DistributedDataParallel::AbandonBackward() {
+  {
+    absl::MutexLock lock(&mu_);
+    hook_error_ = absl::OkStatus();
+  }
+  reducer_->AbandonIteration();
+}
+
 absl::Status DistributedDataParallel::FinishBackward() {
   {
     absl::MutexLock lock(&mu_);
@@ -289,7 +297,7 @@ absl::Status DistributedDataParallel::Backward(const torch::Tensor& loss) {
     loss.backward();
   } catch (const std::exception& e) {
     // The reducer must not carry this iteration into the next one.
-    reducer_->AbandonIteration();
+    AbandonBackward();
     return absl::InternalError(absl::StrCat("backward failed: ", e.what()));
   }
   return FinishBackward();
@@ -351,9 +359,7 @@ absl::Status SeparateDistributedDataParallel::Backward(
     loss.backward();
   } catch (const std::exception& e) {
     // No child's reducer may carry this iteration into the next one.
-    for (auto& [name, ddp] : wrapped_children_) {
-      ddp->reducer().AbandonIteration();
-    }
+    for (auto& [name, ddp] : wrapped_children_) ddp->AbandonBackward();
     return absl::InternalError(absl::StrCat("backward failed: ", e.what()));
   }
   absl::Status status;

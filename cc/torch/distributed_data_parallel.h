@@ -105,6 +105,10 @@ class DistributedDataParallel : public torch::nn::Module, public ModelWrapper {
   // DDPs: PrepareBackward (before loss.backward()) and FinishBackward.
   absl::Status PrepareBackward(const torch::Tensor& loss);
   absl::Status FinishBackward();
+  // In place of FinishBackward after a backward that threw: the reducer
+  // forgets the iteration (GradReducer::AbandonIteration), and a gradient
+  // hook's error from it is dropped, so the next backward starts clean.
+  void AbandonBackward();
 
   GradReducer& reducer() { return *reducer_; }
   const std::vector<torch::Tensor>& parameters_in_order() const {
