@@ -8,9 +8,10 @@
 // device "cpu" goes through a directory every rank can reach: `tmpdir`, or
 // (when empty) a fresh one that rank 0 makes under ./.dist_test and whose path
 // it broadcasts in a 512-byte space-padded buffer. Rank r writes part_<r>.bin
-// there (length-prefixed items; the Python binding writes mmengine's
-// part_<r>.pkl pickles instead), all ranks meet at a barrier, rank 0 reads
-// every part and removes the directory, also one the caller supplied. "gpu" and
+// there (length-prefixed items; from Python, a pickle each), all ranks take
+// the least of whether each wrote its part (an error on every rank where one
+// could not), rank 0 reads every part and removes the directory, also one
+// the caller supplied. "gpu" and
 // "npu" gather the parts through the communication backend instead.
 
 #ifndef DISTKIT_CC_DIST_API_COLLECT_RESULTS_H_
