@@ -28,7 +28,7 @@ netns_exec 0 env -u MASTER_ADDR -u MASTER_PORT TMPDIR="$out" timeout --signal=KI
   --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
   -x TMPDIR "$program" >"$out/log" 2>&1
 rc=$?
-passed=$(grep -c 'mpi backend checks passed' "$out/log")
+passed=$(grep -c 'mpi backend checks, rank [0-9]* of 4: passed' "$out/log")
 if [ "$rc" -ne 0 ] || [ "$passed" -ne 4 ]; then
   echo "FAILED: exit $rc, $passed of 4 ranks passed:"
   sed 's/^/    /' "$out/log"
