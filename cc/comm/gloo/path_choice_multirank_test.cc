@@ -97,5 +97,10 @@ int main(int argc, char** argv) {
   printf("rank %d: path %s\n", rank, path);
   Check(std::string(path) == want,
         absl::StrCat("rank 0's choice picks the path: ", want, ", not ", path));
+  // Gloo's TCP mesh is made asynchronously: a rank whose side is connected
+  // may return while a peer still reads its handshake. Keep the second
+  // backend until every rank has it, so one rank's exit does not close a
+  // connection another is still making.
+  RequireOk(env->world->Barrier(), "barrier after the second backend");
   return testing::FinishChecks(absl::StrCat("path choice ", mode));
 }
