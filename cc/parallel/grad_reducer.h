@@ -80,7 +80,9 @@ class GradReducer {
 
   // Starts an iteration. `unused`: parameters this rank's forward did not
   // use (find_unused_parameters only): they count as ready with a zero
-  // gradient. Idempotent until the first MarkReady.
+  // gradient. Idempotent until the first MarkReady. One that holds a gradient
+  // accumulated under no_sync is not unused: the framework marks it ready
+  // with that gradient (DistributedDataParallel does).
   absl::Status PrepareForBackward(absl::Span<const int> unused = {});
 
   // Parameter `index`'s gradient is final for this iteration. `grad` must stay

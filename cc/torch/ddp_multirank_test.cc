@@ -4,8 +4,10 @@
 // models with torch.nn.parallel.DistributedDataParallel and compares
 // (ddp_vs_torch_test).
 //
-// Modes: plain, find_unused, no_sync, bucket_view, bn (broadcast_buffers),
-// fp16 (fp16 compression hook), separate (SeparateDistributedDataParallel).
+// Modes: plain, find_unused, no_sync, unused_no_sync (find_unused_parameters
+// with a layer used in the no_sync micro-step only, on even ranks),
+// bucket_view, bn (broadcast_buffers), fp16 (fp16 compression hook), separate
+// (SeparateDistributedDataParallel).
 // Then, on its own: a backward that throws, taken again (BackwardThrows).
 // Both sides build parameters, data and targets with the same torch kernels,
 // so they start from identical bits.
@@ -44,17 +46,25 @@ struct NetImpl : torch::nn::Module {
       extra = register_module("extra", torch::nn::Linear(16, 4));
       never = register_module("never", torch::nn::Linear(4, 4));
     }
+    if (mode == "unused_no_sync") {
+      extra = register_module("extra", torch::nn::Linear(16, 4));
+    }
   }
   torch::Tensor forward(torch::Tensor x) {
     torch::Tensor h = fc1->forward(x);
     if (!bn.is_empty()) h = bn->forward(h);
     h = torch::relu(h);
     torch::Tensor out = fc2->forward(h);
-    // extra is used on odd ranks only; never is never used.
-    if (!extra.is_empty() && rank_ % 2 == 1) out = out + extra->forward(h);
+    // find_unused: extra is used on odd ranks only; never is never used.
+    // unused_no_sync: extra is used in the no_sync micro-step everywhere and
+    // in the synchronized one on odd ranks only.
+    const bool use_extra =
+        rank_ % 2 == 1 || (mode == "unused_no_sync" && in_no_sync);
+    if (!extra.is_empty() && use_extra) out = out + extra->forward(h);
     return out;
   }
   std::string mode;
+  bool in_no_sync = false;
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, extra{nullptr}, never{nullptr};
   torch::nn::BatchNorm1d bn{nullptr};
 };
@@ -103,7 +113,7 @@ void Train(const std::string& mode, const std::string& out) {
   auto net = std::make_shared<NetImpl>(mode);
   Init(*net);
   GradReducer::Options o;
-  o.find_unused_parameters = mode == "find_unused";
+  o.find_unused_parameters = mode == "find_unused" || mode == "unused_no_sync";
   o.gradient_as_bucket_view = mode == "bucket_view";
   if (mode == "fp16") o.comm_hook = distkit::CommHook::kFp16Compress;
   torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1));
@@ -130,14 +140,16 @@ void Train(const std::string& mode, const std::string& out) {
       distkit::testing::RequireOk(absl::InternalError("is_model_wrapper"),
                                   mode);
     for (int step = 0; step < 5; ++step) {
-      if (mode == "no_sync") {
+      if (mode == "no_sync" || mode == "unused_no_sync") {
         sgd.zero_grad();
         {
           auto guard = (*ddp)->no_sync();
           distkit::testing::RequireOk((*ddp)->BeforeForward(),
                                       "before forward");
+          net->in_no_sync = true;
           distkit::testing::RequireOk((*ddp)->Backward(loss_of(step, 1)),
                                       "no_sync backward");
+          net->in_no_sync = false;
         }
         distkit::testing::RequireOk((*ddp)->BeforeForward(), "before forward");
         distkit::testing::RequireOk((*ddp)->Backward(loss_of(step, 0)),
@@ -250,8 +262,8 @@ int main(int argc, char** argv) {
   rank_ = distkit::dist::GetRank();
   distkit::testing::SetCheckRank(rank_);
   torch::set_num_threads(1);
-  for (const char* mode : {"plain", "find_unused", "no_sync", "bucket_view",
-                           "bn", "fp16", "separate"}) {
+  for (const char* mode : {"plain", "find_unused", "no_sync", "unused_no_sync",
+                           "bucket_view", "bn", "fp16", "separate"}) {
     Train(mode, argv[1]);
   }
   Placement();

@@ -157,6 +157,13 @@ absl::Status DistributedDataParallel::Attach(
 }
 
 void DistributedDataParallel::OnGradReady(int index) {
+  if (!reducer_->require_sync()) {
+    if (reducer_->options().find_unused_parameters) {
+      absl::MutexLock lock(&mu_);
+      accumulated_.insert(index);
+    }
+    return;  // no_sync: the gradient stays where autograd accumulates it
+  }
   const torch::Tensor& grad = params_[index].grad();
   absl::Status s;
   if (!grad.defined()) {
@@ -233,7 +240,17 @@ absl::Status DistributedDataParallel::PrepareBackward(
     const torch::Tensor& loss) {
   DK_RETURN_IF_ERROR(PointGradsAtViews());
   if (reducer_->require_sync() && reducer_->options().find_unused_parameters) {
-    DK_RETURN_IF_ERROR(reducer_->PrepareForBackward(UnusedParameters(loss)));
+    std::vector<int> unused;
+    carried_.clear();
+    {
+      absl::MutexLock lock(&mu_);
+      for (int i : UnusedParameters(loss)) {
+        const bool carried =
+            accumulated_.contains(i) && params_[i].grad().defined();
+        (carried ? carried_ : unused).push_back(i);
+      }
+    }
+    DK_RETURN_IF_ERROR(reducer_->PrepareForBackward(unused));
   }
   return absl::OkStatus();
 }
@@ -243,6 +260,7 @@ void DistributedDataParallel::AbandonBackward() {
     absl::MutexLock lock(&mu_);
     hook_error_ = absl::OkStatus();
   }
+  carried_.clear();
   reducer_->AbandonIteration();
 }
 
@@ -257,7 +275,26 @@ absl::Status DistributedDataParallel::FinishBackward() {
     }
   }
   if (!reducer_->require_sync()) return absl::OkStatus();
+  // Unreached by this backward, accumulated under no_sync: this rank's
+  // contribution is that gradient.
+  absl::Status carried_status;
+  for (int i : carried_) {
+    absl::StatusOr<TensorRef> ref = Ref(params_[i].grad(), names_[i] + ".grad");
+    carried_status = ref.ok() ? reducer_->MarkReady(i, *ref) : ref.status();
+    if (!carried_status.ok()) break;
+  }
+  carried_.clear();
+  if (!carried_status.ok()) {
+    // As after a hook's error: the missing gradients go as zeros, so the
+    // peers' buckets complete.
+    reducer_->Finalize().IgnoreError();
+    return carried_status;
+  }
   DK_RETURN_IF_ERROR(reducer_->Finalize());
+  {
+    absl::MutexLock lock(&mu_);
+    accumulated_.clear();
+  }
   torch::NoGradGuard no_grad;
   if (reducer_->options().find_unused_parameters) {
     // A parameter unused here but used elsewhere gets the averaged gradient.

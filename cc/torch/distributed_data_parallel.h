@@ -28,7 +28,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "cc/group/process_group.h"
 #include "cc/parallel/grad_reducer.h"
 
@@ -134,6 +136,13 @@ class DistributedDataParallel : public torch::nn::Module, public ModelWrapper {
   int64_t view_generation_ = -1;
   absl::Mutex mu_;
   absl::Status hook_error_ ABSL_GUARDED_BY(mu_);
+  // find_unused_parameters: parameters whose gradient hook ran under no_sync
+  // since the last synchronized backward. One that backward does not reach
+  // still contributes what it accumulated (as in torch's DDP), not a zero:
+  // PrepareBackward leaves it out of the unused ones (`carried_`) and
+  // FinishBackward marks it ready with its gradient.
+  absl::flat_hash_set<int> accumulated_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> carried_;
 };
 
 // mmengine's MMSeparateDistributedDataParallel: every direct child with

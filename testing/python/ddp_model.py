@@ -12,7 +12,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
 RANK = int(os.environ.get("RANK", "0"))
-MODES = ["plain", "find_unused", "no_sync", "bucket_view", "bn", "fp16", "separate"]
+MODES = ["plain", "find_unused", "no_sync", "unused_no_sync", "bucket_view", "bn", "fp16",
+         "separate"]
 
 
 class Net(torch.nn.Module):
@@ -25,7 +26,10 @@ class Net(torch.nn.Module):
         if mode == "find_unused":
             self.extra = torch.nn.Linear(16, 4)
             self.never = torch.nn.Linear(4, 4)
+        if mode == "unused_no_sync":
+            self.extra = torch.nn.Linear(16, 4)
         self.mode = mode
+        self.in_no_sync = False  # unused_no_sync: set by train() for its no_sync micro-step
 
     def forward(self, x):
         h = self.fc1(x)
@@ -34,6 +38,11 @@ class Net(torch.nn.Module):
         h = torch.relu(h)
         out = self.fc2(h)
         if self.mode == "find_unused" and RANK % 2 == 1:
+            out = out + self.extra(h)
+        # unused_no_sync: extra gets a gradient in the no_sync micro-step on
+        # every rank, and in the synchronized one on odd ranks only: even
+        # ranks must still contribute what they accumulated.
+        if self.mode == "unused_no_sync" and (self.in_no_sync or RANK % 2 == 1):
             out = out + self.extra(h)
         return out
 
@@ -64,7 +73,7 @@ def torch_wrap(net, mode):
     if mode == "separate":
         net.fc1, net.fc2 = TorchDDP(net.fc1), TorchDDP(net.fc2)
         return net
-    model = TorchDDP(net, find_unused_parameters=mode == "find_unused",
+    model = TorchDDP(net, find_unused_parameters=mode in ("find_unused", "unused_no_sync"),
                      gradient_as_bucket_view=mode == "bucket_view")
     if mode == "fp16":
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
@@ -79,9 +88,11 @@ def train(mode, wrap):
     sgd = torch.optim.SGD(net.parameters(), lr=0.1)
     for step in range(5):
         sgd.zero_grad()
-        if mode == "no_sync":
+        if mode in ("no_sync", "unused_no_sync"):
             with model.no_sync():
+                net.in_no_sync = True
                 F.mse_loss(model(inp(step, 1)), target(step, 1)).backward()
+                net.in_no_sync = False
         F.mse_loss(model(inp(step, 0)), target(step, 0)).backward()
         sgd.step()
     state = dict(net.named_parameters())

@@ -231,6 +231,12 @@ class MMDistributedDataParallel(torch.nn.Module):
         self._view_generation = -1
         self._finalize_queued = False
         self._used = None
+        # find_unused_parameters: parameters whose gradient hook ran under
+        # no_sync since the last synchronized backward. One the synchronized
+        # backward does not reach still contributes what it accumulated (as
+        # torch's DDP does), instead of a zero.
+        self._accumulated = set()
+        self._carried = []
 
     def regroup(self, process_group=None) -> None:
         """Collective over the new group: after a shrink or a grow
@@ -256,19 +262,30 @@ class MMDistributedDataParallel(torch.nn.Module):
 
     def _mark_ready(self, index: int) -> None:
         if not self.require_backward_grad_sync:
+            if self.find_unused_parameters:
+                self._accumulated.add(index)
             return
-        p = self._dk_params[index]
-        view = Borrowed(p.grad)
-        self._grad_views[index] = view  # borrowed by the library until finalize
-        raise_for_status(lib.dk_reducer_mark_ready, self._reducer.handle, index, view.pointer)
+        self._lend_grad(index)
         if not self._finalize_queued:
             self._finalize_queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._finalize)
 
+    def _lend_grad(self, index: int) -> None:
+        view = Borrowed(self._dk_params[index].grad)
+        self._grad_views[index] = view  # borrowed by the library until finalize
+        raise_for_status(lib.dk_reducer_mark_ready, self._reducer.handle, index, view.pointer)
+
     def _finalize(self) -> None:
         self._finalize_queued = False
         try:
+            # Unreached in this backward, but accumulated under no_sync:
+            # that gradient is this rank's contribution (forward left them
+            # out of the unused ones).
+            for i in self._carried:
+                self._lend_grad(i)
+            self._carried = []
             raise_for_status(lib.dk_reducer_finalize, self._reducer.handle)
+            self._accumulated = set()
         finally:
             self._grad_views = [None] * len(self._dk_params)
         handle = self._reducer.handle
@@ -322,6 +339,9 @@ class MMDistributedDataParallel(torch.nn.Module):
         if training and self.find_unused_parameters:
             reached = _reachable_leaves(output)
             self._used = {i for i, acc in enumerate(self._accumulators) if acc in reached}
+            self._carried = sorted(i for i in self._accumulated - self._used
+                                   if self._dk_params[i].grad is not None)
+            self._used.update(self._carried)  # the reducer writes theirs back
             unused = [i for i in range(len(self._dk_params)) if i not in self._used]
             array = (ctypes.c_int32 * max(1, len(unused)))(*unused)
             raise_for_status(lib.dk_reducer_prepare, self._reducer.handle, array, len(unused))

@@ -6,7 +6,6 @@ train_step / val_step / test_step and is_model_wrapper behave as mmengine's.
 torch.distributed rendezvouses through a FileStore in the test's temporary directory
 (distrun's store has MASTER_PORT, and no other port is sure to be free)."""
 import os
-import sys
 
 import torch
 import torch.distributed as tdist
@@ -25,7 +24,8 @@ def distkit_wrap(net, mode):
         wrapper = MMSeparateDistributedDataParallel(net)
         assert is_model_wrapper(wrapper) and isinstance(net.fc1, MMDistributedDataParallel)
         return net
-    model = MMDistributedDataParallel(net, find_unused_parameters=mode == "find_unused",
+    model = MMDistributedDataParallel(net, find_unused_parameters=mode in ("find_unused",
+                                                                          "unused_no_sync"),
                                       gradient_as_bucket_view=mode == "bucket_view",
                                       comm_hook="fp16" if mode == "fp16" else None)
     assert is_model_wrapper(model) and not is_model_wrapper(net)

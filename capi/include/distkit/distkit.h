@@ -749,7 +749,10 @@ DK_EXPORT void dk_reducer_destroy(dk_reducer_t* reducer);
 
 /* Local. Starts an iteration (implicit at the first mark_ready). `unused`:
  * indices of parameters this rank's forward did not use
- * (find_unused_parameters only); they count as zero gradients. */
+ * (find_unused_parameters only); they count as zero gradients. A parameter
+ * this iteration does not use but that holds a gradient accumulated under
+ * no_sync is not unused: mark it ready with that gradient (as torch's DDP
+ * contributes it), or it is lost from the average. */
 DK_EXPORT dk_status_t dk_reducer_prepare(dk_reducer_t* reducer,
                                          const int32_t* unused,
                                          size_t num_unused, dk_error_t** err);
