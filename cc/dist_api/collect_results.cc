@@ -138,12 +138,16 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
   } else {
     dir = *tmpdir;
     std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
+    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
   }
+  // tmpdir "" is the working directory, as os.path.join("", name) is in
+  // mmengine (not the root directory).
+  auto part_path = [&dir](int r) {
+    return absl::StrCat(dir, dir.empty() ? "" : "/", "part_", r, ".bin");
+  };
   bool written = false;
   {
-    std::ofstream out(absl::StrCat(dir, "/part_", rank, ".bin"),
-                      std::ios::binary);
+    std::ofstream out(part_path(rank), std::ios::binary);
     out << Encode(part);
     written = static_cast<bool>(out);
   }
@@ -165,7 +169,7 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
   if (rank != 0) return std::optional<ResultItems>();
   std::vector<ResultItems> parts;
   for (int r = 0; r < world; ++r) {
-    std::ifstream in(absl::StrCat(dir, "/part_", r, ".bin"), std::ios::binary);
+    std::ifstream in(part_path(r), std::ios::binary);
     if (!in) {
       return absl::NotFoundError(absl::StrCat(
           dir, " is not an shared directory for rank ", r,
@@ -177,7 +181,12 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
     parts.push_back(std::move(items));
   }
   std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  if (dir.empty()) {
+    // The working directory stays; only the parts go.
+    for (int r = 0; r < world; ++r) std::filesystem::remove(part_path(r), ec);
+  } else {
+    std::filesystem::remove_all(dir, ec);
+  }
   return std::optional<ResultItems>(InterleaveParts(parts, size));
 }
 

@@ -3,8 +3,10 @@
 // computed by each rank from formulas of (rank, index).
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -152,14 +154,25 @@ TEST(DistApi, CollectResults) {
   ResultItems want;
   for (int64_t i = 0; i < size; ++i) want.push_back(absl::StrCat("result-", i));
   // cpu through a directory rank 0 makes; then through a supplied directory,
-  // which is removed afterwards; then through the backend.
+  // which is removed afterwards; then through the backend; then with tmpdir
+  // "", the working directory (a directory of this test's, where the parts
+  // are removed afterwards but not the directory).
   const std::string supplied =
       absl::StrCat(getenv("TEST_TMPDIR"), "/collect_dir");
-  for (int mode = 0; mode < 3; ++mode) {
+  const std::string working = absl::StrCat(getenv("TEST_TMPDIR"), "/cwd");
+  mkdir(working.c_str(), 0755);
+  char* was = getcwd(nullptr, 0);
+  ASSERT_NE(was, nullptr);
+  const std::string old_cwd = was;
+  free(was);
+  for (int mode = 0; mode < 4; ++mode) {
+    if (mode == 3) ASSERT_EQ(chdir(working.c_str()), 0);
     absl::StatusOr<std::optional<ResultItems>> got =
         mode == 0   ? CollectResults(part, size, "cpu")
         : mode == 1 ? CollectResults(part, size, "cpu", supplied)
-                    : CollectResults(part, size, "gpu");
+        : mode == 2 ? CollectResults(part, size, "gpu")
+                    : CollectResults(part, size, "cpu", std::string());
+    if (mode == 3) ASSERT_EQ(chdir(old_cwd.c_str()), 0);
     ASSERT_TRUE(got.ok()) << got.status();
     if (R() == 0) {
       ASSERT_TRUE(got->has_value());
@@ -171,6 +184,13 @@ TEST(DistApi, CollectResults) {
   }
   struct stat st;
   EXPECT_NE(stat(supplied.c_str(), &st), 0) << "the supplied tmpdir is removed";
+  EXPECT_EQ(stat(working.c_str(), &st), 0) << "tmpdir \"\" stays";
+  for (int r = 0; r < W(); ++r) {
+    const std::string in_working = absl::StrCat(working, "/part_", r, ".bin");
+    const std::string in_root = absl::StrCat("/part_", r, ".bin");
+    EXPECT_NE(stat(in_working.c_str(), &st), 0) << in_working << " is removed";
+    EXPECT_NE(stat(in_root.c_str(), &st), 0) << in_root << " was written";
+  }
 }
 
 TEST(DistApi, ModeloptGroups) {
