@@ -213,8 +213,13 @@ def main():
     check(n == 1 or d["a"] is not original, "all_reduce_dict replaces the values")
     # all_reduce_params: coalesced (with buckets) and one by one, beside torch.
     for coalesce, bucket in ((True, -1), (True, 1), (False, -1)):
+        # Also a channels_last conv weight and a transposed one (mmengine
+        # flattens any layout; they must not be refused).
         params = [torch.nn.Parameter(torch.randn(300000, generator=gen)),
-                  torch.nn.Parameter(torch.randn(7, generator=gen).double())]
+                  torch.nn.Parameter(torch.randn(7, generator=gen).double()),
+                  torch.nn.Parameter(torch.randn(4, 3, 5, 5, generator=gen).to(
+                      memory_format=torch.channels_last)),
+                  torch.nn.Parameter(torch.randn(6, 9, generator=gen).t())]
         expected = [p.data.clone() for p in params]
         for e in expected:
             tdist.all_reduce(e)

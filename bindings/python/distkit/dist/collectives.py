@@ -301,7 +301,14 @@ def all_reduce_params(params, coalesce: bool = True, bucket_size_mb: int = -1, o
         return
     params_data = [param.data for param in params]
     code = _op_code(op)
-    views = [Borrowed(t) for t in params_data]
+    # Any layout, as mmengine's flattening takes: a parameter that is not
+    # contiguous (channels_last, transposed) goes as a contiguous copy,
+    # written back after (the elements in logical order on every rank).
+    lent = [t if t.is_contiguous() else t.contiguous() for t in params_data]
+    views = [Borrowed(t) for t in lent]
     array = _lib.tensor_array(views)
     call_collective(lib.dk_group_all_reduce_coalesced, handle_of(group), array, len(views), code,
                     1 if coalesce else 0, bucket_size_mb)
+    for t, copy in zip(params_data, lent):
+        if copy is not t:
+            t.copy_(copy)
