@@ -64,8 +64,22 @@ absl::StatusOr<std::unique_ptr<MpiBackend>> MpiBackend::CreateWorld(
         " (start the job with mpirun; subgroups come from "
         "new_group on an mpi group)"));
   }
-  return std::unique_ptr<MpiBackend>(
-      new MpiBackend(Mpi().comm_world, rank, size));
+  // A communicator of distkit's own, as libraries over MPI make (Horovod
+  // does): the application's messages and collectives on MPI_COMM_WORLD
+  // (mpi4py beside distkit) then never match distkit's, whatever their
+  // tags and order. Nonblocking, so a rank that never comes is a timeout;
+  // the handle is heap memory, leaked on that error (MPI may still write
+  // it: MpiWorldCollective).
+  const MpiLibrary& mpi = Mpi();
+  auto* dup = new MPI_Comm(mpi.comm_null);
+  DK_RETURN_IF_ERROR(MpiWorldCollective(
+      "MPI_Comm_idup of MPI_COMM_WORLD (distkit's own world communicator)",
+      [&](MPI_Request* r) { return mpi.CommIdup(mpi.comm_world, dup, r); },
+      init_timeout));
+  MPI_Comm comm = *dup;
+  delete dup;
+  DK_MPI(mpi.CommSetErrhandler(comm, mpi.errors_return));
+  return std::unique_ptr<MpiBackend>(new MpiBackend(comm, rank, size));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::Split(

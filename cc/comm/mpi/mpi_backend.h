@@ -1,4 +1,5 @@
-// MpiBackend moves CPU buffers through OpenMPI: the world is MPI_COMM_WORLD,
+// MpiBackend moves CPU buffers through OpenMPI: the world is a duplicate of
+// MPI_COMM_WORLD (the application's own MPI traffic never matches distkit's),
 // subgroups come from MPI_Comm_split (every rank of the parent) or
 // MPI_Comm_create_group (the members alone, as torch.distributed creates).
 // Operations are nonblocking MPI calls completed by a polling loop, which gives
@@ -27,9 +28,10 @@ namespace distkit {
 
 class MpiBackend : public Backend {
  public:
-  // The world group. `rank` and `size` are what the caller expects (checked
-  // against MPI_COMM_WORLD). MPI's init waits for every rank; after
-  // `init_timeout` it is DEADLINE_EXCEEDED.
+  // The world group, over a duplicate of MPI_COMM_WORLD. `rank` and `size`
+  // are what the caller expects (checked against MPI_COMM_WORLD). MPI's init
+  // and the duplication wait for every rank; after `init_timeout` it is
+  // DEADLINE_EXCEEDED.
   static absl::StatusOr<std::unique_ptr<MpiBackend>> CreateWorld(
       int rank, int size, absl::Duration init_timeout);
   ~MpiBackend() override;

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cc/comm/mpi/mpi_library.h"
+#include "cc/comm/mpi/mpi_runtime.h"
 #include "cc/dist_api/dist.h"
 #include "cc/group/process_group.h"
 #include "testing/cc/rank_check.h"
@@ -270,6 +272,47 @@ int main() {
                          r.message().find("float64 x11") != std::string::npos,
                      "mismatched receive: " + r.ToString());
     testing::RequireOk(s2->Wait(), "send");
+  }
+  // The application's own MPI messages on MPI_COMM_WORLD, with the tag and
+  // peers of distkit's, sent first: distkit's receive must not take them
+  // (its world is a communicator of its own), nor theirs distkit's.
+  if (size_ > 1 && rank_ < 2) {
+    const MpiLibrary& mpi = Mpi();
+    auto finish = [&](MPI_Request request, const char* what) {
+      int done = 0;
+      while (!done) {
+        testing::Require(
+            DK_MPI(mpi.Test(&request, &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS,
+            what);
+      }
+    };
+    int32_t app = 0;
+    std::vector<float> ours(3, rank_ == 0 ? 2.5f : 0.0f);
+    const TensorRef data(ours.data(), ours.size(), DataType::kFloat32);
+    if (rank_ == 0) {
+      app = 12345;
+      MPI_Request request;
+      testing::Require(
+          DK_MPI(mpi.Isend(&app, 1, mpi.int32, 1, 9, mpi.comm_world,
+                           &request)) == MPI_SUCCESS,
+          "the application's MPI_Isend");
+      testing::RequireOk(world->Send(data, 1, 9), "send beside MPI traffic");
+      finish(request, "the application's send");
+    } else {
+      testing::RequireOk(world->Recv(data, 0, 9), "recv beside MPI traffic");
+      MPI_Request request;
+      testing::Require(
+          DK_MPI(mpi.Irecv(&app, 1, mpi.int32, 0, 9, mpi.comm_world,
+                           &request)) == MPI_SUCCESS,
+          "the application's MPI_Irecv");
+      finish(request, "the application's receive");
+      testing::Check(
+          ours[0] == 2.5f && ours[2] == 2.5f,
+          absl::StrCat("distkit's message beside the application's: ", ours[0],
+                       " ", ours[2]));
+      testing::Check(app == 12345,
+                     absl::StrCat("the application's message: ", app));
+    }
   }
   // Different element counts across ranks: an error on every rank.
   if (size_ > 1) {

@@ -51,6 +51,7 @@ absl::StatusOr<MpiLibrary> Load() {
   DK_RESOLVE(CommSplit, MPI_Comm_split);
   DK_RESOLVE(CommGroup, MPI_Comm_group);
   DK_RESOLVE(CommCreateGroup, MPI_Comm_create_group);
+  DK_RESOLVE(CommIdup, MPI_Comm_idup);
   DK_RESOLVE(CommFree, MPI_Comm_free);
   DK_RESOLVE(GroupIncl, MPI_Group_incl);
   DK_RESOLVE(GroupFree, MPI_Group_free);

@@ -47,6 +47,7 @@ struct MpiLibrary {
   decltype(&::MPI_Comm_split) CommSplit;
   decltype(&::MPI_Comm_group) CommGroup;
   decltype(&::MPI_Comm_create_group) CommCreateGroup;
+  decltype(&::MPI_Comm_idup) CommIdup;
   decltype(&::MPI_Comm_free) CommFree;
   decltype(&::MPI_Group_incl) GroupIncl;
   decltype(&::MPI_Group_free) GroupFree;
