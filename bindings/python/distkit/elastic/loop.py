@@ -120,6 +120,13 @@ def run(func: Optional[Callable] = None, state: Optional[State] = None, *,
             return result
         except membership.ReplacementWaiting:
             grow_back = True  # the commit that raised it is whole
+            # Raised by train's commit, or by the commit that ends a
+            # recovery's sync (a sharded model): that recovery, or this
+            # replacement's joining, is done, and the grow back is the
+            # next new world; not another shrink, nor a second sync.
+            failures_in_a_row = 0
+            if joining:
+                joining, _joined = False, True
             _say("a replacement waits to join; growing back")
         except errors.DistkitError as e:
             if e.code not in _LOST_PEER or failures_in_a_row >= max_recoveries:

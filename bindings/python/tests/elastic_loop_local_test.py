@@ -1,0 +1,82 @@
+"""elastic.run's recovery order in one process, its collaborators (the new
+world, the grow, the peer sync, train) replaced by recorders: a
+ReplacementWaiting raised by the commit that ends a recovery's sync (a
+sharded model's peer sync commits the new layout) leads to one grow back and
+one sync, never to a second shrink, and a replacement that meets it while
+joining syncs once, not again after the grow."""
+import sys
+
+from distkit import errors
+from distkit.elastic import loop, membership, peer_sync
+
+
+class FakeState:
+    def __init__(self):
+        self._snapshot = object()  # committed already: run() skips the first commit
+        self.recoveries = 0
+        self.model = None
+
+    def _settle(self, recovering=False):
+        pass
+
+    def _reset(self):
+        pass
+
+
+def scenario(joining: bool):
+    calls = []
+    syncs = {"n": 0}
+
+    def sync(state):
+        syncs["n"] += 1
+        calls.append("sync")
+        if syncs["n"] == 1:
+            # The commit that ends this sync finds a late replacement.
+            raise membership.ReplacementWaiting("a replacement waits")
+        return 7
+
+    def new_world(timeout, settle):
+        calls.append("new_world")
+        return "shrunk", None
+
+    def grow_group(timeout=None):
+        calls.append("grow")
+
+    trains = {"n": 0}
+
+    def train(state):
+        trains["n"] += 1
+        calls.append("train")
+        if not joining and trains["n"] == 1:
+            raise errors.error_for(14, "a peer was lost")  # UNAVAILABLE
+        return "done"
+
+    originals = (peer_sync.sync, membership.new_world, membership.is_replacement,
+                 loop.dist.grow_group, loop.dist.get_rank, loop.dist.get_world_size)
+    peer_sync.sync = sync
+    membership.new_world = new_world
+    membership.is_replacement = lambda: joining
+    loop.dist.grow_group = grow_group
+    loop.dist.get_rank = lambda group=None: 0
+    loop.dist.get_world_size = lambda group=None: 2
+    loop._joined = False
+    try:
+        result = loop.run(train, FakeState(), max_recoveries=3)
+    finally:
+        (peer_sync.sync, membership.new_world, membership.is_replacement,
+         loop.dist.grow_group, loop.dist.get_rank, loop.dist.get_world_size) = originals
+    return result, calls
+
+
+def main():
+    result, calls = scenario(joining=False)
+    want = ["train", "new_world", "sync", "grow", "sync", "train"]
+    assert result == "done" and calls == want, f"survivor: {calls}, want {want}"
+    result, calls = scenario(joining=True)
+    want = ["sync", "grow", "sync", "train"]
+    assert result == "done" and calls == want, f"replacement: {calls}, want {want}"
+    print("elastic loop: a grow back after a recovery's commit is the only new world")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
