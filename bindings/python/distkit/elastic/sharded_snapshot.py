@@ -156,8 +156,12 @@ def load(model: FullyShardedDataParallel, optimizer, held: Dict[int, Any], old_w
             outgoing[rank] = packed.pack({j: held[j] for j in wanted})
     received = exchange(outgoing)
     have = dict(held)
+    # A new layout takes every old shard: on the host, since the whole
+    # model and optimizer state would not fit on a GPU (the loaders take
+    # host tensors and keep only this rank's part on the model's device).
+    device = device_of(model) if same_layout else None
     for payload in received.values():
-        have.update(packed.unpack(payload, device_of(model)))
+        have.update(packed.unpack(payload, device))
     received = payload = None  # the receive buffer: every shard is a copy now
     if same_layout:
         own = have[me]
