@@ -120,25 +120,44 @@ absl::Status ShardedSnapshot::Commit(ProcessGroup& group) {
   DK_RETURN_IF_ERROR(
       AgreeReady(group, packed.status(), "sharded snapshot commit"));
   Blob own = *std::move(packed);
-  // 1. Every member's newest commit, shard size and registration.
-  int64_t newest = 0;
-  if (in_force_) newest = std::max(newest, in_force_->number);
-  if (pending_) newest = std::max(newest, pending_->number);
-  int64_t mine[3] = {newest, own.bytes, NamesFingerprint(buffers_.layout())};
-  std::vector<int64_t> cards(3 * static_cast<size_t>(n));
+  // 1. Every member's newest commit, shard size, registration and the size
+  // of the group its commits were laid out on (0: none yet).
+  constexpr int kCard = 4;
+  int64_t newest = 0, laid_out_on = 0;
+  if (in_force_) {
+    newest = std::max(newest, in_force_->number);
+    laid_out_on = in_force_->world;
+  }
+  if (pending_) {
+    newest = std::max(newest, pending_->number);
+    laid_out_on = pending_->world;
+  }
+  int64_t mine[kCard] = {newest, own.bytes, NamesFingerprint(buffers_.layout()),
+                         laid_out_on};
+  std::vector<int64_t> cards(kCard * static_cast<size_t>(n));
   DK_RETURN_IF_ERROR(
-      AllGatherHost(group, mine, cards.data(), 3, DataType::kInt64));
-  std::vector<int> differ;
+      AllGatherHost(group, mine, cards.data(), kCard, DataType::kInt64));
+  std::vector<int> differ, resized;
   int64_t number = 0;
   for (int r = 0; r < n; ++r) {
-    if (cards[3 * r + 2] != cards[2]) differ.push_back(r);
-    number = std::max(number, cards[3 * r] + 1);
+    const int64_t* card = &cards[kCard * static_cast<size_t>(r)];
+    if (card[2] != cards[2]) differ.push_back(r);
+    if (card[3] != 0 && card[3] != n) resized.push_back(r);
+    number = std::max(number, card[0] + 1);
   }
   if (!differ.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("sharded snapshot commit on group '", group.name(),
                      "': rank(s) ", RankList(differ),
                      " registered other buffers (names or order) than rank 0"));
+  }
+  if (!resized.empty()) {
+    // Its buffers are the old layout's shards, which the trainer replaced.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sharded snapshot commit on group '", group.name(), "' (", n,
+        " ranks): rank(s) ", RankList(resized),
+        " hold commits of a group of another size in this snapshot; after "
+        "a change of membership, commit a new snapshot of the new layout"));
   }
   // 2. This rank's shard is part of the new commit at once; its
   // neighbour's once the exchange ends here.
@@ -149,7 +168,7 @@ absl::Status ShardedSnapshot::Commit(ProcessGroup& group) {
   next.shards[me] = own;
   if (n > 1) {
     const int left = (me + n - 1) % n, right = (me + 1) % n;
-    const int64_t incoming = cards[3 * right + 1];
+    const int64_t incoming = cards[kCard * static_cast<size_t>(right) + 1];
     absl::StatusOr<HostBuffer> allocated =
         AllocateHost(incoming, "sharded snapshot");
     DK_RETURN_IF_ERROR(

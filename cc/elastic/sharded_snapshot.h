@@ -75,7 +75,10 @@ class ShardedSnapshot {
   // once every member holds its part; when the group fails first, this
   // rank keeps what it got of it as pending beside the commit in force (and
   // returns the error). INVALID_ARGUMENT on every member, naming the ranks,
-  // when the registrations' names differ; RESOURCE_EXHAUSTED on every member
+  // when the registrations' names differ; FAILED_PRECONDITION on every
+  // member, naming the ranks, when a member's snapshot holds commits of a
+  // group of another size (after a change of membership the trainer commits
+  // a new snapshot of its new layout); RESOURCE_EXHAUSTED on every member
   // at once, the others naming it, when a member cannot allocate its copy
   // or its neighbour's (nothing changes then).
   absl::Status Commit(ProcessGroup& group);

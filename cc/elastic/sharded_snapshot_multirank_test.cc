@@ -358,6 +358,28 @@ void Errors(ProcessGroup& world) {
           absl::StrCat("fetch with other registrations: ",
                        got.status().ToString()));
   }
+  if (n > 1) {
+    // The old layout's snapshot committed again on the survivors of a lost
+    // last rank (its buffers are the old layout's shards, which a trainer
+    // replaces): refused on every survivor.
+    std::vector<int> rest;
+    for (int r = 0; r < n - 1; ++r) rest.push_back(r);
+    absl::StatusOr<std::shared_ptr<ProcessGroup>> survivors =
+        world.NewGroup(rest);
+    RequireOk(survivors.status(), "the survivors' group");
+    double x = me;
+    ShardedSnapshot s;
+    RequireOk(s.Register("x", &x, sizeof(x)), "register");
+    RequireOk(s.Commit(world), "commit on the world");
+    if (me < n - 1) {
+      absl::Status got = s.Commit(**survivors);
+      Check(got.code() == absl::StatusCode::kFailedPrecondition &&
+                absl::StrContains(got.message(),
+                                  "commit a new snapshot of the new layout"),
+            absl::StrCat("a commit on a group of another size: ",
+                         got.ToString()));
+    }
+  }
   CheckOk(world.Barrier(), "the world after the errors");
 }
 
