@@ -76,8 +76,8 @@ def _choose_sharded(cards):
     lost = [j for j in range(world) if not any(c[0] == newest and j in c[3] for c in every)]
     raise RuntimeError(
         f"distkit.elastic: shard(s) {lost} of commit {newest} are lost: the ranks that held "
-        f"them and the neighbours that copied them (ranks "
-        f"{[(j - 1) % world for j in lost]} of the {world}) all failed; no older commit is "
+        f"them (ranks {lost}) and the neighbours that copied them (ranks "
+        f"{[(j - 1) % world for j in lost]}) of the {world} all failed; no older commit is "
         "held whole either")
 
 

@@ -285,8 +285,10 @@ class State:
         """Waits until the held snapshot's tensors are copies (DDP) or its
         shards exchanged and confirmed (FSDP). A copy that failed leaves no
         snapshot in force on this rank (its tensors would be the live
-        ones): the error is raised here once, and recovery then takes the
-        snapshot from a peer. An exchange that failed leaves the last
+        ones): the error (not a lost peer's) is raised here once and out of
+        elastic.run, so this process ends, and its peers recover from its
+        loss as from any (a replacement takes the snapshot from a peer).
+        An exchange that failed leaves the last
         snapshot in force and this one pending or not taken; its error is
         raised too, but not to a recovery from a lost peer (``recovering``),
         which that loss is (the members then agree on what they hold)."""
@@ -332,7 +334,11 @@ class State:
         """Collective over the default group (every rank's RNG states are
         gathered, so a replacement gets its lost rank's): takes an in-memory
         snapshot. The previous snapshot stays in force until this one is
-        complete, so a failure during a commit restores the previous one.
+        complete, so a failure during a commit restores the previous one;
+        except where the copy is deferred (DDP's overlap: the new snapshot
+        is in force at once and its tensors are copied beside the next
+        step, which waits for them; a recovery waits for them first, and a
+        copy that fails ends this rank: see _settle).
         In a job that shrank, a replacement that came late and waits is
         grown back in from here (elastic.run)."""
         self._settle()  # the previous commit's copy or exchange first
