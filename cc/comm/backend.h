@@ -130,6 +130,12 @@ class Backend {
   // whether it takes a tensor on `device` at all.
   virtual Device comm_device() const { return Device::Cpu(); }
   virtual absl::Status CheckDevice(Device device) const;
+  // Which of its data paths an operation on `device` tensors takes (it goes
+  // into the operation's signature, so ranks on different paths disagree
+  // instead of waiting in different transports): 0 for a backend with one
+  // path, whatever the device (Gloo stages CUDA tensors through the host;
+  // ranks may mix devices). The device dispatcher: 1 for CPU, 2 for CUDA.
+  virtual int32_t PathFor(Device device) const { return 0; }
 
   // ---- The caller's asynchronous device work (CUDA streams) ---------------
 

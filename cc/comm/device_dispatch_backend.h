@@ -30,6 +30,7 @@ class DeviceDispatchBackend : public ForwardingBackend {
   absl::Status CheckDevice(Device d) const override {
     return d.is_cpu() ? absl::OkStatus() : cuda_->CheckDevice(d);
   }
+  int32_t PathFor(Device d) const override { return d.is_cpu() ? 1 : 2; }
   bool NativeMean(DataType dtype, Device d) const override {
     return For(d)->NativeMean(dtype, d);
   }

@@ -10,7 +10,7 @@
 
 namespace distkit {
 
-std::string OpSignature::Describe() const {
+std::string OpSignature::Describe(bool with_path) const {
   if (magic != kMagic) return "<garbled signature>";
   std::string s = absl::StrCat(OpCodeName(static_cast<OpCode>(op)), " #", seq);
   if (dtype >= 0) {
@@ -26,6 +26,8 @@ std::string OpSignature::Describe() const {
     absl::StrAppend(&s, " op=", r.ok() ? ReduceOpName(*r) : "?");
   }
   if (root >= 0) absl::StrAppend(&s, " root=", root);
+  if (with_path && path == 1) absl::StrAppend(&s, " on cpu");
+  if (with_path && path == 2) absl::StrAppend(&s, " on cuda");
   return s;
 }
 
@@ -39,10 +41,14 @@ absl::Status CheckAgreement(const OpContext& ctx,
     }
   }
   if (all_equal) return absl::OkStatus();
+  bool paths_differ = false;
+  for (const OpSignature& s : signatures) {
+    paths_differ |= s.path != signatures[0].path;
+  }
   // Group ranks by what they called.
   std::vector<std::pair<std::string, std::vector<int>>> calls;
   for (size_t r = 0; r < signatures.size(); ++r) {
-    const std::string d = signatures[r].Describe();
+    const std::string d = signatures[r].Describe(paths_differ);
     bool found = false;
     for (auto& [desc, ranks] : calls) {
       if (desc == d) {

@@ -28,12 +28,17 @@ struct OpSignature {
   int32_t dtype = -1;      // DataType, or -1
   int32_t root = -1;       // root rank, or -1
   int32_t reduce_op = -1;  // ReduceOp, or -1
-  int32_t reserved = 0;
+  // Backend::PathFor the tensors' device: 0 where the backend has one data
+  // path; "cpu:gloo,cuda:nccl" has two, and ranks on different ones would
+  // never meet (or meet stale inline payloads).
+  int32_t path = 0;
   int64_t count = -1;  // elements each rank contributes, or -1 (uneven)
   uint64_t seq = 0;
 
-  // "all_reduce #3 float32 x4 op=sum" (or "root=1").
-  std::string Describe() const;
+  // "all_reduce #3 float32 x4 op=sum" (or "root=1"); `with_path`: then
+  // " on cpu" or " on cuda" where the backend has two paths (said only where
+  // ranks differ in it).
+  std::string Describe(bool with_path = false) const;
 };
 static_assert(sizeof(OpSignature) == 40, "OpSignature travels as bytes");
 

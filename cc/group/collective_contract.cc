@@ -255,34 +255,40 @@ absl::Status CollectiveContract::CheckSplitMatrix(
   return absl::OkStatus();
 }
 
+OpSignature CollectiveContract::Sign(const OpContext& ctx, OpCode op,
+                                     const TensorRef* t, int64_t count,
+                                     int root, int reduce_op) const {
+  OpSignature sig = MakeSignature(ctx, op, t, count, root, reduce_op);
+  if (t != nullptr) sig.path = backend_->PathFor(t->device());
+  return sig;
+}
+
 // ---- Operations -------------------------------------------------------------
 
 absl::Status CollectiveContract::AllReduce(const OpContext& ctx, TensorRef data,
                                            ReduceOp op) {
-  DK_RETURN_IF_ERROR(
-      Agree(ctx,
-            MakeSignature(ctx, OpCode::kAllReduce, &data, data.numel(), -1,
-                          static_cast<int>(op)),
-            Payload(data, data.nbytes(), true)));
+  DK_RETURN_IF_ERROR(Agree(ctx,
+                           Sign(ctx, OpCode::kAllReduce, &data, data.numel(),
+                                -1, static_cast<int>(op)),
+                           Payload(data, data.nbytes(), true)));
   DK_RETURN_IF_ERROR(backend_->AllReduce(ctx, data, WireOp(op, data)));
   return FinishMean(op, data);
 }
 
 absl::Status CollectiveContract::Broadcast(const OpContext& ctx, TensorRef data,
                                            int root) {
-  DK_RETURN_IF_ERROR(Agree(
-      ctx, MakeSignature(ctx, OpCode::kBroadcast, &data, data.numel(), root),
-      Payload(data, data.nbytes(), backend_->rank() == root)));
+  DK_RETURN_IF_ERROR(
+      Agree(ctx, Sign(ctx, OpCode::kBroadcast, &data, data.numel(), root),
+            Payload(data, data.nbytes(), backend_->rank() == root)));
   return backend_->Broadcast(ctx, data, root);
 }
 
 absl::Status CollectiveContract::Reduce(const OpContext& ctx, TensorRef data,
                                         ReduceOp op, int root) {
-  DK_RETURN_IF_ERROR(
-      Agree(ctx,
-            MakeSignature(ctx, OpCode::kReduce, &data, data.numel(), root,
-                          static_cast<int>(op)),
-            Payload(data, data.nbytes(), true)));
+  DK_RETURN_IF_ERROR(Agree(ctx,
+                           Sign(ctx, OpCode::kReduce, &data, data.numel(), root,
+                                static_cast<int>(op)),
+                           Payload(data, data.nbytes(), true)));
   DK_RETURN_IF_ERROR(backend_->Reduce(ctx, data, WireOp(op, data), root));
   if (backend_->rank() != root) return absl::OkStatus();
   return FinishMean(op, data);
@@ -299,9 +305,9 @@ absl::Status CollectiveContract::AllGather(const OpContext& ctx,
       StagedOutput::For(output, input.Overlaps(output) &&
                                     !IsPart(input, output, backend_->rank())));
   const TensorRef& result = staged.result();
-  DK_RETURN_IF_ERROR(
-      Agree(ctx, MakeSignature(ctx, OpCode::kAllGather, &input, input.numel()),
-            Payload(input, input.nbytes(), true, &result)));
+  DK_RETURN_IF_ERROR(Agree(ctx,
+                           Sign(ctx, OpCode::kAllGather, &input, input.numel()),
+                           Payload(input, input.nbytes(), true, &result)));
   DK_RETURN_IF_ERROR(backend_->AllGather(ctx, input, result));
   return staged.Finish();
 }
@@ -317,9 +323,9 @@ absl::Status CollectiveContract::Gather(const OpContext& ctx, TensorRef input,
                                     input.Overlaps(output) &&
                                     !IsPart(input, output, root)));
   const TensorRef& result = staged.result();
-  DK_RETURN_IF_ERROR(Agree(
-      ctx, MakeSignature(ctx, OpCode::kGather, &input, input.numel(), root),
-      Payload(input, input.nbytes(), true, &result)));
+  DK_RETURN_IF_ERROR(
+      Agree(ctx, Sign(ctx, OpCode::kGather, &input, input.numel(), root),
+            Payload(input, input.nbytes(), true, &result)));
   DK_RETURN_IF_ERROR(backend_->Gather(ctx, input, result, root));
   return staged.Finish();
 }
@@ -336,10 +342,10 @@ absl::Status CollectiveContract::Scatter(const OpContext& ctx, TensorRef input,
                                     !IsPart(output, input, root)));
   const TensorRef& result = staged.result();
   // The root's whole input is the payload.
-  DK_RETURN_IF_ERROR(Agree(
-      ctx, MakeSignature(ctx, OpCode::kScatter, &result, result.numel(), root),
-      Payload(input, result.nbytes() * backend_->size(),
-              backend_->rank() == root, &result)));
+  DK_RETURN_IF_ERROR(
+      Agree(ctx, Sign(ctx, OpCode::kScatter, &result, result.numel(), root),
+            Payload(input, result.nbytes() * backend_->size(),
+                    backend_->rank() == root, &result)));
   DK_RETURN_IF_ERROR(backend_->Scatter(ctx, input, result, root));
   return staged.Finish();
 }
@@ -357,11 +363,10 @@ absl::Status CollectiveContract::ReduceScatter(const OpContext& ctx,
                             (!output.device().is_cuda() ||
                              !IsPart(output, input, backend_->rank()))));
   const TensorRef& result = staged.result();
-  DK_RETURN_IF_ERROR(
-      Agree(ctx,
-            MakeSignature(ctx, OpCode::kReduceScatter, &result, result.numel(),
-                          -1, static_cast<int>(op)),
-            Payload(input, input.nbytes(), true, &result)));
+  DK_RETURN_IF_ERROR(Agree(ctx,
+                           Sign(ctx, OpCode::kReduceScatter, &result,
+                                result.numel(), -1, static_cast<int>(op)),
+                           Payload(input, input.nbytes(), true, &result)));
   DK_RETURN_IF_ERROR(
       backend_->ReduceScatter(ctx, input, result, WireOp(op, result)));
   DK_RETURN_IF_ERROR(FinishMean(op, result));
@@ -382,12 +387,10 @@ absl::Status CollectiveContract::AllToAll(
   // Uneven splits are exchanged before the data moves, so the signatures
   // must agree before that exchange too. Even ones may carry every rank's
   // whole input along (each rank then takes its part from each).
-  DK_RETURN_IF_ERROR(
-      Agree(ctx,
-            MakeSignature(ctx, OpCode::kAllToAll, &input,
-                          uneven ? -1 : input.numel()),
-            uneven ? InlinePayload{} : SpreadPayload(input, result),
-            /*data_follows=*/!uneven));
+  DK_RETURN_IF_ERROR(Agree(
+      ctx, Sign(ctx, OpCode::kAllToAll, &input, uneven ? -1 : input.numel()),
+      uneven ? InlinePayload{} : SpreadPayload(input, result),
+      /*data_follows=*/!uneven));
   if (uneven) {
     DK_RETURN_IF_ERROR(CheckSplitMatrix(ctx, input_splits, output_splits));
   }
@@ -399,17 +402,16 @@ absl::Status CollectiveContract::AllToAll(
 absl::Status CollectiveContract::Barrier(const OpContext& ctx) {
   // The signature exchange is an all-gather: nobody leaves before everyone
   // has entered.
-  return Agree(ctx, MakeSignature(ctx, OpCode::kBarrier, nullptr, -1), {},
+  return Agree(ctx, Sign(ctx, OpCode::kBarrier, nullptr, -1), {},
                /*data_follows=*/false);
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CollectiveContract::Split(
     const OpContext& ctx, const std::vector<int>& parent_ranks) {
-  DK_RETURN_IF_ERROR(
-      Agree(ctx,
-            MakeSignature(ctx, OpCode::kNewGroup, nullptr,
-                          static_cast<int64_t>(parent_ranks.size())),
-            {}, /*data_follows=*/false));
+  DK_RETURN_IF_ERROR(Agree(ctx,
+                           Sign(ctx, OpCode::kNewGroup, nullptr,
+                                static_cast<int64_t>(parent_ranks.size())),
+                           {}, /*data_follows=*/false));
   return backend_->Split(ctx, parent_ranks);
 }
 

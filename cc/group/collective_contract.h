@@ -115,6 +115,9 @@ class CollectiveContract {
   // hands it this rank's signature (Backend::AgreesAlongside).
   absl::Status Agree(const OpContext& ctx, const OpSignature& mine,
                      InlinePayload payload = {}, bool data_follows = true);
+  // MakeSignature, with the backend's data path for `t`'s device.
+  OpSignature Sign(const OpContext& ctx, OpCode op, const TensorRef* t,
+                   int64_t count, int root = -1, int reduce_op = -1) const;
   // The reduction the backend runs: kSum for a mean it does not average.
   ReduceOp WireOp(ReduceOp op, const TensorRef& t) const;
   // After the backend ran WireOp(op): the mean's division, on t's device.

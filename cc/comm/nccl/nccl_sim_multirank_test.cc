@@ -431,6 +431,37 @@ void Groups(ProcessGroup& world) {
   Check(t.Read() == std::vector<double>({size * (size - 1) / 2.0, 4.0 * size}),
         "dispatch: CUDA values summed");
   ++matrix["all_reduce sum through cpu:gloo,cuda:nccl float32"];
+  // Rank 0 on a host tensor, the others on CUDA ones of the same dtype and
+  // count: the two halves never meet, so the signature names each rank's
+  // path and every rank refuses. Before, the signatures agreed: rank 0 took
+  // the others' (stale) inline payloads as a result and returned OK while
+  // they waited in NCCL.
+  if (size > 1) {
+    std::vector<float> mixed_host = {7.f, 7.f};
+    GpuTensor mixed(DataType::kFloat32, {7.0, 7.0}, device);
+    const absl::Status st =
+        rank == 0 ? (*both)->AllReduce(
+                        TensorRef(mixed_host.data(), 2, DataType::kFloat32),
+                        ReduceOp::kSum)
+                  : (*both)->AllReduce(mixed.ref(), ReduceOp::kSum);
+    std::string others;
+    for (int r = 1; r < size; ++r) {
+      absl::StrAppend(&others, r == 1 ? "" : ", ", r);
+    }
+    Check(
+        st.code() == absl::StatusCode::kInvalidArgument &&
+            absl::StrContains(st.message(), "rank(s) 0 called all_reduce #") &&
+            absl::StrContains(
+                st.message(),
+                absl::StrCat(" float32 x2 op=sum on cpu; rank(s) ", others,
+                             " called all_reduce #")) &&
+            absl::StrContains(st.message(), " float32 x2 op=sum on cuda"),
+        absl::StrCat("dispatch: ranks on different devices: ", st.ToString()));
+    Check(mixed_host[0] == 7.f && mixed.Read()[0] == 7.0,
+          "dispatch: a refused call leaves the data");
+    CheckOk((*both)->AllReduce(t.ref(), ReduceOp::kSum),
+            "dispatch: the group after the refusal");
+  }
   // The casting rule: a host tensor through the dist API on an NCCL world.
   std::vector<double> cast = {0.5 * rank, 1.0};
   CheckOk(dist::AllReduce(TensorRef(cast.data(), 2, DataType::kFloat64), "sum"),
