@@ -133,6 +133,13 @@ dk_status_t dk_reducer_finalize(dk_reducer_t* reducer, dk_error_t** err) {
   return OnReducer(reducer, err, &GradReducer::Finalize);
 }
 
+dk_status_t dk_reducer_abandon(dk_reducer_t* reducer, dk_error_t** err) {
+  return OnReducer(reducer, err, [](GradReducer& r) {
+    r.AbandonIteration();
+    return absl::OkStatus();
+  });
+}
+
 void dk_reducer_set_require_sync(dk_reducer_t* reducer, int32_t require_sync) {
   if (reducer != nullptr) reducer->rep->set_require_sync(require_sync != 0);
 }

@@ -274,6 +274,22 @@ func (r *Reducer[T]) Finalize(grads [][]T) error {
 	return nil
 }
 
+// Abandon ends an iteration that will not be finalized because this rank's
+// backward failed: it waits for the buckets already launched and forgets the
+// gradients marked ready, so that the next iteration starts afresh (marking
+// them again is no "marked ready twice"). Local: every rank whose backward
+// failed calls it; a rank whose backward succeeded is left waiting in
+// Finalize, as with torch's DDP. Does nothing outside an iteration.
+func (r *Reducer[T]) Abandon() error {
+	defer runtime.KeepAlive(r)
+	if err := r.live(); err != nil {
+		return err
+	}
+	r.marked = make([]bool, len(r.grads))
+	var cerr *C.dk_error_t
+	return check(C.dk_reducer_abandon(r.ptr, &cerr), cerr)
+}
+
 // SetRequireSync(false) is no_sync: MarkReady and Finalize do nothing
 // (Finalize writes the gradients last given to MarkReady).
 func (r *Reducer[T]) SetRequireSync(sync bool) {

@@ -1,7 +1,8 @@
 /* The gradient reducer through the C ABI, in every rank of a real job:
  * parameters broadcast from rank 0, averaged gradients over several
- * iterations (bucket rebuild included), no_sync accumulation, bucket views,
- * find_unused_parameters, and misuse answered with a status, never a crash. */
+ * iterations (bucket rebuild included), abandoned iterations, no_sync
+ * accumulation, bucket views, find_unused_parameters, and misuse answered with
+ * a status, never a crash. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -25,6 +26,20 @@ static double mean(int p, int64_t k, int it) {
   double s = 0;
   for (int r = 0; r < size_; ++r) s += grad_value(r, p, k, it) / size_;
   return s;
+}
+
+/* A backward that fails after some gradients were marked ready (buckets
+ * launched): dk_reducer_abandon ends the iteration on every rank, so the next
+ * one starts afresh (no "marked ready twice"); abandoning again, outside an
+ * iteration, does nothing. */
+static void abandon_partial(dk_reducer_t* reducer, float** grads,
+                            DLTensor* gt) {
+  for (int p = NP - 1; p >= 1; --p) {
+    for (int64_t k = 0; k < kSizes[p]; ++k) grads[p][k] = 1e6f;
+    DK_TEST_OK(dk_reducer_mark_ready(reducer, p, &gt[p], &e_));
+  }
+  DK_TEST_OK(dk_reducer_abandon(reducer, &e_));
+  DK_TEST_OK(dk_reducer_abandon(reducer, &e_));
 }
 
 int main(void) {
@@ -57,7 +72,10 @@ int main(void) {
   if (dk_reducer_num_buckets(reducer) < 2)
     dk_test_die("expected several buckets", NULL);
 
+  /* Abandoned before the first finalize (the ready order it saw must not
+   * decide the rebuilt buckets) and after the rebuild (iteration 2). */
   for (int it = 0; it < 3; ++it) {
+    if (it != 1) abandon_partial(reducer, grads, gt);
     for (int p = NP - 1; p >= 0; --p) {
       for (int64_t k = 0; k < kSizes[p]; ++k)
         grads[p][k] = grad_value(dk_test_rank, p, k, it);
@@ -109,6 +127,9 @@ int main(void) {
     if (dk_reducer_grad_view(reducer, 0, (void**)&params[0], &e) !=
         DK_FAILED_PRECONDITION)
       dk_test_die("grad_view without views", e);
+    dk_error_free(e);
+    e = NULL;
+    if (dk_reducer_abandon(NULL, &e) == DK_OK) dk_test_die("abandon NULL", e);
     dk_error_free(e);
     e = NULL;
     if (dk_reducer_create(world, NULL, 2, NULL, 0, NULL, &reducer, &e) !=

@@ -118,7 +118,7 @@ class LauncherInfo(ctypes.Structure):
 
 # ---- Constants (the header's DK_* values; status codes live in errors.py) ----
 
-ABI_MAJOR, ABI_MINOR = 0, 11
+ABI_MAJOR, ABI_MINOR = 0, 12
 
 OP_SUM, OP_PRODUCT, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, OP_MEAN = range(8)
 # mmengine's op names (mean is all_reduce's own, not a reduce op there).
@@ -227,6 +227,7 @@ _PROTOTYPES = {
     "dk_reducer_prepare": (c_status, [P, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, PP]),
     "dk_reducer_mark_ready": (c_status, [P, ctypes.c_int32, T, PP]),
     "dk_reducer_finalize": (c_status, [P, PP]),
+    "dk_reducer_abandon": (c_status, [P, PP]),
     "dk_reducer_set_require_sync": (None, [P, ctypes.c_int32]),
     "dk_reducer_broadcast_buffers": (c_status, [P, PP]),
     "dk_reducer_grad_view": (c_status, [P, ctypes.c_int32, PP, PP]),

@@ -14,6 +14,7 @@ averaged gradients equal torch.nn.parallel.DistributedDataParallel's.
 """
 import contextlib
 import ctypes
+import weakref
 from typing import Dict, List, Optional
 
 import torch
@@ -151,6 +152,12 @@ class OptimWrapper:
             self.zero_grad()
 
 
+class _FinalizeToken:
+    """Held only by the _finalize callback queued on torch's engine, so it
+    dies when the engine drops that callback: after running it, or without
+    running it when the backward raised."""
+
+
 class _Reducer:
     """The ABI's dk_reducer over a module's parameters and buffers."""
 
@@ -230,6 +237,8 @@ class MMDistributedDataParallel(torch.nn.Module):
         self._grad_views: List[Optional[Borrowed]] = [None] * len(self._dk_params)
         self._view_generation = -1
         self._finalize_queued = False
+        self._finalize_token = None  # weakref to the queued callback's _FinalizeToken
+        self._abandoned = False  # no forward nor mark since _abandon_iteration
         self._used = None
         # find_unused_parameters: parameters whose gradient hook ran under
         # no_sync since the last synchronized backward. One the synchronized
@@ -265,18 +274,56 @@ class MMDistributedDataParallel(torch.nn.Module):
             if self.find_unused_parameters:
                 self._accumulated.add(index)
             return
+        if self._abandoned:
+            # Backward again after a failed one, with no forward through this
+            # wrapper in between: the same graph, whose unused parameters the
+            # last forward named.
+            self._abandoned = False
+            if self.find_unused_parameters and self._used is not None:
+                self._prepare_unused()
         self._lend_grad(index)
         if not self._finalize_queued:
             self._finalize_queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._finalize)
+            token = _FinalizeToken()
+            wrapper = weakref.ref(self)
+
+            def dropped(ref):
+                # The engine let go of _finalize: a backward that raised,
+                # unless _finalize ran (it clears the token).
+                me = wrapper()
+                if me is not None and me._finalize_token is ref:
+                    me._abandon_iteration()
+
+            self._finalize_token = weakref.ref(token, dropped)
+            torch.autograd.Variable._execution_engine.queue_callback(
+                lambda: self._finalize(token))
+
+    def _abandon_iteration(self) -> None:
+        """The last synchronized backward raised, so torch's engine dropped
+        the queued _finalize: the reducer waits for the buckets it launched
+        and forgets the gradients lent to it, so that the next backward does
+        not find them "marked ready twice", and writes no gradient the caller
+        zeroes or frees. Runs as the engine drops the callback, before the
+        exception reaches the caller (or, failing that, at the next
+        forward). Every rank whose backward raised gets here; one whose
+        backward succeeded waits in finalize, as with torch's DDP."""
+        self._finalize_queued = False
+        self._finalize_token = None
+        self._abandoned = True
+        try:
+            raise_for_status(lib.dk_reducer_abandon, self._reducer.handle)
+        finally:
+            self._grad_views = [None] * len(self._dk_params)
 
     def _lend_grad(self, index: int) -> None:
         view = Borrowed(self._dk_params[index].grad)
         self._grad_views[index] = view  # borrowed by the library until finalize
         raise_for_status(lib.dk_reducer_mark_ready, self._reducer.handle, index, view.pointer)
 
-    def _finalize(self) -> None:
+    def _finalize(self, token: _FinalizeToken) -> None:
+        # `token` lives as long as the engine holds this callback.
         self._finalize_queued = False
+        self._finalize_token = None
         try:
             # Unreached in this backward, but accumulated under no_sync:
             # that gradient is this rank's contribution (forward left them
@@ -325,6 +372,12 @@ class MMDistributedDataParallel(torch.nn.Module):
 
     def forward(self, *inputs, **kwargs):
         training = torch.is_grad_enabled() and self.require_backward_grad_sync
+        if training:
+            if self._finalize_queued:
+                # The last backward never finished and its callback was not
+                # seen dropped (it normally is): this step starts clean.
+                self._abandon_iteration()
+            self._abandoned = False  # this forward prepares afresh
         if training and self.broadcast_buffers and self._dk_buffers:
             raise_for_status(lib.dk_reducer_broadcast_buffers, self._reducer.handle)
         if self.gradient_as_bucket_view:
@@ -342,10 +395,13 @@ class MMDistributedDataParallel(torch.nn.Module):
             self._carried = sorted(i for i in self._accumulated - self._used
                                    if self._dk_params[i].grad is not None)
             self._used.update(self._carried)  # the reducer writes theirs back
-            unused = [i for i in range(len(self._dk_params)) if i not in self._used]
-            array = (ctypes.c_int32 * max(1, len(unused)))(*unused)
-            raise_for_status(lib.dk_reducer_prepare, self._reducer.handle, array, len(unused))
+            self._prepare_unused()
         return output
+
+    def _prepare_unused(self) -> None:
+        unused = [i for i in range(len(self._dk_params)) if i not in self._used]
+        array = (ctypes.c_int32 * max(1, len(unused)))(*unused)
+        raise_for_status(lib.dk_reducer_prepare, self._reducer.handle, array, len(unused))
 
     @contextlib.contextmanager
     def no_sync(self):

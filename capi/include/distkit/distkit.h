@@ -73,7 +73,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------ */
 
 #define DK_ABI_MAJOR 0
-#define DK_ABI_MINOR 11
+#define DK_ABI_MINOR 12
 
 /* Local. Checks that this header (major, minor) can use the loaded library:
  * same major, and a minor no newer than the library's. DK_FAILED_PRECONDITION
@@ -714,7 +714,8 @@ DK_EXPORT dk_status_t dk_tensor_copy(const DLTensor* src, DLTensor* dst,
  * produces them, bucket all_reduces started at once so they overlap the rest
  * of backward, then averaged gradients written back. The averages equal
  * torch DDP's. Per iteration: [dk_reducer_prepare], dk_reducer_mark_ready for
- * every parameter, dk_reducer_finalize. One thread at a time per reducer. */
+ * every parameter, dk_reducer_finalize (dk_reducer_abandon instead when
+ * backward failed). One thread at a time per reducer. */
 typedef struct dk_reducer dk_reducer_t;
 
 #define DK_COMM_HOOK_NONE 0
@@ -769,6 +770,21 @@ DK_EXPORT dk_status_t dk_reducer_mark_ready(dk_reducer_t* reducer,
  * DK_FAILED_PRECONDITION naming it. */
 DK_EXPORT dk_status_t dk_reducer_finalize(dk_reducer_t* reducer,
                                           dk_error_t** err);
+
+/* Local, blocking (ABI 0.12). Ends an iteration that will not be finalized
+ * because this rank's backward failed (an exception inside autograd): waits
+ * for the buckets already launched (each all_reduce needs every rank to have
+ * launched that bucket), then forgets the gradients marked ready (no longer
+ * borrowed), so that the next iteration starts afresh instead of failing
+ * with "marked ready twice" or writing into freed gradients. Not
+ * collective: every rank whose backward failed calls it; a peer whose
+ * backward succeeded is left waiting in dk_reducer_finalize for buckets the
+ * failed ranks will not launch, as in torch's DDP, so a backward that fails
+ * on one rank only is the caller's to resolve (abort the group). A no-op
+ * outside an iteration (nothing marked ready or prepared since the last
+ * finalize). Any thread, one at a time per reducer. */
+DK_EXPORT dk_status_t dk_reducer_abandon(dk_reducer_t* reducer,
+                                         dk_error_t** err);
 
 /* Local. require_sync 0: no_sync (mark_ready and finalize do nothing;
  * gradients accumulate in the caller's buffers until it is 1 again). */

@@ -74,7 +74,7 @@ pub struct DLTensor {
 // ---- Versions and errors --------------------------------------------------
 
 pub const DK_ABI_MAJOR: i32 = 0;
-pub const DK_ABI_MINOR: i32 = 11;
+pub const DK_ABI_MINOR: i32 = 12;
 
 pub type dk_status_t = i32;
 
@@ -612,6 +612,8 @@ extern "C" {
     pub fn dk_reducer_prepare(reducer: *mut dk_reducer_t, unused: *const i32, num_unused: usize, err: ErrOut) -> dk_status_t;
     pub fn dk_reducer_mark_ready(reducer: *mut dk_reducer_t, index: i32, grad: *const DLTensor, err: ErrOut) -> dk_status_t;
     pub fn dk_reducer_finalize(reducer: *mut dk_reducer_t, err: ErrOut) -> dk_status_t;
+    /// ABI 0.12: ends an iteration whose backward failed, without finalizing it.
+    pub fn dk_reducer_abandon(reducer: *mut dk_reducer_t, err: ErrOut) -> dk_status_t;
     pub fn dk_reducer_set_require_sync(reducer: *mut dk_reducer_t, require_sync: i32);
     pub fn dk_reducer_broadcast_buffers(reducer: *mut dk_reducer_t, err: ErrOut) -> dk_status_t;
     pub fn dk_reducer_grad_view(reducer: *mut dk_reducer_t, index: i32, data_out: *mut *mut c_void, err: ErrOut) -> dk_status_t;

@@ -186,6 +186,18 @@ impl<'g, T: Element> Reducer<'g, T> {
         Ok(&self.staged)
     }
 
+    /// Ends an iteration that will not be finalized because this rank's
+    /// backward failed: waits for the buckets already launched and forgets
+    /// the gradients marked ready, so that the next iteration starts afresh
+    /// (marking them again is no "marked ready twice"). Local; every rank
+    /// whose backward failed calls it, and a rank whose backward succeeded
+    /// is left waiting in `finalize`, as with torch's DDP. Does nothing
+    /// outside an iteration.
+    pub fn abandon(&mut self) -> Result<()> {
+        self.marked = vec![false; self.staged.len()];
+        call(|err| unsafe { sys::dk_reducer_abandon(self.ptr, err) })
+    }
+
     /// no_sync: while false, mark_ready and finalize do nothing (finalize
     /// returns the gradients last handed to mark_ready).
     pub fn set_require_sync(&mut self, require_sync: bool) {

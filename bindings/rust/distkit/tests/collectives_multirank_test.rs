@@ -431,6 +431,7 @@ fn main() {
     }
 
     reducer_check::unused_parameters(&world, r, n);
+    reducer_check::abandoned_iteration(&world, r, n);
 
     // Abort from another thread: later calls fail cleanly.
     let g = world.new_group(&(0..n).collect::<Vec<_>>()).unwrap();

@@ -184,5 +184,6 @@ fn main() {
     // The Reducer's buckets live on the comm device: a parameter this rank
     // did not use still gets the others' average, copied from the device.
     reducer_check::unused_parameters(&world, rank, size);
+    reducer_check::abandoned_iteration(&world, rank, size);
     println!("rank {rank}: the Rust binding on device memory (nccl on the simulator): passed");
 }

@@ -570,6 +570,7 @@ func main() {
 		rc.Fail("closed reducer: %v", err)
 	}
 	reducercheck.UnusedParameters(world, rank, size)
+	reducercheck.AbandonedIteration(world, rank, size)
 	checkDroppedWork(world)
 
 	// Abort from another goroutine.

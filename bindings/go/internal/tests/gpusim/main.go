@@ -204,5 +204,6 @@ func main() {
 	// The Reducer's buckets live on the comm device: a parameter this rank
 	// did not use still gets the others' average, copied from the device.
 	reducercheck.UnusedParameters(world, rank, size)
+	reducercheck.AbandonedIteration(world, rank, size)
 	fmt.Printf("rank %d: the Go binding on device memory (nccl on the simulator): passed\n", rank)
 }

@@ -71,3 +71,50 @@ func UnusedParameters(world *dk.Group, rank, size int) {
 		}
 	}
 }
+
+// AbandonedIteration: a backward that fails after some gradients were marked
+// ready (a bucket per parameter, so their all_reduces were launched); Abandon
+// ends the iteration on every rank, and the next full one averages as usual,
+// with no "marked ready twice". Before the first Finalize and after it.
+func AbandonedIteration(world *dk.Group, rank, size int) {
+	sizes := []int{6, 4, 3}
+	params := [][]float64{make([]float64, 6), make([]float64, 4), make([]float64, 3)}
+	red, err := dk.NewReducer(world, params, nil, dk.ReducerOptions{BucketCapMB: 1e-4, FirstBucketCapMB: 1e-4})
+	rc.Must(err, "new reducer (abandon)")
+	defer red.Close()
+	grad := func(q, p, k, it int) float64 { return float64((q+1)*(k+1) + p - it) }
+	for it := 0; it < 3; it++ {
+		if it != 1 {
+			for _, p := range []int{2, 1} {
+				junk := make([]float64, sizes[p])
+				for k := range junk {
+					junk[k] = 1e9
+				}
+				rc.Must(red.MarkReady(p, junk), "mark ready before the failure")
+			}
+			rc.Must(red.Abandon(), "abandon")
+			rc.Must(red.Abandon(), "abandon outside an iteration")
+		}
+		grads := make([][]float64, len(sizes))
+		for p := len(sizes) - 1; p >= 0; p-- {
+			grads[p] = make([]float64, sizes[p])
+			for k := range grads[p] {
+				grads[p][k] = grad(rank, p, k, it)
+			}
+			rc.Must(red.MarkReady(p, grads[p]), "mark ready after abandon")
+		}
+		rc.Must(red.Finalize(grads), "finalize after abandon")
+		for p, gp := range grads {
+			for k, v := range gp {
+				want := 0.0
+				for q := 0; q < size; q++ {
+					want += grad(q, p, k, it)
+				}
+				want /= float64(size)
+				if math.Abs(v-want) > 1e-9 {
+					rc.Fail("after abandon: iteration %d p%d[%d] = %v want %v", it, p, k, v, want)
+				}
+			}
+		}
+	}
+}

@@ -37,3 +37,32 @@ pub fn unused_parameters(world: &Group, r: i32, n: i32) {
         assert!(red.globally_used(0) && red.globally_used(1) && !red.globally_used(2), "globally used");
     }
 }
+
+/// A backward that fails after some gradients were marked ready (a bucket
+/// per parameter, so their all_reduces were launched): `abandon` ends the
+/// iteration on every rank, and the next full one averages as usual, with
+/// no "marked ready twice". Before the first finalize and after it.
+pub fn abandoned_iteration(world: &Group, r: i32, n: i32) {
+    use distkit::{Reducer, ReducerOptions};
+    let opts = ReducerOptions { bucket_cap_mb: 1e-4, first_bucket_cap_mb: 1e-4, ..Default::default() };
+    let mut red = Reducer::new(world, vec![vec![0.0f64; 6], vec![0.0; 4], vec![0.0; 3]], vec![], &opts).unwrap();
+    let grad = |q: i32, p: usize, k: usize, it: i32| (q + 1) as f64 * (k as f64 + 1.0) + p as f64 - it as f64;
+    for it in 0..3 {
+        if it != 1 {
+            red.mark_ready(2, &[1e9; 3]).unwrap();
+            red.mark_ready(1, &[1e9; 4]).unwrap();
+            red.abandon().unwrap();
+            red.abandon().unwrap(); // outside an iteration: nothing to do
+        }
+        for p in (0..3).rev() {
+            red.mark_ready(p, &(0..[6, 4, 3][p]).map(|k| grad(r, p, k, it)).collect::<Vec<_>>()).unwrap();
+        }
+        let g = red.finalize().unwrap();
+        for (p, gp) in g.iter().enumerate() {
+            for (k, &v) in gp.iter().enumerate() {
+                let want = (0..n).map(|q| grad(q, p, k, it)).sum::<f64>() / n as f64;
+                assert!((v - want).abs() < 1e-9, "after abandon: iteration {it} p{p}[{k}] = {v}, want {want}");
+            }
+        }
+    }
+}
