@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,6 +13,7 @@
 #include "cc/core/device_staging.h"
 #include "cc/core/half.h"
 #include "cc/core/status.h"
+#include "cc/group/agreement.h"
 
 namespace distkit {
 
@@ -23,6 +26,269 @@ constexpr size_t kBroadcastChunkBytes = 250u << 20;
 size_t Bytes(const TensorRef& t) { return t.nbytes(); }
 
 bool IsFloat32(DataType d) { return d == DataType::kFloat32; }
+
+// The checks that need no other rank (on every rank alike when the ranks
+// agree on the registration).
+absl::Status CheckLocally(const ProcessGroup& group,
+                          const std::vector<GradReducer::Parameter>& params,
+                          const GradReducer::Options& options) {
+  // Also NaN and sizes no size_t holds (1 PiB is past any bucket): their
+  // conversion to bytes would be undefined.
+  constexpr double kMostMiB = double{1 << 30};
+  if (!(options.bucket_cap_mb > 0 && options.bucket_cap_mb <= kMostMiB) ||
+      !(options.first_bucket_cap_mb > 0 &&
+        options.first_bucket_cap_mb <= kMostMiB)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GradReducer: bucket sizes must be positive and at most 1 PiB "
+        "(bucket_cap_mb ",
+        options.bucket_cap_mb, ", first_bucket_cap_mb ",
+        options.first_bucket_cap_mb, ")"));
+  }
+  // One device for every parameter (torch's DDP: a module on several
+  // devices needs device_ids=None and a model-parallel setup).
+  for (size_t i = 1; i < params.size(); ++i) {
+    if (params[i].data.device() != params[0].data.device()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GradReducer: parameters live on several devices: parameter 0 (",
+          params[0].name, ") on ", params[0].data.device().ToString(),
+          ", parameter ", i, " (", params[i].name, ") on ",
+          params[i].data.device().ToString(),
+          "; a data-parallel replica must be on one device"));
+    }
+  }
+  const Device comm = group.comm_device();
+  if (options.gradient_as_bucket_view && !params.empty() &&
+      params[0].data.device() != comm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GradReducer: gradient_as_bucket_view needs the parameters on the "
+        "group's comm device (",
+        comm.ToString(), "), they are on ", params[0].data.device().ToString(),
+        "; use a group whose backend works there or turn the option off"));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const DataType d = params[i].data.dtype();
+    if (d != DataType::kFloat32 && d != DataType::kFloat64 &&
+        d != DataType::kFloat16 && d != DataType::kBFloat16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GradReducer: parameter ", i, " (", params[i].name, ") is ",
+          DataTypeName(d), "; gradients must be floating point"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- Every rank registers the same model -----------------------------------
+//
+// What must be equal on every rank for the broadcast at construction and the
+// bucket all_reduces to pair the same memory (torch's DDP checks the
+// parameters at construction too): the header (counts, and the options that
+// decide which collectives run) and one record per parameter, then per
+// buffer: its dtype and element count. Not its shape: the buckets hold
+// elements, and a rank in another language registers flat arrays (Rust's and
+// Go's reducers take slices) beside a Python rank's shaped tensors. Nor the
+// device: the buckets live on each rank's comm device.
+
+// The header: counts, then the options that change the collectives.
+enum HeaderField {
+  kParamCount,
+  kBufferCount,
+  kBucketCap,       // the double's bits
+  kFirstBucketCap,  // the double's bits
+  kFindUnused,
+  kCommHook,
+  kBroadcastBuffers,
+  kHeaderSize,
+};
+
+// A tensor's record: kind, dtype, numel.
+constexpr int kRecordSize = 3;
+enum Kind { kParameterKind = 1, kBufferKind = 2 };
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// The same on every rank, process and machine (absl::Hash is seeded per
+// process).
+uint64_t HashOf(absl::Span<const int64_t> values, uint64_t h = 0) {
+  for (int64_t v : values) h = Mix(h ^ static_cast<uint64_t>(v));
+  return h;
+}
+
+int64_t Bits(double d) {
+  int64_t bits;
+  std::memcpy(&bits, &d, sizeof(bits));
+  return bits;
+}
+
+double FromBits(int64_t bits) {
+  double d;
+  std::memcpy(&d, &bits, sizeof(d));
+  return d;
+}
+
+void AppendRecord(Kind kind, const TensorRef& t, std::vector<int64_t>& out) {
+  out.push_back(kind);
+  out.push_back(static_cast<int64_t>(t.dtype()));
+  out.push_back(t.numel());
+}
+
+// "float32 x128", from a record.
+std::string Describe(absl::Span<const int64_t> record) {
+  std::string dtype = "dtype " + std::to_string(record[1]);
+  if (record[1] >= 0 && record[1] <= static_cast<int64_t>(DataType::kBool)) {
+    dtype = std::string(DataTypeName(static_cast<DataType>(record[1])));
+  }
+  return absl::StrCat(dtype, " x", record[2]);
+}
+
+// rank 0's header and `rank`'s differ: the first field that does.
+std::string DescribeHeaderMismatch(int rank, absl::Span<const int64_t> rank0,
+                                   absl::Span<const int64_t> theirs) {
+  const std::string prefix = "GradReducer: DDP expects the same model ";
+  struct Count {
+    HeaderField field;
+    const char* what;
+  };
+  for (const Count& count :
+       {Count{kParamCount, "parameters"}, Count{kBufferCount, "buffers"}}) {
+    const int field = count.field;
+    const char* what = count.what;
+    if (rank0[field] != theirs[field]) {
+      return absl::StrCat(prefix, "across all ranks, but rank ", rank, " has ",
+                          theirs[field], " ", what, ", while rank 0 has ",
+                          rank0[field]);
+    }
+  }
+  auto option = [](int field, int64_t v) -> std::string {
+    switch (field) {
+      case kBucketCap:
+        return absl::StrCat("bucket_cap_mb ", FromBits(v));
+      case kFirstBucketCap:
+        return absl::StrCat("first_bucket_cap_mb ", FromBits(v));
+      case kFindUnused:
+        return absl::StrCat("find_unused_parameters ", v ? "true" : "false");
+      case kCommHook:
+        return absl::StrCat("comm_hook ", v == 0   ? "none"
+                                          : v == 1 ? "fp16_compress"
+                                          : v == 2 ? "bf16_compress"
+                                                   : absl::StrCat(v));
+      default:
+        return absl::StrCat("broadcast_buffers ", v ? "true" : "false");
+    }
+  };
+  for (int field = kBucketCap; field < kHeaderSize; ++field) {
+    if (rank0[field] != theirs[field]) {
+      return absl::StrCat(prefix,
+                          "and options across all ranks (they decide which "
+                          "collectives run), but rank ",
+                          rank, " has ", option(field, theirs[field]),
+                          ", while rank 0 has ", option(field, rank0[field]));
+    }
+  }
+  return prefix + "across all ranks";  // not reached: the headers differ
+}
+
+// Rank `root`'s `text`, on every rank (two broadcasts).
+absl::StatusOr<std::string> BroadcastText(ProcessGroup& group, std::string text,
+                                          int root) {
+  int64_t size = static_cast<int64_t>(text.size());
+  DK_RETURN_IF_ERROR(OnCommDevice(
+      TensorRef(&size, 1, DataType::kInt64), group.comm_device(),
+      Access::kReadWrite,
+      [&](const TensorRef& t) { return group.Broadcast(t, root); }));
+  text.resize(static_cast<size_t>(size));
+  if (size == 0) return text;
+  DK_RETURN_IF_ERROR(OnCommDevice(
+      TensorRef(text.data(), size, DataType::kUInt8), group.comm_device(),
+      Access::kReadWrite,
+      [&](const TensorRef& t) { return group.Broadcast(t, root); }));
+  return text;
+}
+
+// Collective over `group`, before any other: whether every rank registered
+// the same parameters, buffers and options as rank 0, and whether any rank
+// has a problem of its own (`local`). When they all agree and none has, one
+// all_reduce of three integers; otherwise an error on every rank (the same
+// INVALID_ARGUMENT naming the first difference from rank 0), so that no rank
+// goes on into the broadcast alone.
+absl::Status CheckAcrossRanks(ProcessGroup& group,
+                              const std::vector<GradReducer::Parameter>& params,
+                              const std::vector<TensorRef>& buffers,
+                              const GradReducer::Options& options,
+                              const absl::Status& local) {
+  const CopyStreamScope on_stream(group.comm_device(), group.cuda_stream());
+  std::vector<int64_t> header(kHeaderSize);
+  header[kParamCount] = static_cast<int64_t>(params.size());
+  header[kBufferCount] = static_cast<int64_t>(buffers.size());
+  header[kBucketCap] = Bits(options.bucket_cap_mb);
+  header[kFirstBucketCap] = Bits(options.first_bucket_cap_mb);
+  header[kFindUnused] = options.find_unused_parameters;
+  header[kCommHook] = static_cast<int64_t>(options.comm_hook);
+  header[kBroadcastBuffers] = options.broadcast_buffers;
+  std::vector<int64_t> records;
+  records.reserve((params.size() + buffers.size()) * kRecordSize);
+  for (const GradReducer::Parameter& p : params)
+    AppendRecord(kParameterKind, p.data, records);
+  for (const TensorRef& b : buffers) AppendRecord(kBufferKind, b, records);
+  // max(digest) and max(~digest) = ~min(digest): equal on every rank only
+  // when every rank has the same digest. Then whether any rank has a problem.
+  const int64_t digest = static_cast<int64_t>(HashOf(records, HashOf(header)));
+  int64_t summary[3] = {digest, ~digest, local.ok() ? 0 : 1};
+  DK_RETURN_IF_ERROR(OnCommDevice(
+      TensorRef(summary, 3, DataType::kInt64), group.comm_device(),
+      Access::kReadWrite,
+      [&](const TensorRef& t) { return group.AllReduce(t, ReduceOp::kMax); }));
+  if (summary[0] == ~summary[1]) {
+    if (summary[2] == 0) return absl::OkStatus();
+    // Every rank registered the same model, some rank cannot use it: one
+    // with a problem of its own says what it is (its own devices, say), the
+    // others name the lowest rank with one.
+    DK_ASSIGN_OR_RETURN(Verdict verdict,
+                        AgreeOnVerdict(group, Verdict::Mine(group, local)));
+    if (verdict.ok()) return absl::OkStatus();  // not reached
+    const bool own = !local.ok();
+    const absl::Status& problem = own ? local : verdict.status;
+    return absl::Status(
+        problem.code(),
+        absl::StrCat(problem.message(), " (rank ",
+                     own ? group.rank() : verdict.RankIn(group), ")"));
+  }
+  // Some rank differs from rank 0: find where, alike on every rank.
+  DK_ASSIGN_OR_RETURN(std::optional<ValueMismatch> header_mismatch,
+                      FindValueMismatch(group, header, kHeaderSize));
+  if (header_mismatch.has_value()) {
+    return absl::InvalidArgumentError(DescribeHeaderMismatch(
+        header_mismatch->rank, header_mismatch->rank0_values,
+        header_mismatch->rank_values));
+  }
+  DK_ASSIGN_OR_RETURN(std::optional<ValueMismatch> mismatch,
+                      FindValueMismatch(group, records, kRecordSize));
+  if (!mismatch.has_value() || mismatch->record < 0) {
+    return absl::InternalError(
+        "GradReducer: the ranks' registrations hash differently but no "
+        "parameter or buffer differs");
+  }
+  const ValueMismatch& m = *mismatch;
+  const bool is_param = m.record < static_cast<int64_t>(params.size());
+  const int64_t index = is_param ? m.record : m.record - params.size();
+  // Rank 0's name for it, so that every rank says the same.
+  DK_ASSIGN_OR_RETURN(
+      std::string name,
+      BroadcastText(group, is_param ? params[index].name : "", 0));
+  const std::string what =
+      is_param ? absl::StrCat("parameter ", index,
+                              name.empty() ? "" : absl::StrCat(" (", name, ")"))
+               : absl::StrCat("buffer ", index);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "GradReducer: DDP expects the same model across all ranks, but rank ",
+      m.rank, "'s ", what, " is ", Describe(m.rank_values),
+      ", while rank 0's is ", Describe(m.rank0_values)));
+}
 
 }  // namespace
 
@@ -79,48 +345,14 @@ absl::StatusOr<std::unique_ptr<GradReducer>> GradReducer::Create(
     return absl::FailedPreconditionError(
         "GradReducer: this rank is not a member of the group");
   }
-  // Also NaN and sizes no size_t holds (1 PiB is past any bucket): their
-  // conversion to bytes would be undefined.
-  constexpr double kMostMiB = double{1 << 30};
-  if (!(options.bucket_cap_mb > 0 && options.bucket_cap_mb <= kMostMiB) ||
-      !(options.first_bucket_cap_mb > 0 &&
-        options.first_bucket_cap_mb <= kMostMiB)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GradReducer: bucket sizes must be positive and at most 1 PiB "
-        "(bucket_cap_mb ",
-        options.bucket_cap_mb, ", first_bucket_cap_mb ",
-        options.first_bucket_cap_mb, ")"));
+  // Problems of this rank's own are not returned at once: a rank that left
+  // here would leave the others waiting in the check below.
+  const absl::Status local = CheckLocally(*group, params, options);
+  if (group->size() > 1) {
+    DK_RETURN_IF_ERROR(
+        CheckAcrossRanks(*group, params, buffers, options, local));
   }
-  // One device for every parameter (torch's DDP: a module on several
-  // devices needs device_ids=None and a model-parallel setup).
-  for (size_t i = 1; i < params.size(); ++i) {
-    if (params[i].data.device() != params[0].data.device()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "GradReducer: parameters live on several devices: parameter 0 (",
-          params[0].name, ") on ", params[0].data.device().ToString(),
-          ", parameter ", i, " (", params[i].name, ") on ",
-          params[i].data.device().ToString(),
-          "; a data-parallel replica must be on one device"));
-    }
-  }
-  const Device comm = group->comm_device();
-  if (options.gradient_as_bucket_view && !params.empty() &&
-      params[0].data.device() != comm) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GradReducer: gradient_as_bucket_view needs the parameters on the "
-        "group's comm device (",
-        comm.ToString(), "), they are on ", params[0].data.device().ToString(),
-        "; use a group whose backend works there or turn the option off"));
-  }
-  for (size_t i = 0; i < params.size(); ++i) {
-    const DataType d = params[i].data.dtype();
-    if (d != DataType::kFloat32 && d != DataType::kFloat64 &&
-        d != DataType::kFloat16 && d != DataType::kBFloat16) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "GradReducer: parameter ", i, " (", params[i].name, ") is ",
-          DataTypeName(d), "; gradients must be floating point"));
-    }
-  }
+  DK_RETURN_IF_ERROR(local);
   std::unique_ptr<GradReducer> r(new GradReducer(
       std::move(group), std::move(params), std::move(buffers), options));
   const CopyStreamScope on_stream = r->OnCallerStream();

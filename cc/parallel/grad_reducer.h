@@ -73,6 +73,23 @@ class GradReducer {
 
   // Collective over `group`: broadcasts rank 0's parameters and buffers so
   // every replica starts equal, then assigns buckets.
+  //
+  // Before the broadcast, every rank's registration is compared with rank
+  // 0's (torch's DDP checks the parameters at construction too): the number
+  // of parameters and buffers, each one's dtype and element count, and the
+  // options that decide the buckets and collectives (bucket caps,
+  // find_unused_parameters, comm_hook, broadcast_buffers). Shapes and devices
+  // may differ: buckets hold elements, and Rust's and Go's reducers register
+  // flat arrays beside Python's shaped tensors in a mixed-language job. A
+  // model built differently on one rank would otherwise pair
+  // mismatched memory in the broadcast and the bucket all_reduces. When they
+  // agree this is one all_reduce of three integers (a hash of it all). When
+  // they do not, every rank returns the same INVALID_ARGUMENT naming the
+  // first difference from rank 0 ("rank 1's parameter 3 (fc.weight) is
+  // float32 x144, while rank 0's is float32 x128"). A problem of one
+  // rank's own (parameters on several devices, say) fails every rank too:
+  // that rank with its problem, the others with the lowest such rank's. No
+  // rank is left in a collective: the group stays usable.
   static absl::StatusOr<std::unique_ptr<GradReducer>> Create(
       std::shared_ptr<ProcessGroup> group, std::vector<Parameter> params,
       std::vector<TensorRef> buffers, Options options);
