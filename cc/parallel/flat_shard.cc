@@ -321,6 +321,11 @@ absl::Status FlatShard::AllocateShards() {
   return absl::OkStatus();
 }
 
+bool FlatShard::JobRank0() const {
+  return group_->rank() == 0 && (options_.replicate_group == nullptr ||
+                                 options_.replicate_group->rank() == 0);
+}
+
 // Builds each flat buffer from the full values (only rank 0's when
 // `from_rank0`: then broadcast over the replicate group and the group) and
 // keeps this rank's slice. `values_error` (the caller could not read its
@@ -328,10 +333,7 @@ absl::Status FlatShard::AllocateShards() {
 absl::Status FlatShard::FillShards(const std::vector<TensorRef>& values,
                                    bool from_rank0,
                                    const absl::Status& values_error) {
-  const bool job_rank0 =
-      group_->rank() == 0 && (options_.replicate_group == nullptr ||
-                              options_.replicate_group->rank() == 0);
-  const bool have_values = !from_rank0 || job_rank0;
+  const bool have_values = !from_rank0 || JobRank0();
   // Check the values first; with from_rank0, rank 0 tells everyone, so no
   // rank waits in a broadcast that will not come.
   absl::Status valid;
@@ -696,14 +698,19 @@ FlatShard::LocalPiece FlatShard::Piece(int index) const {
 absl::Status FlatShard::GatherFullParams(const std::vector<TensorRef>& outs,
                                          bool rank0_only) {
   const CopyStreamScope on_stream = OnCallerStream();
-  const bool writes = !rank0_only || group_->rank() == 0;
+  // rank0_only: the job's rank 0 alone writes, so every other rank may pass
+  // empty outputs. Every node still gathers to its group's rank 0 (which
+  // replica rank a node's ranks have is not ours to assume); the other
+  // nodes' roots drop what they gathered.
+  const bool root = group_->rank() == 0;
+  const bool writes = !rank0_only || JobRank0();
   absl::Status first_error;
   for (size_t k = 0; k < flats_.size(); ++k) {
     Flat& f = *flats_[k];
     Owned full;
     TensorRef gathered = f.shard.view;
     if (shard_count_ > 1) {
-      if (writes || !rank0_only) {
+      if (root || !rank0_only) {
         DK_ASSIGN_OR_RETURN(full, Allocate(shard_device_, f.dtype, f.padded));
       }
       // The shard may be in host memory (offload_params): staged.
@@ -744,7 +751,7 @@ absl::Status FlatShard::LoadFullParams(const std::vector<TensorRef>& values,
     absl::MutexLock lock(&mu_);
     if (unsharded_ || gathering_) {
       return absl::FailedPreconditionError(
-          "FlatShard: load a state dict while resharded");
+          "FlatShard: load a state dict while unsharded");
     }
   }
   return FillShards(values, rank0_only, values_error);
@@ -765,6 +772,14 @@ absl::Status FlatShard::LoadShardedParams(
     const ShardMetadata& saved,
     const std::function<absl::StatusOr<TensorRef>(int flat, int rank)>& read) {
   const CopyStreamScope on_stream = OnCallerStream();
+  {
+    // As LoadFullParams: the full parameters would keep the old values.
+    absl::MutexLock lock(&mu_);
+    if (unsharded_ || gathering_) {
+      return absl::FailedPreconditionError(
+          "FlatShard: load a sharded checkpoint while unsharded");
+    }
+  }
   const ShardMetadata mine = Metadata();
   if (saved.param_numel != mine.param_numel ||
       saved.flat_dtypes != mine.flat_dtypes ||
@@ -782,17 +797,18 @@ absl::Status FlatShard::LoadShardedParams(
     return absl::InvalidArgumentError(absl::StrCat(
         "FlatShard: the checkpoint's world size is ", saved.world_size));
   }
+  // Every part is read before any shard changes: a read that fails (a
+  // missing or wrong file) leaves the unit as it was.
+  std::vector<std::vector<char>> staged(flats_.size());
   for (size_t k = 0; k < flats_.size(); ++k) {
     Flat& f = *flats_[k];
     const int64_t w = saved.world_size;
     const int64_t saved_padded =
         std::max<int64_t>(w, (f.numel + w - 1) / w * w);
     const int64_t saved_shard = saved_padded / w;
-    DK_ASSIGN_OR_RETURN(HostCopy mine_host,
-                        HostCopy::Of(f.shard.view, /*read=*/false));
-    char* dst = static_cast<char*>(mine_host.host().data());
     const size_t es = ElementSize(f.dtype);
-    std::memset(dst, 0, mine_host.host().nbytes());
+    staged[k].assign(f.shard_numel * es, 0);
+    char* dst = staged[k].data();
     const int64_t begin = shard_rank_ * f.shard_numel;
     const int64_t end = std::min(begin + f.shard_numel, f.numel);
     for (int64_t pos = begin; pos < end;) {
@@ -811,6 +827,11 @@ absl::Status FlatShard::LoadShardedParams(
                   (upto - pos) * es);
       pos = upto;
     }
+  }
+  for (size_t k = 0; k < flats_.size(); ++k) {
+    DK_ASSIGN_OR_RETURN(HostCopy mine_host,
+                        HostCopy::Of(flats_[k]->shard.view, /*read=*/false));
+    std::memcpy(mine_host.host().data(), staged[k].data(), staged[k].size());
     DK_RETURN_IF_ERROR(mine_host.WriteBack());
   }
   return absl::OkStatus();

@@ -175,8 +175,9 @@ class FlatShard {
   // ---- State dicts ----------------------------------------------------------
 
   // Full state dict: parameter i's full master value into outs[i] (same
-  // dtype and numel, host or device). rank0_only: only rank 0 writes (others
-  // may pass empty TensorRefs). Collective.
+  // dtype and numel, host or device). rank0_only: only the job's rank 0
+  // writes (rank 0 of the group and, under HYBRID_*, of the replicate group;
+  // others may pass empty TensorRefs). Collective.
   absl::Status GatherFullParams(const std::vector<TensorRef>& outs,
                                 bool rank0_only = false);
   // Loads a full state dict: every rank passes every parameter's full value
@@ -203,7 +204,9 @@ class FlatShard {
   // returns saved rank `rank`'s shard of flat buffer `flat` (host memory,
   // valid until the next call). Only the saved shards that overlap this
   // rank's range are read. A checkpoint of another unit (parameter count,
-  // sizes or dtypes) is INVALID_ARGUMENT naming the difference. Local.
+  // sizes or dtypes) is INVALID_ARGUMENT naming the difference; while
+  // unsharded FAILED_PRECONDITION (as LoadFullParams). Everything is read
+  // before anything is written: a failed read changes nothing. Local.
   absl::Status LoadShardedParams(
       const ShardMetadata& saved,
       const std::function<absl::StatusOr<TensorRef>(int flat, int rank)>& read);
@@ -253,6 +256,8 @@ class FlatShard {
 
   absl::Status Place(const std::vector<Parameter>& params);
   absl::Status AllocateShards();
+  // Rank 0 of the group and, if any, of the replicate group.
+  bool JobRank0() const;
   absl::Status FillShards(const std::vector<TensorRef>& values, bool from_rank0,
                           const absl::Status& values_error = absl::OkStatus());
   absl::Status EnsureFullGrads();

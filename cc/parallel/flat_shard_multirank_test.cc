@@ -379,6 +379,31 @@ class Job {
         !config.param_dtype && config.accumulate == 1 && !config.offload) {
       StateDicts(ua, {fw1, fb1});
     }
+    if (hybrid && !config.param_dtype && config.accumulate == 1) {
+      HybridRank0Gather(ua, {fw1, fb1}, name);
+    }
+  }
+
+  // HYBRID_*: a rank-0-only gather writes the job's rank 0's outputs alone;
+  // the others (also the other nodes' group rank 0) pass empty outputs, as
+  // FSDP's FullStateDict(rank0_only) does, and succeed. (Before, another
+  // node's group rank 0 wrote, or failed on its empty outputs.)
+  void HybridRank0Gather(FlatShard& u,
+                         const std::vector<std::vector<float>>& want,
+                         const std::string& name) {
+    const bool job_rank0 = rank_ == 0;
+    std::vector<float> w(want[0].size(), -1), b(want[1].size(), -1);
+    std::vector<TensorRef> outs(2);
+    if (job_rank0) {
+      outs = {TensorRef(w.data(), w.size(), DataType::kFloat32),
+              TensorRef(b.data(), b.size(), DataType::kFloat32)};
+    }
+    CheckOk(u.GatherFullParams(outs, /*rank0_only=*/true),
+            name + ": rank-0-only gather, empty outputs off the job's rank 0");
+    if (job_rank0) {
+      Check(w == want[0] && b == want[1],
+            name + ": the job's rank 0 gets the full values");
+    }
   }
 
   // The global gradient as a mixed-precision unit computes it: each rank's
@@ -441,6 +466,23 @@ class Job {
                 TensorRef(b2.data(), b2.size(), DataType::kFloat32)};
     }
     CheckOk(u.LoadFullParams(values, /*rank0_only=*/true), "load rank 0's");
+    // Loads are refused while unsharded: the full parameters would keep the
+    // old values.
+    RequireOk(u.Unshard(), "unshard before loading");
+    absl::Status unsharded = u.LoadFullParams(values);
+    Check(unsharded.code() == absl::StatusCode::kFailedPrecondition &&
+              unsharded.message() ==
+                  "FlatShard: load a state dict while unsharded",
+          "load a full state dict while unsharded: " + unsharded.ToString());
+    unsharded = u.LoadShardedParams(u.Metadata(),
+                                    [](int, int) -> absl::StatusOr<TensorRef> {
+                                      return absl::InternalError("not read");
+                                    });
+    Check(unsharded.code() == absl::StatusCode::kFailedPrecondition &&
+              unsharded.message() ==
+                  "FlatShard: load a sharded checkpoint while unsharded",
+          "load a sharded checkpoint while unsharded: " + unsharded.ToString());
+    RequireOk(u.Reshard(), "reshard after the refused loads");
     CheckOk(
         u.GatherFullParams({TensorRef(w.data(), w.size(), DataType::kFloat32),
                             TensorRef(b.data(), b.size(), DataType::kFloat32)}),
@@ -449,6 +491,19 @@ class Job {
     for (float& x : rw2) x += 1;
     for (float& x : rb2) x -= 1;
     Check(w == rw2 && b == rb2, "a full state dict round-trips exactly");
+    // A sharded load whose read fails (a missing file) changes nothing.
+    absl::Status failed = u.LoadShardedParams(
+        u.Metadata(), [](int, int) -> absl::StatusOr<TensorRef> {
+          return absl::NotFoundError("no such file");
+        });
+    Check(failed.code() == absl::StatusCode::kNotFound,
+          "a sharded load whose read fails: " + failed.ToString());
+    CheckOk(
+        u.GatherFullParams({TensorRef(w.data(), w.size(), DataType::kFloat32),
+                            TensorRef(b.data(), b.size(), DataType::kFloat32)}),
+        "gather after a failed sharded load");
+    Check(w == rw2 && b == rb2,
+          "a sharded load whose read fails leaves the shards as they were");
 
     // Sharded: every rank writes its shards; a unit over half the ranks
     // (at least one) loads them and must hold the same values.

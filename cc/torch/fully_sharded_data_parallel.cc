@@ -242,10 +242,15 @@ absl::Status FullyShardedDataParallel::Build() {
     if (taken.insert(impl).second)
       unsharded_params_.emplace_back(p.key(), p.value());
   }
+  // named_parameters() lists a tensor tied under several names inside `m`
+  // under each: a unit takes it once, under its first name (FullStateDict
+  // still gives it under every name).
   auto unclaimed = [&](const std::string& prefix, const torch::nn::Module& m) {
     std::vector<std::pair<std::string, torch::Tensor>> params;
+    std::unordered_set<const c10::TensorImpl*> seen;
     for (const auto& p : m.named_parameters()) {
-      if (taken.count(p.value().unsafeGetTensorImpl())) continue;
+      const c10::TensorImpl* impl = p.value().unsafeGetTensorImpl();
+      if (taken.count(impl) || !seen.insert(impl).second) continue;
       params.emplace_back(Join(prefix, p.key()), p.value());
     }
     return params;

@@ -11,6 +11,12 @@
 // backward a unit's parameters are full-shape views of the unit's gathered
 // buffer, which is freed again when the unit is done.
 //
+// A tensor tied under several names (an embedding's weight that is also the
+// output projection's) is held once by its unit; FullOptimStateDict keys its
+// state by its first name in the wrapped module's named_parameters().
+// LibTorch's parameters() lists such a tensor under each name: give the
+// optimizer each tensor once, or it steps it twice.
+//
 //   auto fsdp = FullyShardedDataParallel::Create(
 //       model, {.auto_wrap_policy = ModuleTypePolicy({"BlockImpl"})}).value();
 //   torch::optim::Adam adam(model->parameters(), 1e-3);   // after Create
@@ -168,8 +174,11 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
 
   // The full state dict (StateDictType.FULL_STATE_DICT): every parameter
   // gathered in its original shape and dtype, on the CPU, under the wrapped
-  // module's names, then its buffers. rank0_only: other ranks get an empty
-  // dict. Collective.
+  // module's names (a tied tensor under each of its names, as torch's
+  // state_dict), then its buffers. rank0_only: only the job's rank 0 (rank
+  // 0 of the group and, under HYBRID_*, of the replicate group) gets the
+  // values; the other ranks, the other nodes' rank 0 too, an empty dict.
+  // Collective.
   absl::StatusOr<torch::OrderedDict<std::string, torch::Tensor>> FullStateDict(
       bool rank0_only = false);
   // Loads one (rank0_only: only rank 0's dict is read, and broadcast). A

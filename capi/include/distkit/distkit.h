@@ -935,8 +935,9 @@ DK_EXPORT dk_status_t dk_shard_piece(dk_shard_t* shard, int32_t index,
                                      dk_error_t** err);
 
 /* Collective. Full state dict: every parameter's full master values into
- * outs[i] (its dtype and element count); rank0_only: only rank 0 writes
- * (others may pass NULL). */
+ * outs[i] (its dtype and element count); rank0_only: only the job's rank 0
+ * writes (rank 0 of the group and, under a hybrid layout, of the replicate
+ * group; others may pass NULL). */
 DK_EXPORT dk_status_t dk_shard_gather_full(dk_shard_t* shard,
                                            DLTensor* const* outs, size_t n,
                                            int32_t rank0_only,
