@@ -14,6 +14,7 @@ averaged gradients equal torch.nn.parallel.DistributedDataParallel's.
 """
 import contextlib
 import ctypes
+import hashlib
 import weakref
 from typing import Dict, List, Optional
 
@@ -44,10 +45,42 @@ __all__ = [
 _HOOKS = {None: 0, "fp16": 1, "fp16_compress": 1, "bf16": 2, "bf16_compress": 2}
 
 
+def _memory_order(t: torch.Tensor) -> Optional[List[int]]:
+    """The permutation that makes a dense tensor in another memory format
+    (channels_last, a transposed weight) contiguous over the same memory;
+    None when it is contiguous already, or when no permutation does (not
+    dense: the library then refuses it)."""
+    if t.is_contiguous():
+        return None
+    order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), -t.size(d)))
+    return order if t.permute(order).is_contiguous() else None
+
+
+def _lendable(t: torch.Tensor) -> torch.Tensor:
+    """`t` as the library takes it: contiguous, over the same memory (the
+    reducer works on elements in memory order; every rank's parameters have
+    the same layout, checked at construction)."""
+    order = _memory_order(t)
+    return t if order is None else t.permute(order)
+
+
 def _tensor_at(address: int, like: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A tensor over library memory at `address` on `device` (the reducer's
-    buckets live on the group's comm device), shaped and typed like `like`."""
-    return tensor_at(address, like.numel(), like.dtype, device).view(like.shape)
+    buckets live on the group's comm device), shaped, typed and laid out in
+    memory like `like` (the elements in `like`'s memory order, as lent)."""
+    flat = tensor_at(address, like.numel(), like.dtype, device)
+    order = _memory_order(like)
+    if order is None:
+        return flat.view(like.shape)
+    inverse = [order.index(d) for d in range(len(order))]
+    return flat.view([like.shape[d] for d in order]).permute(inverse)
+
+
+def _layout_digest(params) -> int:
+    """The parameters' memory formats, as one integer the same on every rank
+    whose parameters are laid out alike (hashlib: Python's hash is seeded)."""
+    text = ";".join(",".join(map(str, _memory_order(p) or [])) for p in params)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:7], "little")
 
 
 def _device_placement(module: torch.nn.Module, device_ids, output_device):
@@ -162,7 +195,7 @@ class _Reducer:
     """The ABI's dk_reducer over a module's parameters and buffers."""
 
     def __init__(self, params, buffers, group, config):
-        self.param_views = [Borrowed(p.detach()) for p in params]
+        self.param_views = [Borrowed(_lendable(p.detach())) for p in params]
         self.buffer_views = [Borrowed(b) for b in buffers]
         ptrs = (_lib.T * max(1, len(params)))(*[v.pointer for v in self.param_views])
         bptrs = (_lib.T * max(1, len(buffers)))(*[v.pointer for v in self.buffer_views])
@@ -216,6 +249,7 @@ class MMDistributedDataParallel(torch.nn.Module):
         config.broadcast_buffers = int(broadcast_buffers)
         config.comm_hook = _HOOKS[comm_hook]
         self._config = config
+        self._check_layouts(process_group)
         self._attach(process_group)
         # Hooks on the gradient accumulators run once .grad holds the final
         # (accumulated) gradient; keep the accumulators alive.
@@ -226,6 +260,27 @@ class MMDistributedDataParallel(torch.nn.Module):
             self._accumulators.append(acc)
 
     # -- the reducer ---------------------------------------------------------------
+
+    def _check_layouts(self, process_group) -> None:
+        """Parameters in another memory format than contiguous (channels_last)
+        are lent in memory order, so every rank must lay them out alike, as
+        torch's DDP checks their strides: collective where this rank has
+        such a parameter (a model all contiguous, the common case and what
+        ranks in other languages register, costs nothing; a rank that does
+        not take part then disagrees with one that does in the reducer's
+        first collective, an error on both)."""
+        if dist.get_world_size(process_group) <= 1:
+            return
+        if all(_memory_order(p) is None for p in self._dk_params):
+            return
+        digest = _layout_digest(self._dk_params)
+        both = torch.tensor([digest, -digest], dtype=torch.int64)
+        dist.all_reduce(both, op="max", group=process_group)
+        if both[0].item() != digest or -both[1].item() != digest:
+            raise ValueError(
+                "MMDistributedDataParallel: the parameters' memory formats differ across ranks "
+                "(channels_last on some ranks only?); wrap the same model in the same memory "
+                "format on every rank")
 
     def _attach(self, process_group) -> None:
         # Collective over `process_group`: a reducer there (rank 0's
@@ -316,7 +371,13 @@ class MMDistributedDataParallel(torch.nn.Module):
             self._grad_views = [None] * len(self._dk_params)
 
     def _lend_grad(self, index: int) -> None:
-        view = Borrowed(self._dk_params[index].grad)
+        p = self._dk_params[index]
+        if p.grad.stride() != p.stride() and _memory_order(p) != _memory_order(p.grad):
+            # A gradient laid out otherwise than its parameter (the reducer
+            # lends both in the parameter's memory order): a copy that is.
+            with torch.no_grad():
+                p.grad = torch.empty_like(p).copy_(p.grad)
+        view = Borrowed(_lendable(p.grad))
         self._grad_views[index] = view  # borrowed by the library until finalize
         raise_for_status(lib.dk_reducer_mark_ready, self._reducer.handle, index, view.pointer)
 

@@ -14,7 +14,7 @@ import torch.distributed as tdist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
-from distkit import dist
+from distkit import dist, errors
 from distkit.model import (MMDistributedDataParallel, MMSeparateDistributedDataParallel,
                            OptimWrapper, is_model_wrapper)
 from testing.python.ddp_model import (MODES, RANK, inp, make, relative_difference,
@@ -229,6 +229,71 @@ def device_placement_checks():
     F.mse_loss(wrapped(inp(0, 0)), target(0, 0)).backward()
 
 
+class ConvNet(torch.nn.Module):
+    """A small CNN: conv weights are 4-D, so channels_last lays them out
+    otherwise than contiguous (their gradients follow)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.conv1 = torch.nn.Conv2d(3, 6, 3)
+        self.conv2 = torch.nn.Conv2d(6, 4, 3)
+        self.head = torch.nn.Linear(4, 2)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.add_(0.01 * RANK)  # the wrapper must broadcast rank 0's
+
+    def forward(self, x):
+        h = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        return self.head(h.mean(dim=(2, 3)))
+
+
+def channels_last_checks():
+    """A channels_last model (torch's usual CNN layout on GPUs): parameters
+    and gradients that are not contiguous are lent in memory order, and 4
+    steps equal torch DDP's, with gradients copied and as bucket views.
+    Before, the library refused the parameters ("not contiguous")."""
+    worst = 0.0
+    for bucket_view in (False, True):
+        results = []
+        for wrap in ("distkit", "torch"):
+            net = ConvNet().to(memory_format=torch.channels_last)
+            assert not net.conv1.weight.is_contiguous()
+            model = (MMDistributedDataParallel(net, gradient_as_bucket_view=bucket_view)
+                     if wrap == "distkit"
+                     else TorchDDP(net, gradient_as_bucket_view=bucket_view))
+            sgd = torch.optim.SGD(net.parameters(), lr=0.1)
+            for step in range(4):
+                sgd.zero_grad()
+                x = torch.sin(torch.arange(2 * 3 * 7 * 7, dtype=torch.float32).reshape(2, 3, 7, 7)
+                              * 0.1 + RANK + step).contiguous(memory_format=torch.channels_last)
+                F.mse_loss(model(x), torch.ones(2, 2) * RANK).backward()
+                sgd.step()
+            assert net.conv1.weight.stride() == ConvNet().to(
+                memory_format=torch.channels_last).conv1.weight.stride(), "layout kept"
+            results.append({k: v.detach().clone() for k, v in net.named_parameters()})
+        for name, want in results[1].items():
+            rel = relative_difference(results[0][name], want)
+            worst = max(worst, rel)
+            assert rel <= 1e-6, (f"channels_last (bucket_view={bucket_view}) {name}: "
+                                 f"relative difference {rel:.3g} > 1e-6")
+    # Rank 0 alone in channels_last: an error on every rank (its check meets
+    # the others' reducer), not a reduction of mismatched elements, and the
+    # group stays usable.
+    if int(os.environ["WORLD_SIZE"]) > 1:
+        net = ConvNet()
+        if RANK == 0:
+            net = net.to(memory_format=torch.channels_last)
+        try:
+            MMDistributedDataParallel(net)
+        except (ValueError, errors.DistkitError):
+            pass
+        else:
+            raise AssertionError("memory formats that differ across ranks must be refused")
+        dist.barrier()
+    return worst
+
+
 def main():
     store = f"file://{os.environ.get('TEST_TMPDIR', '/tmp')}/torch_store_{os.environ['MASTER_PORT']}"
     tdist.init_process_group("gloo", init_method=store,
@@ -253,11 +318,13 @@ def main():
     else:
         raise AssertionError("unused parameters without find_unused_parameters must fail")
     device_placement_checks()
+    channels_last_worst = channels_last_checks()
     dist.barrier()
     print(f"rank {RANK}: distkit.model equals torch DDP in every mode "
           f"(worst relative difference {worst:.2g}); train_step checks passed; a raising "
           f"backward taken again equals training without it (worst {failing_worst:.2g}; "
-          f"torch DDP: {failing_torch:.2g})")
+          f"torch DDP: {failing_torch:.2g}); channels_last equals torch DDP (worst "
+          f"{channels_last_worst:.2g})")
     tdist.destroy_process_group()
 
 
