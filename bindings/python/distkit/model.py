@@ -15,6 +15,7 @@ averaged gradients equal torch.nn.parallel.DistributedDataParallel's.
 import contextlib
 import ctypes
 import hashlib
+import threading
 import weakref
 from typing import Dict, List, Optional
 
@@ -294,6 +295,14 @@ class MMDistributedDataParallel(torch.nn.Module):
         self._finalize_queued = False
         self._finalize_token = None  # weakref to the queued callback's _FinalizeToken
         self._abandoned = False  # no forward nor mark since _abandon_iteration
+        # Whether the backward of the last forward that built a graph reduces
+        # (torch's DDP decides at forward: mmengine's gradient accumulation
+        # runs the forward under no_sync and the backward after it).
+        self._sync_backward = True
+        # A forward's number: a dropped finalize of an older step (noticed
+        # late, on an autograd device thread) must not abandon a newer one.
+        self._step = 0
+        self._state_lock = threading.RLock()
         self._used = None
         # find_unused_parameters: parameters whose gradient hook ran under
         # no_sync since the last synchronized backward. One the synchronized
@@ -325,7 +334,7 @@ class MMDistributedDataParallel(torch.nn.Module):
         return hook
 
     def _mark_ready(self, index: int) -> None:
-        if not self.require_backward_grad_sync:
+        if not self._sync_backward:
             if self.find_unused_parameters:
                 self._accumulated.add(index)
             return
@@ -341,13 +350,18 @@ class MMDistributedDataParallel(torch.nn.Module):
             self._finalize_queued = True
             token = _FinalizeToken()
             wrapper = weakref.ref(self)
+            step = self._step
 
             def dropped(ref):
                 # The engine let go of _finalize: a backward that raised,
-                # unless _finalize ran (it clears the token).
+                # unless _finalize ran (it clears the token). Not once a
+                # newer forward began (it abandoned this step itself).
                 me = wrapper()
-                if me is not None and me._finalize_token is ref:
-                    me._abandon_iteration()
+                if me is None:
+                    return
+                with me._state_lock:
+                    if me._finalize_token is ref and me._step == step:
+                        me._abandon_iteration()
 
             self._finalize_token = weakref.ref(token, dropped)
             torch.autograd.Variable._execution_engine.queue_callback(
@@ -358,10 +372,13 @@ class MMDistributedDataParallel(torch.nn.Module):
         the queued _finalize: the reducer waits for the buckets it launched
         and forgets the gradients lent to it, so that the next backward does
         not find them "marked ready twice", and writes no gradient the caller
-        zeroes or frees. Runs as the engine drops the callback, before the
-        exception reaches the caller (or, failing that, at the next
-        forward). Every rank whose backward raised gets here; one whose
-        backward succeeded waits in finalize, as with torch's DDP."""
+        zeroes or frees. Runs as the engine drops the callback: on the CPU
+        before the exception reaches the caller; where a device thread lets
+        go of it later, possibly after (then a gradient_as_bucket_view
+        bucket still being averaged may be written while the caller zeroes
+        it), and at the latest at the next forward. Every rank whose
+        backward raised gets here; one whose backward succeeded waits in
+        finalize, as with torch's DDP."""
         self._finalize_queued = False
         self._finalize_token = None
         self._abandoned = True
@@ -369,6 +386,7 @@ class MMDistributedDataParallel(torch.nn.Module):
             raise_for_status(lib.dk_reducer_abandon, self._reducer.handle)
         finally:
             self._grad_views = [None] * len(self._dk_params)
+            self._carried = []
 
     def _lend_grad(self, index: int) -> None:
         p = self._dk_params[index]
@@ -389,9 +407,16 @@ class MMDistributedDataParallel(torch.nn.Module):
             # Unreached in this backward, but accumulated under no_sync:
             # that gradient is this rank's contribution (forward left them
             # out of the unused ones).
-            for i in self._carried:
-                self._lend_grad(i)
-            self._carried = []
+            try:
+                for i in self._carried:
+                    self._lend_grad(i)
+            except Exception:
+                # As after a gradient hook's error: the rest go as zeros, so
+                # the peers' buckets complete; then this rank raises.
+                lib.dk_reducer_finalize(self._reducer.handle, None)
+                raise
+            finally:
+                self._carried = []
             raise_for_status(lib.dk_reducer_finalize, self._reducer.handle)
             self._accumulated = set()
         finally:
@@ -433,12 +458,16 @@ class MMDistributedDataParallel(torch.nn.Module):
 
     def forward(self, *inputs, **kwargs):
         training = torch.is_grad_enabled() and self.require_backward_grad_sync
-        if training:
-            if self._finalize_queued:
-                # The last backward never finished and its callback was not
-                # seen dropped (it normally is): this step starts clean.
-                self._abandon_iteration()
-            self._abandoned = False  # this forward prepares afresh
+        if torch.is_grad_enabled():
+            with self._state_lock:
+                if self._finalize_queued:
+                    # The last backward never finished and its callback was
+                    # not seen dropped (it normally is): this step starts
+                    # clean.
+                    self._abandon_iteration()
+                self._step += 1
+                self._abandoned = False  # this forward prepares afresh
+                self._sync_backward = training
         if training and self.broadcast_buffers and self._dk_buffers:
             raise_for_status(lib.dk_reducer_broadcast_buffers, self._reducer.handle)
         if self.gradient_as_bucket_view:
@@ -466,16 +495,16 @@ class MMDistributedDataParallel(torch.nn.Module):
 
     @contextlib.contextmanager
     def no_sync(self):
-        """Backward inside accumulates gradients locally; the next backward
-        outside reduces the accumulated values."""
+        """A forward inside leaves its backward unreduced (gradients
+        accumulate locally), wherever that backward runs, as in torch's DDP;
+        the next backward of a forward outside reduces the accumulated
+        values."""
         old = self.require_backward_grad_sync
         self.require_backward_grad_sync = False
-        lib.dk_reducer_set_require_sync(self._reducer.handle, 0)
         try:
             yield
         finally:
             self.require_backward_grad_sync = old
-            lib.dk_reducer_set_require_sync(self._reducer.handle, int(old))
 
     @property
     def num_buckets(self) -> int:
