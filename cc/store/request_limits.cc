@@ -90,8 +90,9 @@ absl::Status CheckStoreRequest(absl::string_view op,
   }
   if (value_bytes > MaxStoreRequestBytes() || bytes > MaxStoreRequestBytes()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "store: ", op, ": the request holds ", value_bytes,
-        " value byte(s), over the store's limit of ", MaxStoreRequestBytes(),
+        "store: ", op, ": the request holds ", bytes, " byte(s) (",
+        bytes - value_bytes, " of keys, ", value_bytes,
+        " of values), over the store's limit of ", MaxStoreRequestBytes(),
         " (DISTKIT_STORE_MAX_REQUEST_BYTES)"));
   }
   return absl::OkStatus();

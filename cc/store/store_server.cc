@@ -46,6 +46,17 @@ constexpr size_t kReadChunk = size_t{64} << 10;
 constexpr size_t kMaxUnsentBytes = size_t{4} << 20;
 // How long the loop keeps polling without sleeping after it served something.
 constexpr absl::Duration kBusyPollTime = absl::Microseconds(50);
+// At most this many reads of one connection per event: level-triggered
+// epoll reports what is left next round, after the other connections' turn,
+// so a peer that streams without pause cannot hold the loop (16 reads of
+// kReadChunk: 1 MiB).
+constexpr int kMaxReadsPerEvent = 16;
+// TCP keep-alive on accepted connections: a client whose host vanished
+// (no FIN, no RST) is found out and its connection closed after about
+// kKeepIdle + kKeepCount * kKeepInterval seconds of silence.
+constexpr int kKeepIdleSeconds = 60;
+constexpr int kKeepIntervalSeconds = 10;
+constexpr int kKeepCount = 6;
 // How long the listener is left unwatched after accept ran out of
 // descriptors (unless a connection closes first).
 constexpr absl::Duration kAcceptPause = absl::Milliseconds(100);
@@ -62,8 +73,12 @@ void PutEmptyAnswer(std::string* out) {
 
 class StoreServer::Loop {
  public:
-  Loop(std::string token, Fd listener)
-      : token_(std::move(token)), listener_(std::move(listener)) {
+  Loop(std::string address, std::string token, Fd listener,
+       absl::Duration handshake_timeout)
+      : address_(std::move(address)),
+        token_(std::move(token)),
+        handshake_timeout_(handshake_timeout),
+        listener_(std::move(listener)) {
     state_.SetChangeListener([this] { OnStateChanged(); });
     // The host process writes to the state directly: held to the limits
     // that clients are.
@@ -124,6 +139,8 @@ class StoreServer::Loop {
     std::string client_nonce;
     std::string server_nonce;
     bool authenticated = false;
+    // Closed when not authenticated by then (Options::handshake_timeout).
+    absl::Time handshake_until;
     bool refused = false;  // answered, then drained until drain_until
     absl::Time drain_until;
     // The client hung up, or its answers could not be sent: what it sent
@@ -174,7 +191,7 @@ class StoreServer::Loop {
                                static_cast<int>(events.size()),
                                hot || changed_ ? 0 : WaitMillis());
       if (n > 0) busy_until = absl::Now() + kBusyPollTime;
-      if (n < 0 && errno != EINTR) break;
+      if (n < 0 && errno != EINTR) return Fail(errno);
       for (int i = 0; i < n; ++i) {
         const int fd = events[i].data.fd;
         if (fd == listener_.get()) {
@@ -206,7 +223,11 @@ class StoreServer::Loop {
       const Conn& c = *conns_.at(fd);
       if (c.parked) next = std::min(next, c.parked->deadline);
       if (c.refused) next = std::min(next, c.drain_until);
+      if (!c.authenticated && !c.refused) {
+        next = std::min(next, c.handshake_until);
+      }
     }
+    // `next` is at most a second away: the conversion cannot overflow.
     const absl::Duration left = next - absl::Now();
     if (left <= absl::ZeroDuration()) return 0;
     return static_cast<int>(absl::ToInt64Milliseconds(left)) + 1;
@@ -230,11 +251,20 @@ class StoreServer::Loop {
       }
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &kKeepIdleSeconds,
+                 sizeof(kKeepIdleSeconds));
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &kKeepIntervalSeconds,
+                 sizeof(kKeepIntervalSeconds));
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &kKeepCount, sizeof(kKeepCount));
       accepted_.fetch_add(1, std::memory_order_relaxed);
       auto conn = std::make_unique<Conn>();
       conn->fd = Fd(fd);
+      // Until it proves the token, it has a deadline (ExpireDeadlines).
+      conn->handshake_until = absl::Now() + handshake_timeout_;
       Watch(fd, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD);
       conns_[fd] = std::move(conn);
+      waiting_.insert(fd);
       open_.fetch_add(1);
     }
   }
@@ -297,7 +327,7 @@ class StoreServer::Loop {
       // What is buffered, then what the socket still holds (a closed peer
       // sends no more, so this ends).
       (void)Process(c);
-      (void)ReadAvailable(c);
+      (void)ReadAvailable(c, /*all=*/true);
     }
     Close(fd);
   }
@@ -321,10 +351,16 @@ class StoreServer::Loop {
 
   // Reads what the socket holds and serves each complete frame. false when
   // the client has gone.
-  bool ReadAvailable(Conn& c) {
+  // At most kMaxReadsPerEvent reads unless `all` (a departed client: its
+  // socket holds a bounded rest and sends no more); what is left is read on
+  // the next event.
+  bool ReadAvailable(Conn& c, bool all = false) {
     char scratch[4096];
-    while (true) {
+    for (int reads = 0; all || reads < kMaxReadsPerEvent; ++reads) {
       if (c.refused) {
+        // Checked here, not only after the round: a peer that never stops
+        // sending would otherwise keep the loop in this drain.
+        if (absl::Now() >= c.drain_until) return false;
         const ssize_t n = recv(c.fd.get(), scratch, sizeof(scratch), 0);
         if (n > 0) continue;
         return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
@@ -334,10 +370,15 @@ class StoreServer::Loop {
       const size_t need = NextFrameBytes(c) > have - c.in_pos
                               ? NextFrameBytes(c) - (have - c.in_pos)
                               : 0;
+      // Before the token is proven, at most a hello's frame at a time (and
+      // no 64 KiB buffer): an unauthenticated peer sizes almost nothing.
       const size_t chunk =
-          std::max(kReadChunk, std::min(need, size_t{4} << 20));
+          c.authenticated
+              ? std::max(kReadChunk, std::min(need, size_t{4} << 20))
+              : wire::kHeaderBytes + wire::kMaxHelloBytes;
       if (c.in.size() < have + chunk) {
-        c.in.resize(std::max(have + chunk, 2 * c.in.size()));
+        c.in.resize(c.authenticated ? std::max(have + chunk, 2 * c.in.size())
+                                    : have + chunk);
       }
       const ssize_t n = recv(c.fd.get(), c.in.data() + have, chunk, 0);
       c.in_end = have + std::max<ssize_t>(n, 0);
@@ -348,6 +389,7 @@ class StoreServer::Loop {
       }
       Process(c);
     }
+    return true;  // more may wait: level-triggered epoll reports it again
   }
 
   // Whether the connection's unsent answers have piled up: neither its
@@ -513,6 +555,7 @@ class StoreServer::Loop {
                   : absl::UnauthenticatedError("store: wrong job token"));
     }
     c.authenticated = true;
+    if (!c.parked && !c.refused) waiting_.erase(c.fd.get());
     std::string().swap(c.client_nonce);
     std::string().swap(c.server_nonce);
     PutEmptyAnswer(&c.out);
@@ -719,6 +762,10 @@ class StoreServer::Loop {
         closed.push_back(fd);
         continue;
       }
+      if (!c.authenticated && !c.refused && now >= c.handshake_until) {
+        closed.push_back(fd);
+        continue;
+      }
       if (!c.parked || now < c.parked->deadline) continue;
       wire::EncodeError(state_.TimedOut(c.parked->keys, c.parked->timeout),
                         &c.out);
@@ -728,7 +775,30 @@ class StoreServer::Loop {
     for (int fd : gone) Finish(fd);
   }
 
+  // Ends the loop after epoll failed: said on stderr, and every client
+  // hears of it (an error answer to a parked request; a closed connection,
+  // and a closed listener for new ones) rather than waiting on a store that
+  // no longer serves.
+  void Fail(int error) {
+    const absl::Status failed = absl::UnavailableError(
+        absl::StrCat("store: the store server at ", address_,
+                     " stopped serving (epoll_wait: ", strerror(error), ")"));
+    std::fprintf(stderr, "distkit: %s\n",
+                 std::string(failed.message()).c_str());
+    for (auto& [fd, conn] : conns_) {
+      Conn& c = *conn;
+      if (c.authenticated && !c.refused) wire::EncodeError(failed, &c.out);
+      (void)Flush(c);
+    }
+    waiting_.clear();
+    conns_.clear();
+    open_.store(0);
+    listener_.Reset();
+  }
+
+  const std::string address_;
   const std::string token_;
+  const absl::Duration handshake_timeout_;
   HashStore state_;
   Fd listener_;
   // While set, the listener is out of epoll (accept ran out of
@@ -749,7 +819,8 @@ class StoreServer::Loop {
   // kJobFailedKey's value while it is set; loop thread only.
   std::optional<std::string> job_failure_;
   absl::flat_hash_map<int, std::unique_ptr<Conn>> conns_;
-  // Connections with a deadline: a parked request, or a refusal draining.
+  // Connections with a deadline: a parked request, a refusal draining, or
+  // a handshake not yet finished.
   absl::flat_hash_set<int> waiting_;
 };
 
@@ -771,8 +842,9 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(
   const size_t colon = options.address.rfind(':');
   server->address_ =
       absl::StrCat(options.address.substr(0, colon), ":", server->port_);
-  server->loop_ =
-      std::make_unique<Loop>(options.token, std::move(listening->first));
+  server->loop_ = std::make_unique<Loop>(server->address_, options.token,
+                                         std::move(listening->first),
+                                         options.handshake_timeout);
   if (absl::Status s = server->loop_->Start(); !s.ok()) return s;
   return server;
 }

@@ -6,7 +6,11 @@
 // thread serves every connection from an epoll loop: a small request costs
 // no thread wake-up of its own, and a blocked Get or Wait holds no thread (it
 // is parked until its keys arrive, its timeout passes or its client goes
-// away).
+// away). A connection that has not finished the handshake within
+// Options::handshake_timeout is closed; authenticated connections have TCP
+// keep-alive, so one whose host vanished is reaped in minutes. One
+// connection's input is read in bounded portions per turn of the loop, so a
+// flood from one peer cannot starve the others.
 //
 //   DK_ASSIGN_OR_RETURN(auto server, StoreServer::Start({"127.0.0.1:0",
 //   token})); std::string where = server->address();  // "127.0.0.1:41233"
@@ -19,6 +23,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace distkit {
 
@@ -32,6 +37,12 @@ class StoreServer {
     // The job token every connection must prove it knows. Empty accepts
     // only clients whose token is empty as well.
     std::string token;
+    // How long a connection may take to finish the handshake before it is
+    // closed: a peer that connects and sends nothing (or part of a hello)
+    // holds no descriptor for long. A TcpStore finishes it with its first
+    // call, so this also bounds how long a client may connect ahead of its
+    // first call.
+    absl::Duration handshake_timeout = absl::Seconds(10);
   };
 
   // Binds and starts serving. UNAVAILABLE when the address cannot be bound.

@@ -116,6 +116,17 @@ class TcpStore::Connection {
       wire::EncodeRequest(proof, &proof_and_frame);
       proof_and_frame.append(frame.data(), frame.size());
       frame = proof_and_frame;
+      // The server closes a connection whose handshake is not finished in
+      // time (StoreServer::Options::handshake_timeout): a connection opened
+      // long before its first call is found closed here, before anything is
+      // sent, so the call moves to a new one.
+      if (store_socket::HasPendingInputOrClosed(fd_.get())) {
+        a.transport = absl::UnavailableError(
+            "the store server closed the connection before the handshake "
+            "ended");
+        broken_ = true;
+        return a;
+      }
     }
     a.transport = store_socket::WriteAll(fd_.get(), frame, deadline);
     a.sent = true;
@@ -127,6 +138,11 @@ class TcpStore::Connection {
       ReadAnswer(&a, deadline);
       if (!a.transport.ok() || a.code != 0) {
         broken_ = true;  // a refused proof: the server closes
+        // Closed before the proof was answered: the server reads no request
+        // before it, so the call did not happen and may be retried.
+        if (a.transport.code() == absl::StatusCode::kUnavailable) {
+          a.sent = false;
+        }
         return a;
       }
       hello_pending_ = false;
@@ -326,7 +342,19 @@ absl::StatusOr<std::string> TcpStore::CallFramed(absl::string_view op,
             " (DISTKIT_STORE_MAX_REQUEST_BYTES plus framing)")));
   }
   const absl::Time deadline = CallDeadline(budget);
-  absl::MutexLock lock(&mu_);
+  // The wait for another thread's call counts against this call's deadline
+  // (a heartbeat under a short ScopedStoreDeadline must not wait out another
+  // thread's long call to a frozen host).
+  absl::Status turn = TakeTurn(deadline);
+  if (!turn.ok()) return Explain(op, turn);
+  struct TurnEnder {
+    TcpStore* store;
+    ~TurnEnder() { store->EndTurn(); }
+  } end_turn{this};
+  // The first retry on a new connection is at once (the old one had just
+  // gone stale); later ones back off, so a port that accepts and closes at
+  // once is not hammered for the whole budget.
+  absl::Duration backoff = absl::ZeroDuration();
   while (true) {
     if (ordered_ == nullptr || ordered_->broken()) {
       // The store host went away and maybe came back: reconnect within the
@@ -344,11 +372,37 @@ absl::StatusOr<std::string> TcpStore::CallFramed(absl::string_view op,
     Answer a = ordered_->Exchange(frame, answered, deadline);
     // The connection was found closed before anything was sent: try again
     // on a new one (the call cannot have happened).
-    if (!a.transport.ok() && !a.sent && absl::Now() < deadline) continue;
+    if (!a.transport.ok() && !a.sent && absl::Now() < deadline) {
+      absl::SleepFor(std::min(backoff, deadline - absl::Now()));
+      backoff = std::clamp(backoff * 2, absl::Milliseconds(10),
+                           absl::Milliseconds(200));
+      continue;
+    }
     if (absl::Status s = AnswerStatus(a); !s.ok()) return Explain(op, s);
     if (not_ready != nullptr) *not_ready = a.code == wire::kNotReadyCode;
     return std::move(a.payload);
   }
+}
+
+absl::Status TcpStore::TakeTurn(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  // mu_ itself is held only for a moment; the call's turn (`busy_`) is what
+  // is waited for, up to the deadline.
+  if (!mu_.AwaitWithDeadline(absl::Condition(
+                                 +[](bool* busy) { return !*busy; }, &busy_),
+                             deadline)) {
+    return absl::DeadlineExceededError(
+        "the call's deadline passed while another call on this store "
+        "connection was still in flight (a call waits for the one before "
+        "it)");
+  }
+  busy_ = true;
+  return absl::OkStatus();
+}
+
+void TcpStore::EndTurn() {
+  absl::MutexLock lock(&mu_);
+  busy_ = false;
 }
 
 absl::StatusOr<std::unique_ptr<TcpStore::Connection>> TcpStore::TakeSpare(
@@ -394,6 +448,19 @@ absl::StatusOr<std::string> TcpStore::BlockingCall(absl::string_view op,
   std::string frame;
   wire::EncodeRequest(request, &frame);
   Answer a = (*c)->Exchange(frame, /*answered=*/true, deadline);
+  if (!a.transport.ok() && !a.sent && absl::Now() < deadline) {
+    // A spare found closed (the server restarted, or dropped it) before
+    // the request went out: once more on a new connection.
+    absl::StatusOr<std::unique_ptr<Connection>> fresh =
+        Connection::Open(address_, token_, deadline);
+    if (!fresh.ok()) {
+      return Explain(op, absl::UnavailableError(
+                             absl::StrCat("cannot reach the store server (",
+                                          fresh.status().message(), ")")));
+    }
+    c = *std::move(fresh);
+    a = (*c)->Exchange(frame, /*answered=*/true, deadline);
+  }
   ReturnSpare(*std::move(c));
   if (absl::Status s = AnswerStatus(a); !s.ok()) return Explain(op, s);
   return std::move(a.payload);

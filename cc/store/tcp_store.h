@@ -4,12 +4,18 @@
 // the handshake of internal/handshake.h, finished with its first call (one
 // round trip more, then none): the server proves it knows the job token,
 // then the client does, and the token itself never crosses the network; a
-// wrong token is UNAUTHENTICATED at that call. Every call is bounded: by the
+// wrong token is UNAUTHENTICATED at that call. A connection whose first
+// call comes after the server's handshake timeout has closed it is replaced
+// by that call. Every call is bounded: by the
 // store timeout (blocking calls: a little past it, so the server's answer
 // naming the keys arrives first) and by the thread's ScopedStoreDeadline, so
 // a server that vanishes or freezes cannot hang a rank.
 //
 // Calls go, in order, over one connection, so a client sees its own writes.
+// A call waiting for another thread's call on that connection fails with
+// DEADLINE_EXCEEDED when its own deadline passes first. A connection found
+// closed before a call was sent is replaced, retrying with a backoff (10 ms
+// doubling to 200 ms) within the call's deadline.
 // Set does not wait for an answer (as c10d's TCPStore's does not): it returns
 // once its request is written, and a refusal, which the client's own checks
 // (request_limits.h) make rare, fails the connection's next call. A blocking
@@ -104,8 +110,15 @@ class TcpStore : public Store {
 
   const std::string address_;
   const std::string token_;
-  absl::Mutex mu_;  // one call at a time on `ordered_`
-  std::unique_ptr<Connection> ordered_ ABSL_GUARDED_BY(mu_);
+  // One call at a time on `ordered_`: a call takes its turn (busy_) before
+  // its deadline or fails, rather than holding mu_ across its round trip,
+  // so a thread's wait for another's call is bounded by its own deadline.
+  absl::Status TakeTurn(absl::Time deadline);
+  void EndTurn();
+  absl::Mutex mu_;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  // Used only by the thread whose turn it is.
+  std::unique_ptr<Connection> ordered_;
   absl::Mutex spare_mu_;
   std::vector<std::unique_ptr<Connection>> spare_ ABSL_GUARDED_BY(spare_mu_);
 };

@@ -5,8 +5,10 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -1259,6 +1261,260 @@ TEST(TcpStoreLimitTest, ALimitOverWhatAFrameCanCarryIsCut) {
   // At most 4 GiB - 1 with a frame's 1 MiB of framing; not the default.
   EXPECT_LE(limit + (uint64_t{1} << 20), uint64_t{UINT32_MAX}) << limit;
   EXPECT_GT(limit, uint64_t{4} << 30 >> 1) << limit;
+}
+
+// CPU time the calling thread has used.
+absl::Duration ThreadCpuTime() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return absl::DurationFromTimespec(t);
+}
+
+// A wait without a time limit (an infinite or huge timeout) sleeps in poll:
+// its milliseconds once overflowed to a poll timeout of 0, a busy spin.
+TEST_F(TcpStoreTest, AWaitWithoutATimeLimitDoesNotSpin) {
+  std::shared_ptr<Store> waiter = Client();
+  const absl::Duration timeouts[] = {absl::InfiniteDuration(),
+                                     absl::Milliseconds(INT64_MAX)};
+  for (int i = 0; i < 2; ++i) {
+    const std::string key = absl::StrCat("late", i);
+    absl::Status waited;
+    absl::Duration cpu, wall;
+    std::thread t([&] {
+      const absl::Duration cpu_before = ThreadCpuTime();
+      const absl::Time start = absl::Now();
+      waited = waiter->WaitWithTimeout({key}, timeouts[i]);
+      wall = absl::Now() - start;
+      cpu = ThreadCpuTime() - cpu_before;
+    });
+    absl::SleepFor(absl::Milliseconds(300));
+    (void)server->state().Set(key, "1");
+    t.join();
+    EXPECT_TRUE(waited.ok()) << waited;
+    EXPECT_LT(cpu, wall / 2)
+        << "the waiting thread used " << cpu << " of CPU in " << wall
+        << " (timeout " << timeouts[i] << ")";
+  }
+}
+
+// Connections that never finish the handshake (silent, one byte of a hello,
+// a hello and no proof) are closed after the server's handshake timeout; a
+// real client is served throughout, even one that connected long before its
+// first call.
+TEST(TcpStoreHandshakeTimeoutTest, UnauthenticatedConnectionsAreClosed) {
+  StoreServer::Options options;
+  options.address = "127.0.0.1:0";
+  options.token = kToken;
+  options.handshake_timeout = absl::Milliseconds(500);
+  absl::StatusOr<std::unique_ptr<StoreServer>> s = StoreServer::Start(options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const std::string address = (*s)->address();
+  absl::StatusOr<std::unique_ptr<TcpStore>> early = TcpStore::Connect(
+      {address, kToken, absl::Seconds(10), absl::Seconds(10)});
+  ASSERT_TRUE(early.ok()) << early.status();
+  RawClient silent(address);
+  RawClient one_byte(address);
+  ASSERT_TRUE(one_byte.SendBytes(std::string(1, '\x10')).ok());
+  RawClient no_proof(address);
+  store_wire::Request hello;
+  hello.op = store_wire::Op::kHello;
+  hello.magic = store_wire::kMagic;
+  hello.values.push_back(store_auth::NewNonce());
+  no_proof.Send(hello);
+  absl::StatusOr<std::string> challenge =
+      store_socket::ReadFrame(no_proof.fd(), absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(challenge.ok()) << challenge.status();
+  absl::StatusOr<std::unique_ptr<TcpStore>> good = TcpStore::Connect(
+      {address, kToken, absl::Seconds(10), absl::Seconds(10)});
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE((*good)->Set("k", "v").ok());
+  // Each reads EOF within 10 s (the handshake timeout is 0.5 s).
+  EXPECT_TRUE(silent.Closed()) << "a silent connection was kept";
+  EXPECT_TRUE(one_byte.Closed()) << "a one-byte connection was kept";
+  EXPECT_TRUE(no_proof.Closed()) << "a connection without a proof was kept";
+  absl::StatusOr<std::string> v = (*good)->Get("k");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, "v");
+  // Its connection was closed before its first call: the call moves to a
+  // new one.
+  EXPECT_TRUE((*early)->Set("e", "1").ok());
+  absl::StatusOr<std::string> e = (*early)->Get("e");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(*e, "1");
+  EXPECT_EQ((*s)->connections(), 2);
+}
+
+// A call under a short ScopedStoreDeadline does not wait out another
+// thread's call on the same TcpStore (here one to a host that never
+// answers): it fails at its own deadline, saying why.
+TEST(TcpStoreTurnTest, WaitingForAnotherThreadsCallKeepsTheDeadline) {
+  // Listens and never accepts: connections complete, nothing answers.
+  absl::StatusOr<std::pair<store_socket::Fd, int>> listening =
+      store_socket::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listening.ok()) << listening.status();
+  const std::string address = absl::StrCat("127.0.0.1:", listening->second);
+  absl::StatusOr<std::unique_ptr<TcpStore>> c = TcpStore::Connect(
+      {address, kToken, absl::Seconds(20), absl::Seconds(10)});
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::atomic<bool> a_done{false};
+  std::thread a([&] {
+    (void)(*c)->Add("a", 1);
+    a_done.store(true);
+  });
+  absl::SleepFor(absl::Milliseconds(300));  // A's call is under way
+  const absl::Time start = absl::Now();
+  absl::StatusOr<int64_t> b;
+  {
+    ScopedStoreDeadline budget(absl::Now() + absl::Milliseconds(200));
+    b = (*c)->Add("b", 1);
+  }
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << b.status();
+  EXPECT_NE(b.status().message().find("in flight"), absl::string_view::npos)
+      << b.status();
+  EXPECT_NE(b.status().message().find(address), absl::string_view::npos)
+      << b.status();
+  EXPECT_LT(took, testing::Scaled(absl::Seconds(2)));
+  EXPECT_FALSE(a_done.load());
+  // Ends A's call: its connection is answered by no store.
+  const int fd = accept(listening->first.get(), nullptr, nullptr);
+  ASSERT_GE(fd, 0);
+  store_socket::Fd conn(fd);
+  (void)store_socket::WriteAll(fd, "HTTP/1.1 400 Bad Request\r\n\r\n",
+                               absl::Now() + absl::Seconds(5));
+  a.join();
+}
+
+// A refused peer that streams without pause neither holds the server's
+// thread (other clients are answered) nor keeps its connection past the
+// drain time.
+TEST_F(TcpStoreTest, AFloodAfterARefusalStallsNoOtherClient) {
+  std::shared_ptr<Store> good = Client(kToken, absl::Seconds(10));
+  ASSERT_TRUE(good->Add("n", 1).ok());
+  RawClient flood(server->address());
+  // Over the hello's limit: refused at once, then drained.
+  ASSERT_TRUE(flood.SendBytes(SetHeader(1 << 20)).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> closed_after_ms{-1};
+  const absl::Time flood_start = absl::Now();
+  std::thread flooder([&] {
+    const std::string garbage(1 << 20, '\x7f');
+    while (!stop.load() && absl::Now() - flood_start < absl::Seconds(20)) {
+      const ssize_t n =
+          send(flood.fd(), garbage.data(), garbage.size(), MSG_NOSIGNAL);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        pollfd p{flood.fd(), POLLOUT, 0};  // the socket is non-blocking
+        (void)poll(&p, 1, 100);
+        continue;
+      }
+      if (n < 0 && errno != EINTR) {
+        closed_after_ms.store(
+            absl::ToInt64Milliseconds(absl::Now() - flood_start));
+        return;
+      }
+    }
+  });
+  absl::Duration slowest;
+  for (int i = 0; i < 15; ++i) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<int64_t> v = good->Add("n", 1);
+    slowest = std::max(slowest, absl::Now() - start);
+    EXPECT_TRUE(v.ok()) << v.status();
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_LT(slowest, testing::Scaled(absl::Seconds(1)));
+  // The drain lasts 2 s; its end is seen while the flood goes on.
+  const absl::Time wait_until = absl::Now() + absl::Seconds(15);
+  while (closed_after_ms.load() < 0 && absl::Now() < wait_until) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  stop.store(true);
+  flooder.join();
+  EXPECT_GE(closed_after_ms.load(), 0) << "the flooding peer was never closed";
+  // Closed after its 2 s of drain, not before (its refusal was sent first).
+  EXPECT_GE(closed_after_ms.load(), 1500);
+  EXPECT_LT(closed_after_ms.load(), 10000);
+}
+
+// A port that accepts and closes at once is retried with a backoff, not in a
+// tight loop, and the call fails in its time naming the address.
+TEST(TcpStoreBackoffTest, APortThatClosesAtOnceIsNotHammered) {
+  absl::StatusOr<std::pair<store_socket::Fd, int>> listening =
+      store_socket::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listening.ok()) << listening.status();
+  const int listener = listening->first.get();
+  const std::string address = absl::StrCat("127.0.0.1:", listening->second);
+  std::atomic<bool> closing{false};
+  std::atomic<bool> stop{false};
+  std::atomic<int> closed_at_once{0};
+  std::vector<int> held;  // acceptor thread only, until `closing`
+  std::thread acceptor([&] {
+    while (!stop.load()) {
+      if (closing.load()) {
+        for (int fd : held) close(fd);
+        held.clear();
+      }
+      pollfd p{listener, POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      if (!closing.load()) {
+        held.push_back(fd);
+        continue;
+      }
+      closed_at_once.fetch_add(1);
+      close(fd);
+    }
+    for (int fd : held) close(fd);
+  });
+  absl::StatusOr<std::unique_ptr<TcpStore>> c =
+      TcpStore::Connect({address, kToken, absl::Seconds(1), absl::Seconds(10)});
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::SleepFor(absl::Milliseconds(200));  // the connection was accepted
+  closing.store(true);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<int64_t> v = (*c)->Add("n", 1);
+  const absl::Duration took = absl::Now() - start;
+  stop.store(true);
+  acceptor.join();
+  EXPECT_TRUE(v.status().code() == absl::StatusCode::kUnavailable ||
+              v.status().code() == absl::StatusCode::kDeadlineExceeded)
+      << v.status();
+  EXPECT_NE(v.status().message().find(address), absl::string_view::npos)
+      << v.status();
+  EXPECT_LT(took, testing::Scaled(absl::Seconds(3)));
+  EXPECT_LT(closed_at_once.load(), 50)
+      << closed_at_once.load() << " connections in " << took;
+}
+
+// A spare connection (kept from a blocking get) that the server closed, as
+// a restarted server does, is replaced by the next blocking get rather
+// than failing it.
+TEST_F(TcpStoreTest, AStaleSpareConnectionIsReplaced) {
+  std::shared_ptr<Store> client = Client();
+  std::thread first([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    (void)server->state().Set("first", "1");
+  });
+  absl::StatusOr<std::string> v = client->Get("first", absl::Seconds(20));
+  first.join();
+  ASSERT_TRUE(v.ok()) << v.status();
+  const int port = server->port();
+  server.reset();
+  absl::StatusOr<std::unique_ptr<StoreServer>> again =
+      StoreServer::Start({absl::StrCat("127.0.0.1:", port), kToken});
+  ASSERT_TRUE(again.ok()) << again.status();
+  server = *std::move(again);
+  StoreServer* restarted = server.get();
+  std::thread second([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    (void)restarted->state().Set("second", "2");
+  });
+  v = client->Get("second", absl::Seconds(20));
+  second.join();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, "2");
 }
 
 }  // namespace

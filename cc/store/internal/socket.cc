@@ -26,8 +26,11 @@ namespace {
 int PollMillis(absl::Time deadline) {
   const absl::Duration left = deadline - absl::Now();
   if (left <= absl::ZeroDuration()) return 0;
-  return static_cast<int>(
-      std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 60000));
+  // Clamped before converting: an infinite deadline's milliseconds saturate
+  // to INT64_MAX, and adding 1 to that overflowed (to 0 under g++ -O2: a
+  // busy spin).
+  if (left >= absl::Seconds(60)) return 60000;
+  return static_cast<int>(absl::ToInt64Milliseconds(left) + 1);
 }
 
 // Waits for `events` on fd until the deadline. false on time-out.
@@ -66,6 +69,16 @@ absl::StatusOr<AddrInfoList> Resolve(const std::string& host, int port,
 void SetNoDelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+bool ConnectedToItself(int fd) {
+  sockaddr_storage local{}, peer{};
+  socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
+    return false;
+  }
+  return local_len == peer_len && std::memcmp(&local, &peer, local_len) == 0;
 }
 
 }  // namespace
@@ -164,6 +177,13 @@ absl::StatusOr<Fd> ConnectBefore(const std::string& address,
           getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
           rc = err == 0 ? 0 : -1;
           errno = err;
+        }
+        // A loopback connect to a free ephemeral port can pick that very
+        // port as its source and connect to itself (TCP simultaneous open):
+        // no server is there, so it counts as nothing listening yet.
+        if (rc == 0 && ConnectedToItself(fd.get())) {
+          last_error = "connected to itself (nothing listens there)";
+          continue;
         }
         if (rc == 0) {
           SetNoDelay(fd.get());

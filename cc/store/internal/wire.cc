@@ -1,5 +1,6 @@
 #include "cc/store/internal/wire.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -15,7 +16,10 @@ void PutList(std::string* out, const std::vector<std::string>& list) {
 }
 
 // A count can claim at most one entry per remaining 4 bytes (each entry has
-// a length), so a hostile count cannot make us reserve much.
+// a length). An entry in memory is bigger than 4 bytes (a std::string), so
+// the reserve is cut to what the remaining bytes would take as strings: a
+// hostile count cannot make the server's one thread allocate (or throw
+// bad_alloc) for more than the frame holds.
 std::vector<std::string> GetList(Reader& r, size_t remaining) {
   const uint32_t n = r.U32();
   std::vector<std::string> list;
@@ -24,7 +28,7 @@ std::vector<std::string> GetList(Reader& r, size_t remaining) {
     r.Fail();
     return list;
   }
-  list.reserve(n);
+  list.reserve(std::min<size_t>(n, remaining / sizeof(std::string)));
   for (uint32_t i = 0; i < n && r.ok(); ++i) list.push_back(r.String());
   return list;
 }

@@ -27,10 +27,12 @@
 // A connection opens with kHello and kProof, the handshake of handshake.h:
 // each side proves it knows the job token with an HMAC over both sides'
 // fresh nonces, and the token itself never crosses the network. The server
-// reads nothing else before the proof, and caps those frames at
-// kMaxHelloBytes, so a client without the token costs the store host almost
-// nothing; a client sends its proof (and its requests after it) only once
-// the server has proved itself. Requests of
+// reads nothing else before the proof, caps those frames at kMaxHelloBytes
+// (and reads no more than one such frame at a time), and closes a connection
+// whose handshake has not ended within its handshake timeout (10 s by
+// default), so a client without the token costs the store host almost
+// nothing and holds no descriptor for long; a client sends its proof (and its
+// requests after it) only once the server has proved itself. Requests of
 // one connection are applied in order. A set gets no answer (as c10d's
 // TCPStore's does not): the server answers only when it refuses one, and then
 // closes the connection. A blocking request with try_only set answers
