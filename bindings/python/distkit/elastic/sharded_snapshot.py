@@ -136,6 +136,18 @@ def _reshard_optimizer(model, optimizer, shards: List[Dict[str, Any]]) -> Dict[s
     return {"state": state, "param_groups": first["param_groups"]}
 
 
+def _on_host(value):
+    """`value` (tensors in dicts, lists and tuples) with its GPU tensors
+    copied to the host; host tensors are the same objects."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: _on_host(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_host(v) for v in value)
+    return value
+
+
 def load(model: FullyShardedDataParallel, optimizer, held: Dict[int, Any], old_world: int,
          holders: Dict[int, int], held_by: Dict[int, set]) -> None:
     """Collective over the (new) default group, after model.regroup():
@@ -155,11 +167,12 @@ def load(model: FullyShardedDataParallel, optimizer, held: Dict[int, Any], old_w
         if wanted:
             outgoing[rank] = packed.pack({j: held[j] for j in wanted})
     received = exchange(outgoing)
-    have = dict(held)
     # A new layout takes every old shard: on the host, since the whole
     # model and optimizer state would not fit on a GPU (the loaders take
-    # host tensors and keep only this rank's part on the model's device).
+    # host tensors and keep only this rank's part on the model's device),
+    # the ones this rank held included.
     device = device_of(model) if same_layout else None
+    have = dict(held) if same_layout else {j: _on_host(v) for j, v in held.items()}
     for payload in received.values():
         have.update(packed.unpack(payload, device))
     received = payload = None  # the receive buffer: every shard is a copy now
