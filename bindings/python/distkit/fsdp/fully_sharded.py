@@ -30,7 +30,12 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
     ``limit_all_gathers`` holds whatever its value. take_timeline() shows
     the overlap. ``use_orig_params=True``: ``parameters()`` are the
     original parameters (1-D views of this rank's pieces) instead of one
-    flat shard per unit and dtype."""
+    flat shard per unit and dtype. Parameters frozen when wrapped
+    (requires_grad False) are left as they are, as C++'s wrapper leaves
+    them: whole on every rank, in no unit, so no optimizer step (weight
+    decay) changes them; sync_module_states gives them rank 0's values,
+    with the buffers; sharded state dicts and checkpoints hold them whole
+    as ``param.<name>``."""
 
     def __init__(self, module: nn.Module, process_group=None,
                  sharding_strategy: Optional[ShardingStrategy] = None,
@@ -66,7 +71,7 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
             module.to(torch.device("cuda", device_id) if isinstance(device_id, int)
                       else torch.device(device_id))
         self._sync_module_states = sync_module_states
-        self._sync_buffers(module, process_group)
+        self._sync_buffers(module, process_group, replicate_group)
         param_dtype = mixed_precision.param_dtype if mixed_precision else None
         config = shard_config(strategy, param_dtype,
                               mixed_precision.reduce_dtype if mixed_precision else None,
@@ -87,6 +92,11 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         # torch's ignored_modules: their parameters are left alone, also
         # where they are registered on another module too.
         claimed.update(id(p) for m in ignored for p in m.parameters(recurse=False))
+        # Frozen parameters (requires_grad False) stay as they are, whole on
+        # every rank, as C++'s FullyShardedDataParallel leaves them: in a
+        # unit's flat shard they took a zero gradient and the optimizer's
+        # step (weight decay) changed them.
+        claimed.update(id(p) for p in module.parameters() if not p.requires_grad)
         self._coordinator = Coordinator(strategy != ShardingStrategy.NO_SHARD,
                                         forward_prefetch, backward_prefetch)
         unit_modules = units_of(module, auto_wrap_policy, ignored)
@@ -95,9 +105,13 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
                                                  layout(module, unit_modules, ignored, claimed)):
             if not owned:
                 continue
+            # The library's errors name each parameter by its path in the
+            # wrapped module (blocks.1.linear.weight), as C++'s do.
+            paths = [param_name.get(id(p), f"{type(m).__name__}.{n}") for m, n, p in owned]
             unit = self._coordinator.add(unit_module, owned, process_group, config, param_dtype,
                                          reshard and unit_module is not module,
-                                         unit_module is module, use_orig_params, aliases)
+                                         unit_module is module, use_orig_params, aliases,
+                                         paths)
             # A parameter with no state-dict key (a hook renamed or left it
             # out): its named_parameters() name.
             unit.keys = [names.get(id(p), [param_name.get(id(p))])[0] for _, _, p in owned]
@@ -127,11 +141,21 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         # The module's own state dict: local, safe for mmengine's Runner.
         module_state.install(module, self._units, use_orig_params)
 
-    def _sync_buffers(self, module: nn.Module, process_group) -> None:
-        """sync_module_states: rank 0's buffers on every rank (collective)."""
-        if self._sync_module_states and dist.get_world_size(process_group) > 1:
-            for b in module.buffers():
-                dist.broadcast(b, dist.get_global_rank(process_group, 0), process_group)
+    def _sync_buffers(self, module: nn.Module, process_group, replicate_group=None) -> None:
+        """sync_module_states: rank 0's frozen parameters (no unit holds
+        them), then its buffers, on every rank (collective): as C++'s, over
+        the replicate group first (HYBRID_*: from the job's rank 0 to rank 0
+        of every node), then inside each shard group."""
+        if not self._sync_module_states:
+            return
+        tensors = [p.data for p in module.parameters() if not p.requires_grad]
+        tensors += list(module.buffers())
+        groups = ([replicate_group] if replicate_group is not None else []) + [process_group]
+        for group in groups:
+            if dist.get_world_size(group) <= 1:
+                continue
+            for t in tensors:
+                dist.broadcast(t, dist.get_global_rank(group, 0), group)
 
     def regroup(self, process_group=None) -> None:
         """Collective over the new group: after a shrink or a grow

@@ -116,7 +116,10 @@ def install(module: torch.nn.Module, units: List[Unit], orig_params: bool) -> No
                       if key in state and tuple(state[key].shape) == tuple(shape)]
             saved_flats = [key for key in flats if key in state]
             if given and len(shaped) == len(originals):
-                unit.load_full([state[key] for key in originals])
+                # In the parameters' own dtype (a bfloat16 checkpoint into
+                # a float32 model is converted, as nn.Module's load does).
+                unit.load_full([state[key].detach().to(p.dtype)
+                                for key, (_, _, p) in zip(originals, unit.owned)])
             elif given:
                 wrong = [key for key in given if key not in shaped]
                 error_msgs.append(

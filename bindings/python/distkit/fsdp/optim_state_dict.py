@@ -28,6 +28,13 @@ class OptimStateDictMixin:
                     places[id(flat)] = (unit, k)
         return places
 
+    def _whole_places(self) -> dict:
+        """id(parameter) -> its name, for the parameters no unit holds
+        (frozen or ignored: whole on every rank); an optimizer built from
+        parameters() holds them too."""
+        held = self._held_ids()
+        return {id(p): name for name, p in self.module.named_parameters() if id(p) not in held}
+
     @staticmethod
     def _is_sharded_state(value, local: torch.Tensor) -> bool:
         return isinstance(value, torch.Tensor) and value.dim() == 1 and \
@@ -82,11 +89,20 @@ class OptimStateDictMixin:
         in CPU memory; the other ranks drop each as it is gathered and get
         {}."""
         places = model._places()
+        whole = model._whole_places()
         keep = not rank0_only or not dist.is_distributed() or dist.get_rank() == 0
         state, groups = {}, []
         for group in optim.param_groups:
             names = []
             for p in group["params"]:
+                if id(p) in whole:  # whole on every rank: its state as it is
+                    names.append(whole[id(p)])
+                    if optim.state.get(p) and keep:
+                        state[whole[id(p)]] = {
+                            name: (value.cpu() if rank0_only else value.detach().clone())
+                            if isinstance(value, torch.Tensor) else value
+                            for name, value in optim.state[p].items()}
+                    continue
                 if id(p) not in places:
                     raise ValueError("optim_state_dict: the optimizer steps a tensor that is not "
                                      "one of this model's parameters()")
@@ -113,6 +129,7 @@ class OptimStateDictMixin:
         of any size): each rank keeps its part of every per-element state.
         Local."""
         places = model._places()
+        whole = model._whole_places()
         full_state = optim_state_dict["state"]
         saved_groups = optim_state_dict["param_groups"]
         if len(saved_groups) != len(optim.param_groups):
@@ -123,6 +140,14 @@ class OptimStateDictMixin:
             ids = []
             expected = []
             for p in group["params"]:
+                if id(p) in whole:  # whole on every rank: its state as saved
+                    expected.append(whole[id(p)])
+                    saved_state = full_state.get(whole[id(p)])
+                    if saved_state:
+                        state[next_id] = dict(saved_state)
+                    ids.append(next_id)
+                    next_id += 1
+                    continue
                 unit, index = places[id(p)]
                 if model.use_orig_params:
                     keys = [unit.keys[index]]

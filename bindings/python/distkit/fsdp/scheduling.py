@@ -39,9 +39,9 @@ class Coordinator:
 
     def add(self, unit_module: nn.Module, owned: List[tuple], group, config, compute_dtype,
             reshard_after_forward: bool, is_root: bool, orig_params: bool = False,
-            aliases: Sequence[tuple] = ()) -> "Unit":
+            aliases: Sequence[tuple] = (), names: Optional[Sequence[str]] = None) -> "Unit":
         unit = Unit(unit_module, owned, group, config, compute_dtype, reshard_after_forward,
-                     is_root, orig_params, aliases)
+                     is_root, orig_params, aliases, names)
         unit.index = len(self.units)
         self.units.append(unit)
         self.flat_ids.update(id(p) for p in unit.flat_params)
@@ -216,6 +216,15 @@ class Coordinator:
         return output
 
     def _pre_backward(self, unit: "Unit") -> None:
+        if unit.reduced:
+            # Every gradient of the unit is in and its reduction started: a
+            # hook on an output whose gradient completes later (a tensor the
+            # unit passes through, e.g. an input it returns, or T5's
+            # position_bias) has nothing left to compute with the unit's
+            # parameters. (Gathered again, they and a full gradient buffer
+            # stayed held past backward, and the next forward computed with
+            # the values before the optimizer's step.)
+            return
         if not self.backward_queued:  # the forward that led here set the order
             self.order, self.recording = self.recording, []
         unit.unshard()

@@ -109,7 +109,11 @@ class ModelStateDictMixin:
         re-shards from another size). A full dict as nn.Module's: returns
         (missing_keys, unexpected_keys); strict=False loads what is there
         (a missing key keeps its value), strict=True raises naming them
-        before anything is loaded. Collective (every rank with the same keys)."""
+        before anything is loaded. A value of another shape than the model's
+        raises nn.Module's "size mismatch for <key>" RuntimeError on every
+        rank (whichever rank's dict has it), whatever ``strict``, before
+        anything is loaded; a value of another dtype is converted to the
+        model's. Collective (every rank with the same keys)."""
         is_sharded = fmt.is_sharded(state_dict)
         if is_sharded != self._sharded():
             raise RuntimeError(
@@ -123,9 +127,12 @@ class ModelStateDictMixin:
             return _IncompatibleKeys([], [])
         missing = [k for k in self._keys if k not in state_dict]
         unexpected = [k for k in state_dict if k not in self._keys]
+        # Raised after the ranks agree (below): a rank raising alone left
+        # the others waiting in the agreement or in rank 0's broadcasts.
+        keys_error = None
         if strict and (missing or unexpected):
             # torch's nn.Module.load_state_dict message, exactly.
-            raise RuntimeError(
+            keys_error = RuntimeError(
                 f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" +
                 "\n\t".join(f"{what} key(s) in state_dict: " +
                               ", ".join(f'"{k}"' for k in keys) + ". "
@@ -157,16 +164,51 @@ class ModelStateDictMixin:
         replicas = getattr(self, "_replicate_group", None)
         hybrid = replicas is not None
         firsts = list(dict.fromkeys(self._tied.get(k, k) for k in self._keys))
-        flags = torch.tensor([[0 if k in given else 1 for k in firsts],
-                              [1 if k in given else 0 for k in firsts]], dtype=torch.int32)
+        # A value of another shape than the model's tensor (nn.Module's
+        # "size mismatch"; the same number of elements loaded scrambled
+        # before) is agreed on too, in the third row (the job rank + 1 of a
+        # rank whose dict has it), so every rank raises before anything is
+        # loaded (rank0_only: the others would wait in a broadcast).
+        shapes = self._model_shapes()
+        me = dist.get_rank() if dist.is_distributed() else 0
+        wrong = {k for k in firsts if isinstance(given.get(k), torch.Tensor) and k in shapes
+                 and tuple(given[k].shape) != tuple(shapes[k])}
+        # The last column: the job rank + 1 of a rank whose strict load
+        # fails on its keys.
+        flags = torch.tensor([[0 if k in given else 1 for k in firsts] + [0],
+                              [1 if k in given else 0 for k in firsts] + [0],
+                              [me + 1 if k in wrong else 0 for k in firsts] +
+                              [me + 1 if keys_error is not None else 0]], dtype=torch.int32)
         for scope in ((self._group, replicas) if hybrid else (self._group,)):
             if dist.is_distributed() and dist.get_world_size(scope) > 1:
                 dist.all_reduce(flags, op="max", group=scope)
+        if keys_error is not None:
+            raise keys_error
+        if int(flags[2, -1]):
+            raise RuntimeError(
+                f"Error(s) in loading state_dict for {type(self).__name__}:\n\trank "
+                f"{int(flags[2, -1]) - 1}'s state dict lacks keys of the model or has others "
+                "(strict=True)")
+        flags = flags[:, :-1]
+        mismatched = [(k, r - 1) for k, r in zip(firsts, flags[2].tolist()) if r]
+        if mismatched:
+            raise RuntimeError(
+                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" +
+                "\n\t".join(
+                    f"size mismatch for {k}: copying a param with shape {given[k].shape} from "
+                    f"checkpoint, the shape in current model is {torch.Size(shapes[k])}."
+                    if k in wrong else
+                    f"size mismatch for {k}: copying a param with another shape from rank "
+                    f"{r}'s checkpoint, the shape in current model is "
+                    f"{torch.Size(shapes[k])}." for k, r in mismatched))
         lacking = {k for k, f in zip(firsts, flags[0].tolist()) if f}  # on some rank
         differ = {k for k, f, g in zip(firsts, flags[0].tolist(), flags[1].tolist())
                   if f and g}  # given on some ranks, not on others
         for unit in self._units:
-            values = [given.get(k) for k in unit.keys]
+            # In the parameters' own dtype (a bfloat16 checkpoint into a
+            # float32 model is converted, as nn.Module's load does).
+            values = [given[k].detach().to(p.dtype) if k in given else None
+                      for k, (_, _, p) in zip(unit.keys, unit.owned)]
             if any(k in lacking for k in unit.keys):  # keep what is not given
                 values = [v if v is not None else now
                           for v, now in zip(values, unit.gather_full())]
@@ -191,6 +233,19 @@ class ModelStateDictMixin:
                         if dist.get_world_size(scope) > 1:
                             dist.broadcast(t.data, dist.get_global_rank(scope, 0), scope)
         return _IncompatibleKeys(missing, unexpected)
+
+    def _model_shapes(self) -> dict:
+        """The shape of each tensor of the model under its (first) state-dict
+        key: the units' parameters' whole shapes, the others' own."""
+        shapes = {}
+        for unit in self._units:
+            for key, (_, _, _, shape) in zip(unit.keys, unit.place):
+                shapes[key] = tuple(shape)
+        held = self._held_ids()
+        for key, t in list(self.module.named_parameters()) + list(self.module.named_buffers()):
+            if id(t) not in held:
+                shapes.setdefault(key, tuple(t.shape))
+        return shapes
 
     def _held_ids(self) -> set:
         """ids of the units' flat shards and original parameters."""
@@ -262,15 +317,35 @@ class ModelStateDictMixin:
         """C++'s SaveShardedCheckpoint: each rank writes its state_dict()
         under SHARDED_STATE_DICT to ``<directory>/shard_rank<R>.pt`` (R its
         rank in the shard group; under HYBRID_* the first replica writes).
-        Collective: every file exists when it returns."""
+        Collective over the model's ranks (its shard group, then under
+        HYBRID_* its replicate group; not the world, which may hold ranks
+        outside the model): every file exists when it returns, or every
+        rank raises a RuntimeError naming a rank whose write failed (that
+        rank's own error chained)."""
         with self.state_dict_type(self, StateDictType.SHARDED_STATE_DICT):
             state = self.state_dict()
         replicas = getattr(self, "_replicate_group", None)
+        error, path = None, None
         if replicas is None or dist.get_rank(replicas) == 0:
             rank = dist.get_rank(self._group) if dist.is_distributed() else 0
-            fmt.write(fmt.shard_file(directory, rank), state)
-        if dist.is_distributed():
-            dist.barrier()
+            path = fmt.shard_file(directory, rank)
+            try:
+                fmt.write(path, state)
+            except Exception as e:  # noqa: BLE001 - agreed on below, then raised
+                error = e
+        me = dist.get_rank() if dist.is_distributed() else 0
+        # The job rank + 1 of a rank whose write failed (the highest), 0
+        # when none did; after it every rank's write is done.
+        failed = torch.tensor([me + 1 if error is not None else 0], dtype=torch.int64)
+        for scope in ((self._group, replicas) if replicas is not None else (self._group,)):
+            if dist.is_distributed() and dist.get_world_size(scope) > 1:
+                dist.all_reduce(failed, op="max", group=scope)
+        if error is not None:
+            raise RuntimeError(f"save_sharded_checkpoint: rank {me}'s checkpoint file "
+                               f"{path} could not be written: {error}") from error
+        if int(failed.item()):
+            raise RuntimeError(f"save_sharded_checkpoint: rank {int(failed.item()) - 1}'s "
+                               f"checkpoint file in {directory} could not be written")
 
     def load_sharded_checkpoint(self, directory: str) -> None:
         """Loads what save_sharded_checkpoint (or C++'s

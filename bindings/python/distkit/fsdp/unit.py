@@ -48,8 +48,13 @@ class Unit:
 
     def __init__(self, module: nn.Module, owned: List[tuple], group, config, compute_dtype,
                  reshard_after_forward: bool, is_root: bool, orig_params: bool = False,
-                 aliases: Sequence[tuple] = ()):
+                 aliases: Sequence[tuple] = (), names: Optional[Sequence[str]] = None):
         self._made_with = (config, compute_dtype, reshard_after_forward, is_root)
+        # What the library's errors call each parameter: its path in the
+        # wrapped module where the caller gives it (as C++ names them), else
+        # its owner's type and attribute name.
+        self.param_names = (list(names) if names is not None else
+                            [f"{type(m).__name__}.{n}" for m, n, _ in owned])
         self.module = module
         self.orig_params = orig_params
         # The group the unit shards over and this rank's place in it.
@@ -71,8 +76,7 @@ class Unit:
         self.shard_device = torch.device("cpu") if config.offload_params else self.device
         views = [Borrowed(p.detach().contiguous()) for p in params]
         pointers = _lib.tensor_array(views)
-        names = (ctypes.c_char_p * len(owned))(
-            *[f"{type(m).__name__}.{n}".encode() for m, n, _ in owned])
+        names = (ctypes.c_char_p * len(owned))(*[n.encode() for n in self.param_names])
         self.handle = ctypes.c_void_p()
         raise_for_status(lib.dk_shard_create, dist.groups.handle_of(group), pointers, len(views),
                          names, ctypes.byref(config), ctypes.byref(self.handle))
@@ -107,8 +111,12 @@ class Unit:
         # while sharded; the module sees views of them. NO_SHARD in the
         # parameters' own dtype: the shard is the whole parameter, so the
         # module computes on the shard's memory itself (nothing gathered,
-        # nothing copied).
-        self.aliased = (config.strategy == _lib.SHARD_NO_SHARD and compute_dtype is None)
+        # nothing copied). Not where the shard is offloaded to another
+        # device than the compute's (CUDA with CPUOffload(offload_params)):
+        # the module would compute on host memory; the full parameters are
+        # then gathered (copied) to the device as under the other strategies.
+        self.aliased = (config.strategy == _lib.SHARD_NO_SHARD and compute_dtype is None
+                        and self.shard_device == self.device)
         if self.aliased:
             self.full = [flat.data[:n] for flat, n in zip(self.flat_params, self.flat_numel)]
         else:
@@ -202,7 +210,8 @@ class Unit:
             self.module._parameters.pop(flat_param_name(k), None)
         config, compute_dtype, reshard_after_forward, is_root = self._made_with
         Unit.__init__(self, self.module, self.owned, group, config, compute_dtype,
-                      reshard_after_forward, is_root, self.orig_params, self.aliases)
+                      reshard_after_forward, is_root, self.orig_params, self.aliases,
+                      self.param_names)
         if self.orig_params:
             return  # the optimizer steps the original Parameters, now new pieces
         if len(self.flat_params) != len(flats):
@@ -295,6 +304,7 @@ class Unit:
             return
         self.grads_attached = True
         self.grad_ptrs = {}
+        self.grad_buffers = {}
         for i, leaf in enumerate(self.leaves):
             if leaf is None or not leaf.requires_grad or leaf.grad is not None:
                 continue
@@ -303,14 +313,26 @@ class Unit:
             leaf.grad = tensor_at(address.value, leaf.numel(), leaf.dtype,
                                   self.device).view(leaf.shape)
             self.grad_ptrs[i] = address.value
+            self.grad_buffers[i] = leaf.grad
         memory.sample_held()
 
     def _after_grad(self, index: int, on_all_grads) -> None:
         leaf = self.leaves[index]
         grad = leaf.grad
-        if grad is not None and grad.data_ptr() != getattr(self, "grad_ptrs", {}).get(index):
+        # The buffer view attach_grads gave leaf.grad, where it still had it
+        # (leaf.grad is None after this: a further gradient of the leaf, in
+        # this or another backward pass, comes as a tensor of its own).
+        buffer = getattr(self, "grad_buffers", {}).pop(index, None)
+        if grad is not None and buffer is not None and grad.data_ptr() != buffer.data_ptr():
+            # torch replaced the buffer view with a new tensor holding the
+            # buffer's gradient plus this one (backward(create_graph=True)
+            # accumulates out of place): the sum, copied over the buffer
+            # (added, the gradient accumulated under no_sync counted twice).
+            with torch.no_grad():
+                buffer.copy_(grad.detach().reshape(buffer.shape))
+        elif grad is not None and buffer is None:
             # A gradient that arrived before backward reached the unit (a
-            # parameter used by another unit's forward): copied in.
+            # parameter used by another unit's forward): added in.
             view = Borrowed(grad.contiguous())
             raise_for_status(lib.dk_shard_accumulate_grad, self.handle, index, view.pointer)
         leaf.grad = None
@@ -342,6 +364,7 @@ class Unit:
         self.reduced = True
         self.in_backward = False
         self.grads_attached = False
+        self.grad_ptrs, self.grad_buffers = {}, {}  # the buffers are the reduction's now
         if free_after:
             self.reshard()
         elif not self.aliased:
