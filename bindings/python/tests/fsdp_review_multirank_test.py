@@ -6,11 +6,6 @@ independently:
   position_bias, a block returning ``(out, x)``): trained equal to the
   reference, and after every backward no unit is gathered and the library
   holds what it held after the first step (no full gradient buffer left);
-- frozen parameters (requires_grad False) under AdamW(weight_decay=0.01):
-  unchanged, left whole on every rank (not in a flat shard), synced from
-  rank 0 by sync_module_states, saved as ``param.<name>`` in sharded
-  checkpoints and under their names in the optimizer's state dict; the
-  trainable ones equal to the reference; under fully_shard left whole too;
 - full load_state_dict: another shape raises nn.Module's "size mismatch" on
   every rank (also with rank 0's dict alone), so does strict=True with rank
   0's dict alone, a bfloat16 dict loads into a float32 model converted;
@@ -32,7 +27,7 @@ from torch import nn
 
 from distkit import dist
 from distkit.fsdp import (FullStateDictConfig, FullyShardedDataParallel, ModuleWrapPolicy,
-                          ShardingStrategy, StateDictType, fully_shard)
+                          ShardingStrategy, StateDictType)
 from testing.python.hybrid_groups import hybrid_groups
 from testing.python.rank_check import check, finish
 
@@ -138,7 +133,7 @@ def pass_through(strategy):
         print(f"{what}: worst relative difference {worst:.2e}", flush=True)
 
 
-# ---- frozen parameters -------------------------------------------------------
+# ---- a model with frozen parameters (for the cases below) ---------------------
 
 class Block(nn.Module):
     def __init__(self, width):
@@ -166,100 +161,6 @@ def freeze(model):
     model.blocks[1].linear.bias.requires_grad_(False)  # part of a block's unit
     return model
 
-
-FROZEN = ("embed.weight", "embed.bias", "blocks.1.linear.bias")
-
-
-def frozen(orig_params):
-    what = f"frozen parameters (use_orig_params={orig_params})"
-    rank, n = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(100)  # rank 0's start
-    reference = freeze(FrozenNet())
-    initial = copy.deepcopy(reference.state_dict())
-    torch.manual_seed(100 + rank)  # every rank starts different: sync_module_states
-    model = freeze(FrozenNet())
-    model.counter.fill_(rank)
-    sharded = FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({Block}),
-                                       sync_module_states=True, use_orig_params=orig_params)
-    in_units = {k for u in sharded._units for k in u.keys}
-    whole = not in_units & set(FROZEN)  # else their attributes are freed views
-    check(whole, f"{what}: frozen parameters in a unit: {sorted(in_units & set(FROZEN))}")
-    check(not whole or (torch.equal(model.embed.weight, initial["embed.weight"]) and
-                        torch.equal(model.blocks[1].linear.bias,
-                                    initial["blocks.1.linear.bias"])),
-          f"{what}: sync_module_states gave rank 0's frozen parameters")
-    check(torch.equal(model.counter, torch.zeros(2)), f"{what}: rank 0's buffer")
-    opt = torch.optim.AdamW(sharded.parameters(), lr=0.01)  # weight_decay 0.01
-    ref_opt = torch.optim.AdamW(reference.parameters(), lr=0.01)
-    for step in range(STEPS):
-        x, y = batch(step, rank * LOCAL, LOCAL)
-        ((sharded(x) - y) ** 2).mean().backward()
-        opt.step()
-        opt.zero_grad()
-        x, y = batch(step, 0, n * LOCAL)
-        ((reference(x) - y) ** 2).mean().backward()
-        ref_opt.step()
-        ref_opt.zero_grad()
-    # The optimizer's state dict: the frozen parameters (in its groups,
-    # never stepped) under their names, and it loads back.
-    try:
-        saved = FullyShardedDataParallel.optim_state_dict(sharded, opt)
-        names = [k for g in saved["param_groups"] for k in g["params"]]
-        check(set(FROZEN) <= set(names), f"{what}: optimizer state dict names {names}")
-        opt.load_state_dict(FullyShardedDataParallel.optim_state_dict_to_load(sharded, opt, saved))
-    except Exception as e:  # noqa: BLE001 - the check reports it
-        check(False, f"{what}: optimizer state dict: {e!r}")
-    full, want = sharded.state_dict(), reference.state_dict()
-    check(list(full) == list(want), f"{what}: state dict keys {list(full)}")
-    for k in FROZEN:
-        check(torch.equal(full[k], initial[k]), f"{what}: {k} changed by "
-              f"{relative(full[k], initial[k]):.2e}")
-    worst = max(relative(full[k], want[k]) for k in want if k not in FROZEN)
-    check(worst <= 1e-5, f"{what}: differs from training alone by {worst:.2e}")
-    check(relative(want["head.weight"], initial["head.weight"]) > 1e-3, f"{what}: trained")
-    # Sharded: the frozen parameters whole under param.<name> (C++'s
-    # checkpoint layout), and back from a sharded checkpoint.
-    with FullyShardedDataParallel.state_dict_type(sharded, StateDictType.SHARDED_STATE_DICT):
-        local = sharded.state_dict()
-    check(all(torch.equal(local.get(f"param.{k}", torch.empty(0)), initial[k]) for k in FROZEN),
-          f"{what}: sharded state dict keys {[k for k in local if k.startswith('param.')]}")
-    directory = [tempfile.mkdtemp(prefix="fsdp_frozen_") if rank == 0 else None]
-    dist.broadcast_object_list(directory, src=0)
-    sharded.save_sharded_checkpoint(directory[0])
-    if whole:
-        with torch.no_grad():
-            model.embed.weight.add_(1.0)
-    sharded.load_sharded_checkpoint(directory[0])
-    check(torch.equal(sharded.state_dict()["embed.weight"], initial["embed.weight"]),
-          f"{what}: frozen parameter loaded from the sharded checkpoint")
-    if rank == 0:
-        print(f"{what}: trainable worst relative difference {worst:.2e}", flush=True)
-    dist.barrier()
-
-
-def frozen_fully_shard():
-    """FSDP2's fully_shard leaves frozen parameters whole too."""
-    what = "frozen parameters under fully_shard"
-    rank = dist.get_rank()
-    torch.manual_seed(100)
-    model = freeze(FrozenNet())
-    initial = copy.deepcopy(model.state_dict())
-    for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=0.01)  # weight_decay 0.01
-    for step in range(STEPS):
-        x, y = batch(step, rank * LOCAL, LOCAL)
-        ((model(x) - y) ** 2).mean().backward()
-        opt.step()
-        opt.zero_grad()
-    frozen_now = {"embed.weight": model.embed.weight, "embed.bias": model.embed.bias,
-                  "blocks.1.linear.bias": model.blocks[1].linear.bias}
-    for k, t in frozen_now.items():
-        check(isinstance(t, nn.Parameter) and torch.equal(t.detach(), initial[k]),
-              f"{what}: {k} left whole and unchanged")
-    if rank == 0:
-        print(f"{what}: unchanged", flush=True)
 
 
 # ---- full load_state_dict: shapes and dtypes ----------------------------------
@@ -480,9 +381,6 @@ def main():
     for strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.SHARD_GRAD_OP,
                      ShardingStrategy.NO_SHARD):
         pass_through(strategy)
-    frozen(False)
-    frozen(True)
-    frozen_fully_shard()
     load_shapes()
     hybrid_sync()
     error_names()

@@ -37,8 +37,7 @@ def fully_shard(module: nn.Module, *, mesh=None, reshard_after_forward: bool = T
                 ignored_params: Optional[Set[nn.Parameter]] = None) -> nn.Module:
     """FSDP2's ``fully_shard``: shards, in place, the parameters of ``module``
     that no ``fully_shard`` call on a submodule took, as one unit over
-    ``mesh`` (a process group; default: the world); frozen parameters
-    (requires_grad False) are left as they are, whole. The module's class
+    ``mesh`` (a process group; default: the world). The module's class
     becomes a subclass of FSDPModule; its ``parameters()`` then include the
     unit's shards (what an optimizer steps). Call it on the layers first and
     on the root last. A parameter an earlier call's unit holds that is also
@@ -59,9 +58,6 @@ def fully_shard(module: nn.Module, *, mesh=None, reshard_after_forward: bool = T
             found.append(c)
     coordinator = found[0] if found else Coordinator(free_after_backward=True)
     claimed = {id(p) for p in ignored_params or []}
-    # Frozen parameters stay whole on every rank (FullyShardedDataParallel's
-    # and C++'s rule): in a flat shard the optimizer's step changed them.
-    claimed.update(id(p) for p in module.parameters() if not p.requires_grad)
     # Parameters an earlier call's unit holds, registered here too (tied
     # weights sharded by separate calls): more places of that unit.
     _share_held(module, claimed)

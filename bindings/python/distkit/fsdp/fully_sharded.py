@@ -30,12 +30,7 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
     ``limit_all_gathers`` holds whatever its value. take_timeline() shows
     the overlap. ``use_orig_params=True``: ``parameters()`` are the
     original parameters (1-D views of this rank's pieces) instead of one
-    flat shard per unit and dtype. Parameters frozen when wrapped
-    (requires_grad False) are left as they are, as C++'s wrapper leaves
-    them: whole on every rank, in no unit, so no optimizer step (weight
-    decay) changes them; sync_module_states gives them rank 0's values,
-    with the buffers; sharded state dicts and checkpoints hold them whole
-    as ``param.<name>``."""
+    flat shard per unit and dtype."""
 
     def __init__(self, module: nn.Module, process_group=None,
                  sharding_strategy: Optional[ShardingStrategy] = None,
@@ -92,11 +87,6 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         # torch's ignored_modules: their parameters are left alone, also
         # where they are registered on another module too.
         claimed.update(id(p) for m in ignored for p in m.parameters(recurse=False))
-        # Frozen parameters (requires_grad False) stay as they are, whole on
-        # every rank, as C++'s FullyShardedDataParallel leaves them: in a
-        # unit's flat shard they took a zero gradient and the optimizer's
-        # step (weight decay) changed them.
-        claimed.update(id(p) for p in module.parameters() if not p.requires_grad)
         self._coordinator = Coordinator(strategy != ShardingStrategy.NO_SHARD,
                                         forward_prefetch, backward_prefetch)
         unit_modules = units_of(module, auto_wrap_policy, ignored)
@@ -142,14 +132,12 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         module_state.install(module, self._units, use_orig_params)
 
     def _sync_buffers(self, module: nn.Module, process_group, replicate_group=None) -> None:
-        """sync_module_states: rank 0's frozen parameters (no unit holds
-        them), then its buffers, on every rank (collective): as C++'s, over
-        the replicate group first (HYBRID_*: from the job's rank 0 to rank 0
-        of every node), then inside each shard group."""
+        """sync_module_states: rank 0's buffers on every rank (collective):
+        as C++'s, over the replicate group first (HYBRID_*: from the job's
+        rank 0 to rank 0 of every node), then inside each shard group."""
         if not self._sync_module_states:
             return
-        tensors = [p.data for p in module.parameters() if not p.requires_grad]
-        tensors += list(module.buffers())
+        tensors = list(module.buffers())
         groups = ([replicate_group] if replicate_group is not None else []) + [process_group]
         for group in groups:
             if dist.get_world_size(group) <= 1:
