@@ -138,11 +138,9 @@ class TcpStore::Connection {
       ReadAnswer(&a, deadline);
       if (!a.transport.ok() || a.code != 0) {
         broken_ = true;  // a refused proof: the server closes
-        // Closed before the proof was answered: the server reads no request
-        // before it, so the call did not happen and may be retried.
-        if (a.transport.code() == absl::StatusCode::kUnavailable) {
-          a.sent = false;
-        }
+        // (Not retried: the server may have applied the request sent with
+        // the proof before the connection failed; an add twice is worse
+        // than an error.)
         return a;
       }
       hello_pending_ = false;

@@ -299,6 +299,10 @@ class MMDistributedDataParallel(torch.nn.Module):
         # (torch's DDP decides at forward: mmengine's gradient accumulation
         # runs the forward under no_sync and the backward after it).
         self._sync_backward = True
+        # A synchronized forward whose backward has not finished: a later
+        # forward under no_sync (an evaluation with grad enabled) does not
+        # undo its decision (torch's DDP prepared the reducer then).
+        self._synced_forward_pending = False
         # A forward's number: a dropped finalize of an older step (noticed
         # late, on an autograd device thread) must not abandon a newer one.
         self._step = 0
@@ -381,12 +385,12 @@ class MMDistributedDataParallel(torch.nn.Module):
         finalize, as with torch's DDP."""
         self._finalize_queued = False
         self._finalize_token = None
+        self._synced_forward_pending = False
         self._abandoned = True
         try:
             raise_for_status(lib.dk_reducer_abandon, self._reducer.handle)
         finally:
             self._grad_views = [None] * len(self._dk_params)
-            self._carried = []
 
     def _lend_grad(self, index: int) -> None:
         p = self._dk_params[index]
@@ -402,6 +406,7 @@ class MMDistributedDataParallel(torch.nn.Module):
     def _finalize(self, token: _FinalizeToken) -> None:
         # `token` lives as long as the engine holds this callback.
         self._finalize_queued = False
+        self._synced_forward_pending = False
         self._finalize_token = None
         try:
             # Unreached in this backward, but accumulated under no_sync:
@@ -467,7 +472,8 @@ class MMDistributedDataParallel(torch.nn.Module):
                     self._abandon_iteration()
                 self._step += 1
                 self._abandoned = False  # this forward prepares afresh
-                self._sync_backward = training
+                self._sync_backward = training or self._synced_forward_pending
+                self._synced_forward_pending = self._sync_backward
         if training and self.broadcast_buffers and self._dk_buffers:
             raise_for_status(lib.dk_reducer_broadcast_buffers, self._reducer.handle)
         if self.gradient_as_bucket_view:
