@@ -2,7 +2,8 @@
 world, the grow, the peer sync, train) replaced by recorders: a
 ReplacementWaiting raised by the commit that ends a recovery's sync (a
 sharded model's peer sync commits the new layout) leads to one grow back and
-one sync, never to a second shrink, and a replacement that meets it while
+one sync, never to a second shrink (the shrink and the grow back count as
+the two recoveries they are), and a replacement that meets it while
 joining syncs once, not again after the grow."""
 import sys
 
@@ -60,19 +61,23 @@ def scenario(joining: bool):
     loop.dist.get_rank = lambda group=None: 0
     loop.dist.get_world_size = lambda group=None: 2
     loop._joined = False
+    state = FakeState()
     try:
-        result = loop.run(train, FakeState(), max_recoveries=3)
+        result = loop.run(train, state, max_recoveries=3)
     finally:
         (peer_sync.sync, membership.new_world, membership.is_replacement,
          loop.dist.grow_group, loop.dist.get_rank, loop.dist.get_world_size) = originals
-    return result, calls
+    return result, calls, state.recoveries
 
 
 def main():
-    result, calls = scenario(joining=False)
+    result, calls, recoveries = scenario(joining=False)
     want = ["train", "new_world", "sync", "grow", "sync", "train"]
     assert result == "done" and calls == want, f"survivor: {calls}, want {want}"
-    result, calls = scenario(joining=True)
+    # The shrink (its state loaded before the commit found the replacement)
+    # and the grow back.
+    assert recoveries == 2, f"survivor: {recoveries} recoveries, want 2"
+    result, calls, recoveries = scenario(joining=True)
     want = ["sync", "grow", "sync", "train"]
     assert result == "done" and calls == want, f"replacement: {calls}, want {want}"
     print("elastic loop: a grow back after a recovery's commit is the only new world")

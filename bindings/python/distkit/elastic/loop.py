@@ -46,7 +46,16 @@ def _regroup(state: State) -> None:
 
 
 def _after_new_world(state: State, how: str) -> None:
-    commit = peer_sync.sync(state)
+    try:
+        commit = peer_sync.sync(state)
+    except membership.ReplacementWaiting:
+        # The state is loaded; the commit that ends a sharded sync found a
+        # late replacement waiting (elastic.run grows it in next): this
+        # recovery is done all the same.
+        state.recoveries += 1
+        _say(f"{how}: world of {dist.get_world_size()}, state loaded; a replacement waits")
+        state._reset()
+        raise
     state.recoveries += 1
     _say(f"{how}: world of {dist.get_world_size()}, training from commit {commit}")
     state._reset()
