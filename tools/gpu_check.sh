@@ -126,7 +126,8 @@ build() {
     cc/comm/op_context.cc cc/comm/op_signature.cc cc/comm/rank_names.cc cc/comm/work.cc
     cc/comm/shm/host_map.cc
     cc/comm/nccl/nccl_backend.cc cc/comm/nccl/nccl_comm.cc cc/comm/nccl/nccl_library.cc
-    cc/group/agreement_roll_call.cc cc/group/collective_contract.cc cc/group/flight_recorder.cc
+    cc/group/agreement.cc cc/group/agreement_roll_call.cc cc/group/collective_contract.cc
+    cc/group/flight_recorder.cc
     cc/group/op_queue.cc cc/group/process_group.cc cc/group/process_group_ops.cc
     cc/store/store.cc cc/store/hash_store.cc cc/store/call_deadline.cc cc/store/prefix_store.cc
     cc/store/gather_once.cc
