@@ -35,6 +35,13 @@ absl::StatusOr<dk_store_config_t> ReadStoreConfig(
            DK_FIELD_SPAN(dk_store_config_t, connect_timeout_ms)}));
   if (c.address == nullptr)
     return absl::InvalidArgumentError("config: address is NULL");
+  // 0 or less: the default (a deadline of "now" would fail every call,
+  // the handshake included).
+  dk_store_config_t defaults;
+  dk_store_config_init(&defaults);
+  if (c.timeout_ms <= 0) c.timeout_ms = defaults.timeout_ms;
+  if (c.connect_timeout_ms <= 0)
+    c.connect_timeout_ms = defaults.connect_timeout_ms;
   return c;
 }
 
@@ -144,7 +151,10 @@ dk_status_t dk_default_store(dk_store_t** out, dk_error_t** err) {
     if (store == nullptr) {
       return absl::FailedPreconditionError("default_store: not distributed");
     }
-    return new dk_store{std::move(store), nullptr, ""};
+    // "host:port" of the job's store server, as dk_store_address promises
+    // (empty only for a store without a server, an in-process one).
+    std::string address = store->ServerAddress();
+    return new dk_store{std::move(store), nullptr, std::move(address)};
   });
 }
 

@@ -472,7 +472,30 @@ int main(void) {
       EXPECT_ERROR(dk_store_set(intruder, "k", "x", 1, &e_), DK_UNAUTHENTICATED,
                    "wrong job token");
       dk_store_destroy(intruder);
+      /* Timeouts of 0 or less are the defaults (a deadline of "now" failed
+       * every call, the handshake included). */
+      dk_store_config_t zero = sc;
+      zero.address = dk_store_address(store);
+      zero.timeout_ms = 0;
+      zero.connect_timeout_ms = -1;
+      dk_store_t* patient = NULL;
+      OK(dk_store_connect(&zero, &patient, &e_));
+      if (patient != NULL) {
+        OK(dk_store_add(patient, "n", 1, &count, &e_));
+        CHECK(count == 8);
+        dk_store_destroy(patient);
+      }
       dk_store_destroy(store);
+    }
+  }
+  /* The job's store has the address of its server ("host:port"). */
+  {
+    dk_store_t* job = NULL;
+    OK(dk_default_store(&job, &e_));
+    if (job != NULL) {
+      const char* address = dk_store_address(job);
+      CHECK(address != NULL && strchr(address, ':') != NULL);
+      dk_store_destroy(job);
     }
   }
 

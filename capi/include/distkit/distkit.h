@@ -157,8 +157,8 @@ typedef struct dk_store_config {
   size_t struct_size;         /* sizeof(dk_store_config_t) */
   const char* address;        /* "host:port"; copied */
   const char* token;          /* the job token; copied; NULL = none */
-  int64_t timeout_ms;         /* blocking calls; default 300000 */
-  int64_t connect_timeout_ms; /* waiting for the server; default 300000 */
+  int64_t timeout_ms;         /* blocking calls; default (or <= 0) 300000 */
+  int64_t connect_timeout_ms; /* waiting for the server; the same */
 } dk_store_config_t;
 
 /* Local. Fills the defaults (address NULL, token NULL, 300 s timeouts). */
