@@ -184,6 +184,9 @@ absl::Status HierarchicalBackend::Broadcast(const OpContext& ctx,
 
 absl::Status HierarchicalBackend::Reduce(const OpContext& ctx, TensorRef data,
                                          ReduceOp op, int root) {
+  // Nothing to move (AllReduce would return at once too; the copies below
+  // would pass memcpy a null pointer).
+  if (data.nbytes() == 0) return absl::OkStatus();
   // Every rank's buffer but the root's stays as it was: reduce a copy.
   if (scratch_.size() < data.nbytes()) scratch_.resize(data.nbytes());
   std::memcpy(scratch_.data(), data.data(), data.nbytes());
