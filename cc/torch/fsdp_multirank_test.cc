@@ -35,6 +35,7 @@
 #include "cc/torch/fully_sharded_data_parallel.h"
 #include "cc/torch/train_step.h"
 #include "testing/cc/rank_check.h"
+#include "testing/cc/state_dict_checks.h"
 
 namespace {
 
@@ -42,9 +43,12 @@ using distkit::FsdpOptions;
 using distkit::FullyShardedDataParallel;
 using distkit::ShardingStrategy;
 using distkit::testing::Check;
+using distkit::testing::CheckClose;
 using distkit::testing::CheckOk;
+using distkit::testing::Equal;
 using distkit::testing::Require;
 using distkit::testing::RequireOk;
+using distkit::testing::StateDict;
 
 int rank_ = 0;
 int world_ = 1;
@@ -182,26 +186,6 @@ torch::OrderedDict<std::string, torch::Tensor> Ddp(Optim o) {
   return ParametersOf(*net);
 }
 
-void CheckClose(const torch::OrderedDict<std::string, torch::Tensor>& got,
-                const torch::OrderedDict<std::string, torch::Tensor>& want,
-                double tolerance, const std::string& what) {
-  Check(
-      got.size() == want.size(),
-      absl::StrCat(what, ": ", got.size(), " tensors, expected ", want.size()));
-  for (const auto& item : want) {
-    const torch::Tensor* g = got.find(item.key());
-    if (g == nullptr) {
-      Check(false, absl::StrCat(what, ": no ", item.key()));
-      continue;
-    }
-    const double err = (*g - item.value()).norm().item<double>() /
-                       std::max(item.value().norm().item<double>(), 1e-12);
-    Check(err <= tolerance,
-          absl::StrCat(what, ": ", item.key(), " differs by ", err,
-                       " (relative), tolerance ", tolerance));
-  }
-}
-
 struct Mode {
   std::string name;
   FsdpOptions options;
@@ -298,18 +282,6 @@ std::string Dir(const std::string& name) {
   RequireOk(distkit::dist::Barrier(), "barrier");
   return dir;
 }
-
-bool Equal(const torch::OrderedDict<std::string, torch::Tensor>& a,
-           const torch::OrderedDict<std::string, torch::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (const auto& item : a) {
-    const torch::Tensor* other = b.find(item.key());
-    if (other == nullptr || !torch::equal(item.value(), *other)) return false;
-  }
-  return true;
-}
-
-using StateDict = torch::OrderedDict<std::string, torch::Tensor>;
 
 // A job of another size: `net` sharded over world ranks {0, 1} (collective
 // over the world); nullptr on the other ranks.

@@ -27,6 +27,7 @@
 #include "cc/torch/fully_sharded_data_parallel.h"
 #include "cc/torch/train_step.h"
 #include "testing/cc/rank_check.h"
+#include "testing/cc/state_dict_checks.h"
 
 namespace {
 
@@ -34,10 +35,13 @@ using distkit::FsdpOptions;
 using distkit::FullyShardedDataParallel;
 using distkit::ShardingStrategy;
 using distkit::testing::Check;
+using distkit::testing::CheckClose;
 using distkit::testing::CheckOk;
+using distkit::testing::Equal;
+using distkit::testing::ParametersOf;
 using distkit::testing::Require;
 using distkit::testing::RequireOk;
-using StateDict = torch::OrderedDict<std::string, torch::Tensor>;
+using distkit::testing::StateDict;
 
 int rank_ = 0;
 int world_ = 1;
@@ -119,14 +123,6 @@ torch::Tensor Loss(torch::Tensor logits, torch::Tensor tokens) {
       logits.reshape({-1, kVocab}), ((tokens * 2 + 1) % kVocab).reshape({-1}));
 }
 
-StateDict ParametersOf(torch::nn::Module& m) {
-  StateDict state;
-  for (const auto& p : m.named_parameters()) {
-    state.insert(p.key(), p.value().detach().clone());
-  }
-  return state;
-}
-
 // Adam's state of every parameter of `net` (first name of a tied one).
 StateDict AdamState(Net& net, torch::optim::Adam& opt) {
   StateDict out;
@@ -169,40 +165,6 @@ void TrainSharded(FullyShardedDataParallel& fsdp, Net& net,
                   .status(),
               what + ": train step");
   }
-}
-
-void CheckClose(const StateDict& got, const StateDict& want, double tolerance,
-                const std::string& what) {
-  Check(
-      got.size() == want.size(),
-      absl::StrCat(what, ": ", got.size(), " tensors, expected ", want.size()));
-  for (const auto& item : want) {
-    const torch::Tensor* g = got.find(item.key());
-    if (g == nullptr) {
-      Check(false, absl::StrCat(what, ": no ", item.key()));
-      continue;
-    }
-    if (absl::EndsWith(item.key(), ".step")) {
-      Check(torch::equal(*g, item.value()),
-            absl::StrCat(what, ": ", item.key(), " is ", g->item<int64_t>(),
-                         ", expected ", item.value().item<int64_t>()));
-      continue;
-    }
-    const double err = (*g - item.value()).norm().item<double>() /
-                       std::max(item.value().norm().item<double>(), 1e-12);
-    Check(err <= tolerance,
-          absl::StrCat(what, ": ", item.key(), " differs by ", err,
-                       " (relative), tolerance ", tolerance));
-  }
-}
-
-bool Equal(const StateDict& a, const StateDict& b) {
-  if (a.size() != b.size()) return false;
-  for (const auto& item : a) {
-    const torch::Tensor* other = b.find(item.key());
-    if (other == nullptr || !torch::equal(item.value(), *other)) return false;
-  }
-  return true;
 }
 
 // What the test rests on: LibTorch lists a tied tensor under each name.
