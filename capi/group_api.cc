@@ -32,12 +32,19 @@ namespace distkit {
 namespace capi {
 namespace {
 
+void InitConfigDefaults(dk_init_config_t* config) {
+  config->backend = "gloo";
+  config->timeout_ms = 1800000;
+}
+
+void GroupOptionsDefaults(dk_group_options_t*) {}  // all zero
+
 absl::StatusOr<dist::InitOptions> ReadInitConfig(
     const dk_init_config_t* config) {
   DK_ASSIGN_OR_RETURN(
       dk_init_config_t c,
       ReadVersionedStruct(
-          config, &dk_init_config_init, "dk_init_config",
+          config, &InitConfigDefaults, "dk_init_config",
           {DK_FIELD_SPAN(dk_init_config_t, backend),
            DK_FIELD_SPAN(dk_init_config_t, timeout_ms),
            DK_FIELD_SPAN(dk_init_config_t, connect_timeout_ms)}));
@@ -163,6 +170,9 @@ absl::StatusOr<dk_launcher_info_t*> ReturnLauncherInfo(
 }  // namespace capi
 }  // namespace distkit
 
+using ::distkit::capi::GroupOptionsDefaults;
+using ::distkit::capi::InitConfigDefaults;
+
 extern "C" {
 
 const char* dk_launcher_infer(void) {
@@ -206,9 +216,13 @@ using ::distkit::capi::SubgroupOptionsOf;
 extern "C" {
 
 void dk_init_config_init(dk_init_config_t* config) {
-  if (!ResetVersionedStruct(config)) return;
-  config->backend = "gloo";
-  config->timeout_ms = 1800000;
+  InitVersionedStruct(config,
+                      DK_SIZE_THROUGH(dk_init_config_t, connect_timeout_ms),
+                      &InitConfigDefaults);
+}
+
+void dk_init_config_init_sized(dk_init_config_t* config, size_t size) {
+  InitVersionedStruct(config, size, &InitConfigDefaults);
 }
 
 dk_status_t dk_init(const char* launcher, const dk_init_config_t* config,
@@ -307,10 +321,13 @@ dk_status_t dk_group_new_named(dk_group_t* parent, const int32_t* ranks,
 }
 
 void dk_group_options_init(dk_group_options_t* options) {
-  if (!ResetVersionedStruct(options)) return;
-  options->name = nullptr;
-  options->timeout_ms = 0;
-  options->connect_timeout_ms = 0;
+  InitVersionedStruct(options,
+                      DK_SIZE_THROUGH(dk_group_options_t, connect_timeout_ms),
+                      &GroupOptionsDefaults);
+}
+
+void dk_group_options_init_sized(dk_group_options_t* options, size_t size) {
+  InitVersionedStruct(options, size, &GroupOptionsDefaults);
 }
 
 dk_status_t dk_group_new_with_options(dk_group_t* parent, const int32_t* ranks,
@@ -321,7 +338,7 @@ dk_status_t dk_group_new_with_options(dk_group_t* parent, const int32_t* ranks,
     DK_ASSIGN_OR_RETURN(
         dk_group_options_t o,
         ReadVersionedStruct(
-            options, &dk_group_options_init, "dk_group_options",
+            options, &GroupOptionsDefaults, "dk_group_options",
             {DK_FIELD_SPAN(dk_group_options_t, name),
              DK_FIELD_SPAN(dk_group_options_t, timeout_ms),
              DK_FIELD_SPAN(dk_group_options_t, connect_timeout_ms)}));

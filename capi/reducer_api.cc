@@ -25,12 +25,22 @@ namespace distkit {
 namespace capi {
 namespace {
 
+void ReducerConfigDefaults(dk_reducer_config_t* config) {
+  const GradReducer::Options d;
+  config->bucket_cap_mb = d.bucket_cap_mb;
+  config->first_bucket_cap_mb = d.first_bucket_cap_mb;
+  config->find_unused_parameters = d.find_unused_parameters;
+  config->gradient_as_bucket_view = d.gradient_as_bucket_view;
+  config->broadcast_buffers = d.broadcast_buffers;
+  config->comm_hook = DK_COMM_HOOK_NONE;
+}
+
 absl::StatusOr<GradReducer::Options> ReadReducerConfig(
     const dk_reducer_config_t* config) {
   DK_ASSIGN_OR_RETURN(
       dk_reducer_config_t c,
       ReadVersionedStruct(
-          config, &dk_reducer_config_init, "dk_reducer_config",
+          config, &ReducerConfigDefaults, "dk_reducer_config",
           {DK_FIELD_SPAN(dk_reducer_config_t, bucket_cap_mb),
            DK_FIELD_SPAN(dk_reducer_config_t, first_bucket_cap_mb),
            DK_FIELD_SPAN(dk_reducer_config_t, find_unused_parameters),
@@ -67,18 +77,17 @@ dk_status_t OnReducer(dk_reducer_t* reducer, dk_error_t** err, F&& body) {
 using ::distkit::GradReducer;
 using ::distkit::capi::OnReducer;
 using ::distkit::capi::ReadReducerConfig;
+using ::distkit::capi::ReducerConfigDefaults;
 
 extern "C" {
 
 void dk_reducer_config_init(dk_reducer_config_t* config) {
-  if (!ResetVersionedStruct(config)) return;
-  const GradReducer::Options d;
-  config->bucket_cap_mb = d.bucket_cap_mb;
-  config->first_bucket_cap_mb = d.first_bucket_cap_mb;
-  config->find_unused_parameters = d.find_unused_parameters;
-  config->gradient_as_bucket_view = d.gradient_as_bucket_view;
-  config->broadcast_buffers = d.broadcast_buffers;
-  config->comm_hook = DK_COMM_HOOK_NONE;
+  InitVersionedStruct(config, DK_SIZE_THROUGH(dk_reducer_config_t, comm_hook),
+                      &ReducerConfigDefaults);
+}
+
+void dk_reducer_config_init_sized(dk_reducer_config_t* config, size_t size) {
+  InitVersionedStruct(config, size, &ReducerConfigDefaults);
 }
 
 dk_status_t dk_reducer_create(dk_group_t* group, DLTensor* const* params,

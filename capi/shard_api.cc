@@ -28,18 +28,27 @@ namespace distkit {
 namespace capi {
 namespace {
 
+void ShardConfigDefaults(dk_shard_config_t* config) {
+  config->strategy = DK_SHARD_FULL_SHARD;
+  config->param_dtype = DK_DTYPE_UNSET;
+  config->reduce_dtype = DK_DTYPE_UNSET;
+}
+
+// The options, and (*frozen) the config's per-parameter frozen flags.
 absl::StatusOr<FlatShard::Options> ReadShardConfig(
-    const dk_shard_config_t* config) {
+    const dk_shard_config_t* config, const int32_t** frozen) {
   DK_ASSIGN_OR_RETURN(
       dk_shard_config_t c,
-      ReadVersionedStruct(config, &dk_shard_config_init, "dk_shard_config",
+      ReadVersionedStruct(config, &ShardConfigDefaults, "dk_shard_config",
                           {DK_FIELD_SPAN(dk_shard_config_t, strategy),
                            DK_FIELD_SPAN(dk_shard_config_t, param_dtype),
                            DK_FIELD_SPAN(dk_shard_config_t, reduce_dtype),
                            DK_FIELD_SPAN(dk_shard_config_t, offload_params),
                            DK_FIELD_SPAN(dk_shard_config_t, sync_module_states),
                            DK_FIELD_SPAN(dk_shard_config_t, reserved),
-                           DK_FIELD_SPAN(dk_shard_config_t, replicate_group)}));
+                           DK_FIELD_SPAN(dk_shard_config_t, replicate_group),
+                           DK_FIELD_SPAN(dk_shard_config_t, frozen)}));
+  *frozen = c.frozen;
   FlatShard::Options o;
   if (c.strategy < DK_SHARD_FULL_SHARD ||
       c.strategy > DK_SHARD_HYBRID_SHARD_ZERO2) {
@@ -86,14 +95,18 @@ dk_status_t OnShard(dk_shard_t* shard, dk_error_t** err, F&& body) {
 using ::distkit::FlatShard;
 using ::distkit::capi::OnShard;
 using ::distkit::capi::ReadShardConfig;
+using ::distkit::capi::ShardConfigDefaults;
 
 extern "C" {
 
 void dk_shard_config_init(dk_shard_config_t* config) {
-  if (!ResetVersionedStruct(config)) return;
-  config->strategy = DK_SHARD_FULL_SHARD;
-  config->param_dtype = DK_DTYPE_UNSET;
-  config->reduce_dtype = DK_DTYPE_UNSET;
+  InitVersionedStruct(config,
+                      DK_SIZE_THROUGH(dk_shard_config_t, replicate_group),
+                      &ShardConfigDefaults);
+}
+
+void dk_shard_config_init_sized(dk_shard_config_t* config, size_t size) {
+  InitVersionedStruct(config, size, &ShardConfigDefaults);
 }
 
 dk_status_t dk_shard_create(dk_group_t* group, DLTensor* const* params,
@@ -102,14 +115,17 @@ dk_status_t dk_shard_create(dk_group_t* group, DLTensor* const* params,
                             dk_error_t** err) {
   return NewHandle(out, err, [&]() -> absl::StatusOr<dk_shard*> {
     DK_ASSIGN_OR_RETURN(std::shared_ptr<ProcessGroup> g, GroupOf(group));
-    DK_ASSIGN_OR_RETURN(FlatShard::Options o, ReadShardConfig(config));
+    const int32_t* frozen = nullptr;
+    DK_ASSIGN_OR_RETURN(FlatShard::Options o, ReadShardConfig(config, &frozen));
     DK_ASSIGN_OR_RETURN(std::vector<TensorRef> ts,
                         TensorArgs(params, num_params, "params", false));
     std::vector<FlatShard::Parameter> ps;
     for (size_t i = 0; i < ts.size(); ++i) {
-      ps.push_back({ts[i], names != nullptr && names[i] != nullptr
-                               ? std::string(names[i])
-                               : absl::StrCat("params[", i, "]")});
+      ps.push_back({ts[i],
+                    names != nullptr && names[i] != nullptr
+                        ? std::string(names[i])
+                        : absl::StrCat("params[", i, "]"),
+                    frozen != nullptr && frozen[i] != 0});
     }
     DK_ASSIGN_OR_RETURN(std::unique_ptr<FlatShard> unit,
                         FlatShard::Create(g, std::move(ps), o));

@@ -22,13 +22,18 @@ namespace distkit {
 namespace capi {
 namespace {
 
+void StoreConfigDefaults(dk_store_config_t* config) {
+  config->timeout_ms = 300000;
+  config->connect_timeout_ms = 300000;
+}
+
 absl::StatusOr<dk_store_config_t> ReadStoreConfig(
     const dk_store_config_t* config) {
   if (config == nullptr) return absl::InvalidArgumentError("config is NULL");
   DK_ASSIGN_OR_RETURN(
       dk_store_config_t c,
       ReadVersionedStruct(
-          config, &dk_store_config_init, "dk_store_config",
+          config, &StoreConfigDefaults, "dk_store_config",
           {DK_FIELD_SPAN(dk_store_config_t, address),
            DK_FIELD_SPAN(dk_store_config_t, token),
            DK_FIELD_SPAN(dk_store_config_t, timeout_ms),
@@ -37,8 +42,8 @@ absl::StatusOr<dk_store_config_t> ReadStoreConfig(
     return absl::InvalidArgumentError("config: address is NULL");
   // 0 or less: the default (a deadline of "now" would fail every call,
   // the handshake included).
-  dk_store_config_t defaults;
-  dk_store_config_init(&defaults);
+  const dk_store_config_t defaults =
+      DefaultVersionedStruct(&StoreConfigDefaults);
   if (c.timeout_ms <= 0) c.timeout_ms = defaults.timeout_ms;
   if (c.connect_timeout_ms <= 0)
     c.connect_timeout_ms = defaults.connect_timeout_ms;
@@ -125,14 +130,19 @@ using ::distkit::Store;
 using ::distkit::capi::KeyList;
 using ::distkit::capi::OnStore;
 using ::distkit::capi::OpenStore;
+using ::distkit::capi::StoreConfigDefaults;
 using ::distkit::capi::StoreValue;
 
 extern "C" {
 
 void dk_store_config_init(dk_store_config_t* config) {
-  if (!ResetVersionedStruct(config)) return;
-  config->timeout_ms = 300000;
-  config->connect_timeout_ms = 300000;
+  InitVersionedStruct(config,
+                      DK_SIZE_THROUGH(dk_store_config_t, connect_timeout_ms),
+                      &StoreConfigDefaults);
+}
+
+void dk_store_config_init_sized(dk_store_config_t* config, size_t size) {
+  InitVersionedStruct(config, size, &StoreConfigDefaults);
 }
 
 dk_status_t dk_store_connect(const dk_store_config_t* config, dk_store_t** out,

@@ -35,30 +35,55 @@ struct FieldSpan {
 #define DK_FIELD_SPAN(Struct, field) \
   ::distkit::capi::FieldSpan { offsetof(Struct, field), sizeof(Struct::field) }
 
-// The start of every dk_X_config_init: false for a NULL `config` (nothing
-// to fill), else the struct zeroed with its struct_size set, for the caller
-// to set the non-zero defaults.
+// The size of a struct as it was when `last` was its last field: what the
+// dk_X_init symbols without a size write (see InitVersionedStruct).
+#define DK_SIZE_THROUGH(Struct, last) \
+  (offsetof(Struct, last) + sizeof(Struct::last))
+
+// This library's struct, zeroed, with `defaults` (the non-zero ones) set.
 template <typename Config>
-bool ResetVersionedStruct(Config* config) {
-  if (config == nullptr) return false;
-  std::memset(config, 0, sizeof(*config));
-  config->struct_size = sizeof(*config);
-  return true;
+Config DefaultVersionedStruct(void (*defaults)(Config*)) {
+  Config full;
+  std::memset(&full, 0, sizeof(full));
+  full.struct_size = sizeof(full);
+  defaults(&full);
+  return full;
 }
 
-// `init` fills the defaults; `name` is the struct's C name without "_t"
-// ("dk_store_config"), for errors; `fields` lists every field of the newest
-// version.
+// The body of every dk_X_init: fills the caller's struct of `size` bytes
+// (the struct as the caller's header declared it) with the defaults and
+// struct_size = size. A caller built against an older header, whose struct
+// is smaller, gets the fields it has and no byte past its end; a newer one
+// gets zeros in the fields this library does not know (which it then
+// accepts, as ReadVersionedStruct does). The symbols without a size
+// (dk_X_init(config)) pass the size of their struct as ABI 0.12 declared it,
+// for the binaries built before the sized calls existed, and never more:
+// when a struct grows, code must call dk_X_init_sized.
+template <typename Config>
+void InitVersionedStruct(Config* config, size_t size,
+                         void (*defaults)(Config*)) {
+  if (config == nullptr || size < sizeof(size_t)) return;
+  const Config full = DefaultVersionedStruct(defaults);
+  std::memcpy(config, &full, std::min(size, sizeof(full)));
+  if (size > sizeof(full)) {
+    std::memset(reinterpret_cast<unsigned char*>(config) + sizeof(full), 0,
+                size - sizeof(full));
+  }
+  config->struct_size = size;
+}
+
+// `defaults` sets the non-zero defaults (on a zeroed struct); `name` is the
+// struct's C name without "_t" ("dk_store_config"), for errors; `fields`
+// lists every field of the newest version.
 template <typename Config>
 absl::StatusOr<Config> ReadVersionedStruct(
-    const Config* config, void (*init)(Config*), const char* name,
+    const Config* config, void (*defaults)(Config*), const char* name,
     std::initializer_list<FieldSpan> fields) {
-  Config out;
-  init(&out);
+  Config out = DefaultVersionedStruct(defaults);
   if (config == nullptr) return out;
   const size_t size = config->struct_size;
   const std::string type_name = absl::StrCat(name, "_t");
-  const std::string call_init = absl::StrCat(" (call ", name, "_init)");
+  const std::string call_init = absl::StrCat(" (call ", name, "_init_sized)");
   if (size < sizeof(size_t)) {
     return absl::InvalidArgumentError(absl::StrCat("config: struct_size ", size,
                                                    " is too small for any ",

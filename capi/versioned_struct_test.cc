@@ -73,12 +73,12 @@ TEST(VersionedStructTest, SizesThatCutAFieldOrTheSizeItselfAreRejected) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(c.status().message(),
             "config: struct_size 11 ends inside a field of dk_test_config_t "
-            "(call dk_test_config_init)");
+            "(call dk_test_config_init_sized)");
   mine.struct_size = 4;
   c = Read(&mine);
   EXPECT_EQ(c.status().message(),
             "config: struct_size 4 is too small for any dk_test_config_t "
-            "(call dk_test_config_init)");
+            "(call dk_test_config_init_sized)");
 }
 
 // A caller compiled against a newer header, with one more field.

@@ -47,7 +47,15 @@ _CHECKPOINT = (
 
 # Why the bindings do not wrap a function. {rust_name|GoName} names an API
 # item, written per binding.
+_LEGACY_INIT = (
+    "The ABI 0.12 form, kept for binaries built before 0.13; the binding fills the struct it "
+    "declares through the _sized form.")
 NOT_WRAPPED = {
+    "dk_store_config_init": _LEGACY_INIT,
+    "dk_init_config_init": _LEGACY_INIT,
+    "dk_group_options_init": _LEGACY_INIT,
+    "dk_reducer_config_init": _LEGACY_INIT,
+    "dk_shard_config_init": _LEGACY_INIT,
     "dk_init_local_group": _LOCAL_GROUP,
     "dk_init_local_group_from_launcher": _LOCAL_GROUP,
     "dk_local_group": _LOCAL_GROUP,

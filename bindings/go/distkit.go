@@ -154,7 +154,7 @@ type InitOptions struct {
 
 func initConfig(o InitOptions) (C.dk_init_config_t, func(), error) {
 	var config C.dk_init_config_t
-	C.dk_init_config_init(&config)
+	C.dk_init_config_init_sized(&config, C.size_t(unsafe.Sizeof(config)))
 	free := func() {}
 	if o.Backend != "" {
 		b, err := cString("backend", o.Backend)

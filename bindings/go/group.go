@@ -161,7 +161,7 @@ func (g *Group) NewGroupWithOptions(ranks []int, opts GroupOptions) (*Group, err
 		return nil, err
 	}
 	var options C.dk_group_options_t
-	C.dk_group_options_init(&options)
+	C.dk_group_options_init_sized(&options, C.size_t(unsafe.Sizeof(options)))
 	if opts.Name != "" {
 		n, err := cString("new_group_with_options: name", opts.Name)
 		if err != nil {

@@ -99,7 +99,7 @@ func NewReducer[T Element](g *Group, params, buffers [][]T, o ReducerOptions) (*
 	list := unsafe.Slice(cptrs, len(ptrs)+1)
 	copy(list, ptrs)
 	var config C.dk_reducer_config_t
-	C.dk_reducer_config_init(&config)
+	C.dk_reducer_config_init_sized(&config, C.size_t(unsafe.Sizeof(config)))
 	if o.BucketCapMB > 0 {
 		config.bucket_cap_mb = C.double(o.BucketCapMB)
 	}

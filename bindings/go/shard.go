@@ -61,7 +61,7 @@ func NewShard[T Element](g *Group, params [][]T, o ShardOptions) (*Shard[T], err
 	cptrs := viewArray(&ts, params)
 	defer C.free(unsafe.Pointer(cptrs))
 	var config C.dk_shard_config_t
-	C.dk_shard_config_init(&config)
+	C.dk_shard_config_init_sized(&config, C.size_t(unsafe.Sizeof(config)))
 	config.strategy = C.int32_t(o.Strategy)
 	if o.SyncModuleStates {
 		config.sync_module_states = 1

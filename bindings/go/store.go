@@ -40,7 +40,7 @@ func openStore(address string, o StoreOptions, serve bool) (*Store, error) {
 		return nil, err
 	}
 	var config C.dk_store_config_t
-	C.dk_store_config_init(&config)
+	C.dk_store_config_init_sized(&config, C.size_t(unsafe.Sizeof(config)))
 	a, err := cString("store address", address)
 	if err != nil {
 		return nil, err

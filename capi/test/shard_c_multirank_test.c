@@ -3,9 +3,13 @@
  * buffers) trained 5 SGD steps under FULL_SHARD, SHARD_GRAD_OP and NO_SHARD,
  * with prefetch and no_sync, must equal training alone on the global batch;
  * then state dicts (full, from rank 0 alone, sharded round trip) and misuse
- * answered with a status, never a crash or a wait. */
+ * answered with a status, never a crash or a wait. Frozen parameters (ABI
+ * 0.13) in a flat buffer of their own, without a gradient; the sized config
+ * initializers write no byte past the caller's struct, and the unsized ones
+ * the struct of ABI 0.12. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +142,102 @@ static dk_shard_t* train(dk_group_t* world, int strategy, int accumulate,
   for (int j = 0; j < NW; ++j) moved += fabs(ref_w[j] - 0.1f * (float)j);
   dk_test_check(moved > 1e-3, "training moved the weights");
   return unit;
+}
+
+/* Each dk_X_init_sized writes `size` bytes and no more; each dk_X_init the
+ * struct as ABI 0.12 declared it (for the shard config: up to `frozen`). */
+#define THROUGH(T, last) (offsetof(T, last) + sizeof(((T*)0)->last))
+#define CHECK_INIT(T, sized, unsized, last_012, what)                    \
+  do {                                                                   \
+    unsigned char buf[sizeof(T) + 16];                                   \
+    const size_t small = THROUGH(T, last_012);                           \
+    memset(buf, 0xAB, sizeof buf);                                       \
+    sized((T*)buf, offsetof(T, struct_size) + sizeof(size_t));           \
+    dk_test_check(((T*)buf)->struct_size == sizeof(size_t) &&            \
+                      buf[sizeof(size_t)] == 0xAB,                       \
+                  what ": _init_sized of struct_size alone");            \
+    memset(buf, 0xAB, sizeof buf);                                       \
+    unsized((T*)buf);                                                    \
+    dk_test_check(((T*)buf)->struct_size == small && buf[small] == 0xAB, \
+                  what ": _init writes the ABI 0.12 struct only");       \
+    memset(buf, 0xAB, sizeof buf);                                       \
+    sized((T*)buf, sizeof(T));                                           \
+    dk_test_check(                                                       \
+        ((T*)buf)->struct_size == sizeof(T) && buf[sizeof(T)] == 0xAB,   \
+        what ": _init_sized of the whole struct");                       \
+  } while (0)
+
+static void config_inits(void) {
+  CHECK_INIT(dk_store_config_t, dk_store_config_init_sized,
+             dk_store_config_init, connect_timeout_ms, "store config");
+  CHECK_INIT(dk_init_config_t, dk_init_config_init_sized, dk_init_config_init,
+             connect_timeout_ms, "init config");
+  CHECK_INIT(dk_group_options_t, dk_group_options_init_sized,
+             dk_group_options_init, connect_timeout_ms, "group options");
+  CHECK_INIT(dk_reducer_config_t, dk_reducer_config_init_sized,
+             dk_reducer_config_init, comm_hook, "reducer config");
+  CHECK_INIT(dk_shard_config_t, dk_shard_config_init_sized,
+             dk_shard_config_init, replicate_group, "shard config");
+  /* The defaults reach a struct cut short, and the whole struct's
+   * `frozen` starts NULL. */
+  dk_shard_config_t c;
+  memset(&c, 0xAB, sizeof c);
+  dk_shard_config_init_sized(&c, sizeof c);
+  dk_test_check(c.strategy == DK_SHARD_FULL_SHARD &&
+                    c.param_dtype == DK_DTYPE_UNSET && c.frozen == NULL,
+                "shard config defaults");
+}
+
+/* w (float32, trainable), f (float32, frozen), v (float32, trainable): w and
+ * v in flat 0, f alone in flat 1, which has no gradient. Through
+ * dk_shard_config_init (ABI 0.12) `frozen` is not read: one flat. */
+static void frozen_params(dk_group_t* world) {
+  float w[5] = {1, 2, 3, 4, 5}, f[3] = {10, 11, 12}, v[2] = {-1, -2};
+  int64_t nw = 5, nf = 3, nv = 2;
+  DLTensor tw = dk_test_host_tensor(w, &nw, 1, kDLFloat, 32),
+           tf = dk_test_host_tensor(f, &nf, 1, kDLFloat, 32),
+           tv = dk_test_host_tensor(v, &nv, 1, kDLFloat, 32);
+  DLTensor* params[3] = {&tw, &tf, &tv};
+  const char* names[3] = {"w", "f", "v"};
+  const int32_t frozen[3] = {0, 1, 0};
+  dk_shard_config_t config;
+  dk_shard_config_init_sized(&config, sizeof config);
+  config.frozen = frozen;
+  dk_shard_t* unit = NULL;
+  DK_TEST_OK(dk_shard_create(world, params, 3, names, &config, &unit, &e_));
+  dk_test_check(dk_shard_num_flat(unit) == 2, "frozen: two flat buffers");
+  void *data = NULL, *grad = (void*)1;
+  int64_t numel = 0;
+  dk_dtype_t dtype;
+  DK_TEST_OK(dk_shard_local(unit, 1, &data, &grad, &numel, &dtype, &e_));
+  dk_test_check(
+      data != NULL && grad == NULL && numel == (3 + size_ - 1) / size_,
+      "frozen: the frozen flat's shard has no gradient");
+  DK_TEST_OK(dk_shard_local(unit, 0, &data, &grad, &numel, &dtype, &e_));
+  dk_test_check(grad != NULL, "frozen: the trainable flat has one");
+  dk_error_t* e = NULL;
+  void* fg = NULL;
+  dk_test_check(
+      dk_shard_full_grad(unit, 1, &fg, &e) == DK_FAILED_PRECONDITION &&
+          strstr(dk_error_message(e), "f is frozen") != NULL,
+      "frozen: no full gradient for f");
+  dk_error_free(e);
+  float g[5] = {1, 1, 1, 1, 1};
+  DLTensor tg = dk_test_host_tensor(g, &nw, 1, kDLFloat, 32);
+  DK_TEST_OK(dk_shard_accumulate_grad(unit, 0, &tg, &e_));
+  DK_TEST_OK(dk_shard_reduce_grads(unit, &e_));
+  DK_TEST_OK(dk_shard_unshard(unit, &e_));
+  float* full_f = NULL;
+  DK_TEST_OK(dk_shard_full_param(unit, 1, (void**)&full_f, &e_));
+  dk_test_check(full_f[0] == 10 && full_f[2] == 12, "frozen: f gathered");
+  DK_TEST_OK(dk_shard_reshard(unit, &e_));
+  dk_shard_destroy(unit);
+  dk_shard_config_init(&config); /* ABI 0.12's struct: no frozen */
+  config.frozen = frozen;        /* past struct_size: not read */
+  DK_TEST_OK(dk_shard_create(world, params, 3, names, &config, &unit, &e_));
+  dk_test_check(dk_shard_num_flat(unit) == 1,
+                "frozen: ignored past an ABI 0.12 struct");
+  dk_shard_destroy(unit);
 }
 
 int main(void) {
@@ -409,6 +509,8 @@ int main(void) {
         "unknown strategy");
     dk_error_free(e);
   }
+  config_inits();
+  frozen_params(world);
   DK_TEST_OK(dk_group_barrier(world, NULL, &e_));
   dk_group_destroy(world);
   dk_shutdown();

@@ -34,11 +34,12 @@ struct Owned {
 
 struct FlatShard::Flat {
   DataType dtype = DataType::kFloat32;  // the parameters' (master) dtype
-  int64_t numel = 0;                    // unpadded
-  int64_t padded = 0;                   // a multiple of the shard count
-  int64_t shard_numel = 0;              // padded / shard count
-  Owned shard;                          // master values, shard device
-  Owned shard_grad;                     // master dtype, shard device
+  bool frozen = false;      // no gradient: no shard_grad, full_grad, reduction
+  int64_t numel = 0;        // unpadded
+  int64_t padded = 0;       // a multiple of the shard count
+  int64_t shard_numel = 0;  // padded / shard count
+  Owned shard;              // master values, shard device
+  Owned shard_grad;         // master dtype, shard device
   Owned gather_in;  // the shard in compute dtype on the parameters' device
   Owned full;       // padded x compute dtype (or a view of the shard)
   Owned full_grad;  // padded x compute dtype
@@ -93,8 +94,9 @@ absl::Status Wait(std::shared_ptr<Work>& work) {
   return s;
 }
 
-std::string Describe(int64_t dtype, int64_t numel) {
-  return absl::StrCat(DataTypeName(static_cast<DataType>(dtype)), " x ", numel);
+std::string Describe(int64_t dtype, int64_t numel, int64_t frozen) {
+  return absl::StrCat(DataTypeName(static_cast<DataType>(dtype)), " x ", numel,
+                      frozen != 0 ? " (frozen)" : "");
 }
 
 // Local problems are agreed on first, so no rank enters a collective the
@@ -121,7 +123,7 @@ absl::Status AgreeOnParameters(ProcessGroup& group,
                                const std::vector<int64_t>& signature,
                                const std::vector<std::string>& names) {
   DK_ASSIGN_OR_RETURN(std::optional<ValueMismatch> mismatch,
-                      FindValueMismatch(group, signature, /*record_size=*/2));
+                      FindValueMismatch(group, signature, /*record_size=*/3));
   if (!mismatch.has_value()) return absl::OkStatus();
   const ValueMismatch& m = *mismatch;
   if (m.record < 0) {
@@ -134,8 +136,9 @@ absl::Status AgreeOnParameters(ProcessGroup& group,
       "FlatShard on group '", group.name(), "': parameter ", m.record, " ('",
       names[m.record], "' on rank ", group.rank(),
       ") differs across ranks: rank 0 has ",
-      Describe(m.rank0_values[0], m.rank0_values[1]), ", rank ", m.rank,
-      " has ", Describe(m.rank_values[0], m.rank_values[1])));
+      Describe(m.rank0_values[0], m.rank0_values[1], m.rank0_values[2]),
+      ", rank ", m.rank, " has ",
+      Describe(m.rank_values[0], m.rank_values[1], m.rank_values[2])));
 }
 
 }  // namespace
@@ -215,6 +218,7 @@ absl::StatusOr<std::unique_ptr<FlatShard>> FlatShard::Create(
     names.push_back(p.name.empty() ? absl::StrCat("params[", i, "]") : p.name);
     signature.push_back(static_cast<int64_t>(p.data.dtype()));
     signature.push_back(p.data.numel());
+    signature.push_back(p.frozen ? 1 : 0);
     if (problem.empty() && !IsFloatingPoint(p.data.dtype())) {
       problem = absl::StrCat(names.back(), " is ", DataTypeName(p.data.dtype()),
                              "; only floating-point parameters are sharded");
@@ -285,11 +289,14 @@ absl::Status FlatShard::Place(const std::vector<Parameter>& params) {
   for (const Parameter& p : params) {
     int flat = -1;
     for (size_t k = 0; k < flats_.size(); ++k) {
-      if (flats_[k]->dtype == p.data.dtype()) flat = static_cast<int>(k);
+      if (flats_[k]->dtype == p.data.dtype() && flats_[k]->frozen == p.frozen) {
+        flat = static_cast<int>(k);
+      }
     }
     if (flat < 0) {
       flats_.push_back(std::make_unique<Flat>());
       flats_.back()->dtype = p.data.dtype();
+      flats_.back()->frozen = p.frozen;
       flat = static_cast<int>(flats_.size()) - 1;
     }
     Flat& f = *flats_[flat];
@@ -310,9 +317,11 @@ absl::Status FlatShard::AllocateShards() {
   for (auto& f : flats_) {
     DK_ASSIGN_OR_RETURN(f->shard,
                         Allocate(shard_device_, f->dtype, f->shard_numel));
-    DK_ASSIGN_OR_RETURN(f->shard_grad,
-                        Allocate(shard_device_, f->dtype, f->shard_numel));
-    DK_RETURN_IF_ERROR(ZeroFill(f->shard_grad.view));
+    if (!f->frozen) {
+      DK_ASSIGN_OR_RETURN(f->shard_grad,
+                          Allocate(shard_device_, f->dtype, f->shard_numel));
+      DK_RETURN_IF_ERROR(ZeroFill(f->shard_grad.view));
+    }
     f->full_is_shard = options_.strategy == ShardingStrategy::kNoShard &&
                        ComputeDtype(*f) == f->dtype &&
                        shard_device_ == param_device_;
@@ -536,6 +545,7 @@ absl::StatusOr<TensorRef> FlatShard::FullFlat(int flat) const {
 absl::Status FlatShard::EnsureFullGrads() {
   if (grads_live_) return absl::OkStatus();
   for (auto& f : flats_) {
+    if (f->frozen) continue;
     DK_ASSIGN_OR_RETURN(f->full_grad,
                         Allocate(param_device_, ComputeDtype(*f), f->padded));
     DK_RETURN_IF_ERROR(ZeroFill(f->full_grad.view));
@@ -551,9 +561,13 @@ absl::StatusOr<TensorRef> FlatShard::FullGrad(int index) {
     return absl::OutOfRangeError(
         absl::StrCat("FlatShard: no parameter ", index));
   }
+  const Placement& p = placements_[index];
+  if (flats_[p.flat]->frozen) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "FlatShard: ", names_[index], " is frozen: it takes no gradient"));
+  }
   absl::MutexLock lock(&mu_);
   DK_RETURN_IF_ERROR(EnsureFullGrads());
-  const Placement& p = placements_[index];
   return flats_[p.flat]->full_grad.view.Slice(p.offset, p.numel);
 }
 
@@ -592,6 +606,7 @@ absl::Status FlatShard::StartReduceScatterGrads() {
   const int replicas_total = group_->size() * replicas_;
   for (auto& fp : flats_) {
     Flat& f = *fp;
+    if (f.frozen) continue;
     const DataType r = ReduceDtype(f);
     if (r != f.full_grad.view.dtype()) {
       DK_ASSIGN_OR_RETURN(f.reduce_in, Allocate(param_device_, r, f.padded));
@@ -634,6 +649,7 @@ absl::Status FlatShard::WaitReduceScatterGrads() {
   absl::Status status;
   for (auto& fp : flats_) {
     Flat& f = *fp;
+    if (f.frozen) continue;
     absl::Status s = Wait(f.reduce);
     if (s.ok()) {
       const TensorRef shard = f.reduce_direct       ? f.shard_grad.view
@@ -672,9 +688,13 @@ TensorRef FlatShard::ShardGrad(int flat) const {
   return flats_[flat]->shard_grad.view;
 }
 
+bool FlatShard::flat_frozen(int flat) const { return flats_[flat]->frozen; }
+
 void FlatShard::ZeroShardGrads() {
   const CopyStreamScope on_stream = OnCallerStream();
-  for (auto& f : flats_) ZeroFill(f->shard_grad.view).IgnoreError();
+  for (auto& f : flats_) {
+    if (!f->frozen) ZeroFill(f->shard_grad.view).IgnoreError();
+  }
 }
 
 FlatShard::LocalPiece FlatShard::Piece(int index) const {
@@ -689,7 +709,7 @@ FlatShard::LocalPiece FlatShard::Piece(int index) const {
   piece.param_offset = lo - p.offset;
   piece.numel = hi - lo;
   piece.data = f.shard.view.Slice(lo - begin, piece.numel);
-  piece.grad = f.shard_grad.view.Slice(lo - begin, piece.numel);
+  if (!f.frozen) piece.grad = f.shard_grad.view.Slice(lo - begin, piece.numel);
   return piece;
 }
 

@@ -3,7 +3,9 @@
 // ABI's dk_shard_* drive this class on their own buffers).
 //
 // A unit's parameters are flattened into one buffer per dtype (in the order
-// the dtypes first appear), padded with zeros to a multiple of the shard
+// the dtypes first appear; frozen parameters, which take no gradient, into
+// buffers of their own, so that an optimizer given the shards never moves
+// them: its weight decay would), padded with zeros to a multiple of the shard
 // group's size N, and split: rank r keeps elements [r*S, (r+1)*S) of each,
 // S = padded / N, as float master values ("the shard"). Per iteration:
 //   1. StartUnshard / WaitUnshard (or Unshard): all-gather the full
@@ -91,17 +93,22 @@ class FlatShard {
   struct Parameter {
     TensorRef data;    // the full initial value; read by Create, not kept
     std::string name;  // for error messages
+    // Takes no gradient (torch's requires_grad=False): sharded and gathered
+    // as the others, in a flat buffer of frozen parameters, which has no
+    // gradient buffers (ShardGrad empty) and no reduction.
+    bool frozen = false;
   };
 
   // Where parameter `index` lies in the flat buffer of its dtype.
   struct Placement {
-    int flat = 0;        // which flat buffer (dtype group)
+    int flat = 0;        // which flat buffer (dtype and frozen group)
     int64_t offset = 0;  // element offset inside it
     int64_t numel = 0;
   };
 
   // Collective over `group` (and the replicate group). Every rank must
-  // register the same parameters (count, dtype and element count, in order),
+  // register the same parameters (count, dtype, element count and frozen,
+  // in order),
   // else INVALID_ARGUMENT on every rank naming the first difference and the
   // ranks; then (sync_module_states) rank 0's values are broadcast and each
   // rank keeps its slice. Parameters must be floating point.
@@ -133,7 +140,8 @@ class FlatShard {
   // ---- Gradients ------------------------------------------------------------
 
   // Adds `grad` (parameter `index`'s full gradient, any floating dtype, same
-  // element count) into the unit's full gradient buffer.
+  // element count) into the unit's full gradient buffer. A frozen parameter
+  // has none: FAILED_PRECONDITION (FullGrad too).
   absl::Status AccumulateGrad(int index, TensorRef grad);
   // Where backward may write (add) parameter `index`'s gradient directly:
   // param_dtype, zeroed at the first call of an iteration, valid until the
@@ -157,8 +165,10 @@ class FlatShard {
   // ---- The shard (what the optimizer steps) ---------------------------------
 
   int num_flat() const { return static_cast<int>(flats_.size()); }
+  bool flat_frozen(int flat) const;
   // Flat buffer k's local shard (master values, the parameters' dtype) and
-  // its gradient (same dtype; zero until the first ReduceScatterGrads).
+  // its gradient (same dtype; zero until the first ReduceScatterGrads; empty
+  // for a buffer of frozen parameters).
   TensorRef Shard(int flat) const;
   TensorRef ShardGrad(int flat) const;
   void ZeroShardGrads();

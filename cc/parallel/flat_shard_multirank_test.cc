@@ -5,7 +5,8 @@
 // trains the same network alone on the concatenated global batch; the
 // sharded parameters must equal it (relative difference per tensor <= 1e-5
 // in float32; float16 / bfloat16 bounds below). Then state dicts (full,
-// rank-0-only, sharded and re-sharded to half the ranks) and misuse.
+// rank-0-only, sharded and re-sharded to half the ranks) and misuse. Frozen
+// parameters: a flat buffer of their own with no gradient and no reduction.
 
 #include <unistd.h>
 
@@ -678,6 +679,95 @@ void ShardGradAccumulates(std::shared_ptr<ProcessGroup> world) {
   }
 }
 
+// Frozen parameters (no gradient) share no flat buffer with trainable ones
+// of their dtype: theirs has no gradient and is never reduced, while they
+// are gathered as the others. A rank that marks another parameter frozen
+// is refused on every rank, naming it.
+void FrozenFlat(std::shared_ptr<ProcessGroup> world) {
+  const int n = world->size();
+  const int rank = world->rank();
+  // a (trainable) 3n+1, b (frozen) 2n+1, c (trainable) 5: a and c share a
+  // flat, b has its own.
+  std::vector<float> a(3 * n + 1), b(2 * n + 1), c(5);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.5f * i;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 100.0f + i;
+  for (size_t i = 0; i < c.size(); ++i) c[i] = -1.0f - i;
+  auto param = [](std::vector<float>& v, const char* name, bool frozen) {
+    return FlatShard::Parameter{
+        TensorRef(v.data(), v.size(), DataType::kFloat32), name, frozen};
+  };
+  auto unit = FlatShard::Create(
+      world, {param(a, "a", false), param(b, "b", true), param(c, "c", false)},
+      {});
+  RequireOk(unit.status(), "frozen: create");
+  FlatShard& u = **unit;
+  Check(u.num_flat() == 2 && u.placement(0).flat == 0 &&
+            u.placement(1).flat == 1 && u.placement(2).flat == 0 &&
+            u.placement(2).offset == a.size() && !u.flat_frozen(0) &&
+            u.flat_frozen(1),
+        "frozen: a and c in flat 0, b alone in a frozen flat 1");
+  Check(u.ShardGrad(1).data() == nullptr && u.ShardGrad(1).numel() == 0 &&
+            u.Piece(1).grad.data() == nullptr,
+        "frozen: the frozen flat has no gradient");
+  Check(
+      u.FullGrad(1).status().code() == absl::StatusCode::kFailedPrecondition &&
+          absl::StrContains(u.FullGrad(1).status().message(), "b is frozen"),
+      absl::StrCat("frozen: FullGrad of b: ",
+                   u.FullGrad(1).status().ToString()));
+  std::vector<float> ga(a.size(), static_cast<float>(rank + 1));
+  std::vector<float> gc(c.size(), 2.0f * (rank + 1));
+  CheckOk(
+      u.AccumulateGrad(0, TensorRef(ga.data(), ga.size(), DataType::kFloat32)),
+      "frozen: gradient of a");
+  CheckOk(
+      u.AccumulateGrad(2, TensorRef(gc.data(), gc.size(), DataType::kFloat32)),
+      "frozen: gradient of c");
+  std::vector<float> gb(b.size(), 1.0f);
+  Check(u.AccumulateGrad(1, TensorRef(gb.data(), gb.size(), DataType::kFloat32))
+                .code() == absl::StatusCode::kFailedPrecondition,
+        "frozen: AccumulateGrad of b refused");
+  RequireOk(u.ReduceScatterGrads(), "frozen: reduce");
+  // The mean over ranks of (r + 1) is (n + 1) / 2; c's twice that.
+  const float mean = (n + 1) / 2.0f;
+  FlatShard::LocalPiece pa = u.Piece(0), pc = u.Piece(2);
+  for (int64_t i = 0; i < pa.numel; ++i) {
+    if (pa.grad.data<float>()[i] != mean) {
+      Check(false, absl::StrCat("frozen: a's gradient ",
+                                pa.grad.data<float>()[i], ", expected ", mean));
+      break;
+    }
+  }
+  for (int64_t i = 0; i < pc.numel; ++i) {
+    if (pc.grad.data<float>()[i] != 2 * mean) {
+      Check(false,
+            absl::StrCat("frozen: c's gradient ", pc.grad.data<float>()[i],
+                         ", expected ", 2 * mean));
+      break;
+    }
+  }
+  // Gathered whole, the frozen one too.
+  RequireOk(u.Unshard(), "frozen: unshard");
+  auto full_b = u.FullParam(1);
+  RequireOk(full_b.status(), "frozen: full b");
+  Check(ToDouble(*full_b) ==
+            ToDouble(TensorRef(b.data(), b.size(), DataType::kFloat32)),
+        "frozen: b gathered whole");
+  CheckOk(u.Reshard(), "frozen: reshard");
+  // Ranks that disagree on which parameter is frozen.
+  if (n > 1) {
+    auto mixed =
+        FlatShard::Create(world,
+                          {param(a, "a", false), param(b, "b", rank == n - 1),
+                           param(c, "c", false)},
+                          {});
+    Check(mixed.status().code() == absl::StatusCode::kInvalidArgument &&
+              absl::StrContains(mixed.status().message(), "(frozen)") &&
+              absl::StrContains(mixed.status().message(), "'b'"),
+          absl::StrCat("frozen: disagreement refused: ",
+                       mixed.status().ToString()));
+  }
+}
+
 }  // namespace
 }  // namespace distkit
 
@@ -718,6 +808,7 @@ int main() {
   for (const Config& config : configs) job.Train(config);
   job.Misuse();
   ShardGradAccumulates(env->world);
+  FrozenFlat(env->world);
   return testing::FinishChecks(absl::StrCat(
       "FlatShard matches training alone under every strategy, world size ",
       env->world->size()));

@@ -70,6 +70,7 @@ class ShardConfig(ctypes.Structure):
         ("sync_module_states", ctypes.c_int32),
         ("reserved", ctypes.c_int32),
         ("replicate_group", ctypes.c_void_p),
+        ("frozen", ctypes.POINTER(ctypes.c_int32)),  # ABI 0.13
     ]
 
 
@@ -118,7 +119,7 @@ class LauncherInfo(ctypes.Structure):
 
 # ---- Constants (the header's DK_* values; status codes live in errors.py) ----
 
-ABI_MAJOR, ABI_MINOR = 0, 12
+ABI_MAJOR, ABI_MINOR = 0, 13
 
 OP_SUM, OP_PRODUCT, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, OP_MEAN = range(8)
 # mmengine's op names (mean is all_reduce's own, not a reduce op there).
@@ -151,6 +152,7 @@ _PROTOTYPES = {
     "dk_error_free": (None, [P]),
     "dk_free": (None, [P]),
     "dk_store_config_init": (None, [ctypes.POINTER(StoreConfig)]),
+    "dk_store_config_init_sized": (None, [ctypes.POINTER(StoreConfig), ctypes.c_size_t]),
     "dk_store_connect": (c_status, [ctypes.POINTER(StoreConfig), PP, PP]),
     "dk_store_serve": (c_status, [ctypes.POINTER(StoreConfig), PP, PP]),
     "dk_store_address": (ctypes.c_char_p, [P]),
@@ -172,6 +174,7 @@ _PROTOTYPES = {
     "dk_launcher_info": (c_status, [ctypes.c_char_p, ctypes.POINTER(ctypes.POINTER(LauncherInfo)),
                                     PP]),
     "dk_init_config_init": (None, [ctypes.POINTER(InitConfig)]),
+    "dk_init_config_init_sized": (None, [ctypes.POINTER(InitConfig), ctypes.c_size_t]),
     "dk_init": (c_status, [ctypes.c_char_p, ctypes.POINTER(InitConfig), PP, PP]),
     "dk_init_with_store": (c_status, [P, ctypes.c_int32, ctypes.c_int32,
                                       ctypes.POINTER(InitConfig), PP, PP]),
@@ -186,6 +189,7 @@ _PROTOTYPES = {
     "dk_group_new_named": (c_status, [P, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
                                       ctypes.c_char_p, PP, PP]),
     "dk_group_options_init": (None, [ctypes.POINTER(GroupOptions)]),
+    "dk_group_options_init_sized": (None, [ctypes.POINTER(GroupOptions), ctypes.c_size_t]),
     "dk_group_new_with_options": (c_status, [P, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
                                              ctypes.POINTER(GroupOptions), PP, PP]),
     "dk_group_destroy": (None, [P]),
@@ -221,6 +225,7 @@ _PROTOTYPES = {
                                           ctypes.POINTER(ctypes.POINTER(Bytes)),
                                           ctypes.POINTER(ctypes.c_size_t), PP]),
     "dk_reducer_config_init": (None, [ctypes.POINTER(ReducerConfig)]),
+    "dk_reducer_config_init_sized": (None, [ctypes.POINTER(ReducerConfig), ctypes.c_size_t]),
     "dk_reducer_create": (c_status, [P, ctypes.POINTER(T), ctypes.c_size_t, ctypes.POINTER(T),
                                      ctypes.c_size_t, ctypes.POINTER(ReducerConfig), PP, PP]),
     "dk_reducer_destroy": (None, [P]),
@@ -253,6 +258,7 @@ _PROTOTYPES = {
     "dk_group_comm_device": (c_status, [P, ctypes.POINTER(DLDevice), PP]),
     "dk_group_set_cuda_stream": (c_status, [P, P, PP]),
     "dk_shard_config_init": (None, [ctypes.POINTER(ShardConfig)]),
+    "dk_shard_config_init_sized": (None, [ctypes.POINTER(ShardConfig), ctypes.c_size_t]),
     "dk_shard_create": (c_status, [P, ctypes.POINTER(T), ctypes.c_size_t,
                                    ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ShardConfig),
                                    PP, PP]),

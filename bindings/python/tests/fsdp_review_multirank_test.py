@@ -6,6 +6,12 @@ independently:
   position_bias, a block returning ``(out, x)``): trained equal to the
   reference, and after every backward no unit is gathered and the library
   holds what it held after the first step (no full gradient buffer left);
+- frozen parameters (requires_grad False) beside trainable ones in a unit,
+  under AdamW(weight_decay=0.01): sharded in flat shards of their own that
+  take no gradient, so the optimizer's weight decay leaves them unchanged;
+  synced from rank 0 by sync_module_states; the trainable ones equal to the
+  reference; the optimizer's state dict and a sharded checkpoint round-trip;
+  with use_orig_params and under fully_shard too;
 - full load_state_dict: another shape raises nn.Module's "size mismatch" on
   every rank (also with rank 0's dict alone), so does strict=True with rank
   0's dict alone, a bfloat16 dict loads into a float32 model converted;
@@ -27,7 +33,7 @@ from torch import nn
 
 from distkit import dist
 from distkit.fsdp import (FullStateDictConfig, FullyShardedDataParallel, ModuleWrapPolicy,
-                          ShardingStrategy, StateDictType)
+                          ShardingStrategy, StateDictType, fully_shard)
 from testing.python.hybrid_groups import hybrid_groups
 from testing.python.rank_check import check, finish
 
@@ -160,6 +166,96 @@ def freeze(model):
     model.embed.requires_grad_(False)            # a frozen layer (in the root unit)
     model.blocks[1].linear.bias.requires_grad_(False)  # part of a block's unit
     return model
+
+
+FROZEN = ("embed.weight", "embed.bias", "blocks.1.linear.bias")
+
+
+def frozen(orig_params):
+    what = f"frozen parameters (use_orig_params={orig_params})"
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(100)  # rank 0's start
+    reference = freeze(FrozenNet())
+    initial = copy.deepcopy(reference.state_dict())
+    torch.manual_seed(100 + rank)  # every rank starts different: sync_module_states
+    model = freeze(FrozenNet())
+    sharded = FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({Block}),
+                                       sync_module_states=True, use_orig_params=orig_params)
+    if not orig_params:
+        # The units' flat shards: those of frozen parameters take no gradient.
+        flats = [p for name, p in sharded.named_parameters() if "_flat_param" in name]
+        check(sum(not p.requires_grad for p in flats) == 2,
+              f"{what}: flat shards without a gradient: "
+              f"{[(p.numel(), p.requires_grad) for p in flats]}")
+    opt = torch.optim.AdamW(sharded.parameters(), lr=0.01)  # weight_decay 0.01
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=0.01)
+    for step in range(STEPS):
+        x, y = batch(step, rank * LOCAL, LOCAL)
+        ((sharded(x) - y) ** 2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        x, y = batch(step, 0, n * LOCAL)
+        ((reference(x) - y) ** 2).mean().backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    full, want = sharded.state_dict(), reference.state_dict()
+    check(list(full) == list(want), f"{what}: state dict keys {list(full)}")
+    for k in FROZEN:
+        check(torch.equal(full[k], initial[k]), f"{what}: {k} changed by "
+              f"{relative(full[k], initial[k]):.2e}")
+    worst = max(relative(full[k], want[k]) for k in want if k not in FROZEN)
+    check(worst <= 1e-5, f"{what}: differs from training alone by {worst:.2e}")
+    check(relative(want["head.weight"], initial["head.weight"]) > 1e-3, f"{what}: trained")
+    try:
+        saved = FullyShardedDataParallel.optim_state_dict(sharded, opt)
+        opt.load_state_dict(FullyShardedDataParallel.optim_state_dict_to_load(sharded, opt, saved))
+    except Exception as e:  # noqa: BLE001 - the check reports it
+        check(False, f"{what}: optimizer state dict: {e!r}")
+    # A sharded checkpoint: every shard (the frozen ones too) back as saved.
+    directory = [tempfile.mkdtemp(prefix="fsdp_frozen_") if rank == 0 else None]
+    dist.broadcast_object_list(directory, src=0)
+    sharded.save_sharded_checkpoint(directory[0])
+    with torch.no_grad():
+        for p in sharded.parameters():
+            p.add_(1.0)
+    sharded.load_sharded_checkpoint(directory[0])
+    loaded = sharded.state_dict()
+    check(all(torch.equal(loaded[k], full[k]) for k in full),
+          f"{what}: the sharded checkpoint loaded back: "
+          f"{[k for k in full if not torch.equal(loaded[k], full[k])]}")
+    if rank == 0:
+        print(f"{what}: trainable worst relative difference {worst:.2e}", flush=True)
+    dist.barrier()
+
+
+def frozen_fully_shard():
+    """fully_shard: the frozen parameters' flat shards take no gradient, and
+    the optimizer's weight decay leaves them as they were."""
+    what = "frozen parameters under fully_shard"
+    rank = dist.get_rank()
+    torch.manual_seed(100)
+    model = freeze(FrozenNet())
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    frozen_flats = [p for p in model.parameters() if not p.requires_grad]
+    before = [p.detach().clone() for p in frozen_flats]
+    # embed's two and blocks[1]'s bias: in the root's unit and the block's.
+    check(len(frozen_flats) == 2, f"{what}: {len(frozen_flats)} shards without a gradient")
+    trained = [p for p in model.parameters() if p.requires_grad]
+    start = [p.detach().clone() for p in trained]
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)  # weight_decay 0.01
+    for step in range(STEPS):
+        x, y = batch(step, rank * LOCAL, LOCAL)
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+    check(all(torch.equal(p.detach(), b) for p, b in zip(frozen_flats, before)),
+          f"{what}: a frozen shard changed")
+    check(any(not torch.equal(p.detach(), b) for p, b in zip(trained, start)),
+          f"{what}: trained")
+    if rank == 0:
+        print(f"{what}: unchanged", flush=True)
 
 
 
@@ -381,6 +477,9 @@ def main():
     for strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.SHARD_GRAD_OP,
                      ShardingStrategy.NO_SHARD):
         pass_through(strategy)
+    frozen(False)
+    frozen(True)
+    frozen_fully_shard()
     load_shapes()
     hybrid_sync()
     error_names()

@@ -18,12 +18,16 @@
  *     valid until the named parent is destroyed; copied: the library copies
  *     the input before returning); which threads may call it.
  *  7. Memory the library returns is freed with dk_free (or a destroy).
- *  8. Config structs start with size_t struct_size; dk_X_config_init() fills
- *     the defaults. Fields are only ever appended. The library reads the
- *     fields inside the caller's struct_size: an older, smaller struct gets
- *     the defaults for fields added since; a newer, larger one is accepted
- *     when the fields this library does not know are zero. A NULL config
- *     means all defaults (except where a field is required).
+ *  8. Config structs start with size_t struct_size; dk_X_init_sized(&c,
+ *     sizeof c) (ABI 0.13) fills the defaults into the caller's struct as its
+ *     header declares it, never a byte past it. Fields are only ever
+ *     appended. The library reads the fields inside the caller's
+ *     struct_size: an older, smaller struct gets the defaults for fields
+ *     added since; a newer, larger one is accepted when the fields this
+ *     library does not know are zero. A NULL config means all defaults
+ *     (except where a field is required). dk_X_init(&c) without a size fills
+ *     the struct as ABI 0.12 declared it (what binaries built before 0.13
+ *     pass), so fields added since keep their defaults through it.
  *  9. dk_init_version(DK_ABI_MAJOR, DK_ABI_MINOR, err) rejects a header the
  *     library is incompatible with. Only dk_* symbols are exported.
  * 10. Asynchronous calls return a dk_work_t* (dk_work_test, dk_work_wait with
@@ -73,7 +77,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------ */
 
 #define DK_ABI_MAJOR 0
-#define DK_ABI_MINOR 12
+#define DK_ABI_MINOR 13
 
 /* Local. Checks that this header (major, minor) can use the loaded library:
  * same major, and a minor no newer than the library's. DK_FAILED_PRECONDITION
@@ -161,7 +165,10 @@ typedef struct dk_store_config {
   int64_t connect_timeout_ms; /* waiting for the server; the same */
 } dk_store_config_t;
 
-/* Local. Fills the defaults (address NULL, token NULL, 300 s timeouts). */
+/* Local. Fills the defaults (address NULL, token NULL, 300 s timeouts) into
+ * `size` bytes (sizeof *config; convention 8). _init: the ABI 0.12 struct. */
+DK_EXPORT void dk_store_config_init_sized(dk_store_config_t* config,
+                                          size_t size);
 DK_EXPORT void dk_store_config_init(dk_store_config_t* config);
 
 /* Local, blocking (up to connect_timeout_ms). Connects to a job's store;
@@ -307,7 +314,9 @@ typedef struct dk_init_config {
   int64_t connect_timeout_ms;
 } dk_init_config_t;
 
-/* Local. Fills the defaults. */
+/* Local. Fills the defaults into `size` bytes (sizeof *config; convention
+ * 8). _init: the ABI 0.12 struct. */
+DK_EXPORT void dk_init_config_init_sized(dk_init_config_t* config, size_t size);
 DK_EXPORT void dk_init_config_init(dk_init_config_t* config);
 
 /* Collective over the job: every rank calls it. Blocking until all ranks
@@ -399,7 +408,10 @@ typedef struct dk_group_options {
   int64_t connect_timeout_ms;
 } dk_group_options_t;
 
-/* Local. Fills the defaults (name NULL, timeouts 0: the parent's). */
+/* Local. Fills the defaults (name NULL, timeouts 0: the parent's) into
+ * `size` bytes (sizeof *options; convention 8). _init: the ABI 0.12 struct. */
+DK_EXPORT void dk_group_options_init_sized(dk_group_options_t* options,
+                                           size_t size);
 DK_EXPORT void dk_group_options_init(dk_group_options_t* options);
 
 /* Collective as dk_group_new (options->name NULL) or dk_group_new_named
@@ -732,7 +744,10 @@ typedef struct dk_reducer_config {
   int32_t comm_hook;               /* DK_COMM_HOOK_*; default NONE */
 } dk_reducer_config_t;
 
-/* Local. Fills the defaults. */
+/* Local. Fills the defaults into `size` bytes (sizeof *config; convention
+ * 8). _init: the ABI 0.12 struct. */
+DK_EXPORT void dk_reducer_config_init_sized(dk_reducer_config_t* config,
+                                            size_t size);
 DK_EXPORT void dk_reducer_config_init(dk_reducer_config_t* config);
 
 /* Collective over `group` (NULL: the default group): broadcasts rank 0's
@@ -847,9 +862,21 @@ typedef struct dk_shard_config {
   int32_t sync_module_states;  /* broadcast rank 0's values first; default 0 */
   int32_t reserved;            /* 0 */
   dk_group_t* replicate_group; /* HYBRID_*: one rank per node; else NULL */
+  /* ABI 0.13 (set it after dk_shard_config_init_sized). NULL, or a flag per
+   * parameter of dk_shard_create: nonzero marks one that takes no gradient
+   * (torch's requires_grad=False). Those are sharded and gathered as the
+   * others but in flat buffers of their own, which have no gradient
+   * (dk_shard_local's *grad_out NULL) and are never reduced, so an
+   * optimizer stepping the shards does not move them (weight decay would);
+   * their dk_shard_full_grad and dk_shard_accumulate_grad are
+   * DK_FAILED_PRECONDITION. Read by dk_shard_create only. */
+  const int32_t* frozen;
 } dk_shard_config_t;
 
-/* Local. Fills the defaults. */
+/* Local. Fills the defaults into `size` bytes (sizeof *config; convention
+ * 8). _init: the ABI 0.12 struct, without `frozen` (read as NULL). */
+DK_EXPORT void dk_shard_config_init_sized(dk_shard_config_t* config,
+                                          size_t size);
 DK_EXPORT void dk_shard_config_init(dk_shard_config_t* config);
 
 /* Collective over `group` (NULL: the default group) and the replicate group.
@@ -916,9 +943,10 @@ DK_EXPORT void dk_shard_set_require_sync(dk_shard_t* shard,
                                          int32_t require_sync);
 
 /* Local. The unit's flat buffers (one per parameter dtype, in first-use
- * order) and flat buffer `flat`'s shard: values and gradient (borrowed for
- * the unit's lifetime; the optimizer writes the values), element count and
- * dtype. */
+ * order; frozen parameters in buffers of their own) and flat buffer `flat`'s
+ * shard: values and gradient (borrowed for the unit's lifetime; the
+ * optimizer writes the values; the gradient NULL for frozen parameters'
+ * buffers), element count and dtype. */
 DK_EXPORT int32_t dk_shard_num_flat(const dk_shard_t* shard);
 DK_EXPORT dk_status_t dk_shard_local(dk_shard_t* shard, int32_t flat,
                                      void** data_out, void** grad_out,

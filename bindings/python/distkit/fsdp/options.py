@@ -61,7 +61,7 @@ TORCH_DTYPE = {v: k for k, v in DK_DTYPE.items()}
 def shard_config(strategy: ShardingStrategy, param_dtype, reduce_dtype, offload: bool,
                  sync_module_states: bool, replicate_group) -> "_lib.ShardConfig":
     config = _lib.ShardConfig()
-    lib.dk_shard_config_init(ctypes.byref(config))
+    lib.dk_shard_config_init_sized(ctypes.byref(config), ctypes.sizeof(config))
     config.strategy = strategy.value
     config.param_dtype = DK_DTYPE[param_dtype] if param_dtype else _lib.DTYPE_UNSET
     config.reduce_dtype = DK_DTYPE[reduce_dtype] if reduce_dtype else _lib.DTYPE_UNSET

@@ -77,33 +77,47 @@ class Unit:
         views = [Borrowed(p.detach().contiguous()) for p in params]
         pointers = _lib.tensor_array(views)
         names = (ctypes.c_char_p * len(owned))(*[n.encode() for n in self.param_names])
+        # Frozen parameters (requires_grad False) go into flat shards of
+        # their own, which take no gradient: the optimizer's weight decay
+        # would move them in a flat shard beside trainable ones.
+        self.frozen = [not p.requires_grad for p in params]
+        flags = (ctypes.c_int32 * max(1, len(params)))(*[int(f) for f in self.frozen])
+        config = type(config).from_buffer_copy(config)
+        config.frozen = ctypes.cast(flags, ctypes.POINTER(ctypes.c_int32))
         self.handle = ctypes.c_void_p()
         raise_for_status(lib.dk_shard_create, dist.groups.handle_of(group), pointers, len(views),
                          names, ctypes.byref(config), ctypes.byref(self.handle))
-        # Where each parameter lies: flats by dtype in first-use order.
-        dtypes: List[torch.dtype] = []
+        # Where each parameter lies: flats by (dtype, frozen) in first-use
+        # order, as the library places them.
+        kinds: List[tuple] = []
         self.place = []
         self.flat_numel: List[int] = []
-        for p in params:
-            if p.dtype not in dtypes:
-                dtypes.append(p.dtype)
+        for p, frozen in zip(params, self.frozen):
+            if (p.dtype, frozen) not in kinds:
+                kinds.append((p.dtype, frozen))
                 self.flat_numel.append(0)
-            k = dtypes.index(p.dtype)
+            k = kinds.index((p.dtype, frozen))
             self.place.append((k, self.flat_numel[k], p.numel(), p.shape))
             self.flat_numel[k] += p.numel()
+        dtypes = [dtype for dtype, _ in kinds]
+        self.flat_frozen = [frozen for _, frozen in kinds]
         self.first_of_flat = [next(i for i, pl in enumerate(self.place) if pl[0] == k)
                               for k in range(len(dtypes))]
         # The shards, as parameters the optimizer steps in place.
         self.flat_params: List[nn.Parameter] = []
-        self.grad_views: List[torch.Tensor] = []
-        for k in range(lib.dk_shard_num_flat(self.handle)):
+        self.grad_views: List[Optional[torch.Tensor]] = []  # None: frozen
+        if lib.dk_shard_num_flat(self.handle) != len(kinds):
+            raise AssertionError("FSDP: the library placed the parameters otherwise")
+        for k in range(len(kinds)):
             data, grad = ctypes.c_void_p(), ctypes.c_void_p()
             numel, dtype = ctypes.c_int64(), ctypes.c_int32()
             raise_for_status(lib.dk_shard_local, self.handle, k, ctypes.byref(data),
                              ctypes.byref(grad), ctypes.byref(numel), ctypes.byref(dtype))
             torch_dtype = TORCH_DTYPE[dtype.value]
-            flat = nn.Parameter(tensor_at(data.value, numel.value, torch_dtype, self.shard_device))
-            self.grad_views.append(tensor_at(grad.value, numel.value, torch_dtype,
+            flat = nn.Parameter(tensor_at(data.value, numel.value, torch_dtype, self.shard_device),
+                                requires_grad=not self.flat_frozen[k])
+            self.grad_views.append(None if self.flat_frozen[k] else
+                                   tensor_at(grad.value, numel.value, torch_dtype,
                                              self.shard_device))
             flat.grad = self.grad_views[-1]
             self.flat_params.append(flat)
@@ -159,7 +173,9 @@ class Unit:
                                  ctypes.byref(numel), ctypes.byref(data), ctypes.byref(grad))
                 self.piece_data.append(tensor_at(data.value or 0, numel.value, p.dtype,
                                                  self.shard_device))
-                self.piece_grad.append(tensor_at(grad.value or 0, numel.value, p.dtype,
+                # A frozen parameter's piece has no gradient.
+                self.piece_grad.append(None if self.frozen[i] else
+                                       tensor_at(grad.value or 0, numel.value, p.dtype,
                                                  self.shard_device))
                 self.piece_offset.append(offset.value)
                 p.data = self.piece_data[-1]
@@ -352,7 +368,7 @@ class Unit:
         if self.orig_params:
             self._take_back_grads()
         for flat, grad in zip(self.flat_params, self.grad_views):
-            if not self.orig_params and flat.grad is None:
+            if not self.orig_params and grad is not None and flat.grad is None:
                 # zero_grad(set_to_none=True): start from zero
                 lib.dk_shard_zero_grads(self.handle)
                 break
@@ -377,7 +393,8 @@ class Unit:
             flat.grad = grad
         if self.orig_params:
             for (_, _, p), grad in zip(self.owned, self.piece_grad):
-                p.grad = grad
+                if grad is not None:
+                    p.grad = grad
         memory.sample_held()
 
     def _take_back_grads(self) -> None:
@@ -386,6 +403,8 @@ class Unit:
         gradient the reduction adds to."""
         with torch.no_grad():
             for (_, name, p), mine in zip(self.owned, self.piece_grad):
+                if mine is None:
+                    continue  # frozen
                 if p.grad is None:
                     mine.zero_()
                 elif p.grad.numel() and p.grad.data_ptr() != mine.data_ptr():

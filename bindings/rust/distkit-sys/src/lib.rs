@@ -74,7 +74,7 @@ pub struct DLTensor {
 // ---- Versions and errors --------------------------------------------------
 
 pub const DK_ABI_MAJOR: i32 = 0;
-pub const DK_ABI_MINOR: i32 = 12;
+pub const DK_ABI_MINOR: i32 = 13;
 
 pub type dk_status_t = i32;
 
@@ -249,6 +249,8 @@ pub struct dk_shard_config_t {
     pub sync_module_states: i32,
     pub reserved: i32,
     pub replicate_group: *mut dk_group_t,
+    /// ABI 0.13: NULL, or a flag per parameter (nonzero: takes no gradient).
+    pub frozen: *const i32,
 }
 
 pub type ErrOut = *mut *mut dk_error_t;
@@ -273,6 +275,8 @@ extern "C" {
     pub fn dk_error_free(err: *mut dk_error_t);
     pub fn dk_free(ptr: *mut c_void);
 
+    /// ABI 0.13: fills `size` bytes (`size_of::<dk_store_config_t>()`).
+    pub fn dk_store_config_init_sized(config: *mut dk_store_config_t, size: usize);
     pub fn dk_store_config_init(config: *mut dk_store_config_t);
     pub fn dk_store_connect(
         config: *const dk_store_config_t,
@@ -369,6 +373,8 @@ extern "C" {
         err: ErrOut,
     ) -> dk_status_t;
 
+    /// ABI 0.13: fills `size` bytes (`size_of::<dk_init_config_t>()`).
+    pub fn dk_init_config_init_sized(config: *mut dk_init_config_t, size: usize);
     pub fn dk_init_config_init(config: *mut dk_init_config_t);
     pub fn dk_init(
         launcher: *const c_char,
@@ -406,6 +412,8 @@ extern "C" {
         out: *mut *mut dk_group_t,
         err: ErrOut,
     ) -> dk_status_t;
+    /// ABI 0.13: fills `size` bytes (`size_of::<dk_group_options_t>()`).
+    pub fn dk_group_options_init_sized(options: *mut dk_group_options_t, size: usize);
     pub fn dk_group_options_init(options: *mut dk_group_options_t);
     pub fn dk_group_new_with_options(
         parent: *mut dk_group_t,
@@ -597,6 +605,8 @@ extern "C" {
     ) -> dk_status_t;
     pub fn dk_tensor_copy(src: *const DLTensor, dst: *mut DLTensor, err: ErrOut) -> dk_status_t;
 
+    /// ABI 0.13: fills `size` bytes (`size_of::<dk_reducer_config_t>()`).
+    pub fn dk_reducer_config_init_sized(config: *mut dk_reducer_config_t, size: usize);
     pub fn dk_reducer_config_init(config: *mut dk_reducer_config_t);
     pub fn dk_reducer_create(
         group: *mut dk_group_t,
@@ -638,6 +648,8 @@ extern "C" {
         err: ErrOut,
     ) -> dk_status_t;
 
+    /// ABI 0.13: fills `size` bytes (`size_of::<dk_shard_config_t>()`).
+    pub fn dk_shard_config_init_sized(config: *mut dk_shard_config_t, size: usize);
     pub fn dk_shard_config_init(config: *mut dk_shard_config_t);
     pub fn dk_shard_create(
         group: *mut dk_group_t,

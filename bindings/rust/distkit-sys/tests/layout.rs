@@ -90,7 +90,7 @@ fn rust_values() -> Vec<(&'static str, i64)> {
     layout!(dk_reducer_config_t: struct_size, bucket_cap_mb, first_bucket_cap_mb,
             find_unused_parameters, gradient_as_bucket_view, broadcast_buffers, comm_hook);
     layout!(dk_shard_config_t: struct_size, strategy, param_dtype, reduce_dtype, offload_params,
-            sync_module_states, reserved, replicate_group);
+            sync_module_states, reserved, replicate_group, frozen);
     layout!(dk_shard_event_t: unix_ns, kind, reserved);
     layout!(dk_launcher_info_t: struct_size, launcher, rank, world_size, local_rank,
             local_world_size, node_rank, master_port, master_addr, store_address, hosts_store,

@@ -130,6 +130,7 @@ int main(void) {
   OFFSET(dk_shard_config_t, sync_module_states);
   OFFSET(dk_shard_config_t, reserved);
   OFFSET(dk_shard_config_t, replicate_group);
+  OFFSET(dk_shard_config_t, frozen);
   SIZE(dk_shard_event_t);
   OFFSET(dk_shard_event_t, unix_ns);
   OFFSET(dk_shard_event_t, kind);

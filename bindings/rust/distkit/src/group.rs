@@ -194,7 +194,8 @@ impl Group {
         let name = options.name.as_deref().map(|n| crate::store::cstring(n, "name")).transpose()?;
         let mut raw = unsafe {
             let mut o = std::mem::zeroed::<sys::dk_group_options_t>();
-            sys::dk_group_options_init(&mut o);
+            let size = std::mem::size_of::<sys::dk_group_options_t>();
+            sys::dk_group_options_init_sized(&mut o, size);
             o
         };
         raw.name = name.as_ref().map_or(std::ptr::null(), |n| n.as_ptr());

@@ -92,7 +92,8 @@ fn with_config<R>(options: &InitOptions, f: impl FnOnce(&sys::dk_init_config_t) 
     let backend = store::cstring(&options.backend, "backend")?;
     let mut config = unsafe {
         let mut c = std::mem::zeroed::<sys::dk_init_config_t>();
-        sys::dk_init_config_init(&mut c);
+        let size = std::mem::size_of::<sys::dk_init_config_t>();
+        sys::dk_init_config_init_sized(&mut c, size);
         c
     };
     config.backend = backend.as_ptr();

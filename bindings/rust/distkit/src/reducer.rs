@@ -71,7 +71,8 @@ impl<'g, T: Element> Reducer<'g, T> {
         let (pp, bp) = ptrs.split_at(params.len());
         let mut config = unsafe {
             let mut c = std::mem::zeroed::<sys::dk_reducer_config_t>();
-            sys::dk_reducer_config_init(&mut c);
+            let size = std::mem::size_of::<sys::dk_reducer_config_t>();
+            sys::dk_reducer_config_init_sized(&mut c, size);
             c
         };
         config.bucket_cap_mb = options.bucket_cap_mb;

@@ -88,7 +88,8 @@ impl<'g> Shard<'g> {
         let ptrs: Vec<*mut sys::DLTensor> = views.iter_mut().map(|v| v.tensor()).collect();
         let mut config = unsafe {
             let mut c = std::mem::zeroed::<sys::dk_shard_config_t>();
-            sys::dk_shard_config_init(&mut c);
+            let size = std::mem::size_of::<sys::dk_shard_config_t>();
+            sys::dk_shard_config_init_sized(&mut c, size);
             c
         };
         config.strategy = match options.strategy {

@@ -65,7 +65,8 @@ impl Store {
         // (the library copies them).
         unsafe {
             let mut config = std::mem::zeroed::<sys::dk_store_config_t>();
-            sys::dk_store_config_init(&mut config);
+            let size = std::mem::size_of::<sys::dk_store_config_t>();
+            sys::dk_store_config_init_sized(&mut config, size);
             config.address = address.as_ptr();
             config.token = token.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
             config.timeout_ms = millis(options.timeout);
