@@ -4,8 +4,8 @@ distkit.dist hands out: torch's own once torch.distributed is initialized
 (see distkit.dist.groups), so modelopt code that passes them to
 torch.distributed works too."""
 import contextlib
-import ctypes
 import datetime
+import functools
 import importlib
 import io
 import os
@@ -17,8 +17,8 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 import torch
 
-from . import _lib, dist
-from ._lib import lib, raise_for_status, take_string
+from . import dist
+from .dist import torch_groups
 
 __all__ = [
     "DistributedProcessGroup", "ParallelState", "backend", "barrier", "fsdp2_wrap", "is_available",
@@ -113,6 +113,7 @@ def allreduce(obj: Any, reduction: str = "sum", group=None) -> Any:
 def master_only(func):
     """Runs ``func`` on the master and broadcasts its return value to every rank."""
 
+    @functools.wraps(func)
     def wrapper(*args, **kwargs):
         value = func(*args, **kwargs) if is_master() else None
         return broadcast(value)
@@ -247,63 +248,46 @@ class FileLock:
         self.release()
 
 
-def _group_arg(group):
-    """The dk_group_t* for a modelopt group: None is the world (NULL), -1 is
-    "unused" (DK_GROUP_UNUSED), else a distkit ProcessGroup."""
-    if group is None:
-        return dist.groups.handle_of(None)  # joins a torch-initialized job
-    if isinstance(group, int) and group == -1:
-        return _lib.GROUP_UNUSED
-    return dist.groups.handle_of(group)
+def _unused(group) -> bool:
+    """modelopt's ``group == -1`` (a torch group does not compare to an int)."""
+    return isinstance(group, int) and not isinstance(group, bool) and group == -1
 
 
-class _State:
-    """Owns one dk_parallel_state_t."""
-
-    def __init__(self, data_parallel, tensor_parallel, expert_parallel):
-        self.handle = ctypes.c_void_p()
-        raise_for_status(lib.dk_parallel_state_create, _group_arg(data_parallel),
-                         _group_arg(tensor_parallel), _group_arg(expert_parallel),
-                         ctypes.byref(self.handle))
-
-    def __del__(self):
-        if getattr(self, "handle", None):
-            lib.dk_parallel_state_destroy(self.handle)
-            self.handle = None
-
-    def describe(self) -> str:
-        out = ctypes.c_void_p()
-        raise_for_status(lib.dk_parallel_state_describe, self.handle, ctypes.byref(out))
-        return take_string(out)
-
-
-_LABELS = ("data_parallel_group: ", ", tensor_parallel_group: ", ", expert_model_parallel_group: ")
+def _group_text(group) -> str:
+    """A group as dk_parallel_state_describe writes it in C and C++: its
+    name, "None" for the world, "-1" for unused; a torch group without a
+    distkit twin (yet) as torch prints it, as in modelopt."""
+    if group is None or _unused(group):
+        return str(group)
+    if isinstance(group, dist.ProcessGroup):
+        return group.name()
+    twin = torch_groups.twin(group)  # a table lookup, no collective
+    return twin.name() if isinstance(twin, dist.ProcessGroup) else str(group)
 
 
 class DistributedProcessGroup:
-    """A group, the world (None) or unused (-1). Rank, size and text come from
-    the library's ParallelState (dk_parallel_state_*), as in C and C++."""
+    """A group, the world (None) or unused (-1). As modelopt's, construction
+    only stores the group, and rank, size and text are read at each call
+    (local: torch answers for torch's groups, the library for distkit's),
+    so it can be made on some ranks only, before the job is initialized,
+    or on a group this rank is not in (rank and size -1 there, as torch
+    says)."""
 
-    def __init__(self, group: Union[dist.ProcessGroup, int, None] = None, *,
-                 _state: Optional[_State] = None, _which: int = _lib.PARALLEL_DATA):
+    def __init__(self, group: Union[dist.ProcessGroup, int, None] = None):
         self.group = group
-        self._state = _state if _state is not None else _State(group, -1, -1)
-        self._which = _which
 
     def is_initialized(self) -> bool:
-        return backend() == "torch" and self.group != -1
+        return backend() == "torch" and not _unused(self.group)
 
     def rank(self) -> int:
-        return lib.dk_parallel_state_rank(self._state.handle, self._which)
+        return rank(self.group) if self.is_initialized() else -1
 
     def world_size(self) -> int:
-        return lib.dk_parallel_state_size(self._state.handle, self._which)
+        return size(self.group) if self.is_initialized() else -1
 
     def __repr__(self) -> str:
-        text = self._state.describe()
-        begin = text.index(_LABELS[self._which]) + len(_LABELS[self._which])
-        following = _LABELS[self._which + 1] if self._which + 1 < len(_LABELS) else None
-        return text[begin:text.index(following)] if following else text[begin:]
+        return (f"group: {_group_text(self.group)}, initialized: {self.is_initialized()}, "
+                f"world size: {self.world_size()}")
 
     @staticmethod
     def get_dist_syncd_obj(obj: Any, groups: Union["DistributedProcessGroup",
@@ -323,17 +307,14 @@ class ParallelState:
 
     def __init__(self, data_parallel_group=None, tensor_parallel_group=-1,
                  expert_model_parallel_group=-1):
-        self._state = _State(data_parallel_group, tensor_parallel_group,
-                             expert_model_parallel_group)
-        self.data_parallel_group = DistributedProcessGroup(
-            data_parallel_group, _state=self._state, _which=_lib.PARALLEL_DATA)
-        self.tensor_parallel_group = DistributedProcessGroup(
-            tensor_parallel_group, _state=self._state, _which=_lib.PARALLEL_TENSOR)
-        self.expert_model_parallel_group = DistributedProcessGroup(
-            expert_model_parallel_group, _state=self._state, _which=_lib.PARALLEL_EXPERT)
+        self.data_parallel_group = DistributedProcessGroup(data_parallel_group)
+        self.tensor_parallel_group = DistributedProcessGroup(tensor_parallel_group)
+        self.expert_model_parallel_group = DistributedProcessGroup(expert_model_parallel_group)
 
     def __repr__(self) -> str:
-        return self._state.describe()
+        return (f"data_parallel_group: {self.data_parallel_group}, "
+                f"tensor_parallel_group: {self.tensor_parallel_group}, "
+                f"expert_model_parallel_group: {self.expert_model_parallel_group}")
 
 
 def get_group(ranks: List[int]):

@@ -214,6 +214,13 @@ class NotDistributedTest(unittest.TestCase):
             "expert_model_parallel_group: group: -1, initialized: False, world size: -1")
         self.assertEqual(distributed.DistributedProcessGroup.get_dist_syncd_obj(3, dpg, max), 3)
 
+    def test_modelopt_master_only_keeps_the_name(self):
+        def named():
+            """The doc."""
+            return 7
+        wrapped = distributed.master_only(named)
+        self.assertEqual((wrapped.__name__, wrapped.__doc__, wrapped()), ("named", "The doc.", 7))
+
 
 class LibraryDeviceTest(unittest.TestCase):
     """distkit.device over the ABI (dk_get_device, dk_tensor_copy)."""

@@ -16,6 +16,7 @@ import os
 import sys
 import time
 
+import numpy as np
 import torch
 
 from distkit import dist
@@ -102,8 +103,10 @@ def main():
          "reduce op should be one of")
     case("src outside the group", last,
          lambda bad: dist.broadcast(t, src=n + 5 if bad else 0), f"Global rank {n + 5}")
+    # torch tensors of any layout are taken (as Gloo takes them); a strided
+    # numpy array is not.
     case("not contiguous", 0, lambda bad: dist.all_reduce(
-        torch.ones(4, 2).t() if bad else torch.ones(8)), "tensor is not contiguous")
+        np.ones((4, 2)).T if bad else np.ones(8)), "tensor is not contiguous")
     case("object that cannot be pickled", last,
          lambda bad: dist.all_gather_object((lambda: 0) if bad else 0), "pickle")
     pair = dist.new_group([0, last])  # torch's group, on distkit's backend

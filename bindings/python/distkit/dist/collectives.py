@@ -36,6 +36,42 @@ def _on_cpu_comm_device(data, group) -> bool:
             and transport(group) != "nccl")
 
 
+def _dense(t):
+    """``t``, or a contiguous copy of a tensor that is not (a transposed or
+    sliced view): the library reads only dense memory, and torch's Gloo takes
+    any layout. In-place callers copy the result back."""
+    return t if not isinstance(t, torch.Tensor) or t.is_contiguous() else t.contiguous()
+
+
+def _real(t):
+    """A complex tensor's float view (torch.view_as_real: a trailing pair of
+    real and imaginary parts, sharing its memory): the library has no complex
+    dtype, and element-wise collectives treat each part alone, as torch does."""
+    return torch.view_as_real(t) if isinstance(t, torch.Tensor) and t.is_complex() else t
+
+
+def _real_for(name: str, data, op: str):
+    """``_real(data)`` for a reduction: only sum and mean add complex numbers
+    part by part; the others raise as torch.distributed does."""
+    if isinstance(data, torch.Tensor) and data.is_complex() and op.lower() not in ("sum", "mean"):
+        raise RuntimeError(f"{name} does not support {op} on complex tensors")
+    return _real(data)
+
+
+def _stacked(data, world_size: int):
+    """An empty buffer for ``world_size`` values like ``data`` (a tensor on
+    its device, or a numpy array), stacked along a new first dimension."""
+    shape = (world_size,) + tuple(data.shape)
+    if isinstance(data, np.ndarray):
+        return np.empty(shape, dtype=data.dtype)
+    return torch.empty(shape, dtype=data.dtype, device=data.device)
+
+
+def _contiguous_input(data):
+    """``data`` as the library reads it: dense, numpy arrays included."""
+    return np.ascontiguousarray(data) if isinstance(data, np.ndarray) else _dense(data)
+
+
 def _run(fn, args: tuple, async_op: bool, keep=(), then=None):
     """Calls ABI collective ``fn`` blocking, or (async_op) starts it and
     returns a Work that runs ``then`` once it is done."""
@@ -58,11 +94,14 @@ def all_reduce(data, op: str = "sum", group: Optional[ProcessGroup] = None,
     if get_world_size(group) == 1:
         return Work(None) if async_op else None
     code = _op_code(op)
+    data = _real_for("all_reduce", data, op)  # complex: a view, results land in the caller's
     if _on_cpu_comm_device(data, group):
-        view = Borrowed(data)
+        lent = _dense(data)
+        view = Borrowed(lent)
         return _run(lib.dk_group_all_reduce, (handle_of(group), view.pointer, code), async_op,
-                    [view, data])
+                    [view, lent, data], None if lent is data else lambda: data.copy_(lent))
     data_on_device, input_device = on_comm_device(data, group)
+    data_on_device = _dense(data_on_device)  # a copy back_to_input writes back
     view = Borrowed(data_on_device)
     return _run(lib.dk_group_all_reduce, (handle_of(group), view.pointer, code), async_op,
                 [view, data_on_device],
@@ -79,7 +118,9 @@ def reduce(data, dst: int = 0, op: str = "sum", group: Optional[ProcessGroup] = 
         return Work(None) if async_op else None
     code = _op_code(op)
     root = get_group_rank(group, dst)
+    data = _real_for("reduce", data, op)
     data_on_device, input_device = on_comm_device(data, group)
+    data_on_device = _dense(data_on_device)
     view = Borrowed(data_on_device)
 
     def back():
@@ -114,14 +155,13 @@ def all_gather(*args, **kwargs):
     if world_size == 1:
         tensor_list[0].copy_(tensor)
         return Work(None) if a["async_op"] else None
-    data_on_device, _ = on_comm_device(tensor, group)
-    out = torch.empty((world_size,) + tuple(data_on_device.shape), dtype=data_on_device.dtype,
-                      device=data_on_device.device)
+    data_on_device, _ = on_comm_device(_real(tensor), group)
+    out = _stacked(data_on_device, world_size)
     a_view, b_view = Borrowed(data_on_device.contiguous()), Borrowed(out)
 
     def fill():
         for slot, value in zip(tensor_list, out.unbind(0)):
-            slot.copy_(value)
+            _real(slot).copy_(value)
     return _run(lib.dk_group_all_gather, (handle_of(group), a_view.pointer, b_view.pointer),
                 a["async_op"], [a_view, b_view, out], fill)
 
@@ -130,16 +170,14 @@ def _all_gather(data, group) -> list:
     world_size = get_world_size(group)
     if world_size == 1:
         return [data]
-    if isinstance(data, np.ndarray):
-        out = np.empty((world_size,) + data.shape, dtype=data.dtype)
-        a, b = Borrowed(np.ascontiguousarray(data)), Borrowed(out)
-        call_collective(lib.dk_group_all_gather, handle_of(group), a.pointer, b.pointer, None)
-        return list(out)
+    if isinstance(data, torch.Tensor) and data.is_complex():
+        return [torch.view_as_complex(t) for t in _all_gather(torch.view_as_real(data), group)]
     data_on_device, input_device = on_comm_device(data, group)
-    out = torch.empty((world_size,) + tuple(data_on_device.shape), dtype=data_on_device.dtype,
-                      device=data_on_device.device)
-    a, b = Borrowed(data_on_device), Borrowed(out)
+    out = _stacked(data_on_device, world_size)
+    a, b = Borrowed(_contiguous_input(data_on_device)), Borrowed(out)
     call_collective(lib.dk_group_all_gather, handle_of(group), a.pointer, b.pointer, None)
+    if input_device is None:  # numpy
+        return list(out)
     return [t.to(input_device) for t in out.unbind(0)]
 
 
@@ -171,17 +209,16 @@ def gather(*args, **kwargs):
     if world_size == 1:
         gather_list[0].copy_(tensor)
         return Work(None) if a["async_op"] else None
-    data_on_device, _ = on_comm_device(tensor, group)
+    data_on_device, _ = on_comm_device(_real(tensor), group)
     data_on_device = data_on_device.contiguous()
-    out = torch.empty((world_size,) + tuple(data_on_device.shape), dtype=data_on_device.dtype,
-                      device=data_on_device.device) if is_dst else None
+    out = _stacked(data_on_device, world_size) if is_dst else None
     a_view = Borrowed(data_on_device)
     b_view = Borrowed(out) if out is not None else None
 
     def fill():
         if is_dst:
             for slot, value in zip(gather_list, out.unbind(0)):
-                slot.copy_(value)
+                _real(slot).copy_(value)
     return _run(lib.dk_group_gather, (handle_of(group), a_view.pointer,
                                       b_view.pointer if b_view else None, root),
                 a["async_op"], [a_view, b_view, out, data_on_device], fill)
@@ -191,20 +228,21 @@ def _gather(data, dst: int, group) -> list:
     world_size = get_world_size(group)
     if world_size == 1:
         return [data]
+    if isinstance(data, torch.Tensor) and data.is_complex():
+        return [torch.view_as_complex(t) for t in _gather(torch.view_as_real(data), dst, group)]
     root = get_group_rank(group, dst)
     is_dst = get_rank(group) == root
     data_on_device, input_device = on_comm_device(data, group)
-    out = None
-    if is_dst:
-        out = torch.empty((world_size,) + tuple(data_on_device.shape), dtype=data_on_device.dtype,
-                          device=data_on_device.device)
-    a = Borrowed(data_on_device)
+    out = _stacked(data_on_device, world_size) if is_dst else None
+    a = Borrowed(_contiguous_input(data_on_device))
     b = Borrowed(out) if out is not None else None
     call_collective(lib.dk_group_gather, handle_of(group), a.pointer, b.pointer if b else None,
                     root, None)
     if not is_dst:
         return []
-    return [t.to(input_device) if input_device is not None else t for t in out.unbind(0)]
+    if input_device is None:  # numpy
+        return list(out)
+    return [t.to(input_device) for t in out.unbind(0)]
 
 
 @fail_together(group_at(2))
@@ -213,6 +251,7 @@ def broadcast(data, src: int = 0, group: Optional[ProcessGroup] = None, async_op
     if get_world_size(group) == 1:
         return Work(None) if async_op else None
     root = get_group_rank(group, src)
+    data = _real(data)  # complex: a view, the result lands in the caller's
     data_on_device, input_device = on_comm_device(data, group)
     if not isinstance(data_on_device, np.ndarray):
         data_on_device = data_on_device.contiguous()
@@ -245,52 +284,60 @@ def sync_random_seed(*args, **kwargs) -> int:
                  or (isinstance(first, int) and not isinstance(first, bool)))
     _, a = choose("sync_random_seed", *_SEED_FORMS, args, kwargs, seed_form)
     group = None if seed_form else a["group"]
-    given = a.get("seed") if seed_form else None
-    if given is None:
+    seed = a.get("seed") if seed_form else None
+    if seed is None:
         seed = int(np.random.randint(2**31))
-        if get_world_size(group) == 1:
-            return seed
-        value = torch.tensor(seed if get_rank(group) == 0 else 0, dtype=torch.int32)
-        broadcast(value, get_global_rank(group, 0), group)
-        return int(value.item())
     if get_world_size(group) == 1:
-        return int(given)
-    # The same broadcast as the drawn form's (int32 x1, mmdet's dtype), so
-    # ranks that pass a seed and ranks that do not (or call the library's
-    # dk_group_sync_random_seed) meet in one call.
-    # (A seed past int32 travels wrapped, as a C int32_t would, and comes
-    # back as its low 32 bits: raising on rank 0 alone would leave the
-    # others in the broadcast.)
-    mine = (int(given) + 2**31) % 2**32 - 2**31 if get_rank(group) == 0 else 0
-    value = torch.tensor(mine, dtype=torch.int32)
+        return seed
+    return _sync_random_seed(seed, group)
+
+
+@fail_together(lambda args, kwargs: args[1])
+def _sync_random_seed(seed: int, group) -> int:
+    """Rank 0's ``seed`` as mmengine and mmdet send it: an int32 tensor (0
+    elsewhere), broadcast, its ``.item()`` returned, so a negative seed stays
+    negative. Every form makes this one broadcast (int32 x1), so ranks that
+    pass a seed, ranks that draw one and ranks in other languages calling
+    dk_group_sync_random_seed meet in one call. A seed past int32 is refused
+    by ``torch.tensor`` on rank 0, as in mmdet, and the peers are told."""
+    value = torch.tensor(seed if get_rank(group) == 0 else 0, dtype=torch.int32)
     broadcast(value, get_global_rank(group, 0), group)
-    return int(value.item()) & 0xFFFFFFFF  # a seed in [2^31, 2^32) comes back whole
+    return int(value.item())
+
+
+_DICT_FORMS = (
+    Form("all_reduce_dict(py_dict, op='mean', group=None, to_float=True)",
+         lambda py_dict, op="mean", group=None, to_float=True: None),
+    # mmengine's op default is 'sum'; the seed's 'mean' wins.
+    Form("all_reduce_dict(data, op='mean', group=None)", lambda data, op="mean", group=None: None))
 
 
 @fail_together(group_at(2))
-def all_reduce_dict(data: dict, op: str = "mean", group: Optional[ProcessGroup] = None,
-                    to_float: bool = True) -> dict:
-    """Reduces every value of ``data`` (the same keys, shapes and dtypes on
-    every rank) in one all_reduce. The seed's defaults: ``op='mean'`` (mmengine's
-    is 'sum') and ``to_float=True`` (mmdet's: values are cast to float32 for
-    the reduction and back to their dtype after). The values are replaced
-    by new tensors, as mmengine does, and the dict is returned, as mmdet's
+def all_reduce_dict(*args, **kwargs) -> dict:
+    """Reduces every value of a dict (the same keys, shapes and dtypes on
+    every rank) in one all_reduce. The seed's (mmdet's) form
+    ``all_reduce_dict(py_dict, op='mean', group=None, to_float=True)``:
+    ``to_float`` reduces float32 copies and the results stay float32, as in
+    mmdet. mmengine's form ``all_reduce_dict(data, op, group=None)``
+    (``data=``) reduces the values in their own dtypes (int64 stays exact).
+    A call naming neither keyword is the seed's. The values are replaced by
+    new tensors, as mmengine does, and the dict is returned, as mmdet's
     form is used."""
+    seed, a = choose("all_reduce_dict", *_DICT_FORMS, args, kwargs, "data" not in kwargs)
+    data, op, group = a["py_dict" if seed else "data"], a["op"], a["group"]
     assert isinstance(data, dict), "all_reduce_dict only supports dict type"
     if get_world_size(group) > 1:
         keys = sorted(data.keys())
         tensor_shapes = [data[k].shape for k in keys]
         tensor_numels = [data[k].numel() for k in keys]
-        dtypes = [data[k].dtype for k in keys]
         parts = [data[k].flatten() for k in keys]
-        if to_float:
+        if seed and a["to_float"]:
             parts = [p.float() for p in parts]
         flatten_tensor = torch.cat(parts)
         all_reduce(flatten_tensor, op=op, group=group)
         split_tensors = [x.reshape(shape) for x, shape in
                          zip(torch.split(flatten_tensor, tensor_numels), tensor_shapes)]
-        for k, v, dtype in zip(keys, split_tensors, dtypes):
-            data[k] = v.to(dtype) if to_float else v
+        data.update(zip(keys, split_tensors))
     return data
 
 
