@@ -134,6 +134,22 @@ class CudaOptionalTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
+    def test_mpi_without_master_addr_is_a_key_error(self):
+        # mmengine reads os.environ['MASTER_ADDR'] for the mpi launcher.
+        env = {k: v for k, v in os.environ.items()
+               if k not in LAUNCHER_VARIABLES and not k.startswith(("SLURM_", "OMPI_", "PMI_"))}
+        env.update(mpi_layout(0, 1, 29500))
+        del env["MASTER_ADDR"]
+        program = ("from distkit import dist\n"
+                   "try:\n"
+                   "    dist.init_dist('mpi', backend='gloo', timeout=10)\n"
+                   "except KeyError as e:\n"
+                   "    print('KEYERROR', e.args[0])\n")
+        out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
+                             text=True, timeout=60)
+        self.assertIn("KEYERROR The environment variable MASTER_ADDR is not set", out.stdout,
+                      out.stdout + out.stderr)
+
     def test_no_cuda_library_is_needed(self):
         path = _lib.lib._name
         out = subprocess.run(["readelf", "-d", path], check=True, capture_output=True,

@@ -101,8 +101,15 @@ def init_dist(launcher, backend="nccl", init_backend="torch", **kwargs) -> None:
         os.environ["MASTER_PORT"] = str(kwargs["port"])
     _select_cuda_device(launcher)
     world = ctypes.c_void_p()
-    raise_for_status(lib.dk_init, _lib.c_string("launcher", launcher), ctypes.byref(config),
-                     ctypes.byref(world))
+    try:
+        raise_for_status(lib.dk_init, _lib.c_string("launcher", launcher), ctypes.byref(config),
+                         ctypes.byref(world))
+    except errors.InvalidArgumentError as e:
+        # mmengine's mpi launcher reads os.environ['MASTER_ADDR'] and
+        # raises KeyError; code may catch exactly that.
+        if launcher == "mpi" and "MASTER_ADDR is not set" in str(e):
+            raise KeyError("The environment variable MASTER_ADDR is not set") from e
+        raise
     if launcher in ("slurm", "mpi"):
         _mirror_exported_variables()
     global _TORCH_GROUP_OURS
