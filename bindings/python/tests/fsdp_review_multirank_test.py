@@ -24,6 +24,7 @@ independently:
 A watchdog fails the program (exit 3) where a collective hangs."""
 import copy
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -218,7 +219,15 @@ def frozen(orig_params):
     with torch.no_grad():
         for p in sharded.parameters():
             p.add_(1.0)
-    sharded.load_sharded_checkpoint(directory[0])
+    # At the same size a rank reads its own file alone: loaded from a
+    # directory holding only that one.
+    own = tempfile.mkdtemp(prefix="fsdp_own_")
+    shutil.copy(os.path.join(directory[0], f"shard_rank{rank}.pt"), own)
+    try:
+        sharded.load_sharded_checkpoint(own)
+    except FileNotFoundError as e:
+        check(False, f"{what}: loading read another rank's file: {e}")
+    shutil.rmtree(own)
     loaded = sharded.state_dict()
     check(all(torch.equal(loaded[k], full[k]) for k in full),
           f"{what}: the sharded checkpoint loaded back: "

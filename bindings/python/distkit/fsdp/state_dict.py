@@ -3,6 +3,7 @@ state dict under the original module's keys, and sharded ones (in
 checkpoint_format's layout, shared with C++) that a job of another size can
 load."""
 import contextlib
+import os
 from collections import OrderedDict
 from typing import List, Optional
 
@@ -276,12 +277,17 @@ class ModelStateDictMixin:
             world = saved_world
         return world or 1
 
-    def load_sharded_state_dicts(self, state_dicts: List[dict], only_mine: bool = False):
+    def load_sharded_state_dicts(self, state_dicts: List[Optional[dict]],
+                                 only_mine: bool = False):
         """Loads a sharded checkpoint saved by a job of any size, in Python
         or C++: every saved rank's state_dict() under SHARDED_STATE_DICT (its
-        file's contents), in rank order. Each unit takes the parts of the
-        saved shards it now holds. Local."""
-        world = self._saved_world(state_dicts[0])
+        file's contents), in rank order; None for one whose shards this rank
+        does not hold any part of (the library says which it missed). Each
+        unit takes the parts of the saved shards it now holds. Local."""
+        first = next((sd for sd in state_dicts if sd is not None), None)
+        if first is None:
+            raise ValueError("load_sharded_state_dicts: no state dict given")
+        world = self._saved_world(first)
         if only_mine:
             mine = [[f.numel() for f in u.flat_params] for u in self._units]
             saved = [[state_dicts[0][fmt.flat_key(u.path, k)].numel()
@@ -301,16 +307,17 @@ class ModelStateDictMixin:
                 raise ValueError(f"load_sharded_state_dicts: {len(state_dicts)} state dicts for a "
                                  f"checkpoint of {world} ranks")
             for unit in self._units:
-                saved = [sd[fmt.flat_key(unit.path, k)].contiguous()
+                saved = [sd[fmt.flat_key(unit.path, k)].contiguous() if sd is not None else None
                          for k in range(len(unit.flat_params)) for sd in state_dicts]
-                views = [Borrowed(t) for t in saved]
-                pointers = _lib.tensor_array(views)
+                views = [Borrowed(t) if t is not None else None for t in saved]
+                pointers = (_lib.T * len(views))(*[v.pointer if v is not None else None
+                                                   for v in views])
                 raise_for_status(lib.dk_shard_load_sharded, unit.handle, world, pointers,
                                  len(views))
                 unit.reshard()
                 if unit.aliased:
                     unit.gathered = True
-        self._load_unsharded(state_dicts[0])
+        self._load_unsharded(first)
         return None
 
     def save_sharded_checkpoint(self, directory: str) -> None:
@@ -350,12 +357,35 @@ class ModelStateDictMixin:
     def load_sharded_checkpoint(self, directory: str) -> None:
         """Loads what save_sharded_checkpoint (or C++'s
         SaveShardedCheckpoint) wrote, from a job of any size: this rank
-        reads the saved files (only those whose shards overlap its own are
-        used). Local."""
-        first = fmt.read(fmt.shard_file(directory, 0))
-        world = self._saved_world(first)
-        self.load_sharded_state_dicts(
-            [first] + [fmt.read(fmt.shard_file(directory, r)) for r in range(1, world)])
+        reads only the saved files whose shards overlap its own (its own
+        file alone at the same size), as C++'s loader does. Local."""
+        me = self._units[0].shard_rank if self._units else 0
+        own = fmt.shard_file(directory, me)
+        # The checkpoint's layout, from this rank's own file where the saved
+        # job had this rank, else from rank 0's.
+        first_rank = me if os.path.exists(own) else 0
+        files = {first_rank: fmt.read(fmt.shard_file(directory, first_rank))}
+        world = self._saved_world(files[first_rank])
+        for r in sorted(self._ranks_needed(files[first_rank], world) - set(files)):
+            files[r] = fmt.read(fmt.shard_file(directory, r))
+        self.load_sharded_state_dicts([files.get(r) for r in range(world)])
+
+    def _ranks_needed(self, state: dict, world: int) -> set:
+        """The saved ranks whose shards hold part of this rank's, as the
+        library reads them (FlatShard::LoadShardedParams): a flat of n
+        elements saved by `world` ranks has shards of
+        max(world, ceil(n / world) * world) / world elements."""
+        needed = set()
+        for unit in self._units:
+            key = fmt.meta_key(unit.path)
+            _, flats, _ = fmt.decode_meta(state[key], key)
+            for (_, numel), flat in zip(flats, unit.flat_params):
+                saved = max(world, -(-numel // world) * world) // world
+                begin = unit.shard_rank * flat.numel()
+                end = min(begin + flat.numel(), numel)
+                if end > begin:
+                    needed.update(range(begin // saved, (end - 1) // saved + 1))
+        return needed
 
     def _load_unsharded(self, state) -> None:
         """Parameters no unit holds and buffers, from a sharded dict."""
