@@ -212,6 +212,14 @@ ParseOptions ParseOptionsFor(Launcher launcher, const Environment& env,
   return parse;
 }
 
+// Whether the mpi backend finds the job's store through MPI itself
+// (mpi_job_store.h): only under mpirun (launcher 'mpi') when MASTER_ADDR
+// names none (unset or empty, as ParseRendezvous reads it).
+bool MpiFindsTheStore(Launcher launcher, const Environment& env) {
+  return launcher == Launcher::kMpi &&
+         env.Get("MASTER_ADDR").value_or("").empty();
+}
+
 // Every dk_init makes the node-local group where the launcher's layout
 // gives one, on every rank whatever its language (so a job whose ranks are
 // written in different languages makes the same calls). Not determinable:
@@ -237,28 +245,29 @@ absl::Status InitDist(absl::string_view launcher_name,
     return absl::InvalidArgumentError("Invalid launcher type: none");
   }
   DK_RETURN_IF_ERROR(CheckBackend(options.backend));
-  if (options.backend == "mpi") {
-    // MPI knows the ranks and connects them itself: where the launcher
-    // names no store (MASTER_ADDR), rank 0 serves one and MPI tells the
-    // others where (mpi_job_store.h), so that what needs a store shared
-    // across ranks (torch's new_group, the job watch) works as with one.
-    // mpirun's variables name this rank; MPI_COMM_WORLD must agree.
-    if (std::getenv("MASTER_ADDR") == nullptr) {
-      DK_ASSIGN_OR_RETURN(RendezvousInfo placement,
-                          ParseMpiPlacement(Environment::FromProcess()));
-      ExportTorchrunVariables(placement);
-      DK_ASSIGN_OR_RETURN(
-          MpiJobStore job,
-          ConnectJobStoreOverMpi(placement.rank, placement.world_size,
-                                 ConnectTimeout(options)));
-      const bool watch =
-          job.shared && job.server == nullptr && placement.world_size > 1;
-      DK_RETURN_IF_ERROR(Join(job.store, std::move(job.server), placement.rank,
-                              placement.world_size, options, "", init_deadline,
-                              placement.local_rank));
-      StartJobWatch(watch ? job.store : nullptr, job.address);
-      return LocalGroupAfterJoin(options);
-    }
+  if (options.backend == "mpi" &&
+      MpiFindsTheStore(launcher, Environment::FromProcess())) {
+    // MPI knows the ranks and connects them itself: where mpirun names no
+    // store (MASTER_ADDR), rank 0 serves one and MPI tells the others where
+    // (mpi_job_store.h), so that what needs a store shared across ranks
+    // (torch's new_group, the job watch) works as with one. mpirun's
+    // variables name this rank; MPI_COMM_WORLD must agree. Other launchers
+    // (slurm, pytorch) name their store and ranks with their own variables,
+    // read below for the mpi backend as for any other.
+    DK_ASSIGN_OR_RETURN(RendezvousInfo placement,
+                        ParseMpiPlacement(Environment::FromProcess()));
+    ExportTorchrunVariables(placement);
+    DK_ASSIGN_OR_RETURN(
+        MpiJobStore job,
+        ConnectJobStoreOverMpi(placement.rank, placement.world_size,
+                               ConnectTimeout(options)));
+    const bool watch =
+        job.shared && job.server == nullptr && placement.world_size > 1;
+    DK_RETURN_IF_ERROR(Join(job.store, std::move(job.server), placement.rank,
+                            placement.world_size, options, "", init_deadline,
+                            placement.local_rank));
+    StartJobWatch(watch ? job.store : nullptr, job.address);
+    return LocalGroupAfterJoin(options);
   }
   Environment env = Environment::FromProcess();
   DK_ASSIGN_OR_RETURN(
@@ -314,7 +323,7 @@ absl::StatusOr<RendezvousInfo> LauncherInfo(absl::string_view launcher_name) {
   }
   // The test dk_init's mpi path makes: no MASTER_ADDR, no store address
   // (rank 0 serves the store there, found through MPI: mpi_job_store.h).
-  if (launcher == Launcher::kMpi && !env.Has("MASTER_ADDR")) {
+  if (MpiFindsTheStore(launcher, env)) {
     return ParseMpiPlacement(env);
   }
   return ParseRendezvous(launcher, env,

@@ -142,6 +142,41 @@ TEST(Init, BadLauncherAndSingleRankJob) {
   EXPECT_FALSE(IsDistributed());
 }
 
+// The mpi backend under another launcher reads that launcher's variables:
+// init_dist('slurm', backend='mpi') without MASTER_ADDR named mpirun's
+// OMPI_COMM_WORLD_RANK, which srun never sets. (Stops at the missing
+// variable, before any store or MPI is started.)
+TEST(Init, MpiBackendReadsTheChosenLaunchersVariables) {
+  for (const char* name :
+       {"MASTER_ADDR", "MASTER_PORT", "DISTKIT_STORE", "SLURM_PROCID",
+        "SLURM_NTASKS", "SLURM_NODELIST", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+        "OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
+    unsetenv(name);
+  }
+  setenv("SLURM_NTASKS", "1", 1);
+  setenv("SLURM_NODELIST", "n1", 1);
+  absl::Status s = InitDist("slurm", {.backend = "mpi"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("SLURM_PROCID"), absl::string_view::npos) << s;
+  EXPECT_EQ(s.message().find("OMPI"), absl::string_view::npos) << s;
+  unsetenv("SLURM_NTASKS");
+  unsetenv("SLURM_NODELIST");
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("LOCAL_RANK", "0", 1);
+  s = InitDist("pytorch", {.backend = "mpi"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("MASTER_ADDR"), absl::string_view::npos) << s;
+  EXPECT_EQ(s.message().find("OMPI"), absl::string_view::npos) << s;
+  // Under mpirun itself, MPI still finds the store (mpirun's variables).
+  EXPECT_NE(LauncherInfo("mpi").status().message().find("OMPI_COMM_WORLD_RANK"),
+            absl::string_view::npos);
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  unsetenv("LOCAL_RANK");
+  EXPECT_FALSE(IsDistributed());
+}
+
 }  // namespace
 }  // namespace dist
 }  // namespace distkit

@@ -1,5 +1,7 @@
 #include "cc/launch/hostlist.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -16,9 +18,12 @@ absl::Status Malformed(absl::string_view text, absl::string_view why) {
       absl::StrCat("malformed hostlist '", text, "': ", why));
 }
 
-// Expands one bracket body "01-03,07" into its strings.
+// Expands one bracket body "01-03,07" into its strings, at most `max_numbers`
+// of them: the running total is checked before each part is expanded (20
+// parts of 0-999999 once took 1 GB before the total was checked).
 absl::StatusOr<std::vector<std::string>> ExpandRanges(absl::string_view whole,
-                                                      absl::string_view body) {
+                                                      absl::string_view body,
+                                                      size_t max_numbers) {
   std::vector<std::string> out;
   for (absl::string_view part : absl::StrSplit(body, ',')) {
     std::pair<absl::string_view, absl::string_view> lo_hi =
@@ -39,7 +44,9 @@ absl::StatusOr<std::vector<std::string>> ExpandRanges(absl::string_view whole,
       return Malformed(whole, "range bound out of range");
     }
     if (b < a) return Malformed(whole, absl::StrCat("reversed range ", part));
-    if (b - a >= kMaxHosts) return Malformed(whole, "too many hosts");
+    if (b - a >= max_numbers || out.size() > max_numbers - (b - a + 1)) {
+      return Malformed(whole, "too many hosts");
+    }
     const size_t width = lo.size();
     // Counted from a, not `i <= b`, which never ends when b is UINT64_MAX.
     for (uint64_t k = 0; k <= b - a; ++k) {
@@ -71,12 +78,12 @@ absl::Status ExpandOne(absl::string_view whole, absl::string_view expr,
     const size_t close = expr.find(']', open);
     if (close == absl::string_view::npos)
       return Malformed(whole, "'[' without ']'");
-    absl::StatusOr<std::vector<std::string>> numbers =
-        ExpandRanges(whole, expr.substr(open + 1, close - open - 1));
+    // What the hosts expanded so far leave of kMaxHosts, shared by the
+    // names this bracket multiplies.
+    const size_t room = kMaxHosts - std::min(kMaxHosts, hosts->size());
+    absl::StatusOr<std::vector<std::string>> numbers = ExpandRanges(
+        whole, expr.substr(open + 1, close - open - 1), room / partial.size());
     if (!numbers.ok()) return numbers.status();
-    if (partial.size() * numbers->size() > kMaxHosts) {
-      return Malformed(whole, "too many hosts");
-    }
     std::vector<std::string> next;
     next.reserve(partial.size() * numbers->size());
     for (const std::string& p : partial) {

@@ -1,5 +1,8 @@
 #include "cc/launch/hostlist.h"
 
+#include <sys/resource.h>
+
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace distkit {
@@ -46,6 +49,37 @@ TEST(HostlistTest, RejectsMalformed) {
               absl::string_view::npos)
         << bad;
   }
+}
+
+long MaxRssKib() {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+// The host limit bounds the expansion as it goes: 200 parts of 0-999999
+// are refused before they are made (checked only after every part, 20 of
+// them took 1 GB).
+TEST(HostlistTest, LimitIsCheckedWhileExpanding) {
+  std::string body = "0-999999";
+  for (int i = 1; i < 200; ++i) absl::StrAppend(&body, ",0-999999");
+  const long before = MaxRssKib();
+  for (const std::string& text :
+       {absl::StrCat("n[", body, "]"), absl::StrCat("a[1-2]b[", body, "]"),
+        absl::StrCat("x[0-999999],n[", body, "]")}) {
+    absl::StatusOr<Hosts> h = ExpandHostlist(text);
+    EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(h.status().message().find("too many hosts"),
+              absl::string_view::npos)
+        << h.status();
+  }
+  // One part's million names at most (about 100 MB with the vector), never
+  // all of them.
+  EXPECT_LT(MaxRssKib() - before, 256 * 1024);
+  // Up to the limit still expands.
+  EXPECT_EQ(ExpandHostlist("n[1-500000],m[1-500000]")->size(), 1000000u);
+  EXPECT_EQ(ExpandHostlist("n[1-500000],m[1-500001]").status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

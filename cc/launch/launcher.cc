@@ -54,6 +54,12 @@ absl::StatusOr<std::string> RequiredText(const Environment& env,
   return *v;
 }
 
+// Whether `name` is set to something: an empty value counts as unset, in
+// every check and in the store's placement alike.
+bool HasText(const Environment& env, absl::string_view name) {
+  return !env.Get(name).value_or("").empty();
+}
+
 absl::Status Validate(const RendezvousInfo& info) {
   if (info.world_size < 1) {
     return absl::InvalidArgumentError(
@@ -71,6 +77,11 @@ absl::Status Validate(const RendezvousInfo& info) {
         "launcher '", LauncherName(info.launcher), "': local rank ",
         info.local_rank, " is outside [0, ", info.local_world_size, ")"));
   }
+  if (info.node_rank < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("launcher '", LauncherName(info.launcher), "': node rank ",
+                     info.node_rank, " is negative"));
+  }
   if (info.master_port < 0 || info.master_port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("launcher '", LauncherName(info.launcher), "': port ",
@@ -82,9 +93,8 @@ absl::Status Validate(const RendezvousInfo& info) {
 // DISTKIT_STORE / DISTKIT_TOKEN, or rank 0 hosting at addr:port.
 void PlaceStore(const Environment& env, int store_port, RendezvousInfo* info) {
   info->token = env.Get("DISTKIT_TOKEN").value_or("");
-  std::optional<std::string> store = env.Get("DISTKIT_STORE");
-  if (store.has_value() && !store->empty()) {
-    info->store_address = *store;
+  if (HasText(env, "DISTKIT_STORE")) {
+    info->store_address = *env.Get("DISTKIT_STORE");
     info->host_store = false;
     return;
   }
@@ -103,7 +113,7 @@ absl::StatusOr<RendezvousInfo> ParsePytorch(Launcher launcher,
       info.local_world_size,
       Optional(env, launcher, "LOCAL_WORLD_SIZE", info.world_size));
   DK_ASSIGN_OR_RETURN(info.node_rank, Optional(env, launcher, "GROUP_RANK", 0));
-  const bool has_store = env.Has("DISTKIT_STORE");
+  const bool has_store = HasText(env, "DISTKIT_STORE");
   if (launcher == Launcher::kDistrun && !has_store) {
     return absl::InvalidArgumentError(
         "launcher 'distrun': environment variable DISTKIT_STORE is not set "
@@ -122,7 +132,7 @@ absl::StatusOr<RendezvousInfo> ParsePytorch(Launcher launcher,
   DK_RETURN_IF_ERROR(Validate(info));
   const bool agent_store = env.Get("TORCHELASTIC_USE_AGENT_STORE") == "True";
   const int store_port = info.master_port + (agent_store ? 1 : 0);
-  if (store_port > 65535 && !env.Get("DISTKIT_STORE").value_or("").empty()) {
+  if (store_port > 65535 && has_store) {
     // DISTKIT_STORE wins: the port above MASTER_PORT is not used.
   } else if (store_port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -187,11 +197,19 @@ absl::StatusOr<RendezvousInfo> ParseSlurm(const Environment& env,
   }
   DK_ASSIGN_OR_RETURN(info.node_rank,
                       Optional(env, launcher, "SLURM_NODEID", 0));
+  if (info.node_rank < 0 ||
+      static_cast<size_t>(info.node_rank) >= hosts->size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "launcher 'slurm': SLURM_NODEID=", info.node_rank, " is outside the ",
+        hosts->size(), " node(s) of SLURM_NODELIST='", nodelist, "'"));
+  }
   // Nodes may run different numbers of tasks ("2(x3),1"): this node's count
-  // is the one at SLURM_NODEID.
+  // is the one at SLURM_NODEID. SLURM_TASKS_PER_NODE holds the counts the
+  // nodes got, and wins: SLURM_NTASKS_PER_NODE is only what was asked for
+  // (srun -n 6 --ntasks-per-node=4 gives it 4, but "4,2" on two nodes).
   info.local_world_size = info.world_size;
   for (absl::string_view var :
-       {"SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+       {"SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"}) {
     std::optional<std::string> per_node = env.Get(var);
     if (!per_node.has_value()) continue;
     DK_ASSIGN_OR_RETURN(std::vector<int> counts,
@@ -243,7 +261,7 @@ absl::StatusOr<RendezvousInfo> ParseMpi(const Environment& env) {
   const Launcher launcher = Launcher::kMpi;
   DK_ASSIGN_OR_RETURN(RendezvousInfo info, ParseMpiPlacement(env));
   info.master_addr = env.Get("MASTER_ADDR").value_or("");
-  if (info.master_addr.empty() && !env.Has("DISTKIT_STORE")) {
+  if (info.master_addr.empty() && !HasText(env, "DISTKIT_STORE")) {
     // mmengine raises KeyError with this text.
     return absl::InvalidArgumentError(
         "launcher 'mpi': The environment variable MASTER_ADDR is not set");
@@ -278,8 +296,11 @@ absl::StatusOr<RendezvousInfo> ParseMpiPlacement(const Environment& env) {
     // MPICH / Intel MPI / Hydra style.
     DK_ASSIGN_OR_RETURN(info.rank, Required(env, launcher, "PMI_RANK"));
     DK_ASSIGN_OR_RETURN(info.world_size, Required(env, launcher, "PMI_SIZE"));
+    // Hydra sets MPI_LOCALRANKID with PMI_RANK; without it this rank's
+    // place on its node is unknown (0 on every rank would put them all on
+    // one device), so it is an error naming it.
     DK_ASSIGN_OR_RETURN(info.local_rank,
-                        Optional(env, launcher, "MPI_LOCALRANKID", 0));
+                        Required(env, launcher, "MPI_LOCALRANKID"));
     DK_ASSIGN_OR_RETURN(
         info.local_world_size,
         Optional(env, launcher, "MPI_LOCALNRANKS", info.world_size));

@@ -8,11 +8,14 @@
 //
 // Store placement:
 // - DISTKIT_STORE (host:port) and DISTKIT_TOKEN, set by distrun, win for
-//   every launcher: the rank connects there.
+//   every launcher: the rank connects there. distrun's MASTER_PORT is that
+//   port + 1, left free for torch.distributed's env:// (whose rank 0 serves
+//   a TCPStore there): the two ports of torchrun below, the other way round.
 // - Otherwise rank 0 hosts the store at MASTER_ADDR:<port> and the others
 //   connect. <port> is MASTER_PORT, except under torchrun, whose own agent
 //   store already listens on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True):
 //   then MASTER_PORT + 1.
+// An empty variable counts as unset (DISTKIT_STORE= is no store address).
 
 #ifndef DISTKIT_CC_LAUNCH_LAUNCHER_H_
 #define DISTKIT_CC_LAUNCH_LAUNCHER_H_

@@ -1,5 +1,7 @@
 #include "cc/launch/launcher.h"
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -266,12 +268,111 @@ TEST(LauncherTest, Mpi) {
   // PMI variables (MPICH, Hydra).
   auto pmi = Env({{"PMI_RANK", "1"},
                   {"PMI_SIZE", "2"},
+                  {"MPI_LOCALRANKID", "1"},
+                  {"MPI_LOCALNRANKS", "2"},
                   {"MASTER_ADDR", "h"},
                   {"MASTER_PORT", "7"}});
   info = *ParseRendezvous(Launcher::kMpi, pmi);
   EXPECT_EQ(info.rank, 1);
   EXPECT_EQ(info.world_size, 2);
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.local_world_size, 2);
   EXPECT_EQ(info.store_address, "h:7");
+}
+
+// PMI without MPI_LOCALRANKID: an error naming it, not local rank 0 on
+// every rank (which put a node's ranks all on one device).
+TEST(LauncherTest, PmiWithoutLocalRankIdNamesIt) {
+  auto pmi = Env({{"PMI_RANK", "3"}, {"PMI_SIZE", "4"}, {"MASTER_ADDR", "h"}});
+  for (absl::Status s : {ParseRendezvous(Launcher::kMpi, pmi).status(),
+                         ParseMpiPlacement(pmi).status()}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("MPI_LOCALRANKID"), absl::string_view::npos)
+        << s;
+  }
+}
+
+// An empty DISTKIT_STORE is no store address: the checks and the store's
+// placement agree, and the error names what is missing.
+TEST(LauncherTest, EmptyDistkitStoreCountsAsUnset) {
+  auto env = Env({{"RANK", "0"},
+                  {"WORLD_SIZE", "2"},
+                  {"LOCAL_RANK", "0"},
+                  {"DISTKIT_STORE", ""}});
+  absl::Status s = ParseRendezvous(Launcher::kPytorch, env).status();
+  EXPECT_NE(s.message().find("MASTER_ADDR"), absl::string_view::npos) << s;
+  s = ParseRendezvous(Launcher::kDistrun, env).status();
+  EXPECT_NE(s.message().find("DISTKIT_STORE is not set"),
+            absl::string_view::npos)
+      << s;
+  env.Set("MASTER_ADDR", "h");
+  env.Set("MASTER_PORT", "7");
+  RendezvousInfo info = *ParseRendezvous(Launcher::kPytorch, env);
+  EXPECT_EQ(info.store_address, "h:7");
+  EXPECT_TRUE(info.host_store);
+  auto mpi = Env({{"OMPI_COMM_WORLD_RANK", "0"},
+                  {"OMPI_COMM_WORLD_SIZE", "2"},
+                  {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                  {"DISTKIT_STORE", ""}});
+  s = ParseRendezvous(Launcher::kMpi, mpi).status();
+  EXPECT_NE(s.message().find("MASTER_ADDR is not set"), absl::string_view::npos)
+      << s;
+}
+
+// srun -n 6 --ntasks-per-node=4 on two nodes: SLURM_NTASKS_PER_NODE=4 is
+// the request, SLURM_TASKS_PER_NODE=4,2 what the nodes got; node 1 has 2.
+TEST(LauncherTest, SlurmTasksPerNodeWinsOverTheRequest) {
+  auto env = Env({{"SLURM_PROCID", "5"},
+                  {"SLURM_NTASKS", "6"},
+                  {"SLURM_NODELIST", "n[1-2]"},
+                  {"SLURM_LOCALID", "1"},
+                  {"SLURM_NODEID", "1"},
+                  {"SLURM_NTASKS_PER_NODE", "4"},
+                  {"SLURM_TASKS_PER_NODE", "4,2"}});
+  EXPECT_THAT(*ParseRendezvous(Launcher::kSlurm, env),
+              PlacedAt(/*rank=*/5, /*world_size=*/6, /*local_rank=*/1,
+                       /*local_world_size=*/2, /*node_rank=*/1));
+  env.Set("SLURM_NODEID", "0");
+  env.Set("SLURM_PROCID", "3");
+  env.Set("SLURM_LOCALID", "3");
+  EXPECT_EQ(ParseRendezvous(Launcher::kSlurm, env)->local_world_size, 4);
+  // Only the request known: it is used.
+  env = Env({{"SLURM_PROCID", "3"},
+             {"SLURM_NTASKS", "8"},
+             {"SLURM_NODELIST", "n[1-2]"},
+             {"SLURM_LOCALID", "3"},
+             {"SLURM_NODEID", "0"},
+             {"SLURM_NTASKS_PER_NODE", "4"}});
+  EXPECT_EQ(ParseRendezvous(Launcher::kSlurm, env)->local_world_size, 4);
+}
+
+// SLURM_NODEID outside the node list (or negative), and a negative
+// GROUP_RANK: errors naming them, even where every node runs as many tasks.
+TEST(LauncherTest, NodeRankOutOfRangeIsAnError) {
+  auto env = Env({{"SLURM_PROCID", "1"},
+                  {"SLURM_NTASKS", "4"},
+                  {"SLURM_NODELIST", "n[1-2]"},
+                  {"SLURM_LOCALID", "1"},
+                  {"SLURM_TASKS_PER_NODE", "2(x2)"}});
+  for (const char* id : {"-1", "2", "5"}) {
+    env.Set("SLURM_NODEID", id);
+    absl::Status s = ParseRendezvous(Launcher::kSlurm, env).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << id;
+    EXPECT_NE(s.message().find(absl::StrCat("SLURM_NODEID=", id)),
+              absl::string_view::npos)
+        << s;
+  }
+  env.Set("SLURM_NODEID", "1");
+  EXPECT_EQ(ParseRendezvous(Launcher::kSlurm, env)->node_rank, 1);
+  auto torch = Env({{"RANK", "0"},
+                    {"WORLD_SIZE", "2"},
+                    {"LOCAL_RANK", "0"},
+                    {"MASTER_ADDR", "h"},
+                    {"MASTER_PORT", "1"},
+                    {"GROUP_RANK", "-3"}});
+  absl::Status s = ParseRendezvous(Launcher::kPytorch, torch).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("node rank -3"), absl::string_view::npos) << s;
 }
 
 TEST(LauncherTest, TorchrunVariablesAsMmengineExports) {

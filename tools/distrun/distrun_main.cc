@@ -3,7 +3,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -57,6 +59,33 @@ void RemoveTree(const std::string& dir) {
   rmdir(dir.c_str());
 }
 
+// Whether nothing listens on (or holds) TCP `port` on any IPv4 or IPv6
+// address: a bind there succeeds. Without SO_REUSEADDR, a port that
+// torch's store could take only with it counts as taken.
+bool PortIsFree(int port) {
+  for (int family : {AF_INET, AF_INET6}) {
+    const int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;  // no IPv6 here
+    int rc;
+    if (family == AF_INET) {
+      sockaddr_in a = {};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      a.sin_addr.s_addr = htonl(INADDR_ANY);
+      rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    } else {
+      sockaddr_in6 a = {};
+      a.sin6_family = AF_INET6;
+      a.sin6_port = htons(static_cast<uint16_t>(port));
+      a.sin6_addr = in6addr_any;
+      rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    }
+    close(fd);
+    if (rc != 0) return false;
+  }
+  return true;
+}
+
 // 128 random bits as hex: the job token every rank presents to the store.
 std::string RandomToken() {
   char bytes[16] = {};
@@ -106,18 +135,38 @@ int Main(int argc, char** argv) {
     token = RandomToken();
   }
 
-  // Node 0 hosts the store; the others' ranks connect to it.
+  // Node 0 hosts the store at --master-port; the others' ranks connect to
+  // it. The port above it is torch.distributed's (MASTER_PORT): its env://
+  // rank 0 serves a TCPStore of its own there, which failed with "address
+  // already in use" when MASTER_PORT was the store's. The same two ports as
+  // under torchrun, the other way round (there torch's agent store holds
+  // MASTER_PORT and distkit's takes MASTER_PORT + 1: cc/launch/launcher.h).
   std::unique_ptr<StoreServer> server;
   int port = o.master_port;
   if (o.node_rank == 0) {
-    absl::StatusOr<std::unique_ptr<StoreServer>> started = StoreServer::Start(
-        {absl::StrCat(o.master_addr, ":", o.master_port), token});
-    if (!started.ok()) {
-      std::cerr << "distrun: " << started.status().message() << "\n";
+    // Port 0: a free port whose next one is free too (a few tries).
+    for (int attempt = 0;; ++attempt) {
+      absl::StatusOr<std::unique_ptr<StoreServer>> started = StoreServer::Start(
+          {absl::StrCat(o.master_addr, ":", o.master_port), token});
+      if (!started.ok()) {
+        std::cerr << "distrun: " << started.status().message() << "\n";
+        return 1;
+      }
+      server = *std::move(started);
+      port = server->port();
+      if (o.master_port != 0 || attempt == 20 ||
+          (port < 65535 && PortIsFree(port + 1))) {
+        break;
+      }
+      server->Shutdown();
+      server.reset();
+    }
+    if (port >= 65535) {
+      std::cerr << "distrun: the store's port " << port
+                << " leaves no port above it for torch.distributed's "
+                   "MASTER_PORT\n";
       return 1;
     }
-    server = *std::move(started);
-    port = server->port();
     // Ranks whose peer failed wait a moment for distrun's record of it
     // (cc/store/job_failure.h), which comes unless a replacement is allowed.
     if (o.max_replacements == 0 && o.min_ranks == 0) {
@@ -175,7 +224,9 @@ int Main(int argc, char** argv) {
     rank_env.Set("GROUP_RANK", absl::StrCat(o.node_rank));
     rank_env.Set("NODE_RANK", absl::StrCat(o.node_rank));
     rank_env.Set("MASTER_ADDR", o.master_addr);
-    rank_env.Set("MASTER_PORT", absl::StrCat(port));
+    // torch.distributed's (env://), left free; distkit's store is
+    // DISTKIT_STORE's, which wins for every launcher (launcher.h).
+    rank_env.Set("MASTER_PORT", absl::StrCat(port + 1));
     rank_env.Set("DISTKIT_STORE", absl::StrCat(o.master_addr, ":", port));
     rank_env.Set("DISTKIT_TOKEN", token);
     rank_env.Set("DISTKIT_TRACE_DIR", trace_dir);

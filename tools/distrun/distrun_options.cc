@@ -52,9 +52,13 @@ const char* DistrunUsage() {
          "Starts N ranks of `program` on this node with torchrun's variables\n"
          "(RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR\n"
          "MASTER_PORT) plus DISTKIT_STORE and DISTKIT_TOKEN; node 0 hosts the\n"
-         "job's store at MASTER_ADDR:MASTER_PORT (port 0: a free port). With\n"
-         "several nodes, export the same DISTKIT_TOKEN on every node; node 0\n"
-         "keeps the store until every node's ranks are done (at most\n"
+         "job's store at DISTKIT_STORE, MASTER_ADDR:P (--master-port P; 0: a\n"
+         "free port), and MASTER_PORT is P + 1, left free for\n"
+         "torch.distributed's env:// (as torchrun's agent store and distkit's\n"
+         "are apart, at MASTER_PORT and MASTER_PORT + 1). Ranks read stdin\n"
+         "from /dev/null. With several nodes, export the same DISTKIT_TOKEN\n"
+         "on every node; node 0 keeps the store until every node's ranks are\n"
+         "done (at most\n"
          "--exit-barrier-timeout, 300 s by default, and within --timeout).\n"
          "Programs separated by ':' run one per local rank.\n"
          "A failing rank stops the job, unless --max-replacements K (default\n"
@@ -145,6 +149,11 @@ absl::StatusOr<DistrunOptions> ParseDistrunArgs(
   }
   if (o.nnodes > 1 && o.master_port == 0) {
     return Bad("--master-port", "0 (a free port) only works with one node");
+  }
+  if (o.master_port == 65535) {
+    return Bad("--master-port",
+               "65535 leaves no port above it for torch.distributed's env:// "
+               "(MASTER_PORT is --master-port + 1)");
   }
   std::vector<std::string> current;
   for (; i < args.size(); ++i) {

@@ -118,6 +118,12 @@ TEST(DistrunOptionsTest, ErrorsNameTheFlag) {
   EXPECT_FALSE(ParseDistrunArgs({"--nproc-per-node", "2", "--"}).ok());
   EXPECT_FALSE(
       ParseDistrunArgs({"--nnodes", "2", "--master-port", "0", "p"}).ok());
+  // MASTER_PORT is --master-port + 1 (torch.distributed's): none above 65535.
+  s = ParseDistrunArgs({"--master-port", "65535", "--", "p"}).status();
+  EXPECT_NE(s.message().find("MASTER_PORT is --master-port + 1"),
+            absl::string_view::npos)
+      << s;
+  EXPECT_TRUE(ParseDistrunArgs({"--master-port", "65534", "--", "p"}).ok());
   EXPECT_EQ(ParseDistrunArgs({"--help"}).status().code(),
             absl::StatusCode::kCancelled);
 }

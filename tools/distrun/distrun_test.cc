@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -63,7 +64,9 @@ struct Started {
 
 // Starts distrun with `args`; with `pipe_size` > 0 its output pipe holds
 // only that much (rounded up to a page by the kernel; see OutputPipeSize).
-Started StartDistrun(std::vector<std::string> args, int pipe_size = 0) {
+// `in_child` (if set) runs in distrun's process just before its exec.
+Started StartDistrun(std::vector<std::string> args, int pipe_size = 0,
+                     std::function<void()> in_child = nullptr) {
   args.insert(args.begin(), kDistrun);
   int out[2];
   EXPECT_EQ(pipe(out), 0);
@@ -75,9 +78,13 @@ Started StartDistrun(std::vector<std::string> args, int pipe_size = 0) {
     dup2(out[1], 1);
     dup2(out[1], 2);
     close(out[0]);
+    // Only as stdout and stderr: a copy left open in distrun went on to its
+    // ranks and what they started, and kept the pipe from its end.
+    if (out[1] > 2) close(out[1]);
     // As from a shell: whatever ran the test may ignore these.
     signal(SIGHUP, SIG_DFL);
     signal(SIGQUIT, SIG_DFL);
+    if (in_child) in_child();
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -111,6 +118,58 @@ Result FinishDistrun(const Started& s,
   r.exit_code =
       WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+// As FinishDistrun, for a distrun that may hang (the bug a test looks for):
+// one still running after `limit` is killed (SIGKILL; its ranks die with
+// it), and `killed` says so. `during` runs each time output comes until it
+// returns true.
+Result FinishDistrunWithin(
+    const Started& s, absl::Duration limit, bool* killed,
+    std::function<bool(pid_t, const std::string&)> during = nullptr) {
+  Result r;
+  *killed = false;
+  bool fired = during == nullptr;
+  const absl::Time deadline = s.start + limit;
+  for (;;) {
+    if (!*killed && absl::Now() > deadline) {
+      kill(s.pid, SIGKILL);
+      *killed = true;
+    }
+    // After the kill, what its ranks' processes still hold is not waited
+    // for long.
+    if (*killed && absl::Now() > deadline + absl::Seconds(10)) break;
+    pollfd p = {s.out, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(s.out, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    r.output.append(buf, n);
+    if (!fired) fired = during(s.pid, r.output);
+  }
+  close(s.out);
+  int status = 0;
+  waitpid(s.pid, &status, 0);
+  r.elapsed = absl::Now() - s.start;
+  r.exit_code =
+      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// The numbers that follow `key` on the lines of `output`.
+std::vector<int> NumbersAfter(const std::string& output,
+                              absl::string_view key) {
+  std::vector<int> numbers;
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    const size_t at = line.find(key);
+    int n = 0;
+    if (at == absl::string_view::npos) continue;
+    absl::string_view rest = line.substr(at + key.size());
+    rest = rest.substr(0, rest.find_first_not_of("0123456789"));
+    if (absl::SimpleAtoi(rest, &n)) numbers.push_back(n);
+  }
+  return numbers;
 }
 
 Result RunDistrun(std::vector<std::string> args,
@@ -423,6 +482,157 @@ TEST(DistrunTest, RanksDieWithAKilledLauncher) {
     }
     EXPECT_TRUE(gone) << "rank pid " << rank << " outlived its launcher";
   }
+}
+
+// Started with SIGCHLD ignored (SIG_IGN survives exec: a daemon, a
+// Python parent's subprocess), the kernel reaped the ranks itself, waitpid
+// never reported them, and distrun waited forever. The ranks do not inherit
+// the SIG_IGN either.
+TEST(DistrunTest, EndsWhenStartedWithSigchldIgnored) {
+  Started s =
+      StartDistrun({"--nproc-per-node", "1", "--master-port", "0", "--",
+                    "/bin/sh", "-c", "grep SigIgn /proc/self/status; exit 3"},
+                   0, [] { signal(SIGCHLD, SIG_IGN); });
+  bool killed = false;
+  Result r = FinishDistrunWithin(s, absl::Seconds(30), &killed);
+  EXPECT_FALSE(killed) << "distrun hung\n" << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_LT(r.elapsed, absl::Seconds(15)) << r.output;
+  // The rank's ignored signals: SIGCHLD (17) is bit 16.
+  const size_t at = r.output.find("SigIgn:");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  uint64_t ignored = 0;
+  ASSERT_TRUE(
+      absl::SimpleHexAtoi(absl::StripAsciiWhitespace(
+                              absl::string_view(r.output).substr(at + 7, 18)),
+                          &ignored))
+      << r.output;
+  EXPECT_EQ(ignored & (uint64_t{1} << (SIGCHLD - 1)), 0u) << r.output;
+}
+
+// Ranks run in background process groups of their own: one reading a
+// terminal on stdin was stopped (SIGTTIN) and the job hung. Their stdin is
+// /dev/null: a read ends at EOF. distrun here leads a session whose
+// controlling terminal (and stdin) is a pty, as from an interactive shell.
+TEST(DistrunTest, RanksReadStdinFromDevNull) {
+  const int master = posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(grantpt(master), 0);
+  ASSERT_EQ(unlockpt(master), 0);
+  const std::string slave = ptsname(master);
+  Started s = StartDistrun(
+      {"--nproc-per-node", "2", "--master-port", "0", "--", "/bin/sh", "-c",
+       "if read x; then echo \"read $x\"; else echo 'stdin at EOF'; fi; "
+       "readlink /proc/self/fd/0"},
+      0, [&slave] {
+        setsid();
+        const int fd = open(slave.c_str(), O_RDWR);  // the controlling tty
+        if (fd >= 0) dup2(fd, 0);
+      });
+  bool killed = false;
+  Result r = FinishDistrunWithin(s, absl::Seconds(30), &killed);
+  close(master);
+  EXPECT_FALSE(killed) << "distrun hung\n" << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(absl::StrContains(
+        r.output, absl::StrCat("[rank", rank, "]: stdin at EOF\n")))
+        << r.output;
+    EXPECT_TRUE(absl::StrContains(
+        r.output, absl::StrCat("[rank", rank, "]: /dev/null\n")))
+        << r.output;
+  }
+}
+
+// A stopped rank is reported, and the job's stop continues it (SIGCONT
+// after SIGTERM), so it ends at SIGTERM without waiting for SIGKILL.
+TEST(DistrunTest, ReportsAStoppedRankAndStillStopsIt) {
+  Started s = StartDistrun({"--nproc-per-node", "1", "--master-port", "0",
+                            "--timeout", "2", "--grace-period", "20", "--",
+                            "/bin/sh", "-c", "kill -STOP $$; echo continued"});
+  bool killed = false;
+  Result r = FinishDistrunWithin(s, absl::Seconds(60), &killed);
+  EXPECT_FALSE(killed) << r.output;
+  EXPECT_EQ(r.exit_code, 124) << r.output;
+  EXPECT_TRUE(absl::StrContains(
+      r.output, absl::StrCat("was stopped by signal ", SIGSTOP, " (")))
+      << r.output;
+  EXPECT_FALSE(absl::StrContains(r.output, "did not stop after SIGTERM"))
+      << r.output;
+  EXPECT_LT(r.elapsed, absl::Seconds(15)) << r.output;
+}
+
+// Whether no process is left in process group `pgid`, waiting up to 10 s;
+// kills what is left when some is.
+bool GroupGone(pid_t pgid) {
+  for (int i = 0; i < 100; ++i) {
+    if (kill(-pgid, 0) != 0 && errno == ESRCH) return true;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  kill(-pgid, SIGKILL);
+  return false;
+}
+
+// What a rank started dies with it when distrun is stopped (SIGTERM: the
+// signal goes to each rank's whole group) or killed outright (SIGKILL:
+// PR_SET_PDEATHSIG kills only the rank; the watcher kills its group).
+TEST(DistrunTest, KillingDistrunEndsTheRanksWholeProcessGroups) {
+  for (int sig : {SIGTERM, SIGKILL}) {
+    Started s =
+        StartDistrun({"--nproc-per-node", "2", "--master-port", "0", "--",
+                      "/bin/sh", "-c", "sleep 77 & echo \"pgid=$$\"; wait"});
+    bool killed = false;
+    Result r = FinishDistrunWithin(s, absl::Seconds(60), &killed,
+                                   [sig](pid_t pid, const std::string& output) {
+                                     if (Occurrences(output, "pgid=") < 2)
+                                       return false;
+                                     kill(pid, sig);
+                                     return true;
+                                   });
+    EXPECT_FALSE(killed) << r.output;
+    EXPECT_EQ(r.exit_code, 128 + sig) << r.output;
+    const std::vector<int> groups = NumbersAfter(r.output, "pgid=");
+    ASSERT_EQ(groups.size(), 2u) << r.output;
+    for (pid_t pgid : groups) {
+      EXPECT_TRUE(GroupGone(pgid))
+          << "signal " << sig << ": a process of rank group " << pgid
+          << " outlived distrun\n"
+          << r.output;
+    }
+  }
+}
+
+// torch.distributed's env:// works under distrun: MASTER_PORT is not the
+// port distrun's store holds (rank 0's TCPStore failed with "address
+// already in use"); the store is at DISTKIT_STORE, MASTER_PORT one above.
+TEST(DistrunTest, MasterPortIsLeftFreeForTorch) {
+  Result r = RunDistrun(
+      {"--nproc-per-node", "2", "--master-port", "0", "--", kProbe, "env"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<int> master = NumbersAfter(r.output, "MASTER_PORT=");
+  const std::vector<int> store = NumbersAfter(r.output, "STORE=127.0.0.1:");
+  ASSERT_EQ(master.size(), 2u) << r.output;
+  ASSERT_EQ(store.size(), 2u) << r.output;
+  EXPECT_EQ(master[0], store[0] + 1) << r.output;
+  EXPECT_EQ(master[1], master[0]) << r.output;
+  if (system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") !=
+      0) {
+    GTEST_SKIP() << "no python3 with torch.distributed here";
+  }
+  r = RunDistrun({"--nproc-per-node", "2", "--master-port", "0", "--timeout",
+                  "240", "--", "/usr/bin/python3", "-c",
+                  "import os, torch, torch.distributed as d\n"
+                  "d.init_process_group('gloo', init_method='env://')\n"
+                  "t = torch.ones(1)\n"
+                  "d.all_reduce(t)\n"
+                  "print('torch rank', d.get_rank(), 'sum', int(t.item()),\n"
+                  "      'store', os.environ['DISTKIT_STORE'], flush=True)\n"
+                  "d.destroy_process_group()\n"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "[rank0]: torch rank 0 sum 2"))
+      << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "[rank1]: torch rank 1 sum 2"))
+      << r.output;
 }
 
 TEST(DistrunTest, KeepsStdoutStderrAndPartialLinesAndLogDir) {

@@ -7,7 +7,9 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,6 +55,74 @@ void WriteAll(int fd, absl::string_view data) {
   }
 }
 
+// The watcher: a small process forked by the supervisor that outlives it
+// when it is killed outright (SIGKILL, which it cannot act on), and then
+// kills every rank's whole process group. PR_SET_PDEATHSIG kills only the
+// rank itself (its direct child); what the rank started (a shell's
+// children, a data loader's workers) would otherwise keep running. Each
+// rank registers its group before exec, and the supervisor marks it done
+// once reaped; the end of the pipe (every writer gone) without kQuit means
+// the supervisor died. 8-byte records: a pipe write of one is atomic.
+struct WatchRecord {
+  int32_t op;
+  int32_t pgid;
+};
+constexpr int32_t kWatchAdd = 1;
+constexpr int32_t kWatchDone = 2;
+constexpr int32_t kWatchQuit = 3;
+constexpr int kMaxWatched = 4096;
+
+// The watcher's body, after fork in a process that may have threads: only
+// async-signal-safe calls (no allocation). `fd` is the pipe's read end;
+// every other descriptor is closed (so it holds neither the pipe's write
+// end, nor distrun's output, nor the store's socket); `max_fd` bounds the
+// closing where close_range is missing.
+[[noreturn]] void RunWatcher(int fd, int max_fd) {
+  struct sigaction ignore;
+  memset(&ignore, 0, sizeof(ignore));
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  // A Ctrl-C (the terminal's group) or a kill of distrun's process group
+  // must not end it before distrun does.
+  for (int sig : kForwardedSignals) sigaction(sig, &ignore, nullptr);
+  setpgid(0, 0);
+  if (fd != 3) {
+    dup2(fd, 3);
+    fd = 3;
+  }
+  bool closed = false;
+#ifdef SYS_close_range
+  closed = syscall(SYS_close_range, 4u, ~0u, 0) == 0;
+#endif
+  if (!closed) {
+    for (int i = 4; i < max_fd; ++i) close(i);
+  }
+  close(0);
+  close(1);
+  close(2);
+  pid_t groups[kMaxWatched];
+  int n = 0;
+  for (;;) {
+    WatchRecord rec;
+    const ssize_t got = read(fd, &rec, sizeof(rec));
+    if (got < 0 && errno == EINTR) continue;
+    if (got != static_cast<ssize_t>(sizeof(rec))) break;  // distrun is gone
+    if (rec.op == kWatchQuit) _exit(0);
+    if (rec.op == kWatchAdd && n < kMaxWatched) {
+      groups[n++] = rec.pgid;
+    } else if (rec.op == kWatchDone) {
+      for (int i = 0; i < n; ++i) {
+        if (groups[i] == rec.pgid) {
+          groups[i] = groups[--n];
+          break;
+        }
+      }
+    }
+  }
+  for (int i = 0; i < n; ++i) kill(-groups[i], SIGKILL);
+  _exit(0);
+}
+
 struct Stream {
   int fd = -1;  // read end of the rank's pipe (non-blocking); -1 once closed
   RankStream lines;
@@ -63,11 +133,15 @@ struct Rank {
   pid_t pid = -1;
   bool running = false;
   int wait_status = 0;
+  // waitpid could not report its end (ECHILD: reaped elsewhere); the text
+  // says why, and the rank counts as failed.
+  std::string lost;
   Stream out, err;
   int log_fd = -1;
 };
 
-std::string DescribeExit(int status) {
+std::string DescribeExit(int status, const std::string& lost = "") {
+  if (!lost.empty()) return lost;
   if (WIFEXITED(status))
     return absl::StrCat("exited with code ", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
@@ -109,6 +183,7 @@ class Supervisor {
 
   int Run() {
     TakeSignals();
+    StartWatcher();
     if (!options_.log_dir.empty()) {
       // A log that silently went nowhere was found missing only when needed.
       const absl::Status made = MakeDirectories(options_.log_dir);
@@ -148,6 +223,7 @@ class Supervisor {
     // Where stdout is apart, its last open line stays as the rank left it;
     // one on stderr is ended, as distrun's own messages may follow there.
     output_.EndOpenLines();
+    StopWatcher();
     GiveBackSignals();
     return result_.value_or(0);
   }
@@ -165,8 +241,16 @@ class Supervisor {
   // between a check and the return. (A self-pipe read in the loop lost a
   // signal that came after its last read.) Threads the callbacks start
   // inherit the block. SIGHUP or SIGQUIT ignored by the caller (nohup) stays
-  // ignored, by the ranks too.
+  // ignored, by the ranks too. SIGCHLD goes back to its default while the
+  // ranks run: ignored (SIG_IGN inherited across exec, or SA_NOCLDWAIT), the
+  // kernel reaps the ranks itself, waitpid never reports them, and the job
+  // never ended.
   void TakeSignals() {
+    struct sigaction chld;
+    memset(&chld, 0, sizeof(chld));
+    chld.sa_handler = SIG_DFL;
+    sigemptyset(&chld.sa_mask);
+    sigaction(SIGCHLD, &chld, &old_chld_);
     sigemptyset(&forwarded_);
     for (int sig : kForwardedSignals) {
       struct sigaction old;
@@ -208,7 +292,10 @@ class Supervisor {
         "received signal ", sig, " (", strsignal(sig), "); ",
         AnyRunning() ? "forwarding it to every rank" : "no rank is running"));
     for (Rank& r : ranks_) {
-      if (r.running) kill(-r.pid, sig);
+      if (r.running) {
+        kill(-r.pid, sig);
+        kill(-r.pid, SIGCONT);  // a stopped rank acts on it now
+      }
     }
     if (!result_.has_value()) result_ = 128 + sig;
     if (!kill_deadline_.has_value()) {
@@ -242,7 +329,58 @@ class Supervisor {
         sigaction(sig, &old_actions_[i], nullptr);
       }
     }
+    sigaction(SIGCHLD, &old_chld_, nullptr);
     sigprocmask(SIG_SETMASK, &caller_mask_, nullptr);
+  }
+
+  // Forks the watcher (RunWatcher). Without one (fork failed), the ranks
+  // still die with distrun, but not what they started.
+  void StartWatcher() {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      Say(absl::StrCat("cannot create the watcher's pipe: ", strerror(errno),
+                       "; if distrun is killed outright, processes the "
+                       "ranks started may outlive it"));
+      return;
+    }
+    struct rlimit files;
+    int max_fd = 65536;
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 &&
+        files.rlim_cur < static_cast<rlim_t>(max_fd)) {
+      max_fd = static_cast<int>(files.rlim_cur);
+    }
+    const pid_t pid = fork();
+    if (pid == 0) RunWatcher(fds[0], max_fd);
+    close(fds[0]);
+    if (pid < 0) {
+      Say(absl::StrCat(
+          "cannot start the watcher: fork failed: ", strerror(errno),
+          "; if distrun is killed outright, processes the "
+          "ranks started may outlive it"));
+      close(fds[1]);
+      return;
+    }
+    watcher_ = pid;
+    watch_fd_ = fds[1];
+  }
+
+  void TellWatcher(int32_t op, pid_t pgid) {
+    if (watch_fd_ < 0) return;
+    const WatchRecord rec = {op, static_cast<int32_t>(pgid)};
+    while (write(watch_fd_, &rec, sizeof(rec)) < 0 && errno == EINTR) {
+    }
+  }
+
+  // Every rank has been reaped (its group killed): the watcher ends without
+  // killing anything.
+  void StopWatcher() {
+    if (watch_fd_ < 0) return;
+    TellWatcher(kWatchQuit, 0);
+    close(watch_fd_);
+    watch_fd_ = -1;
+    while (waitpid(watcher_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    watcher_ = -1;
   }
 
   bool Spawn(Rank& r) {
@@ -269,6 +407,7 @@ class Supervisor {
     for (std::string& e : r.spec.env) envp.push_back(e.data());
     envp.push_back(nullptr);
     const pid_t launcher = getpid();
+    const int watch_fd = watch_fd_;
     const pid_t pid = fork();
     if (pid < 0) {
       Say(absl::StrCat("fork failed: ", strerror(errno)));
@@ -278,11 +417,32 @@ class Supervisor {
       // Own process group, so stopping a rank also stops what it started.
       setpgid(0, 0);
       // A rank dies with its launcher: if distrun is killed (even SIGKILL,
-      // which it cannot forward), the kernel kills the rank, so no orphan
-      // keeps training and holding the job's ports and memory. The check
-      // after it covers a launcher that died before the call.
+      // which it cannot forward), the kernel kills the rank, and the
+      // watcher (RunWatcher) its whole process group, so that what the rank
+      // started does not keep training and holding the job's ports and
+      // memory either. (What leaves the group, setsid or setpgid, is not
+      // followed.) The group is registered before anything in it can start
+      // a process; the check after PR_SET_PDEATHSIG covers a launcher that
+      // died before the call.
+      if (watch_fd >= 0) {
+        const WatchRecord rec = {kWatchAdd, static_cast<int32_t>(getpid())};
+        (void)!write(watch_fd, &rec, sizeof(rec));
+      }
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != launcher) _exit(128 + SIGKILL);
+      // No rank reads distrun's stdin, as with mpirun's ranks other than
+      // 0: each runs in a background process group of its own, so reading
+      // a terminal stopped it (SIGTTIN) and the job hung; several ranks
+      // reading one pipe would each get parts of it. At EOF at once instead.
+      const int null_fd = open("/dev/null", O_RDONLY);
+      if (null_fd < 0 || dup2(null_fd, 0) < 0) {
+        const std::string msg =
+            absl::StrCat("cannot open /dev/null for rank ", r.spec.rank,
+                         "'s stdin: ", strerror(errno), "\n");
+        (void)!write(err[1], msg.data(), msg.size());
+        _exit(127);
+      }
+      if (null_fd != 0) close(null_fd);
       dup2(out[1], 1);
       dup2(err[1], 2);
       struct sigaction sa;
@@ -293,6 +453,7 @@ class Supervisor {
       }
       sigprocmask(SIG_UNBLOCK, &forwarded_, nullptr);  // blocked in distrun
       signal(SIGPIPE, SIG_DFL);
+      signal(SIGCHLD, SIG_DFL);  // the rank's own children are reported
       if (r.spec.cpu >= 0) {
         cpu_set_t cpus;
         CPU_ZERO(&cpus);
@@ -319,6 +480,7 @@ class Supervisor {
     fcntl(err[0], F_SETFL, O_NONBLOCK);
     r.pid = pid;
     r.running = true;
+    r.lost.clear();
     r.out = Stream{out[0], RankStream{r.spec.rank, 1}};
     r.err = Stream{err[0], RankStream{r.spec.rank, 2}};
     return true;
@@ -413,11 +575,30 @@ class Supervisor {
     for (Rank& r : ranks_) {
       if (!r.running) continue;
       int status = 0;
-      if (waitpid(r.pid, &status, WNOHANG) != r.pid) continue;
+      const pid_t got = waitpid(r.pid, &status, WNOHANG | WUNTRACED);
+      if (got == 0 || (got < 0 && errno == EINTR)) continue;
+      if (got == r.pid && WIFSTOPPED(status)) {
+        // It waits for SIGCONT; a stop of the job (SIGTERM) sends one.
+        Say(absl::StrCat(
+            "rank ", r.spec.rank, " (pid ", r.pid, ") was stopped by signal ",
+            WSTOPSIG(status), " (", strsignal(WSTOPSIG(status)),
+            "); it does nothing until continued (kill -CONT -", r.pid, ")"));
+        continue;
+      }
       r.running = false;
-      r.wait_status = status;
+      if (got == r.pid) {
+        r.wait_status = status;
+      } else {
+        // Not ours to wait for any more (ECHILD: SIGCHLD ignored by someone
+        // since, or reaped elsewhere): it ended, how is unknown. Counted as
+        // a failure rather than waited for forever.
+        r.lost = absl::StrCat("ended, but its exit status is lost (waitpid: ",
+                              strerror(errno), ")");
+        r.wait_status = 1 << 8;  // as exit code 1
+      }
       // Whatever the rank's children still hold open must not keep us here.
       kill(-r.pid, SIGKILL);
+      TellWatcher(kWatchDone, r.pid);
       ForwardWhatIsLeft(r);
       ended.push_back(&r);
     }
@@ -437,7 +618,7 @@ class Supervisor {
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (!failed || result_.has_value()) return;
     const std::string what = absl::StrCat("rank ", r.spec.rank, " (pid ", r.pid,
-                                          ") ", DescribeExit(status));
+                                          ") ", DescribeExit(status, r.lost));
     // The callbacks below may write (to the job's store, or why they could
     // not): never into the middle of a rank's open line.
     output_.EndOpenLines();
@@ -525,7 +706,10 @@ class Supervisor {
 
   void Terminate() {
     for (Rank& r : ranks_) {
-      if (r.running) kill(-r.pid, SIGTERM);
+      if (r.running) {
+        kill(-r.pid, SIGTERM);
+        kill(-r.pid, SIGCONT);  // a stopped rank acts on it now
+      }
     }
     kill_deadline_ = absl::Now() + options_.grace_period;
   }
@@ -582,6 +766,9 @@ class Supervisor {
   sigset_t caller_mask_;  // the signal mask before Run
   sigset_t poll_mask_;    // caller_mask_ without forwarded_
   std::array<struct sigaction, kForwardedSignals.size()> old_actions_{};
+  struct sigaction old_chld_ {};  // SIGCHLD's action before Run
+  pid_t watcher_ = -1;            // RunWatcher's process
+  int watch_fd_ = -1;             // the write end of its pipe
   bool timed_out_ = false;
 };
 

@@ -23,6 +23,20 @@
 // - an overall timeout stops every rank and returns 124, naming the ranks
 //   that were still running; a failure or signal that came first stays the
 //   result, and a stop already under way keeps its notice period.
+// - each rank runs in a process group of its own with stdin from /dev/null
+//   (a rank in a background group reading a terminal was stopped by
+//   SIGTTIN); a rank stopped anyway is reported, and the SIGTERM that stops
+//   the job comes with a SIGCONT;
+// - ranks die with the supervisor: the kernel kills each rank when it dies
+//   (PR_SET_PDEATHSIG), and a small watcher process it starts kills each
+//   rank's whole process group then, even after a SIGKILL of the supervisor
+//   (what a rank started keeps no GPU or port; what left the rank's group,
+//   setsid or setpgid, is not followed). When a rank ends, its group is
+//   killed;
+// - SIGCHLD is set to its default while the ranks run (one ignored, e.g.
+//   inherited across exec, made the kernel reap the ranks unseen and the job
+//   hang), for the ranks too; a rank whose end cannot be waited for still
+//   counts as ended, as a failure.
 
 #ifndef DISTKIT_TOOLS_DISTRUN_RANK_SUPERVISOR_H_
 #define DISTKIT_TOOLS_DISTRUN_RANK_SUPERVISOR_H_
