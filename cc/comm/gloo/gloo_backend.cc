@@ -99,15 +99,54 @@ std::chrono::milliseconds Millis(absl::Duration d) {
 uint32_t Tag(const OpContext& ctx) { return static_cast<uint32_t>(ctx.seq); }
 
 // One op's Gloo options: on the group's context, with the op's tag (its
-// sequence number) and deadline.
+// sequence number), and as timeout what is left until the op's deadline
+// (Gloo gives each of its waits that much: an algorithm may overrun the
+// deadline by what its first waits took, never more than the timeout).
 template <typename Options>
 Options OptionsFor(const std::shared_ptr<gloo::Context>& context,
-                   const OpContext& ctx) {
+                   const OpContext& ctx, absl::Time deadline) {
   Options opts(context);
   opts.setTag(Tag(ctx));
-  opts.setTimeout(Millis(ctx.timeout));
+  opts.setTimeout(Millis(deadline - absl::Now()));
   return opts;
 }
+
+// The deadlines of the operations a thread runs. An operation's phases
+// (the signature exchange, an all_to_all's split matrix, the data; a send's
+// header and its data) are separate calls into the backend with one
+// OpContext, made one after another by the thread that runs the operation;
+// the first call starts the operation's clock and the later ones share its
+// deadline. A few slots, so that an operation of a backend built of others
+// (hierarchical) that calls two Gloo backends in turn keeps both deadlines.
+// Sequence number 0 is no group operation's (a group's creation barrier):
+// each such call has a deadline of its own.
+struct DeadlineSlot {
+  uint64_t backend = 0;  // GlooBackend::id_; 0: unused
+  uint64_t seq = 0;
+  OpCode op = OpCode::kBarrier;
+  absl::Duration timeout;
+  absl::Time deadline;
+};
+constexpr int kDeadlineSlots = 4;
+thread_local DeadlineSlot deadline_slots[kDeadlineSlots];
+thread_local int next_deadline_slot = 0;
+
+absl::Time DeadlineOf(uint64_t backend, const OpContext& ctx) {
+  const absl::Time now = absl::Now();
+  if (ctx.seq == 0) return now + ctx.timeout;
+  for (DeadlineSlot& slot : deadline_slots) {
+    if (slot.backend == backend && slot.seq == ctx.seq && slot.op == ctx.op &&
+        slot.timeout == ctx.timeout) {
+      return slot.deadline;
+    }
+  }
+  DeadlineSlot& slot = deadline_slots[next_deadline_slot];
+  next_deadline_slot = (next_deadline_slot + 1) % kDeadlineSlots;
+  slot = DeadlineSlot{backend, ctx.seq, ctx.op, ctx.timeout, now + ctx.timeout};
+  return slot.deadline;
+}
+
+std::atomic<uint64_t> next_backend_id{1};
 
 // Calls f(T*) with a pointer type whose size is the element size of `dtype`
 // (Gloo segments buffers at element boundaries using sizeof(T)).
@@ -208,7 +247,8 @@ absl::StatusOr<std::string> GlooBackend::ListenHostname(
 
 GlooBackend::GlooBackend(int rank, int size, std::unique_ptr<PairMesh> mesh,
                          RankNames names)
-    : rank_(rank),
+    : id_(next_backend_id.fetch_add(1)),
+      rank_(rank),
       size_(size),
       names_(std::move(names)),
       mesh_(std::move(mesh)),
@@ -259,7 +299,7 @@ void GlooBackend::Disconnect() {
 }
 
 void GlooBackend::Wait(gloo::transport::UnboundBuffer& buffer, bool recv,
-                       const OpContext& ctx) {
+                       absl::Time deadline) {
   {
     absl::MutexLock lock(&mu_);
     if (aborted_.load()) throw AbortedWait();
@@ -267,8 +307,9 @@ void GlooBackend::Wait(gloo::transport::UnboundBuffer& buffer, bool recv,
   }
   bool completed = false;
   try {
-    completed = recv ? buffer.waitRecv(Millis(ctx.timeout))
-                     : buffer.waitSend(Millis(ctx.timeout));
+    // What is left of the operation's time, not its whole timeout again.
+    const std::chrono::milliseconds left = Millis(deadline - absl::Now());
+    completed = recv ? buffer.waitRecv(left) : buffer.waitSend(left);
   } catch (...) {
     absl::MutexLock lock(&mu_);
     inflight_.erase(&buffer);
@@ -279,23 +320,35 @@ void GlooBackend::Wait(gloo::transport::UnboundBuffer& buffer, bool recv,
   if (!completed) throw AbortedWait();
 }
 
+absl::Time GlooBackend::Deadline(const OpContext& ctx) const {
+  return DeadlineOf(id_, ctx);
+}
+
+absl::Status GlooBackend::Cancelled(const OpContext& ctx) const {
+  return absl::CancelledError(absl::StrCat(
+      ctx.Describe(), " (", names_.Here(rank_), "): the group was aborted"));
+}
+
 absl::Status GlooBackend::Guarded(const OpContext& ctx,
-                                  const std::function<void()>& body, int peer) {
+                                  const std::function<void(absl::Time)>& body,
+                                  int peer) {
   // Aborted: nothing starts (the peers may be gone already; a Gloo
   // algorithm's first wait would throw anyway).
-  if (aborted_.load()) {
-    return absl::CancelledError(
-        absl::StrCat(ctx.Describe(), ": the group was aborted"));
-  }
+  if (aborted_.load()) return Cancelled(ctx);
+  // The operation's deadline (its first call into this backend starts it).
+  const absl::Time deadline = Deadline(ctx);
   absl::Status status;
   try {
-    // The pairs this call needs, connected on first use (pair_mesh.h).
+    // The pairs this call needs, connected on first use (pair_mesh.h),
+    // within what is left of the operation's time.
+    const absl::Duration left =
+        std::max(deadline - absl::Now(), absl::Milliseconds(1));
     if (peer == kAllPeers) {
-      mesh_->ConnectAll(ctx.timeout, aborted_);
+      mesh_->ConnectAll(left, aborted_);
     } else {
-      mesh_->ConnectPair(peer, ctx.timeout, aborted_);
+      mesh_->ConnectPair(peer, left, aborted_);
     }
-    body();
+    body(deadline);
     return absl::OkStatus();
   } catch (const gloo::IoException& e) {
     const std::string what = absl::AsciiStrToLower(e.what());
@@ -310,8 +363,7 @@ absl::Status GlooBackend::Guarded(const OpContext& ctx,
           "): a peer failed or closed its connection: ", e.what()));
     }
   } catch (const AbortedWait&) {
-    status = absl::CancelledError(
-        absl::StrCat(ctx.Describe(), ": the group was aborted"));
+    status = Cancelled(ctx);
   } catch (const gloo::EnforceNotMet& e) {
     status = absl::InternalError(absl::StrCat(
         ctx.Describe(), " (", names_.Here(rank_), "): gloo: ", e.what()));
@@ -319,10 +371,7 @@ absl::Status GlooBackend::Guarded(const OpContext& ctx,
     status = absl::UnavailableError(absl::StrCat(
         ctx.Describe(), " (", names_.Here(rank_), "): ", e.what()));
   }
-  if (aborted_.load()) {
-    status = absl::CancelledError(
-        absl::StrCat(ctx.Describe(), ": the group was aborted"));
-  }
+  if (aborted_.load()) status = Cancelled(ctx);
   return status;
 }
 
@@ -340,9 +389,9 @@ absl::Status GlooBackend::ExchangeSignatures(const OpContext& ctx,
   if (inline_bytes > 0) {
     std::memcpy(send_slot_.get() + kHeaderBytes, payload.data, inline_bytes);
   }
-  DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
+  DK_RETURN_IF_ERROR(Guarded(ctx, [&](absl::Time deadline) {
     if (size_ > kDirectExchangeMaxRanks) {
-      auto opts = OptionsFor<gloo::AllgatherOptions>(context_, ctx);
+      auto opts = OptionsFor<gloo::AllgatherOptions>(context_, ctx, deadline);
       opts.setInput(send_slot_.get(), slot_bytes_);
       opts.setOutput(recv_slots_.get(), slot_bytes_ * size_);
       gloo::allgather(opts);
@@ -359,8 +408,10 @@ absl::Status GlooBackend::ExchangeSignatures(const OpContext& ctx,
     for (int peer = 0; peer < size_; ++peer) {
       if (peer != rank_) agree_send_->send(peer, slot, 0, message);
     }
-    for (int i = 0; i < size_ - 1; ++i) Wait(*agree_recv_, /*recv=*/true, ctx);
-    for (int i = 0; i < size_ - 1; ++i) Wait(*agree_send_, /*recv=*/false, ctx);
+    for (int i = 0; i < size_ - 1; ++i)
+      Wait(*agree_recv_, /*recv=*/true, deadline);
+    for (int i = 0; i < size_ - 1; ++i)
+      Wait(*agree_send_, /*recv=*/false, deadline);
   }));
   for (int r = 0; r < size_; ++r) {
     std::memcpy(&all[r], recv_slots_.get() + r * slot_bytes_,
@@ -405,8 +456,8 @@ absl::Status GlooBackend::AllReduce(const OpContext& ctx, TensorRef data,
     return absl::OkStatus();
   }
   if (size_ == 1) return absl::OkStatus();
-  return Guarded(ctx, [&] {
-    auto opts = OptionsFor<gloo::AllreduceOptions>(context_, ctx);
+  return Guarded(ctx, [&](absl::Time deadline) {
+    auto opts = OptionsFor<gloo::AllreduceOptions>(context_, ctx, deadline);
     WithElementType(data.dtype(), data.data(),
                     [&](auto* p) { opts.setOutput(p, data.numel()); });
     opts.setReduceFunction(fn);
@@ -421,8 +472,8 @@ absl::Status GlooBackend::Broadcast(const OpContext& ctx, TensorRef data,
       std::memcpy(data.data(), InlineData(root), data.nbytes());
     return absl::OkStatus();
   }
-  return Guarded(ctx, [&] {
-    auto opts = OptionsFor<gloo::BroadcastOptions>(context_, ctx);
+  return Guarded(ctx, [&](absl::Time deadline) {
+    auto opts = OptionsFor<gloo::BroadcastOptions>(context_, ctx, deadline);
     opts.setOutput(static_cast<uint8_t*>(data.data()), data.nbytes());
     opts.setRoot(root);
     gloo::broadcast(opts);
@@ -445,8 +496,8 @@ absl::Status GlooBackend::Reduce(const OpContext& ctx, TensorRef data,
                     static_cast<char*>(data.data()) + data.nbytes());
     buffer = scratch_.data();
   }
-  return Guarded(ctx, [&] {
-    auto opts = OptionsFor<gloo::ReduceOptions>(context_, ctx);
+  return Guarded(ctx, [&](absl::Time deadline) {
+    auto opts = OptionsFor<gloo::ReduceOptions>(context_, ctx, deadline);
     WithElementType(data.dtype(), buffer,
                     [&](auto* p) { opts.setOutput(p, data.numel()); });
     opts.setReduceFunction(fn);
@@ -481,7 +532,7 @@ absl::Status GlooBackend::AllGather(const OpContext& ctx, TensorRef input,
     std::memcpy(out + rank_ * part, input.data(), part);
   }
   if (size_ == 1 || part == 0) return absl::OkStatus();
-  return Guarded(ctx, [&] {
+  return Guarded(ctx, [&](absl::Time deadline) {
     auto buffer = context_->createUnboundBuffer(out, output.nbytes());
     const int right = (rank_ + 1) % size_;
     const int left = (rank_ - 1 + size_) % size_;
@@ -506,7 +557,7 @@ absl::Status GlooBackend::AllGather(const OpContext& ctx, TensorRef input,
       const bool last = s == size_ - 2;
       if (!last) post_recvs(s + 1);
       for (int p = 0; p < pieces.count(); ++p) {
-        Wait(*buffer, /*recv=*/true, ctx);
+        Wait(*buffer, /*recv=*/true, deadline);
         if (last) continue;
         buffer->send(right, slot, recv_block(s) * part + pieces.begin(p),
                      pieces.size(p));
@@ -515,7 +566,7 @@ absl::Status GlooBackend::AllGather(const OpContext& ctx, TensorRef input,
     }
     // What was sent is never written again here, so the sends are waited
     // for once, at the end.
-    for (int i = 0; i < sends; ++i) Wait(*buffer, /*recv=*/false, ctx);
+    for (int i = 0; i < sends; ++i) Wait(*buffer, /*recv=*/false, deadline);
   });
 }
 
@@ -530,8 +581,8 @@ absl::Status GlooBackend::Gather(const OpContext& ctx, TensorRef input,
     }
     return absl::OkStatus();
   }
-  return Guarded(ctx, [&] {
-    auto opts = OptionsFor<gloo::GatherOptions>(context_, ctx);
+  return Guarded(ctx, [&](absl::Time deadline) {
+    auto opts = OptionsFor<gloo::GatherOptions>(context_, ctx, deadline);
     opts.setInput(static_cast<uint8_t*>(input.data()), input.nbytes());
     if (rank_ == root) {
       opts.setOutput(static_cast<uint8_t*>(output.data()),
@@ -550,8 +601,8 @@ absl::Status GlooBackend::Scatter(const OpContext& ctx, TensorRef input,
                 output.nbytes());
     return absl::OkStatus();
   }
-  return Guarded(ctx, [&] {
-    auto opts = OptionsFor<gloo::ScatterOptions>(context_, ctx);
+  return Guarded(ctx, [&](absl::Time deadline) {
+    auto opts = OptionsFor<gloo::ScatterOptions>(context_, ctx, deadline);
     std::vector<uint8_t*> parts;
     if (rank_ == root) {
       for (int r = 0; r < size_; ++r) {
@@ -588,7 +639,7 @@ absl::Status GlooBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
     char* incoming = ring_incoming_.data();
     const size_t elem = ElementSize(output.dtype());
     const RingPieces pieces(output.numel(), elem);
-    DK_RETURN_IF_ERROR(Guarded(ctx, [&] {
+    DK_RETURN_IF_ERROR(Guarded(ctx, [&](absl::Time deadline) {
       auto send_buf =
           context_->createUnboundBuffer(scratch_.data(), scratch_.size());
       auto recv_buf = context_->createUnboundBuffer(incoming, 2 * chunk);
@@ -619,7 +670,7 @@ absl::Status GlooBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
         // Into the half that step s - 1 received into, all folded by now.
         if (!last) post_recvs(s + 1);
         for (int p = 0; p < pieces.count(); ++p) {
-          Wait(*recv_buf, /*recv=*/true, ctx);
+          Wait(*recv_buf, /*recv=*/true, deadline);
           const size_t at = pieces.begin(p) * elem;
           char* target = scratch_.data() + recv_chunk(s) * chunk + at;
           fn(target, target, incoming + (s % 2) * chunk + at, pieces.size(p));
@@ -630,7 +681,7 @@ absl::Status GlooBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
       }
       // A chunk is folded once and sent after it: the sends read what is
       // never written again, so they are waited for at the end.
-      for (int i = 0; i < sends; ++i) Wait(*send_buf, /*recv=*/false, ctx);
+      for (int i = 0; i < sends; ++i) Wait(*send_buf, /*recv=*/false, deadline);
     }));
   }
   std::memcpy(output.data(), scratch_.data() + rank_ * chunk, chunk);
@@ -651,16 +702,16 @@ absl::Status GlooBackend::AllToAll(const OpContext& ctx, TensorRef input,
       }
       return absl::OkStatus();
     }
-    return Guarded(ctx, [&] {
-      auto opts = OptionsFor<gloo::AlltoallOptions>(context_, ctx);
+    return Guarded(ctx, [&](absl::Time deadline) {
+      auto opts = OptionsFor<gloo::AlltoallOptions>(context_, ctx, deadline);
       opts.setInput(static_cast<uint8_t*>(input.data()), input.nbytes());
       opts.setOutput(static_cast<uint8_t*>(output.data()), output.nbytes());
       gloo::alltoall(opts);
     });
   }
   const size_t elem = ElementSize(input.dtype());
-  return Guarded(ctx, [&] {
-    auto opts = OptionsFor<gloo::AlltoallvOptions>(context_, ctx);
+  return Guarded(ctx, [&](absl::Time deadline) {
+    auto opts = OptionsFor<gloo::AlltoallvOptions>(context_, ctx, deadline);
     std::vector<int64_t> in_bytes(size_), out_bytes(size_);
     for (int r = 0; r < size_; ++r) {
       in_bytes[r] = input_splits[r] * elem;
@@ -679,11 +730,11 @@ absl::Status GlooBackend::Send(const OpContext& ctx, TensorRef data, int dst,
                                int tag) {
   return Guarded(
       ctx,
-      [&] {
+      [&](absl::Time deadline) {
         auto buffer = context_->createUnboundBuffer(data.data(), data.nbytes());
         buffer->send(dst, gloo::Slot::build(kPointToPointSlot,
                                             static_cast<uint32_t>(tag)));
-        Wait(*buffer, /*recv=*/false, ctx);
+        Wait(*buffer, /*recv=*/false, deadline);
       },
       dst);
 }
@@ -692,11 +743,11 @@ absl::Status GlooBackend::Recv(const OpContext& ctx, TensorRef data, int src,
                                int tag) {
   return Guarded(
       ctx,
-      [&] {
+      [&](absl::Time deadline) {
         auto buffer = context_->createUnboundBuffer(data.data(), data.nbytes());
         buffer->recv(src, gloo::Slot::build(kPointToPointSlot,
                                             static_cast<uint32_t>(tag)));
-        Wait(*buffer, /*recv=*/true, ctx);
+        Wait(*buffer, /*recv=*/true, deadline);
       },
       src);
 }

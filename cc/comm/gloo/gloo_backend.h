@@ -9,7 +9,9 @@
 // waiting for a peer.
 //
 // Transport failures: a peer that dies -> UNAVAILABLE; a peer that never
-// joins -> DEADLINE_EXCEEDED after the op's timeout; an abort -> CANCELLED.
+// joins -> DEADLINE_EXCEEDED at the op's deadline (one for the whole
+// operation: its phases and every wait in them share it); an abort ->
+// CANCELLED.
 
 #ifndef DISTKIT_CC_COMM_GLOO_GLOO_BACKEND_H_
 #define DISTKIT_CC_COMM_GLOO_GLOO_BACKEND_H_
@@ -142,18 +144,29 @@ class GlooBackend : public Backend {
   // out = the reduction, in rank order, of every rank's inline record at
   // byte `offset`.
   void FoldInline(ReduceFn fn, TensorRef out, size_t offset) const;
-  // Waits for a send or receive on `buffer` to complete, such that Abort()
-  // can wake it. Throws on timeout (Gloo) or abort.
+  // Waits until `deadline` (the operation's) for a send or receive on
+  // `buffer` to complete, such that Abort() can wake it. Throws on timeout
+  // (Gloo) or abort.
   void Wait(gloo::transport::UnboundBuffer& buffer, bool recv,
-            const OpContext& ctx);
+            absl::Time deadline);
 
   // Connects the pairs the call needs (every peer, or `peer` alone), then
-  // runs `body` (Gloo calls that may throw), turning exceptions into Status.
-  // CANCELLED without running `body` once aborted.
+  // runs `body` (Gloo calls that may throw) with the operation's deadline
+  // (Deadline(ctx)), turning exceptions into Status. CANCELLED without
+  // running `body` once aborted.
   static constexpr int kAllPeers = -1;
-  absl::Status Guarded(const OpContext& ctx, const std::function<void()>& body,
+  absl::Status Guarded(const OpContext& ctx,
+                       const std::function<void(absl::Time deadline)>& body,
                        int peer = kAllPeers);
+  // The operation's one deadline, ctx.timeout after its first call into this
+  // backend: every phase of it (the signature exchange, a split matrix, the
+  // data; connecting; each wait) gets only what is left, on the thread that
+  // runs it.
+  absl::Time Deadline(const OpContext& ctx) const;
+  // CANCELLED naming the operation, group and rank.
+  absl::Status Cancelled(const OpContext& ctx) const;
 
+  const uint64_t id_;  // unique in the process, for Deadline()
   const int rank_;
   const int size_;
   const RankNames names_;

@@ -201,16 +201,20 @@ std::vector<std::string> WaitForAddresses(Store& store,
   }
 }
 
-// Gloo's Pair::connect waits without a deadline for a peer that accepted the
-// TCP connection but never answers the handshake (frozen). So `connect`
-// runs on a thread of its own, owning what it touches; if it has not
-// finished in time (or the group is aborted), this rank gives up and the
-// thread ends with the process, or when the peer answers or dies.
+// Gloo's Pair::connect waits far longer than the operation may (5 times
+// the pair's timeout) for a peer that published its address but never
+// completes the connection (frozen, or overloaded). So `connect` runs on a
+// thread of its own, owning what it touches; if it has not finished by
+// `deadline` (or the group is aborted), this rank gives up and the thread
+// ends with the process, or when the peer answers or dies: the pairs it
+// connects must then never be made again (PairMesh::Peer::failed).
 // While it waits, it looks every 50 ms at whether the job failed (a peer it
 // waits for died: job_failure.h): Gloo would wait for that peer's connection
-// until the timeout.
+// until the timeout. `waiting_for` names the peer the thread is at.
 void ConnectWithin(std::function<void()> connect, absl::Duration timeout,
-                   const std::atomic<bool>& aborted, Store& store) {
+                   absl::Time deadline, const std::atomic<bool>& aborted,
+                   Store& store,
+                   const std::function<std::string()>& waiting_for) {
   struct Outcome {
     absl::Mutex mu;
     bool done ABSL_GUARDED_BY(mu) = false;
@@ -228,27 +232,30 @@ void ConnectWithin(std::function<void()> connect, absl::Duration timeout,
     outcome->error = error;
     outcome->done = true;
   }).detach();
-  // Gloo's own timeouts fire first when they can (they name the peer).
-  const absl::Time give_up = absl::Now() + timeout + absl::Seconds(1);
   absl::MutexLock lock(&outcome->mu);
-  while (!outcome->done && absl::Now() < give_up && !aborted.load()) {
-    if (outcome->mu.AwaitWithTimeout(absl::Condition(&outcome->done),
-                                     absl::Milliseconds(50))) {
+  while (!outcome->done && absl::Now() < deadline && !aborted.load()) {
+    if (outcome->mu.AwaitWithTimeout(
+            absl::Condition(&outcome->done),
+            std::min(absl::Milliseconds(50), deadline - absl::Now()))) {
       break;
     }
     outcome->mu.Unlock();
     std::optional<std::string> failed = JobFailureNow(store);
     outcome->mu.Lock();
     if (failed.has_value() && !outcome->done) {
-      throw gloo::IoException(absl::StrCat("the job failed: ", *failed));
+      // "the job failed: " first, as the store says it (job_failure.h).
+      throw gloo::IoException(absl::StrCat("the job failed: ", *failed,
+                                           " (while connecting to ",
+                                           waiting_for(), ")"));
     }
   }
   if (!outcome->done) {
     if (aborted.load()) ThrowAborted();
     throw gloo::IoException(absl::StrCat(
         "timed out after ", absl::FormatDuration(timeout),
-        " in the connection handshake (a peer accepted the connection but "
-        "never answered: frozen or overloaded)"));
+        " in the connection handshake with ", waiting_for(),
+        " (it published its address but never completed the connection: "
+        "frozen or overloaded)"));
   }
   if (outcome->error) std::rethrow_exception(outcome->error);
 }
@@ -300,11 +307,13 @@ void PairMesh::ConnectAll(absl::Duration timeout,
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     locks.push_back(std::make_unique<absl::MutexLock>(&peers_[p]->mu));
+    if (!peers_[p]->failed.empty()) {
+      throw gloo::IoException(peers_[p]->failed);
+    }
     if (!peers_[p]->connected) missing.push_back(p);
   }
   if (missing.empty()) return;
-  Connect(missing, timeout, aborted);
-  for (int p : missing) peers_[p]->connected = true;
+  ConnectOrFail(missing, timeout, aborted);
 }
 
 void PairMesh::ConnectPair(int peer, absl::Duration timeout,
@@ -312,8 +321,31 @@ void PairMesh::ConnectPair(int peer, absl::Duration timeout,
   Peer& p = *peers_[peer];
   absl::MutexLock lock(&p.mu);
   if (p.connected) return;
-  Connect({peer}, timeout, aborted);
-  p.connected = true;
+  // Another thread's connect to this peer failed while this one waited for
+  // the lock (or before): its handshake thread may still be inside the pair.
+  if (!p.failed.empty()) throw gloo::IoException(p.failed);
+  ConnectOrFail({peer}, timeout, aborted);
+}
+
+void PairMesh::ConnectOrFail(const std::vector<int>& peers,
+                             absl::Duration timeout,
+                             const std::atomic<bool>& aborted) {
+  try {
+    Connect(peers, timeout, aborted);
+  } catch (const std::exception& e) {
+    // For good: every later use of these pairs gets this error, and none is
+    // made again (ConnectWithin).
+    for (int p : peers) {
+      peers_[p]->mu.AssertHeld();
+      peers_[p]->failed = absl::StrCat("connecting to ", names_.Rank(p),
+                                       " failed earlier: ", e.what());
+    }
+    throw;
+  }
+  for (int p : peers) {
+    peers_[p]->mu.AssertHeld();
+    peers_[p]->connected = true;
+  }
 }
 
 void PairMesh::Connect(const std::vector<int>& peers, absl::Duration timeout,
@@ -339,18 +371,26 @@ void PairMesh::Connect(const std::vector<int>& peers, absl::Duration timeout,
   for (int p : peers) named.push_back(names_.Rank(p));
   std::vector<std::string> peer_addresses = WaitForAddresses(
       *store_, theirs, absl::StrJoin(named, ", "), timeout, aborted);
-  // In rank order on every rank, as Gloo's own full mesh does.
+  // In rank order on every rank, as Gloo's own full mesh does. `at`: the
+  // index of the peer the thread is connecting, for messages.
   std::shared_ptr<gloo::Context> context = context_;
+  auto at = std::make_shared<std::atomic<size_t>>(0);
   ConnectWithin(
-      [context, peers, peer_addresses] {
+      [context, peers, peer_addresses, at] {
         auto& t = static_cast<MeshContext&>(*context).transport();
         for (size_t i = 0; i < peers.size(); ++i) {
+          at->store(i);
           t.getPair(peers[i])->connect(std::vector<char>(
               peer_addresses[i].begin(), peer_addresses[i].end()));
         }
       },
-      std::max(absl::Milliseconds(1), deadline - absl::Now()), aborted,
-      *store_);
+      // A few milliseconds at least: a handshake that is done at once (this
+      // rank dials) is not failed for the time the store took.
+      timeout, std::max(deadline, absl::Now() + absl::Milliseconds(5)), aborted,
+      *store_,
+      [&] {
+        return names_.Rank(peers[std::min(at->load(), peers.size() - 1)]);
+      });
   connected_ += static_cast<int>(peers.size());
 }
 

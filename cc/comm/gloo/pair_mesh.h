@@ -16,15 +16,21 @@
 //
 // Every wait is bounded: a peer that never publishes its address, or that
 // accepts the connection but never answers the handshake (frozen), ends the
-// connect with gloo::IoException ("timed out ...") after the timeout; an
-// abort ends it at once. Threads: ConnectPair may be called from several
-// threads (one lock per peer); ConnectAll is collective.
+// connect with gloo::IoException ("timed out ...", naming the peer) at the
+// deadline; an abort ends it at once. A pair whose connect failed is failed
+// for good: every later ConnectPair or ConnectAll that needs it throws that
+// first error again. It is never made anew: the thread of a handshake given
+// up on may still be inside the old pair (Gloo's createPair would destroy
+// it under that thread), and a group is unusable after such an error
+// anyway. Threads: ConnectPair may be called from several threads (one lock
+// per peer); ConnectAll is collective.
 
 #ifndef DISTKIT_CC_COMM_GLOO_PAIR_MESH_H_
 #define DISTKIT_CC_COMM_GLOO_PAIR_MESH_H_
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -54,8 +60,9 @@ class PairMesh {
   // usable once connected.
   const std::shared_ptr<gloo::Context>& context() const { return context_; }
 
-  // Collective: connects every pair not connected yet. Throws
-  // gloo::IoException on a timeout, a failed peer, or when `aborted` is set.
+  // Collective: connects every pair not connected yet, within `timeout`.
+  // Throws gloo::IoException on a timeout, a failed peer, when `aborted` is
+  // set, or when a pair it needs failed before (that error again).
   void ConnectAll(absl::Duration timeout, const std::atomic<bool>& aborted);
   // Connects the pair to `peer` unless it is connected; `peer` must do the
   // same for this rank (its matching send or receive). Throws like
@@ -82,12 +89,18 @@ class PairMesh {
   struct Peer {
     absl::Mutex mu;
     bool connected ABSL_GUARDED_BY(mu) = false;
+    // Not empty once connecting the pair failed: what every later use
+    // throws (the pair is never made again).
+    std::string failed ABSL_GUARDED_BY(mu);
   };
   // Creates the pairs to `peers` (not connected), publishes their addresses
   // in one store call, reads the peers' in one, and connects them in rank
-  // order. Every Peer::mu of `peers` is held by the caller.
+  // order. Every Peer::mu of `peers` is held by the caller; on failure it
+  // marks every one of them failed.
   void Connect(const std::vector<int>& peers, absl::Duration timeout,
                const std::atomic<bool>& aborted);
+  void ConnectOrFail(const std::vector<int>& peers, absl::Duration timeout,
+                     const std::atomic<bool>& aborted);
 
   const std::shared_ptr<Store> store_;
   const int rank_;
