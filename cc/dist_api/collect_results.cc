@@ -103,10 +103,10 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
     const ResultItems& part, int64_t size, std::optional<std::string> tmpdir,
     ProcessGroup* group) {
   DK_RETURN_IF_ERROR(CheckSize(size));
-  if (internal::Trivial(group)) {
+  const std::shared_ptr<ProcessGroup> g = internal::Resolve(group);
+  if (internal::Trivial(g)) {
     return std::optional<ResultItems>(Truncated(part, size));
   }
-  ProcessGroup* g = Resolve(group);
   const int rank = g->rank(), world = g->size();
   std::string dir;
   if (!tmpdir.has_value()) {
@@ -125,8 +125,8 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
     }
     // Through the comm device (dist::Broadcast's casting rule): NCCL takes
     // no host memory.
-    DK_RETURN_IF_ERROR(
-        Broadcast(TensorRef(path.data(), path.size(), DataType::kUInt8), 0, g));
+    DK_RETURN_IF_ERROR(Broadcast(
+        TensorRef(path.data(), path.size(), DataType::kUInt8), 0, g.get()));
     dir = std::string(absl::StripTrailingAsciiWhitespace(
         std::string(path.begin(), path.end())));
     if (dir.empty()) {
@@ -157,7 +157,7 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
   // met it as if this call had).
   int32_t all_written = written ? 1 : 0;
   DK_RETURN_IF_ERROR(
-      AllReduce(TensorRef(&all_written, 1, DataType::kInt32), "min", g));
+      AllReduce(TensorRef(&all_written, 1, DataType::kInt32), "min", g.get()));
   if (all_written == 0) {
     std::error_code ec;
     if (!tmpdir.has_value()) std::filesystem::remove_all(dir, ec);
@@ -193,12 +193,13 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
 absl::StatusOr<std::optional<ResultItems>> CollectResultsGpu(
     const ResultItems& part, int64_t size, ProcessGroup* group) {
   DK_RETURN_IF_ERROR(CheckSize(size));
-  if (internal::Trivial(group)) {
+  const std::shared_ptr<ProcessGroup> g = internal::Resolve(group);
+  if (internal::Trivial(g)) {
     return std::optional<ResultItems>(Truncated(part, size));
   }
   DK_ASSIGN_OR_RETURN(std::vector<std::string> encoded,
                       AllGatherObject(Encode(part), group));
-  if (Resolve(group)->rank() != 0) return std::optional<ResultItems>();
+  if (g->rank() != 0) return std::optional<ResultItems>();
   std::vector<ResultItems> parts;
   for (const std::string& e : encoded) {
     DK_ASSIGN_OR_RETURN(ResultItems items, Decode(e));

@@ -59,8 +59,8 @@ absl::Status FlatAllReduce(const std::vector<TensorRef>& tensors, ReduceOp op,
 absl::Status AllReduce(TensorRef data, absl::string_view op,
                        ProcessGroup* group) {
   DK_ASSIGN_OR_RETURN(ReduceOp reduce_op, ParseReduceOp(op));
-  if (Trivial(group)) return absl::OkStatus();
-  ProcessGroup* g = Resolve(group);
+  const std::shared_ptr<ProcessGroup> g = Resolve(group);
+  if (Trivial(g)) return absl::OkStatus();
   return OnCommDevice(
       data, g->comm_device(), Access::kReadWrite,
       [&](const TensorRef& t) { return g->AllReduce(t, reduce_op); });
@@ -68,14 +68,14 @@ absl::Status AllReduce(TensorRef data, absl::string_view op,
 
 absl::Status AllGather(TensorRef data, const std::vector<TensorRef>& outputs,
                        ProcessGroup* group) {
-  if (Trivial(group)) {
+  const std::shared_ptr<ProcessGroup> g = Resolve(group);
+  if (Trivial(g)) {
     if (outputs.size() != 1) {
       return absl::InvalidArgumentError(
           "all_gather: expected 1 output at world size 1");
     }
     return CopyInto(data, outputs[0]);
   }
-  ProcessGroup* g = Resolve(group);
   const Device comm = g->comm_device();
   return OnCommDevice(data, comm, Access::kRead, [&](const TensorRef& in) {
     return OutputsOnCommDevice(outputs, comm,
@@ -87,11 +87,11 @@ absl::Status AllGather(TensorRef data, const std::vector<TensorRef>& outputs,
 
 absl::Status Gather(TensorRef data, const std::vector<TensorRef>& outputs,
                     int dst, ProcessGroup* group) {
-  if (Trivial(group)) {
+  const std::shared_ptr<ProcessGroup> g = Resolve(group);
+  if (Trivial(g)) {
     if (!outputs.empty()) return CopyInto(data, outputs[0]);
     return absl::OkStatus();
   }
-  ProcessGroup* g = Resolve(group);
   const Device comm = g->comm_device();
   const bool receives = g->rank() == dst;
   if (receives && static_cast<int>(outputs.size()) != g->size()) {
@@ -125,8 +125,8 @@ absl::Status Gather(TensorRef data, const std::vector<TensorRef>& outputs,
 }
 
 absl::Status Broadcast(TensorRef data, int src, ProcessGroup* group) {
-  if (Trivial(group)) return absl::OkStatus();
-  ProcessGroup* g = Resolve(group);
+  const std::shared_ptr<ProcessGroup> g = Resolve(group);
+  if (Trivial(g)) return absl::OkStatus();
   return OnCommDevice(data, g->comm_device(), Access::kReadWrite,
                       [&](const TensorRef& t) { return g->Broadcast(t, src); });
 }
@@ -135,18 +135,20 @@ absl::StatusOr<int32_t> SyncRandomSeed(ProcessGroup* group) {
   std::random_device device;
   std::uniform_int_distribution<int32_t> draw(0, 0x7fffffff);
   int32_t seed = draw(device);
-  if (Trivial(group)) return seed;
-  ProcessGroup* g = Resolve(group);
+  const std::shared_ptr<ProcessGroup> g = Resolve(group);
+  if (Trivial(g)) return seed;
   if (g->rank() != 0) seed = 0;  // mmengine: non-zero ranks start from 0
   // Through the comm device (NCCL takes no host memory).
-  DK_RETURN_IF_ERROR(Broadcast(TensorRef(&seed, 1, DataType::kInt32), 0, g));
+  DK_RETURN_IF_ERROR(
+      Broadcast(TensorRef(&seed, 1, DataType::kInt32), 0, g.get()));
   return seed;
 }
 
 absl::Status AllReduceDict(const std::map<std::string, TensorRef>& data,
                            absl::string_view op, ProcessGroup* group) {
   DK_ASSIGN_OR_RETURN(ReduceOp reduce_op, ParseReduceOp(op));
-  if (Trivial(group) || data.empty()) return absl::OkStatus();
+  const std::shared_ptr<ProcessGroup> g = Resolve(group);
+  if (Trivial(g) || data.empty()) return absl::OkStatus();
   std::vector<TensorRef> values;
   for (const auto& [key, t] : data) {
     if (t.dtype() != data.begin()->second.dtype()) {
@@ -156,7 +158,7 @@ absl::Status AllReduceDict(const std::map<std::string, TensorRef>& data,
     }
     values.push_back(t);
   }
-  return FlatAllReduce(values, reduce_op, Resolve(group));
+  return FlatAllReduce(values, reduce_op, g.get());
 }
 
 std::vector<std::vector<size_t>> TakeTensorBuckets(
@@ -197,8 +199,8 @@ absl::Status AllReduceParams(const std::vector<TensorRef>& params,
 absl::Status AllReduceParams(const std::vector<TensorRef>& params,
                              bool coalesce, int bucket_size_mb,
                              ReduceOp reduce_op, ProcessGroup* group) {
-  if (Trivial(group)) return absl::OkStatus();
-  ProcessGroup* g = Resolve(group);
+  const std::shared_ptr<ProcessGroup> g = Resolve(group);
+  if (Trivial(g)) return absl::OkStatus();
   if (!coalesce) {
     for (const TensorRef& p : params) {
       DK_RETURN_IF_ERROR(OnCommDevice(
@@ -211,7 +213,7 @@ absl::Status AllReduceParams(const std::vector<TensorRef>& params,
        TakeTensorBuckets(params, bucket_size_mb)) {
     std::vector<TensorRef> tensors;
     for (size_t i : bucket) tensors.push_back(params[i]);
-    DK_RETURN_IF_ERROR(FlatAllReduce(tensors, reduce_op, g));
+    DK_RETURN_IF_ERROR(FlatAllReduce(tensors, reduce_op, g.get()));
   }
   return absl::OkStatus();
 }

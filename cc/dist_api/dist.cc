@@ -442,26 +442,24 @@ std::shared_ptr<Store> GetStore() {
   return s.store;
 }
 
-const ProcessGroup* ResolveGroup(const ProcessGroup* group) {
-  if (group != nullptr) return group;
-  State& s = GetState();
-  absl::MutexLock lock(&s.mu);
-  return s.world.get();
-}
-
+// Each query holds the default group for the call: a dk_shutdown on another
+// thread must not free it in between (it did: GetRank after IsDistributed).
 std::optional<std::string> GetBackend(const ProcessGroup* group) {
-  if (!IsDistributed()) return std::nullopt;
-  return ResolveGroup(group)->backend_name();
+  std::shared_ptr<ProcessGroup> world = GetDefaultGroup();
+  if (world == nullptr) return std::nullopt;
+  return (group != nullptr ? group : world.get())->backend_name();
 }
 
 int GetWorldSize(const ProcessGroup* group) {
-  if (!IsDistributed()) return 1;
-  return ResolveGroup(group)->size();
+  std::shared_ptr<ProcessGroup> world = GetDefaultGroup();
+  if (world == nullptr) return 1;
+  return (group != nullptr ? group : world.get())->size();
 }
 
 int GetRank(const ProcessGroup* group) {
-  if (!IsDistributed()) return 0;
-  return ResolveGroup(group)->rank();
+  std::shared_ptr<ProcessGroup> world = GetDefaultGroup();
+  if (world == nullptr) return 0;
+  return (group != nullptr ? group : world.get())->rank();
 }
 
 std::pair<int, int> GetDistInfo(const ProcessGroup* group) {
@@ -471,13 +469,16 @@ std::pair<int, int> GetDistInfo(const ProcessGroup* group) {
 bool IsMainProcess(const ProcessGroup* group) { return GetRank(group) == 0; }
 
 absl::Status Barrier(const ProcessGroup* group) {
-  if (!IsDistributed()) return absl::OkStatus();
-  return const_cast<ProcessGroup*>(ResolveGroup(group))->Barrier();
+  std::shared_ptr<ProcessGroup> world = GetDefaultGroup();
+  if (world == nullptr) return absl::OkStatus();
+  return const_cast<ProcessGroup*>(group != nullptr ? group : world.get())
+      ->Barrier();
 }
 
 Device GetCommDevice(const ProcessGroup* group) {
-  if (!IsDistributed()) return Device::Cpu();
-  return ResolveGroup(group)->comm_device();
+  std::shared_ptr<ProcessGroup> world = GetDefaultGroup();
+  if (world == nullptr) return Device::Cpu();
+  return (group != nullptr ? group : world.get())->comm_device();
 }
 
 absl::Status InitLocalGroup(int node_rank, int num_gpus_per_node) {

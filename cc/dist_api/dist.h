@@ -146,9 +146,6 @@ auto MasterOnly(F&& f) -> std::optional<decltype(f())> {
   return f();
 }
 
-// Resolves a `group` argument: nullptr means the default group.
-const ProcessGroup* ResolveGroup(const ProcessGroup* group);
-
 }  // namespace dist
 }  // namespace distkit
 

@@ -144,8 +144,9 @@ absl::StatusOr<std::vector<std::string>> CollectPadded(
 
 absl::StatusOr<std::vector<std::string>> AllGatherObject(
     const std::string& data, ProcessGroup* group) {
-  if (Trivial(group)) return std::vector<std::string>{data};
-  ProcessGroup* g = Resolve(group);
+  const std::shared_ptr<ProcessGroup> held = Resolve(group);
+  if (Trivial(held)) return std::vector<std::string>{data};
+  ProcessGroup* g = held.get();
   return CollectPadded(
       data, g, "all_gather_object", /*receives=*/true,
       [g](TensorRef in, TensorRef out) { return g->AllGather(in, out); });
@@ -153,8 +154,9 @@ absl::StatusOr<std::vector<std::string>> AllGatherObject(
 
 absl::StatusOr<std::optional<std::vector<std::string>>> GatherObject(
     const std::string& data, int dst, ProcessGroup* group) {
-  if (Trivial(group)) return std::optional<std::vector<std::string>>({data});
-  ProcessGroup* g = Resolve(group);
+  const std::shared_ptr<ProcessGroup> held = Resolve(group);
+  if (Trivial(held)) return std::optional<std::vector<std::string>>({data});
+  ProcessGroup* g = held.get();
   DK_ASSIGN_OR_RETURN(std::vector<std::string> out,
                       CollectPadded(data, g, "gather_object", g->rank() == dst,
                                     [g, dst](TensorRef in, TensorRef out) {
@@ -167,8 +169,9 @@ absl::StatusOr<std::optional<std::vector<std::string>>> GatherObject(
 absl::Status BroadcastObjectList(std::vector<std::string>* objects, int src,
                                  ProcessGroup* group) {
   if (objects == nullptr) return absl::InvalidArgumentError("objects is NULL");
-  if (Trivial(group)) return absl::OkStatus();
-  ProcessGroup* g = Resolve(group);
+  const std::shared_ptr<ProcessGroup> held = Resolve(group);
+  if (Trivial(held)) return absl::OkStatus();
+  ProcessGroup* g = held.get();
   // The count, then each object's size, then the concatenated bytes.
   int64_t count = g->rank() == src ? static_cast<int64_t>(objects->size()) : 0;
   DK_RETURN_IF_ERROR(
