@@ -8,10 +8,12 @@ torch.distributed is initialized first by this program (Gloo, a FileStore in the
 test's temporary directory), as user code does, so distkit has not joined the
 job while the modelopt groups are made; init_dist joins it after."""
 import datetime
+import gc
 import os
 import pathlib
 import sys
 import threading
+import time
 import traceback
 
 import numpy as np
@@ -143,6 +145,18 @@ def non_contiguous(rank, n):
     t = transposed(rank)
     dist.all_reduce(t, async_op=True).wait()
     check(torch.equal(t, total(n)), "async all_reduce of a transposed tensor")
+    # Without wait(): the result is in the tensor once is_completed() says
+    # so, and after the Work is dropped, as torch's in-place results are.
+    t = transposed(rank)
+    work = dist.all_reduce(t, async_op=True)
+    while not work.is_completed():
+        time.sleep(0.001)
+    check(torch.equal(t, total(n)), "async all_reduce, transposed, after is_completed()")
+    t = transposed(rank)
+    work = dist.all_reduce(t, async_op=True)
+    del work
+    gc.collect()
+    check(torch.equal(t, total(n)), "async all_reduce, transposed, its Work dropped")
     t = torch.arange(8.0)[::2] * (rank + 1)
     dist.all_reduce(t, "mean")
     check(torch.equal(t, torch.arange(8.0)[::2] * (n + 1) / 2), f"mean of a strided view: {t}")

@@ -6,7 +6,7 @@ import ctypes
 import datetime
 from typing import Callable, Optional, Sequence
 
-from .. import _lib
+from .. import _lib, errors
 from .._lib import lib, raise_for_status
 from .._millis import to_millis
 
@@ -30,7 +30,16 @@ class Work:
             return True
         state = ctypes.c_int32()
         raise_for_status(lib.dk_work_test, self._handle, ctypes.byref(state))
-        return state.value != _lib.WORK_PENDING
+        if state.value == _lib.WORK_PENDING:
+            return False
+        # Done: finished here as wait() would (results copied back where the
+        # call form needs it), since torch's tensors hold their results once
+        # the work is complete; a failure stays for wait() and exception().
+        try:
+            self.wait()
+        except Exception:  # noqa: BLE001 - kept in self._error
+            pass
+        return True
 
     def wait(self, timeout: Optional[datetime.timedelta] = None) -> bool:
         """Blocks until done (``timeout``: a timedelta or seconds; past it a
@@ -69,8 +78,15 @@ class Work:
 
     def __del__(self):
         if getattr(self, "_handle", None) is not None:
-            lib.dk_work_wait(self._handle, -1, None)  # the buffers are still lent
+            # The buffers are still lent: wait, then finish as wait() would,
+            # so a dropped Work's results still reach the caller's tensors.
+            ok = lib.dk_work_wait(self._handle, -1, None) == errors.OK
             self._release()
+            if ok and self._then is not None:
+                try:
+                    self._then()
+                except Exception:  # noqa: BLE001 - nothing to raise to in __del__
+                    pass
 
 
 def start(fn, *args) -> ctypes.c_void_p:
