@@ -215,7 +215,13 @@ bool DistkitWork::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-std::vector<at::Tensor> DistkitWork::result() { return outputs_; }
+std::vector<at::Tensor> DistkitWork::result() {
+  // As ProcessGroupGloo's: the outputs are the result once written.
+  TORCH_CHECK(isCompleted(),
+              "Work needs to be completed before calling result(). Should "
+              "call wait() before result().");
+  return outputs_;
+}
 
 c10::intrusive_ptr<c10::ivalue::Future> DistkitWork::getFuture() {
   bool complete_here = false;

@@ -3,7 +3,10 @@
 #include <ATen/ATen.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <memory>
+#include <mutex>
 #include <stdexcept>
+#include <unordered_map>
 #include <utility>
 
 #include "bindings/python/c10d/cuda_stream.h"
@@ -80,6 +83,16 @@ void Unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& outs) {
   }
 }
 
+// `t`'s shape as ProcessGroupGloo writes it: "(3, 2)".
+std::string SizesText(const at::Tensor& t) {
+  std::string text = "(";
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (d > 0) text += ", ";
+    text += std::to_string(t.size(d));
+  }
+  return text + ")";
+}
+
 // `t` as bytes, flat (contiguous: a view; else a contiguous copy's).
 at::Tensor Bytes(const at::Tensor& t) {
   return Contiguous(t).reshape({-1}).view(at::kByte);
@@ -151,12 +164,28 @@ const char* ReduceOpName(c10d::ReduceOp::RedOpType op) {
   }
 }
 
+// The lock under which CUDA operations on `group` (nullptr: the default
+// group) set its stream and are issued: one per group handle, shared by
+// every process group over it (the default group's, made again after a
+// rebase). Handles are never reused (the C ABI's convention 11), so an entry
+// is never another group's; they are few and kept.
+std::shared_ptr<std::mutex> IssueMutexOf(dk_group_t* group) {
+  static std::mutex* mu = new std::mutex;
+  static auto* locks =
+      new std::unordered_map<dk_group_t*, std::shared_ptr<std::mutex>>;
+  std::lock_guard<std::mutex> lock(*mu);
+  std::shared_ptr<std::mutex>& entry = (*locks)[group];
+  if (entry == nullptr) entry = std::make_shared<std::mutex>();
+  return entry;
+}
+
 }  // namespace
 
 ProcessGroupDistkit::ProcessGroupDistkit(int rank, int size, dk_group_t* group)
     : TorchBackendBase(rank, size),
       group_(group),
       group_name_(GroupName(group)),
+      issue_mu_(IssueMutexOf(group)),
       host_only_(ComputesOnHost(group)),
       where_(std::make_shared<const std::string>(
           "on group '" + group_name_ + "' (rank " + std::to_string(rank) +
@@ -301,15 +330,25 @@ WorkPtr ProcessGroupDistkit::Issue(OpType type, const char* op,
       return work;
     }
   }
+  // The library keeps one caller stream per group, which an operation reads
+  // when issued, and sends and receives may come from several threads
+  // (the C ABI's convention 13): setting the stream and issuing are one
+  // step, under the group's lock, so no thread's operation is ordered after
+  // another thread's stream. Held only while issuing (asynchronous: it
+  // returns at once), never while the operation runs.
+  std::unique_lock<std::mutex> issuing;
   for (const at::Tensor& t : lent) {
     if (t.defined() && t.is_cuda()) {
+      issuing = std::unique_lock<std::mutex>(*issue_mu_);
       FollowCurrentStream(t, op);
       break;
     }
   }
   dk_work_t* dk = nullptr;
   dk_error_t* err = nullptr;
-  if (call(&dk, &err) != DK_OK) {
+  const dk_status_t issued = call(&dk, &err);
+  if (issuing.owns_lock()) issuing.unlock();
+  if (issued != DK_OK) {
     // The library's message names the operation, group and rank.
     throw std::runtime_error("distkit: " +
                              TakeErrorMessage(err, Describe(op) + " failed"));
@@ -460,15 +499,28 @@ WorkPtr ProcessGroupDistkit::allgather(
     std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   const char* op = "allgather";
   const at::Tensor& t = Single(inputs, op);
-  if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_) {
+  if (outputs.size() != 1) {
     Fail(op, "takes one list of " + std::to_string(size_) + " outputs");
   }
+  // ProcessGroupGloo's checks, in its words: as many outputs as ranks, each
+  // of the input's dtype and shape (not only its element count).
+  if (static_cast<int>(outputs[0].size()) != size_) {
+    Fail(op, "invalid output tensor list at index 0 (expected length " +
+                 std::to_string(size_) + ", got " +
+                 std::to_string(outputs[0].size()) + ")");
+  }
   std::vector<at::Tensor> outs = outputs[0];
-  for (const at::Tensor& o : outs) {
-    if (o.numel() != t.numel() || o.scalar_type() != t.scalar_type()) {
-      Fail(op, "every output must match the input (" +
-                   std::to_string(t.numel()) + " elements of " +
-                   c10::toString(t.scalar_type()) + ")");
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const at::Tensor& o = outs[i];
+    if (o.scalar_type() != t.scalar_type()) {
+      Fail(op, "invalid tensor type at index " + std::to_string(i) +
+                   " (expected " + c10::toString(t.scalar_type()) + ", got " +
+                   c10::toString(o.scalar_type()) + ")");
+    }
+    if (o.sizes() != t.sizes()) {
+      Fail(op, "invalid tensor size at index " + std::to_string(i) +
+                   " (expected " + SizesText(t) + ", got " + SizesText(o) +
+                   ")");
     }
   }
   at::Tensor in = Lendable(t);
@@ -637,36 +689,68 @@ WorkPtr ProcessGroupDistkit::scatter(
       });
 }
 
+void ProcessGroupDistkit::CheckSplitSizes(const std::vector<int64_t>& splits,
+                                          const at::Tensor& t, const char* side,
+                                          const char* op) const {
+  const int64_t rows = t.size(0);  // a 0-dim tensor: IndexError, as torch's
+  if (splits.empty()) {
+    if (rows % size_ != 0) {
+      Fail(op, "Tensor's dim 0 does not divide equally across group size (" +
+                   std::string(side) + ": " + std::to_string(rows) +
+                   " rows, no split sizes, " + std::to_string(size_) +
+                   " ranks)");
+    }
+    return;
+  }
+  if (static_cast<int64_t>(splits.size()) != size_) {
+    Fail(op, "Number of tensor splits not equal to group size (" +
+                 std::string(side) + ": " + std::to_string(splits.size()) +
+                 " split sizes, " + std::to_string(size_) + " ranks)");
+  }
+  int64_t sum = 0;
+  for (int64_t s : splits) {
+    if (s < 0) {
+      Fail(op, std::string(side) + " split sizes must not be negative (got " +
+                   std::to_string(s) + ")");
+    }
+    sum += s;
+  }
+  if (sum != rows) {
+    Fail(op, "Split sizes doesn't match total dim 0 size (" +
+                 std::string(side) + ": split sizes sum to " +
+                 std::to_string(sum) + ", dim 0 is " + std::to_string(rows) +
+                 ")");
+  }
+}
+
 WorkPtr ProcessGroupDistkit::alltoall_base(
     at::Tensor& output, at::Tensor& input,
     std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes,
     const c10d::AllToAllOptions& opts) {
   const char* op = "alltoall_base";
+  const bool even = output_split_sizes.empty() && input_split_sizes.empty();
+  if (!even) {
+    // torch's checks (c10d::checkSplitSizes, as ProcessGroupGloo and NCCL
+    // make them), with its words: splits count rows (dimension 0), one per
+    // rank, summing to the tensor's rows; a side without splits divides its
+    // rows evenly.
+    CheckSplitSizes(input_split_sizes, input, "input", op);
+    CheckSplitSizes(output_split_sizes, output, "output", op);
+  }
   at::Tensor in = Lendable(input);
   at::Tensor out = LendableOutput(output);
-  // torch's splits count rows (dimension 0); the library's count elements.
-  // One side given, the other even: that side's equal parts.
+  // torch's splits count rows; the library's count elements.
   auto elements = [&](const at::Tensor& t, const std::vector<int64_t>& rows) {
+    const int64_t row = t.size(0) > 0 ? t.numel() / t.size(0) : 1;
     std::vector<int64_t> out_splits;
     if (rows.empty()) {
-      if (t.numel() % size_ != 0) {
-        Fail(op, "an even split needs a multiple of " + std::to_string(size_) +
-                     " elements, got " + std::to_string(t.numel()));
-      }
-      out_splits.assign(size_, t.numel() / size_);
-      return out_splits;
+      out_splits.assign(size_, t.size(0) / size_ * row);
+    } else {
+      for (int64_t r : rows) out_splits.push_back(r * row);
     }
-    if (static_cast<int>(rows.size()) != size_) {
-      Fail(op, "takes " + std::to_string(size_) + " split sizes, got " +
-                   std::to_string(rows.size()));
-    }
-    const int64_t row =
-        t.dim() > 0 && t.size(0) > 0 ? t.numel() / t.size(0) : 0;
-    for (int64_t r : rows) out_splits.push_back(r * row);
     return out_splits;
   };
-  const bool even = output_split_sizes.empty() && input_split_sizes.empty();
   std::vector<int64_t> in_splits, out_splits;
   if (!even) {
     in_splits = elements(in, input_split_sizes);

@@ -139,11 +139,19 @@ class ProcessGroupDistkit : public TorchBackendBase {
   // `t` (which the caller lends in place of the input). Returns a DK_OP_*.
   dk_reduce_op_t Reduction(const c10d::ReduceOp& reduce, at::Tensor& t,
                            const char* op) const;
+  // torch's c10d::checkSplitSizes for alltoall_base's `side` ("input",
+  // "output"), failing with its words: `splits` (rows; empty: even) of `t`.
+  void CheckSplitSizes(const std::vector<int64_t>& splits, const at::Tensor& t,
+                       const char* side, const char* op) const;
   // Tells the library the caller's CUDA stream before a CUDA operation.
   void FollowCurrentStream(const at::Tensor& t, const char* op);
 
   dk_group_t* const group_;
   const std::string group_name_;
+  // Held across "set the group's CUDA stream + issue" (Issue): the library
+  // keeps one caller stream per group, and operations may come from several
+  // threads. Shared by every process group over the same group handle.
+  const std::shared_ptr<std::mutex> issue_mu_;
   // The group computes on the host: CUDA tensors are staged (Lendable).
   const bool host_only_;
   // "on group '<name>' (rank r of n)", which every Work names itself with.

@@ -274,12 +274,20 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
                                f"{adopted.size()}, torch's rank {rank} of {size}")
         return _process_group(rank, size, adopted)
     # A subgroup: its members learn each other's default-group ranks and a
-    # name for the group's rendezvous through torch's per-group store.
-    store.set(f"distkit/member/{rank}", str(tdist.get_rank()))
-    members = [int(store.get(f"distkit/member/{r}")) for r in range(size)]
+    # name for the group's rendezvous through torch's per-group store. That
+    # store may hold an earlier group's keys under the same torch name (a
+    # store that outlived a destroy_process_group, which restarts torch's
+    # group count): each making of the group has keys of its own, the n-th
+    # (every member counts in once; no member is done with the n-th before
+    # all counted in, so none can count into the next one early), and a
+    # member never reads the name rank 0 wrote for an earlier one.
+    making = (store.add("distkit/makings", 1) - 1) // size
+    keys = f"distkit/{making}/"
+    store.set(f"{keys}member/{rank}", str(tdist.get_rank()))
+    members = [int(store.get(f"{keys}member/{r}")) for r in range(size)]
     if rank == 0:
-        store.set("distkit/name", uuid.uuid4().hex)
-    name = store.get("distkit/name").decode()
+        store.set(f"{keys}name", uuid.uuid4().hex)
+    name = store.get(f"{keys}name").decode()
     ranks = (ctypes.c_int32 * size)(*members)
     # new_group(timeout=...) bounds the subgroup's operations and its
     # creation. Without one torch passes its default (30 min): the subgroup
@@ -325,9 +333,31 @@ def init_default_group(timeout_ms: int) -> bool:
         _groups.local_group_to_torch()
         return False
     register()
-    _init_default_group(_store_for_torch(), timeout_ms)
+    _init_default_group(_store_for_torch(prefix=_next_init_prefix()), timeout_ms)
     _groups.local_group_to_torch()
     return True
+
+
+# init_default_group calls this process made (the n-th init's keys are under
+# "torch/world<n>/").
+_inits = 0
+
+
+def _next_init_prefix() -> str:
+    """The store prefix of this init round's torch keys. The job store
+    outlives the world (distrun's outlives every dk_shutdown): a process that
+    leaves and joins again must never read the previous round's keys (torch's
+    store_based_barrier_key counts, which would hang new_group, and the
+    subgroups' keys). Every rank makes the same sequence of init_dist calls,
+    so they agree on n without a word, as the library's own "world<n>/"
+    rendezvous prefix (cc/dist_api/dist.cc); counted even when the init
+    fails, as the library counts. A replacement joined a grown world
+    ("world@g<g>"): its keys are where the survivors' rebase_default_group
+    put theirs."""
+    global _inits
+    _inits += 1
+    name = _groups.get_default_group().name()
+    return f"torch/world{_inits}/" if name == "world" else f"torch/{name}/"
 
 
 def rebase_default_group(timeout_ms: int) -> None:

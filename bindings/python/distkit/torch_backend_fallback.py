@@ -3,7 +3,9 @@ fallback torch_backend uses when the C++ extension (distkit._c10d) cannot
 load, saying why (torch_backend.implementation()). Its operations complete
 before they return (``async_op=True`` gives a finished Work; see _done), so
 torch's DDP cannot overlap its all_reduces with backward on it."""
+import contextlib
 import ctypes
+import threading
 from typing import List, Optional
 
 import torch
@@ -69,8 +71,22 @@ class ProcessGroupDistkitPython(tdist.ProcessGroup):
     def _run(self, fn, args, keep, result, then=None):
         """Runs ABI collective ``fn`` on this group (``keep``: what it
         borrows), then ``then`` (results into torch's tensors)."""
-        follow_current_stream(self._handle, result)
-        raise_for_status(fn, self._handle, *args, None)
+        if not _any_cuda(result):
+            raise_for_status(fn, self._handle, *args, None)
+        else:
+            # The group's stream is set and the operation issued as one step
+            # (_issue_lock), issued asynchronously so that the lock is not
+            # held while it runs (a send on another thread may be what its
+            # peer waits for); then waited for here, as the blocking form
+            # would (a finished CUDA operation's device work is done).
+            work = ctypes.c_void_p()
+            with _issue_lock(self._handle):
+                follow_current_stream(self._handle, result)
+                raise_for_status(fn, self._handle, *args, ctypes.byref(work))
+            try:
+                raise_for_status(lib.dk_work_wait, work, -1)
+            finally:
+                lib.dk_work_destroy(work)
         if then is not None:
             then()
         del keep
@@ -86,13 +102,16 @@ class ProcessGroupDistkitPython(tdist.ProcessGroup):
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _op(opts.reduceOp) if opts is not None else _lib.OP_SUM
-        follow_current_stream(self._handle, tensors)
         # Lent as the other ops lend: non-contiguous tensors (a transpose)
         # through contiguous copies, written back after.
         lent = [_lend(t) for t in tensors]
         views = [view for view, _ in lent]
-        raise_for_status(lib.dk_group_all_reduce_coalesced, self._handle, _lib.tensor_array(views),
-                         len(views), op, 1, -1)
+        # The ABI's coalesced all_reduce has only a blocking form: with CUDA
+        # tensors the group's lock is held until it returns (see _run).
+        with _issue_lock(self._handle) if _any_cuda(tensors) else contextlib.nullcontext():
+            follow_current_stream(self._handle, tensors)
+            raise_for_status(lib.dk_group_all_reduce_coalesced, self._handle,
+                             _lib.tensor_array(views), len(views), op, 1, -1)
         for _, back in lent:
             if back is not None:
                 back()
@@ -127,7 +146,20 @@ class ProcessGroupDistkitPython(tdist.ProcessGroup):
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         t = _single(input_tensors, "allgather")
+        # ProcessGroupGloo's checks, in its words (the C++ backend's too).
+        if len(output_tensors) != 1:
+            raise ValueError(f"distkit backend: allgather takes one list of {self.size()} outputs")
         outs = output_tensors[0]
+        if len(outs) != self.size():
+            raise RuntimeError(f"distkit backend: allgather: invalid output tensor list at index 0 "
+                               f"(expected length {self.size()}, got {len(outs)})")
+        for i, o in enumerate(outs):
+            if o.dtype != t.dtype:
+                raise RuntimeError(f"distkit backend: allgather: invalid tensor type at index {i} "
+                                   f"(expected {t.dtype}, got {o.dtype})")
+            if o.shape != t.shape:
+                raise RuntimeError(f"distkit backend: allgather: invalid tensor size at index {i} "
+                                   f"(expected {_sizes(t)}, got {_sizes(o)})")
         flat = torch.empty((len(outs),) + tuple(t.shape), dtype=t.dtype, device=t.device)
         a, b = Borrowed(t.contiguous()), Borrowed(flat)
 
@@ -167,16 +199,19 @@ class ProcessGroupDistkitPython(tdist.ProcessGroup):
                          [a, b, flat], [out], back)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        def elements(t, splits):
-            if not splits:
-                return None
-            row = t[0].numel() if t.dim() > 0 and t.shape[0] > 0 else 0
-            return [s * row for s in splits]
-        ins, outs = elements(input, input_split_sizes), elements(output, output_split_sizes)
-        if (ins is None) != (outs is None):  # one side even: its equal parts
-            n = self.size()
-            ins = ins or [input.numel() // n] * n
-            outs = outs or [output.numel() // n] * n
+        n = self.size()
+        ins = outs = None
+        if output_split_sizes or input_split_sizes:
+            # torch's c10d::checkSplitSizes, in its words (the C++ backend's
+            # too): splits count rows, one per rank, summing to dimension 0;
+            # a side without splits divides its rows evenly.
+            _check_split_sizes(input_split_sizes, input, n, "input")
+            _check_split_sizes(output_split_sizes, output, n, "output")
+
+            def elements(t, splits):
+                row = t.numel() // t.shape[0] if t.shape[0] > 0 else 1
+                return [s * row for s in (splits or [t.shape[0] // n] * n)]
+            ins, outs = elements(input, input_split_sizes), elements(output, output_split_sizes)
         a = Borrowed(input.contiguous())
         b, back = _lend(output)
         if ins is None:
@@ -227,6 +262,49 @@ class ProcessGroupDistkitPython(tdist.ProcessGroup):
     def recv_anysource(self, tensors, tag):
         raise RuntimeError("distkit backend: recv from any source is not supported; "
                            "name the source rank")
+
+
+def _check_split_sizes(splits, t: torch.Tensor, n: int, side: str) -> None:
+    """torch's c10d::checkSplitSizes for alltoall_base's ``side``."""
+    rows = t.size(0)  # a 0-dim tensor: IndexError, as torch's
+    if not splits:
+        if rows % n != 0:
+            raise RuntimeError(f"distkit backend: alltoall_base: Tensor's dim 0 does not divide "
+                               f"equally across group size ({side}: {rows} rows, no split sizes, "
+                               f"{n} ranks)")
+        return
+    if len(splits) != n:
+        raise RuntimeError(f"distkit backend: alltoall_base: Number of tensor splits not equal to "
+                           f"group size ({side}: {len(splits)} split sizes, {n} ranks)")
+    if any(s < 0 for s in splits):
+        raise RuntimeError(f"distkit backend: alltoall_base: {side} split sizes must not be "
+                           f"negative (got {list(splits)})")
+    if sum(splits) != rows:
+        raise RuntimeError(f"distkit backend: alltoall_base: Split sizes doesn't match total dim 0 "
+                           f"size ({side}: split sizes sum to {sum(splits)}, dim 0 is {rows})")
+
+
+def _sizes(t: torch.Tensor) -> str:
+    """``t``'s shape as ProcessGroupGloo writes it: "(3, 2)"."""
+    return "(" + ", ".join(str(d) for d in t.shape) + ")"
+
+
+def _any_cuda(tensors) -> bool:
+    return any(getattr(t, "is_cuda", False) for t in tensors)
+
+
+# The lock under which a CUDA operation sets its group's stream and is
+# issued, per group handle (None: the default group): the library keeps one
+# caller stream per group, which an operation reads when issued, and sends
+# and receives may come from several threads (the C ABI's convention 13).
+_issue_locks = {}
+_issue_locks_mu = threading.Lock()
+
+
+def _issue_lock(handle) -> threading.Lock:
+    key = getattr(handle, "value", handle)
+    with _issue_locks_mu:
+        return _issue_locks.setdefault(key, threading.Lock())
 
 
 def _single(tensors, what) -> torch.Tensor:

@@ -152,6 +152,89 @@ def collectives(gloo, rank, n):
     check(same(fut.wait()[0], torch.full((2,), float(n))), "Work.get_future")
 
 
+def _refusal(call):
+    """The first line of what ``call()`` raised (None: it returned)."""
+    try:
+        call()
+    except (RuntimeError, ValueError, IndexError) as e:
+        return f"{type(e).__name__}: {str(e).splitlines()[0]}"
+    return None
+
+
+def refusals_like_gloo(gloo, rank, n):
+    """Arguments torch's Gloo refuses (before anything travels), refused
+    here too with Gloo's words: all_to_all_single's split sizes as torch's
+    checkSplitSizes checks them (rows, not elements; a side without splits
+    divides its rows evenly), all_gather's output shapes and count."""
+    z = torch.zeros
+    cases = [
+        # dimension 0 is 0: no split list but zeros matches it
+        ("all_to_all_single of 0 rows, split sizes [1, 0, ...]",
+         lambda g: tdist.all_to_all_single(z(0), z(0), [1] + [0] * (n - 1),
+                                           [1] + [0] * (n - 1), group=g)),
+        ("all_to_all_single, split sizes summing past dimension 0",
+         lambda g: tdist.all_to_all_single(z(n, 2), z(n, 2), [2] * n, [2] * n, group=g)),
+        ("all_to_all_single, one split size too many",
+         lambda g: tdist.all_to_all_single(z(n + 1), z(n + 1), [1] * (n + 1), [1] * (n + 1),
+                                           group=g)),
+        ("all_gather into outputs of another shape (the same element count)",
+         lambda g: tdist.all_gather([z(2, 3) for _ in range(n)], z(3, 2), group=g)),
+        ("all_gather into one output too few",
+         lambda g: tdist.all_gather([z(6) for _ in range(n - 1)], z(6), group=g)),
+    ]
+    if n > 1:
+        # n + 1 rows of n: the elements divide by n, the rows do not
+        uneven = [1] * (n - 1) + [2]
+        cases += [
+            ("all_to_all_single, output splits given, the input's rows not divisible",
+             lambda g: tdist.all_to_all_single(z(n + 1, n), z(n + 1, n), uneven, None, group=g)),
+            ("all_to_all_single, input splits given, the output's rows not divisible",
+             lambda g: tdist.all_to_all_single(z(n + 1, n), z(n + 1, n), None, uneven, group=g)),
+        ]
+    for what, call in cases:
+        theirs = _refusal(lambda: call(gloo))
+        mine = _refusal(lambda: call(None))
+        words = theirs.split(": ", 1)[1].split("ProcessGroupGloo::allgather: ")[-1] \
+            if theirs else None
+        check(theirs is not None and mine is not None and words in mine and
+              mine.split(":")[0] == theirs.split(":")[0],
+              f"{what}: refused with Gloo's words; Gloo: {theirs}; distkit: {mine}")
+    # One side's splits given, the other even: its rows split evenly (as
+    # Gloo), whatever each row holds.
+    src = torch.arange(2 * n * 3, dtype=torch.float32).view(2 * n, 3) + 100 * rank
+    a, b = torch.zeros(2 * n, 3), torch.zeros(2 * n, 3)
+    tdist.all_to_all_single(a, src, [2] * n, None)
+    tdist.all_to_all_single(b, src, [2] * n, None, group=gloo)
+    check(same(a, b), "all_to_all_single, output splits given, the input even")
+    a, b = torch.zeros(2 * n, 3), torch.zeros(2 * n, 3)
+    tdist.all_to_all_single(a, src, None, [2] * n)
+    tdist.all_to_all_single(b, src, None, [2] * n, group=gloo)
+    check(same(a, b), "all_to_all_single, input splits given, the output even")
+    t = torch.ones(1)
+    tdist.all_reduce(t)
+    check(t.item() == n, "the group works after the refusals")
+
+
+def result_before_done(gloo, rank, n):
+    """Work.result() before the operation finished raises, as Gloo's
+    (the outputs are not written yet); after wait() it gives them."""
+    big = torch.full((4 << 20,), 1.0)
+    if rank == 0:
+        work = tdist.all_reduce(big, async_op=True)
+        early = None if work.is_completed() else _refusal(work.result)
+        tdist.barrier(group=gloo)  # the others issue theirs only now
+        check(n == 1 or early is not None and
+              "Work needs to be completed before calling result()" in early,
+              f"result() before the all_reduce finished: {early}")
+    else:
+        tdist.barrier(group=gloo)
+        work = tdist.all_reduce(big, async_op=True)
+    work.wait()
+    got = work.result()
+    check(len(got) == 1 and got[0] is big or torch.equal(got[0], big), "result() after wait()")
+    check(big[0].item() == n and big[-1].item() == n, "the all_reduce's values")
+
+
 def subgroups(rank, n, cpp):
     odd = list(range(1, n, 2))
     if not odd:
@@ -697,8 +780,10 @@ def main():
         store_held()
     gloo = tdist.new_group(backend="gloo")
     collectives(gloo, rank, n)
+    refusals_like_gloo(gloo, rank, n)
     if cpp:  # the fallback completes every operation before it returns
         async_ops(gloo, rank, n)
+        result_before_done(gloo, rank, n)
         caller_state_and_lifetimes(rank, n)
         reductions(rank, n)
         byte_dtypes(rank, n)
