@@ -784,7 +784,14 @@ FlatShard::ShardMetadata FlatShard::Metadata() const {
     m.flat_dtypes.push_back(f->dtype);
     m.flat_numel.push_back(f->numel);
   }
-  for (const Placement& p : placements_) m.param_numel.push_back(p.numel);
+  bool any_frozen = false;
+  for (const Placement& p : placements_) {
+    m.param_numel.push_back(p.numel);
+    any_frozen = any_frozen || flats_[p.flat]->frozen;
+  }
+  for (size_t i = 0; any_frozen && i < placements_.size(); ++i) {
+    m.param_frozen.push_back(flats_[placements_[i].flat]->frozen ? 1 : 0);
+  }
   return m;
 }
 
@@ -801,6 +808,18 @@ absl::Status FlatShard::LoadShardedParams(
     }
   }
   const ShardMetadata mine = Metadata();
+  // Which parameters are frozen decides which flat buffer each lies in: a
+  // checkpoint whose parameters were frozen otherwise has the same sizes
+  // and flat buffers but other values in them.
+  if (saved.param_numel == mine.param_numel &&
+      saved.param_frozen != mine.param_frozen) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FlatShard: the checkpoint's unit has other parameters frozen (",
+        saved.param_frozen.empty() ? "none" : "some",
+        " when saved; frozen parameters have flat buffers of their own since "
+        "ABI 0.13, so a checkpoint saved before that of a unit with frozen "
+        "parameters loads only as a full state dict)"));
+  }
   if (saved.param_numel != mine.param_numel ||
       saved.flat_dtypes != mine.flat_dtypes ||
       saved.flat_numel != mine.flat_numel) {

@@ -208,6 +208,10 @@ class FlatShard {
     std::vector<DataType> flat_dtypes;  // per flat buffer
     std::vector<int64_t> flat_numel;    // unpadded, per flat buffer
     std::vector<int64_t> param_numel;   // per parameter, in order
+    // Per parameter, 1 where it is frozen (which decides its flat buffer);
+    // empty where none is (and in checkpoints saved before frozen
+    // parameters had flat buffers of their own).
+    std::vector<int64_t> param_frozen;
   };
   ShardMetadata Metadata() const;
   // Re-shards a checkpoint saved at any shard-group size: `read(flat, rank)`

@@ -355,6 +355,8 @@ at::Tensor EncodeMetadata(const FlatShard::ShardMetadata& m) {
   }
   v.push_back(static_cast<int64_t>(m.param_numel.size()));
   v.insert(v.end(), m.param_numel.begin(), m.param_numel.end());
+  // Only where a parameter is frozen, so other files stay as before.
+  v.insert(v.end(), m.param_frozen.begin(), m.param_frozen.end());
   return torch::tensor(v, torch::kLong);
 }
 
@@ -377,8 +379,15 @@ absl::StatusOr<FlatShard::ShardMetadata> DecodeMetadata(
     m.flat_numel.push_back(v[3 + 2 * k]);
   }
   const int64_t params = v[2 + 2 * flats];
-  if (params < 0 || 3 + 2 * flats + params != n) return bad();
-  m.param_numel.assign(v + 3 + 2 * flats, v + n);
+  const int64_t base = 3 + 2 * flats;
+  // Then, where some parameter is frozen, a flag per parameter.
+  if (params < 0 || (base + params != n && base + 2 * params != n)) {
+    return bad();
+  }
+  m.param_numel.assign(v + base, v + base + params);
+  if (base + 2 * params == n && params > 0) {
+    m.param_frozen.assign(v + base + params, v + n);
+  }
   return m;
 }
 

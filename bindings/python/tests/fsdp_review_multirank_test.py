@@ -219,10 +219,11 @@ def frozen(orig_params):
     with torch.no_grad():
         for p in sharded.parameters():
             p.add_(1.0)
-    # At the same size a rank reads its own file alone: loaded from a
-    # directory holding only that one.
+    # At the same size a rank reads rank 0's file (the layout) and its own
+    # alone: loaded from a directory holding only those.
     own = tempfile.mkdtemp(prefix="fsdp_own_")
-    shutil.copy(os.path.join(directory[0], f"shard_rank{rank}.pt"), own)
+    for r in {0, rank}:
+        shutil.copy(os.path.join(directory[0], f"shard_rank{r}.pt"), own)
     try:
         sharded.load_sharded_checkpoint(own)
     except FileNotFoundError as e:
@@ -235,6 +236,59 @@ def frozen(orig_params):
     if rank == 0:
         print(f"{what}: trainable worst relative difference {worst:.2e}", flush=True)
     dist.barrier()
+
+
+class Quad(nn.Module):
+    """One unit of four parameters, three of one size: which are frozen
+    decides which flat shard each lies in."""
+
+    def __init__(self):
+        super().__init__()
+        self.p = nn.ParameterList([nn.Parameter(torch.full((n,), float(i + 1)))
+                                   for i, n in enumerate((10, 5, 5, 5))])
+
+    def forward(self, x):
+        return x * self.p[0][:5].sum() + self.p[1] + self.p[2] + self.p[3]
+
+
+def frozen_layout():
+    """A sharded checkpoint names its frozen parameters: loading it into a
+    model frozen otherwise (the same sizes, so the same flat shards) is an
+    error, not values in the wrong parameters; unfreezing after wrapping is
+    a clear error at forward, not one in backward."""
+    what = "frozen layout"
+    rank = dist.get_rank()
+
+    def wrapped(frozen, orig_params=False):
+        model = Quad()
+        for i in frozen:
+            model.p[i].requires_grad_(False)
+        return model, FullyShardedDataParallel(model, use_orig_params=orig_params)
+
+    _, saved = wrapped((1, 3))
+    directory = [tempfile.mkdtemp(prefix="fsdp_layout_") if rank == 0 else None]
+    dist.broadcast_object_list(directory, src=0)
+    saved.save_sharded_checkpoint(directory[0])
+    _, other = wrapped((1, 2))
+    try:
+        other.load_sharded_checkpoint(directory[0])
+        check(False, f"{what}: loaded into parameters frozen otherwise")
+    except ValueError as e:
+        check("other parameters frozen" in str(e), f"{what}: {e}")
+    model, unfrozen = wrapped((1,), orig_params=True)
+    # The registered parameter (model.p[1] is the unit's full view).
+    registered = dict(model.named_parameters())
+    check("p.1" in registered, f"{what}: parameters {list(registered)}")
+    registered["p.1"].requires_grad_(True)
+    try:
+        unfrozen(torch.ones(5)).sum().backward()
+        check(False, f"{what}: unfreezing after wrapping went unnoticed")
+    except RuntimeError as e:
+        check("was frozen" in str(e) and "p.1" in str(e), f"{what}: unfreezing: {e}")
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(directory[0], ignore_errors=True)
+        print(f"{what}: refused", flush=True)
 
 
 def frozen_fully_shard():
@@ -489,6 +543,7 @@ def main():
     frozen(False)
     frozen(True)
     frozen_fully_shard()
+    frozen_layout()
     load_shapes()
     hybrid_sync()
     error_names()

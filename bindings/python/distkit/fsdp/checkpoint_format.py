@@ -6,7 +6,9 @@ under these keys:
 
   unit[<path>].meta     int64: world size, F, then per flat buffer its
                         dk_dtype_t code and element count (unpadded), then P
-                        and each of the unit's P parameters' element counts
+                        and each of the unit's P parameters' element counts,
+                        then, only where some parameter is frozen (which
+                        decides its flat buffer), P flags (1: frozen)
   unit[<path>].flat<k>  this rank's shard of the unit's flat buffer k
   param.<name>          a parameter no unit holds, whole
   buffer.<name>         a buffer, whole, in its own dtype
@@ -15,7 +17,7 @@ under these keys:
 ``unit[].meta``). A sharded state dict (StateDictType.SHARDED_STATE_DICT)
 is one rank's file contents."""
 import os
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import torch
 
@@ -61,26 +63,32 @@ def is_sharded(state) -> bool:
 
 
 def encode_meta(world_size: int, flats: List[Tuple[torch.dtype, int]],
-                param_numel: List[int]) -> torch.Tensor:
+                param_numel: List[int], frozen: Sequence[bool] = ()) -> torch.Tensor:
     values = [world_size, len(flats)]
     for dtype, numel in flats:
         values += [DK_DTYPE[dtype], numel]
     values += [len(param_numel)] + list(param_numel)
+    if any(frozen):
+        values += [int(f) for f in frozen]
     return torch.tensor(values, dtype=torch.int64)
 
 
-def decode_meta(t: torch.Tensor, key: str) -> Tuple[int, List[Tuple[int, int]], List[int]]:
-    """(world size, [(dk_dtype_t code, numel)] per flat, parameter numels);
-    ValueError naming `key` when it is malformed."""
+def decode_meta(t: torch.Tensor, key: str) -> Tuple[int, List[Tuple[int, int]], List[int],
+                                                     List[bool]]:
+    """(world size, [(dk_dtype_t code, numel)] per flat, parameter numels,
+    per parameter whether it is frozen); ValueError naming `key` when it is
+    malformed."""
     v = [int(x) for x in t.reshape(-1).tolist()]
     bad = ValueError(f"the checkpoint's {key} is malformed")
     if len(v) < 3 or v[1] < 0 or 2 + 2 * v[1] >= len(v):
         raise bad
     flats = [(v[2 + 2 * k], v[3 + 2 * k]) for k in range(v[1])]
     params = v[2 + 2 * v[1]]
-    if params < 0 or 3 + 2 * v[1] + params != len(v):
+    base = 3 + 2 * v[1]
+    if params < 0 or len(v) not in (base + params, base + 2 * params):
         raise bad
-    return v[0], flats, v[3 + 2 * v[1]:]
+    frozen = [bool(x) for x in v[base + params:]] or [False] * params
+    return v[0], flats, v[base:base + params], frozen
 
 
 def write(path: str, state: Dict[str, torch.Tensor]) -> None:

@@ -3,7 +3,6 @@ state dict under the original module's keys, and sharded ones (in
 checkpoint_format's layout, shared with C++) that a job of another size can
 load."""
 import contextlib
-import os
 from collections import OrderedDict
 from typing import List, Optional
 
@@ -102,7 +101,7 @@ class ModelStateDictMixin:
                                [(f.dtype, n) for f, n in zip(unit.flat_params, unit.flat_numel)],
                                # The parameters' whole sizes (under
                                # use_orig_params each is its piece's).
-                               [numel for _, _, numel, _ in unit.place])
+                               [numel for _, _, numel, _ in unit.place], unit.frozen)
 
     def load_state_dict(self, state_dict, strict: bool = True):
         """Loads what state_dict() gave under the same state-dict type; a
@@ -266,8 +265,16 @@ class ModelStateDictMixin:
         world = None
         for unit in self._units:
             key = fmt.meta_key(unit.path)
-            saved_world, flats, numels = fmt.decode_meta(state[key], key)
-            _, my_flats, my_numels = fmt.decode_meta(self._meta(unit), key)
+            saved_world, flats, numels, frozen = fmt.decode_meta(state[key], key)
+            _, my_flats, my_numels, my_frozen = fmt.decode_meta(self._meta(unit), key)
+            if numels == my_numels and frozen != my_frozen:
+                # Which parameters are frozen decides their flat shards.
+                raise ValueError(
+                    f"load_sharded_state_dicts: unit '{unit.path}' has other parameters "
+                    f"frozen in the checkpoint ({[i for i, f in enumerate(frozen) if f]}, this "
+                    f"model {[i for i, f in enumerate(my_frozen) if f]}); frozen parameters "
+                    "have flat shards of their own since distkit ABI 0.13, so a checkpoint "
+                    "saved before that of such a unit loads only as a full state dict")
             if (flats, numels) != (my_flats, my_numels):
                 raise ValueError(f"load_sharded_state_dicts: unit '{unit.path}' has other "
                                  "parameters in the checkpoint (a checkpoint of another model?)")
@@ -357,16 +364,14 @@ class ModelStateDictMixin:
     def load_sharded_checkpoint(self, directory: str) -> None:
         """Loads what save_sharded_checkpoint (or C++'s
         SaveShardedCheckpoint) wrote, from a job of any size: this rank
-        reads only the saved files whose shards overlap its own (its own
-        file alone at the same size), as C++'s loader does. Local."""
-        me = self._units[0].shard_rank if self._units else 0
-        own = fmt.shard_file(directory, me)
-        # The checkpoint's layout, from this rank's own file where the saved
-        # job had this rank, else from rank 0's.
-        first_rank = me if os.path.exists(own) else 0
-        files = {first_rank: fmt.read(fmt.shard_file(directory, first_rank))}
-        world = self._saved_world(files[first_rank])
-        for r in sorted(self._ranks_needed(files[first_rank], world) - set(files)):
+        reads rank 0's file (the checkpoint's layout) and only the others
+        whose shards overlap its own (its own alone at the same size), as
+        C++'s loader does. Local."""
+        # The checkpoint's layout from rank 0's file, which every save
+        # writes: a file of a higher rank may be an older, larger job's.
+        files = {0: fmt.read(fmt.shard_file(directory, 0))}
+        world = self._saved_world(files[0])
+        for r in sorted(self._ranks_needed(files[0], world) - set(files)):
             files[r] = fmt.read(fmt.shard_file(directory, r))
         self.load_sharded_state_dicts([files.get(r) for r in range(world)])
 
@@ -378,7 +383,7 @@ class ModelStateDictMixin:
         needed = set()
         for unit in self._units:
             key = fmt.meta_key(unit.path)
-            _, flats, _ = fmt.decode_meta(state[key], key)
+            _, flats, _, _ = fmt.decode_meta(state[key], key)
             for (_, numel), flat in zip(flats, unit.flat_params):
                 saved = max(world, -(-numel // world) * world) // world
                 begin = unit.shard_rank * flat.numel()

@@ -300,6 +300,12 @@ class Unit:
             self.grads_attached = False
             self.accumulators = []
             for i, ((_, _, original), view) in enumerate(zip(self.owned, self.views)):
+                if original.requires_grad and self.frozen[i]:
+                    raise RuntimeError(
+                        f"FSDP: {self.param_names[i]} was frozen (requires_grad=False) when "
+                        "the model was wrapped, so its flat shard takes no gradient; set "
+                        "requires_grad before wrapping (as torch's FSDP, it cannot change "
+                        "after)")
                 leaf = view.detach().requires_grad_(original.requires_grad)
                 if original.requires_grad and torch.is_grad_enabled():
                     # After torch has accumulated the gradient into leaf.grad.
