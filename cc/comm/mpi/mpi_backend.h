@@ -4,9 +4,11 @@
 // MPI_Comm_create_group (the members alone, as torch.distributed creates).
 // Operations are nonblocking MPI calls completed by a polling loop, which gives
 // them the op's timeout (DEADLINE_EXCEEDED) and makes Abort() effective
-// (CANCELLED). A timed-out or aborted request cannot be withdrawn: the contract
-// then poisons the group, and the process skips MPI_Finalize at exit
-// (mpi_runtime.h).
+// (CANCELLED). MPI is handed the backend's own staging memory only
+// (mpi_staging.h): a timed-out or aborted request cannot be withdrawn, so it
+// is quarantined with its staging until it completes, and MPI never touches
+// the caller's buffers after an operation returned. The contract then poisons
+// the group, and the process skips MPI_Finalize at exit (mpi_runtime.h).
 
 #ifndef DISTKIT_CC_COMM_MPI_MPI_BACKEND_H_
 #define DISTKIT_CC_COMM_MPI_MPI_BACKEND_H_
@@ -15,6 +17,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,6 +25,7 @@
 #include "cc/comm/backend.h"
 #include "cc/comm/mpi/mpi_library.h"
 #include "cc/comm/mpi/mpi_runtime.h"
+#include "cc/comm/mpi/mpi_staging.h"
 #include "cc/core/status.h"
 
 namespace distkit {
@@ -42,6 +46,10 @@ class MpiBackend : public Backend {
 
   // Collective over this backend's ranks: the members (`parent_ranks`, in
   // the new group's order) get a backend over them; the others nullptr.
+  // MPI_Comm_split has no timeout of its own and waits for every rank, so,
+  // as CreateAmongMembers, it runs outside MPI's lock on a thread of its own:
+  // a rank that never comes is DEADLINE_EXCEEDED after ctx.timeout (CANCELLED
+  // after Abort()), and this process's other groups go on meanwhile.
   bool splits_from_parent() const override { return true; }
   int64_t MaxAllToAllElements() const override;
   absl::StatusOr<std::unique_ptr<Backend>> Split(
@@ -87,19 +95,34 @@ class MpiBackend : public Backend {
 
   // Every operation's one nonblocking call: `start(&request)` runs under the
   // MPI lock and returns the call's code (Check names `call`), then the
-  // request completes as Complete says.
+  // request completes as Complete says. `stage` holds every buffer `start`
+  // names; on an error after the request was posted it is gone (quarantined).
   template <typename StartFn>
   absl::Status Nonblocking(const OpContext& ctx, const char* call,
-                           StartFn start) {
+                           std::unique_ptr<MpiStage>& stage, StartFn start,
+                           bool receive = false) {
     MPI_Request request = nullptr;  // set by start
-    DK_RETURN_IF_ERROR(Check(ctx, DK_MPI(start(&request)), call));
-    return Complete(ctx, request);
+    DK_RETURN_IF_ERROR(
+        Check(ctx, DK_MPI((PollMpiQuarantineLocked(), start(&request))), call));
+    return Complete(ctx, request, stage, receive);
   }
-  // Completes `request` (polling), within ctx.timeout, unless aborted.
-  absl::Status Complete(const OpContext& ctx, MPI_Request request);
+  // Completes `request` (polling), within ctx.timeout, unless aborted. When
+  // it gives up, `stage` moves into the quarantine with the request (a
+  // `receive` is cancelled first, which MPI allows for point to point).
+  absl::Status Complete(const OpContext& ctx, MPI_Request request,
+                        std::unique_ptr<MpiStage>& stage, bool receive);
+  // A stage of `bytes` bytes from this backend's pool, and back.
+  std::unique_ptr<MpiStage> Stage(size_t bytes) { return pool_.Acquire(bytes); }
+  void Unstage(std::unique_ptr<MpiStage> stage) {
+    pool_.Release(std::move(stage));
+  }
   // `rc` != MPI_SUCCESS becomes UNAVAILABLE naming the call.
   absl::Status Check(const OpContext& ctx, int rc, const char* call) const;
   absl::Status CheckTag(const OpContext& ctx, int tag) const;
+  // `n` as MPI's int count, else INVALID_ARGUMENT (alike on every rank).
+  absl::StatusOr<int> Count(int64_t n, const OpContext& ctx) const;
+  // "all_reduce #3 on group 'world' (rank 1)".
+  std::string Where(const OpContext& ctx) const;
 
   const MpiLibrary& mpi_;
   MPI_Comm comm_;
@@ -108,6 +131,7 @@ class MpiBackend : public Backend {
   std::atomic<bool> aborted_{false};
   // A request of this communicator was left pending: it cannot be freed.
   std::atomic<bool> abandoned_{false};
+  MpiStagePool pool_;
 };
 
 }  // namespace distkit

@@ -59,6 +59,7 @@ absl::StatusOr<MpiLibrary> Load() {
   DK_RESOLVE(TypeCommit, MPI_Type_commit);
   DK_RESOLVE(OpCreate, MPI_Op_create);
   DK_RESOLVE(Test, MPI_Test);
+  DK_RESOLVE(Cancel, MPI_Cancel);
   DK_RESOLVE(Iallreduce, MPI_Iallreduce);
   DK_RESOLVE(Ibcast, MPI_Ibcast);
   DK_RESOLVE(Ireduce, MPI_Ireduce);

@@ -57,6 +57,8 @@ struct MpiLibrary {
   decltype(&::MPI_Op_create) OpCreate;
   // The nonblocking operations and their completion.
   decltype(&::MPI_Test) Test;
+  // Withdraws a receive whose operation gave up (never a collective's).
+  decltype(&::MPI_Cancel) Cancel;
   decltype(&::MPI_Iallreduce) Iallreduce;
   decltype(&::MPI_Ibcast) Ibcast;
   decltype(&::MPI_Ireduce) Ireduce;

@@ -57,6 +57,7 @@ TEST(MpiLibraryTest, HandlesAreTheOnesMpiHNames) {
   EXPECT_EQ(m.TypeCommit, &MPI_Type_commit);
   EXPECT_EQ(m.OpCreate, &MPI_Op_create);
   EXPECT_EQ(m.Test, &MPI_Test);
+  EXPECT_EQ(m.Cancel, &MPI_Cancel);
   EXPECT_EQ(m.Iallreduce, &MPI_Iallreduce);
   EXPECT_EQ(m.Ibcast, &MPI_Ibcast);
   EXPECT_EQ(m.Ireduce, &MPI_Ireduce);

@@ -4,13 +4,15 @@
 // and every MPI call goes through one lock, so OpenMPI's progress engine is
 // never driven from two threads at once (its shared-memory transport is the
 // least tested part under MPI_THREAD_MULTIPLE). Calls are nonblocking, so the
-// lock is held briefly, except by MPI_Comm_split, which every rank makes in
-// its group's order. MPI_Comm_create_group (a subgroup its members alone
-// create, at any point of the parent's order) is made outside it: holding the
-// lock while it waits for the other members would stop this process's
-// operations those members may be waiting on
-// (MpiBackend::CreateAmongMembers); one that timed out stays inside MPI,
-// outside the lock, until the process exits (its group then makes no more).
+// lock is held briefly. The two blocking calls, MPI_Comm_split (every rank of
+// a group, in its order) and MPI_Comm_create_group (a subgroup its members
+// alone create, at any point of the parent's order), are made outside it, on
+// threads of their own: holding the lock while they wait for the other ranks
+// would stop every other operation of this process (those ranks may be
+// waiting on one), with no timeout (MpiBackend::Split, CreateAmongMembers);
+// one that timed out stays inside MPI, outside the lock, until the process
+// exits (its group then makes no more). The quarantine of requests given up
+// on (mpi_staging.h) is guarded by this lock too.
 
 #ifndef DISTKIT_CC_COMM_MPI_MPI_RUNTIME_H_
 #define DISTKIT_CC_COMM_MPI_MPI_RUNTIME_H_

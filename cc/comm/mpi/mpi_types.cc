@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cc/comm/mpi/mpi_library.h"
+#include "cc/comm/mpi/mpi_runtime.h"
 #include "cc/comm/reduce_kernels.h"
 
 namespace distkit {
@@ -86,6 +87,16 @@ MPI_User_function* UserFunction(DataType dtype, ReduceOp op) {
   return table[static_cast<int>(dtype)][static_cast<int>(op)];
 }
 
+// The contiguous type of `elem` bytes (made once), with user_mu held.
+MPI_Datatype ByteTypeLocked(const MpiLibrary& mpi, size_t elem) {
+  if (byte_types[elem] == mpi.datatype_null || byte_types[elem] == 0) {
+    DK_MPI(mpi.TypeContiguous(static_cast<int>(elem), mpi.byte,
+                              &byte_types[elem]));
+    DK_MPI(mpi.TypeCommit(&byte_types[elem]));
+  }
+  return byte_types[elem];
+}
+
 }  // namespace
 
 absl::StatusOr<MpiTypeAndOp> MpiReduction(DataType dtype, ReduceOp op) {
@@ -97,10 +108,7 @@ absl::StatusOr<MpiTypeAndOp> MpiReduction(DataType dtype, ReduceOp op) {
   absl::MutexLock lock(&user_mu);
   const int d = static_cast<int>(dtype), o = static_cast<int>(op);
   const size_t elem = ElementSize(dtype);
-  if (byte_types[elem] == mpi.datatype_null || byte_types[elem] == 0) {
-    mpi.TypeContiguous(static_cast<int>(elem), mpi.byte, &byte_types[elem]);
-    mpi.TypeCommit(&byte_types[elem]);
-  }
+  ByteTypeLocked(mpi, elem);
   if (user_ops[d][o] == mpi.op_null || user_ops[d][o] == 0) {
     MPI_User_function* fn = UserFunction(dtype, op);
     if (fn == nullptr) {
@@ -117,6 +125,14 @@ MPI_Datatype MpiElementType(DataType dtype) {
   MPI_Datatype native = NativeType(mpi, dtype);
   if (native != mpi.datatype_null) return native;
   return ElementSize(dtype) == 2 ? mpi.uint16 : mpi.uint8;
+}
+
+MPI_Datatype MpiElementBytes(DataType dtype) {
+  const MpiLibrary& mpi = Mpi();
+  const size_t elem = ElementSize(dtype);
+  if (elem == 1) return mpi.byte;
+  absl::MutexLock lock(&user_mu);
+  return ByteTypeLocked(mpi, elem);
 }
 
 }  // namespace distkit

@@ -20,12 +20,21 @@ struct MpiTypeAndOp {
 };
 
 // The MPI type and op that reduce `dtype` with `op` (validated by the
-// contract; mean never arrives here).
+// contract; mean never arrives here). Not under DK_MPI (it may take
+// MpiMutex()).
 absl::StatusOr<MpiTypeAndOp> MpiReduction(DataType dtype, ReduceOp op);
 
 // A type of `dtype`'s element size for moving data (native where MPI has
 // one, else an unsigned integer of the same width).
 MPI_Datatype MpiElementType(DataType dtype);
+
+// `dtype`'s element as bytes: MPI_BYTE for one-byte elements, else a
+// contiguous type of the element's size in MPI_BYTEs (made once). Messages
+// counted in these take up to 2^31 - 1 elements, and their type signature is
+// bytes, so a receive of the same bytes as MPI_BYTE matches them (the
+// contract drops a mismatched message that way). Takes MpiMutex() the first
+// time: never call it under DK_MPI.
+MPI_Datatype MpiElementBytes(DataType dtype);
 
 }  // namespace distkit
 
