@@ -296,11 +296,18 @@ absl::StatusOr<RendezvousInfo> ParseMpiPlacement(const Environment& env) {
     // MPICH / Intel MPI / Hydra style.
     DK_ASSIGN_OR_RETURN(info.rank, Required(env, launcher, "PMI_RANK"));
     DK_ASSIGN_OR_RETURN(info.world_size, Required(env, launcher, "PMI_SIZE"));
-    // Hydra sets MPI_LOCALRANKID with PMI_RANK; without it this rank's
-    // place on its node is unknown (0 on every rank would put them all on
-    // one device), so it is an error naming it.
-    DK_ASSIGN_OR_RETURN(info.local_rank,
-                        Required(env, launcher, "MPI_LOCALRANKID"));
+    // Hydra sets MPI_LOCALRANKID with PMI_RANK; srun's PMI plugins set
+    // SLURM_LOCALID instead. Without either this rank's place on its node
+    // is unknown (0 on every rank would put them all on one device), so it
+    // is an error naming MPI_LOCALRANKID.
+    if (!env.Get("MPI_LOCALRANKID").has_value() &&
+        env.Get("SLURM_LOCALID").has_value()) {
+      DK_ASSIGN_OR_RETURN(info.local_rank,
+                          Required(env, launcher, "SLURM_LOCALID"));
+    } else {
+      DK_ASSIGN_OR_RETURN(info.local_rank,
+                          Required(env, launcher, "MPI_LOCALRANKID"));
+    }
     DK_ASSIGN_OR_RETURN(
         info.local_world_size,
         Optional(env, launcher, "MPI_LOCALNRANKS", info.world_size));

@@ -290,6 +290,14 @@ TEST(LauncherTest, PmiWithoutLocalRankIdNamesIt) {
     EXPECT_NE(s.message().find("MPI_LOCALRANKID"), absl::string_view::npos)
         << s;
   }
+  // srun's PMI plugins give SLURM_LOCALID instead.
+  auto srun = Env({{"PMI_RANK", "3"},
+                   {"PMI_SIZE", "4"},
+                   {"SLURM_LOCALID", "1"},
+                   {"MASTER_ADDR", "h"}});
+  absl::StatusOr<RendezvousInfo> info = ParseMpiPlacement(srun);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->local_rank, 1);
 }
 
 // An empty DISTKIT_STORE is no store address: the checks and the store's

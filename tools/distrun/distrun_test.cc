@@ -544,6 +544,30 @@ TEST(DistrunTest, RanksReadStdinFromDevNull) {
   }
 }
 
+// Input that is not a terminal (a pipe, a file: `distrun ... < data`) is
+// the ranks' stdin, as torchrun's workers inherit it.
+TEST(DistrunTest, RanksInheritStdinThatIsNoTerminal) {
+  char path[] = "/tmp/distrun_stdin_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "hello\n", 6), 6);
+  close(fd);
+  const std::string file = path;
+  Started s = StartDistrun(
+      {"--nproc-per-node", "1", "--master-port", "0", "--", "/bin/sh", "-c",
+       "if read x; then echo \"read $x\"; else echo 'stdin at EOF'; fi"},
+      0, [&file] {
+        const int in = open(file.c_str(), O_RDONLY);
+        if (in >= 0) dup2(in, 0);
+      });
+  bool killed = false;
+  Result r = FinishDistrunWithin(s, absl::Seconds(30), &killed);
+  unlink(path);
+  EXPECT_FALSE(killed) << "distrun hung\n" << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "[rank0]: read hello\n")) << r.output;
+}
+
 // A stopped rank is reported, and the job's stop continues it (SIGCONT
 // after SIGTERM), so it ends at SIGTERM without waiting for SIGKILL.
 TEST(DistrunTest, ReportsAStoppedRankAndStillStopsIt) {

@@ -430,12 +430,12 @@ class Supervisor {
       }
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != launcher) _exit(128 + SIGKILL);
-      // No rank reads distrun's stdin, as with mpirun's ranks other than
-      // 0: each runs in a background process group of its own, so reading
-      // a terminal stopped it (SIGTTIN) and the job hung; several ranks
-      // reading one pipe would each get parts of it. At EOF at once instead.
-      const int null_fd = open("/dev/null", O_RDONLY);
-      if (null_fd < 0 || dup2(null_fd, 0) < 0) {
+      // A terminal is no rank's stdin: each runs in a background process
+      // group of its own, so reading it stopped the rank (SIGTTIN) and the
+      // job hung; /dev/null instead (EOF at once). Piped or redirected
+      // input is inherited, as torchrun's workers inherit it.
+      const int null_fd = isatty(0) ? open("/dev/null", O_RDONLY) : 0;
+      if (null_fd < 0 || (null_fd != 0 && dup2(null_fd, 0) < 0)) {
         const std::string msg =
             absl::StrCat("cannot open /dev/null for rank ", r.spec.rank,
                          "'s stdin: ", strerror(errno), "\n");
