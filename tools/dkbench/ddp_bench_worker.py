@@ -1,7 +1,7 @@
 """One rank of the DDP step benchmark (ddp_bench.py runs it): the same 4-layer
 MLP, batch and optimizer as ddp_bench_cc.cc, with distkit's Python DDP
 (--impl distkit) or torch's DistributedDataParallel over Gloo (--impl torch,
-on MASTER_PORT + 1). Rank 0 prints the median step time."""
+on MASTER_PORT, which distrun leaves free). Rank 0 prints the median step time."""
 import argparse
 import os
 import statistics
@@ -48,7 +48,7 @@ def main():
     net = mlp()
     if impl == "torch":
         import torch.distributed as tdist
-        port = int(os.environ["MASTER_PORT"]) + 1
+        port = int(os.environ["MASTER_PORT"])  # distrun's store is DISTKIT_STORE
         tdist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{port}",
                                  rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
         model = torch.nn.parallel.DistributedDataParallel(net)

@@ -25,7 +25,7 @@ def worker(iters: int, batches: int) -> None:
 
     # torch's own Gloo first: init_dist then leaves torch's default group alone.
     tdist.init_process_group(
-        "gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{int(os.environ['MASTER_PORT']) + 1}",
+        "gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
         rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     dist.init_dist("pytorch", backend="gloo", timeout=120)
     rank, n = dist.get_dist_info()

@@ -1,6 +1,6 @@
 """torch.distributed (Gloo) side of dkbench; same sizes and timing rules as
 collective_bench.cc. Launched by distrun; torch's own TCPStore listens on
-MASTER_PORT + 1 (distrun's store holds MASTER_PORT). Rank 0 prints
+MASTER_PORT (distrun leaves it free: its own store is DISTKIT_STORE). Rank 0 prints
     torch_gloo,<op>,<world_size>,<bytes>,<microseconds per call>
 --ops: all_reduce, all_gather, broadcast, gather, scatter, reduce,
 all_to_all, barrier (0 bytes), and reduce_scatter where torch's Gloo has
@@ -30,7 +30,7 @@ def main() -> None:
                         help="1: each call also writes its input before and reads its output after")
     args = parser.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world)
     for op in args.ops.split(","):
         if op == "reduce_scatter" and int(torch.__version__.split(".")[0]) < 2:
