@@ -90,42 +90,17 @@ absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::Split(
   // poisoned and its communicator never freed). Collectives of one group run
   // one at a time, so no other collective of this communicator runs beside
   // it; its sends and receives may, as MPI allows.
-  struct Outcome {
-    absl::Mutex mu;
-    bool done ABSL_GUARDED_BY(mu) = false;
-    int rc ABSL_GUARDED_BY(mu) = MPI_SUCCESS;
-    MPI_Comm comm ABSL_GUARDED_BY(mu) = nullptr;  // the thread's result
-  };
-  auto outcome = std::make_shared<Outcome>();
-  std::thread([outcome, mpi = &mpi_, parent = comm_,
-               color = key >= 0 ? 0 : MPI_UNDEFINED, key = std::max(key, 0)] {
-    MPI_Comm comm = mpi->comm_null;
-    const int rc = mpi->CommSplit(parent, color, key, &comm);
-    absl::MutexLock lock(&outcome->mu);
-    outcome->rc = rc;
-    outcome->comm = comm;
-    outcome->done = true;
-  }).detach();
-  const absl::Time deadline = absl::Now() + ctx.timeout;
-  absl::MutexLock lock(&outcome->mu);
-  while (!outcome->mu.AwaitWithDeadline(
-      absl::Condition(&outcome->done),
-      std::min(deadline, absl::Now() + absl::Milliseconds(20)))) {
-    if (aborted_ || absl::Now() >= deadline) {
-      abandoned_ = true;  // the thread may still use this communicator
-      MarkMpiRequestAbandoned();
-      if (aborted_) {
-        return absl::CancelledError(
-            absl::StrCat(Where(ctx), ": the group was aborted"));
-      }
-      return absl::DeadlineExceededError(absl::StrCat(
-          Where(ctx), ": timed out after ", absl::FormatDuration(ctx.timeout),
-          " in MPI_Comm_split waiting for the group's ", size_, " ranks"));
-    }
-  }
-  DK_RETURN_IF_ERROR(Check(ctx, outcome->rc, "MPI_Comm_split"));
+  DK_ASSIGN_OR_RETURN(
+      MPI_Comm comm,
+      CommOnOwnThread(
+          ctx,
+          [mpi = &mpi_, parent = comm_, color = key >= 0 ? 0 : MPI_UNDEFINED,
+           key = std::max(key, 0)](MPI_Comm* out) {
+            return mpi->CommSplit(parent, color, key, out);
+          },
+          "MPI_Comm_split",
+          absl::StrCat("waiting for the group's ", size_, " ranks")));
   if (key < 0) return std::unique_ptr<Backend>();
-  MPI_Comm comm = outcome->comm;
   DK_MPI(mpi_.CommSetErrhandler(comm, mpi_.errors_return));
   int size = 0;
   DK_MPI(mpi_.CommSize(comm, &size));
@@ -165,6 +140,34 @@ absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::CreateAmongMembers(
   // earlier operation with this one can finish it. On a thread of its own,
   // owning what it touches, so that a member that never comes is a timeout
   // (the thread then ends with the process; MPI_Finalize is skipped).
+  DK_ASSIGN_OR_RETURN(
+      MPI_Comm comm,
+      CommOnOwnThread(
+          ctx,
+          [mpi = &mpi_, parent = comm_, members,
+           tag = TagOf(name)](MPI_Comm* out) mutable {
+            const int rc = mpi->CommCreateGroup(parent, members, tag, out);
+            DK_MPI(mpi->GroupFree(&members));
+            return rc;
+          },
+          "MPI_Comm_create_group",
+          absl::StrCat("waiting for the members (", parent_ranks.size(),
+                       " ranks) of group '", name,
+                       "': each must create it, with the same ranks")));
+  DK_MPI(mpi_.CommSetErrhandler(comm, mpi_.errors_return));
+  return std::unique_ptr<Backend>(
+      new MpiBackend(comm, key, static_cast<int>(parent_ranks.size())));
+}
+
+// Runs `call` (a communicator's blocking creation, which has no timeout) on
+// a thread of its own that owns what it touches, outside MPI's lock
+// (MPI_THREAD_MULTIPLE allows it), and waits for it within ctx.timeout and
+// abort: a rank that never comes is DEADLINE_EXCEEDED (or CANCELLED) here,
+// and the thread then stays in MPI until the process exits, so this group
+// is marked abandoned (poisoned; its communicator is never freed).
+absl::StatusOr<MPI_Comm> MpiBackend::CommOnOwnThread(
+    const OpContext& ctx, std::function<int(MPI_Comm*)> call, const char* what,
+    const std::string& waiting_for) {
   struct Outcome {
     absl::Mutex mu;
     bool done ABSL_GUARDED_BY(mu) = false;
@@ -172,11 +175,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::CreateAmongMembers(
     MPI_Comm comm ABSL_GUARDED_BY(mu) = nullptr;  // the thread's result
   };
   auto outcome = std::make_shared<Outcome>();
-  std::thread([outcome, mpi = &mpi_, parent = comm_, members,
-               tag = TagOf(name)]() mutable {
-    MPI_Comm comm = mpi->comm_null;
-    const int rc = mpi->CommCreateGroup(parent, members, tag, &comm);
-    DK_MPI(mpi->GroupFree(&members));
+  std::thread([outcome, call = std::move(call), null = mpi_.comm_null] {
+    MPI_Comm comm = null;
+    const int rc = call(&comm);
     absl::MutexLock lock(&outcome->mu);
     outcome->rc = rc;
     outcome->comm = comm;
@@ -186,7 +187,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::CreateAmongMembers(
   absl::MutexLock lock(&outcome->mu);
   while (!outcome->mu.AwaitWithDeadline(
       absl::Condition(&outcome->done),
-      std::min(deadline, absl::Now() + absl::Milliseconds(50)))) {
+      std::min(deadline, absl::Now() + absl::Milliseconds(20)))) {
     if (aborted_ || absl::Now() >= deadline) {
       abandoned_ = true;  // the thread may still use this communicator
       MarkMpiRequestAbandoned();
@@ -196,17 +197,11 @@ absl::StatusOr<std::unique_ptr<Backend>> MpiBackend::CreateAmongMembers(
       }
       return absl::DeadlineExceededError(absl::StrCat(
           Where(ctx), ": timed out after ", absl::FormatDuration(ctx.timeout),
-          " in MPI_Comm_create_group "
-          "waiting for the members (",
-          parent_ranks.size(), " ranks) of group '", name,
-          "': each must create it, with the same ranks"));
+          " in ", what, " ", waiting_for));
     }
   }
-  DK_RETURN_IF_ERROR(Check(ctx, outcome->rc, "MPI_Comm_create_group"));
-  MPI_Comm comm = outcome->comm;
-  DK_MPI(mpi_.CommSetErrhandler(comm, mpi_.errors_return));
-  return std::unique_ptr<Backend>(
-      new MpiBackend(comm, key, static_cast<int>(parent_ranks.size())));
+  DK_RETURN_IF_ERROR(Check(ctx, outcome->rc, what));
+  return outcome->comm;
 }
 
 // ---- Completion ----------------------------------------------------------

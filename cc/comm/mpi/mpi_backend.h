@@ -16,6 +16,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -123,6 +124,12 @@ class MpiBackend : public Backend {
   absl::StatusOr<int> Count(int64_t n, const OpContext& ctx) const;
   // "all_reduce #3 on group 'world' (rank 1)".
   std::string Where(const OpContext& ctx) const;
+  // A communicator's blocking creation (MPI_Comm_split,
+  // MPI_Comm_create_group), bounded by ctx.timeout and abort.
+  absl::StatusOr<MPI_Comm> CommOnOwnThread(const OpContext& ctx,
+                                           std::function<int(MPI_Comm*)> call,
+                                           const char* what,
+                                           const std::string& waiting_for);
 
   const MpiLibrary& mpi_;
   MPI_Comm comm_;
