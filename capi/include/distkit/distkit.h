@@ -27,7 +27,10 @@
  *     library does not know are zero. A NULL config means all defaults
  *     (except where a field is required). dk_X_init(&c) without a size fills
  *     the struct as ABI 0.12 declared it (what binaries built before 0.13
- *     pass), so fields added since keep their defaults through it.
+ *     pass), so fields added since keep their defaults through it. (A binary
+ *     built against a header older than a struct's last growth before 0.13,
+ *     as dk_init_config_t's at 0.9, must not call its unsized dk_X_init:
+ *     that writes the larger struct.)
  *  9. dk_init_version(DK_ABI_MAJOR, DK_ABI_MINOR, err) rejects a header the
  *     library is incompatible with. Only dk_* symbols are exported.
  * 10. Asynchronous calls return a dk_work_t* (dk_work_test, dk_work_wait with
