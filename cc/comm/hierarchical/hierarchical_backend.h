@@ -15,6 +15,12 @@
 // whose pairs connect on first use, so a job that never calls them opens TCP
 // connections between leaders only.
 //
+// The host stages of one operation share its deadline on the host's
+// shared-memory group (ShmSteps::Step: counted from the first of its waits
+// that reads the clock), not a timeout each; the leaders' stages have
+// Gloo's deadline per operation, which the link's own thread (a cut
+// operation) starts at its first chunk.
+//
 // A stage that fails on one rank (a dead peer, not a timeout: every rank
 // has the same deadline) would leave the others of its host waiting for
 // it: the rank marks its host's group failed (their waits end with an error

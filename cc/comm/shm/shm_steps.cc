@@ -48,6 +48,11 @@ ShmSteps::ShmSteps(const ShmLayout& layout, int rank, RankNames names)
   if (const char* pause = std::getenv("DISTKIT_SHM_TEST_LIVENESS_PAUSE_MS")) {
     liveness_pause_ = absl::Milliseconds(std::atoi(pause));
   }
+  // And a pause before publishing each step: a rank that progresses through
+  // an operation slowly but never stops (op_deadline_multirank_test.cc).
+  if (const char* pause = std::getenv("DISTKIT_SHM_TEST_STEP_PAUSE_MS")) {
+    step_pause_ = absl::Milliseconds(std::atoi(pause));
+  }
 }
 
 void ShmSteps::Abort() {
@@ -105,7 +110,23 @@ bool ShmSteps::AllPublished(uint64_t step, int* first_missing,
   return true;
 }
 
+absl::Time ShmSteps::OpDeadline(const OpContext& ctx, absl::Time now) {
+  // Sequence number 0 is no group operation's (a group's creation barrier,
+  // a context made outside a group): nothing tells two of them apart, so
+  // each wait has a deadline of its own, as in Gloo.
+  if (ctx.seq == 0) return now + ctx.timeout;
+  if (op_deadline_.seq != ctx.seq || op_deadline_.op != ctx.op ||
+      op_deadline_.timeout != ctx.timeout) {
+    op_deadline_.seq = ctx.seq;
+    op_deadline_.op = ctx.op;
+    op_deadline_.timeout = ctx.timeout;
+    op_deadline_.deadline = now + ctx.timeout;
+  }
+  return op_deadline_.deadline;
+}
+
 absl::Status ShmSteps::Step(const OpContext& ctx) {
+  if (step_pause_ > absl::ZeroDuration()) absl::SleepFor(step_pause_);
   const uint64_t step = ++step_;
   ShmRankHeader* mine = layout_.header(rank_);
   // The copy in this turn's line is what peers poll (release: this rank's
@@ -116,8 +137,9 @@ absl::Status ShmSteps::Step(const OpContext& ctx) {
   ShmGroupHeader* g = layout_.group();
   // The clock is first read when the pure spins are over: a step that
   // completes while spinning (the common case for small operations on free
-  // cores) reads it not at all. The deadline counts from that first read,
-  // under a microsecond late.
+  // cores) reads it not at all. The operation's deadline counts from the
+  // first such read among its steps, under a microsecond late; its later
+  // steps share it (OpDeadline).
   int first_missing = 0;
   bool timed = false;
   absl::Time deadline, next_liveness, sleep_from;
@@ -131,7 +153,7 @@ absl::Status ShmSteps::Step(const OpContext& ctx) {
       slice = ScaledBySize(kSleepSlice, size(), absl::Milliseconds(100));
       liveness_interval =
           ScaledBySize(kLivenessInterval, size(), absl::Milliseconds(500));
-      deadline = now + ctx.timeout;
+      deadline = OpDeadline(ctx, now);
       next_liveness = now + liveness_interval;
       sleep_from = now + yield_phase_;
     }

@@ -10,10 +10,11 @@
 //
 // Waiting spins briefly, then yields for up to 20 ms (wait_policy.h), then
 // sleeps on a futex the last arrival wakes, and checks the op's deadline
-// (DEADLINE_EXCEEDED), Abort() (CANCELLED), whether a rank failed inside the
-// operation (FailGroup: UNAVAILABLE naming it; MarkRetractedBy: naming the
-// owner of a retracted single-copy buffer) and whether the ranks it waits
-// for are still alive (UNAVAILABLE, peer_liveness.h: exited, a zombie, or no
+// (DEADLINE_EXCEEDED: one for all the steps of an operation, see Step),
+// Abort() (CANCELLED), whether a rank failed inside the operation
+// (FailGroup: UNAVAILABLE naming it; MarkRetractedBy: naming the owner of a
+// retracted single-copy buffer) and whether the ranks it waits for are
+// still alive (UNAVAILABLE, peer_liveness.h: exited, a zombie, or no
 // heartbeat), as over TCP; a group marked failed is first looked at for
 // such a rank, which is named instead of the marked one. A peer that exits
 // after publishing the step waited for is not a failure.
@@ -55,7 +56,11 @@ class ShmSteps {
   }
 
   // Publishes this rank's next step (after its slot is written) and waits
-  // until every rank has published it.
+  // until every rank has published it, at most until the deadline of the
+  // operation `ctx` names: ctx.timeout after the first of its steps that
+  // waited long enough to read the clock, shared by every later step of it
+  // (a chunked operation takes many), so that peers that progress slowly
+  // but never stop cannot stretch it to many times its timeout.
   absl::Status Step(const OpContext& ctx);
 
   // Marks the group failed by this rank, which will not arrive at the step
@@ -94,6 +99,9 @@ class ShmSteps {
   // An error naming late rank r (one that has not published `step`) when
   // it is gone (PeerWatch::Gone).
   absl::Status LateRankGone(const OpContext& ctx, int r, uint64_t step);
+  // The deadline of operation `ctx` for a wait that reads the clock first
+  // at `now` (see op_deadline_).
+  absl::Time OpDeadline(const OpContext& ctx, absl::Time now);
   // Wakes every rank's waits (they look at failed_by and aborts).
   void WakeAll();
   // Step's error once the group is marked failed (`failed`: the group
@@ -107,8 +115,23 @@ class ShmSteps {
   int turn_ = 0;
   std::vector<PeerWatch> watches_;  // one per rank, kept across waits
   int liveness_cursor_ = 0;         // the last missing rank looked at in turn
-  absl::Duration liveness_pause_;   // test-only fault injection
-  absl::Duration yield_phase_;      // wait_policy.h
+  // The deadline of the operation in progress, fixed by its first step that
+  // reads the clock and found again by later steps of the same operation
+  // (sequence number, op and timeout, as Gloo keys its own). Kept here, not
+  // in the OpContext: callers pass the context const and copy it (the
+  // group's recorded copy, a hierarchical backend's parts), and a step that
+  // ends in its pure spins, the small operation's fast path, must neither
+  // read the clock nor write anything for it; a new operation's key simply
+  // replaces the last one's.
+  struct {
+    uint64_t seq = 0;  // 0: none yet
+    OpCode op = OpCode::kBarrier;
+    absl::Duration timeout;
+    absl::Time deadline;
+  } op_deadline_;
+  absl::Duration liveness_pause_;  // test-only fault injection
+  absl::Duration step_pause_;      // test-only slow-down
+  absl::Duration yield_phase_;     // wait_policy.h
   std::atomic<bool> aborted_{false};
 };
 

@@ -259,6 +259,10 @@ absl::Status SingleCopyPath::Leave(const OpContext& ctx, absl::Status status) {
 SingleCopyPath::Stragglers SingleCopyPath::AwaitCopiers(const OpContext& ctx) {
   const ShmLayout& layout = steps_->layout();
   const uint32_t me = static_cast<uint32_t>(steps_->rank()) + 1;
+  // A bound of its own, not what is left of the operation's deadline: this
+  // wait follows the operation's failure, often that deadline itself, and a
+  // copier must get time to finish before the caller may free the buffer.
+  // One bound for every copier, once per operation (Leave runs once).
   const absl::Duration bound =
       std::clamp(ctx.timeout, kRetractWaitMin, kRetractWaitMax);
   Stragglers held;
