@@ -1,5 +1,6 @@
 #include "cc/group/collective_contract.h"
 
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -85,6 +86,27 @@ InlinePayload SpreadPayload(const TensorRef& input, const TensorRef& output) {
   InlinePayload p = Payload(input, input.nbytes(), true, &output);
   p.spread = true;
   return p;
+}
+
+// A host bool buffer the operation wrote, as 0 or 1 (any other byte is
+// true): what a peer sent is copied as it came, and a C caller may send any
+// byte, which a Rust, C++ or Go bool on this rank must never hold. One read
+// pass finds whether any byte needs it; other dtypes and device memory (no
+// host pass over it) are left alone.
+void NormalizeBools(const TensorRef& t) {
+  if (t.dtype() != DataType::kBool || !t.device().is_cpu()) return;
+  uint8_t* bytes = static_cast<uint8_t*>(t.data());
+  const size_t n = t.nbytes();
+  uint8_t seen = 0;
+  for (size_t i = 0; i < n; ++i) seen |= bytes[i];
+  if ((seen & 0xfe) == 0) return;
+  for (size_t i = 0; i < n; ++i) bytes[i] = bytes[i] != 0 ? 1 : 0;
+}
+
+// `status`, with `t` normalised (NormalizeBools) once the operation is done.
+absl::Status BoolsNormalized(absl::Status status, const TensorRef& t) {
+  if (status.ok()) NormalizeBools(t);
+  return status;
 }
 
 }  // namespace
@@ -272,7 +294,7 @@ absl::Status CollectiveContract::AllReduce(const OpContext& ctx, TensorRef data,
                                 -1, static_cast<int>(op)),
                            Payload(data, data.nbytes(), true)));
   DK_RETURN_IF_ERROR(backend_->AllReduce(ctx, data, WireOp(op, data)));
-  return FinishMean(op, data);
+  return BoolsNormalized(FinishMean(op, data), data);
 }
 
 absl::Status CollectiveContract::Broadcast(const OpContext& ctx, TensorRef data,
@@ -280,7 +302,8 @@ absl::Status CollectiveContract::Broadcast(const OpContext& ctx, TensorRef data,
   DK_RETURN_IF_ERROR(
       Agree(ctx, Sign(ctx, OpCode::kBroadcast, &data, data.numel(), root),
             Payload(data, data.nbytes(), backend_->rank() == root)));
-  return backend_->Broadcast(ctx, data, root);
+  // The root's too, so every rank ends with the same bytes.
+  return BoolsNormalized(backend_->Broadcast(ctx, data, root), data);
 }
 
 absl::Status CollectiveContract::Reduce(const OpContext& ctx, TensorRef data,
@@ -290,8 +313,9 @@ absl::Status CollectiveContract::Reduce(const OpContext& ctx, TensorRef data,
                                 static_cast<int>(op)),
                            Payload(data, data.nbytes(), true)));
   DK_RETURN_IF_ERROR(backend_->Reduce(ctx, data, WireOp(op, data), root));
-  if (backend_->rank() != root) return absl::OkStatus();
-  return FinishMean(op, data);
+  // Every rank's: a backend may work in place on a non-root's data too.
+  if (backend_->rank() != root) return BoolsNormalized(absl::OkStatus(), data);
+  return BoolsNormalized(FinishMean(op, data), data);
 }
 
 absl::Status CollectiveContract::AllGather(const OpContext& ctx,
@@ -309,7 +333,7 @@ absl::Status CollectiveContract::AllGather(const OpContext& ctx,
                            Sign(ctx, OpCode::kAllGather, &input, input.numel()),
                            Payload(input, input.nbytes(), true, &result)));
   DK_RETURN_IF_ERROR(backend_->AllGather(ctx, input, result));
-  return staged.Finish();
+  return BoolsNormalized(staged.Finish(), output);
 }
 
 absl::Status CollectiveContract::Gather(const OpContext& ctx, TensorRef input,
@@ -327,7 +351,8 @@ absl::Status CollectiveContract::Gather(const OpContext& ctx, TensorRef input,
       Agree(ctx, Sign(ctx, OpCode::kGather, &input, input.numel(), root),
             Payload(input, input.nbytes(), true, &result)));
   DK_RETURN_IF_ERROR(backend_->Gather(ctx, input, result, root));
-  return staged.Finish();
+  if (backend_->rank() != root) return staged.Finish();
+  return BoolsNormalized(staged.Finish(), output);
 }
 
 absl::Status CollectiveContract::Scatter(const OpContext& ctx, TensorRef input,
@@ -347,7 +372,7 @@ absl::Status CollectiveContract::Scatter(const OpContext& ctx, TensorRef input,
             Payload(input, result.nbytes() * backend_->size(),
                     backend_->rank() == root, &result)));
   DK_RETURN_IF_ERROR(backend_->Scatter(ctx, input, result, root));
-  return staged.Finish();
+  return BoolsNormalized(staged.Finish(), output);
 }
 
 absl::Status CollectiveContract::ReduceScatter(const OpContext& ctx,
@@ -370,7 +395,7 @@ absl::Status CollectiveContract::ReduceScatter(const OpContext& ctx,
   DK_RETURN_IF_ERROR(
       backend_->ReduceScatter(ctx, input, result, WireOp(op, result)));
   DK_RETURN_IF_ERROR(FinishMean(op, result));
-  return staged.Finish();
+  return BoolsNormalized(staged.Finish(), output);
 }
 
 absl::Status CollectiveContract::AllToAll(
@@ -396,7 +421,7 @@ absl::Status CollectiveContract::AllToAll(
   }
   DK_RETURN_IF_ERROR(
       backend_->AllToAll(ctx, input, input_splits, result, output_splits));
-  return staged.Finish();
+  return BoolsNormalized(staged.Finish(), output);
 }
 
 absl::Status CollectiveContract::Barrier(const OpContext& ctx) {
@@ -453,7 +478,7 @@ absl::Status CollectiveContract::Recv(const OpContext& ctx, TensorRef data,
                        header.count == data.numel() && header.tag == tag;
   if (matches) {
     if (data.nbytes() == 0) return absl::OkStatus();
-    return backend_->Recv(ctx, data, src, tag);
+    return BoolsNormalized(backend_->Recv(ctx, data, src, tag), data);
   }
   // Receive what was sent into a buffer of its own (on the data's device),
   // so the stream stays in step, then report the mismatch.

@@ -14,6 +14,12 @@
 //   input that lies in the output anywhere but at this rank's own part, and
 //   a reduce_scatter output that overlaps the input, go through a staged
 //   copy (host tensors), on every rank alike;
+// - leaves each host bool buffer an operation writes (or works in place
+//   on: broadcast's root, reduce's non-roots) holding 0 or 1 only, any
+//   non-zero byte as 1, after the operation succeeds: copies carry a peer's
+//   bytes as they came, a C caller may pass any byte as DK_BOOL, and a bool
+//   in Rust, C++ or Go must be 0 or 1. Device (CUDA) tensors are not
+//   normalised (no host pass over device memory);
 // - keeps the poison and abort state: after a failure that leaves the
 //   transport in an unknown state (PoisonsGroup, cc/comm/backend.h: a
 //   timeout, a dead peer, an abort, an internal error) every later call

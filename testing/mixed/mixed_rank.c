@@ -160,6 +160,18 @@ int main(void) {
     }
     dk_shard_destroy(unit);
   }
+  /* 10: bool bytes other than 0 and 1 (this rank's) arrive as 1 (README). */
+  {
+    uint8_t flags[4] = {2, 255, 0, 1};
+    int64_t four = 4, four_n = 4 * n;
+    uint8_t* got = malloc(4 * n);
+    DLTensor bin = view(flags, &four, kDLUInt, 1),
+             bout = view(got, &four_n, kDLUInt, 1);
+    OK(dk_group_all_gather(world, &bin, &bout, NULL, &e_));
+    for (int j = 0; j < 4 * n; ++j)
+      if (got[j] != (j % 4 == 2 ? 0 : 1)) die("all_gather bool", NULL);
+    free(got);
+  }
   OK(dk_group_barrier(world, NULL, &e_));
   dk_group_destroy(world);
   printf("rank %d (c): mixed-language checks passed\n", r);

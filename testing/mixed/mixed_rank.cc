@@ -1,6 +1,7 @@
 // The C++ rank of the mixed-language job (see README.md): the C++ API.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -137,6 +138,21 @@ int main() {
       Check(std::fabs(w[i] - want) <= 1e-5 * std::max(1.0, std::fabs(want)),
             "sharded training");
     }
+  }
+  // 10: the C rank's bool bytes 2 and 255 arrive as 1 (README); read as
+  // bytes, which a bool holding 2 could not be checked as.
+  {
+    const bool flags[4] = {true, true, false, true};
+    std::vector<uint8_t> got(4 * n, 7);
+    std::vector<dk::TensorRef> parts;
+    for (int q = 0; q < n; ++q)
+      parts.emplace_back(got.data() + 4 * q, 4, dk::DataType::kBool);
+    Ok(dist::AllGather(
+           dk::TensorRef(const_cast<bool*>(flags), 4, dk::DataType::kBool),
+           parts),
+       "all_gather bool");
+    for (int j = 0; j < 4 * n; ++j)
+      Check(got[j] == (j % 4 == 2 ? 0 : 1), "all_gather bool");
   }
   Ok(dist::Barrier(), "barrier");
   dist::DestroyDist();

@@ -78,6 +78,11 @@ def main():
         for _ in range(3):
             want -= 0.5 * (0.1 * want * (n + 1) / 2 + 0.01 * i)
         check(abs(w[i].item() - want) <= 1e-5 * max(1.0, abs(want)), f"sharded training {w}")
+
+    # 10: the C rank's bool bytes 2 and 255 arrive as 1 (README), read as bytes.
+    flags = dist.all_gather(torch.tensor([True, True, False, True]))
+    got = torch.cat(flags).view(torch.uint8).tolist()
+    check(got == [1, 1, 0, 1] * n, f"all_gather bool {got}")
     dist.barrier()
     print(f"rank {r} (python): mixed-language checks passed")
 

@@ -85,6 +85,14 @@ fn main() -> distkit::Result<()> {
         check((full[0][i] as f64 - want).abs() <= 1e-5 * want.abs().max(1.0), r, "sharded training");
     }
     drop(unit);
+
+    // 10: the C rank's bool bytes 2 and 255 arrive as 1 (README): checked as
+    // bytes, since a bool holding 2 would be undefined behaviour to read.
+    let mut flags = vec![false; 4 * n as usize];
+    world.all_gather(&[true, true, false, true], &mut flags)?;
+    // SAFETY: bool and u8 have the same size and alignment.
+    let bytes: &[u8] = unsafe { std::slice::from_raw_parts(flags.as_ptr().cast::<u8>(), flags.len()) };
+    check(bytes.iter().enumerate().all(|(j, &b)| b == if j % 4 == 2 { 0 } else { 1 }), r, "all_gather bool");
     world.barrier()?;
     println!("rank {r} (rust): mixed-language checks passed");
     Ok(())

@@ -136,6 +136,10 @@ typedef int32_t dk_dtype_t;
 #define DK_UINT8 5
 #define DK_INT32 6
 #define DK_INT64 7
+/* One byte per element, any non-zero byte true. Every operation leaves each
+   host (CPU) bool buffer it writes holding 0 or 1 only (a peer's 2 or 255
+   arrives as 1), so a Rust, C++ or Go bool can hold it; CUDA tensors are
+   passed as they are (not normalised). */
 #define DK_BOOL 8
 
 /* Reductions, mmengine's names; DK_OP_MEAN on integers truncates toward 0. */

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"unsafe"
 
 	dk "distkit.dev/distkit"
 )
@@ -144,6 +145,19 @@ func main() {
 		check(math.Abs(float64(w[i])-want) <= 1e-5*math.Max(1, math.Abs(want)), "sharded training")
 	}
 	unit.Close()
+
+	// 10: the C rank's bool bytes 2 and 255 arrive as 1 (README), read as
+	// bytes: a Go bool must be 0 or 1.
+	flags := make([]bool, 4*n)
+	must(dk.AllGather(world, []bool{true, true, false, true}, flags))
+	got := unsafe.Slice((*byte)(unsafe.Pointer(&flags[0])), len(flags))
+	for j, b := range got {
+		want := byte(1)
+		if j%4 == 2 {
+			want = 0
+		}
+		check(b == want, "all_gather bool")
+	}
 	must(world.Barrier())
 	world.Close()
 	fmt.Printf("rank %d (go): mixed-language checks passed\n", r)
