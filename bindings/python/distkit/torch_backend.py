@@ -10,7 +10,11 @@ code written against torch.distributed run on distkit.
 group on this backend itself (as mmengine's init_dist initializes
 torch.distributed), over the same ranks and connections, with torch's keys
 in distkit's job store (``DistkitStore``). Started alone, the default group
-joins distkit through the store torch gives it. ``new_group(ranks)`` makes a
+joins distkit through the store torch gives it. Started by user code after
+distkit joined the job (init_dist, then destroy_process_group and
+init_process_group("distkit", timeout=...)), it runs on a distkit group of
+every rank with that timeout (none given: distkit's default group, with
+init_dist's). ``new_group(ranks)`` makes a
 distkit subgroup of its members (``dk_group_new_with_options``, with the
 timeout new_group is given). Ranks torch passes
 to a process group are the group's own ranks, as the C ABI takes them.
@@ -261,7 +265,14 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
                 raise RuntimeError(
                     f"distkit backend: torch's default group is rank {rank} of {size}, distkit's "
                     f"job rank {_groups.get_rank()} of {_groups.get_world_size()}")
-            return _process_group(rank, size, None)
+            if _init_from_distkit or not _timeout_given(timeout):
+                return _process_group(rank, size, None)
+            # distkit's job was joined first (init_dist, then torch's own
+            # init_process_group): its default group keeps init_dist's
+            # timeout, so torch's group is one of every rank with the
+            # timeout given (its operations fail after it, as Gloo's do).
+            return _process_group(rank, size, _new_group(store, rank, size, list(range(size)),
+                                                         timeout))
         timeout_ms = to_millis(timeout)
         world = torch_join.join(store=store, rank=rank, size=size, timeout_ms=timeout_ms,
                                 op_timeout_ms=timeout_ms)
@@ -281,10 +292,25 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
     # (every member counts in once; no member is done with the n-th before
     # all counted in, so none can count into the next one early), and a
     # member never reads the name rank 0 wrote for an earlier one.
+    return _process_group(rank, size, _new_group(store, rank, size, None, timeout))
+
+
+def _timeout_given(timeout) -> bool:
+    """A timeout the caller gave (torch passes its default, 30 min, where
+    none was given)."""
+    return timeout is not None and timeout != tdist.distributed_c10d.default_pg_timeout
+
+
+def _new_group(store, rank: int, size: int, members, timeout) -> _groups.ProcessGroup:
+    """The distkit group of a torch group being made (this process is its
+    `rank` of `size`): over `members` (default-group ranks; None: each
+    member's tdist.get_rank(), learned through `store`), with `timeout` for
+    its operations and its creation where one was given."""
     making = (store.add("distkit/makings", 1) - 1) // size
     keys = f"distkit/{making}/"
-    store.set(f"{keys}member/{rank}", str(tdist.get_rank()))
-    members = [int(store.get(f"{keys}member/{r}")) for r in range(size)]
+    if members is None:
+        store.set(f"{keys}member/{rank}", str(tdist.get_rank()))
+        members = [int(store.get(f"{keys}member/{r}")) for r in range(size)]
     if rank == 0:
         store.set(f"{keys}name", uuid.uuid4().hex)
     name = store.get(f"{keys}name").decode()
@@ -296,13 +322,17 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
     options = GroupOptions()
     lib.dk_group_options_init(ctypes.byref(options))
     options.name = name.encode()
-    if timeout is not None and timeout != tdist.distributed_c10d.default_pg_timeout:
+    if _timeout_given(timeout):
         options.timeout_ms = max(1, to_millis(timeout))
     handle = ctypes.c_void_p()
     raise_for_status(lib.dk_group_new_with_options, _groups.handle_of(None), ranks, size,
                      ctypes.byref(options), ctypes.byref(handle))
-    return _process_group(rank, size, _groups.ProcessGroup(handle))
+    return _groups.ProcessGroup(handle)
 
+
+# True while distkit's own init_dist (or a rebase) initializes torch's
+# default group over distkit's default group, whose timeout it passes.
+_init_from_distkit = False
 
 _registered = False
 
@@ -381,13 +411,16 @@ def _init_default_group(store, timeout_ms: int) -> None:
     # in. distkit's world has every rank joined already (dk_init), and in a
     # job whose other ranks are C, C++, Rust or Go they would never count
     # in: the count is answered at once.
+    global _init_from_distkit
     store._init_barrier_size = _groups.get_world_size()
+    _init_from_distkit = True  # the timeout is the default group's own
     try:
         tdist.init_process_group(BACKEND, store=store, rank=_groups.get_rank(),
                                  world_size=_groups.get_world_size(),
                                  timeout=datetime.timedelta(milliseconds=timeout_ms))
     finally:
         store._init_barrier_size = None
+        _init_from_distkit = False
 
 
 register()

@@ -16,7 +16,10 @@ distkit.dist.init_dist initializes torch's default group on "distkit".
 --standalone: torch.distributed.init_process_group("distkit") alone (distkit
 joins through torch's store). --timeout: init_process_group(timeout=2 s),
 and an all_reduce one rank never joins fails within the bound on the
-others. --dead-peer: a rank exits between DDP steps, and backward on the
+others. --timeout-after-init-dist: the same where distkit.dist.init_dist
+(timeout 30 s) joined the job first and user code then made torch's default
+group itself (destroy_process_group, init_process_group(timeout=2 s)): the
+2 s bound it, not init_dist's 30 s. --dead-peer: a rank exits between DDP steps, and backward on the
 others raises within seconds. --exit-pending: the ranks exit with an
 asynchronous all_reduce in flight whose future has a Python then-callback,
 and exit with 0. With DISTKIT_TORCH_BACKEND=python, the Python fallback runs the
@@ -742,6 +745,19 @@ def main():
         backend_in_cpp()
         timeout_check(rank, n)
         return finish("torch backend timeout")
+    if "--timeout-after-init-dist" in sys.argv:
+        dist.init_dist("pytorch", backend="gloo", timeout=30)
+        tdist.destroy_process_group()  # init_dist made it; this program makes its own
+        dist.barrier()  # together: the 2 s also bound the group's creation
+        init = os.path.join(os.environ["TEST_TMPDIR"], "torch_init")
+        tdist.init_process_group("distkit", init_method=f"file://{init}", rank=rank, world_size=n,
+                                 timeout=datetime.timedelta(seconds=2))
+        backend_in_cpp()
+        timeout_check(rank, n)
+        t = torch.ones(1)
+        dist.all_reduce(t)  # distkit's own default group goes on
+        check(t.item() == n, "distkit's default group after torch's timed out")
+        return finish("torch backend timeout after init_dist")
     if "--exit-pending" in sys.argv:
         # The process ends with an asynchronous all_reduce in flight whose
         # future has a Python then-callback: exit waits for it (the pool

@@ -56,15 +56,19 @@ def fully_shard(module: nn.Module, *, mesh=None, reshard_after_forward: bool = T
         if c is not None and id(c) not in found_ids:
             found_ids.add(id(c))
             found.append(c)
+    # One coordinator for every unit under `module`: the earlier calls'
+    # are merged into one (Coordinator.absorb).
     coordinator = found[0] if found else Coordinator(free_after_backward=True)
+    for c in found[1:]:
+        coordinator.absorb(c)
     claimed = {id(p) for p in ignored_params or []}
     # Parameters an earlier call's unit holds, registered here too (tied
     # weights sharded by separate calls): more places of that unit.
     _share_held(module, claimed)
-    for c in found:  # what the submodules' calls took, and their shards
-        claimed.update(c.flat_ids)
-        for unit in c.units:
-            claimed.update(id(p) for _, _, p in unit.owned)
+    # What the submodules' calls took, and their shards.
+    claimed.update(coordinator.flat_ids)
+    for unit in coordinator.units:
+        claimed.update(id(p) for _, _, p in unit.owned)
     owned = unclaimed_params(module, set(), claimed)
     param_dtype = mp_policy.param_dtype if mp_policy else None
     config = shard_config(ShardingStrategy.FULL_SHARD if reshard_after_forward
@@ -85,7 +89,11 @@ def fully_shard(module: nn.Module, *, mesh=None, reshard_after_forward: bool = T
             places = owner.__dict__.setdefault("_dk_places_of", [])
             if all(u is not unit for _, u in places):
                 places.append((coordinator, unit))
+    for sub in module.modules():  # the earlier calls' modules run on it too
+        if "_dk_fsdp" in sub.__dict__:
+            sub._dk_fsdp = coordinator
     module._dk_fsdp = coordinator
+    coordinator.order_by_tree(module)
     if mp_policy is not None and mp_policy.param_dtype is not None and mp_policy.cast_forward_inputs:
         module.register_forward_pre_hook(
             lambda m, args: cast_inputs(mp_policy.param_dtype, args, {})[0])
@@ -156,6 +164,7 @@ def _hook_alias(sub: nn.Module, coordinator, unit) -> None:
     cast = getattr(unit, "cast_dtype", None)
     if cast is not None:
         sub.register_forward_pre_hook(lambda m, args: cast_inputs(cast, args, {})[0])
-    sub.register_forward_pre_hook(lambda m, inputs, unit=unit, c=coordinator: c._pre_forward(unit))
+    # unit.coordinator: the one that holds the unit now (Coordinator.absorb).
+    sub.register_forward_pre_hook(lambda m, inputs, unit=unit: unit.coordinator._pre_forward(unit))
     sub.register_forward_hook(
-        lambda m, inputs, output, unit=unit, c=coordinator: c._post_forward(unit, output))
+        lambda m, inputs, output, unit=unit: unit.coordinator._post_forward(unit, output))

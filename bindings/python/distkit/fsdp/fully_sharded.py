@@ -66,7 +66,6 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
             module.to(torch.device("cuda", device_id) if isinstance(device_id, int)
                       else torch.device(device_id))
         self._sync_module_states = sync_module_states
-        self._sync_buffers(module, process_group, replicate_group)
         param_dtype = mixed_precision.param_dtype if mixed_precision else None
         config = shard_config(strategy, param_dtype,
                               mixed_precision.reduce_dtype if mixed_precision else None,
@@ -114,6 +113,10 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         self._group = process_group
         self._replicate_group = replicate_group
         self.use_orig_params = use_orig_params
+        # After the units (each broadcast its parameters when it was made),
+        # as C++'s Build: one model in a job of both languages makes the
+        # same collectives in the same order.
+        self._sync_buffers(module, process_group, replicate_group)
         # MixedPrecision.buffer_dtype: floating buffers live (and forward
         # uses them) in it; state dicts give them in their own dtype, as
         # torch's full state dict does.
@@ -132,17 +135,21 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
         module_state.install(module, self._units, use_orig_params)
 
     def _sync_buffers(self, module: nn.Module, process_group, replicate_group=None) -> None:
-        """sync_module_states: rank 0's buffers on every rank (collective):
-        as C++'s, over the replicate group first (HYBRID_*: from the job's
-        rank 0 to rank 0 of every node), then inside each shard group."""
+        """sync_module_states, once the units are made: rank 0's values on
+        every rank (collective) of the parameters no unit holds (ignored),
+        then of the buffers, each in module order, as C++'s Build does
+        (BroadcastFromRank0): each tensor over the replicate group first
+        (HYBRID_*: from the job's rank 0 to rank 0 of every node), then
+        inside its shard group."""
         if not self._sync_module_states:
             return
-        tensors = list(module.buffers())
-        groups = ([replicate_group] if replicate_group is not None else []) + [process_group]
-        for group in groups:
-            if dist.get_world_size(group) <= 1:
-                continue
-            for t in tensors:
+        held = self._held_ids()
+        tensors = [p.data for p in module.parameters() if id(p) not in held]
+        tensors += list(module.buffers())
+        groups = [g for g in ([replicate_group] if replicate_group is not None else []) +
+                  [process_group] if dist.get_world_size(g) > 1]
+        for t in tensors:
+            for group in groups:
                 dist.broadcast(t, dist.get_global_rank(group, 0), group)
 
     def regroup(self, process_group=None) -> None:
@@ -157,11 +164,11 @@ class FullyShardedDataParallel(ModelStateDictMixin, OptimStateDictMixin, nn.Modu
                              f"({self.sharding_strategy.name}) cannot change groups")
         self._coordinator.forget_backward()  # a failed step's queued work never ran
         # The collectives a construction on the new group makes, in its
-        # order, so a replacement's constructor and the survivors' regroup
-        # pair up.
-        self._sync_buffers(self.module, process_group)
+        # order (the units, then the buffers), so a replacement's
+        # constructor and the survivors' regroup pair up.
         for unit in self._units:
             unit.regroup(process_group)
+        self._sync_buffers(self.module, process_group)
         self._group = process_group
 
     def forward(self, *args, **kwargs):

@@ -43,12 +43,52 @@ class Coordinator:
         unit = Unit(unit_module, owned, group, config, compute_dtype, reshard_after_forward,
                      is_root, orig_params, aliases, names)
         unit.index = len(self.units)
+        unit.coordinator = self
         self.units.append(unit)
         self.flat_ids.update(id(p) for p in unit.flat_params)
-        unit_module.register_forward_pre_hook(lambda m, inputs, unit=unit: self._pre_forward(unit))
+        # Through unit.coordinator: absorb() may hand the unit to another.
+        unit_module.register_forward_pre_hook(
+            lambda m, inputs, unit=unit: unit.coordinator._pre_forward(unit))
         unit_module.register_forward_hook(
-            lambda m, inputs, output, unit=unit: self._post_forward(unit, output))
+            lambda m, inputs, output, unit=unit: unit.coordinator._post_forward(unit, output))
         return unit
+
+    def absorb(self, other: "Coordinator") -> None:
+        """Takes over `other`'s units (fully_shard on a module above
+        several earlier calls, as C++'s FullyShard adopts their units): one
+        backward then reduces every unit, also those this rank's backward
+        did not reach, in one order on every rank. (Each coordinator
+        reduced its own unreached units only where this rank's backward
+        reached one of its units: a rank whose loss left one out never
+        reduced it, and the ranks' collectives differed.)"""
+        if other is self:
+            return
+        for unit in other.units:
+            unit.coordinator = self
+            self.units.append(unit)
+        self.flat_ids.update(other.flat_ids)
+        other.units, other.flat_ids = [], set()
+        other.merged_into = self
+
+    def order_by_tree(self, root: nn.Module) -> None:
+        """The units in the module tree's order (named_modules order,
+        each module after the modules under it, as units_of's; a unit
+        outside `root`'s tree first, as it was): the order every rank
+        reduces the units its backward did not reach in."""
+        position = {}
+
+        def visit(module: nn.Module) -> None:  # post-order, every module once
+            for child in module.children():
+                if id(child) not in position:
+                    position[id(child)] = None
+                    visit(child)
+            position[id(module)] = len(position)
+
+        visit(root)
+        self.units.sort(key=lambda u: -1 if position.get(id(u.module)) is None
+                        else position[id(u.module)])
+        for i, unit in enumerate(self.units):
+            unit.index = i
 
     def watch_recompute(self) -> None:
         """After every unit is added: each module a unit's parameter is
@@ -91,6 +131,9 @@ class Coordinator:
         post-forward hooks of the units it was in never ran: what they held
         is released before the exception goes on (an inner one's caller may
         catch it and go on computing with the enclosing units)."""
+        merged_into = getattr(self, "merged_into", None)
+        if merged_into is not None:  # absorbed: its units run there
+            return merged_into.run_forward(forward)
         self.forward_depth += 1
         try:
             return forward()
