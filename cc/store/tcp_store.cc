@@ -21,6 +21,10 @@ namespace {
 // A blocking call's own deadline is its store timeout plus this margin, so the
 // server's DEADLINE_EXCEEDED (which names the keys) arrives first.
 constexpr absl::Duration kBlockingCallMargin = absl::Seconds(5);
+// A blocking call whose first request (the poll on the ordered connection)
+// took this long waits only for the rest of its timeout (and says so when
+// that wait times out).
+constexpr absl::Duration kLongPoll = absl::Milliseconds(100);
 // How long a blocked call's connection is kept for the next one.
 constexpr size_t kMaxSpareConnections = 4;
 
@@ -425,18 +429,37 @@ void TcpStore::ReturnSpare(std::unique_ptr<Connection> c) {
 absl::StatusOr<std::string> TcpStore::BlockingCall(absl::string_view op,
                                                    wire::Request request,
                                                    absl::Duration timeout) {
+  // One bound for the whole call: both requests share one deadline, and a
+  // long poll on the ordered connection (its turn behind another thread's
+  // call to a slow host) comes out of the wait's time. Each had its own
+  // before: such a call took up to twice its timeout.
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = CallDeadline(timeout + kBlockingCallMargin);
   request.try_only = true;
   request.number = ServerWaitMillis(timeout);
   bool not_ready = false;
   absl::StatusOr<std::string> at_once =
-      Call(op, request, timeout + kBlockingCallMargin, &not_ready);
+      Call(op, request, deadline - absl::Now(), &not_ready);
   if (!at_once.ok() || !not_ready) return at_once;
   // Not there yet: wait on a connection of its own. The ordered connection
   // has served everything this client sent before, so what the wait sees is
   // at least as new as this client's own writes.
+  const absl::Duration polled = absl::Now() - start;
+  const bool long_poll = polled >= kLongPoll;
+  // A poll of a moment (the usual case) leaves the wait its whole timeout,
+  // which the server's answer then names; a long one comes out of it, and a
+  // positive timeout keeps at least a moment (sent as 1 ms, as a
+  // sub-millisecond one is), never "no time".
+  absl::Duration wait = timeout;
+  if (long_poll) {
+    wait = timeout - polled;
+    if (wait <= absl::ZeroDuration()) {
+      wait = timeout > absl::ZeroDuration() ? absl::Nanoseconds(1)
+                                            : absl::ZeroDuration();
+    }
+  }
   request.try_only = false;
-  request.number = ServerWaitMillis(timeout);
-  const absl::Time deadline = CallDeadline(timeout + kBlockingCallMargin);
+  request.number = ServerWaitMillis(wait);
   absl::StatusOr<std::unique_ptr<Connection>> c = TakeSpare(deadline);
   if (!c.ok()) {
     return Explain(
@@ -460,7 +483,16 @@ absl::StatusOr<std::string> TcpStore::BlockingCall(absl::string_view op,
     a = (*c)->Exchange(frame, /*answered=*/true, deadline);
   }
   ReturnSpare(*std::move(c));
-  if (absl::Status s = AnswerStatus(a); !s.ok()) return Explain(op, s);
+  absl::Status s = AnswerStatus(a);
+  if (absl::IsDeadlineExceeded(s) && long_poll) {
+    // The server names the wait it was given: say where the rest went.
+    s = absl::DeadlineExceededError(absl::StrCat(
+        s.message(), " (", absl::FormatDuration(polled), " of the call's ",
+        absl::FormatDuration(timeout),
+        " went to the call before the wait, on the client's ordered "
+        "connection)"));
+  }
+  if (!s.ok()) return Explain(op, s);
   return std::move(a.payload);
 }
 

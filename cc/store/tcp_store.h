@@ -21,7 +21,9 @@
 // (request_limits.h) make rare, fails the connection's next call. A blocking
 // Get / Wait / MultiGet whose keys are not there yet moves to a connection of
 // its own, so one thread's wait never stalls another thread's calls (the job
-// watch's heartbeat, a diagnosis).
+// watch's heartbeat, a diagnosis). Its first look goes over the ordered
+// connection; when that took long (its turn behind another thread's call
+// included), the time counts against the wait's timeout.
 //
 //   DK_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store,
 //                       TcpStore::Connect({.address = "127.0.0.1:29500",

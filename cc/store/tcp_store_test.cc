@@ -1208,6 +1208,51 @@ TEST(TcpStoreFrozenHostTest, EveryCallFailsWithinItsDeadline) {
   waitpid(host, &status, 0);
 }
 
+// A blocking get whose first request (the poll on the client's ordered
+// connection) waits behind another thread's call to a host frozen for a
+// while: the whole get still ends at its own timeout, naming the key, not
+// a full timeout after the host came back (4 s + 3 s here before).
+TEST(TcpStoreFrozenHostTest, ABlockingCallsWaitCountsItsPoll) {
+  auto [host, address] = StartStoreHost();
+  absl::StatusOr<std::unique_ptr<TcpStore>> c = TcpStore::Connect(
+      {address, kToken, absl::Seconds(60), absl::Seconds(10)});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE((*c)->Set("k", "v").ok());
+  ASSERT_EQ(kill(host, SIGSTOP), 0);
+  int stopped = 0;
+  ASSERT_EQ(waitpid(host, &stopped, WUNTRACED), host);
+  ASSERT_TRUE(WIFSTOPPED(stopped));
+  // A holds the ordered connection until the host answers.
+  absl::StatusOr<int64_t> added;
+  std::thread a([&] { added = (*c)->Add("n", 1); });
+  absl::SleepFor(absl::Milliseconds(300));
+  const absl::Duration timeout = absl::Seconds(4);
+  absl::StatusOr<std::string> got;
+  absl::Duration took;
+  std::thread b([&] {
+    const absl::Time start = absl::Now();
+    got = (*c)->Get("never_set", timeout);
+    took = absl::Now() - start;
+  });
+  absl::SleepFor(absl::Seconds(3));
+  EXPECT_EQ(kill(host, SIGCONT), 0);
+  b.join();
+  a.join();
+  EXPECT_TRUE(added.ok()) << added.status();
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << got.status();
+  EXPECT_NE(got.status().message().find("never_set"), absl::string_view::npos)
+      << got.status();
+  EXPECT_NE(got.status().message().find("of the call's 4s"),
+            absl::string_view::npos)
+      << got.status();
+  EXPECT_GE(took, timeout - absl::Milliseconds(100));
+  EXPECT_LT(took, timeout + testing::Scaled(absl::Seconds(1)));
+  kill(host, SIGKILL);
+  int status = 0;
+  waitpid(host, &status, 0);
+}
+
 // A client that hung up (SHUT_WR) while its answers were held, unread: the
 // host neither spins on the hang-up nor keeps the set it sent unapplied.
 TEST(TcpStoreHungUpTest, AHungUpClientWithHeldAnswersDoesNotSpin) {

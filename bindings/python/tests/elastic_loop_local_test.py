@@ -4,7 +4,8 @@ ReplacementWaiting raised by the commit that ends a recovery's sync (a
 sharded model's peer sync commits the new layout) leads to one grow back and
 one sync, never to a second shrink (the shrink and the grow back count as
 the two recoveries they are), and a replacement that meets it while
-joining syncs once, not again after the grow."""
+joining syncs once, not again after the grow. Also: a peer lost in run's
+first commit is recovered from only where max_recoveries allows one."""
 import sys
 
 from distkit import errors
@@ -70,7 +71,63 @@ def scenario(joining: bool):
     return result, calls, state.recoveries
 
 
+def first_commit_lost(max_recoveries: int):
+    """A peer lost in run's first commit: what run does with `max_recoveries`
+    (the error raised, or the calls of the recovery it made)."""
+    calls = []
+
+    class NothingCommitted(FakeState):
+        def __init__(self):
+            super().__init__()
+            self._snapshot = None  # run() commits first
+
+        def commit(self):
+            calls.append("commit")
+            raise errors.error_for(14, "a peer was lost")  # UNAVAILABLE
+
+        def _hold_start(self):
+            calls.append("hold_start")
+
+    def new_world(timeout, settle):
+        calls.append("new_world")
+        return "shrunk", None
+
+    def sync(state):
+        calls.append("sync")
+        return 0
+
+    def train(state):
+        calls.append("train")
+        return "done"
+
+    originals = (peer_sync.sync, membership.new_world, membership.is_replacement,
+                 loop.dist.get_rank, loop.dist.get_world_size)
+    peer_sync.sync = sync
+    membership.new_world = new_world
+    membership.is_replacement = lambda: False
+    loop.dist.get_rank = lambda group=None: 0
+    loop.dist.get_world_size = lambda group=None: 2
+    loop._joined = False
+    try:
+        try:
+            outcome = loop.run(train, NothingCommitted(), max_recoveries=max_recoveries)
+        except errors.DistkitError as e:
+            outcome = e.code
+    finally:
+        (peer_sync.sync, membership.new_world, membership.is_replacement,
+         loop.dist.get_rank, loop.dist.get_world_size) = originals
+    return outcome, calls
+
+
 def main():
+    # max_recoveries=0 recovers from nothing, the first commit included
+    # (it shrank and trained on before); 1 recovers from it once.
+    outcome, calls = first_commit_lost(0)
+    assert outcome == errors.UNAVAILABLE and calls == ["commit"], \
+        f"max_recoveries=0: {outcome}, {calls}"
+    outcome, calls = first_commit_lost(1)
+    want = ["commit", "hold_start", "new_world", "sync", "train"]
+    assert outcome == "done" and calls == want, f"max_recoveries=1: {outcome}, {calls}"
     result, calls, recoveries = scenario(joining=False)
     want = ["train", "new_world", "sync", "grow", "sync", "train"]
     assert result == "done" and calls == want, f"survivor: {calls}, want {want}"

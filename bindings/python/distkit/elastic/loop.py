@@ -93,7 +93,8 @@ def run(func: Optional[Callable] = None, state: Optional[State] = None, *,
         except membership.ReplacementWaiting:
             grow_back = True  # a shrunk world: the commit holds, the replacement joins
         except errors.DistkitError as e:
-            if e.code not in _LOST_PEER:
+            # max_recoveries=0: no recovery, not even from the first commit.
+            if e.code not in _LOST_PEER or max_recoveries <= 0:
                 raise
             state._settle(recovering=True)  # an exchange this loss broke
             # A rank lost before anything was committed: this survivor's
