@@ -1,7 +1,8 @@
 // What the entry points of every section of the C ABI (capi/*_api.cc) call:
-// the guard, the argument checks, the handles, bytes handed across. The
-// entry points are extern "C" functions at global scope, so the shared
-// helpers are named there once, here, and each section names only its own.
+// the guard (NoThrow / BestEffort for those without a status), the argument
+// checks, the handles, bytes handed across. The entry points are extern "C"
+// functions at global scope, so the shared helpers are named there once,
+// here, and each section names only its own.
 // Private to those .cc files: no header includes it.
 
 #ifndef DISTKIT_CAPI_ENTRY_POINT_H_
@@ -19,6 +20,7 @@
 
 using ::distkit::ProcessGroup;
 using ::distkit::TensorRef;
+using ::distkit::capi::BestEffort;
 using ::distkit::capi::CheckBufferBytes;
 using ::distkit::capi::CheckCount;
 using ::distkit::capi::CheckOuts;
@@ -28,6 +30,7 @@ using ::distkit::capi::GroupOrNone;
 using ::distkit::capi::Guard;
 using ::distkit::capi::InitVersionedStruct;
 using ::distkit::capi::NewHandle;
+using ::distkit::capi::NoThrow;
 using ::distkit::capi::NotNull;
 using ::distkit::capi::OnHandle;
 using ::distkit::capi::OwnedCopy;

@@ -16,7 +16,10 @@ const char* dk_error_message(const dk_error_t* err) {
   return err == nullptr ? "" : err->message.c_str();
 }
 
-void dk_error_free(dk_error_t* err) { delete err; }
+void dk_error_free(dk_error_t* err) {
+  // A static error (out of memory) belongs to the library.
+  if (err != nullptr && !err->is_static) delete err;
+}
 
 void dk_free(void* ptr) { std::free(ptr); }
 

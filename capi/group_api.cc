@@ -6,13 +6,18 @@
 // group headers again.
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/base/const_init.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "capi/entry_point.h"
 #include "cc/core/data_type.h"
@@ -77,6 +82,22 @@ absl::Status JoinWorld(const dk_init_config_t* config, dk_group_t** world_out,
 std::shared_ptr<const ProcessGroup> NamedGroup(const dk_group_t* group) {
   if (group != nullptr) return group->Get();  // null once destroyed
   return dist::GetDefaultGroup();
+}
+
+ABSL_CONST_INIT absl::Mutex interned_mu(absl::kConstInit);
+
+// `text` as a C string that lives until the process exits, each distinct
+// text kept once: dk_group_name and dk_group_backend hand out names of
+// groups that a dk_shutdown, shrink or destroy frees while the caller may
+// still hold the string (a job has a few names: its backends, "world" and
+// one per subgroup). Throws std::bad_alloc where a new text finds no memory.
+const char* Interned(absl::string_view text) {
+  // Never destroyed, so also valid in code that runs at exit.
+  static auto* const texts = new std::set<std::string, std::less<>>();
+  absl::MutexLock lock(&interned_mu);
+  auto it = texts->find(text);
+  if (it == texts->end()) it = texts->emplace(text).first;
+  return it->c_str();
 }
 
 // The subgroup of `parent` (NULL: the default group) that `make(parent,
@@ -207,6 +228,7 @@ dk_status_t dk_launcher_info(const char* launcher, dk_launcher_info_t** out,
 }  // extern "C"
 
 using ::distkit::capi::CheckSubgroupName;
+using ::distkit::capi::Interned;
 using ::distkit::capi::JoinWorld;
 using ::distkit::capi::NamedGroup;
 using ::distkit::capi::NewSubgroup;
@@ -248,50 +270,64 @@ dk_status_t dk_init_with_store(dk_store_t* store, int32_t rank, int32_t size,
   });
 }
 
-void dk_shutdown(void) { distkit::dist::DestroyDist(); }
+void dk_shutdown(void) {
+  // DestroyDist forgets the default group before anything that allocates
+  // (telling the store this rank left), so even a throw there shuts down.
+  BestEffort([] { distkit::dist::DestroyDist(); });
+}
 
 int32_t dk_is_distributed(void) {
-  return distkit::dist::IsDistributed() ? 1 : 0;
+  return NoThrow(0, [] { return distkit::dist::IsDistributed() ? 1 : 0; });
 }
 
 int32_t dk_group_rank(const dk_group_t* group) {
-  if (group != nullptr) {
-    const auto g = group->Get();
-    return g != nullptr ? g->rank() : -1;
-  }
-  return distkit::dist::GetRank();
+  return NoThrow(-1, [&]() -> int32_t {
+    if (group != nullptr) {
+      const auto g = group->Get();
+      return g != nullptr ? g->rank() : -1;
+    }
+    return distkit::dist::GetRank();
+  });
 }
 
 int32_t dk_group_size(const dk_group_t* group) {
-  if (group != nullptr) {
-    const auto g = group->Get();
-    return g != nullptr ? g->size() : -1;
-  }
-  return distkit::dist::GetWorldSize();
+  return NoThrow(-1, [&]() -> int32_t {
+    if (group != nullptr) {
+      const auto g = group->Get();
+      return g != nullptr ? g->size() : -1;
+    }
+    return distkit::dist::GetWorldSize();
+  });
 }
 
 int32_t dk_group_global_rank(const dk_group_t* group, int32_t group_rank) {
-  if (group != nullptr) {
-    const auto g = group->Get();
-    if (g == nullptr) return -1;
-    const auto& ranks = g->global_ranks();
-    return group_rank >= 0 && group_rank < static_cast<int32_t>(ranks.size())
-               ? ranks[group_rank]
+  return NoThrow(-1, [&]() -> int32_t {
+    if (group != nullptr) {
+      const auto g = group->Get();
+      if (g == nullptr) return -1;
+      const auto& ranks = g->global_ranks();
+      return group_rank >= 0 && group_rank < static_cast<int32_t>(ranks.size())
+                 ? ranks[group_rank]
+                 : -1;
+    }
+    return group_rank >= 0 && group_rank < distkit::dist::GetWorldSize()
+               ? group_rank
                : -1;
-  }
-  return group_rank >= 0 && group_rank < distkit::dist::GetWorldSize()
-             ? group_rank
-             : -1;
+  });
 }
 
 const char* dk_group_backend(const dk_group_t* group) {
-  std::shared_ptr<const ProcessGroup> g = NamedGroup(group);
-  return g != nullptr ? g->backend_name().c_str() : nullptr;
+  return NoThrow<const char*>(nullptr, [&]() -> const char* {
+    std::shared_ptr<const ProcessGroup> g = NamedGroup(group);
+    return g != nullptr ? Interned(g->backend_name()) : nullptr;
+  });
 }
 
 const char* dk_group_name(const dk_group_t* group) {
-  std::shared_ptr<const ProcessGroup> g = NamedGroup(group);
-  return g != nullptr ? g->name().c_str() : nullptr;
+  return NoThrow<const char*>(nullptr, [&]() -> const char* {
+    std::shared_ptr<const ProcessGroup> g = NamedGroup(group);
+    return g != nullptr ? Interned(g->name()) : nullptr;
+  });
 }
 
 dk_status_t dk_group_new(dk_group_t* parent, const int32_t* ranks,
@@ -366,8 +402,13 @@ void dk_group_destroy(dk_group_t* group) {
 }
 
 void dk_group_abort(dk_group_t* group) {
-  absl::StatusOr<std::shared_ptr<ProcessGroup>> g = GroupOf(group);
-  if (g.ok()) (*g)->Abort();
+  // No status to report: as much of the abort as memory allows. The group is
+  // found without GroupOf, whose error for a missing one allocates.
+  BestEffort([group] {
+    std::shared_ptr<ProcessGroup> g =
+        group != nullptr ? group->Get() : distkit::dist::GetDefaultGroup();
+    if (g != nullptr) g->Abort();
+  });
 }
 
 dk_status_t dk_group_shrink(dk_group_t* group, int64_t settle_ms,
@@ -517,9 +558,29 @@ dk_status_t dk_local_group(dk_group_t** out, dk_error_t** err) {
 // The C ABI, section "Parallel state": modelopt's data-, tensor- and
 // expert-parallel groups.
 
+// Destroying releases the state but keeps the handle reserved, like a
+// group's (convention 11), and every call may come from any thread
+// (convention 13), so the state is read and released atomically: a rank,
+// size or describe beside a dk_parallel_state_destroy on another thread
+// answers from the whole state or as destroyed, never from one half
+// released.
 struct dk_parallel_state {
-  distkit::dist::ParallelState rep;
-  bool destroyed = false;  // the handle stays reserved, like a group's
+ public:
+  explicit dk_parallel_state(distkit::dist::ParallelState rep)
+      : rep_(std::make_shared<const distkit::dist::ParallelState>(
+            std::move(rep))) {}
+  // The state, held for the caller; null once destroyed.
+  std::shared_ptr<const distkit::dist::ParallelState> Get() const {
+    return std::atomic_load(&rep_);
+  }
+  // Releases the state (the last holder frees it); idempotent.
+  void Destroy() {
+    std::atomic_exchange(&rep_,
+                         std::shared_ptr<const distkit::dist::ParallelState>());
+  }
+
+ private:
+  std::shared_ptr<const distkit::dist::ParallelState> rep_;
 };
 
 namespace distkit {
@@ -540,20 +601,28 @@ absl::StatusOr<dist::DistributedProcessGroup> DpgOf(dk_group_t* group,
   return dist::DistributedProcessGroup(std::move(g));
 }
 
-// The group `which` names in `state`; NULL for none or a destroyed state.
-const dist::DistributedProcessGroup* Which(const dk_parallel_state_t* state,
-                                           int32_t which) {
-  if (state == nullptr || state->destroyed) return nullptr;
+// The group `which` names in `state`, held with the state for the caller;
+// null for none or a destroyed state.
+std::shared_ptr<const dist::DistributedProcessGroup> Which(
+    const dk_parallel_state_t* state, int32_t which) {
+  if (state == nullptr) return nullptr;
+  std::shared_ptr<const dist::ParallelState> s = state->Get();
+  if (s == nullptr) return nullptr;
+  const dist::DistributedProcessGroup* g = nullptr;
   switch (which) {
     case DK_PARALLEL_DATA:
-      return &state->rep.data_parallel_group;
+      g = &s->data_parallel_group;
+      break;
     case DK_PARALLEL_TENSOR:
-      return &state->rep.tensor_parallel_group;
+      g = &s->tensor_parallel_group;
+      break;
     case DK_PARALLEL_EXPERT:
-      return &state->rep.expert_model_parallel_group;
+      g = &s->expert_model_parallel_group;
+      break;
     default:
       return nullptr;
   }
+  return std::shared_ptr<const dist::DistributedProcessGroup>(std::move(s), g);
 }
 
 }  // namespace
@@ -577,29 +646,31 @@ dk_status_t dk_parallel_state_create(dk_group_t* data_parallel,
                         DpgOf(tensor_parallel, "tensor_parallel"));
     DK_ASSIGN_OR_RETURN(distkit::dist::DistributedProcessGroup expert,
                         DpgOf(expert_parallel, "expert_parallel"));
-    return new dk_parallel_state{distkit::dist::ParallelState(
-        std::move(data), std::move(tensor), std::move(expert))};
+    return new dk_parallel_state(distkit::dist::ParallelState(
+        std::move(data), std::move(tensor), std::move(expert)));
   });
 }
 
 void dk_parallel_state_destroy(dk_parallel_state_t* state) {
-  if (state == nullptr || state->destroyed) return;
   // Releases the groups but keeps the small handle: later calls through it
   // answer -1 / DK_FAILED_PRECONDITION instead of reading freed memory.
-  state->rep = distkit::dist::ParallelState();
-  state->destroyed = true;
+  if (state != nullptr) state->Destroy();
 }
 
 int32_t dk_parallel_state_rank(const dk_parallel_state_t* state,
                                int32_t which) {
-  const distkit::dist::DistributedProcessGroup* g = Which(state, which);
-  return g == nullptr ? -1 : g->Rank();
+  return NoThrow(-1, [&] {
+    const auto g = Which(state, which);
+    return g == nullptr ? -1 : g->Rank();
+  });
 }
 
 int32_t dk_parallel_state_size(const dk_parallel_state_t* state,
                                int32_t which) {
-  const distkit::dist::DistributedProcessGroup* g = Which(state, which);
-  return g == nullptr ? -1 : g->WorldSize();
+  return NoThrow(-1, [&] {
+    const auto g = Which(state, which);
+    return g == nullptr ? -1 : g->WorldSize();
+  });
 }
 
 dk_status_t dk_parallel_state_describe(const dk_parallel_state_t* state,
@@ -607,12 +678,13 @@ dk_status_t dk_parallel_state_describe(const dk_parallel_state_t* state,
   return Guard(err, [&]() -> absl::Status {
     DK_RETURN_IF_ERROR(NotNull(state, "state"));
     DK_RETURN_IF_ERROR(NotNull(out, "out"));
-    if (state->destroyed) {
+    std::shared_ptr<const distkit::dist::ParallelState> s = state->Get();
+    if (s == nullptr) {
       return absl::FailedPreconditionError(
           "parallel_state: the handle was destroyed "
           "(dk_parallel_state_destroy)");
     }
-    const std::string text = state->rep.ToString();
+    const std::string text = s->ToString();
     DK_ASSIGN_OR_RETURN(*out, OwnedCopy(text));
     return absl::OkStatus();
   });
@@ -627,7 +699,8 @@ extern "C" {
 
 void dk_get_device(DLDevice* out) {
   if (out == nullptr) return;
-  *out = distkit::ToDLPack(distkit::dist::GetDevice());
+  *out = NoThrow(DLDevice{kDLCPU, 0},
+                 [] { return distkit::ToDLPack(distkit::dist::GetDevice()); });
 }
 
 dk_status_t dk_group_comm_device(const dk_group_t* group, DLDevice* out,

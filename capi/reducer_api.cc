@@ -150,7 +150,8 @@ dk_status_t dk_reducer_abandon(dk_reducer_t* reducer, dk_error_t** err) {
 }
 
 void dk_reducer_set_require_sync(dk_reducer_t* reducer, int32_t require_sync) {
-  if (reducer != nullptr) reducer->rep->set_require_sync(require_sync != 0);
+  if (reducer == nullptr) return;
+  BestEffort([&] { reducer->rep->set_require_sync(require_sync != 0); });
 }
 
 dk_status_t dk_reducer_broadcast_buffers(dk_reducer_t* reducer,
@@ -166,7 +167,8 @@ dk_status_t dk_reducer_grad_view(dk_reducer_t* reducer, int32_t index,
 }
 
 int64_t dk_reducer_view_generation(const dk_reducer_t* reducer) {
-  return reducer == nullptr ? -1 : reducer->rep->view_generation();
+  if (reducer == nullptr) return -1;
+  return NoThrow(int64_t{-1}, [&] { return reducer->rep->view_generation(); });
 }
 
 dk_status_t dk_reducer_reduced_grad(dk_reducer_t* reducer, int32_t index,
@@ -177,13 +179,14 @@ dk_status_t dk_reducer_reduced_grad(dk_reducer_t* reducer, int32_t index,
 }
 
 int32_t dk_reducer_globally_used(const dk_reducer_t* reducer, int32_t index) {
-  return reducer != nullptr && reducer->rep->globally_used(index) ? 1 : 0;
+  if (reducer == nullptr) return 0;
+  return NoThrow(0, [&] { return reducer->rep->globally_used(index) ? 1 : 0; });
 }
 
 int32_t dk_reducer_num_buckets(const dk_reducer_t* reducer) {
-  return reducer == nullptr
-             ? 0
-             : static_cast<int32_t>(reducer->rep->buckets().size());
+  if (reducer == nullptr) return 0;
+  return NoThrow(
+      0, [&] { return static_cast<int32_t>(reducer->rep->buckets().size()); });
 }
 
 }  // extern "C"

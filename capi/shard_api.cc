@@ -186,12 +186,13 @@ dk_status_t dk_shard_reduce_grads_wait(dk_shard_t* shard, dk_error_t** err) {
 }
 
 void dk_shard_set_require_sync(dk_shard_t* shard, int32_t require_sync) {
-  if (shard != nullptr && shard->rep != nullptr)
-    shard->rep->set_require_sync(require_sync != 0);
+  if (shard == nullptr || shard->rep == nullptr) return;
+  BestEffort([&] { shard->rep->set_require_sync(require_sync != 0); });
 }
 
 int32_t dk_shard_num_flat(const dk_shard_t* shard) {
-  return shard == nullptr || shard->rep == nullptr ? 0 : shard->rep->num_flat();
+  if (shard == nullptr || shard->rep == nullptr) return 0;
+  return NoThrow(0, [&] { return shard->rep->num_flat(); });
 }
 
 dk_status_t dk_shard_local(dk_shard_t* shard, int32_t flat, void** data_out,
@@ -213,7 +214,8 @@ dk_status_t dk_shard_local(dk_shard_t* shard, int32_t flat, void** data_out,
 }
 
 void dk_shard_zero_grads(dk_shard_t* shard) {
-  if (shard != nullptr && shard->rep != nullptr) shard->rep->ZeroShardGrads();
+  if (shard == nullptr || shard->rep == nullptr) return;
+  BestEffort([&] { shard->rep->ZeroShardGrads(); });
 }
 
 dk_status_t dk_shard_piece(dk_shard_t* shard, int32_t index,
@@ -291,15 +293,17 @@ dk_status_t dk_shard_load_sharded(dk_shard_t* shard, int32_t saved_world_size,
 }
 
 int64_t dk_shard_held_bytes(const dk_shard_t* shard) {
-  return shard == nullptr || shard->rep == nullptr
-             ? 0
-             : static_cast<int64_t>(shard->rep->held_bytes());
+  if (shard == nullptr || shard->rep == nullptr) return 0;
+  return NoThrow(int64_t{0}, [&] {
+    return static_cast<int64_t>(shard->rep->held_bytes());
+  });
 }
 
 int64_t dk_shard_peak_held_bytes(const dk_shard_t* shard) {
-  return shard == nullptr || shard->rep == nullptr
-             ? 0
-             : static_cast<int64_t>(shard->rep->peak_held_bytes());
+  if (shard == nullptr || shard->rep == nullptr) return 0;
+  return NoThrow(int64_t{0}, [&] {
+    return static_cast<int64_t>(shard->rep->peak_held_bytes());
+  });
 }
 
 static_assert(

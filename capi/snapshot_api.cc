@@ -94,11 +94,13 @@ dk_status_t dk_snapshot_restore(dk_snapshot_t* snapshot, dk_error_t** err) {
 }
 
 int64_t dk_snapshot_commit_number(const dk_snapshot_t* snapshot) {
-  return snapshot == nullptr ? -1 : snapshot->rep.commit_number();
+  if (snapshot == nullptr) return -1;
+  return NoThrow(int64_t{-1}, [&] { return snapshot->rep.commit_number(); });
 }
 
 int64_t dk_snapshot_bytes(const dk_snapshot_t* snapshot) {
-  return snapshot == nullptr ? -1 : snapshot->rep.bytes();
+  if (snapshot == nullptr) return -1;
+  return NoThrow(int64_t{-1}, [&] { return snapshot->rep.bytes(); });
 }
 
 }  // extern "C"
@@ -172,11 +174,13 @@ dk_status_t dk_sharded_snapshot_shard(const dk_sharded_snapshot_t* snapshot,
 
 int64_t dk_sharded_snapshot_commit_number(
     const dk_sharded_snapshot_t* snapshot) {
-  return snapshot == nullptr ? -1 : snapshot->rep.commit_number();
+  if (snapshot == nullptr) return -1;
+  return NoThrow(int64_t{-1}, [&] { return snapshot->rep.commit_number(); });
 }
 
 int64_t dk_sharded_snapshot_bytes(const dk_sharded_snapshot_t* snapshot) {
-  return snapshot == nullptr ? -1 : snapshot->rep.bytes();
+  if (snapshot == nullptr) return -1;
+  return NoThrow(int64_t{-1}, [&] { return snapshot->rep.bytes(); });
 }
 
 }  // extern "C"

@@ -44,7 +44,11 @@
  *     handle waits for is aborted, so destroy returns within milliseconds.
  *     Destroyed handles stay reserved: calls through them are -1, NULL or
  *     DK_FAILED_PRECONDITION, never another handle's values.
- * 12. No C++ exception crosses this boundary.
+ * 12. No C++ exception crosses this boundary, also when memory runs out: a
+ *     call with a status returns DK_RESOURCE_EXHAUSTED (or its own error,
+ *     whose *err may then be a static error of that code with the message
+ *     "out of memory"); a call without one answers as for a bad argument
+ *     (-1, 0 or NULL), and dk_group_abort and dk_shutdown do what they can.
  * 13. Threads: every function may be called from any thread. A group's
  *     collectives form one sequence that every rank must issue in the same
  *     order, so they come from one thread at a time: a collective issued
@@ -118,7 +122,7 @@ DK_EXPORT void dk_get_version(int32_t* major, int32_t* minor);
  * dk_error_free). The message is for humans: do not parse it. */
 DK_EXPORT dk_status_t dk_error_code(const dk_error_t* err);
 DK_EXPORT const char* dk_error_message(const dk_error_t* err);
-/* Frees an error; NULL is allowed. */
+/* Frees an error; NULL is allowed (so is a static one, convention 12). */
 DK_EXPORT void dk_error_free(dk_error_t* err);
 
 /* Frees memory the library returned (strings, byte buffers); NULL allowed. */
@@ -371,8 +375,10 @@ DK_EXPORT int32_t dk_is_distributed(void);
  * 0 and size 1. A rank outside `group`: rank -1. */
 DK_EXPORT int32_t dk_group_rank(const dk_group_t* group);
 DK_EXPORT int32_t dk_group_size(const dk_group_t* group);
-/* Backend ("gloo") and name ("world", "world/1"); borrowed until destroy;
- * NULL when not distributed. */
+/* Backend ("gloo") and name ("world", "world/1"): static strings, valid
+ * until the process exits (also after dk_shutdown or the group's destroy;
+ * each distinct one is kept once). NULL when not distributed, for a
+ * destroyed handle, or when out of memory. */
 DK_EXPORT const char* dk_group_backend(const dk_group_t* group);
 /* Local. The default group's rank of `group`'s rank `group_rank` (ranks
  * passed to this ABI are always ranks of the group called; bindings that
@@ -676,7 +682,9 @@ DK_EXPORT dk_status_t dk_parallel_state_create(dk_group_t* data_parallel,
                                                dk_parallel_state_t** out,
                                                dk_error_t** err);
 /* Local. The handle stays reserved: afterwards rank and size are -1 and
- * describe is DK_FAILED_PRECONDITION. Destroying twice is harmless. */
+ * describe is DK_FAILED_PRECONDITION. Destroying twice is harmless. Any
+ * thread, also beside other threads' calls on the same handle: each of
+ * those answers from the whole state or as destroyed. */
 DK_EXPORT void dk_parallel_state_destroy(dk_parallel_state_t* state);
 
 /* Local. Rank and size in group `which` (DK_PARALLEL_*); -1 when that group is
