@@ -126,6 +126,7 @@ build() {
     cc/comm/op_context.cc cc/comm/op_signature.cc cc/comm/rank_names.cc cc/comm/work.cc
     cc/comm/shm/host_map.cc
     cc/comm/nccl/nccl_backend.cc cc/comm/nccl/nccl_comm.cc cc/comm/nccl/nccl_library.cc
+    cc/comm/nccl/pinned_pool.cc
     cc/group/agreement.cc cc/group/agreement_roll_call.cc cc/group/collective_contract.cc
     cc/group/flight_recorder.cc
     cc/group/op_queue.cc cc/group/process_group.cc cc/group/process_group_ops.cc

@@ -1051,6 +1051,7 @@ cudaError_t cudaFreeHost(void* p) {
   if (cudaError_t e = NeedDevice(&cur); e != cudaSuccess) return Ret(e);
   if (p == nullptr) return cudaSuccess;
   size_t size = 0;
+  int device = cur;
   {
     std::lock_guard<std::mutex> g(g_mem_mu);
     auto it = Pinned().find(reinterpret_cast<uintptr_t>(p));
@@ -1062,6 +1063,16 @@ cudaError_t cudaFreeHost(void* p) {
       return Ret(cudaErrorInvalidValue);
     }
     size = it->second.size;
+    device = it->second.device;
+  }
+  // Like cudaFree, cudaFreeHost waits for all of the device's work (every
+  // stream's, NCCL's operations included) before it returns.
+  SynchronizeDevice(cur);
+  if (device != cur) SynchronizeDevice(device);
+  {
+    std::lock_guard<std::mutex> g(g_mem_mu);
+    auto it = Pinned().find(reinterpret_cast<uintptr_t>(p));
+    if (it == Pinned().end()) return Ret(cudaErrorInvalidValue);
     Pinned().erase(it);
   }
   munmap(p, size);
@@ -1208,11 +1219,41 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
   return cudaSuccess;
 }
 
+namespace {
+// dksimFailEventCreate's countdown: -1 when disarmed.
+std::atomic<long> g_fail_event_create{-1};
+
+// Whether this event creation is the one dksimFailEventCreate chose.
+bool FailThisEventCreate() {
+  for (long k = g_fail_event_create.load(); k >= 0;) {
+    if (!g_fail_event_create.compare_exchange_weak(k, k - 1)) continue;
+    if (k != 0) return false;
+    Print(
+        "cudaEventCreate: failed on purpose (dksimFailEventCreate): "
+        "cudaErrorMemoryAllocation");
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
+extern "C" void dksimFailEventCreate(long skip) {
+  g_fail_event_create.store(skip);
+}
+
+// Streams created (cudaStreamCreate*) and not yet destroyed.
+extern "C" long dksimLiveStreams(void) {
+  std::lock_guard<std::mutex> g(g_handles_mu);
+  return static_cast<long>(LiveStreams().size());
+}
+
 cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  if (FailThisEventCreate()) return Ret(cudaErrorMemoryAllocation);
   return Ret(CreateEvent(event, cudaEventDefault));
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  if (FailThisEventCreate()) return Ret(cudaErrorMemoryAllocation);
   return Ret(CreateEvent(event, flags));
 }
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cc/comm/nccl/nccl_library.h"
+#include "cc/comm/nccl/pinned_pool.h"
 #include "cc/comm/reduce_kernels.h"
 #include "cc/comm/shm/host_map.h"
 #include "cc/core/cuda_library.h"
@@ -50,30 +51,38 @@ bool IsFloat(DataType d) {
 }
 
 // What NCCL can reduce: every op on floats and integers except the bitwise
-// ones, and band / bor (as min / max) on bool.
+// ones; on bool, band and product as min (AND), bor and sum as max (OR), as
+// torch's ProcessGroupNCCL maps them and distkit's gloo computes them.
 bool NcclCanReduce(ReduceOp op, DataType d) {
   if (d == DataType::kBool) {
     return op == ReduceOp::kBand || op == ReduceOp::kBor ||
-           op == ReduceOp::kMin || op == ReduceOp::kMax;
+           op == ReduceOp::kMin || op == ReduceOp::kMax ||
+           op == ReduceOp::kSum || op == ReduceOp::kProduct;
   }
   return op != ReduceOp::kBand && op != ReduceOp::kBor && op != ReduceOp::kBxor;
 }
 
 // The NCCL reduction for (op, dtype), which CheckReduce accepted.
 ncclRedOp_t NcclOp(ReduceOp op, DataType d) {
+  if (d == DataType::kBool) {
+    // Bytes of 0 or 1 (any nonzero byte reads as true): min is AND, max OR.
+    return op == ReduceOp::kSum || op == ReduceOp::kBor || op == ReduceOp::kMax
+               ? ncclMax
+               : ncclMin;
+  }
   switch (op) {
     case ReduceOp::kSum:
       return ncclSum;
     case ReduceOp::kProduct:
       return ncclProd;
     case ReduceOp::kMin:
-    case ReduceOp::kBand:  // bool
       return ncclMin;
     case ReduceOp::kMax:
-    case ReduceOp::kBor:  // bool
       return ncclMax;
     case ReduceOp::kMean:
       return ncclAvg;
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
     case ReduceOp::kBxor:
       break;
   }
@@ -105,15 +114,23 @@ absl::StatusOr<std::unique_ptr<NcclBackend::Channel>> NcclBackend::MakeChannel(
     std::unique_ptr<NcclComm> comm) {
   auto channel = std::make_unique<Channel>();
   channel->comm = std::move(comm);
-  DK_RETURN_IF_ERROR(UseDevice());
-  DK_RETURN_IF_ERROR(CudaStatus(
-      *cuda_,
-      cuda_->StreamCreateWithFlags(&channel->stream, cudaStreamNonBlocking),
-      "cudaStreamCreateWithFlags"));
-  for (cudaEvent_t* e : {&channel->ready, &channel->done}) {
+  absl::Status made = [&]() -> absl::Status {
+    DK_RETURN_IF_ERROR(UseDevice());
     DK_RETURN_IF_ERROR(CudaStatus(
-        *cuda_, cuda_->EventCreateWithFlags(e, cudaEventDisableTiming),
-        "cudaEventCreateWithFlags"));
+        *cuda_,
+        cuda_->StreamCreateWithFlags(&channel->stream, cudaStreamNonBlocking),
+        "cudaStreamCreateWithFlags"));
+    for (cudaEvent_t* e : {&channel->ready, &channel->done}) {
+      DK_RETURN_IF_ERROR(CudaStatus(
+          *cuda_, cuda_->EventCreateWithFlags(e, cudaEventDisableTiming),
+          "cudaEventCreateWithFlags"));
+    }
+    return absl::OkStatus();
+  }();
+  if (!made.ok()) {
+    // A Channel has no destructor: what was made so far goes here.
+    DestroyChannel(*channel);
+    return made;
   }
   return channel;
 }
@@ -225,14 +242,19 @@ NcclBackend::~NcclBackend() {
   for (auto& [key, channel] : pairs) DestroyChannel(*channel);
   if (collectives_ != nullptr) DestroyChannel(*collectives_);
   signatures_device_ = DeviceBuffer();
-  if (signatures_host_ != nullptr) cuda_->FreeHost(signatures_host_);
+  // Back to the pool, not cudaFreeHost, which would wait for every group's
+  // work on the device (pinned_pool.h).
+  GivePinned(signatures_host_, sizeof(OpSignature) * size_);
   if (signatures_arrived_ != nullptr) cuda_->EventDestroy(signatures_arrived_);
   absl::MutexLock lock(&mu_);
   for (cudaEvent_t e : all_marks_) cuda_->EventDestroy(e);
 }
 
 void NcclBackend::Abort() {
-  const absl::Status why = absl::CancelledError("the group was aborted");
+  AbortFor(absl::CancelledError("the group was aborted"));
+}
+
+void NcclBackend::AbortFor(const absl::Status& why) {
   std::vector<NcclComm*> comms;
   {
     absl::MutexLock lock(&mu_);
@@ -273,12 +295,23 @@ absl::StatusOr<void*> NcclBackend::MarkIssue(Device /*device*/) {
       mark,
       stream != nullptr ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy);
   if (e != cudaSuccess) {
-    cuda_->GetLastError();  // not sticky: the next call may use a good stream
+    cuda_->GetLastError();  // not sticky
     ReleaseIssueMark(mark);
-    return absl::InvalidArgumentError(absl::StrCat(
+    const std::string why = absl::StrCat(
         "the caller's CUDA stream cannot be followed (is it a stream of ",
         Device::Cuda(device_).ToString(), ", this group's device?): ",
-        CudaStatus(*cuda_, e, "cudaEventRecord").message()));
+        CudaStatus(*cuda_, e, "cudaEventRecord").message());
+    // A refusal on this rank alone: its peers run the operation. Aborting
+    // the group's communication wakes them (they fail naming this rank)
+    // instead of leaving them to the timeout; the group is unusable here.
+    AbortFor(absl::FailedPreconditionError(
+        absl::StrCat("this rank refused an operation and aborted the group's "
+                     "communication: ",
+                     why)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        why,
+        "; refused on this rank only, so the group's communication was "
+        "aborted (its peers fail too): create a new group"));
   }
   return static_cast<void*>(mark);
 }
@@ -347,10 +380,8 @@ absl::Status NcclBackend::InitAgreement() {
       signatures_device_,
       DeviceBuffer::Allocate(Device::Cuda(device_),
                              sizeof(OpSignature) * (size_ + 1)));
-  void* host = nullptr;
-  DK_RETURN_IF_ERROR(
-      CudaStatus(*cuda_, cuda_->MallocHost(&host, sizeof(OpSignature) * size_),
-                 "cudaMallocHost"));
+  DK_ASSIGN_OR_RETURN(void* host,
+                      TakePinned(*cuda_, sizeof(OpSignature) * size_));
   signatures_host_ = static_cast<OpSignature*>(host);
   return CudaStatus(
       *cuda_,
@@ -387,6 +418,18 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
                         absl::StrCat(ctx.Describe(), ": ", s.message()));
   };
   DK_RETURN_IF_ERROR(UseDevice());
+  char* signatures = static_cast<char*>(signatures_device_.data());
+  if (mine) {
+    // From pageable memory the copy has read the 40 bytes when it returns.
+    // Queued before the wait for the caller's work: a pageable copy may
+    // synchronize with its stream, which would hold this thread inside CUDA
+    // (no deadline, no roll call) until the caller's earlier work ends.
+    DK_RETURN_IF_ERROR(
+        CudaStatus(*cuda_,
+                   cuda_->MemcpyAsync(signatures, &*mine, sizeof(OpSignature),
+                                      cudaMemcpyHostToDevice, channel.stream),
+                   "cudaMemcpyAsync"));
+  }
   // The caller's work comes first: up to the issue mark, or, for what was
   // issued without one (a barrier), all of the legacy default stream's.
   cudaEvent_t ready = static_cast<cudaEvent_t>(ctx.issue_mark);
@@ -399,15 +442,6 @@ absl::Status NcclBackend::Run(const OpContext& ctx, Channel& channel,
   DK_RETURN_IF_ERROR(
       CudaStatus(*cuda_, cuda_->StreamWaitEvent(channel.stream, ready, 0),
                  "cudaStreamWaitEvent"));
-  char* signatures = static_cast<char*>(signatures_device_.data());
-  if (mine) {
-    // From pageable memory the copy has read the 40 bytes when it returns.
-    DK_RETURN_IF_ERROR(
-        CudaStatus(*cuda_,
-                   cuda_->MemcpyAsync(signatures, &*mine, sizeof(OpSignature),
-                                      cudaMemcpyHostToDevice, channel.stream),
-                   "cudaMemcpyAsync"));
-  }
   if (mine) {
     // Every rank's signature, then to the host, then the operation: all in
     // stream order, nothing waited for on the device. Two enqueues: a

@@ -188,6 +188,8 @@ class NcclBackend : public Backend {
   // stream waited for: recorded for WhereOpFailed and told to the group's
   // roll call at once (ctx.answer_roll_call).
   DevicePlace WhereOnDevice(const OpContext& ctx, cudaEvent_t ready);
+  // Abort() with `why`, which every later operation on this rank reports.
+  void AbortFor(const absl::Status& why);
   // Once aborted: why, naming `ctx`; else OK.
   absl::Status AbortedStatus(const OpContext& ctx);
 

@@ -12,12 +12,16 @@
 //   stream   an operation follows the caller's stream (SetCudaStream): the
 //            input is written there asynchronously just before
 //   groups   subgroups (ncclCommSplit) and cpu:gloo,cuda:nccl dispatch
-//   misuse   tensors on two devices, a stream of another device, an op after
-//            abort: clear errors, no hang; a failed cudaEventRecord of an
+//   misuse   tensors on two devices, a stream of another device (on one
+//            rank: its peers fail naming it), an op after abort: clear
+//            errors, no hang; a failed cudaEventRecord of an
 //            op's end is an error; an op no other rank joins times out;
 //            ranks that disagree on an op fail it on every rank (a barrier
 //            against an all_reduce too); an op in flight at abort fails;
 //            one rank's op after its abort fails every rank's, naming it
+//   bool     sum and product are OR and AND (ncclMax, ncclMin)
+//   teardown a channel half made is destroyed (no stream left); destroying
+//            a group does not wait for another group's op in flight
 //   device   a mean is ncclAvg (no host round trip), integers' too;
 //            zeroing is a memset on the caller's stream
 //   devices  this process made a CUDA context on its own device only
@@ -471,7 +475,7 @@ void Groups(ProcessGroup& world) {
   ++matrix["dist::all_reduce of host memory float64"];
 }
 
-void Misuse(ProcessGroup& world, const CudaLibrary& cuda) {
+void Misuse(ProcessGroup& world, const CudaLibrary& /*cuda*/) {
   // Input and output on two devices in one call.
   const Device other = Device::Cuda((device.index + 1) % CudaDeviceCount());
   if (other != device) {
@@ -482,29 +486,6 @@ void Misuse(ProcessGroup& world, const CudaLibrary& cuda) {
               absl::StrContains(s.message(), other.ToString()),
           "tensors on two devices: INVALID_ARGUMENT naming " +
               other.ToString() + ": " + s.ToString());
-    // A stream of another device: the next CUDA op is refused, here.
-    int previous = 0;
-    cuda.GetDevice(&previous);
-    cuda.SetDevice(other.index);
-    cudaStream_t foreign;
-    RequireOk(
-        CudaStatus(cuda,
-                   cuda.StreamCreateWithFlags(&foreign, cudaStreamNonBlocking),
-                   "cudaStreamCreateWithFlags"),
-        "a stream on " + other.ToString());
-    cuda.SetDevice(previous);
-    RequireOk(world.SetCudaStream(foreign), "SetCudaStream(foreign)");
-    GpuTensor t(DataType::kFloat32, {1, 2}, device);
-    s = world.AllReduce(t.ref(), ReduceOp::kSum);
-    Check(s.code() == absl::StatusCode::kInvalidArgument &&
-              absl::StrContains(s.message(), "stream"),
-          "a stream of another device: INVALID_ARGUMENT naming the stream: " +
-              s.ToString());
-    RequireOk(world.SetCudaStream(nullptr), "SetCudaStream(nullptr)");
-    cuda.StreamDestroy(foreign);
-    // The group is still usable: nothing ran.
-    CheckOk(world.AllReduce(t.ref(), ReduceOp::kSum),
-            "usable after the refused calls");
   }
   // An operation after abort: an error, at once.
   std::vector<int> everyone;
@@ -999,6 +980,181 @@ void OverlappingOutputs(ProcessGroup& g) {
   }
 }
 
+// A stream of another device on one rank only (the last): its operation is
+// refused there (INVALID_ARGUMENT naming the stream), and since its peers
+// run theirs, the refusal aborts the group's communication, so that they
+// fail promptly (UNAVAILABLE naming that rank), not at the timeout; the
+// group is unusable after on that rank.
+void ForeignStreamOnOneRank(ProcessGroup& world, const CudaLibrary& cuda) {
+  const Device other = Device::Cuda((device.index + 1) % CudaDeviceCount());
+  if (size == 1 || other == device) return;
+  const int last = size - 1;
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g = NcclGroupOfEveryone(
+      world, absl::Seconds(30), "a group one rank gives a foreign stream");
+  cudaStream_t foreign = nullptr;
+  if (rank == last) {
+    int previous = 0;
+    cuda.GetDevice(&previous);
+    cuda.SetDevice(other.index);
+    RequireOk(
+        CudaStatus(cuda,
+                   cuda.StreamCreateWithFlags(&foreign, cudaStreamNonBlocking),
+                   "cudaStreamCreateWithFlags"),
+        "a stream on " + other.ToString());
+    cuda.SetDevice(previous);
+    RequireOk((*g)->SetCudaStream(foreign), "SetCudaStream(foreign)");
+  }
+  GpuTensor t(DataType::kFloat32, {1, 2}, device);
+  const absl::Time start = absl::Now();
+  absl::Status s = (*g)->AllReduce(t.ref(), ReduceOp::kSum);
+  const absl::Duration took = absl::Now() - start;
+  if (rank == last) {
+    Check(s.code() == absl::StatusCode::kInvalidArgument &&
+              absl::StrContains(s.message(), "stream"),
+          "a stream of another device: INVALID_ARGUMENT naming the stream: " +
+              s.ToString());
+    RequireOk((*g)->SetCudaStream(nullptr), "SetCudaStream(nullptr)");
+    cuda.StreamDestroy(foreign);
+    s = (*g)->AllReduce(t.ref(), ReduceOp::kSum);
+    Check(!s.ok(),
+          "the group is unusable after the one-sided refusal: " + s.ToString());
+  } else {
+    Check(s.code() == absl::StatusCode::kUnavailable &&
+              absl::StrContains(s.message(), absl::StrCat("rank(s) ", last,
+                                                          " never joined it")),
+          absl::StrCat("the peers of a rank that refused fail naming rank ",
+                       last, ": ", s.ToString()));
+    Check(took < absl::Seconds(10),
+          absl::StrCat("soon after the refusal, not at the timeout: ",
+                       absl::FormatDuration(took)));
+  }
+  ++matrix["a stream of another device on one rank"];
+  CheckOk(world.Barrier(), "every rank past the one-sided refusal");
+  (*g)->Abort();
+}
+
+// Bool sum and product, as torch's ProcessGroupNCCL maps them (ncclMax,
+// ncclMin) and distkit's gloo computes them: OR and AND over the ranks, for
+// all_reduce, reduce and reduce_scatter.
+void BoolSumAndProduct(ProcessGroup& g) {
+  const int64_t n = 23;
+  // Rank r's bit at index i; every 5th index is true everywhere, so AND is
+  // sometimes true too.
+  auto bit = [](int r, int64_t i) {
+    return (i % 5 == 0 || (i + r) % 3 == 0) ? 1.0 : 0.0;
+  };
+  auto reduced = [&](ReduceOp op, int64_t i) {
+    bool any = false, all = true;
+    for (int r = 0; r < size; ++r) {
+      any = any || bit(r, i) != 0;
+      all = all && bit(r, i) != 0;
+    }
+    return (op == ReduceOp::kSum ? any : all) ? 1.0 : 0.0;
+  };
+  const DataType dt = DataType::kBool;
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProduct}) {
+    const std::string name(ReduceOpName(op));
+    std::vector<double> mine(n * size);
+    for (int64_t i = 0; i < n * size; ++i) mine[i] = bit(rank, i);
+    GpuTensor a(dt, std::vector<double>(mine.begin(), mine.begin() + n),
+                device);
+    // Each status first: the result is read only after the call.
+    absl::Status s = g.AllReduce(a.ref(), op);
+    Expect(s, "all_reduce " + name + " (bool)",
+           Compare(a.Read(), dt, [&](int64_t i) { return reduced(op, i); }),
+           dt);
+    const int root = size - 1;
+    GpuTensor r(dt, std::vector<double>(mine.begin(), mine.begin() + n),
+                device);
+    s = g.Reduce(r.ref(), op, root);
+    Expect(s, "reduce " + name + " (bool)",
+           rank != root ? ""
+                        : Compare(r.Read(), dt,
+                                  [&](int64_t i) { return reduced(op, i); }),
+           dt);
+    GpuTensor in(dt, mine, device);
+    GpuTensor out(dt, std::vector<double>(n, 0), device);
+    s = g.ReduceScatter(in.ref(), out.ref(), op);
+    Expect(s, "reduce_scatter " + name + " (bool)",
+           Compare(out.Read(), dt,
+                   [&](int64_t i) { return reduced(op, rank * n + i); }),
+           dt);
+  }
+}
+
+// A channel half made (its stream created, then an event creation failed)
+// is destroyed, not dropped: the simulator fails the next event creation on
+// every rank while a subgroup is made (of a parent of its own: the failure
+// spoils the parent), and no stream is left behind.
+void HalfMadeChannelIsDestroyed(ProcessGroup& world) {
+  auto fail =
+      reinterpret_cast<void (*)(long)>(SimSymbol("dksimFailEventCreate"));
+  auto streams = reinterpret_cast<long (*)()>(SimSymbol("dksimLiveStreams"));
+  std::vector<int> everyone;
+  for (int r = 0; r < size; ++r) everyone.push_back(r);
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> parent = NcclGroupOfEveryone(
+      world, absl::Seconds(20), "a parent for the failing creation");
+  GpuTensor t(DataType::kFloat32, {1.0 * rank}, device);
+  CheckOk((*parent)->AllReduce(t.ref(), ReduceOp::kSum), "parent warm-up");
+  CheckOk(world.Barrier(), "every rank before the failing creation");
+  const long before = streams();
+  fail(0);
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g =
+      (*parent)->NewGroup(everyone);
+  fail(-1);
+  ++matrix["a failed cudaEventCreate while making a group"];
+  Check(!g.ok() &&
+            absl::StrContains(g.status().message(), "cudaEventCreateWithFlags"),
+        "the group's creation fails naming cudaEventCreateWithFlags: " +
+            g.status().ToString());
+  g = absl::StatusOr<std::shared_ptr<ProcessGroup>>();  // gone, if made
+  Check(streams() == before,
+        absl::StrCat("streams created and not destroyed: ", before, " before, ",
+                     streams(), " after"));
+  CheckOk(world.Barrier(), "every rank past the failing creation");
+  (*parent)->Abort();
+}
+
+// Destroying one group does not wait for another group's operation in
+// flight: rank 0's all_reduce on W needs rank 1, which first waits (on a
+// CPU group) for rank 0 to have destroyed G. cudaFreeHost, which waits for
+// all of the device's work, would hold rank 0's destroy until W's timeout.
+void DestroyIsNotHeldByAnotherGroup(ProcessGroup& world) {
+  if (size == 1) return;
+  std::vector<int> everyone;
+  for (int r = 0; r < size; ++r) everyone.push_back(r);
+  GroupOptions cpu_options;
+  cpu_options.backend = "gloo";
+  cpu_options.timeout = absl::Seconds(60);
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> cpu =
+      world.NewGroup(everyone, cpu_options);
+  RequireOk(cpu.status(), "a CPU group");
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> w =
+      NcclGroupOfEveryone(world, absl::Seconds(15), "group W");
+  absl::StatusOr<std::shared_ptr<ProcessGroup>> g =
+      NcclGroupOfEveryone(world, absl::Seconds(15), "group G");
+  // G has run an operation, so it has its signatures' memory in use.
+  GpuTensor warm(DataType::kFloat32, {1.0 * rank}, device);
+  CheckOk((*g)->AllReduce(warm.ref(), ReduceOp::kSum), "G's all_reduce");
+  GpuTensor t(DataType::kFloat32, {1.0 * rank, 2}, device);
+  std::shared_ptr<Work> pending;
+  if (rank == 0) pending = (*w)->AllReduceAsync(t.ref(), ReduceOp::kSum);
+  if (rank == 0) absl::SleepFor(absl::Milliseconds(100));  // W's op queued
+  const absl::Time start = absl::Now();
+  g = absl::StatusOr<std::shared_ptr<ProcessGroup>>();  // destroys G
+  const absl::Duration took = absl::Now() - start;
+  Check(took < absl::Seconds(5),
+        absl::StrCat("destroying G while W's all_reduce waits for a peer "
+                     "returns at once, not at W's timeout: ",
+                     absl::FormatDuration(took)));
+  CheckOk((*cpu)->Barrier(), "the CPU group's barrier");
+  if (rank != 0) pending = (*w)->AllReduceAsync(t.ref(), ReduceOp::kSum);
+  CheckOk(pending->Wait(absl::Seconds(30)), "W's all_reduce");
+  Check(t.Read() == std::vector<double>({size * (size - 1) / 2.0, 2.0 * size}),
+        "W's sum");
+  ++matrix["destroy beside another group's op in flight"];
+}
+
 // Which devices this process made a CUDA context on, as the simulator
 // recorded them (dksimContextMask).
 void OnlyItsOwnDevice(ProcessGroup& world) {
@@ -1036,6 +1192,9 @@ int main() {
   testing::RequireOk(cuda.status(), "libcudart (the simulator)");
 
   Matrix(*world);
+  BoolSumAndProduct(*world);
+  HalfMadeChannelIsDestroyed(*world);
+  DestroyIsNotHeldByAnotherGroup(*world);
   PointToPointBesideCollectives(*world);
   OverlappingOutputs(*world);
   NoAllocationPerOp(*world);
@@ -1046,6 +1205,7 @@ int main() {
   OnlyItsOwnDevice(*world);
   Misuse(*world, **cuda);
   FailedRecordIsAnError(*world);
+  ForeignStreamOnOneRank(*world, **cuda);
   TimeoutEndsTheOperation(*world);
   LateDeviceIsNamed(*world, **cuda);
   AbortOnOneRank(*world);
