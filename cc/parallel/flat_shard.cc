@@ -1,6 +1,7 @@
 #include "cc/parallel/flat_shard.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -55,7 +56,15 @@ struct FlatShard::Flat {
 
 namespace {
 
+// FailAllocationForTesting's countdown: the allocation that takes it to 0
+// fails.
+std::atomic<int> fail_allocation_in{0};
+
 absl::StatusOr<Owned> Allocate(Device device, DataType dtype, int64_t numel) {
+  if (fail_allocation_in.load() > 0 && --fail_allocation_in == 0) {
+    return absl::ResourceExhaustedError(
+        "FlatShard: allocation failed (injected for a test)");
+  }
   Owned o;
   DK_ASSIGN_OR_RETURN(
       o.buffer, DeviceBuffer::Allocate(device, numel * ElementSize(dtype)));
@@ -417,6 +426,28 @@ absl::Status FlatShard::StartUnshard() {
   const CopyStreamScope on_stream = OnCallerStream();
   absl::MutexLock lock(&mu_);
   if (unsharded_ || gathering_) return absl::OkStatus();
+  absl::Status started = StartUnshardLocked();
+  if (!started.ok()) {
+    // The gathers launched before the failure write into their buffers:
+    // wait for them before freeing anything (a retry starts afresh).
+    for (auto& f : flats_) {
+      Wait(f->gather).IgnoreError();
+      f->gather_in.Free();
+      if (f->full_is_shard) {
+        f->full.view = TensorRef();
+      } else {
+        f->full.Free();
+      }
+    }
+    Account();
+    return started;
+  }
+  gathering_ = true;
+  Account();
+  return absl::OkStatus();
+}
+
+absl::Status FlatShard::StartUnshardLocked() {
   Record(Event::kUnshardStart);
   for (auto& fp : flats_) {
     Flat& f = *fp;
@@ -447,8 +478,6 @@ absl::Status FlatShard::StartUnshard() {
     DK_ASSIGN_OR_RETURN(f.full, Allocate(param_device_, c, f.padded));
     f.gather = group_->AllGatherAsync(input, f.full.view);
   }
-  gathering_ = true;
-  Account();
   return absl::OkStatus();
 }
 
@@ -602,6 +631,28 @@ absl::Status FlatShard::StartReduceScatterGrads() {
   }
   // Every rank reduces, also one whose backward gave this unit nothing.
   DK_RETURN_IF_ERROR(EnsureFullGrads());
+  absl::Status started = StartReduceLocked();
+  if (!started.ok()) {
+    // The reductions launched before the failure read and write their
+    // buffers: wait for them before freeing anything. This step's
+    // gradients are dropped (the error says so to the caller).
+    for (auto& f : flats_) {
+      Wait(f->reduce).IgnoreError();
+      f->reduce_in.Free();
+      f->reduce_out.Free();
+      f->full_grad.Free();
+    }
+    grads_live_ = false;
+    Account();
+    return started;
+  }
+  grads_live_ = false;
+  reducing_ = true;
+  Account();
+  return absl::OkStatus();
+}
+
+absl::Status FlatShard::StartReduceLocked() {
   Record(Event::kReduceStart);
   const int replicas_total = group_->size() * replicas_;
   for (auto& fp : flats_) {
@@ -636,9 +687,6 @@ absl::Status FlatShard::StartReduceScatterGrads() {
       f.reduce = group_->AllReduceAsync(f.reduce_in.view, ReduceOp::kSum);
     }
   }
-  grads_live_ = false;
-  reducing_ = true;
-  Account();
   return absl::OkStatus();
 }
 
@@ -670,6 +718,14 @@ absl::Status FlatShard::WaitReduceScatterGrads() {
   return status;
 }
 
+void FlatShard::DiscardFullGrads() {
+  const CopyStreamScope on_stream = OnCallerStream();
+  absl::MutexLock lock(&mu_);
+  for (auto& f : flats_) f->full_grad.Free();
+  grads_live_ = false;
+  Account();
+}
+
 absl::Status FlatShard::ReduceScatterGrads() {
   DK_RETURN_IF_ERROR(StartReduceScatterGrads());
   return WaitReduceScatterGrads();
@@ -679,6 +735,8 @@ bool FlatShard::is_reducing() const {
   absl::MutexLock lock(&mu_);
   return reducing_;
 }
+
+void FlatShard::FailAllocationForTesting(int n) { fail_allocation_in = n; }
 
 // ---- The shard --------------------------------------------------------------
 

@@ -158,6 +158,11 @@ class FlatShard {
   // backward may write full gradients meanwhile (into new buffers).
   absl::Status StartReduceScatterGrads();
   absl::Status WaitReduceScatterGrads();
+  // Frees the full gradients not yet handed to a reduction (also those
+  // accumulated under no_sync), so that the next FullGrad starts from zero:
+  // after a failed backward they hold a partial sum. A reduction in flight
+  // is not touched.
+  void DiscardFullGrads();
   bool is_reducing() const;
   void set_require_sync(bool require_sync);
   bool require_sync() const;
@@ -258,6 +263,10 @@ class FlatShard {
   // What Event::at is relative to.
   absl::Time created_at() const { return created_at_; }
 
+  // Tests only: the n-th buffer allocation from now (any unit of this
+  // process) fails with RESOURCE_EXHAUSTED; 0 disarms.
+  static void FailAllocationForTesting(int n);
+
  private:
   // Copies on the group's caller stream for a call (copy_stream.h): ordered
   // with the caller's work and the group's collectives, not the legacy
@@ -275,6 +284,10 @@ class FlatShard {
   absl::Status FillShards(const std::vector<TensorRef>& values, bool from_rank0,
                           const absl::Status& values_error = absl::OkStatus());
   absl::Status EnsureFullGrads();
+  // The launching halves of StartUnshard / StartReduceScatterGrads; on an
+  // error the caller waits for what they launched.
+  absl::Status StartUnshardLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status StartReduceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Record(Event::Kind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t HeldBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Account() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -768,6 +768,90 @@ void FrozenFlat(std::shared_ptr<ProcessGroup> world) {
   }
 }
 
+// A StartUnshard / StartReduceScatterGrads that fails on its second flat
+// buffer (an injected allocation failure, on every rank), after the first
+// one's collective was launched: it waits for that collective and frees
+// what it allocated (held bytes back to the shards), and the unit works
+// on: the retry gathers the right values, a reduction averages.
+void StartFailsPartway(std::shared_ptr<ProcessGroup> world) {
+  const int n = world->size();
+  if (n < 2) return;  // one rank launches nothing
+  std::vector<float> a(3 * n + 1);
+  std::vector<double> b(2 * n + 1);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.5f * i;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = -1.0 - i;
+  auto unit = FlatShard::Create(
+      world,
+      {{TensorRef(a.data(), a.size(), DataType::kFloat32), "a"},
+       {TensorRef(b.data(), b.size(), DataType::kFloat64), "b"}},
+      {});
+  RequireOk(unit.status(), "partway: create");
+  FlatShard& u = **unit;
+  Require(u.num_flat() == 2, "partway: two flat buffers");
+  const size_t sharded = u.held_bytes();
+  // StartUnshard allocates flat 0's full buffer, launches its gather, then
+  // allocates flat 1's: that one fails.
+  FlatShard::FailAllocationForTesting(2);
+  absl::Status s = u.StartUnshard();
+  FlatShard::FailAllocationForTesting(0);
+  Check(s.code() == absl::StatusCode::kResourceExhausted,
+        "partway: StartUnshard fails: " + s.ToString());
+  Check(!u.is_unsharded() && u.held_bytes() == sharded,
+        absl::StrCat("partway: after the failed StartUnshard the unit holds ",
+                     u.held_bytes(), " bytes, its shards ", sharded));
+  RequireOk(u.Unshard(), "partway: unshard again");
+  auto full_a = u.FullParam(0);
+  auto full_b = u.FullParam(1);
+  RequireOk(full_a.status(), "partway: full a");
+  RequireOk(full_b.status(), "partway: full b");
+  Check(ToDouble(*full_a) ==
+                ToDouble(TensorRef(a.data(), a.size(), DataType::kFloat32)) &&
+            ToDouble(*full_b) ==
+                ToDouble(TensorRef(b.data(), b.size(), DataType::kFloat64)),
+        "partway: the retried gather has every value");
+  CheckOk(u.Reshard(), "partway: reshard");
+  // The reduction: nonzero shard gradients, so each flat allocates an
+  // output buffer; flat 1's fails.
+  std::vector<float> ga(a.size(), static_cast<float>(world->rank() + 1));
+  std::vector<double> gb(b.size(), 2.0 * (world->rank() + 1));
+  auto set_shard_grads = [&](double v) {
+    TensorRef g0 = u.ShardGrad(0), g1 = u.ShardGrad(1);
+    for (int64_t i = 0; i < g0.numel(); ++i) g0.data<float>()[i] = v;
+    for (int64_t i = 0; i < g1.numel(); ++i) g1.data<double>()[i] = v;
+  };
+  auto accumulate = [&] {
+    RequireOk(u.AccumulateGrad(
+                  0, TensorRef(ga.data(), ga.size(), DataType::kFloat32)),
+              "partway: gradient of a");
+    RequireOk(u.AccumulateGrad(
+                  1, TensorRef(gb.data(), gb.size(), DataType::kFloat64)),
+              "partway: gradient of b");
+  };
+  set_shard_grads(1.0);
+  accumulate();
+  FlatShard::FailAllocationForTesting(2);
+  s = u.StartReduceScatterGrads();
+  FlatShard::FailAllocationForTesting(0);
+  Check(s.code() == absl::StatusCode::kResourceExhausted,
+        "partway: StartReduceScatterGrads fails: " + s.ToString());
+  Check(!u.is_reducing() && u.held_bytes() == sharded,
+        absl::StrCat("partway: after the failed reduction the unit holds ",
+                     u.held_bytes(), " bytes, its shards ", sharded));
+  set_shard_grads(1.0);
+  accumulate();
+  RequireOk(u.ReduceScatterGrads(), "partway: reduce again");
+  const double mean = (n + 1) / 2.0;
+  FlatShard::LocalPiece pa = u.Piece(0), pb = u.Piece(1);
+  bool right = true;
+  for (int64_t i = 0; i < pa.numel; ++i) {
+    right = right && pa.grad.data<float>()[i] == 1.0 + mean;
+  }
+  for (int64_t i = 0; i < pb.numel; ++i) {
+    right = right && pb.grad.data<double>()[i] == 1.0 + 2 * mean;
+  }
+  Check(right, "partway: the next reduction averages the gradients");
+}
+
 }  // namespace
 }  // namespace distkit
 
@@ -809,6 +893,7 @@ int main() {
   job.Misuse();
   ShardGradAccumulates(env->world);
   FrozenFlat(env->world);
+  StartFailsPartway(env->world);
   return testing::FinishChecks(absl::StrCat(
       "FlatShard matches training alone under every strategy, world size ",
       env->world->size()));

@@ -514,6 +514,7 @@ void GradReducer::ResetIteration() {
     b->work = nullptr;
   }
   next_launch_ = 0;
+  kept_.clear();
 }
 
 absl::Status GradReducer::PrepareForBackward(absl::Span<const int> unused) {
@@ -552,6 +553,18 @@ absl::Status GradReducer::PrepareLocked(absl::Span<const int> unused) {
 }
 
 absl::Status GradReducer::MarkReady(int index, TensorRef grad) {
+  return MarkReadyImpl(index, grad, /*used=*/true);
+}
+
+absl::Status GradReducer::MarkUnusedReady(int index, TensorRef grad) {
+  if (!options_.find_unused_parameters) {
+    return absl::InvalidArgumentError(
+        "GradReducer: MarkUnusedReady without find_unused_parameters");
+  }
+  return MarkReadyImpl(index, grad, /*used=*/false);
+}
+
+absl::Status GradReducer::MarkReadyImpl(int index, TensorRef grad, bool used) {
   absl::MutexLock lock(&mu_);
   const CopyStreamScope on_stream = OnCallerStream();
   if (!require_sync_) return absl::OkStatus();
@@ -585,9 +598,14 @@ absl::Status GradReducer::MarkReady(int index, TensorRef grad) {
   if (grad.data() != slot) {
     DK_RETURN_IF_ERROR(
         CopyBytes(slot, b.device, grad.data(), grad.device(), Bytes(grad)));
+  } else if (!used) {
+    std::vector<char> value(Bytes(grad));
+    DK_RETURN_IF_ERROR(
+        CopyBytes(value.data(), Device::Cpu(), slot, b.device, value.size()));
+    kept_.emplace_back(index, std::move(value));
   }
   grads_[index] = grad;
-  locally_used_[index] = 1;
+  if (used) locally_used_[index] = 1;
   if (iteration_ == 0) ready_order_.push_back(index);
   MarkReadyLocked(index);
   LaunchReady();
@@ -747,6 +765,15 @@ absl::Status GradReducer::Finalize() {
       }
     }
   }
+  // Unused everywhere, a gradient that is its slot gets its value back
+  // (after the decompression, which writes every slot).
+  for (const auto& [i, value] : kept_) {
+    if (globally_used_[i]) continue;
+    Bucket& b = *bucket_state_[bucket_of_[i]];
+    DK_RETURN_IF_ERROR(CopyBytes(b.data() + offset_of_[i], b.device,
+                                 value.data(), Device::Cpu(), value.size()));
+  }
+  kept_.clear();
   ++iteration_;
   if (iteration_ == 1 && !rebuilt_ && !options_.find_unused_parameters) {
     DK_RETURN_IF_ERROR(RebuildBuckets());

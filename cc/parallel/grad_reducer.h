@@ -105,6 +105,12 @@ class GradReducer {
   // Parameter `index`'s gradient is final for this iteration. `grad` must stay
   // valid until Finalize() returns (it is written there). Any thread.
   absl::Status MarkReady(int index, TensorRef grad);
+  // find_unused_parameters: parameter `index` was not used by this rank's
+  // forward but holds a gradient (an earlier backward's, not zeroed): it
+  // contributes that gradient, as torch's DDP does, without counting as
+  // used here. Unused everywhere, `grad` keeps its value (also where it is
+  // the bucket view).
+  absl::Status MarkUnusedReady(int index, TensorRef grad);
 
   // Waits for every bucket, averages, writes back. A parameter that got no
   // gradient without find_unused_parameters is FAILED_PRECONDITION naming it
@@ -186,6 +192,7 @@ class GradReducer {
   absl::Status PrepareLocked(absl::Span<const int> unused)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkReadyLocked(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status MarkReadyImpl(int index, TensorRef grad, bool used);
   void LaunchReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Launch(Bucket& bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The compression hooks' fp16 / bf16 copy to and from a device bucket.
@@ -216,6 +223,9 @@ class GradReducer {
   std::vector<int32_t> locally_used_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> globally_used_ ABSL_GUARDED_BY(mu_);
   std::vector<TensorRef> grads_ ABSL_GUARDED_BY(mu_);  // where to write back
+  // MarkUnusedReady's gradients that are their bucket slot: their values,
+  // put back if no rank used them (the reduction runs in the slot).
+  std::vector<std::pair<int, std::vector<char>>> kept_ ABSL_GUARDED_BY(mu_);
   std::vector<int> ready_order_ ABSL_GUARDED_BY(mu_);  // first iteration
   size_t next_launch_ ABSL_GUARDED_BY(mu_) = 0;
   bool in_iteration_ ABSL_GUARDED_BY(mu_) = false;

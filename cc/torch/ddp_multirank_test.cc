@@ -8,7 +8,9 @@
 // with a layer used in the no_sync micro-step only, on even ranks),
 // bucket_view, bn (broadcast_buffers), fp16 (fp16 compression hook), separate
 // (SeparateDistributedDataParallel).
-// Then, on its own: a backward that throws, taken again (BackwardThrows).
+// Then, on its own: a backward that throws, taken again (BackwardThrows);
+// two losses without zero_grad under find_unused_parameters (MultiLoss); a
+// backward after the wrapper was destroyed (DestroyedBeforeBackward).
 // Both sides build parameters, data and targets with the same torch kernels,
 // so they start from identical bits.
 #include <torch/nn/modules/batchnorm.h>
@@ -224,6 +226,135 @@ void BackwardThrows() {
                           "training without it");
 }
 
+// Two synchronized backwards without zero_grad between them (two losses),
+// find_unused_parameters: `part` is used by every rank in loss 1 and by
+// rank 0 alone in loss 2, `spare` by every rank in loss 1 and by none in
+// loss 2 (its gradient changed by each rank before loss 2). torch's DDP
+// contributes an unused parameter's defined gradient: part's gradient
+// ends as avg(loss 1) + rank 0's loss-2 gradient / world, and spare's, unused
+// everywhere, as the rank left it, also when gradients are the buckets'
+// views. Expected values are computed here, from every rank's data, with
+// plain autograd.
+struct MultiNetImpl : torch::nn::Module {
+  MultiNetImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
+    head = register_module("head", torch::nn::Linear(16, 4));
+    part = register_module("part", torch::nn::Linear(16, 4));
+    spare = register_module("spare", torch::nn::Linear(16, 4));
+  }
+  torch::Tensor Loss(int rank, int which) {
+    const torch::Tensor x =
+        torch::sin(torch::arange(48, torch::kFloat32).reshape({6, 8}) * 0.3 +
+                   rank + 0.5 * which);
+    const torch::Tensor y =
+        torch::cos(torch::arange(24, torch::kFloat32).reshape({6, 4}) * 0.2 +
+                   rank - 0.4 * which);
+    torch::Tensor h = torch::relu(fc1->forward(x));
+    torch::Tensor out = head->forward(h);
+    if (which == 1) out = out + part->forward(h) + spare->forward(h);
+    if (which == 2 && rank == 0) out = out + part->forward(h);
+    return torch::mse_loss(out, y);
+  }
+  torch::nn::Linear fc1{nullptr}, head{nullptr}, part{nullptr}, spare{nullptr};
+};
+
+void MultiLoss(bool bucket_view) {
+  const std::string what =
+      absl::StrCat("multi-loss", bucket_view ? " (bucket view)" : "");
+  const int world = distkit::dist::GetWorldSize();
+  auto net = std::make_shared<MultiNetImpl>();
+  Init(*net);
+  GradReducer::Options o;
+  o.find_unused_parameters = true;
+  o.gradient_as_bucket_view = bucket_view;
+  auto ddp = DistributedDataParallel::Create(net, o);
+  distkit::testing::RequireOk(ddp.status(), what + ": create");
+  // Rank 0's parameters now, on every rank: the reference's.
+  auto grads_of = [&](int rank, int which) {
+    MultiNetImpl ref;
+    {
+      torch::NoGradGuard no_grad;
+      auto mine = net->parameters();
+      auto theirs = ref.parameters();
+      for (size_t i = 0; i < mine.size(); ++i) theirs[i].copy_(mine[i]);
+    }
+    ref.Loss(rank, which).backward();
+    std::vector<torch::Tensor> g;
+    for (auto& p : ref.parameters()) {
+      g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+    }
+    return g;
+  };
+  std::vector<torch::Tensor> avg1, avg2;
+  for (int r = 0; r < world; ++r) {
+    auto g1 = grads_of(r, 1), g2 = grads_of(r, 2);
+    for (size_t i = 0; i < g1.size(); ++i) {
+      if (r == 0) {
+        avg1.push_back(g1[i] / world);
+        avg2.push_back(g2[i] / world);
+      } else {
+        avg1[i] += g1[i] / world;
+        avg2[i] += g2[i] / world;
+      }
+    }
+  }
+  distkit::testing::RequireOk((*ddp)->BeforeForward(), what);
+  distkit::testing::RequireOk((*ddp)->Backward(net->Loss(rank_, 1)),
+                              what + ": backward 1");
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : net->spare->parameters()) p.mutable_grad().add_(rank_);
+  }
+  distkit::testing::RequireOk((*ddp)->BeforeForward(), what);
+  distkit::testing::RequireOk((*ddp)->Backward(net->Loss(rank_, 2)),
+                              what + ": backward 2");
+  const auto names = net->named_parameters();
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i].key();
+    // fc1, head and part: torch's average; spare: untouched.
+    torch::Tensor want = avg1[i] + avg2[i];
+    if (absl::StartsWith(name, "spare")) want = avg1[i] + rank_;
+    const torch::Tensor got = names[i].value().grad();
+    distkit::testing::Check(
+        got.defined() && torch::allclose(got, want, 1e-5, 1e-6),
+        absl::StrCat(
+            what, ": ", name, ".grad differs from torch's DDP by ",
+            got.defined() ? (got - want).abs().max().item<float>() : -1.0f));
+  }
+}
+
+// A loss kept past its DistributedDataParallel: backward after the wrapper
+// is destroyed runs no hook of it (it used to call into the freed wrapper)
+// and leaves this rank's own gradients.
+void DestroyedBeforeBackward() {
+  auto net = std::make_shared<NetImpl>("plain");
+  Init(*net);
+  auto ddp = DistributedDataParallel::Create(net);
+  distkit::testing::RequireOk(ddp.status(), "destroyed: create");
+  NetImpl ref("plain");
+  {
+    torch::NoGradGuard no_grad;
+    auto mine = net->parameters();
+    auto theirs = ref.parameters();
+    for (size_t i = 0; i < mine.size(); ++i) theirs[i].copy_(mine[i]);
+  }
+  distkit::testing::RequireOk((*ddp)->BeforeForward(), "destroyed: forward");
+  torch::Tensor loss = torch::mse_loss(net->forward(Input(0, 0)), Target(0, 0));
+  *ddp = nullptr;  // the only owner
+  loss.backward();
+  torch::mse_loss(ref.forward(Input(0, 0)), Target(0, 0)).backward();
+  auto mine = net->parameters();
+  auto theirs = ref.parameters();
+  bool same = true;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    same = same && mine[i].grad().defined() &&
+           torch::equal(mine[i].grad(), theirs[i].grad());
+  }
+  distkit::testing::Check(same,
+                          "destroyed: backward after the wrapper's end leaves "
+                          "the local gradients");
+}
+
 // device_ids as torch defines them, where this machine allows: a CPU module
 // with device_ids is refused with torch's text before any collective (every
 // rank alike); without them the module is used as it is. (CUDA modules:
@@ -268,6 +399,9 @@ int main(int argc, char** argv) {
   }
   Placement();
   BackwardThrows();
+  MultiLoss(false);
+  MultiLoss(true);
+  DestroyedBeforeBackward();
   distkit::testing::RequireOk(distkit::dist::Barrier(), "barrier");
   distkit::dist::DestroyDist();
   // Check's failures count (BackwardThrows checks with it).

@@ -81,17 +81,18 @@ bool IsModelWrapper(const torch::nn::Module& module) {
 class DistributedDataParallel::ReadyHook
     : public torch::autograd::FunctionPostHook {
  public:
-  ReadyHook(DistributedDataParallel* ddp, int index)
+  ReadyHook(const std::shared_ptr<DistributedDataParallel*>& ddp, int index)
       : ddp_(ddp), index_(index) {}
   torch::autograd::variable_list operator()(
       const torch::autograd::variable_list& outputs,
       const torch::autograd::variable_list& /*inputs*/) override {
-    ddp_->OnGradReady(index_);
+    // The parameters' accumulators (and this hook) outlive the wrapper.
+    if (auto ddp = ddp_.lock()) (*ddp)->OnGradReady(index_);
     return outputs;
   }
 
  private:
-  DistributedDataParallel* ddp_;
+  std::weak_ptr<DistributedDataParallel*> ddp_;
   int index_;
 };
 
@@ -100,7 +101,9 @@ DistributedDataParallel::DistributedDataParallel(
     : torch::nn::Module("DistributedDataParallel"),
       module_(std::move(module)) {}
 
-DistributedDataParallel::~DistributedDataParallel() = default;
+DistributedDataParallel::~DistributedDataParallel() {
+  self_.reset();  // the hooks stop reaching this wrapper
+}
 
 absl::StatusOr<std::shared_ptr<DistributedDataParallel>>
 DistributedDataParallel::Create(std::shared_ptr<torch::nn::Module> module,
@@ -150,7 +153,7 @@ absl::Status DistributedDataParallel::Attach(
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
-    acc->add_post_hook(std::make_unique<ReadyHook>(this, static_cast<int>(i)));
+    acc->add_post_hook(std::make_unique<ReadyHook>(self_, static_cast<int>(i)));
     accumulators_.push_back(std::move(acc));
   }
   return absl::OkStatus();
@@ -242,12 +245,19 @@ absl::Status DistributedDataParallel::PrepareBackward(
   if (reducer_->require_sync() && reducer_->options().find_unused_parameters) {
     std::vector<int> unused;
     carried_.clear();
+    held_.clear();
     {
       absl::MutexLock lock(&mu_);
       for (int i : UnusedParameters(loss)) {
-        const bool carried =
-            accumulated_.contains(i) && params_[i].grad().defined();
-        (carried ? carried_ : unused).push_back(i);
+        if (!params_[i].grad().defined()) {
+          unused.push_back(i);
+        } else if (accumulated_.contains(i)) {
+          carried_.push_back(i);
+        } else {
+          // A gradient from an earlier backward (not zeroed): torch's DDP
+          // contributes it, and the parameter still counts as unused here.
+          held_.push_back(i);
+        }
       }
     }
     DK_RETURN_IF_ERROR(reducer_->PrepareForBackward(unused));
@@ -261,6 +271,7 @@ void DistributedDataParallel::AbandonBackward() {
     hook_error_ = absl::OkStatus();
   }
   carried_.clear();
+  held_.clear();
   reducer_->AbandonIteration();
 }
 
@@ -283,7 +294,14 @@ absl::Status DistributedDataParallel::FinishBackward() {
     carried_status = ref.ok() ? reducer_->MarkReady(i, *ref) : ref.status();
     if (!carried_status.ok()) break;
   }
+  for (int i : held_) {
+    if (!carried_status.ok()) break;
+    absl::StatusOr<TensorRef> ref = Ref(params_[i].grad(), names_[i] + ".grad");
+    carried_status =
+        ref.ok() ? reducer_->MarkUnusedReady(i, *ref) : ref.status();
+  }
   carried_.clear();
+  held_.clear();
   if (!carried_status.ok()) {
     // As after a hook's error: the missing gradients go as zeros, so the
     // peers' buckets complete.

@@ -86,7 +86,10 @@ class DistributedDataParallel : public torch::nn::Module, public ModelWrapper {
 
   // Runs loss.backward(); the hooks feed the reducer; then waits for the
   // reduction and writes the averaged gradients. With find_unused_parameters
-  // the graph of `loss` is searched first for parameters it does not reach.
+  // the graph of `loss` is searched first for parameters it does not reach;
+  // one of those that already holds a gradient (an earlier Backward without
+  // zero_grad) contributes it, as in torch's DDP, and keeps it when no rank
+  // used the parameter.
   absl::Status Backward(const torch::Tensor& loss);
 
   // Backward without reducing the gradients (they accumulate locally); the
@@ -132,6 +135,11 @@ class DistributedDataParallel : public torch::nn::Module, public ModelWrapper {
   std::vector<std::string> names_;
   // Keep the accumulators (and so our hooks) alive across iterations.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  // What the hooks reach this wrapper through: reset first by the
+  // destructor, so a graph that outlives the wrapper (a loss kept, backward
+  // run later) finds it gone instead of freed.
+  std::shared_ptr<DistributedDataParallel*> self_ =
+      std::make_shared<DistributedDataParallel*>(this);
   std::unique_ptr<GradReducer> reducer_;
   int64_t view_generation_ = -1;
   absl::Mutex mu_;
@@ -143,6 +151,9 @@ class DistributedDataParallel : public torch::nn::Module, public ModelWrapper {
   // FinishBackward marks it ready with its gradient.
   absl::flat_hash_set<int> accumulated_ ABSL_GUARDED_BY(mu_);
   std::vector<int> carried_;
+  // Unused by this backward, holding a gradient of an earlier one:
+  // contributed as it is (GradReducer::MarkUnusedReady).
+  std::vector<int> held_;
 };
 
 // mmengine's MMSeparateDistributedDataParallel: every direct child with

@@ -894,6 +894,18 @@ void Clipping() {
     RequireOk(norm.status(), "clip nan: ClipGradNorm");
     Check(std::isnan(*norm), absl::StrCat("clip nan (norm ", norm_type,
                                           "): total ", *norm, ", not nan"));
+    // torch's clip_grad_norm_ multiplies by clamp(NaN, max=1), NaN: every
+    // gradient element of every rank becomes NaN.
+    int64_t numbers = 0;
+    for (const auto& p : net->parameters()) {
+      if (p.grad().defined()) {
+        numbers +=
+            p.grad().numel() - torch::isnan(p.grad()).sum().item<int64_t>();
+      }
+    }
+    Check(numbers == 0,
+          absl::StrCat("clip nan (norm ", norm_type, "): ", numbers,
+                       " gradient elements are not NaN after clipping"));
   }
 }
 

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cc/core/device_staging.h"
 #include "cc/core/status.h"
 #include "cc/torch/torch_tensor_ref.h"
 
@@ -145,8 +146,11 @@ absl::StatusOr<StateDict> FullOptimStateDict(FullyShardedDataParallel& fsdp,
     }
   }
   int64_t agree[3] = {with_state, -with_state, supported.ok() ? 0 : 1};
-  DK_RETURN_IF_ERROR(
-      group.AllReduce(TensorRef(agree, 3, DataType::kInt64), ReduceOp::kMax));
+  // Staged onto the comm device: an NCCL group takes no host memory.
+  DK_RETURN_IF_ERROR(OnCommDevice(
+      TensorRef(agree, 3, DataType::kInt64), group.comm_device(),
+      Access::kReadWrite,
+      [&](const TensorRef& t) { return group.AllReduce(t, ReduceOp::kMax); }));
   DK_RETURN_IF_ERROR(supported);
   if (agree[2] != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -227,7 +231,12 @@ absl::StatusOr<StateDict> FullOptimStateDict(FullyShardedDataParallel& fsdp,
                               AsTensorRef(buffer, kOwner, "state"));
           DK_ASSIGN_OR_RETURN(TensorRef all,
                               AsTensorRef(full, kOwner, "state"));
-          DK_RETURN_IF_ERROR(group.AllGather(in, all));
+          // The state of offloaded shards is on the host: staged.
+          DK_RETURN_IF_ERROR(
+              InOutOnCommDevice(in, all, group.comm_device(),
+                                [&](const TensorRef& i, const TensorRef& o) {
+                                  return group.AllGather(i, o);
+                                }));
         }
         if (!mine) continue;
         for (int i = 0; i < shard.num_params(); ++i) {

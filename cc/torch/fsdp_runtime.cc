@@ -14,6 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "cc/core/device_staging.h"
 #include "cc/core/host_staging.h"
 #include "cc/core/status.h"
 #include "cc/torch/fsdp_unit.h"
@@ -395,10 +396,13 @@ absl::Status FullyShardedDataParallel::Backward(const torch::Tensor& loss) {
   }
   status.Update(CompleteReduction());
   if (!status.ok()) {
-    // Leave every unit sharded, so the model is consistent again.
+    // Leave every unit sharded, so the model is consistent again, and drop
+    // the partial full gradients: they would be added into the next step's
+    // (zero_grad reaches only the shard gradients).
     for (auto& unit : units_) {
       unit->finished = true;
       if (unit->full_views) FreeUnit(*unit, true).IgnoreError();
+      unit->shard->DiscardFullGrads();
     }
   }
   status.Update(DropUnusedGathers());
@@ -459,16 +463,22 @@ absl::StatusOr<double> FullyShardedDataParallel::ClipGradNorm(
     // value (a sum keeps NaN by itself).
     const bool nan = std::isnan(parts[0]);
     double reduced[2] = {inf && nan ? 0.0 : parts[0], nan ? 1.0 : 0.0};
-    DK_RETURN_IF_ERROR(
-        group_->AllReduce(TensorRef(reduced, inf ? 2 : 1, DataType::kFloat64),
-                          inf ? ReduceOp::kMax : ReduceOp::kSum));
+    // Staged onto the comm device: an NCCL group takes no host memory.
+    DK_RETURN_IF_ERROR(OnCommDevice(
+        TensorRef(reduced, inf ? 2 : 1, DataType::kFloat64),
+        group_->comm_device(), Access::kReadWrite, [&](const TensorRef& t) {
+          return group_->AllReduce(t, inf ? ReduceOp::kMax : ReduceOp::kSum);
+        }));
     parts[0] = inf && reduced[1] > 0 ? std::nan("") : reduced[0];
   }
   const double total = inf ? MaxKeepingNan(parts[0], parts[1])
                            : std::pow(parts[0] + parts[1], 1.0 / norm_type);
   // torch.nn.utils.clip_grad_norm_'s factor: max_norm / (norm + 1e-6), at
-  // most 1.
-  const double coefficient = std::min(1.0, max_norm / (total + 1e-6));
+  // most 1; NaN when the norm is (torch's clamp keeps it, std::min would
+  // give 1), so every gradient becomes NaN as under torch.
+  const double factor = max_norm / (total + 1e-6);
+  const double coefficient =
+      std::isnan(factor) ? factor : std::min(1.0, factor);
   torch::NoGradGuard no_grad;
   for (auto& g : grads) g.mul_(coefficient);
   return total;

@@ -314,6 +314,22 @@ absl::Status FullyShardedDataParallel::LoadShardedCheckpoint(
   }();
   DK_RETURN_IF_ERROR(AgreeValid(valid, /*rank0_only=*/false,
                                 "check of the checkpoint failed"));
+  // Another rank's files are read only now (each rank reads the saved
+  // shards that overlap its own), so a rank may fail after others loaded:
+  // every rank keeps what it had, to put back unless all of them loaded.
+  torch::NoGradGuard no_grad;
+  std::vector<std::vector<torch::Tensor>> old_shards(units_.size());
+  for (size_t u = 0; u < units_.size(); ++u) {
+    for (int k = 0; k < units_[u]->shard->num_flat(); ++k) {
+      const TensorRef shard = units_[u]->shard->Shard(k);
+      old_shards[u].push_back(AsTorchTensor(shard, {shard.numel()}).clone());
+    }
+  }
+  std::vector<torch::Tensor> old_params, old_buffers;
+  for (auto& [key, p] : unsharded_params_) old_params.push_back(p.clone());
+  for (const auto& b : module_->named_buffers()) {
+    old_buffers.push_back(b.value().clone());
+  }
   absl::Status loaded;
   for (size_t u = 0; u < units_.size() && loaded.ok(); ++u) {
     torch::Tensor held;
@@ -330,15 +346,34 @@ absl::Status FullyShardedDataParallel::LoadShardedCheckpoint(
         });
   }
   if (loaded.ok()) {
-    torch::NoGradGuard no_grad;
-    DK_ASSIGN_OR_RETURN(auto* first, file(0));
-    for (auto& [key, p] : unsharded_params_) p.copy_(first->at(ParamKey(key)));
-    for (const auto& b : module_->named_buffers()) {
-      b.value().copy_(first->at(BufferKey(b.key())));
+    auto first = file(0);
+    loaded = first.status();
+    if (loaded.ok()) {
+      for (auto& [key, p] : unsharded_params_) {
+        p.copy_((*first)->at(ParamKey(key)));
+      }
+      for (const auto& b : module_->named_buffers()) {
+        b.value().copy_((*first)->at(BufferKey(b.key())));
+      }
     }
   }
-  return AgreeValid(loaded, /*rank0_only=*/false,
-                    "loading of the checkpoint failed");
+  absl::Status agreed = AgreeValid(loaded, /*rank0_only=*/false,
+                                   "loading of the checkpoint failed");
+  if (!agreed.ok()) {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      for (int k = 0; k < units_[u]->shard->num_flat(); ++k) {
+        const TensorRef shard = units_[u]->shard->Shard(k);
+        AsTorchTensor(shard, {shard.numel()}).copy_(old_shards[u][k]);
+      }
+    }
+    size_t i = 0;
+    for (auto& [key, p] : unsharded_params_) p.copy_(old_params[i++]);
+    i = 0;
+    for (const auto& b : module_->named_buffers()) {
+      b.value().copy_(old_buffers[i++]);
+    }
+  }
+  return agreed;
 }
 
 }  // namespace distkit
@@ -373,7 +408,8 @@ absl::StatusOr<FlatShard::ShardMetadata> DecodeMetadata(
   FlatShard::ShardMetadata m;
   m.world_size = static_cast<int>(v[0]);
   const int64_t flats = v[1];
-  if (flats < 0 || 2 + 2 * flats + 1 > n) return bad();
+  // Bounded by n before any arithmetic: a corrupt count must not overflow.
+  if (n < 3 || flats < 0 || flats > (n - 3) / 2) return bad();
   for (int64_t k = 0; k < flats; ++k) {
     m.flat_dtypes.push_back(static_cast<DataType>(v[2 + 2 * k]));
     m.flat_numel.push_back(v[3 + 2 * k]);
@@ -381,7 +417,8 @@ absl::StatusOr<FlatShard::ShardMetadata> DecodeMetadata(
   const int64_t params = v[2 + 2 * flats];
   const int64_t base = 3 + 2 * flats;
   // Then, where some parameter is frozen, a flag per parameter.
-  if (params < 0 || (base + params != n && base + 2 * params != n)) {
+  if (params < 0 || params > n - base ||
+      (base + params != n && base + 2 * params != n)) {
     return bad();
   }
   m.param_numel.assign(v + base, v + base + params);

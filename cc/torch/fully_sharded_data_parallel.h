@@ -137,13 +137,15 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
 
   // loss.backward(); every unit's gradients are averaged into its shard as
   // soon as they are complete, and the unit freed; then the parameters are
-  // the shard views again, with their gradients.
+  // the shard views again, with their gradients. If backward fails, every
+  // unit is freed and the gradients not yet reduced are dropped (also those
+  // accumulated under no_sync): the next step starts from zero.
   absl::Status Backward(const torch::Tensor& loss);
 
   // torch's FSDP clip_grad_norm_: after Backward, scales the gradients the
   // optimizer sees (every unit's parameters' and the unsharded ones') so
   // that their total norm, over every rank's shards, is at most `max_norm`
-  // (factor max_norm / (norm + 1e-6), at most 1, as
+  // (factor max_norm / (norm + 1e-6), at most 1, NaN when the norm is, as
   // torch::nn::utils::clip_grad_norm_ on one process); returns that norm
   // before clipping, the same on every rank. The parts of sharded gradients
   // are combined by an all-reduce (the sum of p-th powers; the maximum for
@@ -195,7 +197,9 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   // "Sharded checkpoints") is the one Python's distkit.fsdp writes and reads
   // (save_sharded_checkpoint / load_sharded_checkpoint), so a checkpoint
   // crosses languages. Collective (a barrier, so that all files exist after
-  // it).
+  // it). Loading is all or nothing: a rank that cannot read or load its
+  // part fails every rank, and every rank puts its shards, parameters and
+  // buffers back as they were.
   absl::Status SaveShardedCheckpoint(const std::string& dir);
   absl::Status LoadShardedCheckpoint(const std::string& dir);
 
