@@ -130,6 +130,74 @@ func checkSnapshotAlone(t *testing.T, world *Group) {
 	wantCode(t, s.Commit(), FailedPrecondition, "closed")
 }
 
+// wantBools fails unless got is exactly want, byte for byte: Go's true is
+// byte 1, and a bool holding 2 is neither true nor false to == (the compiler
+// compares bytes), while `if b` takes it.
+func wantBools(t *testing.T, what string, got, want []bool) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d flags, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		raw := *(*byte)(unsafe.Pointer(&got[i]))
+		if got[i] != want[i] || raw > 1 {
+			t.Fatalf("%s: flag %d is byte %d, want %v", what, i, raw, want[i])
+		}
+	}
+}
+
+// checkBoolSnapshotsAlone: bools a snapshot loads are Go's true and false
+// whatever non-zero byte another language's rank committed (C's 2 is true).
+// The bytes are written here as a C rank would send them: through a byte
+// view of the registered flags, and through a uint8 registration.
+func checkBoolSnapshotsAlone(t *testing.T, world *Group) {
+	want := []bool{true, false, true}
+	flags := make([]bool, 3)
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(&flags[0])), len(flags))
+	s, err := NewSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := RegisterBuffer(s, "flags", flags); err != nil {
+		t.Fatal(err)
+	}
+	copy(raw, []byte{2, 0, 255})
+	if err := s.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	copy(raw, []byte{0, 1, 0})
+	if err := s.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	wantBools(t, "snapshot restore", flags, want)
+	copy(raw, []byte{0, 1, 0})
+	if _, err := s.Sync(world); err != nil {
+		t.Fatal(err)
+	}
+	wantBools(t, "snapshot sync", flags, want)
+
+	sharded, err := NewShardedSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sharded.Close()
+	if err := RegisterShardBuffer(sharded, "flags", []uint8{2, 0, 255}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sharded.Commit(world); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := sharded.Fetch(world, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ShardValues[bool](sharded, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBools(t, "sharded snapshot values", got, want)
+}
+
 // checkRangesAlone: in a world of one, integers no int32 holds are refused
 // (or out of range, for the queries), never wrapped onto a valid value.
 func checkRangesAlone(t *testing.T, world *Group) {
@@ -391,6 +459,7 @@ func TestLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSnapshotAlone(t, world)
+	checkBoolSnapshotsAlone(t, world)
 	world.Close()
 	Shutdown()
 	if IsDistributed() {

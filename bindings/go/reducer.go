@@ -51,7 +51,10 @@ type Reducer[T Element] struct {
 	// marked: which parameters were marked ready in this iteration; the
 	// library writes only their staged gradients at finalize.
 	marked []bool
-	noSync bool // SetRequireSync(false)
+	// inIteration: Prepare or MarkReady since the last Finalize or Abandon
+	// that succeeded, so buckets may be in flight (Close would wait).
+	inIteration bool
+	noSync      bool // SetRequireSync(false)
 	// Where the buckets (and so dk_reducer_reduced_grad's memory) are: the
 	// group's comm device, a CUDA one on "nccl".
 	comm Device
@@ -128,8 +131,20 @@ func NewReducer[T Element](g *Group, params, buffers [][]T, o ReducerOptions) (*
 	for i, b := range buffers {
 		copyBack(b, r.buffers[i])
 	}
-	runtime.SetFinalizer(r, (*Reducer[T]).Close)
+	runtime.SetFinalizer(r, (*Reducer[T]).finalize)
 	return r, nil
+}
+
+// finalize runs on Go's single finalizer goroutine, which must not block
+// (as Work's): a reducer between iterations is freed at once; one with
+// buckets possibly in flight, which dk_reducer_destroy waits for (up to the
+// operation timeout with a slow or dead peer), on a goroutine of its own.
+func (r *Reducer[T]) finalize() {
+	if !r.inIteration {
+		r.Close()
+		return
+	}
+	go r.Close()
 }
 
 func (r *Reducer[T]) release() {
@@ -143,7 +158,9 @@ func (r *Reducer[T]) release() {
 	r.grads, r.buffers, r.tensors = nil, nil, nil
 }
 
-// Close waits for in-flight buckets and frees the reducer.
+// Close waits for in-flight buckets and frees the reducer. A Reducer dropped
+// mid-iteration is closed by a goroutine of its own (its finalizer never
+// blocks, so it cannot hold up the program's other finalizers).
 func (r *Reducer[T]) Close() {
 	if r.ptr != nil {
 		C.dk_reducer_destroy(r.ptr)
@@ -187,6 +204,7 @@ func (r *Reducer[T]) Prepare(unused []int) error {
 		p = &u[0]
 	}
 	var cerr *C.dk_error_t
+	r.inIteration = true
 	return check(C.dk_reducer_prepare(r.ptr, p, C.size_t(len(u)), &cerr), cerr)
 }
 
@@ -207,6 +225,7 @@ func (r *Reducer[T]) MarkReady(i int, grad []T) error {
 	defer ts.free()
 	t := rawView[T](&ts, r.grads[i], r.sizes[i])
 	var cerr *C.dk_error_t
+	r.inIteration = true
 	if err := check(C.dk_reducer_mark_ready(r.ptr, C.int32_t(i), t, &cerr), cerr); err != nil {
 		return err
 	}
@@ -230,6 +249,7 @@ func (r *Reducer[T]) Finalize(grads [][]T) error {
 	if err := check(C.dk_reducer_finalize(r.ptr, &cerr), cerr); err != nil {
 		return err
 	}
+	r.inIteration = false // every bucket was waited for
 	if !r.noSync {
 		// The library writes only the gradients given to MarkReady; a
 		// parameter unused here but used elsewhere has its average in the
@@ -287,7 +307,11 @@ func (r *Reducer[T]) Abandon() error {
 	}
 	r.marked = make([]bool, len(r.grads))
 	var cerr *C.dk_error_t
-	return check(C.dk_reducer_abandon(r.ptr, &cerr), cerr)
+	if err := check(C.dk_reducer_abandon(r.ptr, &cerr), cerr); err != nil {
+		return err
+	}
+	r.inIteration = false // the launched buckets were waited for
+	return nil
 }
 
 // SetRequireSync(false) is no_sync: MarkReady and Finalize do nothing

@@ -160,7 +160,8 @@ func (s *ShardedSnapshot) ShardBytes(index, buffer int) ([]byte, error) {
 }
 
 // ShardValues is ShardBytes as elements of T (a copy; InvalidArgument when
-// the buffer is not a whole number of them).
+// the buffer is not a whole number of them). As bool, each byte is whether
+// it is non-zero (any language's true, Go's exact true).
 func ShardValues[T Element](s *ShardedSnapshot, index, buffer int) ([]T, error) {
 	b, err := s.ShardBytes(index, buffer)
 	if err != nil {
@@ -172,6 +173,10 @@ func ShardValues[T Element](s *ShardedSnapshot, index, buffer int) ([]T, error) 
 		return nil, &Error{InvalidArgument, fmt.Sprintf("sharded snapshot: buffer %d of shard %d (%d bytes) is not a %d-byte element array", buffer, index, len(b), size)}
 	}
 	out := make([]T, len(b)/size)
+	if flags, ok := any(out).([]bool); ok {
+		loadBools(flags, b) // a peer's byte 2 is true, as in Snapshot
+		return out, nil
+	}
 	if len(out) > 0 {
 		copy(unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), len(b)), b)
 	}

@@ -120,12 +120,26 @@ func stageBuffer[T Element](bs *stagedBuffers, name string, data []T, register f
 		C.free(staging)
 		return err
 	}
+	load := func() { copy(data, view) }
+	if flags, ok := any(data).([]bool); ok {
+		// The bytes may come from another language's rank (C's 2 is
+		// true): a byte Go's bool cannot hold is read as its truth value.
+		load = func() { loadBools(flags, unsafe.Slice((*byte)(staging), len(flags))) }
+	}
 	*bs = append(*bs, snapshotBuffer{
 		staging: staging,
 		save:    func() { copy(view, data) },
-		load:    func() { copy(data, view) },
+		load:    load,
 	})
 	return nil
+}
+
+// loadBools sets each flag to whether its byte is non-zero, so that a flag
+// is exactly true or false whatever byte a peer sent.
+func loadBools(flags []bool, bytes []byte) {
+	for i, b := range bytes {
+		flags[i] = b != 0
+	}
 }
 
 func (s *Snapshot) live() error {

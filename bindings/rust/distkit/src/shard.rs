@@ -147,7 +147,10 @@ impl<'g> Shard<'g> {
         let len = self.check_index::<T>(index, "parameter")?;
         let mut data: *mut c_void = std::ptr::null_mut();
         call(|err| unsafe { sys::dk_shard_full_param(self.ptr, index as i32, &mut data, err) })?;
-        Ok(unsafe { std::slice::from_raw_parts(data as *const T, len) })
+        // SAFETY: the library lends `len` elements until `reshard`, which
+        // needs `&mut self` while this borrow lives.
+        let data = lent(data as *mut T, len, "full parameter")?;
+        Ok(unsafe { std::slice::from_raw_parts(data, len) })
     }
 
     /// Adds parameter `index`'s gradient (its length; any float type).
@@ -195,12 +198,11 @@ impl<'g> Shard<'g> {
                 format!("shard: flat buffer {flat} is {:?}, not {:?}", dtype_of(dtype), T::DTYPE),
             ));
         }
-        unsafe {
-            Ok((
-                std::slice::from_raw_parts_mut(data as *mut T, n as usize),
-                std::slice::from_raw_parts(grad as *const T, n as usize),
-            ))
-        }
+        let n = usize::try_from(n).map_err(|_| Error::new(Code::Internal, format!("shard: flat buffer {flat} has {n} elements")))?;
+        // SAFETY: the library lends both for the unit's lifetime; `&mut self`
+        // keeps them unaliased while borrowed.
+        let (data, grad) = (lent(data as *mut T, n, "local values")?, lent(grad as *mut T, n, "local gradient")?);
+        unsafe { Ok((std::slice::from_raw_parts_mut(data, n), std::slice::from_raw_parts(grad, n))) }
     }
 
     /// Zeroes the shard gradients (after the optimizer step).
@@ -233,24 +235,13 @@ impl<'g> Shard<'g> {
 
     /// The events recorded since the last call, oldest first (a unit keeps
     /// its newest 4096), so a trainer can see its gathers overlap compute.
+    /// An event of a kind the header does not define (a newer library's) is
+    /// skipped; the others are kept.
     pub fn take_events(&mut self) -> Result<Vec<ShardEvent>> {
         let mut buf = vec![sys::dk_shard_event_t::default(); 4096];
         let mut n = 0usize;
         call(|err| unsafe { sys::dk_shard_take_events(self.ptr, buf.as_mut_ptr(), buf.len(), &mut n, err) })?;
-        buf[..n]
-            .iter()
-            .map(|e| {
-                let kind = match e.kind {
-                    sys::DK_SHARD_EVENT_UNSHARD_START => ShardEventKind::UnshardStart,
-                    sys::DK_SHARD_EVENT_UNSHARD_DONE => ShardEventKind::UnshardDone,
-                    sys::DK_SHARD_EVENT_RESHARD => ShardEventKind::Reshard,
-                    sys::DK_SHARD_EVENT_REDUCE_START => ShardEventKind::ReduceStart,
-                    sys::DK_SHARD_EVENT_REDUCE_DONE => ShardEventKind::ReduceDone,
-                    other => return Err(Error::new(Code::Internal, format!("shard: unknown event kind {other}"))),
-                };
-                Ok(ShardEvent { kind, unix_ns: e.unix_ns })
-            })
-            .collect()
+        Ok(known_events(&buf[..n.min(buf.len())]))
     }
 
     /// Bytes the unit holds now (shards, gradients, full buffers).
@@ -267,6 +258,68 @@ impl<'g> Shard<'g> {
 impl Drop for Shard<'_> {
     fn drop(&mut self) {
         unsafe { sys::dk_shard_destroy(self.ptr) }
+    }
+}
+
+/// A pointer `from_raw_parts` may take for `len` elements the library lent
+/// at `data`: a dangling, aligned one when `len` is 0 (a unit whose
+/// parameters are all empty may lend NULL, which a slice must never hold);
+/// NULL with elements is `Code::Internal`.
+fn lent<T>(data: *mut T, len: usize, what: &str) -> Result<*mut T> {
+    if len == 0 {
+        return Ok(std::ptr::NonNull::dangling().as_ptr());
+    }
+    if data.is_null() {
+        return Err(Error::new(Code::Internal, format!("shard: the library lent a NULL {what} of {len} elements")));
+    }
+    Ok(data)
+}
+
+/// The events the header defines (`DK_SHARD_EVENT_*`), in order. A kind it
+/// does not (a newer library's) is skipped: the events were moved out of
+/// the library, so failing here would lose the known ones with it.
+fn known_events(raw: &[sys::dk_shard_event_t]) -> Vec<ShardEvent> {
+    raw.iter()
+        .filter_map(|e| {
+            let kind = match e.kind {
+                sys::DK_SHARD_EVENT_UNSHARD_START => ShardEventKind::UnshardStart,
+                sys::DK_SHARD_EVENT_UNSHARD_DONE => ShardEventKind::UnshardDone,
+                sys::DK_SHARD_EVENT_RESHARD => ShardEventKind::Reshard,
+                sys::DK_SHARD_EVENT_REDUCE_START => ShardEventKind::ReduceStart,
+                sys::DK_SHARD_EVENT_REDUCE_DONE => ShardEventKind::ReduceDone,
+                _ => return None,
+            };
+            Some(ShardEvent { kind, unix_ns: e.unix_ns })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(kind: i32, unix_ns: i64) -> sys::dk_shard_event_t {
+        sys::dk_shard_event_t { kind, unix_ns, ..Default::default() }
+    }
+
+    #[test]
+    fn unknown_event_kinds_keep_the_known_ones() {
+        let events = known_events(&[raw(sys::DK_SHARD_EVENT_UNSHARD_START, 1), raw(99, 2), raw(sys::DK_SHARD_EVENT_REDUCE_DONE, 3), raw(-1, 4)]);
+        let want = [
+            ShardEvent { kind: ShardEventKind::UnshardStart, unix_ns: 1 },
+            ShardEvent { kind: ShardEventKind::ReduceDone, unix_ns: 3 },
+        ];
+        assert_eq!(events, want);
+    }
+
+    #[test]
+    fn null_lent_pointers() {
+        let empty = lent::<f64>(std::ptr::null_mut(), 0, "x").unwrap();
+        assert!(!empty.is_null() && empty as usize % std::mem::align_of::<f64>() == 0);
+        let e = lent::<f32>(std::ptr::null_mut(), 2, "x").expect_err("NULL with elements");
+        assert_eq!(e.code(), Code::Internal, "{e}");
+        let mut v = [1.0f32, 2.0];
+        assert_eq!(lent(v.as_mut_ptr(), 2, "x").unwrap(), v.as_mut_ptr());
     }
 }
 

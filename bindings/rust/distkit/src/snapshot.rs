@@ -26,12 +26,25 @@ pub trait SnapshotBuffer {
     fn bytes_mut(&mut self) -> &mut [u8];
 }
 
+mod sealed {
+    pub trait Sealed {}
+}
+
 /// Numbers every bit pattern of which is a value (so received bytes are
-/// always valid): not `bool`.
-pub trait PlainNumber: Copy + 'static {}
+/// always valid): not `bool`. Sealed: the crate's `unsafe` writes arbitrary
+/// bytes into them and reads all of theirs (no padding), which only the
+/// types listed here guarantee.
+///
+/// ```compile_fail
+/// #[derive(Clone, Copy)]
+/// struct Flag(bool);
+/// impl distkit::PlainNumber for Flag {}
+/// ```
+pub trait PlainNumber: Copy + 'static + sealed::Sealed {}
 
 macro_rules! plain {
     ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
         impl PlainNumber for $t {}
         impl SnapshotBuffer for $t {
             fn bytes(&self) -> &[u8] {

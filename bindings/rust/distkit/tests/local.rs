@@ -177,6 +177,25 @@ fn world_of_one(world: &Group) {
     assert!(s.take_events().unwrap().is_empty(), "taken events are gone");
     assert!(s.peak_held_bytes() >= s.held_bytes() && s.peak_held_bytes() > 0);
     indices_past_i32(world, &mut s);
+    empty_unit(world);
+}
+
+/// A unit whose only parameter is empty: its buffers come back as slices
+/// that never hold NULL (the library pads every flat buffer today, but an
+/// empty one may be lent as NULL; shard.rs's unit tests cover that case).
+fn empty_unit(world: &Group) {
+    let mut s = Shard::new(world, &[&[][..] as &[f32]], &ShardOptions::default()).unwrap();
+    s.unshard().unwrap();
+    let full = s.full_param::<f32>(0).unwrap();
+    assert!(full.is_empty() && !full.as_ptr().is_null(), "full parameter at {:p}", full.as_ptr());
+    s.reshard().unwrap();
+    for flat in 0..s.num_flat() {
+        // The shard may hold padding: its length is the library's.
+        let (values, grad) = s.local::<f32>(flat).unwrap();
+        assert_eq!(values.len(), grad.len());
+        assert!(!values.as_ptr().is_null() && !grad.as_ptr().is_null(), "local shard at {:p}, {:p}", values.as_ptr(), grad.as_ptr());
+        assert!(values.iter().chain(grad).all(|&x| x == 0.0), "padding: {values:?} {grad:?}");
+    }
 }
 
 /// Indices no i32 holds are refused (or out of range, for the queries),

@@ -572,6 +572,7 @@ func main() {
 	reducercheck.UnusedParameters(world, rank, size)
 	reducercheck.AbandonedIteration(world, rank, size)
 	checkDroppedWork(world)
+	checkDroppedReducer(world)
 
 	// Abort from another goroutine.
 	all4 := make([]int, size)
@@ -590,6 +591,63 @@ func main() {
 	rc.Must(world.Barrier(), "barrier")
 	world.Close()
 	fmt.Printf("rank %d/%d: all Go collective checks passed\n", rank, size)
+}
+
+// checkDroppedReducer: a Reducer dropped with a bucket in flight (its
+// all_reduce waits for peers, and freeing it waits for that) must not hold up
+// the program's other finalizers, as checkDroppedWork for a Work. Rank 0
+// marks every gradient ready and drops the reducer; the others join the
+// bucket (and abandon the iteration) only after rank 0 saw an unrelated
+// finalizer run within 1 s.
+func checkDroppedReducer(world *dk.Group) {
+	if size == 1 {
+		return
+	}
+	all := make([]int, size)
+	for i := range all {
+		all[i] = i
+	}
+	sub, err := world.NewGroup(all)
+	rc.Must(err, "new group (dropped reducer)")
+	store, err := dk.DefaultStore()
+	rc.Must(err, "default store")
+	defer store.Close()
+	const key = "go_collectives/dropped_reducer_checked"
+	grad := func(q, k int) float32 { return float32((q + 1) * (k + 2)) }
+	red, err := dk.NewReducer(sub, [][]float32{make([]float32, 3)}, nil, dk.ReducerOptions{})
+	rc.Must(err, "new reducer (dropped)")
+	if rank == 0 {
+		g := []float32{grad(0, 0), grad(0, 1), grad(0, 2)}
+		rc.Must(red.MarkReady(0, g), "mark ready (dropped reducer)")
+		red = nil
+		runtime.GC() // the Reducer's finalizer starts
+		time.Sleep(100 * time.Millisecond)
+		ran := make(chan struct{})
+		func() {
+			marker := new([64]byte)
+			runtime.SetFinalizer(marker, func(*[64]byte) { close(ran) })
+		}()
+		start := time.Now()
+		runtime.GC()
+		select {
+		case <-ran:
+		case <-time.After(time.Second):
+			rc.Fail("a Reducer dropped with a bucket in flight held up an unrelated finalizer for 1 s")
+		}
+		fmt.Printf("rank 0: a finalizer ran %v after a Reducer was dropped mid-iteration\n", time.Since(start))
+		rc.Must(store.Set(key, []byte("1")), "store set")
+	} else {
+		_, err := store.Get(key)
+		rc.Must(err, "store get")
+		// Their bucket's all_reduce completes rank 0's; finalize would wait
+		// for rank 0's part of the iteration's end, so they abandon it.
+		g := []float32{grad(rank, 0), grad(rank, 1), grad(rank, 2)}
+		rc.Must(red.MarkReady(0, g), "mark ready (joining the dropped reducer)")
+		rc.Must(red.Abandon(), "abandon (joining the dropped reducer)")
+		red.Close()
+	}
+	// sub stays open: rank 0's reducer may still be closing on its goroutine.
+	rc.Must(world.Barrier(), "barrier (dropped reducer)")
 }
 
 // checkDroppedWork: a Work dropped while its operation waits for peers
