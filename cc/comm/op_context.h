@@ -31,6 +31,13 @@ struct OpContext {
   // name outlives its operations.
   absl::string_view group_name;  // "world", "world/1"
   absl::Duration timeout = absl::Minutes(30);
+  // The operation's deadline when a backend built of others (hierarchical)
+  // fixed it for its parts, so that its stages on each part (the host's
+  // shared memory, the leaders' Gloo, on whatever thread) share one
+  // deadline; InfiniteFuture otherwise, and each backend counts `timeout`
+  // from its own first wait that reads the clock. The Gloo and
+  // shared-memory backends (a hierarchical group's parts) honour it.
+  absl::Time deadline = absl::InfiniteFuture();
   // The group's flight recorder and this operation's record in it (set
   // while the operation runs; null in contexts made outside a group).
   FlightRecorder* recorder = nullptr;

@@ -119,7 +119,8 @@ Options OptionsFor(const std::shared_ptr<gloo::Context>& context,
 // deadline. A few slots, so that an operation of a backend built of others
 // (hierarchical) that calls two Gloo backends in turn keeps both deadlines.
 // Sequence number 0 is no group operation's (a group's creation barrier):
-// each such call has a deadline of its own.
+// each such call has a deadline of its own. A deadline set in the context
+// replaces all of this.
 struct DeadlineSlot {
   uint64_t backend = 0;  // GlooBackend::id_; 0: unused
   uint64_t seq = 0;
@@ -132,6 +133,9 @@ thread_local DeadlineSlot deadline_slots[kDeadlineSlots];
 thread_local int next_deadline_slot = 0;
 
 absl::Time DeadlineOf(uint64_t backend, const OpContext& ctx) {
+  // Fixed by the caller for all of the operation's parts (OpContext::
+  // deadline: a hierarchical group's link stage, on a thread of its own).
+  if (ctx.deadline != absl::InfiniteFuture()) return ctx.deadline;
   const absl::Time now = absl::Now();
   if (ctx.seq == 0) return now + ctx.timeout;
   for (DeadlineSlot& slot : deadline_slots) {
@@ -337,6 +341,17 @@ absl::Status GlooBackend::Guarded(const OpContext& ctx,
   if (aborted_.load()) return Cancelled(ctx);
   // The operation's deadline (its first call into this backend starts it).
   const absl::Time deadline = Deadline(ctx);
+  // Nothing left (a later phase, or the link stage of a hierarchical
+  // operation whose other stages used its deadline up): timed out without
+  // a Gloo call, whose timeout would close this rank's connections (Gloo's
+  // context signals it to every pair) under peers still inside the
+  // operation, which would read a failure instead of their own timeout.
+  if (absl::Now() >= deadline) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(ctx.Describe(), " (", names_.Here(rank_),
+                     "): timed out after ", absl::FormatDuration(ctx.timeout),
+                     " waiting for peers: no time was left for this call"));
+  }
   absl::Status status;
   try {
     // The pairs this call needs, connected on first use (pair_mesh.h),

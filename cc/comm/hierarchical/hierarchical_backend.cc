@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "cc/core/status.h"
 
 namespace distkit {
@@ -106,9 +107,34 @@ absl::Status HierarchicalBackend::Stage(const OpContext& ctx,
   return status;
 }
 
+OpContext HierarchicalBackend::OneDeadline(const OpContext& ctx) {
+  // Only a leader fixes it, at the operation's start: it reads the clock in
+  // every operation anyway (its Gloo stages' options carry what is left of
+  // the deadline). The other ranks wait on the host's group alone, whose
+  // ShmSteps keeps one deadline per operation already, fixed at its first
+  // wait that reads the clock: fixing theirs here would add a clock read to
+  // the small operation's fast path, which has none. Sequence number 0 is
+  // no group operation's (each wait has a deadline of its own); a deadline
+  // the caller set stays.
+  if (!leader() || ctx.seq == 0 || ctx.deadline != absl::InfiniteFuture()) {
+    return ctx;
+  }
+  if (op_deadline_.seq != ctx.seq || op_deadline_.op != ctx.op ||
+      op_deadline_.timeout != ctx.timeout) {
+    op_deadline_.seq = ctx.seq;
+    op_deadline_.op = ctx.op;
+    op_deadline_.timeout = ctx.timeout;
+    op_deadline_.deadline = absl::Now() + ctx.timeout;
+  }
+  OpContext timed = ctx;
+  timed.deadline = op_deadline_.deadline;
+  return timed;
+}
+
 absl::Status HierarchicalBackend::ExchangeSignatures(
-    const OpContext& ctx, const OpSignature& mine, InlinePayload /*payload*/,
-    absl::Span<OpSignature> all) {
+    const OpContext& caller_ctx, const OpSignature& mine,
+    InlinePayload /*payload*/, absl::Span<OpSignature> all) {
+  const OpContext ctx = OneDeadline(caller_ctx);
   const std::vector<int>& local_ranks = hosts_.ranks[host_];
   std::vector<OpSignature> local_all(local_ranks.size());
   if (local_) {
@@ -152,9 +178,10 @@ absl::Status HierarchicalBackend::ExchangeSignatures(
   return absl::OkStatus();
 }
 
-absl::Status HierarchicalBackend::AllReduce(const OpContext& ctx,
+absl::Status HierarchicalBackend::AllReduce(const OpContext& caller_ctx,
                                             TensorRef data, ReduceOp op) {
   if (data.nbytes() == 0) return absl::OkStatus();
+  const OpContext ctx = OneDeadline(caller_ctx);
   const ChunkPlan plan(data.numel(), data.nbytes());
   if (plan.chunks() > 1) return PipelinedAllReduce(ctx, data, op, plan);
   if (local_) DK_RETURN_IF_ERROR(Stage(ctx, local_->Reduce(ctx, data, op, 0)));
@@ -165,9 +192,10 @@ absl::Status HierarchicalBackend::AllReduce(const OpContext& ctx,
   return absl::OkStatus();
 }
 
-absl::Status HierarchicalBackend::Broadcast(const OpContext& ctx,
+absl::Status HierarchicalBackend::Broadcast(const OpContext& caller_ctx,
                                             TensorRef data, int root) {
   if (data.nbytes() == 0) return absl::OkStatus();
+  const OpContext ctx = OneDeadline(caller_ctx);
   const int root_host = hosts_.host_of[root];
   if (host_ == root_host && local_) {
     DK_RETURN_IF_ERROR(
@@ -196,10 +224,11 @@ absl::Status HierarchicalBackend::Reduce(const OpContext& ctx, TensorRef data,
   return absl::OkStatus();
 }
 
-absl::Status HierarchicalBackend::AllGather(const OpContext& ctx,
+absl::Status HierarchicalBackend::AllGather(const OpContext& caller_ctx,
                                             TensorRef input, TensorRef output) {
   const size_t part = input.nbytes();
   if (part == 0) return absl::OkStatus();
+  const OpContext ctx = OneDeadline(caller_ctx);
   const ChunkPlan plan(static_cast<int64_t>(part), output.nbytes());
   if (plan.chunks() > 1) return PipelinedAllGather(ctx, input, output, plan);
   const int hosts = hosts_.hosts();
@@ -254,11 +283,12 @@ absl::Status HierarchicalBackend::AllGather(const OpContext& ctx,
   return absl::OkStatus();
 }
 
-absl::Status HierarchicalBackend::ReduceScatter(const OpContext& ctx,
+absl::Status HierarchicalBackend::ReduceScatter(const OpContext& caller_ctx,
                                                 TensorRef input,
                                                 TensorRef output, ReduceOp op) {
   const size_t part = output.nbytes();
   if (part == 0) return absl::OkStatus();
+  const OpContext ctx = OneDeadline(caller_ctx);
   const size_t total = input.nbytes();
   const ChunkPlan plan(output.numel(), total);
   if (plan.chunks() > 1) {

@@ -15,11 +15,13 @@
 // whose pairs connect on first use, so a job that never calls them opens TCP
 // connections between leaders only.
 //
-// The host stages of one operation share its deadline on the host's
-// shared-memory group (ShmSteps::Step: counted from the first of its waits
-// that reads the clock), not a timeout each; the leaders' stages have
-// Gloo's deadline per operation, which the link's own thread (a cut
-// operation) starts at its first chunk.
+// One operation has one deadline across its stages, not a timeout each: a
+// leader fixes it when the operation starts (its signature exchange, then
+// its data) and hands it to its host stages and its link stages, the
+// link's own thread (a cut operation) included, in OpContext::deadline
+// (OneDeadline); the other ranks' host stages share their host group's
+// deadline (ShmSteps::Step: counted from the first of its waits that reads
+// the clock).
 //
 // A stage that fails on one rank (a dead peer, not a timeout: every rank
 // has the same deadline) would leave the others of its host waiting for
@@ -39,21 +41,26 @@
 // DISTKIT_TEST_HOST_SHM=0 (tests only, gloo_registration.cc) puts every
 // host's group on Gloo's TCP, as where no shared-memory segment can be mapped;
 // DISTKIT_TEST_LINK_PAUSE_MS=N (tests only, pipelined_collectives.cc) makes
-// the first host's leader pause N ms before each chunk it moves.
+// the first host's leader (DISTKIT_TEST_LINK_PAUSE_HOST=h: host h's) pause
+// N ms before each chunk it moves, at most until the operation's deadline.
 
 #ifndef DISTKIT_CC_COMM_HIERARCHICAL_HIERARCHICAL_BACKEND_H_
 #define DISTKIT_CC_COMM_HIERARCHICAL_HIERARCHICAL_BACKEND_H_
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "cc/comm/backend.h"
 #include "cc/comm/forwarding_backend.h"
 #include "cc/comm/hierarchical/chunk_plan.h"
 #include "cc/comm/hierarchical/link_pipeline.h"
+#include "cc/comm/op_code.h"
+#include "cc/comm/op_context.h"
 #include "cc/comm/shm/host_map.h"
 #include "cc/comm/shm/shm_backend.h"
 
@@ -110,6 +117,11 @@ class HierarchicalBackend : public ForwardingBackend {
   // After Abort(), a failure is CANCELLED: what ended the stage was the
   // abort, or a peer's answer to it.
   absl::Status IfAborted(const OpContext& ctx, absl::Status status) const;
+  // `ctx` with the operation's deadline set (OpContext::deadline) on a
+  // leader, fixed by the first call for the operation (sequence number, op
+  // and timeout, as the parts key theirs) and shared by its later ones; as
+  // it is elsewhere. Called by the operation's thread only.
+  OpContext OneDeadline(const OpContext& ctx);
   // The pipeline of the operation in progress, for Abort() to stop, while
   // the pipelined collective that made it runs.
   class ActiveLink {
@@ -144,6 +156,12 @@ class HierarchicalBackend : public ForwardingBackend {
   // reduce_scatter's sum and blocks, all_gather's; the pipelines' chunks.
   std::vector<char> scratch_;
   std::atomic<bool> aborted_{false};
+  struct {
+    uint64_t seq = 0;  // 0: none yet
+    OpCode op = OpCode::kBarrier;
+    absl::Duration timeout;
+    absl::Time deadline;
+  } op_deadline_;  // OneDeadline's
   // The first stage failure that closed this rank's connections (Stage):
   // the waits that closing ends here read as cancelled, and report it.
   absl::Mutex failure_mu_;

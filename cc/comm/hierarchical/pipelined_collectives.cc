@@ -6,6 +6,7 @@
 // stage-in(0), then for each k: stage-in(k + 1), stage-out(k); a leader's
 // stage-out(k) waits for the link's chunk k.
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -20,18 +21,35 @@
 namespace distkit {
 namespace {
 
-// DISTKIT_TEST_LINK_PAUSE_MS (tests only): the first host's leader pauses
-// this long before each chunk it moves, so that the others wait inside the
-// link's stage when a test aborts the operation.
-absl::Duration TestLinkPause() {
-  static const absl::Duration pause = [] {
+// DISTKIT_TEST_LINK_PAUSE_MS (tests only): the first host's leader
+// (DISTKIT_TEST_LINK_PAUSE_HOST: that host's) pauses this long before each
+// chunk it moves, so that the others wait inside the link's stage when a
+// test aborts the operation, or the link is slow when the operation's
+// deadline passes. A slow link's wait would end there: so does the pause.
+struct TestLinkPause {
+  absl::Duration pause;
+  int host = 0;
+};
+
+const TestLinkPause& TestLinkPauseFromEnv() {
+  static const TestLinkPause pause = [] {
+    TestLinkPause p;
     const char* value = std::getenv("DISTKIT_TEST_LINK_PAUSE_MS");
     int ms = 0;
-    return value != nullptr && absl::SimpleAtoi(value, &ms) && ms > 0
-               ? absl::Milliseconds(ms)
-               : absl::ZeroDuration();
+    if (value != nullptr && absl::SimpleAtoi(value, &ms) && ms > 0) {
+      p.pause = absl::Milliseconds(ms);
+    }
+    const char* host = std::getenv("DISTKIT_TEST_LINK_PAUSE_HOST");
+    if (host != nullptr && !absl::SimpleAtoi(host, &p.host)) p.host = 0;
+    return p;
   }();
   return pause;
+}
+
+void PauseLink(int host, const OpContext& ctx) {
+  const TestLinkPause& test = TestLinkPauseFromEnv();
+  if (host != test.host || test.pause <= absl::ZeroDuration()) return;
+  absl::SleepFor(std::min(test.pause, ctx.deadline - absl::Now()));
 }
 
 }  // namespace
@@ -63,7 +81,7 @@ absl::Status HierarchicalBackend::PipelinedAllReduce(const OpContext& ctx,
   };
   const int n = plan.chunks();
   LinkPipeline link(leader() ? n : 0, [&](int k) {
-    if (host_ == 0) absl::SleepFor(TestLinkPause());
+    PauseLink(host_, ctx);
     return Stage(ctx, leaders_->AllReduce(ctx, chunk(k), op));
   });
   const ActiveLink active(this, &link);  // for Abort() to stop
@@ -112,7 +130,7 @@ absl::Status HierarchicalBackend::PipelinedAllGather(const OpContext& ctx,
   char* out = static_cast<char*>(output.data());
   const int n = plan.chunks();
   LinkPipeline link(leader() ? n : 0, [&](int k) {
-    if (host_ == 0) absl::SleepFor(TestLinkPause());
+    PauseLink(host_, ctx);
     const size_t len = plan.size(k);
     return Stage(ctx,
                  leaders_->AllGather(
@@ -188,7 +206,7 @@ absl::Status HierarchicalBackend::PipelinedReduceScatter(
   char* out = static_cast<char*>(output.data());
   const int n = plan.chunks();
   LinkPipeline link(leader() ? n : 0, [&](int k) {
-    if (host_ == 0) absl::SleepFor(TestLinkPause());
+    PauseLink(host_, ctx);
     const int64_t len = plan.size(k);
     return Stage(ctx, leaders_->ReduceScatter(
                           ctx, TensorRef(pack(k), hosts * most * len, dtype),

@@ -111,6 +111,10 @@ bool ShmSteps::AllPublished(uint64_t step, int* first_missing,
 }
 
 absl::Time ShmSteps::OpDeadline(const OpContext& ctx, absl::Time now) {
+  // Fixed by the caller for all of the operation's parts (a hierarchical
+  // group's leader: its link stages share it). Read here, at the first
+  // wait that reads the clock, so the fast path still reads nothing.
+  if (ctx.deadline != absl::InfiniteFuture()) return ctx.deadline;
   // Sequence number 0 is no group operation's (a group's creation barrier,
   // a context made outside a group): nothing tells two of them apart, so
   // each wait has a deadline of its own, as in Gloo.

@@ -100,7 +100,7 @@ class ShmSteps {
   // it is gone (PeerWatch::Gone).
   absl::Status LateRankGone(const OpContext& ctx, int r, uint64_t step);
   // The deadline of operation `ctx` for a wait that reads the clock first
-  // at `now` (see op_deadline_).
+  // at `now` (see op_deadline_), or ctx.deadline when the caller set it.
   absl::Time OpDeadline(const OpContext& ctx, absl::Time now);
   // Wakes every rank's waits (they look at failed_by and aborts).
   void WakeAll();
