@@ -45,8 +45,14 @@ _CHECKPOINT = (
     "one; sharded state loads through {load_sharded|LoadSharded}); it takes plain lists of host "
     "tensors, so it is simple to add when a trainer needs it.")
 
-# Why the bindings do not wrap a function. {rust_name|GoName} names an API
-# item, written per binding.
+_ISSUER = (
+    "For callers whose one sequence of calls moves between OS threads while collectives are in "
+    "flight (the Go binding's goroutines). A group's work borrows it, so a Rust program cannot "
+    "hand a group to another thread while its collectives are in flight.")
+
+# Why the bindings do not wrap a function (a dict: why one binding does not,
+# where the other does). {rust_name|GoName} names an API item, written per
+# binding.
 _LEGACY_INIT = (
     "The ABI 0.12 form, kept for binaries built before 0.13; the binding fills the struct it "
     "declares through the _sized form.")
@@ -82,6 +88,8 @@ NOT_WRAPPED = {
         "The part of one parameter this rank's shard holds, for frameworks' sharded state dicts; "
         "not wrapped yet ({local|Local} gives the whole flat shard the optimizer steps)."),
     "dk_shard_load_full": _CHECKPOINT,
+    "dk_issuer_new": {"rust": _ISSUER},
+    "dk_issuer_set": {"rust": _ISSUER},
 }
 
 
@@ -132,6 +140,12 @@ def wrapped_in(binding: Binding, root: Path, names):
             for name in names}
 
 
+def reason_for(name: str, key: str):
+    """Why binding `key` does not wrap `name`, or None."""
+    reason = NOT_WRAPPED.get(name)
+    return reason.get(key) if isinstance(reason, dict) else reason
+
+
 def table(binding: Binding, root: Path):
     """The README section's lines, and the problems that make it wrong."""
     functions = header_functions((root / HEADER).read_text())
@@ -150,11 +164,11 @@ def table(binding: Binding, root: Path):
     ]
     for section, name in functions:
         if where[name]:
-            if name in NOT_WRAPPED:
+            if reason_for(name, binding.key) is not None:
                 problems.append(f"{binding.key}: {name} is wrapped now; remove its reason")
             lines.append(f"| {section} | `{name}` | yes | {', '.join(where[name])} |")
         else:
-            reason = NOT_WRAPPED.get(name)
+            reason = reason_for(name, binding.key)
             if reason is None:
                 problems.append(f"{binding.key}: {name} is not wrapped and has no reason")
                 reason = "(no reason recorded)"

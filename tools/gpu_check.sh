@@ -128,7 +128,7 @@ build() {
     cc/comm/nccl/nccl_backend.cc cc/comm/nccl/nccl_comm.cc cc/comm/nccl/nccl_library.cc
     cc/comm/nccl/pinned_pool.cc
     cc/group/agreement.cc cc/group/agreement_roll_call.cc cc/group/collective_contract.cc
-    cc/group/flight_recorder.cc
+    cc/group/flight_recorder.cc cc/group/issuer.cc
     cc/group/op_queue.cc cc/group/process_group.cc cc/group/process_group_ops.cc
     cc/store/store.cc cc/store/hash_store.cc cc/store/call_deadline.cc cc/store/prefix_store.cc
     cc/store/gather_once.cc

@@ -198,7 +198,7 @@ func Init(launcher string, o InitOptions) (*Group, error) {
 	if err := check(C.dk_init(l, &config, &world, &cerr), cerr); err != nil {
 		return nil, err
 	}
-	return &Group{ptr: world}, nil
+	return newGroup(world, nil), nil
 }
 
 // InitWithStore joins a job of `size` ranks as `rank`, through `store`, which
@@ -229,7 +229,7 @@ func InitWithStore(store *Store, rank, size int, o InitOptions) (*Group, error) 
 		store.unacquire()
 		return nil, err
 	}
-	return &Group{ptr: world, store: store}, nil
+	return newGroup(world, store), nil
 }
 
 // Shutdown forgets the default group (groups stay valid until closed).

@@ -11,6 +11,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -41,6 +42,38 @@ type Group struct {
 	ptr    *C.dk_group_t
 	closed bool
 	store  *Store // kept open while the group lives (the ABI borrows it)
+	// The issuer the group's collectives are made under (dk_issuer_set): a
+	// goroutine moves between OS threads whenever it blocks, and the
+	// library would take its next collective, issued from another thread
+	// while the earlier ones are in flight, for another thread's. issuing
+	// is 1 while a call makes collectives (issue).
+	issuer  C.uint32_t
+	issuing int32
+}
+
+// newGroup wraps a group handle the library made.
+func newGroup(ptr *C.dk_group_t, store *Store) *Group {
+	return &Group{ptr: ptr, store: store, issuer: C.dk_issuer_new()}
+}
+
+// issue makes one call that issues collectives on g: on one OS thread, as
+// g's issuer, so that its collectives and the earlier ones of any goroutine
+// are one issuer's. Such calls must not overlap (the library cannot tell two
+// goroutines under one issuer apart, and their order would differ across
+// ranks): an overlapping one is refused. Sends and receives need neither.
+func (g *Group) issue(op string, call func() error) error {
+	if !atomic.CompareAndSwapInt32(&g.issuing, 0, 1) {
+		return &Error{FailedPrecondition, fmt.Sprintf(
+			"distkit: %s on group '%s': issued while another goroutine's call on this group is "+
+				"in progress; a group's collectives come from one goroutine at a time, in the "+
+				"same order on every rank (use one group per goroutine)", op, g.Name())}
+	}
+	defer atomic.StoreInt32(&g.issuing, 0)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	previous := C.dk_issuer_set(g.issuer)
+	defer C.dk_issuer_set(previous)
+	return call()
 }
 
 // Rank is this process's rank in the group (-1 if it is not a member).
@@ -107,7 +140,7 @@ func (g *Group) NewGroup(ranks []int) (*Group, error) {
 	}
 	var out *C.dk_group_t
 	var cerr *C.dk_error_t
-	if err := check(C.dk_group_new(g.ptr, rs.ptr(), C.size_t(len(rs)), &out, &cerr), cerr); err != nil {
+	if err := g.issue("new_group", func() error { return check(C.dk_group_new(g.ptr, rs.ptr(), C.size_t(len(rs)), &out, &cerr), cerr) }); err != nil {
 		return nil, err
 	}
 	return g.child(out), nil
@@ -130,7 +163,9 @@ func (g *Group) NewNamedGroup(ranks []int, name string) (*Group, error) {
 	defer C.free(unsafe.Pointer(n))
 	var out *C.dk_group_t
 	var cerr *C.dk_error_t
-	if err := check(C.dk_group_new_named(g.ptr, rs.ptr(), C.size_t(len(rs)), n, &out, &cerr), cerr); err != nil {
+	if err := g.issue("new_named_group", func() error {
+		return check(C.dk_group_new_named(g.ptr, rs.ptr(), C.size_t(len(rs)), n, &out, &cerr), cerr)
+	}); err != nil {
 		return nil, err
 	}
 	return g.child(out), nil
@@ -174,7 +209,9 @@ func (g *Group) NewGroupWithOptions(ranks []int, opts GroupOptions) (*Group, err
 	options.connect_timeout_ms = C.int64_t(positiveMillis(opts.ConnectTimeout))
 	var out *C.dk_group_t
 	var cerr *C.dk_error_t
-	if err := check(C.dk_group_new_with_options(g.ptr, rs.ptr(), C.size_t(len(rs)), &options, &out, &cerr), cerr); err != nil {
+	if err := g.issue("new_group_with_options", func() error {
+		return check(C.dk_group_new_with_options(g.ptr, rs.ptr(), C.size_t(len(rs)), &options, &out, &cerr), cerr)
+	}); err != nil {
 		return nil, err
 	}
 	return g.child(out), nil
@@ -226,7 +263,7 @@ func (rs rankList) ptr() *C.int32_t {
 
 // child wraps a group made from g; it shares (and keeps alive) g's store.
 func (g *Group) child(out *C.dk_group_t) *Group {
-	sub := &Group{ptr: out}
+	sub := newGroup(out, nil)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.store != nil {
@@ -303,6 +340,22 @@ type collective func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_st
 // run calls one collective: synchronously unless async, else it starts it
 // and returns the Work that owns `ts` and keeps `keep` referenced.
 func (g *Group) run(ts tensors, keep []any, async bool, f collective) (*Work, error) {
+	var work *Work
+	called := false
+	err := g.issue("collective", func() error {
+		called = true
+		var err error
+		work, err = g.runPlain(ts, keep, async, f)
+		return err
+	})
+	if !called {
+		ts.free() // refused before the call (runPlain frees them otherwise)
+	}
+	return work, err
+}
+
+// runPlain is run without issue (sends and receives).
+func (g *Group) runPlain(ts tensors, keep []any, async bool, f collective) (*Work, error) {
 	var cerr *C.dk_error_t
 	if !async {
 		err := check(f(g.ptr, nil, &cerr), cerr)
@@ -508,9 +561,10 @@ func Send[T Element](g *Group, data []T, dst, tag int) error {
 	}
 	var ts tensors
 	t := view(&ts, data)
-	return g.call(ts, []any{data}, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+	_, err := g.runPlain(ts, []any{data}, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
 		return C.dk_group_send(p, t, C.int32_t(dst), C.int32_t(tag), w, e)
 	})
+	return err
 }
 
 // Recv receives data from src.
@@ -523,9 +577,10 @@ func Recv[T Element](g *Group, data []T, src, tag int) error {
 	}
 	var ts tensors
 	t := view(&ts, data)
-	return g.call(ts, []any{data}, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
+	_, err := g.runPlain(ts, []any{data}, false, func(p *C.dk_group_t, w **C.dk_work_t, e **C.dk_error_t) C.dk_status_t {
 		return C.dk_group_recv(p, t, C.int32_t(src), C.int32_t(tag), w, e)
 	})
+	return err
 }
 
 // AllReduceCoalesced is mmengine's all_reduce_params: it reduces several
@@ -537,7 +592,9 @@ func AllReduceCoalesced[T Element](g *Group, buffers [][]T, op ReduceOp, bucketS
 	cptrs := viewArray(&ts, buffers)
 	defer C.free(unsafe.Pointer(cptrs))
 	var cerr *C.dk_error_t
-	err := check(C.dk_group_all_reduce_coalesced(g.ptr, cptrs, C.size_t(len(buffers)), C.dk_reduce_op_t(op), 1, C.int64_t(bucketSizeMB), &cerr), cerr)
+	err := g.issue("all_reduce_coalesced", func() error {
+		return check(C.dk_group_all_reduce_coalesced(g.ptr, cptrs, C.size_t(len(buffers)), C.dk_reduce_op_t(op), 1, C.int64_t(bucketSizeMB), &cerr), cerr)
+	})
 	runtime.KeepAlive(buffers)
 	return err
 }
@@ -546,7 +603,7 @@ func AllReduceCoalesced[T Element](g *Group, buffers [][]T, op ReduceOp, bucketS
 func (g *Group) SyncRandomSeed() (int32, error) {
 	var out C.int32_t
 	var cerr *C.dk_error_t
-	err := check(C.dk_group_sync_random_seed(g.ptr, &out, &cerr), cerr)
+	err := g.issue("sync_random_seed", func() error { return check(C.dk_group_sync_random_seed(g.ptr, &out, &cerr), cerr) })
 	return int32(out), err
 }
 
@@ -557,7 +614,9 @@ func (g *Group) AllGatherObject(data []byte) ([][]byte, error) {
 	var list *C.dk_bytes_t
 	var count C.size_t
 	var cerr *C.dk_error_t
-	if err := check(C.dk_group_all_gather_object(g.ptr, d, C.size_t(len(data)), &list, &count, &cerr), cerr); err != nil {
+	if err := g.issue("all_gather_object", func() error {
+		return check(C.dk_group_all_gather_object(g.ptr, d, C.size_t(len(data)), &list, &count, &cerr), cerr)
+	}); err != nil {
 		return nil, err
 	}
 	return takeList(list, count), nil
@@ -573,7 +632,9 @@ func (g *Group) GatherObject(data []byte, dst int) ([][]byte, error) {
 	var list *C.dk_bytes_t
 	var count C.size_t
 	var cerr *C.dk_error_t
-	if err := check(C.dk_group_gather_object(g.ptr, d, C.size_t(len(data)), C.int32_t(dst), &list, &count, &cerr), cerr); err != nil {
+	if err := g.issue("gather_object", func() error {
+		return check(C.dk_group_gather_object(g.ptr, d, C.size_t(len(data)), C.int32_t(dst), &list, &count, &cerr), cerr)
+	}); err != nil {
 		return nil, err
 	}
 	return takeList(list, count), nil
@@ -590,7 +651,9 @@ func (g *Group) BroadcastObjectList(items [][]byte, src int) ([][]byte, error) {
 	var list *C.dk_bytes_t
 	var count C.size_t
 	var cerr *C.dk_error_t
-	if err := check(C.dk_group_broadcast_object_list(g.ptr, l.ptr(), C.size_t(len(l.items)), C.int32_t(src), &list, &count, &cerr), cerr); err != nil {
+	if err := g.issue("broadcast_object_list", func() error {
+		return check(C.dk_group_broadcast_object_list(g.ptr, l.ptr(), C.size_t(len(l.items)), C.int32_t(src), &list, &count, &cerr), cerr)
+	}); err != nil {
 		return nil, err
 	}
 	out := takeList(list, count)

@@ -43,6 +43,7 @@ type ReducerOptions struct {
 // memory, so Go slices are never held across calls. Close it.
 type Reducer[T Element] struct {
 	ptr     *C.dk_reducer_t
+	group   *Group           // its calls that issue collectives run as the group's (Group.issue)
 	grads   []unsafe.Pointer // staging, C memory, one per parameter
 	sizes   []int
 	buffers []unsafe.Pointer
@@ -83,7 +84,7 @@ func NewReducer[T Element](g *Group, params, buffers [][]T, o ReducerOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	r := &Reducer[T]{comm: comm}
+	r := &Reducer[T]{comm: comm, group: g}
 	tensorOf := func(p unsafe.Pointer, n int) *C.DLTensor { return rawView[T](&r.tensors, p, n) }
 	ptrs := make([]*C.DLTensor, 0, len(params)+len(buffers))
 	r.marked = make([]bool, len(params))
@@ -121,7 +122,9 @@ func NewReducer[T Element](g *Group, params, buffers [][]T, o ReducerOptions) (*
 	if len(buffers) > 0 {
 		bufs = &list[len(params)]
 	}
-	if err := check(C.dk_reducer_create(g.ptr, cptrs, C.size_t(len(params)), bufs, C.size_t(len(buffers)), &config, &r.ptr, &cerr), cerr); err != nil {
+	if err := g.issue("reducer_create", func() error {
+		return check(C.dk_reducer_create(g.ptr, cptrs, C.size_t(len(params)), bufs, C.size_t(len(buffers)), &config, &r.ptr, &cerr), cerr)
+	}); err != nil {
 		r.release()
 		return nil, err
 	}
@@ -205,7 +208,7 @@ func (r *Reducer[T]) Prepare(unused []int) error {
 	}
 	var cerr *C.dk_error_t
 	r.inIteration = true
-	return check(C.dk_reducer_prepare(r.ptr, p, C.size_t(len(u)), &cerr), cerr)
+	return r.group.issue("reducer_prepare", func() error { return check(C.dk_reducer_prepare(r.ptr, p, C.size_t(len(u)), &cerr), cerr) })
 }
 
 // MarkReady hands parameter i's final gradient over (it is copied).
@@ -226,7 +229,7 @@ func (r *Reducer[T]) MarkReady(i int, grad []T) error {
 	t := rawView[T](&ts, r.grads[i], r.sizes[i])
 	var cerr *C.dk_error_t
 	r.inIteration = true
-	if err := check(C.dk_reducer_mark_ready(r.ptr, C.int32_t(i), t, &cerr), cerr); err != nil {
+	if err := r.group.issue("reducer_mark_ready", func() error { return check(C.dk_reducer_mark_ready(r.ptr, C.int32_t(i), t, &cerr), cerr) }); err != nil {
 		return err
 	}
 	r.marked[i] = true
@@ -246,7 +249,7 @@ func (r *Reducer[T]) Finalize(grads [][]T) error {
 	marked := r.marked
 	r.marked = make([]bool, len(r.grads))
 	var cerr *C.dk_error_t
-	if err := check(C.dk_reducer_finalize(r.ptr, &cerr), cerr); err != nil {
+	if err := r.group.issue("reducer_finalize", func() error { return check(C.dk_reducer_finalize(r.ptr, &cerr), cerr) }); err != nil {
 		return err
 	}
 	r.inIteration = false // every bucket was waited for
@@ -307,7 +310,7 @@ func (r *Reducer[T]) Abandon() error {
 	}
 	r.marked = make([]bool, len(r.grads))
 	var cerr *C.dk_error_t
-	if err := check(C.dk_reducer_abandon(r.ptr, &cerr), cerr); err != nil {
+	if err := r.group.issue("reducer_abandon", func() error { return check(C.dk_reducer_abandon(r.ptr, &cerr), cerr) }); err != nil {
 		return err
 	}
 	r.inIteration = false // the launched buckets were waited for
@@ -345,7 +348,7 @@ func (r *Reducer[T]) BroadcastBuffers(buffers [][]T) error {
 		copy(unsafe.Slice((*T)(r.buffers[i]), len(b)), b)
 	}
 	var cerr *C.dk_error_t
-	if err := check(C.dk_reducer_broadcast_buffers(r.ptr, &cerr), cerr); err != nil {
+	if err := r.group.issue("reducer_broadcast_buffers", func() error { return check(C.dk_reducer_broadcast_buffers(r.ptr, &cerr), cerr) }); err != nil {
 		return err
 	}
 	for i, b := range buffers {

@@ -43,6 +43,7 @@ type ShardOptions struct {
 type Shard[T Element] struct {
 	ptr   *C.dk_shard_t
 	sizes []int
+	group *Group // its calls that issue collectives run as the group's (Group.issue)
 }
 
 // NewShard is collective over g: every rank registers the same parameters
@@ -54,7 +55,7 @@ func NewShard[T Element](g *Group, params [][]T, o ShardOptions) (*Shard[T], err
 	defer runtime.KeepAlive(g)
 	var ts tensors
 	defer ts.free()
-	s := &Shard[T]{}
+	s := &Shard[T]{group: g}
 	for _, p := range params {
 		s.sizes = append(s.sizes, len(p))
 	}
@@ -67,7 +68,9 @@ func NewShard[T Element](g *Group, params [][]T, o ShardOptions) (*Shard[T], err
 		config.sync_module_states = 1
 	}
 	var cerr *C.dk_error_t
-	if err := check(C.dk_shard_create(g.ptr, cptrs, C.size_t(len(params)), nil, &config, &s.ptr, &cerr), cerr); err != nil {
+	if err := g.issue("shard_create", func() error {
+		return check(C.dk_shard_create(g.ptr, cptrs, C.size_t(len(params)), nil, &config, &s.ptr, &cerr), cerr)
+	}); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -97,7 +100,7 @@ func (s *Shard[T]) call(f func(p *C.dk_shard_t, e **C.dk_error_t) C.dk_status_t)
 	// call; the methods' KeepAlives only make that explicit.
 	defer runtime.KeepAlive(s)
 	var cerr *C.dk_error_t
-	return check(f(s.ptr, &cerr), cerr)
+	return s.group.issue("shard", func() error { return check(f(s.ptr, &cerr), cerr) })
 }
 
 // Unshard is collective: it gathers the full parameters.
@@ -305,7 +308,9 @@ func (s *Shard[T]) LoadSharded(savedWorldSize int, saved [][]T) error {
 	cptrs := viewArray(&ts, saved)
 	defer C.free(unsafe.Pointer(cptrs))
 	var cerr *C.dk_error_t
-	return check(C.dk_shard_load_sharded(s.ptr, C.int32_t(savedWorldSize), cptrs, C.size_t(len(saved)), &cerr), cerr)
+	return s.group.issue("shard_load_sharded", func() error {
+		return check(C.dk_shard_load_sharded(s.ptr, C.int32_t(savedWorldSize), cptrs, C.size_t(len(saved)), &cerr), cerr)
+	})
 }
 
 // GatherFull is collective: every parameter's full values into outs.
@@ -320,5 +325,5 @@ func (s *Shard[T]) GatherFull(outs [][]T) error {
 	cptrs := viewArray(&ts, outs)
 	defer C.free(unsafe.Pointer(cptrs))
 	var cerr *C.dk_error_t
-	return check(C.dk_shard_gather_full(s.ptr, cptrs, C.size_t(len(outs)), 0, &cerr), cerr)
+	return s.group.issue("shard_gather_full", func() error { return check(C.dk_shard_gather_full(s.ptr, cptrs, C.size_t(len(outs)), 0, &cerr), cerr) })
 }

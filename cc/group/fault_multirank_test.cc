@@ -20,8 +20,10 @@
 //              alive)
 //   threads    a second thread issues a collective while the first thread's
 //              is in flight -> FAILED_PRECONDITION (never silently paired
-//              with another call); the first completes with the right sum,
-//              and a thread that takes over an idle group may issue
+//              with another call), while a thread that issues as the
+//              first thread's issuer (IssuerScope) is not and pairs with
+//              the peers' next call; the first completes with the right
+//              sum, and a thread that takes over an idle group may issue
 //   abort_link  (hosts) rank 0 aborts a pipelined all_reduce across hosts
 //              mid-way, then the others abort -> every rank's work ends
 //              within 5 s (CANCELLED on rank 0), not at the op timeout: a
@@ -61,6 +63,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cc/group/issuer.h"
 #include "cc/store/job_failure.h"
 #include "testing/cc/file_contents.h"
 #include "testing/cc/rank_check.h"
@@ -305,6 +308,27 @@ int main(int argc, char** argv) {
                 b.ToString());
       Check(other[0] == 5.0f, "the refused call's data is untouched");
     }
+    // A thread that issues as the first thread's issuer (issuer.h: how
+    // autograd's device thread and a goroutine that changed threads carry
+    // one sequence) is the same issuer: its call, made while A is still in
+    // flight, is the next one, paired with the last rank's second call.
+    std::vector<int64_t> next(3, rank + 1);
+    TensorRef next_ref(next.data(), next.size(), DataType::kInt64);
+    absl::Status scoped;
+    if (rank != last) {
+      const uint32_t issuer = CurrentIssuer();
+      std::thread([&] {
+        IssuerScope as(issuer);
+        scoped = world.AllReduce(next_ref, ReduceOp::kSum);
+      }).join();
+    } else {
+      scoped = world.AllReduce(next_ref, ReduceOp::kSum);
+    }
+    const int64_t ranks_sum = int64_t{world.size()} * (world.size() + 1) / 2;
+    Check(scoped.ok() && next[0] == ranks_sum && next[2] == ranks_sum,
+          "a thread issuing as the first thread's issuer is not refused and "
+          "its all_reduce pairs with the peers' next call: " +
+              scoped.ToString());
     Check(a->Wait().ok(), "the first thread's all_reduce completes");
     Check(data[0] == world.size(), "with the right sum");
     absl::Status handed;

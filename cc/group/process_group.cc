@@ -11,6 +11,7 @@
 #include "cc/core/device_copy.h"
 #include "cc/core/status.h"
 #include "cc/group/agreement_roll_call.h"
+#include "cc/group/issuer.h"
 #include "cc/store/call_deadline.h"
 #include "cc/store/job_failure.h"
 #include "cc/store/prefix_store.h"
@@ -598,23 +599,12 @@ absl::Status ProcessGroup::Rejection(const Op& op) const {
   return absl::OkStatus();
 }
 
-namespace {
-
-// A small number for the calling thread, unique in the process (the owner
-// half of ProcessGroup::issue_state_).
-uint64_t ThreadToken() {
-  static std::atomic<uint32_t> next{1};
-  thread_local const uint32_t token = next.fetch_add(1);
-  return token;
-}
-
-}  // namespace
-
 absl::Status ProcessGroup::ClaimIssue(const Op& op) {
   if (op.peer >= 0) return absl::OkStatus();
-  // One word, not a lock (this runs on every collective): the issuing
-  // thread's token and the count of its collectives in flight.
-  const uint64_t me = ThreadToken() << 32;
+  // One word, not a lock (this runs on every collective): the issuer
+  // (issuer.h: the calling thread unless it names another) and the count of
+  // its collectives in flight.
+  const uint64_t me = uint64_t{CurrentIssuer()} << 32;
   uint64_t state = issue_state_.load(std::memory_order_relaxed);
   for (;;) {
     const uint64_t in_flight = state & kInFlightMask;
@@ -625,7 +615,9 @@ absl::Status ProcessGroup::ClaimIssue(const Op& op) {
           "in flight (",
           in_flight,
           "); a group's collectives must come from one thread at a time, in "
-          "the same order on every rank (use one group per thread)"));
+          "the same order on every rank (use one group per thread; code "
+          "that hands its one sequence of calls from thread to thread names "
+          "one issuer for them: IssuerScope, dk_issuer_set)"));
     }
     if (issue_state_.compare_exchange_weak(state, me | (in_flight + 1),
                                            std::memory_order_acquire,

@@ -23,8 +23,11 @@
 // collectives on the group are still in flight is FAILED_PRECONDITION (it
 // could otherwise be paired with a different call on another rank and give
 // silently wrong data). Handing the group from thread to thread when it is
-// idle is allowed; the order must then be the same on every rank. Sends and
-// receives are exempt: they are matched by peer and tag.
+// idle is allowed; the order must then be the same on every rank. Code that
+// hands its one sequence of calls between threads while some are in flight
+// (autograd's device thread, a goroutine) names one issuer for them
+// (issuer.h). Sends and receives are exempt: they are matched by peer and
+// tag.
 
 #ifndef DISTKIT_CC_GROUP_PROCESS_GROUP_H_
 #define DISTKIT_CC_GROUP_PROCESS_GROUP_H_
@@ -301,8 +304,8 @@ class ProcessGroup {
   // named groups, which their members alone may make, take none.
   int next_child_ = 0;
 
-  // The thread that issued the collectives in flight (a ThreadToken, high
-  // half) and how many there are (low half).
+  // The issuer of the collectives in flight (issuer.h: a thread unless it
+  // names another; high half) and how many there are (low half).
   static constexpr uint64_t kInFlightMask = 0xffffffffu;
   std::atomic<uint64_t> issue_state_{0};
   // Sends and receives submitted and not yet completed: counted down before

@@ -14,6 +14,7 @@
 #include "cc/core/half.h"
 #include "cc/core/status.h"
 #include "cc/group/agreement.h"
+#include "cc/group/issuer.h"
 
 namespace distkit {
 
@@ -534,6 +535,7 @@ absl::Status GradReducer::PrepareLocked(absl::Span<const int> unused) {
     ResetIteration();
     in_iteration_ = true;
     prepared_at_ = absl::Now();
+    issuer_ = CurrentIssuer();
   }
   for (int i : unused) {
     if (i < 0 || i >= static_cast<int>(params_.size())) {
@@ -627,6 +629,7 @@ void GradReducer::LaunchReady() {
 }
 
 void GradReducer::Launch(Bucket& b) {
+  const IssuerScope as(issuer_);
   const int n = group_->size();
   b.launched = true;
   b.trace.launched_after_prepare = absl::Now() - prepared_at_;

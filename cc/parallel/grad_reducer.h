@@ -234,6 +234,12 @@ class GradReducer {
   int64_t iteration_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t view_generation_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time prepared_at_ ABSL_GUARDED_BY(mu_);
+  // Who the iteration's all_reduces are issued as (cc/group/issuer.h): the
+  // issuer of the thread that began it. Autograd runs the hooks that launch
+  // buckets of CUDA gradients on the device's thread, while backward was
+  // called (and leftovers are launched) on the caller's; they are one
+  // sequence, not two threads' collectives in flight.
+  uint32_t issuer_ ABSL_GUARDED_BY(mu_) = 0;
   IterationTrace trace_ ABSL_GUARDED_BY(mu_);
 };
 

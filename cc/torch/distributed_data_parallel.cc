@@ -260,9 +260,12 @@ absl::Status DistributedDataParallel::PrepareBackward(
         }
       }
     }
-    DK_RETURN_IF_ERROR(reducer_->PrepareForBackward(unused));
+    return reducer_->PrepareForBackward(unused);
   }
-  return absl::OkStatus();
+  // Begins the iteration here, on the caller's thread, which its buckets
+  // are then issued as (the reducer's issuer), also where autograd runs
+  // the hooks on the device's thread.
+  return reducer_->PrepareForBackward();
 }
 
 void DistributedDataParallel::AbandonBackward() {

@@ -17,6 +17,7 @@
 #include "cc/core/device_staging.h"
 #include "cc/core/host_staging.h"
 #include "cc/core/status.h"
+#include "cc/group/issuer.h"
 #include "cc/torch/fsdp_unit.h"
 #include "cc/torch/fully_sharded_data_parallel.h"
 #include "cc/torch/torch_tensor_ref.h"
@@ -234,6 +235,7 @@ torch::Tensor FullyShardedDataParallel::RunUnitForward(
 
 void FullyShardedDataParallel::OnPreBackward(Unit* unit) {
   if (unit->finished) return;
+  const IssuerScope as(backward_issuer_);
   absl::Status s = Gather(*unit);
   if (s.ok()) s = AttachFullGrads(*unit);
   if (!s.ok()) {
@@ -248,6 +250,7 @@ void FullyShardedDataParallel::OnPreBackward(Unit* unit) {
 }
 
 void FullyShardedDataParallel::OnGradReady(Unit* unit, int index) {
+  const IssuerScope as(backward_issuer_);
   torch::Tensor& grad = unit->params[index].mutable_grad();
   absl::Status s;
   if (!grad.defined()) {
@@ -373,6 +376,7 @@ absl::Status FullyShardedDataParallel::Backward(const torch::Tensor& loss) {
         absl::StrCat(kOwner, ": Backward without BeforeForward"));
   }
   DK_RETURN_IF_ERROR(PrepareBackward(loss));
+  backward_issuer_ = CurrentIssuer();
   // The root unit stays gathered through backward and gets no pre-backward
   // hook: its gradients go in place from the start. (Blocks gathered by
   // BeforeForward alone are copied, so that their full gradients are not

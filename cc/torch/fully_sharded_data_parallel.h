@@ -309,6 +309,10 @@ class FullyShardedDataParallel : public torch::nn::Module, public ModelWrapper {
   size_t peak_bytes_ = 0;
   int64_t grad_copies_ = 0;
   Unit* reducing_ = nullptr;  // the unit whose reduction is in flight
+  // Who Backward's thread issues as (cc/group/issuer.h): the hooks that
+  // gather and reduce units during backward run on the device's thread for
+  // CUDA tensors and issue as it, one sequence with the caller's.
+  uint32_t backward_issuer_ = 0;
   absl::Mutex mu_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
 };

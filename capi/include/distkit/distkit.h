@@ -56,8 +56,10 @@
  *     DK_FAILED_PRECONDITION (it could otherwise be paired with a different
  *     call on another rank). Handing a group to another thread when it is
  *     idle is allowed if every rank does it in the same order. Use one group
- *     per thread for concurrent collectives. Sends and receives are exempt
- *     (matched by peer and tag).
+ *     per thread for concurrent collectives. A caller whose one sequence of
+ *     calls moves between OS threads while collectives are in flight (a
+ *     goroutine, a fiber) names one issuer for them (dk_issuer_set, ABI
+ *     0.14). Sends and receives are exempt (matched by peer and tag).
  * 14. Sizes: a tensor or byte count over 2^47 bytes, or whose byte size
  *     overflows, and a count larger than any array can be, are
  *     DK_INVALID_ARGUMENT before anything is read. Store values are limited
@@ -84,7 +86,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------ */
 
 #define DK_ABI_MAJOR 0
-#define DK_ABI_MINOR 13
+#define DK_ABI_MINOR 14
 
 /* Local. Checks that this header (major, minor) can use the loaded library:
  * same major, and a minor no newer than the library's. DK_FAILED_PRECONDITION
@@ -699,6 +701,21 @@ DK_EXPORT int32_t dk_parallel_state_size(const dk_parallel_state_t* state,
  * owned (dk_free). */
 DK_EXPORT dk_status_t dk_parallel_state_describe(
     const dk_parallel_state_t* state, char** out, dk_error_t** err);
+
+/* ---- Issuers (ABI 0.14) ------------------------------------------------- */
+
+/* Local, any thread. A group's collectives come from one issuer at a time
+ * (convention 13): by default the calling OS thread. A caller whose one
+ * sequence of calls runs on several OS threads in an order it fixes itself
+ * (the Go runtime moves a goroutine between threads whenever it blocks)
+ * takes an issuer of its own from dk_issuer_new (never 0, and never one a
+ * thread has) and makes each of its calls under it: dk_issuer_set makes the
+ * calling thread's later calls count as `issuer` (0: as the thread itself)
+ * and returns the issuer it replaces, to be set back after the call. The
+ * library then cannot tell two threads that use one issuer at once apart:
+ * the caller must not overlap calls made under one issuer. */
+DK_EXPORT uint32_t dk_issuer_new(void);
+DK_EXPORT uint32_t dk_issuer_set(uint32_t issuer);
 
 /* ---- Devices (ABI 0.2) --------------------------------------------------- */
 

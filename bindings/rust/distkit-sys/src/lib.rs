@@ -592,6 +592,10 @@ extern "C" {
         err: ErrOut,
     ) -> dk_status_t;
 
+    /// ABI 0.14: the issuer a thread's calls count as (convention 13).
+    pub fn dk_issuer_new() -> u32;
+    pub fn dk_issuer_set(issuer: u32) -> u32;
+
     pub fn dk_get_device(out: *mut DLDevice);
     pub fn dk_group_comm_device(
         group: *const dk_group_t,

@@ -571,6 +571,7 @@ func main() {
 	}
 	reducercheck.UnusedParameters(world, rank, size)
 	reducercheck.AbandonedIteration(world, rank, size)
+	checkIssuerAcrossThreads(world)
 	checkDroppedWork(world)
 	checkDroppedReducer(world)
 
@@ -698,4 +699,56 @@ func checkDroppedWork(world *dk.Group) {
 	}
 	rc.Must(world.Barrier(), "barrier (dropped work)")
 	sub.Close()
+}
+
+// checkIssuerAcrossThreads: a goroutine's collectives are one sequence when
+// the runtime moves it to another OS thread while they are in flight. Forced
+// here: goroutine A holds its thread (LockOSThread) and issues an
+// all_reduce the last rank delays; this goroutine, necessarily on another
+// thread, issues the next collective before A's completes. Then two
+// goroutines whose calls overlap on one group: the second is refused.
+func checkIssuerAcrossThreads(world *dk.Group) {
+	rank, size := world.Rank(), world.Size()
+	last := rank == size-1
+	if last {
+		time.Sleep(300 * time.Millisecond) // keeps A's all_reduce in flight
+	}
+	x := []int64{int64(rank)}
+	started := make(chan *dk.Work)
+	release := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		w, err := dk.AllReduceAsync(world, x, dk.Sum)
+		rc.Must(err, "issuer: async all_reduce on a locked thread")
+		started <- w
+		<-release // holds the thread until the next collective is issued
+	}()
+	w := <-started
+	y := []int64{int64(rank + 1)}
+	rc.Must(dk.AllReduce(world, y, dk.Sum),
+		"issuer: the next collective from another thread while the first is in flight")
+	close(release)
+	rc.Must(w.Wait(0), "issuer: wait")
+	w.Close()
+	if x[0] != int64(size*(size-1)/2) || y[0] != int64(size*(size+1)/2) {
+		rc.Fail("issuer: sums %d and %d", x[0], y[0])
+	}
+
+	// Overlapping calls: goroutine C blocks in an all_reduce the last rank
+	// delays; a barrier from this goroutine meanwhile is refused (it takes
+	// no place in the sequence, so the last rank makes no such call).
+	if last {
+		time.Sleep(500 * time.Millisecond)
+		rc.Must(dk.AllReduce(world, []int64{1}, dk.Sum), "issuer: overlapped all_reduce")
+		return
+	}
+	done := make(chan error)
+	go func() { done <- dk.AllReduce(world, []int64{1}, dk.Sum) }()
+	time.Sleep(100 * time.Millisecond)
+	err := world.Barrier()
+	if dk.CodeOf(err) != dk.FailedPrecondition || !strings.Contains(err.Error(), "another goroutine") {
+		rc.Fail("issuer: an overlapping call must be refused naming another goroutine, got %v", err)
+	}
+	rc.Must(<-done, "issuer: the call it overlapped completes")
 }
