@@ -81,7 +81,10 @@ func (s *ShardedSnapshot) Commit(g *Group) error {
 	}
 	s.buffers.save()
 	var cerr *C.dk_error_t
-	err := check(C.dk_sharded_snapshot_commit(s.ptr, g.ptr, &cerr), cerr)
+	// Collective over g: issued as g's calls are (Group.issue).
+	err := g.issue("sharded_snapshot_commit", func() error {
+		return check(C.dk_sharded_snapshot_commit(s.ptr, g.ptr, &cerr), cerr)
+	})
 	runtime.KeepAlive(s) // its finalizer must not free the snapshot mid-call
 	runtime.KeepAlive(g)
 	return err
@@ -121,7 +124,9 @@ func (s *ShardedSnapshot) Fetch(g *Group, wanted []int) (commit int64, world int
 	var c C.int64_t
 	var w C.int32_t
 	var cerr *C.dk_error_t
-	err = check(C.dk_sharded_snapshot_fetch(s.ptr, g.ptr, ptr, C.size_t(n), &c, &w, &cerr), cerr)
+	err = g.issue("sharded_snapshot_fetch", func() error {
+		return check(C.dk_sharded_snapshot_fetch(s.ptr, g.ptr, ptr, C.size_t(n), &c, &w, &cerr), cerr)
+	})
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(g)
 	if err != nil {

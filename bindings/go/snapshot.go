@@ -169,8 +169,11 @@ func (s *Snapshot) Commit() error {
 // On an error the slices are left as they were.
 func (s *Snapshot) Sync(g *Group) (int64, error) {
 	var commit C.int64_t
-	err := s.load(func(p *C.dk_snapshot_t, e **C.dk_error_t) C.dk_status_t {
-		return C.dk_snapshot_sync(p, g.ptr, &commit, e)
+	// Collective over g: issued as g's calls are (Group.issue).
+	err := g.issue("snapshot_sync", func() error {
+		return s.load(func(p *C.dk_snapshot_t, e **C.dk_error_t) C.dk_status_t {
+			return C.dk_snapshot_sync(p, g.ptr, &commit, e)
+		})
 	})
 	runtime.KeepAlive(g)
 	if err != nil {

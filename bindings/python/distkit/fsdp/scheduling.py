@@ -76,13 +76,15 @@ class Coordinator:
         outside `root`'s tree first, as it was): the order every rank
         reduces the units its backward did not reach in."""
         position = {}
+        counter = [0]
 
         def visit(module: nn.Module) -> None:  # post-order, every module once
             for child in module.children():
                 if id(child) not in position:
                     position[id(child)] = None
                     visit(child)
-            position[id(module)] = len(position)
+            position[id(module)] = counter[0]  # one number each: no ties
+            counter[0] += 1
 
         visit(root)
         self.units.sort(key=lambda u: -1 if position.get(id(u.module)) is None

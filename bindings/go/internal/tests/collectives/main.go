@@ -735,18 +735,47 @@ func checkIssuerAcrossThreads(world *dk.Group) {
 		rc.Fail("issuer: sums %d and %d", x[0], y[0])
 	}
 
+	// A collective the binding makes for a snapshot (Sync) right after an
+	// asynchronous one still in flight, from the same goroutine: one issuer.
+	if last {
+		time.Sleep(300 * time.Millisecond)
+	}
+	snap, err := dk.NewSnapshot()
+	rc.Must(err, "issuer: snapshot")
+	state := []float32{float32(rank)}
+	rc.Must(dk.RegisterBuffer(snap, "state", state), "issuer: register")
+	rc.Must(snap.Commit(), "issuer: commit")
+	z := []int64{1}
+	wz, err := dk.AllReduceAsync(world, z, dk.Sum)
+	rc.Must(err, "issuer: async all_reduce before a snapshot sync")
+	_, err = snap.Sync(world)
+	rc.Must(err, "issuer: snapshot sync while an async all_reduce is in flight")
+	rc.Must(wz.Wait(0), "issuer: wait")
+	wz.Close()
+	snap.Close()
+	if z[0] != int64(size) {
+		rc.Fail("issuer: sum %d", z[0])
+	}
+
 	// Overlapping calls: goroutine C blocks in an all_reduce the last rank
 	// delays; a barrier from this goroutine meanwhile is refused (it takes
 	// no place in the sequence, so the last rank makes no such call).
 	if last {
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond)
 		rc.Must(dk.AllReduce(world, []int64{1}, dk.Sum), "issuer: overlapped all_reduce")
 		return
 	}
 	done := make(chan error)
-	go func() { done <- dk.AllReduce(world, []int64{1}, dk.Sum) }()
-	time.Sleep(100 * time.Millisecond)
-	err := world.Barrier()
+	calling := make(chan struct{})
+	go func() {
+		close(calling) // C is about to call: it claims the group at once
+		done <- dk.AllReduce(world, []int64{1}, dk.Sum)
+	}()
+	<-calling
+	// C's claim is a few instructions after the signal; the last rank
+	// holds the all_reduce 1.5 s, so C stays inside it meanwhile.
+	time.Sleep(200 * time.Millisecond)
+	err = world.Barrier()
 	if dk.CodeOf(err) != dk.FailedPrecondition || !strings.Contains(err.Error(), "another goroutine") {
 		rc.Fail("issuer: an overlapping call must be refused naming another goroutine, got %v", err)
 	}
