@@ -119,7 +119,7 @@ class LauncherInfo(ctypes.Structure):
 
 # ---- Constants (the header's DK_* values; status codes live in errors.py) ----
 
-ABI_MAJOR, ABI_MINOR = 0, 13
+ABI_MAJOR, ABI_MINOR = 0, 14
 
 OP_SUM, OP_PRODUCT, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, OP_MEAN = range(8)
 # mmengine's op names (mean is all_reduce's own, not a reduce op there).

@@ -74,7 +74,7 @@ pub struct DLTensor {
 // ---- Versions and errors --------------------------------------------------
 
 pub const DK_ABI_MAJOR: i32 = 0;
-pub const DK_ABI_MINOR: i32 = 13;
+pub const DK_ABI_MINOR: i32 = 14;
 
 pub type dk_status_t = i32;
 
