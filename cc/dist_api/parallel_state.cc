@@ -18,17 +18,23 @@ bool DistributedProcessGroup::IsInitialized() const {
   return IsDistributed() && !unused_;
 }
 
-ProcessGroup* DistributedProcessGroup::group() const {
-  if (group_ != nullptr) return group_.get();
-  return GetDefaultGroup().get();
+std::shared_ptr<ProcessGroup> DistributedProcessGroup::group() const {
+  if (group_ != nullptr) return group_;
+  return GetDefaultGroup();
 }
 
+// The group is fetched once and held: asking for the world again after
+// IsInitialized() read null when another thread shut the job down between.
 int DistributedProcessGroup::Rank() const {
-  return IsInitialized() ? group()->rank() : -1;
+  if (!IsInitialized()) return -1;
+  const std::shared_ptr<ProcessGroup> g = group();
+  return g == nullptr ? -1 : g->rank();
 }
 
 int DistributedProcessGroup::WorldSize() const {
-  return IsInitialized() ? group()->size() : -1;
+  if (!IsInitialized()) return -1;
+  const std::shared_ptr<ProcessGroup> g = group();
+  return g == nullptr ? -1 : g->size();
 }
 
 std::string DistributedProcessGroup::ToString() const {
@@ -44,8 +50,10 @@ absl::StatusOr<std::string> DistributedProcessGroup::GetDistSyncdObj(
     const std::function<std::string(const std::vector<std::string>&)>& op) {
   for (const DistributedProcessGroup& g : groups) {
     if (!g.IsInitialized()) continue;
+    const std::shared_ptr<ProcessGroup> group = g.group();
+    if (group == nullptr) continue;  // shut down since IsInitialized()
     DK_ASSIGN_OR_RETURN(std::vector<std::string> all,
-                        AllGatherObject(obj, g.group()));
+                        AllGatherObject(obj, group.get()));
     obj = op(all);
   }
   return obj;

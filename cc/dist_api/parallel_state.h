@@ -33,8 +33,10 @@ class DistributedProcessGroup {
   int WorldSize() const;  // -1 when not initialized
   // "group: <name|None|-1>, initialized: <true|false>, world size: <n>"
   std::string ToString() const;
-  // The group to use (the world when constructed without one).
-  ProcessGroup* group() const;
+  // The group to use (the world when constructed without one; null when
+  // the world is not initialized). Held for the caller: a shutdown on
+  // another thread may drop the world while the caller uses it.
+  std::shared_ptr<ProcessGroup> group() const;
 
   // For each group in order, skipping uninitialized ones: all-gather `obj`
   // across the group and replace it with op(list). E.g. op = max across DP,
