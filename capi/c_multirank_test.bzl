@@ -61,6 +61,8 @@ def dk_c_multirank_test(name, linkopts = [], **kwargs):
             "//testing/c:declared_hosts",
             "//testing/c:elastic_model",
             "//testing/c:host_tensor",
+            "//testing/c:lone_rank",
+            "//testing/c:own_sockets",
             "//testing/c:rank_check",
         ],
         **kwargs

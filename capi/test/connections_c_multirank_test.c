@@ -10,9 +10,7 @@
  * collective over TCP) the full mesh is there from the start. Connections to
  * the job's store (DISTKIT_STORE's port) are not counted. */
 #define _DEFAULT_SOURCE
-#include <arpa/inet.h>
 #include <dirent.h>
-#include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +21,7 @@
 #include "distkit/distkit.h"
 #include "testing/c/declared_hosts.h"
 #include "testing/c/host_tensor.h"
+#include "testing/c/own_sockets.h"
 #include "testing/c/rank_check.h"
 
 /* dk_test_check, with the numbers it compared. */
@@ -34,21 +33,18 @@ static void check_count(int ok, const char* what, long got, long want) {
   dk_test_check(ok, what);
 }
 
-/* The port of a socket address, or 0 if it is not an IP address. */
-static unsigned port_of(const struct sockaddr_storage* a) {
-  if (a->ss_family == AF_INET)
-    return ntohs(((const struct sockaddr_in*)a)->sin_port);
-  if (a->ss_family == AF_INET6)
-    return ntohs(((const struct sockaddr_in6*)a)->sin6_port);
-  return 0;
-}
-
 /* Whether `fd` is a TCP socket of this process's that counts as `kind`,
  * leaving out the store's port: an established connection, or a socket
  * that listens. */
 enum socket_kind { ESTABLISHED, LISTENING };
+struct counted {
+  enum socket_kind kind;
+  unsigned store_port;
+};
 
-static int is_counted(int fd, enum socket_kind kind, unsigned store_port) {
+static int is_counted(int fd, const void* arg) {
+  const enum socket_kind kind = ((const struct counted*)arg)->kind;
+  const unsigned store_port = ((const struct counted*)arg)->store_port;
   int type = 0;
   socklen_t len = sizeof(type);
   struct sockaddr_storage local, peer;
@@ -56,7 +52,7 @@ static int is_counted(int fd, enum socket_kind kind, unsigned store_port) {
   if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
       type != SOCK_STREAM ||
       getsockname(fd, (struct sockaddr*)&local, &llen) != 0 ||
-      port_of(&local) == 0 || port_of(&local) == store_port) {
+      dk_test_port_of(&local) == 0 || dk_test_port_of(&local) == store_port) {
     return 0; /* not TCP, or the store's */
   }
   if (kind == LISTENING) {
@@ -68,7 +64,7 @@ static int is_counted(int fd, enum socket_kind kind, unsigned store_port) {
   struct tcp_info info;
   socklen_t ilen = sizeof(info);
   return getpeername(fd, (struct sockaddr*)&peer, &plen) == 0 &&
-         port_of(&peer) != store_port &&
+         dk_test_port_of(&peer) != store_port &&
          getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &ilen) == 0 &&
          info.tcpi_state == TCP_ESTABLISHED;
 }
@@ -76,17 +72,8 @@ static int is_counted(int fd, enum socket_kind kind, unsigned store_port) {
 /* This process's TCP sockets of `kind` (read from its own descriptors,
  * exactly), except those to, from or of the store's port. */
 static long tcp_sockets(enum socket_kind kind, unsigned store_port) {
-  DIR* d = opendir("/proc/self/fd");
-  if (d == NULL) return -1;
-  long count = 0;
-  struct dirent* e;
-  while ((e = readdir(d)) != NULL) {
-    const int fd = atoi(e->d_name);
-    if (e->d_name[0] == '.' || fd == dirfd(d)) continue;
-    count += is_counted(fd, kind, store_port);
-  }
-  closedir(d);
-  return count;
+  const struct counted what = {kind, store_port};
+  return dk_test_count_own_fds(is_counted, &what);
 }
 
 static long peer_connections(unsigned store_port) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "distkit/distkit.h"
+#include "testing/c/lone_rank.h"
 
 static int failures;
 
@@ -47,33 +48,10 @@ static void free_heap(void) {
   }
 }
 
-static dk_group_t* join(dk_store_t* store) {
-  dk_group_t* world = NULL;
-  dk_error_t* err = NULL;
-  if (dk_init_with_store(store, 0, 1, NULL, &world, &err) != DK_OK) {
-    printf("init: %s\n", dk_error_message(err));
-    exit(1);
-  }
-  return world;
-}
-
 int main(void) {
-  dk_store_config_t config;
-  dk_store_config_init_sized(&config, sizeof config);
-  config.address = "127.0.0.1:0";
-  dk_store_t* store = NULL;
-  dk_error_t* err = NULL;
-  if (dk_store_serve(&config, &store, &err) != DK_OK) {
-    printf("store: %s\n", dk_error_message(err));
-    return 1;
-  }
-  dk_group_t* world = join(store);
-  const int32_t ranks[] = {0};
-  dk_group_t* sub = NULL;
-  if (dk_group_new(world, ranks, 1, &sub, &err) != DK_OK) {
-    printf("new_group: %s\n", dk_error_message(err));
-    return 1;
-  }
+  dk_store_t* store = dk_lone_rank_store();
+  dk_group_t* world = dk_lone_rank_join(store);
+  dk_group_t* sub = dk_lone_rank_subgroup(world);
   const char* name = dk_group_name(NULL);
   const char* backend = dk_group_backend(NULL);
   const char* sub_name = dk_group_name(sub);
@@ -100,7 +78,7 @@ int main(void) {
   free_heap();
 
   /* A second world has the same texts, and the first ones still read. */
-  world = join(store);
+  world = dk_lone_rank_join(store);
   check_text(dk_group_name(NULL), "world", "the second world's name");
   check_text(dk_group_backend(world), "gloo", "the second world's backend");
   dk_shutdown();

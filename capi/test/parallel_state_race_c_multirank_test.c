@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "distkit/distkit.h"
+#include "testing/c/lone_rank.h"
 
 enum { kStates = 2000, kReaders = 2 };
 
@@ -65,26 +66,10 @@ static void* ask(void* unused) {
 }
 
 int main(void) {
-  dk_store_config_t config;
-  dk_store_config_init_sized(&config, sizeof config);
-  config.address = "127.0.0.1:0";
-  dk_store_t* store = NULL;
+  dk_store_t* store = dk_lone_rank_store();
+  dk_group_t* world = dk_lone_rank_join(store);
+  dk_group_t* sub = dk_lone_rank_subgroup(world);
   dk_error_t* err = NULL;
-  if (dk_store_serve(&config, &store, &err) != DK_OK) {
-    printf("store: %s\n", dk_error_message(err));
-    return 1;
-  }
-  dk_group_t* world = NULL;
-  if (dk_init_with_store(store, 0, 1, NULL, &world, &err) != DK_OK) {
-    printf("init: %s\n", dk_error_message(err));
-    return 1;
-  }
-  const int32_t ranks[] = {0};
-  dk_group_t* sub = NULL;
-  if (dk_group_new(world, ranks, 1, &sub, &err) != DK_OK) {
-    printf("new_group: %s\n", dk_error_message(err));
-    return 1;
-  }
   pthread_t readers[kReaders];
   for (int i = 0; i < kReaders; ++i) {
     pthread_create(&readers[i], NULL, ask, NULL);

@@ -5,9 +5,6 @@
  * main() began and dk_init returned (the phases of start-up), and how many
  * TCP connections it holds to other ranks (not the store) at that point. */
 #define _DEFAULT_SOURCE
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,39 +14,27 @@
 
 #include "distkit/distkit.h"
 #include "testing/c/host_tensor.h"
+#include "testing/c/own_sockets.h"
 
-static unsigned PortOf(const struct sockaddr_storage* a) {
-  if (a->ss_family == AF_INET)
-    return ntohs(((const struct sockaddr_in*)a)->sin_port);
-  if (a->ss_family == AF_INET6)
-    return ntohs(((const struct sockaddr_in6*)a)->sin6_port);
-  return 0;
+/* Whether `fd` is a connected TCP socket to anything but the store's port
+ * (*arg): a connection between ranks. */
+static int IsPeerConnection(int fd, const void* arg) {
+  const unsigned store_port = *(const unsigned*)arg;
+  struct sockaddr_storage local, peer;
+  socklen_t llen = sizeof(local), plen = sizeof(peer);
+  return getsockname(fd, (struct sockaddr*)&local, &llen) == 0 &&
+         getpeername(fd, (struct sockaddr*)&peer, &plen) == 0 &&
+         dk_test_port_of(&local) != 0 &&
+         dk_test_port_of(&local) != store_port &&
+         dk_test_port_of(&peer) != store_port;
 }
 
-/* This process's connected TCP sockets to anything but the store's port
- * (MASTER_PORT): the connections between ranks. */
+/* This process's connections to other ranks, leaving out those to and from
+ * the store's port (MASTER_PORT). */
 static long PeerConnections(void) {
   const char* master = getenv("MASTER_PORT");
   const unsigned store_port = master != NULL ? (unsigned)atoi(master) : 0;
-  DIR* d = opendir("/proc/self/fd");
-  if (d == NULL) return -1;
-  long count = 0;
-  struct dirent* e;
-  while ((e = readdir(d)) != NULL) {
-    const int fd = atoi(e->d_name);
-    if (e->d_name[0] == '.' || fd == dirfd(d)) continue;
-    struct sockaddr_storage local, peer;
-    socklen_t llen = sizeof(local), plen = sizeof(peer);
-    if (getsockname(fd, (struct sockaddr*)&local, &llen) != 0 ||
-        getpeername(fd, (struct sockaddr*)&peer, &plen) != 0 ||
-        PortOf(&local) == 0 || PortOf(&local) == store_port ||
-        PortOf(&peer) == store_port) {
-      continue;
-    }
-    ++count;
-  }
-  closedir(d);
-  return count;
+  return dk_test_count_own_fds(IsPeerConnection, &store_port);
 }
 
 static long long NowNs(void) {

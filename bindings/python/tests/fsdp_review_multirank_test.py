@@ -52,6 +52,15 @@ def batch(step, first, count, width=5, out=3):
     return x[first:first + count], y[first:first + count]
 
 
+def train_alone(reference, opt, step, n):
+    """One step of `reference`, the model trained alone, on the whole batch
+    the `n` ranks' LOCAL samples make at `step`."""
+    x, y = batch(step, 0, n * LOCAL)
+    ((reference(x) - y) ** 2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+
+
 class Watchdog:
     """Fails the program (exit 3, naming `what`) when the block takes more
     than `seconds`: a rank waiting in a collective the others never call."""
@@ -129,10 +138,7 @@ def pass_through(strategy):
               f"bytes after backward, {held_after_first} after the first")
         opt.step()
         opt.zero_grad()
-        x, y = batch(step, 0, n * LOCAL)
-        ((reference(x) - y) ** 2).mean().backward()
-        ref_opt.step()
-        ref_opt.zero_grad()
+        train_alone(reference, ref_opt, step, n)
     full, want = sharded.state_dict(), reference.state_dict()
     worst = max(relative(full[k], want[k]) for k in want)
     check(worst <= 1e-6, f"{what}: differs from training alone by {worst:.2e}")
@@ -195,10 +201,7 @@ def frozen(orig_params):
         ((sharded(x) - y) ** 2).mean().backward()
         opt.step()
         opt.zero_grad()
-        x, y = batch(step, 0, n * LOCAL)
-        ((reference(x) - y) ** 2).mean().backward()
-        ref_opt.step()
-        ref_opt.zero_grad()
+        train_alone(reference, ref_opt, step, n)
     full, want = sharded.state_dict(), reference.state_dict()
     check(list(full) == list(want), f"{what}: state dict keys {list(full)}")
     for k in FROZEN:

@@ -243,10 +243,7 @@ func obj(q int) []byte { return []byte(strings.Repeat(fmt.Sprintf("rank-%d-", q)
 // subgroup is made by its members alone; a creation a member never joins
 // fails after the connect timeout.
 func subgroupsWithOptions(world *dk.Group) {
-	all := make([]int, size)
-	for i := range all {
-		all[i] = i
-	}
+	all := allRanks()
 	sub, err := world.NewGroupWithOptions(all, dk.GroupOptions{Timeout: 3 * time.Second, ConnectTimeout: time.Minute})
 	rc.Must(err, "new_group_with_options")
 	if sub.Rank() != rank || sub.Size() != size {
@@ -546,17 +543,7 @@ func main() {
 			rc.Must(red.MarkReady(p, grads[p]), "mark ready")
 		}
 		rc.Must(red.Finalize(grads), "finalize")
-		for p, gp := range grads {
-			for k, v := range gp {
-				want := 0.0
-				for q := 0; q < size; q++ {
-					want += grad(q, p, k) / float64(size)
-				}
-				if math.Abs(v-want) > 1e-9 {
-					rc.Fail("reducer average p%d[%d] = %v want %v", p, k, v, want)
-				}
-			}
-		}
+		reducercheck.CheckAverages(grads, size, grad, "reducer average")
 	}
 	if err := red.MarkReady(0, make([]float64, 3)); dk.CodeOf(err) != dk.InvalidArgument {
 		rc.Fail("wrong gradient size: %v", err)
@@ -576,11 +563,7 @@ func main() {
 	checkDroppedReducer(world)
 
 	// Abort from another goroutine.
-	all4 := make([]int, size)
-	for i := range all4 {
-		all4[i] = i
-	}
-	g, err := world.NewGroup(all4)
+	g, err := world.NewGroup(allRanks())
 	rc.Must(err, "new_group")
 	done := make(chan struct{})
 	go func() { g.Abort(); close(done) }()
@@ -594,6 +577,46 @@ func main() {
 	fmt.Printf("rank %d/%d: all Go collective checks passed\n", rank, size)
 }
 
+// allRanks: every rank of the world, in order, for a subgroup of them all.
+func allRanks() []int {
+	all := make([]int, size)
+	for i := range all {
+		all[i] = i
+	}
+	return all
+}
+
+// subgroupAndStore: for a check that drops an operation in flight, a
+// subgroup of every rank to run it on, and the default store through which
+// rank 0 tells the others when to join it. The caller closes the store.
+func subgroupAndStore(world *dk.Group, what string) (*dk.Group, *dk.Store) {
+	sub, err := world.NewGroup(allRanks())
+	rc.Must(err, "new group ("+what+")")
+	store, err := dk.DefaultStore()
+	rc.Must(err, "default store")
+	return sub, store
+}
+
+// unrelatedFinalizerRuns: whether a finalizer of a new object runs within
+// `limit` of the collection that finds it unreachable, and how long it took
+// (or waited). A finalizer that blocks holds up every later one: Go runs
+// them all on one goroutine.
+func unrelatedFinalizerRuns(limit time.Duration) (time.Duration, bool) {
+	ran := make(chan struct{})
+	func() {
+		marker := new([64]byte)
+		runtime.SetFinalizer(marker, func(*[64]byte) { close(ran) })
+	}()
+	start := time.Now()
+	runtime.GC()
+	select {
+	case <-ran:
+		return time.Since(start), true
+	case <-time.After(limit):
+		return time.Since(start), false
+	}
+}
+
 // checkDroppedReducer: a Reducer dropped with a bucket in flight (its
 // all_reduce waits for peers, and freeing it waits for that) must not hold up
 // the program's other finalizers, as checkDroppedWork for a Work. Rank 0
@@ -604,14 +627,7 @@ func checkDroppedReducer(world *dk.Group) {
 	if size == 1 {
 		return
 	}
-	all := make([]int, size)
-	for i := range all {
-		all[i] = i
-	}
-	sub, err := world.NewGroup(all)
-	rc.Must(err, "new group (dropped reducer)")
-	store, err := dk.DefaultStore()
-	rc.Must(err, "default store")
+	sub, store := subgroupAndStore(world, "dropped reducer")
 	defer store.Close()
 	const key = "go_collectives/dropped_reducer_checked"
 	grad := func(q, k int) float32 { return float32((q + 1) * (k + 2)) }
@@ -623,19 +639,11 @@ func checkDroppedReducer(world *dk.Group) {
 		red = nil
 		runtime.GC() // the Reducer's finalizer starts
 		time.Sleep(100 * time.Millisecond)
-		ran := make(chan struct{})
-		func() {
-			marker := new([64]byte)
-			runtime.SetFinalizer(marker, func(*[64]byte) { close(ran) })
-		}()
-		start := time.Now()
-		runtime.GC()
-		select {
-		case <-ran:
-		case <-time.After(time.Second):
+		took, ran := unrelatedFinalizerRuns(time.Second)
+		if !ran {
 			rc.Fail("a Reducer dropped with a bucket in flight held up an unrelated finalizer for 1 s")
 		}
-		fmt.Printf("rank 0: a finalizer ran %v after a Reducer was dropped mid-iteration\n", time.Since(start))
+		fmt.Printf("rank 0: a finalizer ran %v after a Reducer was dropped mid-iteration\n", took)
 		rc.Must(store.Set(key, []byte("1")), "store set")
 	} else {
 		_, err := store.Get(key)
@@ -659,14 +667,7 @@ func checkDroppedWork(world *dk.Group) {
 	if size == 1 {
 		return
 	}
-	all := make([]int, size)
-	for i := range all {
-		all[i] = i
-	}
-	sub, err := world.NewGroup(all)
-	rc.Must(err, "new group (dropped work)")
-	store, err := dk.DefaultStore()
-	rc.Must(err, "default store")
+	sub, store := subgroupAndStore(world, "dropped work")
 	defer store.Close()
 	const key = "go_collectives/dropped_work_checked"
 	data := []float32{1, 2, 3}
@@ -677,15 +678,7 @@ func checkDroppedWork(world *dk.Group) {
 		}()
 		runtime.GC() // the Work's finalizer starts
 		time.Sleep(100 * time.Millisecond)
-		ran := make(chan struct{})
-		func() {
-			marker := new([64]byte)
-			runtime.SetFinalizer(marker, func(*[64]byte) { close(ran) })
-		}()
-		runtime.GC()
-		select {
-		case <-ran:
-		case <-time.After(5 * time.Second):
+		if _, ran := unrelatedFinalizerRuns(5 * time.Second); !ran {
 			rc.Fail("a dropped, unfinished Work held up an unrelated finalizer for 5 s")
 		}
 		rc.Must(store.Set(key, []byte("1")), "store set")
