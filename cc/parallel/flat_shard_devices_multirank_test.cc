@@ -25,6 +25,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cc/dist_api/dist.h"
+#include "cc/parallel/devices_job_test_util.h"
 #include "cc/parallel/flat_shard.h"
 #include "testing/cc/caller_stream.h"
 #include "testing/cc/devices_job.h"
@@ -242,40 +243,37 @@ void CallerStreamOrder(std::shared_ptr<ProcessGroup> world) {
                     : "no device sleep available");
 }
 
-}  // namespace
-}  // namespace distkit
-
-int main(int argc, char** argv) {
-  using namespace distkit;
-  std::optional<testing::DevicesJob> job = testing::JoinDevicesJob(argc, argv);
-  if (!job) return 2;
-  rank_ = job->rank;
-  size_ = job->size;
-  device_ = job->device;
-  const std::string& backend = job->backend;
-  std::shared_ptr<ProcessGroup> world = job->world;
-  if (backend != "gloo") {
+// The checks on the job's backend.
+void RunChecks(const testing::DevicesJob& job) {
+  rank_ = job.rank;
+  size_ = job.size;
+  device_ = job.device;
+  if (job.backend != "gloo") {
     for (ShardingStrategy s :
          {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
           ShardingStrategy::kNoShard}) {
-      Unit(world, s, /*offload=*/false, /*bf16=*/false);
+      Unit(job.world, s, /*offload=*/false, /*bf16=*/false);
     }
-    Unit(world, ShardingStrategy::kFullShard, /*offload=*/true, false);
-    Unit(world, ShardingStrategy::kFullShard, false, /*bf16=*/true);
-    if (backend == "nccl") CallerStreamOrder(world);
+    Unit(job.world, ShardingStrategy::kFullShard, /*offload=*/true, false);
+    Unit(job.world, ShardingStrategy::kFullShard, false, /*bf16=*/true);
+    if (job.backend == "nccl") CallerStreamOrder(job.world);
   } else {
     auto p = ::distkit::testing::ToExtension(std::vector<float>(4).data(), 4,
                                              DataType::kFloat32);
     testing::RequireOk(p.status(), "upload");
-    auto unit = FlatShard::Create(world, {{p->ref, "w"}}, {});
+    auto unit = FlatShard::Create(job.world, {{p->ref, "w"}}, {});
     testing::Require(
         absl::IsInvalidArgument(unit.status()) &&
             absl::StrContains(unit.status().message(), "communicates on cpu"),
         "parameters off the group's comm device refused on every rank: " +
             unit.status().ToString());
   }
-  testing::RequireOk(dist::Barrier(), "barrier");
-  dist::DestroyDist();
-  return testing::FinishChecks(
-      absl::StrCat("FlatShard on devices (", backend, ")"));
+}
+
+}  // namespace
+}  // namespace distkit
+
+int main(int argc, char** argv) {
+  return distkit::testing::RunDevicesJob(argc, argv, "FlatShard on devices",
+                                         distkit::RunChecks);
 }

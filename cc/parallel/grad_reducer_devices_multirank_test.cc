@@ -23,7 +23,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cc/dist_api/dist.h"
+#include "cc/parallel/devices_job_test_util.h"
 #include "cc/parallel/grad_reducer.h"
+#include "cc/parallel/grad_reducer_test_model.h"
 #include "testing/cc/caller_stream.h"
 #include "testing/cc/devices_job.h"
 #include "testing/cc/extension_device.h"
@@ -40,94 +42,15 @@ int rank_ = 0, size_ = 1;
 // group (a CUDA device, real or simulated).
 Device device_ = Device::Ext(0);
 
-// Gradient element k of parameter p on rank r in iteration it, and its
-// mean over the ranks (testing/cc/grad_reducer_values.h).
-double G(int r, int p, int64_t k, int it) {
-  return testing::GradValue(r, p, k, it);
-}
-double Mean(int p, int64_t k, int it) {
-  return testing::MeanGradValue(p, k, it, size_);
-}
-
-// Parameters and gradients on `device`, with host mirrors read by Sync().
-struct Model {
-  Device device;
-  std::vector<std::vector<float>> params, grads;  // host mirrors
-  std::vector<ExtTensor> ext_params, ext_grads;
-
-  Model(Device d, std::vector<int64_t> sizes) : device(d) {
-    for (size_t p = 0; p < sizes.size(); ++p) {
-      params.emplace_back(sizes[p], float(rank_ * 100 + p));
-      grads.emplace_back(sizes[p], 0.f);
-      if (!device.is_cpu()) {
-        ext_params.push_back(Upload(params[p], device));
-        ext_grads.push_back(Upload(grads[p], device));
-      }
-    }
-  }
-  static ExtTensor Upload(const std::vector<float>& v, Device d) {
-    auto t =
-        ::distkit::testing::ToDevice(v.data(), v.size(), DataType::kFloat32, d);
-    testing::RequireOk(t.status(), "upload to " + d.ToString());
-    return *std::move(t);
-  }
-  TensorRef Param(int p) {
-    return !device.is_cpu() ? ext_params[p].ref
-                            : TensorRef(params[p].data(), params[p].size(),
-                                        DataType::kFloat32);
-  }
-  TensorRef Grad(int p) {
-    return !device.is_cpu() ? ext_grads[p].ref
-                            : TensorRef(grads[p].data(), grads[p].size(),
-                                        DataType::kFloat32);
-  }
-  std::vector<GradReducer::Parameter> Params() {
-    std::vector<GradReducer::Parameter> out;
-    for (size_t p = 0; p < params.size(); ++p)
-      out.push_back({Param(p), absl::StrCat("layer", p, ".weight")});
-    return out;
-  }
-  void Fill(int it, int p) {
-    for (size_t k = 0; k < grads[p].size(); ++k)
-      grads[p][k] = G(rank_, p, k, it);
-    if (!device.is_cpu()) {
-      testing::RequireOk(
-          CopyBytes(ext_grads[p].ref.data(), device, grads[p].data(),
-                    Device::Cpu(), grads[p].size() * sizeof(float)),
-          "fill");
-    }
-  }
-  // Host mirrors from the device.
-  void Sync() {
-    if (!!device.is_cpu()) return;
-    for (size_t p = 0; p < params.size(); ++p) {
-      testing::RequireOk(::distkit::testing::FromExtension(ext_params[p].ref,
-                                                           params[p].data()),
-                         "read param");
-      testing::RequireOk(
-          ::distkit::testing::FromExtension(ext_grads[p].ref, grads[p].data()),
-          "read grad");
-    }
-  }
-};
-
-void CheckMean(Model& m, int p, int it, double tol, const std::string& what) {
-  m.Sync();
-  for (size_t k = 0; k < m.grads[p].size(); ++k) {
-    const double want = Mean(p, k, it);
-    if (std::abs(m.grads[p][k] - want) > tol * std::max(1.0, std::abs(want))) {
-      testing::Require(false, absl::StrCat(what, ": param ", p, "[", k, "] = ",
-                                           m.grads[p][k], ", want ", want));
-    }
-  }
-}
+// Parameters and gradients on a device or the host.
+using Model = testing::GradReducerTestModel;
 
 // Several buckets, the rebuild after iteration 0, buffers broadcast.
 void Training(std::shared_ptr<ProcessGroup> world, Device device) {
   const std::string where =
       absl::StrCat("params on ", device.ToString(), ", comm on ",
                    world->comm_device().ToString());
-  Model m(device, {100, 3000, 7, 1500});
+  Model m(device, rank_, {100, 3000, 7, 1500});
   GradReducer::Options o;
   o.first_bucket_cap_mb = 2048.0 / (1 << 20);
   o.bucket_cap_mb = 8192.0 / (1 << 20);
@@ -147,7 +70,8 @@ void Training(std::shared_ptr<ProcessGroup> world, Device device) {
     testing::RequireOk((*r)->Finalize(), "finalize: " + where);
     // A device mean (ncclAvg's order: sum, then divide) may differ from the
     // host's divide-then-sum in the last bit.
-    for (int p = 0; p < 4; ++p) CheckMean(m, p, it, 1e-6, where);
+    for (int p = 0; p < 4; ++p)
+      testing::RequireMeanGrad(m, p, it, size_, 1e-6, where);
   }
   // ReducedGrad lives on the comm device.
   auto reduced = (*r)->ReducedGrad(1);
@@ -159,7 +83,7 @@ void Training(std::shared_ptr<ProcessGroup> world, Device device) {
 void UnusedAndHooks(std::shared_ptr<ProcessGroup> world, Device device) {
   const std::string where = absl::StrCat("params on ", device.ToString());
   {
-    Model m(device, {50, 60, 70});
+    Model m(device, rank_, {50, 60, 70});
     GradReducer::Options o;
     o.find_unused_parameters = true;
     auto r = GradReducer::Create(world, m.Params(), {}, o);
@@ -175,41 +99,21 @@ void UnusedAndHooks(std::shared_ptr<ProcessGroup> world, Device device) {
       testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready unused");
     }
     testing::RequireOk((*r)->Finalize(), "finalize unused: " + where);
-    CheckMean(m, 0, 0, 1e-6, "used everywhere: " + where);
+    testing::RequireMeanGrad(m, 0, 0, size_, 1e-6, "used everywhere: " + where);
     testing::Require((*r)->globally_used(1) == (size_ > 1),
                      "parameter 1 used by some rank");
     testing::Require(!(*r)->globally_used(2), "parameter 2 unused everywhere");
   }
   for (CommHook hook : {CommHook::kFp16Compress, CommHook::kBf16Compress}) {
-    Model m(device, {257, 33});
-    GradReducer::Options o;
-    o.comm_hook = hook;
-    auto r = GradReducer::Create(world, m.Params(), {}, o);
-    testing::RequireOk(r.status(), "create hook");
-    for (int p : {1, 0}) {
-      m.Fill(0, p);
-      testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready hook");
-    }
-    testing::RequireOk((*r)->Finalize(), "finalize hook: " + where);
-    m.Sync();
-    for (int p = 0; p < 2; ++p) {
-      for (size_t k = 0; k < m.grads[p].size(); ++k) {
-        const double want =
-            testing::CompressedMeanGradValue(hook, p, k, 0, size_);
-        const double tol = testing::CompressedTolerance(hook, want, size_);
-        testing::Require(
-            std::abs(m.grads[p][k] - want) <= tol,
-            absl::StrCat(testing::CompressedTypeName(hook), " hook on ", where,
-                         ": ", m.grads[p][k], " want ", want));
-      }
-    }
+    Model m(device, rank_, {257, 33});
+    testing::RequireHookAverages(world, m, hook, size_, " on " + where);
   }
 }
 
 // gradient_as_bucket_view where parameters are on the comm device: views
 // are device memory, written and read through copies.
 void Views(std::shared_ptr<ProcessGroup> world, Device device) {
-  Model m(device, {300, 40});
+  Model m(device, rank_, {300, 40});
   GradReducer::Options o;
   o.gradient_as_bucket_view = true;
   auto v = GradReducer::Create(world, m.Params(), {}, o);
@@ -220,7 +124,8 @@ void Views(std::shared_ptr<ProcessGroup> world, Device device) {
       testing::RequireOk(view.status(), "view");
       testing::Require(view->device() == device, "the view is on the device");
       std::vector<float> g(view->numel());
-      for (int64_t k = 0; k < view->numel(); ++k) g[k] = G(rank_, p, k, it);
+      for (int64_t k = 0; k < view->numel(); ++k)
+        g[k] = testing::GradValue(rank_, p, k, it);
       testing::RequireOk(CopyBytes(view->data(), device, g.data(),
                                    Device::Cpu(), g.size() * sizeof(float)),
                          "write view");
@@ -235,8 +140,9 @@ void Views(std::shared_ptr<ProcessGroup> world, Device device) {
                          "read view");
       for (int64_t k = 0; k < view->numel(); ++k) {
         testing::Require(
-            std::abs(g[k] - Mean(p, k, it)) < 1e-6,
-            absl::StrCat("view averaged: ", g[k], " want ", Mean(p, k, it)));
+            std::abs(g[k] - testing::MeanGradValue(p, k, it, size_)) < 1e-6,
+            absl::StrCat("view averaged: ", g[k], " want ",
+                         testing::MeanGradValue(p, k, it, size_)));
       }
     }
   }
@@ -255,7 +161,7 @@ void CallerStreamOrder(std::shared_ptr<ProcessGroup> world) {
   auto stream = testing::CallerStream::Create(world);
   testing::RequireOk(stream.status(), "a caller's stream");
   const std::vector<int64_t> sizes = {2000, 700, 3000};
-  Model m(world->comm_device(), sizes);
+  Model m(world->comm_device(), rank_, sizes);
   GradReducer::Options o;
   o.first_bucket_cap_mb = 4096.0 / (1 << 20);
   o.bucket_cap_mb = 8192.0 / (1 << 20);
@@ -269,7 +175,8 @@ void CallerStreamOrder(std::shared_ptr<ProcessGroup> world) {
     const absl::Time start = absl::Now();
     for (int p : {2, 1, 0}) {
       std::vector<float>& g = m.grads[p];
-      for (size_t k = 0; k < g.size(); ++k) g[k] = G(rank_, p, k, it);
+      for (size_t k = 0; k < g.size(); ++k)
+        g[k] = testing::GradValue(rank_, p, k, it);
       slept = (*stream)->Sleep(kWorkUs) && slept;
       testing::RequireOk((*stream)->Write(m.ext_grads[p].ref.data(), g.data(),
                                           g.size() * sizeof(float)),
@@ -295,7 +202,7 @@ void CallerStreamOrder(std::shared_ptr<ProcessGroup> world) {
                                          got.size() * sizeof(float)),
                          "read on the caller's stream");
       for (int64_t k = 0; k < sizes[p]; ++k) {
-        const double want = Mean(p, k, it);
+        const double want = testing::MeanGradValue(p, k, it, size_);
         if (std::abs(got[k] - want) > 1e-6 * std::max(1.0, std::abs(want))) {
           testing::Require(false,
                            absl::StrCat("iteration ", it, ": param ", p, "[", k,
@@ -312,8 +219,8 @@ void CallerStreamOrder(std::shared_ptr<ProcessGroup> world) {
 }
 
 void BadInput(std::shared_ptr<ProcessGroup> world) {
-  Model host(Device::Cpu(), {4});
-  Model ext(device_, {4});
+  Model host(Device::Cpu(), rank_, {4});
+  Model ext(device_, rank_, {4});
   auto mixed = GradReducer::Create(
       world, {{host.Param(0), "a"}, {ext.Param(0), "b"}}, {}, {});
   testing::Require(
@@ -323,7 +230,8 @@ void BadInput(std::shared_ptr<ProcessGroup> world) {
       absl::StrCat("parameters on two devices refused: ",
                    mixed.status().ToString()));
   // Views off the comm device cannot be: refused, not a silent copy.
-  Model off(world->comm_device().is_cpu() ? device_ : Device::Cpu(), {4});
+  Model off(world->comm_device().is_cpu() ? device_ : Device::Cpu(), rank_,
+            {4});
   GradReducer::Options o;
   o.gradient_as_bucket_view = true;
   auto views = GradReducer::Create(world, off.Params(), {}, o);
@@ -339,32 +247,29 @@ void BadInput(std::shared_ptr<ProcessGroup> world) {
       absl::StrCat("gradient on the wrong device: ", s.ToString()));
 }
 
+// The checks on the job's backend.
+void RunChecks(const testing::DevicesJob& job) {
+  rank_ = job.rank;
+  size_ = job.size;
+  device_ = job.device;
+  if (job.backend == "gloo") {
+    Training(job.world, device_);
+    UnusedAndHooks(job.world, device_);
+  } else {
+    Training(job.world, device_);
+    Training(job.world, Device::Cpu());
+    UnusedAndHooks(job.world, device_);
+    UnusedAndHooks(job.world, Device::Cpu());
+    Views(job.world, device_);
+  }
+  if (job.backend == "nccl") CallerStreamOrder(job.world);
+  BadInput(job.world);
+}
+
 }  // namespace
 }  // namespace distkit
 
 int main(int argc, char** argv) {
-  using namespace distkit;
-  std::optional<testing::DevicesJob> job = testing::JoinDevicesJob(argc, argv);
-  if (!job) return 2;
-  rank_ = job->rank;
-  size_ = job->size;
-  device_ = job->device;
-  const std::string& backend = job->backend;
-  std::shared_ptr<ProcessGroup> world = job->world;
-  if (backend == "gloo") {
-    Training(world, device_);
-    UnusedAndHooks(world, device_);
-  } else {
-    Training(world, device_);
-    Training(world, Device::Cpu());
-    UnusedAndHooks(world, device_);
-    UnusedAndHooks(world, Device::Cpu());
-    Views(world, device_);
-  }
-  if (backend == "nccl") CallerStreamOrder(world);
-  BadInput(world);
-  testing::RequireOk(dist::Barrier(), "barrier");
-  dist::DestroyDist();
-  return testing::FinishChecks(
-      absl::StrCat("GradReducer on devices (", backend, ")"));
+  return distkit::testing::RunDevicesJob(argc, argv, "GradReducer on devices",
+                                         distkit::RunChecks);
 }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "cc/dist_api/dist.h"
 #include "cc/parallel/grad_reducer.h"
+#include "cc/parallel/grad_reducer_test_model.h"
 #include "testing/cc/grad_reducer_values.h"
 #include "testing/cc/rank_check.h"
 
@@ -20,53 +21,12 @@ namespace {
 
 int rank_ = 0, size_ = 1;
 
-// Gradient element k of parameter p on rank r in iteration it, and its
-// mean over the ranks (testing/cc/grad_reducer_values.h).
-double G(int r, int p, int64_t k, int it) {
-  return testing::GradValue(r, p, k, it);
-}
-double Mean(int p, int64_t k, int it) {
-  return testing::MeanGradValue(p, k, it, size_);
-}
-
-struct Model {
-  std::vector<std::vector<float>> params, grads;
-  std::vector<GradReducer::Parameter> Params() {
-    std::vector<GradReducer::Parameter> out;
-    for (size_t p = 0; p < params.size(); ++p)
-      out.push_back(
-          {TensorRef(params[p].data(), params[p].size(), DataType::kFloat32),
-           absl::StrCat("layer", p, ".weight")});
-    return out;
-  }
-  explicit Model(std::vector<int64_t> sizes) {
-    for (size_t p = 0; p < sizes.size(); ++p) {
-      params.emplace_back(sizes[p], float(rank_ * 100 + p));
-      grads.emplace_back(sizes[p], 0.f);
-    }
-  }
-  void Fill(int it, int p) {
-    for (size_t k = 0; k < grads[p].size(); ++k)
-      grads[p][k] = G(rank_, p, k, it);
-  }
-  TensorRef Grad(int p) {
-    return TensorRef(grads[p].data(), grads[p].size(), DataType::kFloat32);
-  }
-};
-
-void CheckMean(Model& m, int p, int it, double tol, const std::string& what) {
-  for (size_t k = 0; k < m.grads[p].size(); ++k) {
-    const double want = Mean(p, k, it);
-    if (std::abs(m.grads[p][k] - want) > tol * std::max(1.0, std::abs(want))) {
-      testing::Require(false, absl::StrCat(what, ": param ", p, "[", k, "] = ",
-                                           m.grads[p][k], ", want ", want));
-    }
-  }
-}
+// Parameters and gradients on the host.
+using Model = testing::GradReducerTestModel;
 
 void Basics(std::shared_ptr<ProcessGroup> world) {
   // Sizes that make several buckets with tiny caps (first 2 KiB, then 8 KiB).
-  Model m({100, 3000, 7, 1500, 2048, 1});
+  Model m(Device::Cpu(), rank_, {100, 3000, 7, 1500, 2048, 1});
   std::vector<float> buffer(10, float(rank_));
   GradReducer::Options o;
   o.first_bucket_cap_mb = 2048.0 / (1 << 20);
@@ -92,7 +52,8 @@ void Basics(std::shared_ptr<ProcessGroup> world) {
       testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "mark ready");
     }
     testing::RequireOk((*r)->Finalize(), "finalize");
-    for (int p = 0; p < 6; ++p) CheckMean(m, p, it, 1e-6, "basic");
+    for (int p = 0; p < 6; ++p)
+      testing::RequireMeanGrad(m, p, it, size_, 1e-6, "basic");
     if (it == 0) {
       testing::Require((*r)->buckets()[0][0] == 2, "rebuilt in ready order");
     }
@@ -121,7 +82,7 @@ void Basics(std::shared_ptr<ProcessGroup> world) {
 }
 
 void UnusedParameters(std::shared_ptr<ProcessGroup> world) {
-  Model m({50, 60, 70, 80});
+  Model m(Device::Cpu(), rank_, {50, 60, 70, 80});
   // Without find_unused_parameters, a parameter without gradient is an error
   // naming it, on every rank, and the next iteration works.
   {
@@ -142,7 +103,8 @@ void UnusedParameters(std::shared_ptr<ProcessGroup> world) {
       testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready");
     }
     testing::RequireOk((*r)->Finalize(), "finalize after error");
-    for (int p = 0; p < 4; ++p) CheckMean(m, p, 1, 1e-6, "after error");
+    for (int p = 0; p < 4; ++p)
+      testing::RequireMeanGrad(m, p, 1, size_, 1e-6, "after error");
   }
   // With it: parameter 1 unused on rank 0 only (zero contribution there),
   // parameter 3 unused everywhere (its gradient is not touched).
@@ -160,8 +122,8 @@ void UnusedParameters(std::shared_ptr<ProcessGroup> world) {
     testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready");
   }
   testing::RequireOk((*r)->Finalize(), "finalize");
-  CheckMean(m, 0, 0, 1e-6, "used");
-  CheckMean(m, 2, 0, 1e-6, "used");
+  testing::RequireMeanGrad(m, 0, 0, size_, 1e-6, "used");
+  testing::RequireMeanGrad(m, 2, 0, size_, 1e-6, "used");
   testing::Require(m.grads[3][0] == -7.f && !(*r)->globally_used(3),
                    "unused everywhere untouched");
   testing::Require((*r)->globally_used(1) == (size_ > 1),
@@ -170,7 +132,8 @@ void UnusedParameters(std::shared_ptr<ProcessGroup> world) {
   testing::RequireOk(g1.status(), "reduced grad");
   for (int64_t k = 0; k < 60; ++k) {
     double want = 0;
-    for (int q = 1; q < size_; ++q) want += G(q, 1, k, 0) / size_;
+    for (int q = 1; q < size_; ++q)
+      want += testing::GradValue(q, 1, k, 0) / size_;
     testing::Require(std::abs(g1->data<float>()[k] - want) <
                          1e-6 * std::max(1.0, std::abs(want)),
                      "partly unused parameter averages zeros in");
@@ -178,7 +141,7 @@ void UnusedParameters(std::shared_ptr<ProcessGroup> world) {
 }
 
 void NoSyncAndViews(std::shared_ptr<ProcessGroup> world) {
-  Model m({300, 40});
+  Model m(Device::Cpu(), rank_, {300, 40});
   auto r = GradReducer::Create(world, m.Params(), {}, {});
   testing::RequireOk(r.status(), "create");
   // no_sync: two local accumulations, then one synchronized step.
@@ -188,19 +151,21 @@ void NoSyncAndViews(std::shared_ptr<ProcessGroup> world) {
     testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "no-sync ready");
   }
   testing::RequireOk((*r)->Finalize(), "no-sync finalize");
-  testing::Require(m.grads[0][1] == float(G(rank_, 0, 1, 0)),
+  testing::Require(m.grads[0][1] == float(testing::GradValue(rank_, 0, 1, 0)),
                    "no_sync leaves gradients local");
   (*r)->set_require_sync(true);
   for (int p : {1, 0}) {
     for (size_t k = 0; k < m.grads[p].size(); ++k)
-      m.grads[p][k] += G(rank_, p, k, 1);
+      m.grads[p][k] += testing::GradValue(rank_, p, k, 1);
     testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready");
   }
   testing::RequireOk((*r)->Finalize(), "finalize");
   for (int p = 0; p < 2; ++p)
     for (size_t k = 0; k < m.grads[p].size(); ++k)
       testing::Require(
-          std::abs(m.grads[p][k] - (Mean(p, k, 0) + Mean(p, k, 1))) < 1e-5,
+          std::abs(m.grads[p][k] - (testing::MeanGradValue(p, k, 0, size_) +
+                                    testing::MeanGradValue(p, k, 1, size_))) <
+              1e-5,
           "accumulated gradients averaged");
 
   // gradient_as_bucket_view: backward writes into the views; no copies.
@@ -214,7 +179,7 @@ void NoSyncAndViews(std::shared_ptr<ProcessGroup> world) {
       auto view = (*v)->GradView(p);
       testing::RequireOk(view.status(), "view");
       for (int64_t k = 0; k < view->numel(); ++k)
-        view->data<float>()[k] = G(rank_, p, k, it);
+        view->data<float>()[k] = testing::GradValue(rank_, p, k, it);
       testing::RequireOk((*v)->MarkReady(p, *view), "ready view");
     }
     const int64_t gen = (*v)->view_generation();
@@ -223,7 +188,8 @@ void NoSyncAndViews(std::shared_ptr<ProcessGroup> world) {
       auto view = (*v)->GradView(p);
       for (int64_t k = 0; k < view->numel(); ++k) {
         testing::Require(
-            std::abs(view->data<float>()[k] - Mean(p, k, it)) < 1e-6,
+            std::abs(view->data<float>()[k] -
+                     testing::MeanGradValue(p, k, it, size_)) < 1e-6,
             "view averaged");
       }
     }
@@ -235,28 +201,17 @@ void NoSyncAndViews(std::shared_ptr<ProcessGroup> world) {
 
 void Hooks(std::shared_ptr<ProcessGroup> world) {
   for (CommHook hook : {CommHook::kFp16Compress, CommHook::kBf16Compress}) {
-    Model m({257, 33});
-    GradReducer::Options o;
-    o.comm_hook = hook;
-    auto r = GradReducer::Create(world, m.Params(), {}, o);
-    testing::RequireOk(r.status(), "create hook");
-    for (int p : {1, 0}) {
-      m.Fill(0, p);
-      testing::RequireOk((*r)->MarkReady(p, m.Grad(p)), "ready");
-    }
-    testing::RequireOk((*r)->Finalize(), "finalize hook");
+    Model m(Device::Cpu(), rank_, {257, 33});
+    testing::RequireHookAverages(world, m, hook, size_, "");
     for (int p = 0; p < 2; ++p) {
       for (size_t k = 0; k < m.grads[p].size(); ++k) {
-        // Each rank's value rounded to the compressed type and divided there.
-        const double want =
-            testing::CompressedMeanGradValue(hook, p, k, 0, size_);
-        const double tol = testing::CompressedTolerance(hook, want, size_);
+        const double tol = testing::CompressedTolerance(
+            hook, testing::CompressedMeanGradValue(hook, p, k, 0, size_),
+            size_);
         testing::Require(
-            std::abs(m.grads[p][k] - want) <= tol,
-            absl::StrCat(testing::CompressedTypeName(hook),
-                         " hook: ", m.grads[p][k], " want ", want));
-        testing::Require(std::abs(m.grads[p][k] - Mean(p, k, 0)) <= 4 * tol,
-                         "hook close to the mean");
+            std::abs(m.grads[p][k] - testing::MeanGradValue(p, k, 0, size_)) <=
+                4 * tol,
+            "hook close to the mean");
       }
     }
   }

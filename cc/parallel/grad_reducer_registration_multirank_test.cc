@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "cc/core/device_staging.h"
 #include "cc/dist_api/dist.h"
+#include "cc/parallel/devices_job_test_util.h"
 #include "cc/parallel/grad_reducer.h"
 #include "testing/cc/devices_job.h"
 #include "testing/cc/extension_device.h"
@@ -285,23 +285,22 @@ void ConstructionCost(std::shared_ptr<ProcessGroup> world) {
   }
 }
 
+// The checks on the job's backend.
+void RunChecks(const testing::DevicesJob& job) {
+  rank_ = job.rank;
+  size_ = job.size;
+  last_ = size_ - 1;
+  device_ = job.device;
+  if (size_ > 1) Mismatches(job.world);
+  Agreeing(job.world, /*flat_on_last=*/false);
+  Agreeing(job.world, /*flat_on_last=*/true);
+  ConstructionCost(job.world);
+}
+
 }  // namespace
 }  // namespace distkit
 
 int main(int argc, char** argv) {
-  using namespace distkit;
-  std::optional<testing::DevicesJob> job = testing::JoinDevicesJob(argc, argv);
-  if (!job) return 2;
-  rank_ = job->rank;
-  size_ = job->size;
-  last_ = size_ - 1;
-  device_ = job->device;
-  if (size_ > 1) Mismatches(job->world);
-  Agreeing(job->world, /*flat_on_last=*/false);
-  Agreeing(job->world, /*flat_on_last=*/true);
-  ConstructionCost(job->world);
-  testing::RequireOk(dist::Barrier(), "barrier");
-  dist::DestroyDist();
-  return testing::FinishChecks(
-      absl::StrCat("GradReducer registration check (", job->backend, ")"));
+  return distkit::testing::RunDevicesJob(
+      argc, argv, "GradReducer registration check", distkit::RunChecks);
 }

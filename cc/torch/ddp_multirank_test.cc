@@ -29,6 +29,8 @@
 #include "absl/strings/str_cat.h"
 #include "cc/dist_api/dist.h"
 #include "cc/torch/distributed_data_parallel.h"
+#include "cc/torch/seed_parameters_test_util.h"
+#include "cc/torch/torch_job_test_util.h"
 #include "cc/torch/train_step.h"
 #include "testing/cc/rank_check.h"
 
@@ -73,15 +75,7 @@ struct NetImpl : torch::nn::Module {
 
 // Parameter i: 0.3 sin(0.37 k + i), plus the rank off rank 0 (DDP must
 // replace it with rank 0's values).
-void Init(torch::nn::Module& m) {
-  torch::NoGradGuard no_grad;
-  int i = 0;
-  for (auto& p : m.parameters()) {
-    auto v = 0.3 *
-             torch::sin(torch::arange(p.numel(), torch::kFloat32) * 0.37 + i++);
-    p.copy_(v.reshape(p.sizes()) + rank_);
-  }
-}
+void Init(torch::nn::Module& m) { distkit::testing::SeedParameters(m, rank_); }
 
 torch::Tensor Input(int step, int micro) {
   return torch::sin(torch::arange(48, torch::kFloat32).reshape({6, 8}) * 0.3 +
@@ -389,10 +383,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: ddp_multirank_test OUT_DIR\n");
     return 2;
   }
-  distkit::testing::RequireOk(distkit::dist::InitDist("pytorch"), "init");
-  rank_ = distkit::dist::GetRank();
-  distkit::testing::SetCheckRank(rank_);
-  torch::set_num_threads(1);
+  rank_ = distkit::testing::JoinTorchJob().rank;
   for (const char* mode : {"plain", "find_unused", "no_sync", "unused_no_sync",
                            "bucket_view", "bn", "fp16", "separate"}) {
     Train(mode, argv[1]);
@@ -402,9 +393,7 @@ int main(int argc, char** argv) {
   MultiLoss(false);
   MultiLoss(true);
   DestroyedBeforeBackward();
-  distkit::testing::RequireOk(distkit::dist::Barrier(), "barrier");
-  distkit::dist::DestroyDist();
   // Check's failures count (BackwardThrows checks with it).
-  return distkit::testing::FinishChecks(
+  return distkit::testing::LeaveTorchJob(
       absl::StrCat("rank ", rank_, ": trained every mode"));
 }

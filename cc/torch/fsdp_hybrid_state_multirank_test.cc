@@ -7,12 +7,10 @@
 // and the rest of its node waited in the next unit's gather); rank 0's dict
 // loads into every replica (LoadFullStateDict rank0_only), and the
 // rank-0-only optimizer state is rank 0's alone.
-#include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim.h>
 
-#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -21,27 +19,19 @@
 #include "cc/dist_api/dist.h"
 #include "cc/torch/fsdp_optim_state.h"
 #include "cc/torch/fully_sharded_data_parallel.h"
+#include "cc/torch/seed_parameters_test_util.h"
+#include "cc/torch/token_task_test_util.h"
+#include "cc/torch/torch_job_test_util.h"
 #include "cc/torch/train_step.h"
 #include "testing/cc/rank_check.h"
 #include "testing/cc/state_dict_checks.h"
 
+namespace distkit {
+namespace testing {
 namespace {
 
-using distkit::FsdpOptions;
-using distkit::FullyShardedDataParallel;
-using distkit::ShardingStrategy;
-using distkit::testing::Check;
-using distkit::testing::CheckClose;
-using distkit::testing::CheckOk;
-using distkit::testing::Equal;
-using distkit::testing::ParametersOf;
-using distkit::testing::Require;
-using distkit::testing::RequireOk;
-using distkit::testing::StateDict;
-
-int rank_ = 0;
-int world_ = 1;
-constexpr int kVocab = 11, kDim = 8, kBatch = 3, kSeq = 4, kSteps = 3;
+TorchJob job_;
+constexpr int kDim = 8, kSteps = 3;
 // Far below the group timeout a hang would wait for.
 constexpr double kPromptSeconds = 20;
 
@@ -79,25 +69,8 @@ TORCH_MODULE(Net);
 
 Net MakeNet() {
   Net net;
-  torch::NoGradGuard no_grad;
-  int i = 0;
-  for (auto& p : net->parameters()) {
-    auto v = 0.3 *
-             torch::sin(torch::arange(p.numel(), torch::kFloat32) * 0.37 + i++);
-    p.copy_(v.reshape(p.sizes()));
-  }
+  SeedParameters(*net);
   return net;
-}
-
-torch::Tensor Tokens(int rank, int step) {
-  return (torch::arange(kBatch * kSeq, torch::kLong).reshape({kBatch, kSeq}) *
-              7 +
-          rank * 3 + step * 5) %
-         kVocab;
-}
-torch::Tensor Loss(torch::Tensor logits, torch::Tensor tokens) {
-  return torch::nn::functional::cross_entropy(
-      logits.reshape({-1, kVocab}), ((tokens * 2 + 1) % kVocab).reshape({-1}));
 }
 
 // Single-process training on every rank's batch at once.
@@ -107,10 +80,7 @@ StateDict Reference() {
                         torch::optim::SGDOptions(0.1).momentum(0.9));
   for (int step = 0; step < kSteps; ++step) {
     opt.zero_grad();
-    std::vector<torch::Tensor> tokens;
-    for (int r = 0; r < world_; ++r) tokens.push_back(Tokens(r, step));
-    torch::Tensor all = torch::cat(tokens);
-    Loss(net->forward(all), all).backward();
+    GlobalLoss(net, job_.world, step).backward();
     opt.step();
   }
   return ParametersOf(*net);
@@ -137,11 +107,7 @@ void Hybrid(ShardingStrategy strategy,
                         torch::optim::SGDOptions(0.1).momentum(0.9));
   for (int step = 0; step < kSteps; ++step) {
     RequireOk(distkit::TrainStep(**fsdp, opt,
-                                 [&] {
-                                   return Loss(
-                                       net->forward(Tokens(rank_, step)),
-                                       Tokens(rank_, step));
-                                 })
+                                 [&] { return RankLoss(net, job_.rank, step); })
                   .status(),
               name + ": train step");
   }
@@ -154,25 +120,22 @@ void Hybrid(ShardingStrategy strategy,
   auto full = (*fsdp)->FullStateDict();
   RequireOk(full.status(), name + ": FullStateDict");
   CheckClose(*full, Reference(), 1e-5, name + ": vs single process");
-  if (rank_ == 0) {
+  if (job_.rank == 0) {
     Check(Equal(*only0, *full),
           name + ": rank 0's rank0_only dict equals the full one");
   } else {
     Check(only0->is_empty(),
-          absl::StrCat(name, ": rank ", rank_, " got ", only0->size(),
+          absl::StrCat(name, ": rank ", job_.rank, " got ", only0->size(),
                        " tensors under rank0_only"));
   }
 
   // Rank 0's dict loads into every replica.
   RequireOk(distkit::TrainStep(**fsdp, opt,
-                               [&] {
-                                 return Loss(net->forward(Tokens(rank_, 9)),
-                                             Tokens(rank_, 9));
-                               })
+                               [&] { return RankLoss(net, job_.rank, 9); })
                 .status(),
             name + ": one more step");
   Check(!Equal(*(*fsdp)->FullStateDict(), *full), name + ": the step changed");
-  CheckOk((*fsdp)->LoadFullStateDict(rank_ == 0 ? *only0 : StateDict(),
+  CheckOk((*fsdp)->LoadFullStateDict(job_.rank == 0 ? *only0 : StateDict(),
                                      /*rank0_only=*/true),
           name + ": load rank 0's dict");
   Check(Equal(*(*fsdp)->FullStateDict(), *full),
@@ -182,22 +145,17 @@ void Hybrid(ShardingStrategy strategy,
   RequireOk(osd.status(), name + ": FullOptimStateDict(rank0_only)");
   auto all = distkit::FullOptimStateDict(**fsdp, opt);
   RequireOk(all.status(), name + ": FullOptimStateDict");
-  Check(rank_ == 0 ? Equal(*osd, *all) && !all->is_empty() : osd->is_empty(),
-        name + ": rank0_only optimizer state");
+  Check(
+      job_.rank == 0 ? Equal(*osd, *all) && !all->is_empty() : osd->is_empty(),
+      name + ": rank0_only optimizer state");
 }
 
-}  // namespace
-
-int main() {
-  RequireOk(distkit::dist::InitDist("pytorch"), "init");
-  rank_ = distkit::dist::GetRank();
-  world_ = distkit::dist::GetWorldSize();
-  distkit::testing::SetCheckRank(rank_);
-  torch::set_num_threads(1);
-  Require(world_ % 2 == 0, "an even world (2 nodes)");
+int Main() {
+  job_ = JoinTorchJob();
+  Require(job_.world % 2 == 0, "an even world (2 nodes)");
   // 2 "nodes" of world / 2 ranks: shard inside {0..n-1} / {n..2n-1},
   // replicate over {i, n + i}.
-  const int local = world_ / 2;
+  const int local = job_.world / 2;
   auto world = distkit::dist::GetDefaultGroup();
   std::shared_ptr<distkit::ProcessGroup> node, replicas;
   for (int n = 0; n < 2; ++n) {  // collective: every rank makes each group
@@ -205,20 +163,23 @@ int main() {
     for (int i = 0; i < local; ++i) ranks.push_back(n * local + i);
     auto g = world->NewGroup(ranks);
     RequireOk(g.status(), "node group");
-    if (rank_ / local == n) node = *g;
+    if (job_.rank / local == n) node = *g;
   }
   for (int i = 0; i < local; ++i) {
     auto g = world->NewGroup({i, local + i});
     RequireOk(g.status(), "replicate group");
-    if (rank_ % local == i) replicas = *g;
+    if (job_.rank % local == i) replicas = *g;
   }
   for (ShardingStrategy strategy :
        {ShardingStrategy::kHybridShard, ShardingStrategy::kHybridShardZero2}) {
     Hybrid(strategy, node, replicas);
   }
-  RequireOk(distkit::dist::Barrier(), "barrier");
-  const int status = distkit::testing::FinishChecks(
-      absl::StrCat("LibTorch FSDP hybrid state dicts, world size ", world_));
-  distkit::dist::DestroyDist();
-  return status;
+  return LeaveTorchJob(absl::StrCat(
+      "LibTorch FSDP hybrid state dicts, world size ", job_.world));
 }
+
+}  // namespace
+}  // namespace testing
+}  // namespace distkit
+
+int main() { return distkit::testing::Main(); }

@@ -9,7 +9,6 @@
 // torch::nn::utils::clip_grad_norm_ alone. With "--xlang-save DIR" or
 // "--xlang-load DIR" it is the C++ side of the cross-language sharded
 // checkpoint test (testing/mixed/fsdp_checkpoint_xlang_test.sh).
-#include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
@@ -33,26 +32,19 @@
 #include "cc/torch/distributed_data_parallel.h"
 #include "cc/torch/fsdp_optim_state.h"
 #include "cc/torch/fully_sharded_data_parallel.h"
+#include "cc/torch/seed_parameters_test_util.h"
+#include "cc/torch/token_task_test_util.h"
+#include "cc/torch/torch_job_test_util.h"
 #include "cc/torch/train_step.h"
 #include "testing/cc/rank_check.h"
 #include "testing/cc/state_dict_checks.h"
 
+namespace distkit {
+namespace testing {
 namespace {
 
-using distkit::FsdpOptions;
-using distkit::FullyShardedDataParallel;
-using distkit::ShardingStrategy;
-using distkit::testing::Check;
-using distkit::testing::CheckClose;
-using distkit::testing::CheckOk;
-using distkit::testing::Equal;
-using distkit::testing::Require;
-using distkit::testing::RequireOk;
-using distkit::testing::StateDict;
-
-int rank_ = 0;
-int world_ = 1;
-constexpr int kVocab = 11, kDim = 8, kBatch = 3, kSeq = 4;
+TorchJob job_;
+constexpr int kDim = 8;
 
 struct BlockImpl : torch::nn::Module {
   explicit BlockImpl(int width) {
@@ -102,28 +94,8 @@ TORCH_MODULE(Net);
 // sync_module_states must replace it with rank 0's values).
 Net MakeNet(int blocks = 3, bool routed = true, bool skew = false) {
   Net net(blocks, routed);
-  torch::NoGradGuard no_grad;
-  int i = 0;
-  for (auto& p : net->parameters()) {
-    auto v = 0.3 *
-             torch::sin(torch::arange(p.numel(), torch::kFloat32) * 0.37 + i++);
-    p.copy_(v.reshape(p.sizes()) + (skew ? rank_ : 0));
-  }
+  SeedParameters(*net, skew ? job_.rank : 0);
   return net;
-}
-
-torch::Tensor Tokens(int rank, int step, int micro) {
-  return (torch::arange(kBatch * kSeq, torch::kLong).reshape({kBatch, kSeq}) *
-              7 +
-          rank * 3 + step * 5 + micro) %
-         kVocab;
-}
-torch::Tensor Targets(int rank, int step, int micro) {
-  return (Tokens(rank, step, micro) * 2 + 1) % kVocab;
-}
-torch::Tensor Loss(torch::Tensor logits, torch::Tensor targets) {
-  return torch::nn::functional::cross_entropy(
-      logits.to(torch::kFloat).reshape({-1, kVocab}), targets.reshape({-1}));
 }
 
 enum class Optim { kSgd, kAdam };
@@ -137,15 +109,6 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(
       params, torch::optim::SGDOptions(0.1).momentum(0.9));
 }
 
-torch::OrderedDict<std::string, torch::Tensor> ParametersOf(
-    torch::nn::Module& m) {
-  torch::OrderedDict<std::string, torch::Tensor> state;
-  for (const auto& p : m.named_parameters()) {
-    state.insert(p.key(), p.value().detach().clone());
-  }
-  return state;
-}
-
 // Single-process training on every rank's batch at once (micro-batches
 // summed, as gradient accumulation does); `after_step` runs after each
 // step's optimizer step.
@@ -157,12 +120,7 @@ torch::OrderedDict<std::string, torch::Tensor> Reference(
   for (int step = 0; step < 5; ++step) {
     opt->zero_grad();
     for (int micro = 0; micro < micros; ++micro) {
-      std::vector<torch::Tensor> tokens, targets;
-      for (int r = 0; r < world_; ++r) {
-        tokens.push_back(Tokens(r, step, micro));
-        targets.push_back(Targets(r, step, micro));
-      }
-      Loss(net->forward(torch::cat(tokens)), torch::cat(targets)).backward();
+      GlobalLoss(net, job_.world, step, micro).backward();
     }
     opt->step();
     if (after_step) after_step(step, net);
@@ -178,9 +136,7 @@ torch::OrderedDict<std::string, torch::Tensor> Ddp(Optim o) {
   auto opt = MakeOptimizer(o, net->parameters());
   for (int step = 0; step < 5; ++step) {
     opt->zero_grad();
-    RequireOk((*ddp)->Backward(Loss(net->forward(Tokens(rank_, step, 0)),
-                                    Targets(rank_, step, 0))),
-              "ddp backward");
+    RequireOk((*ddp)->Backward(RankLoss(net, job_.rank, step)), "ddp backward");
     opt->step();
   }
   return ParametersOf(*net);
@@ -195,6 +151,13 @@ struct Mode {
   Optim optim = Optim::kSgd;
   double tolerance = 1e-5;
 };
+
+// A mode with a unit per block (and the root), as most checks wrap.
+Mode BlocksMode(std::string name) {
+  Mode mode{std::move(name)};
+  mode.options.auto_wrap_policy = distkit::ModuleTypePolicy({"BlockImpl"});
+  return mode;
+}
 
 std::shared_ptr<FullyShardedDataParallel> Wrap(Net net, const Mode& mode) {
   if (mode.composable) {
@@ -216,12 +179,8 @@ void TrainSteps(FullyShardedDataParallel& fsdp, Net& net,
                 const std::string& what) {
   for (int step = first; step < first + steps; ++step) {
     if (micros == 1) {
-      RequireOk(distkit::TrainStep(fsdp, opt,
-                                   [&] {
-                                     return Loss(
-                                         net->forward(Tokens(rank_, step, 0)),
-                                         Targets(rank_, step, 0));
-                                   })
+      RequireOk(distkit::TrainStep(
+                    fsdp, opt, [&] { return RankLoss(net, job_.rank, step); })
                     .status(),
                 what + ": train step");
       continue;
@@ -230,8 +189,7 @@ void TrainSteps(FullyShardedDataParallel& fsdp, Net& net,
     for (int micro = 0; micro < micros; ++micro) {
       auto run = [&] {
         RequireOk(fsdp.BeforeForward(), what + ": before forward");
-        RequireOk(fsdp.Backward(Loss(net->forward(Tokens(rank_, step, micro)),
-                                     Targets(rank_, step, micro))),
+        RequireOk(fsdp.Backward(RankLoss(net, job_.rank, step, micro)),
                   what + ": backward");
       };
       if (micro + 1 < micros) {
@@ -247,7 +205,7 @@ void TrainSteps(FullyShardedDataParallel& fsdp, Net& net,
 
 void TrainAndCompare(const Mode& mode) {
   if (std::getenv("FSDP_CHECK_VERBOSE"))
-    std::fprintf(stderr, "rank %d: mode %s\n", rank_, mode.name.c_str());
+    std::fprintf(stderr, "rank %d: mode %s\n", job_.rank, mode.name.c_str());
   Net net = MakeNet(3, mode.routed, mode.options.sync_module_states);
   auto fsdp = Wrap(net, mode);
   auto opt = MakeOptimizer(mode.optim, net->parameters());
@@ -271,16 +229,6 @@ void TrainAndCompare(const Mode& mode) {
   if (mode.micros == 1 && mode.tolerance <= 1e-5) {
     CheckClose(*state, Ddp(mode.optim), mode.tolerance, mode.name + " vs DDP");
   }
-}
-
-std::string Dir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/fsdp_", name);
-  if (rank_ == 0) {
-    Require(std::system(("mkdir -p " + dir).c_str()) == 0, "mkdir " + dir);
-  }
-  RequireOk(distkit::dist::Barrier(), "barrier");
-  return dir;
 }
 
 // A job of another size: `net` sharded over world ranks {0, 1} (collective
@@ -309,8 +257,7 @@ StateDict WithoutSteps(const StateDict& dict) {
 // SGD's momentum in full: one buffer per parameter, no step; it loads
 // back into a fresh SGD unchanged.
 void SgdMomentumState() {
-  Mode mode{"sgd_state"};
-  mode.options.auto_wrap_policy = distkit::ModuleTypePolicy({"BlockImpl"});
+  Mode mode = BlocksMode("sgd_state");
   Net net = MakeNet();
   auto fsdp = Wrap(net, mode);
   auto opt = MakeOptimizer(Optim::kSgd, net->parameters());
@@ -347,12 +294,7 @@ void OptimState() {
   auto alone_opt = MakeOptimizer(Optim::kAdam, alone->parameters());
   auto step_alone = [&](int step) {
     alone_opt->zero_grad();
-    std::vector<torch::Tensor> tokens, targets;
-    for (int r = 0; r < world_; ++r) {
-      tokens.push_back(Tokens(r, step, 0));
-      targets.push_back(Targets(r, step, 0));
-    }
-    Loss(alone->forward(torch::cat(tokens)), torch::cat(targets)).backward();
+    GlobalLoss(alone, job_.world, step).backward();
     alone_opt->step();
   };
   for (int step = 0; step < 3; ++step) step_alone(step);
@@ -368,8 +310,7 @@ void OptimState() {
   for (int step = 3; step < 5; ++step) step_alone(step);
   const StateDict final_alone = ParametersOf(*alone);
 
-  Mode mode{"optim_state"};
-  mode.options.auto_wrap_policy = distkit::ModuleTypePolicy({"BlockImpl"});
+  Mode mode = BlocksMode("optim_state");
   Net net = MakeNet();
   auto fsdp = Wrap(net, mode);
   auto opt = MakeOptimizer(Optim::kAdam, net->parameters());
@@ -388,7 +329,7 @@ void OptimState() {
   Check(steps_equal, "every parameter's step is 3");
   auto only0 = distkit::FullOptimStateDict(*fsdp, *opt, /*rank0_only=*/true);
   RequireOk(only0.status(), "rank0_only optimizer state");
-  Check(rank_ == 0 ? only0->size() == osd->size() : only0->is_empty(),
+  Check(job_.rank == 0 ? only0->size() == osd->size() : only0->is_empty(),
         "rank0_only optimizer state");
   auto full = fsdp->FullStateDict();
   RequireOk(full.status(), "full state dict");
@@ -423,12 +364,12 @@ void OptimState() {
     }
   }
 
-  if (world_ >= 3) {
+  if (job_.world >= 3) {
     Net small = MakeNet();
     if (auto two = TwoRankFsdp(small, mode.options)) {
       auto opt2 = MakeOptimizer(Optim::kAdam, small->parameters());
       CheckOk(distkit::LoadFullOptimStateDict(*two, *opt2, *osd),
-              absl::StrCat("2 ranks load the optimizer state of ", world_));
+              absl::StrCat("2 ranks load the optimizer state of ", job_.world));
       auto back = distkit::FullOptimStateDict(*two, *opt2);
       RequireOk(back.status(), "2-rank FullOptimStateDict");
       bool same = back->size() == osd->size();
@@ -436,7 +377,7 @@ void OptimState() {
         const torch::Tensor* t = back->find(item.key());
         same &= t != nullptr && torch::equal(*t, item.value());
       }
-      Check(same, absl::StrCat("optimizer state of ", world_,
+      Check(same, absl::StrCat("optimizer state of ", job_.world,
                                " ranks through 2 ranks is unchanged"));
     }
   }
@@ -488,6 +429,13 @@ struct ShiftNetImpl : torch::nn::Module {
 };
 TORCH_MODULE(ShiftNet);
 
+// `t` is there, held in `dtype`, with `want`'s values.
+bool ValuesIn(const torch::Tensor* t, torch::ScalarType dtype,
+              const torch::Tensor& want) {
+  return t != nullptr && t->scalar_type() == dtype &&
+         torch::equal(*t, want.to(dtype));
+}
+
 // buffer_dtype: the buffer lives in it; state dicts and sharded checkpoints
 // give it in its own dtype, and loads convert back.
 void BufferDtype() {
@@ -498,30 +446,26 @@ void BufferDtype() {
   auto fsdp = FullyShardedDataParallel::Create(net.ptr(), options);
   RequireOk(fsdp.status(), "buffer_dtype: create");
   const torch::Tensor want = ShiftNetImpl::ShiftValues();
-  Check(net->shift.scalar_type() == torch::kDouble &&
-            torch::equal(net->shift, want.to(torch::kDouble)),
+  Check(ValuesIn(&net->shift, torch::kDouble, want),
         "buffer_dtype: the buffer lives in float64");
   auto state = (*fsdp)->FullStateDict();
   RequireOk(state.status(), "buffer_dtype: state");
   const torch::Tensor* saved = state->find("shift");
-  Check(saved != nullptr && saved->scalar_type() == torch::kFloat &&
-            torch::equal(*saved, want),
+  Check(ValuesIn(saved, torch::kFloat, want),
         "buffer_dtype: the state dict gives the buffer in float32");
   auto changed = *state;
   changed["shift"] = want * 2;
   RequireOk((*fsdp)->LoadFullStateDict(changed), "buffer_dtype: load");
-  Check(net->shift.scalar_type() == torch::kDouble &&
-            torch::equal(net->shift, (want * 2).to(torch::kDouble)),
+  Check(ValuesIn(&net->shift, torch::kDouble, want * 2),
         "buffer_dtype: a float32 state dict loads into the float64 buffer");
-  const std::string dir = Dir("buffer_dtype");
+  const std::string dir = SharedScratchDir("fsdp_buffer_dtype");
   RequireOk((*fsdp)->SaveShardedCheckpoint(dir), "buffer_dtype: save");
   {
     torch::NoGradGuard no_grad;
     net->shift.zero_();
   }
   RequireOk((*fsdp)->LoadShardedCheckpoint(dir), "buffer_dtype: load sharded");
-  Check(net->shift.scalar_type() == torch::kDouble &&
-            torch::equal(net->shift, (want * 2).to(torch::kDouble)),
+  Check(ValuesIn(&net->shift, torch::kDouble, want * 2),
         "buffer_dtype: the sharded checkpoint round trip");
 
   // Composable: the inner FullyShard casts its buffer; the outer one, which
@@ -537,8 +481,7 @@ void BufferDtype() {
   auto nested = (*root)->FullStateDict();
   RequireOk(nested.status(), "buffer_dtype: nested state");
   const torch::Tensor* inner_shift = nested->find("inner.shift");
-  Check(inner_shift != nullptr && inner_shift->scalar_type() == torch::kFloat &&
-            torch::equal(*inner_shift, want),
+  Check(ValuesIn(inner_shift, torch::kFloat, want),
         "buffer_dtype: the adopted unit's buffer in its own dtype");
 }
 
@@ -549,8 +492,7 @@ void BufferDtype() {
 // of the shards before the next forward (an optimizer step, here +0.25 on
 // every parameter) is what training goes on with.
 void ForwardThrows() {
-  Mode mode{"forward_throws"};
-  mode.options.auto_wrap_policy = distkit::ModuleTypePolicy({"BlockImpl"});
+  Mode mode = BlocksMode("forward_throws");
   mode.options.forward_prefetch = true;
   Net net = MakeNet();
   auto fsdp = Wrap(net, mode);
@@ -562,7 +504,7 @@ void ForwardThrows() {
   // Block 0's forward, then block 1's unit gathered (block 2's prefetched)
   // and its forward throws.
   auto failing_forward = [&]() -> torch::Tensor {
-    torch::Tensor x = net->embed->forward(Tokens(rank_, 9, 0));
+    torch::Tensor x = net->embed->forward(Tokens(job_.rank, 9, 0));
     x = distkit::UnitForward(*net->layers[0],
                              [&] { return net->layers[0]->forward(x); });
     return distkit::UnitForward(*net->layers[1], []() -> torch::Tensor {
@@ -607,8 +549,7 @@ void ForwardThrows() {
 }
 
 void StateAndErrors() {
-  Mode mode{"state"};
-  mode.options.auto_wrap_policy = distkit::ModuleTypePolicy({"BlockImpl"});
+  Mode mode = BlocksMode("state");
   mode.options.forward_prefetch = true;
   Net net = MakeNet();
   auto fsdp = Wrap(net, mode);
@@ -655,18 +596,18 @@ void StateAndErrors() {
     }
   }
   // + padding: each flat buffer rounds up to a multiple of N elements.
-  const double bound = 2.0 * total_bytes / world_ + 2.0 * root + 4.0 * largest +
-                       2 * 4 * world_ * fsdp->num_units();
+  const double bound = 2.0 * total_bytes / job_.world + 2.0 * root +
+                       4.0 * largest + 2 * 4 * job_.world * fsdp->num_units();
   if (std::getenv("FSDP_CHECK_VERBOSE")) {
     std::fprintf(stderr, "rank %d: peak %zu bytes, bound %.0f, model %zu\n",
-                 rank_, fsdp->peak_held_bytes(), bound, total_bytes);
+                 job_.rank, fsdp->peak_held_bytes(), bound, total_bytes);
   }
   Check(
       fsdp->peak_held_bytes() <= bound,
       absl::StrCat("peak ", fsdp->peak_held_bytes(), " bytes > bound ", bound));
   // Below DDP's parameters and gradients once the shards are small enough
   // for this model's few large units to matter less (3+ ranks).
-  Check(world_ < 3 || fsdp->peak_held_bytes() < 2 * total_bytes,
+  Check(job_.world < 3 || fsdp->peak_held_bytes() < 2 * total_bytes,
         absl::StrCat("peak ", fsdp->peak_held_bytes(),
                      " bytes, not below DDP's parameters and gradients"));
 
@@ -684,7 +625,7 @@ void StateAndErrors() {
       if (timeline[b].unit == timeline[a].unit) break;
     }
   }
-  Check(overlapped || world_ == 1,
+  Check(overlapped || job_.world == 1,
         "no gather overlapped another unit's compute");
 
   // Full state dict: rank0_only, round trip, from rank 0.
@@ -692,32 +633,33 @@ void StateAndErrors() {
   RequireOk(full.status(), "full state dict");
   auto only0 = fsdp->FullStateDict(/*rank0_only=*/true);
   RequireOk(only0.status(), "rank0_only state dict");
-  Check(rank_ == 0 ? Equal(*only0, *full) : only0->is_empty(), "rank0_only");
+  Check(job_.rank == 0 ? Equal(*only0, *full) : only0->is_empty(),
+        "rank0_only");
   TrainSteps(*fsdp, net, *opt, 3, 1, 1, "state");
   Check(!Equal(*fsdp->FullStateDict(), *full), "training changed nothing");
   CheckOk(fsdp->LoadFullStateDict(*full), "load full state dict");
   Check(Equal(*fsdp->FullStateDict(), *full), "full state dict round trip");
   TrainSteps(*fsdp, net, *opt, 3, 1, 1, "state");
   const torch::OrderedDict<std::string, torch::Tensor> nothing;
-  CheckOk(fsdp->LoadFullStateDict(rank_ == 0 ? *full : nothing,
+  CheckOk(fsdp->LoadFullStateDict(job_.rank == 0 ? *full : nothing,
                                   /*rank0_only=*/true),
           "load rank 0's state dict");
   Check(Equal(*fsdp->FullStateDict(), *full), "rank0_only round trip");
 
   // Sharded checkpoint: round trip, and a 2-rank job loads a bigger job's.
-  const std::string dir = Dir("sharded");
+  const std::string dir = SharedScratchDir("fsdp_sharded");
   CheckOk(fsdp->SaveShardedCheckpoint(dir), "save sharded");
   TrainSteps(*fsdp, net, *opt, 3, 1, 1, "state");
   CheckOk(fsdp->LoadShardedCheckpoint(dir), "load sharded");
   Check(Equal(*fsdp->FullStateDict(), *full), "sharded checkpoint round trip");
-  if (world_ >= 3) {
+  if (job_.world >= 3) {
     Net small = MakeNet();
     if (auto two = TwoRankFsdp(small, mode.options)) {
       CheckOk(two->LoadShardedCheckpoint(dir),
-              absl::StrCat("2 ranks load a checkpoint of ", world_));
+              absl::StrCat("2 ranks load a checkpoint of ", job_.world));
       auto loaded = two->FullStateDict();
       Check(loaded.ok() && Equal(*loaded, *full),
-            absl::StrCat("a checkpoint of ", world_, " ranks loaded by 2"));
+            absl::StrCat("a checkpoint of ", job_.world, " ranks loaded by 2"));
     }
   }
 
@@ -730,7 +672,7 @@ void StateAndErrors() {
                 std::string::npos,
         "extra key: " + s.ToString());
   auto missing = *full;
-  if (rank_ == world_ - 1) missing.erase("head.bias");
+  if (job_.rank == job_.world - 1) missing.erase("head.bias");
   s = fsdp->LoadFullStateDict(missing);
   Check(absl::IsInvalidArgument(s),
         "a rank without head.bias: " + s.ToString());
@@ -752,17 +694,17 @@ void StateAndErrors() {
   }
   // Units that differ across ranks: refused on every rank, nothing sharded.
   {
-    Net odd = MakeNet(rank_ == world_ - 1 && world_ > 1 ? 2 : 3);
+    Net odd = MakeNet(job_.rank == job_.world - 1 && job_.world > 1 ? 2 : 3);
     std::vector<int64_t> before;
     for (const auto& p : odd->parameters()) before.push_back(p.numel());
     auto bad = FullyShardedDataParallel::Create(odd.ptr(), mode.options);
-    if (world_ > 1) {
+    if (job_.world > 1) {
       Check(absl::IsInvalidArgument(bad.status()),
             "a model that differs across ranks: " + bad.status().ToString());
     }
     std::vector<int64_t> after;
     for (const auto& p : odd->parameters()) after.push_back(p.numel());
-    Check(world_ == 1 || before == after, "a refused model was sharded");
+    Check(job_.world == 1 || before == after, "a refused model was sharded");
   }
   s = fsdp->BeforeForward();
   CheckOk(s, "before forward");
@@ -784,12 +726,7 @@ StateDict ReferenceClipped(int steps, double max_norm, double norm_type,
   auto opt = MakeOptimizer(Optim::kSgd, net->parameters());
   for (int step = 0; step < steps; ++step) {
     opt->zero_grad();
-    std::vector<torch::Tensor> tokens, targets;
-    for (int r = 0; r < world_; ++r) {
-      tokens.push_back(Tokens(r, step, 0));
-      targets.push_back(Targets(r, step, 0));
-    }
-    Loss(net->forward(torch::cat(tokens)), torch::cat(targets)).backward();
+    GlobalLoss(net, job_.world, step).backward();
     norms->push_back(torch::nn::utils::clip_grad_norm_(net->parameters(),
                                                        max_norm, norm_type));
     opt->step();
@@ -814,8 +751,7 @@ void TrainClipped(const std::string& name, FsdpOptions options,
   for (int step = 0; step < kSteps; ++step) {
     opt->zero_grad();
     RequireOk((*fsdp)->BeforeForward(), what + ": before forward");
-    RequireOk((*fsdp)->Backward(Loss(net->forward(Tokens(rank_, step, 0)),
-                                     Targets(rank_, step, 0))),
+    RequireOk((*fsdp)->Backward(RankLoss(net, job_.rank, step)),
               what + ": backward");
     auto norm = (*fsdp)->ClipGradNorm(max_norm, norm_type);
     RequireOk(norm.status(), what + ": ClipGradNorm");
@@ -844,10 +780,10 @@ void Clipping() {
   const auto blocks = distkit::ModuleTypePolicy({"BlockImpl"});
   auto world = distkit::dist::GetDefaultGroup();
   std::shared_ptr<distkit::ProcessGroup> alone;
-  for (int r = 0; r < world_; ++r) {  // collective: every rank makes each
+  for (int r = 0; r < job_.world; ++r) {  // collective: every rank makes each
     auto g = world->NewGroup({r});
     RequireOk(g.status(), "replica group");
-    if (r == rank_) alone = *g;
+    if (r == job_.rank) alone = *g;
   }
   for (ShardingStrategy strategy :
        {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
@@ -881,10 +817,9 @@ void Clipping() {
   // rank, for the infinity norm too (as torch's clip_grad_norm_ gives).
   for (double norm_type : {std::numeric_limits<double>::infinity(), 2.0}) {
     RequireOk((*fsdp)->BeforeForward(), "clip nan: before forward");
-    RequireOk((*fsdp)->Backward(Loss(net->forward(Tokens(rank_, 0, 0)),
-                                     Targets(rank_, 0, 0))),
+    RequireOk((*fsdp)->Backward(RankLoss(net, job_.rank, 0)),
               "clip nan: backward");
-    if (rank_ == world_ - 1) {
+    if (job_.rank == job_.world - 1) {
       torch::NoGradGuard no_grad;
       for (auto& p : net->parameters()) {
         if (p.grad().defined()) p.mutable_grad().fill_(std::nan(""));
@@ -942,8 +877,9 @@ void CrossLanguage(const std::string& mode, const std::string& dir) {
           "xlang: load Python's checkpoint " + dir);
   auto state = (*fsdp)->FullStateDict();
   RequireOk(state.status(), "xlang: state");
-  CheckClose(*state, CrossLanguageValues(0.01), 1e-6,
-             absl::StrCat("Python's checkpoint loaded at ", world_, " ranks"));
+  CheckClose(
+      *state, CrossLanguageValues(0.01), 1e-6,
+      absl::StrCat("Python's checkpoint loaded at ", job_.world, " ranks"));
 }
 
 void Hybrid() {
@@ -957,13 +893,13 @@ void Hybrid() {
     RequireOk(g.status(), "hybrid group");
     groups.push_back(*g);
   }
-  auto node = groups[rank_ / 2];
-  auto replicas = groups[2 + rank_ % 2];
+  auto node = groups[job_.rank / 2];
+  auto replicas = groups[2 + job_.rank % 2];
   for (ShardingStrategy strategy :
        {ShardingStrategy::kHybridShard, ShardingStrategy::kHybridShardZero2}) {
-    Mode mode{std::string(distkit::ShardingStrategyName(strategy))};
+    Mode mode =
+        BlocksMode(std::string(distkit::ShardingStrategyName(strategy)));
     mode.options.sharding_strategy = strategy;
-    mode.options.auto_wrap_policy = distkit::ModuleTypePolicy({"BlockImpl"});
     mode.options.replicate_group = replicas;
     Net net = MakeNet();
     auto fsdp = FullyShardedDataParallel::Create(net.ptr(), mode.options, node);
@@ -976,20 +912,11 @@ void Hybrid() {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  RequireOk(distkit::dist::InitDist("pytorch"), "init");
-  rank_ = distkit::dist::GetRank();
-  world_ = distkit::dist::GetWorldSize();
-  distkit::testing::SetCheckRank(rank_);
-  torch::set_num_threads(1);
+int Main(int argc, char** argv) {
+  job_ = JoinTorchJob();
   if (argc == 3) {  // the cross-language checkpoint test's C++ side
     CrossLanguage(argv[1], argv[2]);
-    RequireOk(distkit::dist::Barrier(), "barrier");
-    const int status = distkit::testing::FinishChecks("LibTorch FSDP xlang");
-    distkit::dist::DestroyDist();
-    return status;
+    return LeaveTorchJob("LibTorch FSDP xlang");
   }
 
   const auto blocks = distkit::ModuleTypePolicy({"BlockImpl"});
@@ -1043,10 +970,13 @@ int main(int argc, char** argv) {
   BufferDtype();
   OptimState();
   Clipping();
-  if (world_ == 4) Hybrid();
+  if (job_.world == 4) Hybrid();
 
-  RequireOk(distkit::dist::Barrier(), "barrier");
-  const int status = distkit::testing::FinishChecks("LibTorch FSDP");
-  distkit::dist::DestroyDist();
-  return status;
+  return LeaveTorchJob("LibTorch FSDP");
 }
+
+}  // namespace
+}  // namespace testing
+}  // namespace distkit
+
+int main(int argc, char** argv) { return distkit::testing::Main(argc, argv); }

@@ -12,7 +12,6 @@
 #include <torch/optim/sgd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <stdexcept>
@@ -24,24 +23,18 @@
 #include "cc/dist_api/dist.h"
 #include "cc/torch/fsdp_checkpoint_file.h"
 #include "cc/torch/fully_sharded_data_parallel.h"
+#include "cc/torch/seed_parameters_test_util.h"
+#include "cc/torch/torch_job_test_util.h"
 #include "cc/torch/torch_tensor_ref.h"
 #include "cc/torch/train_step.h"
 #include "testing/cc/rank_check.h"
 #include "testing/cc/state_dict_checks.h"
 
+namespace distkit {
+namespace testing {
 namespace {
 
-using distkit::FsdpOptions;
-using distkit::FullyShardedDataParallel;
-using distkit::testing::Check;
-using distkit::testing::CheckClose;
-using distkit::testing::CheckOk;
-using distkit::testing::Require;
-using distkit::testing::RequireOk;
-using distkit::testing::StateDict;
-
-int rank_ = 0;
-int world_ = 1;
+TorchJob job_;
 constexpr int kIn = 4, kDim = 8, kOut = 3, kBatch = 5;
 
 // Identity forward; its backward throws while `armed`.
@@ -91,13 +84,7 @@ TORCH_MODULE(Net);
 
 Net MakeNet() {
   Net net;
-  torch::NoGradGuard no_grad;
-  int i = 0;
-  for (auto& p : net->parameters()) {
-    auto v = 0.3 *
-             torch::sin(torch::arange(p.numel(), torch::kFloat32) * 0.37 + i++);
-    p.copy_(v.reshape(p.sizes()));
-  }
+  SeedParameters(*net);
   return net;
 }
 
@@ -133,7 +120,7 @@ void FailedBackward() {
   RequireOk(fsdp->BeforeForward(), "failed backward: before forward");
   armed = true;
   absl::Status s =
-      fsdp->Backward(Loss(net, Inputs(rank_, 1), Targets(rank_, 1)));
+      fsdp->Backward(Loss(net, Inputs(job_.rank, 1), Targets(job_.rank, 1)));
   armed = false;
   Check(!s.ok() && absl::StrContains(s.message(), "simulated"),
         "failed backward: Backward reports the exception: " + s.ToString());
@@ -142,9 +129,11 @@ void FailedBackward() {
           absl::StrCat("failed backward: unit ", k, " resharded"));
   }
   // Step 2, as a step of its own.
-  RequireOk(distkit::TrainStep(
-                *fsdp, opt,
-                [&] { return Loss(net, Inputs(rank_, 2), Targets(rank_, 2)); })
+  RequireOk(distkit::TrainStep(*fsdp, opt,
+                               [&] {
+                                 return Loss(net, Inputs(job_.rank, 2),
+                                             Targets(job_.rank, 2));
+                               })
                 .status(),
             "failed backward: the next step");
   auto state = fsdp->FullStateDict();
@@ -153,7 +142,7 @@ void FailedBackward() {
   Net ref = MakeNet();
   torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.1));
   std::vector<torch::Tensor> xs, ys;
-  for (int r = 0; r < world_; ++r) {
+  for (int r = 0; r < job_.world; ++r) {
     xs.push_back(Inputs(r, 2));
     ys.push_back(Targets(r, 2));
   }
@@ -164,17 +153,6 @@ void FailedBackward() {
   want.insert("shift", ref->shift.clone());
   CheckClose(*state, want, 1e-5,
              "failed backward: after the next step vs that step alone");
-}
-
-std::string Dir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string dir =
-      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/fsdp_recovery_", name);
-  if (rank_ == 0) {
-    Require(std::system(("mkdir -p " + dir).c_str()) == 0, "mkdir " + dir);
-  }
-  RequireOk(distkit::dist::Barrier(), "barrier");
-  return dir;
 }
 
 // Every unit's shards, the full parameters and the buffers, copied.
@@ -214,7 +192,7 @@ void PartialCheckpoint() {
   Net net = MakeNet();
   auto fsdp = Wrap(net);
   for (const std::string how : {"missing", "corrupt"}) {
-    const std::string dir = Dir(how);
+    const std::string dir = SharedScratchDir("fsdp_recovery_" + how);
     RequireOk(fsdp->SaveShardedCheckpoint(dir), how + ": save");
     {  // Training moves on: parameters (the shards) and the buffer change.
       torch::NoGradGuard no_grad;
@@ -223,7 +201,7 @@ void PartialCheckpoint() {
     }
     const Snapshot before = Take(*fsdp, net);
     RequireOk(distkit::dist::Barrier(), "barrier");
-    if (rank_ == 0) {
+    if (job_.rank == 0) {
       const std::string file = dir + "/shard_rank1.pt";
       if (how == "missing") {
         Require(std::remove(file.c_str()) == 0, "remove " + file);
@@ -264,19 +242,16 @@ void OverflowingMetadata() {
         "metadata [2, 1, 6, 4, 2, 3, 1]: " + m.status().ToString());
 }
 
-}  // namespace
-
-int main() {
-  RequireOk(distkit::dist::InitDist("pytorch"), "init");
-  rank_ = distkit::dist::GetRank();
-  world_ = distkit::dist::GetWorldSize();
-  distkit::testing::SetCheckRank(rank_);
-  torch::set_num_threads(1);
+int Main() {
+  job_ = JoinTorchJob();
   FailedBackward();
   PartialCheckpoint();
   OverflowingMetadata();
-  RequireOk(distkit::dist::Barrier(), "barrier");
-  const int status = distkit::testing::FinishChecks("LibTorch FSDP recovery");
-  distkit::dist::DestroyDist();
-  return status;
+  return LeaveTorchJob("LibTorch FSDP recovery");
 }
+
+}  // namespace
+}  // namespace testing
+}  // namespace distkit
+
+int main() { return distkit::testing::Main(); }

@@ -10,12 +10,10 @@
 // full state dict, 2 more steps end where training alone does. Before, the
 // tensor took two places in the unit (one never updated) and
 // FullOptimStateDict inserted its key twice (c10::Error).
-#include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim.h>
 
-#include <algorithm>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -25,27 +23,19 @@
 #include "cc/dist_api/dist.h"
 #include "cc/torch/fsdp_optim_state.h"
 #include "cc/torch/fully_sharded_data_parallel.h"
+#include "cc/torch/seed_parameters_test_util.h"
+#include "cc/torch/token_task_test_util.h"
+#include "cc/torch/torch_job_test_util.h"
 #include "cc/torch/train_step.h"
 #include "testing/cc/rank_check.h"
 #include "testing/cc/state_dict_checks.h"
 
+namespace distkit {
+namespace testing {
 namespace {
 
-using distkit::FsdpOptions;
-using distkit::FullyShardedDataParallel;
-using distkit::ShardingStrategy;
-using distkit::testing::Check;
-using distkit::testing::CheckClose;
-using distkit::testing::CheckOk;
-using distkit::testing::Equal;
-using distkit::testing::ParametersOf;
-using distkit::testing::Require;
-using distkit::testing::RequireOk;
-using distkit::testing::StateDict;
-
-int rank_ = 0;
-int world_ = 1;
-constexpr int kVocab = 11, kDim = 8, kBatch = 3, kSeq = 4;
+TorchJob job_;
+constexpr int kDim = 8;
 constexpr double kTolerance = 1e-6;
 
 // A Linear whose weight is another module's tensor (tied).
@@ -86,13 +76,7 @@ TORCH_MODULE(Net);
 
 Net MakeNet() {
   Net net;
-  torch::NoGradGuard no_grad;
-  int i = 0;
-  for (auto& p : net->parameters()) {  // the tied one twice: the same values
-    auto v = 0.3 *
-             torch::sin(torch::arange(p.numel(), torch::kFloat32) * 0.37 + i++);
-    p.copy_(v.reshape(p.sizes()));
-  }
+  SeedParameters(*net);  // the tied one twice: the same values
   return net;
 }
 
@@ -110,17 +94,6 @@ std::vector<torch::Tensor> Unique(const std::vector<torch::Tensor>& params) {
 torch::optim::Adam MakeAdam(Net& net) {
   return torch::optim::Adam(Unique(net->parameters()),
                             torch::optim::AdamOptions(1e-2));
-}
-
-torch::Tensor Tokens(int rank, int step) {
-  return (torch::arange(kBatch * kSeq, torch::kLong).reshape({kBatch, kSeq}) *
-              7 +
-          rank * 3 + step * 5) %
-         kVocab;
-}
-torch::Tensor Loss(torch::Tensor logits, torch::Tensor tokens) {
-  return torch::nn::functional::cross_entropy(
-      logits.reshape({-1, kVocab}), ((tokens * 2 + 1) % kVocab).reshape({-1}));
 }
 
 // Adam's state of every parameter of `net` (first name of a tied one).
@@ -144,10 +117,7 @@ StateDict AdamState(Net& net, torch::optim::Adam& opt) {
 void TrainAlone(Net& net, torch::optim::Adam& opt, int first, int steps) {
   for (int step = first; step < first + steps; ++step) {
     opt.zero_grad();
-    std::vector<torch::Tensor> tokens;
-    for (int r = 0; r < world_; ++r) tokens.push_back(Tokens(r, step));
-    torch::Tensor all = torch::cat(tokens);
-    Loss(net->forward(all), all).backward();
+    GlobalLoss(net, job_.world, step).backward();
     opt.step();
   }
 }
@@ -157,11 +127,7 @@ void TrainSharded(FullyShardedDataParallel& fsdp, Net& net,
                   const std::string& what) {
   for (int step = first; step < first + steps; ++step) {
     RequireOk(distkit::TrainStep(fsdp, opt,
-                                 [&] {
-                                   return Loss(
-                                       net->forward(Tokens(rank_, step)),
-                                       Tokens(rank_, step));
-                                 })
+                                 [&] { return RankLoss(net, job_.rank, step); })
                   .status(),
               what + ": train step");
   }
@@ -212,7 +178,7 @@ void Tied(const std::string& name, const FsdpOptions& options) {
   CheckClose(*state, want, kTolerance, name + ": vs training alone");
   auto only0 = (*fsdp)->FullStateDict(/*rank0_only=*/true);
   RequireOk(only0.status(), name + ": FullStateDict(rank0_only)");
-  Check(rank_ == 0 ? Equal(*only0, *state) : only0->is_empty(),
+  Check(job_.rank == 0 ? Equal(*only0, *state) : only0->is_empty(),
         name + ": rank0_only state dict");
 
   auto osd = distkit::FullOptimStateDict(**fsdp, opt);
@@ -222,7 +188,7 @@ void Tied(const std::string& name, const FsdpOptions& options) {
   CheckClose(*osd, want_optim, kTolerance, name + ": Adam state vs alone");
   auto osd0 = distkit::FullOptimStateDict(**fsdp, opt, /*rank0_only=*/true);
   RequireOk(osd0.status(), name + ": FullOptimStateDict(rank0_only)");
-  Check(rank_ == 0 ? Equal(*osd0, *osd) : osd0->is_empty(),
+  Check(job_.rank == 0 ? Equal(*osd0, *osd) : osd0->is_empty(),
         name + ": rank0_only optimizer state");
 
   // Round trip: one more step, then the saved state back.
@@ -230,7 +196,7 @@ void Tied(const std::string& name, const FsdpOptions& options) {
   CheckOk((*fsdp)->LoadFullStateDict(*state), name + ": LoadFullStateDict");
   Check(Equal(*(*fsdp)->FullStateDict(), *state),
         name + ": the full state dict round-trips");
-  CheckOk((*fsdp)->LoadFullStateDict(rank_ == 0 ? *only0 : StateDict(),
+  CheckOk((*fsdp)->LoadFullStateDict(job_.rank == 0 ? *only0 : StateDict(),
                                      /*rank0_only=*/true),
           name + ": LoadFullStateDict(rank0_only)");
   Check(Equal(*(*fsdp)->FullStateDict(), *state),
@@ -255,14 +221,8 @@ void Tied(const std::string& name, const FsdpOptions& options) {
              name + ": training on after reloading vs alone");
 }
 
-}  // namespace
-
-int main() {
-  RequireOk(distkit::dist::InitDist("pytorch"), "init");
-  rank_ = distkit::dist::GetRank();
-  world_ = distkit::dist::GetWorldSize();
-  distkit::testing::SetCheckRank(rank_);
-  torch::set_num_threads(1);
+int Main() {
+  job_ = JoinTorchJob();
   TiedIsListedTwice();
   FsdpOptions one_unit;
   Tied("one unit", one_unit);
@@ -272,9 +232,12 @@ int main() {
   FsdpOptions no_shard = blocks;
   no_shard.sharding_strategy = ShardingStrategy::kNoShard;
   Tied("no_shard", no_shard);
-  RequireOk(distkit::dist::Barrier(), "barrier");
-  const int status = distkit::testing::FinishChecks(
-      absl::StrCat("LibTorch FSDP tied weight, world size ", world_));
-  distkit::dist::DestroyDist();
-  return status;
+  return LeaveTorchJob(
+      absl::StrCat("LibTorch FSDP tied weight, world size ", job_.world));
 }
+
+}  // namespace
+}  // namespace testing
+}  // namespace distkit
+
+int main() { return distkit::testing::Main(); }
