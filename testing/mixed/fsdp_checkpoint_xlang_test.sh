@@ -14,7 +14,8 @@ mkdir -p "$dir/from_cpp" "$dir/from_python"
 run() {
   local n="$1"
   shift
-  "$distrun" --nproc-per-node "$n" --timeout 60 -- "$@"
+  # A free port: 29500 (the default) may be another job's or test's.
+  "$distrun" --nproc-per-node "$n" --master-port 0 --timeout 60 -- "$@"
 }
 run 3 "$cpp" --xlang-save "$dir/from_cpp"
 test "$(ls "$dir/from_cpp" | wc -l)" -eq 3
