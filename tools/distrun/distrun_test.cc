@@ -818,10 +818,10 @@ int OutputPipeSize() {
 }
 
 // What a rank wrote just before it died goes out with its prefix before its
-// replacement starts, though distrun reaps it before it polls its pipes
-// again: the rank's last writes come while distrun is blocked forwarding
-// its earlier lines (its own output pipe is full; the test does not read
-// it), and the rank has exited when the test reads on.
+// replacement starts, though distrun may reap it before it polls its pipes
+// again: the rank's last writes come while distrun's own output pipe is
+// full (the test does not read it; distrun queues what it forwards), and
+// the rank has exited when the test reads on.
 TEST(DistrunTest, ForwardsAReplacedRanksLastOutput) {
   const int pipe_size = OutputPipeSize();
   if (pipe_size == 0) GTEST_SKIP() << "cannot shrink a pipe to a page";
@@ -835,7 +835,11 @@ TEST(DistrunTest, ForwardsAReplacedRanksLastOutput) {
   const pid_t rank = RankPid(dir);
   EXPECT_TRUE(WaitUntil([&] { return PipeFull(d.out); }));
   EXPECT_TRUE(std::ofstream(dir + "/go").good());
-  EXPECT_TRUE(WaitUntil([&] { return ProcessState(rank) == 'Z'; }));
+  // Exited: a zombie, or already reaped (distrun reaps it while its own
+  // output waits for the reader).
+  EXPECT_TRUE(WaitUntil([&] {
+    return ProcessState(rank) == 'Z' || (kill(rank, 0) != 0 && errno == ESRCH);
+  }));
   Result r = FinishDistrun(d);
   // What came after the two long lines.
   const std::string rest = After(r.output, 2 * pipe_size);
@@ -865,9 +869,10 @@ TEST(DistrunTest, ForwardsALineWithoutNewlineWhenTheRankPauses) {
 }
 
 // A SIGTERM that comes after distrun's last read of its ranks' pipes (here
-// while it forwards the last rank's last bytes, blocked on its full output
-// pipe; the rank has exited) still ends distrun with 128 + SIGTERM. Before,
-// it went into the self-pipe that nobody read again and distrun exited 0.
+// while it forwards the last rank's last bytes into its full output pipe;
+// the rank has exited) still ends distrun with 128 + SIGTERM, and the bytes
+// still all go out. Before, it went into the self-pipe that nobody read
+// again and distrun exited 0.
 TEST(DistrunTest, SignalAfterTheLastReadIsNotLost) {
   const int pipe_size = OutputPipeSize();
   if (pipe_size == 0) GTEST_SKIP() << "cannot shrink a pipe to a page";
@@ -893,6 +898,85 @@ TEST(DistrunTest, SignalAfterTheLastReadIsNotLost) {
   EXPECT_TRUE(absl::StrContains(
       r.output, absl::StrCat("[rank0]: ", std::string(2 * pipe_size, 'p'))))
       << "output ends: " << rest;
+}
+
+// Waits up to `limit` for the started distrun to exit without reading its
+// output (a reader that stopped reading); its exit code, or -1 if it was
+// still running (then it is killed, and its ranks die with it).
+int ExitCodeWithoutReading(const Started& s, absl::Duration limit,
+                           absl::Duration* elapsed) {
+  int status = 0;
+  pid_t got = 0;
+  const absl::Time deadline = s.start + limit;
+  while ((got = waitpid(s.pid, &status, WNOHANG)) == 0 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  *elapsed = absl::Now() - s.start;
+  if (got == 0) {
+    kill(s.pid, SIGKILL);
+    waitpid(s.pid, &status, 0);
+    close(s.out);
+    return -1;
+  }
+  close(s.out);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// A reader of distrun's output that stops reading (a stalled ssh link) no
+// longer stops distrun: its timeout still stops the ranks, and distrun
+// exits 124 after giving the reader 10 s to take the rest. Before, distrun
+// blocked in its write for as long as the reader did, its timeout and the
+// signals it forwards with it.
+TEST(DistrunTest, AReaderThatStopsReadingDoesNotStopTheTimeout) {
+  const int pipe_size = OutputPipeSize();
+  if (pipe_size == 0) GTEST_SKIP() << "cannot shrink a pipe to a page";
+  Started d = StartDistrun(
+      {"--nproc-per-node", "1", "--master-port", "0", "--timeout", "2",
+       "--grace-period", "1", "--", kProbe, "flood", "5000000"},
+      pipe_size);
+  absl::Duration elapsed;
+  EXPECT_EQ(ExitCodeWithoutReading(d, absl::Seconds(60), &elapsed), 124)
+      << "distrun still ran after " << elapsed << " (-1: killed by the test)";
+  // 2 s timeout, 1 s grace, 10 s for the stalled reader, and slack.
+  EXPECT_LT(elapsed, absl::Seconds(40));
+}
+
+// The same stalled reader, and a SIGTERM to distrun: it is forwarded and is
+// the job's result.
+TEST(DistrunTest, AReaderThatStopsReadingDoesNotStopSignals) {
+  const int pipe_size = OutputPipeSize();
+  if (pipe_size == 0) GTEST_SKIP() << "cannot shrink a pipe to a page";
+  Started d =
+      StartDistrun({"--nproc-per-node", "1", "--master-port", "0",
+                    "--grace-period", "1", "--", kProbe, "flood", "5000000"},
+                   pipe_size);
+  EXPECT_TRUE(WaitUntil([&] { return PipeFull(d.out); }));
+  absl::SleepFor(absl::Milliseconds(500));
+  kill(d.pid, SIGTERM);
+  absl::Duration elapsed;
+  EXPECT_EQ(ExitCodeWithoutReading(d, absl::Seconds(60), &elapsed),
+            128 + SIGTERM)
+      << "distrun still ran after " << elapsed << " (-1: killed by the test)";
+  EXPECT_LT(elapsed, absl::Seconds(40));
+}
+
+// A descriptor distrun inherited without close-on-exec (here fd 47, open on
+// /dev/null) does not reach its ranks, as torchrun's workers get none of
+// the agent's.
+TEST(DistrunTest, RanksInheritNoDescriptorsAboveStderr) {
+  Started d = StartDistrun(
+      {"--nproc-per-node", "1", "--master-port", "0", "--", kProbe, "fds"}, 0,
+      [] {
+        const int fd = open("/dev/null", O_RDONLY);
+        if (fd >= 0 && fd != 47) {
+          dup2(fd, 47);
+          close(fd);
+        }
+      });
+  Result r = FinishDistrun(d);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "[rank0]: fds: \n")) << r.output;
 }
 
 TEST(DistrunTest, OneProgramPerRank) {

@@ -1,6 +1,7 @@
 // rank_probe: a test program for distrun and the harness. Each rank does what
 // its first argument says; see the modes below.
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -335,6 +336,31 @@ int main(int argc, char** argv) {
     WriteAll(2, "warn\n");
     usleep(500 * 1000);
     WriteAll(1, "def\ntail");
+    return 0;
+  }
+  // Writes argv[2] bytes of numbered lines to stdout (blocking while nobody
+  // reads them), then waits to be stopped.
+  if (mode == "flood" && argc == 3) {
+    const long total = atol(argv[2]);
+    std::string lines;
+    for (long i = 0; static_cast<long>(lines.size()) < total; ++i) {
+      absl::StrAppend(&lines, "flood line ", i, "\n");
+    }
+    WriteAll(1, lines);
+    sleep(600);
+    return 0;
+  }
+  // Its open descriptors above 2, as "fds: 3 7 " (what it inherited).
+  if (mode == "fds") {
+    std::string list;
+    DIR* dir = opendir("/proc/self/fd");
+    if (dir == nullptr) return 1;
+    for (dirent* e; (e = readdir(dir)) != nullptr;) {
+      const int fd = atoi(e->d_name);
+      if (fd > 2 && fd != dirfd(dir)) absl::StrAppend(&list, fd, " ");
+    }
+    closedir(dir);
+    printf("fds: %s\n", list.c_str());
     return 0;
   }
   if (mode == "tag" && argc == 3) {

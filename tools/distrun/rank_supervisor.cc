@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "tools/distrun/output_forwarder.h"
+#include "tools/distrun/output_sink.h"
 
 namespace distkit {
 namespace {
@@ -43,6 +44,30 @@ void OnSignal(int sig) { received_signals.fetch_or(uint32_t{1} << (sig - 1)); }
 // How many reads of a dead rank's pipe go into forwarding what it left
 // there (1 MiB): a process of its that outlived it must not keep us there.
 constexpr int kMaxReadsAtExit = 16;
+
+// Once the ranks are gone, how long distrun waits for a reader of its
+// output that takes nothing before it exits without the rest (a stalled
+// reader must not keep it, nor its exit code, forever).
+constexpr absl::Duration kStalledReaderLimit = absl::Seconds(10);
+
+// Closes every descriptor above 2 in a rank's process before its exec, as
+// torchrun's workers get none of the launcher's (Popen's close_fds): one
+// distrun inherited without close-on-exec (a harness's pipe) went on to
+// every rank and what it started, and a parent waiting for that pipe's end
+// waited for them. Async-signal-safe: after fork, in a process that may
+// have threads.
+void CloseInheritedFds() {
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, 3u, ~0u, 0) == 0) return;
+#endif
+  struct rlimit files;
+  int max_fd = 65536;
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 &&
+      files.rlim_cur < static_cast<rlim_t>(max_fd)) {
+    max_fd = static_cast<int>(files.rlim_cur);
+  }
+  for (int fd = 3; fd < max_fd; ++fd) close(fd);
+}
 
 void WriteAll(int fd, absl::string_view data) {
   while (!data.empty()) {
@@ -182,6 +207,8 @@ class Supervisor {
   }
 
   int Run() {
+    // The timeout bounds the whole job, its ranks' start included.
+    start_ = absl::Now();
     TakeSignals();
     StartWatcher();
     if (!options_.log_dir.empty()) {
@@ -210,7 +237,6 @@ class Supervisor {
         break;
       }
     }
-    start_ = absl::Now();
     while (AnyRunning() || AnyStreamOpen()) {
       PumpOnce();
       Reap();
@@ -223,6 +249,7 @@ class Supervisor {
     // Where stdout is apart, its last open line stays as the rank left it;
     // one on stderr is ended, as distrun's own messages may follow there.
     output_.EndOpenLines();
+    DrainOutput();
     StopWatcher();
     GiveBackSignals();
     return result_.value_or(0);
@@ -466,6 +493,7 @@ class Supervisor {
           _exit(127);
         }
       }
+      CloseInheritedFds();
       execvpe(argv[0], argv.data(), envp.data());
       const std::string msg =
           absl::StrCat("cannot execute ", argv[0], ": ", strerror(errno), "\n");
@@ -522,25 +550,49 @@ class Supervisor {
     s.fd = -1;
   }
 
+  // Waits up to 50 ms for the ranks' output (or for room to write
+  // distrun's own), taking signals meanwhile, and forwards what came. While
+  // distrun's output is backlogged (sink_), the ranks' pipes are left
+  // unread: the ranks wait on them, distrun does not.
   void PumpOnce() {
     std::vector<pollfd> fds;
     std::vector<std::pair<Rank*, Stream*>> owners;
-    for (Rank& r : ranks_) {
-      for (Stream* s : {&r.out, &r.err}) {
-        if (s->fd >= 0) {
-          fds.push_back(pollfd{s->fd, POLLIN, 0});
-          owners.emplace_back(&r, s);
+    if (!sink_.backlogged()) {
+      for (Rank& r : ranks_) {
+        for (Stream* s : {&r.out, &r.err}) {
+          if (s->fd >= 0) {
+            fds.push_back(pollfd{s->fd, POLLIN, 0});
+            owners.emplace_back(&r, s);
+          }
         }
       }
     }
+    sink_.AddPollFds(&fds);
     const timespec timeout = {0, 50 * 1000 * 1000};
     const int n = ppoll(fds.data(), fds.size(), &timeout, &poll_mask_);
     ActOnSignals();
     if (n <= 0) return;
+    sink_.WriteReady();
     for (size_t i = 0; i < owners.size(); ++i) {
       if (fds[i].revents != 0) {
         ReadStream(*owners[i].first, *owners[i].second, 1);
       }
+    }
+  }
+
+  // The ranks are gone: what is still queued for distrun's stdout and
+  // stderr goes out while the reader takes it, taking signals meanwhile (one
+  // that comes now is still the job's result); a reader that takes nothing
+  // for kStalledReaderLimit gets no more.
+  void DrainOutput() {
+    while (!sink_.empty() &&
+           absl::Now() - sink_.last_progress() < kStalledReaderLimit) {
+      std::vector<pollfd> fds;
+      sink_.AddPollFds(&fds);
+      const timespec timeout = {0, 50 * 1000 * 1000};
+      const int n = ppoll(fds.data(), fds.size(), &timeout, &poll_mask_);
+      ActOnSignals();
+      if (n > 0) sink_.WriteReady();
     }
   }
 
@@ -574,16 +626,30 @@ class Supervisor {
     std::vector<Rank*> ended;
     for (Rank& r : ranks_) {
       if (!r.running) continue;
-      int status = 0;
-      const pid_t got = waitpid(r.pid, &status, WNOHANG | WUNTRACED);
-      if (got == 0 || (got < 0 && errno == EINTR)) continue;
-      if (got == r.pid && WIFSTOPPED(status)) {
-        // It waits for SIGCONT; a stop of the job (SIGTERM) sends one.
-        Say(absl::StrCat(
-            "rank ", r.spec.rank, " (pid ", r.pid, ") was stopped by signal ",
-            WSTOPSIG(status), " (", strsignal(WSTOPSIG(status)),
-            "); it does nothing until continued (kill -CONT -", r.pid, ")"));
+      // Looked at before it is reaped: while the rank is a zombie its pid,
+      // its group's id, cannot be a new process's, so the kill of its group
+      // below cannot reach another job's processes.
+      siginfo_t info;
+      memset(&info, 0, sizeof(info));
+      if (waitid(P_PID, r.pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+          info.si_pid == 0) {
+        memset(&info, 0, sizeof(info));
+        if (waitid(P_PID, r.pid, &info, WSTOPPED | WNOHANG) == 0 &&
+            info.si_pid == r.pid) {
+          // It waits for SIGCONT; a stop of the job (SIGTERM) sends one.
+          Say(absl::StrCat(
+              "rank ", r.spec.rank, " (pid ", r.pid, ") was stopped by signal ",
+              info.si_status, " (", strsignal(info.si_status),
+              "); it does nothing until continued (kill -CONT -", r.pid, ")"));
+        }
         continue;
+      }
+      if (info.si_pid == 0 && errno == EINTR) continue;
+      // Whatever the rank's children still hold open must not keep us here.
+      kill(-r.pid, SIGKILL);
+      int status = 0;
+      pid_t got;
+      while ((got = waitpid(r.pid, &status, 0)) < 0 && errno == EINTR) {
       }
       r.running = false;
       if (got == r.pid) {
@@ -596,8 +662,6 @@ class Supervisor {
                               strerror(errno), ")");
         r.wait_status = 1 << 8;  // as exit code 1
       }
-      // Whatever the rank's children still hold open must not keep us here.
-      kill(-r.pid, SIGKILL);
       TellWatcher(kWatchDone, r.pid);
       ForwardWhatIsLeft(r);
       ended.push_back(&r);
@@ -755,7 +819,10 @@ class Supervisor {
   }
 
   SupervisorOptions options_;
-  OutputForwarder output_{WriteAll, StdoutAndStderrShared()};
+  OutputSink sink_;  // distrun's stdout and stderr
+  OutputForwarder output_{
+      [this](int fd, absl::string_view text) { sink_.Write(fd, text); },
+      StdoutAndStderrShared()};
   std::vector<Rank> ranks_;
   std::optional<int> result_;
   std::optional<absl::Time> term_deadline_;

@@ -1,7 +1,12 @@
 // RankSupervisor runs the processes of one node's ranks and watches them, the
 // machinery shared by distrun and the multi-rank test harness:
 // - every line a rank writes to stdout / stderr is forwarded with a
-//   "[rank<N>]: " prefix (and kept raw in <log_dir>/rank_<N>.log if asked);
+//   "[rank<N>]: " prefix (and kept raw in <log_dir>/rank_<N>.log if asked),
+//   queued where the reader is slow (output_sink.h): a reader that stops
+//   reading holds the ranks (their pipes fill) but never the supervisor,
+//   whose timeout, signals and failure handling go on; once the ranks are
+//   gone it waits for such a reader while it takes output, and exits
+//   without the rest after 10 s in which it took none;
 // - when a rank fails (non-zero exit or a signal), the others are stopped:
 //   SIGTERM to each rank's process group, then SIGKILL after a grace period;
 //   the result is that rank's exit code, and the message names it. With
@@ -20,13 +25,15 @@
 // - when several ranks end between two looks, the one blamed is one killed
 //   by a signal before one that exited with an error (often its peer, which
 //   lost it), then the lowest rank;
-// - an overall timeout stops every rank and returns 124, naming the ranks
-//   that were still running; a failure or signal that came first stays the
-//   result, and a stop already under way keeps its notice period.
+// - an overall timeout (counted from the start of the launch) stops every
+//   rank and returns 124, naming the ranks that were still running; a failure
+//   or signal that came first stays the result, and a stop already under way
+//   keeps its notice period.
 // - each rank runs in a process group of its own with stdin from /dev/null
 //   (a rank in a background group reading a terminal was stopped by
 //   SIGTTIN); a rank stopped anyway is reported, and the SIGTERM that stops
-//   the job comes with a SIGCONT;
+//   the job comes with a SIGCONT; it inherits no descriptor above stderr
+//   (as torchrun's workers);
 // - ranks die with the supervisor: the kernel kills each rank when it dies
 //   (PR_SET_PDEATHSIG), and a small watcher process it starts kills each
 //   rank's whole process group then, even after a SIGKILL of the supervisor
