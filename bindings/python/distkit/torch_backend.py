@@ -292,6 +292,16 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
     # (every member counts in once; no member is done with the n-th before
     # all counted in, so none can count into the next one early), and a
     # member never reads the name rank 0 wrote for an earlier one.
+    if not _groups.joined() and size < tdist.get_world_size():
+        # torch makes a group's backend on its members only, and distkit's
+        # joining of torch's job needs every rank: the members would wait
+        # for the others, which wait in torch's barrier after new_group.
+        raise RuntimeError(
+            f"distkit backend: new_group of {size} of the {tdist.get_world_size()} ranks on "
+            f"\"distkit\" before distkit joined torch.distributed's job (initialized with "
+            f"{tdist.get_backend()}): joining needs every rank, and torch makes the group on its "
+            f"members only. Join first on every rank (distkit.dist.init_dist(...), or any "
+            f"distkit.dist call on the default group), or make the group of every rank.")
     return _process_group(rank, size, _new_group(store, rank, size, None, timeout))
 
 
@@ -308,12 +318,25 @@ def _new_group(store, rank: int, size: int, members, timeout) -> _groups.Process
     its operations and its creation where one was given."""
     making = (store.add("distkit/makings", 1) - 1) // size
     keys = f"distkit/{making}/"
+
+    def get(key: str) -> bytes:
+        # A timeout given bounds the wait for the other members' keys too
+        # (the store's own get waits for the store's timeout: torch's 30 min).
+        if _timeout_given(timeout):
+            try:
+                store.wait([key], timeout)
+            except RuntimeError as e:
+                raise RuntimeError(
+                    f"distkit backend: new_group of {size} ranks (this process its rank {rank}): "
+                    f"not every member arrived within {timeout} ({key} missing: {e})") from e
+        return store.get(key)
+
     if members is None:
         store.set(f"{keys}member/{rank}", str(tdist.get_rank()))
-        members = [int(store.get(f"{keys}member/{r}")) for r in range(size)]
+        members = [int(get(f"{keys}member/{r}")) for r in range(size)]
     if rank == 0:
         store.set(f"{keys}name", uuid.uuid4().hex)
-    name = store.get(f"{keys}name").decode()
+    name = get(f"{keys}name").decode()
     ranks = (ctypes.c_int32 * size)(*members)
     # new_group(timeout=...) bounds the subgroup's operations and its
     # creation. Without one torch passes its default (30 min): the subgroup
