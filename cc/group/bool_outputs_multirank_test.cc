@@ -13,15 +13,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "testing/cc/rank_env.h"
+#include "testing/cc/multirank_gtest.h"
 
 namespace distkit {
 namespace {
 
-testing::RankEnv* env = nullptr;
-ProcessGroup& World() { return *env->world; }
-int Rank() { return World().rank(); }
-int Size() { return World().size(); }
+using testing::Rank;
+using testing::Size;
+using testing::World;
 
 using Bytes = std::vector<uint8_t>;
 
@@ -210,23 +209,22 @@ TEST_P(BoolOutputs, ReduceScatter) {
 
 TEST_P(BoolOutputs, AllToAllEqual) {
   const int64_t m = Part();
+  // Every rank s's part for this rank, at s's place; `how` names the form.
+  auto expect_parts = [&](const Bytes& got, const std::string& how) {
+    for (int s = 0; s < Size(); ++s) {
+      EXPECT_EQ(FirstWrong(got, s * m, m,
+                           [&](int64_t i) { return Truth(s, Rank() * m + i); }),
+                "")
+          << how << "from rank " << s;
+    }
+  };
   Bytes input = RawInput(Rank(), m * Size()), output(m * Size(), 7);
   ASSERT_TRUE(World().AllToAll(Bools(input), Bools(output)).ok());
-  for (int s = 0; s < Size(); ++s) {
-    EXPECT_EQ(FirstWrong(output, s * m, m,
-                         [&](int64_t i) { return Truth(s, Rank() * m + i); }),
-              "")
-        << "from rank " << s;
-  }
+  expect_parts(output, "");
   // In place (exchanged into a staged buffer, then copied over).
   Bytes inplace = RawInput(Rank(), m * Size());
   ASSERT_TRUE(World().AllToAll(Bools(inplace), Bools(inplace)).ok());
-  for (int s = 0; s < Size(); ++s) {
-    EXPECT_EQ(FirstWrong(inplace, s * m, m,
-                         [&](int64_t i) { return Truth(s, Rank() * m + i); }),
-              "")
-        << "in place, from rank " << s;
-  }
+  expect_parts(inplace, "in place, ");
 }
 
 TEST_P(BoolOutputs, AllToAllUneven) {
@@ -282,19 +280,3 @@ INSTANTIATE_TEST_SUITE_P(Parts, BoolOutputs,
 
 }  // namespace
 }  // namespace distkit
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  absl::StatusOr<distkit::testing::RankEnv> joined =
-      distkit::testing::JoinJob();
-  if (!joined.ok()) {
-    fprintf(stderr, "cannot join the job: %s\n",
-            joined.status().ToString().c_str());
-    return 1;
-  }
-  distkit::env = new distkit::testing::RankEnv(*std::move(joined));
-  const int result = RUN_ALL_TESTS();
-  // Leave together, so no rank tears down connections a peer still uses.
-  (void)distkit::env->world->Barrier();
-  return result;
-}

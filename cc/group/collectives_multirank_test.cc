@@ -16,16 +16,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "testing/cc/rank_env.h"
+#include "testing/cc/multirank_gtest.h"
 #include "testing/cc/typed_values.h"
 
 namespace distkit {
 namespace {
 
-testing::RankEnv* env = nullptr;
-ProcessGroup& World() { return *env->world; }
-int Rank() { return World().rank(); }
-int Size() { return World().size(); }
+using testing::Rank;
+using testing::Size;
+using testing::World;
 
 // Every input and result below repeats in its index with this period (the
 // lcm of 3, 11 and 128: see ValueFormula), so a buffer is filled by setting
@@ -830,19 +829,3 @@ TEST(Collectives, Subgroups) {
 
 }  // namespace
 }  // namespace distkit
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  absl::StatusOr<distkit::testing::RankEnv> joined =
-      distkit::testing::JoinJob();
-  if (!joined.ok()) {
-    fprintf(stderr, "cannot join the job: %s\n",
-            joined.status().ToString().c_str());
-    return 1;
-  }
-  distkit::env = new distkit::testing::RankEnv(*std::move(joined));
-  const int result = RUN_ALL_TESTS();
-  // Leave together, so no rank tears down connections a peer still uses.
-  (void)distkit::env->world->Barrier();
-  return result;
-}

@@ -1,6 +1,8 @@
 #include "cc/store/gather_once.h"
 
 #include <atomic>
+#include <functional>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,6 +16,22 @@
 namespace distkit {
 namespace {
 
+// Ranks 0 .. size-1.
+std::vector<int> AllRanks(int size) {
+  std::vector<int> ranks(size);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  return ranks;
+}
+
+// Runs `rank(r)` for each of `ranks` on a thread of its own (the ranks of a
+// job, on one in-process store) and waits for them all.
+void RunRanks(const std::vector<int>& ranks,
+              const std::function<void(int)>& rank) {
+  std::vector<std::thread> threads;
+  for (int r : ranks) threads.emplace_back([&rank, r] { rank(r); });
+  for (std::thread& t : threads) t.join();
+}
+
 // Ranks as threads on one in-process store: every rank gets the same
 // combination of every rank's value, computed exactly once.
 TEST(GatherOnceTest, EveryRankGetsOneCombinationOfAll) {
@@ -22,24 +40,20 @@ TEST(GatherOnceTest, EveryRankGetsOneCombinationOfAll) {
     std::atomic<int> combined{0};
     std::vector<std::string> got(size);
     std::vector<absl::Status> errors(size);
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < size; ++r) {
-      ranks.emplace_back([&, r] {
-        absl::StatusOr<std::string> all = GatherOnce(
-            store, "v/", "value", r, size, absl::StrCat("r", r * r),
-            [&](const std::vector<std::string>& values) {
-              combined.fetch_add(1);
-              return absl::StrJoin(values, "|");
-            },
-            absl::Seconds(30));
-        if (all.ok()) {
-          got[r] = *all;
-        } else {
-          errors[r] = all.status();
-        }
-      });
-    }
-    for (std::thread& t : ranks) t.join();
+    RunRanks(AllRanks(size), [&](int r) {
+      absl::StatusOr<std::string> all = GatherOnce(
+          store, "v/", "value", r, size, absl::StrCat("r", r * r),
+          [&](const std::vector<std::string>& values) {
+            combined.fetch_add(1);
+            return absl::StrJoin(values, "|");
+          },
+          absl::Seconds(30));
+      if (all.ok()) {
+        got[r] = *all;
+      } else {
+        errors[r] = all.status();
+      }
+    });
     std::vector<std::string> want;
     for (int r = 0; r < size; ++r) want.push_back(absl::StrCat("r", r * r));
     for (int r = 0; r < size; ++r) {
@@ -65,17 +79,13 @@ TEST(GatherOnceTest, AMissingRankIsNamedWhenTheWaitTimesOut) {
   HashStore store;
   const int size = 3;
   std::vector<absl::Status> errors(size);
-  std::vector<std::thread> ranks;
-  for (int r : {0, 2}) {  // rank 1 never arrives
-    ranks.emplace_back([&, r] {
-      errors[r] = GatherOnce(
-                      store, "host/", "host identity", r, size, "h",
-                      [](const std::vector<std::string>&) { return "x"; },
-                      absl::Milliseconds(200))
-                      .status();
-    });
-  }
-  for (std::thread& t : ranks) t.join();
+  RunRanks({0, 2}, [&](int r) {  // rank 1 never arrives
+    errors[r] = GatherOnce(
+                    store, "host/", "host identity", r, size, "h",
+                    [](const std::vector<std::string>&) { return "x"; },
+                    absl::Milliseconds(200))
+                    .status();
+  });
   for (int r : {0, 2}) {
     EXPECT_EQ(errors[r].code(), absl::StatusCode::kDeadlineExceeded);
     const std::string msg(errors[r].message());
@@ -111,18 +121,14 @@ TEST(GatherOnceTest, RankZerosFailureEndsTheOthersWaitsAtOnce) {
   FailingMultiGetStore store;
   const int size = 3;
   std::vector<absl::Status> errors(size);
-  std::vector<std::thread> ranks;
   const absl::Time start = absl::Now();
-  for (int r = 0; r < size; ++r) {
-    ranks.emplace_back([&, r] {
-      errors[r] = GatherOnce(
-                      store, "attached/", "answer", r, size, "1",
-                      [](const std::vector<std::string>&) { return "1"; },
-                      absl::Seconds(60))
-                      .status();
-    });
-  }
-  for (std::thread& t : ranks) t.join();
+  RunRanks(AllRanks(size), [&](int r) {
+    errors[r] = GatherOnce(
+                    store, "attached/", "answer", r, size, "1",
+                    [](const std::vector<std::string>&) { return "1"; },
+                    absl::Seconds(60))
+                    .status();
+  });
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
   for (int r = 0; r < size; ++r) {
     EXPECT_EQ(errors[r].code(), absl::StatusCode::kUnavailable)

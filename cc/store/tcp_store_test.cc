@@ -1016,6 +1016,32 @@ std::pair<pid_t, std::string> StartStoreHost(
   return {host, address};
 }
 
+// Kills the store host and reaps it.
+void StopStoreHost(pid_t host) {
+  kill(host, SIGKILL);
+  int status = 0;
+  waitpid(host, &status, 0);
+}
+
+// Stops the store host (SIGSTOP) and waits until it has stopped: the signal
+// is asynchronous.
+void FreezeStoreHost(pid_t host) {
+  ASSERT_EQ(kill(host, SIGSTOP), 0);
+  int stopped = 0;
+  ASSERT_EQ(waitpid(host, &stopped, WUNTRACED), host);
+  ASSERT_TRUE(WIFSTOPPED(stopped));
+}
+
+// A new client of the store at `address` is served: it sets a key and gets
+// it back.
+void ExpectStoreServes(const std::string& address) {
+  absl::StatusOr<std::unique_ptr<TcpStore>> c = TcpStore::Connect(
+      {address, kToken, absl::Seconds(10), absl::Seconds(10)});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE((*c)->Set("k", "v").ok());
+  EXPECT_EQ(*(*c)->Get("k"), "v");
+}
+
 // A process's peak resident memory (VmHWM), in bytes.
 int64_t PeakRssBytes(pid_t pid) {
   FILE* f = fopen(absl::StrCat("/proc/", pid, "/status").c_str(), "r");
@@ -1081,9 +1107,7 @@ TEST(TcpStoreTokenFirstTest, WrongTokenBodyIsNeverBuffered) {
       {address, kToken, absl::Seconds(30), absl::Seconds(10)});
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_TRUE((*good)->Wait({"big"}, testing::Scaled(absl::Seconds(40))).ok());
-  kill(host, SIGKILL);
-  int status = 0;
-  waitpid(host, &status, 0);
+  StopStoreHost(host);
 }
 
 // CPU time (user + system) a process has used.
@@ -1120,14 +1144,8 @@ TEST(TcpStoreOutOfFdsTest, AHostOutOfDescriptorsDoesNotSpin) {
   const absl::Duration used = CpuTime(host) - before;
   EXPECT_LT(used, absl::Milliseconds(300)) << "the host spun for " << used;
   kill(host, SIGUSR1);  // frees its descriptors
-  absl::StatusOr<std::unique_ptr<TcpStore>> c = TcpStore::Connect(
-      {address, kToken, absl::Seconds(10), absl::Seconds(10)});
-  ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_TRUE((*c)->Set("k", "v").ok());
-  EXPECT_EQ(*(*c)->Get("k"), "v");
-  kill(host, SIGKILL);
-  int status = 0;
-  waitpid(host, &status, 0);
+  ASSERT_NO_FATAL_FAILURE(ExpectStoreServes(address));
+  StopStoreHost(host);
 }
 
 // A client that sends requests and never reads the answers is not read
@@ -1162,14 +1180,8 @@ TEST(TcpStoreBoundedTest, AClientThatNeverReadsCannotGrowTheHost) {
   EXPECT_LT(growth, kBound)
       << "the store host buffered " << growth << " bytes for one client";
   // Other clients are still served.
-  absl::StatusOr<std::unique_ptr<TcpStore>> good = TcpStore::Connect(
-      {address, kToken, absl::Seconds(10), absl::Seconds(10)});
-  ASSERT_TRUE(good.ok()) << good.status();
-  EXPECT_TRUE((*good)->Set("k", "v").ok());
-  EXPECT_EQ(*(*good)->Get("k"), "v");
-  kill(host, SIGKILL);
-  int status = 0;
-  waitpid(host, &status, 0);
+  ASSERT_NO_FATAL_FAILURE(ExpectStoreServes(address));
+  StopStoreHost(host);
 }
 
 // A store host that freezes (SIGSTOP) answers nothing; every call fails
@@ -1181,10 +1193,7 @@ TEST(TcpStoreFrozenHostTest, EveryCallFailsWithinItsDeadline) {
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_TRUE((*c)->Set("k", "v").ok());
   ASSERT_TRUE((*c)->Check({"k"}).ok());
-  ASSERT_EQ(kill(host, SIGSTOP), 0);
-  int stopped = 0;  // the signal is asynchronous: wait until it has stopped
-  ASSERT_EQ(waitpid(host, &stopped, WUNTRACED), host);
-  ASSERT_TRUE(WIFSTOPPED(stopped));
+  ASSERT_NO_FATAL_FAILURE(FreezeStoreHost(host));
   absl::Time start = absl::Now();
   // A set needs no answer (it is written and returns); the next call that
   // needs one times out.
@@ -1203,9 +1212,7 @@ TEST(TcpStoreFrozenHostTest, EveryCallFailsWithinItsDeadline) {
     EXPECT_FALSE((*c)->Get("k").ok());
   }
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
-  kill(host, SIGKILL);
-  int status = 0;
-  waitpid(host, &status, 0);
+  StopStoreHost(host);
 }
 
 // A blocking get whose first request (the poll on the client's ordered
@@ -1218,10 +1225,7 @@ TEST(TcpStoreFrozenHostTest, ABlockingCallsWaitCountsItsPoll) {
       {address, kToken, absl::Seconds(60), absl::Seconds(10)});
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_TRUE((*c)->Set("k", "v").ok());
-  ASSERT_EQ(kill(host, SIGSTOP), 0);
-  int stopped = 0;
-  ASSERT_EQ(waitpid(host, &stopped, WUNTRACED), host);
-  ASSERT_TRUE(WIFSTOPPED(stopped));
+  ASSERT_NO_FATAL_FAILURE(FreezeStoreHost(host));
   // A holds the ordered connection until the host answers.
   absl::StatusOr<int64_t> added;
   std::thread a([&] { added = (*c)->Add("n", 1); });
@@ -1248,9 +1252,7 @@ TEST(TcpStoreFrozenHostTest, ABlockingCallsWaitCountsItsPoll) {
       << got.status();
   EXPECT_GE(took, timeout - absl::Milliseconds(100));
   EXPECT_LT(took, timeout + testing::Scaled(absl::Seconds(1)));
-  kill(host, SIGKILL);
-  int status = 0;
-  waitpid(host, &status, 0);
+  StopStoreHost(host);
 }
 
 // A client that hung up (SHUT_WR) while its answers were held, unread: the
@@ -1273,9 +1275,7 @@ TEST(TcpStoreHungUpTest, AHungUpClientWithHeldAnswersDoesNotSpin) {
   EXPECT_LT(used, absl::Milliseconds(300)) << "the host spun for " << used;
   const absl::Status applied = (*good)->Wait({"after_gets"}, absl::Seconds(5));
   EXPECT_TRUE(applied.ok()) << applied;
-  kill(host, SIGKILL);
-  int status = 0;
-  waitpid(host, &status, 0);
+  StopStoreHost(host);
 }
 
 // DISTKIT_STORE_MAX_REQUEST_BYTES over what a frame's 32-bit length can

@@ -30,6 +30,7 @@
 #include "cc/store/prefix_store.h"
 #include "testing/cc/rank_check.h"
 #include "testing/cc/rank_env.h"
+#include "testing/cc/store_marks.h"
 #include "testing/cc/time_scale.h"
 
 using distkit::testing::Check;
@@ -64,13 +65,7 @@ int main(int argc, char** argv) {
   GlooBackend& backend = **made;
 
   // Every rank connected; then rank 0 starts and the others count from it.
-  std::vector<std::string> ready, done;
-  for (int r = 0; r < size; ++r) {
-    ready.push_back(absl::StrCat("ready/", r));
-    done.push_back(absl::StrCat("done/", r));
-  }
-  RequireOk(store->Set(ready[rank], "1"), "mark ready");
-  RequireOk(store->WaitWithTimeout(ready, absl::Seconds(60)), "all ready");
+  testing::MarkAndAwaitAll(*store, "ready", rank, size, absl::Seconds(60));
   if (rank == 0) {
     RequireOk(store->Set("go", "1"), "go");
   } else {
@@ -145,7 +140,6 @@ int main(int argc, char** argv) {
   }
 
   // Nobody tears down its connections while a peer is still in the test.
-  RequireOk(store->Set(done[rank], "1"), "mark done");
-  RequireOk(store->WaitWithTimeout(done, absl::Seconds(60)), "all done");
+  testing::MarkAndAwaitAll(*store, "done", rank, size, absl::Seconds(60));
   return testing::FinishChecks(absl::StrCat("op deadline ", mode));
 }

@@ -274,7 +274,8 @@ absl::Status MpiBackend::Complete(const OpContext& ctx, MPI_Request request,
 //
 // Each copies its inputs into a stage, hands MPI the stage alone (separate
 // send and receive regions, so MPI never gets aliased buffers, whatever the
-// caller's), and copies the outputs out only once the request completed.
+// caller's), and copies the outputs out only once the request completed
+// (Staged; all_to_all with splits stages its counts too).
 
 namespace {
 
@@ -299,100 +300,121 @@ size_t Region(size_t* at, const void* like, size_t bytes) {
 
 }  // namespace
 
+// At most two buffers (a send and a receive), whose regions are laid out in
+// this order.
+absl::Status MpiBackend::StagedAll(
+    const OpContext& ctx, const char* call,
+    absl::Span<const StagedBuffer> buffers,
+    absl::FunctionRef<int(char* const* staged, MPI_Request*)> start,
+    bool receive) {
+  constexpr size_t kMost = 2;
+  size_t at[kMost];
+  size_t end = 0;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    at[i] = Region(&end, buffers[i].caller, buffers[i].bytes);
+  }
+  auto stage = Stage(end);
+  char* staged[kMost];
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    staged[i] = stage->data() + at[i];
+    if (buffers[i].in) Copy(staged[i], buffers[i].caller, buffers[i].bytes);
+  }
+  DK_RETURN_IF_ERROR(Nonblocking(
+      ctx, call, stage, [&](auto* req) { return start(staged, req); },
+      receive));
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    // An `out` buffer is one the caller gave to be written.
+    if (buffers[i].out) {
+      Copy(const_cast<void*>(buffers[i].caller), staged[i], buffers[i].bytes);
+    }
+  }
+  Unstage(std::move(stage));
+  return absl::OkStatus();
+}
+
+absl::Status MpiBackend::Staged(
+    const OpContext& ctx, const char* call, StagedBuffer buf,
+    absl::FunctionRef<int(char* buf, MPI_Request*)> start, bool receive) {
+  return StagedAll(
+      ctx, call, {buf},
+      [&](char* const* staged, MPI_Request* req) {
+        return start(staged[0], req);
+      },
+      receive);
+}
+
+absl::Status MpiBackend::Staged(
+    const OpContext& ctx, const char* call, StagedBuffer send,
+    StagedBuffer recv,
+    absl::FunctionRef<int(char* send, char* recv, MPI_Request*)> start) {
+  return StagedAll(
+      ctx, call, {send, recv},
+      [&](char* const* staged, MPI_Request* req) {
+        return start(staged[0], staged[1], req);
+      },
+      /*receive=*/false);
+}
+
 absl::Status MpiBackend::AllGatherHost(const OpContext& ctx, const void* in,
                                        size_t bytes, void* out) {
   DK_ASSIGN_OR_RETURN(int n, Count(static_cast<int64_t>(bytes), ctx));
-  const size_t total = bytes * size_;
-  size_t end = 0;
-  const size_t send_at = Region(&end, in, bytes);
-  const size_t recv_at = Region(&end, out, total);
-  auto stage = Stage(end);
-  char* send = stage->data() + send_at;
-  char* recv = stage->data() + recv_at;
-  Copy(send, in, bytes);
-  DK_RETURN_IF_ERROR(Nonblocking(ctx, "MPI_Iallgather", stage, [&](auto* req) {
-    return mpi_.Iallgather(send, n, mpi_.byte, recv, n, mpi_.byte, comm_, req);
-  }));
-  Copy(out, recv, total);
-  Unstage(std::move(stage));
-  return absl::OkStatus();
+  return Staged(ctx, "MPI_Iallgather", {in, bytes, true, false},
+                {out, bytes * size_, false, true},
+                [&](char* send, char* recv, MPI_Request* req) {
+                  return mpi_.Iallgather(send, n, mpi_.byte, recv, n, mpi_.byte,
+                                         comm_, req);
+                });
 }
 
 absl::Status MpiBackend::AllReduce(const OpContext& ctx, TensorRef data,
                                    ReduceOp op) {
   DK_ASSIGN_OR_RETURN(MpiTypeAndOp t, MpiReduction(data.dtype(), op));
   DK_ASSIGN_OR_RETURN(int n, Count(data.numel(), ctx));
-  const size_t bytes = data.nbytes();
-  size_t end = 0;
-  const size_t at = Region(&end, data.data(), bytes);
-  auto stage = Stage(end);
-  char* buf = stage->data() + at;
-  Copy(buf, data.data(), bytes);
-  DK_RETURN_IF_ERROR(Nonblocking(ctx, "MPI_Iallreduce", stage, [&](auto* req) {
-    return mpi_.Iallreduce(MPI_IN_PLACE, buf, n, t.type, t.op, comm_, req);
-  }));
-  Copy(data.data(), buf, bytes);
-  Unstage(std::move(stage));
-  return absl::OkStatus();
+  return Staged(ctx, "MPI_Iallreduce", {data.data(), data.nbytes(), true, true},
+                [&](char* buf, MPI_Request* req) {
+                  return mpi_.Iallreduce(MPI_IN_PLACE, buf, n, t.type, t.op,
+                                         comm_, req);
+                });
 }
 
 absl::Status MpiBackend::Broadcast(const OpContext& ctx, TensorRef data,
                                    int root) {
   DK_ASSIGN_OR_RETURN(int n, Count(data.numel(), ctx));
   const MPI_Datatype type = MpiElementType(data.dtype());
-  const size_t bytes = data.nbytes();
-  size_t end = 0;
-  const size_t at = Region(&end, data.data(), bytes);
-  auto stage = Stage(end);
-  char* buf = stage->data() + at;
-  if (rank_ == root) Copy(buf, data.data(), bytes);
-  DK_RETURN_IF_ERROR(Nonblocking(ctx, "MPI_Ibcast", stage, [&](auto* req) {
-    return mpi_.Ibcast(buf, n, type, root, comm_, req);
-  }));
-  if (rank_ != root) Copy(data.data(), buf, bytes);
-  Unstage(std::move(stage));
-  return absl::OkStatus();
+  const bool is_root = rank_ == root;
+  return Staged(ctx, "MPI_Ibcast",
+                {data.data(), data.nbytes(), is_root, !is_root},
+                [&](char* buf, MPI_Request* req) {
+                  return mpi_.Ibcast(buf, n, type, root, comm_, req);
+                });
 }
 
 absl::Status MpiBackend::Reduce(const OpContext& ctx, TensorRef data,
                                 ReduceOp op, int root) {
   DK_ASSIGN_OR_RETURN(MpiTypeAndOp t, MpiReduction(data.dtype(), op));
   DK_ASSIGN_OR_RETURN(int n, Count(data.numel(), ctx));
-  const size_t bytes = data.nbytes();
-  size_t end = 0;
-  const size_t at = Region(&end, data.data(), bytes);
-  auto stage = Stage(end);
-  char* buf = stage->data() + at;
-  Copy(buf, data.data(), bytes);
+  const bool is_root = rank_ == root;
   // The root reduces in place; the others' data stays unchanged.
-  const void* send = rank_ == root ? MPI_IN_PLACE : buf;
-  void* recv = rank_ == root ? buf : nullptr;
-  DK_RETURN_IF_ERROR(Nonblocking(ctx, "MPI_Ireduce", stage, [&](auto* req) {
-    return mpi_.Ireduce(send, recv, n, t.type, t.op, root, comm_, req);
-  }));
-  if (rank_ == root) Copy(data.data(), buf, bytes);
-  Unstage(std::move(stage));
-  return absl::OkStatus();
+  return Staged(ctx, "MPI_Ireduce", {data.data(), data.nbytes(), true, is_root},
+                [&](char* buf, MPI_Request* req) {
+                  const void* send = is_root ? MPI_IN_PLACE : buf;
+                  void* recv = is_root ? buf : nullptr;
+                  return mpi_.Ireduce(send, recv, n, t.type, t.op, root, comm_,
+                                      req);
+                });
 }
 
 absl::Status MpiBackend::AllGather(const OpContext& ctx, TensorRef input,
                                    TensorRef output) {
   DK_ASSIGN_OR_RETURN(int n, Count(input.numel(), ctx));
   const MPI_Datatype type = MpiElementType(input.dtype());
-  const size_t bytes = input.nbytes(), total = bytes * size_;
-  size_t end = 0;
-  const size_t send_at = Region(&end, input.data(), bytes);
-  const size_t recv_at = Region(&end, output.data(), total);
-  auto stage = Stage(end);
-  char* send = stage->data() + send_at;
-  char* recv = stage->data() + recv_at;
-  Copy(send, input.data(), bytes);
-  DK_RETURN_IF_ERROR(Nonblocking(ctx, "MPI_Iallgather", stage, [&](auto* req) {
-    return mpi_.Iallgather(send, n, type, recv, n, type, comm_, req);
-  }));
-  Copy(output.data(), recv, total);
-  Unstage(std::move(stage));
-  return absl::OkStatus();
+  const size_t bytes = input.nbytes();
+  return Staged(ctx, "MPI_Iallgather", {input.data(), bytes, true, false},
+                {output.data(), bytes * size_, false, true},
+                [&](char* send, char* recv, MPI_Request* req) {
+                  return mpi_.Iallgather(send, n, type, recv, n, type, comm_,
+                                         req);
+                });
 }
 
 absl::Status MpiBackend::Gather(const OpContext& ctx, TensorRef input,
@@ -401,19 +423,12 @@ absl::Status MpiBackend::Gather(const OpContext& ctx, TensorRef input,
   const MPI_Datatype type = MpiElementType(input.dtype());
   const bool is_root = rank_ == root;
   const size_t bytes = input.nbytes(), total = is_root ? bytes * size_ : 0;
-  size_t end = 0;
-  const size_t send_at = Region(&end, input.data(), bytes);
-  const size_t recv_at = Region(&end, output.data(), total);
-  auto stage = Stage(end);
-  char* send = stage->data() + send_at;
-  char* recv = is_root ? stage->data() + recv_at : nullptr;
-  Copy(send, input.data(), bytes);
-  DK_RETURN_IF_ERROR(Nonblocking(ctx, "MPI_Igather", stage, [&](auto* req) {
-    return mpi_.Igather(send, n, type, recv, n, type, root, comm_, req);
-  }));
-  if (is_root) Copy(output.data(), recv, total);
-  Unstage(std::move(stage));
-  return absl::OkStatus();
+  return Staged(ctx, "MPI_Igather", {input.data(), bytes, true, false},
+                {output.data(), total, false, is_root},
+                [&](char* send, char* recv, MPI_Request* req) {
+                  return mpi_.Igather(send, n, type, is_root ? recv : nullptr,
+                                      n, type, root, comm_, req);
+                });
 }
 
 absl::Status MpiBackend::Scatter(const OpContext& ctx, TensorRef input,
@@ -422,41 +437,26 @@ absl::Status MpiBackend::Scatter(const OpContext& ctx, TensorRef input,
   const MPI_Datatype type = MpiElementType(output.dtype());
   const bool is_root = rank_ == root;
   const size_t bytes = output.nbytes(), total = is_root ? bytes * size_ : 0;
-  size_t end = 0;
-  const size_t send_at = Region(&end, input.data(), total);
-  const size_t recv_at = Region(&end, output.data(), bytes);
-  auto stage = Stage(end);
-  char* send = is_root ? stage->data() + send_at : nullptr;
-  char* recv = stage->data() + recv_at;
-  if (is_root) Copy(send, input.data(), total);
-  DK_RETURN_IF_ERROR(Nonblocking(ctx, "MPI_Iscatter", stage, [&](auto* req) {
-    return mpi_.Iscatter(send, n, type, recv, n, type, root, comm_, req);
-  }));
-  Copy(output.data(), recv, bytes);
-  Unstage(std::move(stage));
-  return absl::OkStatus();
+  return Staged(ctx, "MPI_Iscatter", {input.data(), total, is_root, false},
+                {output.data(), bytes, false, true},
+                [&](char* send, char* recv, MPI_Request* req) {
+                  return mpi_.Iscatter(is_root ? send : nullptr, n, type, recv,
+                                       n, type, root, comm_, req);
+                });
 }
 
 absl::Status MpiBackend::ReduceScatter(const OpContext& ctx, TensorRef input,
                                        TensorRef output, ReduceOp op) {
   DK_ASSIGN_OR_RETURN(MpiTypeAndOp t, MpiReduction(output.dtype(), op));
   DK_ASSIGN_OR_RETURN(int n, Count(output.numel(), ctx));
-  const size_t bytes = output.nbytes(), total = bytes * size_;
-  size_t end = 0;
-  const size_t send_at = Region(&end, input.data(), total);
-  const size_t recv_at = Region(&end, output.data(), bytes);
-  auto stage = Stage(end);
-  char* send = stage->data() + send_at;
-  char* recv = stage->data() + recv_at;
-  Copy(send, input.data(), total);
-  DK_RETURN_IF_ERROR(
-      Nonblocking(ctx, "MPI_Ireduce_scatter_block", stage, [&](auto* req) {
-        return mpi_.IreduceScatterBlock(send, recv, n, t.type, t.op, comm_,
-                                        req);
-      }));
-  Copy(output.data(), recv, bytes);
-  Unstage(std::move(stage));
-  return absl::OkStatus();
+  const size_t bytes = output.nbytes();
+  return Staged(ctx, "MPI_Ireduce_scatter_block",
+                {input.data(), bytes * size_, true, false},
+                {output.data(), bytes, false, true},
+                [&](char* send, char* recv, MPI_Request* req) {
+                  return mpi_.IreduceScatterBlock(send, recv, n, t.type, t.op,
+                                                  comm_, req);
+                });
 }
 
 int64_t MpiBackend::MaxAllToAllElements() const {
@@ -476,22 +476,18 @@ absl::Status MpiBackend::AllToAll(const OpContext& ctx, TensorRef input,
                                   absl::Span<const int64_t> output_splits) {
   const MPI_Datatype type = MpiElementType(input.dtype());
   const size_t in_bytes = input.nbytes(), out_bytes = output.nbytes();
+  if (input_splits.empty() && output_splits.empty()) {
+    DK_ASSIGN_OR_RETURN(int n, Count(input.numel() / size_, ctx));
+    return Staged(ctx, "MPI_Ialltoall", {input.data(), in_bytes, true, false},
+                  {output.data(), out_bytes, false, true},
+                  [&](char* send, char* recv, MPI_Request* req) {
+                    return mpi_.Ialltoall(send, n, type, recv, n, type, comm_,
+                                          req);
+                  });
+  }
   size_t end = 0;
   const size_t send_at = Region(&end, input.data(), in_bytes);
   const size_t recv_at = Region(&end, output.data(), out_bytes);
-  if (input_splits.empty() && output_splits.empty()) {
-    DK_ASSIGN_OR_RETURN(int n, Count(input.numel() / size_, ctx));
-    auto stage = Stage(end);
-    char* send = stage->data() + send_at;
-    char* recv = stage->data() + recv_at;
-    Copy(send, input.data(), in_bytes);
-    DK_RETURN_IF_ERROR(Nonblocking(ctx, "MPI_Ialltoall", stage, [&](auto* req) {
-      return mpi_.Ialltoall(send, n, type, recv, n, type, comm_, req);
-    }));
-    Copy(output.data(), recv, out_bytes);
-    Unstage(std::move(stage));
-    return absl::OkStatus();
-  }
   // The counts and displacements are MPI's until the request completes:
   // they live in the stage too.
   auto stage = Stage(end);
@@ -541,17 +537,10 @@ absl::Status MpiBackend::Send(const OpContext& ctx, TensorRef data, int dst,
   DK_RETURN_IF_ERROR(CheckTag(ctx, tag));
   DK_ASSIGN_OR_RETURN(int n, Count(data.numel(), ctx));
   const MPI_Datatype type = MpiElementBytes(data.dtype());  // not under DK_MPI
-  const size_t bytes = data.nbytes();
-  size_t end = 0;
-  const size_t at = Region(&end, data.data(), bytes);
-  auto stage = Stage(end);
-  char* buf = stage->data() + at;
-  Copy(buf, data.data(), bytes);
-  DK_RETURN_IF_ERROR(Nonblocking(ctx, "MPI_Isend", stage, [&](auto* req) {
-    return mpi_.Isend(buf, n, type, dst, tag, comm_, req);
-  }));
-  Unstage(std::move(stage));
-  return absl::OkStatus();
+  return Staged(ctx, "MPI_Isend", {data.data(), data.nbytes(), true, false},
+                [&](char* buf, MPI_Request* req) {
+                  return mpi_.Isend(buf, n, type, dst, tag, comm_, req);
+                });
 }
 
 absl::Status MpiBackend::Recv(const OpContext& ctx, TensorRef data, int src,
@@ -559,18 +548,12 @@ absl::Status MpiBackend::Recv(const OpContext& ctx, TensorRef data, int src,
   DK_RETURN_IF_ERROR(CheckTag(ctx, tag));
   DK_ASSIGN_OR_RETURN(int n, Count(data.numel(), ctx));
   const MPI_Datatype type = MpiElementBytes(data.dtype());  // not under DK_MPI
-  const size_t bytes = data.nbytes();
-  size_t end = 0;
-  const size_t at = Region(&end, data.data(), bytes);
-  auto stage = Stage(end);
-  char* buf = stage->data() + at;
-  DK_RETURN_IF_ERROR(Nonblocking(
-      ctx, "MPI_Irecv", stage,
-      [&](auto* req) { return mpi_.Irecv(buf, n, type, src, tag, comm_, req); },
-      /*receive=*/true));
-  Copy(data.data(), buf, bytes);
-  Unstage(std::move(stage));
-  return absl::OkStatus();
+  return Staged(
+      ctx, "MPI_Irecv", {data.data(), data.nbytes(), false, true},
+      [&](char* buf, MPI_Request* req) {
+        return mpi_.Irecv(buf, n, type, src, tag, comm_, req);
+      },
+      /*receive=*/true);
 }
 
 }  // namespace distkit

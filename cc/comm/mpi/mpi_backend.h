@@ -21,8 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "cc/comm/backend.h"
 #include "cc/comm/mpi/mpi_library.h"
 #include "cc/comm/mpi/mpi_runtime.h"
@@ -107,6 +109,32 @@ class MpiBackend : public Backend {
         Check(ctx, DK_MPI((PollMpiQuarantineLocked(), start(&request))), call));
     return Complete(ctx, request, stage, receive);
   }
+  // A caller's buffer as an operation stages it (mpi_backend.cc's
+  // collectives): `bytes` of the stage laid out like `caller`, copied in
+  // from it before the call when `in`, and out to it (then written) once
+  // the request completed when `out`.
+  struct StagedBuffer {
+    const void* caller;
+    size_t bytes;
+    bool in;
+    bool out;
+  };
+  // The operation's one nonblocking call (Nonblocking) on staged copies of
+  // its buffers: in place on `buf`, or from `send` to `recv` (separate
+  // regions, so MPI never gets aliased buffers, whatever the caller's).
+  absl::Status Staged(const OpContext& ctx, const char* call, StagedBuffer buf,
+                      absl::FunctionRef<int(char* buf, MPI_Request*)> start,
+                      bool receive = false);
+  absl::Status Staged(
+      const OpContext& ctx, const char* call, StagedBuffer send,
+      StagedBuffer recv,
+      absl::FunctionRef<int(char* send, char* recv, MPI_Request*)> start);
+  // Both forms' body (one or two buffers).
+  absl::Status StagedAll(
+      const OpContext& ctx, const char* call,
+      absl::Span<const StagedBuffer> buffers,
+      absl::FunctionRef<int(char* const* staged, MPI_Request*)> start,
+      bool receive);
   // Completes `request` (polling), within ctx.timeout, unless aborted. When
   // it gives up, `stage` moves into the quarantine with the request (a
   // `receive` is cancelled first, which MPI allows for point to point).

@@ -40,6 +40,7 @@
 #include "cc/store/prefix_store.h"
 #include "testing/cc/rank_check.h"
 #include "testing/cc/rank_env.h"
+#include "testing/cc/store_marks.h"
 #include "testing/cc/time_scale.h"
 
 using distkit::testing::Check;
@@ -90,13 +91,7 @@ int main(int argc, char** argv) {
   Backend& backend = **made;
 
   // Every rank made its backend; then all start together.
-  std::vector<std::string> ready, done;
-  for (int r = 0; r < size; ++r) {
-    ready.push_back(absl::StrCat("ready/", r));
-    done.push_back(absl::StrCat("done/", r));
-  }
-  RequireOk(store->Set(ready[rank], "1"), "mark ready");
-  RequireOk(store->WaitWithTimeout(ready, absl::Seconds(60)), "all ready");
+  testing::MarkAndAwaitAll(*store, "ready", rank, size, absl::Seconds(60));
 
   const absl::Duration timeout = absl::Seconds(2);
   OpContext ctx;
@@ -156,7 +151,6 @@ int main(int argc, char** argv) {
 
   // Nobody exits while a peer is still in the test (an exited peer would
   // end its waits with UNAVAILABLE).
-  RequireOk(store->Set(done[rank], "1"), "mark done");
-  RequireOk(store->WaitWithTimeout(done, absl::Seconds(60)), "all done");
+  testing::MarkAndAwaitAll(*store, "done", rank, size, absl::Seconds(60));
   return testing::FinishChecks(absl::StrCat("op deadline ", mode));
 }
