@@ -233,8 +233,12 @@ def _release_unused_groups() -> None:
 
 def _process_group(rank: int, size: int, group: Optional[_groups.ProcessGroup]):
     """torch's process group over distkit group ``group`` (None: distkit's
-    default group); it keeps ``group`` as ``_dk_group`` (torch_groups.twin
-    reads it), and _groups_in_use keeps it alive as long as the C++ one."""
+    default group, whichever it is at each call; torch's default group is
+    given distkit's default group of the moment instead, so that one a DDP
+    model still holds after a shrink or grow fails on the old world rather
+    than running on the new one at the old rank and size); it keeps
+    ``group`` as ``_dk_group`` (torch_groups.twin reads it), and
+    _groups_in_use keeps it alive as long as the C++ one."""
     global _warned
     if _extension is not None:
         _release_unused_groups()
@@ -266,7 +270,7 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
                     f"distkit backend: torch's default group is rank {rank} of {size}, distkit's "
                     f"job rank {_groups.get_rank()} of {_groups.get_world_size()}")
             if _init_from_distkit or not _timeout_given(timeout):
-                return _process_group(rank, size, None)
+                return _process_group(rank, size, _groups.library_default_group())
             # distkit's job was joined first (init_dist, then torch's own
             # init_process_group): its default group keeps init_dist's
             # timeout, so torch's group is one of every rank with the
@@ -277,7 +281,7 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta):
         world = torch_join.join(store=store, rank=rank, size=size, timeout_ms=timeout_ms,
                                 op_timeout_ms=timeout_ms)
         _groups._adopt_world(world)
-        return _process_group(rank, size, None)
+        return _process_group(rank, size, _groups.library_default_group())
     adopted = torch_groups.adopted()
     if adopted is not None:  # distkit.dist.new_group: the twin it made (dist/torch_groups.py)
         if (adopted.rank(), adopted.size()) != (rank, size):

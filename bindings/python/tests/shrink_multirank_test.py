@@ -3,11 +3,14 @@
 last rank dies. The survivors' step 5 fails; each calls
 dist.shrink_group(), which makes a group of the survivors the default one,
 and they finish training at world size - 1. The weights must equal training
-computed here without communication."""
+computed here without communication. torch's default process group from
+before the shrink (what a DDP model built then holds) fails on the old world:
+it used to run on the survivors' group at the old rank and size."""
 import os
 import sys
 
 import torch
+import torch.distributed as tdist
 
 from distkit import dist, errors
 from testing.python.rank_check import check, finish
@@ -34,6 +37,7 @@ def main():
     if size < 2:
         print("one rank: nothing to shrink")
         return 0
+    old_torch_world = tdist.distributed_c10d._get_default_group()
     w = torch.zeros(DIM, dtype=torch.float64)
     step, shrunk = 0, False
     while step < STEPS:
@@ -51,6 +55,13 @@ def main():
             check(survivors.size() == size - 1, "the survivors' group")
             check(dist.get_world_size() == size - 1 and dist.get_rank() == rank,
                   "it is the default group now, ranks in their old order")
+            try:
+                t = torch.ones(2)
+                old_torch_world.allreduce([t]).wait()
+                check(False, f"torch's process group from before the shrink ran on the "
+                             f"survivors' group: {t.tolist()}")
+            except RuntimeError as e:
+                print(f"rank {rank}: the old torch group fails: {str(e)[:120]}", flush=True)
             continue
         w = w - LR * g
         step += 1
