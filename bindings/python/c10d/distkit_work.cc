@@ -79,6 +79,12 @@ void DistkitWork::Start(dk_work_t* work) {
   dk_error_t* err = nullptr;
   if (Dk().dk_work_on_complete(work, &DistkitWork::OnDone, this, &err) !=
       DK_OK) {
+    // The operation is in flight on the tensors this Work lends: they must
+    // outlive it (dk_work_destroy does not cancel it), so it is waited for
+    // (bounded by the group's timeout) before this Work can go.
+    dk_error_t* wait_err = nullptr;
+    Dk().dk_work_wait(work, -1, &wait_err);
+    if (wait_err != nullptr) Dk().dk_error_free(wait_err);
     c10::raw::intrusive_ptr::decref(this);
     throw std::runtime_error(what() + ": " +
                              TakeErrorMessage(err, "dk_work_on_complete"));

@@ -226,6 +226,18 @@ void ProcessGroupDistkit::Fail(const char* op, const std::string& why) const {
   throw std::runtime_error(Describe(op) + ": " + why);
 }
 
+void ProcessGroupDistkit::RequireOneDtype(const char* op,
+                                          const at::Tensor& input,
+                                          const at::Tensor& output) const {
+  // Checked here, in torch's names: dtypes the library has no type for
+  // travel as bytes, and its own message would call both uint8.
+  if (input.scalar_type() != output.scalar_type()) {
+    Fail(op, std::string("the input is ") + c10::toString(input.scalar_type()) +
+                 " but the output is " + c10::toString(output.scalar_type()) +
+                 ": they must have one dtype");
+  }
+}
+
 const at::Tensor& ProcessGroupDistkit::Single(
     const std::vector<at::Tensor>& tensors, const char* op) const {
   if (tensors.size() != 1) {
@@ -459,6 +471,7 @@ WorkPtr ProcessGroupDistkit::_reduce_scatter_base(
 WorkPtr ProcessGroupDistkit::ReduceScatter(
     const char* op, OpType type, at::Tensor& output, at::Tensor input,
     bool input_is_copy, const c10d::ReduceScatterOptions& opts) {
+  RequireOneDtype(op, input, output);
   at::Tensor in = Lendable(input);
   if (opts.reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM && !input_is_copy &&
       in.is_same(input)) {
@@ -538,6 +551,7 @@ WorkPtr ProcessGroupDistkit::allgather(
 WorkPtr ProcessGroupDistkit::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   const char* op = "_allgather_base";
+  RequireOneDtype(op, input, output);
   at::Tensor in = Lendable(input);
   at::Tensor out = LendableOutput(output);
   return Issue(
@@ -729,6 +743,7 @@ WorkPtr ProcessGroupDistkit::alltoall_base(
     std::vector<int64_t>& input_split_sizes,
     const c10d::AllToAllOptions& opts) {
   const char* op = "alltoall_base";
+  RequireOneDtype(op, input, output);
   const bool even = output_split_sizes.empty() && input_split_sizes.empty();
   if (!even) {
     // torch's checks (c10d::checkSplitSizes, as ProcessGroupGloo and NCCL

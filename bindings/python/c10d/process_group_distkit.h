@@ -133,6 +133,9 @@ class ProcessGroupDistkit : public TorchBackendBase {
   // "distkit: <op> on group '<name>' (rank r of n)".
   std::string Describe(const char* op) const;
   [[noreturn]] void Fail(const char* op, const std::string& why) const;
+  // Fails `op` unless `input` and `output` have one dtype.
+  void RequireOneDtype(const char* op, const at::Tensor& input,
+                       const at::Tensor& output) const;
   const at::Tensor& Single(const std::vector<at::Tensor>& tensors,
                            const char* op) const;
   // The reduction `op` asks for on `t`, applying PREMUL_SUM's factor to

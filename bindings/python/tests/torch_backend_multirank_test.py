@@ -261,6 +261,22 @@ def subgroups(rank, n, cpp):
         held_in_cpp(rank, odd)
 
 
+def one_dtype_refusals(n):
+    """The base forms' input and output of two dtypes, refused before
+    anything travels, naming both in torch's words (int16 travels as bytes:
+    the library would have called both uint8)."""
+    cases = [
+        ("_all_gather_base", lambda: tdist._all_gather_base(
+            torch.zeros(2 * n, dtype=torch.int16), torch.zeros(2))),
+        ("_reduce_scatter_base", lambda: tdist._reduce_scatter_base(
+            torch.zeros(2, dtype=torch.int16), torch.zeros(2 * n))),
+    ]  # (all_to_all_single's dtypes torch itself checks first)
+    for what, call in cases:
+        message = _refusal(call)
+        check(message is not None and "Short" in message and "Float" in message,
+              f"{what} of float32 into int16: {message}")
+
+
 def held_in_cpp(rank, members):
     """torch 2.x keeps a subgroup's backend in C++ alone and drops its
     Python wrapper: a backend made by the creator, as torch makes it, held
@@ -797,6 +813,8 @@ def main():
     gloo = tdist.new_group(backend="gloo")
     collectives(gloo, rank, n)
     refusals_like_gloo(gloo, rank, n)
+    if cpp:
+        one_dtype_refusals(n)
     if cpp:  # the fallback completes every operation before it returns
         async_ops(gloo, rank, n)
         result_before_done(gloo, rank, n)
