@@ -164,17 +164,18 @@ const char* ReduceOpName(c10d::ReduceOp::RedOpType op) {
   }
 }
 
-// The lock under which CUDA operations on `group` (nullptr: the default
-// group) set its stream and are issued: one per group handle, shared by
-// every process group over it (the default group's, made again after a
-// rebase). Handles are never reused (the C ABI's convention 11), so an entry
-// is never another group's; they are few and kept.
-std::shared_ptr<std::mutex> IssueMutexOf(dk_group_t* group) {
+// The lock under which CUDA operations on the group named `name` set its
+// stream and are issued: the stream is the library group's, and two handles
+// can be one library group (on one node the local group is the default
+// group), so the lock is per name, shared by every process group over it.
+// Two groups of one name (a world made again after a destroy) share a lock:
+// less concurrency, never a race. They are few and kept.
+std::shared_ptr<std::mutex> IssueMutexOf(const std::string& name) {
   static std::mutex* mu = new std::mutex;
   static auto* locks =
-      new std::unordered_map<dk_group_t*, std::shared_ptr<std::mutex>>;
+      new std::unordered_map<std::string, std::shared_ptr<std::mutex>>;
   std::lock_guard<std::mutex> lock(*mu);
-  std::shared_ptr<std::mutex>& entry = (*locks)[group];
+  std::shared_ptr<std::mutex>& entry = (*locks)[name];
   if (entry == nullptr) entry = std::make_shared<std::mutex>();
   return entry;
 }
@@ -185,7 +186,7 @@ ProcessGroupDistkit::ProcessGroupDistkit(int rank, int size, dk_group_t* group)
     : TorchBackendBase(rank, size),
       group_(group),
       group_name_(GroupName(group)),
-      issue_mu_(IssueMutexOf(group)),
+      issue_mu_(IssueMutexOf(group_name_)),
       host_only_(ComputesOnHost(group)),
       where_(std::make_shared<const std::string>(
           "on group '" + group_name_ + "' (rank " + std::to_string(rank) +
