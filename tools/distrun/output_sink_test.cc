@@ -48,6 +48,18 @@ struct Pipe {
 // The text of line i of a numbered series.
 std::string Line(int i) { return absl::StrCat("line ", i, "\n"); }
 
+// What `p` delivers of `sink`'s queued output, reading while the sink
+// writes, until `bytes` came (or 20 s passed).
+std::string ReadWhileWriting(Pipe& p, OutputSink& sink, size_t bytes) {
+  std::string got;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (got.size() < bytes && absl::Now() < deadline) {
+    got += p.ReadAvailable();
+    sink.WriteReady();
+  }
+  return got;
+}
+
 TEST(OutputSinkTest, AReaderThatDoesNotReadNeverBlocksTheWriter) {
   Pipe p;
   OutputSink sink;
@@ -61,13 +73,7 @@ TEST(OutputSinkTest, AReaderThatDoesNotReadNeverBlocksTheWriter) {
   EXPECT_GT(sink.backlog(), size_t{100000});
   EXPECT_FALSE(sink.empty());
   // Read on: everything comes, in order, once the reader reads.
-  std::string got;
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (got.size() < sent.size() && absl::Now() < deadline) {
-    got += p.ReadAvailable();
-    sink.WriteReady();
-  }
-  EXPECT_EQ(got, sent);
+  EXPECT_EQ(ReadWhileWriting(p, sink, sent.size()), sent);
   EXPECT_TRUE(sink.empty());
 }
 
@@ -100,13 +106,7 @@ TEST(OutputSinkTest, KeepsTheOrderAcrossFds) {
     sink.Write(fd, Line(i));
     sent += Line(i);
   }
-  std::string got;
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (got.size() < sent.size() && absl::Now() < deadline) {
-    got += p.ReadAvailable();
-    sink.WriteReady();
-  }
-  EXPECT_EQ(got, sent);
+  EXPECT_EQ(ReadWhileWriting(p, sink, sent.size()), sent);
   close(other);
 }
 
@@ -121,13 +121,7 @@ TEST(OutputSinkTest, NonBlockingFdLosesNothing) {
     sink.Write(p.w, Line(i));
     sent += Line(i);
   }
-  std::string got;
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (got.size() < sent.size() && absl::Now() < deadline) {
-    got += p.ReadAvailable();
-    sink.WriteReady();
-  }
-  EXPECT_EQ(got, sent);
+  EXPECT_EQ(ReadWhileWriting(p, sink, sent.size()), sent);
 }
 
 // A reader that went away: the output is dropped (as a failed blocking write
