@@ -17,7 +17,7 @@ type LauncherInfo struct {
 	WorldSize      int
 	LocalRank      int
 	LocalWorldSize int
-	NodeRank       int // GROUP_RANK, SLURM_NODEID or OMPI_COMM_WORLD_NODE_RANK
+	NodeRank       int // GROUP_RANK, SLURM_NODEID; mpirun: rank / local world size where ranks lie in one block per node, else -1
 	// MasterAddr is empty when the launcher names none (Slurm: the first
 	// host of SLURM_NODELIST unless MASTER_ADDR is set).
 	MasterAddr string

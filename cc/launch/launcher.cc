@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -77,7 +78,10 @@ absl::Status Validate(const RendezvousInfo& info) {
         "launcher '", LauncherName(info.launcher), "': local rank ",
         info.local_rank, " is outside [0, ", info.local_world_size, ")"));
   }
-  if (info.node_rank < 0) {
+  // mpirun names no node: kUnknownNodeRank there (ParseMpiPlacement).
+  const bool unknown_node =
+      info.launcher == Launcher::kMpi && info.node_rank == kUnknownNodeRank;
+  if (info.node_rank < 0 && !unknown_node) {
     return absl::InvalidArgumentError(
         absl::StrCat("launcher '", LauncherName(info.launcher), "': node rank ",
                      info.node_rank, " is negative"));
@@ -98,7 +102,7 @@ void PlaceStore(const Environment& env, int store_port, RendezvousInfo* info) {
     info->host_store = false;
     return;
   }
-  info->store_address = absl::StrCat(info->master_addr, ":", store_port);
+  info->store_address = JoinHostPort(info->master_addr, store_port);
   info->host_store = info->rank == 0;
 }
 
@@ -146,12 +150,13 @@ absl::StatusOr<RendezvousInfo> ParsePytorch(Launcher launcher,
 }
 
 // Slurm's compressed task counts, one per node: "2(x3),1" -> 2 2 2 1.
-absl::StatusOr<std::vector<int>> ExpandTasksPerNode(absl::string_view var,
+absl::StatusOr<std::vector<int>> ExpandTasksPerNode(Launcher launcher,
+                                                    absl::string_view var,
                                                     absl::string_view text) {
   constexpr size_t kMaxNodes = 1000000;
-  const absl::Status malformed = absl::InvalidArgumentError(
-      absl::StrCat("launcher 'slurm': environment variable ", var, "='", text,
-                   "' is malformed"));
+  const absl::Status malformed = absl::InvalidArgumentError(absl::StrCat(
+      "launcher '", LauncherName(launcher), "': environment variable ", var,
+      "='", text, "' is malformed"));
   std::vector<int> counts;
   for (absl::string_view item : absl::StrSplit(text, ',')) {
     absl::string_view count = item, repeat = "1";
@@ -172,6 +177,47 @@ absl::StatusOr<std::vector<int>> ExpandTasksPerNode(absl::string_view var,
     counts.insert(counts.end(), times, n);
   }
   return counts;
+}
+
+// This node's task count under srun, from the variable that named it.
+struct SlurmTasks {
+  int count;
+  std::string var, text;
+};
+
+// Nodes may run different numbers of tasks ("2(x3),1"): this node's count
+// is the one at `node_rank` (SLURM_NODEID). SLURM_TASKS_PER_NODE holds the
+// counts the nodes got, and wins: SLURM_NTASKS_PER_NODE is only what was
+// asked for (srun -n 6 --ntasks-per-node=4 gives it 4, but "4,2" on two
+// nodes). nullopt when neither is set.
+absl::StatusOr<std::optional<SlurmTasks>> SlurmTasksOnNode(
+    const Environment& env, Launcher launcher, int node_rank) {
+  for (absl::string_view var :
+       {"SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"}) {
+    std::optional<std::string> per_node = env.Get(var);
+    if (!per_node.has_value()) continue;
+    DK_ASSIGN_OR_RETURN(std::vector<int> counts,
+                        ExpandTasksPerNode(launcher, var, *per_node));
+    const bool uniform = std::count(counts.begin(), counts.end(), counts[0]) ==
+                         static_cast<std::ptrdiff_t>(counts.size());
+    SlurmTasks tasks{counts[0], std::string(var), *per_node};
+    if (uniform) return tasks;
+    if (!env.Has("SLURM_NODEID")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("launcher '", LauncherName(launcher),
+                       "': environment variable SLURM_NODEID is not set, and ",
+                       var, "='", *per_node, "' differs between nodes"));
+    }
+    if (node_rank < 0 || static_cast<size_t>(node_rank) >= counts.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("launcher '", LauncherName(launcher),
+                       "': SLURM_NODEID=", node_rank, " is outside the ",
+                       counts.size(), " nodes of ", var, "='", *per_node, "'"));
+    }
+    tasks.count = counts[node_rank];
+    return tasks;
+  }
+  return std::nullopt;
 }
 
 absl::StatusOr<RendezvousInfo> ParseSlurm(const Environment& env,
@@ -203,41 +249,17 @@ absl::StatusOr<RendezvousInfo> ParseSlurm(const Environment& env,
         "launcher 'slurm': SLURM_NODEID=", info.node_rank, " is outside the ",
         hosts->size(), " node(s) of SLURM_NODELIST='", nodelist, "'"));
   }
-  // Nodes may run different numbers of tasks ("2(x3),1"): this node's count
-  // is the one at SLURM_NODEID. SLURM_TASKS_PER_NODE holds the counts the
-  // nodes got, and wins: SLURM_NTASKS_PER_NODE is only what was asked for
-  // (srun -n 6 --ntasks-per-node=4 gives it 4, but "4,2" on two nodes).
   info.local_world_size = info.world_size;
-  for (absl::string_view var :
-       {"SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"}) {
-    std::optional<std::string> per_node = env.Get(var);
-    if (!per_node.has_value()) continue;
-    DK_ASSIGN_OR_RETURN(std::vector<int> counts,
-                        ExpandTasksPerNode(var, *per_node));
-    const bool uniform = std::count(counts.begin(), counts.end(), counts[0]) ==
-                         static_cast<std::ptrdiff_t>(counts.size());
-    if (uniform) {
-      info.local_world_size = counts[0];
-    } else if (!env.Has("SLURM_NODEID")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "launcher 'slurm': environment variable SLURM_NODEID is not set, "
-          "and ",
-          var, "='", *per_node, "' differs between nodes"));
-    } else if (info.node_rank < 0 ||
-               static_cast<size_t>(info.node_rank) >= counts.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "launcher 'slurm': SLURM_NODEID=", info.node_rank, " is outside the ",
-          counts.size(), " nodes of ", var, "='", *per_node, "'"));
-    } else {
-      info.local_world_size = counts[info.node_rank];
-    }
+  DK_ASSIGN_OR_RETURN(std::optional<SlurmTasks> tasks,
+                      SlurmTasksOnNode(env, launcher, info.node_rank));
+  if (tasks.has_value()) {
+    info.local_world_size = tasks->count;
     if (has_local_id && info.local_rank >= info.local_world_size) {
       return absl::InvalidArgumentError(absl::StrCat(
           "launcher 'slurm': SLURM_LOCALID=", info.local_rank,
           " is not below node ", info.node_rank, "'s ", info.local_world_size,
-          " task(s) in ", var, "='", *per_node, "'"));
+          " task(s) in ", tasks->var, "='", tasks->text, "'"));
     }
-    break;
   }
   // Guessed from the devices (no SLURM_LOCALID): at least as many.
   if (info.local_rank >= info.local_world_size) {
@@ -255,6 +277,20 @@ absl::StatusOr<RendezvousInfo> ParseSlurm(const Environment& env,
   PlaceStore(env, info.master_port, &info);
   DK_RETURN_IF_ERROR(Validate(info));
   return info;
+}
+
+// mpirun's ranks name no node index: rank / local_world_size where this
+// rank is local rank `local_rank` of a block of local_world_size
+// consecutive ranks, every node as many as world_size allows (mpirun's
+// default mapping, and the layout init_local_group(node_rank, n) names);
+// kUnknownNodeRank otherwise (e.g. --map-by node).
+int NodeRankOfBlocks(const RendezvousInfo& info) {
+  const int n = info.local_world_size;
+  if (n < 1 || info.rank < 0 || info.world_size % n != 0 ||
+      info.rank % n != info.local_rank) {
+    return kUnknownNodeRank;
+  }
+  return info.rank / n;
 }
 
 absl::StatusOr<RendezvousInfo> ParseMpi(const Environment& env) {
@@ -289,9 +325,10 @@ absl::StatusOr<RendezvousInfo> ParseMpiPlacement(const Environment& env) {
     DK_ASSIGN_OR_RETURN(
         info.local_world_size,
         Optional(env, launcher, "OMPI_COMM_WORLD_LOCAL_SIZE", info.world_size));
-    DK_ASSIGN_OR_RETURN(
-        info.node_rank,
-        Optional(env, launcher, "OMPI_COMM_WORLD_NODE_RANK", 0));
+    // Not OMPI_COMM_WORLD_NODE_RANK: that is this process's rank among
+    // its node's processes (rank 1 of `mpirun -np 2` on one host has 1),
+    // not the node's index, which Open MPI does not export.
+    info.node_rank = NodeRankOfBlocks(info);
   } else {
     // MPICH / Intel MPI / Hydra style.
     DK_ASSIGN_OR_RETURN(info.rank, Required(env, launcher, "PMI_RANK"));
@@ -300,8 +337,9 @@ absl::StatusOr<RendezvousInfo> ParseMpiPlacement(const Environment& env) {
     // SLURM_LOCALID instead. Without either this rank's place on its node
     // is unknown (0 on every rank would put them all on one device), so it
     // is an error naming MPI_LOCALRANKID.
-    if (!env.Get("MPI_LOCALRANKID").has_value() &&
-        env.Get("SLURM_LOCALID").has_value()) {
+    const bool srun = !env.Get("MPI_LOCALRANKID").has_value() &&
+                      env.Get("SLURM_LOCALID").has_value();
+    if (srun) {
       DK_ASSIGN_OR_RETURN(info.local_rank,
                           Required(env, launcher, "SLURM_LOCALID"));
     } else {
@@ -311,6 +349,19 @@ absl::StatusOr<RendezvousInfo> ParseMpiPlacement(const Environment& env) {
     DK_ASSIGN_OR_RETURN(
         info.local_world_size,
         Optional(env, launcher, "MPI_LOCALNRANKS", info.world_size));
+    if (srun) {
+      // srun --mpi=pmi2 sets no MPI_LOCALNRANKS: this node's index and
+      // tasks come from Slurm's variables, as under launcher 'slurm'.
+      DK_ASSIGN_OR_RETURN(info.node_rank,
+                          Optional(env, launcher, "SLURM_NODEID", 0));
+      if (!env.Has("MPI_LOCALNRANKS")) {
+        DK_ASSIGN_OR_RETURN(std::optional<SlurmTasks> tasks,
+                            SlurmTasksOnNode(env, launcher, info.node_rank));
+        if (tasks.has_value()) info.local_world_size = tasks->count;
+      }
+    } else {
+      info.node_rank = NodeRankOfBlocks(info);
+    }
   }
   return info;
 }
@@ -360,6 +411,12 @@ absl::StatusOr<RendezvousInfo> ParseRendezvous(Launcher launcher,
       return ParseMpi(env);
   }
   return absl::InvalidArgumentError("unknown launcher");
+}
+
+std::string JoinHostPort(absl::string_view host, int port) {
+  const bool v6 = absl::StrContains(host, ':') && !absl::StartsWith(host, "[");
+  return v6 ? absl::StrCat("[", host, "]:", port)
+            : absl::StrCat(host, ":", port);
 }
 
 std::string RendezvousInfo::DebugString() const {

@@ -52,13 +52,24 @@ Launcher InferLauncher(const Environment& env);
 
 inline constexpr int kDefaultMasterPort = 29500;
 
+// RendezvousInfo::node_rank where the launcher does not say (mpirun with
+// ranks not in one block per node, e.g. --map-by node).
+inline constexpr int kUnknownNodeRank = -1;
+
+// "host:port", or "[host]:port" for an IPv6 literal (whose own colons would
+// otherwise read as the port's: "fd00::1:8080" is another address).
+std::string JoinHostPort(absl::string_view host, int port);
+
 struct RendezvousInfo {
   Launcher launcher = Launcher::kNone;
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
-  int node_rank = 0;  // GROUP_RANK / SLURM_NODEID
+  // GROUP_RANK / SLURM_NODEID. mpirun exports no node index: there it is
+  // rank / local_world_size where the ranks lie in blocks of that size
+  // (mpirun's default mapping), else kUnknownNodeRank.
+  int node_rank = 0;
   std::string master_addr;
   int master_port = 0;
   // host:port of the job's Store; empty when not distributed.
@@ -86,7 +97,8 @@ absl::StatusOr<RendezvousInfo> ParseRendezvous(
     const ParseOptions& options = {});
 
 // mpirun's placement of this process only (OpenMPI's OMPI_COMM_WORLD_* or
-// PMI's variables): rank, sizes, local and node rank, no store address. For
+// PMI's variables; under srun's PMI, Slurm's for the node): rank, sizes,
+// local and node rank, no store address. For
 // the mpi backend, whose ranks connect through MPI itself (and find rank
 // 0's store through it: cc/comm/mpi/mpi_job_store.h).
 absl::StatusOr<RendezvousInfo> ParseMpiPlacement(const Environment& env);

@@ -410,6 +410,107 @@ TEST(LauncherTest, TorchrunVariablesAsMmengineExports) {
   EXPECT_EQ(vars["LOCAL_RANK"], "0");
 }
 
+// Open MPI's OMPI_COMM_WORLD_NODE_RANK is a rank among the node's processes
+// (rank 1 of `mpirun -np 2` on one host has 1), not the node's index: read
+// as one, init_local_group(node_rank, local_world_size) asked rank 1 for
+// ranks [2, 4) of 2. The node is derived from the block of ranks instead.
+TEST(LauncherTest, MpiNodeRankIsNotOmpisNodeRank) {
+  // Rank 1 of `mpirun -np 2` on one host: its real variables.
+  auto env = Env({{"OMPI_COMM_WORLD_RANK", "1"},
+                  {"OMPI_COMM_WORLD_SIZE", "2"},
+                  {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                  {"OMPI_COMM_WORLD_NODE_RANK", "1"},
+                  {"MASTER_ADDR", "h"}});
+  EXPECT_THAT(*ParseMpiPlacement(env),
+              PlacedAt(/*rank=*/1, /*world_size=*/2, /*local_rank=*/1,
+                       /*local_world_size=*/2, /*node_rank=*/0));
+  EXPECT_EQ(ParseRendezvous(Launcher::kMpi, env)->node_rank, 0);
+  // Rank 5 of 3 nodes x 2 (by slot): node 2, whatever NODE_RANK says.
+  env = Env({{"OMPI_COMM_WORLD_RANK", "5"},
+             {"OMPI_COMM_WORLD_SIZE", "6"},
+             {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+             {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+             {"OMPI_COMM_WORLD_NODE_RANK", "1"},
+             {"MASTER_ADDR", "h"}});
+  EXPECT_EQ(ParseMpiPlacement(env)->node_rank, 2);
+  // --map-by node: rank 1 is local rank 0 of node 1, its node's ranks are
+  // 1 and 3; no block holds them, so the node is unknown, and the rest of
+  // the placement still parses.
+  env.Set("OMPI_COMM_WORLD_RANK", "1");
+  env.Set("OMPI_COMM_WORLD_SIZE", "4");
+  env.Set("OMPI_COMM_WORLD_LOCAL_RANK", "0");
+  env.Set("OMPI_COMM_WORLD_NODE_RANK", "0");
+  absl::StatusOr<RendezvousInfo> info = ParseRendezvous(Launcher::kMpi, env);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_THAT(*info, PlacedAt(/*rank=*/1, /*world_size=*/4, /*local_rank=*/0,
+                              /*local_world_size=*/2,
+                              /*node_rank=*/kUnknownNodeRank));
+  // PMI (Hydra) names no node either: the same derivation.
+  auto pmi = Env({{"PMI_RANK", "3"},
+                  {"PMI_SIZE", "4"},
+                  {"MPI_LOCALRANKID", "1"},
+                  {"MPI_LOCALNRANKS", "2"}});
+  EXPECT_EQ(ParseMpiPlacement(pmi)->node_rank, 1);
+}
+
+// An IPv6 master address is bracketed in the store's address: unbracketed,
+// "fd00::1:8080" reads as the address fd00::1:8080 without a port.
+TEST(LauncherTest, Ipv6StoreAddressIsBracketed) {
+  auto env = Env({{"RANK", "1"},
+                  {"WORLD_SIZE", "2"},
+                  {"LOCAL_RANK", "1"},
+                  {"MASTER_ADDR", "fd00::1"},
+                  {"MASTER_PORT", "8080"}});
+  RendezvousInfo info = *ParseRendezvous(Launcher::kPytorch, env);
+  EXPECT_EQ(info.store_address, "[fd00::1]:8080");
+  EXPECT_EQ(info.master_addr, "fd00::1");  // MASTER_ADDR as torch reads it
+  auto mpi = Env({{"OMPI_COMM_WORLD_RANK", "0"},
+                  {"OMPI_COMM_WORLD_SIZE", "1"},
+                  {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                  {"MASTER_ADDR", "::1"}});
+  EXPECT_EQ(ParseRendezvous(Launcher::kMpi, mpi)->store_address, "[::1]:29500");
+  EXPECT_EQ(JoinHostPort("fd00::1", 8080), "[fd00::1]:8080");
+  EXPECT_EQ(JoinHostPort("[fd00::1]", 8080), "[fd00::1]:8080");
+  EXPECT_EQ(JoinHostPort("10.0.0.1", 7), "10.0.0.1:7");
+  EXPECT_EQ(JoinHostPort("node03", 29500), "node03:29500");
+}
+
+// srun --mpi=pmi2 sets PMI_RANK and SLURM_LOCALID but no MPI_LOCALNRANKS:
+// the node's task count and index are Slurm's, not the world size and 0.
+TEST(LauncherTest, PmiUnderSrunTakesSlurmsNode) {
+  auto srun = Env({{"PMI_RANK", "5"},
+                   {"PMI_SIZE", "6"},
+                   {"SLURM_LOCALID", "1"},
+                   {"SLURM_NODEID", "1"},
+                   {"SLURM_NTASKS_PER_NODE", "4"},
+                   {"SLURM_TASKS_PER_NODE", "4,2"},
+                   {"MASTER_ADDR", "h"}});
+  EXPECT_THAT(*ParseMpiPlacement(srun),
+              PlacedAt(/*rank=*/5, /*world_size=*/6, /*local_rank=*/1,
+                       /*local_world_size=*/2, /*node_rank=*/1));
+  EXPECT_EQ(ParseRendezvous(Launcher::kMpi, srun)->local_world_size, 2);
+  srun.Set("SLURM_TASKS_PER_NODE", "3(x2)");
+  srun.Set("PMI_RANK", "4");
+  EXPECT_THAT(*ParseMpiPlacement(srun),
+              PlacedAt(/*rank=*/4, /*world_size=*/6, /*local_rank=*/1,
+                       /*local_world_size=*/3, /*node_rank=*/1));
+  // Uneven counts without SLURM_NODEID: an error naming both.
+  srun = Env({{"PMI_RANK", "1"},
+              {"PMI_SIZE", "6"},
+              {"SLURM_LOCALID", "1"},
+              {"SLURM_TASKS_PER_NODE", "4,2"}});
+  absl::Status s = ParseMpiPlacement(srun).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("SLURM_NODEID is not set, and "
+                             "SLURM_TASKS_PER_NODE='4,2'"),
+            absl::string_view::npos)
+      << s;
+  // MPI_LOCALNRANKS, where set, still wins.
+  srun.Set("MPI_LOCALNRANKS", "4");
+  EXPECT_EQ(ParseMpiPlacement(srun)->local_world_size, 4);
+}
+
 TEST(EnvironmentTest, FromProcessAndInts) {
   setenv("DISTKIT_TEST_VAR", "42", 1);
   Environment env = Environment::FromProcess();

@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cc/launch/environment.h"
+#include "cc/launch/launcher.h"
 #include "cc/store/hash_store.h"
 #include "cc/store/job_failure.h"
 #include "cc/store/store_server.h"
@@ -147,7 +148,7 @@ int Main(int argc, char** argv) {
     // Port 0: a free port whose next one is free too (a few tries).
     for (int attempt = 0;; ++attempt) {
       absl::StatusOr<std::unique_ptr<StoreServer>> started = StoreServer::Start(
-          {absl::StrCat(o.master_addr, ":", o.master_port), token});
+          {JoinHostPort(o.master_addr, o.master_port), token});
       if (!started.ok()) {
         std::cerr << "distrun: " << started.status().message() << "\n";
         return 1;
@@ -195,6 +196,9 @@ int Main(int argc, char** argv) {
   }
 
   const int world_size = o.nnodes * o.nproc_per_node;
+  // The store's host:port, an IPv6 address in brackets ("fd00::1:29500"
+  // would be another address, without a port).
+  const std::string store_address = JoinHostPort(o.master_addr, port);
   // --cpu-bind core: the CPUs this process may use, in order; none when
   // there are fewer than local ranks (each would share, and the scheduler
   // could no longer spread them).
@@ -227,7 +231,7 @@ int Main(int argc, char** argv) {
     // torch.distributed's (env://), left free; distkit's store is
     // DISTKIT_STORE's, which wins for every launcher (launcher.h).
     rank_env.Set("MASTER_PORT", absl::StrCat(port + 1));
-    rank_env.Set("DISTKIT_STORE", absl::StrCat(o.master_addr, ":", port));
+    rank_env.Set("DISTKIT_STORE", store_address);
     rank_env.Set("DISTKIT_TOKEN", token);
     rank_env.Set("DISTKIT_TRACE_DIR", trace_dir);
     // As torchrun does: several ranks per node should not each start one
@@ -267,24 +271,22 @@ int Main(int argc, char** argv) {
   so.timeout = o.timeout;
   so.grace_period = o.grace_period;
   so.log_dir = o.log_dir;
-  so.on_rank_failed = JobFailureNotice(
-      server.get(), absl::StrCat(o.master_addr, ":", port), token, o.node_rank);
+  so.on_rank_failed =
+      JobFailureNotice(server.get(), store_address, token, o.node_rank);
   so.notice_period = kJobFailureNoticePeriod;
   if (o.max_replacements > 0) {
-    so.replace =
-        ReplacementBudget(server.get(), absl::StrCat(o.master_addr, ":", port),
-                          token, o.node_rank, o.max_replacements);
+    so.replace = ReplacementBudget(server.get(), store_address, token,
+                                   o.node_rank, o.max_replacements);
   }
   if (o.min_ranks > 0) {
-    so.release =
-        LostRankBudget(server.get(), absl::StrCat(o.master_addr, ":", port),
-                       token, o.node_rank, world_size, o.min_ranks);
+    so.release = LostRankBudget(server.get(), store_address, token, o.node_rank,
+                                world_size, o.min_ranks);
   }
   int code = SuperviseRanks(ranks, so);
   ExitSignals signals;
   if (o.nnodes > 1) {
-    ExitBarrierOptions barrier{absl::StrCat(o.master_addr, ":", port), token,
-                               o.nnodes, o.node_rank, o.exit_barrier_timeout};
+    ExitBarrierOptions barrier{store_address, token, o.nnodes, o.node_rank,
+                               o.exit_barrier_timeout};
     // Node 0's wait gets what is left of --timeout where that is less: a
     // node that has not reported by then makes the job a timeout (124), as
     // a rank still running would, instead of holding the store open longer.

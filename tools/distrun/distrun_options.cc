@@ -1,8 +1,14 @@
 #include "tools/distrun/distrun_options.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -39,7 +45,71 @@ absl::StatusOr<absl::Duration> ParseSeconds(absl::string_view flag,
   return absl::Seconds(s);
 }
 
+// Whether `host` is an IPv4 or IPv6 address rather than a name.
+bool IsAddressLiteral(std::string host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  unsigned char buf[sizeof(in6_addr)];
+  return inet_pton(AF_INET, host.c_str(), buf) == 1 ||
+         inet_pton(AF_INET6, host.c_str(), buf) == 1;
+}
+
+// The first address `host` resolves to as the store's listener resolves it
+// (cc/store/internal/socket.cc: the one it binds), if it is a loopback one.
+std::optional<std::string> LoopbackAddressOf(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), "0", &hints, &found) != 0) return std::nullopt;
+  std::optional<std::string> loopback;
+  char text[INET6_ADDRSTRLEN] = {};
+  if (found->ai_family == AF_INET) {
+    const in_addr a =
+        reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr;
+    if ((ntohl(a.s_addr) >> 24) == 127 &&
+        inet_ntop(AF_INET, &a, text, sizeof(text)) != nullptr) {
+      loopback = text;
+    }
+  } else if (found->ai_family == AF_INET6) {
+    const in6_addr& a =
+        reinterpret_cast<const sockaddr_in6*>(found->ai_addr)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&a) ||
+        (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127)) {
+      if (inet_ntop(AF_INET6, &a, text, sizeof(text)) != nullptr) {
+        loopback = text;
+      }
+    }
+  }
+  freeaddrinfo(found);
+  return loopback;
+}
+
 }  // namespace
+
+absl::Status CheckMasterAddress(const DistrunOptions& o) {
+  // A loopback address typed as one (127.0.0.1, ::1, the default) says the
+  // nodes share this host, as tests and benchmarks run them; a name is
+  // meant for the other hosts, which cannot reach a store listening on
+  // loopback (and would retry "connection refused" for their whole
+  // connect timeout).
+  if (o.nnodes <= 1 || o.node_rank != 0 || IsAddressLiteral(o.master_addr)) {
+    return absl::OkStatus();
+  }
+  if (std::optional<std::string> loopback = LoopbackAddressOf(o.master_addr)) {
+    return Bad("--master-addr",
+               absl::StrCat("'", o.master_addr, "' resolves to the loopback ",
+                            "address ", *loopback,
+                            " on this host: with --nnodes ", o.nnodes,
+                            " the store would listen there, where no other "
+                            "host reaches it; give an address of this host "
+                            "the other nodes reach (for nodes all on this "
+                            "host, 127.0.0.1)"));
+  }
+  return absl::OkStatus();
+}
 
 const char* DistrunUsage() {
   return "usage: distrun --nproc-per-node N [--nnodes M --node-rank I]\n"
@@ -147,6 +217,7 @@ absl::StatusOr<DistrunOptions> ParseDistrunArgs(
     return Bad("--node-rank",
                absl::StrCat(o.node_rank, " is not below --nnodes ", o.nnodes));
   }
+  if (absl::Status s = CheckMasterAddress(o); !s.ok()) return s;
   if (o.nnodes > 1 && o.master_port == 0) {
     return Bad("--master-port", "0 (a free port) only works with one node");
   }

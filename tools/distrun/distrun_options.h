@@ -60,6 +60,14 @@ struct DistrunOptions {
 absl::StatusOr<DistrunOptions> ParseDistrunArgs(
     const std::vector<std::string>& args);
 
+// With --nnodes > 1, node 0 hosts the store at --master-addr: a name that
+// resolves to loopback here (localhost; the host's own name where
+// /etc/hosts maps it to 127.0.1.1, as Debian does) is INVALID_ARGUMENT
+// naming the address it resolves to. An address given as a loopback
+// literal (127.0.0.1, the default, or ::1) is accepted: nodes on one host.
+// ParseDistrunArgs checks it.
+absl::Status CheckMasterAddress(const DistrunOptions& o);
+
 // The usage text printed for --help and on errors.
 const char* DistrunUsage();
 

@@ -1,5 +1,6 @@
 #include "tools/distrun/distrun_options.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
@@ -129,4 +130,39 @@ TEST(DistrunOptionsTest, ErrorsNameTheFlag) {
 }
 
 }  // namespace
+// Several nodes: node 0 refuses a master name that resolves to loopback
+// (the store would listen where no other host reaches it), before the
+// other checks; a loopback literal (nodes on one host) and the other
+// nodes are accepted.
+TEST(DistrunOptionsTest, SeveralNodesRefuseALoopbackMasterName) {
+  for (const char* port : {"0", "29500"}) {
+    absl::Status s =
+        ParseDistrunArgs({"--nnodes", "2", "--node-rank", "0", "--master-addr",
+                          "localhost", "--master-port", port, "--", "true"})
+            .status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("--master-addr: 'localhost' resolves to the "
+                               "loopback address "),
+              absl::string_view::npos)
+        << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "127.0.0.1") ||
+                absl::StrContains(s.message(), "::1"))
+        << s;
+  }
+  for (const char* addr : {"127.0.0.1", "127.0.1.1", "::1", "[::1]"}) {
+    EXPECT_TRUE(ParseDistrunArgs({"--nnodes", "2", "--master-addr", addr,
+                                  "--master-port", "29500", "--", "true"})
+                    .ok())
+        << addr;
+  }
+  EXPECT_TRUE(ParseDistrunArgs(
+                  {"--nnodes", "2", "--master-port", "29500", "--", "true"})
+                  .ok());  // the default, 127.0.0.1
+  EXPECT_TRUE(ParseDistrunArgs({"--nnodes", "2", "--node-rank", "1",
+                                "--master-addr", "localhost", "--", "true"})
+                  .ok());
+  EXPECT_TRUE(
+      ParseDistrunArgs({"--master-addr", "localhost", "--", "true"}).ok());
+}
+
 }  // namespace distkit

@@ -1286,4 +1286,56 @@ TEST(DistrunTest, AFailureElsewhereAfterTheRanksEndedIsTheJobsResult) {
       << r0.output;
 }
 
+// With several nodes, node 0's store on a name that resolves to loopback
+// (localhost; the host's name where /etc/hosts maps it to 127.0.1.1) was
+// out of the other hosts' reach: they retried "connection refused" for
+// their whole connect timeout. distrun refuses it at once, as a bad flag.
+TEST(DistrunTest, SeveralNodesRefuseALoopbackMasterName) {
+  setenv("DISTKIT_TOKEN", "shared-secret", 1);
+  // The free port (refused for several nodes too), and a fixed one; the
+  // --timeout bounds a distrun that would wait for node 1 instead.
+  for (const std::vector<std::string>& port :
+       {std::vector<std::string>{"--master-port", "0"},
+        std::vector<std::string>{"--master-port", absl::StrCat(FixedPort()),
+                                 "--timeout", "5"}}) {
+    std::vector<std::string> args = {
+        "--nnodes", "2", "--node-rank", "0", "--master-addr", "localhost"};
+    args.insert(args.end(), port.begin(), port.end());
+    args.insert(args.end(), {"--", "true"});
+    Result r = RunDistrun(args);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(absl::StrContains(
+        r.output, "--master-addr: 'localhost' resolves to the loopback"))
+        << r.output;
+    EXPECT_LT(r.elapsed, absl::Seconds(4)) << r.output;
+  }
+  unsetenv("DISTKIT_TOKEN");
+}
+
+// An IPv6 master address: DISTKIT_STORE is "[::1]:port" ("::1:port" reads
+// as the address ::1:port without a port where a colon-count decides,
+// cc/comm/gloo/listen_address.cc), and the ranks meet through it.
+TEST(DistrunTest, Ipv6MasterAddressIsBracketed) {
+  const int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in6 loopback = {};
+  loopback.sin6_family = AF_INET6;
+  loopback.sin6_addr = in6addr_loopback;
+  const bool v6 = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&loopback),
+                                  sizeof(loopback)) == 0;
+  if (fd >= 0) close(fd);
+  if (!v6) GTEST_SKIP() << "no IPv6 loopback here";
+  Result r = RunDistrun({"--nproc-per-node", "1", "--master-addr", "::1",
+                         "--master-port", "0", "--", kProbe, "env"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "MASTER_ADDR=::1 ")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "STORE=[::1]:")) << r.output;
+  r = RunDistrun({"--nproc-per-node", "2", "--master-addr", "::1",
+                  "--master-port", "0", "--", kProbe, "rendezvous"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output,
+                                "[rank1]: rendezvous rank=1 world=2 sum=1 "
+                                "expected=1 intruder_refused=1"))
+      << r.output;
+}
+
 }  // namespace

@@ -75,9 +75,10 @@ class NotDistributedTest(unittest.TestCase):
                 store_address="10.0.0.1:29401", hosts_store=False))
         mpi = {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4",
                "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
-               "OMPI_COMM_WORLD_NODE_RANK": "1"}
+               "OMPI_COMM_WORLD_NODE_RANK": "0"}  # Open MPI's: rank 2 is first on its node
         with mock.patch.dict(os.environ, mpi, clear=True):
-            # Without MASTER_ADDR: mpirun's placement only (the mpi backend's).
+            # Without MASTER_ADDR: mpirun's placement only (the mpi backend's);
+            # node 1 from rank 2's block of 2, not OMPI_COMM_WORLD_NODE_RANK.
             info = dist.launcher_info()
             self.assertEqual((info.launcher, info.rank, info.world_size, info.local_rank,
                               info.local_world_size, info.node_rank, info.store_address),

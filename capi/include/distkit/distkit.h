@@ -288,8 +288,10 @@ typedef struct dk_launcher_info {
   int32_t world_size;
   int32_t local_rank;
   int32_t local_world_size;
-  int32_t node_rank;   /* GROUP_RANK, SLURM_NODEID, OMPI_COMM_WORLD_NODE_RANK */
-  int32_t master_port; /* 0 when the launcher names none */
+  int32_t node_rank;         /* GROUP_RANK, SLURM_NODEID; mpirun: rank / local
+                              * world size where ranks lie in one block per node
+                              * (its default mapping), else -1 (unknown) */
+  int32_t master_port;       /* 0 when the launcher names none */
   const char* master_addr;   /* "" when none */
   const char* store_address; /* "host:port" dk_init joins through; "" none */
   int32_t hosts_store;       /* 1: dk_init makes this rank serve the store */

@@ -18,7 +18,8 @@ pub struct LauncherInfo {
     pub world_size: i32,
     pub local_rank: i32,
     pub local_world_size: i32,
-    /// GROUP_RANK, SLURM_NODEID or OMPI_COMM_WORLD_NODE_RANK.
+    /// GROUP_RANK, SLURM_NODEID; under mpirun, rank / local world size
+    /// where ranks lie in one block per node (its default mapping), else -1.
     pub node_rank: i32,
     /// Empty when the launcher names none (Slurm: the first host of
     /// SLURM_NODELIST unless MASTER_ADDR is set).
