@@ -30,6 +30,7 @@
 #include "tools/distrun/exit_signals.h"
 #include "tools/distrun/job_failure_notice.h"
 #include "tools/distrun/lost_rank_budget.h"
+#include "tools/distrun/output_sink.h"
 #include "tools/distrun/rank_supervisor.h"
 #include "tools/distrun/replacement_budget.h"
 #include "tools/distrun/trace_summary.h"
@@ -97,6 +98,11 @@ std::string RandomToken() {
   }
   return absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes)));
 }
+
+// distrun's own message to stderr once its ranks are gone: a reader that
+// takes nothing for 10 s does not keep distrun from exiting (signals are
+// blocked here, so none would end a blocked write).
+void Tell(absl::string_view text) { WriteWithin(2, text, absl::Seconds(10)); }
 
 int Main(int argc, char** argv) {
   // SIGINT, SIGTERM, SIGHUP and SIGQUIT stay blocked in every thread (the
@@ -307,24 +313,25 @@ int Main(int argc, char** argv) {
         return code;
       });
       if (!s.ok()) {
-        std::cerr << "distrun: node " << o.node_rank
-                  << " could not report its ranks done to node 0's store: "
-                  << s.message() << "\n";
+        Tell(absl::StrCat(
+            "distrun: node ", o.node_rank,
+            " could not report its ranks done to node 0's store: ", s.message(),
+            "\n"));
       }
     } else if (code == 0) {
       barrier.cancelled = [&] { return signals.Came(); };
-      std::cerr << "distrun: waiting up to "
-                << absl::FormatDuration(barrier.timeout)
-                << " for the other nodes' ranks to finish (exit barrier)\n";
+      Tell(absl::StrCat(
+          "distrun: waiting up to ", absl::FormatDuration(barrier.timeout),
+          " for the other nodes' ranks to finish (exit barrier)\n"));
       absl::StatusOr<NodeReports> reports = WaitForNodes(barrier);
       if (reports.ok() && reports->exit_code != 0) {
-        std::cerr << "distrun: node " << reports->failed_node
-                  << " reported exit code " << reports->exit_code
-                  << "; the job exits with it\n";
+        Tell(absl::StrCat("distrun: node ", reports->failed_node,
+                          " reported exit code ", reports->exit_code,
+                          "; the job exits with it\n"));
         code = reports->exit_code;
       } else if (!reports.ok()) {
         const absl::Status& s = reports.status();
-        std::cerr << "distrun: closing the store: " << s.message() << "\n";
+        Tell(absl::StrCat("distrun: closing the store: ", s.message(), "\n"));
         if (absl::IsCancelled(s) && signals.signal() != 0) {
           code = signals.Apply(code, "in the exit barrier");
         } else if (absl::IsAborted(s)) {
@@ -332,20 +339,21 @@ int Main(int argc, char** argv) {
           // job's failure record ended the wait): not the job's success.
           code = 1;
         } else if (bounded_by_job && absl::IsDeadlineExceeded(s)) {
-          std::cerr << "distrun: timed out after "
-                    << absl::FormatDuration(o.timeout)
-                    << " (--timeout) in the exit barrier\n";
+          Tell(absl::StrCat("distrun: timed out after ",
+                            absl::FormatDuration(o.timeout),
+                            " (--timeout) in the exit barrier\n"));
           code = kTimeoutExitCode;
         }
       }
     }
   }
   if (server != nullptr) server->Shutdown();
-  if (code != 0) std::cerr << SummarizeTraces(trace_dir);
+  if (code != 0) Tell(SummarizeTraces(trace_dir));
   if (own_trace_dir) RemoveTree(trace_dir);
   if (std::optional<std::string> prefix = env.Get("DISTKIT_TIMELINE")) {
     const std::string merged = MergeTimelines(*prefix);
-    if (!merged.empty()) std::cerr << "distrun: timeline in " << merged << "\n";
+    if (!merged.empty())
+      Tell(absl::StrCat("distrun: timeline in ", merged, "\n"));
   }
   return signals.Final(code, "after the ranks ended");
 }

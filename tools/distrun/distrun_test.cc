@@ -925,7 +925,8 @@ int ExitCodeWithoutReading(const Started& s, absl::Duration limit,
 
 // A reader of distrun's output that stops reading (a stalled ssh link) no
 // longer stops distrun: its timeout still stops the ranks, and distrun
-// exits 124 after giving the reader 10 s to take the rest. Before, distrun
+// exits 124 after giving the reader 10 s to take the rest, its flight
+// record summary (the rank wrote a record) included. Before, distrun
 // blocked in its write for as long as the reader did, its timeout and the
 // signals it forwards with it.
 TEST(DistrunTest, AReaderThatStopsReadingDoesNotStopTheTimeout) {
@@ -959,6 +960,31 @@ TEST(DistrunTest, AReaderThatStopsReadingDoesNotStopSignals) {
             128 + SIGTERM)
       << "distrun still ran after " << elapsed << " (-1: killed by the test)";
   EXPECT_LT(elapsed, absl::Seconds(40));
+}
+
+// A reader that is slow but alive (a pager whose user reads the first
+// screen while the job ends) gets all of the output, however long it
+// pauses after the ranks are gone: only a stopped job (timeout, signal)
+// gives up on a stalled reader.
+TEST(DistrunTest, AReaderThatPausesGetsAllTheOutput) {
+  const int pipe_size = OutputPipeSize();
+  if (pipe_size == 0) GTEST_SKIP() << "cannot shrink a pipe to a page";
+  const std::string dir = absl::StrCat(getenv("TEST_TMPDIR"), "/pausing");
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  constexpr int kBytes = 200000;
+  Started d = StartDistrun({"--nproc-per-node", "1", "--master-port", "0", "--",
+                            kProbe, "partial-exit", dir, absl::StrCat(kBytes)},
+                           pipe_size);
+  const pid_t rank = RankPid(dir);
+  EXPECT_TRUE(WaitUntil([&] {
+    return ProcessState(rank) == 'Z' || (kill(rank, 0) != 0 && errno == ESRCH);
+  }));
+  absl::SleepFor(absl::Seconds(11));  // the reader pauses past 10 s
+  Result r = FinishDistrun(d);
+  EXPECT_EQ(r.exit_code, 0) << After(r.output, kBytes);
+  EXPECT_TRUE(absl::StrContains(
+      r.output, absl::StrCat("[rank0]: ", std::string(kBytes, 'p'))))
+      << "got " << r.output.size() << " bytes";
 }
 
 // A descriptor distrun inherited without close-on-exec (here fd 47, open on

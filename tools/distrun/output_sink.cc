@@ -83,4 +83,14 @@ bool OutputSink::WriteSome(Chunk& c, Fd& f) {
   return true;
 }
 
+void WriteWithin(int fd, absl::string_view text, absl::Duration stall) {
+  OutputSink sink;
+  sink.Write(fd, text);
+  while (!sink.empty() && absl::Now() - sink.last_progress() < stall) {
+    std::vector<pollfd> fds;
+    sink.AddPollFds(&fds);
+    if (poll(fds.data(), fds.size(), 50) > 0) sink.WriteReady();
+  }
+}
+
 }  // namespace distkit

@@ -71,6 +71,11 @@ class OutputSink {
   absl::Time last_progress_ = absl::InfinitePast();
 };
 
+// Writes `text` to `fd` as far as its reader takes it, giving up after
+// `stall` in which it took nothing: distrun's own messages once its ranks
+// are gone, where a stalled reader must not keep it from exiting.
+void WriteWithin(int fd, absl::string_view text, absl::Duration stall);
+
 }  // namespace distkit
 
 #endif  // DISTKIT_TOOLS_DISTRUN_OUTPUT_SINK_H_

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -338,9 +339,24 @@ int main(int argc, char** argv) {
     WriteAll(1, "def\ntail");
     return 0;
   }
-  // Writes argv[2] bytes of numbered lines to stdout (blocking while nobody
-  // reads them), then waits to be stopped.
+  // Writes a flight record (a collective it entered, as a distkit rank
+  // does, so that a failed job's distrun has a summary to print), then
+  // argv[2] bytes of numbered lines to stdout (blocking while nobody reads
+  // them), then waits to be stopped.
   if (mode == "flood" && argc == 3) {
+    const std::string traces = Var("DISTKIT_TRACE_DIR");
+    if (!traces.empty()) {
+      mkdir(traces.c_str(), 0755);  // as distkit makes it, on first record
+      const std::string record =
+          absl::StrCat("kind=collective group=world rank=", Rank(),
+                       " seq=1 op=all_reduce state=started\n");
+      const int fd = open(absl::StrCat(traces, "/r", Rank(), ".trace").c_str(),
+                          O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        WriteAll(fd, record);
+        close(fd);
+      }
+    }
     const long total = atol(argv[2]);
     std::string lines;
     for (long i = 0; static_cast<long>(lines.size()) < total; ++i) {

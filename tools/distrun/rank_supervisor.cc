@@ -45,9 +45,11 @@ void OnSignal(int sig) { received_signals.fetch_or(uint32_t{1} << (sig - 1)); }
 // there (1 MiB): a process of its that outlived it must not keep us there.
 constexpr int kMaxReadsAtExit = 16;
 
-// Once the ranks are gone, how long distrun waits for a reader of its
-// output that takes nothing before it exits without the rest (a stalled
-// reader must not keep it, nor its exit code, forever).
+// Once the ranks are gone and the job was stopped (its timeout, a signal),
+// how long distrun waits for a reader of its output that takes nothing
+// before it exits without the rest: --timeout and a SIGTERM bound distrun's
+// run, a stalled reader must not undo that. A job that ended by itself
+// waits for its reader (`distrun ... | less`) as long as it takes.
 constexpr absl::Duration kStalledReaderLimit = absl::Seconds(10);
 
 // Closes every descriptor above 2 in a rank's process before its exec, as
@@ -325,6 +327,7 @@ class Supervisor {
       }
     }
     if (!result_.has_value()) result_ = 128 + sig;
+    if (!stopped_at_.has_value()) stopped_at_ = absl::Now();
     if (!kill_deadline_.has_value()) {
       kill_deadline_ = absl::Now() + options_.grace_period;
     }
@@ -581,12 +584,17 @@ class Supervisor {
   }
 
   // The ranks are gone: what is still queued for distrun's stdout and
-  // stderr goes out while the reader takes it, taking signals meanwhile (one
-  // that comes now is still the job's result); a reader that takes nothing
-  // for kStalledReaderLimit gets no more.
+  // stderr goes out, taking signals meanwhile (one that comes now is still
+  // the job's result). A reader that is slow, or pauses (a pager), gets it
+  // all; once the job was stopped (timeout or signal), one that takes
+  // nothing for kStalledReaderLimit, counted from the stop or its last
+  // progress, gets no more.
   void DrainOutput() {
-    while (!sink_.empty() &&
-           absl::Now() - sink_.last_progress() < kStalledReaderLimit) {
+    while (!sink_.empty()) {
+      if (stopped_at_.has_value()) {
+        const absl::Time since = std::max(*stopped_at_, sink_.last_progress());
+        if (absl::Now() - since >= kStalledReaderLimit) break;
+      }
       std::vector<pollfd> fds;
       sink_.AddPollFds(&fds);
       const timespec timeout = {0, 50 * 1000 * 1000};
@@ -783,6 +791,7 @@ class Supervisor {
     if (options_.timeout > absl::ZeroDuration() && !timed_out_ &&
         now - start_ > options_.timeout && AnyRunning()) {
       timed_out_ = true;
+      if (!stopped_at_.has_value()) stopped_at_ = now;
       // A failure or signal that came first stays the job's result.
       if (!result_.has_value()) result_ = kTimeoutExitCode;
       const std::string why = absl::StrCat(
@@ -837,6 +846,9 @@ class Supervisor {
   pid_t watcher_ = -1;            // RunWatcher's process
   int watch_fd_ = -1;             // the write end of its pipe
   bool timed_out_ = false;
+  // When the job was first stopped by its timeout or a signal (bounds the
+  // wait for a stalled reader, DrainOutput).
+  std::optional<absl::Time> stopped_at_;
 };
 
 }  // namespace

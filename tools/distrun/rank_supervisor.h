@@ -5,8 +5,9 @@
 //   queued where the reader is slow (output_sink.h): a reader that stops
 //   reading holds the ranks (their pipes fill) but never the supervisor,
 //   whose timeout, signals and failure handling go on; once the ranks are
-//   gone it waits for such a reader while it takes output, and exits
-//   without the rest after 10 s in which it took none;
+//   gone a reader that pauses still gets everything, except where the job
+//   was stopped (timeout, signal): then one that takes nothing for 10 s
+//   gets no more;
 // - when a rank fails (non-zero exit or a signal), the others are stopped:
 //   SIGTERM to each rank's process group, then SIGKILL after a grace period;
 //   the result is that rank's exit code, and the message names it. With
