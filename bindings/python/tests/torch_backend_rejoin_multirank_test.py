@@ -15,11 +15,13 @@ making's name, not the first's."""
 import datetime
 import sys
 import time
+import weakref
 
 import torch
 import torch.distributed as tdist
 
 from distkit import dist, torch_backend
+from distkit.dist import groups
 from testing.python.rank_check import check, finish
 
 ROUNDS = 2
@@ -86,7 +88,12 @@ def main() -> int:
         if it == ROUNDS - 1:
             same_torch_name_twice(it)
         tdist.barrier()
+        world = weakref.ref(groups.library_default_group())
         dist.destroy()
+        # torch's default group held distkit's world: destroy releases it
+        # (its connections and threads) before the library shuts down, not
+        # at the next group's making or at exit.
+        check(world() is None, f"round {it}: the world's group outlived destroy()")
     return finish("rejoin checks")
 
 

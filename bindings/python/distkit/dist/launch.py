@@ -188,4 +188,11 @@ def destroy() -> None:
             tdist.destroy_process_group()
         _TORCH_GROUP_OURS = False
     groups._torch_rebase = None
+    import sys
+    torch_backend = sys.modules.get("distkit.torch_backend")
+    if torch_backend is not None:
+        # The distkit groups of torch's process groups that are gone (the
+        # default one just destroyed holds the world) go before the
+        # library shuts down, not at the next group's making.
+        torch_backend._release_unused_groups()
     groups._leave_job()
