@@ -68,7 +68,9 @@ struct RendezvousInfo {
   int local_world_size = 1;
   // GROUP_RANK / SLURM_NODEID. mpirun exports no node index: there it is
   // rank / local_world_size where the ranks lie in blocks of that size
-  // (mpirun's default mapping), else kUnknownNodeRank.
+  // (mpirun's default mapping), else kUnknownNodeRank. Each rank judges
+  // from its own variables: on nodes of different sizes some ranks may
+  // derive an index while others get kUnknownNodeRank.
   int node_rank = 0;
   std::string master_addr;
   int master_port = 0;
