@@ -818,19 +818,22 @@ int OutputPipeSize() {
 }
 
 // What a rank wrote just before it died goes out with its prefix before its
-// replacement starts, though distrun may reap it before it polls its pipes
-// again: the rank's last writes come while distrun's own output pipe is
-// full (the test does not read it; distrun queues what it forwards), and
-// the rank has exited when the test reads on.
+// replacement starts, though distrun reaps it before it reads its pipes
+// again: the rank's two long lines fill distrun's queue past its limit
+// (the test reads nothing; OutputSink::kBacklogLimit), so distrun stops
+// reading the rank's pipes, and the rank's last words wait there until
+// distrun reaps it and reads what it left.
 TEST(DistrunTest, ForwardsAReplacedRanksLastOutput) {
   const int pipe_size = OutputPipeSize();
   if (pipe_size == 0) GTEST_SKIP() << "cannot shrink a pipe to a page";
   const std::string dir = absl::StrCat(getenv("TEST_TMPDIR"), "/last_words");
   ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
-  // "[rank0]: " and a line of pipe_size - 9 bytes fill the pipe exactly.
+  // Two lines of `line` bytes: the 1 MiB queue, the test's pipe, and 16 KiB
+  // that stay in the rank's own pipe (64 KiB: the rank's write completes).
+  const int line = (1 << 19) + pipe_size / 2 + (8 << 10);
   Started d = StartDistrun(
       {"--nproc-per-node", "1", "--master-port", "0", "--max-replacements", "1",
-       "--", kProbe, "last-words", dir, absl::StrCat(pipe_size - 9)},
+       "--", kProbe, "last-words", dir, absl::StrCat(line)},
       pipe_size);
   const pid_t rank = RankPid(dir);
   EXPECT_TRUE(WaitUntil([&] { return PipeFull(d.out); }));
@@ -842,7 +845,7 @@ TEST(DistrunTest, ForwardsAReplacedRanksLastOutput) {
   }));
   Result r = FinishDistrun(d);
   // What came after the two long lines.
-  const std::string rest = After(r.output, 2 * pipe_size);
+  const std::string rest = After(r.output, 2 * static_cast<size_t>(line));
   EXPECT_EQ(r.exit_code, 0) << rest;
   EXPECT_TRUE(absl::StrContains(r.output, "[rank0]: last words\n")) << rest;
   EXPECT_TRUE(absl::StrContains(r.output, "[rank0]: dying now\n")) << rest;
