@@ -113,20 +113,28 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
     // Rank 0 makes the directory; its path travels space-padded (all
     // spaces: rank 0 could not make one, and every rank fails alike).
     std::vector<char> path(kPathBufferBytes, ' ');
-    std::string mkdtemp_error;
+    std::string mkdtemp_error, made;
     if (rank == 0) {
       mkdir(".dist_test", 0755);
       char templ[] = ".dist_test/tmpXXXXXX";
       if (mkdtemp(templ) == nullptr) {
         mkdtemp_error = strerror(errno);
       } else {
+        made = templ;
         std::memcpy(path.data(), templ, std::strlen(templ));
       }
     }
     // Through the comm device (dist::Broadcast's casting rule): NCCL takes
     // no host memory.
-    DK_RETURN_IF_ERROR(Broadcast(
-        TensorRef(path.data(), path.size(), DataType::kUInt8), 0, g.get()));
+    const absl::Status sent = Broadcast(
+        TensorRef(path.data(), path.size(), DataType::kUInt8), 0, g.get());
+    if (!sent.ok()) {
+      // A peer refused the call (its barrier met this broadcast) or the
+      // group failed: nobody will use the directory.
+      std::error_code ec;
+      if (!made.empty()) std::filesystem::remove_all(made, ec);
+      return sent;
+    }
     dir = std::string(absl::StripTrailingAsciiWhitespace(
         std::string(path.begin(), path.end())));
     if (dir.empty()) {
@@ -155,9 +163,23 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
   // ranks' answers (not a barrier, which a rank that refused the call before
   // it started also makes, to tell the others: a barrier here would have
   // met it as if this call had).
+  // On an error from here on, what this call wrote goes: the directory it
+  // made (rank 0's), or this rank's part in the caller's.
+  auto discard = [&] {
+    std::error_code ec;
+    if (!tmpdir.has_value()) {
+      std::filesystem::remove_all(dir, ec);
+    } else {
+      std::filesystem::remove(part_path(rank), ec);
+    }
+  };
   int32_t all_written = written ? 1 : 0;
-  DK_RETURN_IF_ERROR(
-      AllReduce(TensorRef(&all_written, 1, DataType::kInt32), "min", g.get()));
+  const absl::Status agreed =
+      AllReduce(TensorRef(&all_written, 1, DataType::kInt32), "min", g.get());
+  if (!agreed.ok()) {
+    discard();
+    return agreed;
+  }
   if (all_written == 0) {
     std::error_code ec;
     if (!tmpdir.has_value()) std::filesystem::remove_all(dir, ec);
@@ -171,14 +193,19 @@ absl::StatusOr<std::optional<ResultItems>> CollectResultsCpu(
   for (int r = 0; r < world; ++r) {
     std::ifstream in(part_path(r), std::ios::binary);
     if (!in) {
+      discard();
       return absl::NotFoundError(absl::StrCat(
           dir, " is not an shared directory for rank ", r,
           ", please make sure ", dir, " is a shared directory for all ranks!"));
     }
     std::stringstream bytes;
     bytes << in.rdbuf();
-    DK_ASSIGN_OR_RETURN(ResultItems items, Decode(bytes.str()));
-    parts.push_back(std::move(items));
+    absl::StatusOr<ResultItems> items = Decode(bytes.str());
+    if (!items.ok()) {
+      discard();
+      return items.status();
+    }
+    parts.push_back(*std::move(items));
   }
   std::error_code ec;
   if (dir.empty()) {

@@ -2,12 +2,15 @@
 // InitDist("pytorch") from the variables distrun sets. Expected values are
 // computed by each rank from formulas of (rank, index).
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -191,6 +194,51 @@ TEST(DistApi, CollectResults) {
     EXPECT_NE(stat(in_working.c_str(), &st), 0) << in_working << " is removed";
     EXPECT_NE(stat(in_root.c_str(), &st), 0) << in_root << " was written";
   }
+}
+
+// The last rank refuses the call (a barrier, as distkit.dist's refusal
+// makes): the others' call fails, and leaves nothing behind, neither the
+// directory rank 0 made nor, in a supplied directory, this rank's part.
+TEST(DistApi, CollectResultsRefusedLeavesNothing) {
+  if (W() < 2) GTEST_SKIP() << "needs a peer";
+  const bool refuses = R() == W() - 1;
+  const std::string working =
+      absl::StrCat(getenv("TEST_TMPDIR"), "/refused_cwd_", R());
+  const std::string supplied =
+      absl::StrCat(getenv("TEST_TMPDIR"), "/refused_dir");
+  mkdir(working.c_str(), 0755);
+  char* was = getcwd(nullptr, 0);
+  ASSERT_NE(was, nullptr);
+  const std::string old_cwd = was;
+  free(was);
+  const ResultItems part = {absl::StrCat("result-", R())};
+  for (int mode = 0; mode < 2; ++mode) {
+    if (refuses) {
+      EXPECT_FALSE(Barrier().ok()) << "mode " << mode;
+    } else {
+      ASSERT_EQ(chdir(working.c_str()), 0);
+      absl::StatusOr<std::optional<ResultItems>> got =
+          mode == 0 ? CollectResults(part, W(), "cpu")
+                    : CollectResults(part, W(), "cpu", supplied);
+      ASSERT_EQ(chdir(old_cwd.c_str()), 0);
+      EXPECT_FALSE(got.ok()) << "mode " << mode;
+    }
+    ASSERT_TRUE(Barrier().ok()) << "the group stays usable";
+  }
+  struct stat st;
+  if (R() == 0) {
+    const std::string made = absl::StrCat(working, "/.dist_test");
+    std::vector<std::string> left;
+    if (DIR* d = opendir(made.c_str())) {
+      while (dirent* e = readdir(d)) {
+        if (e->d_name[0] != '.') left.push_back(e->d_name);
+      }
+      closedir(d);
+    }
+    EXPECT_TRUE(left.empty()) << made << " keeps " << absl::StrJoin(left, " ");
+  }
+  const std::string mine = absl::StrCat(supplied, "/part_", R(), ".bin");
+  EXPECT_NE(stat(mine.c_str(), &st), 0) << mine << " stays";
 }
 
 TEST(DistApi, ModeloptGroups) {

@@ -76,15 +76,21 @@ def _twin(group) -> Optional[ProcessGroup]:
     """The distkit group ``group`` runs on (None: the default group)."""
     if group is None or isinstance(group, ProcessGroup):
         return group
+    check_member(group)
+    found = torch_groups.twin(group)
+    if found is torch_groups.NOT_FOUND:
+        found = _twin_for_torch_group(group)
+    return found
+
+
+def check_member(group) -> None:
+    """A FailedPreconditionError where ``group`` is torch's NON_GROUP_MEMBER
+    (a collective on a group this rank is not in)."""
     if torch_groups.is_non_member(group):
         raise errors.FailedPreconditionError(
             errors.FAILED_PRECONDITION,
             "this rank is not a member of the group (torch's NON_GROUP_MEMBER, what new_group "
             "returns outside the group)")
-    found = torch_groups.twin(group)
-    if found is torch_groups.NOT_FOUND:
-        found = _twin_for_torch_group(group)
-    return found
 
 
 def _twin_for_torch_group(group) -> ProcessGroup:

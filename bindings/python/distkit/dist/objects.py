@@ -56,6 +56,17 @@ _ALL_GATHER_OBJECT_FORMS = (
     Form("all_gather_object(data, group=None)", lambda data, group=None: None))
 
 
+def _all_gather_object_group(args, kwargs):
+    """all_gather_object's group, in either form (a second positional that is
+    a group is mmengine's form's)."""
+    if "group" in kwargs:
+        return kwargs["group"]
+    if len(args) >= 3:
+        return args[2]
+    return args[1] if len(args) == 2 and is_group(args[1]) else None
+
+
+@fail_together(_all_gather_object_group)
 def all_gather_object(*args, **kwargs):
     """mmengine's ``all_gather_object(data, group=None)`` returns every
     rank's object; the seed's (torch's) ``all_gather_object(object_list, obj,

@@ -4,13 +4,15 @@ A bad argument found before a collective starts (an unknown op name, a
 ``src`` outside the group, a dtype or a non-contiguous tensor the library
 refuses locally) used to raise on that rank alone, while its peers, already
 inside the matching call, waited for it until the group's timeout. Now the
-refusing rank takes part anyway: it leaves its reason in the job store
-(``distkit/refused/<group>/<rank>``) and makes a barrier on the group, whose
-signature disagrees with the collective its peers called, so every peer's
+refusing rank takes part anyway: it leaves its reason in the job store, one
+copy for each peer (``distkit/refused/<group>/<rank>/<peer>``), and makes a
+barrier on the group, whose signature disagrees with the collective its peers called, so every peer's
 call ends at once with the library's INVALID_ARGUMENT naming what each rank
 called (the group stays usable, as after any disagreement); the peers add the
-refusing rank's reason, read from the store, to that error. The refusing
-rank raises its own error. Ranks that all refuse meet in the barrier and
+refusing rank's reason, read from the store, to that error, and delete
+their copy (so that a later, unrelated disagreement with that rank is not
+blamed on this refusal). The refusing rank raises its own error. Ranks that
+all refuse meet in the barrier, delete the copies they left each other, and
 each raises its own error.
 
 The rank that refuses must not have started the collective: what counts is
@@ -35,7 +37,7 @@ from .. import errors
 from .._lib import lib, raise_for_status
 from . import groups
 
-_KEY = "distkit/refused/{}/{}"
+_KEY = "distkit/refused/{}/{}/{}"  # group, refusing rank, reader
 _CALLED_BARRIER = re.compile(r"rank\(s\) ([0-9, ]+) called barrier #")
 
 
@@ -80,9 +82,10 @@ def _group_name(group) -> str:
 
 
 def _tell_peers(name: str, group, error: BaseException) -> None:
-    """This rank refused ``name`` on ``group``: its reason into the store,
-    then the barrier that ends the peers' call. Errors here are not the
-    caller's: the original error is what it gets."""
+    """This rank refused ``name`` on ``group``: its reason into the store
+    (a copy for each peer, which that peer deletes once read), then the
+    barrier that ends the peers' call. Errors here are not the caller's:
+    the original error is what it gets."""
     if getattr(error, "_distkit_told", False):
         return
     try:
@@ -91,46 +94,70 @@ def _tell_peers(name: str, group, error: BaseException) -> None:
         pass
     try:
         handle = groups.handle_of(group)
-        if groups.get_world_size(group) <= 1:
+        size = groups.get_world_size(group)
+        if size <= 1:
             return
         reason = f"{name}: {error}".encode()
-        key = _KEY.format(_group_name(group), groups.get_rank(group)).encode()
+        rank = groups.get_rank(group)
+        gname = _group_name(group)
         with _store() as store:
-            raise_for_status(lib.dk_store_set, store, key, reason, len(reason))
-        raise_for_status(lib.dk_group_barrier, handle, None, None)
+            for peer in range(size):
+                if peer != rank:
+                    key = _KEY.format(gname, rank, peer).encode()
+                    raise_for_status(lib.dk_store_set, store, key, reason, len(reason))
+        try:
+            raise_for_status(lib.dk_group_barrier, handle, None)
+            others = [r for r in range(size) if r != rank]  # every rank refused
+        except errors.InvalidArgumentError as e:
+            # Other ranks that refused this call met this barrier: their
+            # copies for this rank are not read as reasons.
+            found = _CALLED_BARRIER.search(e.message) if _disagreement(e) else None
+            others = [int(r) for r in found.group(1).split(",")] if found else []
+        _take_reasons(gname, others, rank)
     except errors.DistkitError:
         pass  # the disagreement this barrier is for, or a group already failed
 
 
+def _take_reasons(gname: str, ranks, reader: int) -> list:
+    """The reasons ``ranks`` left for ``reader`` (deleted from the store):
+    (rank, text) for each one present."""
+    taken = []
+    with _store() as store:
+        for rank in ranks:
+            if rank == reader:
+                continue
+            key = _KEY.format(gname, rank, reader).encode()
+            keys = (ctypes.c_char_p * 1)(key)
+            present = ctypes.c_int32()
+            raise_for_status(lib.dk_store_check, store, keys, 1, ctypes.byref(present))
+            if not present.value:
+                continue
+            out, size = ctypes.c_void_p(), ctypes.c_size_t()
+            raise_for_status(lib.dk_store_get, store, key, ctypes.byref(out), ctypes.byref(size))
+            try:
+                text = ctypes.string_at(out, size.value).decode(errors="replace")
+            finally:
+                lib.dk_free(out)
+            deleted = ctypes.c_int32()
+            raise_for_status(lib.dk_store_delete_key, store, key, ctypes.byref(deleted))
+            taken.append((rank, text))
+    return taken
+
+
 def _with_reasons(error: errors.InvalidArgumentError, group) -> errors.DistkitError:
     """A disagreement with ranks that called a barrier: their reasons, where
-    they refused a collective, added to the error."""
+    they refused this collective, added to the error."""
     found = _CALLED_BARRIER.search(error.message)
     if not found:
         return error
-    reasons = []
     try:
-        name = _group_name(group)
-        with _store() as store:
-            for rank in (int(r) for r in found.group(1).split(",")):
-                key = _KEY.format(name, rank).encode()
-                keys = (ctypes.c_char_p * 1)(key)
-                present = ctypes.c_int32()
-                raise_for_status(lib.dk_store_check, store, keys, 1, ctypes.byref(present))
-                if not present.value:
-                    continue
-                out, size = ctypes.c_void_p(), ctypes.c_size_t()
-                raise_for_status(lib.dk_store_get, store, key, ctypes.byref(out),
-                                 ctypes.byref(size))
-                try:
-                    text = ctypes.string_at(out, size.value).decode(errors="replace")
-                finally:
-                    lib.dk_free(out)
-                reasons.append(f"rank {rank} refused its call before it started: {text}")
+        taken = _take_reasons(_group_name(group), [int(r) for r in found.group(1).split(",")],
+                              groups.get_rank(group))
     except errors.DistkitError:
         return error
-    if not reasons:
+    if not taken:
         return error
+    reasons = [f"rank {rank} refused its call before it started: {text}" for rank, text in taken]
     told = errors.error_for(error.code, f"{error.message}; " + "; ".join(reasons))
     told._distkit_told = True
     return told
@@ -144,6 +171,11 @@ def fail_together(group_of: Callable[[tuple, dict], Optional[object]]):
     def decorate(fn):
         @functools.wraps(fn)
         def call(*args, **kwargs):
+            try:
+                group = group_of(args, kwargs)
+            except Exception:  # noqa: BLE001 - the call itself reports its arguments
+                group = None
+            groups.check_member(group)  # before any argument: torch's groups give -1 sizes
             before = _issued_count()
             try:
                 return fn(*args, **kwargs)

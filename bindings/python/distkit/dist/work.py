@@ -50,18 +50,41 @@ class Work:
             return True
         if self._handle is not None:
             ms = to_millis(timeout)  # None: -1, no limit
+            error = None
             try:
                 raise_for_status(lib.dk_work_wait, self._handle, ms)
             except TimeoutError:
-                raise  # still running: the buffers stay lent
+                # DEADLINE_EXCEEDED is also the work's own failure (a peer
+                # never joined within the group's timeout): once the work is
+                # done, its own status (it may have finished just now) counts.
+                if self._pending():
+                    raise  # still running: the buffers stay lent
+                try:
+                    raise_for_status(lib.dk_work_wait, self._handle, 0)
+                except Exception as own:  # noqa: BLE001 - kept for exception()
+                    error = own
             except Exception as e:  # noqa: BLE001 - kept for exception()
-                self._error = e
+                error = e
+            if error is not None:
+                self._error = error
                 self._release()
-                raise
+                raise error
         self._release()
         if self._then is not None:
-            self._then()
+            try:
+                self._then()
+            except Exception as e:  # noqa: BLE001 - the results never reached the caller
+                self._error = e
+                raise
         return True
+
+    def _pending(self) -> bool:
+        state = ctypes.c_int32()
+        try:
+            raise_for_status(lib.dk_work_test, self._handle, ctypes.byref(state))
+        except Exception:  # noqa: BLE001 - a work that cannot be asked is not running
+            return False
+        return state.value == _lib.WORK_PENDING
 
     def is_success(self) -> bool:
         return self._finished and self._error is None
