@@ -17,9 +17,13 @@
 
 namespace distkit {
 
-// Long enough for a rank woken by the notice to print its error and exit,
-// short enough that a rank blocked elsewhere is stopped soon.
-inline constexpr absl::Duration kJobFailureNoticePeriod = absl::Seconds(1);
+// Long enough for a rank that lost a peer to print its error and exit,
+// short enough that a rank blocked elsewhere is stopped soon. Such a rank
+// first waits up to 1 s for this very record (cc/group/process_group.cc,
+// kRecordWait), which may never come where node 0's store has closed: with
+// a notice of 1 s as well, its SIGTERM came first in about 1 of 8 loaded
+// runs of netns_failures_test ("killed leader"), and it never reported.
+inline constexpr absl::Duration kJobFailureNoticePeriod = absl::Seconds(2);
 
 // The on_rank_failed of node `node_rank`: `server` on node 0 (the store it
 // hosts), else null and the store at `store_address` with `token`.
