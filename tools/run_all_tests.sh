@@ -36,7 +36,8 @@ declare -A phase_budget=(
 )
 report_dir="${DISTKIT_TEST_REPORT_DIR:-${TMPDIR:-/tmp}/distkit-tests.$$}"
 mkdir -p "$report_dir"
-rm -f "$report_dir"/*.bep.json "$report_dir/counts" "$report_dir/vendoring.result"  # a reused directory
+rm -f "$report_dir"/*.bep.json "$report_dir/counts" "$report_dir/vendoring.result" \
+  "$report_dir/failed_logs"  # a reused directory
 phases=()
 declare -A phase_secs phase_rc
 total_start=$(date +%s)
@@ -52,6 +53,7 @@ run_phase() {  # name, command...
   phases+=("$name")
   phase_secs[$name]=$(($(date +%s) - start))
   phase_rc[$name]=$rc
+  keep_failed_logs "$name"
   echo "=== run_all_tests: phase '$name' $(phase_result "$name" "$rc") in ${phase_secs[$name]} s"
 }
 
@@ -66,6 +68,38 @@ phase_result() {  # name, exit status
   else
     echo "FAILED (exit $2)"
   fi
+}
+
+# The end of each failed test's log, kept when its phase ends (a later phase
+# of the same configuration would overwrite the log) and printed just before
+# the summary: CI shows only the output's last lines, and a failure named
+# there without its reason cannot be looked into.
+keep_failed_logs() {  # phase name
+  [ -f "$report_dir/$1.bep.json" ] || return 0
+  python3 - "$report_dir/$1.bep.json" "$1" >>"$report_dir/failed_logs" <<'PY'
+import json, sys
+from urllib.parse import unquote, urlparse
+path, phase = sys.argv[1], sys.argv[2]
+for line in open(path).read().splitlines():
+    try:
+        ev = json.loads(line)
+    except ValueError:
+        continue
+    tr = ev.get("id", {}).get("testResult")
+    result = ev.get("testResult", {})
+    if not tr or result.get("status", "PASSED") == "PASSED":
+        continue
+    print("--- %s (%s): %s, attempt %s, the end of its log:" % (
+        tr["label"], phase, result.get("status"), tr.get("attempt", 1)))
+    logs = [unquote(urlparse(f.get("uri", "")).path)
+            for f in result.get("testActionOutput", []) if f.get("name") == "test.log"]
+    try:
+        tail = open(logs[0], errors="replace").read().splitlines()[-25:]
+    except (IndexError, OSError) as e:
+        tail = ["(no log: %s)" % e]
+    for text in tail:
+        print("  | " + text[:200])
+PY
 }
 
 # A test's wall time from its build event (testResult), slowest first.
@@ -216,6 +250,11 @@ gpu_phase() {
 run_phase gpu gpu_phase
 
 total=$(($(date +%s) - total_start))
+if [ -s "$report_dir/failed_logs" ]; then
+  echo
+  echo "=== run_all_tests: the failed tests (at most the first three)"
+  awk '/^--- /{n++} n<=3' "$report_dir/failed_logs"
+fi
 echo
 echo "=== run_all_tests: summary"
 failed=()
