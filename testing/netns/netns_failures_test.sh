@@ -35,6 +35,8 @@ fail() {
 stamp() {
   local line
   while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done
+  # When distrun's output ended: when it exited (its ranks had already).
+  printf '%s %s\n' "$EPOCHREALTIME" "(end of output)"
 }
 
 # Starts the job; fills node_pid[i]. The ranks wait for $dir/go before
@@ -88,6 +90,7 @@ start_job() {
 # it: the bound counts from the later, "not before" from the earlier.
 expect_errors() {
   local scenario=$1 i=$2 before=$3 since=$4 names=$5 ranks=$6
+  errors_ok=0
   while kill -0 "${node_pid[i]}" 2>/dev/null; do
     if [ "$(echo "$(date +%s.%N) > $since + $bound_s + 5" | bc)" -eq 1 ]; then
       fail "$scenario: host $i's job still ran $((bound_s + 5)) s after the fault"
@@ -98,6 +101,7 @@ expect_errors() {
   done
   sleep 0.1  # the last lines through stamp()
   local r line failed_at at latest=0
+  last_failed_at=0
   for r in $ranks; do
     line=$(grep -E "^[0-9.]+ \[rank$r\]: rank $r step [0-9]+ failed" "$dir/host$i.log" | head -1)
     if [ -z "$line" ]; then
@@ -132,6 +136,7 @@ expect_errors() {
       return
     fi
     [ "$(echo "$at > $latest" | bc)" -eq 1 ] && latest=$at
+    [ "$(echo "$failed_at > $last_failed_at" | bc)" -eq 1 ] && last_failed_at=$failed_at
   done
   if grep -qE 'wrong sum|Segmentation|Aborted|core dumped' "$dir/host$i.log"; then
     fail "$scenario: host $i saw a wrong result or a crash"
@@ -140,6 +145,7 @@ expect_errors() {
   fi
   echo "ok: $scenario: rank(s) $ranks (host $i) reported errors naming" \
     "'$names' within $(printf '%.1f' "$latest") s of the fault"
+  errors_ok=1
 }
 
 stop_everything() {
@@ -162,6 +168,25 @@ if start_job; then
   cut=$EPOCHREALTIME
   expect_errors "cut link" 0 "$before" "$cut" "${NETNS_NAMES[1]}" "0 1"
   expect_errors "cut link" 1 "$before" "$cut" "${NETNS_ADDRS[0]}" "2 3"
+  # Host 1's distrun, cut off from node 0's store since its failure notice
+  # (0.5 s), tries its exit report only briefly (1 s, not 5): it ends soon
+  # after its ranks, as any launcher whose job failed should.
+  for _ in $(seq 50); do
+    grep -q '^[0-9.]* (end of output)$' "$dir/host1.log" && break
+    sleep 0.1
+  done
+  ended=$(sed -n 's/^\([0-9.]*\) (end of output)$/\1/p' "$dir/host1.log")
+  if [ "$errors_ok" -eq 0 ]; then
+    :  # failed above already
+  elif [ -z "$ended" ]; then
+    fail "cut link: host 1's output did not end"
+  elif linger=$(echo "$ended - $last_failed_at" | bc) &&
+    [ "$(echo "$linger > 3.5" | bc)" -eq 1 ]; then
+    fail "cut link: host 1's distrun ended $linger s after its last rank's error"
+    sed 's/^/    /' "$dir/host1.log"
+  else
+    echo "ok: cut link: host 1's distrun ended $(printf '%.1f' "$linger") s after its last rank's error"
+  fi
 fi
 stop_everything
 

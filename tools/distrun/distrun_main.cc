@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -277,8 +278,9 @@ int Main(int argc, char** argv) {
   so.timeout = o.timeout;
   so.grace_period = o.grace_period;
   so.log_dir = o.log_dir;
-  so.on_rank_failed =
-      JobFailureNotice(server.get(), store_address, token, o.node_rank);
+  std::atomic<bool> store_unreached{false};  // by a failure notice
+  so.on_rank_failed = JobFailureNotice(server.get(), store_address, token,
+                                       o.node_rank, &store_unreached);
   so.notice_period = kJobFailureNoticePeriod;
   if (o.max_replacements > 0) {
     so.replace = ReplacementBudget(server.get(), store_address, token,
@@ -306,6 +308,10 @@ int Main(int argc, char** argv) {
       }
     }
     if (o.node_rank != 0) {
+      // Node 0's store could not be reached moments ago (a cut link, node
+      // 0 gone): one short try rather than 5 s more of this node's exit.
+      if (store_unreached.load())
+        barrier.report_timeout = kReportAfterUnreached;
       // A signal since the ranks ended is this node's result, so node 0
       // (the job's exit) hears it rather than a success.
       const absl::Status s = ReportNodeDone(barrier, [&] {

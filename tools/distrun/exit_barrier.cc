@@ -15,10 +15,6 @@ namespace distkit {
 namespace {
 
 constexpr absl::Duration kCancelCheckPeriod = absl::Milliseconds(200);
-// How long a node's report may take, handshake included. Node 0's store
-// answers at once unless it is gone or unreachable (a cut link), and this
-// node's exit should not wait long for it; a busy host may take a second.
-constexpr absl::Duration kReportTimeout = absl::Seconds(5);
 
 // The first of `keys`' reports (node n + 1 for keys[n]) that is not a
 // success; a report that is not a number is not one. Missing ones are
@@ -48,7 +44,7 @@ std::string ExitBarrierKey(int node_rank) {
 absl::Status ReportNodeDone(const ExitBarrierOptions& options,
                             const std::function<int()>& exit_code) {
   absl::StatusOr<std::unique_ptr<TcpStore>> store =
-      ConnectWithin(options, kReportTimeout);
+      ConnectWithin(options, options.report_timeout);
   if (!store.ok()) return store.status();
   // The handshake (done by the first call) is the wait; the code is taken
   // after it, so a signal during it is reported, not a stale 0.

@@ -20,12 +20,23 @@
 
 namespace distkit {
 
+// How long a node's report may take, handshake included. Node 0's store
+// answers at once unless it is gone or unreachable (a cut link), and this
+// node's exit should not wait long for it; a busy host may take a second.
+inline constexpr absl::Duration kReportTimeout = absl::Seconds(5);
+// The bound instead where the node could not reach node 0's store moments
+// before (its failure notice, job_failure_notice.h): a second try of a
+// store that just failed to answer, not another 5 s of the node's exit.
+inline constexpr absl::Duration kReportAfterUnreached = absl::Seconds(1);
+
 struct ExitBarrierOptions {
   std::string store_address;  // host:port of node 0's store
   std::string token;
   int nnodes = 1;
   int node_rank = 0;
   absl::Duration timeout = absl::Seconds(300);
+  // Node > 0: the bound of ReportNodeDone.
+  absl::Duration report_timeout = kReportTimeout;
   // Node 0: asked every moment while it waits; true ends the wait at once
   // with CANCELLED (distrun: a SIGINT, SIGTERM, SIGHUP or SIGQUIT came).
   std::function<bool()> cancelled;

@@ -15,7 +15,7 @@ namespace distkit {
 
 std::function<void(const std::string&)> JobFailureNotice(
     StoreServer* server, std::string store_address, std::string token,
-    int node_rank) {
+    int node_rank, std::atomic<bool>* unreached) {
   // The host's name, so that a rank on another host reads where it happened.
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
@@ -36,6 +36,7 @@ std::function<void(const std::string&)> JobFailureNotice(
     absl::Status s =
         store.ok() ? ReportJobFailure(**store, report) : store.status();
     if (!s.ok()) {
+      if (unreached != nullptr) unreached->store(true);
       std::cerr << "distrun: could not tell the job's store at "
                 << store_address << " that " << what << ": " << s.message()
                 << "\n";

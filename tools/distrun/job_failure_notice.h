@@ -9,6 +9,7 @@
 #ifndef DISTKIT_TOOLS_DISTRUN_JOB_FAILURE_NOTICE_H_
 #define DISTKIT_TOOLS_DISTRUN_JOB_FAILURE_NOTICE_H_
 
+#include <atomic>
 #include <functional>
 #include <string>
 
@@ -26,10 +27,13 @@ namespace distkit {
 inline constexpr absl::Duration kJobFailureNoticePeriod = absl::Seconds(2);
 
 // The on_rank_failed of node `node_rank`: `server` on node 0 (the store it
-// hosts), else null and the store at `store_address` with `token`.
+// hosts), else null and the store at `store_address` with `token`. Where a
+// notice could not be written, `*unreached` (if given; it must outlive the
+// callback) becomes true: node 0's store is gone or cut off, which the
+// node's later report to it (exit_barrier.h) need not wait long to learn.
 std::function<void(const std::string&)> JobFailureNotice(
     StoreServer* server, std::string store_address, std::string token,
-    int node_rank);
+    int node_rank, std::atomic<bool>* unreached = nullptr);
 
 }  // namespace distkit
 
