@@ -200,19 +200,20 @@ class AgreementJob {
                        call.ok() ? absl::StrJoin(call->present, ",")
                                  : call.status().ToString()));
     // The last rank never comes: the others find it absent once polling
-    // stops. They start it together (the first roll call lets them go up
-    // to a poll apart, and a descheduled rank later still), so that the
-    // short window decides about the last rank only.
+    // stops. A rank is present once its key is set, so each answers (sets
+    // its key, as TakeRollCall does first) and waits for the others'
+    // answers before its own short window opens: however late a rank then
+    // starts its call, the window decides about the last rank only.
     if (rank_ != last_) {
-      std::vector<std::string> ready;
+      const std::string prefix = "agreement_multirank_test/late/";
+      std::vector<std::string> answered;
       for (int r = 0; r < last_; ++r) {
-        ready.push_back(absl::StrCat("agreement_multirank_test/ready/", r));
+        answered.push_back(absl::StrCat(prefix, r));
       }
-      CheckOk(env_.store->Set(ready[rank_], "1"), "ready for the late call");
-      CheckOk(env_.store->WaitWithTimeout(ready, absl::Seconds(30)),
-              "every rank but the last ready for the late call");
-      call = TakeRollCall(*env_.store, "agreement_multirank_test/late/", rank_,
-                          world_.size(), "here",
+      CheckOk(env_.store->Set(answered[rank_], "here"), "answer the late call");
+      CheckOk(env_.store->WaitWithTimeout(answered, absl::Seconds(30)),
+              "every rank but the last answered the late call");
+      call = TakeRollCall(*env_.store, prefix, rank_, world_.size(), "here",
                           absl::Now() + absl::Milliseconds(300),
                           absl::Milliseconds(50));
       std::vector<int> others(everyone.begin(), everyone.end() - 1);

@@ -19,7 +19,8 @@
 //              are done -> they get UNAVAILABLE within 5 s (a zombie is not
 //              alive)
 //   threads    a second thread issues a collective while the first thread's
-//              is in flight -> FAILED_PRECONDITION (never silently paired
+//              is in flight (the last rank joins it only after the others'
+//              marks) -> FAILED_PRECONDITION (never silently paired
 //              with another call), while a thread that issues as the
 //              first thread's issuer (IssuerScope) is not and pairs with
 //              the peers' next call; the first completes with the right
@@ -292,7 +293,12 @@ int main(int argc, char** argv) {
     _exit(testing::FinishChecks("fault '" + mode + "' handled as expected"));
   }
   if (mode == "threads") {
-    if (rank == last) absl::SleepFor(absl::Seconds(1));  // keeps A in flight
+    // The last rank joins A only once every other rank's second thread was
+    // refused (their marks): A is in flight on them until then, however
+    // late they run.
+    if (rank == last) {
+      Check(marks.AwaitAll(last, kHoldLimit), "the others checked the refusal");
+    }
     std::shared_ptr<Work> a = world.AllReduceAsync(t, ReduceOp::kSum);
     if (rank != last) {
       absl::Status b;
@@ -302,6 +308,7 @@ int main(int argc, char** argv) {
             TensorRef(other.data(), other.size(), DataType::kFloat32),
             ReduceOp::kSum);
       }).join();
+      marks.MarkDone(rank);
       Check(b.code() == absl::StatusCode::kFailedPrecondition &&
                 absl::StrContains(b.message(), "another thread"),
             "a second thread is refused while the first's op is in flight: " +

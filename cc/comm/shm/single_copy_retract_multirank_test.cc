@@ -10,9 +10,10 @@
 //   abort          as own_read, but rank 1 stops itself (SIGSTOP) inside
 //                  its window and rank 0's group is aborted (another
 //                  thread) once rank 1 is stopped (world sizes 2 and 3);
-//   abort_running  as own_read, but rank 0's group is aborted while rank 1
-//                  is held, alive, in its window, and rank 1 goes on only
-//                  500 ms after the abort (world sizes 2 and 3).
+//   abort_running  as own_read, but rank 0's group is aborted (once its
+//                  own read failed) while rank 1 is held, alive, in its
+//                  window, and rank 1 goes on only 500 ms after the abort
+//                  (world sizes 2 and 3).
 // Once its call has returned, rank 0 fills its buffer with a sentinel and
 // only then lets rank 1 go on (a file); when every other rank's call has
 // returned too (their marks), the sentinel must be intact. Before the fix
@@ -22,12 +23,15 @@
 // only bounds the test's time where rank 0 waits for it. Under abort_running
 // rank 0 must wait for rank 1 whatever the abort (a copier only descheduled
 // would otherwise write into a freed buffer; fad3e1b gave up 20 ms after the
-// abort): the sentinel is checked as under own_read. Under abort, rank 0's
-// call must return within seconds of the abort (rank 1 stays stopped until
-// then), with its own code (UNAVAILABLE: its read failed), naming rank 1
-// as still copying (message and payload): its buffer is not free, so the
-// sentinel is not checked and the buffer stays allocated; rank 0 then
-// continues rank 1 (SIGCONT).
+// abort): the sentinel is checked as under own_read. In both abort modes the
+// abort comes once rank 0's own read has failed (a file): its call is then
+// past the steps that an abort ends with CANCELLED, and waits for its
+// copiers or is about to. Under abort, rank 0's call must return within
+// seconds of the abort (rank 1 stays stopped until then), with its own
+// code (UNAVAILABLE: its read failed), naming rank 1 as still copying
+// (message and payload): its buffer is not free, so the sentinel is not
+// checked and the buffer stays allocated; rank 0 then continues rank 1
+// (SIGCONT).
 
 #include <fcntl.h>
 #include <signal.h>
@@ -152,7 +156,8 @@ int main(int argc, char** argv) {
   // 1 MiB: every rank's slice is at least two pieces of the fold (128 KiB).
   std::vector<float> data(1 << 18, 1.0f);
   // Under abort: rank 0 aborts its group once rank 1 is stopped inside its
-  // copy; under abort_running, once rank 1 is inside it.
+  // copy; under abort_running, once rank 1 is inside it. Either way only
+  // after rank 0's own read failed.
   absl::Time aborted_at = absl::InfiniteFuture();
   int stopped_pid = 0;
   std::thread aborter;
@@ -166,14 +171,14 @@ int main(int argc, char** argv) {
                absl::Now() < give_up) {
           absl::SleepFor(absl::Milliseconds(5));
         }
-        // And after rank 0's own read failed: the abort then ends its wait
-        // for the stopped copier, and its own failure is what it reports.
-        // (Aborted before that read, its call is CANCELLED instead, which
-        // a loaded machine made happen.)
-        if (!AwaitFiles({read_failed}, Scaled(absl::Seconds(30)))) return;
-      } else {
-        absl::SleepFor(absl::Milliseconds(50));
       }
+      // And after rank 0's own read failed: the abort then meets its wait
+      // for the copier (or the one it is about to start), and its own
+      // failure is what it reports. Aborted before that read, while still
+      // in a step, its call is CANCELLED instead, which a loaded machine
+      // made happen (992b254); a fixed 50 ms after rank 1 entered its
+      // window was no such order.
+      if (!AwaitFiles({read_failed}, Scaled(absl::Seconds(30)))) return;
       aborted_at = absl::Now();
       world.Abort();
       if (abort_running) {
