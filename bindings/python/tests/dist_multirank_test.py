@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as tdist
 
-from distkit import dist, distributed, errors
+from distkit import dist, distributed, errors, torch_backend
 from testing.python.rank_check import check, finish
 
 
@@ -295,12 +295,18 @@ def main():
             check("ranks disagree" in str(e) and isinstance(e, ValueError) and e.code == 3,
                   f"mismatch message: {e}")
     # Blocking calls release the GIL: a Python thread keeps running while this
-    # rank waits in an all_reduce that rank 0 joins a second late.
+    # rank waits in an all_reduce that rank 0 joins a second late. The others
+    # start their clock, then say so in the store; rank 0 waits for every one
+    # of them before its second, so each waits at least that second however
+    # late it got here (a fixed head start lost to a rank descheduled after
+    # the barrier).
     if n > 1:
         import threading
         dist.barrier()
+        store = torch_backend.job_store(prefix="dist_multirank_test/gil/")
         t = torch.zeros(1)
         if rank == 0:
+            store.wait([f"timing/{r}" for r in range(1, n)], datetime.timedelta(seconds=60))
             time.sleep(1.0)
             dist.all_reduce(t)
         else:
@@ -313,6 +319,7 @@ def main():
             spinner = threading.Thread(target=spin)
             spinner.start()
             start = time.monotonic()
+            store.set(f"timing/{rank}", "1")
             dist.all_reduce(t)
             waited = time.monotonic() - start
             done.set()

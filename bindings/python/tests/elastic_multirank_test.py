@@ -32,6 +32,8 @@ path is refused, the working directory stays empty); the snapshot a
 recovering rank receives loads under torch >= 2.6's default of torch.load,
 weights_only=True (imposed here on older torch). Launched by distrun
 with --max-replacements 2, or --min-ranks 1 for "shrink"."""
+import ctypes
+import datetime
 import functools
 import inspect
 import os
@@ -44,7 +46,8 @@ import time
 
 import torch
 
-from distkit import dist, elastic
+from distkit import dist, elastic, torch_backend
+from distkit._lib import StoreConfig, lib, raise_for_status
 from distkit.fsdp import FullyShardedDataParallel, ModuleWrapPolicy, ShardingStrategy
 from distkit.model import MMDistributedDataParallel
 from testing.python import rank_check
@@ -55,7 +58,6 @@ HIDDEN = 64
 # weight (ElasticSampler.loss_weight) keeps the result the global batch's.
 SAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS, COMMIT_EVERY = 240, 6, 10, 2, 4
 LR, MOMENTUM, SEED, TIMEOUT = 0.05, 0.9, 7, 20
-LATE_S = 3.0  # the late replacement's delay; the survivors wait 1 s
 # Where the first victim dies; the "in_recovery" ones kill a second rank in
 # the survivors' recovery (at its start, or at the snapshot's broadcast).
 POINTS = ("before_forward", "mid_backward", "after_step", "at_commit", "after_gather",
@@ -99,6 +101,28 @@ def refuse_files(path_like, *args, **kwargs):
     raise AssertionError(f"a file was written during elastic training: {path_like}")
 
 
+def wait_until_survivors_gave_up():
+    """late, in the replacement: waits, in distrun's store, until the
+    survivors' first grow (generation 1 of their world's, cc/group/grow.h)
+    is sealed as failed without it, as capi/test/grow_c_multirank_test.c's
+    after_first_try does: they waited their 1 s and shrink. A fixed delay
+    here could end before a survivor slowed by the load stopped waiting."""
+    config = StoreConfig()
+    lib.dk_store_config_init(ctypes.byref(config))
+    config.address = os.environ["DISTKIT_STORE"].encode()
+    token = os.environ.get("DISTKIT_TOKEN")
+    config.token = token.encode() if token else None
+    config.timeout_ms = config.connect_timeout_ms = 3 * TIMEOUT * 1000
+    handle = ctypes.c_void_p()
+    raise_for_status(lib.dk_store_connect, ctypes.byref(config), ctypes.byref(handle))
+    store = torch_backend.DistkitStore(handle, prefix="")  # destroys the handle
+    seal = "world1/elastic/1/members"  # the survivors' first init_dist: world1
+    store.wait([seal], datetime.timedelta(seconds=3 * TIMEOUT))
+    rank = os.environ["RANK"]
+    check(store.get(seal) == f"failed:{rank}".encode(),
+          f"the survivors' grow failed without rank {rank}: {store.get(seal)!r}")
+
+
 def main():
     shrink = "shrink" in sys.argv[1:]
     # late: the replacement comes after the survivors stopped waiting (1 s)
@@ -129,7 +153,7 @@ def main():
         torch.load = load_as_torch_2_6
 
     if late and replacement:
-        time.sleep(LATE_S)
+        wait_until_survivors_gave_up()
     dist.init_dist("pytorch", backend="gloo", timeout=TIMEOUT)
     rank, size = dist.get_rank(), dist.get_world_size()
     per_epoch = SAMPLES // GLOBAL_BATCH
