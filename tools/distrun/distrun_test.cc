@@ -278,14 +278,29 @@ TEST(DistrunTest, BlamesTheRankKilledNotThePeerItTookDown) {
 
 // --timeout while a failed rank's peers have their notice: the failure
 // stays the result (not 124), and their SIGTERM still waits for the notice.
+// Ordered, not timed: rank 0 fails only once rank 1 ignores SIGTERM (its
+// file), so the SIGTERM after the notice always finds it ignoring; and the
+// failure needs only the two ranks' start, not a head start on the timeout
+// (500 ms then, against a 2 s timeout, lost to a loaded machine). The
+// timeout (4 s) then lands inside the notice (2 s) and grace (5 s) that
+// follow the failure whenever the ranks start within 4 s.
 TEST(DistrunTest, TimeoutKeepsAnEarlierFailuresCode) {
-  Result r = RunDistrun({"--nproc-per-node", "2", "--master-port", "0",
-                         "--timeout", "2", "--grace-period", "3", "--", kProbe,
-                         "fail-ignoring-term", "0", "3", "500"});
+  const std::string ignoring =
+      absl::StrCat(getenv("TEST_TMPDIR"), "/term_ignored");
+  unlink(ignoring.c_str());
+  Result r =
+      RunDistrun({"--nproc-per-node", "2", "--master-port", "0", "--timeout",
+                  "4", "--grace-period", "5", "--", "/bin/sh", "-c",
+                  "if [ \"$RANK\" = 1 ]; then trap '' TERM; : >\"$1\"; "
+                  "else while [ ! -e \"$1\" ]; do sleep 0.01; done; fi; "
+                  "exec \"$2\" fail-ignoring-term 0 3 0",
+                  "sh", ignoring, kProbe});
   EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "[rank0]: rank 0 failing on purpose"))
+      << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "exited with code 3")) << r.output;
   EXPECT_TRUE(absl::StrContains(
-      r.output, "timed out after 2s; the ranks are already being stopped"))
+      r.output, "timed out after 4s; the ranks are already being stopped"))
       << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "rank 1 (pid ")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "did not stop after SIGTERM"))

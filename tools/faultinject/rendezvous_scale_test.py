@@ -27,38 +27,63 @@ def free_port():
 
 
 def run_job(rank_bin, n, timeout_ms, dead=None, limit=120.0, stats=None):
-    """Starts the job; returns (seconds from the last rank's start until the
-    last rank ended, {rank: (exit code, output)}); ranks still running at
-    `limit` are killed. Timed from the last start: spawning 64 processes on
-    a loaded machine takes seconds, and each rank's init bound starts with
-    its own dk_init.
+    """Starts the job; returns (seconds from the go file until the last rank
+    ended, {rank: (exit code, output)}); ranks still running at `limit` are
+    killed. The ranks wait for the go file before dk_init (FAULT_GO_FILE),
+    which appears once every rank has printed its pid (or ended), so that
+    each rank's init bound starts after the moment the test times from:
+    spawning 64 processes on a loaded machine takes seconds, and a rank
+    whose dk_init began that much after the last spawn outlived a bound
+    timed from it.
     `stats`: a file where the store's host writes what it served."""
     port = free_port()
-    procs = []
+    tmp = os.environ.get("TEST_TMPDIR", "/tmp")
+    job = f"{os.getpid()}.{n}.{dead}"
+    go = os.path.join(tmp, f"go.{job}")
+    if os.path.exists(go):
+        os.remove(go)
+    procs, outs = [], []
     start = time.monotonic()
     for r in range(n):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n),
                    LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   FAULT_STEPS="1", FAULT_TIMEOUT_MS=str(timeout_ms))
+                   FAULT_STEPS="1", FAULT_TIMEOUT_MS=str(timeout_ms),
+                   FAULT_GO_FILE=go)
         if dead is not None:
             env["FAULT_EXIT_RANK"] = str(dead)
         if stats is not None:
             env["DISTKIT_STORE_STATS"] = stats
-        procs.append(subprocess.Popen([rank_bin], stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, env=env))
-    spawned = time.monotonic()
+        outs.append(os.path.join(tmp, f"rank.{job}.{r}.out"))
+        with open(outs[-1], "wb") as out:
+            procs.append(subprocess.Popen([rank_bin], stdout=out,
+                                          stderr=subprocess.STDOUT, env=env))
+
+    def started(r):
+        # fault_rank's first line, before it waits for the go file.
+        with open(outs[r], "rb") as f:
+            return b"pid=" in f.read() or procs[r].poll() is not None
+
+    waiting = set(range(n))
+    while waiting and time.monotonic() < start + limit:
+        waiting = {r for r in waiting if not started(r)}
+        time.sleep(0.01)
+    open(go, "w").close()
+    go_at = time.monotonic()
     results = {}
     for r, p in enumerate(procs):
         try:
-            out, _ = p.communicate(timeout=max(0.1, start + limit -
-                                               time.monotonic()))
-            results[r] = (p.returncode, out.decode(errors="replace"))
+            code = p.wait(timeout=max(0.1, go_at + limit - time.monotonic()))
         except subprocess.TimeoutExpired:
             p.kill()
-            out, _ = p.communicate()
-            results[r] = (None, out.decode(errors="replace"))
-    return time.monotonic() - spawned, results
+            p.wait()
+            code = None
+        with open(outs[r], "rb") as f:
+            results[r] = (code, f.read().decode(errors="replace"))
+    took = time.monotonic() - go_at
+    for path in outs + [go]:
+        os.remove(path)
+    return took, results
 
 
 def main():
@@ -76,7 +101,7 @@ def main():
             os.remove(stats)
         took, results = run_job(args.rank, size, timeout_ms=60000, stats=stats)
         bad = {r: res for r, res in results.items() if res[0] != 0}
-        print(f"{size} ranks: init + all_reduce done {took:.2f} s after the last start, "
+        print(f"{size} ranks: init + all_reduce done {took:.2f} s after the go file, "
               f"{size - len(bad)} of {size} done", flush=True)
         for r, (code, out) in sorted(bad.items())[:5]:
             print(f"FAIL: rank {r} exit {code}: {out.strip()[-300:]}")
@@ -119,7 +144,7 @@ def main():
     took, results = run_job(args.rank, n, timeout_ms=int(timeout_s * 1000),
                             dead=dead, limit=timeout_s + 30)
     print(f"{n} ranks, rank {dead} dead before joining: every rank ended "
-          f"{took:.2f} s after the last start (bound {timeout_s + 5:.0f} s)", flush=True)
+          f"{took:.2f} s after the go file (bound {timeout_s + 5:.0f} s)", flush=True)
     if took > timeout_s + 5:
         print(f"FAIL: took {took:.1f} s")
         failures += 1
