@@ -102,7 +102,9 @@ std::string RandomToken() {
 
 // distrun's own message to stderr once its ranks are gone: a reader that
 // takes nothing for 10 s does not keep distrun from exiting (signals are
-// blocked here, so none would end a blocked write).
+// blocked here, so none would end a blocked write), and one that distrun
+// gave up on already (MarkReaderStalled: the supervisor's drain, or an
+// earlier message) is not waited for again.
 void Tell(absl::string_view text) { WriteWithin(2, text, absl::Seconds(10)); }
 
 int Main(int argc, char** argv) {

@@ -1127,6 +1127,38 @@ TEST(DistrunTest, ExitBarrierIsBounded) {
   EXPECT_LT(r.elapsed, absl::Seconds(20)) << r.output;
 }
 
+// A node whose failure notice cannot reach node 0's store (nothing listens
+// at its port) says so through distrun's queue: with a reader that stopped
+// reading, distrun still takes the SIGTERM that comes next and ends. The
+// notice once wrote to stderr itself, with the signals blocked, and stayed
+// in that write for good.
+TEST(DistrunTest, AnUnsentFailureNoticeDoesNotBlockOnAStalledReader) {
+  const int pipe_size = OutputPipeSize();
+  if (pipe_size == 0) GTEST_SKIP() << "cannot shrink a pipe to a page";
+  // Node 1 of two, whose node 0 (the store) is not there: rank 2 fills
+  // distrun's output, rank 3 fails 300 ms after its start.
+  std::vector<std::string> args = {
+      "--nproc-per-node", "2",
+      "--nnodes",         "2",
+      "--node-rank",      "1",
+      "--master-addr",    "127.0.0.1",
+      "--master-port",    absl::StrCat(FixedPort()),
+      "--grace-period",   "1"};
+  for (const char* a :
+       {"--", kProbe, "flood", "5000000", ":", kProbe, "fail", "3", "1"}) {
+    args.push_back(a);
+  }
+  Started d = StartDistrun(args, pipe_size,
+                           [] { setenv("DISTKIT_TOKEN", "shared-secret", 1); });
+  EXPECT_TRUE(WaitUntil([&] { return PipeFull(d.out); }));
+  absl::SleepFor(absl::Seconds(1));  // rank 3 failed, the notice was tried
+  kill(d.pid, SIGTERM);
+  absl::Duration elapsed;
+  EXPECT_NE(ExitCodeWithoutReading(d, absl::Seconds(60), &elapsed), -1)
+      << "distrun still ran after " << elapsed << " (killed by the test)";
+  EXPECT_LT(elapsed, absl::Seconds(40));
+}
+
 TEST(DistrunTest, TimeoutBoundsTheExitBarrier) {
   // The same node 0 under --timeout 2 and the default 300 s barrier: the job's
   // bound ends the wait, and a node that never reported makes it a timeout.

@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <iostream>
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cc/store/call_deadline.h"
@@ -13,7 +11,7 @@
 
 namespace distkit {
 
-std::function<void(const std::string&)> JobFailureNotice(
+std::function<void(const std::string&, const SupervisorSay&)> JobFailureNotice(
     StoreServer* server, std::string store_address, std::string token,
     int node_rank, std::atomic<bool>* unreached) {
   // The host's name, so that a rank on another host reads where it happened.
@@ -21,7 +19,7 @@ std::function<void(const std::string&)> JobFailureNotice(
   gethostname(host, sizeof(host) - 1);
   const std::string where =
       absl::StrCat("node ", node_rank, " (host ", host, ")");
-  return [=](const std::string& what) {
+  return [=](const std::string& what, const SupervisorSay& say) {
     const std::string report =
         absl::StrCat(what, ", as distrun on ", where, " saw");
     if (server != nullptr) {
@@ -37,9 +35,8 @@ std::function<void(const std::string&)> JobFailureNotice(
         store.ok() ? ReportJobFailure(**store, report) : store.status();
     if (!s.ok()) {
       if (unreached != nullptr) unreached->store(true);
-      std::cerr << "distrun: could not tell the job's store at "
-                << store_address << " that " << what << ": " << s.message()
-                << "\n";
+      say(absl::StrCat("could not tell the job's store at ", store_address,
+                       " that ", what, ": ", s.message()));
     }
   };
 }

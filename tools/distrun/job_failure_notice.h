@@ -15,6 +15,7 @@
 
 #include "absl/time/time.h"
 #include "cc/store/store_server.h"
+#include "tools/distrun/rank_supervisor.h"
 
 namespace distkit {
 
@@ -31,7 +32,7 @@ inline constexpr absl::Duration kJobFailureNoticePeriod = absl::Seconds(2);
 // notice could not be written, `*unreached` (if given; it must outlive the
 // callback) becomes true: node 0's store is gone or cut off, which the
 // node's later report to it (exit_barrier.h) need not wait long to learn.
-std::function<void(const std::string&)> JobFailureNotice(
+std::function<void(const std::string&, const SupervisorSay&)> JobFailureNotice(
     StoreServer* server, std::string store_address, std::string token,
     int node_rank, std::atomic<bool>* unreached = nullptr);
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cc/store/store_server.h"
+#include "tools/distrun/rank_supervisor.h"
 
 namespace distkit {
 
@@ -25,7 +26,7 @@ inline constexpr char kLostRanksKey[] = "distkit/lost_ranks";
 // whether the job may go on without it (false once fewer than `min_ranks`
 // would remain or the store cannot be reached: the job stops). `server` on
 // node 0, else null and the store at `store_address` with `token`.
-std::function<bool(const std::string&)> LostRankBudget(
+std::function<bool(const std::string&, const SupervisorSay&)> LostRankBudget(
     StoreServer* server, std::string store_address, std::string token,
     int node_rank, int world_size, int min_ranks);
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 
 #include "absl/time/clock.h"
 
@@ -83,7 +84,31 @@ bool OutputSink::WriteSome(Chunk& c, Fd& f) {
   return true;
 }
 
+std::vector<int> OutputSink::PendingFds() const {
+  std::vector<int> fds;
+  for (const Chunk& c : chunks_) {
+    if (std::find(fds.begin(), fds.end(), c.fd) == fds.end()) {
+      fds.push_back(c.fd);
+    }
+  }
+  return fds;
+}
+
+namespace {
+
+// The fds whose readers distrun gave up on (a process has one stdout and
+// one stderr, so this is the process's, not a sink's).
+std::set<int>& StalledReaders() {
+  static std::set<int>* stalled = new std::set<int>;
+  return *stalled;
+}
+
+}  // namespace
+
+void MarkReaderStalled(int fd) { StalledReaders().insert(fd); }
+
 void WriteWithin(int fd, absl::string_view text, absl::Duration stall) {
+  if (StalledReaders().count(fd) != 0) stall = absl::ZeroDuration();
   OutputSink sink;
   sink.Write(fd, text);
   while (!sink.empty() && absl::Now() - sink.last_progress() < stall) {
@@ -91,6 +116,7 @@ void WriteWithin(int fd, absl::string_view text, absl::Duration stall) {
     sink.AddPollFds(&fds);
     if (poll(fds.data(), fds.size(), 50) > 0) sink.WriteReady();
   }
+  if (!sink.empty()) MarkReaderStalled(fd);
 }
 
 }  // namespace distkit

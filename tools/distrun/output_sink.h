@@ -49,6 +49,8 @@ class OutputSink {
   // When a write last took bytes, or when output was queued with none
   // before it.
   absl::Time last_progress() const { return last_progress_; }
+  // The fds with output still queued, each once.
+  std::vector<int> PendingFds() const;
 
  private:
   // Consecutive output for one fd.
@@ -71,9 +73,16 @@ class OutputSink {
   absl::Time last_progress_ = absl::InfinitePast();
 };
 
+// Says that distrun gave up on `fd`'s reader, which took nothing for as
+// long as distrun waits while it ends: WriteWithin then writes only what
+// `fd` takes at once (one stall of a stopped job's exit, not one per
+// message).
+void MarkReaderStalled(int fd);
+
 // Writes `text` to `fd` as far as its reader takes it, giving up after
-// `stall` in which it took nothing: distrun's own messages once its ranks
-// are gone, where a stalled reader must not keep it from exiting.
+// `stall` in which it took nothing (and marking the reader stalled):
+// distrun's own messages once its ranks are gone, where a stalled reader
+// must not keep it from exiting.
 void WriteWithin(int fd, absl::string_view text, absl::Duration stall);
 
 }  // namespace distkit

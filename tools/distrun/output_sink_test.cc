@@ -168,5 +168,26 @@ TEST(OutputSinkTest, ProgressStandsStillWhileTheReaderStalls) {
   EXPECT_GT(sink.last_progress(), stalled);
 }
 
+// WriteWithin gives a stalled reader `stall`, once: after it gave up (or
+// the supervisor did, MarkReaderStalled), a later message to that fd takes
+// what fits at once instead of another wait. Other fds are not affected.
+TEST(OutputSinkTest, AReaderGivenUpOnIsNotWaitedForAgain) {
+  Pipe stalled, other;
+  const std::string big(1 << 20, 'x');  // more than the pipe holds
+  absl::Time start = absl::Now();
+  WriteWithin(stalled.w, big, absl::Milliseconds(300));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  start = absl::Now();
+  WriteWithin(stalled.w, big, absl::Seconds(30));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  // A reader that takes everything is still given all of it.
+  start = absl::Now();
+  WriteWithin(other.w, "a line\n", absl::Seconds(30));
+  EXPECT_EQ(other.ReadAvailable(), "a line\n");
+  MarkReaderStalled(other.w);
+  WriteWithin(other.w, big, absl::Seconds(30));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
 }  // namespace
 }  // namespace distkit

@@ -262,6 +262,8 @@ class Supervisor {
     output_.Message(2,
                     absl::StrCat(options_.program_name, ": ", message, "\n"));
   }
+  // Say, for the callbacks (SupervisorSay).
+  const SupervisorSay say_ = [this](absl::string_view m) { Say(m); };
 
   // The forwarded signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT) stay blocked,
   // and are taken only inside PumpOnce's ppoll (which unblocks them while it
@@ -593,7 +595,10 @@ class Supervisor {
     while (!sink_.empty()) {
       if (stopped_at_.has_value()) {
         const absl::Time since = std::max(*stopped_at_, sink_.last_progress());
-        if (absl::Now() - since >= kStalledReaderLimit) break;
+        if (absl::Now() - since >= kStalledReaderLimit) {
+          for (int fd : sink_.PendingFds()) MarkReaderStalled(fd);
+          break;
+        }
       }
       std::vector<pollfd> fds;
       sink_.AddPollFds(&fds);
@@ -697,14 +702,15 @@ class Supervisor {
     if (Replace(r, what)) return;
     // Only a rank that was killed is lost: one that exits with an error code
     // failed in its own program, which must stop the job.
-    if (WIFSIGNALED(status) && options_.release && options_.release(what)) {
+    if (WIFSIGNALED(status) && options_.release &&
+        options_.release(what, say_)) {
       Say(absl::StrCat(what, "; the job goes on without it"));
       return;
     }
     result_ = ExitCodeOf(status);
     absl::Duration notice = absl::ZeroDuration();
     if (options_.on_rank_failed) {
-      options_.on_rank_failed(what);
+      options_.on_rank_failed(what, say_);
       notice = options_.notice_period;
     }
     StopAll(what, notice);
@@ -715,7 +721,7 @@ class Supervisor {
   // its pipes are closed (the new one gets new pipes).
   bool Replace(Rank& r, const std::string& what) {
     if (!options_.replace) return false;
-    const int n = options_.replace(what);
+    const int n = options_.replace(what, say_);
     if (n <= 0) return false;
     for (Stream* s : {&r.out, &r.err}) {
       if (s->fd >= 0) CloseStream(*s);
@@ -744,7 +750,7 @@ class Supervisor {
     result_ = 127;
     absl::Duration notice = absl::ZeroDuration();
     if (options_.on_rank_failed) {
-      options_.on_rank_failed(what);
+      options_.on_rank_failed(what, say_);
       notice = options_.notice_period;
     }
     StopAll(what, notice);

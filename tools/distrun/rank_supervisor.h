@@ -65,6 +65,12 @@ struct RankProcess {
   int cpu = -1;                   // the only CPU it may run on; -1: any
 };
 
+// How a callback below says something on stderr ("could not reach the
+// store"): through the supervisor's queue (program_name is prefixed), in
+// order with the ranks' output and never blocking distrun on a reader that
+// stopped reading, as a direct write to stderr could.
+using SupervisorSay = std::function<void(absl::string_view)>;
+
 struct SupervisorOptions {
   // Zero means no limit.
   absl::Duration timeout = absl::ZeroDuration();
@@ -78,7 +84,7 @@ struct SupervisorOptions {
   std::string program_name = "distrun";
   // Called once, with what happened ("rank 2 (pid 41) was killed by signal
   // 9 (Killed)"), when the first rank fails, before the others are stopped.
-  std::function<void(const std::string&)> on_rank_failed;
+  std::function<void(const std::string&, const SupervisorSay&)> on_rank_failed;
   // After on_rank_failed, how long the others have to end by themselves
   // before their SIGTERM.
   absl::Duration notice_period = absl::ZeroDuration();
@@ -86,12 +92,12 @@ struct SupervisorOptions {
   // stopped): a number n > 0 starts that rank again at once, with
   // DISTKIT_REPLACEMENT=<n> in its environment (its log file is appended
   // to); 0 stops the job as above. Unset: never replaced.
-  std::function<int(const std::string&)> replace;
+  std::function<int(const std::string&, const SupervisorSay&)> replace;
   // Asked when a rank killed by a signal is not replaced: true lets the job
   // go on without it (its death neither stops the others nor counts in the
   // result); false stops the job. Unset: stop. A rank that exits with an
   // error code is never released: its own program failed.
-  std::function<bool(const std::string&)> release;
+  std::function<bool(const std::string&, const SupervisorSay&)> release;
 };
 
 // The exit code of the supervised job.

@@ -4,14 +4,14 @@
 
 namespace distkit {
 
-std::function<int(const std::string&)> ReplacementBudget(
+std::function<int(const std::string&, const SupervisorSay&)> ReplacementBudget(
     StoreServer* server, std::string store_address, std::string token,
     int node_rank, int max) {
-  return [=](const std::string& what) -> int {
+  return [=](const std::string& what, const SupervisorSay& say) -> int {
     if (max <= 0) return 0;
     const std::optional<int64_t> n =
         CountForJob(server, store_address, token, kReplacementsKey, node_rank,
-                    "a replacement", "not replacing", what);
+                    "a replacement", "not replacing", what, say);
     return n.has_value() && *n <= max ? static_cast<int>(*n) : 0;
   };
 }

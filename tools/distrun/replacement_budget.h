@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cc/store/store_server.h"
+#include "tools/distrun/rank_supervisor.h"
 
 namespace distkit {
 
@@ -25,7 +26,7 @@ inline constexpr char kReplacementsKey[] = "distkit/replacements";
 // the job's first replacement), or 0 once the budget is spent or the store
 // cannot be reached (then the job stops as without the flag). `server` on
 // node 0, else null and the store at `store_address` with `token`.
-std::function<int(const std::string&)> ReplacementBudget(
+std::function<int(const std::string&, const SupervisorSay&)> ReplacementBudget(
     StoreServer* server, std::string store_address, std::string token,
     int node_rank, int max);
 

@@ -1,8 +1,8 @@
 #include "tools/distrun/store_counter.h"
 
-#include <iostream>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cc/store/call_deadline.h"
 #include "cc/store/hash_store.h"
@@ -27,14 +27,14 @@ std::optional<int64_t> CountForJob(StoreServer* server,
                                    const std::string& token,
                                    const std::string& key, int node_rank,
                                    const char* counted, const char* instead,
-                                   const std::string& what) {
+                                   const std::string& what,
+                                   const SupervisorSay& say) {
   const absl::StatusOr<int64_t> n =
       AddToJobCounter(server, store_address, token, key);
   if (!n.ok()) {
-    std::cerr << "distrun: node " << node_rank << " could not count " << counted
-              << " in the job's store at " << store_address << " ("
-              << n.status().message() << "); " << instead << ": " << what
-              << "\n";
+    say(absl::StrCat("node ", node_rank, " could not count ", counted,
+                     " in the job's store at ", store_address, " (",
+                     n.status().message(), "); ", instead, ": ", what));
     return std::nullopt;
   }
   return *n;

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "cc/store/store_server.h"
+#include "tools/distrun/rank_supervisor.h"
 
 namespace distkit {
 
@@ -23,14 +24,15 @@ absl::StatusOr<int64_t> AddToJobCounter(StoreServer* server,
                                         const std::string& key);
 
 // AddToJobCounter by node `node_rank`'s distrun. When the store cannot be
-// reached, prints that it could not count `counted` and that, for `what`,
-// it does `instead`; then returns nullopt.
+// reached, says (`say`) that it could not count `counted` and that, for
+// `what`, it does `instead`; then returns nullopt.
 std::optional<int64_t> CountForJob(StoreServer* server,
                                    const std::string& store_address,
                                    const std::string& token,
                                    const std::string& key, int node_rank,
                                    const char* counted, const char* instead,
-                                   const std::string& what);
+                                   const std::string& what,
+                                   const SupervisorSay& say);
 
 }  // namespace distkit
 
