@@ -4,7 +4,9 @@
 #include <string.h>
 #include <time.h>
 
-#include <iostream>
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "tools/distrun/output_sink.h"
 
 namespace distkit {
 namespace {
@@ -42,8 +44,12 @@ bool ExitSignals::Came() {
 
 int ExitSignals::Apply(int code, absl::string_view when) {
   if (code != 0 || !Came()) return code;
-  std::cerr << "distrun: received signal " << signal_ << " ("
-            << strsignal(signal_) << ") " << when << "\n";
+  // Bounded as distrun's other messages once its ranks are gone: signals
+  // are blocked here, so none would end a write to a stalled reader.
+  WriteWithin(2,
+              absl::StrCat("distrun: received signal ", signal_, " (",
+                           strsignal(signal_), ") ", when, "\n"),
+              absl::Seconds(10));
   return 128 + signal_;
 }
 
