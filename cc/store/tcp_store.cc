@@ -263,7 +263,9 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(
   if (options.address.empty()) {
     return absl::InvalidArgumentError("store: empty server address");
   }
-  // Cut to the thread's store deadline: init connects under its own bound.
+  // Cut to the thread's store deadline: init connects under its own bound,
+  // which is then the one an error names (not connect_timeout's default).
+  const absl::Time start = absl::Now();
   const absl::Time deadline = CallDeadline(options.connect_timeout);
   absl::StatusOr<std::unique_ptr<Connection>> first =
       Connection::Open(options.address, options.token, deadline);
@@ -274,8 +276,9 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(
     }
     return absl::DeadlineExceededError(absl::StrCat(
         "store: cannot reach the store server at ", options.address, " within ",
-        absl::FormatDuration(options.connect_timeout), " (",
-        first.status().message(), ")"));
+        absl::FormatDuration(
+            absl::Trunc(deadline - start, absl::Milliseconds(1))),
+        " (", first.status().message(), ")"));
   }
   std::unique_ptr<TcpStore> store(
       new TcpStore(options.address, options.token, *std::move(first)));

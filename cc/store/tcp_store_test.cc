@@ -555,6 +555,27 @@ TEST_F(TcpStoreTest, ConnectTimesOutNamingTheAddress) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
+// Under a shorter call deadline (init's own bound) the error names the
+// bound that ended the wait, not connect_timeout's 5 minutes.
+TEST_F(TcpStoreTest, ConnectTimeoutNamesTheBoundThatEndedIt) {
+  const std::string address = server->address();
+  server.reset();
+  ScopedStoreDeadline call(absl::Now() + absl::Milliseconds(300));
+  absl::StatusOr<std::unique_ptr<TcpStore>> c =
+      TcpStore::Connect({address, kToken, absl::Minutes(5), absl::Minutes(5)});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << c.status();
+  const absl::string_view message = c.status().message();
+  const size_t at = message.find("within ");
+  ASSERT_NE(at, absl::string_view::npos) << c.status();
+  absl::string_view named = message.substr(at + 7);
+  named = named.substr(0, named.find(' '));
+  absl::Duration bound;
+  ASSERT_TRUE(absl::ParseDuration(named, &bound)) << c.status();
+  EXPECT_GT(bound, absl::ZeroDuration()) << c.status();
+  EXPECT_LE(bound, absl::Milliseconds(300)) << c.status();
+}
+
 TEST_F(TcpStoreTest, ClientStartedBeforeServerConnects) {
   const int port = server->port();
   const std::string address = server->address();
