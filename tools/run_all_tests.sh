@@ -77,7 +77,7 @@ phase_result() {  # name, exit status
 keep_failed_logs() {  # phase name
   [ -f "$report_dir/$1.bep.json" ] || return 0
   python3 - "$report_dir/$1.bep.json" "$1" >>"$report_dir/failed_logs" <<'PY'
-import json, sys
+import json, re, sys
 from urllib.parse import unquote, urlparse
 path, phase = sys.argv[1], sys.argv[2]
 for line in open(path).read().splitlines():
@@ -87,18 +87,24 @@ for line in open(path).read().splitlines():
         continue
     tr = ev.get("id", {}).get("testResult")
     result = ev.get("testResult", {})
-    if not tr or result.get("status", "PASSED") == "PASSED":
+    # A missing status is proto3's default, NO_STATUS: not a pass.
+    if not tr or result.get("status", "NO_STATUS") == "PASSED":
         continue
-    print("--- %s (%s): %s, attempt %s, the end of its log:" % (
-        tr["label"], phase, result.get("status"), tr.get("attempt", 1)))
+    print("--- %s (%s): %s, shard %s, run %s, attempt %s:" % (
+        tr["label"], phase, result.get("status", "NO_STATUS"), tr.get("shard", 1),
+        tr.get("run", 1), tr.get("attempt", 1)))
     logs = [unquote(urlparse(f.get("uri", "")).path)
             for f in result.get("testActionOutput", []) if f.get("name") == "test.log"]
     try:
-        tail = open(logs[0], errors="replace").read().splitlines()[-25:]
+        lines = open(logs[0], errors="replace").read().splitlines()
     except (IndexError, OSError) as e:
-        tail = ["(no log: %s)" % e]
-    for text in tail:
-        print("  | " + text[:200])
+        lines = ["(no log: %s)" % e]
+    # The reason is often above the end (gtest's summary, the launcher's
+    # wind-up): the first lines that say what failed, then the end.
+    said = [t for t in lines[:-12] if re.search(
+        r"Failure$|FAILED|Check failed|CHECK FAILED|FAIL:|Error|error:|Traceback|TIMEOUT", t)]
+    for text in said[:8] + (["  ..."] if said else []) + lines[-12:]:
+        print("  | " + text[:160])
 PY
 }
 

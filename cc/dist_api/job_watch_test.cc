@@ -50,10 +50,12 @@ bool CanBind(int port) {
 int FreePortPair() {
   std::mt19937 random(std::random_device{}());
   std::uniform_int_distribution<int> pick(20000, 31998);
-  for (;;) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
     const int port = pick(random);
     if (CanBind(port) && CanBind(port + 1)) return port;
   }
+  ADD_FAILURE() << "no free pair of ports in 20000-32000 after 200 tries";
+  return 20000;
 }
 
 // Where rank `rank` of the job on `port` leaves its mark once InitDist has

@@ -311,7 +311,7 @@ int Main(int argc, char** argv) {
     }
     if (o.node_rank != 0) {
       // Node 0's store could not be reached moments ago (a cut link, node
-      // 0 gone): one short try rather than 5 s more of this node's exit.
+      // 0 gone): a short try rather than 5 s more of this node's exit.
       if (store_unreached.load())
         barrier.report_timeout = kReportAfterUnreached;
       // A signal since the ranks ended is this node's result, so node 0

@@ -24,10 +24,10 @@ namespace distkit {
 // answers at once unless it is gone or unreachable (a cut link), and this
 // node's exit should not wait long for it; a busy host may take a second.
 inline constexpr absl::Duration kReportTimeout = absl::Seconds(5);
-// The bound instead where the node could not reach node 0's store moments
-// before (its failure notice, job_failure_notice.h): a second try of a
-// store that just failed to answer, not another 5 s of the node's exit.
-inline constexpr absl::Duration kReportAfterUnreached = absl::Seconds(1);
+// The bound instead where the node could not connect to node 0's store
+// moments before (its failure notice, job_failure_notice.h): a second try
+// of a store that just did not answer, not another 5 s of the node's exit.
+inline constexpr absl::Duration kReportAfterUnreached = absl::Seconds(2);
 
 struct ExitBarrierOptions {
   std::string store_address;  // host:port of node 0's store

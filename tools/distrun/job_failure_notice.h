@@ -29,8 +29,8 @@ inline constexpr absl::Duration kJobFailureNoticePeriod = absl::Seconds(2);
 
 // The on_rank_failed of node `node_rank`: `server` on node 0 (the store it
 // hosts), else null and the store at `store_address` with `token`. Where a
-// notice could not be written, `*unreached` (if given; it must outlive the
-// callback) becomes true: node 0's store is gone or cut off, which the
+// notice could not even connect, `*unreached` (if given; it must outlive
+// the callback) becomes true: node 0's store is gone or cut off, which the
 // node's later report to it (exit_barrier.h) need not wait long to learn.
 std::function<void(const std::string&, const SupervisorSay&)> JobFailureNotice(
     StoreServer* server, std::string store_address, std::string token,

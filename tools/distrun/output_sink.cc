@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 
 #include "absl/time/clock.h"
 
@@ -84,31 +85,31 @@ bool OutputSink::WriteSome(Chunk& c, Fd& f) {
   return true;
 }
 
-std::vector<int> OutputSink::PendingFds() const {
-  std::vector<int> fds;
-  for (const Chunk& c : chunks_) {
-    if (std::find(fds.begin(), fds.end(), c.fd) == fds.end()) {
-      fds.push_back(c.fd);
-    }
-  }
-  return fds;
-}
-
 namespace {
 
-// The fds whose readers distrun gave up on (a process has one stdout and
-// one stderr, so this is the process's, not a sink's).
-std::set<int>& StalledReaders() {
-  static std::set<int>* stalled = new std::set<int>;
+// What a reader is known by: the file its fd writes to (device and inode),
+// so that stdout and stderr on one pipe (2>&1) are one reader, and a new
+// pipe that reuses a closed fd's number is not the old one.
+std::pair<dev_t, ino_t> ReaderOf(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return {0, 0};
+  return {st.st_dev, st.st_ino};
+}
+
+// The readers distrun gave up on (a process has one stdout and one stderr,
+// so this is the process's, not a sink's).
+std::set<std::pair<dev_t, ino_t>>& StalledReaders() {
+  static auto* stalled = new std::set<std::pair<dev_t, ino_t>>;
   return *stalled;
 }
 
 }  // namespace
 
-void MarkReaderStalled(int fd) { StalledReaders().insert(fd); }
+void MarkReaderStalled(int fd) { StalledReaders().insert(ReaderOf(fd)); }
 
 void WriteWithin(int fd, absl::string_view text, absl::Duration stall) {
-  if (StalledReaders().count(fd) != 0) stall = absl::ZeroDuration();
+  const std::pair<dev_t, ino_t> reader = ReaderOf(fd);
+  if (StalledReaders().count(reader) != 0) stall = absl::ZeroDuration();
   OutputSink sink;
   sink.Write(fd, text);
   while (!sink.empty() && absl::Now() - sink.last_progress() < stall) {
@@ -116,7 +117,11 @@ void WriteWithin(int fd, absl::string_view text, absl::Duration stall) {
     sink.AddPollFds(&fds);
     if (poll(fds.data(), fds.size(), 50) > 0) sink.WriteReady();
   }
-  if (!sink.empty()) MarkReaderStalled(fd);
+  if (sink.empty()) {
+    StalledReaders().erase(reader);  // it reads again
+  } else {
+    StalledReaders().insert(reader);
+  }
 }
 
 }  // namespace distkit

@@ -49,8 +49,9 @@ class OutputSink {
   // When a write last took bytes, or when output was queued with none
   // before it.
   absl::Time last_progress() const { return last_progress_; }
-  // The fds with output still queued, each once.
-  std::vector<int> PendingFds() const;
+  // The fd whose output is next (the one a stall is waiting on); -1 when
+  // nothing is queued.
+  int NextFd() const { return chunks_.empty() ? -1 : chunks_.front().fd; }
 
  private:
   // Consecutive output for one fd.
@@ -73,10 +74,11 @@ class OutputSink {
   absl::Time last_progress_ = absl::InfinitePast();
 };
 
-// Says that distrun gave up on `fd`'s reader, which took nothing for as
+// Says that distrun gave up on `fd`'s reader (the file it writes to: one
+// pipe behind stdout and stderr is one reader), which took nothing for as
 // long as distrun waits while it ends: WriteWithin then writes only what
-// `fd` takes at once (one stall of a stopped job's exit, not one per
-// message).
+// it takes at once (one stall of a stopped job's exit, not one per
+// message), until a write to it completes again.
 void MarkReaderStalled(int fd);
 
 // Writes `text` to `fd` as far as its reader takes it, giving up after

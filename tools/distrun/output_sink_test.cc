@@ -169,8 +169,10 @@ TEST(OutputSinkTest, ProgressStandsStillWhileTheReaderStalls) {
 }
 
 // WriteWithin gives a stalled reader `stall`, once: after it gave up (or
-// the supervisor did, MarkReaderStalled), a later message to that fd takes
-// what fits at once instead of another wait. Other fds are not affected.
+// the supervisor did, MarkReaderStalled), a later message to that reader
+// takes what fits at once instead of another wait, until one is written
+// whole again. Other readers are not affected; one pipe behind two fds is
+// one reader.
 TEST(OutputSinkTest, AReaderGivenUpOnIsNotWaitedForAgain) {
   Pipe stalled, other;
   const std::string big(1 << 20, 'x');  // more than the pipe holds
@@ -184,9 +186,17 @@ TEST(OutputSinkTest, AReaderGivenUpOnIsNotWaitedForAgain) {
   start = absl::Now();
   WriteWithin(other.w, "a line\n", absl::Seconds(30));
   EXPECT_EQ(other.ReadAvailable(), "a line\n");
+  const int same = dup(other.w);  // as stderr on stdout's pipe (2>&1)
   MarkReaderStalled(other.w);
-  WriteWithin(other.w, big, absl::Seconds(30));
+  WriteWithin(same, big, absl::Seconds(30));
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  close(same);
+  // The stalled reader reads again: a message written whole clears it.
+  stalled.ReadAvailable();
+  WriteWithin(stalled.w, "x\n", absl::Seconds(30));
+  start = absl::Now();
+  WriteWithin(stalled.w, big, absl::Milliseconds(300));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
 }
 
 }  // namespace

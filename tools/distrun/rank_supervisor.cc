@@ -596,7 +596,7 @@ class Supervisor {
       if (stopped_at_.has_value()) {
         const absl::Time since = std::max(*stopped_at_, sink_.last_progress());
         if (absl::Now() - since >= kStalledReaderLimit) {
-          for (int fd : sink_.PendingFds()) MarkReaderStalled(fd);
+          MarkReaderStalled(sink_.NextFd());
           break;
         }
       }
