@@ -1,20 +1,22 @@
 // One deadline per operation on the Gloo backend (flat TCP, run by
 // dk_multirank_test): every wait of an operation, and every phase of it (the
 // backend calls it is made of, with one OpContext), gets only what is left of
-// the operation's timeout (1 s here), not the whole timeout again. Modes:
+// the operation's timeout (2 s here), not the whole timeout again. Modes:
 //   barrier  rank 0 enters the signature exchange (a barrier) at once, rank 1
-//            0.8 s later and the others 1.8 s later -> rank 0 ends with
-//            DEADLINE_EXCEEDED at about 1 s. Before, each of its waits got
+//            1.6 s later and the others 3.6 s later -> rank 0 ends with
+//            DEADLINE_EXCEEDED at about 2 s. Before, each of its waits got
 //            the whole timeout: the wait for the last records began when
-//            rank 1's came, and rank 0 returned at 1.8 s, often OK.
+//            rank 1's came, and rank 0 returned at 3.6 s, often OK.
 //   phases   an all_reduce too large to ride in the exchange: rank 0 calls
-//            both phases at once, the others the exchange 0.8 s later and the
-//            data 1 s after that -> rank 0's data phase ends with
-//            DEADLINE_EXCEEDED at about 1 s. Before, the data phase started
-//            a timeout of its own at 0.8 s and returned at 1.8 s.
+//            both phases at once, the others the exchange 1.6 s later and the
+//            data 2 s after that -> rank 0's data phase ends with
+//            DEADLINE_EXCEEDED at about 2 s. Before, the data phase started
+//            a timeout of its own at 1.6 s and returned at 3.6 s.
+// Times are from rank 0's start and Scaled (time_scale.h).
 // Every rank ends in bounded time. Late ranks have no bound on how they end
 // (their peer gave up), only on when.
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -64,21 +67,33 @@ int main(int argc, char** argv) {
   RequireOk(made.status(), "the gloo backend");
   GlooBackend& backend = **made;
 
-  // Every rank connected; then rank 0 starts and the others count from it.
+  // Every rank connected; then rank 0 starts and writes when into "go". The
+  // others start late counted from that time, not from their own read of
+  // "go" (ranks of one host share CLOCK_REALTIME): rank 0 descheduled after
+  // its Set would have lost the lateness. The whole timeline is Scaled, so a
+  // sanitizer build still tells one deadline from two.
   testing::MarkAndAwaitAll(*store, "ready", rank, size, absl::Seconds(60));
+  absl::Time start;
   if (rank == 0) {
-    RequireOk(store->Set("go", "1"), "go");
+    start = absl::Now();
+    RequireOk(store->Set("go", absl::StrCat(absl::ToUnixNanos(start))), "go");
   } else {
-    RequireOk(store->Get("go", absl::Seconds(60)).status(), "wait for go");
+    absl::StatusOr<std::string> go = store->Get("go", absl::Seconds(60));
+    RequireOk(go.status(), "wait for go");
+    int64_t ns = 0;
+    Require(absl::SimpleAtoi(*go, &ns), "go holds rank 0's start");
+    start = absl::FromUnixNanos(ns);
   }
-  const absl::Time start = absl::Now();
+  // Rank 1 comes before rank 0's deadline; a second timeout counted from
+  // its arrival would end at 3.6 s, past the 3.5 s rank 0 is allowed.
+  const absl::Duration timeout = testing::Scaled(absl::Seconds(2));
   const absl::Duration late =
       rank == 0 ? absl::ZeroDuration()
-                : (rank == 1 || mode == "phases" ? absl::Milliseconds(800)
-                                                 : absl::Milliseconds(1800));
-  absl::SleepFor(late);
+                : testing::Scaled(rank == 1 || mode == "phases"
+                                      ? absl::Milliseconds(1600)
+                                      : absl::Milliseconds(3600));
+  absl::SleepFor(start + late - absl::Now());
 
-  const absl::Duration timeout = absl::Seconds(1);
   OpContext ctx;
   ctx.seq = 1;
   ctx.group_name = "deadline";
@@ -109,7 +124,9 @@ int main(int argc, char** argv) {
            std::string(absl::StatusCodeToString(status.code())).c_str(),
            absl::FormatDuration(absl::Now() - start).c_str());
     if (status.ok()) {
-      if (rank != 0) absl::SleepFor(absl::Seconds(1));
+      // The data at rank 0's start + late + timeout: after rank 0's
+      // deadline, when a timeout of the data phase's own would end.
+      if (rank != 0) absl::SleepFor(start + late + timeout - absl::Now());
       status = backend.AllReduce(ctx, t, ReduceOp::kSum);
     }
   }
@@ -125,9 +142,10 @@ int main(int argc, char** argv) {
           absl::StrCat("rank 0 waits its timeout (", absl::FormatDuration(took),
                        ")"));
     // At the deadline, not a second timeout counted from a later phase or
-    // wait (1.8 s).
-    Check(took < timeout + Scaled(absl::Milliseconds(600)),
-          absl::StrCat("rank 0 ends at its deadline, 1 s, not after ",
+    // wait (3.6 s).
+    Check(took < timeout + Scaled(absl::Milliseconds(1500)),
+          absl::StrCat("rank 0 ends at its deadline, ",
+                       absl::FormatDuration(timeout), ", not after ",
                        absl::FormatDuration(took)));
   } else {
     Check(status.ok() || absl::IsDeadlineExceeded(status) ||
