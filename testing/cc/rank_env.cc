@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "cc/core/status.h"
 #include "cc/store/tcp_store.h"
+#include "testing/c/prefault.h"
 
 namespace distkit {
 namespace testing {
@@ -14,6 +15,8 @@ namespace testing {
 absl::StatusOr<RankEnv> JoinJob(absl::Duration timeout,
                                 const std::string& backend,
                                 absl::Duration connect_timeout) {
+  // What the tests time is the library, not the disk: see prefault.h.
+  dk_test_prefault_files();
   RankEnv env;
   Environment vars = Environment::FromProcess();
   DK_ASSIGN_OR_RETURN(env.info, ParseRendezvous(InferLauncher(vars), vars));

@@ -364,16 +364,21 @@ def one_run(args, rng, kind, path):
 
 
 def shm_segments_of(pids):
-    """The distkit segments in /dev/shm created by one of `pids` (their
-    names start with distkit-<creator pid>-); None: all of them."""
+    """The distkit segments in /dev/shm created by one of `pids` of this pid
+    namespace (their names start with distkit-<creator pid>-<its pid
+    namespace>-: in a test sandbox, pids are small numbers of its own
+    namespace, and another sandbox's rank may have the same one); None: all
+    of this namespace's."""
     try:
         names = os.listdir("/dev/shm")
+        namespace = os.stat("/proc/self/ns/pid").st_ino
     except FileNotFoundError:
         return []
     pids = None if pids is None else set(pids)
     return sorted(n for n in names
-                  for m in [re.match(r"distkit-(\d+)-", n)]
-                  if m and (pids is None or int(m.group(1)) in pids))
+                  for m in [re.match(r"distkit-(\d+)-(\d+)-", n)]
+                  if m and int(m.group(2)) == namespace
+                  and (pids is None or int(m.group(1)) in pids))
 
 
 class StartupJob(RankJob):

@@ -19,13 +19,9 @@
  * spawning.
  *
  * FAULT_PREFAULT=1 reads every page of the rank's code and files into its
- * memory before it joins (MADV_POPULATE_READ): these machines drop page
- * cache left unused for minutes, and a rank's first run through its error
- * path (Gloo's, the store's, libc's formatting) then reads that code back
- * from a disk that a build beside it keeps busy, seconds in which the rank
- * cannot report anything. Tests that time how soon an error is reported set
- * it; what they time is then the library. (mlockall would keep the pages
- * too, but needs a memory-lock limit a test sandbox does not give.)
+ * memory before it joins (testing/c/prefault.h): tests that time how soon
+ * an error is reported set it, so what they time is the library, not a
+ * disk that a build beside it keeps busy.
  * On a failure the rank also says when the failed step began and failed,
  * and how many major faults (reads from disk) it took since it joined. */
 #define _POSIX_C_SOURCE 200809L
@@ -42,58 +38,11 @@
 
 #include "distkit/distkit.h"
 #include "testing/c/host_tensor.h"
+#include "testing/c/prefault.h"
 
 static int env_int(const char* name, int fallback) {
   const char* v = getenv(name);
   return v != NULL && *v ? atoi(v) : fallback;
-}
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22 /* Linux 5.14 */
-#endif
-
-/* Maps in every page of the process's file-backed mappings (its code, its
- * libraries). Advisory: what cannot be prefaulted (a kernel before 5.14
- * has no MADV_POPULATE_READ) is said once on stderr and left as it is. */
-static void prefault_files(void) {
-  FILE* maps = fopen("/proc/self/maps", "r");
-  if (maps == NULL) {
-    fprintf(stderr, "prefault: cannot read /proc/self/maps (%s)\n",
-            strerror(errno));
-    return;
-  }
-  char line[4096];
-  int failed = 0, first_err = 0;
-  char first[sizeof(line)] = "";
-  while (fgets(line, sizeof(line), maps) != NULL) {
-    unsigned long start, end;
-    char perms[5];
-    int path_at = 0;
-    if (sscanf(line, "%lx-%lx %4s %*s %*s %*s %n", &start, &end, perms,
-               &path_at) < 3 ||
-        path_at == 0) {
-      continue;
-    }
-    /* Readable files only: not anonymous memory, not devices or shared
-     * memory segments (/dev/shm), which may be shorter than their map. */
-    if (perms[0] != 'r' || line[path_at] != '/' ||
-        strncmp(line + path_at, "/dev/", 5) == 0) {
-      continue;
-    }
-    if (madvise((void*)start, end - start, MADV_POPULATE_READ) != 0) {
-      if (failed++ == 0) {
-        first_err = errno;
-        snprintf(first, sizeof(first), "%s", line + path_at);
-      }
-    }
-  }
-  fclose(maps);
-  if (failed > 0) {
-    fprintf(stderr,
-            "prefault: %d mapping(s) not prefaulted, the first %s"
-            "  (madvise(MADV_POPULATE_READ): %s)\n",
-            failed, first, strerror(first_err));
-  }
 }
 
 int main(void) {
@@ -111,7 +60,7 @@ int main(void) {
     _exit(0); /* gone before it joins */
   }
   /* Before the go file: init's bound, not the op timeout, absorbs it. */
-  if (env_int("FAULT_PREFAULT", 0)) prefault_files();
+  if (env_int("FAULT_PREFAULT", 0)) dk_test_prefault_files();
   const char* go = getenv("FAULT_GO_FILE");
   if (go != NULL && *go) {
     int waited_ms = 0;

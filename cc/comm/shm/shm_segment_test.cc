@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cc/comm/shm/peer_liveness.h"
 #include "cc/store/hash_store.h"
 #include "gtest/gtest.h"
 
@@ -36,7 +37,11 @@ int OpenFds() {
 
 // Segments in /dev/shm that this process created (their name says so).
 int OwnSegmentNames() {
-  const std::string mine = absl::StrCat("distkit-", getpid(), "-");
+  // With its pid namespace: in a test sandbox every process has a small pid
+  // of its own namespace, and another sandbox's rank with the same pid
+  // (a test running beside this one) made its segment count as this one's.
+  const std::string mine =
+      absl::StrCat("distkit-", getpid(), "-", ThisPidNamespace(), "-");
   DIR* dir = opendir("/dev/shm");
   int count = 0;
   while (dirent* e = readdir(dir)) count += absl::StartsWith(e->d_name, mine);
