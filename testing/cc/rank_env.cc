@@ -12,9 +12,7 @@
 namespace distkit {
 namespace testing {
 
-absl::StatusOr<RankEnv> JoinJob(absl::Duration timeout,
-                                const std::string& backend,
-                                absl::Duration connect_timeout) {
+absl::StatusOr<RankEnv> ConnectJob() {
   // What the tests time is the library, not the disk: see prefault.h.
   dk_test_prefault_files();
   RankEnv env;
@@ -39,6 +37,13 @@ absl::StatusOr<RankEnv> JoinJob(absl::Duration timeout,
       setenv("DISTKIT_HOST_ID", id.c_str(), 1);
     }
   }
+  return env;
+}
+
+absl::StatusOr<RankEnv> JoinJob(absl::Duration timeout,
+                                const std::string& backend,
+                                absl::Duration connect_timeout) {
+  DK_ASSIGN_OR_RETURN(RankEnv env, ConnectJob());
   GroupOptions options;
   options.timeout = timeout;
   options.connect_timeout = connect_timeout;

@@ -32,6 +32,11 @@ absl::StatusOr<RankEnv> JoinJob(
     const std::string& backend = "gloo",
     absl::Duration connect_timeout = absl::ZeroDuration());
 
+// JoinJob's first half: the launcher's variables and the job store (60 s to
+// connect), DISTKIT_HOST_ID from DISTKIT_TEST_HOSTS, no world yet. For a
+// test whose ranks must meet before the world's own bound starts.
+absl::StatusOr<RankEnv> ConnectJob();
+
 }  // namespace testing
 }  // namespace distkit
 

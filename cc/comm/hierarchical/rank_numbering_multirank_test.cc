@@ -24,8 +24,6 @@
 #include "absl/strings/str_cat.h"
 #include "cc/core/status.h"
 #include "cc/group/process_group.h"
-#include "cc/launch/launcher.h"
-#include "cc/store/tcp_store.h"
 #include "testing/cc/rank_check.h"
 #include "testing/cc/rank_env.h"
 #include "testing/cc/store_marks.h"
@@ -48,22 +46,15 @@ int Connect(int rank, int size) {
   // world's 2 s begin: that bound is for rank 0's wait for rank 2 among the
   // leaders, not for a loaded machine starting the ranks (a rank 2 s late
   // failed the others in the host-map gather instead).
-  Environment vars = Environment::FromProcess();
-  absl::StatusOr<RendezvousInfo> info =
-      ParseRendezvous(InferLauncher(vars), vars);
-  testing::RequireOk(info.status(), "the launcher's variables");
-  absl::StatusOr<std::unique_ptr<TcpStore>> connected = TcpStore::Connect(
-      {info->store_address, info->token, absl::Seconds(60), absl::Seconds(60)});
-  testing::RequireOk(connected.status(), "the job store");
-  std::shared_ptr<Store> store = std::move(*connected);
-  setenv("DISTKIT_HOST_ID", absl::StrCat("test-host-", rank * 2 / size).c_str(),
-         1);
-  testing::MarkAndAwaitAll(*store, "started", rank, size, absl::Seconds(60));
+  absl::StatusOr<testing::RankEnv> env = testing::ConnectJob();
+  testing::RequireOk(env.status(), "the job store");
+  testing::MarkAndAwaitAll(*env->store, "started", rank, size,
+                           absl::Seconds(60));
   GroupOptions options;
   options.timeout = testing::Scaled(absl::Seconds(2));
-  options.local_rank = info->local_rank;
+  options.local_rank = env->info.local_rank;
   absl::StatusOr<std::shared_ptr<ProcessGroup>> world =
-      ProcessGroup::CreateWorld(store, rank, size, options);
+      ProcessGroup::CreateWorld(env->store, rank, size, options);
   Require(!world.ok(), "joining fails where host 1 cannot listen");
   const std::string msg(world.status().message());
   printf("rank %d: %s\n", rank, world.status().ToString().c_str());
