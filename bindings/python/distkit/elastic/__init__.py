@@ -11,7 +11,9 @@ in the manner of Horovod's ``hvd.elastic``::
     def train(state):
         while state.epoch < EPOCHS:
             for indices in state.sampler:  # this rank's share of a global batch
-                loss = ...mean loss on dataset[indices]... * state.sampler.loss_weight()
+                idx = torch.tensor(indices, dtype=torch.long)  # may be empty
+                losses = ...per-sample losses on dataset[idx] (reduction="none")...
+                loss = state.sampler.weighted_loss(losses)
                 ...backward, optimizer step...
                 if state.sampler.batch % 10 == 0:
                     state.commit()          # an in-memory snapshot
@@ -20,6 +22,12 @@ in the manner of Horovod's ``hvd.elastic``::
             state.commit()
 
     elastic.run(train, state)
+
+``weighted_loss`` is ``losses.mean() * sampler.loss_weight()`` where the
+share has samples (that recipe stays valid there); a global batch with
+fewer indices than ranks leaves some shares empty, whose mean is NaN, and
+there it gives a finite zero. Every rank runs the forward and backward, an
+empty share too (DDP's and FSDP's collectives need every rank).
 
 When a rank is lost, ``train`` raises on the survivors; ``run`` gets the job
 a new world (a replacement grown in under ``distrun --max-replacements``, or

@@ -12,6 +12,16 @@ the world size over the global batch): data-parallel training averages the
 ranks' gradients, and an average of means equals the global batch's mean
 only when the shares are equal (1.0 then). The position (epoch, batch) is
 saved and restored with elastic.State.
+
+A global batch with fewer indices than ranks (the last one of an epoch
+under drop_last=False, or a small global batch after a grow) leaves some
+ranks an empty share: no sample is repeated or invented for them, since
+that would change the step (BatchNorm's statistics, metrics). Such a rank
+must still run the forward and backward (DDP's and FSDP's collectives need
+every rank), and the mean of its no losses is NaN: ``weighted_loss(losses)``,
+given the per-sample losses (``reduction="none"``), is finite there, a zero
+still connected to the model, and equals ``losses.mean() * loss_weight()``
+on every other share.
 """
 from typing import Any, Dict, Iterator, List
 
@@ -39,6 +49,7 @@ class ElasticSampler:
         self.batch = 0
         self._order = None  # (epoch, seed, permutation) of the last epoch asked
         self._weight = 1.0
+        self._last = None  # (share size, world size, global batch size) last yielded
 
     def __len__(self) -> int:
         """Global batches per epoch."""
@@ -76,6 +87,7 @@ class ElasticSampler:
             batch = self.global_batch(self.batch)
             indices = self.share(batch, dist.get_rank(), dist.get_world_size())
             self._weight = len(indices) * dist.get_world_size() / len(batch)
+            self._last = (len(indices), dist.get_world_size(), len(batch))
             self.batch += 1
             yield indices
 
@@ -83,8 +95,35 @@ class ElasticSampler:
         """For the share last yielded: multiply this rank's mean loss by it,
         so that the ranks' averaged gradients are those of the global
         batch's mean loss whatever the world size (1.0 when the global
-        batch divides evenly)."""
+        batch divides evenly). 0.0 for an empty share, whose mean is NaN
+        (and 0.0 * NaN is NaN): use weighted_loss there."""
         return self._weight
+
+    def weighted_loss(self, losses: torch.Tensor) -> torch.Tensor:
+        """This rank's part of the global batch's mean loss, from the
+        per-sample losses of the share last yielded (first dimension: its
+        samples; e.g. ``F.mse_loss(out, y, reduction="none")``): their sum
+        times the world size over the global batch's elements, which is
+        ``losses.mean() * loss_weight()`` for a share with samples, and for
+        an empty one a finite zero that still reaches the model's
+        parameters (zero gradients) when ``losses`` came from its forward.
+        The ranks' average of it, and of its gradients, is the global
+        batch's mean loss and its gradients."""
+        if self._last is None:
+            raise RuntimeError("ElasticSampler.weighted_loss: no share yielded yet")
+        share, world_size, batch = self._last
+        if not isinstance(losses, torch.Tensor) or losses.dim() == 0 or losses.shape[0] != share:
+            shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses)
+            raise ValueError(f"ElasticSampler.weighted_loss: losses {shape} must be per "
+                             f"sample, first dimension {share} (this rank's share; compute "
+                             f"them with reduction=\"none\")")
+        per_sample = 1
+        for size in losses.shape[1:]:
+            per_sample *= size
+        if per_sample == 0:
+            raise ValueError(f"ElasticSampler.weighted_loss: losses {tuple(losses.shape)} "
+                             f"have no element per sample")
+        return losses.sum() * (world_size / (batch * per_sample))
 
     def state_dict(self) -> Dict[str, Any]:
         return {"epoch": self.epoch, "batch": self.batch, "seed": self.seed}
