@@ -6,15 +6,18 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "cc/store/internal/wire.h"
 
@@ -49,21 +52,100 @@ struct AddrInfoDeleter {
 };
 using AddrInfoList = std::unique_ptr<addrinfo, AddrInfoDeleter>;
 
+// One getaddrinfo run on a thread of its own, shared by that thread and its
+// caller: the caller may give up at its deadline while the lookup goes on
+// (glibc waits 5 s per DNS server per try and cannot be interrupted), so
+// whichever lets go last frees it, and the thread never touches the
+// caller's stack.
+struct Lookup {
+  std::string host, service;
+  addrinfo hints{};
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  int rc ABSL_GUARDED_BY(mu) = 0;
+  addrinfo* found ABSL_GUARDED_BY(mu) = nullptr;
+  ~Lookup() {
+    if (found != nullptr) freeaddrinfo(found);
+  }
+};
+
+void* RunLookup(void* arg) {
+  std::unique_ptr<std::shared_ptr<Lookup>> owned(
+      static_cast<std::shared_ptr<Lookup>*>(arg));
+  Lookup& l = **owned;
+  pthread_setname_np(pthread_self(), "dk-resolve");  // for top -H
+  addrinfo* found = nullptr;
+  const int rc =
+      getaddrinfo(l.host.c_str(), l.service.c_str(), &l.hints, &found);
+  absl::MutexLock lock(&l.mu);
+  l.rc = rc;
+  l.found = found;
+  l.done = true;
+  return nullptr;
+}
+
+absl::Status ResolveError(const std::string& host, int rc) {
+  return absl::UnavailableError(
+      absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
+}
+
+// Resolves `host` (empty: the wildcard or loopback address) before
+// `deadline`. Literal addresses, the empty host, "localhost" (from
+// /etc/hosts) and any name without a deadline (Listen) are resolved on this
+// thread; other names on a helper thread, so that a DNS server that does
+// not answer costs the caller no more than its deadline: DEADLINE_EXCEEDED
+// then, naming the host and the bound.
 absl::StatusOr<AddrInfoList> Resolve(const std::string& host, int port,
-                                     bool passive) {
+                                     bool passive, absl::Time deadline) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = passive ? AI_PASSIVE : 0;
   addrinfo* found = nullptr;
   const std::string service = absl::StrCat(port);
-  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(),
-                             service.c_str(), &hints, &found);
-  if (rc != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
+  if (host.empty() || host == "localhost" ||
+      deadline == absl::InfiniteFuture()) {
+    const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(),
+                               service.c_str(), &hints, &found);
+    if (rc != 0) return ResolveError(host, rc);
+    return AddrInfoList(found);
   }
-  return AddrInfoList(found);
+  // A literal address needs no lookup (AI_NUMERICHOST never asks DNS).
+  addrinfo numeric = hints;
+  numeric.ai_flags |= AI_NUMERICHOST;
+  if (getaddrinfo(host.c_str(), service.c_str(), &numeric, &found) == 0) {
+    return AddrInfoList(found);
+  }
+  const absl::Time start = absl::Now();
+  auto lookup = std::make_shared<Lookup>();
+  lookup->host = host;
+  lookup->service = service;
+  lookup->hints = hints;
+  // pthread rather than std::thread: a failed start (the thread limit) is
+  // an error to report, not an exception.
+  auto* arg = new std::shared_ptr<Lookup>(lookup);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  const int err = pthread_create(&thread, &attr, RunLookup, arg);
+  pthread_attr_destroy(&attr);
+  if (err != 0) {
+    delete arg;
+    return absl::UnavailableError(absl::StrCat("cannot resolve '", host,
+                                               "': no thread for the lookup (",
+                                               strerror(err), ")"));
+  }
+  absl::MutexLock lock(&lookup->mu);
+  if (!lookup->mu.AwaitWithDeadline(absl::Condition(&lookup->done), deadline)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("cannot resolve '", host, "' within ",
+                     absl::FormatDuration(
+                         absl::Ceil(deadline - start, absl::Milliseconds(1))),
+                     ": the name lookup did not answer"));
+  }
+  if (lookup->rc != 0) return ResolveError(host, lookup->rc);
+  return AddrInfoList(std::exchange(lookup->found, nullptr));
 }
 
 void SetNoDelay(int fd) {
@@ -114,7 +196,8 @@ absl::StatusOr<std::pair<std::string, int>> SplitHostPort(
 }
 
 absl::StatusOr<std::pair<Fd, int>> Listen(const std::string& host, int port) {
-  absl::StatusOr<AddrInfoList> addrs = Resolve(host, port, /*passive=*/true);
+  absl::StatusOr<AddrInfoList> addrs =
+      Resolve(host, port, /*passive=*/true, absl::InfiniteFuture());
   if (!addrs.ok()) return addrs.status();
   std::string last_error = "no address";
   for (addrinfo* a = addrs->get(); a != nullptr; a = a->ai_next) {
@@ -150,13 +233,19 @@ absl::StatusOr<Fd> ConnectBefore(const std::string& address,
   absl::StatusOr<std::pair<std::string, int>> host_port =
       SplitHostPort(address);
   if (!host_port.ok()) return host_port.status();
-  std::string last_error = "no attempt";
+  constexpr absl::string_view kNoAttempt = "no attempt";
+  std::string last_error(kNoAttempt);
   absl::Duration backoff = absl::Milliseconds(10);
   do {
-    absl::StatusOr<AddrInfoList> addrs =
-        Resolve(host_port->first, host_port->second, /*passive=*/false);
+    absl::StatusOr<AddrInfoList> addrs = Resolve(
+        host_port->first, host_port->second, /*passive=*/false, deadline);
     if (!addrs.ok()) {
-      last_error = std::string(addrs.status().message());
+      // A retry's lookup cut short by the deadline says less than the
+      // failure that made the retry.
+      if (!absl::IsDeadlineExceeded(addrs.status()) ||
+          last_error == kNoAttempt) {
+        last_error = std::string(addrs.status().message());
+      }
     } else {
       for (addrinfo* a = addrs->get(); a != nullptr; a = a->ai_next) {
         Fd fd(socket(a->ai_family,

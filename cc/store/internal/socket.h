@@ -39,12 +39,14 @@ absl::StatusOr<std::pair<std::string, int>> SplitHostPort(
 
 // A listening socket bound to exactly `host:port` (port 0: any free port),
 // non-blocking, close-on-exec, without SO_REUSEPORT (two stores must never
-// share a port). Returns the socket and the port bound.
+// share a port). Returns the socket and the port bound. `host` is looked up
+// without a bound (StoreServer::Start has none to give).
 absl::StatusOr<std::pair<Fd, int>> Listen(const std::string& host, int port);
 
 // Connects to `address` ("host:port"), retrying while nothing listens there
 // yet, until `deadline`. The socket is non-blocking with TCP_NODELAY.
-// DEADLINE_EXCEEDED when the deadline passes first.
+// DEADLINE_EXCEEDED when the deadline passes first, a host name's lookup
+// included (it runs on a helper thread the caller stops waiting for).
 absl::StatusOr<Fd> ConnectBefore(const std::string& address,
                                  absl::Time deadline);
 
