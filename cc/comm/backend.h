@@ -107,6 +107,12 @@ class Backend {
   // no rank leaves it before every rank has entered it (a barrier). A
   // backend may carry `payload` along and complete the next data operation
   // from those copies (gloo's inline records). Default: AllGatherHost.
+  // One exception: the same-host path's eager steps (DISTKIT_SHM_EAGER=1:
+  // small rooted operations, cc/comm/shm/eager_exchange.h) let senders
+  // return before their receivers compare calls; `all` then holds this
+  // rank's own signature for the ranks it did not hear from, and the
+  // backend reports calls that differ itself, later, as ABORTED (poisoning
+  // the group).
   virtual absl::Status ExchangeSignatures(const OpContext& ctx,
                                           const OpSignature& mine,
                                           InlinePayload payload,

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "cc/comm/shm/eager_exchange.h"
 #include "cc/comm/shm/shm_thresholds.h"
 #include "cc/comm/shm/single_copy_collectives.h"
 #include "cc/comm/shm/slot_copy.h"
@@ -29,6 +30,8 @@ absl::StatusOr<std::unique_ptr<Backend>> ShmBackend::MaybeWrap(
   choices.single_copy_everywhere =
       single != nullptr && std::string(single) == "1";
   choices.oversubscribed = size > sysconf(_SC_NPROCESSORS_ONLN);
+  const char* eager = std::getenv("DISTKIT_SHM_EAGER");
+  choices.eager = eager != nullptr && std::string(eager) == "1";
   DK_ASSIGN_OR_RETURN(std::unique_ptr<ShmMapping> mapping,
                       ShmMapping::Map(*store, rank, size, choices, timeout));
   if (mapping == nullptr) return make_gloo(false);
@@ -56,6 +59,7 @@ ShmBackend::ShmBackend(int rank, int size, BackendOnFirstUse::Factory make_gloo,
       gloo_(std::move(make_gloo)),
       mapping_(std::move(mapping)),
       oversubscribed_(mapping_->layout().group()->oversubscribed != 0),
+      eager_(mapping_->layout().group()->eager != 0),
       steps_(mapping_->layout(), rank, std::move(names)),
       single_copy_(&steps_,
                    mapping_->layout().group()->single_copy_everywhere != 0,
@@ -93,14 +97,30 @@ absl::Status ShmBackend::ExchangeSignatures(const OpContext& ctx,
                                             const OpSignature& mine,
                                             InlinePayload payload,
                                             absl::Span<OpSignature> all) {
+  const OpCode op = static_cast<OpCode>(mine.op);
+  const bool carry = CarriesPayload(op, payload.bytes);
+  inline_bytes_ = 0;
+  single_copy_.SetEarly(nullptr, op, mine.seq);
+  if (eager_ && carry && TakesEagerStep(op, payload.bytes)) {
+    // No published buffer: a peer whose call differs must not find the
+    // last operation's (see below).
+    single_copy_.PublishBuffer(nullptr);
+    uint64_t step = 0;
+    DK_RETURN_IF_ERROR(
+        EagerExchange(steps_, ctx, mine, payload, &chain_, &step));
+    // The peers' calls not heard from here are compared later (the chain);
+    // the contract's check sees this rank's own.
+    for (OpSignature& s : all) s = mine;
+    inline_eager_entry_ = static_cast<int>(step % kEagerDepth);
+    inline_bytes_ = payload.bytes;
+    return absl::OkStatus();
+  }
   // The payload rides along in this turn's slot (CarriesPayload), so the
   // operation takes one step, not two. Every rank flips its turn here
   // whatever it carried: ranks whose calls disagree (so their payload sizes
   // may differ) stay in step. Writing a slot before the signatures agree is
   // safe: its last readers are two steps behind, and nobody reads it unless
   // they agree.
-  const OpCode op = static_cast<OpCode>(mine.op);
-  const bool carry = CarriesPayload(op, payload.bytes);
   if (carry && payload.data != nullptr) {
     std::memcpy(steps_.slot(rank_, payload.bytes), payload.data, payload.bytes);
   }
@@ -112,21 +132,29 @@ absl::Status ShmBackend::ExchangeSignatures(const OpContext& ctx,
   // under "cpu:gloo,cuda:nccl") must find no address rather than the last
   // operation's, whose buffer may be gone.
   single_copy_.PublishBuffer(early);
-  layout().header(rank_)->turns[steps_.turn()].sig = mine;
-  inline_bytes_ = 0;
-  single_copy_.SetEarly(nullptr, op, mine.seq);
+  ShmRankHeader::Turn& turn = layout().header(rank_)->turns[steps_.turn()];
+  turn.sig = mine;
+  turn.chain = chain_;
   if (absl::Status stepped = steps_.Step(ctx); !stepped.ok()) {
     // The peers that passed this step may already copy with the buffer
     // published early (this rank may have seen a failure they did not).
     return early != nullptr ? single_copy_.Leave(ctx, std::move(stepped))
                             : stepped;
   }
+  // Every rank's call, and whether every rank took the same eager steps
+  // before it (a difference there fails the group: eager_exchange.h).
+  if (absl::Status chains =
+          CheckChains(steps_, ctx, chain_, steps_.step(), all);
+      !chains.ok()) {
+    return early != nullptr ? single_copy_.Leave(ctx, std::move(chains))
+                            : chains;
+  }
   bool same = early != nullptr;  // compared only where it matters
-  for (int r = 0; r < size_; ++r) {
-    all[r] = layout().header(r)->turns[steps_.turn()].sig;
-    same = same && std::memcmp(&all[r], &mine, sizeof(mine)) == 0;
+  for (int r = 0; same && r < size_; ++r) {
+    same = std::memcmp(&all[r], &mine, sizeof(mine)) == 0;
   }
   inline_turn_ = steps_.turn();
+  inline_eager_entry_ = -1;
   inline_bytes_ = carry ? payload.bytes : 0;
   // Only where every rank called this same operation (then each published
   // early): taken by that operation alone (PublishForSingleCopy).
@@ -175,14 +203,28 @@ bool ShmBackend::TakeInline(size_t bytes) {
   return carried;
 }
 
+const char* ShmBackend::InlineSlot(int r, size_t bytes) const {
+  if (inline_eager_entry_ >= 0) {
+    return layout().header(r)->eager[inline_eager_entry_].small;
+  }
+  return layout().slot(r, bytes, inline_turn_);
+}
+
 void ShmBackend::FoldInline(ReduceFn fn, size_t bytes, size_t elem,
                             char* out) const {
-  FoldSlots(layout(), fn, 0, bytes, bytes, elem, out, inline_turn_);
+  if (inline_eager_entry_ < 0) {
+    FoldSlots(layout(), fn, 0, bytes, bytes, elem, out, inline_turn_);
+    return;
+  }
+  // In rank order, as FoldSlots and every other path.
+  const size_t n = bytes / elem;
+  fn(out, InlineSlot(0, bytes), InlineSlot(1, bytes), n);
+  for (int r = 2; r < size_; ++r) fn(out, out, InlineSlot(r, bytes), n);
 }
 
 void ShmBackend::CopyInlineParts(size_t part, char* out) const {
   for (int r = 0; r < size_; ++r) {
-    std::memcpy(out + r * part, layout().slot(r, part, inline_turn_), part);
+    std::memcpy(out + r * part, InlineSlot(r, part), part);
   }
 }
 
@@ -237,8 +279,7 @@ absl::Status ShmBackend::Broadcast(const OpContext& ctx, TensorRef data,
                                    int root) {
   if (TakeInline(data.nbytes())) {
     if (rank_ != root) {
-      std::memcpy(data.data(), layout().slot(root, data.nbytes(), inline_turn_),
-                  data.nbytes());
+      std::memcpy(data.data(), InlineSlot(root, data.nbytes()), data.nbytes());
     }
     return absl::OkStatus();
   }
@@ -290,8 +331,7 @@ absl::Status ShmBackend::Scatter(const OpContext& ctx, TensorRef input,
   // The root's whole input rode along in its slot.
   const size_t part = output.nbytes(), whole = part * size_;
   if (TakeInline(whole)) {
-    std::memcpy(output.data(),
-                layout().slot(root, whole, inline_turn_) + rank_ * part, part);
+    std::memcpy(output.data(), InlineSlot(root, whole) + rank_ * part, part);
     return absl::OkStatus();
   }
   DK_ASSIGN_OR_RETURN(

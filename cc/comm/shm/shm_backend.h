@@ -149,6 +149,9 @@ class ShmBackend : public Backend {
   // Whether the signature exchange just before carried this operation's
   // `bytes` (its payload, in the slots of inline_turn_); clears the mark.
   bool TakeInline(size_t bytes);
+  // Rank r's payload of the last exchange (`bytes` in all): in its slot of
+  // inline_turn_, or in its eager entry.
+  const char* InlineSlot(int r, size_t bytes) const;
   // out = the rank-order fold of the payloads the last exchange carried.
   void FoldInline(ReduceFn fn, size_t bytes, size_t elem, char* out) const;
   // out = the payloads the last exchange carried, `part` bytes each, in
@@ -162,9 +165,13 @@ class ShmBackend : public Backend {
   // Rank 0's choice, the same on every rank (ShmGroupHeader): more ranks
   // than CPUs online.
   const bool oversubscribed_;
+  // Rank 0's choice too: whether small rooted operations take eager steps.
+  const bool eager_;
   ShmSteps steps_;
   SingleCopyPath single_copy_;
-  int inline_turn_ = 0;        // the slots the last exchange's payload is in
+  int inline_turn_ = 0;          // the slots the last exchange's payload is in
+  int inline_eager_entry_ = -1;  // or its eager entry (eager_exchange.h)
+  uint64_t chain_ = 0;         // the eager operations taken so far (ChainWith)
   size_t inline_bytes_ = 0;    // its size; 0: nothing carried
   std::vector<char> scratch_;  // a non-root's folded slice (reduce)
 };

@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Map(
     auto* g = static_cast<ShmGroupHeader*>(base);
     g->single_copy_everywhere = rank0_choices.single_copy_everywhere;
     g->oversubscribed = rank0_choices.oversubscribed;
+    g->eager = rank0_choices.eager;
   }
   // The peers map it once the name is out (rank 0 publishes it even where
   // its own mapping failed: the attach check below then says no to all).

@@ -27,6 +27,15 @@ namespace distkit {
 // pages, and a tiny payload travels in the signature's cache line.
 inline constexpr size_t kSmallSlotBytes = 256;
 
+// How many eager operations (eager_exchange.h: a small rooted operation
+// whose senders do not wait for its receivers) a rank may run ahead of the
+// slowest rank: each rank's header holds this many eager entries, used in
+// turn, and an entry is written again only after every rank has read it.
+// 64: with more ranks than cores a receiver given the core drains many
+// entries per switch (a 4-byte broadcast at 4 ranks on 2 cores: 3.5 us with
+// 8 entries, 1.8-2.0 with 64); 24 KiB per rank.
+inline constexpr int kEagerDepth = 64;
+
 // What every rank of the group shares, first in the segment: the futex word
 // an arriving rank bumps and wakes when some rank sleeps in a wait, and how
 // many ranks sleep (arrivals that see none make no system call).
@@ -45,6 +54,9 @@ struct alignas(128) ShmGroupHeader {
   // whether the group has more ranks than the host has CPUs online.
   uint32_t single_copy_everywhere;
   uint32_t oversubscribed;
+  // Whether small rooted operations take eager steps (eager_exchange.h):
+  // DISTKIT_SHM_EAGER=1 in rank 0's environment.
+  uint32_t eager;
 };
 
 // ShmRankHeader::buffer of a rank that retracted its buffer (never an
@@ -78,17 +90,25 @@ struct alignas(128) ShmRankHeader {
   // By turn (the two turns of the slots): this rank's signature for the
   // exchange made in that turn, a copy of `step` as of its last step in that
   // turn, and its packed small slot. A peer waiting for a step polls the
-  // line it will read next: the signature, the step and a payload of up to
-  // 16 bytes share one cache line (and the next line comes with it,
-  // 128-byte aligned pairs), so a small operation costs each peer one cache
-  // miss per rank it hears from. A turn is rewritten only after every rank
-  // has published a later step, i.e. finished reading it (as every slot).
+  // line it will read next: the signature, the step, the chain and a
+  // payload of up to 8 bytes share one cache line (and the next line comes
+  // with it, 128-byte aligned pairs), so a small operation costs each peer
+  // one cache miss per rank it hears from. A turn is rewritten only after
+  // every rank has published a later step, i.e. finished reading it (as
+  // every slot). `chain`: this rank's hash of the eager operations it has
+  // taken so far (eager_exchange.h), which every exchange compares.
   struct alignas(128) Turn {
     OpSignature sig;
     std::atomic<uint64_t> step;
+    uint64_t chain;
     alignas(8) char small[kSmallSlotBytes];
   };
   Turn turns[2];
+  // The eager entries (eager_exchange.h): the one of step s is
+  // eager[s % kEagerDepth], its `step` set to s when its sender published
+  // it. They are apart from the turns: an eager step leaves the turns and
+  // the slots alone, so the step protocol's own rule for them holds.
+  Turn eager[kEagerDepth];
 };
 static_assert(offsetof(ShmRankHeader, turns) == 128,
               "the rank header's fields before its turns fit one line pair");
@@ -142,6 +162,7 @@ class ShmMapping {
   struct GroupChoices {
     bool single_copy_everywhere = false;
     bool oversubscribed = false;
+    bool eager = false;
   };
 
   // Collective over `size` ranks of one host: rank 0 creates a segment and

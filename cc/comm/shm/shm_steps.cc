@@ -13,6 +13,7 @@
 #include "cc/comm/shm/futex.h"
 #include "cc/comm/shm/wait_policy.h"
 #include "cc/core/fast_clock.h"
+#include "cc/core/status.h"
 
 namespace distkit {
 namespace {
@@ -135,21 +136,50 @@ absl::Status ShmSteps::Step(const OpContext& ctx) {
   ShmRankHeader* mine = layout_.header(rank_);
   // The copy in this turn's line is what peers poll (release: this rank's
   // slot writes come with it); the header's own count is what the liveness
-  // check and the diagnosis of who is late read.
-  mine->step.store(step, std::memory_order_release);
+  // check, the diagnosis of who is late and eager steps read. The copy
+  // first: a peer that sees the count sees the copy too, and so tells a
+  // synchronized step from an eager one (CheckChains).
   mine->turns[turn_].step.store(step, std::memory_order_release);
+  mine->step.store(step, std::memory_order_release);
+  int first_missing = 0;
+  DK_RETURN_IF_ERROR(Await(
+      ctx, step, /*only=*/-1, /*eager_receive=*/false, [&](bool thorough) {
+        return AllPublished(step, &first_missing, thorough);
+      }));
+  acked_ = step;
+  // Every rank has published this step: wake whoever sleeps on it. Done
+  // after the wait, not between publishing and polling, so the fence costs
+  // nothing on the way to the peers' lines (this rank's own line is long
+  // written by now).
+  WakeSleepers();
+  return absl::OkStatus();
+}
+
+void ShmSteps::WakeSleepers() {
+  // Against a sleeper's count-then-look, seq_cst on both sides: either it
+  // saw this rank's step (and does not sleep) or this rank sees it counted
+  // here.
   ShmGroupHeader* g = layout_.group();
-  // The clock is first read when the pure spins are over: a step that
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (g->sleepers.load(std::memory_order_relaxed) != 0) {
+    g->wake_word.fetch_add(1);
+    FutexWakeAll(&g->wake_word);
+  }
+}
+
+template <typename Ready>
+absl::Status ShmSteps::Await(const OpContext& ctx, uint64_t step, int only,
+                             bool eager_receive, Ready ready) {
+  ShmGroupHeader* g = layout_.group();
+  // The clock is first read when the pure spins are over: a wait that
   // completes while spinning (the common case for small operations on free
   // cores) reads it not at all. The operation's deadline counts from the
   // first such read among its steps, under a microsecond late; its later
   // steps share it (OpDeadline).
-  int first_missing = 0;
   bool timed = false;
   absl::Time deadline, next_liveness, sleep_from;
   absl::Duration slice, liveness_interval;
-  for (uint64_t spins = 0; !AllPublished(step, &first_missing, timed);
-       ++spins) {
+  for (uint64_t spins = 0; !ready(timed); ++spins) {
     if (spins < kPureSpins) continue;
     const absl::Time now = FastNow();
     if (!timed) {
@@ -170,9 +200,7 @@ absl::Status ShmSteps::Step(const OpContext& ctx) {
       g->sleepers.fetch_add(1);
       std::atomic_thread_fence(std::memory_order_seq_cst);
       const uint32_t seen = g->wake_word.load();
-      int missing = first_missing;
-      if (!AllPublished(step, &missing, /*thorough=*/true) && !aborted_ &&
-          g->failed_by.load() == 0) {
+      if (!ready(/*thorough=*/true) && !aborted_ && g->failed_by.load() == 0) {
         FutexWait(&g->wake_word, seen, slice);
       }
       g->sleepers.fetch_sub(1);
@@ -182,6 +210,10 @@ absl::Status ShmSteps::Step(const OpContext& ctx) {
           absl::StrCat(ctx.Describe(), ": the group was aborted"));
     }
     if (const int32_t failed = g->failed_by.load()) {
+      // An eager receiver whose sender published before another receiver
+      // failed the group has what it waited for: its call completes, and
+      // its next one fails.
+      if (eager_receive && ready(/*thorough=*/true)) break;
       return GroupFailed(ctx, step, failed);
     }
     if (now > deadline) {
@@ -191,23 +223,69 @@ absl::Status ShmSteps::Step(const OpContext& ctx) {
     }
     if (now > next_liveness) {
       next_liveness = now + liveness_interval;
-      if (absl::Status alive = CheckLateRanks(ctx, step); !alive.ok()) {
-        return alive;
-      }
+      absl::Status alive =
+          only >= 0 ? LateRankGone(ctx, only, step) : CheckLateRanks(ctx, step);
+      if (!alive.ok()) return alive;
     }
   }
-  // Every rank has published this step: wake whoever sleeps on it. Done
-  // after the wait, not between publishing and polling, so the fence costs
-  // nothing on the way to the peers' lines (this rank's own line is long
-  // written by now). Against a sleeper's count-then-look, seq_cst on both
-  // sides: either it saw the last arrival's step (and does not sleep) or
-  // the last arrival, whose wait ends at once, sees it counted here.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (g->sleepers.load(std::memory_order_relaxed) != 0) {
-    g->wake_word.fetch_add(1);
-    FutexWakeAll(&g->wake_word);
+  return absl::OkStatus();
+}
+
+absl::Status ShmSteps::AwaitAll(const OpContext& ctx, uint64_t step) {
+  if (acked_ >= step) return absl::OkStatus();
+  // The header's own counts: eager steps leave the turns' copies alone.
+  int first_missing = 0;
+  DK_RETURN_IF_ERROR(
+      Await(ctx, step, /*only=*/-1, /*eager_receive=*/false, [&](bool) {
+        return AllPublished(step, &first_missing,
+                            /*thorough=*/true);
+      }));
+  uint64_t least = step_;
+  for (int r = 0; r < size(); ++r) {
+    least = std::min(least,
+                     layout_.header(r)->step.load(std::memory_order_acquire));
+  }
+  acked_ = std::max(step, least);
+  return absl::OkStatus();
+}
+
+absl::Status ShmSteps::AwaitEntry(const OpContext& ctx, uint64_t step, int r,
+                                  bool* other_way) {
+  const ShmRankHeader* h = layout_.header(r);
+  const ShmRankHeader::Turn& entry = h->eager[step % kEagerDepth];
+  *other_way = false;
+  return Await(
+      ctx, step, /*only=*/r, /*eager_receive=*/true, [&](bool thorough) {
+        // The entry's line is the one polled (its sender writes it before
+        // publishing); a sender that took this step as a synchronized one
+        // never writes it, and is seen by its count, a few spins late.
+        if (entry.step.load(std::memory_order_acquire) >= step) return true;
+        if (thorough && h->step.load(std::memory_order_acquire) >= step &&
+            entry.step.load(std::memory_order_acquire) < step) {
+          *other_way = true;
+          return true;
+        }
+        return false;
+      });
+}
+
+absl::Status ShmSteps::Ended(const OpContext& ctx) {
+  if (aborted_) {
+    return absl::CancelledError(
+        absl::StrCat(ctx.Describe(), ": the group was aborted"));
+  }
+  if (const int32_t failed = layout_.group()->failed_by.load()) {
+    return GroupFailed(ctx, step_ + 1, failed);
   }
   return absl::OkStatus();
+}
+
+uint64_t ShmSteps::PublishAlone() {
+  if (step_pause_ > absl::ZeroDuration()) absl::SleepFor(step_pause_);
+  const uint64_t step = ++step_;
+  layout_.header(rank_)->step.store(step, std::memory_order_release);
+  WakeSleepers();
+  return step;
 }
 
 absl::Status ShmSteps::GroupFailed(const OpContext& ctx, uint64_t step,

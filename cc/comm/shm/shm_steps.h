@@ -63,6 +63,32 @@ class ShmSteps {
   // but never stop cannot stretch it to many times its timeout.
   absl::Status Step(const OpContext& ctx);
 
+  // ---- Eager steps (eager_exchange.h) ----
+  // A step whose senders publish without waiting for their receivers: the
+  // caller writes its eager entry of the step after step() (once AwaitAll
+  // allows), publishes it with PublishAlone, and a receiver waits for its
+  // sender's entry with AwaitEntry. Eager steps use neither the turns nor
+  // the slots, so they leave the step protocol's own rule alone.
+
+  // The last step this rank published.
+  uint64_t step() const { return step_; }
+  // Waits until every rank has published at least `step` (before this rank
+  // writes an eager entry again: every rank has read what it held), at most
+  // until the operation's deadline, as Step waits.
+  absl::Status AwaitAll(const OpContext& ctx, uint64_t step);
+  // Waits until rank r has published its eager entry of `step`; sets
+  // *other_way instead when r published that step but not as an eager one
+  // (its call differed from this rank's).
+  absl::Status AwaitEntry(const OpContext& ctx, uint64_t step, int r,
+                          bool* other_way);
+  // The errors a wait would end with at once (an abort, a failed group):
+  // an eager sender, which may not wait at all, looks first, so that it
+  // does not run on in a group that has ended.
+  absl::Status Ended(const OpContext& ctx);
+  // Publishes this rank's next step (after its entry is written) without
+  // waiting, and wakes whoever sleeps in a wait; returns the step.
+  uint64_t PublishAlone();
+
   // Marks the group failed by this rank, which will not arrive at the step
   // its peers wait at: every peer's wait ends with an error naming it.
   // Among such marks the first is kept (later ones are ranks that failed
@@ -96,6 +122,18 @@ class ShmSteps {
   // one of them.
   absl::Status CheckLateRanks(const OpContext& ctx, uint64_t step,
                               bool all = false);
+  // Waits until ready(thorough) says so: spins, yields, sleeps on the
+  // group's futex word, and between those ends with the deadline of `ctx`,
+  // an abort, a failed group or a late rank that is gone (rank `only`'s
+  // liveness alone when only >= 0, else every rank that has not published
+  // `step`). `thorough`: whether ready should look past the turn's line
+  // (the header's own count). `eager_receive`: a failed group ends the wait
+  // only if what it waits for has not come.
+  template <typename Ready>
+  absl::Status Await(const OpContext& ctx, uint64_t step, int only,
+                     bool eager_receive, Ready ready);
+  // Wakes the sleepers after this rank published or saw a step.
+  void WakeSleepers();
   // An error naming late rank r (one that has not published `step`) when
   // it is gone (PeerWatch::Gone).
   absl::Status LateRankGone(const OpContext& ctx, int r, uint64_t step);
@@ -112,6 +150,9 @@ class ShmSteps {
   const int rank_;
   const RankNames names_;
   uint64_t step_ = 0;  // this rank's last published step
+  // Every rank is known to have published at least this step (AwaitAll's
+  // fast path: a scan of every rank's count only when it is not enough).
+  uint64_t acked_ = 0;
   int turn_ = 0;
   std::vector<PeerWatch> watches_;  // one per rank, kept across waits
   int liveness_cursor_ = 0;         // the last missing rank looked at in turn
