@@ -25,7 +25,7 @@ bool SendsAlone(OpCode op, int rank, int root) {
 
 const ShmRankHeader::Turn& Entry(const ShmLayout& layout, int r,
                                  uint64_t step) {
-  return layout.header(r)->eager[step % kEagerDepth];
+  return *layout.eager(r, step);
 }
 
 // The error where calls differ in a way a sender may not have seen: the
@@ -126,7 +126,7 @@ absl::Status EagerExchange(ShmSteps& steps, const OpContext& ctx,
     DK_RETURN_IF_ERROR(steps.AwaitAll(ctx, s - kEagerDepth + 1));
   }
   *chain = ChainWith(*chain, mine);
-  ShmRankHeader::Turn& entry = layout.header(rank)->eager[s % kEagerDepth];
+  ShmRankHeader::Turn& entry = *layout.eager(rank, s);
   entry.sig = mine;
   entry.chain = *chain;
   if (payload.data != nullptr) {

@@ -111,7 +111,7 @@ absl::Status ShmBackend::ExchangeSignatures(const OpContext& ctx,
     // The peers' calls not heard from here are compared later (the chain);
     // the contract's check sees this rank's own.
     for (OpSignature& s : all) s = mine;
-    inline_eager_entry_ = static_cast<int>(step % kEagerDepth);
+    inline_eager_step_ = step;
     inline_bytes_ = payload.bytes;
     return absl::OkStatus();
   }
@@ -154,7 +154,7 @@ absl::Status ShmBackend::ExchangeSignatures(const OpContext& ctx,
     same = std::memcmp(&all[r], &mine, sizeof(mine)) == 0;
   }
   inline_turn_ = steps_.turn();
-  inline_eager_entry_ = -1;
+  inline_eager_step_ = 0;
   inline_bytes_ = carry ? payload.bytes : 0;
   // Only where every rank called this same operation (then each published
   // early): taken by that operation alone (PublishForSingleCopy).
@@ -204,15 +204,15 @@ bool ShmBackend::TakeInline(size_t bytes) {
 }
 
 const char* ShmBackend::InlineSlot(int r, size_t bytes) const {
-  if (inline_eager_entry_ >= 0) {
-    return layout().header(r)->eager[inline_eager_entry_].small;
+  if (inline_eager_step_ != 0) {
+    return layout().eager(r, inline_eager_step_)->small;
   }
   return layout().slot(r, bytes, inline_turn_);
 }
 
 void ShmBackend::FoldInline(ReduceFn fn, size_t bytes, size_t elem,
                             char* out) const {
-  if (inline_eager_entry_ < 0) {
+  if (inline_eager_step_ == 0) {
     FoldSlots(layout(), fn, 0, bytes, bytes, elem, out, inline_turn_);
     return;
   }

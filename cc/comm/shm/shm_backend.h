@@ -169,8 +169,8 @@ class ShmBackend : public Backend {
   const bool eager_;
   ShmSteps steps_;
   SingleCopyPath single_copy_;
-  int inline_turn_ = 0;          // the slots the last exchange's payload is in
-  int inline_eager_entry_ = -1;  // or its eager entry (eager_exchange.h)
+  int inline_turn_ = 0;  // the slots the last exchange's payload is in
+  uint64_t inline_eager_step_ = 0;  // or the eager step's entries (0: none)
   uint64_t chain_ = 0;         // the eager operations taken so far (ChainWith)
   size_t inline_bytes_ = 0;    // its size; 0: nothing carried
   std::vector<char> scratch_;  // a non-root's folded slice (reduce)

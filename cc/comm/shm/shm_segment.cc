@@ -24,7 +24,8 @@ size_t ShmLayout::SlotBytesFor(int size) {
 }
 
 size_t ShmLayout::SegmentBytesFor(int size) {
-  return sizeof(ShmGroupHeader) + size * sizeof(ShmRankHeader) +
+  return sizeof(ShmGroupHeader) +
+         size * (sizeof(ShmRankHeader) + sizeof(ShmEagerRing)) +
          size * 2 * SlotBytesFor(size);
 }
 

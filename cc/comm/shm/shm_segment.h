@@ -104,11 +104,17 @@ struct alignas(128) ShmRankHeader {
     alignas(8) char small[kSmallSlotBytes];
   };
   Turn turns[2];
-  // The eager entries (eager_exchange.h): the one of step s is
-  // eager[s % kEagerDepth], its `step` set to s when its sender published
-  // it. They are apart from the turns: an eager step leaves the turns and
-  // the slots alone, so the step protocol's own rule for them holds.
-  Turn eager[kEagerDepth];
+};
+
+// A rank's eager entries (eager_exchange.h), the same records as the turns:
+// the one of step s is entries[s % kEagerDepth], its `step` set to s when
+// its sender published it. Apart from the turns (an eager step leaves the
+// turns and the slots alone, so the step protocol's own rule for them
+// holds) and from the rank headers, after all of them: the headers stay a
+// few pages that every rank polls, and a group without eager steps never
+// touches these pages (24 KiB per rank).
+struct ShmEagerRing {
+  ShmRankHeader::Turn entries[kEagerDepth];
 };
 static_assert(offsetof(ShmRankHeader, turns) == 128,
               "the rank header's fields before its turns fit one line pair");
@@ -141,11 +147,18 @@ class ShmLayout {
     return reinterpret_cast<ShmRankHeader*>(base_ + sizeof(ShmGroupHeader) +
                                             r * sizeof(ShmRankHeader));
   }
+  // Rank r's eager entry of `step`.
+  ShmRankHeader::Turn* eager(int r, uint64_t step) const {
+    auto* rings = reinterpret_cast<ShmEagerRing*>(
+        base_ + sizeof(ShmGroupHeader) + size_ * sizeof(ShmRankHeader));
+    return &rings[r].entries[step % kEagerDepth];
+  }
   // Rank r's slot of `turn`, for a chunk whose slots hold `bytes` (the same
   // on every rank): a packed small slot, or a full one.
   char* slot(int r, size_t bytes, int turn) const {
     if (bytes <= kSmallSlotBytes) return header(r)->turns[turn].small;
-    char* full = base_ + sizeof(ShmGroupHeader) + size_ * sizeof(ShmRankHeader);
+    char* full = base_ + sizeof(ShmGroupHeader) +
+                 size_ * (sizeof(ShmRankHeader) + sizeof(ShmEagerRing));
     return full + (2 * r + turn) * slot_bytes_;
   }
 

@@ -252,7 +252,7 @@ absl::Status ShmSteps::AwaitAll(const OpContext& ctx, uint64_t step) {
 absl::Status ShmSteps::AwaitEntry(const OpContext& ctx, uint64_t step, int r,
                                   bool* other_way) {
   const ShmRankHeader* h = layout_.header(r);
-  const ShmRankHeader::Turn& entry = h->eager[step % kEagerDepth];
+  const ShmRankHeader::Turn& entry = *layout_.eager(r, step);
   *other_way = false;
   return Await(
       ctx, step, /*only=*/r, /*eager_receive=*/true, [&](bool thorough) {
